@@ -1,0 +1,57 @@
+"""attnlab — exact attention from online softmax to FlashAttention-2 and Flash-Decoding.
+
+The companion library of the lecture "Transformers, attention and FlashAttention". This file only
+re-exports; names resolve on first use so that ``import attnlab`` stays light (no triton, no
+matplotlib, no simulator or model code until asked for).
+
+Shapes everywhere: ``q (B, H, Nq, D)``, ``k, v (B, Hkv, Nk, D)``, ``lse (B, H, Nq)``; causal masks
+are aligned bottom-right when ``Nq != Nk``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS = {
+    # §4 softmax and the merge ⊕
+    "naive_softmax": "attnlab.softmax",
+    "safe_softmax": "attnlab.softmax",
+    "online_softmax": "attnlab.softmax",
+    "Summary": "attnlab.softmax",
+    "AttnState": "attnlab.softmax",
+    "summarize": "attnlab.softmax",
+    "merge": "attnlab.softmax",
+    "SoftmaxCounts": "attnlab.softmax",
+    # §2.3 the oracle
+    "attention_ref": "attnlab.reference",
+    "causal_mask": "attnlab.reference",
+    # §5–§8 blockwise algorithms
+    "flash_forward": "attnlab.flash",
+    "flash_forward_fa1": "attnlab.flash",
+    "flash_backward": "attnlab.flash",
+    "flash_attention": "attnlab.flash",
+    "flash_decode": "attnlab.flash",
+    "IOStats": "attnlab.flash",
+    # benchmark helpers
+    "Benchmark": "attnlab.bench",
+}
+_SUBMODULES = {"softmax", "reference", "flash", "cost", "sim", "kernels", "model", "gpu", "demos", "bench", "cli"}
+
+__all__ = sorted(_EXPORTS) + sorted(_SUBMODULES) + ["__version__"]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    if name in _SUBMODULES:
+        return importlib.import_module(f"attnlab.{name}")
+    raise AttributeError(f"module 'attnlab' has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__

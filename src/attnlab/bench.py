@@ -1,0 +1,216 @@
+"""Benchmarks as data (STYLE.md §14): configurations × providers → a table and JSON.
+
+``Benchmark`` names the configuration fields, their values and the providers (a provider is a
+function of one configuration that returns a zero-argument callable to time, or ``None`` when it
+cannot run there). ``run`` times every pair with the same method — ``triton.testing.do_bench``
+(median) on CUDA, a median of wall-clock repeats on the CPU — and reports the rate the caller's
+``flops``/``bytes`` functions give. The scripts in ``benchmarks/`` and ``attnlab bench`` use it.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+
+def time_fn(fn: Callable[[], object], *, device: str | torch.device = "cpu", warmup: int = 2,
+            rep: int = 7, min_time: float = 0.2) -> float:
+    """Median time of ``fn()`` in milliseconds.
+
+    On CUDA this is ``triton.testing.do_bench(..., return_mode="median")`` when triton is there,
+    else CUDA events. On the CPU: ``warmup`` calls, then at least ``rep`` calls and ``min_time``
+    seconds, median of the per-call wall times.
+    """
+    if torch.device(device).type == "cuda":
+        try:
+            from triton.testing import do_bench
+        except ImportError:
+            do_bench = None
+        if do_bench is not None:
+            return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
+        for _ in range(warmup):
+            fn()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(max(rep, 20)):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            torch.cuda.synchronize()
+            times.append(a.elapsed_time(b))
+        return statistics.median(times)
+    for _ in range(warmup):
+        fn()
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < rep or (time.perf_counter() - start) < min_time and len(times) < 1000:
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+def environment() -> dict:
+    """Date, machine and versions, recorded with every result."""
+    env = {
+        "date": date.today().isoformat(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "machine": platform.machine(),
+        "cpu_threads": torch.get_num_threads(),
+    }
+    try:
+        import triton
+
+        env["triton"] = triton.__version__
+    except ImportError:
+        env["triton"] = None
+    if torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name()
+        env["cuda"] = torch.version.cuda
+    return env
+
+
+@dataclass
+class Benchmark:
+    """A grid of configurations and the providers to time on each."""
+
+    name: str
+    x_names: list[str]
+    x_vals: list[tuple]
+    providers: dict[str, Callable[[dict], Callable[[], object] | None]]
+    flops: Callable[[dict], float] | None = None
+    bytes: Callable[[dict], float] | None = None
+    device: str = "cpu"
+    extra: dict = field(default_factory=dict)
+
+    def configs(self):
+        for vals in self.x_vals:
+            yield dict(zip(self.x_names, vals))
+
+
+def run(bench: Benchmark, *, console=None, json_path: str | Path | None = None, **time_kw) -> list[dict]:
+    """Time every (configuration, provider) pair; print a table; write JSON if asked."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    rows = []
+    for cfg in bench.configs():
+        for prov, make in bench.providers.items():
+            row = dict(cfg, provider=prov)
+            try:
+                fn = make(cfg)
+            except (RuntimeError, NotImplementedError, ValueError) as e:  # backend refused this shape
+                fn, row["skipped"] = None, f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
+            if fn is None:
+                row.setdefault("skipped", "not available here")
+                rows.append(row)
+                continue
+            try:
+                ms = time_fn(fn, device=bench.device, **time_kw)
+            except (RuntimeError, NotImplementedError) as e:
+                row["skipped"] = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
+                rows.append(row)
+                continue
+            row["ms"] = ms
+            if bench.flops:
+                row["tflops"] = bench.flops(cfg) / (ms * 1e-3) / 1e12
+            if bench.bytes:
+                row["tb_per_s"] = bench.bytes(cfg) / (ms * 1e-3) / 1e12
+            rows.append(row)
+    table = Table(title=bench.name)
+    for n in [*bench.x_names, "provider", "ms"] + (["TFLOP/s"] if bench.flops else []) + (
+            ["TB/s"] if bench.bytes else []):
+        table.add_column(n, justify="right" if n not in ("provider",) else "left")
+    for r in rows:
+        cells = [str(r[n]) for n in bench.x_names] + [r["provider"]]
+        if "ms" in r:
+            cells.append(f"{r['ms']:.3f}")
+            if bench.flops:
+                cells.append(f"{r['tflops']:.2f}")
+            if bench.bytes:
+                cells.append(f"{r['tb_per_s']:.3f}")
+        else:
+            cells += [f"[dim]{r['skipped']}[/dim]"] + [""] * (bool(bench.flops) + bool(bench.bytes))
+        table.add_row(*cells)
+    console.print(table)
+    if json_path is not None:
+        path = Path(json_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"benchmark": bench.name, "environment": environment(), **bench.extra,
+                                    "rows": rows}, indent=2))
+        console.print(f"wrote {path}")
+    return rows
+
+
+# -- `attnlab bench`: attnlab's forward against PyTorch SDPA on this machine ----------------------
+
+
+def forward_benchmark(*, device: str, dtype: torch.dtype, seqs, head_dim: int = 64, heads: int = 8,
+                      batch: int = 1, causal: bool = False) -> Benchmark:
+    """attnlab's forward (Triton on CUDA, blockwise PyTorch on the CPU) against SDPA."""
+    import attnlab
+    from attnlab.cost import attention_flops
+
+    def inputs(cfg):
+        g = torch.Generator(device=device).manual_seed(0)
+        shape = (batch, heads, cfg["N"], head_dim)
+        return [torch.randn(shape, generator=g, device=device, dtype=dtype) for _ in range(3)]
+
+    def attnlab_fwd(cfg):
+        q, k, v = inputs(cfg)
+        if device == "cpu":
+            return lambda: attnlab.flash_forward(q, k, v, causal=causal)
+        return lambda: attnlab.flash_attention(q, k, v, causal=causal)
+
+    def sdpa(cfg):
+        q, k, v = inputs(cfg)
+        f = torch.nn.functional.scaled_dot_product_attention
+        return lambda: f(q, k, v, is_causal=causal)
+
+    def flops(cfg):
+        return attention_flops(batch=batch, heads=heads, seq_q=cfg["N"], seq_k=cfg["N"], head_dim=head_dim,
+                               causal=causal)
+
+    return Benchmark(
+        name=f"forward, B={batch} H={heads} D={head_dim} {str(dtype).removeprefix('torch.')}"
+             f"{' causal' if causal else ''} on {device}",
+        x_names=["N"], x_vals=[(n,) for n in seqs],
+        providers={"attnlab": attnlab_fwd, "sdpa": sdpa}, flops=flops, device=device)
+
+
+def _bench_cmd(args) -> int:
+    for n in args.seq:
+        if n < 1:
+            raise ValueError(f"--seq must be positive, got {n}")
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda asked for, but no CUDA GPU is visible")
+    dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[
+        args.dtype or ("bfloat16" if device == "cuda" else "float32")]
+    b = forward_benchmark(device=device, dtype=dtype, seqs=args.seq, head_dim=args.head_dim,
+                          heads=args.heads, causal=args.causal)
+    run(b, json_path=args.json)
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="time attnlab's forward against PyTorch SDPA on this machine")
+    p.add_argument("--seq", type=int, nargs="+", default=[1024, 2048], help="sequence lengths")
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--causal", action="store_true")
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None)
+    p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default=None)
+    p.add_argument("--json", default=None, metavar="FILE", help="also write the rows as JSON")
+    p.set_defaults(func=_bench_cmd)

@@ -1,0 +1,40 @@
+"""The lecture's five demo scripts as functions (code 01–05).
+
+Each ``demoNN`` module has ``run(out_dir=None, console=None) -> dict``: it prints its tables with
+rich, saves its plots under ``out_dir`` (when given) and returns every number it printed, so tests can
+check them against the library that computed them. Demos use attnlab's public API only.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+DEMOS = {
+    1: ("attnlab.demos.demo01", "Attention in a tiny transformer (LikesWorld) and why it is slow"),
+    2: ("attnlab.demos.demo02", "Three softmaxes, the merge ⊕ and online attention"),
+    3: ("attnlab.demos.demo03", "FlashAttention forward on the GPU simulator"),
+    4: ("attnlab.demos.demo04", "Backward pass with recomputation"),
+    5: ("attnlab.demos.demo05", "Inference: KV cache, prefill vs decode, Flash-Decoding"),
+}
+
+
+def available() -> list[int]:
+    """Numbers of the demos that exist in this installation."""
+    out = []
+    for n, (mod, _) in DEMOS.items():
+        if importlib.util.find_spec(mod) is not None:
+            out.append(n)
+    return out
+
+
+def run_demo(n: int, *, out_dir: str | Path | None = "attnlab-out", console=None) -> dict:
+    """Run demo ``n`` (1–5); return the numbers it printed."""
+    if n not in DEMOS:
+        raise ValueError(f"demo must be one of {sorted(DEMOS)}, got {n!r}")
+    if n not in available():
+        raise ValueError(f"demo {n} is not part of this version of attnlab")
+    module = importlib.import_module(DEMOS[n][0])
+    if out_dir is not None:
+        out_dir = Path(out_dir)
+    return module.run(out_dir=out_dir, console=console)
