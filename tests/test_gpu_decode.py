@@ -1,0 +1,194 @@
+"""Flash-Decoding Triton kernels (attnlab.gpu.decode, §8.4) against the float64 oracle.
+
+Without CUDA the kernels run in Triton's CPU interpreter on CPU tensors (conftest sets
+TRITON_INTERPRET=1), on small shapes; the ``gpu_only`` tests add large shapes on a GPU.
+Criterion (flash-attention's): err(kernel) <= 2·err(same-dtype PyTorch reference) + tiny eps, both
+measured against ``attention_ref`` in float64 on the gathered cache, sequence by sequence.
+"""
+
+import math
+
+import pytest
+import torch
+from conftest import gpu_only
+
+from attnlab.kvcache import KVCache
+from attnlab.reference import attention_ref
+
+decode = pytest.importorskip("attnlab.gpu.decode")
+flash_decode_cuda = decode.flash_decode_cuda
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _inputs(B, H, Hkv, Nq, D, L, dtype, device=DEV):
+    q = torch.randn(B, H, Nq, D, dtype=dtype, device=device)
+    k = torch.randn(B, Hkv, L, D, dtype=dtype, device=device)
+    v = torch.randn(B, Hkv, L, D, dtype=dtype, device=device)
+    return q, k, v
+
+
+def _check_against_reference(q, k, v, lens, out, lse, *, causal=True, scale=None):
+    """Each sequence b: out/lse vs attention_ref on its first lens[b] keys (float64 oracle)."""
+    assert not torch.isnan(out).any(), "NaN in out"
+    for b, n in enumerate(lens):
+        if n == 0:  # an empty cache: nothing to see
+            assert torch.isinf(lse[b]).all() and (out[b] == 0).all()
+            continue
+        qb, kb, vb = q[b:b + 1], k[b:b + 1, :, :n], v[b:b + 1, :, :n]
+        o64, l64 = attention_ref(qb.double(), kb.double(), vb.double(), causal=causal, scale=scale)
+        o_same, _ = attention_ref(qb, kb, vb, causal=causal, scale=scale)  # the same-dtype reference
+        err = (out[b:b + 1].double() - o64).abs().max().item()
+        err_ref = (o_same.double() - o64).abs().max().item()
+        seen = torch.isfinite(l64)  # rows with at least one visible key
+        lse_err = (lse[b:b + 1][seen].double() - l64[seen]).abs().max().item() if seen.any() else 0.0
+        print(f"b={b} n={n}: err {err:.2e} (same-dtype ref {err_ref:.2e}), lse err {lse_err:.2e}")
+        assert err <= 2 * err_ref + 1e-5, (b, n, err, err_ref)
+        assert lse_err <= 1e-4 * max(1.0, l64[seen].abs().max().item() if seen.any() else 1.0)
+        # rows that see no key: out = 0, lse = -inf
+        assert torch.equal(torch.isinf(lse[b:b + 1]), ~seen)
+        assert (out[b:b + 1][~seen] == 0).all()
+
+
+# -- the interpreter grid (CI) --------------------------------------------------------------------------
+
+CASES = [
+    # B, H, Hkv, Nq, D, lens, splits, dtype
+    (3, 4, 4, 1, 64, [97, 1, 40], 3, torch.float16),  # MHA (group 1), ragged incl. 1
+    (2, 8, 2, 2, 64, [33, 64], 2, torch.bfloat16),  # GQA 4, two queries, causal among them
+    (2, 8, 1, 1, 32, [50, 17], 1, torch.bfloat16),  # MQA (group 8), one split: no merge kernel
+    (1, 4, 1, 3, 96, [70], 4, torch.float16),  # D = 96 (masked to 128), three queries
+]
+
+
+@pytest.mark.parametrize("B,H,Hkv,Nq,D,lens,splits,dtype", CASES)
+def test_contiguous_matches_reference(B, H, Hkv, Nq, D, lens, splits, dtype):
+    L = max(lens) + 5  # capacity beyond the longest sequence: the tail must not be read
+    q, k, v = _inputs(B, H, Hkv, Nq, D, L, dtype)
+    k[:, :, max(lens):] = float("nan")  # poison what no sequence holds
+    v[:, :, max(lens):] = float("nan")
+    seqlens = torch.tensor(lens, dtype=torch.int32, device=DEV)
+    out, lse = flash_decode_cuda(q, k, v, cache_seqlens=seqlens, num_splits=splits)
+    assert out.shape == q.shape and out.dtype == dtype
+    assert lse.shape == (B, H, Nq) and lse.dtype == torch.float32
+    _check_against_reference(q, k, v, lens, out, lse)
+
+
+@pytest.mark.parametrize("page_size,splits", [(16, 3), (32, 1), (64, 2)])
+def test_paged_equals_contiguous(page_size, splits):
+    B, H, Hkv, Nq, D = 3, 8, 2, 1, 64
+    lens = [1, 47, 80]  # 47 and 80 are not multiples of the page size
+    q, k, v = _inputs(B, H, Hkv, Nq, D, max(lens), torch.bfloat16)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device=DEV)
+    cache = KVCache.from_dense(k, v, seqlens, page_size=page_size, shuffle=True)
+    out_c, lse_c = flash_decode_cuda(q, k, v, cache_seqlens=seqlens, num_splits=splits)
+    out_p, lse_p = flash_decode_cuda(q, cache.k_pages[0], cache.v_pages[0], cache_seqlens=cache.seqlens,
+                                     block_table=cache.block_table, num_splits=splits)
+    # the same tiles in the same order: equal to the last bit
+    assert torch.equal(out_p, out_c)
+    assert torch.equal(lse_p, lse_c)
+    _check_against_reference(q, k, v, lens, out_p, lse_p)
+
+
+def test_split_counts_agree_and_short_sequences():
+    """More splits than tiles, empty splits, one-key sequences: every count gives the same answer."""
+    q, k, v = _inputs(2, 4, 2, 1, 64, 40, torch.float16)
+    seqlens = torch.tensor([40, 3], dtype=torch.int32, device=DEV)
+    ref = None
+    for s in (1, 2, 5, 64):
+        out, lse = flash_decode_cuda(q, k, v, cache_seqlens=seqlens, num_splits=s)
+        _check_against_reference(q, k, v, [40, 3], out, lse)
+        if ref is not None:
+            assert (out.float() - ref.float()).abs().max() < 2e-3
+        ref = out
+
+
+def test_non_causal_and_scale():
+    """Non-causal: every query sees all cache_seqlens[b] keys; a given scale is used."""
+    q, k, v = _inputs(2, 4, 2, 2, 64, 30, torch.bfloat16)
+    seqlens = torch.tensor([30, 9], dtype=torch.int32, device=DEV)
+    out, lse = flash_decode_cuda(q, k, v, cache_seqlens=seqlens, num_splits=2, causal=False, scale=0.3)
+    _check_against_reference(q, k, v, [30, 9], out, lse, causal=False, scale=0.3)
+
+
+def test_fully_masked_rows():
+    """Length shorter than the queries: the first queries see nothing (out 0, lse -inf), no NaN."""
+    q, k, v = _inputs(2, 2, 1, 3, 32, 8, torch.float16)
+    seqlens = torch.tensor([1, 0], dtype=torch.int32, device=DEV)
+    out, lse = flash_decode_cuda(q, k, v, cache_seqlens=seqlens, num_splits=2)
+    assert torch.isinf(lse[0, :, :2]).all() and torch.isfinite(lse[0, :, 2]).all()
+    assert torch.isinf(lse[1]).all() and (out[1] == 0).all() and (out[0, :, :2] == 0).all()
+    _check_against_reference(q, k, v, [1, 0], out, lse)
+
+
+def test_choose_num_splits_is_the_wave_model():
+    from attnlab import cost
+
+    want = cost.best_num_splits(batch=1, heads=8, seq=32768, head_dim=128, gpu=cost.get_gpu("H100"), max_splits=64)
+    if not torch.cuda.is_available():
+        assert decode.choose_num_splits(batch=1, heads_kv=8, seq=32768, head_dim=128) == want
+    q, k, v = _inputs(1, 4, 2, 1, 64, 50, torch.bfloat16)
+    out, lse = flash_decode_cuda(q, k, v)  # num_splits=None, cache_seqlens=None: the full cache
+    _check_against_reference(q, k, v, [50], out, lse)
+
+
+def test_unsupported_falls_back_with_one_warning():
+    pytest.importorskip("attnlab.flash")
+    decode._WARNED.clear()
+    q, k, v = _inputs(2, 4, 2, 1, 59, 20, torch.float32)  # float32 and D = 59: the PyTorch path
+    seqlens = torch.tensor([20, 7], dtype=torch.int32, device=DEV)
+    with pytest.warns(RuntimeWarning, match="flash_decode_torch"):
+        out, lse = flash_decode_cuda(q, k, v, cache_seqlens=seqlens)
+    _check_against_reference(q, k, v, [20, 7], out, lse)
+
+
+@pytest.mark.parametrize("bad,err", [
+    (dict(q=torch.zeros(2, 4, 1, 64)), TypeError),  # dtype differs from the cache
+    (dict(cache_seqlens=torch.tensor([5, 5, 5], dtype=torch.int32)), TypeError),  # wrong length
+    (dict(cache_seqlens=torch.tensor([5, 99], dtype=torch.int32)), ValueError),  # beyond the capacity
+    (dict(block_table=torch.zeros(2, 2)), TypeError),  # float block table
+    (dict(num_splits=0), ValueError),
+    (dict(k_cache=torch.zeros(2, 3, 20, 64, dtype=torch.float16)), ValueError),  # 4 heads vs 3
+])
+def test_bad_input_raises(bad, err):
+    args = dict(q=torch.randn(2, 4, 1, 64, dtype=torch.float16), k_cache=torch.randn(2, 2, 20, 64, dtype=torch.float16),
+                v_cache=torch.randn(2, 2, 20, 64, dtype=torch.float16), cache_seqlens=None, block_table=None,
+                num_splits=None)
+    args.update(bad)
+    if args["k_cache"].shape != args["v_cache"].shape:
+        args["v_cache"] = torch.zeros_like(args["k_cache"])
+    with pytest.raises(err):
+        flash_decode_cuda(args.pop("q"), args.pop("k_cache"), args.pop("v_cache"), **args)
+
+
+# -- GPU (large shapes) -----------------------------------------------------------------------------------
+
+
+@gpu_only
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("H,Hkv,Nq", [(32, 32, 1), (32, 8, 1), (32, 4, 4), (64, 8, 2)])
+def test_gpu_large_ragged(dtype, H, Hkv, Nq):
+    lens = [1, 1025, 4097, 16000]
+    q, k, v = _inputs(len(lens), H, Hkv, Nq, 128, 16384, dtype)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    out, lse = flash_decode_cuda(q, k, v, cache_seqlens=seqlens)  # the model's split count
+    _check_against_reference(q, k, v, lens, out, lse)
+    out1, _ = flash_decode_cuda(q, k, v, cache_seqlens=seqlens, num_splits=1)
+    _check_against_reference(q, k, v, lens, out1, lse)
+
+
+@gpu_only
+@pytest.mark.parametrize("page_size", [16, 32, 64, 128, 256])
+@pytest.mark.parametrize("D", [64, 128, 256])
+def test_gpu_paged_equals_contiguous(page_size, D):
+    lens = [1, 300, 5000, 2049]
+    q, k, v = _inputs(len(lens), 32, 8, 1, D, 5000, torch.bfloat16)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    cache = KVCache.from_dense(k, v, seqlens, page_size=page_size, shuffle=True)
+    for s in (1, 7, None):
+        out_c, lse_c = flash_decode_cuda(q, k, v, cache_seqlens=seqlens, num_splits=s or 16)
+        out_p, lse_p = flash_decode_cuda(q, cache.k_pages[0], cache.v_pages[0], cache_seqlens=cache.seqlens,
+                                         block_table=cache.block_table, num_splits=s or 16)
+        assert torch.equal(out_p, out_c) and torch.equal(lse_p, lse_c)
+    _check_against_reference(q, k, v, lens, out_p, lse_p)
+    assert math.isfinite(lse_p[0].max().item())
