@@ -1,0 +1,128 @@
+"""Shared helpers of the Triton kernels (lecture §6.1: block sizes are a tuned trade-off).
+
+What the kernels cover, the block-size tables (one deterministic choice per head dim, so that
+tests and benchmarks run the same compiled kernel), and small utilities: one-time warnings,
+interpreter detection, powers of two. Nothing here imports triton.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+KERNEL_DTYPES = (torch.float16, torch.bfloat16)
+FWD_HEAD_DIMS = (32, 64, 96, 128, 256)  # 96 runs padded to 128 with masks
+BWD_HEAD_DIMS = (32, 64, 96, 128)
+
+LOG2E = 1.4426950408889634  # 1 / ln 2: exp(x) = exp2(x · LOG2E)
+
+_warned: set[str] = set()
+
+
+def warn_once(reason: str, message: str) -> None:
+    """``warnings.warn`` once per process for each distinct ``reason``."""
+    if reason in _warned:
+        return
+    _warned.add(reason)
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def interpret_mode() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def next_pow2(x: int) -> int:
+    return 1 << max(0, (int(x) - 1).bit_length())
+
+
+def triton_available() -> bool:
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def kernel_device_ok(t: torch.Tensor) -> bool:
+    """Tensors the kernels can run on: CUDA, or CPU under the Triton interpreter."""
+    return t.is_cuda or (t.device.type == "cpu" and interpret_mode())
+
+
+@dataclass(frozen=True)
+class FwdConfig:
+    """Forward launch: Br = block_m query rows per program, Bc = block_n keys per step."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+    tma: bool = False  # load Q/K/V and store O through Hopper tensor-memory descriptors
+
+
+@dataclass(frozen=True)
+class BwdConfig:
+    """Backward launch: dK/dV kernel (key block block_n1 outer, query block block_m1 inner) and
+    dQ kernel (query block block_m2 outer, key block block_n2 inner), or dQ by atomics."""
+
+    block_m1: int
+    block_n1: int
+    warps1: int
+    stages1: int
+    block_m2: int
+    block_n2: int
+    warps2: int
+    stages2: int
+    dq_atomic: bool = False  # accumulate dQ with float32 atomics inside the dK/dV kernel
+
+
+def _head_bucket(D: int) -> int:
+    return 64 if D <= 64 else (128 if D <= 128 else 256)
+
+
+# Deterministic choices (no autotuning at run time). Measured on an H200: see benchmarks/NOTES-prefill.md.
+_FWD_TABLE = {
+    64: FwdConfig(block_m=128, block_n=64, num_warps=4, num_stages=3),
+    128: FwdConfig(block_m=128, block_n=64, num_warps=8, num_stages=3),
+    256: FwdConfig(block_m=64, block_n=32, num_warps=4, num_stages=2),
+}
+_BWD_TABLE = {
+    64: BwdConfig(block_m1=64, block_n1=128, warps1=8, stages1=2, block_m2=128, block_n2=64, warps2=8, stages2=2),
+    128: BwdConfig(block_m1=64, block_n1=128, warps1=8, stages1=2, block_m2=128, block_n2=64, warps2=8, stages2=2),
+}
+# the interpreter runs one program at a time in numpy: small blocks keep the CPU tests quick and
+# still give several blocks (and ragged ones) at small N
+_INTERP_FWD = FwdConfig(block_m=16, block_n=16, num_warps=1, num_stages=1)
+_INTERP_BWD = BwdConfig(block_m1=16, block_n1=16, warps1=1, stages1=1, block_m2=16, block_n2=16, warps2=1, stages2=1)
+
+
+def tma_ok(*tensors: torch.Tensor) -> bool:
+    """Tensor descriptors need sm90+ (or the interpreter), 16-byte aligned bases and strides."""
+    try:
+        from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: F401
+    except ImportError:
+        return False
+    for t in tensors:
+        if t.is_cuda and torch.cuda.get_device_capability(t.device)[0] < 9:
+            return False
+        if t.stride(-1) != 1 or t.data_ptr() % 16:
+            return False
+        if any((s * t.element_size()) % 16 for s in t.stride()[:-1]):
+            return False
+    return True
+
+
+def default_fwd_config(D: int, device: torch.device) -> FwdConfig:
+    if device.type == "cpu":
+        return _INTERP_FWD
+    return _FWD_TABLE[_head_bucket(D)]
+
+
+def default_bwd_config(D: int, device: torch.device) -> BwdConfig:
+    if device.type == "cpu":
+        return _INTERP_BWD
+    return _BWD_TABLE[_head_bucket(D)]

@@ -1,0 +1,116 @@
+"""The Triton FlashAttention-2 kernels as a PyTorch operator (lecture §7.7: plug it into training).
+
+``attnlab::flash_attn_fwd`` and ``attnlab::flash_attn_bwd`` are registered with ``torch.library``
+(custom op + fake implementation + autograd formula), so ``flash_attention_cuda`` works under
+autograd and inside ``torch.compile(fullgraph=True)``. The forward saves only q, k, v, O and the
+logsumexp L (§7.2); the backward recomputes P from L.
+
+Inputs the kernels do not cover go to the blockwise PyTorch path
+(``attnlab.flash.flash_attention_torch``) with one warning per reason.
+"""
+
+import torch
+
+from .._checks import check_qkv, resolve_scale
+from ._common import BWD_HEAD_DIMS, FWD_HEAD_DIMS, KERNEL_DTYPES, interpret_mode, triton_available, warn_once
+
+
+@torch.library.custom_op("attnlab::flash_attn_fwd", mutates_args=(),
+                         schema="(Tensor q, Tensor k, Tensor v, bool causal, float scale) -> (Tensor, Tensor)")
+def _flash_attn_fwd(q, k, v, causal, scale):
+    from .flash_fwd import flash_fwd
+
+    return flash_fwd(q, k, v, causal=causal, scale=scale)
+
+
+@_flash_attn_fwd.register_fake
+def _(q, k, v, causal, scale):
+    B, H, Nq, _ = q.shape
+    return q.new_empty((B, H, Nq, v.shape[-1])), q.new_empty((B, H, Nq), dtype=torch.float32)
+
+
+@torch.library.custom_op(
+    "attnlab::flash_attn_bwd", mutates_args=(),
+    schema="(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? dlse, bool causal, "
+           "float scale) -> (Tensor, Tensor, Tensor)")
+def _flash_attn_bwd(dout, q, k, v, out, lse, dlse, causal, scale):
+    from .flash_bwd import flash_bwd
+
+    return flash_bwd(dout, q, k, v, out, lse, causal=causal, scale=scale, dlse=dlse)
+
+
+@_flash_attn_bwd.register_fake
+def _(dout, q, k, v, out, lse, dlse, causal, scale):
+    return (torch.empty_like(q, memory_format=torch.contiguous_format),
+            torch.empty_like(k, memory_format=torch.contiguous_format),
+            torch.empty_like(v, memory_format=torch.contiguous_format))
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, causal, scale = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.causal = causal
+    ctx.scale = scale
+
+
+def _backward(ctx, dout, dlse):
+    q, k, v, out, lse = ctx.saved_tensors
+    if dout is None:
+        dout = torch.zeros_like(out)
+    dq, dk, dv = _flash_attn_bwd(dout, q, k, v, out, lse, dlse, ctx.causal, ctx.scale)
+    return dq, dk, dv, None, None
+
+
+_flash_attn_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _fallback_reason(q, k, v, D: int, Dv: int) -> tuple[str, str] | None:
+    """Why the kernels cannot take this call (a reason key and a message), or None if they can."""
+    if not (q.is_cuda or (q.device.type == "cpu" and interpret_mode())):
+        return "device", f"tensors on {q.device}"
+    if not triton_available():
+        return "triton", "triton is not installed (pip install 'attnlab[gpu]')"
+    if q.is_cuda and torch.cuda.get_device_capability(q.device)[0] < 8:
+        return "gpu", f"GPU {torch.cuda.get_device_name(q.device)} is older than compute capability 8.0"
+    if q.dtype not in KERNEL_DTYPES:
+        return f"dtype-{q.dtype}", f"dtype {q.dtype} (the kernels take float16 and bfloat16)"
+    if Dv != D:
+        return "dv", f"value head dim {Dv} differs from the query/key head dim {D}"
+    if D not in FWD_HEAD_DIMS:
+        return f"d-{D}", f"head dim {D} (the kernels take {', '.join(map(str, FWD_HEAD_DIMS))})"
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if needs_grad and D not in BWD_HEAD_DIMS:
+        return f"bwd-d-{D}", f"head dim {D} with gradients (the backward kernels take {', '.join(map(str, BWD_HEAD_DIMS))})"
+    return None
+
+
+def flash_attention_cuda(q, k, v, *, causal: bool = False, scale: float | None = None, return_lse: bool = False):
+    """Exact attention through the Triton FlashAttention-2 kernels, differentiable.
+
+    Arguments:
+        q: (B, H, Nq, D); k: (B, Hkv, Nk, D); v: (B, Hkv, Nk, D), H % Hkv == 0 (GQA/MQA read K/V
+            heads directly, nothing is repeated). float16 or bfloat16 on a CUDA GPU; D in
+            32, 64, 96, 128 (and 256 without gradients).
+        causal: bottom-right aligned mask: query i sees keys j <= i + Nk - Nq (SDPA's ``is_causal``
+            is top-left; the two agree when Nq == Nk). Rows that see no key give out = 0, lse = -inf.
+        scale: softmax scale, default 1/sqrt(D).
+        return_lse: also return the logsumexp (B, H, Nq), float32, natural log; it is differentiable.
+    Returns:
+        out (B, H, Nq, D) in q's dtype, or (out, lse).
+
+    Anything else (float32/float64, other head dims, CPU tensors, no triton) runs the blockwise
+    PyTorch algorithm ``attnlab.flash.flash_attention_torch`` after a one-time warning.
+    """
+    dims = check_qkv(q, k, v)
+    scale = resolve_scale(scale, dims.D)
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    why = _fallback_reason(q, k, v, dims.D, dims.Dv)
+    if why is not None:
+        warn_once(why[0], f"attnlab.gpu.flash_attention_cuda: {why[1]}; using the blockwise PyTorch path")
+        from ..flash import flash_attention_torch
+
+        return flash_attention_torch(q, k, v, causal=causal, scale=scale, return_lse=return_lse)
+    out, lse = _flash_attn_fwd(q, k, v, causal, scale)
+    return (out, lse) if return_lse else out
