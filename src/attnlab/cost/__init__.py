@@ -20,6 +20,7 @@ from .decode import (
     kv_cache_bytes,
     layer_costs,
 )
+from .estimate import DecodeEstimate, Estimate, estimate
 from .flops import (
     attention_flops,
     causal_visible_pairs,
@@ -65,6 +66,17 @@ from .roofline import (
     kernel_time,
     recompute_crossover_d,
     recompute_ratio,
+)
+from .plot import roofline_plot
+from .tables import (
+    block_size_table,
+    decode_split_table,
+    forward_io_table,
+    layer_flops_table,
+    p_vs_l_table,
+    prefill_decode_table,
+    recompute_table,
+    render_table,
 )
 
 __all__ = [name for name in dir() if not name.startswith("_") and name != "annotations"]

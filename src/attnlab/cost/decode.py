@@ -172,7 +172,7 @@ class DecodeSplit:
     splits: int
     blocks: int
     waves: int
-    block_bytes: int  # bytes one thread block moves: q, its K/V share, its partial output
+    block_bytes: float  # K/V bytes one thread block reads: 2·N·D·dtype / S
     split_time: float  # the split kernel, launch included
     merge_time: float  # the merge kernel (0 when splits == 1)
     sm_use: float  # blocks / (waves · SMs): how full the waves are
@@ -188,9 +188,7 @@ class DecodeSplit:
 def _decode_split(B: int, H: int, N: int, D: int, S: int, g, nb: int, merge_launch: bool) -> DecodeSplit:
     blocks = B * H * S
     waves = -(-blocks // g.sms)
-    keys = -(-N // S)  # the longest split sets the wave's time
-    out = (D + 1) * PARTIAL_BYTES if S > 1 else D * nb  # partial o and lse, or the final o
-    block_bytes = D * nb + 2 * keys * D * nb + out  # q, K and V share, output
+    block_bytes = 2 * N * D * nb / S  # its 1/(B·H·S) share of the K/V cache (q and o are noise)
     split = g.launch_overhead + waves * block_bytes / (g.hbm_bw / g.sms)  # each block gets bw / SMs
     merge = 0.0
     if S > 1:  # read S partial (o, lse) per (b, h), write o
@@ -223,9 +221,7 @@ def _split_time(B: int, H: int, N: int, D: int, S: int, sms: int, bw: float, lau
                 merge_launch: bool) -> float:
     """``_decode_split(...).time`` without building the dataclass (best_num_splits' inner loop)."""
     waves = -(-(B * H * S) // sms)
-    keys = -(-N // S)
-    out = (D + 1) * PARTIAL_BYTES if S > 1 else D * nb
-    t = launch + waves * (D * nb + 2 * keys * D * nb + out) * sms / bw
+    t = launch + waves * (2 * N * D * nb / S) * sms / bw
     if S > 1:
         t += (B * H * S * (D + 1) * PARTIAL_BYTES + B * H * D * nb) / bw + (launch if merge_launch else 0.0)
     return t

@@ -1,0 +1,102 @@
+"""``attnlab estimate``: parse a shape, call ``estimate(...)``, print rich tables (and JSON / a roofline PNG).
+
+The work is all in ``attnlab.cost.estimate``; bad input raises ``ValueError`` there and the CLI frame
+turns it into one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .gpus import GPUS
+
+
+def _kernel_table(title: str, groups, total_label: str):
+    from rich.table import Table
+
+    from .tables import fmt_bytes, fmt_flops, fmt_time
+
+    t = Table(title=title)
+    for col in ("algorithm", "kernel", "matmul FLOPs", "HBM bytes", "FLOP/B", "time", "bound"):
+        t.add_column(col, justify="left" if col in ("algorithm", "kernel", "bound") else "right")
+    for label, ks in groups:
+        for i, k in enumerate(ks):
+            t.add_row(label if i == 0 else "", k.name, fmt_flops(k.flops), fmt_bytes(k.bytes), f"{k.intensity:,.1f}",
+                      fmt_time(k.time), k.bound)
+        if len(ks) > 1:
+            t.add_row("", f"[b]{total_label}[/b]", fmt_flops(sum(k.flops for k in ks)),
+                      fmt_bytes(sum(k.bytes for k in ks)), "", f"[b]{fmt_time(sum(k.time for k in ks))}[/b]", "")
+    return t
+
+
+def print_estimate(est, console=None) -> None:
+    """Print an ``Estimate`` as rich tables."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from .tables import fmt_bytes, fmt_flops, fmt_pct, fmt_time
+
+    c = console or Console()
+    g = est.gpu
+    c.print(f"[b]{g.name}[/b]: {g.tensor_flops / 1e12:,.0f} TFLOP/s tensor, {g.hbm_bw / 1e12:.2f} TB/s HBM, "
+            f"ridge {g.ridge:.0f} FLOP/B, {g.sms} SMs, launch {g.launch_overhead * 1e6:.0f} µs")
+    gqa = f" ({est.kv_heads} K/V heads)" if est.kv_heads != est.heads else ""
+    c.print(f"shape: batch {est.batch} × {est.heads} heads{gqa} × N {est.seq:,} × D {est.head_dim}, {est.dtype}"
+            f"{', causal' if est.causal else ''}; Br = {est.block_q}, Bc = {est.block_k}; "
+            f"attention FLOPs fwd {fmt_flops(est.flops_forward)}, bwd {fmt_flops(est.flops_backward)}")
+    f = est.forward
+    c.print(_kernel_table("forward (roofline lower bound)", [("standard", f.standard), ("flash, K/V in L2", f.flash_l2),
+                                                            ("flash, K/V from HBM", f.flash_hbm)], "total"))
+    c.print(f"flash is {f.speedup_l2:.1f}× faster with K/V in L2, {f.speedup_hbm:.1f}× with K/V from HBM")
+    b = est.backward
+    c.print(_kernel_table("backward (roofline lower bound)", [("standard", b.standard), ("flash, ideal cache", b.flash_l2),
+                                                             ("flash, no cache", b.flash_hbm)], "total"))
+    c.print(f"flash backward: {100 * (b.flops_ratio - 1):+.0f}% FLOPs, 1/{b.traffic_ratio:.0f} of the traffic, "
+            f"{b.speedup:.1f}× faster ({b.speedup_hbm:.1f}× without a cache)")
+    d = est.decode
+    t = Table(title=f"decode step: 1 token per sequence, {d.context:,} cached tokens (KV cache {fmt_bytes(d.kv_cache_bytes)})")
+    for col in ("kernel", "splits", "blocks", "waves", "SM use", "time", "bound"):
+        t.add_column(col, justify="left" if col in ("kernel", "bound") else "right")
+    for name, s in (("FlashAttention (no split)", d.no_split), ("Flash-Decoding (best split)", d.best)):
+        t.add_row(name, str(s.splits), str(s.blocks), str(s.waves), fmt_pct(s.sm_use), fmt_time(s.time),
+                  "memory (wave model)")
+    c.print(t)
+    ai = d.flops / d.kv_cache_bytes
+    c.print(f"decode attention: {fmt_flops(d.flops)} over {fmt_bytes(d.kv_cache_bytes)} of K/V — {ai:.1f} FLOP/B, "
+            f"{'below' if ai < g.ridge else 'above'} the ridge ({g.ridge:.0f}) whatever the batch")
+
+
+def _estimate_cmd(args) -> int:
+    from .estimate import estimate
+
+    est = estimate(gpu=args.gpu, seq=args.seq, head_dim=args.head_dim, heads=args.heads, batch=args.batch,
+                   kv_heads=args.kv_heads, dtype=args.dtype, causal=args.causal, block_q=args.block_q,
+                   block_k=args.block_k)
+    print_estimate(est)
+    if args.json:
+        Path(args.json).write_text(json.dumps(est.to_dict(), indent=2, ensure_ascii=False) + "\n")
+        print(f"wrote {args.json}")
+    if args.plot:
+        from .plot import roofline_plot
+
+        ks = [(a, k) for a, k in est.kernels() if "no cache" not in a and "from HBM" not in a]
+        print(f"wrote {roofline_plot(est.gpu, ks, args.plot)}")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("estimate", help="roofline estimates of attention (forward, backward, decode) on a GPU")
+    p.add_argument("--gpu", default="H100", help=f"GPU preset: {', '.join(GPUS)} (default: %(default)s)")
+    p.add_argument("--seq", type=int, default=4096, help="sequence length N (default: %(default)s)")
+    p.add_argument("--head-dim", type=int, default=128, help="head dimension D (default: %(default)s)")
+    p.add_argument("--heads", type=int, default=32, help="query heads H (default: %(default)s)")
+    p.add_argument("--kv-heads", type=int, default=None, help="K/V heads Hkv for GQA/MQA (default: = heads)")
+    p.add_argument("--batch", type=int, default=1, help="batch size B (default: %(default)s)")
+    p.add_argument("--dtype", default="fp16", choices=("fp16", "bf16", "fp32"), help="data type (default: %(default)s)")
+    p.add_argument("--causal", action="store_true", help="causal mask (FlashAttention skips masked blocks)")
+    p.add_argument("--block-q", type=int, default=128, help="FlashAttention Br (default: %(default)s)")
+    p.add_argument("--block-k", type=int, default=None, help="FlashAttention Bc (default: = block-q)")
+    p.add_argument("--json", metavar="FILE", help="also write every number as JSON to FILE")
+    p.add_argument("--plot", metavar="FILE", help="also save a roofline plot (PNG) of the kernels to FILE")
+    p.set_defaults(func=_estimate_cmd)

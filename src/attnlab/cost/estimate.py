@@ -1,0 +1,108 @@
+"""``estimate(...)``: forward, backward and decode estimates for one attention shape on one GPU — the
+typed function behind ``attnlab estimate`` (§5.5, §7.5, §8.4 applied to any shape).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ._args import DTYPE_BYTES, flag, heads_pair, pos_int
+from .decode import DecodeSplit, best_num_splits, decode_split_cost, kv_cache_bytes
+from .flops import attention_flops
+from .gpus import GPU, get_gpu
+from .roofline import BackwardEstimate, ForwardEstimate, KernelCost, estimate_backward, estimate_forward
+
+
+@dataclass(frozen=True)
+class DecodeEstimate:
+    """One decode step (1 new token per sequence, ``context`` cached tokens), Flash-Decoding model."""
+
+    context: int
+    kv_cache_bytes: int  # this layer's K and V for the whole batch
+    flops: float
+    no_split: DecodeSplit  # plain FlashAttention: one block per (batch, K/V head)
+    best: DecodeSplit  # best_num_splits
+
+    def to_dict(self) -> dict:
+        return {"context": self.context, "kv_cache_bytes": self.kv_cache_bytes, "flops": self.flops,
+                "no_split": self.no_split.to_dict(), "best": self.best.to_dict()}
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Everything ``attnlab estimate`` prints, for one shape on one GPU."""
+
+    gpu: GPU
+    batch: int
+    heads: int
+    kv_heads: int
+    seq: int
+    head_dim: int
+    dtype: str
+    causal: bool
+    block_q: int
+    block_k: int
+    flops_forward: float  # attention_flops convention (causal: half)
+    flops_backward: float
+    forward: ForwardEstimate
+    backward: BackwardEstimate
+    decode: DecodeEstimate
+
+    def kernels(self) -> list[tuple[str, KernelCost]]:
+        """(algorithm, kernel) for every kernel of the forward and backward estimates."""
+        out = []
+        for label, ks in (("fwd standard", self.forward.standard), ("fwd flash (K/V in L2)", self.forward.flash_l2),
+                          ("fwd flash (K/V from HBM)", self.forward.flash_hbm), ("bwd standard", self.backward.standard),
+                          ("bwd flash (ideal cache)", self.backward.flash_l2),
+                          ("bwd flash (no cache)", self.backward.flash_hbm)):
+            out += [(label, k) for k in ks]
+        return out
+
+    def to_dict(self) -> dict:
+        return {
+            "gpu": asdict(self.gpu) | {"ridge": self.gpu.ridge},
+            "shape": {"batch": self.batch, "heads": self.heads, "kv_heads": self.kv_heads, "seq": self.seq,
+                      "head_dim": self.head_dim, "dtype": self.dtype, "causal": self.causal,
+                      "block_q": self.block_q, "block_k": self.block_k},
+            "flops": {"forward": self.flops_forward, "backward": self.flops_backward},
+            "forward": self.forward.to_dict(),
+            "backward": self.backward.to_dict(),
+            "decode": self.decode.to_dict(),
+        }
+
+
+def estimate(*, gpu="H100", seq: int = 4096, head_dim: int = 128, heads: int = 32, batch: int = 1,
+             kv_heads: int | None = None, dtype: str = "fp16", causal: bool = False, block_q: int = 128,
+             block_k: int | None = None) -> Estimate:
+    """Roofline estimates for attention of ``batch`` × ``heads`` × ``seq`` × ``head_dim`` on ``gpu``.
+
+    Forward: standard 3 kernels vs FlashAttention (K/V in L2, K/V from HBM). Backward: standard 5
+    kernels vs FlashAttention (ideal cache, no cache). Decode: one new token per sequence against a
+    ``seq``-token KV cache, one thread block per (batch, K/V head, split), without and with the best
+    split count. Raises ``ValueError`` on an unknown GPU or dtype, non-positive sizes, or ``heads``
+    not a multiple of ``kv_heads``.
+    """
+    g = get_gpu(gpu)
+    H, Hkv = heads_pair(heads, kv_heads)
+    B, N, D = pos_int(batch, "batch"), pos_int(seq, "seq"), pos_int(head_dim, "head_dim")
+    Br = pos_int(block_q, "block_q")
+    Bc = Br if block_k is None else pos_int(block_k, "block_k")
+    if not isinstance(dtype, str) or dtype.lower() not in DTYPE_BYTES:
+        raise ValueError(f"dtype must be one of fp16, bf16, fp32, got {dtype!r}")
+    nb = DTYPE_BYTES[dtype.lower()]
+    flag(causal, "causal")
+    shape = dict(seq=N, head_dim=D, batch=B, heads=H, kv_heads=Hkv, causal=causal, dtype_bytes=nb, gpu=g,
+                 block_q=Br, block_k=Bc)
+    fwd, bwd = estimate_forward(**shape), estimate_backward(**shape)
+    S = best_num_splits(batch=B, heads=Hkv, seq=N, head_dim=D, gpu=g, dtype_bytes=nb)
+    split = dict(batch=B, heads=Hkv, seq=N, head_dim=D, gpu=g, dtype_bytes=nb)
+    dec = DecodeEstimate(
+        context=N,
+        kv_cache_bytes=kv_cache_bytes(layers=1, seq=N, batch=B, kv_heads=Hkv, head_dim=D, dtype_bytes=nb),
+        flops=attention_flops(batch=B, heads=H, seq_q=1, seq_k=N, head_dim=D),
+        no_split=decode_split_cost(splits=1, **split),
+        best=decode_split_cost(splits=S, **split),
+    )
+    fl = dict(batch=B, heads=H, seq_q=N, head_dim=D, causal=causal)
+    return Estimate(g, B, H, Hkv, N, D, dtype.lower(), causal, Br, Bc, attention_flops(**fl),
+                    attention_flops(pass_="bwd", **fl), fwd, bwd, dec)
