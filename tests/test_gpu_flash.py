@@ -1,0 +1,265 @@
+"""Triton FlashAttention-2 forward/backward (attnlab.gpu, §5–§7) against the float64 oracle.
+
+Without CUDA the kernels run in Triton's CPU interpreter (conftest sets TRITON_INTERPRET=1) on
+small shapes with small blocks; the ``gpu_only`` tests run the real configurations on a GPU.
+Criterion (flash-attention's): for the output and each of dQ, dK, dV,
+err(kernel) <= 2·err(same-dtype PyTorch reference) + tiny eps, both measured (max abs) against
+``attention_ref`` in float64. Outputs are poisoned with NaN before each kernel runs.
+"""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from conftest import gpu_only
+
+from attnlab.reference import attention_ref
+
+pytest.importorskip("triton")
+from attnlab.gpu import _common, flash_attention_cuda  # noqa: E402
+from attnlab.gpu._common import BwdConfig, FwdConfig  # noqa: E402
+from attnlab.gpu.flash_bwd import flash_bwd  # noqa: E402
+from attnlab.gpu.flash_fwd import flash_fwd  # noqa: E402
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+EPS = 1e-5
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _interpreter_bf16_dot():
+    """Triton's CPU interpreter multiplies bfloat16 tiles as their raw uint16 bit patterns
+    (np.matmul on the storage type); widen them to float32 first, exactly, as the GPU's tensor
+    cores do. Only the interpreter is touched; GPU runs are unaffected."""
+    if DEV == "cuda":
+        yield
+        return
+    import triton.language as tl
+    from triton.runtime import interpreter as interp
+
+    original = interp.InterpreterBuilder.create_dot
+
+    def widen(x):
+        if x.dtype == tl.bfloat16:
+            return interp.TensorHandle((x.data.astype(np.uint32) << 16).view(np.float32), tl.float32)
+        return x
+
+    def create_dot(self, a, b, d, *args):
+        return original(self, widen(a), widen(b), d, *args)
+
+    interp.InterpreterBuilder.create_dot = create_dot
+    yield
+    interp.InterpreterBuilder.create_dot = original
+
+
+def _inputs(B, H, Hkv, Nq, Nk, D, dtype, device=DEV):
+    q = torch.randn(B, H, Nq, D, dtype=dtype, device=device)
+    k = torch.randn(B, Hkv, Nk, D, dtype=dtype, device=device)
+    v = torch.randn(B, Hkv, Nk, D, dtype=dtype, device=device)
+    return q, k, v
+
+
+def _ref(q, k, v, do, causal, scale, dtype, grads=True):
+    """attention_ref in ``dtype``: (out, lse, (dq, dk, dv))."""
+    q, k, v = (t.detach().to(dtype).requires_grad_(grads) for t in (q, k, v))
+    out, lse = attention_ref(q, k, v, causal=causal, scale=scale)
+    g = torch.autograd.grad(out, (q, k, v), do.to(dtype)) if grads else None
+    return out.detach(), lse, g
+
+
+def _err(x, ref):
+    return (x.double() - ref.double()).abs().max().item() if x.numel() else 0.0
+
+
+def _check(name, got, same, ref64, eps=EPS):
+    e, e_ref = _err(got, ref64), _err(same, ref64)
+    print(f"{name}: err {e:.3e}  same-dtype reference {e_ref:.3e}")
+    assert not torch.isnan(got).any(), f"{name}: NaN (an element was not written)"
+    assert e <= 2 * e_ref + eps, (name, e, e_ref)
+
+
+def _run_and_check(B, H, Hkv, Nq, Nk, D, causal, dtype, fwd_cfg=None, bwd_cfg=None, scale=None, backward=True):
+    q, k, v = _inputs(B, H, Hkv, Nq, Nk, D, dtype)
+    scale = D ** -0.5 if scale is None else scale
+    nan = float("nan")
+    out = torch.full((B, H, Nq, D), nan, dtype=dtype, device=DEV)
+    lse = torch.full((B, H, Nq), nan, dtype=torch.float32, device=DEV)
+    flash_fwd(q, k, v, causal=causal, scale=scale, config=fwd_cfg, out=out, lse=lse)
+    do = torch.randn_like(out)
+    o64, l64, g64 = _ref(q, k, v, do, causal, scale, torch.float64, backward)
+    o_same, _, g_same = _ref(q, k, v, do, causal, scale, dtype, backward)
+    _check("out", out, o_same, o64)
+    seen = torch.isfinite(l64)  # rows that see at least one key
+    lse_err = _err(lse[seen], l64[seen])
+    print(f"lse: err {lse_err:.3e}")
+    assert lse_err <= 1e-3 * max(1.0, l64[seen].abs().max().item() if seen.any() else 1.0)
+    assert torch.equal(torch.isinf(lse), ~seen) and (lse[~seen] < 0).all(), "empty rows: lse = -inf"
+    assert (out[~seen] == 0).all(), "empty rows: out = 0"
+    if not backward:
+        return
+    grads = [torch.full(t.shape, nan, dtype=dtype, device=DEV) for t in (q, k, v)]
+    flash_bwd(do, q, k, v, out, lse, causal=causal, scale=scale, config=bwd_cfg,
+              dq=grads[0], dk=grads[1], dv=grads[2])
+    for name, g, s, r in zip(("dq", "dk", "dv"), grads, g_same, g64):
+        _check(name, g, s, r)
+
+
+# -- the interpreter grid (CI): raw launchers, small shapes, 16×16 blocks -------------------------
+
+CPU_CASES = [
+    # B, H, Hkv, Nq, Nk, D, causal, dtype
+    (1, 2, 2, 97, 97, 64, False, torch.float16),  # awkward N: ragged last blocks
+    (1, 2, 2, 97, 97, 64, True, torch.bfloat16),  # causal, diagonal blocks masked, others skipped
+    (1, 4, 1, 33, 70, 32, True, torch.float16),  # MQA, Nq < Nk (bottom-right diagonal)
+    (1, 4, 2, 53, 37, 96, True, torch.bfloat16),  # GQA, D = 96 padded to 128, Nq > Nk: empty rows
+    (2, 1, 1, 1, 1, 32, False, torch.float16),  # N = 1
+    (1, 2, 2, 1, 40, 128, True, torch.float16),  # one query row sees every key
+]
+
+
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,causal,dtype", CPU_CASES)
+def test_kernels_match_reference(B, H, Hkv, Nq, Nk, D, causal, dtype):
+    _run_and_check(B, H, Hkv, Nq, Nk, D, causal, dtype, scale=0.37)
+
+
+def test_variants_match_reference():
+    """The measured alternatives: tensor-descriptor loads in the forward, dQ by atomics."""
+    blocks = dict(block_m1=16, block_n1=16, warps1=1, stages1=1, block_m2=16, block_n2=16, warps2=1, stages2=1)
+    big = (64, 64) if DEV == "cpu" else (128, 64)
+    _run_and_check(1, 4, 2, 45, 77, 96, True, torch.bfloat16,
+                   fwd_cfg=FwdConfig(*big, 4, 2, tma=True),
+                   bwd_cfg=BwdConfig(**blocks, dq_atomic=True) if DEV == "cpu" else None)
+
+
+def test_head_dim_256_forward():
+    _run_and_check(1, 1, 1, 20, 33, 256, True, torch.float16, backward=False)
+
+
+# -- the operator: autograd, lse gradient, torch.compile, fallback, bad input ----------------------
+
+
+def test_operator_autograd_with_lse():
+    """flash_attention_cuda through autograd, with a loss that also uses the logsumexp."""
+    q, k, v = _inputs(1, 2, 1, 19, 24, 32, torch.float16)
+    grads = []
+    for dt in (torch.float16, torch.float64):
+        qq, kk, vv = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        if dt == torch.float16:
+            out, lse = flash_attention_cuda(qq, kk, vv, causal=True, return_lse=True)
+        else:
+            out, lse = attention_ref(qq.double(), kk.double(), vv.double(), causal=True)
+        (out.float().square().sum() + lse.float().sum()).backward()
+        grads.append([t.grad for t in (qq, kk, vv)])
+    for name, g, r in zip(("dq", "dk", "dv"), *grads):
+        e = _err(g, r)
+        print(f"{name}: err {e:.3e}")
+        assert e < 2e-2 * max(1.0, r.abs().max().item())
+
+
+def test_operator_under_torch_compile_fullgraph():
+    """The op is registered with torch.library: fake tensors trace it, autograd differentiates it."""
+    q, k, v = (t.requires_grad_() for t in _inputs(1, 2, 1, 24, 24, 32, torch.float16))
+
+    def f(q, k, v):
+        return flash_attention_cuda(q, k, v, causal=True).float().square().sum()
+
+    backend = "inductor" if DEV == "cuda" else "aot_eager"
+    compiled = torch.compile(f, backend=backend, fullgraph=True)
+    g_eager = torch.autograd.grad(f(q, k, v), (q, k, v))
+    g_comp = torch.autograd.grad(compiled(q, k, v), (q, k, v))
+    for a, b in zip(g_eager, g_comp):
+        assert torch.equal(a, b)
+
+
+def test_fallback_warns_once_and_is_exact(monkeypatch):
+    monkeypatch.setattr(_common, "_warned", set())
+    q, k, v = _inputs(1, 2, 2, 17, 23, 59, torch.float32)  # float32 and D = 59: not kernel shapes
+    with pytest.warns(RuntimeWarning, match="blockwise PyTorch path"):
+        out = flash_attention_cuda(q, k, v, causal=True)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        flash_attention_cuda(q, k, v, causal=True)  # same reason: no second warning
+    ref, _ = attention_ref(q.double(), k.double(), v.double(), causal=True)
+    assert _err(out, ref) < 1e-5
+
+
+def test_bad_input_raises_clear_errors():
+    q, k, v = _inputs(1, 2, 2, 8, 8, 32, torch.float16)
+    with pytest.raises(ValueError, match="head dim"):
+        flash_attention_cuda(q, k[..., :16], v)
+    with pytest.raises(ValueError, match="multiple"):
+        flash_attention_cuda(q, k[:, :1].expand(1, 3, 8, 32)[:, :3], v[:, :1].expand(1, 3, 8, 32))
+    with pytest.raises(TypeError, match="causal"):
+        flash_attention_cuda(q, k, v, causal="yes")
+    with pytest.raises(ValueError, match="scale"):
+        flash_attention_cuda(q, k, v, scale=float("nan"))
+
+
+def test_gpu_package_imports_without_triton():
+    code = ("import sys; sys.modules['triton'] = None\n"
+            "import attnlab, attnlab.gpu as g, torch\n"
+            "assert g.is_available() is False\n"
+            "assert not any(m.startswith('triton') and sys.modules[m] is not None for m in sys.modules)\n"
+            "print('ok')")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-2000:]
+
+
+# -- on a GPU: the real block sizes, awkward and large shapes ---------------------------------------
+
+GPU_CASES = [
+    # B, H, Hkv, Nq, Nk, D, causal, dtype
+    (2, 4, 4, 1025, 1025, 64, False, torch.float16),
+    (2, 4, 4, 1025, 1025, 64, True, torch.bfloat16),
+    (1, 4, 2, 97, 1025, 128, True, torch.float16),  # GQA, Nq < Nk
+    (1, 8, 1, 1025, 97, 96, True, torch.bfloat16),  # MQA, D = 96, Nq > Nk (empty rows)
+    (2, 2, 2, 1, 1, 32, False, torch.bfloat16),  # N = 1
+    (1, 2, 2, 1, 1025, 128, True, torch.float16),
+    (1, 4, 4, 1000, 1000, 32, False, torch.float16),
+    (1, 4, 4, 4096, 4096, 128, True, torch.bfloat16),
+    (2, 4, 2, 2048, 2048, 96, False, torch.float16),
+]
+
+
+@gpu_only
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,causal,dtype", GPU_CASES)
+def test_gpu_kernels_match_reference(B, H, Hkv, Nq, Nk, D, causal, dtype):
+    _run_and_check(B, H, Hkv, Nq, Nk, D, causal, dtype)
+
+
+@gpu_only
+@pytest.mark.parametrize("D", [64, 128])
+def test_gpu_dq_atomic_variant(D):
+    _run_and_check(1, 4, 4, 1025, 1025, D, True, torch.bfloat16,
+                   bwd_cfg=BwdConfig(64, 128, 8, 2, 128, 64, 8, 2, dq_atomic=True))
+
+
+@gpu_only
+@pytest.mark.parametrize("tma", [False, True])
+def test_gpu_forward_load_paths(tma):
+    _run_and_check(2, 4, 2, 1025, 777, 128, True, torch.bfloat16, fwd_cfg=FwdConfig(128, 64, 8, 3, tma=tma),
+                   backward=False)
+
+
+@gpu_only
+def test_gpu_head_dim_256_forward():
+    _run_and_check(1, 4, 4, 1025, 1025, 256, True, torch.bfloat16, backward=False)
+
+
+@gpu_only
+def test_gpu_strided_inputs_through_the_operator():
+    """(B, N, H, D) storage viewed as (B, H, N, D), as a model's projections give it."""
+    B, N, H, D = 2, 300, 4, 64
+    q, k, v = (torch.randn(B, N, H, D, device=DEV, dtype=torch.bfloat16).transpose(1, 2).requires_grad_()
+               for _ in range(3))
+    out = flash_attention_cuda(q, k, v, causal=True)
+    do = torch.randn_like(out)
+    g = torch.autograd.grad(out, (q, k, v), do)
+    o64, _, g64 = _ref(q, k, v, do, True, None, torch.float64)
+    o_same, _, g_same = _ref(q, k, v, do, True, None, torch.bfloat16)
+    _check("out", out, o_same, o64)
+    for name, a, s, r in zip(("dq", "dk", "dv"), g, g_same, g64):
+        _check(name, a, s, r)
