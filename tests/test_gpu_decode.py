@@ -124,9 +124,14 @@ def test_fully_masked_rows():
 def test_choose_num_splits_is_the_wave_model():
     from attnlab import cost
 
-    want = cost.best_num_splits(batch=1, heads=8, seq=32768, head_dim=128, gpu=cost.get_gpu("H100"), max_splits=64)
-    if not torch.cuda.is_available():
-        assert decode.choose_num_splits(batch=1, heads_kv=8, seq=32768, head_dim=128) == want
+    block_n = decode.kernel_config(128)["BLOCK_N"]
+    for B, Hkv, L in [(1, 8, 32768), (1, 32, 4096), (16, 8, 131072), (1, 8, 100)]:
+        want = cost.best_num_splits(batch=B, heads=Hkv, seq=L, head_dim=128, gpu=cost.get_gpu("H100"), max_splits=64,
+                                    min_split_len=block_n, merge_launch=True)
+        assert decode.choose_num_splits(batch=B, heads_kv=Hkv, seq=L, head_dim=128, device="cpu") == want
+        assert 1 <= want <= max(1, L // block_n)
+    # batch 1, 8 K/V heads, 32K on 132 SMs: 16 splits fill one wave of 128 programs
+    assert decode.choose_num_splits(batch=1, heads_kv=8, seq=32768, head_dim=128, device="cpu") == 16
     q, k, v = _inputs(1, 4, 2, 1, 64, 50, torch.bfloat16)
     out, lse = flash_decode_cuda(q, k, v)  # num_splits=None, cache_seqlens=None: the full cache
     _check_against_reference(q, k, v, [50], out, lse)

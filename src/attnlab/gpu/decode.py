@@ -60,10 +60,11 @@ def _decode_split_kernel(
     stride_tb,
     stride_ob, stride_oh, stride_om, stride_od,
     qk_scale,  # softmax scale · log2(e): the scores live in base 2
-    H, D, CAPACITY, NUM_PAGES,
-    NQ: tl.constexpr, G: tl.constexpr, NUM_SPLITS: tl.constexpr, PAGE_SIZE: tl.constexpr,
+    H, CAPACITY, NUM_PAGES, NUM_SPLITS,
+    D: tl.constexpr, NQ: tl.constexpr, G: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     PAGED: tl.constexpr, CAUSAL: tl.constexpr, DIRECT: tl.constexpr, DOT_F32: tl.constexpr,
+    EVICT: tl.constexpr,  # cache policy of the K/V loads ("" or "evict_first": each byte is read once)
 ):
     split = tl.program_id(0)
     hkv = tl.program_id(1)
@@ -108,8 +109,10 @@ def _decode_split_kernel(
             k_row = b.to(tl.int64) * stride_k0 + hkv * stride_k1 + offs_n.to(tl.int64) * stride_k2
             v_row = b.to(tl.int64) * stride_v0 + hkv * stride_v1 + offs_n.to(tl.int64) * stride_v2
         kv_mask = n_ok[:, None] & d_ok[None, :]
-        k = tl.load(K + k_row[:, None] + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)  # (BLOCK_N, BLOCK_D)
-        v = tl.load(V + v_row[:, None] + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)
+        k = tl.load(K + k_row[:, None] + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0,
+                    eviction_policy=EVICT)  # (BLOCK_N, BLOCK_D)
+        v = tl.load(V + v_row[:, None] + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0,
+                    eviction_policy=EVICT)
         # -- scores of the group's rows against this tile, base 2
         if DOT_F32:
             k = k.to(tl.float32)
@@ -153,8 +156,8 @@ def _decode_split_kernel(
 def _decode_merge_kernel(
     O_PART, LSE_PART, OUT, LSE,
     stride_ob, stride_oh, stride_om, stride_od,
-    H, D,
-    NQ: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+    H, D, NUM_SPLITS,
+    NQ: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     row = tl.program_id(0)  # (b·H + head)·NQ + qi
     b = row // (H * NQ)
@@ -187,8 +190,8 @@ def kernel_config(D: int) -> dict:
     """Tile and launch parameters of the split kernel for head dim D (tuned on an H200, see NOTES)."""
     block_d = triton.next_power_of_2(D)
     if _INTERPRET:
-        return dict(BLOCK_N=16, BLOCK_D=block_d, num_warps=4, num_stages=1)
-    return dict(BLOCK_N=64 if block_d <= 128 else 32, BLOCK_D=block_d, num_warps=4, num_stages=3)
+        return dict(BLOCK_N=16, BLOCK_D=block_d, num_warps=4, num_stages=1, EVICT="")
+    return dict(BLOCK_N=64 if block_d <= 128 else 32, BLOCK_D=block_d, num_warps=4, num_stages=3, EVICT="")
 
 
 # -- choosing the number of splits -------------------------------------------------------------------------
@@ -215,12 +218,18 @@ def gpu_for_device(index: int):
     return replace(preset, sms=props.multi_processor_count)
 
 
-@functools.lru_cache(maxsize=4096)
-def _model_splits(batch: int, heads_kv: int, seq: int, head_dim: int, device_index: int) -> int:
+def _wave_splits(batch: int, heads_kv: int, seq: int, head_dim: int, gpu) -> int:
+    """``attnlab.cost.best_num_splits`` for this kernel: a split holds whole BLOCK_N tiles, and the
+    merge is a kernel launch of its own."""
     from ..cost import best_num_splits
 
-    return int(best_num_splits(batch=batch, heads=heads_kv, seq=seq, head_dim=head_dim,
-                               gpu=gpu_for_device(device_index), max_splits=64))
+    return int(best_num_splits(batch=batch, heads=heads_kv, seq=seq, head_dim=head_dim, gpu=gpu, max_splits=64,
+                               min_split_len=kernel_config(head_dim)["BLOCK_N"], merge_launch=True))
+
+
+@functools.lru_cache(maxsize=4096)
+def _model_splits(batch: int, heads_kv: int, seq: int, head_dim: int, device_index: int) -> int:
+    return _wave_splits(batch, heads_kv, seq, head_dim, gpu_for_device(device_index))
 
 
 def choose_num_splits(*, batch: int, heads_kv: int, seq: int, head_dim: int, device=None) -> int:
@@ -230,13 +239,12 @@ def choose_num_splits(*, batch: int, heads_kv: int, seq: int, head_dim: int, dev
     ``heads_kv`` K/V heads; ``seq`` is the cache's capacity (the lengths are not read on the host).
     """
     index = torch.device(device).index if device is not None else None
-    if index is None:
-        index = torch.cuda.current_device() if torch.cuda.is_available() else -1
-    if index < 0:  # no GPU (the interpreter): any count is correct; use the H100-like default
-        from .. import cost
+    if index is None and torch.device(device or "cuda").type == "cuda" and torch.cuda.is_available():
+        index = torch.cuda.current_device()
+    if index is None:  # no GPU (the interpreter): any count is correct; use the H100 preset
+        from ..cost import get_gpu
 
-        return int(cost.best_num_splits(batch=batch, heads=heads_kv, seq=seq, head_dim=head_dim,
-                                        gpu=cost.get_gpu("H100"), max_splits=64))
+        return _wave_splits(batch, heads_kv, seq, head_dim, get_gpu("H100"))
     return _model_splits(batch, heads_kv, seq, head_dim, index)
 
 
@@ -337,16 +345,16 @@ def _launch(q, k_cache, v_cache, dims, cache_seqlens, block_table, num_splits: i
         q, k_cache, v_cache, cache_seqlens, block_table, o_part, lse_part, out, lse,
         *q.stride(), *k_cache.stride(), *v_cache.stride(), stride_tb, *out.stride(),
         scale * 1.4426950408889634,
-        H, D, dims.capacity, dims.num_pages or 1,
-        NQ=Nq, G=G, NUM_SPLITS=num_splits, PAGE_SIZE=dims.page_size or 1,
+        H, dims.capacity, dims.num_pages or 1, num_splits,
+        D=D, NQ=Nq, G=G, PAGE_SIZE=dims.page_size or 1,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=cfg["BLOCK_D"],
-        PAGED=paged, CAUSAL=bool(causal), DIRECT=direct, DOT_F32=_INTERPRET,
+        PAGED=paged, CAUSAL=bool(causal), DIRECT=direct, DOT_F32=_INTERPRET, EVICT=cfg["EVICT"],
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     if not direct:
         _decode_merge_kernel[(B * H * Nq,)](
-            o_part, lse_part, out, lse, *out.stride(), H, D,
-            NQ=Nq, NUM_SPLITS=num_splits, BLOCK_S=triton.next_power_of_2(num_splits), BLOCK_D=cfg["BLOCK_D"],
+            o_part, lse_part, out, lse, *out.stride(), H, D, num_splits,
+            NQ=Nq, BLOCK_S=triton.next_power_of_2(num_splits), BLOCK_D=cfg["BLOCK_D"],
             num_warps=4 if D >= 128 else 2,
         )
     return out, lse

@@ -1,0 +1,142 @@
+"""The paged KV cache (attnlab.kvcache, §8.2): append/gather round trips, page bookkeeping,
+multi-layer commits, the model's protocol, and decode through it against the reference (CPU)."""
+
+import math
+
+import pytest
+import torch
+
+from attnlab.kvcache import KVCache, check_decode_inputs
+from attnlab.reference import attention_ref
+
+
+def _kv(B, Hkv, T, D, dtype=torch.float32):
+    return torch.randn(B, Hkv, T, D, dtype=dtype), torch.randn(B, Hkv, T, D, dtype=dtype)
+
+
+def test_append_then_gather_round_trip_ragged():
+    cache = KVCache(batch=3, kv_heads=2, head_dim=8, page_size=4)
+    k1, v1 = _kv(3, 2, 7, 8)
+    cache.append(k1, v1, lengths=[7, 1, 0])  # ragged prompt, padded on the right
+    k2, v2 = _kv(3, 2, 1, 8)
+    cache.append(k2, v2)  # one decode step for everybody
+    assert cache.lengths == [8, 2, 1]
+    k, v, lens = cache.gather()
+    assert k.shape == (3, 2, 8, 8) and lens.tolist() == [8, 2, 1]
+    want_k = [torch.cat([k1[0], k2[0]], 1), torch.cat([k1[1, :, :1], k2[1]], 1), k2[2]]
+    want_v = [torch.cat([v1[0], v2[0]], 1), torch.cat([v1[1, :, :1], v2[1]], 1), v2[2]]
+    for b, n in enumerate([8, 2, 1]):
+        assert torch.equal(k[b, :, :n], want_k[b]) and torch.equal(v[b, :, :n], want_v[b])
+        assert (k[b, :, n:] == 0).all()
+    # pages: ceil(8/4) + ceil(2/4) + ceil(1/4) = 4 in use
+    assert sum(len(p) for p in cache._pages) == 4
+    assert cache.block_table.dtype == torch.int32 and cache.block_table.shape == (3, 2)
+
+
+def test_page_layout_matches_block_table():
+    """Token j of sequence b sits in page block_table[b, j // page_size], slot j % page_size."""
+    k, v = _kv(2, 3, 37, 4)
+    cache = KVCache.from_dense(k, v, [37, 20], page_size=8, shuffle=True)
+    table = cache.block_table
+    for b, n in enumerate([37, 20]):
+        for j in (0, 7, 8, n - 1):
+            page, slot = table[b, j // 8].item(), j % 8
+            assert torch.equal(cache.k_pages[0][page, slot], k[b, :, j])
+            assert torch.equal(cache.v_pages[0][page, slot], v[b, :, j])
+
+
+def test_pool_grows_or_refuses():
+    k, v = _kv(1, 1, 40, 4)
+    growing = KVCache(batch=1, kv_heads=1, head_dim=4, page_size=4)  # starts with 4 pages
+    growing.append(k, v)
+    assert growing.num_pages >= 10 and growing.lengths == [40]
+    assert torch.equal(growing.gather()[0][0, :, :40], k[0])
+    fixed = KVCache(batch=1, kv_heads=1, head_dim=4, page_size=4, num_pages=5)
+    with pytest.raises(ValueError, match="more pages"):
+        fixed.append(k, v)
+    assert fixed.lengths == [0] and len(fixed._free) == 5  # a refused append changes nothing
+
+
+def test_release_recycles_pages():
+    cache = KVCache(batch=2, kv_heads=1, head_dim=4, page_size=4, num_pages=6)
+    cache.append(*_kv(2, 1, 12, 4))  # 3 pages each
+    with pytest.raises(ValueError):
+        cache.append(*_kv(2, 1, 4, 4))
+    cache.release(0)
+    assert cache.lengths == [0, 12] and len(cache._free) == 3
+    k, v = _kv(2, 1, 4, 4)
+    cache.append(k, v, lengths=[4, 0])
+    assert cache.lengths == [4, 12]
+    assert torch.equal(cache.gather()[0][0, :, :4], k[0])
+
+
+def test_multi_layer_commit_keeps_the_start_position():
+    """The §8.2 bug cannot happen: layer 1 sees the committed length, not layer 0's new tokens."""
+    cache = KVCache(batch=1, kv_heads=1, head_dim=4, n_layers=2, page_size=4)
+    cache.append(*_kv(1, 1, 5, 4), layer=0)
+    assert cache.start_position(1) == 0 and cache.length == 0
+    assert cache.layer_seqlens(0).tolist() == [5] and cache.layer_seqlens(1).tolist() == [0]
+    with pytest.raises(ValueError, match="same new tokens"):
+        cache.commit(5)
+    cache.append(*_kv(1, 1, 5, 4), layer=1)
+    cache.commit(5)
+    assert cache.length == 5 and cache.start_position(0) == 5
+
+
+def test_decode_through_the_cache_matches_reference():
+    pytest.importorskip("attnlab.flash")
+    B, H, Hkv, D = 2, 4, 2, 16
+    cache = KVCache(batch=B, kv_heads=Hkv, head_dim=D, page_size=4, dtype=torch.float64)
+    cache.append(*_kv(B, Hkv, 11, D, torch.float64), lengths=[11, 6])
+    q = torch.randn(B, H, 1, D, dtype=torch.float64)
+    out, lse = cache.decode(q, num_splits=3)
+    k, v, lens = cache.gather()
+    for b, n in enumerate(lens.tolist()):
+        ro, rl = attention_ref(q[b:b + 1], k[b:b + 1, :, :n], v[b:b + 1, :, :n], causal=True)
+        assert (out[b:b + 1] - ro).abs().max() < 1e-12 and (lse[b:b + 1] - rl).abs().max() < 1e-12
+
+
+def test_model_protocol_attend_commit():
+    """attend(layer, q, k, v, positions) appends and attends bottom-right causally; commit advances."""
+    pytest.importorskip("attnlab.flash")
+    cache = KVCache(batch=1, kv_heads=2, head_dim=8, n_layers=1, page_size=4, dtype=torch.float64)
+    q = torch.randn(1, 4, 3, 8, dtype=torch.float64)
+    k, v = _kv(1, 2, 3, 8, torch.float64)
+    out, probs = cache.attend(0, q, k, v, torch.arange(3))
+    assert probs is None and cache.length == 0  # not committed until the model says so
+    cache.commit(3)
+    ro, _ = attention_ref(q, k, v, causal=True)
+    assert (out - ro).abs().max() < 1e-12 and cache.length == 3
+    out_p, probs = cache.attend(0, q[:, :, :1], *_kv(1, 2, 1, 8, torch.float64), None, return_probs=True)
+    assert probs.shape == (1, 4, 1, 4) and torch.allclose(probs.sum(-1), torch.ones(1, 4, 1, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("kw,err", [
+    (dict(batch=0), ValueError), (dict(page_size=-1), ValueError), (dict(dtype=torch.int32), TypeError),
+])
+def test_bad_construction(kw, err):
+    args = dict(batch=1, kv_heads=1, head_dim=4) | kw
+    with pytest.raises(err):
+        KVCache(**args)
+
+
+def test_bad_append_changes_nothing():
+    cache = KVCache(batch=2, kv_heads=1, head_dim=4, page_size=4)
+    with pytest.raises(ValueError, match="shape"):
+        cache.append(*_kv(2, 2, 3, 4))  # 2 heads, cache has 1
+    with pytest.raises(ValueError, match="lengths"):
+        cache.append(*_kv(2, 1, 3, 4), lengths=[4, 1])
+    assert cache.lengths == [0, 0] and all(not p for p in cache._pages)
+
+
+def test_check_decode_inputs_paged_values():
+    q = torch.randn(1, 2, 1, 4)
+    pages = torch.randn(3, 4, 1, 4)
+    table = torch.tensor([[0, 5]], dtype=torch.int32)
+    dims = check_decode_inputs(q, pages, pages, torch.tensor([4], dtype=torch.int32), table)
+    assert (dims.capacity, dims.page_size, dims.group) == (8, 4, 2)  # page 5 is not in use at length 4
+    with pytest.raises(ValueError, match="page ids"):
+        check_decode_inputs(q, pages, pages, torch.tensor([5], dtype=torch.int32), table)
+    with pytest.raises(ValueError, match=r"\[0, 8\]"):
+        check_decode_inputs(q, pages, pages, torch.tensor([9], dtype=torch.int32), table)
+    assert math.isclose(dims.capacity / dims.page_size, table.shape[1])
