@@ -16,7 +16,6 @@ short contexts.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 
 from ._args import dtype_bytes as _dtype_bytes
