@@ -35,6 +35,11 @@ _EXPORTS = {
     "flash_attention": "attnlab.flash",
     "flash_decode": "attnlab.flash",
     "IOStats": "attnlab.flash",
+    # cost models (§3, §5.4–5.5, §6–§8)
+    "estimate": "attnlab.cost",
+    "get_gpu": "attnlab.cost",
+    "attention_flops": "attnlab.cost",
+    "best_num_splits": "attnlab.cost",
     # benchmark helpers
     "Benchmark": "attnlab.bench",
 }
