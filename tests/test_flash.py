@@ -390,17 +390,25 @@ def _decode_ref(q, k_full, v_full, seqlens, causal):
     return torch.cat(outs), torch.cat(lses)
 
 
-def _paged(k_full, page_size, extra_blocks=3):
-    """Scatter a contiguous cache (B, Hkv, L, D) into shuffled pages; return (pages, block_table)."""
-    B, Hkv, L, D = k_full.shape
-    max_pages = -(-L // page_size)
+def _block_table(B, max_pages, extra_blocks):
+    """Each sequence gets max_pages distinct pages, drawn at random from B·max_pages + extra blocks."""
     num_blocks = B * max_pages + extra_blocks
-    perm = torch.randperm(num_blocks)[: B * max_pages].view(B, max_pages)
-    pages = torch.randn(num_blocks, page_size, Hkv, D, dtype=k_full.dtype)  # garbage where unused
-    padded = torch.zeros(B, Hkv, max_pages * page_size, D, dtype=k_full.dtype)
-    padded[:, :, :L] = k_full
-    pages[perm] = padded.view(B, Hkv, max_pages, page_size, D).permute(0, 2, 3, 1, 4)
-    return pages, perm.to(torch.int32)
+    return torch.randperm(num_blocks)[: B * max_pages].view(B, max_pages).to(torch.int32)
+
+
+def _scatter(k_full, v_full, bt, page):
+    """Write contiguous caches (B, Hkv, L, D) into pages (num_blocks, page, Hkv, D) along block_table;
+    positions past L in the last page hold zeros, unused blocks hold random garbage."""
+    B, Hkv, L, _ = k_full.shape
+    num_blocks = int(bt.max()) + 4
+    out = []
+    for x in (k_full, v_full):
+        pages = torch.randn(num_blocks, page, Hkv, x.shape[-1], dtype=x.dtype)
+        padded = torch.zeros(B, Hkv, bt.shape[1] * page, x.shape[-1], dtype=x.dtype)
+        padded[:, :, :L] = x
+        pages[bt.long()] = padded.view(B, Hkv, bt.shape[1], page, -1).permute(0, 2, 3, 1, 4)
+        out.append(pages)
+    return out
 
 
 @pytest.mark.parametrize("Nq", [1, 3])
@@ -413,11 +421,8 @@ def test_decode_matches_reference(Nq, causal, paged):
     v_full = torch.randn(B, Hkv, L, D + 2, dtype=F64)
     page = 8
     if paged:
-        kc, bt = _paged(k_full, page)
-        vc, _ = _paged(v_full, page)
-        vc = _paged(v_full, page)[0]
-        # the same page ids for K and V
-        kc, vc = _scatter_like(k_full, v_full, bt, page)
+        bt = _block_table(B, -(-L // page), extra_blocks=3)
+        kc, vc = _scatter(k_full, v_full, bt, page)
     else:
         kc, vc, bt = k_full, v_full, None
     capacity = L if not paged else bt.shape[1] * page
@@ -433,7 +438,7 @@ def test_decode_matches_reference(Nq, causal, paged):
     # default seqlens: the whole capacity
     o, l = flash_decode(q, kc, vc, block_table=bt, causal=causal)
     full = [capacity] * B
-    if paged:  # positions past L in the last page hold zeros in _scatter_like
+    if paged:  # positions past L in the last page hold zeros (_scatter)
         k_pad = torch.zeros(B, Hkv, capacity, D, dtype=F64)
         v_pad = torch.zeros(B, Hkv, capacity, D + 2, dtype=F64)
         k_pad[:, :, :L], v_pad[:, :, :L] = k_full, v_full
@@ -441,19 +446,6 @@ def test_decode_matches_reference(Nq, causal, paged):
     else:
         want_o, _ = _decode_ref(q, k_full, v_full, full, causal)
     torch.testing.assert_close(o, want_o, rtol=0, atol=1e-10)
-
-
-def _scatter_like(k_full, v_full, bt, page):
-    B, Hkv, L, _ = k_full.shape
-    num_blocks = int(bt.max()) + 4
-    out = []
-    for x in (k_full, v_full):
-        pages = torch.randn(num_blocks, page, Hkv, x.shape[-1], dtype=x.dtype)
-        padded = torch.zeros(B, Hkv, bt.shape[1] * page, x.shape[-1], dtype=x.dtype)
-        padded[:, :, :L] = x
-        pages[bt.long()] = padded.view(B, Hkv, bt.shape[1], page, -1).permute(0, 2, 3, 1, 4)
-        out.append(pages)
-    return out
 
 
 def test_decode_is_the_last_rows_of_prefill():
