@@ -37,7 +37,7 @@ import torch
 SPLITS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64)
 CONFIGS = [  # (BLOCK_N, num_warps, num_stages, EVICT) tried on two shapes
     (64, 4, 3, ""), (64, 4, 4, ""), (64, 4, 2, ""), (128, 4, 3, ""), (128, 8, 3, ""), (32, 4, 4, ""),
-    (64, 8, 4, ""), (64, 4, 3, "evict_first"),
+    (32, 4, 6, ""), (64, 8, 4, ""), (64, 4, 3, "evict_first"),
 ]
 
 
@@ -140,6 +140,12 @@ def run(args) -> dict:
                 ref, _ = dec.flash_decode_cuda(q, k, v, cache_seqlens=seqlens)
                 add("attnlab", bench_ms(lambda: dec.flash_decode_cuda(q, k, v, cache_seqlens=seqlens), device),
                     splits=s_wave)
+                dims = dec.check_decode_inputs(q, k, v, seqlens, None, check_values=False)
+                if s_wave > 1:  # the same split count, merged by the group's last program instead
+                    fused = lambda: dec._launch(q, k, v, dims, seqlens, None, s_wave, True, D ** -0.5,  # noqa: E731
+                                                FUSED_MERGE=True)
+                    err = (fused()[0].float() - ref.float()).abs().max().item()
+                    add("fused", bench_ms(fused, device), splits=s_wave, max_diff_vs_attnlab=err)
                 # -- SDPA backends in the same run
                 for name, backend in (("sdpa-flash", "FLASH_ATTENTION"), ("sdpa-cudnn", "CUDNN_ATTENTION"),
                                       ("sdpa-efficient", "EFFICIENT_ATTENTION")):
@@ -180,7 +186,6 @@ def run(args) -> dict:
                     del kp, vp, table
                 # -- a few kernel configurations on the shapes named by --config-shapes
                 if (B, Hkv, L) in args.config_shapes:
-                    dims = dec.check_decode_inputs(q, k, v, seqlens, None, check_values=False)
                     for bn, nw, ns, ev in CONFIGS:
                         cfg = dict(BLOCK_N=bn, num_warps=nw, num_stages=ns, EVICT=ev)
                         try:

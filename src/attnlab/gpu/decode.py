@@ -53,7 +53,7 @@ _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 @triton.jit
 def _decode_split_kernel(
-    Q, K, V, SEQLENS, BLOCK_TABLE, O_PART, LSE_PART, OUT, LSE,
+    Q, K, V, SEQLENS, BLOCK_TABLE, O_PART, LSE_PART, OUT, LSE, COUNTERS,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_k0, stride_k1, stride_k2, stride_kd,  # contiguous: (b, hkv, n, d); paged: (page, slot, hkv, d)
     stride_v0, stride_v1, stride_v2, stride_vd,
@@ -63,7 +63,7 @@ def _decode_split_kernel(
     H, CAPACITY, NUM_PAGES, NUM_SPLITS,
     D: tl.constexpr, NQ: tl.constexpr, G: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    PAGED: tl.constexpr, CAUSAL: tl.constexpr, DIRECT: tl.constexpr, DOT_F32: tl.constexpr,
+    PAGED: tl.constexpr, CAUSAL: tl.constexpr, MERGE: tl.constexpr, DOT_F32: tl.constexpr,
     EVICT: tl.constexpr,  # cache policy of the K/V loads ("" or "evict_first": each byte is read once)
 ):
     split = tl.program_id(0)
@@ -141,15 +141,41 @@ def _decode_split_kernel(
     o = acc / l_safe[:, None]
     lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
     out_mask = row_ok[:, None] & d_ok[None, :]
-    if DIRECT:  # one split: this is the answer
-        o_ptrs = OUT + b.to(tl.int64) * stride_ob + head[:, None] * stride_oh + qi[:, None] * stride_om \
-            + offs_d[None, :] * stride_od
+    o_ptrs = OUT + b.to(tl.int64) * stride_ob + head[:, None] * stride_oh + qi[:, None] * stride_om \
+        + offs_d[None, :] * stride_od
+    lse_ptrs = LSE + (b * H + head) * NQ + qi
+    if MERGE == 0:  # one split: this is the answer
         tl.store(o_ptrs, o.to(OUT.dtype.element_ty), mask=out_mask)
-        tl.store(LSE + (b * H + head) * NQ + qi, lse, mask=row_ok)
+        tl.store(lse_ptrs, lse, mask=row_ok)
     else:  # partials: O_PART (B, H, NQ, NUM_SPLITS, D), LSE_PART (B, H, NQ, NUM_SPLITS), float32
-        row = ((b * H + head) * NQ + qi).to(tl.int64) * NUM_SPLITS + split
-        tl.store(O_PART + row[:, None] * D + offs_d[None, :], o, mask=out_mask)
-        tl.store(LSE_PART + row, lse, mask=row_ok)
+        row = ((b * H + head) * NQ + qi).to(tl.int64) * NUM_SPLITS
+        tl.store(O_PART + (row + split)[:, None] * D + offs_d[None, :], o, mask=out_mask)
+        tl.store(LSE_PART + row + split, lse, mask=row_ok)
+        if MERGE == 2:  # the group's last program to finish merges all its splits (no second launch)
+            tl.debug_barrier()  # every thread's partial stores come before the release below
+            cnt = COUNTERS + b * tl.num_programs(1) + hkv
+            done = tl.atomic_add(cnt, 1, sem="acq_rel")
+            if done == NUM_SPLITS - 1:
+                # -- ⊕ over the splits, one at a time: (m, den, acc) rescaled to each new max
+                m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+                den = tl.zeros([BLOCK_M], tl.float32)
+                acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+                for s in range(0, NUM_SPLITS):
+                    lse_s = tl.load(LSE_PART + row + s, mask=row_ok, other=float("-inf"), cache_modifier=".cg")
+                    o_s = tl.load(O_PART + (row + s)[:, None] * D + offs_d[None, :], mask=out_mask, other=0.0,
+                                  cache_modifier=".cg")
+                    m_new = tl.maximum(m, lse_s)
+                    base = tl.where(m_new == float("-inf"), 0.0, m_new)
+                    a = tl.exp(m - base)
+                    w = tl.exp(lse_s - base)
+                    acc = acc * a[:, None] + w[:, None] * o_s
+                    den = den * a + w
+                    m = m_new
+                empty = den == 0.0
+                den_safe = tl.where(empty, 1.0, den)
+                tl.store(o_ptrs, (acc / den_safe[:, None]).to(OUT.dtype.element_ty), mask=out_mask)
+                tl.store(lse_ptrs, tl.where(empty, float("-inf"), m + tl.log(den_safe)), mask=row_ok)
+                tl.atomic_xchg(cnt, 0)  # ready for the next call on this stream
 
 
 @triton.jit
@@ -190,8 +216,9 @@ def kernel_config(D: int) -> dict:
     """Tile and launch parameters of the split kernel for head dim D (tuned on an H200, see NOTES)."""
     block_d = triton.next_power_of_2(D)
     if _INTERPRET:
-        return dict(BLOCK_N=16, BLOCK_D=block_d, num_warps=4, num_stages=1, EVICT="")
-    return dict(BLOCK_N=64 if block_d <= 128 else 32, BLOCK_D=block_d, num_warps=4, num_stages=3, EVICT="")
+        return dict(BLOCK_N=16, BLOCK_D=block_d, num_warps=4, num_stages=1, EVICT="", FUSED_MERGE=False)
+    return dict(BLOCK_N=64 if block_d <= 128 else 32, BLOCK_D=block_d, num_warps=4, num_stages=3, EVICT="",
+                FUSED_MERGE=False)
 
 
 # -- choosing the number of splits -------------------------------------------------------------------------
@@ -313,6 +340,20 @@ def flash_decode_cuda(q, k_cache, v_cache, *, cache_seqlens=None, block_table=No
     return _launch(q, k_cache, v_cache, dims, cache_seqlens, block_table, num_splits, causal, scale)
 
 
+_COUNTERS: dict = {}
+
+
+def _counters(device, n: int) -> torch.Tensor:
+    """Arrival counters of the fused merge, one per (sequence, K/V head); kept per (device, stream)
+    and left at zero by the kernel itself, so calls need no memset."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (str(device), stream)
+    buf = _COUNTERS.get(key)
+    if buf is None or buf.numel() < n:
+        buf = _COUNTERS[key] = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
+    return buf
+
+
 def _launch(q, k_cache, v_cache, dims, cache_seqlens, block_table, num_splits: int, causal: bool, scale: float,
             **config):
     """Run the kernels (inputs already checked). ``config`` overrides ``kernel_config`` (benchmarks)."""
@@ -333,8 +374,9 @@ def _launch(q, k_cache, v_cache, dims, cache_seqlens, block_table, num_splits: i
         block_table, stride_tb = cache_seqlens, 0  # unused
     out = torch.empty_like(q)  # (B, H, Nq, D)
     lse = torch.empty((B, H, Nq), dtype=torch.float32, device=dev)
-    direct = num_splits == 1
-    if direct:
+    merge = 0 if num_splits == 1 else (2 if cfg["FUSED_MERGE"] else 1)
+    counters = _counters(dev, B * Hkv) if merge == 2 else lse
+    if merge == 0:
         o_part = lse_part = lse  # unused
     else:
         o_part = torch.empty((B, H, Nq, num_splits, D), dtype=torch.float32, device=dev)
@@ -342,16 +384,16 @@ def _launch(q, k_cache, v_cache, dims, cache_seqlens, block_table, num_splits: i
     G = H // Hkv
     block_m = max(16, triton.next_power_of_2(G * Nq))
     _decode_split_kernel[(num_splits, Hkv, B)](
-        q, k_cache, v_cache, cache_seqlens, block_table, o_part, lse_part, out, lse,
+        q, k_cache, v_cache, cache_seqlens, block_table, o_part, lse_part, out, lse, counters,
         *q.stride(), *k_cache.stride(), *v_cache.stride(), stride_tb, *out.stride(),
         scale * 1.4426950408889634,
         H, dims.capacity, dims.num_pages or 1, num_splits,
         D=D, NQ=Nq, G=G, PAGE_SIZE=dims.page_size or 1,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=cfg["BLOCK_D"],
-        PAGED=paged, CAUSAL=bool(causal), DIRECT=direct, DOT_F32=_INTERPRET, EVICT=cfg["EVICT"],
+        PAGED=paged, CAUSAL=bool(causal), MERGE=merge, DOT_F32=_INTERPRET, EVICT=cfg["EVICT"],
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
-    if not direct:
+    if merge == 1:
         _decode_merge_kernel[(B * H * Nq,)](
             o_part, lse_part, out, lse, *out.stride(), H, D, num_splits,
             NQ=Nq, BLOCK_S=triton.next_power_of_2(num_splits), BLOCK_D=cfg["BLOCK_D"],
