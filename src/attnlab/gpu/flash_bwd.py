@@ -86,10 +86,10 @@ def _dkdv_loop(dk, dv, k, v, Q_h, DO_h, LSE2_h, DELTA_h, DQ_h,
                 qT = tl.load(qT_ptrs)
             else:
                 qT = tl.load(qT_ptrs, mask=offs_d[:, None] < HEAD_D, other=0.0)
-        sT = tl.dot(k, qT)  # (Bc, Br)
-        pT = tl.math.exp2(sT * qk_scale - lse2[None, :])
-        if CAUSAL_MASK:
-            pT = tl.where(offs_n[:, None] <= offs_m[None, :] + causal_off, pT, 0.0)
+        sT = tl.dot(k, qT) * qk_scale - lse2[None, :]  # (Bc, Br), log2 units
+        if CAUSAL_MASK:  # mask before exp2: a hidden score may exceed its row's L by far
+            sT = tl.where(offs_n[:, None] <= offs_m[None, :] + causal_off, sT, float("-inf"))
+        pT = tl.math.exp2(sT)
         do = _load_tile(DO_h + offs_m[:, None] * stride_don + offs_d[None, :], offs_m, Nq, offs_d,
                         HEAD_D, BLOCK_D, ROW_MASK)
         # -- dV += Pᵀ dO
@@ -195,12 +195,13 @@ def _dq_loop(dq, q, do, lse2, Di, K_h, V_h, stride_kn, stride_vn,
         k = _load_tile(K_h + cols[:, None] * stride_kn + offs_d[None, :], cols, Nk, offs_d, HEAD_D, BLOCK_D, MASKED)
         v = _load_tile(V_h + cols[:, None] * stride_vn + offs_d[None, :], cols, Nk, offs_d, HEAD_D, BLOCK_D, MASKED)
         # -- recompute P (Br, Bc) from L
-        p = tl.math.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse2[:, None])
-        if MASKED:
+        s = tl.dot(q, tl.trans(k)) * qk_scale - lse2[:, None]  # log2 units
+        if MASKED:  # mask before exp2: a hidden score may exceed its row's L by far
             visible = cols[None, :] < Nk
             if CAUSAL:
                 visible = visible & (cols[None, :] <= offs_m[:, None] + causal_off)
-            p = tl.where(visible, p, 0.0)
+            s = tl.where(visible, s, float("-inf"))
+        p = tl.math.exp2(s)
         # -- dP = dO Vᵀ, dS = P ∘ (dP − D), dQ += dS K
         dp = tl.dot(do, tl.trans(v))
         ds = (p * (dp - Di[:, None])).to(k.dtype)

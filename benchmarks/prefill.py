@@ -1,0 +1,433 @@
+"""Prefill benchmark (lecture §5–§7 on real hardware): attnlab's Triton FlashAttention-2 forward and
+forward+backward against PyTorch's own attention backends, measured in the same run.
+
+Grid: bfloat16, B·N = 16K tokens, H·D = 2048, D ∈ {64, 128}, causal or not, N ∈ {1K, 4K, 16K},
+pass ∈ {fwd, fwd_bwd}. Providers:
+
+* ``attnlab``: ``attnlab.gpu.flash_attention_cuda`` (its deterministic block-size table);
+* ``sdpa-flash`` / ``sdpa-cudnn`` / ``sdpa-efficient``: ``scaled_dot_product_attention`` inside
+  ``sdpa_kernel(SDPBackend.X)`` (one backend at a time);
+* ``flex``: ``torch.compile(flex_attention)``, causal through a block mask made beforehand.
+
+TFLOP/s use the standard count (``attnlab.cost.attention_flops``: 4·B·H·N²·D, halved for causal,
+×3.5 for fwd+bwd); time is ``triton.testing.do_bench``'s median on random data. fwd+bwd times
+``torch.autograd.grad(f(q, k, v), (q, k, v), dout)`` (no gradient accumulation in the timing).
+
+Sub-commands (one script for one GPU call, see ``device_prefill.sh``):
+
+    python benchmarks/prefill.py check   # correctness of every benchmarked shape (heads vs float64)
+    python benchmarks/prefill.py sweep   # candidate block sizes / load paths / dQ strategies
+    python benchmarks/prefill.py bench --json prefill.json --md prefill.md
+    python benchmarks/prefill.py report prefill.json   # the markdown table again
+
+``--quick`` shrinks everything to tiny shapes (on the CPU through Triton's interpreter: a smoke
+test of the script, no timing worth reading).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from attnlab.bench import Benchmark, environment, run  # noqa: E402
+from attnlab.cost import attention_flops  # noqa: E402
+
+PROVIDERS = ("attnlab", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "flex")
+TOKENS, WIDTH = 16384, 2048  # B·N and H·D
+
+
+def grid(quick: bool, Ds=(64, 128), Ns=(1024, 4096, 16384), causals=(False, True), passes=("fwd", "fwd_bwd")):
+    """Benchmark configurations as dicts: D, causal, N, pass, B, H."""
+    if quick:
+        Ds, Ns = (32,), (64,)
+    for D in Ds:
+        for causal in causals:
+            for N in Ns:
+                for p in passes:
+                    B = max(1, (64 if quick else TOKENS) // N)
+                    H = (128 if quick else WIDTH) // D
+                    yield dict(D=D, causal=causal, N=N, pass_=p, B=B, H=H)
+
+
+def flops(cfg) -> float:
+    return attention_flops(batch=cfg["B"], heads=cfg["H"], seq_q=cfg["N"], head_dim=cfg["D"],
+                           causal=cfg["causal"], pass_=cfg["pass_"])
+
+
+DTYPE = torch.bfloat16  # float16 on the CPU: Triton's interpreter multiplies bfloat16 tiles wrongly
+
+
+def make_inputs(cfg, device, dtype=None, seed=0):
+    dtype = dtype or (DTYPE if device == "cuda" else torch.float16)
+    g = torch.Generator(device=device).manual_seed(seed)
+    shape = (cfg["B"], cfg["H"], cfg["N"], cfg["D"])
+    grad = cfg["pass_"] == "fwd_bwd"
+    q, k, v = (torch.randn(shape, generator=g, device=device, dtype=dtype).requires_grad_(grad) for _ in range(3))
+    do = torch.randn(shape, generator=g, device=device, dtype=dtype)
+    return q, k, v, do
+
+
+def _timed(f, q, k, v, do, pass_):
+    if pass_ == "fwd":
+        return lambda: f(q, k, v)
+    return lambda: torch.autograd.grad(f(q, k, v), (q, k, v), do)
+
+
+# -- providers ----------------------------------------------------------------------------------
+
+
+def provider_attnlab(device, fwd_cfg=None, bwd_cfg=None):
+    from attnlab.gpu import flash_attention_cuda
+
+    def make(cfg):
+        q, k, v, do = make_inputs(cfg, device)
+        if fwd_cfg is None and bwd_cfg is None:
+            f = lambda q, k, v: flash_attention_cuda(q, k, v, causal=cfg["causal"])  # noqa: E731
+        else:  # a candidate configuration, straight through the launchers
+            f = _launcher_fn(cfg["causal"], cfg["D"] ** -0.5, fwd_cfg, bwd_cfg)
+        return _timed(f, q, k, v, do, cfg["pass_"])
+
+    return make
+
+
+def _launcher_fn(causal, scale, fwd_cfg, bwd_cfg):
+    from attnlab.gpu.flash_bwd import flash_bwd
+    from attnlab.gpu.flash_fwd import flash_fwd
+
+    class Fn(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v):
+            out, lse = flash_fwd(q, k, v, causal=causal, scale=scale, config=fwd_cfg)
+            ctx.save_for_backward(q, k, v, out, lse)
+            return out
+
+        @staticmethod
+        def backward(ctx, do):
+            q, k, v, out, lse = ctx.saved_tensors
+            return flash_bwd(do, q, k, v, out, lse, causal=causal, scale=scale, config=bwd_cfg)
+
+    return Fn.apply
+
+
+def provider_sdpa(device, backend_name):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    backend = getattr(SDPBackend, backend_name)
+
+    def make(cfg):
+        if device != "cuda":
+            return None
+        q, k, v, do = make_inputs(cfg, device)
+
+        def f(q, k, v):
+            with sdpa_kernel(backend):
+                return sdpa(q, k, v, is_causal=cfg["causal"])  # top-left = bottom-right when Nq == Nk
+
+        fn = _timed(f, q, k, v, do, cfg["pass_"])
+        fn()  # raises here (and the row says so) when the backend refuses the shape
+        return fn
+
+    return make
+
+
+_FLEX = {}
+
+
+def provider_flex(device):
+    def make(cfg):
+        if device != "cuda":
+            return None
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        if "fn" not in _FLEX:
+            import torch._dynamo
+
+            for name in ("recompile_limit", "cache_size_limit"):  # one compile per shape is fine here
+                if hasattr(torch._dynamo.config, name):
+                    setattr(torch._dynamo.config, name, 64)
+            _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
+        q, k, v, do = make_inputs(cfg, device)
+        mask = None
+        if cfg["causal"]:
+            mask = create_block_mask(lambda b, h, qi, kv: qi >= kv, B=None, H=None, Q_LEN=cfg["N"],
+                                     KV_LEN=cfg["N"], device=device)
+        flex = _FLEX["fn"]
+        fn = _timed(lambda q, k, v: flex(q, k, v, block_mask=mask), q, k, v, do, cfg["pass_"])
+        t = time.perf_counter()
+        fn()  # compile outside the timing
+        torch.cuda.synchronize()
+        _FLEX.setdefault("compile_s", []).append(round(time.perf_counter() - t, 1))
+        return fn
+
+    return make
+
+
+def providers(device, names):
+    table = {
+        "attnlab": lambda: provider_attnlab(device),
+        "sdpa-flash": lambda: provider_sdpa(device, "FLASH_ATTENTION"),
+        "sdpa-cudnn": lambda: provider_sdpa(device, "CUDNN_ATTENTION"),
+        "sdpa-efficient": lambda: provider_sdpa(device, "EFFICIENT_ATTENTION"),
+        "flex": lambda: provider_flex(device),
+    }
+    return {n: table[n]() for n in names}
+
+
+# -- parallel compilation: fill Triton's on-disk cache before anything is timed ---------------------
+
+
+def _warm_job(job):
+    """Compile one (config, shape class) in a worker process by running it on a small input whose
+    integer arguments fall in the same specialisation classes (multiples of 16) as the real ones."""
+    D, causal, H, fwd_cfg, bwd_cfg, quick = job
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    cfg = dict(D=D, causal=causal, N=64 if quick else 512, pass_="fwd_bwd" if bwd_cfg is not False else "fwd",
+               B=1, H=H)
+    q, k, v, do = make_inputs(cfg, device)
+    if fwd_cfg is None and bwd_cfg in (None, False):
+        f = provider_attnlab(device)(cfg)
+    else:
+        f = _timed(_launcher_fn(causal, D ** -0.5, fwd_cfg, bwd_cfg or None), q, k, v, do, cfg["pass_"])
+    f()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return job[:3]
+
+
+def precompile(jobs, workers: int) -> float:
+    t = time.perf_counter()
+    jobs = list(dict.fromkeys(jobs))
+    if workers > 1 and len(jobs) > 1:
+        import multiprocessing as mp
+
+        with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as ex:
+            list(ex.map(_warm_job, jobs))
+    else:
+        for j in jobs:
+            _warm_job(j)
+    return time.perf_counter() - t
+
+
+# -- check: every benchmarked shape against float64 on a few heads ---------------------------------
+
+
+def check(args) -> list[dict]:
+    """flash-attention's criterion on the benchmark shapes: for out, dq, dk, dv of heads (0, 0) and
+    (B-1, H-1), err(attnlab) <= 2·err(bfloat16 attention_ref) + 1e-5, errors vs float64."""
+    from attnlab.gpu import flash_attention_cuda
+    from attnlab.reference import attention_ref
+
+    device = args.device
+    rows = []
+    cfgs = list(grid(args.quick, passes=("fwd_bwd",)))
+    jobs = [(c["D"], c["causal"], c["H"], None, None, args.quick) for c in cfgs]
+    print(f"check: compiled attnlab's kernels in {precompile(jobs, args.workers):.1f} s", flush=True)
+    for cfg in cfgs:
+        q, k, v, do = make_inputs(cfg, device, seed=1)
+        out = flash_attention_cuda(q, k, v, causal=cfg["causal"])
+        grads = torch.autograd.grad(out, (q, k, v), do)
+        row = {key: cfg[key] for key in ("D", "causal", "N", "B", "H")}
+        ok = True
+        for b, h in ((0, 0), (cfg["B"] - 1, cfg["H"] - 1)):
+            sl = (slice(b, b + 1), slice(h, h + 1))
+            res = {}
+            for dt in (torch.float64, q.dtype):
+                qq, kk, vv = (t[sl].detach().to(dt).requires_grad_() for t in (q, k, v))
+                o, _ = attention_ref(qq, kk, vv, causal=cfg["causal"])
+                res[dt] = [o.detach(), *torch.autograd.grad(o, (qq, kk, vv), do[sl].to(dt))]
+                del qq, kk, vv, o
+            for name, got, same, ref in zip(("out", "dq", "dk", "dv"), [out[sl], *(g[sl] for g in grads)],
+                                            res[q.dtype], res[torch.float64]):
+                e = (got.double() - ref).abs().max().item()
+                e_ref = (same.double() - ref).abs().max().item()
+                row[f"{name}_err"] = max(row.get(f"{name}_err", 0.0), e)
+                row[f"{name}_ref_err"] = max(row.get(f"{name}_ref_err", 0.0), e_ref)
+                ok &= bool(e <= 2 * e_ref + 1e-5) and not torch.isnan(got).any().item()
+            del res
+        row["ok"] = ok
+        rows.append(row)
+        print(" ".join(f"{k}={v:.2e}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
+        del q, k, v, do, out, grads
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return rows
+
+
+# -- sweep: candidate configurations of attnlab's kernels -----------------------------------------
+
+
+def sweep_candidates(quick: bool):
+    from attnlab.gpu._common import BwdConfig, FwdConfig
+
+    if quick:
+        return [FwdConfig(16, 16, 1, 1), FwdConfig(16, 16, 1, 1, tma=True)], [
+            BwdConfig(16, 16, 1, 1, 16, 16, 1, 1), BwdConfig(16, 16, 1, 1, 16, 16, 1, 1, dq_atomic=True)]
+    fwd = [FwdConfig(128, 64, 4, 3), FwdConfig(128, 64, 8, 3), FwdConfig(128, 128, 4, 3), FwdConfig(128, 128, 8, 3),
+           FwdConfig(128, 128, 8, 2)]
+    fwd += [FwdConfig(c.block_m, c.block_n, c.num_warps, c.num_stages, tma=True) for c in fwd]
+    bwd = [BwdConfig(64, 128, 8, 2, 128, 64, 8, 2), BwdConfig(32, 128, 8, 2, 128, 32, 8, 2),
+           BwdConfig(64, 64, 4, 2, 64, 64, 4, 2), BwdConfig(64, 128, 8, 3, 128, 64, 8, 3),
+           BwdConfig(64, 128, 8, 2, 128, 64, 8, 2, dq_atomic=True)]
+    return fwd, bwd
+
+
+def sweep(args) -> list[dict]:
+    from attnlab.bench import time_fn
+
+    device = args.device
+    fwd_cands, bwd_cands = sweep_candidates(args.quick)
+    Ns = (64,) if args.quick else tuple(args.sweep_n)
+    shapes = [c for c in grid(args.quick, Ns=Ns, passes=("fwd",))]
+    jobs = []
+    for c in shapes:
+        jobs += [(c["D"], c["causal"], c["H"], f, False, args.quick) for f in fwd_cands]
+        jobs += [(c["D"], c["causal"], c["H"], fwd_cands[0], b, args.quick) for b in bwd_cands]
+    print(f"sweep: compiled {len(set(jobs))} variants in {precompile(jobs, args.workers):.1f} s", flush=True)
+    rows = []
+    for c in shapes:
+        q, k, v, do = make_inputs(dict(c, pass_="fwd_bwd"), device)
+        scale = c["D"] ** -0.5
+        from attnlab.gpu.flash_bwd import flash_bwd
+        from attnlab.gpu.flash_fwd import flash_fwd
+
+        with torch.no_grad():
+            out, lse = flash_fwd(q, k, v, causal=c["causal"], scale=scale, config=fwd_cands[0])
+        for kind, cands in (("fwd", fwd_cands), ("bwd", bwd_cands)):
+            for cand in cands:
+                if kind == "fwd":
+                    fn = lambda cand=cand: flash_fwd(q, k, v, causal=c["causal"], scale=scale, config=cand)  # noqa: E731
+                    fl = flops(dict(c, pass_="fwd"))
+                else:
+                    fn = lambda cand=cand: flash_bwd(do, q, k, v, out, lse, causal=c["causal"], scale=scale,  # noqa: E731
+                                                     config=cand)
+                    fl = flops(dict(c, pass_="bwd"))
+                try:
+                    ms = time_fn(fn, device=device)
+                    row = dict(D=c["D"], causal=c["causal"], N=c["N"], kind=kind, config=short(cand), ms=ms,
+                               tflops=fl / (ms * 1e-3) / 1e12)
+                except Exception as e:  # a configuration that does not fit (shared memory, registers)
+                    row = dict(D=c["D"], causal=c["causal"], N=c["N"], kind=kind, config=short(cand),
+                               error=f"{type(e).__name__}: {str(e)[:120]}")
+                rows.append(row)
+                print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()),
+                      flush=True)
+        del q, k, v, do, out, lse
+    print(sweep_summary(rows))
+    return rows
+
+
+def short(cfg) -> str:
+    """A configuration in a few characters: 128x64w8s3[tma] or m64n128w8s2/m128n64w8s2[atomic]."""
+    if hasattr(cfg, "block_m"):
+        return f"{cfg.block_m}x{cfg.block_n}w{cfg.num_warps}s{cfg.num_stages}" + ("tma" if cfg.tma else "")
+    if cfg.dq_atomic:
+        return f"m{cfg.block_m1}n{cfg.block_n1}w{cfg.warps1}s{cfg.stages1}+atomic"
+    return (f"m{cfg.block_m1}n{cfg.block_n1}w{cfg.warps1}s{cfg.stages1}/"
+            f"m{cfg.block_m2}n{cfg.block_n2}w{cfg.warps2}s{cfg.stages2}")
+
+
+def sweep_summary(rows) -> str:
+    """Per (D, causal, N, kernel): every candidate's TFLOP/s, best first."""
+    groups: dict[tuple, list] = {}
+    for r in rows:
+        groups.setdefault((r["D"], r["causal"], r["N"], r["kind"]), []).append(r)
+    lines = []
+    for (D, causal, N, kind), rs in groups.items():
+        rs = sorted(rs, key=lambda r: -r.get("tflops", 0.0))
+        cells = [f"{r['config']} {r['tflops']:.0f}" if "tflops" in r else f"{r['config']} ERR" for r in rs]
+        lines.append(f"D={D} {'causal' if causal else 'full  '} N={N:5d} {kind}: " + ", ".join(cells))
+    return "\n".join(lines)
+
+
+# -- bench ----------------------------------------------------------------------------------------
+
+
+def bench(args) -> list[dict]:
+    device = args.device
+    names = [p for p in args.providers.split(",") if p]
+    cfgs = list(grid(args.quick, Ds=tuple(args.D), Ns=tuple(args.N)))
+    if "attnlab" in names:
+        jobs = [(c["D"], c["causal"], c["H"], None, None if c["pass_"] == "fwd_bwd" else False, args.quick)
+                for c in cfgs]
+        print(f"bench: compiled attnlab's kernels in {precompile(jobs, args.workers):.1f} s", flush=True)
+    x_names = ["D", "causal", "N", "pass_", "B", "H"]
+    b = Benchmark(name="prefill, bfloat16, B·N = 16K tokens, H·D = 2048", x_names=x_names,
+                  x_vals=[tuple(c[n] for n in x_names) for c in cfgs], providers=providers(device, names),
+                  flops=flops, device=device)
+    rows = run(b)
+    if _FLEX.get("compile_s"):
+        print(f"flex compile times (s): {_FLEX['compile_s']}")
+    return rows
+
+
+def markdown(rows: list[dict], names=PROVIDERS) -> str:
+    """One line per configuration: TFLOP/s of each provider and attnlab's ratios."""
+    keyed: dict[tuple, dict] = {}
+    for r in rows:
+        key = (r["D"], r["causal"], r["N"], r["pass_"])
+        keyed.setdefault(key, {})[r["provider"]] = r.get("tflops")
+    names = [n for n in names if any(n in v for v in keyed.values())]
+    head = ["D", "causal", "N", "pass"] + names + ["÷ sdpa-flash", "÷ cudnn"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+    for (D, causal, N, p), vals in sorted(keyed.items(), key=lambda kv: (kv[0][3], kv[0][0], kv[0][1], kv[0][2])):
+        cells = [str(D), "yes" if causal else "no", f"{N // 1024}K" if N >= 1024 else str(N), p.replace("_", "+")]
+        cells += [f"{vals[n]:.0f}" if vals.get(n) else "—" for n in names]
+        a = vals.get("attnlab")
+        for ref in ("sdpa-flash", "sdpa-cudnn"):
+            cells.append(f"{a / vals[ref]:.2f}" if a and vals.get(ref) else "—")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("command", choices=["check", "sweep", "bench", "report"])
+    p.add_argument("path", nargs="?", help="report: the JSON written by bench")
+    p.add_argument("--json", default=None, help="write the rows (and the environment) here")
+    p.add_argument("--md", default=None, help="bench: also write the markdown table here")
+    p.add_argument("--providers", default=",".join(PROVIDERS))
+    p.add_argument("--D", type=int, nargs="+", default=[64, 128])
+    p.add_argument("--N", type=int, nargs="+", default=[1024, 4096, 16384])
+    p.add_argument("--sweep-n", type=int, nargs="+", default=[4096, 16384])
+    p.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1))
+    p.add_argument("--quick", action="store_true", help="tiny shapes: a smoke test of the script")
+    args = p.parse_args(argv)
+    args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+        args.quick = True
+        args.workers = 1
+    if args.command == "report":
+        rows = json.loads(Path(args.path).read_text())["rows"]
+        print(markdown(rows))
+        return 0
+    rows = {"check": check, "sweep": sweep, "bench": bench}[args.command](args)
+    env = environment()
+    if args.json:
+        Path(args.json).write_text(json.dumps({"command": args.command, "environment": env, "rows": rows,
+                                               "flex_compile_s": _FLEX.get("compile_s")}, indent=2))
+    if args.command == "bench":
+        md = (f"{env['date']}, {env.get('gpu', 'CPU')}, torch {env['torch']}, triton {env['triton']}, "
+              f"CUDA {env.get('cuda')}; TFLOP/s (do_bench median)\n\n" + markdown(rows))
+        print(md)
+        if args.md:
+            Path(args.md).write_text(md)
+    if args.command == "check":
+        bad = [r for r in rows if not r["ok"]]
+        print(f"check: {len(rows) - len(bad)}/{len(rows)} shapes pass")
+        return 1 if bad else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
