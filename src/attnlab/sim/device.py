@@ -474,7 +474,13 @@ class Context:
                 c["wavefronts"] += nwi
                 c["ideal_wavefronts"] += nwi
                 if self._dev.hazards != "ignore":
-                    self._hazard_uniform(arr, kind, flatU, actw, bm, B, Up, lane_bytes)
+                    key = ("u", arr.itemsize, lane_bytes, arr._st.nwords, flatU.shape, flatU.tobytes(),
+                           actw.tobytes()) if B == 1 else None
+                    entries = _MEMO.get(key) if key else None
+                    if entries is None:
+                        entries = self._hazard_uniform(arr, flatU, actw, bm, B, Up, lane_bytes)
+                        _memo_put(key, entries)
+                    self._hazard_apply(arr, kind, *entries, bm)
             return
         B = nb if (flat.shape[-2] == nb or tm3.shape[-2] == nb or l2 is not None) else 1
         mult = nbA if B == 1 else 1
@@ -483,10 +489,8 @@ class Context:
         act3 = (act3 & bmcol) if B == nb else act3
         act3 = act3.reshape(Up, B, nt)
         G = Up * B * nw
-        lanes = int(np.count_nonzero(act3))
-        c["requests"] += lanes * mult
-        c["requested_bytes"] += lanes * mult * lane_bytes
         if is_global:
+            lanes = int(np.count_nonzero(act3))
             sec = (arr.base + idx3 * arr.itemsize) >> 5
             instr, nsec, order = acc.sectors(sec.reshape(G, WARP), act3.reshape(G, WARP), want_order=l2 is not None)
             c["instructions"] += instr * mult
@@ -498,14 +502,27 @@ class Context:
                     c["l2_miss_sectors"] += nsec - hits
             self._first_touch(arr, kind, idx3[act3], width, c)
         else:
-            k = max(1, lane_bytes // 4)
-            word0 = (arr.base + idx3 * arr.itemsize) >> 2
-            instr, wf, ideal = acc.wavefronts(word0.reshape(G, WARP), act3.reshape(G, WARP), k, k)
+            # the same pattern recurs at every loop iteration: its costs are memoised (B == 1 only)
+            track = self._dev.hazards != "ignore"
+            key = ("l", arr.base, arr.itemsize, lane_bytes, arr._st.nwords, track, idx3.shape, idx3.tobytes(),
+                   act3.tobytes()) if B == 1 else None
+            hit = _MEMO.get(key) if key else None
+            if hit is None:
+                k = max(1, lane_bytes // 4)
+                word0 = (arr.base + idx3 * arr.itemsize) >> 2
+                lanes = int(np.count_nonzero(act3))
+                instr, wf, ideal = acc.wavefronts(word0.reshape(G, WARP), act3.reshape(G, WARP), k, k)
+                entries = self._hazard_lanes(arr, idx3, act3, B, lane_bytes) if track else None
+                hit = (lanes, instr, wf, ideal, entries)
+                _memo_put(key, hit)
+            lanes, instr, wf, ideal, entries = hit
             c["instructions"] += instr * mult
             c["wavefronts"] += wf * mult
             c["ideal_wavefronts"] += ideal * mult
-            if self._dev.hazards != "ignore":
-                self._hazard_lanes(arr, kind, idx3, act3, bm, B, lane_bytes)
+            if track:
+                self._hazard_apply(arr, kind, *entries, bm)
+        c["requests"] += lanes * mult
+        c["requested_bytes"] += lanes * mult * lane_bytes
 
     def _first_touch(self, arr, kind, elems, width, c):
         key = (arr.name, kind)
@@ -517,8 +534,8 @@ class Context:
         c["first_touch_bytes"] += tmap.add(elems) * arr.itemsize
 
     # -- hazards ------------------------------------------------------------------------------
-    def _hazard_lanes(self, arr, kind, idx3, act3, bm, B, lane_bytes):
-        """(Up, B, nt) lane accesses -> one (block, word, warp|-2) entry per touched word."""
+    def _hazard_lanes(self, arr, idx3, act3, B, lane_bytes):
+        """(Up, B, nt) lane accesses -> (words, warp|-2, blocks|None): one entry per touched word."""
         u, b, t = np.nonzero(act3)
         w0 = (idx3[u, b, t] * arr.itemsize) >> 2  # word within the buffer (buffer base cancels)
         k = max(1, lane_bytes // 4)
@@ -529,12 +546,9 @@ class Context:
             b = np.repeat(b, k)
         nwords = arr._st.nwords
         words, wv = _collapse(w0 if B == 1 else b * nwords + w0, warp, nwords * B)
-        if B == 1:
-            self._hazard_apply(arr, kind, words, wv, None, bm)
-        else:
-            self._hazard_apply(arr, kind, words % nwords, wv, words // nwords, bm)
+        return (words, wv, None) if B == 1 else (words % nwords, wv, words // nwords)
 
-    def _hazard_uniform(self, arr, kind, flatU, actw, bm, B, Up, lane_bytes):
+    def _hazard_uniform(self, arr, flatU, actw, bm, B, Up, lane_bytes):
         """Uniform accesses: per (instruction, block) one address, read by the active warps."""
         nact = actw.sum(axis=2)  # (Up, B)
         firstw = actw.argmax(axis=2).astype(np.int8)
@@ -557,10 +571,7 @@ class Context:
             wv = np.repeat(wv, k)
         nwords = arr._st.nwords
         words, wv = _collapse(blocks * nwords + w0, wv, nwords * B)  # several instructions, one word
-        if B == 1:
-            self._hazard_apply(arr, kind, words, wv, None, bm)
-        else:
-            self._hazard_apply(arr, kind, words % nwords, wv, words // nwords, bm)
+        return (words, wv, None) if B == 1 else (words % nwords, wv, words // nwords)
 
     def _hazard_apply(self, arr, kind, words, wv, blocks, bm):
         """Check and record accesses: one entry per touched (block, word), wv the warp or -2 for several.
@@ -668,6 +679,18 @@ class Context:
 # ------------------------------------------------------------------------------------------------
 # the device
 # ------------------------------------------------------------------------------------------------
+
+
+_MEMO: dict = {}  # costs of recurring shared-memory access patterns (pure function of the key)
+_MEMO_MAX = 512
+
+
+def _memo_put(key, value) -> None:
+    if key is None:
+        return
+    if len(_MEMO) >= _MEMO_MAX:
+        _MEMO.clear()
+    _MEMO[key] = value
 
 
 def _collapse(pos: np.ndarray, warp: np.ndarray, size: int):
