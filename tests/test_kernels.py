@@ -15,6 +15,7 @@ from attnlab import attention_ref, cost
 from attnlab.cli import main as cli_main
 from attnlab.kernels import (
     reference_forward,
+    run_flash_backward,
     run_flash_forward,
     run_standard_forward,
     simulate_forward,
@@ -132,7 +133,7 @@ def test_flash_counts_equal_closed_forms(N, d, Br):
     assert {a for a, _ in rep.kernels[0].global_} == {"Q", "K", "V", "O", "L"}  # no S, no P in HBM
 
 
-@pytest.mark.parametrize("N, B, d", [(256, 64, 64), (128, 16, 32), (160, 32, 32)])
+@pytest.mark.parametrize("N, B, d", [(256, 64, 64), (128, 16, 32), (160, 32, 32), (256, 8, 16)])
 def test_causal_skipping_saves_what_section_6_2_says(N, B, d):
     q, k, v = _qkv(N, N, d)
     _, _, full = run_flash_forward(q, k, v, block_q=B, block_k=B)
@@ -148,6 +149,8 @@ def test_causal_skipping_saves_what_section_6_2_says(N, B, d):
     assert skip.barriers == 2 * T + 2 * cost.causal_block_pairs(T)  # per block: Q, O; per computed pair: 2
     if (N, B) == (256, 64):  # the lecture's example: 10/16 pairs, 524,288 -> 327,680 bytes
         assert (pairs, _kv_bytes(full), _kv_bytes(skip)) == (10, 524_288, 327_680)
+    if T == 32:  # "T = 32 时比例为 51.6%"
+        assert f"{100 * pairs / T**2:.1f}%" == "51.6%"
 
 
 def test_fa1_order_counts_equal_closed_form():
@@ -172,6 +175,56 @@ def test_l2_model_reproduces_kv_in_l2():
     _, _, small = run_flash_forward(q, k, v, block_q=B, block_k=B, l2_bytes=4096)
     # the blocks run in lock step and read K_j at the same time: 4 KiB (one tile) is enough to share it
     assert small.global_bytes(kind="l2") == rep.global_bytes(kind="l2")
+
+
+# ---------------------------------------------------------------- backward (§7.2–7.4)
+
+
+def _grads(q, k, v, do, causal, dtype):
+    t = [torch.from_numpy(x).to(dtype)[None, None].requires_grad_() for x in (q, k, v)]
+    o, _ = attention_ref(*t, causal=causal)
+    o.backward(torch.from_numpy(do).to(dtype)[None, None])
+    return [x.grad[0, 0].double().numpy() for x in t]
+
+
+@pytest.mark.parametrize("Nq, Nk, D, Br, Bc, causal", [
+    (300, 300, 32, 64, 48, False), (300, 300, 32, 64, 48, True), (97, 60, 59, 32, 16, True), (1, 1, 16, 16, 16, False),
+])
+def test_backward_matches_autograd(Nq, Nk, D, Br, Bc, causal):
+    q, k, v = _qkv(Nq, Nk, D)
+    do = torch.randn(Nq, D).numpy()
+    dq, dk, dv, rep = run_flash_backward(q, k, v, do, block_q=Br, block_k=Bc, causal=causal, hazards="error")
+    g64 = _grads(q, k, v, do, causal, torch.float64)
+    g32 = _grads(q, k, v, do, causal, torch.float32)
+    for name, got, ref, r32 in zip(("dq", "dk", "dv"), (dq, dk, dv), g64, g32):
+        err, err32 = np.abs(got - ref).max(), np.abs(r32 - ref).max()
+        print(f"{name}: kernel {err:.2e}, torch float32 {err32:.2e}")
+        assert err <= 2 * err32 + 5e-7
+    assert rep.hazards == 0
+
+
+def test_backward_counts_equal_closed_forms():
+    """§7.4: N = 300, d = 32, Bc = 48 -> 7 × 300 × 32 = 67,200 elements added into dQ atomically."""
+    N, d, Br, Bc = 300, 32, 64, 48
+    q, k, v = _qkv(N, N, d)
+    do = torch.randn(N, d).numpy()
+    for causal in (False, True):
+        _, _, _, rep = run_flash_backward(q, k, v, do, block_q=Br, block_k=Bc, causal=causal)
+        atomics = rep.atomics
+        assert atomics == cost.dq_atomic_elements(N, d, Bc, block_q=Br, causal=causal)
+        if not causal:
+            assert atomics == 67_200 == math.ceil(N / Bc) * N * d
+        br = cost.io_flash_backward_breakdown(N, d, Br, Bc, causal=causal)
+        got = {(a, dr): rep.global_bytes(a, dr, kind="requested") // F32
+               for a in ("Q", "K", "V", "O", "dO", "L", "dK", "dV") for dr in ("read", "write")}
+        got = {key: n for key, n in got.items() if n}
+        got[("dQ", "read")] = got[("dQ", "write")] = rep.global_bytes("dQ", "atomic", kind="requested") // F32
+        assert got == br
+        ideal = {(a, dr): rep.global_bytes(a, dr, kind="ideal") // F32
+                 for a in ("Q", "K", "V", "O", "dO", "L", "dK", "dV") for dr in ("read", "write")}
+        ideal = {key: n for key, n in ideal.items() if n}
+        ideal[("dQ", "write")] = rep.global_bytes("dQ", "atomic", kind="ideal") // F32
+        assert ideal == cost.io_flash_backward_breakdown(N, d, Br, Bc, ideal_cache=True, causal=causal)
 
 
 # ---------------------------------------------------------------- shared memory, barriers
@@ -233,6 +286,16 @@ def test_kernels_have_no_hazards_and_catch_a_missing_barrier():
 def test_flash_input_errors(make, kw, exc, match):
     with pytest.raises(exc, match=match):
         run_flash_forward(*make(), **kw)
+
+
+def test_backward_input_errors():
+    x = np.ones((4, 8), np.float32)
+    with pytest.raises(ValueError, match="dout must have q's shape"):
+        run_flash_backward(x, x, x, np.ones((5, 8), np.float32))
+    with pytest.raises(ValueError, match="give both out and lse"):
+        run_flash_backward(x, x, x, x, out=x)
+    with pytest.raises(ValueError, match="block_k is the number of threads"):
+        run_flash_backward(x, x, x, x, block_k=4096)
 
 
 def test_standard_input_errors():

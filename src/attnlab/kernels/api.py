@@ -4,6 +4,8 @@
 (16×16 tiled matmul), P = softmax(S) (row softmax, two tree reductions), O = PV (tiled matmul).
 ``run_flash_forward``: FlashAttention forward as one kernel, FA2 order (Q blocks outer) or FA1 order
 (K/V blocks outer), with causal block skipping.
+``run_flash_backward``: FlashAttention backward as one kernel, K/V blocks outer, P recomputed from L,
+dQ accumulated with atomic adds (§7.2–7.4).
 
 Inputs are single-head (Nq, D) / (Nk, D) / (Nk, D) numpy arrays or CPU tensors; the kernels compute
 in float32. Each function returns the output(s) and a ``sim.Report`` of what the kernels asked of
@@ -17,6 +19,7 @@ import math
 import numpy as np
 
 from ..sim import Device, Report
+from .backward import _flash_bwd
 from .flash import _flash_fwd, _flash_fwd_fa1
 from .matmul import _matmul_tiled
 from .softmax import _row_softmax
@@ -169,3 +172,46 @@ def run_flash_forward(q, k, v, *, block_q: int = 64, block_k: int = 64, causal: 
     with np.errstate(divide="ignore"):
         lse = np.where(l > 0, m + np.log(np.where(l > 0, l, 1)), -np.inf).astype(np.float32)
     return O.numpy(), lse, dev.report()
+
+
+def run_flash_backward(q, k, v, dout, *, block_q: int = 64, block_k: int = 64, causal: bool = False,
+                       scale: float | None = None, out=None, lse=None, l2_bytes: int | None = None,
+                       hazards: str = "warn") -> tuple[np.ndarray, np.ndarray, np.ndarray, Report]:
+    """FlashAttention backward as one simulated kernel; returns (dq, dk, dv, report).
+
+    Arguments:
+        q: (Nq, D), k: (Nk, D), v: (Nk, D), dout: (Nq, D) — one head, numpy or torch, cast to float32.
+        block_q: Br, query rows per inner step; block_k: Bc, keys per block = threads per block (≤ 1024).
+        causal: bottom-right aligned mask; (Q block, K/V block) pairs above the diagonal are skipped.
+        out, lse: the forward's output (Nq, D) and logsumexp (Nq,); computed with the simulated FA2
+            forward when not given (that launch is not part of the returned report).
+    The report's arrays: Q, K, V, O, dO, L (read), dQ (atomic), dK, dV (written).
+    """
+    q, k, v = _check_qkv(q, k, v)
+    dout = _as_matrix(dout, "dout")
+    if dout.shape != q.shape:
+        raise ValueError(f"dout must have q's shape {q.shape}, got {dout.shape}")
+    Br, Bc = _pos_int(block_q, "block_q"), _pos_int(block_k, "block_k")
+    if Bc > 1024:
+        raise ValueError(f"block_k is the number of threads per block and must be <= 1024, got {Bc}")
+    if not isinstance(causal, bool):
+        raise ValueError(f"causal must be True or False, got {causal!r}")
+    if (out is None) != (lse is None):
+        raise ValueError("give both out and lse (the forward's results), or neither")
+    if out is None:
+        out, lse, _ = run_flash_forward(q, k, v, block_q=Br, block_k=Bc, causal=causal, scale=scale)
+    else:
+        out = _as_matrix(out, "out")
+        lse = np.asarray(lse.detach().cpu().numpy() if hasattr(lse, "detach") else lse, np.float32)
+        if out.shape != q.shape or lse.shape != (q.shape[0],):
+            raise ValueError(f"out must be {q.shape} and lse ({q.shape[0]},), got {out.shape} and {lse.shape}")
+    scale = _scale(scale, q.shape[1])
+    (Nq, D), Nk = q.shape, k.shape[0]
+    dev = _device(l2_bytes, hazards)
+    Q, K, V = dev.array("Q", q), dev.array("K", k), dev.array("V", v)
+    O, dO, L = dev.array("O", out), dev.array("dO", dout), dev.array("L", lse)
+    dQ, dK, dV = dev.zeros("dQ", (Nq, D)), dev.empty("dK", (Nk, D)), dev.empty("dV", (Nk, D))
+    name = "flash_bwd" + ("_causal" if causal else "")
+    dev.launch(_flash_bwd, -(-Nk // Bc), Bc, Q, K, V, O, dO, L, dQ, dK, dV, Nq, Nk, D, Br, Bc, scale, causal,
+               name=name)
+    return dQ.numpy(), dK.numpy(), dV.numpy(), dev.report()
