@@ -175,7 +175,7 @@ def fa1_vs_fa2(console, full: dict) -> dict:
                   f"FA2 one per (head, Q block) → {blocks['fa2']:,} blocks at N = {FA1_FORMULA['N']:,} "
                   f"(the simulated FA2 kernel used {fa2_grid} per head at N = {N})")
     err = float(np.abs(out.astype(np.float64) - ref).max())
-    console.print(f"FA1 order vs float64 reference: max |error| {err:.1e}; FA1 reads {fmt_count(tot['fa1_simulated'])} "
+    console.print(f"FA1 order vs float64 reference: max |error| {err:.1e}; FA1 moves {fmt_count(tot['fa1_simulated'])} "
                   f"elements here against FA2's {fmt_count(tot['fa2_simulated'])}")
     return {"simulated": {"N": N, "d": D, "block": BLOCK, "rows": rows, "totals": tot, "error_out": err,
                           "fa1_blocks_per_head": fa1_grid, "fa2_blocks_per_head": fa2_grid},
