@@ -259,7 +259,7 @@ def test_shared_memory_counts_at_lecture_size():
     assert ks[("Ks", "read")]["wavefronts"] == n_instr == 4 * 2 * 4 * 64 * 16  # blocks·warps·tiles·c·d/4
     assert sum(c["wavefronts"] - c["ideal_wavefronts"] for c in ks.values()) == 0
     # the matmul's 17-column padding: column reads of Bs are conflict-free
-    mm = rep_s["S=QK^T/sqrt(d)"].shared
+    mm = rep_s["S=QKᵀ/√d"].shared
     assert mm[("Bs", "read")]["wavefronts"] == mm[("Bs", "read")]["instructions"]
     assert rep_s["P=softmax(S)"].barriers == 256 * 2 * (1 + 8 + 1)  # 2 reductions over 256 threads
 

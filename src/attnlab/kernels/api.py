@@ -126,7 +126,7 @@ def run_standard_forward(q, k, v, *, tile: int = 16, causal: bool = False, scale
     cdiv = lambda a, b: -(-a // b)  # noqa: E731
     off = (Nk - Nq) if causal else None
     dev.launch(_matmul_tiled, (cdiv(Nk, tile), cdiv(Nq, tile)), (tile, tile), Q, K, S, Nq, D, Nk, scale, True, off,
-               name="S=QK^T/sqrt(d)")
+               name="S=QKᵀ/√d")
     dev.launch(_row_softmax, Nq, st, S, P, Nk, name="P=softmax(S)")
     dev.launch(_matmul_tiled, (cdiv(D, tile), cdiv(Nq, tile)), (tile, tile), P, V, O, Nq, Nk, D, np.float32(1), False,
                None, name="O=PV")

@@ -153,7 +153,7 @@ def traffic_table(design: dict, title: str):
     t = Table(title=title, header_style="bold", caption="each cell: simulated bytes over the closed form of "
               "attnlab.cost (× 4 bytes)", caption_justify="left")
     t.add_column("kernel", no_wrap=True)
-    t.add_column("array")
+    t.add_column("array", min_width=5, no_wrap=True)
     for h in ("read\nno cache", "read\nideal cache", "write\nno cache", "write\nideal cache", "sectors"):
         t.add_column(h, justify="right", no_wrap=True)
     for kern in design["kernels"]:
@@ -180,15 +180,15 @@ def kernel_table(result: dict, title: str = "kernels: shared memory, barriers, a
     from rich.table import Table
 
     t = Table(title=title, header_style="bold")
-    for h in ("design", "kernel", "grid", "block", "smem/block\nbytes", "shared\nwavefronts", "bank\nconflicts",
-              "barriers", "atomics", "warp\ninstr"):
-        t.add_column(h, justify="left" if h in ("design", "kernel") else "right", no_wrap=True)
+    for h in ("kernel", "grid", "block", "smem/block\nbytes", "shared\nwavefronts", "bank\nconflicts", "barriers",
+              "atomics"):
+        t.add_column(h, justify="left" if h == "kernel" else "right", no_wrap=True)
     for design in ("standard", "flash"):
-        for i, k in enumerate(result[design]["kernels"]):
+        for k in result[design]["kernels"]:
             dim = lambda d: "×".join(str(x) for x in (d[:2] if d[1] > 1 else d[:1]))  # noqa: E731
-            t.add_row(design if i == 0 else "", k["name"], dim(k["grid"]), dim(k["block"]),
-                      f"{k['shared_bytes_per_block']:,}", f"{k['shared_wavefronts']:,}", f"{k['bank_conflicts']:,}",
-                      f"{k['barriers']:,}", f"{k['atomics']:,}", f"{k['warp_instructions']:,}")
+            t.add_row(k["name"], dim(k["grid"]), dim(k["block"]), f"{k['shared_bytes_per_block']:,}",
+                      f"{k['shared_wavefronts']:,}", f"{k['bank_conflicts']:,}", f"{k['barriers']:,}",
+                      f"{k['atomics']:,}")
         t.rows[-1].end_section = True
     return t
 

@@ -239,7 +239,7 @@ class Context:
         self.warp_id = t // WARP
         self._lane_ok = t < nthreads  # (1, nt)
         self._bm = np.ones(nb, bool)  # active blocks
-        self._tm = self._lane_ok  # active threads, (1|nb, nt) (or with leading unrolled axes)
+        self._tm = self._lane_ok  # active threads, (1|nb, nt)
         self._shared: dict = {}
         self._states: list = []
         self._shared_bytes = 0
@@ -319,10 +319,7 @@ class Context:
 
     def syncthreads(self) -> None:
         """``__syncthreads()``: every thread of a block must reach it, or none."""
-        full = self._tm if self._tm.ndim == 2 else None
-        if full is None:
-            raise DivergentBarrierError(f"kernel {self.name!r}: syncthreads() inside an unrolled-axis mask")
-        act = self._bm[:, None] & full
+        act = self._bm[:, None] & self._tm  # (nb, nt)
         ok = self._lane_ok
         some = act.any(axis=1)
         partial = some & ~(act | ~ok).all(axis=1)
