@@ -13,11 +13,14 @@ of memory (lecture §3.3 memory hierarchy, §5.2–5.3 counting the kernels).
     dev.launch(copy, 4, 256, x, y, 1024)   # grid, block, *args -> KernelStats
     dev.report().print()                              # sectors, first-touch bytes, wavefronts, ...
 
-See ``device.py`` for the execution model, ``accounting.py`` for the cost rules and ``report.py`` for
-the counters; ``docs/simulator.md`` is the user's guide.
+Files: ``context.py`` the execution model (what a kernel sees), ``arrays.py`` global and shared arrays,
+``device.py`` allocation and launches, ``accounting.py`` the per-warp cost rules, ``hazards.py`` the
+shared-memory race checks, ``report.py`` the counters; ``docs/simulator.md`` is the user's guide.
 """
 
-from .device import Context, Device, Dim3, GlobalArray, SharedArray
+from .arrays import GlobalArray, SharedArray
+from .context import Context, Dim3
+from .device import Device
 from .errors import (
     DivergentBarrierError,
     LaunchError,

@@ -21,7 +21,19 @@ from collections import OrderedDict
 
 import numpy as np
 
+WARP = 32
 _SENT = np.iinfo(np.int64).max
+MEMO: dict = {}  # costs of recurring shared-memory access patterns (a pure function of the key)
+_MEMO_MAX = 512
+
+
+def memo_put(key, value) -> None:
+    """Remember ``value`` under ``key`` (None: do nothing); the cache is emptied when full."""
+    if key is None:
+        return
+    if len(MEMO) >= _MEMO_MAX:
+        MEMO.clear()
+    MEMO[key] = value
 
 
 def sectors(sec: np.ndarray, act: np.ndarray, want_order: bool = False):
