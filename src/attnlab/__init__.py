@@ -40,6 +40,10 @@ _EXPORTS = {
     "get_gpu": "attnlab.cost",
     "attention_flops": "attnlab.cost",
     "best_num_splits": "attnlab.cost",
+    # the GPU simulator and the lecture's kernels on it (§5.2–5.3)
+    "simulate_forward": "attnlab.kernels",
+    "run_flash_forward": "attnlab.kernels",
+    "run_standard_forward": "attnlab.kernels",
     # benchmark helpers
     "Benchmark": "attnlab.bench",
 }
