@@ -34,10 +34,8 @@ from pathlib import Path
 
 import torch
 
-SPLITS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64)
-CONFIGS = [  # (BLOCK_N, num_warps, num_stages, EVICT) tried on two shapes
-    (64, 4, 3, ""), (64, 4, 4, ""), (64, 4, 2, ""), (128, 4, 3, ""), (128, 8, 3, ""), (32, 4, 4, ""),
-    (32, 4, 6, ""), (64, 8, 4, ""), (64, 4, 3, "evict_first"),
+CONFIGS = [  # (BLOCK_N, num_warps, num_stages, EVICT) tried on --config-shapes (GPU time)
+    (128, 4, 3, ""), (128, 4, 2, ""), (64, 4, 4, ""), (128, 8, 3, ""), (64, 4, 3, ""),
 ]
 
 
@@ -49,6 +47,39 @@ def bench_ms(fn, device) -> float:
     from attnlab.bench import time_fn
 
     return time_fn(fn, device="cpu", warmup=1, rep=3, min_time=0.0)
+
+
+def graph_ms(fns, device) -> float:
+    """GPU time of one call, CPU launch overhead excluded: ``len(fns)`` callables (the same work on
+    different input copies, so that L2 cannot serve a small cache) captured in one CUDA graph,
+    replayed; median over replays of (replay time / calls)."""
+    if device != "cuda":
+        return bench_ms(fns[0], device)
+    import statistics
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm up outside the capture (compiles, allocates, caches)
+        for fn in fns:
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for fn in fns:
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(5):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) / len(fns))
+    del g
+    return statistics.median(times)
 
 
 def copy_ceiling(device, gib: float) -> dict:
@@ -102,6 +133,11 @@ def paged_copy(k, v, page_size, gen):
     return pools[0], pools[1], table
 
 
+def _copies(nbytes: int, device) -> int:
+    """Input copies for graph timing: enough that one pass over them is >= 3× the L2 (60 MB on H200)."""
+    return 1 if device != "cuda" else max(1, min(16, math.ceil(3 * 60e6 / nbytes)))
+
+
 def run(args) -> dict:
     from attnlab.bench import environment
     from attnlab.cost import decode_split_time
@@ -111,13 +147,32 @@ def run(args) -> dict:
     dtype = torch.bfloat16
     D = args.head_dim
     gen = torch.Generator().manual_seed(0)
-    result = {"environment": environment(), "rows": [], "sweeps": [], "configs": []}
+    cfg = dec.kernel_config(D)
+    result = {"environment": environment(), "kernel_config": cfg, "rows": [], "sweeps": [], "configs": [],
+              "probes": {}}
+    sms = 132
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
-        result["environment"].update(sms=props.multi_processor_count, gpu_preset=repr(dec.gpu_for_device(0)))
+        sms = props.multi_processor_count
+        result["environment"].update(sms=sms, gpu_preset=repr(dec.gpu_for_device(0)))
         result["copy"] = copy_ceiling(device, args.copy_gib)
         print(f"copy ceiling: {result['copy']['tb_per_s']:.3f} TB/s", flush=True)
     gpu = dec.gpu_for_device(0) if device == "cuda" else "H100"
+
+    def make_inputs(B, H, Hkv, L, n):
+        return [(torch.randn(B, H, 1, D, device=device, dtype=dtype), torch.randn(B, Hkv, L, D, device=device, dtype=dtype),
+                 torch.randn(B, Hkv, L, D, device=device, dtype=dtype)) for _ in range(n)]
+
+    # -- calibration probes: one program alone (program_bw), a tiny call (fixed cost)
+    for name, (B, Hkv, L) in {"program_bw": (1, 4, args.probe_seq), "fixed": (1, 8, 1024)}.items():
+        nbytes = dec.decode_bytes(batch=B, heads_kv=Hkv, seq=L, head_dim=D)
+        ins = make_inputs(B, 4 * Hkv, Hkv, L, _copies(nbytes, device))
+        sl = torch.full((B,), L, dtype=torch.int32, device=device)
+        ms = graph_ms([lambda q=q, k=k, v=v: dec.flash_decode_cuda(q, k, v, cache_seqlens=sl, num_splits=1)
+                       for q, k, v in ins], device)
+        result["probes"][name] = dict(B=B, Hkv=Hkv, L=L, splits=1, ms=ms, bytes=nbytes,
+                                      per_program_bytes_per_s=nbytes / (B * Hkv) / (ms * 1e-3))
+        del ins
 
     for B in args.batch:
         for H, Hkv in args.heads:
@@ -125,77 +180,82 @@ def run(args) -> dict:
                 t0 = time.time()
                 shape = dict(B=B, H=H, Hkv=Hkv, L=L, D=D)
                 nbytes = dec.decode_bytes(batch=B, heads_kv=Hkv, seq=L, head_dim=D, itemsize=2)
-                q = torch.randn(B, H, 1, D, device=device, dtype=dtype)
-                k = torch.randn(B, Hkv, L, D, device=device, dtype=dtype)
-                v = torch.randn(B, Hkv, L, D, device=device, dtype=dtype)
+                ins = make_inputs(B, H, Hkv, L, _copies(nbytes, device))
+                q, k, v = ins[0]
                 seqlens = torch.full((B,), L, dtype=torch.int32, device=device)
                 s_wave = dec.choose_num_splits(batch=B, heads_kv=Hkv, seq=L, head_dim=D, device=q.device)
-
-                def add(provider, ms, **extra):
-                    row = dict(shape, provider=provider, ms=ms, tb_per_s=nbytes / (ms * 1e-3) / 1e12,
-                               cache_gib=nbytes / 2**30, **extra)
-                    result["rows"].append(row)
-                    return row
-
-                ref, _ = dec.flash_decode_cuda(q, k, v, cache_seqlens=seqlens)
-                add("attnlab", bench_ms(lambda: dec.flash_decode_cuda(q, k, v, cache_seqlens=seqlens), device),
-                    splits=s_wave)
                 dims = dec.check_decode_inputs(q, k, v, seqlens, None, check_values=False)
-                if s_wave > 1:  # the same split count, merged by the group's last program instead
-                    fused = lambda: dec._launch(q, k, v, dims, seqlens, None, s_wave, True, D ** -0.5,  # noqa: E731
-                                                FUSED_MERGE=True)
-                    err = (fused()[0].float() - ref.float()).abs().max().item()
-                    add("fused", bench_ms(fused, device), splits=s_wave, max_diff_vs_attnlab=err)
-                # -- SDPA backends in the same run
-                for name, backend in (("sdpa-flash", "FLASH_ATTENTION"), ("sdpa-cudnn", "CUDNN_ATTENTION"),
-                                      ("sdpa-efficient", "EFFICIENT_ATTENTION")):
-                    if device != "cuda":
-                        continue
+                ref, _ = dec.flash_decode_cuda(q, k, v, cache_seqlens=seqlens)
+
+                def measure(provider, make, **extra):
+                    """do_bench median on copy 0 and CUDA-graph time over all copies."""
                     try:
-                        fn, mode = sdpa_provider(q, k, v, backend)
-                        err = (fn().float() - ref.float()).abs().max().item()
-                        add(name, bench_ms(fn, device), gqa=mode, max_diff_vs_attnlab=err)
+                        fns = [make(*x) for x in ins]
+                        fns[0]()
+                        row = dict(shape, provider=provider, ms=bench_ms(fns[0], device), graph_ms=graph_ms(fns, device),
+                                   cache_gib=nbytes / 2**30, **extra)
                     except (RuntimeError, torch.cuda.OutOfMemoryError) as e:
-                        result["rows"].append(dict(shape, provider=name, skipped=str(e).splitlines()[0][:100]))
-                    fn = None
+                        row = dict(shape, provider=provider, skipped=str(e).splitlines()[0][:100])
+                    else:
+                        row["tb_per_s"] = nbytes / (row["ms"] * 1e-3) / 1e12
+                        row["graph_tb_per_s"] = nbytes / (row["graph_ms"] * 1e-3) / 1e12
+                    result["rows"].append(row)
+                    fns = None
                     gc.collect()
-                    torch.cuda.empty_cache()
-                # -- the split sweep: measured best vs the models' picks
+                    if device == "cuda":
+                        torch.cuda.empty_cache()
+
+                measure("attnlab", lambda q, k, v: lambda: dec.flash_decode_cuda(q, k, v, cache_seqlens=seqlens),
+                        splits=s_wave)
+                if s_wave > 1:  # the same split count with the separate merge kernel
+                    measure("merge-kernel", lambda q, k, v: lambda: dec._launch(
+                        q, k, v, dims, seqlens, None, s_wave, True, D ** -0.5, FUSED_MERGE=False), splits=s_wave)
+                # -- SDPA backends in the same run
+                if device == "cuda":
+                    for name, backend in (("sdpa-flash", "FLASH_ATTENTION"), ("sdpa-cudnn", "CUDNN_ATTENTION"),
+                                          ("sdpa-efficient", "EFFICIENT_ATTENTION")):
+                        try:
+                            fn, mode = sdpa_provider(q, k, v, backend)
+                            err = (fn().float() - ref.float()).abs().max().item()
+                            fn = None
+                        except RuntimeError as e:
+                            result["rows"].append(dict(shape, provider=name, skipped=str(e).splitlines()[0][:100]))
+                            continue
+                        measure(name, lambda q, k, v, backend=backend: sdpa_provider(q, k, v, backend)[0], gqa=mode,
+                                max_diff_vs_attnlab=err)
+                # -- paged caches (same data; the output must be bit-equal to the contiguous one)
+                for ps in args.pages if L == args.seq[min(1, len(args.seq) - 1)] else args.pages[:1]:
+                    paged = [paged_copy(kk, vv, ps, gen) for _, kk, vv in ins]
+                    out_p, _ = dec.flash_decode_cuda(q, *paged[0][:2], cache_seqlens=seqlens, block_table=paged[0][2])
+                    same = bool(torch.equal(out_p, ref))
+                    pins = iter(paged)
+                    measure(f"paged{ps}", lambda q, k, v: (lambda p=next(pins): dec.flash_decode_cuda(
+                        q, p[0], p[1], cache_seqlens=seqlens, block_table=p[2])), splits=s_wave, equal_to_contiguous=same)
+                    del paged, pins
+                # -- the split sweep (GPU time): measured best vs the models' picks
                 sweep = {}
                 for S in sorted(set(args.splits) | {s_wave}):
-                    if S != s_wave and (S > math.ceil(L / 64) or (B * Hkv * S > 8 * 132 and S > 1)):
+                    if S != s_wave and (S > max(1, L // cfg["BLOCK_N"]) or (B * Hkv * S > 8 * sms and S > 1)):
                         continue
-                    sweep[S] = bench_ms(lambda S=S: dec.flash_decode_cuda(q, k, v, cache_seqlens=seqlens, num_splits=S),
-                                        device)
+                    sweep[S] = graph_ms([lambda q=q, k=k, v=v, S=S: dec.flash_decode_cuda(
+                        q, k, v, cache_seqlens=seqlens, num_splits=S) for q, k, v in ins], device)
                 best = min(sweep, key=sweep.get)
                 wave_pred = {S: decode_split_time(batch=B, heads=Hkv, seq=L, head_dim=D, splits=S, gpu=gpu,
-                                                  merge_launch=True) * 1e3 for S in sweep}
+                                                  merge_launch=False) * 1e3 for S in sweep}
                 result["sweeps"].append(dict(shape, times_ms=sweep, wave_model_ms=wave_pred, best=best,
-                                             wave_pick=s_wave, wave_pick_ms=sweep.get(s_wave),
-                                             best_ms=sweep[best]))
-                # -- paged caches (same data; must give the same output)
-                for ps in args.pages if L >= 32768 else args.pages[:1]:
-                    if L % ps:
-                        continue
-                    kp, vp, table = paged_copy(k, v, ps, gen)
-                    out_p, _ = dec.flash_decode_cuda(q, kp, vp, cache_seqlens=seqlens, block_table=table)
-                    same = bool(torch.equal(out_p, ref))
-                    add(f"paged{ps}", bench_ms(lambda: dec.flash_decode_cuda(q, kp, vp, cache_seqlens=seqlens,
-                                                                           block_table=table), device),
-                        splits=s_wave, equal_to_contiguous=same)
-                    del kp, vp, table
+                                             wave_pick=s_wave, wave_pick_ms=sweep[s_wave], best_ms=sweep[best]))
                 # -- a few kernel configurations on the shapes named by --config-shapes
                 if (B, Hkv, L) in args.config_shapes:
                     for bn, nw, ns, ev in CONFIGS:
-                        cfg = dict(BLOCK_N=bn, num_warps=nw, num_stages=ns, EVICT=ev)
+                        c = dict(BLOCK_N=bn, num_warps=nw, num_stages=ns, EVICT=ev)
                         try:
-                            ms = bench_ms(lambda cfg=cfg: dec._launch(q, k, v, dims, seqlens, None, s_wave, True,
-                                                                      D ** -0.5, **cfg), device)
-                            result["configs"].append(dict(shape, splits=s_wave, **cfg, ms=ms,
-                                                          tb_per_s=nbytes / (ms * 1e-3) / 1e12))
+                            ms = graph_ms([lambda q=q, k=k, v=v, c=c: dec._launch(
+                                q, k, v, dims, seqlens, None, s_wave, True, D ** -0.5, **c) for q, k, v in ins], device)
+                            result["configs"].append(dict(shape, splits=s_wave, **c, graph_ms=ms,
+                                                          graph_tb_per_s=nbytes / (ms * 1e-3) / 1e12))
                         except Exception as e:  # noqa: BLE001 — a config that does not compile is data
-                            result["configs"].append(dict(shape, **cfg, error=str(e).splitlines()[0][:100]))
-                del q, k, v, ref
+                            result["configs"].append(dict(shape, **c, error=str(e).splitlines()[0][:100]))
+                del ins, q, k, v, ref
                 gc.collect()
                 if device == "cuda":
                     torch.cuda.empty_cache()
@@ -203,74 +263,186 @@ def run(args) -> dict:
     return result
 
 
-def table(result, console=None):
-    """The rich table printed last: TB/s per provider, the splits, and the fraction of the ceiling."""
-    from rich.console import Console
-    from rich.table import Table
+RUN1_LABELS = {"attnlab": "attnlab, merge kernel", "fused": "attnlab, in-kernel merge (default now)"}
+RUN1_CONFIG = {"BLOCK_N": 64, "BLOCK_D": 128, "num_warps": 4, "num_stages": 3}  # runs before JSON recorded it
 
-    console = console or Console(width=160)
-    ceiling = result.get("copy", {}).get("tb_per_s")
+
+def _solve_k(P_bw: float, bw: float, rate: float) -> float:
+    """k with (P_bw^-k + bw^-k)^(-1/k) = rate (bisection; rate < min(P_bw, bw))."""
+    x, target = P_bw / bw, rate / bw  # in units of bw (no under/overflow)
+    lo, hi = 0.5, 64.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        r = (x ** -mid + 1.0) ** (-1 / mid)
+        lo, hi = (lo, mid) if r > target else (mid, hi)
+    return (lo + hi) / 2
+
+
+def calibration_from(result):
+    """The DecodeCalibration one run measured, from its split sweeps (and probes, when recorded):
+
+    * program_bw: the S = 1 point with the fewest programs (each has the memory system to itself),
+      or the one-program probe;
+    * bw: the fastest streaming rate of any sweep point longer than 1 ms;
+    * k: solved on the point whose demand P·program_bw is closest to bw (where the knee is);
+    * programs_per_sm: the config's shared memory (K and V stages) into 227 KiB;
+    * fixed: 0 — the run's short calls are dominated by host launch cost, not GPU time.
+    """
+    from attnlab.gpu.decode import DecodeCalibration
+
+    cfg = result.get("kernel_config") or RUN1_CONFIG
+    pts = []  # (programs, bytes per program, seconds) of every sweep point over 1 ms
+    for s in result["sweeps"]:
+        for S, ms in s["times_ms"].items():
+            S = int(S)
+            if ms > 1.0:
+                per = 2 * math.ceil(s["L"] / S) * s["D"] * 2
+                pts.append((s["B"] * s["Hkv"] * S, per, ms * 1e-3))
+    if result.get("probes", {}).get("program_bw"):
+        program_bw = result["probes"]["program_bw"]["per_program_bytes_per_s"]
+    else:
+        P, per, t = min((p for p in pts), key=lambda p: (p[0], p[2]))
+        program_bw = per / t
+    bw = max(P * per / t for P, per, t in pts)
+    P, per, t = min(pts, key=lambda p: abs(math.log(p[0] * program_bw / bw)))
+    k = _solve_k(P * program_bw, bw, P * per / t)
+    smem = cfg["num_stages"] * 2 * cfg["BLOCK_N"] * cfg["BLOCK_D"] * 2
+    env = result["environment"]
+    return DecodeCalibration(bw=bw, program_bw=program_bw, programs_per_sm=max(1, (227 * 1024) // smem), k=k,
+                             fixed=0.0, config=(cfg["BLOCK_N"], cfg["num_warps"], cfg["num_stages"]),
+                             source=f"{env.get('gpu', '').replace('NVIDIA ', '')}, {env['date']}")
+
+
+def split_table(result):
+    """Per shape: the wave model's pick, the calibrated model's pick, the measured best (GPU time)."""
+    from attnlab.gpu.decode import calibrated_num_splits
+
+    cal = calibration_from(result)
+    sms = result["environment"].get("sms", 132)
+    bn = (result.get("kernel_config") or RUN1_CONFIG)["BLOCK_N"]
+    rows = []
+    for s in result["sweeps"]:
+        times = {int(k): v for k, v in s["times_ms"].items()}
+        s_cal = calibrated_num_splits(batch=s["B"], heads_kv=s["Hkv"], seq=s["L"], head_dim=s["D"], sms=sms, cal=cal,
+                                      min_split_len=bn)
+        rows.append(dict(B=s["B"], H=s["H"], Hkv=s["Hkv"], L=s["L"], wave=s["wave_pick"], cal=s_cal, best=s["best"],
+                         wave_ratio=times[s["wave_pick"]] / s["best_ms"],
+                         cal_ratio=times[s_cal] / s["best_ms"] if s_cal in times else None, best_ms=s["best_ms"]))
+    return cal, rows
+
+
+def _shapes(result):
+    keys = []
+    for r in result["rows"]:
+        key = (r["B"], r["H"], r["Hkv"], r["L"])
+        if key not in keys:
+            keys.append(key)
+    return keys
+
+
+def _providers(result):
     provs = []
     for r in result["rows"]:
         if r["provider"] not in provs:
             provs.append(r["provider"])
-    t = Table(title=f"decode KV read TB/s (copy ceiling {ceiling or float('nan'):.2f} TB/s)")
-    for c in ["B", "H/Hkv", "L", "GiB", *provs, "vs best SDPA", "% ceil", "S wave", "S best", "wave/best"]:
-        t.add_column(c, justify="right")
-    shapes = []
-    for r in result["rows"]:
-        key = (r["B"], r["H"], r["Hkv"], r["L"])
-        if key not in shapes:
-            shapes.append(key)
-    for key in shapes:
-        rows = {r["provider"]: r for r in result["rows"] if (r["B"], r["H"], r["Hkv"], r["L"]) == key}
-        sw = next(s for s in result["sweeps"] if (s["B"], s["H"], s["Hkv"], s["L"]) == key)
-        cells = [str(key[0]), f"{key[1]}/{key[2]}", f"{key[3] // 1024}K", f"{rows['attnlab']['cache_gib']:.2f}"]
-        for p in provs:
-            r = rows.get(p)
-            cells.append("-" if r is None or "ms" not in r else f"{r['tb_per_s']:.2f}"
-                         + ("*" if r.get("gqa") == "expand" else ""))
-        sdpa = [r["tb_per_s"] for p, r in rows.items() if p.startswith("sdpa") and "ms" in r]
-        mine = rows["attnlab"]["tb_per_s"]
-        cells.append(f"{mine / max(sdpa):.2f}x" if sdpa else "-")
-        cells.append(f"{100 * mine / ceiling:.0f}%" if ceiling else "-")
-        cells += [str(sw["wave_pick"]), str(sw["best"]), f"{sw['wave_pick_ms'] / sw['best_ms']:.2f}"]
-        t.add_row(*cells)
-    console.print(t)
+    return provs
+
+
+def summary_rows(result, key="tb_per_s"):
+    """One dict per shape: TB/s per provider (do_bench ``tb_per_s`` or CUDA-graph ``graph_tb_per_s``),
+    attnlab over the best SDPA backend, attnlab over the copy ceiling."""
+    ceiling = result.get("copy", {}).get("tb_per_s")
+    out = []
+    for shape in _shapes(result):
+        rows = {r["provider"]: r for r in result["rows"] if (r["B"], r["H"], r["Hkv"], r["L"]) == shape}
+        d = dict(zip(("B", "H", "Hkv", "L"), shape), gib=rows["attnlab"]["cache_gib"])
+        for p, r in rows.items():
+            d[p] = r.get(key)
+            if r.get("gqa") == "expand":
+                d[p + ":expand"] = True
+        sdpa = [r[key] for p, r in rows.items() if p.startswith("sdpa") and key in r]
+        # the shipped default: in-kernel merge ("fused" in runs that predate it being the default)
+        mine = rows.get("fused", rows["attnlab"])[key] if "kernel_config" not in result else rows["attnlab"][key]
+        d["vs_sdpa"] = mine / max(sdpa) if sdpa else None
+        d["vs_ceiling"] = mine / ceiling if ceiling else None
+        out.append(d)
+    return out
+
+
+def table(result, console=None):
+    """The rich tables printed last: TB/s per provider (do_bench and CUDA graph), then the splits."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console(width=200)
+    ceiling = result.get("copy", {}).get("tb_per_s")
+    provs = _providers(result)
+    for key, title in (("tb_per_s", "do_bench median"), ("graph_tb_per_s", "CUDA graph, GPU time only")):
+        t = Table(title=f"decode KV read TB/s, {title} (copy ceiling {ceiling or float('nan'):.2f} TB/s)")
+        for c in ["B", "H/Hkv", "L", "GiB", *provs, "vs SDPA", "% ceil"]:
+            t.add_column(c, justify="right")
+        for d in summary_rows(result, key):
+            cells = [str(d["B"]), f"{d['H']}/{d['Hkv']}", f"{d['L'] // 1024}K", f"{d['gib']:.2f}"]
+            cells += ["-" if d.get(p) is None else f"{d[p]:.2f}" + ("*" if d.get(p + ":expand") else "") for p in provs]
+            cells += ["-" if d["vs_sdpa"] is None else f"{d['vs_sdpa']:.2f}x",
+                      "-" if d["vs_ceiling"] is None else f"{100 * d['vs_ceiling']:.0f}%"]
+            t.add_row(*cells)
+        console.print(t)
+    if result.get("sweeps"):
+        cal, rows = split_table(result)
+        t = Table(title=f"splits (GPU time): wave model vs calibrated vs measured best; {cal}")
+        for c in ["B", "H/Hkv", "L", "S wave", "S cal", "S best", "best µs", "wave/best", "cal/best"]:
+            t.add_column(c, justify="right")
+        for r in rows:
+            t.add_row(str(r["B"]), f"{r['H']}/{r['Hkv']}", f"{r['L'] // 1024}K", str(r["wave"]), str(r["cal"]),
+                      str(r["best"]), f"{r['best_ms'] * 1e3:.1f}", f"{r['wave_ratio']:.3f}",
+                      "-" if r["cal_ratio"] is None else f"{r['cal_ratio']:.3f}")
+        console.print(t)
 
 
 def markdown(result) -> str:
     """The RESULTS.md section, rendered from the JSON of one run."""
     env = result["environment"]
     ceiling = result.get("copy", {}).get("tb_per_s", float("nan"))
-    lines = [f"Date {env['date']}, {env.get('gpu')} ({env.get('sms')} SMs), torch {env['torch']}, "
-             f"triton {env['triton']}, CUDA {env.get('cuda')}. bf16, D = 128, one query token, full caches. "
-             f"KV read bandwidth = 2·B·Hkv·L·D·2 bytes / median time (`triton.testing.do_bench`). "
-             f"Copy ceiling (4 GiB device-to-device copy, read + write) measured in the same run: "
-             f"**{ceiling:.2f} TB/s**. `*`: SDPA ran on K/V expanded to H heads (it refused `enable_gqa`).", ""]
-    provs = []
-    for r in result["rows"]:
-        if r["provider"] not in provs:
-            provs.append(r["provider"])
-    lines.append("| B | H/Hkv | L | cache GiB | " + " | ".join(provs) + " | vs best SDPA | % of copy | S wave | S best | time(S wave)/time(S best) |")
-    lines.append("|" + "---|" * (len(provs) + 9))
-    shapes = []
-    for r in result["rows"]:
-        key = (r["B"], r["H"], r["Hkv"], r["L"])
-        if key not in shapes:
-            shapes.append(key)
-    for key in shapes:
-        rows = {r["provider"]: r for r in result["rows"] if (r["B"], r["H"], r["Hkv"], r["L"]) == key}
-        sw = next(s for s in result["sweeps"] if (s["B"], s["H"], s["Hkv"], s["L"]) == key)
-        cells = [str(key[0]), f"{key[1]}/{key[2]}", f"{key[3] // 1024}K", f"{rows['attnlab']['cache_gib']:.3f}"]
-        for p in provs:
-            r = rows.get(p)
-            cells.append("–" if r is None or "ms" not in r else f"{r['tb_per_s']:.2f}" + ("*" if r.get("gqa") == "expand" else ""))
-        sdpa = [r["tb_per_s"] for p, r in rows.items() if p.startswith("sdpa") and "ms" in r]
-        mine = rows["attnlab"]["tb_per_s"]
-        cells += [f"{mine / max(sdpa):.2f}×" if sdpa else "–", f"{100 * mine / ceiling:.0f}%", str(sw["wave_pick"]),
-                  str(sw["best"]), f"{sw['wave_pick_ms'] / sw['best_ms']:.3f}"]
-        lines.append("| " + " | ".join(cells) + " |")
+    provs = _providers(result)
+    lines = [f"Date {env['date']}, {env.get('gpu')} ({env.get('sms')} SMs), torch {env['torch']}, triton {env['triton']}, "
+             f"CUDA {env.get('cuda')}. bf16, D = 128, one query token, full caches, kernel config "
+             f"{ {k: v for k, v in result.get('kernel_config', {}).items()} }. "
+             f"KV read bandwidth = 2·B·Hkv·L·D·2 bytes / time. Copy ceiling (4 GiB device-to-device copy, "
+             f"read + write) in the same run: **{ceiling:.2f} TB/s**. `*`: SDPA ran on K/V expanded to H heads "
+             f"(it refused `enable_gqa`); otherwise GQA used `enable_gqa=True`.", ""]
+    labels = RUN1_LABELS if "kernel_config" not in result else {}
+    for key, title in (("tb_per_s", "`triton.testing.do_bench` median (L2 flushed; CPU launch overhead "
+                                    "included where a call's CPU time exceeds its GPU time)"),
+                       ("graph_tb_per_s", "CUDA-graph replay, GPU time only (inputs rotated over copies "
+                                          "≥ 3× L2)")):
+        if not any(key in r for r in result["rows"]):
+            continue
+        lines += [f"**{title}**, TB/s:", ""]
+        lines.append("| B | H/Hkv | L | cache GiB | " + " | ".join(labels.get(p, p) for p in provs)
+                     + " | attnlab / best SDPA | attnlab / copy |")
+        lines.append("|" + "---|" * (len(provs) + 6))
+        for d in summary_rows(result, key):
+            cells = [str(d["B"]), f"{d['H']}/{d['Hkv']}", f"{d['L'] // 1024}K", f"{d['gib']:.3f}"]
+            cells += ["–" if d.get(p) is None else f"{d[p]:.2f}" + ("*" if d.get(p + ":expand") else "") for p in provs]
+            cells += ["–" if d["vs_sdpa"] is None else f"{d['vs_sdpa']:.2f}×",
+                      "–" if d["vs_ceiling"] is None else f"{100 * d['vs_ceiling']:.0f}%"]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    if result.get("sweeps"):
+        cal, rows = split_table(result)
+        timing = "CUDA-graph time" if "kernel_config" in result else "do_bench median, merge kernel"
+        lines += [f"**Split count** ({timing}; sweep S = 1…64): the wave model's pick "
+                  f"(`attnlab.cost.best_num_splits`), the calibrated model's pick "
+                  f"(`calibrated_num_splits`, calibration derived from this run: bw {cal.bw / 1e12:.2f} TB/s, one program "
+                  f"{cal.program_bw / 1e9:.1f} GB/s, {cal.programs_per_sm} program(s)/SM, fixed "
+                  f"{cal.fixed * 1e6:.1f} µs) and the measured best:", "",
+                  "| B | H/Hkv | L | S wave | S calibrated | S best | best µs | t(S wave)/t(best) | t(S cal)/t(best) |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            lines.append(f"| {r['B']} | {r['H']}/{r['Hkv']} | {r['L'] // 1024}K | {r['wave']} | {r['cal']} | {r['best']} | "
+                         f"{r['best_ms'] * 1e3:.1f} | {r['wave_ratio']:.3f} | "
+                         + ("–" if r["cal_ratio"] is None else f"{r['cal_ratio']:.3f}") + " |")
     return "\n".join(lines)
 
 
@@ -287,11 +459,14 @@ def main(argv=None) -> int:
     args.head_dim = 128
     if args.quick:
         args.batch, args.heads, args.seq, args.pages, args.head_dim = [2], [(4, 4), (4, 1)], [128], [16], 64
+        args.probe_seq = 256
         args.config_shapes, args.splits = {(1, 1, 128)}, (1, 2)
     else:
         args.batch, args.heads, args.seq = [1, 16], [(32, 32), (32, 8)], [4096, 32768, 131072]
-        args.pages = [64, 16, 256]
-        args.config_shapes, args.splits = {(1, 8, 32768), (16, 32, 131072)}, SPLITS
+        args.pages, args.probe_seq = [64, 16, 256], 262144
+        from attnlab.gpu.decode import SPLIT_CANDIDATES
+
+        args.config_shapes, args.splits = {(1, 8, 32768), (16, 8, 131072)}, SPLIT_CANDIDATES
     result = run(args)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1, default=str))

@@ -29,8 +29,13 @@ def _inputs(B, H, Hkv, Nq, D, L, dtype, device=DEV):
 
 
 def _check_against_reference(q, k, v, lens, out, lse, *, causal=True, scale=None):
-    """Each sequence b: out/lse vs attention_ref on its first lens[b] keys (float64 oracle)."""
+    """Each sequence b: out/lse vs attention_ref on its first lens[b] keys (float64 oracle).
+
+    flash-attention's criterion over the whole batch: max error <= 2·(max error of the same-dtype
+    PyTorch reference) + eps, eps = the error of merely rounding the exact answer to the dtype.
+    """
     assert not torch.isnan(out).any(), "NaN in out"
+    err = err_ref = eps = lse_err = 0.0
     for b, n in enumerate(lens):
         if n == 0:  # an empty cache: nothing to see
             assert torch.isinf(lse[b]).all() and (out[b] == 0).all()
@@ -38,16 +43,18 @@ def _check_against_reference(q, k, v, lens, out, lse, *, causal=True, scale=None
         qb, kb, vb = q[b:b + 1], k[b:b + 1, :, :n], v[b:b + 1, :, :n]
         o64, l64 = attention_ref(qb.double(), kb.double(), vb.double(), causal=causal, scale=scale)
         o_same, _ = attention_ref(qb, kb, vb, causal=causal, scale=scale)  # the same-dtype reference
-        err = (out[b:b + 1].double() - o64).abs().max().item()
-        err_ref = (o_same.double() - o64).abs().max().item()
+        err = max(err, (out[b:b + 1].double() - o64).abs().max().item())
+        err_ref = max(err_ref, (o_same.double() - o64).abs().max().item())
+        eps = max(eps, (o64.to(q.dtype).double() - o64).abs().max().item())
         seen = torch.isfinite(l64)  # rows with at least one visible key
-        lse_err = (lse[b:b + 1][seen].double() - l64[seen]).abs().max().item() if seen.any() else 0.0
-        print(f"b={b} n={n}: err {err:.2e} (same-dtype ref {err_ref:.2e}), lse err {lse_err:.2e}")
-        assert err <= 2 * err_ref + 1e-5, (b, n, err, err_ref)
-        assert lse_err <= 1e-4 * max(1.0, l64[seen].abs().max().item() if seen.any() else 1.0)
+        if seen.any():
+            lse_err = max(lse_err, ((lse[b:b + 1][seen].double() - l64[seen]).abs() / l64[seen].abs().clamp(min=1)).max().item())
         # rows that see no key: out = 0, lse = -inf
         assert torch.equal(torch.isinf(lse[b:b + 1]), ~seen)
         assert (out[b:b + 1][~seen] == 0).all()
+    print(f"lens {lens}: err {err:.2e}, same-dtype reference {err_ref:.2e}, rounding {eps:.2e}, lse rel err {lse_err:.2e}")
+    assert err <= 2 * err_ref + eps, (err, err_ref, eps)
+    assert lse_err <= 1e-5
 
 
 # -- the interpreter grid (CI) --------------------------------------------------------------------------
@@ -219,3 +226,58 @@ def test_fused_merge_matches_merge_kernel(paged):
     fin = torch.isfinite(lse_m)
     assert torch.equal(fin, torch.isfinite(lse_f)) and (lse_f[fin] - lse_m[fin]).abs().max() < 1e-5
     assert (decode._counters(q.device, B * Hkv)[: B * Hkv] == 0).all()
+
+
+# -- the split-count models ----------------------------------------------------------------------------
+
+
+def _bench_module():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "decode.py"
+    spec = importlib.util.spec_from_file_location("attnlab_bench_decode", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod, path.parent / "data" / "decode-h200-run1.json"
+
+
+def test_h200_calibration_comes_from_the_recorded_run():
+    """The constants in CALIBRATIONS["H200"] are what calibration_from() derives from the run's JSON."""
+    import json
+
+    bench, data = _bench_module()
+    got = bench.calibration_from(json.loads(data.read_text()))
+    want = decode.CALIBRATIONS["H200"]
+    for f in ("bw", "program_bw", "k"):
+        assert getattr(got, f) == pytest.approx(getattr(want, f), rel=1e-3), f
+    assert (got.programs_per_sm, got.config) == (want.programs_per_sm, want.config)
+
+
+def test_calibrated_model_against_the_recorded_sweeps():
+    """On the recorded H200 sweeps, the calibrated pick is within 10% of the measured best for every
+    shape whose calls are GPU-bound (best > 150 µs); the lecture's wave model misses one of them."""
+    import json
+
+    bench, data = _bench_module()
+    cal, rows = bench.split_table(json.loads(data.read_text()))
+    long_calls = [r for r in rows if r["best_ms"] > 0.150]
+    assert len(long_calls) >= 8
+    for r in long_calls:
+        print(r)
+        assert r["cal_ratio"] is not None and r["cal_ratio"] <= 1.10, r
+    assert max(r["wave_ratio"] for r in long_calls) > 1.10
+
+
+def test_calibrated_model_shape():
+    cal = decode.CALIBRATIONS["H200"]
+    t = {S: decode.calibrated_split_time(batch=1, heads_kv=8, seq=131072, head_dim=128, splits=S, sms=132, cal=cal)
+         for S in (1, 2, 16, 24, 32)}
+    # one program per K/V head streams at program_bw: 8 programs are 8·34 GB/s, far from bw
+    assert t[1] == pytest.approx(2 * 131072 * 128 * 2 / cal.program_bw, rel=1e-3)
+    assert t[1] > t[2] > t[16] > t[24]  # more programs, closer to bw
+    assert t[24] == pytest.approx(t[32], rel=0.05)  # saturated
+    s = decode.calibrated_num_splits(batch=16, heads_kv=8, seq=131072, head_dim=128, sms=132, cal=cal, min_split_len=64)
+    assert s == 2  # 128 programs (1 per SM) do not saturate HBM; 256 do
+    assert decode.calibrated_num_splits(batch=1, heads_kv=8, seq=256, head_dim=128, sms=132, cal=cal,
+                                        min_split_len=64) <= 4  # every split keeps >= 64 keys

@@ -30,7 +30,8 @@ from __future__ import annotations
 import functools
 import os
 import warnings
-from dataclasses import replace
+import math
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -216,9 +217,9 @@ def kernel_config(D: int) -> dict:
     """Tile and launch parameters of the split kernel for head dim D (tuned on an H200, see NOTES)."""
     block_d = triton.next_power_of_2(D)
     if _INTERPRET:
-        return dict(BLOCK_N=16, BLOCK_D=block_d, num_warps=4, num_stages=1, EVICT="", FUSED_MERGE=False)
+        return dict(BLOCK_N=16, BLOCK_D=block_d, num_warps=4, num_stages=1, EVICT="", FUSED_MERGE=True)
     return dict(BLOCK_N=64 if block_d <= 128 else 32, BLOCK_D=block_d, num_warps=4, num_stages=3, EVICT="",
-                FUSED_MERGE=False)
+                FUSED_MERGE=True)
 
 
 # -- choosing the number of splits -------------------------------------------------------------------------
@@ -256,13 +257,105 @@ def _wave_splits(batch: int, heads_kv: int, seq: int, head_dim: int, gpu) -> int
 
 @functools.lru_cache(maxsize=4096)
 def _model_splits(batch: int, heads_kv: int, seq: int, head_dim: int, device_index: int) -> int:
+    props = torch.cuda.get_device_properties(device_index)
+    cfg = kernel_config(head_dim)
+    cal = calibration_for(props.name, cfg)
+    if cal is not None:
+        return calibrated_num_splits(batch=batch, heads_kv=heads_kv, seq=seq, head_dim=head_dim,
+                                     sms=props.multi_processor_count, cal=cal, min_split_len=cfg["BLOCK_N"])
     return _wave_splits(batch, heads_kv, seq, head_dim, gpu_for_device(device_index))
 
 
-def choose_num_splits(*, batch: int, heads_kv: int, seq: int, head_dim: int, device=None) -> int:
-    """The split count for a decode call: the lecture's wave model for this GPU.
+# Split counts the calibrated chooser considers (and the benchmark sweeps).
+SPLIT_CANDIDATES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64)
 
-    One program reads one K/V head (the GQA group shares it), so the model's "heads" are the
+
+@dataclass(frozen=True)
+class DecodeCalibration:
+    """What the wave model leaves out, measured once on one GPU for one kernel configuration.
+
+    bw: bytes/s the split kernel streams K/V at once enough programs run (not the datasheet's).
+    program_bw: bytes/s ONE program streams at when it has the memory system to itself — set by the
+        bytes it keeps in flight (num_stages × BLOCK_N × D × 2 tensors) over the memory latency,
+        not by a 1/SMs share of the bandwidth as the wave model assumes.
+    programs_per_sm: programs resident on an SM at once (the config's shared memory).
+    k: how sharply P programs' demand P·program_bw meets bw: the aggregate rate is
+        (1/(P·program_bw)^k + 1/bw^k)^(-1/k) (k → ∞ is a hard min).
+    fixed: seconds of a call that do not depend on the split count.
+    config: the kernel_config values it was measured with (BLOCK_N, num_warps, num_stages).
+    """
+
+    bw: float
+    program_bw: float
+    programs_per_sm: int
+    k: float
+    fixed: float = 0.0
+    config: tuple = ()
+    source: str = ""
+
+
+# Measured on an H200 (132 SMs) with BLOCK_N=64, 4 warps, 3 stages; derived by
+# benchmarks/decode.py's calibration_from() from benchmarks/data/decode-h200-run1.json
+# (tests/test_gpu_decode.py re-derives these numbers from that file).
+CALIBRATIONS = {
+    "H200": DecodeCalibration(bw=4.4735e12, program_bw=34.372e9, programs_per_sm=2, k=4.255, fixed=0.0,
+                              config=(64, 4, 3), source="H200, 2026-11-29, benchmarks/data/decode-h200-run1.json"),
+}
+
+
+def _rate(P: int, cal: DecodeCalibration) -> float:
+    """Aggregate bytes/s of P programs streaming at once."""
+    x = P * cal.program_bw / cal.bw  # demand over supply
+    return cal.bw * (x ** -cal.k + 1.0) ** (-1.0 / cal.k)
+
+
+def calibrated_split_time(*, batch: int, heads_kv: int, seq: int, head_dim: int, splits: int, sms: int,
+                          cal: DecodeCalibration, itemsize: int = 2) -> float:
+    """Seconds of one decode call with ``splits`` splits (§8.4's waves, calibrated).
+
+    P = B·Hkv·S programs of 2·ceil(seq/S)·D·itemsize bytes each run in waves of
+    sms·programs_per_sm; a wave of n programs streams at ``_rate(n)`` — the wave model instead
+    gives every program bw/SMs, so for it one full wave of 1 program per SM is always enough."""
+    P = batch * heads_kv * splits
+    per = 2 * math.ceil(seq / splits) * head_dim * itemsize
+    slots = sms * cal.programs_per_sm
+    full, rest = divmod(P, slots)
+    t = full * slots * per / _rate(slots, cal)
+    if rest:
+        t += rest * per / _rate(rest, cal)
+    return cal.fixed + t
+
+
+def calibrated_num_splits(*, batch: int, heads_kv: int, seq: int, head_dim: int, sms: int,
+                          cal: DecodeCalibration, max_splits: int = 64, min_split_len: int = 1,
+                          tolerance: float = 0.03) -> int:
+    """The fewest of ``SPLIT_CANDIDATES`` within ``tolerance`` of the calibrated model's fastest
+    (every split keeps at least ``min_split_len`` keys)."""
+    top = max(1, min(max_splits, seq // min_split_len))
+    cands = [S for S in SPLIT_CANDIDATES if S <= top] or [1]
+    times = {S: calibrated_split_time(batch=batch, heads_kv=heads_kv, seq=seq, head_dim=head_dim, splits=S,
+                                      sms=sms, cal=cal) for S in cands}
+    limit = min(times.values()) * (1 + tolerance)
+    return next(S for S in cands if times[S] <= limit)
+
+
+def calibration_for(name: str, config: dict) -> DecodeCalibration | None:
+    """The calibration measured on a GPU whose name contains a key of CALIBRATIONS with this
+    kernel configuration, if any."""
+    key = (config["BLOCK_N"], config["num_warps"], config["num_stages"])
+    for gpu, cal in CALIBRATIONS.items():
+        if gpu in name.upper() and cal.config == key:
+            return cal
+    return None
+
+
+def choose_num_splits(*, batch: int, heads_kv: int, seq: int, head_dim: int, device=None) -> int:
+    """The split count for a decode call.
+
+    On a GPU with a measured ``DecodeCalibration`` for the kernel configuration in use (the H200):
+    ``calibrated_num_splits``. Elsewhere the lecture's wave model, ``attnlab.cost.best_num_splits``,
+    on the ``GPU`` preset matching the device with its SM count (``gpu_for_device``).
+    One program reads one K/V head (the GQA group shares it), so the models' "heads" are the
     ``heads_kv`` K/V heads; ``seq`` is the cache's capacity (the lengths are not read on the host).
     """
     index = torch.device(device).index if device is not None else None
