@@ -405,9 +405,10 @@ def markdown(result) -> str:
     env = result["environment"]
     ceiling = result.get("copy", {}).get("tb_per_s", float("nan"))
     provs = _providers(result)
+    cfg = result.get("kernel_config") or RUN1_CONFIG
     lines = [f"Date {env['date']}, {env.get('gpu')} ({env.get('sms')} SMs), torch {env['torch']}, triton {env['triton']}, "
              f"CUDA {env.get('cuda')}. bf16, D = 128, one query token, full caches, kernel config "
-             f"{ {k: v for k, v in result.get('kernel_config', {}).items()} }. "
+             f"BLOCK_N {cfg['BLOCK_N']}, {cfg['num_warps']} warps, {cfg['num_stages']} stages. "
              f"KV read bandwidth = 2·B·Hkv·L·D·2 bytes / time. Copy ceiling (4 GiB device-to-device copy, "
              f"read + write) in the same run: **{ceiling:.2f} TB/s**. `*`: SDPA ran on K/V expanded to H heads "
              f"(it refused `enable_gqa`); otherwise GQA used `enable_gqa=True`.", ""]
