@@ -19,6 +19,7 @@ Sub-commands (one script for one GPU call, see ``device_prefill.sh``):
     python benchmarks/prefill.py sweep   # candidate block sizes / load paths / dQ strategies
     python benchmarks/prefill.py bench --json prefill.json --md prefill.md
     python benchmarks/prefill.py report prefill.json   # the markdown table again
+    python benchmarks/prefill.py aot     # build every kernel for sm_90 (no GPU needed): registers, spills
 
 ``--quick`` shrinks everything to tiny shapes (on the CPU through Triton's interpreter: a smoke
 test of the script, no timing worth reading).
@@ -45,7 +46,7 @@ PROVIDERS = ("attnlab", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "flex")
 TOKENS, WIDTH = 16384, 2048  # B·N and H·D
 
 
-def grid(quick: bool, Ds=(64, 128), Ns=(1024, 4096, 16384), causals=(False, True), passes=("fwd", "fwd_bwd")):
+def grid(quick: bool, Ds=(64, 128), Ns=(16384, 4096, 1024), causals=(False, True), passes=("fwd", "fwd_bwd")):
     """Benchmark configurations as dicts: D, causal, N, pass, B, H."""
     if quick:
         Ds, Ns = (32,), (64,)
@@ -149,6 +150,8 @@ def provider_flex(device):
             return None
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+        if sum(_FLEX.get("compile_s", [])) > _FLEX.get("budget", float("inf")):
+            raise RuntimeError("FlexAttention compile budget spent (--flex-budget)")
         if "fn" not in _FLEX:
             import torch._dynamo
 
@@ -188,20 +191,30 @@ def providers(device, names):
 
 def _warm_job(job):
     """Compile one (config, shape class) in a worker process by running it on a small input whose
-    integer arguments fall in the same specialisation classes (multiples of 16) as the real ones."""
-    D, causal, H, fwd_cfg, bwd_cfg, quick = job
+    integer arguments fall in the same specialisation classes (multiples of 16) as the real ones.
+    ``bwd_cfg`` False: forward only; configs None: the library's table."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    cfg = dict(D=D, causal=causal, N=64 if quick else 512, pass_="fwd_bwd" if bwd_cfg is not False else "fwd",
+    if job[0] == "flex":  # fill inductor's caches for one FlexAttention configuration
+        try:
+            provider_flex(device)(dict(zip(("D", "causal", "N", "pass_", "B", "H"), job[1:])))
+        except Exception as e:
+            return f"{job}: {type(e).__name__}: {str(e)[:200]}"
+        return None
+    D, causal, H, fwd_cfg, bwd_cfg, quick = job
+    cfg = dict(D=D, causal=causal, N=64 if quick else 512, pass_="fwd" if bwd_cfg is False else "fwd_bwd",
                B=1, H=H)
-    q, k, v, do = make_inputs(cfg, device)
-    if fwd_cfg is None and bwd_cfg in (None, False):
-        f = provider_attnlab(device)(cfg)
-    else:
-        f = _timed(_launcher_fn(causal, D ** -0.5, fwd_cfg, bwd_cfg or None), q, k, v, do, cfg["pass_"])
-    f()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return job[:3]
+    try:
+        q, k, v, do = make_inputs(cfg, device)
+        if fwd_cfg is None and bwd_cfg in (None, False):
+            f = provider_attnlab(device)(cfg)
+        else:
+            f = _timed(_launcher_fn(causal, D ** -0.5, fwd_cfg, bwd_cfg or None), q, k, v, do, cfg["pass_"])
+        f()
+        if device == "cuda":
+            torch.cuda.synchronize()
+    except Exception as e:  # reported by the caller; the timing run meets the same error and records it
+        return f"{job[:5]}: {type(e).__name__}: {str(e)[:200]}"
+    return None
 
 
 def precompile(jobs, workers: int) -> float:
@@ -210,12 +223,36 @@ def precompile(jobs, workers: int) -> float:
     if workers > 1 and len(jobs) > 1:
         import multiprocessing as mp
 
+        os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "2")  # the workers are the parallelism
         with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as ex:
-            list(ex.map(_warm_job, jobs))
+            errors = list(ex.map(_warm_job, jobs))
     else:
-        for j in jobs:
-            _warm_job(j)
+        errors = [_warm_job(j) for j in jobs]
+    for e in errors:
+        if e:
+            print("precompile failed:", e, flush=True)
     return time.perf_counter() - t
+
+
+def load_configs(path) -> None:
+    """Put the configurations a sweep chose into the library's table (for bench and check)."""
+    from attnlab.gpu._common import BwdConfig, FwdConfig, set_config
+
+    if not path:
+        return
+    for key, entry in json.loads(Path(path).read_text()).items():
+        D, causal = key.split(",")
+        set_config(int(D), causal == "True", fwd=FwdConfig(**entry["fwd"]), bwd=BwdConfig(**entry["bwd"]))
+        print(f"configs for D={D} causal={causal}: {entry}", flush=True)
+
+
+def table_jobs(cfgs, quick):
+    """Warm-up jobs for the library's current table on the given benchmark configurations."""
+    from attnlab.gpu._common import default_bwd_config, default_fwd_config
+
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return [(c["D"], c["causal"], c["H"], default_fwd_config(c["D"], c["causal"], dev),
+             default_bwd_config(c["D"], c["causal"], dev) if c["pass_"] == "fwd_bwd" else False, quick) for c in cfgs]
 
 
 # -- check: every benchmarked shape against float64 on a few heads ---------------------------------
@@ -230,7 +267,8 @@ def check(args) -> list[dict]:
     device = args.device
     rows = []
     cfgs = list(grid(args.quick, passes=("fwd_bwd",)))
-    jobs = [(c["D"], c["causal"], c["H"], None, None, args.quick) for c in cfgs]
+    load_configs(args.configs)
+    jobs = table_jobs(cfgs, args.quick)
     print(f"check: compiled attnlab's kernels in {precompile(jobs, args.workers):.1f} s", flush=True)
     for cfg in cfgs:
         q, k, v, do = make_inputs(cfg, device, seed=1)
@@ -272,12 +310,13 @@ def sweep_candidates(quick: bool):
     if quick:
         return [FwdConfig(16, 16, 1, 1), FwdConfig(16, 16, 1, 1, tma=True)], [
             BwdConfig(16, 16, 1, 1, 16, 16, 1, 1), BwdConfig(16, 16, 1, 1, 16, 16, 1, 1, dq_atomic=True)]
-    fwd = [FwdConfig(128, 64, 4, 3), FwdConfig(128, 64, 8, 3), FwdConfig(128, 128, 4, 3), FwdConfig(128, 128, 8, 3),
-           FwdConfig(128, 128, 8, 2)]
+    # pruned with the sm_90 register reports (no candidate spills more than a few registers)
+    fwd = [FwdConfig(128, 64, 4, 3), FwdConfig(128, 64, 8, 3), FwdConfig(128, 128, 8, 2)]
     fwd += [FwdConfig(c.block_m, c.block_n, c.num_warps, c.num_stages, tma=True) for c in fwd]
-    bwd = [BwdConfig(64, 128, 8, 2, 128, 64, 8, 2), BwdConfig(32, 128, 8, 2, 128, 32, 8, 2),
-           BwdConfig(64, 64, 4, 2, 64, 64, 4, 2), BwdConfig(64, 128, 8, 3, 128, 64, 8, 3),
-           BwdConfig(64, 128, 8, 2, 128, 64, 8, 2, dq_atomic=True)]
+    fwd += [FwdConfig(128, 64, 8, 4, tma=True), FwdConfig(128, 128, 4, 3, tma=True), FwdConfig(128, 128, 8, 3, tma=True)]
+    bwd = [BwdConfig(32, 128, 8, 3, 128, 64, 8, 2), BwdConfig(32, 128, 8, 3, 128, 64, 8, 3),
+           BwdConfig(16, 128, 8, 2, 128, 32, 8, 2), BwdConfig(64, 128, 8, 3, 128, 64, 8, 3),
+           BwdConfig(64, 128, 8, 2, 128, 64, 8, 2), BwdConfig(32, 128, 8, 3, 128, 64, 8, 2, dq_atomic=True)]
     return fwd, bwd
 
 
@@ -323,7 +362,27 @@ def sweep(args) -> list[dict]:
                       flush=True)
         del q, k, v, do, out, lse
     print(sweep_summary(rows))
+    if args.best:
+        best = best_configs(rows, fwd_cands, bwd_cands)
+        Path(args.best).write_text(json.dumps(best, indent=2))
+        print("best:", json.dumps(best))
     return rows
+
+
+def best_configs(rows, fwd_cands, bwd_cands) -> dict:
+    """Per (D, causal): the forward and backward candidates with the highest TFLOP/s summed over N."""
+    from dataclasses import asdict
+
+    by_name = {short(c): c for c in [*fwd_cands, *bwd_cands]}
+    score: dict[tuple, dict] = {}
+    for r in rows:
+        if "tflops" in r:
+            d = score.setdefault((r["D"], r["causal"], r["kind"]), {})
+            d[r["config"]] = d.get(r["config"], 0.0) + r["tflops"]
+    out = {}
+    for (D, causal, kind), d in score.items():
+        out.setdefault(f"{D},{causal}", {})[kind] = asdict(by_name[max(d, key=d.get)])
+    return out
 
 
 def short(cfg) -> str:
@@ -349,6 +408,110 @@ def sweep_summary(rows) -> str:
     return "\n".join(lines)
 
 
+# -- aot: the compiler's report for sm_90, with no GPU --------------------------------------------
+
+
+def _compile_sm90(fn, ptr_types: dict, constexprs: dict, num_warps: int, num_stages: int):
+    """Compile one kernel for Hopper (sm_90) on this machine: Triton's own ptxas, no driver needed.
+    Integer arguments are plain i32 with strides marked divisible by 16, as launches specialise them."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    sig, attrs = {}, {}
+    for i, n in enumerate(fn.arg_names):
+        if n in constexprs:
+            sig[n] = "constexpr"
+        elif n in ptr_types:
+            sig[n] = ptr_types[n]
+            if ptr_types[n].startswith("*"):
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        elif n in ("qk_scale", "sm_scale"):
+            sig[n] = "fp32"
+        else:
+            sig[n] = "i32"
+            if n.startswith("stride"):
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    src = ASTSource(fn, sig, constexprs, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps,
+                                                                             num_stages=num_stages))
+
+
+def _resources(kernel) -> dict:
+    """Registers, spill stack, shared memory and the instruction mix, read from the cubin's SASS."""
+    import re
+    import subprocess
+    import tempfile
+
+    import triton
+
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        res = subprocess.run([str(tool), "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+        sass = subprocess.run([str(tool), "--dump-sass", f.name], capture_output=True, text=True).stdout
+    out = {"smem_kb": round(kernel.metadata.shared / 1024, 1)}
+    for key, pat in (("regs", r"REG:(\d+)"), ("stack", r"STACK:(\d+)")):
+        m = re.search(pat, res)
+        out[key] = int(m.group(1)) if m else None
+    for op in ("HGMMA", "HMMA", "UTMALDG", "LDGSTS", "LDL", "STL", "MUFU.EX2", "RED"):
+        out[op] = len(re.findall(rf"\b{re.escape(op)}\b", sass))
+    return out
+
+
+def aot(args) -> list[dict]:
+    """Build every kernel the library table and the sweep would launch, for sm_90, and report what the
+    compiler made of it: a spill (stack > 0, LDL/STL) or HMMA instead of HGMMA shows up here for free."""
+    import triton
+
+    from attnlab.gpu import _common
+    from attnlab.gpu.flash_bwd import _attn_bwd_dkdv, _attn_bwd_dq
+    from attnlab.gpu.flash_fwd import _attn_fwd
+
+    dev = torch.device("cuda")
+    fwd_cands, bwd_cands = sweep_candidates(False)
+    work = []  # (label, D, causal, FwdConfig | None, BwdConfig | None)
+    for D in (32, 64, 96, 128, 256):
+        for causal in (False, True):
+            f = _common.default_fwd_config(D, causal, dev)
+            b = _common.default_bwd_config(D, causal, dev) if D in _common.BWD_HEAD_DIMS else None
+            work.append(("table", D, causal, f, b))
+    for D in (64, 128):
+        work += [("sweep", D, True, c, None) for c in fwd_cands] + [("sweep", D, True, None, c) for c in bwd_cands]
+    rows = []
+    for label, D, causal, f, b in work:
+        BD = 1 << (D - 1).bit_length()
+        kernels = []
+        if f is not None:
+            ptr = {n: "*bf16" for n in ("Q", "K", "V", "O")} | {"LSE": "*fp32"}
+            if f.tma:
+                ptr |= {n: f"tensordesc<bf16[1,1,{f.block_m if n in 'QO' else f.block_n},{BD}]>" for n in "QKVO"}
+            kernels.append((f"fwd {short(f)}", _attn_fwd, ptr, dict(HEAD_D=D, BLOCK_D=BD, BLOCK_M=f.block_m,
+                            BLOCK_N=f.block_n, CAUSAL=causal, USE_TMA=f.tma), f.num_warps, f.num_stages))
+        if b is not None:
+            ptr = {n: "*bf16" for n in ("Q", "K", "V", "DO", "DK", "DV", "DQ")} | {"LSE2": "*fp32", "DELTA": "*fp32"}
+            kernels.append((f"dkdv {short(b).split('/')[0]}", _attn_bwd_dkdv,
+                            ptr | ({"DQ": "*fp32"} if b.dq_atomic else {}),
+                            dict(HEAD_D=D, BLOCK_D=BD, BLOCK_M=b.block_m1, BLOCK_N=b.block_n1, CAUSAL=causal,
+                                 EVEN_M=True, DQ_ATOMIC=b.dq_atomic), b.warps1, b.stages1))
+            if not b.dq_atomic:
+                kernels.append((f"dq m{b.block_m2}n{b.block_n2}w{b.warps2}s{b.stages2}", _attn_bwd_dq, ptr,
+                                dict(HEAD_D=D, BLOCK_D=BD, BLOCK_M=b.block_m2, BLOCK_N=b.block_n2, CAUSAL=causal),
+                                b.warps2, b.stages2))
+        for name, fn, ptr, const, w, st in kernels:
+            row = dict(source=label, D=D, causal=causal, kernel=name)
+            try:
+                row |= _resources(_compile_sm90(fn, ptr, const, w, st))
+            except Exception as e:  # e.g. shared memory over the limit
+                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
+            rows.append(row)
+            print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+    print(f"triton {triton.__version__}: {sum('error' in r for r in rows)} of {len(rows)} builds failed, "
+          f"{sum(bool(r.get('stack')) for r in rows)} spill")
+    return rows
+
+
 # -- bench ----------------------------------------------------------------------------------------
 
 
@@ -356,10 +519,15 @@ def bench(args) -> list[dict]:
     device = args.device
     names = [p for p in args.providers.split(",") if p]
     cfgs = list(grid(args.quick, Ds=tuple(args.D), Ns=tuple(args.N)))
-    if "attnlab" in names:
-        jobs = [(c["D"], c["causal"], c["H"], None, None if c["pass_"] == "fwd_bwd" else False, args.quick)
-                for c in cfgs]
-        print(f"bench: compiled attnlab's kernels in {precompile(jobs, args.workers):.1f} s", flush=True)
+    _FLEX["budget"] = args.flex_budget
+    load_configs(args.configs)
+    jobs = []
+    if "flex" in names and device == "cuda":  # the longest compiles first
+        jobs += [("flex", *(c[n] for n in ("D", "causal", "N", "pass_", "B", "H"))) for c in cfgs]
+    jobs += table_jobs(cfgs, args.quick) if "attnlab" in names else []
+    if jobs:
+        print(f"bench: compiled attnlab's kernels and FlexAttention in {precompile(jobs, args.workers):.1f} s",
+              flush=True)
     x_names = ["D", "causal", "N", "pass_", "B", "H"]
     b = Benchmark(name="prefill, bfloat16, B·N = 16K tokens, H·D = 2048", x_names=x_names,
                   x_vals=[tuple(c[n] for n in x_names) for c in cfgs], providers=providers(device, names),
@@ -391,18 +559,27 @@ def markdown(rows: list[dict], names=PROVIDERS) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("command", choices=["check", "sweep", "bench", "report"])
+    p.add_argument("command", choices=["check", "sweep", "bench", "aot", "report"])
     p.add_argument("path", nargs="?", help="report: the JSON written by bench")
     p.add_argument("--json", default=None, help="write the rows (and the environment) here")
     p.add_argument("--md", default=None, help="bench: also write the markdown table here")
     p.add_argument("--providers", default=",".join(PROVIDERS))
     p.add_argument("--D", type=int, nargs="+", default=[64, 128])
-    p.add_argument("--N", type=int, nargs="+", default=[1024, 4096, 16384])
+    p.add_argument("--N", type=int, nargs="+", default=[16384, 4096, 1024])
     p.add_argument("--sweep-n", type=int, nargs="+", default=[4096, 16384])
     p.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1))
+    p.add_argument("--best", default=None, help="sweep: write the best configuration per (D, causal) here")
+    p.add_argument("--configs", default=None, help="check/bench: use the configurations a sweep wrote")
+    p.add_argument("--flex-budget", type=float, default=90.0, help="seconds of FlexAttention compiles, then skip")
     p.add_argument("--quick", action="store_true", help="tiny shapes: a smoke test of the script")
     args = p.parse_args(argv)
     args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.command == "aot":  # compiles for sm_90 here, GPU or not; never runs anything
+        rows = aot(args)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"command": "aot", "environment": environment(), "rows": rows},
+                                                  indent=2))
+        return 1 if any("error" in r for r in rows) else 0
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
         args.quick = True

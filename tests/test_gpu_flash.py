@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import gpu_only
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from attnlab.reference import attention_ref
 
@@ -123,13 +125,24 @@ def test_kernels_match_reference(B, H, Hkv, Nq, Nk, D, causal, dtype):
     _run_and_check(B, H, Hkv, Nq, Nk, D, causal, dtype, scale=0.37)
 
 
-def test_variants_match_reference():
-    """The measured alternatives: tensor-descriptor loads in the forward, dQ by atomics."""
-    blocks = dict(block_m1=16, block_n1=16, warps1=1, stages1=1, block_m2=16, block_n2=16, warps2=1, stages2=1)
-    big = (64, 64) if DEV == "cpu" else (128, 64)
-    _run_and_check(1, 4, 2, 45, 77, 96, True, torch.bfloat16,
-                   fwd_cfg=FwdConfig(*big, 4, 2, tma=True),
-                   bwd_cfg=BwdConfig(**blocks, dq_atomic=True) if DEV == "cpu" else None)
+@pytest.mark.parametrize("variant", ["tma+atomic", "half-height-diagonal"])
+def test_variants_match_reference(variant):
+    """The measured alternatives: tensor-descriptor loads in the forward and dQ by atomics; and
+    block sizes where the backward walks the causal diagonal in half-height steps (Br >= 32)."""
+    if variant == "tma+atomic":
+        fwd = FwdConfig(64, 64, 4, 2, tma=True) if DEV == "cpu" else FwdConfig(128, 64, 4, 2, tma=True)
+        bwd = BwdConfig(16, 16, 1, 1, 16, 16, 1, 1, dq_atomic=True) if DEV == "cpu" else None
+    else:
+        fwd = FwdConfig(32, 16, 1, 1) if DEV == "cpu" else FwdConfig(128, 64, 8, 3)
+        bwd = BwdConfig(32, 16, 1, 1, 32, 16, 1, 1) if DEV == "cpu" else BwdConfig(64, 128, 8, 2, 128, 64, 8, 2)
+    _run_and_check(1, 4, 2, 45, 77, 96, True, torch.bfloat16, fwd_cfg=fwd, bwd_cfg=bwd)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(B=st.integers(1, 2), Hkv=st.integers(1, 2), group=st.integers(1, 3), Nq=st.integers(1, 40),
+       Nk=st.integers(1, 40), D=st.sampled_from([32, 64, 96]), causal=st.booleans())
+def test_random_shapes(B, Hkv, group, Nq, Nk, D, causal):
+    _run_and_check(B, Hkv * group, Hkv, Nq, Nk, D, causal, torch.float16)
 
 
 def test_head_dim_256_forward():
@@ -234,7 +247,7 @@ def test_gpu_kernels_match_reference(B, H, Hkv, Nq, Nk, D, causal, dtype):
 @pytest.mark.parametrize("D", [64, 128])
 def test_gpu_dq_atomic_variant(D):
     _run_and_check(1, 4, 4, 1025, 1025, D, True, torch.bfloat16,
-                   bwd_cfg=BwdConfig(64, 128, 8, 2, 128, 64, 8, 2, dq_atomic=True))
+                   bwd_cfg=BwdConfig(32, 128, 8, 3, 128, 64, 8, 2, dq_atomic=True))
 
 
 @gpu_only

@@ -84,16 +84,17 @@ def _head_bucket(D: int) -> int:
     return 64 if D <= 64 else (128 if D <= 128 else 256)
 
 
-# Deterministic choices (no autotuning at run time). Measured on an H200: see benchmarks/NOTES-prefill.md.
-_FWD_TABLE = {
-    64: FwdConfig(block_m=128, block_n=64, num_warps=4, num_stages=3),
-    128: FwdConfig(block_m=128, block_n=64, num_warps=8, num_stages=3),
-    256: FwdConfig(block_m=64, block_n=32, num_warps=4, num_stages=2),
-}
-_BWD_TABLE = {
-    64: BwdConfig(block_m1=64, block_n1=128, warps1=8, stages1=2, block_m2=128, block_n2=64, warps2=8, stages2=2),
-    128: BwdConfig(block_m1=64, block_n1=128, warps1=8, stages1=2, block_m2=128, block_n2=64, warps2=8, stages2=2),
-}
+# Deterministic choices (no autotuning at run time), keyed by (head-dim bucket, causal).
+# Chosen from register/spill reports of sm_90 builds and H200 measurements:
+# see benchmarks/NOTES-prefill.md. ``tma`` falls back to pointer loads where descriptors can't be used.
+_FWD_64 = FwdConfig(block_m=128, block_n=64, num_warps=4, num_stages=3, tma=True)
+_FWD_128 = FwdConfig(block_m=128, block_n=64, num_warps=8, num_stages=3, tma=True)
+_FWD_256 = FwdConfig(block_m=64, block_n=32, num_warps=4, num_stages=2)
+_FWD_TABLE = {(64, False): _FWD_64, (64, True): _FWD_64, (128, False): _FWD_128, (128, True): _FWD_128,
+              (256, False): _FWD_256, (256, True): _FWD_256}
+_BWD_64 = BwdConfig(block_m1=32, block_n1=128, warps1=8, stages1=3, block_m2=128, block_n2=64, warps2=8, stages2=3)
+_BWD_128 = BwdConfig(block_m1=32, block_n1=128, warps1=8, stages1=3, block_m2=128, block_n2=64, warps2=8, stages2=2)
+_BWD_TABLE = {(64, False): _BWD_64, (64, True): _BWD_64, (128, False): _BWD_128, (128, True): _BWD_128}
 # the interpreter runs one program at a time in numpy: small blocks keep the CPU tests quick and
 # still give several blocks (and ragged ones) at small N
 _INTERP_FWD = FwdConfig(block_m=16, block_n=16, num_warps=1, num_stages=1)
@@ -116,13 +117,22 @@ def tma_ok(*tensors: torch.Tensor) -> bool:
     return True
 
 
-def default_fwd_config(D: int, device: torch.device) -> FwdConfig:
+def default_fwd_config(D: int, causal: bool, device: torch.device) -> FwdConfig:
     if device.type == "cpu":
         return _INTERP_FWD
-    return _FWD_TABLE[_head_bucket(D)]
+    return _FWD_TABLE[(_head_bucket(D), bool(causal))]
 
 
-def default_bwd_config(D: int, device: torch.device) -> BwdConfig:
+def default_bwd_config(D: int, causal: bool, device: torch.device) -> BwdConfig:
     if device.type == "cpu":
         return _INTERP_BWD
-    return _BWD_TABLE[_head_bucket(D)]
+    return _BWD_TABLE[(_head_bucket(D), bool(causal))]
+
+
+def set_config(D: int, causal: bool, *, fwd: FwdConfig | None = None, bwd: BwdConfig | None = None) -> None:
+    """Replace the table entry that head dim ``D`` uses (a tuning hook for benchmarks/prefill.py)."""
+    key = (_head_bucket(D), bool(causal))
+    if fwd is not None:
+        _FWD_TABLE[key] = fwd
+    if bwd is not None:
+        _BWD_TABLE[key] = bwd

@@ -73,20 +73,13 @@ def _dkdv_loop(dk, dv, k, v, Q_h, DO_h, LSE2_h, DELTA_h, DQ_h,
         start_m = tl.multiple_of(start_m, BLOCK_M)
         offs_m = start_m + tl.arange(0, BLOCK_M)
         # -- recompute Pᵀ (Bc, Br) from L: already normalised, no online softmax needed (§7.2)
-        qT_ptrs = Q_h + offs_m[None, :] * stride_qn + offs_d[:, None]
+        q = _load_tile(Q_h + offs_m[:, None] * stride_qn + offs_d[None, :], offs_m, Nq, offs_d,
+                       HEAD_D, BLOCK_D, ROW_MASK)
         if ROW_MASK:
             lse2 = tl.load(LSE2_h + offs_m, mask=offs_m < Nq, other=float("inf"))
-            if BLOCK_D == HEAD_D:
-                qT = tl.load(qT_ptrs, mask=offs_m[None, :] < Nq, other=0.0)
-            else:
-                qT = tl.load(qT_ptrs, mask=(offs_m[None, :] < Nq) & (offs_d[:, None] < HEAD_D), other=0.0)
         else:
             lse2 = tl.load(LSE2_h + offs_m)
-            if BLOCK_D == HEAD_D:
-                qT = tl.load(qT_ptrs)
-            else:
-                qT = tl.load(qT_ptrs, mask=offs_d[:, None] < HEAD_D, other=0.0)
-        sT = tl.dot(k, qT) * qk_scale - lse2[None, :]  # (Bc, Br), log2 units
+        sT = tl.dot(k, tl.trans(q)) * qk_scale - lse2[None, :]  # (Bc, Br), log2 units
         if CAUSAL_MASK:  # mask before exp2: a hidden score may exceed its row's L by far
             sT = tl.where(offs_n[:, None] <= offs_m[None, :] + causal_off, sT, float("-inf"))
         pT = tl.math.exp2(sT)
@@ -102,7 +95,7 @@ def _dkdv_loop(dk, dv, k, v, Q_h, DO_h, LSE2_h, DELTA_h, DQ_h,
         dpT = tl.dot(v, tl.trans(do))
         dsT = (pT * (dpT - Di[None, :])).to(do.dtype)
         # -- dK += dSᵀ Q  (the softmax scale is applied once at the end)
-        dk += tl.dot(dsT, tl.trans(qT))
+        dk += tl.dot(dsT, q)
         if DQ_ATOMIC:
             # -- dQ_i += dS K_j from every key block: float32 atomics (§7.4)
             dq = tl.dot(tl.trans(dsT), k) * sm_scale
@@ -149,6 +142,7 @@ def _attn_bwd_dkdv(Q, K, V, DO, LSE2, DELTA, DK, DV, DQ,
     else:
         m_full = 0
     m_even = (Nq // BLOCK_M) * BLOCK_M
+    MASK_BLOCK_M: tl.constexpr = BLOCK_M // 2 if BLOCK_M >= 32 else BLOCK_M
 
     for g in range(G):  # every query head that reads this K/V head
         h = hk * G + g
@@ -156,11 +150,11 @@ def _attn_bwd_dkdv(Q, K, V, DO, LSE2, DELTA, DK, DV, DQ,
         DO_h = DO + b.to(tl.int64) * stride_dob + h.to(tl.int64) * stride_doh
         DQ_h = DQ + b.to(tl.int64) * stride_dqb + h.to(tl.int64) * stride_dqh
         row0 = (b * H + h).to(tl.int64) * Nq
-        if CAUSAL:
+        if CAUSAL:  # diagonal blocks in half-height steps: the element mask costs registers
             dk, dv = _dkdv_loop(dk, dv, k, v, Q_h, DO_h, LSE2 + row0, DELTA + row0, DQ_h,
                                 stride_qn, stride_don, stride_dqn, m_lo, m_diag_end, offs_n, Nq,
                                 causal_off, qk_scale, sm_scale,
-                                HEAD_D, BLOCK_D, BLOCK_M, True, True, DQ_ATOMIC)
+                                HEAD_D, BLOCK_D, MASK_BLOCK_M, True, True, DQ_ATOMIC)
         dk, dv = _dkdv_loop(dk, dv, k, v, Q_h, DO_h, LSE2 + row0, DELTA + row0, DQ_h,
                             stride_qn, stride_don, stride_dqn, m_full, m_even, offs_n, Nq,
                             causal_off, qk_scale, sm_scale,
@@ -286,7 +280,7 @@ def flash_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     if B * H == 0 or Nq == 0 or Nk == 0:
         dq.zero_(), dk.zero_(), dv.zero_()
         return dq, dk, dv
-    cfg = config or default_bwd_config(D, q.device)
+    cfg = config or default_bwd_config(D, causal, q.device)
     BLOCK_D = next_pow2(max(D, 16))
     lse = lse.contiguous()
     delta = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32)
