@@ -112,8 +112,8 @@ def tma_ok(*tensors: torch.Tensor) -> bool:
             return False
         if t.stride(-1) != 1 or t.data_ptr() % 16:
             return False
-        if any((s * t.element_size()) % 16 for s in t.stride()[:-1]):
-            return False
+        if any((s * t.element_size()) % 16 or (s == 0 and n > 1) for s, n in zip(t.stride()[:-1], t.shape)):
+            return False  # unaligned, or a broadcast (stride-0) dimension
     return True
 
 

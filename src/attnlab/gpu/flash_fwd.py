@@ -189,7 +189,7 @@ def flash_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         out.zero_()
         lse.fill_(float("-inf"))
         return out, lse
-    cfg = config or default_fwd_config(D, q.device)
+    cfg = config or default_fwd_config(D, causal, q.device)
     BLOCK_D = next_pow2(max(D, 16))
     use_tma = cfg.tma and tma_ok(q, k, v, out)
     if use_tma:

@@ -71,8 +71,8 @@ def _fallback_reason(q, k, v, D: int, Dv: int) -> tuple[str, str] | None:
         return "device", f"tensors on {q.device}"
     if not triton_available():
         return "triton", "triton is not installed (pip install 'attnlab[gpu]')"
-    if q.is_cuda and torch.cuda.get_device_capability(q.device)[0] < 8:
-        return "gpu", f"GPU {torch.cuda.get_device_name(q.device)} is older than compute capability 8.0"
+    if q.is_cuda and torch.cuda.get_device_properties(q.device).major < 8:  # (constant under torch.compile)
+        return "gpu", f"GPU {torch.cuda.get_device_properties(q.device).name} is older than compute capability 8.0"
     if q.dtype not in KERNEL_DTYPES:
         return f"dtype-{q.dtype}", f"dtype {q.dtype} (the kernels take float16 and bfloat16)"
     if Dv != D:
