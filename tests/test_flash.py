@@ -366,11 +366,12 @@ def test_flash_attention_saves_only_inputs_out_and_lse():
 def test_cpu_block_sizes_bound_the_score_tile():
     from attnlab._checks import AttnDims
 
-    for dims in (AttnDims(1, 8, 8, 4096, 4096, 64, 64), AttnDims(4, 32, 8, 16384, 16384, 128, 128),
-                 AttnDims(1, 1, 1, 1, 5, 16, 16)):
+    assert cpu_block_sizes(AttnDims(1, 8, 8, 4096, 4096, 64, 64)) == (256, 512)  # the benchmarked pair
+    for dims in (AttnDims(1, 8, 8, 16384, 16384, 64, 64), AttnDims(4, 32, 8, 16384, 16384, 128, 128),
+                 AttnDims(1, 1, 1, 1, 5, 16, 16), AttnDims(2, 3, 1, 97, 1025, 59, 59)):
         br, bc = cpu_block_sizes(dims)
-        assert br >= 1 and bc >= 1 and br <= max(1, dims.Nq)
-        assert dims.B * dims.H * br * bc <= max(1 << 21, dims.B * dims.H * 16 * bc)
+        assert 1 <= br <= min(256, dims.Nq) and 1 <= bc <= min(512, dims.Nk)
+        assert dims.B * dims.H * br * bc <= max(1 << 20, dims.B * dims.H * 16 * bc)  # 16 rows at least
 
 
 # -- Flash-Decoding ---------------------------------------------------------------------------------

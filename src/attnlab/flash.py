@@ -34,6 +34,8 @@ __all__ = [
 ]
 
 NEG_INF = float("-inf")
+LOG2E = 1.4426950408889634  # log2(e): e^x = 2^(x·log2 e), and exp2 is the cheaper instruction
+LN2 = 0.6931471805599453
 
 
 # -- IOStats: what an algorithm reads and writes ---------------------------------------------------
@@ -150,19 +152,21 @@ def _check_causal(causal) -> bool:
     return causal
 
 
-def cpu_block_sizes(dims, *, budget: int = 1 << 21) -> tuple[int, int]:
-    """Block sizes that make the blockwise loop efficient on a CPU (the defaults 64/64 keep the lecture's
-    counts; this heuristic is what ``flash_attention_torch`` and ``block_q=None`` use).
+def cpu_block_sizes(dims, *, budget: int = 1 << 20) -> tuple[int, int]:
+    """Block sizes that make the blockwise loop efficient on a CPU; ``flash_attention_torch`` and
+    ``block_q=None`` / ``block_k=None`` use them (the defaults 64/64 keep the lecture's counts).
 
-    Each (Q block, K/V block) step costs a fixed ~0.1 ms of Python and dispatch, so blocks should be
-    large; the score tile ``S_ij`` of all ``B·H`` heads (``B·H·Br·Bc`` elements) is held to ``budget``
-    elements (8 MiB of float32) so that peak memory stays flat in N. ``Bc`` (keys) is taken first, up to
-    512; ``Br`` gets the rest of the budget, a multiple of 16, between 16 and 1024.
+    Each (Q block, K/V block) step costs ~15 tensor operations of fixed overhead, so blocks should be
+    large; but every elementwise pass over the score tile ``S_ij`` of all ``B·H`` heads
+    (``B·H·Br·Bc`` elements) should stay in cache. ``Bc = min(512, Nk)`` keys, and ``Br`` the rest of a
+    ``budget`` of 2^20 elements (4 MiB of float32), a multiple of 16 between 16 and 256. At B·H = 8 this
+    is Br = 256, Bc = 512, the fastest pair measured in benchmarks/cpu_forward.py; the tile, and so the
+    extra memory, does not grow with N.
     """
     heads = max(1, dims.B * dims.H)
-    bc = max(16, min(512, dims.Nk))
+    bc = max(1, min(512, dims.Nk))
     br = budget // (heads * bc)
-    br = max(16, min(1024, br - br % 16))
+    br = max(16, min(256, br - br % 16))
     return min(br, max(1, dims.Nq)), bc
 
 
@@ -215,6 +219,9 @@ def flash_forward(q, k, v, *, causal: bool = False, scale: float | None = None, 
         stats: an ``IOStats`` to count into: Q read once, K/V once per computed pair, O and L written once.
     Returns:
         out (B, H, Nq, Dv) in q's dtype, lse (B, H, Nq) in float32 (float64 for float64 inputs).
+
+    As in FlashAttention's kernels the scores are kept in base-2 units (q pre-multiplied by
+    scale·log2 e), so that ``exp2`` — cheaper than ``exp`` — does the exponentials: 2^(x·log2 e) = e^x.
     """
     dims = check_qkv(q, k, v)
     scale = resolve_scale(scale, dims.D)
@@ -224,14 +231,14 @@ def flash_forward(q, k, v, *, causal: bool = False, scale: float | None = None, 
     B, H, Hkv, Nq, Nk, D, Dv, G = dims.B, dims.H, dims.Hkv, dims.Nq, dims.Nk, dims.D, dims.Dv, dims.group
     acc_dt = _acc_dtype(q.dtype)
     off = causal_offset(Nq, Nk)
-    q5 = q.reshape(B, Hkv, G, Nq, D)
+    q5 = q.reshape(B, Hkv, G, Nq, D)  # a view: the G query heads of each K/V head side by side
     out = torch.empty(B, Hkv, G, Nq, Dv, dtype=q.dtype, device=q.device)
     lse = torch.empty(B, Hkv, G, Nq, dtype=acc_dt, device=q.device)
     n_kv_blocks = -(-Nk // Bc)
     for i0 in range(0, Nq, Br):  # each Q block is independent: one thread block on a GPU
         i1 = min(i0 + Br, Nq)
         R = G * (i1 - i0)
-        qi = _q_block(q5, i0, i1, acc_dt) * scale  # (B, Hkv, G·Br, D), read once
+        qi = _q_block(q5, i0, i1, acc_dt) * (scale * LOG2E)  # (B, Hkv, G·Br, D), read once
         m = torch.full((B, Hkv, R), NEG_INF, dtype=acc_dt, device=q.device)  # stays on chip
         l = torch.zeros(B, Hkv, R, dtype=acc_dt, device=q.device)
         acc = torch.zeros(B, Hkv, R, Dv, dtype=acc_dt, device=q.device)
@@ -243,26 +250,26 @@ def flash_forward(q, k, v, *, causal: bool = False, scale: float | None = None, 
                 break
             kj = k[:, :, j0:j1].to(acc_dt)  # (B, Hkv, Bc, D)
             vj = v[:, :, j0:j1].to(acc_dt)  # (B, Hkv, Bc, Dv)
-            s = torch.matmul(qi, kj.transpose(-1, -2))  # S_ij (B, Hkv, G·Br, Bc), only on chip
+            s = torch.matmul(qi, kj.transpose(-1, -2))  # S_ij·log2(e) (B, Hkv, G·Br, Bc), only on chip
             if kind == "mask":
                 _mask_block(s, i0, i1, j0, j1, off, G)
                 n_masked += 1
             # -- update m and l
             m_new = torch.maximum(m, s.amax(dim=-1))
             base = m_new.masked_fill(m_new == NEG_INF, 0.0)  # rows that have seen no key yet
-            alpha = torch.exp(m - base)  # the rescale factor e^(m - m_new)
-            p = s.sub_(base.unsqueeze(-1)).exp_()  # P̃ = exp(S_ij - m_new), unnormalised
-            l = l * alpha + p.sum(dim=-1)
-            # -- update the accumulator
+            alpha = torch.exp2(m - base)  # the rescale factor e^(m - m_new) (in base 2)
+            p = s.sub_(base.unsqueeze(-1)).exp2_()  # P̃ = exp(S_ij - m_new), unnormalised, in place of S
+            l.mul_(alpha).add_(p.sum(dim=-1))
+            # -- update the accumulator: acc = acc·alpha + P̃ V_j
             acc.mul_(alpha.unsqueeze(-1)).add_(torch.matmul(p, vj))
             m = m_new
             n_done += 1
             if stats is not None:
                 stats.read("K", B * Hkv * (j1 - j0) * D)
                 stats.read("V", B * Hkv * (j1 - j0) * Dv)
-        # -- epilogue: O_i = acc / l, L_i = m + log l, written once
+        # -- epilogue: O_i = acc / l, L_i = m + log l (back from base 2 to natural log), written once
         out[:, :, :, i0:i1] = (acc / torch.where(l == 0, 1.0, l).unsqueeze(-1)).view(B, Hkv, G, i1 - i0, Dv)
-        lse[:, :, :, i0:i1] = (m + torch.log(l)).view(B, Hkv, G, i1 - i0)
+        lse[:, :, :, i0:i1] = ((m + torch.log2(l)) * LN2).view(B, Hkv, G, i1 - i0)
         if stats is not None:
             stats.read("Q", B * Hkv * R * D)
             stats.write("O", B * Hkv * R * Dv)
@@ -408,7 +415,7 @@ def flash_backward(q, k, v, out, lse, dout, *, causal: bool = False, scale: floa
     Dvec = (do5.to(acc_dt) * out.reshape(B, Hkv, G, Nq, Dv).to(acc_dt)).sum(dim=-1)
     if dlse is not None:
         Dvec = Dvec - dlse.reshape(B, Hkv, G, Nq).to(acc_dt)
-    L5 = lse.reshape(B, Hkv, G, Nq).to(acc_dt)
+    L5 = lse.reshape(B, Hkv, G, Nq).to(acc_dt) * LOG2E  # in log2 units, for exp2
     L5 = L5.masked_fill(L5 == NEG_INF, float("inf"))  # rows that saw no key: P = exp(S - inf) = 0
     if stats is not None:
         stats.read("O", B * H * Nq * Dv)
@@ -435,12 +442,12 @@ def flash_backward(q, k, v, out, lse, dout, *, causal: bool = False, scale: floa
             doi = _q_block(do5, i0, i1, acc_dt)  # (B, Hkv, G·Br, Dv)
             Li = L5[:, :, :, i0:i1].reshape(B, Hkv, R, 1)
             Di = Dvec[:, :, :, i0:i1].reshape(B, Hkv, R, 1)
-            # -- recompute P from L
-            s = torch.matmul(qi, kj.transpose(-1, -2)).mul_(scale)  # (B, Hkv, G·Br, Bc)
+            # -- recompute P from L: P = exp(S - L) = 2^(S·log2 e - L·log2 e)
+            s = torch.matmul(qi, kj.transpose(-1, -2)).mul_(scale * LOG2E)  # (B, Hkv, G·Br, Bc)
             if kind == "mask":
                 _mask_block(s, i0, i1, j0, j1, off, G)
                 n_masked += 1
-            p = s.sub_(Li).exp_()
+            p = s.sub_(Li).exp2_()
             # -- dV_j += Pᵀ dO_i;  dP = dO_i V_jᵀ;  dS = P ∘ (dP - D_i)
             dv_j += torch.matmul(p.transpose(-1, -2), doi)
             ds = p.mul_(torch.matmul(doi, vj.transpose(-1, -2)).sub_(Di))
