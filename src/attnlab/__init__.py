@@ -35,6 +35,7 @@ _EXPORTS = {
     "flash_attention": "attnlab.flash",
     "flash_decode": "attnlab.flash",
     "IOStats": "attnlab.flash",
+    "KVCache": "attnlab.kvcache",
     # cost models (§3, §5.4–5.5, §6–§8)
     "estimate": "attnlab.cost",
     "get_gpu": "attnlab.cost",
@@ -47,7 +48,7 @@ _EXPORTS = {
     # benchmark helpers
     "Benchmark": "attnlab.bench",
 }
-_SUBMODULES = {"softmax", "reference", "flash", "cost", "sim", "kernels", "model", "gpu", "demos", "bench", "cli"}
+_SUBMODULES = {"softmax", "reference", "flash", "cost", "sim", "kernels", "model", "gpu", "demos", "bench", "cli", "kvcache"}
 
 __all__ = sorted(_EXPORTS) + sorted(_SUBMODULES) + ["__version__"]
 
