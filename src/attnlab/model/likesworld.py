@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 # Bump when the generator or the vocabulary changes: cached checkpoints then become stale.
-DATA_VERSION = 1
+DATA_VERSION = 2
 TEST_MODULUS = 10  # one world in ten is a test world
 
 SPECIALS = ("<pad>", "<bos>", "<eos>", "likes", ".", "q", "?", "a")
@@ -114,14 +114,16 @@ class Batch:
 
 
 def _world_hash(names: np.ndarray, items: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """A fixed 64-bit hash of each world (its ordered facts); names/items (B, F) with -1 past n."""
+    """A fixed 64-bit hash of each world (its n ordered facts); names/items (B, F), F >= n, with
+    anything past n ignored (so the padding width does not matter)."""
     mask = np.uint64(0xFFFFFFFFFFFFFFFF)
     h = n.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
     with np.errstate(over="ignore"):
         for f in range(names.shape[1]):
-            v = np.where(f < n, names[:, f] * 16 + items[:, f] + 1, 0).astype(np.uint64)
-            h = (h ^ v) * np.uint64(0x100000001B3) & mask
-            h ^= h >> np.uint64(29)
+            v = (names[:, f] * 16 + items[:, f] + 1).astype(np.uint64)
+            g = (h ^ v) * np.uint64(0x100000001B3) & mask
+            g ^= g >> np.uint64(29)
+            h = np.where(f < n, g, h)
         h = (h ^ (h >> np.uint64(31))) * np.uint64(0xBF58476D1CE4E5B9) & mask
         h ^= h >> np.uint64(32)
     return h

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -169,8 +170,9 @@ def accuracy(model: Transformer, batch: Batch, *, head_mask=None) -> float:
 
 
 def _threads() -> int:
-    """Threads for training: the cores this process may use, less the ones other processes keep
-    busy (a 2-core machine shared with another job trains faster on one thread than on two)."""
+    """Threads for this tiny model: the cores this process may use, less the ones other processes
+    keep busy. Oversubscribed cores are ruinous for its small matmuls: on a 2-core machine with
+    one other busy process, a training step took 10× longer on two threads than on one."""
     try:
         n = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
@@ -180,6 +182,17 @@ def _threads() -> int:
     except OSError:  # pragma: no cover
         busy = 0.0
     return max(1, min(n, round(n - busy)))
+
+
+@contextmanager
+def cpu_threads(n: int | None = None):
+    """Run the block with ``n`` torch threads (default: ``_threads()``), then restore the setting."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(n or _threads())
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
 
 
 def train(model_config: ModelConfig | None = None, train_config: TrainConfig | None = None, *,
@@ -194,8 +207,11 @@ def train(model_config: ModelConfig | None = None, train_config: TrainConfig | N
     world = tc.world()
     if world.max_len > mc.max_seq_len:
         raise ValueError(f"LikesWorld sequences of {world.max_len} tokens exceed max_seq_len={mc.max_seq_len}")
-    old_threads = torch.get_num_threads()
-    torch.set_num_threads(_threads())
+    with cpu_threads():
+        return _train(mc, tc, world, progress, console, description)
+
+
+def _train(mc, tc, world, progress, console, description) -> TrainResult:
     bar = None
     if progress:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -227,7 +243,6 @@ def train(model_config: ModelConfig | None = None, train_config: TrainConfig | N
     finally:
         if bar is not None:
             bar.stop()
-        torch.set_num_threads(old_threads)
 
 
 def _run(mc, tc, world, val, seed, check_step, bar, description):

@@ -54,12 +54,19 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 def _flash_attention(q, k, v, *, causal: bool, block: int):
-    """The blockwise autograd.Function of attnlab.flash (§7.7), imported on first use."""
-    try:
-        from ..flash import flash_attention
-    except ImportError as e:  # pragma: no cover - only while attnlab.flash is missing
-        raise ValueError("attention='flash' needs attnlab.flash, which this installation lacks") from e
-    return flash_attention(q, k, v, causal=causal, block_q=block, block_k=block)
+    """The blockwise autograd.Function of attnlab.flash (§7.7): forward saves q, k, v, O, L only.
+
+    ``block`` (Br = Bc) is passed when ``flash_attention`` takes block sizes; LikesWorld sequences
+    (N <= 34) then span several blocks, so the causal skip and the diagonal mask are exercised.
+    """
+    import inspect
+
+    from ..flash import flash_attention
+
+    kw = {}
+    if "block_q" in inspect.signature(flash_attention).parameters:
+        kw = {"block_q": block, "block_k": block}
+    return flash_attention(q, k, v, causal=causal, **kw)
 
 
 def _sdpa(q, k, v, *, causal: bool):
