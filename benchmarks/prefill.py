@@ -32,7 +32,6 @@ import json
 import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import torch
@@ -217,15 +216,23 @@ def _warm_job(job):
     return None
 
 
-def precompile(jobs, workers: int) -> float:
+def precompile(jobs, workers: int, timeout: float = 240.0) -> float:
+    """Run the warm-up jobs in spawned worker processes (``workers`` at a time); past ``timeout``
+    seconds the workers are terminated and whatever is left compiles on first use."""
     t = time.perf_counter()
     jobs = list(dict.fromkeys(jobs))
     if workers > 1 and len(jobs) > 1:
         import multiprocessing as mp
 
         os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "2")  # the workers are the parallelism
-        with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as ex:
-            errors = list(ex.map(_warm_job, jobs))
+        pool = mp.get_context("spawn").Pool(min(workers, len(jobs)))
+        try:
+            errors = pool.map_async(_warm_job, jobs, chunksize=1).get(timeout=timeout)
+        except mp.TimeoutError:
+            errors = [f"timed out after {timeout:.0f} s; the rest compiles on first use"]
+        finally:
+            pool.terminate()
+            pool.join()
     else:
         errors = [_warm_job(j) for j in jobs]
     for e in errors:
@@ -321,8 +328,6 @@ def sweep_candidates(quick: bool):
 
 
 def sweep(args) -> list[dict]:
-    from attnlab.bench import time_fn
-
     device = args.device
     fwd_cands, bwd_cands = sweep_candidates(args.quick)
     Ns = (64,) if args.quick else tuple(args.sweep_n)
@@ -334,38 +339,44 @@ def sweep(args) -> list[dict]:
     print(f"sweep: compiled {len(set(jobs))} variants in {precompile(jobs, args.workers):.1f} s", flush=True)
     rows = []
     for c in shapes:
-        q, k, v, do = make_inputs(dict(c, pass_="fwd_bwd"), device)
-        scale = c["D"] ** -0.5
-        from attnlab.gpu.flash_bwd import flash_bwd
-        from attnlab.gpu.flash_fwd import flash_fwd
-
-        with torch.no_grad():
-            out, lse = flash_fwd(q, k, v, causal=c["causal"], scale=scale, config=fwd_cands[0])
-        for kind, cands in (("fwd", fwd_cands), ("bwd", bwd_cands)):
-            for cand in cands:
-                if kind == "fwd":
-                    fn = lambda cand=cand: flash_fwd(q, k, v, causal=c["causal"], scale=scale, config=cand)  # noqa: E731
-                    fl = flops(dict(c, pass_="fwd"))
-                else:
-                    fn = lambda cand=cand: flash_bwd(do, q, k, v, out, lse, causal=c["causal"], scale=scale,  # noqa: E731
-                                                     config=cand)
-                    fl = flops(dict(c, pass_="bwd"))
-                try:
-                    ms = time_fn(fn, device=device)
-                    row = dict(D=c["D"], causal=c["causal"], N=c["N"], kind=kind, config=short(cand), ms=ms,
-                               tflops=fl / (ms * 1e-3) / 1e12)
-                except Exception as e:  # a configuration that does not fit (shared memory, registers)
-                    row = dict(D=c["D"], causal=c["causal"], N=c["N"], kind=kind, config=short(cand),
-                               error=f"{type(e).__name__}: {str(e)[:120]}")
-                rows.append(row)
-                print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()),
-                      flush=True)
-        del q, k, v, do, out, lse
+        rows += _sweep_shape(c, fwd_cands, bwd_cands, device)
     print(sweep_summary(rows))
     if args.best:
         best = best_configs(rows, fwd_cands, bwd_cands)
         Path(args.best).write_text(json.dumps(best, indent=2))
         print("best:", json.dumps(best))
+    return rows
+
+
+def _sweep_shape(c, fwd_cands, bwd_cands, device) -> list[dict]:
+    """Time every candidate on one benchmark shape: forward kernels, then backward kernels."""
+    from attnlab.bench import time_fn
+    from attnlab.gpu.flash_bwd import flash_bwd
+    from attnlab.gpu.flash_fwd import flash_fwd
+
+    q, k, v, do = make_inputs(dict(c, pass_="fwd_bwd"), device)
+    causal, scale = c["causal"], c["D"] ** -0.5
+    with torch.no_grad():
+        out, lse = flash_fwd(q, k, v, causal=causal, scale=scale, config=fwd_cands[0])
+    rows = []
+    for kind, cands in (("fwd", fwd_cands), ("bwd", bwd_cands)):
+        fl = flops(dict(c, pass_=kind))
+        for cand in cands:
+            if kind == "fwd":
+                def fn(cand=cand):
+                    return flash_fwd(q, k, v, causal=causal, scale=scale, config=cand)
+            else:
+                def fn(cand=cand):
+                    return flash_bwd(do, q, k, v, out, lse, causal=causal, scale=scale, config=cand)
+            row = dict(D=c["D"], causal=causal, N=c["N"], kind=kind, config=short(cand))
+            try:
+                ms = time_fn(fn, device=device)
+                row |= dict(ms=ms, tflops=fl / (ms * 1e-3) / 1e12)
+            except Exception as e:  # a configuration that does not fit (shared memory, registers)
+                row["error"] = f"{type(e).__name__}: {str(e)[:120]}"
+            rows.append(row)
+            print(" ".join(f"{n}={x:.3f}" if isinstance(x, float) else f"{n}={x}" for n, x in row.items()),
+                  flush=True)
     return rows
 
 
@@ -455,8 +466,9 @@ def _resources(kernel) -> dict:
     for key, pat in (("regs", r"REG:(\d+)"), ("stack", r"STACK:(\d+)")):
         m = re.search(pat, res)
         out[key] = int(m.group(1)) if m else None
-    for op in ("HGMMA", "HMMA", "UTMALDG", "LDGSTS", "LDL", "STL", "MUFU.EX2", "RED"):
+    for op in ("HGMMA", "HMMA", "UTMALDG", "LDGSTS", "LDL", "STL", "MUFU.EX2"):
         out[op] = len(re.findall(rf"\b{re.escape(op)}\b", sass))
+    out["atomics"] = len(re.findall(r"\b(?:RED|REDG|ATOM|ATOMG)\.", sass))
     return out
 
 
@@ -509,7 +521,21 @@ def aot(args) -> list[dict]:
             print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
     print(f"triton {triton.__version__}: {sum('error' in r for r in rows)} of {len(rows)} builds failed, "
           f"{sum(bool(r.get('stack')) for r in rows)} spill")
+    print(aot_markdown(rows))
     return rows
+
+
+def aot_markdown(rows) -> str:
+    head = "| source | D | causal | kernel | regs | spill stack B | LDL/STL | smem KB | HGMMA | HMMA | TMA loads |"
+    lines = [head, "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['source']} | {r['D']} | {r['causal']} | {r['kernel']} | {r['error']} |")
+            continue
+        lines.append(f"| {r['source']} | {r['D']} | {'yes' if r['causal'] else 'no'} | {r['kernel']} | {r['regs']} | "
+                     f"{r['stack']} | {r['LDL']}/{r['STL']} | {r['smem_kb']} | {r['HGMMA']} | {r['HMMA']} | "
+                     f"{r['UTMALDG']} |")
+    return "\n".join(lines)
 
 
 # -- bench ----------------------------------------------------------------------------------------
@@ -526,7 +552,7 @@ def bench(args) -> list[dict]:
         jobs += [("flex", *(c[n] for n in ("D", "causal", "N", "pass_", "B", "H"))) for c in cfgs]
     jobs += table_jobs(cfgs, args.quick) if "attnlab" in names else []
     if jobs:
-        print(f"bench: compiled attnlab's kernels and FlexAttention in {precompile(jobs, args.workers):.1f} s",
+        print(f"bench: precompiled {len(jobs)} jobs in {precompile(jobs, args.workers):.1f} s",
               flush=True)
     x_names = ["D", "causal", "N", "pass_", "B", "H"]
     b = Benchmark(name="prefill, bfloat16, B·N = 16K tokens, H·D = 2048", x_names=x_names,

@@ -12,9 +12,9 @@ from __future__ import annotations
 def is_available() -> bool:
     """True when the Triton kernels can run here: triton is installed and a CUDA GPU of compute
     capability 8.0 or newer is visible."""
-    from ._common import triton_available
-
     import torch
+
+    from ._common import triton_available
 
     if not (triton_available() and torch.cuda.is_available()):
         return False

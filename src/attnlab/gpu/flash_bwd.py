@@ -26,7 +26,6 @@ import triton.language as tl
 from ._common import LOG2E, BwdConfig, default_bwd_config, next_pow2
 from .flash_fwd import _load_tile
 
-
 # -- preprocess: D and L in log2 units ---------------------------------------------------------
 
 
