@@ -181,8 +181,8 @@ def test_operator_under_torch_compile_fullgraph():
     compiled = torch.compile(f, backend=backend, fullgraph=True)
     g_eager = torch.autograd.grad(f(q, k, v), (q, k, v))
     g_comp = torch.autograd.grad(compiled(q, k, v), (q, k, v))
-    for a, b in zip(g_eager, g_comp):
-        assert torch.equal(a, b)
+    for a, b in zip(g_eager, g_comp):  # same kernels; only the loss's own backward may round differently
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)
 
 
 def test_fallback_warns_once_and_is_exact(monkeypatch):
