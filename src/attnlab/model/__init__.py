@@ -18,13 +18,13 @@ from .config import ModelConfig
 from .generate import Generation, compare, generate
 from .kvcache import KVCache
 from .likesworld import Batch, LikesWorld, baseline_accuracy, decode, encode
-from .probes import HeadRoles, ablation, attention_maps, head_roles, head_scores
-from .train import TrainConfig, TrainResult, accuracy, train
+from .probes import HeadRoles, ablation, attention_maps, head_roles, head_scores, plot_attention
+from .train import TrainConfig, TrainResult, accuracy, train, train_steps
 from .transformer import Transformer
 
 __all__ = [
     "Batch", "CacheWarning", "Generation", "HeadRoles", "KVCache", "LikesWorld", "ModelConfig",
     "TrainConfig", "TrainResult", "TrainedModel", "Transformer", "ablation", "accuracy",
     "attention_maps", "baseline_accuracy", "cache_dir", "checkpoint_path", "compare", "decode",
-    "encode", "generate", "get_model", "head_roles", "head_scores", "train",
+    "encode", "generate", "get_model", "head_roles", "head_scores", "plot_attention", "train", "train_steps",
 ]
