@@ -84,6 +84,37 @@ def test_forward_matches_reference(fwd, causal, shape):
         _assert_lse(l, want_l, 1e-10)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_forward_in_program_chunks(threads):
+    # one thread and large blocks: one (batch, K/V head) per step; more threads: all at once
+    from attnlab._checks import AttnDims
+    from attnlab.flash import _programs_per_step
+
+    q, k, v = _qkv(2, 4, 2, 300, 333, 16)
+    want_o, want_l = attention_ref(q, k, v, causal=True)
+    n = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        per_step = _programs_per_step(AttnDims(2, 4, 2, 300, 333, 16, 16), 256, 512, q.device)
+        o, l = flash_forward(q, k, v, causal=True, block_q=256, block_k=512)
+    finally:
+        torch.set_num_threads(n)
+    assert per_step == (1 if threads == 1 else 4)
+    torch.testing.assert_close(o, want_o, rtol=0, atol=1e-10)
+    _assert_lse(l, want_l, 1e-10)
+
+
+@pytest.mark.parametrize("B,Hkv,per_step", [(1, 1, 1), (3, 4, 1), (3, 4, 3), (3, 4, 4), (3, 4, 9), (2, 3, 100)])
+def test_program_chunks_cover_every_program_once(B, Hkv, per_step):
+    from attnlab.flash import _program_chunks
+
+    seen = torch.zeros(B, Hkv, dtype=torch.int64)
+    for bs, hs in _program_chunks(B, Hkv, per_step):
+        assert seen[bs, hs].numel() <= per_step
+        seen[bs, hs] += 1
+    assert (seen == 1).all()
+
+
 def test_fully_masked_rows_give_zero_and_minus_inf():
     q, k, v = _qkv(1, 2, 1, 9, 4, 8)  # Nq > Nk: queries 0..4 see no key
     for fwd in FORWARDS:

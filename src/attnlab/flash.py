@@ -206,6 +206,32 @@ def _q_block(q5: torch.Tensor, i0: int, i1: int, dtype: torch.dtype) -> torch.Te
 # -- §5.1 FlashAttention-2 forward: Q blocks outside ------------------------------------------------
 
 
+def _programs_per_step(dims, Br: int, Bc: int, device: torch.device) -> int:
+    """How many (batch, K/V head) programs one step of the CPU loop processes together.
+
+    With one CPU thread: as many as keep the score tile ``S_ij`` within 2^17 elements (512 KiB of float32,
+    an L2 cache), so every elementwise pass over it stays in cache — one head at a time at Br = 256,
+    Bc = 512 (measured 1.2-1.3x faster than all heads at once, benchmarks/cpu_forward.py). With several
+    threads, and on other devices: all of them, so each operation has enough work to split across threads.
+    """
+    programs = dims.B * dims.Hkv
+    if device.type != "cpu" or torch.get_num_threads() > 1:
+        return max(1, programs)
+    return max(1, min(programs, (1 << 17) // (dims.group * Br * Bc)))
+
+
+def _program_chunks(B: int, Hkv: int, per_step: int):
+    """(batch slice, head slice) pairs that cover B × Hkv, ``per_step`` programs at a time (views only)."""
+    if per_step >= Hkv:
+        nb = per_step // Hkv
+        for b0 in range(0, B, nb):
+            yield slice(b0, min(b0 + nb, B)), slice(0, Hkv)
+    else:
+        for b0 in range(B):
+            for h0 in range(0, Hkv, per_step):
+                yield slice(b0, b0 + 1), slice(h0, min(h0 + per_step, Hkv))
+
+
 def flash_forward(q, k, v, *, causal: bool = False, scale: float | None = None, block_q: int | None = 64,
                   block_k: int | None = 64, stats: IOStats | None = None):
     """FlashAttention forward in the FlashAttention-2 loop order (§5.1).
@@ -220,8 +246,10 @@ def flash_forward(q, k, v, *, causal: bool = False, scale: float | None = None, 
     Returns:
         out (B, H, Nq, Dv) in q's dtype, lse (B, H, Nq) in float32 (float64 for float64 inputs).
 
-    As in FlashAttention's kernels the scores are kept in base-2 units (q pre-multiplied by
-    scale·log2 e), so that ``exp2`` — cheaper than ``exp`` — does the exponentials: 2^(x·log2 e) = e^x.
+    Every (batch, K/V head, Q block) is an independent program (a thread block on a GPU); the loop
+    runs several (batch, K/V head) programs side by side (``_programs_per_step``). As in FlashAttention's
+    kernels the scores are kept in base-2 units (q pre-multiplied by scale·log2 e), so that ``exp2`` —
+    cheaper than ``exp`` — does the exponentials: 2^(x·log2 e) = e^x.
     """
     dims = check_qkv(q, k, v)
     scale = resolve_scale(scale, dims.D)
@@ -230,53 +258,63 @@ def flash_forward(q, k, v, *, causal: bool = False, scale: float | None = None, 
     _check_stats(stats)
     B, H, Hkv, Nq, Nk, D, Dv, G = dims.B, dims.H, dims.Hkv, dims.Nq, dims.Nk, dims.D, dims.Dv, dims.group
     acc_dt = _acc_dtype(q.dtype)
-    off = causal_offset(Nq, Nk)
     q5 = q.reshape(B, Hkv, G, Nq, D)  # a view: the G query heads of each K/V head side by side
     out = torch.empty(B, Hkv, G, Nq, Dv, dtype=q.dtype, device=q.device)
     lse = torch.empty(B, Hkv, G, Nq, dtype=acc_dt, device=q.device)
+    for bs, hs in _program_chunks(B, Hkv, _programs_per_step(dims, Br, Bc, q.device)):
+        _fa2_programs(q5[bs, hs], k[bs, hs], v[bs, hs], out[bs, hs], lse[bs, hs], causal=causal,
+                      scale=scale, Br=Br, Bc=Bc, Nk=Nk, stats=stats)
+    return out.view(B, H, Nq, Dv), lse.view(B, H, Nq)
+
+
+def _fa2_programs(q5, k, v, out, lse, *, causal, scale, Br, Bc, Nk, stats):
+    """The FA2 loop for the programs of one step: q5 (b, h, G, Nq, D), k (b, h, Nk, D), v (b, h, Nk, Dv);
+    writes out (b, h, G, Nq, Dv) and lse (b, h, G, Nq)."""
+    b, h, G, Nq, D = q5.shape
+    Dv = v.shape[-1]
+    acc_dt = lse.dtype
+    off = causal_offset(Nq, Nk)
+    floor = torch.finfo(acc_dt).min  # m starts here rather than at -inf: (-inf) - (-inf) never happens
     n_kv_blocks = -(-Nk // Bc)
     for i0 in range(0, Nq, Br):  # each Q block is independent: one thread block on a GPU
         i1 = min(i0 + Br, Nq)
         R = G * (i1 - i0)
-        qi = _q_block(q5, i0, i1, acc_dt) * (scale * LOG2E)  # (B, Hkv, G·Br, D), read once
-        m = torch.full((B, Hkv, R), NEG_INF, dtype=acc_dt, device=q.device)  # stays on chip
-        l = torch.zeros(B, Hkv, R, dtype=acc_dt, device=q.device)
-        acc = torch.zeros(B, Hkv, R, Dv, dtype=acc_dt, device=q.device)
+        qi = _q_block(q5, i0, i1, acc_dt) * (scale * LOG2E)  # (b, h, G·Br, D), read once
+        m = torch.full((b, h, R, 1), floor, dtype=acc_dt, device=q5.device)  # stays on chip
+        l = torch.zeros(b, h, R, 1, dtype=acc_dt, device=q5.device)
+        acc = torch.zeros(b, h, R, Dv, dtype=acc_dt, device=q5.device)
         n_done = n_masked = 0
         for j0 in range(0, Nk, Bc):
             j1 = min(j0 + Bc, Nk)
             kind = _pair_kind(causal, i0, i1, j0, j1, off)
             if kind == "skip":  # every later block is above the diagonal too: leave the loop
                 break
-            kj = k[:, :, j0:j1].to(acc_dt)  # (B, Hkv, Bc, D)
-            vj = v[:, :, j0:j1].to(acc_dt)  # (B, Hkv, Bc, Dv)
-            s = torch.matmul(qi, kj.transpose(-1, -2))  # S_ij·log2(e) (B, Hkv, G·Br, Bc), only on chip
+            kj = k[:, :, j0:j1].to(acc_dt)  # (b, h, Bc, D)
+            vj = v[:, :, j0:j1].to(acc_dt)  # (b, h, Bc, Dv)
+            s = torch.matmul(qi, kj.transpose(-1, -2))  # S_ij·log2(e) (b, h, G·Br, Bc), only on chip
             if kind == "mask":
                 _mask_block(s, i0, i1, j0, j1, off, G)
                 n_masked += 1
             # -- update m and l
-            m_new = torch.maximum(m, s.amax(dim=-1))
-            base = m_new.masked_fill(m_new == NEG_INF, 0.0)  # rows that have seen no key yet
-            alpha = torch.exp2(m - base)  # the rescale factor e^(m - m_new) (in base 2)
-            p = s.sub_(base.unsqueeze(-1)).exp2_()  # P̃ = exp(S_ij - m_new), unnormalised, in place of S
-            l.mul_(alpha).add_(p.sum(dim=-1))
+            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+            alpha = torch.exp2(m - m_new)  # the rescale factor e^(m - m_new) (in base 2)
+            p = s.sub_(m_new).exp2_()  # P̃ = exp(S_ij - m_new), unnormalised, in place of S
+            l.mul_(alpha).add_(p.sum(dim=-1, keepdim=True))
             # -- update the accumulator: acc = acc·alpha + P̃ V_j
-            acc.mul_(alpha.unsqueeze(-1)).add_(torch.matmul(p, vj))
+            acc.mul_(alpha).add_(torch.matmul(p, vj))
             m = m_new
             n_done += 1
             if stats is not None:
-                stats.read("K", B * Hkv * (j1 - j0) * D)
-                stats.read("V", B * Hkv * (j1 - j0) * Dv)
+                stats.read("K", b * h * (j1 - j0) * D)
+                stats.read("V", b * h * (j1 - j0) * Dv)
         # -- epilogue: O_i = acc / l, L_i = m + log l (back from base 2 to natural log), written once
-        out[:, :, :, i0:i1] = (acc / torch.where(l == 0, 1.0, l).unsqueeze(-1)).view(B, Hkv, G, i1 - i0, Dv)
-        lse[:, :, :, i0:i1] = ((m + torch.log2(l)) * LN2).view(B, Hkv, G, i1 - i0)
+        out[:, :, :, i0:i1] = (acc / torch.where(l == 0, 1.0, l)).view(b, h, G, i1 - i0, Dv)
+        lse[:, :, :, i0:i1] = torch.where(l == 0, NEG_INF, (m + torch.log2(l)) * LN2).view(b, h, G, i1 - i0)
         if stats is not None:
-            stats.read("Q", B * Hkv * R * D)
-            stats.write("O", B * Hkv * R * Dv)
-            stats.write("L", B * Hkv * R)
-            stats.pairs(computed=B * Hkv * n_done, skipped=B * Hkv * (n_kv_blocks - n_done),
-                        masked=B * Hkv * n_masked)
-    return out.view(B, H, Nq, Dv), lse.view(B, H, Nq)
+            stats.read("Q", b * h * R * D)
+            stats.write("O", b * h * R * Dv)
+            stats.write("L", b * h * R)
+            stats.pairs(computed=b * h * n_done, skipped=b * h * (n_kv_blocks - n_done), masked=b * h * n_masked)
 
 
 # -- §6.3 FlashAttention-1 forward: K/V blocks outside ----------------------------------------------
