@@ -50,7 +50,7 @@ def _free_cores():
 # -- the session's trained model --------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def trained_cache() -> tuple[str, float]:
     """Train the default model from scratch into a fresh temporary cache; (folder, seconds)."""
     folder = tempfile.mkdtemp(prefix="attnlab-test-cache-")
@@ -311,3 +311,15 @@ def test_get_model_rejects_bad_arguments(tmp_cache):
         get_model("likesworld", progress=False)
     with pytest.raises(ValueError, match="steps"):
         TrainConfig(steps=0)
+
+
+def test_first_use_says_what_it_does_and_shows_progress(tmp_cache):
+    from rich.console import Console
+
+    buf = __import__("io").StringIO()
+    tm = get_model(**TINY, console=Console(file=buf, width=200))
+    text = buf.getvalue()
+    print(text)
+    assert "training the 2-layer, 4-head model" in text and "training LikesWorld" in text
+    assert f"{TINY['train_config'].steps}/{TINY['train_config'].steps}" in text  # the progress bar
+    assert f"saved {tm.path}" in text

@@ -82,9 +82,10 @@ def atomics(console) -> dict:
 
 
 def cost_tables(console) -> dict:
+    from rich.table import Table
+
     from attnlab.cost import estimate_backward, p_vs_l_table, recompute_table, render_table
     from attnlab.cost.tables import fmt_bytes, fmt_flops, fmt_time
-    from rich.table import Table
 
     pl = p_vs_l_table()
     console.print(render_table(pl, title="4a · one layer, 32 heads, FP16: keep P (standard) or L (flash)? (§7.1–7.2)"))

@@ -55,7 +55,7 @@ class TrainedModel:
     source: str = "cache"
 
 
-_MEMORY: dict[str, TrainedModel] = {}  # models that could not be written to the cache
+_MEMORY: dict[str, TrainedModel] = {}  # checkpoint path -> model that could not be written there
 
 
 def cache_dir() -> Path:
@@ -190,10 +190,9 @@ def get_model(model_config: ModelConfig | None = None, train_config: TrainConfig
 
         console = Console(stderr=True)
     say = console.print if progress else (lambda *a, **k: None)
-    fp = fingerprint(mc, tc)
-    if not force and fp in _MEMORY:
-        return _with_config(_MEMORY[fp], mc)
     path = cache_dir() / checkpoint_name(mc, tc)
+    if not force and str(path) in _MEMORY:
+        return _with_config(_MEMORY[str(path)], mc)
     problem = None
     if not force:
         tm, problem = _load(path, mc, tc)
@@ -243,7 +242,7 @@ def get_model(model_config: ModelConfig | None = None, train_config: TrainConfig
             warnings.warn(f"attnlab: cannot write the model cache ({e}); keeping the trained model in memory "
                           f"for this process (set ATTNLAB_CACHE to a writable folder)", CacheWarning, stacklevel=2)
             tm.path = None
-            _MEMORY[fp] = tm
+            _MEMORY[str(path)] = tm
         return tm
     finally:
         if locked:

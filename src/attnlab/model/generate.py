@@ -74,7 +74,7 @@ def generate(model, prompts, max_new_tokens: int = 8, *, use_cache: bool = True,
         groups.setdefault(len(p), []).append(i)
     for idx in groups.values():
         seq = torch.tensor([prompts[i] for i in idx], dtype=torch.long, device=device)  # (B, N)
-        B = seq.shape[0]
+        seq.shape[0]
         steps = []
         if use_cache:
             cache = KVCache(model.cfg.n_layers, decode=decode, num_splits=num_splits,

@@ -16,7 +16,6 @@ Shapes: tokens (B, N); hidden (B, N, d_model); q (B, H, N, D); k, v (B, Hkv, N, 
 
 from __future__ import annotations
 
-
 import torch
 import torch.nn.functional as F
 from torch import nn
