@@ -22,6 +22,11 @@ def pytest_report_header(config):
     return f"attnlab: ATTNLAB_SEED={SEED} (set it to replay this run's random inputs)"
 
 
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    # printed even under -q, so a failure seen in CI can be replayed
+    terminalreporter.write_line(f"attnlab: random inputs drawn with ATTNLAB_SEED={SEED}")
+
+
 @pytest.fixture(autouse=True)
 def _seeded(request):
     torch.manual_seed(SEED + zlib.crc32(request.node.nodeid.encode()))
