@@ -88,7 +88,7 @@ def copy_ceiling(device, gib: float) -> dict:
     dst = torch.empty_like(src)
     ms = bench_ms(lambda: dst.copy_(src), device)
     out = {"bytes": 2 * src.numel() * 2, "ms": ms, "tb_per_s": 2 * src.numel() * 2 / (ms * 1e-3) / 1e12}
-    del src, dst
+    src = dst = None  # free before the next allocation
     return out
 
 
@@ -172,7 +172,7 @@ def run(args) -> dict:
                        for q, k, v in ins], device)
         result["probes"][name] = dict(B=B, Hkv=Hkv, L=L, splits=1, ms=ms, bytes=nbytes,
                                       per_program_bytes_per_s=nbytes / (B * Hkv) / (ms * 1e-3))
-        del ins
+        ins = None
 
     for B in args.batch:
         for H, Hkv in args.heads:
@@ -231,7 +231,7 @@ def run(args) -> dict:
                     pins = iter(paged)
                     measure(f"paged{ps}", lambda q, k, v: (lambda p=next(pins): dec.flash_decode_cuda(
                         q, p[0], p[1], cache_seqlens=seqlens, block_table=p[2])), splits=s_wave, equal_to_contiguous=same)
-                    del paged, pins
+                    paged = pins = None
                 # -- the split sweep (GPU time): measured best vs the models' picks
                 sweep = {}
                 for S in sorted(set(args.splits) | {s_wave}):
@@ -255,7 +255,7 @@ def run(args) -> dict:
                                                           graph_tb_per_s=nbytes / (ms * 1e-3) / 1e12))
                         except Exception as e:  # noqa: BLE001 — a config that does not compile is data
                             result["configs"].append(dict(shape, **c, error=str(e).splitlines()[0][:100]))
-                del ins, q, k, v, ref
+                ins = q = k = v = ref = None
                 gc.collect()
                 if device == "cuda":
                     torch.cuda.empty_cache()

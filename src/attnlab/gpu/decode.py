@@ -28,9 +28,9 @@ for what the kernel does not cover (float32/float64, head dims outside ``SUPPORT
 from __future__ import annotations
 
 import functools
+import math
 import os
 import warnings
-import math
 from dataclasses import dataclass, replace
 
 import torch
@@ -225,7 +225,7 @@ def kernel_config(D: int) -> dict:
 # -- choosing the number of splits -------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def gpu_for_device(index: int):
     """attnlab.cost's GPU preset matching this CUDA device's name (H100-like defaults if none does),
     with ``sms`` read from the device."""
