@@ -198,9 +198,9 @@ def _mask_block(s: torch.Tensor, i0: int, i1: int, j0: int, j1: int, off: int, G
 
 
 def _q_block(q5: torch.Tensor, i0: int, i1: int, dtype: torch.dtype) -> torch.Tensor:
-    """Rows i0:i1 of all G heads of a group: (B, Hkv, G, Nq, D) -> (B, Hkv, G·Br, D)."""
-    B, Hkv, G, _, D = q5.shape
-    return q5[:, :, :, i0:i1].reshape(B, Hkv, G * (i1 - i0), D).to(dtype)
+    """Rows i0:i1 of all G heads of a group: (..., G, Nq, D) -> (..., G·Br, D)."""
+    *lead, G, _, D = q5.shape
+    return q5[..., i0:i1, :].reshape(*lead, G * (i1 - i0), D).to(dtype)
 
 
 # -- §5.1 FlashAttention-2 forward: Q blocks outside ------------------------------------------------
@@ -221,8 +221,15 @@ def _programs_per_step(dims, Br: int, Bc: int, device: torch.device) -> int:
 
 
 def _program_chunks(B: int, Hkv: int, per_step: int):
-    """(batch slice, head slice) pairs that cover B × Hkv, ``per_step`` programs at a time (views only)."""
-    if per_step >= Hkv:
+    """Indices (into the batch and K/V-head dims) that cover B × Hkv, ``per_step`` programs at a time.
+
+    A single program is indexed by integers, so its tensors lose those two dims and the loop runs on
+    plain matrices (2-D gemms, the fastest path on a CPU); larger steps are slices. Views only."""
+    if per_step == 1:
+        for b0 in range(B):
+            for h0 in range(Hkv):
+                yield b0, h0
+    elif per_step >= Hkv:
         nb = per_step // Hkv
         for b0 in range(0, B, nb):
             yield slice(b0, min(b0 + nb, B)), slice(0, Hkv)
@@ -268,10 +275,12 @@ def flash_forward(q, k, v, *, causal: bool = False, scale: float | None = None, 
 
 
 def _fa2_programs(q5, k, v, out, lse, *, causal, scale, Br, Bc, Nk, stats):
-    """The FA2 loop for the programs of one step: q5 (b, h, G, Nq, D), k (b, h, Nk, D), v (b, h, Nk, Dv);
-    writes out (b, h, G, Nq, Dv) and lse (b, h, G, Nq)."""
-    b, h, G, Nq, D = q5.shape
+    """The FA2 loop for the programs of one step: q5 (..., G, Nq, D), k (..., Nk, D), v (..., Nk, Dv);
+    writes out (..., G, Nq, Dv) and lse (..., G, Nq). The leading dims ``...`` index programs (batch,
+    K/V head), and are absent for a single one."""
+    *lead, G, Nq, D = q5.shape
     Dv = v.shape[-1]
+    n_prog = math.prod(lead)
     acc_dt = lse.dtype
     off = causal_offset(Nq, Nk)
     floor = torch.finfo(acc_dt).min  # m starts here rather than at -inf: (-inf) - (-inf) never happens
@@ -279,19 +288,19 @@ def _fa2_programs(q5, k, v, out, lse, *, causal, scale, Br, Bc, Nk, stats):
     for i0 in range(0, Nq, Br):  # each Q block is independent: one thread block on a GPU
         i1 = min(i0 + Br, Nq)
         R = G * (i1 - i0)
-        qi = _q_block(q5, i0, i1, acc_dt) * (scale * LOG2E)  # (b, h, G·Br, D), read once
-        m = torch.full((b, h, R, 1), floor, dtype=acc_dt, device=q5.device)  # stays on chip
-        l = torch.zeros(b, h, R, 1, dtype=acc_dt, device=q5.device)
-        acc = torch.zeros(b, h, R, Dv, dtype=acc_dt, device=q5.device)
+        qi = _q_block(q5, i0, i1, acc_dt) * (scale * LOG2E)  # (..., G·Br, D), read once
+        m = torch.full((*lead, R, 1), floor, dtype=acc_dt, device=q5.device)  # stays on chip
+        l = torch.zeros(*lead, R, 1, dtype=acc_dt, device=q5.device)
+        acc = torch.zeros(*lead, R, Dv, dtype=acc_dt, device=q5.device)
         n_done = n_masked = 0
         for j0 in range(0, Nk, Bc):
             j1 = min(j0 + Bc, Nk)
             kind = _pair_kind(causal, i0, i1, j0, j1, off)
             if kind == "skip":  # every later block is above the diagonal too: leave the loop
                 break
-            kj = k[:, :, j0:j1].to(acc_dt)  # (b, h, Bc, D)
-            vj = v[:, :, j0:j1].to(acc_dt)  # (b, h, Bc, Dv)
-            s = torch.matmul(qi, kj.transpose(-1, -2))  # S_ij·log2(e) (b, h, G·Br, Bc), only on chip
+            kj = k[..., j0:j1, :].to(acc_dt)  # (..., Bc, D)
+            vj = v[..., j0:j1, :].to(acc_dt)  # (..., Bc, Dv)
+            s = torch.matmul(qi, kj.transpose(-1, -2))  # S_ij·log2(e) (..., G·Br, Bc), only on chip
             if kind == "mask":
                 _mask_block(s, i0, i1, j0, j1, off, G)
                 n_masked += 1
@@ -305,16 +314,16 @@ def _fa2_programs(q5, k, v, out, lse, *, causal, scale, Br, Bc, Nk, stats):
             m = m_new
             n_done += 1
             if stats is not None:
-                stats.read("K", b * h * (j1 - j0) * D)
-                stats.read("V", b * h * (j1 - j0) * Dv)
+                stats.read("K", n_prog * (j1 - j0) * D)
+                stats.read("V", n_prog * (j1 - j0) * Dv)
         # -- epilogue: O_i = acc / l, L_i = m + log l (back from base 2 to natural log), written once
-        out[:, :, :, i0:i1] = (acc / torch.where(l == 0, 1.0, l)).view(b, h, G, i1 - i0, Dv)
-        lse[:, :, :, i0:i1] = torch.where(l == 0, NEG_INF, (m + torch.log2(l)) * LN2).view(b, h, G, i1 - i0)
+        out[..., i0:i1, :] = (acc / torch.where(l == 0, 1.0, l)).view(*lead, G, i1 - i0, Dv)
+        lse[..., i0:i1] = torch.where(l == 0, NEG_INF, (m + torch.log2(l)) * LN2).view(*lead, G, i1 - i0)
         if stats is not None:
-            stats.read("Q", b * h * R * D)
-            stats.write("O", b * h * R * Dv)
-            stats.write("L", b * h * R)
-            stats.pairs(computed=b * h * n_done, skipped=b * h * (n_kv_blocks - n_done), masked=b * h * n_masked)
+            stats.read("Q", n_prog * R * D)
+            stats.write("O", n_prog * R * Dv)
+            stats.write("L", n_prog * R)
+            stats.pairs(computed=n_prog * n_done, skipped=n_prog * (n_kv_blocks - n_done), masked=n_prog * n_masked)
 
 
 # -- §6.3 FlashAttention-1 forward: K/V blocks outside ----------------------------------------------
