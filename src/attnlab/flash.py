@@ -197,6 +197,11 @@ def _mask_block(s: torch.Tensor, i0: int, i1: int, j0: int, j1: int, off: int, G
     s.view(*shape[:-2], G, i1 - i0, j1 - j0).masked_fill_(j > i + off, NEG_INF)
 
 
+def _add_matmul_(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """c += a @ b in place (one accumulating gemm for plain matrices)."""
+    return c.addmm_(a, b) if c.dim() == 2 else c.add_(torch.matmul(a, b))
+
+
 def _q_block(q5: torch.Tensor, i0: int, i1: int, dtype: torch.dtype) -> torch.Tensor:
     """Rows i0:i1 of all G heads of a group: (..., G, Nq, D) -> (..., G·Br, D)."""
     *lead, G, _, D = q5.shape
@@ -298,8 +303,9 @@ def _fa2_programs(q5, k, v, out, lse, *, causal, scale, Br, Bc, Nk, stats):
             kind = _pair_kind(causal, i0, i1, j0, j1, off)
             if kind == "skip":  # every later block is above the diagonal too: leave the loop
                 break
-            kj = k[..., j0:j1, :].to(acc_dt)  # (..., Bc, D)
-            vj = v[..., j0:j1, :].to(acc_dt)  # (..., Bc, Dv)
+            kj, vj = k[..., j0:j1, :], v[..., j0:j1, :]  # (..., Bc, D), (..., Bc, Dv)
+            if kj.dtype != acc_dt:
+                kj, vj = kj.to(acc_dt), vj.to(acc_dt)
             s = torch.matmul(qi, kj.transpose(-1, -2))  # S_ij·log2(e) (..., G·Br, Bc), only on chip
             if kind == "mask":
                 _mask_block(s, i0, i1, j0, j1, off, G)
@@ -310,7 +316,7 @@ def _fa2_programs(q5, k, v, out, lse, *, causal, scale, Br, Bc, Nk, stats):
             p = s.sub_(m_new).exp2_()  # P̃ = exp(S_ij - m_new), unnormalised, in place of S
             l.mul_(alpha).add_(p.sum(dim=-1, keepdim=True))
             # -- update the accumulator: acc = acc·alpha + P̃ V_j
-            acc.mul_(alpha).add_(torch.matmul(p, vj))
+            _add_matmul_(acc.mul_(alpha), p, vj)
             m = m_new
             n_done += 1
             if stats is not None:
