@@ -31,7 +31,7 @@ from attnlab.model import (
 )
 from attnlab.model.train import cpu_threads
 
-PROBE_SEQUENCES = 300  # head scores and ablation: 600 answers
+PROBE_SEQUENCES = 250  # head scores and ablation: 500 answers
 
 
 def _pct(x: float) -> str:

@@ -224,8 +224,9 @@ def get_model(model_config: ModelConfig | None = None, train_config: TrainConfig
         warnings.warn(f"attnlab: the cached model {path} {problem}; retraining it", CacheWarning, stacklevel=2)
     try:
         why = "retraining (--force)" if force else "no usable trained model in the cache"
+        took = " (about a minute on 2 free cores)" if tc.steps == TrainConfig().steps else ""
         say(f"[bold]LikesWorld[/bold]: {why}; training the {mc.n_layers}-layer, {mc.n_heads}-head model "
-            f"for {tc.steps} steps (about a minute on 2 free cores; cached afterwards in {path.parent})")
+            f"for {tc.steps} steps{took}; it is cached afterwards in {path.parent}")
         res = train(mc, tc, progress=progress, console=console)
         metrics = {"test_accuracy": res.test_accuracy, "baseline": res.baseline, "seconds": res.seconds,
                    "seed": res.seed, "attempts": res.attempts, "history": res.history,
