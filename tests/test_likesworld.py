@@ -155,6 +155,10 @@ def test_world_rejects_bad_settings():
         LikesWorld(max_facts=len(NAMES) + 1)
     with pytest.raises(ValueError, match="unknown LikesWorld token"):
         encode("eve likes coffee")
+    with pytest.raises(ValueError, match="batch_size"):
+        LikesWorld().sample(0, np.random.default_rng(0))
+    with pytest.raises(TypeError, match="rng"):
+        LikesWorld().sample(4, 0)
 
 
 # -- training and the trained model ----------------------------------------------------------------

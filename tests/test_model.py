@@ -156,6 +156,10 @@ def test_generation_rejects_bad_input():
         KVCache(2, num_splits=0)
     with pytest.raises(TypeError, match="tokens"):
         m(torch.zeros(2, 3))
+    with pytest.raises(ValueError, match="token ids"):
+        m(torch.tensor([[1, 32]]))
+    with pytest.raises(ValueError, match="at least one token"):
+        m(torch.zeros(1, 0, dtype=torch.long))
 
 
 def test_learned_positions_refuse_overlong_input():

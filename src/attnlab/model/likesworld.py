@@ -202,6 +202,10 @@ class LikesWorld:
         """``batch_size`` sequences of ``split`` ("train" or "test"), drawn from ``rng``."""
         if split not in ("train", "test"):
             raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
         want_test = split == "test"
         parts, have = [], 0
         while have < batch_size:

@@ -203,6 +203,11 @@ class Transformer(nn.Module):
         if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype != torch.long:
             raise TypeError(f"tokens must be a (B, N) long tensor, got {getattr(tokens, 'shape', type(tokens))}")
         B, N = tokens.shape
+        if N == 0 or B == 0:
+            raise ValueError(f"tokens must hold at least one token per sequence, got shape {tuple(tokens.shape)}")
+        lo, hi = int(tokens.min()), int(tokens.max())
+        if lo < 0 or hi >= self.cfg.vocab_size:
+            raise ValueError(f"token ids must be in [0, {self.cfg.vocab_size}), got values in [{lo}, {hi}]")
         x = self.embed(tokens)  # (B, N, d_model)
         if self.cfg.positions == "learned":
             start = 0 if cache is None else cache.length
