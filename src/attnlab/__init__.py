@@ -45,6 +45,9 @@ _EXPORTS = {
     "simulate_forward": "attnlab.kernels",
     "run_flash_forward": "attnlab.kernels",
     "run_standard_forward": "attnlab.kernels",
+    # the tiny LikesWorld transformer (§2, §7.7, §8)
+    "get_model": "attnlab.model",
+    "ModelConfig": "attnlab.model",
     # benchmark helpers
     "Benchmark": "attnlab.bench",
 }
