@@ -27,17 +27,17 @@ def roofline_plot(gpu, kernels, path, *, title: str | None = None) -> Path:
     if not items:
         raise ValueError("roofline_plot needs at least one kernel")
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # no pyplot: no global state
+    from matplotlib.figure import Figure
 
     xs = [(kc.flops + kc.fp32_flops) / kc.bytes for _, kc in items]
     lo = min(0.1, min(x for x in xs if x > 0) / 3) if any(x > 0 for x in xs) else 0.1
     hi = max(10 * g.ridge, max(xs) * 3)
     x = np.logspace(np.log10(lo), np.log10(hi), 200)
-    fig, ax = plt.subplots(figsize=(9, 6))
+    fig = Figure(figsize=(9, 6))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
     ax.loglog(x, np.minimum(g.tensor_flops, g.hbm_bw * x), "k-", lw=2, label=f"FP16 tensor roof ({g.tensor_flops / 1e12:,.0f} TFLOP/s)")
     ax.loglog(x, np.minimum(g.fp32_flops, g.hbm_bw * x), "k--", lw=1, label=f"FP32 roof ({g.fp32_flops / 1e12:,.1f} TFLOP/s)")
     ax.axvline(g.ridge, color="grey", lw=0.8, ls=":")
@@ -55,5 +55,4 @@ def roofline_plot(gpu, kernels, path, *, title: str | None = None) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
     return path

@@ -27,7 +27,7 @@ from attnlab.model import (
     decode,
     get_model,
     head_roles,
-    plot_attention,
+    plot_attention_panels,
 )
 from attnlab.model.train import cpu_threads
 
@@ -88,12 +88,13 @@ def roles(console, tm, probe, out_dir) -> dict:
         owner_cells = [(i, j) for bb, i, j in zip(b.tolist(), item.tolist(), name.tolist()) if bb == row]
         qb, qpos, target = probe.lookup_triples()
         lookup_cells = [(q, t) for bb, q, t in zip(qb.tolist(), qpos.tolist(), target.tolist()) if bb == row]
-        p1 = plot_attention(maps[ol][0, oh], tokens, out_dir / "01_owner_head.png", mark=owner_cells,
-                            title=f"owner head L{ol}H{oh}: items look 2 back (avg {_pct(ow)})")
-        p2 = plot_attention(maps[ll][0, lh], tokens, out_dir / "01_lookup_head.png", mark=lookup_cells,
-                            title=f"lookup head L{ll}H{lh}: questioned name → its item (avg {_pct(lw)})")
-        out["plots"] = [str(p1), str(p2)]
-        console.print(f"   heatmaps: {p1}, {p2}")
+        path = plot_attention_panels(
+            [(maps[ol][0, oh], f"owner head L{ol}H{oh}: items look 2 back (avg {_pct(ow)})", owner_cells),
+             (maps[ll][0, lh], f"lookup head L{ll}H{lh}: questioned name → its item (avg {_pct(lw)})",
+              lookup_cells)],
+            tokens, out_dir / "01_owner_and_lookup_heads.png")
+        out["plots"] = [str(path)]
+        console.print(f"   heatmaps of the two heads: {path}")
     return out
 
 

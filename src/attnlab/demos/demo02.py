@@ -121,16 +121,16 @@ def passes(console, out_dir) -> dict:
 
 
 def _plot_rescales(res: dict, out_dir: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # no pyplot: no global state
+    from matplotlib.figure import Figure
 
     n = res["n"]
     at = res["online"]["rescale_at"]
     k = np.arange(1, n + 1)
     expected = np.concatenate([[0.0], np.cumsum(1.0 / k[1:])])  # Σ_{i=2}^{k} 1/i
-    fig, ax = plt.subplots(figsize=(7, 3.5))
+    fig = Figure(figsize=(7, 3.5))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
     ax.step([1, *at, n], list(range(len(at) + 1)) + [len(at)], where="post", label="rescales (counted)")
     ax.plot(k, expected, "--", label="expected Σ 1/i")
     ax.scatter(at, range(1, len(at) + 1), s=12, zorder=3)
@@ -143,7 +143,6 @@ def _plot_rescales(res: dict, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "demo02_rescales.png"
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return path
 
 

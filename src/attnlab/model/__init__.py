@@ -18,7 +18,7 @@ from .config import ModelConfig
 from .generate import Generation, compare, generate
 from .kvcache import KVCache
 from .likesworld import Batch, LikesWorld, baseline_accuracy, decode, encode
-from .probes import HeadRoles, ablation, attention_maps, head_roles, head_scores, plot_attention
+from .probes import HeadRoles, ablation, attention_maps, head_roles, head_scores, plot_attention, plot_attention_panels
 from .train import TrainConfig, TrainResult, accuracy, train, train_steps
 from .transformer import Transformer
 
@@ -26,5 +26,5 @@ __all__ = [
     "Batch", "CacheWarning", "Generation", "HeadRoles", "KVCache", "LikesWorld", "ModelConfig",
     "TrainConfig", "TrainResult", "TrainedModel", "Transformer", "ablation", "accuracy",
     "attention_maps", "baseline_accuracy", "cache_dir", "checkpoint_path", "compare", "decode",
-    "encode", "generate", "get_model", "head_roles", "head_scores", "plot_attention", "train", "train_steps",
+    "encode", "generate", "get_model", "head_roles", "head_scores", "plot_attention", "plot_attention_panels", "train", "train_steps",
 ]

@@ -96,23 +96,43 @@ def plot_attention(P: torch.Tensor, tokens: list[str], path, *, title: str = "",
 
     mark: (query, key) cells to outline (e.g. the owner or the correct item). Returns the path.
     """
-    from matplotlib.figure import Figure  # no pyplot: no global state, Agg canvas, faster import
+    return plot_attention_panels([(P, title, mark)], tokens, path)
+
+
+def plot_attention_panels(panels, tokens: list[str], path):
+    """Save several heads' attention maps side by side in one PNG (one draw, one file).
+
+    panels: a list of ``(P (N, N), title, mark)``; ``mark`` lists (query, key) cells to outline.
+    Returns the path.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # no pyplot: no global state
+    from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
 
-    P = P.detach().float().cpu().numpy()
-    N = P.shape[0]
-    w, h = 0.22 * N + 2.4, 0.22 * N + 1.6  # inches: room for the token labels and the colour bar
+    N = len(tokens)
+    side = 0.22 * N  # inches per panel: room for one token label per row
+    gap = 1.3  # between panels: the next panel's token labels
+    right = 1.0 + len(panels) * side + (len(panels) - 1) * gap  # where the last panel ends
+    w, h = right + 1.4, side + 1.6
     fig = Figure(figsize=(w, h), dpi=90)
-    ax = fig.add_axes((1.0 / w, 1.0 / h, (0.22 * N) / w, (0.22 * N) / h))  # fixed margins: no layout pass
-    im = ax.imshow(P, cmap="magma", vmin=0.0, vmax=1.0)
-    ax.set_xticks(range(N), tokens, rotation=90, fontsize=7)
-    ax.set_yticks(range(N), tokens, fontsize=7)
-    ax.set_xlabel("key (attended to)")
-    ax.set_ylabel("query")
-    for q, k in mark:
-        ax.add_patch(Rectangle((k - 0.5, q - 0.5), 1, 1, fill=False, edgecolor="cyan", linewidth=1.2))
-    ax.set_title(title, fontsize=9)
-    cax = fig.add_axes(((1.15 + 0.22 * N) / w, 1.0 / h, 0.15 / w, (0.22 * N) / h))
+    FigureCanvasAgg(fig)
+    im = None
+    for i, (P, title, mark) in enumerate(panels):
+        P = P.detach().float().cpu().numpy()
+        if P.shape != (N, N):
+            raise ValueError(f"attention map must be ({N}, {N}) to match the tokens, got {P.shape}")
+        left = 1.0 + i * (side + gap)
+        ax = fig.add_axes((left / w, 1.0 / h, side / w, side / h))  # fixed margins: no layout pass
+        im = ax.imshow(P, cmap="magma", vmin=0.0, vmax=1.0)
+        ax.set_xticks(range(N), tokens, rotation=90, fontsize=7)
+        ax.set_yticks(range(N), tokens, fontsize=7)
+        ax.set_xlabel("key (attended to)")
+        if i == 0:
+            ax.set_ylabel("query")
+        for q, k in mark:
+            ax.add_patch(Rectangle((k - 0.5, q - 0.5), 1, 1, fill=False, edgecolor="cyan", linewidth=1.2))
+        ax.set_title(title, fontsize=9)
+    cax = fig.add_axes(((right + 0.25) / w, 1.0 / h, 0.15 / w, side / h))
     fig.colorbar(im, cax=cax, label="attention weight")
     fig.savefig(path)
     return path
