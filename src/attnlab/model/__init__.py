@@ -18,7 +18,15 @@ from .config import ModelConfig
 from .generate import Generation, compare, generate
 from .kvcache import KVCache
 from .likesworld import Batch, LikesWorld, baseline_accuracy, decode, encode
-from .probes import HeadRoles, ablation, attention_maps, head_roles, head_scores, plot_attention, plot_attention_panels
+from .probes import (
+    HeadRoles,
+    ablation,
+    attention_maps,
+    head_roles,
+    head_scores,
+    plot_attention,
+    plot_attention_panels,
+)
 from .train import TrainConfig, TrainResult, accuracy, train, train_steps
 from .transformer import Transformer
 
