@@ -15,6 +15,10 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# Tests run many small tensor operations; on a small shared CPU a second intra-op thread makes them
+# several times slower (each op waits for a descheduled thread), and results do not depend on it.
+torch.set_num_threads(1)
+
 SEED = int(os.environ.get("ATTNLAB_SEED") or int.from_bytes(os.urandom(3), "little"))
 
 

@@ -49,6 +49,12 @@ def test_fully_masked_rows_are_zero_not_nan():
     assert torch.isfinite(lse[0, 0, 4:]).all()
 
 
+def test_no_keys_at_all():
+    q, k = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 0, 8)
+    out, lse = attention_ref(q, k, k, causal=False)
+    assert out.shape == (2, 3, 4, 8) and (out == 0).all() and torch.isinf(lse).all() and (lse < 0).all()
+
+
 def test_causal_mask_is_bottom_right():
     m = causal_mask(2, 4)
     assert m.tolist() == [[True, True, True, False], [True, True, True, True]]

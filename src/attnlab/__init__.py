@@ -25,6 +25,8 @@ _EXPORTS = {
     "summarize": "attnlab.softmax",
     "merge": "attnlab.softmax",
     "SoftmaxCounts": "attnlab.softmax",
+    "merge_factors": "attnlab.softmax",
+    "expected_rescales": "attnlab.softmax",
     # §2.3 the oracle
     "attention_ref": "attnlab.reference",
     "causal_mask": "attnlab.reference",
@@ -35,6 +37,9 @@ _EXPORTS = {
     "flash_attention": "attnlab.flash",
     "flash_decode": "attnlab.flash",
     "IOStats": "attnlab.flash",
+    "flash_attention_torch": "attnlab.flash",
+    "flash_decode_torch": "attnlab.flash",
+    "cpu_block_sizes": "attnlab.flash",
     "KVCache": "attnlab.kvcache",
     # cost models (§3, §5.4–5.5, §6–§8)
     "estimate": "attnlab.cost",

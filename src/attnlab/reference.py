@@ -55,7 +55,10 @@ def attention_ref(q, k, v, *, causal: bool = False, scale: float | None = None, 
     """
     dims = check_qkv(q, k, v)
     s = attention_scores(q, k, causal=causal, scale=scale)  # (B, H, Nq, Nk)
-    m = s.amax(dim=-1, keepdim=True)
+    if dims.Nk == 0:  # no keys at all: every row is fully masked
+        m = s.new_full((*s.shape[:-1], 1), float("-inf"))
+    else:
+        m = s.amax(dim=-1, keepdim=True)
     m_safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)  # fully masked rows: m = -inf
     p = torch.exp(s - m_safe)
     l = p.sum(dim=-1, keepdim=True)
