@@ -86,7 +86,8 @@ def test_forward_matches_reference(fwd, causal, shape):
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_forward_in_program_chunks(threads):
-    # one thread and large blocks: one (batch, K/V head) per step; more threads: all at once
+    # large blocks: one (batch, K/V head) per step; with more threads the steps are dealt out to
+    # worker threads (each on one intra-op thread), and the caller's thread setting is left alone
     from attnlab._checks import AttnDims
     from attnlab.flash import _programs_per_step
 
@@ -97,9 +98,12 @@ def test_forward_in_program_chunks(threads):
     try:
         per_step = _programs_per_step(AttnDims(2, 4, 2, 300, 333, 16, 16), 256, 512, q.device)
         o, l = flash_forward(q, k, v, causal=True, block_q=256, block_k=512)
+        assert torch.get_num_threads() == threads
+        single = _programs_per_step(AttnDims(1, 4, 1, 300, 333, 16, 16), 256, 512, q.device)
     finally:
         torch.set_num_threads(n)
-    assert per_step == (1 if threads == 1 else 4)
+    assert per_step == 1
+    assert single == 1  # a lone program: its operations are split across threads instead
     torch.testing.assert_close(o, want_o, rtol=0, atol=1e-10)
     _assert_lse(l, want_l, 1e-10)
 
@@ -572,3 +576,4 @@ def test_unused_block_table_entries_may_be_padding():
     o, _ = flash_decode(q, pages, pages, block_table=bt, cache_seqlens=[4])
     k = pages[3].permute(1, 0, 2).unsqueeze(0)  # (1, Hkv, 4, D)
     torch.testing.assert_close(o, attention_ref(q, k, k, causal=True)[0], rtol=0, atol=1e-12)
+

@@ -220,9 +220,35 @@ def _programs_per_step(dims, Br: int, Bc: int, device: torch.device) -> int:
     threads, and on other devices: all of them, so each operation has enough work to split across threads.
     """
     programs = dims.B * dims.Hkv
-    if device.type != "cpu" or torch.get_num_threads() > 1:
+    if device.type != "cpu" or (torch.get_num_threads() > 1 and programs == 1):
         return max(1, programs)
     return max(1, min(programs, (1 << 17) // (dims.group * Br * Bc)))
+
+
+def _run_programs(step, chunks: list, device: torch.device, stats) -> None:
+    """Run ``step(chunk)`` for every chunk of (batch, K/V head) programs.
+
+    The programs are independent (one thread block each on a GPU). On a CPU with several intra-op
+    threads they are dealt out to that many worker threads, each running its share on one intra-op
+    thread (``torch.set_num_threads`` is per thread): every operation then runs whole on one core,
+    instead of every one of the ~15 small operations of a block step being split across cores and
+    waiting for the slowest. Counting (``stats``) runs in order on the calling thread.
+    """
+    workers = min(torch.get_num_threads(), len(chunks)) if device.type == "cpu" and stats is None else 1
+    if workers <= 1:
+        for chunk in chunks:
+            step(chunk)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    def work(share):
+        torch.set_num_threads(1)  # this worker thread only
+        for chunk in share:
+            step(chunk)
+
+    with ThreadPoolExecutor(workers) as pool:
+        for f in [pool.submit(work, chunks[w::workers]) for w in range(workers)]:
+            f.result()  # re-raise a worker's error here
 
 
 def _program_chunks(B: int, Hkv: int, per_step: int):
@@ -273,9 +299,12 @@ def flash_forward(q, k, v, *, causal: bool = False, scale: float | None = None, 
     q5 = q.reshape(B, Hkv, G, Nq, D)  # a view: the G query heads of each K/V head side by side
     out = torch.empty(B, Hkv, G, Nq, Dv, dtype=q.dtype, device=q.device)
     lse = torch.empty(B, Hkv, G, Nq, dtype=acc_dt, device=q.device)
-    for bs, hs in _program_chunks(B, Hkv, _programs_per_step(dims, Br, Bc, q.device)):
+    def step(chunk):
+        bs, hs = chunk
         _fa2_programs(q5[bs, hs], k[bs, hs], v[bs, hs], out[bs, hs], lse[bs, hs], causal=causal,
                       scale=scale, Br=Br, Bc=Bc, Nk=Nk, stats=stats)
+
+    _run_programs(step, list(_program_chunks(B, Hkv, _programs_per_step(dims, Br, Bc, q.device))), q.device, stats)
     return out.view(B, H, Nq, Dv), lse.view(B, H, Nq)
 
 
