@@ -156,7 +156,7 @@ def test_unsupported_falls_back_with_one_warning():
 
 @pytest.mark.parametrize("bad,err", [
     (dict(q=torch.zeros(2, 4, 1, 64)), TypeError),  # dtype differs from the cache
-    (dict(cache_seqlens=torch.tensor([5, 5, 5], dtype=torch.int32)), TypeError),  # wrong length
+    (dict(cache_seqlens=torch.tensor([5, 5, 5], dtype=torch.int32)), ValueError),  # wrong length
     (dict(cache_seqlens=torch.tensor([5, 99], dtype=torch.int32)), ValueError),  # beyond the capacity
     (dict(block_table=torch.zeros(2, 2)), TypeError),  # float block table
     (dict(num_splits=0), ValueError),

@@ -613,71 +613,22 @@ def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None
 # -- §8.4 Flash-Decoding: split the K/V sequence, merge the partials with ⊕ ------------------------
 
 
-def _check_int_tensor(t, name: str) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of int32/int64, got {type(t).__name__}")
-    if t.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"{name} must have dtype int32 or int64, got {t.dtype}")
-
-
 def _check_decode(q, k_cache, v_cache, cache_seqlens, block_table, num_splits):
-    """Validate a decode call; return (dims, capacity, page_size or 0, seqlens as a list, num_splits)."""
-    from ._checks import AttnDims
+    """Validate a decode call with the check the Triton path shares (``attnlab.kvcache``); here the
+    lengths may also be a list of ints. Return (dims, page_size or 0, seqlens as a list)."""
+    from .kvcache import check_decode_inputs
 
-    check_tensor(q, "q")
-    check_tensor(k_cache, "k_cache")
-    check_tensor(v_cache, "v_cache")
-    check_same({"q": q, "k_cache": k_cache, "v_cache": v_cache})
-    B, H, Nq, D = q.shape
-    if block_table is None:  # contiguous cache (B, Hkv, Lmax, D)
-        Bk, Hkv, capacity, Dk = k_cache.shape
-        if Bk != B:
-            raise ValueError(f"k_cache has batch {Bk} but q has batch {B} (k_cache {tuple(k_cache.shape)})")
-        if tuple(v_cache.shape[:3]) != (B, Hkv, capacity):
-            raise ValueError(f"v_cache must have shape (B, Hkv, Lmax, Dv) = ({B}, {Hkv}, {capacity}, Dv) like "
-                             f"k_cache, got {tuple(v_cache.shape)}")
-        page_size = 0
-    else:  # paged cache (num_blocks, page_size, Hkv, D)
-        num_blocks, page_size, Hkv, Dk = k_cache.shape
-        if tuple(v_cache.shape[:3]) != (num_blocks, page_size, Hkv):
-            raise ValueError(f"v_cache must have shape (num_blocks, page_size, Hkv, Dv) = ({num_blocks}, {page_size}, "
-                             f"{Hkv}, Dv) like k_cache, got {tuple(v_cache.shape)}")
-        _check_int_tensor(block_table, "block_table")
-        if block_table.dim() != 2 or block_table.shape[0] != B:
-            raise ValueError(f"block_table must have shape (B, max_pages) with B = {B}, got {tuple(block_table.shape)}")
-        if page_size < 1:
-            raise ValueError(f"k_cache must have page_size >= 1, got shape {tuple(k_cache.shape)}")
-        capacity = block_table.shape[1] * page_size
-    if Dk != D:
-        raise ValueError(f"k_cache has head dim {Dk} but q has {D} (q {tuple(q.shape)}, k_cache {tuple(k_cache.shape)})")
-    if Hkv < 1 or H % Hkv != 0:
-        raise ValueError(f"q has {H} heads, which is not a multiple of the {Hkv} heads of k_cache and v_cache")
-    if cache_seqlens is None:
-        seqlens = [capacity] * B
-    else:
-        if isinstance(cache_seqlens, torch.Tensor):
-            _check_int_tensor(cache_seqlens, "cache_seqlens")
-            seqlens = cache_seqlens.tolist()
-        elif isinstance(cache_seqlens, (list, tuple)) and all(
-                isinstance(s, int) and not isinstance(s, bool) for s in cache_seqlens):
-            seqlens = list(cache_seqlens)
-        else:
+    if cache_seqlens is not None and not isinstance(cache_seqlens, torch.Tensor):
+        if not (isinstance(cache_seqlens, (list, tuple))
+                and all(isinstance(n, int) and not isinstance(n, bool) for n in cache_seqlens)):
             raise TypeError(f"cache_seqlens must be an int tensor or a list of ints, got {cache_seqlens!r}")
-        if not isinstance(seqlens, list) or len(seqlens) != B:
-            raise ValueError(f"cache_seqlens must have shape (B,) = ({B},), got {tuple(torch.as_tensor(cache_seqlens).shape)}")
-        bad = [s for s in seqlens if s < 0 or s > capacity]
-        if bad:
-            raise ValueError(f"cache_seqlens must lie in [0, {capacity}] (the cache capacity), got {bad[0]}")
-    if block_table is not None:
-        for b, s in enumerate(seqlens):
-            used = block_table[b, : -(-s // page_size)]
-            if used.numel() and (used.min() < 0 or used.max() >= num_blocks):
-                bad = used[(used < 0) | (used >= num_blocks)][0].item()
-                raise ValueError(f"block_table[{b}] names page {bad}, outside the {num_blocks} blocks of k_cache")
+        cache_seqlens = torch.tensor(list(cache_seqlens), dtype=torch.int64,
+                                     device=q.device if isinstance(q, torch.Tensor) else None)
+    dims = check_decode_inputs(q, k_cache, v_cache, cache_seqlens, block_table)
     if num_splits is not None:
         check_positive_int(num_splits, "num_splits")
-    dims = AttnDims(B, H, Hkv, Nq, capacity, D, v_cache.shape[3])
-    return dims, page_size, seqlens
+    seqlens = [dims.capacity] * dims.B if cache_seqlens is None else cache_seqlens.tolist()
+    return dims, dims.page_size or 0, seqlens
 
 
 def _cache_slice(cache, block_table, page_size, a: int, b: int, seqlens_t) -> torch.Tensor:

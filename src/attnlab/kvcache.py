@@ -74,8 +74,8 @@ def check_decode_inputs(q, k_cache, v_cache, cache_seqlens=None, block_table=Non
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
     if k_cache.shape[:3] != v_cache.shape[:3]:
-        raise ValueError(f"v_cache must have the shape of k_cache {tuple(k_cache.shape)} but for the last "
-                         f"dimension, got {tuple(v_cache.shape)}")
+        raise ValueError(f"v_cache must have shape {tuple(k_cache.shape[:3])} + (Dv,) like k_cache "
+                         f"{tuple(k_cache.shape)}, got {tuple(v_cache.shape)}")
     B, H, Nq, D = q.shape
     if Nq < 1 or D < 1 or B < 1:
         raise ValueError(f"q must have shape (B, H, Nq, D) with B, Nq, D >= 1, got {tuple(q.shape)}")
@@ -88,14 +88,13 @@ def check_decode_inputs(q, k_cache, v_cache, cache_seqlens=None, block_table=Non
     else:
         if not isinstance(block_table, torch.Tensor):
             raise TypeError(f"block_table must be a torch.Tensor, got {type(block_table).__name__}")
-        if block_table.dtype not in (torch.int32, torch.int64) or block_table.dim() != 2:
-            raise TypeError(f"block_table must be a (B, max_pages) int32 tensor, got {block_table.dtype} "
-                            f"of shape {tuple(block_table.shape)}")
+        if block_table.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"block_table must have dtype int32 or int64, got {block_table.dtype}")
+        if block_table.dim() != 2 or block_table.shape[0] != B:
+            raise ValueError(f"block_table must have shape (B, max_pages) with B = {B}, got {tuple(block_table.shape)}")
         if block_table.device != q.device:
             raise ValueError(f"block_table is on {block_table.device} but q is on {q.device}")
         num_pages, page_size, Hkv, Dk = k_cache.shape
-        if block_table.shape[0] != B:
-            raise ValueError(f"block_table has {block_table.shape[0]} rows but q has batch {B}")
         capacity = block_table.shape[1] * page_size
     if Dk != D:
         raise ValueError(f"k_cache has head dim {Dk} but q has {D} (q {tuple(q.shape)}, k_cache {tuple(k_cache.shape)})")
@@ -104,9 +103,10 @@ def check_decode_inputs(q, k_cache, v_cache, cache_seqlens=None, block_table=Non
     if cache_seqlens is not None:
         if not isinstance(cache_seqlens, torch.Tensor):
             raise TypeError(f"cache_seqlens must be a torch.Tensor, got {type(cache_seqlens).__name__}")
-        if cache_seqlens.dtype not in (torch.int32, torch.int64) or tuple(cache_seqlens.shape) != (B,):
-            raise TypeError(f"cache_seqlens must be a ({B},) int32 tensor, got {cache_seqlens.dtype} "
-                            f"of shape {tuple(cache_seqlens.shape)}")
+        if cache_seqlens.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"cache_seqlens must have dtype int32 or int64, got {cache_seqlens.dtype}")
+        if tuple(cache_seqlens.shape) != (B,):
+            raise ValueError(f"cache_seqlens must have shape (B,) = ({B},), got {tuple(cache_seqlens.shape)}")
         if cache_seqlens.device != q.device:
             raise ValueError(f"cache_seqlens is on {cache_seqlens.device} but q is on {q.device}")
     if check_values:
