@@ -137,7 +137,7 @@ def run(bench: Benchmark, *, console=None, json_path: str | Path | None = None, 
         if "ms" in r:
             cells.append(f"{r['ms']:.3f}")
             if bench.flops:
-                cells.append(f"{r['tflops']:.2f}")
+                cells.append(f"{r['tflops']:.3g}")
             if bench.bytes:
                 cells.append(f"{r['tb_per_s']:.3f}")
         else:
@@ -158,7 +158,7 @@ def run(bench: Benchmark, *, console=None, json_path: str | Path | None = None, 
 
 def forward_benchmark(*, device: str, dtype: torch.dtype, seqs, head_dim: int = 64, heads: int = 8,
                       batch: int = 1, causal: bool = False) -> Benchmark:
-    """attnlab's forward (Triton on CUDA, blockwise PyTorch on the CPU) against SDPA."""
+    """attnlab's forward (Triton on CUDA; blockwise PyTorch with `cpu_block_sizes` on the CPU) against SDPA."""
     import attnlab
     from attnlab.cost import attention_flops
 
@@ -170,7 +170,7 @@ def forward_benchmark(*, device: str, dtype: torch.dtype, seqs, head_dim: int = 
     def attnlab_fwd(cfg):
         q, k, v = inputs(cfg)
         if device == "cpu":
-            return lambda: attnlab.flash_forward(q, k, v, causal=causal)
+            return lambda: attnlab.flash_forward(q, k, v, causal=causal, block_q=None, block_k=None)
         return lambda: attnlab.flash_attention(q, k, v, causal=causal)
 
     def sdpa(cfg):
