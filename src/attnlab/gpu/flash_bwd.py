@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from ._common import LOG2E, BwdConfig, default_bwd_config, next_pow2
-from .flash_fwd import _load_tile
+from .flash_fwd import _key_range, _load_tile
 
 # -- preprocess: D and L in log2 units ---------------------------------------------------------
 
@@ -233,13 +233,7 @@ def _attn_bwd_dq(Q, K, V, DO, LSE2, DELTA, DQ,
     V_h = V + b.to(tl.int64) * stride_vb + hk.to(tl.int64) * stride_vh
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     # -- key ranges as in the forward: [0, full) unmasked, [full, hi) masked
-    if CAUSAL:
-        hi = tl.maximum(tl.minimum(Nk, start_m + BLOCK_M + causal_off), 0)
-        full = tl.maximum(tl.minimum(Nk, start_m + 1 + causal_off), 0)
-    else:
-        hi = Nk
-        full = Nk
-    full = (full // BLOCK_N) * BLOCK_N
+    full, hi = _key_range(start_m, Nk, causal_off, BLOCK_M, BLOCK_N, CAUSAL)
     dq = _dq_loop(dq, q, do, lse2, Di, K_h, V_h, stride_kn, stride_vn, 0, full, offs_m, Nk, causal_off,
                   qk_scale, HEAD_D, BLOCK_D, BLOCK_N, False, CAUSAL)
     dq = _dq_loop(dq, q, do, lse2, Di, K_h, V_h, stride_kn, stride_vn, full, hi, offs_m, Nk, causal_off,

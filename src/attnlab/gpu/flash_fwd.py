@@ -25,6 +25,20 @@ from ._common import LOG2E, FwdConfig, default_fwd_config, next_pow2, tma_ok
 
 
 @triton.jit
+def _key_range(start_m, Nk, causal_off, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    """Keys of the Q block starting at row start_m: [0, full) is seen unmasked by every row (whole
+    BLOCK_N blocks), [full, hi) needs the element mask, keys >= hi are skipped (§6.2; bottom-right
+    causal: row i sees keys j <= i + causal_off). Shared by the forward and the dQ kernel."""
+    if CAUSAL:
+        hi = tl.maximum(tl.minimum(Nk, start_m + BLOCK_M + causal_off), 0)
+        full = tl.maximum(tl.minimum(Nk, start_m + 1 + causal_off), 0)
+    else:
+        hi = Nk
+        full = Nk
+    return (full // BLOCK_N) * BLOCK_N, hi
+
+
+@triton.jit
 def _load_tile(ptrs, rows, n_rows, offs_d, HEAD_D: tl.constexpr, BLOCK_D: tl.constexpr,
                CHECK_ROWS: tl.constexpr):
     """Load a (rows, BLOCK_D) tile; masks only where the tile can leave the tensor."""
@@ -128,13 +142,7 @@ def _attn_fwd(Q, K, V, O, LSE,  # pointers, or tensor descriptors (B, H|Hkv, N, 
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
 
     # -- key ranges: [0, full) seen by every row unmasked; [full, hi) needs the element mask
-    if CAUSAL:
-        hi = tl.maximum(tl.minimum(Nk, start_m + BLOCK_M + causal_off), 0)
-        full = tl.maximum(tl.minimum(Nk, start_m + 1 + causal_off), 0)
-    else:
-        hi = Nk
-        full = Nk
-    full = (full // BLOCK_N) * BLOCK_N
+    full, hi = _key_range(start_m, Nk, causal_off, BLOCK_M, BLOCK_N, CAUSAL)
 
     acc, l_i, m_i = _fwd_kv_loop(acc, l_i, m_i, q, K_h, V_h, K, V, b, hk, stride_kn, stride_vn,
                                  0, full, offs_m, Nk, causal_off, qk_scale,
