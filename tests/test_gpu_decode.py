@@ -151,7 +151,13 @@ def test_unsupported_falls_back_with_one_warning():
     seqlens = torch.tensor([20, 7], dtype=torch.int32, device=DEV)
     with pytest.warns(RuntimeWarning, match="flash_decode_torch"):
         out, lse = flash_decode_cuda(q, k, v, cache_seqlens=seqlens)
-    _check_against_reference(q, k, v, [20, 7], out, lse)
+    # float32 is outside flash-attention's criterion (made for 16-bit kernels: on a GPU the split
+    # path and cuBLAS round differently by a few ulps); hold it to float32's own accuracy instead
+    for b, n in enumerate([20, 7]):
+        o64, l64 = attention_ref(q[b:b + 1].double(), k[b:b + 1, :, :n].double(), v[b:b + 1, :, :n].double(),
+                                 causal=True)
+        assert (out[b:b + 1].double() - o64).abs().max().item() < 1e-5
+        assert (lse[b:b + 1].double() - l64).abs().max().item() < 1e-5
 
 
 @pytest.mark.parametrize("bad,err", [
