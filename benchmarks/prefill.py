@@ -152,11 +152,11 @@ def provider_flex(device):
         if sum(_FLEX.get("compile_s", [])) > _FLEX.get("budget", float("inf")):
             raise RuntimeError("FlexAttention compile budget spent (--flex-budget)")
         if "fn" not in _FLEX:
-            import torch._dynamo
+            from torch import _dynamo
 
             for name in ("recompile_limit", "cache_size_limit"):  # one compile per shape is fine here
-                if hasattr(torch._dynamo.config, name):
-                    setattr(torch._dynamo.config, name, 64)
+                if hasattr(_dynamo.config, name):
+                    setattr(_dynamo.config, name, 64)
             _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
         q, k, v, do = make_inputs(cfg, device)
         mask = None
@@ -248,9 +248,11 @@ def load_configs(path) -> None:
     if not path:
         return
     for key, entry in json.loads(Path(path).read_text()).items():
-        D, causal = key.split(",")
-        set_config(int(D), causal == "True", fwd=FwdConfig(**entry["fwd"]), bwd=BwdConfig(**entry["bwd"]))
-        print(f"configs for D={D} causal={causal}: {entry}", flush=True)
+        D, causal, *length = key.split(",")  # "D,causal" (both length classes) or "D,causal,class"
+        fwd = FwdConfig(**entry["fwd"]) if "fwd" in entry else None
+        bwd = BwdConfig(**entry["bwd"]) if "bwd" in entry else None
+        set_config(int(D), causal == "True", fwd=fwd, bwd=bwd, length=length[0] if length else None)
+        print(f"configs for {key}: {entry}", flush=True)
 
 
 def table_jobs(cfgs, quick):
@@ -258,8 +260,9 @@ def table_jobs(cfgs, quick):
     from attnlab.gpu._common import default_bwd_config, default_fwd_config
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return [(c["D"], c["causal"], c["H"], default_fwd_config(c["D"], c["causal"], dev),
-             default_bwd_config(c["D"], c["causal"], dev) if c["pass_"] == "fwd_bwd" else False, quick) for c in cfgs]
+    return [(c["D"], c["causal"], c["H"], default_fwd_config(c["D"], c["causal"], dev, c["N"]),
+             default_bwd_config(c["D"], c["causal"], dev, c["N"]) if c["pass_"] == "fwd_bwd" else False, quick)
+            for c in cfgs]
 
 
 # -- check: every benchmarked shape against float64 on a few heads ---------------------------------
@@ -317,13 +320,18 @@ def sweep_candidates(quick: bool):
     if quick:
         return [FwdConfig(16, 16, 1, 1), FwdConfig(16, 16, 1, 1, tma=True)], [
             BwdConfig(16, 16, 1, 1, 16, 16, 1, 1), BwdConfig(16, 16, 1, 1, 16, 16, 1, 1, dq_atomic=True)]
-    # pruned with the sm_90 register reports (no candidate spills more than a few registers)
-    fwd = [FwdConfig(128, 64, 4, 3), FwdConfig(128, 64, 8, 3), FwdConfig(128, 128, 8, 2)]
-    fwd += [FwdConfig(c.block_m, c.block_n, c.num_warps, c.num_stages, tma=True) for c in fwd]
-    fwd += [FwdConfig(128, 64, 8, 4, tma=True), FwdConfig(128, 128, 4, 3, tma=True), FwdConfig(128, 128, 8, 3, tma=True)]
-    bwd = [BwdConfig(32, 128, 8, 3, 128, 64, 8, 2), BwdConfig(32, 128, 8, 3, 128, 64, 8, 3),
-           BwdConfig(16, 128, 8, 2, 128, 32, 8, 2), BwdConfig(64, 128, 8, 3, 128, 64, 8, 3),
-           BwdConfig(64, 128, 8, 2, 128, 64, 8, 2), BwdConfig(32, 128, 8, 3, 128, 64, 8, 2, dq_atomic=True)]
+    # run 1 (2026-11-29) measured 9 forward and 6 backward candidates at N = 4K and 16K; this list
+    # keeps the leaders and the close runners-up, and adds the warp-specialised key loop and wider
+    # dQ / deeper dK-dV pipelines (pruned with the sm_90 register and shared-memory reports)
+    fwd = [FwdConfig(128, 64, 8, 3), FwdConfig(128, 64, 8, 3, tma=True), FwdConfig(128, 64, 4, 3, tma=True),
+           FwdConfig(128, 128, 8, 3, tma=True), FwdConfig(128, 128, 4, 3, tma=True), FwdConfig(128, 128, 8, 2),
+           FwdConfig(64, 64, 4, 3), FwdConfig(64, 128, 4, 3, tma=True),
+           FwdConfig(128, 128, 8, 3, tma=True, warp_spec=True), FwdConfig(128, 64, 8, 3, tma=True, warp_spec=True),
+           FwdConfig(128, 128, 4, 3, tma=True, warp_spec=True), FwdConfig(128, 128, 8, 2, tma=True, warp_spec=True)]
+    bwd = [BwdConfig(64, 128, 8, 3, 128, 64, 8, 3), BwdConfig(32, 128, 8, 3, 128, 64, 8, 3),
+           BwdConfig(64, 128, 8, 2, 128, 64, 8, 2), BwdConfig(64, 128, 8, 3, 128, 128, 8, 2),
+           BwdConfig(64, 128, 8, 4, 128, 64, 8, 4), BwdConfig(64, 64, 4, 3, 64, 64, 4, 3),
+           BwdConfig(128, 128, 8, 2, 128, 64, 8, 3), BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, dq_atomic=True)]
     return fwd, bwd
 
 
@@ -381,25 +389,29 @@ def _sweep_shape(c, fwd_cands, bwd_cands, device) -> list[dict]:
 
 
 def best_configs(rows, fwd_cands, bwd_cands) -> dict:
-    """Per (D, causal): the forward and backward candidates with the highest TFLOP/s summed over N."""
+    """Per (D, causal, length class): the forward and backward candidates with the highest TFLOP/s
+    summed over the class's N ("short": N < SHORT_KEYS, "long": the rest). Keys "D,causal,class"."""
     from dataclasses import asdict
+
+    from attnlab.gpu._common import _length_class
 
     by_name = {short(c): c for c in [*fwd_cands, *bwd_cands]}
     score: dict[tuple, dict] = {}
     for r in rows:
         if "tflops" in r:
-            d = score.setdefault((r["D"], r["causal"], r["kind"]), {})
+            d = score.setdefault((r["D"], r["causal"], _length_class(r["N"]), r["kind"]), {})
             d[r["config"]] = d.get(r["config"], 0.0) + r["tflops"]
     out = {}
-    for (D, causal, kind), d in score.items():
-        out.setdefault(f"{D},{causal}", {})[kind] = asdict(by_name[max(d, key=d.get)])
+    for (D, causal, length, kind), d in score.items():
+        out.setdefault(f"{D},{causal},{length}", {})[kind] = asdict(by_name[max(d, key=d.get)])
     return out
 
 
 def short(cfg) -> str:
-    """A configuration in a few characters: 128x64w8s3[tma] or m64n128w8s2/m128n64w8s2[atomic]."""
+    """A configuration in a few characters: 128x64w8s3[tma][+ws] or m64n128w8s2/m128n64w8s2[+atomic]."""
     if hasattr(cfg, "block_m"):
-        return f"{cfg.block_m}x{cfg.block_n}w{cfg.num_warps}s{cfg.num_stages}" + ("tma" if cfg.tma else "")
+        return (f"{cfg.block_m}x{cfg.block_n}w{cfg.num_warps}s{cfg.num_stages}" + ("tma" if cfg.tma else "")
+                + ("+ws" if getattr(cfg, "warp_spec", False) else ""))
     if cfg.dq_atomic:
         return f"m{cfg.block_m1}n{cfg.block_n1}w{cfg.warps1}s{cfg.stages1}+atomic"
     return (f"m{cfg.block_m1}n{cfg.block_n1}w{cfg.warps1}s{cfg.stages1}/"
@@ -500,7 +512,8 @@ def aot(args) -> list[dict]:
             if f.tma:
                 ptr |= {n: f"tensordesc<bf16[1,1,{f.block_m if n in 'QO' else f.block_n},{BD}]>" for n in "QKVO"}
             kernels.append((f"fwd {short(f)}", _attn_fwd, ptr, dict(HEAD_D=D, BLOCK_D=BD, BLOCK_M=f.block_m,
-                            BLOCK_N=f.block_n, CAUSAL=causal, USE_TMA=f.tma), f.num_warps, f.num_stages))
+                            BLOCK_N=f.block_n, CAUSAL=causal, USE_TMA=f.tma, WARP_SPEC=f.warp_spec),
+                            f.num_warps, f.num_stages))
         if b is not None:
             ptr = {n: "*bf16" for n in ("Q", "K", "V", "DO", "DK", "DV", "DQ")} | {"LSE2": "*fp32", "DELTA": "*fp32"}
             kernels.append((f"dkdv {short(b).split('/')[0]}", _attn_bwd_dkdv,
@@ -592,7 +605,7 @@ def main(argv=None) -> int:
     p.add_argument("--providers", default=",".join(PROVIDERS))
     p.add_argument("--D", type=int, nargs="+", default=[64, 128])
     p.add_argument("--N", type=int, nargs="+", default=[16384, 4096, 1024])
-    p.add_argument("--sweep-n", type=int, nargs="+", default=[4096, 16384])
+    p.add_argument("--sweep-n", type=int, nargs="+", default=[16384, 4096, 1024])
     p.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1))
     p.add_argument("--best", default=None, help="sweep: write the best configuration per (D, causal) here")
     p.add_argument("--configs", default=None, help="check/bench: use the configurations a sweep wrote")

@@ -135,13 +135,18 @@ def test_kernels_match_reference(B, H, Hkv, Nq, Nk, D, causal, dtype):
     _run_and_check(B, H, Hkv, Nq, Nk, D, causal, dtype, scale=0.37)
 
 
-@pytest.mark.parametrize("variant", ["tma+atomic", "half-height-diagonal"])
+@pytest.mark.parametrize("variant", ["tma+atomic", "half-height-diagonal", "warp-specialised"])
 def test_variants_match_reference(variant):
     """The measured alternatives: tensor-descriptor loads in the forward and dQ by atomics; and
-    block sizes where the backward walks the causal diagonal in half-height steps (Br >= 32)."""
+    block sizes where the backward walks the causal diagonal in half-height steps (Br >= 32);
+    and the warp-specialised key loop."""
     if variant == "tma+atomic":
         fwd = FwdConfig(64, 64, 4, 2, tma=True) if DEV == "cpu" else FwdConfig(128, 64, 4, 2, tma=True)
         bwd = BwdConfig(16, 16, 1, 1, 16, 16, 1, 1, dq_atomic=True) if DEV == "cpu" else None
+    elif variant == "warp-specialised":
+        fwd = FwdConfig(16, 16, 1, 1, tma=True, warp_spec=True) if DEV == "cpu" else \
+            FwdConfig(128, 128, 8, 3, tma=True, warp_spec=True)
+        bwd = None
     else:
         fwd = FwdConfig(32, 16, 1, 1) if DEV == "cpu" else FwdConfig(128, 64, 8, 3)
         bwd = BwdConfig(32, 16, 1, 1, 32, 16, 1, 1) if DEV == "cpu" else BwdConfig(64, 128, 8, 2, 128, 64, 8, 2)
@@ -266,6 +271,38 @@ def test_gpu_dq_atomic_variant(D):
 def test_gpu_forward_load_paths(tma):
     _run_and_check(2, 4, 2, 1025, 777, 128, True, torch.bfloat16, fwd_cfg=FwdConfig(128, 64, 8, 3, tma=tma),
                    backward=False)
+
+
+def test_block_size_table_has_a_length_class():
+    """Short calls (fewer than SHORT_KEYS keys) and long ones read separate entries of the table;
+    set_config changes one class or both, and refuses an unknown class without changing anything."""
+    from attnlab.gpu import _common
+
+    cuda = torch.device("cuda")
+    n_short, n_long = _common.SHORT_KEYS - 1, _common.SHORT_KEYS
+    saved = dict(_common._FWD_TABLE)
+    try:
+        marker = FwdConfig(32, 32, 2, 1)
+        _common.set_config(128, True, fwd=marker, length="short")
+        assert _common.default_fwd_config(128, True, cuda, n_short) is marker
+        assert _common.default_fwd_config(128, True, cuda, n_long) is not marker
+        assert _common.default_fwd_config(128, True, cuda) is not marker  # no length: long
+        with pytest.raises(ValueError, match="length"):
+            _common.set_config(128, True, fwd=FwdConfig(16, 16, 1, 1), length="medium")
+        assert _common.default_fwd_config(128, True, cuda, n_short) is marker
+    finally:
+        _common._FWD_TABLE.clear()
+        _common._FWD_TABLE.update(saved)
+    assert _common.default_fwd_config(96, False, torch.device("cpu"), 10) == _common._INTERP_FWD
+
+
+@gpu_only
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("N", [1024, 2500])
+def test_gpu_table_configs(D, causal, N):
+    """Every entry of the block-size table (both length classes) against the reference."""
+    _run_and_check(2, 4, 2, N, N, D, causal, torch.bfloat16)
 
 
 @gpu_only

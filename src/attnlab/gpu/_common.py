@@ -62,6 +62,7 @@ class FwdConfig:
     num_warps: int
     num_stages: int
     tma: bool = False  # load Q/K/V and store O through Hopper tensor-memory descriptors
+    warp_spec: bool = False  # warp-specialise the unmasked key loop (needs tma; Hopper and newer)
 
 
 @dataclass(frozen=True)
@@ -84,17 +85,29 @@ def _head_bucket(D: int) -> int:
     return 64 if D <= 64 else (128 if D <= 128 else 256)
 
 
-# Deterministic choices (no autotuning at run time), keyed by (head-dim bucket, causal).
-# Chosen from register/spill reports of sm_90 builds and H200 measurements:
-# see benchmarks/NOTES-prefill.md. ``tma`` falls back to pointer loads where descriptors can't be used.
-_FWD_64 = FwdConfig(block_m=128, block_n=64, num_warps=4, num_stages=3, tma=True)
-_FWD_128 = FwdConfig(block_m=128, block_n=64, num_warps=8, num_stages=3, tma=True)
+SHORT_KEYS = 2048  # calls with fewer keys than this use the "short" table entries
+
+
+def _length_class(n_keys: int | None) -> str:
+    return "short" if n_keys is not None and n_keys < SHORT_KEYS else "long"
+
+
+# Deterministic choices (no autotuning at run time), keyed by (head-dim bucket, causal, length class).
+# The "long" entries are the winners of the H200 block-size sweep of 2026-11-29 (summed over
+# N = 4K and 16K; benchmarks/data/prefill-sweep-h200-run1.json, benchmarks/NOTES-prefill.md).
+# ``tma`` falls back to pointer loads where descriptors can't be used.
+_FWD_64 = FwdConfig(block_m=128, block_n=64, num_warps=8, num_stages=3)
+_FWD_128 = FwdConfig(block_m=128, block_n=128, num_warps=8, num_stages=3, tma=True)
+_FWD_SHORT = FwdConfig(block_m=128, block_n=64, num_warps=8, num_stages=3)
 _FWD_256 = FwdConfig(block_m=64, block_n=32, num_warps=4, num_stages=2)
-_FWD_TABLE = {(64, False): _FWD_64, (64, True): _FWD_64, (128, False): _FWD_128, (128, True): _FWD_128,
-              (256, False): _FWD_256, (256, True): _FWD_256}
-_BWD_64 = BwdConfig(block_m1=32, block_n1=128, warps1=8, stages1=3, block_m2=128, block_n2=64, warps2=8, stages2=3)
-_BWD_128 = BwdConfig(block_m1=32, block_n1=128, warps1=8, stages1=3, block_m2=128, block_n2=64, warps2=8, stages2=2)
-_BWD_TABLE = {(64, False): _BWD_64, (64, True): _BWD_64, (128, False): _BWD_128, (128, True): _BWD_128}
+_BWD = BwdConfig(block_m1=64, block_n1=128, warps1=8, stages1=3, block_m2=128, block_n2=64, warps2=8, stages2=3)
+_FWD_TABLE = {}
+_BWD_TABLE = {}
+for _c in (False, True):
+    _FWD_TABLE |= {(64, _c, "long"): _FWD_64, (128, _c, "long"): _FWD_128,
+                   (64, _c, "short"): _FWD_SHORT, (128, _c, "short"): _FWD_SHORT,
+                   (256, _c, "long"): _FWD_256, (256, _c, "short"): _FWD_256}
+    _BWD_TABLE |= {(b, _c, n): _BWD for b in (64, 128) for n in ("short", "long")}
 # the interpreter runs one program at a time in numpy: small blocks keep the CPU tests quick and
 # still give several blocks (and ragged ones) at small N
 _INTERP_FWD = FwdConfig(block_m=16, block_n=16, num_warps=1, num_stages=1)
@@ -117,22 +130,29 @@ def tma_ok(*tensors: torch.Tensor) -> bool:
     return True
 
 
-def default_fwd_config(D: int, causal: bool, device: torch.device) -> FwdConfig:
+def default_fwd_config(D: int, causal: bool, device: torch.device, n_keys: int | None = None) -> FwdConfig:
+    """The table's forward launch for head dim D with ``n_keys`` keys (None: a long sequence)."""
     if device.type == "cpu":
         return _INTERP_FWD
-    return _FWD_TABLE[(_head_bucket(D), bool(causal))]
+    return _FWD_TABLE[(_head_bucket(D), bool(causal), _length_class(n_keys))]
 
 
-def default_bwd_config(D: int, causal: bool, device: torch.device) -> BwdConfig:
+def default_bwd_config(D: int, causal: bool, device: torch.device, n_keys: int | None = None) -> BwdConfig:
+    """The table's backward launch for head dim D with ``n_keys`` keys (None: a long sequence)."""
     if device.type == "cpu":
         return _INTERP_BWD
-    return _BWD_TABLE[(_head_bucket(D), bool(causal))]
+    return _BWD_TABLE[(_head_bucket(D), bool(causal), _length_class(n_keys))]
 
 
-def set_config(D: int, causal: bool, *, fwd: FwdConfig | None = None, bwd: BwdConfig | None = None) -> None:
-    """Replace the table entry that head dim ``D`` uses (a tuning hook for benchmarks/prefill.py)."""
-    key = (_head_bucket(D), bool(causal))
-    if fwd is not None:
-        _FWD_TABLE[key] = fwd
-    if bwd is not None:
-        _BWD_TABLE[key] = bwd
+def set_config(D: int, causal: bool, *, fwd: FwdConfig | None = None, bwd: BwdConfig | None = None,
+               length: str | None = None) -> None:
+    """Replace the table entries that head dim ``D`` uses, for one length class ("short", "long")
+    or both (a tuning hook for benchmarks/prefill.py)."""
+    if length not in (None, "short", "long"):
+        raise ValueError(f"length must be 'short', 'long' or None, got {length!r}")
+    for n in (length,) if length else ("short", "long"):
+        key = (_head_bucket(D), bool(causal), n)
+        if fwd is not None:
+            _FWD_TABLE[key] = fwd
+        if bwd is not None:
+            _BWD_TABLE[key] = bwd

@@ -273,7 +273,7 @@ def flash_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     if B * H == 0 or Nq == 0 or Nk == 0:
         dq.zero_(), dk.zero_(), dv.zero_()
         return dq, dk, dv
-    cfg = config or default_bwd_config(D, causal, q.device)
+    cfg = config or default_bwd_config(D, causal, q.device, Nk)
     BLOCK_D = next_pow2(max(D, 16))
     lse = lse.contiguous()
     delta = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32)

@@ -56,49 +56,69 @@ def _load_tile(ptrs, rows, n_rows, offs_d, HEAD_D: tl.constexpr, BLOCK_D: tl.con
 
 
 @triton.jit
+def _fwd_step(acc, l_i, m_i, q, K, V, desc_k, desc_v, b, hk, stride_kn, stride_vn,
+              start_n, offs_m, Nk, causal_off, qk_scale,
+              HEAD_D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+              MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_TMA: tl.constexpr):
+    """One online-softmax step: the key/value block starting at start_n past the query block."""
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    start_n = tl.multiple_of(start_n, BLOCK_N)
+    cols = start_n + offs_n
+    # -- S = Q Kᵀ for this block, in log2 units
+    if USE_TMA:
+        k = desc_k.load([b, hk, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
+    else:
+        k = _load_tile(K + cols[:, None] * stride_kn + offs_d[None, :], cols, Nk, offs_d,
+                       HEAD_D, BLOCK_D, MASKED)
+    s = tl.dot(q, tl.trans(k))  # (Br, Bc) float32
+    if MASKED:
+        # -- element mask: ragged last block and/or the causal diagonal
+        visible = cols[None, :] < Nk
+        if CAUSAL:
+            visible = visible & (cols[None, :] <= offs_m[:, None] + causal_off)
+        s = tl.where(visible, s * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
+        p = tl.math.exp2(s - m_use[:, None])
+    else:
+        # -- scale folded into the max and the exponent (one FMA per score)
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+        m_use = m_new
+        p = tl.math.exp2(s * qk_scale - m_use[:, None])
+    # -- update m_i and l_i: rescale what was summed under the old max
+    alpha = tl.math.exp2(m_i - m_use)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    # -- update the output accumulator: acc·alpha + P̃ V
+    if USE_TMA:
+        v = desc_v.load([b, hk, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
+    else:
+        v = _load_tile(V + cols[:, None] * stride_vn + offs_d[None, :], cols, Nk, offs_d,
+                       HEAD_D, BLOCK_D, MASKED)
+    acc = acc * alpha[:, None]
+    acc = tl.dot(p.to(v.dtype), v, acc)
+    m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
 def _fwd_kv_loop(acc, l_i, m_i, q, K, V, desc_k, desc_v, b, hk, stride_kn, stride_vn,
                  lo, hi, offs_m, Nk, causal_off, qk_scale,
                  HEAD_D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-                 MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_TMA: tl.constexpr):
-    """Stream key/value blocks [lo, hi) past the query block (one online-softmax step each)."""
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    for start_n in range(lo, hi, BLOCK_N):
-        start_n = tl.multiple_of(start_n, BLOCK_N)
-        cols = start_n + offs_n
-        # -- S = Q Kᵀ for this block, in log2 units
-        if USE_TMA:
-            k = desc_k.load([b, hk, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
-        else:
-            k = _load_tile(K + cols[:, None] * stride_kn + offs_d[None, :], cols, Nk, offs_d,
-                           HEAD_D, BLOCK_D, MASKED)
-        s = tl.dot(q, tl.trans(k))  # (Br, Bc) float32
-        if MASKED:
-            # -- element mask: ragged last block and/or the causal diagonal
-            visible = cols[None, :] < Nk
-            if CAUSAL:
-                visible = visible & (cols[None, :] <= offs_m[:, None] + causal_off)
-            s = tl.where(visible, s * qk_scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
-            p = tl.math.exp2(s - m_use[:, None])
-        else:
-            # -- scale folded into the max and the exponent (one FMA per score)
-            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-            m_use = m_new
-            p = tl.math.exp2(s * qk_scale - m_use[:, None])
-        # -- update m_i and l_i: rescale what was summed under the old max
-        alpha = tl.math.exp2(m_i - m_use)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        # -- update the output accumulator: acc·alpha + P̃ V
-        if USE_TMA:
-            v = desc_v.load([b, hk, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
-        else:
-            v = _load_tile(V + cols[:, None] * stride_vn + offs_d[None, :], cols, Nk, offs_d,
-                           HEAD_D, BLOCK_D, MASKED)
-        acc = acc * alpha[:, None]
-        acc = tl.dot(p.to(v.dtype), v, acc)
-        m_i = m_new
+                 MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr):
+    """Stream key/value blocks [lo, hi) past the query block (one online-softmax step each).
+    WARP_SPEC asks Triton to warp-specialise the loop (producer warps issue the loads, consumer
+    warp groups do the math; Hopper and newer, with tensor descriptors)."""
+    if WARP_SPEC:
+        for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=True):
+            acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, K, V, desc_k, desc_v, b, hk, stride_kn, stride_vn,
+                                      start_n, offs_m, Nk, causal_off, qk_scale,
+                                      HEAD_D, BLOCK_D, BLOCK_N, MASKED, CAUSAL, USE_TMA)
+    else:
+        for start_n in range(lo, hi, BLOCK_N):
+            acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, K, V, desc_k, desc_v, b, hk, stride_kn, stride_vn,
+                                      start_n, offs_m, Nk, causal_off, qk_scale,
+                                      HEAD_D, BLOCK_D, BLOCK_N, MASKED, CAUSAL, USE_TMA)
     return acc, l_i, m_i
 
 
@@ -113,7 +133,7 @@ def _attn_fwd(Q, K, V, O, LSE,  # pointers, or tensor descriptors (B, H|Hkv, N, 
               stride_ob, stride_oh, stride_on,
               H, G, Nq, Nk, causal_off, qk_scale,
               HEAD_D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              CAUSAL: tl.constexpr, USE_TMA: tl.constexpr):
+              CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr = False):
     pid_m = tl.program_id(0)
     if CAUSAL:  # heaviest query blocks first: the short ones fill the tail of the grid
         pid_m = tl.num_programs(0) - 1 - pid_m
@@ -146,10 +166,10 @@ def _attn_fwd(Q, K, V, O, LSE,  # pointers, or tensor descriptors (B, H|Hkv, N, 
 
     acc, l_i, m_i = _fwd_kv_loop(acc, l_i, m_i, q, K_h, V_h, K, V, b, hk, stride_kn, stride_vn,
                                  0, full, offs_m, Nk, causal_off, qk_scale,
-                                 HEAD_D, BLOCK_D, BLOCK_N, False, CAUSAL, USE_TMA)
+                                 HEAD_D, BLOCK_D, BLOCK_N, False, CAUSAL, USE_TMA, WARP_SPEC)
     acc, l_i, m_i = _fwd_kv_loop(acc, l_i, m_i, q, K_h, V_h, K, V, b, hk, stride_kn, stride_vn,
                                  full, hi, offs_m, Nk, causal_off, qk_scale,
-                                 HEAD_D, BLOCK_D, BLOCK_N, True, CAUSAL, USE_TMA)
+                                 HEAD_D, BLOCK_D, BLOCK_N, True, CAUSAL, USE_TMA, False)
 
     # -- epilogue: O = acc / l, L = ln(sum exp S) = (m + log2 l)·ln 2; empty rows: O = 0, L = -inf
     empty = l_i == 0.0
@@ -197,7 +217,7 @@ def flash_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         out.zero_()
         lse.fill_(float("-inf"))
         return out, lse
-    cfg = config or default_fwd_config(D, causal, q.device)
+    cfg = config or default_fwd_config(D, causal, q.device, Nk)
     BLOCK_D = next_pow2(max(D, 16))
     use_tma = cfg.tma and tma_ok(q, k, v, out)
     if use_tma:
@@ -218,7 +238,7 @@ def flash_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         out.stride(0), out.stride(1), out.stride(2),
         H, H // Hkv, Nq, Nk, Nk - Nq, scale * LOG2E,
         HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        CAUSAL=bool(causal), USE_TMA=use_tma,
+        CAUSAL=bool(causal), USE_TMA=use_tma, WARP_SPEC=cfg.warp_spec and use_tma,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out, lse
