@@ -326,12 +326,11 @@ def sweep_candidates(quick: bool):
     fwd = [FwdConfig(128, 64, 8, 3), FwdConfig(128, 64, 8, 3, tma=True), FwdConfig(128, 64, 4, 3, tma=True),
            FwdConfig(128, 128, 8, 3, tma=True), FwdConfig(128, 128, 4, 3, tma=True), FwdConfig(128, 128, 8, 2),
            FwdConfig(64, 64, 4, 3), FwdConfig(64, 128, 4, 3, tma=True),
-           FwdConfig(128, 128, 8, 3, tma=True, warp_spec=True), FwdConfig(128, 64, 8, 3, tma=True, warp_spec=True),
-           FwdConfig(128, 128, 4, 3, tma=True, warp_spec=True), FwdConfig(128, 128, 8, 2, tma=True, warp_spec=True)]
+           FwdConfig(128, 128, 8, 3, tma=True, warp_spec=True), FwdConfig(128, 64, 8, 3, tma=True, warp_spec=True)]
     bwd = [BwdConfig(64, 128, 8, 3, 128, 64, 8, 3), BwdConfig(32, 128, 8, 3, 128, 64, 8, 3),
            BwdConfig(64, 128, 8, 2, 128, 64, 8, 2), BwdConfig(64, 128, 8, 3, 128, 128, 8, 2),
            BwdConfig(64, 128, 8, 4, 128, 64, 8, 4), BwdConfig(64, 64, 4, 3, 64, 64, 4, 3),
-           BwdConfig(128, 128, 8, 2, 128, 64, 8, 3), BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, dq_atomic=True)]
+           BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, dq_atomic=True)]
     return fwd, bwd
 
 
