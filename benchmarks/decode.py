@@ -34,8 +34,8 @@ from pathlib import Path
 
 import torch
 
-CONFIGS = [  # (BLOCK_N, num_warps, num_stages, EVICT) tried on --config-shapes (GPU time)
-    (128, 4, 3, ""), (128, 4, 2, ""), (64, 4, 4, ""), (128, 8, 3, ""), (64, 4, 3, ""),
+CONFIGS = [  # (BLOCK_N, num_warps, num_stages) of the config sweep (D = 128; GPU time, every shape)
+    (64, 4, 3), (128, 4, 3), (128, 4, 2), (64, 4, 4),
 ]
 
 
@@ -138,6 +138,35 @@ def _copies(nbytes: int, device) -> int:
     return 1 if device != "cuda" else max(1, min(16, math.ceil(3 * 60e6 / nbytes)))
 
 
+def config_sweep(result, dec, shape, dims, ins, paged, seqlens, nbytes, sms, device):
+    """CUDA-graph time of each of CONFIGS on one shape, on the contiguous cache and on the paged one
+    (``paged``: copies of ``ins`` in pages), each at the split count its calibration picks (the
+    measured one where CALIBRATIONS has it, else scaled from the small config's by bytes in flight)."""
+    D = shape["D"]
+    base = dec.kernel_config(D) if device != "cuda" else dec.gpu_configs(D)["small"]
+    small = dec.calibration_for("H200", dec.gpu_configs(D)["small"])
+    layouts = [("contiguous", [(q, k, v, None) for q, k, v in ins], dims)]
+    if paged is not None:
+        pdims = dec.check_decode_inputs(ins[0][0], paged[0][0], paged[0][1], seqlens, paged[0][2], check_values=False)
+        layouts.append(("paged", [(q, pk, pv, pt) for (q, _, _), (pk, pv, pt) in zip(ins, paged)], pdims))
+    for bn, nw, ns in CONFIGS if device == "cuda" else [(base["BLOCK_N"], base["num_warps"], base["num_stages"])]:
+        c = dict(base, BLOCK_N=bn, num_warps=nw, num_stages=ns)
+        cal = dec.calibration_for("H200", c) or (small and dec.scaled_calibration(small, c))
+        S = (dec.calibrated_num_splits(batch=shape["B"], heads_kv=shape["Hkv"], seq=shape["L"], head_dim=D, sms=sms,
+                                       cal=cal, min_split_len=bn) if cal else
+             dec.choose_num_splits(batch=shape["B"], heads_kv=shape["Hkv"], seq=shape["L"], head_dim=D,
+                                   device=device, config=c))
+        for layout, copies, d in layouts:
+            row = dict(shape, layout=layout, splits=S, config=list(dec.config_key(c)))
+            try:
+                ms = graph_ms([lambda x=x, d=d: dec._launch(x[0], x[1], x[2], d, seqlens, x[3], S, True, D ** -0.5, **c)
+                               for x in copies], device)
+                row.update(graph_ms=ms, graph_tb_per_s=nbytes / (ms * 1e-3) / 1e12)
+            except Exception as e:  # noqa: BLE001 — a config that does not compile or fit is data
+                row["error"] = str(e).splitlines()[0][:100] if str(e) else type(e).__name__
+            result["configs"].append(row)
+
+
 def run(args) -> dict:
     from attnlab.bench import environment
     from attnlab.cost import decode_split_time
@@ -163,14 +192,17 @@ def run(args) -> dict:
         return [(torch.randn(B, H, 1, D, device=device, dtype=dtype), torch.randn(B, Hkv, L, D, device=device, dtype=dtype),
                  torch.randn(B, Hkv, L, D, device=device, dtype=dtype)) for _ in range(n)]
 
-    # -- calibration probes: one program alone (program_bw), a tiny call (fixed cost)
-    for name, (B, Hkv, L) in {"program_bw": (1, 4, args.probe_seq), "fixed": (1, 8, 1024)}.items():
+    # -- calibration probes: one program alone (program_bw) per config the chooser uses, a tiny call
+    probes = {"program_bw": (1, 4, args.probe_seq, "small"), "fixed": (1, 8, 1024, "small"),
+              "program_bw large": (1, 4, args.probe_seq, "large")}
+    for name, (B, Hkv, L, which) in probes.items():
+        c = dec.gpu_configs(D)[which] if device == "cuda" else cfg
         nbytes = dec.decode_bytes(batch=B, heads_kv=Hkv, seq=L, head_dim=D)
         ins = make_inputs(B, 4 * Hkv, Hkv, L, _copies(nbytes, device))
-        sl = torch.full((B,), L, dtype=torch.int32, device=device)
-        ms = graph_ms([lambda q=q, k=k, v=v: dec.flash_decode_cuda(q, k, v, cache_seqlens=sl, num_splits=1)
+        dims = dec.check_decode_inputs(*ins[0], None, None, check_values=False)
+        ms = graph_ms([lambda q=q, k=k, v=v: dec._launch(q, k, v, dims, None, None, 1, True, D ** -0.5, **c)
                        for q, k, v in ins], device)
-        result["probes"][name] = dict(B=B, Hkv=Hkv, L=L, splits=1, ms=ms, bytes=nbytes,
+        result["probes"][name] = dict(B=B, Hkv=Hkv, L=L, splits=1, ms=ms, bytes=nbytes, config=list(dec.config_key(c)),
                                       per_program_bytes_per_s=nbytes / (B * Hkv) / (ms * 1e-3))
         ins = None
 
@@ -183,8 +215,9 @@ def run(args) -> dict:
                 ins = make_inputs(B, H, Hkv, L, _copies(nbytes, device))
                 q, k, v = ins[0]
                 seqlens = torch.full((B,), L, dtype=torch.int32, device=device)
-                s_wave = dec.choose_num_splits(batch=B, heads_kv=Hkv, seq=L, head_dim=D, device=q.device)
                 dims = dec.check_decode_inputs(q, k, v, seqlens, None, check_values=False)
+                ccfg = dec._call_config(dims, q.device)  # the config this call uses
+                s_wave = dec.choose_num_splits(batch=B, heads_kv=Hkv, seq=L, head_dim=D, device=q.device, config=ccfg)
                 ref, _ = dec.flash_decode_cuda(q, k, v, cache_seqlens=seqlens)
 
                 def measure(provider, make, **extra):
@@ -206,7 +239,7 @@ def run(args) -> dict:
                         torch.cuda.empty_cache()
 
                 measure("attnlab", lambda q, k, v: lambda: dec.flash_decode_cuda(q, k, v, cache_seqlens=seqlens),
-                        splits=s_wave)
+                        splits=s_wave, config=list(dec.config_key(ccfg)))
                 if s_wave > 1:  # the same split count with the separate merge kernel
                     measure("merge-kernel", lambda q, k, v: lambda: dec._launch(
                         q, k, v, dims, seqlens, None, s_wave, True, D ** -0.5, FUSED_MERGE=False), splits=s_wave)
@@ -224,6 +257,7 @@ def run(args) -> dict:
                         measure(name, lambda q, k, v, backend=backend: sdpa_provider(q, k, v, backend)[0], gqa=mode,
                                 max_diff_vs_attnlab=err)
                 # -- paged caches (same data; the output must be bit-equal to the contiguous one)
+                paged64 = None
                 for ps in args.pages if L == args.seq[min(1, len(args.seq) - 1)] else args.pages[:1]:
                     paged = [paged_copy(kk, vv, ps, gen) for _, kk, vv in ins]
                     out_p, _ = dec.flash_decode_cuda(q, *paged[0][:2], cache_seqlens=seqlens, block_table=paged[0][2])
@@ -231,11 +265,13 @@ def run(args) -> dict:
                     pins = iter(paged)
                     measure(f"paged{ps}", lambda q, k, v: (lambda p=next(pins): dec.flash_decode_cuda(
                         q, p[0], p[1], cache_seqlens=seqlens, block_table=p[2])), splits=s_wave, equal_to_contiguous=same)
+                    if ps == args.pages[0]:
+                        paged64 = paged
                     paged = pins = None
-                # -- the split sweep (GPU time): measured best vs the models' picks
+                # -- the split sweep (GPU time, the call's config): measured best vs the models' picks
                 sweep = {}
                 for S in sorted(set(args.splits) | {s_wave}):
-                    if S != s_wave and (S > max(1, L // cfg["BLOCK_N"]) or (B * Hkv * S > 8 * sms and S > 1)):
+                    if S != s_wave and (S > max(1, L // ccfg["BLOCK_N"]) or (B * Hkv * S > 8 * sms and S > 1)):
                         continue
                     sweep[S] = graph_ms([lambda q=q, k=k, v=v, S=S: dec.flash_decode_cuda(
                         q, k, v, cache_seqlens=seqlens, num_splits=S) for q, k, v in ins], device)
@@ -243,23 +279,19 @@ def run(args) -> dict:
                 wave_pred = {S: decode_split_time(batch=B, heads=Hkv, seq=L, head_dim=D, splits=S, gpu=gpu,
                                                   merge_launch=False) * 1e3 for S in sweep}
                 result["sweeps"].append(dict(shape, times_ms=sweep, wave_model_ms=wave_pred, best=best,
-                                             wave_pick=s_wave, wave_pick_ms=sweep[s_wave], best_ms=sweep[best]))
-                # -- a few kernel configurations on the shapes named by --config-shapes
-                if (B, Hkv, L) in args.config_shapes:
-                    for bn, nw, ns, ev in CONFIGS:
-                        c = dict(BLOCK_N=bn, num_warps=nw, num_stages=ns, EVICT=ev)
-                        try:
-                            ms = graph_ms([lambda q=q, k=k, v=v, c=c: dec._launch(
-                                q, k, v, dims, seqlens, None, s_wave, True, D ** -0.5, **c) for q, k, v in ins], device)
-                            result["configs"].append(dict(shape, splits=s_wave, **c, graph_ms=ms,
-                                                          graph_tb_per_s=nbytes / (ms * 1e-3) / 1e12))
-                        except Exception as e:  # noqa: BLE001 — a config that does not compile is data
-                            result["configs"].append(dict(shape, **c, error=str(e).splitlines()[0][:100]))
+                                             wave_pick=s_wave, wave_pick_ms=sweep[s_wave], best_ms=sweep[best],
+                                             config=list(dec.config_key(ccfg))))
+                # -- the config sweep: every candidate config, contiguous and paged, at its own split count
+                if args.config_sweep:
+                    config_sweep(result, dec, shape, dims, ins, paged64, seqlens, nbytes, sms, device)
+                paged64 = None
                 ins = q = k = v = ref = None
                 gc.collect()
                 if device == "cuda":
                     torch.cuda.empty_cache()
                 print(f"done B={B} H={H} Hkv={Hkv} L={L} in {time.time() - t0:.1f}s", flush=True)
+                if args.json:  # after every shape: a run cut short still leaves its data
+                    Path(args.json).write_text(json.dumps(result, indent=1, default=str))
     return result
 
 
@@ -278,57 +310,105 @@ def _solve_k(P_bw: float, bw: float, rate: float) -> float:
     return (lo + hi) / 2
 
 
-def calibration_from(result):
-    """The DecodeCalibration one run measured, from its split sweeps (and probes, when recorded):
+def _config_of(result, row) -> tuple:
+    """config_key of a sweep/probe row (runs before per-row configs: the run's kernel_config)."""
+    if row.get("config"):
+        return tuple(row["config"])
+    cfg = result.get("kernel_config") or RUN1_CONFIG
+    return (cfg["BLOCK_N"], cfg["BLOCK_D"], cfg["num_warps"], cfg["num_stages"])
 
-    * program_bw: the S = 1 point with the fewest programs (each has the memory system to itself),
-      or the one-program probe;
+
+def _stream_time(B, Hkv, L, S, D, cal, sms):
+    from dataclasses import replace
+
+    from attnlab.gpu.decode import calibrated_split_time
+
+    return calibrated_split_time(batch=B, heads_kv=Hkv, seq=L, head_dim=D, splits=S, sms=sms,
+                                 cal=replace(cal, fixed=0.0, per_split=0.0, per_wave=0.0))
+
+
+def calibration_from(result, config=None):
+    """The DecodeCalibration one run measured for one kernel config (``config_key``; default: the
+    run's kernel_config), from its split sweeps with that config (and probes, when recorded):
+
+    * program_bw: the one-program probe of that config, else the S = 1 point with the fewest programs;
     * bw: the fastest streaming rate of any sweep point longer than 1 ms;
     * k: solved on the point whose demand P·program_bw is closest to bw (where the knee is);
     * programs_per_sm: the config's shared memory (K and V stages) into 227 KiB;
-    * fixed: 0 — the run's short calls are dominated by host launch cost, not GPU time.
+    * fixed, per_split, per_wave: least squares (relative error) of what the streaming model leaves
+      over, t − t_stream = fixed + per_split·S·[S > 1] + per_wave·waves, on the points shorter than
+      1 ms (longer calls cannot resolve µs-scale costs); a negative coefficient is dropped (set to 0).
     """
+    import numpy as np
+
     from attnlab.gpu.decode import DecodeCalibration
 
-    cfg = result.get("kernel_config") or RUN1_CONFIG
-    pts = []  # (programs, bytes per program, seconds) of every sweep point over 1 ms
+    key = tuple(config) if config is not None else _config_of(result, {})
+    bn, bd, nw, ns = key
+    sms = result["environment"].get("sms", 132)
+    pts = []  # (B, Hkv, L, D, S, programs, bytes per program, seconds) of every sweep point of this config
     for s in result["sweeps"]:
+        if _config_of(result, s) != key:
+            continue
         for S, ms in s["times_ms"].items():
             S = int(S)
-            if ms > 1.0:
-                per = 2 * math.ceil(s["L"] / S) * s["D"] * 2
-                pts.append((s["B"] * s["Hkv"] * S, per, ms * 1e-3))
-    if result.get("probes", {}).get("program_bw"):
-        program_bw = result["probes"]["program_bw"]["per_program_bytes_per_s"]
+            per = 2 * math.ceil(s["L"] / S) * s["D"] * 2
+            pts.append((s["B"], s["Hkv"], s["L"], s["D"], S, s["B"] * s["Hkv"] * S, per, ms * 1e-3))
+    if not pts:
+        raise ValueError(f"config {key}: no sweep in this run")
+    probes = [p for n, p in result.get("probes", {}).items() if n.startswith("program_bw") and _config_of(result, p) == key]
+    if probes:
+        program_bw = probes[0]["per_program_bytes_per_s"]
     else:
-        P, per, t = min((p for p in pts), key=lambda p: (p[0], p[2]))
-        program_bw = per / t
-    bw = max(P * per / t for P, per, t in pts)
-    P, per, t = min(pts, key=lambda p: abs(math.log(p[0] * program_bw / bw)))
-    k = _solve_k(P * program_bw, bw, P * per / t)
-    smem = cfg["num_stages"] * 2 * cfg["BLOCK_N"] * cfg["BLOCK_D"] * 2
+        p = min(pts, key=lambda p: (p[5], p[7]))
+        program_bw = p[6] / p[7]
+    long = [p for p in pts if p[7] > 1e-3] or pts
+    bw = max(p[5] * p[6] / p[7] for p in long)
+    p = min(long, key=lambda p: abs(math.log(p[5] * program_bw / bw)))
+    k = _solve_k(p[5] * program_bw, bw, p[5] * p[6] / p[7])
+    smem = ns * 2 * bn * bd * 2
+    cal = DecodeCalibration(bw=bw, program_bw=program_bw, programs_per_sm=max(1, (227 * 1024) // smem), k=k,
+                            config=key)
+    short = [p for p in pts if p[7] < 1e-3]
+    coef = [0.0, 0.0, 0.0]
+    if len(short) >= 3:
+        slots = sms * cal.programs_per_sm
+        A = np.array([[1.0, p[4] if p[4] > 1 else 0.0, math.ceil(p[5] / slots)] for p in short])
+        y = np.array([p[7] - _stream_time(p[0], p[1], p[2], p[4], p[3], cal, sms) for p in short])
+        w = 1.0 / np.array([p[7] for p in short])  # relative error
+        use = [0, 1, 2]
+        while use:
+            c, *_ = np.linalg.lstsq(A[:, use] * w[:, None], y * w, rcond=None)
+            if (c >= 0).all():
+                break
+            use.pop(int(np.argmin(c)))
+        for i, v in zip(use, c if use else []):
+            coef[i] = float(v)
     env = result["environment"]
-    return DecodeCalibration(bw=bw, program_bw=program_bw, programs_per_sm=max(1, (227 * 1024) // smem), k=k,
-                             fixed=0.0, config=(cfg["BLOCK_N"], cfg["num_warps"], cfg["num_stages"]),
+    return DecodeCalibration(bw=bw, program_bw=program_bw, programs_per_sm=cal.programs_per_sm, k=k,
+                             fixed=coef[0], per_split=coef[1], per_wave=coef[2], config=key,
                              source=f"{env.get('gpu', '').replace('NVIDIA ', '')}, {env['date']}")
 
 
 def split_table(result):
-    """Per shape: the wave model's pick, the calibrated model's pick, the measured best (GPU time)."""
+    """Per shape: the wave model's pick, the calibrated model's pick (the calibration of the shape's
+    config, derived from this run), the measured best (GPU time). Returns ({config: cal}, rows)."""
     from attnlab.gpu.decode import calibrated_num_splits
 
-    cal = calibration_from(result)
     sms = result["environment"].get("sms", 132)
-    bn = (result.get("kernel_config") or RUN1_CONFIG)["BLOCK_N"]
-    rows = []
+    cals, rows = {}, []
     for s in result["sweeps"]:
+        key = _config_of(result, s)
+        if key not in cals:
+            cals[key] = calibration_from(result, key)
+        cal = cals[key]
         times = {int(k): v for k, v in s["times_ms"].items()}
         s_cal = calibrated_num_splits(batch=s["B"], heads_kv=s["Hkv"], seq=s["L"], head_dim=s["D"], sms=sms, cal=cal,
-                                      min_split_len=bn)
-        rows.append(dict(B=s["B"], H=s["H"], Hkv=s["Hkv"], L=s["L"], wave=s["wave_pick"], cal=s_cal, best=s["best"],
-                         wave_ratio=times[s["wave_pick"]] / s["best_ms"],
+                                      min_split_len=key[0])
+        rows.append(dict(B=s["B"], H=s["H"], Hkv=s["Hkv"], L=s["L"], config=key, wave=s["wave_pick"], cal=s_cal,
+                         best=s["best"], wave_ratio=times[s["wave_pick"]] / s["best_ms"],
                          cal_ratio=times[s_cal] / s["best_ms"] if s_cal in times else None, best_ms=s["best_ms"]))
-    return cal, rows
+    return cals, rows
 
 
 def _shapes(result):
@@ -389,15 +469,49 @@ def table(result, console=None):
             t.add_row(*cells)
         console.print(t)
     if result.get("sweeps"):
-        cal, rows = split_table(result)
-        t = Table(title=f"splits (GPU time): wave model vs calibrated vs measured best; {cal}")
-        for c in ["B", "H/Hkv", "L", "S wave", "S cal", "S best", "best µs", "wave/best", "cal/best"]:
+        cals, rows = split_table(result)
+        for cal in cals.values():
+            console.print(f"calibration {cal}")
+        t = Table(title="splits (GPU time): the chooser's pick in the run vs the calibrated model vs the measured best")
+        for c in ["B", "H/Hkv", "L", "config", "S run", "S cal", "S best", "best µs", "run/best", "cal/best"]:
             t.add_column(c, justify="right")
         for r in rows:
-            t.add_row(str(r["B"]), f"{r['H']}/{r['Hkv']}", f"{r['L'] // 1024}K", str(r["wave"]), str(r["cal"]),
-                      str(r["best"]), f"{r['best_ms'] * 1e3:.1f}", f"{r['wave_ratio']:.3f}",
-                      "-" if r["cal_ratio"] is None else f"{r['cal_ratio']:.3f}")
+            t.add_row(str(r["B"]), f"{r['H']}/{r['Hkv']}", f"{r['L'] // 1024}K", "/".join(map(str, r["config"])),
+                      str(r["wave"]), str(r["cal"]), str(r["best"]), f"{r['best_ms'] * 1e3:.1f}",
+                      f"{r['wave_ratio']:.3f}", "-" if r["cal_ratio"] is None else f"{r['cal_ratio']:.3f}")
         console.print(t)
+    if any("layout" in c for c in result.get("configs", [])):
+        t = Table(title="config sweep, CUDA graph TB/s (BLOCK_N/BLOCK_D/warps/stages, split count in brackets)")
+        cfgs, cells = config_table(result)
+        for c in ["B", "H/Hkv", "L", "layout", *cfgs]:
+            t.add_column(c, justify="right")
+        for row in cells:
+            t.add_row(*row)
+        console.print(t)
+
+
+def config_table(result):
+    """The config sweep as (config names, rows of cells): TB/s and split count per config."""
+    runs = [c for c in result.get("configs", []) if "layout" in c]
+    cfgs = []
+    for c in runs:
+        name = "/".join(map(str, c["config"]))
+        if name not in cfgs:
+            cfgs.append(name)
+    keys = []
+    for c in runs:
+        k = (c["B"], c["H"], c["Hkv"], c["L"], c["layout"])
+        if k not in keys:
+            keys.append(k)
+    rows = []
+    for k in keys:
+        by = {"/".join(map(str, c["config"])): c for c in runs if (c["B"], c["H"], c["Hkv"], c["L"], c["layout"]) == k}
+        cells = [str(k[0]), f"{k[1]}/{k[2]}", f"{k[3] // 1024}K", k[4]]
+        for name in cfgs:
+            c = by.get(name)
+            cells.append("-" if c is None or "graph_tb_per_s" not in c else f"{c['graph_tb_per_s']:.2f} ({c['splits']})")
+        rows.append(cells)
+    return cfgs, rows
 
 
 def markdown(result) -> str:
@@ -431,19 +545,26 @@ def markdown(result) -> str:
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     if result.get("sweeps"):
-        cal, rows = split_table(result)
+        cals, rows = split_table(result)
         timing = "CUDA-graph time" if "kernel_config" in result else "do_bench median, merge kernel"
-        lines += [f"**Split count** ({timing}; sweep S = 1…64): the wave model's pick "
-                  f"(`attnlab.cost.best_num_splits`), the calibrated model's pick "
-                  f"(`calibrated_num_splits`, calibration derived from this run: bw {cal.bw / 1e12:.2f} TB/s, one program "
-                  f"{cal.program_bw / 1e9:.1f} GB/s, {cal.programs_per_sm} program(s)/SM, fixed "
-                  f"{cal.fixed * 1e6:.1f} µs) and the measured best:", "",
-                  "| B | H/Hkv | L | S wave | S calibrated | S best | best µs | t(S wave)/t(best) | t(S cal)/t(best) |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"**Split count** ({timing}; sweep S = 1…64): the run's pick, the calibrated model's pick "
+                  "(`calibrated_num_splits`, calibration of the shape's config derived from this run) and the "
+                  "measured best. Calibrations: " + "; ".join(
+                      f"{'/'.join(map(str, k))}: bw {c.bw / 1e12:.2f} TB/s, one program {c.program_bw / 1e9:.1f} GB/s, "
+                      f"{c.programs_per_sm}/SM, k {c.k:.2f}, fixed {c.fixed * 1e6:.1f} µs, per split "
+                      f"{c.per_split * 1e6:.2f} µs, per wave {c.per_wave * 1e6:.2f} µs" for k, c in cals.items()), "",
+                  "| B | H/Hkv | L | config | S run | S calibrated | S best | best µs | t(S run)/t(best) | t(S cal)/t(best) |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
-            lines.append(f"| {r['B']} | {r['H']}/{r['Hkv']} | {r['L'] // 1024}K | {r['wave']} | {r['cal']} | {r['best']} | "
-                         f"{r['best_ms'] * 1e3:.1f} | {r['wave_ratio']:.3f} | "
+            lines.append(f"| {r['B']} | {r['H']}/{r['Hkv']} | {r['L'] // 1024}K | {'/'.join(map(str, r['config']))} | "
+                         f"{r['wave']} | {r['cal']} | {r['best']} | {r['best_ms'] * 1e3:.1f} | {r['wave_ratio']:.3f} | "
                          + ("–" if r["cal_ratio"] is None else f"{r['cal_ratio']:.3f}") + " |")
+        lines.append("")
+    cfgs, cells = config_table(result)
+    if cells:
+        lines += ["**Config sweep** (CUDA-graph TB/s; BLOCK_N/BLOCK_D/warps/stages; the split count in brackets):", "",
+                  "| B | H/Hkv | L | layout | " + " | ".join(cfgs) + " |", "|" + "---|" * (4 + len(cfgs))]
+        lines += ["| " + " | ".join(row) + " |" for row in cells]
     return "\n".join(lines)
 
 
@@ -453,21 +574,28 @@ def main(argv=None) -> int:
     p.add_argument("--report", default=None, metavar="JSON", help="print the markdown table of a saved run and exit")
     p.add_argument("--quick", action="store_true", help="tiny shapes (a smoke test)")
     p.add_argument("--copy-gib", type=float, default=4.0)
+    p.add_argument("--config-sweep", action="store_true",
+                   help="also time every config of CONFIGS on every shape, contiguous and paged (GPU time)")
     args = p.parse_args(argv)
     if args.report:
         print(markdown(json.loads(Path(args.report).read_text())))
         return 0
     args.head_dim = 128
     if args.quick:
+        args.config_sweep = True
+        if not torch.cuda.is_available():  # the kernels run in Triton's CPU interpreter (set before importing them)
+            import os
+
+            os.environ["TRITON_INTERPRET"] = "1"
         args.batch, args.heads, args.seq, args.pages, args.head_dim = [2], [(4, 4), (4, 1)], [128], [16], 64
         args.probe_seq = 256
-        args.config_shapes, args.splits = {(1, 1, 128)}, (1, 2)
+        args.splits = (1, 2)
     else:
         args.batch, args.heads, args.seq = [1, 16], [(32, 32), (32, 8)], [4096, 32768, 131072]
         args.pages, args.probe_seq = [64, 16, 256], 262144
         from attnlab.gpu.decode import SPLIT_CANDIDATES
 
-        args.config_shapes, args.splits = {(1, 8, 32768), (16, 8, 131072)}, SPLIT_CANDIDATES
+        args.splits = SPLIT_CANDIDATES
     result = run(args)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1, default=str))

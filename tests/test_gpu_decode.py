@@ -209,6 +209,15 @@ def test_gpu_paged_equals_contiguous(page_size, D):
         assert torch.equal(out_p, out_c) and torch.equal(lse_p, lse_c)
     _check_against_reference(q, k, v, lens, out_p, lse_p)
     assert math.isfinite(lse_p[0].max().item())
+    # every config the chooser can return (page ids one per tile or one per key), paged == contiguous
+    dims_c = decode.check_decode_inputs(q, k, v, seqlens, None)
+    dims_p = decode.check_decode_inputs(q, cache.k_pages[0], cache.v_pages[0], cache.seqlens, cache.block_table)
+    for cfg in decode.gpu_configs(D).values():
+        out_c, lse_c = decode._launch(q, k, v, dims_c, seqlens, None, 5, True, D ** -0.5, **cfg)
+        out_p, lse_p = decode._launch(q, cache.k_pages[0], cache.v_pages[0], dims_p, cache.seqlens,
+                                      cache.block_table, 5, True, D ** -0.5, **cfg)
+        assert torch.equal(out_p, out_c) and torch.equal(lse_p, lse_c)
+        _check_against_reference(q, k, v, lens, out_p, lse_p)
 
 
 @pytest.mark.parametrize("paged", [False, True])
@@ -245,45 +254,106 @@ def _bench_module():
     spec = importlib.util.spec_from_file_location("attnlab_bench_decode", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod, path.parent / "data" / "decode-h200-run1.json"
+    return mod, path.parent / "data" / "decode-h200-run2.json"
 
 
 def test_h200_calibration_comes_from_the_recorded_run():
-    """The constants in CALIBRATIONS["H200"] are what calibration_from() derives from the run's JSON."""
+    """The constants of the small config's H200 calibration are what calibration_from() derives from the
+    run's JSON; the large config's is the small one scaled by bytes in flight (a prediction)."""
     import json
 
     bench, data = _bench_module()
     got = bench.calibration_from(json.loads(data.read_text()))
-    want = decode.CALIBRATIONS["H200"]
-    for f in ("bw", "program_bw", "k"):
+    small, large = decode.gpu_configs(128)["small"], decode.gpu_configs(128)["large"]
+    want = decode.calibration_for("NVIDIA H200", small)
+    for f in ("bw", "program_bw", "k", "fixed", "per_split", "per_wave"):
         assert getattr(got, f) == pytest.approx(getattr(want, f), rel=1e-3), f
-    assert (got.programs_per_sm, got.config) == (want.programs_per_sm, want.config)
+    assert (got.programs_per_sm, got.config) == (want.programs_per_sm, want.config) == (2, decode.config_key(small))
+    pred = decode.calibration_for("NVIDIA H200", large)
+    assert pred == decode.scaled_calibration(want, large)
+    assert pred.program_bw == pytest.approx(2 * want.program_bw) and pred.programs_per_sm == 1
 
 
 def test_calibrated_model_against_the_recorded_sweeps():
-    """On the recorded H200 sweeps, the calibrated pick is within 10% of the measured best for every
-    shape whose calls are GPU-bound (best > 150 µs); the lecture's wave model misses one of them."""
+    """On the recorded H200 sweeps (small config), the calibrated pick is within 10% of the measured best
+    on every shape where kernel_config now uses the small config (B·Hkv < SMs/2: the B = 1 shapes). The
+    B = 16 shapes run the large config now; the recorded small-config sweep misses there by 1.19×
+    (contiguous B = 16 MHA, see NOTES), which the model does not pretend to capture."""
     import json
 
     bench, data = _bench_module()
-    cal, rows = bench.split_table(json.loads(data.read_text()))
-    long_calls = [r for r in rows if r["best_ms"] > 0.150]
-    assert len(long_calls) >= 8
-    for r in long_calls:
+    cals, rows = bench.split_table(json.loads(data.read_text()))
+    assert list(cals) == [decode.config_key(decode.gpu_configs(128)["small"])]
+    small_rows = [r for r in rows if r["B"] * r["Hkv"] * 2 < 132]
+    assert len(small_rows) == 6
+    for r in small_rows:
         print(r)
         assert r["cal_ratio"] is not None and r["cal_ratio"] <= 1.10, r
-    assert max(r["wave_ratio"] for r in long_calls) > 1.10
+    assert max(r["wave_ratio"] for r in small_rows) > 1.10  # the run's chooser (no per-split cost) missed
 
 
 def test_calibrated_model_shape():
-    cal = decode.CALIBRATIONS["H200"]
+    cal = decode.calibration_for("H200", decode.gpu_configs(128)["small"])
     t = {S: decode.calibrated_split_time(batch=1, heads_kv=8, seq=131072, head_dim=128, splits=S, sms=132, cal=cal)
          for S in (1, 2, 16, 24, 32)}
     # one program per K/V head streams at program_bw: 8 programs are 8·34 GB/s, far from bw
-    assert t[1] == pytest.approx(2 * 131072 * 128 * 2 / cal.program_bw, rel=1e-3)
+    assert t[1] == pytest.approx(2 * 131072 * 128 * 2 / cal.program_bw + cal.fixed + cal.per_wave, rel=1e-3)
     assert t[1] > t[2] > t[16] > t[24]  # more programs, closer to bw
     assert t[24] == pytest.approx(t[32], rel=0.05)  # saturated
-    s = decode.calibrated_num_splits(batch=16, heads_kv=8, seq=131072, head_dim=128, sms=132, cal=cal, min_split_len=64)
-    assert s == 2  # 128 programs (1 per SM) do not saturate HBM; 256 do
+    # a short call: the merge's per-split cost makes 64 splits slower than 16
+    t4k = {S: decode.calibrated_split_time(batch=1, heads_kv=8, seq=4096, head_dim=128, splits=S, sms=132, cal=cal)
+           for S in (16, 64)}
+    assert t4k[64] > t4k[16]
     assert decode.calibrated_num_splits(batch=1, heads_kv=8, seq=256, head_dim=128, sms=132, cal=cal,
                                         min_split_len=64) <= 4  # every split keeps >= 64 keys
+
+
+def test_kernel_config_rule(monkeypatch):
+    """GPU configs: small below B·Hkv = SMs/2, large from there; D = 256 halves BLOCK_N."""
+    monkeypatch.setattr(decode, "_INTERPRET", False)
+    for D, bns in ((128, (64, 128)), (64, (64, 128)), (256, (32, 64))):
+        assert decode.kernel_config(D, batch_heads=32, sms=132)["BLOCK_N"] == bns[0]
+        assert decode.kernel_config(D, batch_heads=66, sms=132)["BLOCK_N"] == bns[1]
+        assert decode.kernel_config(D, batch_heads=128, sms=132) == decode.gpu_configs(D)["large"]
+
+
+def _chooser_configs():
+    """Every config the GPU chooser can return, for the D of the interpreter tests."""
+    return [(D, name, c) for D in (64, 256) for name, c in decode.gpu_configs(D).items()]
+
+
+@pytest.mark.parametrize("D,name,cfg", _chooser_configs(), ids=lambda x: x if isinstance(x, str) else None)
+def test_chooser_configs_match_reference(D, name, cfg):
+    """Each config the chooser can return, contiguous with and without cache_seqlens (the
+    HAS_SEQLENS=False path), split and not, against the float64 oracle."""
+    B, H, Hkv = 2, 4, 2
+    lens = [3 * cfg["BLOCK_N"] + 5, 1]
+    L = lens[0]
+    q, k, v = _inputs(B, H, Hkv, 1, D, L, torch.bfloat16)
+    dims = decode.check_decode_inputs(q, k, v, None, None)
+    out, lse = decode._launch(q, k, v, dims, None, None, 2, True, D ** -0.5, **cfg)  # full cache, no seqlens
+    _check_against_reference(q, k, v, [L, L], out, lse)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device=DEV)
+    out, lse = decode._launch(q, k, v, dims, seqlens, None, 1, True, D ** -0.5, **cfg)
+    _check_against_reference(q, k, v, lens, out, lse)
+
+
+@pytest.mark.parametrize("page_size,block_n", [(16, 64), (32, 16), (64, 64), (128, 64), (256, 128), (64, 128)])
+def test_paged_prefetch_equals_contiguous(page_size, block_n):
+    """Page ids loaded one tile ahead: one per tile (page_size a multiple of BLOCK_N) or one per key;
+    lengths not multiples of the page size, splits starting mid-page, empty splits: bit-equal to the
+    contiguous cache with the same tiles."""
+    B, H, Hkv, D = 3, 4, 2, 32
+    lens = [page_size * 2 + 7, 1, block_n + 3]
+    q, k, v = _inputs(B, H, Hkv, 1, D, max(lens), torch.float16)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device=DEV)
+    cache = KVCache.from_dense(k, v, seqlens, page_size=page_size, shuffle=True)
+    cfg = dict(BLOCK_N=block_n)
+    dims_c = decode.check_decode_inputs(q, k, v, seqlens, None)
+    dims_p = decode.check_decode_inputs(q, cache.k_pages[0], cache.v_pages[0], cache.seqlens, cache.block_table)
+    for splits in (1, 3):
+        out_c, lse_c = decode._launch(q, k, v, dims_c, seqlens, None, splits, True, D ** -0.5, **cfg)
+        out_p, lse_p = decode._launch(q, cache.k_pages[0], cache.v_pages[0], dims_p, cache.seqlens, cache.block_table,
+                                      splits, True, D ** -0.5, **cfg)
+        assert torch.equal(out_p, out_c) and torch.equal(lse_p, lse_c)
+    _check_against_reference(q, k, v, lens, out_p, lse_p)

@@ -66,14 +66,18 @@ def _decode_split_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     PAGED: tl.constexpr, CAUSAL: tl.constexpr, MERGE: tl.constexpr, DOT_F32: tl.constexpr,
     EVICT: tl.constexpr,  # cache policy of the K/V loads ("" or "evict_first": each byte is read once)
+    HAS_SEQLENS: tl.constexpr,  # False: every sequence holds CAPACITY keys (SEQLENS is not read)
 ):
     split = tl.program_id(0)
     hkv = tl.program_id(1)
     b = tl.program_id(2)
 
     # -- this split's keys: the sequence's length cut into NUM_SPLITS chunks of whole BLOCK_N tiles
-    seqlen = tl.load(SEQLENS + b)
-    seqlen = tl.minimum(tl.maximum(seqlen, 0), CAPACITY)  # never read outside the cache
+    if HAS_SEQLENS:
+        seqlen = tl.load(SEQLENS + b)
+        seqlen = tl.minimum(tl.maximum(seqlen, 0), CAPACITY)  # never read outside the cache
+    else:
+        seqlen = CAPACITY
     chunk = tl.cdiv(tl.cdiv(seqlen, NUM_SPLITS), BLOCK_N) * BLOCK_N
     lo = split * chunk
     hi = tl.minimum(lo + chunk, seqlen)
@@ -96,13 +100,26 @@ def _decode_split_kernel(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     offs_n0 = tl.arange(0, BLOCK_N)
+    if PAGED:
+        # Page ids are loaded one tile ahead (software prefetch): the K/V addresses of a tile never
+        # wait for a page-table load. A tile lies inside one page when PAGE_SIZE is a multiple of
+        # BLOCK_N (tiles start at multiples of BLOCK_N): then one id per tile, else one per key.
+        tb_row = BLOCK_TABLE + b.to(tl.int64) * stride_tb
+        if PAGE_SIZE % BLOCK_N == 0:
+            page_next = tl.load(tb_row + lo // PAGE_SIZE, mask=lo < hi, other=0)
+        else:
+            page_next = tl.load(tb_row + (lo + offs_n0) // PAGE_SIZE, mask=lo + offs_n0 < hi, other=0)
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + offs_n0
         n_ok = offs_n < hi
         # -- where each key's row lives
         if PAGED:
-            page = tl.load(BLOCK_TABLE + b.to(tl.int64) * stride_tb + offs_n // PAGE_SIZE, mask=n_ok, other=0)
-            page = tl.minimum(tl.maximum(page, 0), NUM_PAGES - 1).to(tl.int64)
+            page = tl.minimum(tl.maximum(page_next, 0), NUM_PAGES - 1).to(tl.int64)  # never outside the pool
+            nxt = start_n + BLOCK_N
+            if PAGE_SIZE % BLOCK_N == 0:
+                page_next = tl.load(tb_row + nxt // PAGE_SIZE, mask=nxt < hi, other=0)
+            else:
+                page_next = tl.load(tb_row + (nxt + offs_n0) // PAGE_SIZE, mask=nxt + offs_n0 < hi, other=0)
             slot = offs_n % PAGE_SIZE
             k_row = page * stride_k0 + slot * stride_k1 + hkv * stride_k2
             v_row = page * stride_v0 + slot * stride_v1 + hkv * stride_v2
@@ -213,13 +230,40 @@ def _decode_merge_kernel(
 # -- configuration ---------------------------------------------------------------------------------------
 
 
-def kernel_config(D: int) -> dict:
-    """Tile and launch parameters of the split kernel for head dim D (tuned on an H200, see NOTES)."""
+def gpu_configs(D: int) -> dict:
+    """The split kernel's configurations on a GPU for head dim D, by name (BLOCK_N halves for D > 128:
+    the same shared memory). ``small``: BLOCK_N 64, 4 warps, 3 stages (96 KiB of K/V stages at D = 128,
+    2 programs per SM); ``large``: BLOCK_N 128, 4 warps, 3 stages (192 KiB, 1 program per SM, twice the
+    bytes in flight per program)."""
     block_d = triton.next_power_of_2(D)
+    scale = 1 if block_d <= 128 else 2
+    base = dict(BLOCK_D=block_d, num_warps=4, num_stages=3, EVICT="", FUSED_MERGE=True)
+    return {"small": dict(base, BLOCK_N=64 // scale), "large": dict(base, BLOCK_N=128 // scale)}
+
+
+def kernel_config(D: int, *, batch_heads: int = 1, sms: int = 132) -> dict:
+    """Tile and launch parameters of the split kernel for head dim D and B·Hkv = ``batch_heads``
+    (measured on an H200, see benchmarks/NOTES-decode.md).
+
+    ``large`` once B·Hkv >= sms / 2 — there are enough (sequence, K/V head) pairs to fill the SMs with
+    few splits, and a program that keeps twice the bytes in flight streams faster (H200, B = 16:
+    4.55–4.57 vs 3.83–4.42 TB/s); ``small`` below, where many splits of small programs (2 per SM)
+    are what fills the GPU (B = 1, 32/8, 32K: 2.77 vs 2.53 TB/s). The interpreter uses BLOCK_N = 16
+    (many tiles on small test shapes)."""
     if _INTERPRET:
+        block_d = triton.next_power_of_2(D)
         return dict(BLOCK_N=16, BLOCK_D=block_d, num_warps=4, num_stages=1, EVICT="", FUSED_MERGE=True)
-    return dict(BLOCK_N=64 if block_d <= 128 else 32, BLOCK_D=block_d, num_warps=4, num_stages=3, EVICT="",
-                FUSED_MERGE=True)
+    return gpu_configs(D)["large" if batch_heads * 2 >= sms else "small"]
+
+
+def config_key(cfg: dict) -> tuple:
+    """(BLOCK_N, BLOCK_D, num_warps, num_stages): what a DecodeCalibration is tied to."""
+    return (cfg["BLOCK_N"], cfg["BLOCK_D"], cfg["num_warps"], cfg["num_stages"])
+
+
+@functools.cache
+def _sms(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 # -- choosing the number of splits -------------------------------------------------------------------------
@@ -246,24 +290,23 @@ def gpu_for_device(index: int):
     return replace(preset, sms=props.multi_processor_count)
 
 
-def _wave_splits(batch: int, heads_kv: int, seq: int, head_dim: int, gpu) -> int:
+def _wave_splits(batch: int, heads_kv: int, seq: int, head_dim: int, gpu, block_n: int) -> int:
     """``attnlab.cost.best_num_splits`` for this kernel: a split holds whole BLOCK_N tiles, and the
     merge is a kernel launch of its own."""
     from ..cost import best_num_splits
 
     return int(best_num_splits(batch=batch, heads=heads_kv, seq=seq, head_dim=head_dim, gpu=gpu, max_splits=64,
-                               min_split_len=kernel_config(head_dim)["BLOCK_N"], merge_launch=True))
+                               min_split_len=block_n, merge_launch=True))
 
 
 @functools.lru_cache(maxsize=4096)
-def _model_splits(batch: int, heads_kv: int, seq: int, head_dim: int, device_index: int) -> int:
-    props = torch.cuda.get_device_properties(device_index)
-    cfg = kernel_config(head_dim)
-    cal = calibration_for(props.name, cfg)
+def _model_splits(batch: int, heads_kv: int, seq: int, head_dim: int, device_index: int, key: tuple) -> int:
+    name = torch.cuda.get_device_properties(device_index).name
+    cal = calibration_for(name, key)
     if cal is not None:
         return calibrated_num_splits(batch=batch, heads_kv=heads_kv, seq=seq, head_dim=head_dim,
-                                     sms=props.multi_processor_count, cal=cal, min_split_len=cfg["BLOCK_N"])
-    return _wave_splits(batch, heads_kv, seq, head_dim, gpu_for_device(device_index))
+                                     sms=_sms(device_index), cal=cal, min_split_len=key[0])
+    return _wave_splits(batch, heads_kv, seq, head_dim, gpu_for_device(device_index), key[0])
 
 
 # Split counts the calibrated chooser considers (and the benchmark sweeps).
@@ -281,8 +324,13 @@ class DecodeCalibration:
     programs_per_sm: programs resident on an SM at once (the config's shared memory).
     k: how sharply P programs' demand P·program_bw meets bw: the aggregate rate is
         (1/(P·program_bw)^k + 1/bw^k)^(-1/k) (k → ∞ is a hard min).
-    fixed: seconds of a call that do not depend on the split count.
-    config: the kernel_config values it was measured with (BLOCK_N, num_warps, num_stages).
+    fixed: seconds of a call that depend neither on the split count nor on the bytes (launch, q load).
+    per_split: seconds per split when S > 1: the merging program reads the S partials one after the
+        other (one dependent round trip to L2 each).
+    per_wave: seconds per wave of programs: a program's start (q load, first tile's latency) and end
+        (stores, arrival counter) that streaming does not hide.
+    config: (BLOCK_N, BLOCK_D, num_warps, num_stages) it was measured with (``config_key``).
+    source: where the numbers come from.
     """
 
     bw: float
@@ -290,16 +338,33 @@ class DecodeCalibration:
     programs_per_sm: int
     k: float
     fixed: float = 0.0
+    per_split: float = 0.0
+    per_wave: float = 0.0
     config: tuple = ()
     source: str = ""
 
 
-# Measured on an H200 (132 SMs) with BLOCK_N=64, 4 warps, 3 stages; derived by
-# benchmarks/decode.py's calibration_from() from benchmarks/data/decode-h200-run1.json
-# (tests/test_gpu_decode.py re-derives these numbers from that file).
+def scaled_calibration(cal: DecodeCalibration, config: dict) -> DecodeCalibration:
+    """A prediction for another configuration from a measured one, by Little's law: one program's
+    rate scales with the K/V bytes it keeps in flight (num_stages × BLOCK_N × BLOCK_D); programs per
+    SM from the shared memory those stages take; bw, k and the overheads unchanged."""
+    bn, bd, nw, ns = cal.config
+    ratio = (config["num_stages"] * config["BLOCK_N"] * config["BLOCK_D"]) / (ns * bn * bd)
+    smem = config["num_stages"] * 2 * config["BLOCK_N"] * config["BLOCK_D"] * 2
+    return replace(cal, program_bw=cal.program_bw * ratio, programs_per_sm=max(1, (227 * 1024) // smem),
+                   config=config_key(config), source=f"predicted from {cal.config} by bytes in flight")
+
+
+# Measured on an H200 (132 SMs) with the ``small`` config (BLOCK_N=64, D=128, 4 warps, 3 stages); derived by
+# benchmarks/decode.py's calibration_from() from benchmarks/data/decode-h200-run2.json (CUDA-graph times;
+# tests/test_gpu_decode.py re-derives these numbers from that file). The ``large`` config's is a
+# prediction (scaled_calibration) until a run measures it.
+_H200_SMALL = DecodeCalibration(bw=4.4864e12, program_bw=34.115e9, programs_per_sm=2, k=4.3534, fixed=4.605e-6,
+                                per_split=0.2401e-6, per_wave=1.4416e-6, config=(64, 128, 4, 3),
+                                source="H200, 2026-11-29, benchmarks/data/decode-h200-run2.json")
 CALIBRATIONS = {
-    "H200": DecodeCalibration(bw=4.4735e12, program_bw=34.372e9, programs_per_sm=2, k=4.255, fixed=0.0,
-                              config=(64, 4, 3), source="H200, 2026-11-29, benchmarks/data/decode-h200-run1.json"),
+    ("H200", _H200_SMALL.config): _H200_SMALL,
+    ("H200", (128, 128, 4, 3)): scaled_calibration(_H200_SMALL, gpu_configs(128)["large"]),
 }
 
 
@@ -313,17 +378,21 @@ def calibrated_split_time(*, batch: int, heads_kv: int, seq: int, head_dim: int,
                           cal: DecodeCalibration, itemsize: int = 2) -> float:
     """Seconds of one decode call with ``splits`` splits (§8.4's waves, calibrated).
 
-    P = B·Hkv·S programs of 2·ceil(seq/S)·D·itemsize bytes each run in waves of
-    sms·programs_per_sm; a wave of n programs streams at ``_rate(n)`` — the wave model instead
-    gives every program bw/SMs, so for it one full wave of 1 program per SM is always enough."""
+    P = B·Hkv·S programs of 2·chunk·D·itemsize bytes each (chunk = ceil(seq/S) rounded up to whole
+    BLOCK_N tiles: the longest split sets the pace) run in waves of sms·programs_per_sm; a wave of n
+    programs streams at ``_rate(n)`` and pays ``per_wave``; the merge pays ``per_split`` per split.
+    The wave model instead gives every program bw/SMs, so for it one full wave of 1 program per SM
+    is always enough."""
     P = batch * heads_kv * splits
-    per = 2 * math.ceil(seq / splits) * head_dim * itemsize
+    block_n = cal.config[0] if cal.config else 1
+    chunk = min(seq, math.ceil(math.ceil(seq / splits) / block_n) * block_n)
+    per = 2 * chunk * head_dim * itemsize
     slots = sms * cal.programs_per_sm
     full, rest = divmod(P, slots)
-    t = full * slots * per / _rate(slots, cal)
+    t = full * (slots * per / _rate(slots, cal) + cal.per_wave)
     if rest:
-        t += rest * per / _rate(rest, cal)
-    return cal.fixed + t
+        t += rest * per / _rate(rest, cal) + cal.per_wave
+    return cal.fixed + (cal.per_split * splits if splits > 1 else 0.0) + t
 
 
 def calibrated_num_splits(*, batch: int, heads_kv: int, seq: int, head_dim: int, sms: int,
@@ -339,22 +408,24 @@ def calibrated_num_splits(*, batch: int, heads_kv: int, seq: int, head_dim: int,
     return next(S for S in cands if times[S] <= limit)
 
 
-def calibration_for(name: str, config: dict) -> DecodeCalibration | None:
-    """The calibration measured on a GPU whose name contains a key of CALIBRATIONS with this
-    kernel configuration, if any."""
-    key = (config["BLOCK_N"], config["num_warps"], config["num_stages"])
-    for gpu, cal in CALIBRATIONS.items():
-        if gpu in name.upper() and cal.config == key:
+def calibration_for(name: str, config) -> DecodeCalibration | None:
+    """The calibration measured on a GPU whose name contains a key of CALIBRATIONS for this kernel
+    configuration (a kernel_config dict or its ``config_key``), if any."""
+    key = config_key(config) if isinstance(config, dict) else tuple(config)
+    for (gpu, ckey), cal in CALIBRATIONS.items():
+        if gpu in name.upper() and ckey == key:
             return cal
     return None
 
 
-def choose_num_splits(*, batch: int, heads_kv: int, seq: int, head_dim: int, device=None) -> int:
-    """The split count for a decode call.
+def choose_num_splits(*, batch: int, heads_kv: int, seq: int, head_dim: int, device=None,
+                      config: dict | None = None) -> int:
+    """The split count for a decode call with kernel configuration ``config`` (default: the
+    ``kernel_config`` this call would use).
 
-    On a GPU with a measured ``DecodeCalibration`` for the kernel configuration in use (the H200):
-    ``calibrated_num_splits``. Elsewhere the lecture's wave model, ``attnlab.cost.best_num_splits``,
-    on the ``GPU`` preset matching the device with its SM count (``gpu_for_device``).
+    On a GPU with a ``DecodeCalibration`` for that configuration (the H200): ``calibrated_num_splits``.
+    Elsewhere the lecture's wave model, ``attnlab.cost.best_num_splits``, on the ``GPU`` preset
+    matching the device with its SM count (``gpu_for_device``).
     One program reads one K/V head (the GQA group shares it), so the models' "heads" are the
     ``heads_kv`` K/V heads; ``seq`` is the cache's capacity (the lengths are not read on the host).
     """
@@ -364,8 +435,10 @@ def choose_num_splits(*, batch: int, heads_kv: int, seq: int, head_dim: int, dev
     if index is None:  # no GPU (the interpreter): any count is correct; use the H100 preset
         from ..cost import get_gpu
 
-        return _wave_splits(batch, heads_kv, seq, head_dim, get_gpu("H100"))
-    return _model_splits(batch, heads_kv, seq, head_dim, index)
+        cfg = config or kernel_config(head_dim, batch_heads=batch * heads_kv)
+        return _wave_splits(batch, heads_kv, seq, head_dim, get_gpu("H100"), cfg["BLOCK_N"])
+    cfg = config or kernel_config(head_dim, batch_heads=batch * heads_kv, sms=_sms(index))
+    return _model_splits(batch, heads_kv, seq, head_dim, index, config_key(cfg))
 
 
 # -- launcher --------------------------------------------------------------------------------------------
@@ -427,10 +500,19 @@ def flash_decode_cuda(q, k_cache, v_cache, *, cache_seqlens=None, block_table=No
     if reason is not None:
         return _fallback(reason, q, k_cache, v_cache, cache_seqlens=cache_seqlens, block_table=block_table,
                          num_splits=num_splits, causal=causal, scale=scale)
+    cfg = _call_config(dims, q.device)
     if num_splits is None:
         num_splits = choose_num_splits(batch=dims.B, heads_kv=dims.Hkv, seq=dims.capacity, head_dim=dims.D,
-                                       device=q.device)
-    return _launch(q, k_cache, v_cache, dims, cache_seqlens, block_table, num_splits, causal, scale)
+                                       device=q.device, config=cfg)
+    return _launch(q, k_cache, v_cache, dims, cache_seqlens, block_table, num_splits, causal, scale, **cfg)
+
+
+def _call_config(dims, device) -> dict:
+    """kernel_config for this call's shape on this device (paged or not: the same tiles, so a paged
+    cache gives the contiguous cache's output to the last bit)."""
+    sms = _sms(device.index if device.index is not None else torch.cuda.current_device()) \
+        if device.type == "cuda" else 132
+    return kernel_config(dims.D, batch_heads=dims.B * dims.Hkv, sms=sms)
 
 
 _COUNTERS: dict = {}
@@ -447,24 +529,30 @@ def _counters(device, n: int) -> torch.Tensor:
     return buf
 
 
+_CONFIG_KEYS = frozenset(("BLOCK_N", "BLOCK_D", "num_warps", "num_stages", "EVICT", "FUSED_MERGE"))
+
+
 def _launch(q, k_cache, v_cache, dims, cache_seqlens, block_table, num_splits: int, causal: bool, scale: float,
             **config):
-    """Run the kernels (inputs already checked). ``config`` overrides ``kernel_config`` (benchmarks)."""
+    """Run the kernels (inputs already checked). ``config``: a whole kernel_config, or values that
+    override the call's kernel_config (benchmarks, tests)."""
     B, H, Nq, D, Hkv = dims.B, dims.H, dims.Nq, dims.D, dims.Hkv
-    cfg = {**kernel_config(D), **config}
+    cfg = config if _CONFIG_KEYS <= config.keys() else {**_call_config(dims, q.device), **config}
     block_n = cfg["BLOCK_N"]
     num_splits = max(1, min(num_splits, triton.cdiv(dims.capacity, block_n)))
     dev = q.device
-    if cache_seqlens is None:
-        cache_seqlens = torch.full((B,), dims.capacity, dtype=torch.int32, device=dev)
-    elif cache_seqlens.dtype != torch.int32:
-        cache_seqlens = cache_seqlens.to(torch.int32)
+    has_seqlens = cache_seqlens is not None
+    if has_seqlens and (cache_seqlens.dtype != torch.int32 or not cache_seqlens.is_contiguous()):
+        cache_seqlens = cache_seqlens.to(torch.int32).contiguous()
     paged = block_table is not None
     if paged:
-        block_table = block_table.to(torch.int32).contiguous()
+        if block_table.dtype != torch.int32 or block_table.stride(-1) != 1:
+            block_table = block_table.to(torch.int32).contiguous()
         stride_tb = block_table.stride(0)
     else:
-        block_table, stride_tb = cache_seqlens, 0  # unused
+        block_table, stride_tb = q, 0  # not read
+    if not has_seqlens:
+        cache_seqlens = q  # not read (HAS_SEQLENS=False: every sequence holds the capacity)
     out = torch.empty_like(q)  # (B, H, Nq, D)
     lse = torch.empty((B, H, Nq), dtype=torch.float32, device=dev)
     merge = 0 if num_splits == 1 else (2 if cfg["FUSED_MERGE"] else 1)
@@ -484,6 +572,7 @@ def _launch(q, k_cache, v_cache, dims, cache_seqlens, block_table, num_splits: i
         D=D, NQ=Nq, G=G, PAGE_SIZE=dims.page_size or 1,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=cfg["BLOCK_D"],
         PAGED=paged, CAUSAL=bool(causal), MERGE=merge, DOT_F32=_INTERPRET, EVICT=cfg["EVICT"],
+        HAS_SEQLENS=has_seqlens,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     if merge == 1:
@@ -500,5 +589,5 @@ def decode_bytes(*, batch: int, heads_kv: int, seq: int, head_dim: int, itemsize
     return 2 * batch * heads_kv * seq * head_dim * itemsize
 
 
-__all__ = ["flash_decode_cuda", "choose_num_splits", "gpu_for_device", "kernel_config", "decode_bytes",
+__all__ = ["flash_decode_cuda", "choose_num_splits", "gpu_for_device", "kernel_config", "gpu_configs", "decode_bytes",
            "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES"]
