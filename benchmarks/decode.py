@@ -334,14 +334,14 @@ def calibration_from(result, config=None):
     * program_bw: the one-program probe of that config, else the S = 1 point with the fewest programs;
     * bw: the fastest streaming rate of any sweep point longer than 1 ms;
     * k: solved on the point whose demand P·program_bw is closest to bw (where the knee is);
-    * programs_per_sm: the config's shared memory (K and V stages) into 227 KiB;
+    * programs_per_sm: the shared memory of the config's K/V buffers into 227 KiB (``programs_per_sm``);
     * fixed, per_split, per_wave: least squares (relative error) of what the streaming model leaves
       over, t − t_stream = fixed + per_split·S·[S > 1] + per_wave·waves, on the points shorter than
       1 ms (longer calls cannot resolve µs-scale costs); a negative coefficient is dropped (set to 0).
     """
     import numpy as np
 
-    from attnlab.gpu.decode import DecodeCalibration
+    from attnlab.gpu.decode import DecodeCalibration, programs_per_sm
 
     key = tuple(config) if config is not None else _config_of(result, {})
     bn, bd, nw, ns = key
@@ -366,9 +366,7 @@ def calibration_from(result, config=None):
     bw = max(p[5] * p[6] / p[7] for p in long)
     p = min(long, key=lambda p: abs(math.log(p[5] * program_bw / bw)))
     k = _solve_k(p[5] * program_bw, bw, p[5] * p[6] / p[7])
-    smem = ns * 2 * bn * bd * 2
-    cal = DecodeCalibration(bw=bw, program_bw=program_bw, programs_per_sm=max(1, (227 * 1024) // smem), k=k,
-                            config=key)
+    cal = DecodeCalibration(bw=bw, program_bw=program_bw, programs_per_sm=programs_per_sm(key), k=k, config=key)
     short = [p for p in pts if p[7] < 1e-3]
     coef = [0.0, 0.0, 0.0]
     if len(short) >= 3:

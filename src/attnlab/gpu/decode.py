@@ -17,8 +17,12 @@ j <= cache_seqlens[b] − Nq + i. The cache is either contiguous, ``(B, Hkv, Lma
 ``(num_pages, page_size, Hkv, D)`` pages with a ``block_table (B, max_pages)``; one kernel serves
 both (a constexpr chooses how a key's row address is found).
 
-The split count S comes from the lecture's wave model (``attnlab.cost.best_num_splits``) for the
-GPU in use, or from ``choose_num_splits``'s calibrated model (see its docstring and
+Paged caches load each tile's page ids one tile ahead (a loop-carried value): Triton's pipeliner
+otherwise stages the page-id load itself and keeps one K/V buffer fewer in flight.
+
+The kernel config (BLOCK_N, warps, stages) is chosen per call from B·Hkv and D (``kernel_config``),
+and the split count S for that config from the lecture's wave model (``attnlab.cost.best_num_splits``)
+for the GPU in use, or from ``choose_num_splits``'s calibrated model (see its docstring and
 benchmarks/NOTES-decode.md for why the two differ on a real H200).
 
 Reference path: ``attnlab.flash.flash_decode_torch`` (blockwise PyTorch), used here as the fallback
@@ -344,23 +348,37 @@ class DecodeCalibration:
     source: str = ""
 
 
+def tiles_in_flight(key: tuple) -> int:
+    """K/V tiles a program has in flight: Triton's pipeliner keeps num_stages − 1 buffers of the K and
+    V tiles in shared memory (seen in the compiled kernel, sm_90: 2 × (64×128) bf16 buffers each for
+    BLOCK_N = 64, 3 stages)."""
+    return max(1, key[3] - 1)
+
+
+def programs_per_sm(key: tuple, smem_per_sm: int = 227 * 1024) -> int:
+    """Programs resident per SM, from the shared memory of the K/V buffers (+ 8 KiB for q and the
+    rest; the compiled small config takes 70 KiB: 3 per SM, the large 136 KiB: 1)."""
+    bn, bd, _, _ = key
+    smem = tiles_in_flight(key) * 2 * bn * bd * 2 + 8 * 1024
+    return max(1, smem_per_sm // smem)
+
+
 def scaled_calibration(cal: DecodeCalibration, config: dict) -> DecodeCalibration:
     """A prediction for another configuration from a measured one, by Little's law: one program's
-    rate scales with the K/V bytes it keeps in flight (num_stages × BLOCK_N × BLOCK_D); programs per
-    SM from the shared memory those stages take; bw, k and the overheads unchanged."""
-    bn, bd, nw, ns = cal.config
-    ratio = (config["num_stages"] * config["BLOCK_N"] * config["BLOCK_D"]) / (ns * bn * bd)
-    smem = config["num_stages"] * 2 * config["BLOCK_N"] * config["BLOCK_D"] * 2
-    return replace(cal, program_bw=cal.program_bw * ratio, programs_per_sm=max(1, (227 * 1024) // smem),
-                   config=config_key(config), source=f"predicted from {cal.config} by bytes in flight")
+    rate scales with the K/V bytes it keeps in flight (tiles in flight × BLOCK_N × BLOCK_D); programs
+    per SM from the shared memory those buffers take; bw, k and the overheads unchanged."""
+    key = config_key(config)
+    ratio = (tiles_in_flight(key) * key[0] * key[1]) / (tiles_in_flight(cal.config) * cal.config[0] * cal.config[1])
+    return replace(cal, program_bw=cal.program_bw * ratio, programs_per_sm=programs_per_sm(key),
+                   config=key, source=f"predicted from {cal.config} by bytes in flight")
 
 
 # Measured on an H200 (132 SMs) with the ``small`` config (BLOCK_N=64, D=128, 4 warps, 3 stages); derived by
 # benchmarks/decode.py's calibration_from() from benchmarks/data/decode-h200-run2.json (CUDA-graph times;
 # tests/test_gpu_decode.py re-derives these numbers from that file). The ``large`` config's is a
 # prediction (scaled_calibration) until a run measures it.
-_H200_SMALL = DecodeCalibration(bw=4.4864e12, program_bw=34.115e9, programs_per_sm=2, k=4.3534, fixed=4.605e-6,
-                                per_split=0.2401e-6, per_wave=1.4416e-6, config=(64, 128, 4, 3),
+_H200_SMALL = DecodeCalibration(bw=4.4864e12, program_bw=34.115e9, programs_per_sm=3, k=4.3534, fixed=2.8029e-6,
+                                per_split=0.24862e-6, per_wave=3.4226e-6, config=(64, 128, 4, 3),
                                 source="H200, 2026-11-29, benchmarks/data/decode-h200-run2.json")
 CALIBRATIONS = {
     ("H200", _H200_SMALL.config): _H200_SMALL,
