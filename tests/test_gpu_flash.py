@@ -186,6 +186,27 @@ def test_operator_autograd_with_lse():
         assert e < 2e-2 * max(1.0, r.abs().max().item())
 
 
+def test_eager_function_equals_registered_op():
+    """Eager calls run a plain autograd.Function, torch.compile traces the registered op: both
+    must give the same outputs and gradients (lse's gradient included), bit for bit."""
+    from attnlab.gpu import ops
+
+    q, k, v = _inputs(1, 4, 2, 21, 30, 32, torch.float16)
+    do = torch.randn(q.shape, dtype=q.dtype, device=q.device)
+    results = []
+    for call in (lambda q, k, v: ops._FlashAttnFn.apply(q, k, v, True, 0.3),
+                 lambda q, k, v: torch.ops.attnlab.flash_attn_fwd(q, k, v, True, 0.3)):
+        qq, kk, vv = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        out, lse = call(qq, kk, vv)
+        loss = (out * do).sum() + 0.5 * lse.sum()
+        results.append([out, lse, *torch.autograd.grad(loss, (qq, kk, vv))])
+        # only the output used: no lse gradient reaches the backward
+        qq, kk, vv = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        results[-1] += list(torch.autograd.grad((call(qq, kk, vv)[0] * do).sum(), (qq, kk, vv)))
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
 def test_operator_under_torch_compile_fullgraph():
     """The op is registered with torch.library: fake tensors trace it, autograd differentiates it."""
     q, k, v = (t.requires_grad_() for t in _inputs(1, 2, 1, 24, 24, 32, torch.float16))
@@ -294,6 +315,25 @@ def test_block_size_table_has_a_length_class():
         _common._FWD_TABLE.clear()
         _common._FWD_TABLE.update(saved)
     assert _common.default_fwd_config(96, False, torch.device("cpu"), 10) == _common._INTERP_FWD
+
+
+def test_block_size_table_is_the_measured_sweep_winners():
+    """The table's D = 64 and 128 entries are what the last H200 sweep chose (its best.json is kept
+    in benchmarks/data): changing one without the other fails here."""
+    import json
+    from dataclasses import asdict
+    from pathlib import Path
+
+    from attnlab.gpu import _common
+
+    best = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "prefill-best-h200-run3.json"
+    chosen = json.loads(best.read_text())
+    assert len(chosen) == 8  # D in (64, 128) x causal x length class
+    for key, entry in chosen.items():
+        D, causal, length = key.split(",")
+        k = (int(D), causal == "True", length)
+        assert asdict(_common._FWD_TABLE[k]) == entry["fwd"], key
+        assert asdict(_common._BWD_TABLE[k]) == entry["bwd"], key
 
 
 @gpu_only

@@ -92,22 +92,31 @@ def _length_class(n_keys: int | None) -> str:
     return "short" if n_keys is not None and n_keys < SHORT_KEYS else "long"
 
 
-# Deterministic choices (no autotuning at run time), keyed by (head-dim bucket, causal, length class).
-# The "long" entries are the winners of the H200 block-size sweep of 2026-11-29 (summed over
-# N = 4K and 16K; benchmarks/data/prefill-sweep-h200-run1.json, benchmarks/NOTES-prefill.md).
-# ``tma`` falls back to pointer loads where descriptors can't be used.
-_FWD_64 = FwdConfig(block_m=128, block_n=64, num_warps=8, num_stages=3)
-_FWD_128 = FwdConfig(block_m=128, block_n=128, num_warps=8, num_stages=3, tma=True)
-_FWD_SHORT = FwdConfig(block_m=128, block_n=64, num_warps=8, num_stages=3)
-_FWD_256 = FwdConfig(block_m=64, block_n=32, num_warps=4, num_stages=2)
-_BWD = BwdConfig(block_m1=64, block_n1=128, warps1=8, stages1=3, block_m2=128, block_n2=64, warps2=8, stages2=3)
-_FWD_TABLE = {}
-_BWD_TABLE = {}
-for _c in (False, True):
-    _FWD_TABLE |= {(64, _c, "long"): _FWD_64, (128, _c, "long"): _FWD_128,
-                   (64, _c, "short"): _FWD_SHORT, (128, _c, "short"): _FWD_SHORT,
-                   (256, _c, "long"): _FWD_256, (256, _c, "short"): _FWD_256}
-    _BWD_TABLE |= {(b, _c, n): _BWD for b in (64, 128) for n in ("short", "long")}
+# Deterministic choices (no autotuning at run time), keyed by (head-dim bucket, causal, length class):
+# the winners of the H200 block-size sweep of run 3 (2026-11-29, triton 3.6; highest TFLOP/s summed
+# over N = 4K and 16K for "long", at N = 1K for "short"; benchmarks/data/prefill-best-h200-run3.json,
+# benchmarks/NOTES-prefill.md). ``tma`` (and ``warp_spec`` with it) falls back to pointer loads
+# where descriptors can't be used.
+_F = FwdConfig
+_B = BwdConfig
+_FWD_TABLE = {
+    (64, False, "long"): _F(128, 64, 8, 3), (64, True, "long"): _F(128, 64, 8, 3),
+    (64, False, "short"): _F(128, 64, 8, 3), (64, True, "short"): _F(64, 64, 4, 3),
+    (128, False, "long"): _F(128, 128, 8, 3, tma=True, warp_spec=True),
+    (128, True, "long"): _F(128, 128, 8, 3, tma=True, warp_spec=True),
+    (128, False, "short"): _F(128, 128, 8, 3, tma=True), (128, True, "short"): _F(64, 64, 4, 3),
+    # not in the sweep: chosen to fit (D = 256 needs small tiles), checked by the GPU tests
+    (256, False, "long"): _F(64, 32, 4, 2), (256, True, "long"): _F(64, 32, 4, 2),
+    (256, False, "short"): _F(64, 32, 4, 2), (256, True, "short"): _F(64, 32, 4, 2),
+}
+_BWD_64_SMALL = _B(64, 64, 4, 3, 64, 64, 4, 3)
+_BWD_RUN1 = _B(64, 128, 8, 3, 128, 64, 8, 3)  # run 1's winner for every shape
+_BWD_TABLE = {
+    (64, False, "long"): _BWD_64_SMALL, (64, True, "long"): _BWD_64_SMALL,
+    (64, False, "short"): _BWD_RUN1, (64, True, "short"): _BWD_64_SMALL,
+    (128, False, "long"): _B(64, 128, 8, 4, 128, 64, 8, 4), (128, True, "long"): _B(64, 128, 8, 4, 128, 64, 8, 4),
+    (128, False, "short"): _BWD_RUN1, (128, True, "short"): _BWD_RUN1,
+}
 # the interpreter runs one program at a time in numpy: small blocks keep the CPU tests quick and
 # still give several blocks (and ragged ones) at small N
 _INTERP_FWD = FwdConfig(block_m=16, block_n=16, num_warps=1, num_stages=1)

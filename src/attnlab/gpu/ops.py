@@ -1,8 +1,9 @@
 """The Triton FlashAttention-2 kernels as a PyTorch operator (lecture §7.7: plug it into training).
 
 ``attnlab::flash_attn_fwd`` and ``attnlab::flash_attn_bwd`` are registered with ``torch.library``
-(custom op + fake implementation + autograd formula), so ``flash_attention_cuda`` works under
-autograd and inside ``torch.compile(fullgraph=True)``. The forward saves only q, k, v, O and the
+(custom op + fake implementation + autograd formula), so ``flash_attention_cuda`` works inside
+``torch.compile(fullgraph=True)``; in eager mode the same kernels run through a plain
+``torch.autograd.Function``, which costs less host time per call. The forward saves only q, k, v, O and the
 logsumexp L (§7.2); the backward recomputes P from L.
 
 Inputs the kernels do not cover go to the blockwise PyTorch path
@@ -65,6 +66,37 @@ def _backward(ctx, dout, dlse):
 _flash_attn_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
+class _FlashAttnFn(torch.autograd.Function):
+    """The same forward and backward as the registered op, for eager mode: a custom op's dispatch
+    costs tens of microseconds of host time per call, which at N = 1K is a visible share of a GPU
+    step (benchmarks/NOTES-prefill.md, v3). ``torch.compile`` traces the registered op instead."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale):
+        from .flash_fwd import flash_fwd
+
+        out, lse = flash_fwd(q, k, v, causal=causal, scale=scale)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.causal, ctx.scale = causal, scale
+        ctx.set_materialize_grads(False)  # an unused lse gets no zero gradient (and no extra work)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        from .flash_bwd import flash_bwd
+
+        q, k, v, out, lse = ctx.saved_tensors
+        if dout is None:
+            dout = torch.zeros_like(out)
+        dq, dk, dv = flash_bwd(dout, q, k, v, out, lse, causal=ctx.causal, scale=ctx.scale, dlse=dlse)
+        return dq, dk, dv, None, None
+
+
+def _is_compiling() -> bool:
+    compiler = getattr(torch, "compiler", None)
+    return bool(compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling())
+
+
 def _fallback_reason(q, k, v, D: int, Dv: int) -> tuple[str, str] | None:
     """Why the kernels cannot take this call (a reason key and a message), or None if they can."""
     if not (q.is_cuda or (q.device.type == "cpu" and interpret_mode())):
@@ -112,5 +144,8 @@ def flash_attention_cuda(q, k, v, *, causal: bool = False, scale: float | None =
         from ..flash import flash_attention_torch
 
         return flash_attention_torch(q, k, v, causal=causal, scale=scale, return_lse=return_lse)
-    out, lse = _flash_attn_fwd(q, k, v, causal, scale)
+    if _is_compiling():
+        out, lse = _flash_attn_fwd(q, k, v, causal, scale)
+    else:
+        out, lse = _FlashAttnFn.apply(q, k, v, causal, scale)
     return (out, lse) if return_lse else out
