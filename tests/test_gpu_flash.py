@@ -326,7 +326,7 @@ def test_block_size_table_is_the_measured_sweep_winners():
 
     from attnlab.gpu import _common
 
-    best = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "prefill-best-h200-run3.json"
+    best = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "prefill-best-h200-run2.json"
     chosen = json.loads(best.read_text())
     assert len(chosen) == 8  # D in (64, 128) x causal x length class
     for key, entry in chosen.items():

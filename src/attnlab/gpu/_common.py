@@ -93,8 +93,8 @@ def _length_class(n_keys: int | None) -> str:
 
 
 # Deterministic choices (no autotuning at run time), keyed by (head-dim bucket, causal, length class):
-# the winners of the H200 block-size sweep of run 3 (2026-11-29, triton 3.6; highest TFLOP/s summed
-# over N = 4K and 16K for "long", at N = 1K for "short"; benchmarks/data/prefill-best-h200-run3.json,
+# the winners of the H200 block-size sweep of run 2 (2026-11-29, triton 3.6; highest TFLOP/s summed
+# over N = 4K and 16K for "long", at N = 1K for "short"; benchmarks/data/prefill-best-h200-run2.json,
 # benchmarks/NOTES-prefill.md). ``tma`` (and ``warp_spec`` with it) falls back to pointer loads
 # where descriptors can't be used.
 _F = FwdConfig
