@@ -4,12 +4,14 @@
 # configurations, then the benchmark against PyTorch's backends; logs and JSON land in $OUT.
 # Each phase gets at most its own limit and what is left of DEADLINE seconds (the call's limit).
 #   PHASES="sweep check bench" DEADLINE=560 BENCH_ARGS="--flex-budget 30" bash benchmarks/device_prefill.sh
+#   SWEEP_ARGS="--set v3 --D 128" sweeps another candidate list (the check and bench then use its winners)
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-out/prefill}
 PHASES=${PHASES:-"tests sweep check bench"}
 DEADLINE=${DEADLINE:-570}
 BENCH_ARGS=${BENCH_ARGS:-}
+SWEEP_ARGS=${SWEEP_ARGS:-}
 mkdir -p "$OUT"
 t0=$(date +%s)
 left() { local l=$(( DEADLINE - ($(date +%s) - t0) )); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
@@ -24,7 +26,7 @@ for phase in $PHASES; do
     tests) timeout "$(left 120)" python -m pytest -q -n 8 -p no:cacheprovider tests/test_gpu_flash.py \
              > "$OUT/tests.log" 2>&1
            echo "tests exit $?"; grep -E "FAILED|Error|passed|failed" "$OUT/tests.log" | tail -n 12 ;;
-    sweep) timeout "$(left 180)" python benchmarks/prefill.py sweep --json "$OUT/sweep.json" --best "$OUT/best.json" \
+    sweep) timeout "$(left 180)" python benchmarks/prefill.py sweep $SWEEP_ARGS --json "$OUT/sweep.json" --best "$OUT/best.json" \
              > "$OUT/sweep.log" 2>&1
            echo "sweep exit $?"; grep -E "^D=.*(fwd|bwd):|precompile failed|compiled" "$OUT/sweep.log" ;;
     check) timeout "$(left 90)" python benchmarks/prefill.py check "${CONFIGS[@]}" > "$OUT/check.log" 2>&1

@@ -314,9 +314,17 @@ def check(args) -> list[dict]:
 # -- sweep: candidate configurations of attnlab's kernels -----------------------------------------
 
 
-def sweep_candidates(quick: bool):
+def sweep_candidates(quick: bool, which: str = "v2"):
+    """Candidate configurations: "v2" (the full forward and backward list) or "v3" (forward only,
+    D = 128: two 8-warp programs per SM through a 128-register cap, against the table's choice)."""
     from attnlab.gpu._common import BwdConfig, FwdConfig
 
+    if which == "v3":
+        if quick:
+            return [FwdConfig(16, 16, 1, 1), FwdConfig(16, 16, 1, 1, tma=True, maxnreg=128)], []
+        return [FwdConfig(128, 128, 8, 3, tma=True, warp_spec=True), FwdConfig(128, 128, 8, 3, tma=True),
+                FwdConfig(128, 64, 8, 2, tma=True), FwdConfig(128, 64, 8, 2, tma=True, maxnreg=128),
+                FwdConfig(128, 64, 8, 2, tma=True, warp_spec=True, maxnreg=128)], []
     if quick:
         return [FwdConfig(16, 16, 1, 1), FwdConfig(16, 16, 1, 1, tma=True)], [
             BwdConfig(16, 16, 1, 1, 16, 16, 1, 1), BwdConfig(16, 16, 1, 1, 16, 16, 1, 1, dq_atomic=True)]
@@ -336,9 +344,9 @@ def sweep_candidates(quick: bool):
 
 def sweep(args) -> list[dict]:
     device = args.device
-    fwd_cands, bwd_cands = sweep_candidates(args.quick)
+    fwd_cands, bwd_cands = sweep_candidates(args.quick, args.set)
     Ns = (64,) if args.quick else tuple(args.sweep_n)
-    shapes = [c for c in grid(args.quick, Ns=Ns, passes=("fwd",))]
+    shapes = [c for c in grid(args.quick, Ds=tuple(args.D), Ns=Ns, passes=("fwd",))]
     jobs = []
     for c in shapes:
         jobs += [(c["D"], c["causal"], c["H"], f, False, args.quick) for f in fwd_cands]
@@ -410,7 +418,8 @@ def short(cfg) -> str:
     """A configuration in a few characters: 128x64w8s3[tma][+ws] or m64n128w8s2/m128n64w8s2[+atomic]."""
     if hasattr(cfg, "block_m"):
         return (f"{cfg.block_m}x{cfg.block_n}w{cfg.num_warps}s{cfg.num_stages}" + ("tma" if cfg.tma else "")
-                + ("+ws" if getattr(cfg, "warp_spec", False) else ""))
+                + ("+ws" if getattr(cfg, "warp_spec", False) else "")
+                + (f"r{cfg.maxnreg}" if getattr(cfg, "maxnreg", None) else ""))
     if cfg.dq_atomic:
         return f"m{cfg.block_m1}n{cfg.block_n1}w{cfg.warps1}s{cfg.stages1}+atomic"
     return (f"m{cfg.block_m1}n{cfg.block_n1}w{cfg.warps1}s{cfg.stages1}/"
@@ -433,7 +442,7 @@ def sweep_summary(rows) -> str:
 # -- aot: the compiler's report for sm_90, with no GPU --------------------------------------------
 
 
-def _compile_sm90(fn, ptr_types: dict, constexprs: dict, num_warps: int, num_stages: int):
+def _compile_sm90(fn, ptr_types: dict, constexprs: dict, num_warps: int, num_stages: int, maxnreg=None):
     """Compile one kernel for Hopper (sm_90) on this machine: Triton's own ptxas, no driver needed.
     Integer arguments are plain i32 with strides marked divisible by 16, as launches specialise them."""
     import triton
@@ -455,8 +464,8 @@ def _compile_sm90(fn, ptr_types: dict, constexprs: dict, num_warps: int, num_sta
             if n.startswith("stride"):
                 attrs[(i,)] = [["tt.divisibility", 16]]
     src = ASTSource(fn, sig, constexprs, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps,
-                                                                             num_stages=num_stages))
+    opts = dict(num_warps=num_warps, num_stages=num_stages) | ({"maxnreg": maxnreg} if maxnreg else {})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
 
 
 def _resources(kernel) -> dict:
@@ -606,6 +615,7 @@ def main(argv=None) -> int:
     p.add_argument("--N", type=int, nargs="+", default=[16384, 4096, 1024])
     p.add_argument("--sweep-n", type=int, nargs="+", default=[16384, 4096, 1024])
     p.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1))
+    p.add_argument("--set", choices=["v2", "v3"], default="v2", help="sweep: which candidate list")
     p.add_argument("--best", default=None, help="sweep: write the best configuration per (D, causal) here")
     p.add_argument("--configs", default=None, help="check/bench: use the configurations a sweep wrote")
     p.add_argument("--flex-budget", type=float, default=90.0, help="seconds of FlexAttention compiles, then skip")

@@ -135,14 +135,18 @@ def test_kernels_match_reference(B, H, Hkv, Nq, Nk, D, causal, dtype):
     _run_and_check(B, H, Hkv, Nq, Nk, D, causal, dtype, scale=0.37)
 
 
-@pytest.mark.parametrize("variant", ["tma+atomic", "half-height-diagonal", "warp-specialised"])
+@pytest.mark.parametrize("variant", ["tma+atomic", "half-height-diagonal", "warp-specialised", "register-capped"])
 def test_variants_match_reference(variant):
     """The measured alternatives: tensor-descriptor loads in the forward and dQ by atomics; and
     block sizes where the backward walks the causal diagonal in half-height steps (Br >= 32);
-    and the warp-specialised key loop."""
+    the warp-specialised key loop; and a register cap."""
     if variant == "tma+atomic":
         fwd = FwdConfig(64, 64, 4, 2, tma=True) if DEV == "cpu" else FwdConfig(128, 64, 4, 2, tma=True)
         bwd = BwdConfig(16, 16, 1, 1, 16, 16, 1, 1, dq_atomic=True) if DEV == "cpu" else None
+    elif variant == "register-capped":  # two 8-warp programs per SM on Hopper
+        fwd = FwdConfig(16, 16, 1, 1, tma=True, maxnreg=128) if DEV == "cpu" else \
+            FwdConfig(128, 64, 8, 2, tma=True, maxnreg=128)
+        bwd = None
     elif variant == "warp-specialised":
         fwd = FwdConfig(16, 16, 1, 1, tma=True, warp_spec=True) if DEV == "cpu" else \
             FwdConfig(128, 128, 8, 3, tma=True, warp_spec=True)
@@ -321,7 +325,6 @@ def test_block_size_table_is_the_measured_sweep_winners():
     """The table's D = 64 and 128 entries are what the last H200 sweep chose (its best.json is kept
     in benchmarks/data): changing one without the other fails here."""
     import json
-    from dataclasses import asdict
     from pathlib import Path
 
     from attnlab.gpu import _common
@@ -332,8 +335,8 @@ def test_block_size_table_is_the_measured_sweep_winners():
     for key, entry in chosen.items():
         D, causal, length = key.split(",")
         k = (int(D), causal == "True", length)
-        assert asdict(_common._FWD_TABLE[k]) == entry["fwd"], key
-        assert asdict(_common._BWD_TABLE[k]) == entry["bwd"], key
+        assert _common._FWD_TABLE[k] == FwdConfig(**entry["fwd"]), key
+        assert _common._BWD_TABLE[k] == BwdConfig(**entry["bwd"]), key
 
 
 @gpu_only

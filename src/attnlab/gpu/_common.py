@@ -63,6 +63,7 @@ class FwdConfig:
     num_stages: int
     tma: bool = False  # load Q/K/V and store O through Hopper tensor-memory descriptors
     warp_spec: bool = False  # warp-specialise the unmasked key loop (needs tma; Hopper and newer)
+    maxnreg: int | None = None  # cap registers per thread (e.g. 128: two 8-warp programs per SM)
 
 
 @dataclass(frozen=True)

@@ -230,6 +230,7 @@ def flash_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     else:
         args = (q, k, v, out)
     grid = (triton.cdiv(Nq, cfg.block_m), B * H)
+    extra = {"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}
     _attn_fwd[grid](
         *args, lse,
         q.stride(0), q.stride(1), q.stride(2),
@@ -239,6 +240,6 @@ def flash_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         H, H // Hkv, Nq, Nk, Nk - Nq, scale * LOG2E,
         HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         CAUSAL=bool(causal), USE_TMA=use_tma, WARP_SPEC=cfg.warp_spec and use_tma,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **extra,
     )
     return out, lse
