@@ -34,8 +34,8 @@ from pathlib import Path
 
 import torch
 
-CONFIGS = [  # (BLOCK_N, num_warps, num_stages) of the config sweep (D = 128; GPU time, every shape)
-    (64, 4, 3), (128, 4, 3), (128, 4, 2), (64, 4, 4),
+CONFIGS = [  # (BLOCK_N, num_warps, num_stages) of the config sweep (D = 128; GPU time, every shape):
+    (64, 4, 3), (128, 4, 3), (64, 4, 4),  # the two the chooser returns, and 4 stages for the small tile
 ]
 
 
@@ -138,10 +138,11 @@ def _copies(nbytes: int, device) -> int:
     return 1 if device != "cuda" else max(1, min(16, math.ceil(3 * 60e6 / nbytes)))
 
 
-def config_sweep(result, dec, shape, dims, ins, paged, seqlens, nbytes, sms, device):
+def config_sweep(result, dec, shape, dims, ins, paged, seqlens, nbytes, sms, device, best_split=None):
     """CUDA-graph time of each of CONFIGS on one shape, on the contiguous cache and on the paged one
     (``paged``: copies of ``ins`` in pages), each at the split count its calibration picks (the
-    measured one where CALIBRATIONS has it, else scaled from the small config's by bytes in flight)."""
+    measured one where CALIBRATIONS has it, else scaled from the small config's by bytes in flight)
+    and, where that differs, at ``best_split`` (the split sweep's best): configs compared at one S."""
     D = shape["D"]
     base = dec.kernel_config(D) if device != "cuda" else dec.gpu_configs(D)["small"]
     small = dec.calibration_for("H200", dec.gpu_configs(D)["small"])
@@ -156,8 +157,9 @@ def config_sweep(result, dec, shape, dims, ins, paged, seqlens, nbytes, sms, dev
                                        cal=cal, min_split_len=bn) if cal else
              dec.choose_num_splits(batch=shape["B"], heads_kv=shape["Hkv"], seq=shape["L"], head_dim=D,
                                    device=device, config=c))
-        for layout, copies, d in layouts:
-            row = dict(shape, layout=layout, splits=S, config=list(dec.config_key(c)))
+        splits = [S] + ([best_split] if best_split not in (None, S) and best_split <= max(1, shape["L"] // bn) else [])
+        for (layout, copies, d), S in ((lay, S) for S in splits for lay in layouts):
+            row = dict(shape, layout=layout, splits=S, config=list(dec.config_key(c)), pick=S == splits[0])
             try:
                 ms = graph_ms([lambda x=x, d=d: dec._launch(x[0], x[1], x[2], d, seqlens, x[3], S, True, D ** -0.5, **c)
                                for x in copies], device)
@@ -257,24 +259,36 @@ def run(args) -> dict:
                         measure(name, lambda q, k, v, backend=backend: sdpa_provider(q, k, v, backend)[0], gqa=mode,
                                 max_diff_vs_attnlab=err)
                 # -- paged caches (same data; the output must be bit-equal to the contiguous one)
+                # (the paged call's own config and split count: a page smaller than the large tile takes the
+                # small config; equality is checked against the contiguous cache with that config and count)
                 paged64 = None
                 for ps in args.pages if L == args.seq[min(1, len(args.seq) - 1)] else args.pages[:1]:
                     paged = [paged_copy(kk, vv, ps, gen) for _, kk, vv in ins]
+                    pdims = dec.check_decode_inputs(q, paged[0][0], paged[0][1], seqlens, paged[0][2], check_values=False)
+                    pcfg = dec._call_config(pdims, q.device)
+                    ps_splits = dec.choose_num_splits(batch=B, heads_kv=Hkv, seq=L, head_dim=D, device=q.device,
+                                                      config=pcfg)
                     out_p, _ = dec.flash_decode_cuda(q, *paged[0][:2], cache_seqlens=seqlens, block_table=paged[0][2])
-                    same = bool(torch.equal(out_p, ref))
+                    ref_p = ref if pcfg == ccfg else dec._launch(q, k, v, dims, seqlens, None, ps_splits, True,
+                                                                 D ** -0.5, **pcfg)[0]
+                    same = bool(torch.equal(out_p, ref_p))
+                    ref_p = None
                     pins = iter(paged)
                     measure(f"paged{ps}", lambda q, k, v: (lambda p=next(pins): dec.flash_decode_cuda(
-                        q, p[0], p[1], cache_seqlens=seqlens, block_table=p[2])), splits=s_wave, equal_to_contiguous=same)
+                        q, p[0], p[1], cache_seqlens=seqlens, block_table=p[2])), splits=ps_splits,
+                        config=list(dec.config_key(pcfg)), equal_to_contiguous=same)
                     if ps == args.pages[0]:
                         paged64 = paged
                     paged = pins = None
-                # -- the split sweep (GPU time, the call's config): measured best vs the models' picks
+                # -- the split sweep (GPU time, the call's config): measured best vs the models' picks; two
+                # passes (up, then down), the lesser time of each S (noise only ever adds time)
                 sweep = {}
-                for S in sorted(set(args.splits) | {s_wave}):
-                    if S != s_wave and (S > max(1, L // ccfg["BLOCK_N"]) or (B * Hkv * S > 8 * sms and S > 1)):
-                        continue
-                    sweep[S] = graph_ms([lambda q=q, k=k, v=v, S=S: dec.flash_decode_cuda(
+                todo = [S for S in sorted(set(args.splits) | {s_wave}) if S == s_wave or not (
+                    S > max(1, L // ccfg["BLOCK_N"]) or (B * Hkv * S > 8 * sms and S > 1))]
+                for S in todo + todo[::-1]:
+                    ms = graph_ms([lambda q=q, k=k, v=v, S=S: dec.flash_decode_cuda(
                         q, k, v, cache_seqlens=seqlens, num_splits=S) for q, k, v in ins], device)
+                    sweep[S] = min(ms, sweep.get(S, ms))
                 best = min(sweep, key=sweep.get)
                 wave_pred = {S: decode_split_time(batch=B, heads=Hkv, seq=L, head_dim=D, splits=S, gpu=gpu,
                                                   merge_launch=False) * 1e3 for S in sweep}
@@ -283,7 +297,7 @@ def run(args) -> dict:
                                              config=list(dec.config_key(ccfg))))
                 # -- the config sweep: every candidate config, contiguous and paged, at its own split count
                 if args.config_sweep:
-                    config_sweep(result, dec, shape, dims, ins, paged64, seqlens, nbytes, sms, device)
+                    config_sweep(result, dec, shape, dims, ins, paged64, seqlens, nbytes, sms, device, best)
                 paged64 = None
                 ins = q = k = v = ref = None
                 gc.collect()
@@ -299,17 +313,6 @@ RUN1_LABELS = {"attnlab": "attnlab, merge kernel", "fused": "attnlab, in-kernel 
 RUN1_CONFIG = {"BLOCK_N": 64, "BLOCK_D": 128, "num_warps": 4, "num_stages": 3}  # runs before JSON recorded it
 
 
-def _solve_k(P_bw: float, bw: float, rate: float) -> float:
-    """k with (P_bw^-k + bw^-k)^(-1/k) = rate (bisection; rate < min(P_bw, bw))."""
-    x, target = P_bw / bw, rate / bw  # in units of bw (no under/overflow)
-    lo, hi = 0.5, 64.0
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        r = (x ** -mid + 1.0) ** (-1 / mid)
-        lo, hi = (lo, mid) if r > target else (mid, hi)
-    return (lo + hi) / 2
-
-
 def _config_of(result, row) -> tuple:
     """config_key of a sweep/probe row (runs before per-row configs: the run's kernel_config)."""
     if row.get("config"):
@@ -318,94 +321,132 @@ def _config_of(result, row) -> tuple:
     return (cfg["BLOCK_N"], cfg["BLOCK_D"], cfg["num_warps"], cfg["num_stages"])
 
 
-def _stream_time(B, Hkv, L, S, D, cal, sms):
-    from dataclasses import replace
+def sweep_times(result, sweep) -> dict:
+    """Seconds per split count of one split sweep: for each S the least CUDA-graph time of that same
+    call anywhere in the run — the sweep point, the ``attnlab`` provider row (at the chooser's S) and
+    the config sweep's contiguous row (same config and S). GPU-time noise only ever adds time: in run 3
+    the sweep timed B=16 32/32 32K at S = 1 at 2174 µs, the provider table and the config sweep the
+    same call at 1894 and 1892 µs."""
+    key = _config_of(result, sweep)
+    shape = (sweep["B"], sweep["H"], sweep["Hkv"], sweep["L"])
+    times = {int(S): ms * 1e-3 for S, ms in sweep["times_ms"].items()}
+    same = [r for r in result["rows"] if r.get("provider") == "attnlab"]
+    same += [c for c in result.get("configs", []) if c.get("layout") == "contiguous"]
+    for r in same:
+        if (r["B"], r["H"], r["Hkv"], r["L"]) == shape and "graph_ms" in r and r.get("splits") in times \
+                and _config_of(result, r) == key:
+            times[r["splits"]] = min(times[r["splits"]], r["graph_ms"] * 1e-3)
+    return times
 
-    from attnlab.gpu.decode import calibrated_split_time
 
-    return calibrated_split_time(batch=B, heads_kv=Hkv, seq=L, head_dim=D, splits=S, sms=sms,
-                                 cal=replace(cal, fixed=0.0, per_split=0.0, per_wave=0.0))
+def _nnls(A, y):
+    """Non-negative least squares for a few columns: the best of every subset's unconstrained fit whose
+    coefficients are all >= 0 (exact for 3 columns). Returns (coefficients, residual norm)."""
+    import itertools
+
+    import numpy as np
+
+    n = A.shape[1]
+    c, *_ = np.linalg.lstsq(A, y, rcond=None)
+    if (c >= 0).all():  # the unconstrained optimum is feasible: it is the answer
+        return c, float(np.linalg.norm(A @ c - y))
+    best = (np.zeros(n), float(np.linalg.norm(y)))
+    for r in range(1, n + 1):
+        for use in itertools.combinations(range(n), r):
+            c, *_ = np.linalg.lstsq(A[:, use], y, rcond=None)
+            if (c < 0).any():
+                continue
+            res = float(np.linalg.norm(A[:, use] @ c - y))
+            if res < best[1]:
+                full = np.zeros(n)
+                full[list(use)] = c
+                best = (full, res)
+    return best
 
 
-def calibration_from(result, config=None):
-    """The DecodeCalibration one run measured for one kernel config (``config_key``; default: the
-    run's kernel_config), from its split sweeps with that config (and probes, when recorded):
+def calibration_from(results, config=None):
+    """The DecodeCalibration of one kernel config (``config_key``; default: the last run's kernel_config)
+    fitted to every split-sweep point of that config in ``results`` (one run's JSON dict or a list),
+    each point the least time of its call in its run (``sweep_times``):
 
-    * program_bw: the one-program probe of that config, else the S = 1 point with the fewest programs;
-    * bw: the fastest streaming rate of any sweep point longer than 1 ms;
-    * k: solved on the point whose demand P·program_bw is closest to bw (where the knee is);
+    * program_bw: the one-program probe of that config (the last run that has one), else the S = 1
+      point with the fewest programs;
     * programs_per_sm: the shared memory of the config's K/V buffers into 227 KiB (``programs_per_sm``);
-    * fixed, per_split, per_wave: least squares (relative error) of what the streaming model leaves
-      over, t − t_stream = fixed + per_split·S·[S > 1] + per_wave·waves, on the points shorter than
-      1 ms (longer calls cannot resolve µs-scale costs); a negative coefficient is dropped (set to 0).
+    * bw, k, fixed, per_split, per_wave: one least-squares fit of the relative error over all points —
+      for each (bw, k) on a grid (bw from the fastest measured rate to 1.4× it, k from 1 to 32) the
+      overheads are the non-negative least squares of what streaming leaves over,
+      t − t_stream = fixed + per_split·S·[S > 1] + per_wave·waves; the grid point with the least
+      residual wins. (v3 took bw from the fastest point over 1 ms and solved k at one point: run 3
+      had no such point at full bandwidth for the small config, so bw came out as 1.09 TB/s.)
     """
     import numpy as np
 
     from attnlab.gpu.decode import DecodeCalibration, programs_per_sm
 
-    key = tuple(config) if config is not None else _config_of(result, {})
-    bn, bd, nw, ns = key
-    sms = result["environment"].get("sms", 132)
-    pts = []  # (B, Hkv, L, D, S, programs, bytes per program, seconds) of every sweep point of this config
-    for s in result["sweeps"]:
-        if _config_of(result, s) != key:
-            continue
-        for S, ms in s["times_ms"].items():
-            S = int(S)
-            per = 2 * math.ceil(s["L"] / S) * s["D"] * 2
-            pts.append((s["B"], s["Hkv"], s["L"], s["D"], S, s["B"] * s["Hkv"] * S, per, ms * 1e-3))
-    if not pts:
-        raise ValueError(f"config {key}: no sweep in this run")
-    probes = [p for n, p in result.get("probes", {}).items() if n.startswith("program_bw") and _config_of(result, p) == key]
-    if probes:
-        program_bw = probes[0]["per_program_bytes_per_s"]
-    else:
-        p = min(pts, key=lambda p: (p[5], p[7]))
-        program_bw = p[6] / p[7]
-    long = [p for p in pts if p[7] > 1e-3] or pts
-    bw = max(p[5] * p[6] / p[7] for p in long)
-    p = min(long, key=lambda p: abs(math.log(p[5] * program_bw / bw)))
-    k = _solve_k(p[5] * program_bw, bw, p[5] * p[6] / p[7])
-    cal = DecodeCalibration(bw=bw, program_bw=program_bw, programs_per_sm=programs_per_sm(key), k=k, config=key)
-    short = [p for p in pts if p[7] < 1e-3]
-    coef = [0.0, 0.0, 0.0]
-    if len(short) >= 3:
-        slots = sms * cal.programs_per_sm
-        A = np.array([[1.0, p[4] if p[4] > 1 else 0.0, math.ceil(p[5] / slots)] for p in short])
-        y = np.array([p[7] - _stream_time(p[0], p[1], p[2], p[4], p[3], cal, sms) for p in short])
-        w = 1.0 / np.array([p[7] for p in short])  # relative error
-        use = [0, 1, 2]
-        while use:
-            c, *_ = np.linalg.lstsq(A[:, use] * w[:, None], y * w, rcond=None)
-            if (c >= 0).all():
-                break
-            use.pop(int(np.argmin(c)))
-        for i, v in zip(use, c if use else []):
-            coef[i] = float(v)
-    env = result["environment"]
-    return DecodeCalibration(bw=bw, program_bw=program_bw, programs_per_sm=cal.programs_per_sm, k=k,
-                             fixed=coef[0], per_split=coef[1], per_wave=coef[2], config=key,
+    results = [results] if isinstance(results, dict) else list(results)
+    key = tuple(config) if config is not None else _config_of(results[-1], {})
+    bn = key[0]
+    pps = programs_per_sm(key)
+    rows = []  # (programs, bytes per program, slots, S, seconds)
+    program_bw = None
+    for result in results:
+        sms = result["environment"].get("sms", 132)
+        for s in result["sweeps"]:
+            if _config_of(result, s) != key:
+                continue
+            for S, t in sweep_times(result, s).items():
+                chunk = min(s["L"], math.ceil(math.ceil(s["L"] / S) / bn) * bn)
+                rows.append((s["B"] * s["Hkv"] * S, 2 * chunk * s["D"] * 2, sms * pps, S, t,
+                             2 * s["B"] * s["Hkv"] * s["L"] * s["D"] * 2))
+        probes = [p for n, p in result.get("probes", {}).items()
+                  if n.startswith("program_bw") and _config_of(result, p) == key]
+        if probes:
+            program_bw = probes[0]["per_program_bytes_per_s"]
+    if not rows:
+        raise ValueError(f"config {key}: no sweep in these runs")
+    P, per, slots, S, t, nbytes = (np.array(c, dtype=float) for c in zip(*rows))
+    if program_bw is None:
+        i = min(range(len(rows)), key=lambda i: (P[i], t[i]))
+        program_bw = per[i] / t[i]
+    full, rest = np.floor(P / slots), P % slots
+    A = np.stack([np.ones_like(t), np.where(S > 1, S, 0.0), np.ceil(P / slots)], axis=1) / t[:, None]
+    rmax = float((nbytes / t).max())
+    best = None
+    for bw in rmax * (1 + 0.01 * np.arange(41)):
+        for k in np.geomspace(1.0, 32.0, 61):
+            def rate(n):
+                return bw * ((np.maximum(n, 1) * program_bw / bw) ** -k + 1.0) ** (-1.0 / k)
+            stream = full * slots * per / rate(slots) + np.where(rest > 0, rest * per / rate(rest), 0.0)
+            coef, res = _nnls(A, (t - stream) / t)
+            if best is None or res < best[0]:
+                best = (res, float(bw), float(k), coef)
+    _, bw, k, coef = best
+    env = results[-1]["environment"]
+    return DecodeCalibration(bw=bw, program_bw=program_bw, programs_per_sm=pps, k=k, fixed=float(coef[0]),
+                             per_split=float(coef[1]), per_wave=float(coef[2]), config=key,
                              source=f"{env.get('gpu', '').replace('NVIDIA ', '')}, {env['date']}")
 
 
-def split_table(result):
-    """Per shape: the wave model's pick, the calibrated model's pick (the calibration of the shape's
-    config, derived from this run), the measured best (GPU time). Returns ({config: cal}, rows)."""
+def split_table(result, cals=None):
+    """Per shape: the run's pick, the calibrated model's pick and the measured best (GPU time, each
+    split count's least time in the run: ``sweep_times``). ``cals``: {config: DecodeCalibration} to
+    judge (default: each config's calibration fitted to this run alone). Returns ({config: cal}, rows)."""
     from attnlab.gpu.decode import calibrated_num_splits
 
     sms = result["environment"].get("sms", 132)
-    cals, rows = {}, []
+    cals, rows = dict(cals or {}), []
     for s in result["sweeps"]:
         key = _config_of(result, s)
         if key not in cals:
             cals[key] = calibration_from(result, key)
         cal = cals[key]
-        times = {int(k): v for k, v in s["times_ms"].items()}
+        times = sweep_times(result, s)
+        best = min(times, key=times.get)
         s_cal = calibrated_num_splits(batch=s["B"], heads_kv=s["Hkv"], seq=s["L"], head_dim=s["D"], sms=sms, cal=cal,
                                       min_split_len=key[0])
         rows.append(dict(B=s["B"], H=s["H"], Hkv=s["Hkv"], L=s["L"], config=key, wave=s["wave_pick"], cal=s_cal,
-                         best=s["best"], wave_ratio=times[s["wave_pick"]] / s["best_ms"],
-                         cal_ratio=times[s_cal] / s["best_ms"] if s_cal in times else None, best_ms=s["best_ms"]))
+                         best=best, wave_ratio=times[s["wave_pick"]] / times[best],
+                         cal_ratio=times[s_cal] / times[best] if s_cal in times else None, best_ms=times[best] * 1e3))
     return cals, rows
 
 
@@ -479,7 +520,8 @@ def table(result, console=None):
                       f"{r['wave_ratio']:.3f}", "-" if r["cal_ratio"] is None else f"{r['cal_ratio']:.3f}")
         console.print(t)
     if any("layout" in c for c in result.get("configs", [])):
-        t = Table(title="config sweep, CUDA graph TB/s (BLOCK_N/BLOCK_D/warps/stages, split count in brackets)")
+        t = Table(title="config sweep, CUDA graph TB/s (BLOCK_N/BLOCK_D/warps/stages, split count in brackets: "
+                        "the calibrated pick, then the split sweep's best)")
         cfgs, cells = config_table(result)
         for c in ["B", "H/Hkv", "L", "layout", *cfgs]:
             t.add_column(c, justify="right")
@@ -503,11 +545,12 @@ def config_table(result):
             keys.append(k)
     rows = []
     for k in keys:
-        by = {"/".join(map(str, c["config"])): c for c in runs if (c["B"], c["H"], c["Hkv"], c["L"], c["layout"]) == k}
+        here = [c for c in runs if (c["B"], c["H"], c["Hkv"], c["L"], c["layout"]) == k]
         cells = [str(k[0]), f"{k[1]}/{k[2]}", f"{k[3] // 1024}K", k[4]]
-        for name in cfgs:
-            c = by.get(name)
-            cells.append("-" if c is None or "graph_tb_per_s" not in c else f"{c['graph_tb_per_s']:.2f} ({c['splits']})")
+        for name in cfgs:  # the calibrated pick first, then the split sweep's best S where it differs
+            cs = sorted((c for c in here if "/".join(map(str, c["config"])) == name), key=lambda c: not c.get("pick", True))
+            cells.append(", ".join(f"{c['graph_tb_per_s']:.2f} ({c['splits']})" for c in cs if "graph_tb_per_s" in c)
+                         or "-")
         rows.append(cells)
     return cfgs, rows
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one GPU call of the Flash-Decoding work (§8.4): GPU tests, then the benchmark with the config sweep.
 # Run from the repository root on a CUDA machine; logs and JSON go to $OUT/dec (default ./out-decode/dec).
-# Budget: tests ≤ 90 s, benchmark ≤ 140 s (each phase is cut off by `timeout`; the JSON is written at the end).
+# Budget: tests ≤ 90 s (~30 s), benchmark ≤ 140 s (~75 s): each phase is cut off by `timeout`; the JSON is
+# rewritten after every shape, so a cut-off run keeps its data.
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-out-decode}

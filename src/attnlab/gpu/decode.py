@@ -20,7 +20,8 @@ both (a constexpr chooses how a key's row address is found).
 Paged caches load each tile's page ids one tile ahead (a loop-carried value): Triton's pipeliner
 otherwise stages the page-id load itself and keeps one K/V buffer fewer in flight.
 
-The kernel config (BLOCK_N, warps, stages) is chosen per call from B·Hkv and D (``kernel_config``),
+The kernel config (BLOCK_N, warps, stages) is chosen per call from B·Hkv, D and the page size
+(``kernel_config``),
 and the split count S for that config from the lecture's wave model (``attnlab.cost.best_num_splits``)
 for the GPU in use, or from ``choose_num_splits``'s calibrated model (see its docstring and
 benchmarks/NOTES-decode.md for why the two differ on a real H200).
@@ -236,28 +237,32 @@ def _decode_merge_kernel(
 
 def gpu_configs(D: int) -> dict:
     """The split kernel's configurations on a GPU for head dim D, by name (BLOCK_N halves for D > 128:
-    the same shared memory). ``small``: BLOCK_N 64, 4 warps, 3 stages (96 KiB of K/V stages at D = 128,
-    2 programs per SM); ``large``: BLOCK_N 128, 4 warps, 3 stages (192 KiB, 1 program per SM, twice the
-    bytes in flight per program)."""
+    the same shared memory). ``small``: BLOCK_N 64, 4 warps, 3 stages (2 K/V buffers in flight, 70 KiB
+    compiled at D = 128: 3 programs per SM); ``large``: BLOCK_N 128, 4 warps, 3 stages (136 KiB, 1
+    program per SM, twice the bytes in flight per program)."""
     block_d = triton.next_power_of_2(D)
     scale = 1 if block_d <= 128 else 2
     base = dict(BLOCK_D=block_d, num_warps=4, num_stages=3, EVICT="", FUSED_MERGE=True)
     return {"small": dict(base, BLOCK_N=64 // scale), "large": dict(base, BLOCK_N=128 // scale)}
 
 
-def kernel_config(D: int, *, batch_heads: int = 1, sms: int = 132) -> dict:
-    """Tile and launch parameters of the split kernel for head dim D and B·Hkv = ``batch_heads``
-    (measured on an H200, see benchmarks/NOTES-decode.md).
+def kernel_config(D: int, *, batch_heads: int = 1, sms: int = 132, page_size: int | None = None) -> dict:
+    """Tile and launch parameters of the split kernel for head dim D, B·Hkv = ``batch_heads`` and a
+    contiguous (``page_size`` None) or paged cache (measured on an H200, see benchmarks/NOTES-decode.md).
 
-    ``large`` once B·Hkv >= sms / 2 — there are enough (sequence, K/V head) pairs to fill the SMs with
-    few splits, and a program that keeps twice the bytes in flight streams faster (H200, B = 16:
-    4.55–4.57 vs 3.83–4.42 TB/s); ``small`` below, where many splits of small programs (2 per SM)
-    are what fills the GPU (B = 1, 32/8, 32K: 2.77 vs 2.53 TB/s). The interpreter uses BLOCK_N = 16
-    (many tiles on small test shapes)."""
+    ``large`` once B·Hkv >= sms / 2 — enough (sequence, K/V head) pairs to fill the SMs with few
+    splits, and a program that keeps twice the bytes in flight streams faster (H200 run 3, B = 16,
+    contiguous: 3.84–4.56 vs 3.60–4.51 TB/s for the small config) — unless the cache is paged in pages
+    that do not hold whole large tiles: then every key of a tile needs its own page id, and the large
+    config ran at 3.40–4.07 TB/s against the small one's 3.63–4.45 (64-key pages). ``small`` below
+    SMs/2, where many splits of small programs (3 per SM) fill the GPU. The interpreter uses
+    BLOCK_N = 16 (many tiles on small test shapes)."""
     if _INTERPRET:
         block_d = triton.next_power_of_2(D)
         return dict(BLOCK_N=16, BLOCK_D=block_d, num_warps=4, num_stages=1, EVICT="", FUSED_MERGE=True)
-    return gpu_configs(D)["large" if batch_heads * 2 >= sms else "small"]
+    cfgs = gpu_configs(D)
+    whole_tiles = page_size is None or page_size % cfgs["large"]["BLOCK_N"] == 0
+    return cfgs["large" if batch_heads * 2 >= sms and whole_tiles else "small"]
 
 
 def config_key(cfg: dict) -> tuple:
@@ -373,17 +378,17 @@ def scaled_calibration(cal: DecodeCalibration, config: dict) -> DecodeCalibratio
                    config=key, source=f"predicted from {cal.config} by bytes in flight")
 
 
-# Measured on an H200 (132 SMs) with the ``small`` config (BLOCK_N=64, D=128, 4 warps, 3 stages); derived by
-# benchmarks/decode.py's calibration_from() from benchmarks/data/decode-h200-run2.json (CUDA-graph times;
-# tests/test_gpu_decode.py re-derives these numbers from that file). The ``large`` config's is a
-# prediction (scaled_calibration) until a run measures it.
-_H200_SMALL = DecodeCalibration(bw=4.4864e12, program_bw=34.115e9, programs_per_sm=3, k=4.3534, fixed=2.8029e-6,
-                                per_split=0.24862e-6, per_wave=3.4226e-6, config=(64, 128, 4, 3),
-                                source="H200, 2026-11-29, benchmarks/data/decode-h200-run2.json")
-CALIBRATIONS = {
-    ("H200", _H200_SMALL.config): _H200_SMALL,
-    ("H200", (128, 128, 4, 3)): scaled_calibration(_H200_SMALL, gpu_configs(128)["large"]),
-}
+# Measured on an H200 (132 SMs), D = 128, CUDA-graph times; fitted by benchmarks/decode.py's
+# calibration_from() (tests/test_gpu_decode.py re-derives these numbers from the files named):
+# ``small`` (BLOCK_N 64, 4 warps, 3 stages) from the 12 small-config sweeps of run 2 and the 6 of run 3,
+# ``large`` (BLOCK_N 128) from the 6 large-config sweeps of run 3.
+_H200_SMALL = DecodeCalibration(bw=4.4863e12, program_bw=34.572e9, programs_per_sm=3, k=3.3636, fixed=2.7717e-6,
+                                per_split=0.25857e-6, per_wave=3.0671e-6, config=(64, 128, 4, 3),
+                                source="H200, 2026-11-29, benchmarks/data/decode-h200-run2.json + run3.json")
+_H200_LARGE = DecodeCalibration(bw=4.6223e12, program_bw=50.488e9, programs_per_sm=1, k=8.4757, fixed=13.672e-6,
+                                per_split=1.3877e-6, per_wave=0.36797e-6, config=(128, 128, 4, 3),
+                                source="H200, 2026-11-29, benchmarks/data/decode-h200-run3.json")
+CALIBRATIONS = {("H200", _H200_SMALL.config): _H200_SMALL, ("H200", _H200_LARGE.config): _H200_LARGE}
 
 
 def _rate(P: int, cal: DecodeCalibration) -> float:
@@ -526,11 +531,12 @@ def flash_decode_cuda(q, k_cache, v_cache, *, cache_seqlens=None, block_table=No
 
 
 def _call_config(dims, device) -> dict:
-    """kernel_config for this call's shape on this device (paged or not: the same tiles, so a paged
-    cache gives the contiguous cache's output to the last bit)."""
+    """kernel_config for this call's shape, layout and page size on this device. With the same config
+    (and split count) a paged cache gives the contiguous cache's output to the last bit; at
+    B·Hkv >= SMs/2 a cache paged in pages smaller than the large tile takes the small config."""
     sms = _sms(device.index if device.index is not None else torch.cuda.current_device()) \
         if device.type == "cuda" else 132
-    return kernel_config(dims.D, batch_heads=dims.B * dims.Hkv, sms=sms)
+    return kernel_config(dims.D, batch_heads=dims.B * dims.Hkv, sms=sms, page_size=dims.page_size)
 
 
 _COUNTERS: dict = {}
