@@ -94,17 +94,18 @@ def _length_class(n_keys: int | None) -> str:
 
 
 # Deterministic choices (no autotuning at run time), keyed by (head-dim bucket, causal, length class):
-# the winners of the H200 block-size sweep of run 2 (2026-11-29, triton 3.6; highest TFLOP/s summed
-# over N = 4K and 16K for "long", at N = 1K for "short"; benchmarks/data/prefill-best-h200-run2.json,
-# benchmarks/NOTES-prefill.md). ``tma`` (and ``warp_spec`` with it) falls back to pointer loads
+# the winners of the H200 block-size sweeps of runs 2 and 3 (2026-11-29, triton 3.6; highest TFLOP/s
+# summed over N = 4K and 16K for "long", at N = 1K for "short"; benchmarks/data/prefill-best-h200-run2.json
+# overridden by -run3.json, benchmarks/NOTES-prefill.md). ``tma`` (and ``warp_spec`` with it) falls back to pointer loads
 # where descriptors can't be used.
 _F = FwdConfig
 _B = BwdConfig
 _FWD_TABLE = {
     (64, False, "long"): _F(128, 64, 8, 3), (64, True, "long"): _F(128, 64, 8, 3),
     (64, False, "short"): _F(128, 64, 8, 3), (64, True, "short"): _F(64, 64, 4, 3),
-    (128, False, "long"): _F(128, 128, 8, 3, tma=True, warp_spec=True),
-    (128, True, "long"): _F(128, 128, 8, 3, tma=True, warp_spec=True),
+    # run 3's forward-only sweep at D = 128 replaced these two (prefill-best-h200-run3.json)
+    (128, False, "long"): _F(128, 64, 8, 2, tma=True, warp_spec=True, maxnreg=128),
+    (128, True, "long"): _F(128, 128, 8, 3, tma=True),
     (128, False, "short"): _F(128, 128, 8, 3, tma=True), (128, True, "short"): _F(64, 64, 4, 3),
     # not in the sweep: chosen to fit (D = 256 needs small tiles), checked by the GPU tests
     (256, False, "long"): _F(64, 32, 4, 2), (256, True, "long"): _F(64, 32, 4, 2),
