@@ -561,9 +561,14 @@ def markdown(result) -> str:
     ceiling = result.get("copy", {}).get("tb_per_s", float("nan"))
     provs = _providers(result)
     cfg = result.get("kernel_config") or RUN1_CONFIG
+    per_shape = sorted({tuple(r["config"]) for r in result["rows"] if r.get("config")})
+    if len(per_shape) > 1:  # the config is chosen per call: list what the attnlab rows ran
+        cfg_text = ("kernel config chosen per call (BLOCK_N/BLOCK_D/warps/stages: "
+                    + ", ".join("/".join(map(str, c)) for c in per_shape) + "; the split table names each shape's)")
+    else:
+        cfg_text = f"kernel config BLOCK_N {cfg['BLOCK_N']}, {cfg['num_warps']} warps, {cfg['num_stages']} stages"
     lines = [f"Date {env['date']}, {env.get('gpu')} ({env.get('sms')} SMs), torch {env['torch']}, triton {env['triton']}, "
-             f"CUDA {env.get('cuda')}. bf16, D = 128, one query token, full caches, kernel config "
-             f"BLOCK_N {cfg['BLOCK_N']}, {cfg['num_warps']} warps, {cfg['num_stages']} stages. "
+             f"CUDA {env.get('cuda')}. bf16, D = 128, one query token, full caches, {cfg_text}. "
              f"KV read bandwidth = 2·B·Hkv·L·D·2 bytes / time. Copy ceiling (4 GiB device-to-device copy, "
              f"read + write) in the same run: **{ceiling:.2f} TB/s**. `*`: SDPA ran on K/V expanded to H heads "
              f"(it refused `enable_gqa`); otherwise GQA used `enable_gqa=True`.", ""]
