@@ -97,25 +97,6 @@ def test_paged_equals_contiguous(page_size, splits):
     _check_against_reference(q, k, v, lens, out_p, lse_p)
 
 
-def test_fused_merge_in_chunks():
-    """The in-kernel merge sums the partials SPLIT_CHUNK splits per step: here 32 query rows per
-    group and D = 128 give chunks of 2, so 7 splits take 4 steps, the last one partial, and the
-    short sequence leaves most of its splits empty. One launch (no merge kernel) either way."""
-    B, H, Hkv, Nq, D = 2, 16, 2, 4, 128  # G·Nq = 32 rows
-    cfg = decode.kernel_config(D)  # the config of a B·Hkv = 4 call
-    splits = 7
-    lens = [splits * cfg["BLOCK_N"], 9]  # one whole tile per split for the long sequence
-    q, k, v = _inputs(B, H, Hkv, Nq, D, max(lens), torch.float16)
-    seqlens = torch.tensor(lens, dtype=torch.int32, device=DEV)
-    block_m = max(16, 1 << (H // Hkv * Nq - 1).bit_length())
-    chunk = max(1, min(8, 8192 // (block_m * cfg["BLOCK_D"])))
-    assert chunk < splits and splits % chunk  # the case this test is for
-    out, lse = flash_decode_cuda(q, k, v, cache_seqlens=seqlens, num_splits=splits)
-    _check_against_reference(q, k, v, lens, out, lse)
-    one, _ = flash_decode_cuda(q, k, v, cache_seqlens=seqlens, num_splits=1)
-    assert (out.float() - one.float()).abs().max() < 2e-3
-
-
 def test_split_counts_agree_and_short_sequences():
     """More splits than tiles, empty splits, one-key sequences: every count gives the same answer."""
     q, k, v = _inputs(2, 4, 2, 1, 64, 40, torch.float16)

@@ -72,8 +72,6 @@ def _decode_split_kernel(
     PAGED: tl.constexpr, CAUSAL: tl.constexpr, MERGE: tl.constexpr, DOT_F32: tl.constexpr,
     EVICT: tl.constexpr,  # cache policy of the K/V loads ("" or "evict_first": each byte is read once)
     HAS_SEQLENS: tl.constexpr,  # False: every sequence holds CAPACITY keys (SEQLENS is not read)
-    BLOCK_S: tl.constexpr = 1,  # the fused merge: a power of two >= NUM_SPLITS
-    SPLIT_CHUNK: tl.constexpr = 1,  # the fused merge: partial outputs loaded together per step
 ):
     split = tl.program_id(0)
     hkv = tl.program_id(1)
@@ -181,30 +179,21 @@ def _decode_split_kernel(
             cnt = COUNTERS + b * tl.num_programs(1) + hkv
             done = tl.atomic_add(cnt, 1, sem="acq_rel")
             if done == NUM_SPLITS - 1:
-                # -- ⊕ over the splits in two passes. Every split's lse at once gives the final max
-                #    and the weights e^(lse_s - max); then the partial outputs are summed with those
-                #    weights, SPLIT_CHUNK splits per step with all of a step's loads in flight (a
-                #    one-split-at-a-time loop cost ~0.27 µs per split on an H200: NOTES-decode, v5).
-                offs_s = tl.arange(0, BLOCK_S)
-                lse_all = tl.load(LSE_PART + row[None, :] + offs_s[:, None],
-                                  mask=(offs_s[:, None] < NUM_SPLITS) & row_ok[None, :], other=float("-inf"),
-                                  cache_modifier=".cg")  # (BLOCK_S, BLOCK_M)
-                m = tl.max(lse_all, 0)
-                base = tl.where(m == float("-inf"), 0.0, m)
-                den = tl.sum(tl.exp(lse_all - base[None, :]), 0)
+                # -- ⊕ over the splits, one at a time: (m, den, acc) rescaled to each new max
+                m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+                den = tl.zeros([BLOCK_M], tl.float32)
                 acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-                offs_c = tl.arange(0, SPLIT_CHUNK)
-                for s0 in range(0, NUM_SPLITS, SPLIT_CHUNK):
-                    sc = s0 + offs_c
-                    c_ok = (sc[:, None] < NUM_SPLITS) & row_ok[None, :]  # (CHUNK, BLOCK_M)
-                    lse_c = tl.load(LSE_PART + row[None, :] + sc[:, None], mask=c_ok, other=float("-inf"),
-                                    cache_modifier=".cg")
-                    w = tl.exp(lse_c - base[None, :])  # (CHUNK, BLOCK_M); 0 for empty splits
-                    o_c = tl.load(O_PART + (row[None, :] + sc[:, None])[:, :, None] * D + offs_d[None, None, :],
-                                  mask=c_ok[:, :, None] & d_ok[None, None, :], other=0.0,
-                                  cache_modifier=".cg")  # (CHUNK, BLOCK_M, BLOCK_D)
-                    acc += tl.sum(w[:, :, None] * o_c, 0)
-                m = base
+                for s in range(0, NUM_SPLITS):
+                    lse_s = tl.load(LSE_PART + row + s, mask=row_ok, other=float("-inf"), cache_modifier=".cg")
+                    o_s = tl.load(O_PART + (row + s)[:, None] * D + offs_d[None, :], mask=out_mask, other=0.0,
+                                  cache_modifier=".cg")
+                    m_new = tl.maximum(m, lse_s)
+                    base = tl.where(m_new == float("-inf"), 0.0, m_new)
+                    a = tl.exp(m - base)
+                    w = tl.exp(lse_s - base)
+                    acc = acc * a[:, None] + w[:, None] * o_s
+                    den = den * a + w
+                    m = m_new
                 empty = den == 0.0
                 den_safe = tl.where(empty, 1.0, den)
                 tl.store(o_ptrs, (acc / den_safe[:, None]).to(OUT.dtype.element_ty), mask=out_mask)
@@ -607,8 +596,7 @@ def _launch(q, k_cache, v_cache, dims, cache_seqlens, block_table, num_splits: i
         D=D, NQ=Nq, G=G, PAGE_SIZE=dims.page_size or 1,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=cfg["BLOCK_D"],
         PAGED=paged, CAUSAL=bool(causal), MERGE=merge, DOT_F32=_INTERPRET, EVICT=cfg["EVICT"],
-        HAS_SEQLENS=has_seqlens, BLOCK_S=triton.next_power_of_2(num_splits),
-        SPLIT_CHUNK=max(1, min(8, 8192 // (block_m * cfg["BLOCK_D"]))),
+        HAS_SEQLENS=has_seqlens,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     if merge == 1:
