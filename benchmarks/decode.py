@@ -444,9 +444,13 @@ def split_table(result, cals=None):
         best = min(times, key=times.get)
         s_cal = calibrated_num_splits(batch=s["B"], heads_kv=s["Hkv"], seq=s["L"], head_dim=s["D"], sms=sms, cal=cal,
                                       min_split_len=key[0])
+        # the lecture's pure wave model (attnlab.cost.decode_split_time) over the swept counts
+        lecture = {int(S): t for S, t in (s.get("wave_model_ms") or {}).items() if int(S) in times}
+        s_lec = min(lecture, key=lecture.get) if lecture else None
         rows.append(dict(B=s["B"], H=s["H"], Hkv=s["Hkv"], L=s["L"], config=key, wave=s["wave_pick"], cal=s_cal,
                          best=best, wave_ratio=times[s["wave_pick"]] / times[best],
-                         cal_ratio=times[s_cal] / times[best] if s_cal in times else None, best_ms=times[best] * 1e3))
+                         cal_ratio=times[s_cal] / times[best] if s_cal in times else None, best_ms=times[best] * 1e3,
+                         lecture=s_lec, lecture_ratio=times[s_lec] / times[best] if s_lec else None))
     return cals, rows
 
 
@@ -595,16 +599,19 @@ def markdown(result) -> str:
         timing = "CUDA-graph time" if "kernel_config" in result else "do_bench median, merge kernel"
         lines += [f"**Split count** ({timing}; sweep S = 1…64): the run's pick, the calibrated model's pick "
                   "(`calibrated_num_splits`, calibration of the shape's config derived from this run) and the "
-                  "measured best. Calibrations: " + "; ".join(
+                  "measured best; last, the lecture's pure wave model (`attnlab.cost.decode_split_time`, "
+                  "every program at bw/SMs) and its pick's time. Calibrations: " + "; ".join(
                       f"{'/'.join(map(str, k))}: bw {c.bw / 1e12:.2f} TB/s, one program {c.program_bw / 1e9:.1f} GB/s, "
                       f"{c.programs_per_sm}/SM, k {c.k:.2f}, fixed {c.fixed * 1e6:.1f} µs, per split "
                       f"{c.per_split * 1e6:.2f} µs, per wave {c.per_wave * 1e6:.2f} µs" for k, c in cals.items()), "",
-                  "| B | H/Hkv | L | config | S run | S calibrated | S best | best µs | t(S run)/t(best) | t(S cal)/t(best) |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "| B | H/Hkv | L | config | S run | S calibrated | S best | best µs | t(S run)/t(best) | t(S cal)/t(best) "
+                  "| S lecture | t(S lecture)/t(best) |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             lines.append(f"| {r['B']} | {r['H']}/{r['Hkv']} | {r['L'] // 1024}K | {'/'.join(map(str, r['config']))} | "
                          f"{r['wave']} | {r['cal']} | {r['best']} | {r['best_ms'] * 1e3:.1f} | {r['wave_ratio']:.3f} | "
-                         + ("–" if r["cal_ratio"] is None else f"{r['cal_ratio']:.3f}") + " |")
+                         + ("–" if r["cal_ratio"] is None else f"{r['cal_ratio']:.3f}") + " | "
+                         + ("–" if r["lecture"] is None else f"{r['lecture']} | {r['lecture_ratio']:.3f}") + " |")
         lines.append("")
     cfgs, cells = config_table(result)
     if cells:
