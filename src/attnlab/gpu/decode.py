@@ -21,10 +21,9 @@ Paged caches load each tile's page ids one tile ahead (a loop-carried value): Tr
 otherwise stages the page-id load itself and keeps one K/V buffer fewer in flight.
 
 The kernel config (BLOCK_N, warps, stages) is chosen per call from B·Hkv, D and the page size
-(``kernel_config``),
-and the split count S for that config from the lecture's wave model (``attnlab.cost.best_num_splits``)
-for the GPU in use, or from ``choose_num_splits``'s calibrated model (see its docstring and
-benchmarks/NOTES-decode.md for why the two differ on a real H200).
+(``kernel_config``), and the split count S for that config from the lecture's wave model
+(``attnlab.cost.best_num_splits``) for the GPU in use, or from ``choose_num_splits``'s calibrated
+model (see its docstring and benchmarks/NOTES-decode.md for why the two differ on a real H200).
 
 Reference path: ``attnlab.flash.flash_decode_torch`` (blockwise PyTorch), used here as the fallback
 for what the kernel does not cover (float32/float64, head dims outside ``SUPPORTED_HEAD_DIMS``).
