@@ -2,8 +2,10 @@
 
 * Triton kernels run on the CPU through Triton's interpreter when no GPU is present; the variable
   must be set before triton compiles anything, hence here.
-* Every run draws fresh random inputs: the session seed is random unless ``ATTNLAB_SEED`` is set,
-  and pytest prints it in its header so a failure can be replayed.
+* Deterministic by default: every test's random inputs come from a seed derived from the test's id
+  (its parameters included) and the session seed, which is 0 unless ``ATTNLAB_SEED`` sets another
+  (to replay a run, or to try new inputs). Hypothesis tests draw a seed from the example itself.
+* ``@pytest.mark.gpu`` tests need a CUDA GPU; without one they are skipped, test by test, at run time.
 """
 
 import os
@@ -11,6 +13,8 @@ import zlib
 
 import pytest
 import torch
+from hypothesis import core as hypothesis_core
+from hypothesis import settings
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -19,11 +23,20 @@ if not torch.cuda.is_available():
 # several times slower (each op waits for a descheduled thread), and results do not depend on it.
 torch.set_num_threads(1)
 
-SEED = int(os.environ.get("ATTNLAB_SEED") or int.from_bytes(os.urandom(3), "little"))
+SEED = int(os.environ.get("ATTNLAB_SEED") or 0)
+
+# Hypothesis: the same examples every run (derandomized) unless ATTNLAB_SEED asks for others; no
+# example database (a replayed failure from an earlier run would make runs differ) and no deadline
+# (interpreted Triton kernels are slow, and a timing must never fail a test).
+settings.register_profile("attnlab", derandomize=not os.environ.get("ATTNLAB_SEED"), database=None,
+                          deadline=None)
+settings.load_profile("attnlab")
+if os.environ.get("ATTNLAB_SEED"):
+    hypothesis_core.global_force_seed = SEED
 
 
 def pytest_report_header(config):
-    return f"attnlab: ATTNLAB_SEED={SEED} (set it to replay this run's random inputs)"
+    return f"attnlab: ATTNLAB_SEED={SEED} (set it to draw other random inputs, or to replay a run)"
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -31,10 +44,30 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     terminalreporter.write_line(f"attnlab: random inputs drawn with ATTNLAB_SEED={SEED}")
 
 
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def seed_for(nodeid: str) -> int:
+    """The seed of one test: the session seed and the test's id (file, name and parameters)."""
+    return (SEED * 1_000_003 + zlib.crc32(nodeid.encode())) % 2**63
+
+
 @pytest.fixture(autouse=True)
 def _seeded(request):
-    torch.manual_seed(SEED + zlib.crc32(request.node.nodeid.encode()))
+    torch.manual_seed(seed_for(request.node.nodeid))
     yield
+
+
+@pytest.fixture
+def seed(request) -> int:
+    """This test's seed, for generators of its own (``torch.Generator().manual_seed(seed)``)."""
+    return seed_for(request.node.nodeid)
 
 
 @pytest.fixture
@@ -42,8 +75,3 @@ def tmp_cache(tmp_path, monkeypatch):
     """A private attnlab cache dir, so tests never touch the user's trained checkpoint."""
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
     return tmp_path / "cache"
-
-
-def gpu_only(fn):
-    """Mark a test that needs a CUDA GPU; it is skipped (per test, at run time) without one."""
-    return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")(fn))

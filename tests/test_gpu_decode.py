@@ -1,7 +1,7 @@
 """Flash-Decoding Triton kernels (attnlab.gpu.decode, §8.4) against the float64 oracle.
 
 Without CUDA the kernels run in Triton's CPU interpreter on CPU tensors (conftest sets
-TRITON_INTERPRET=1), on small shapes; the ``gpu_only`` tests add large shapes on a GPU.
+TRITON_INTERPRET=1), on small shapes; the ``@pytest.mark.gpu`` tests add large shapes on a GPU.
 Criterion (flash-attention's): err(kernel) <= 2·err(same-dtype PyTorch reference) + tiny eps, both
 measured against ``attention_ref`` in float64 on the gathered cache, sequence by sequence.
 """
@@ -10,7 +10,7 @@ import math
 
 import pytest
 import torch
-from conftest import gpu_only
+
 
 from attnlab.kvcache import KVCache
 from attnlab.reference import attention_ref
@@ -182,7 +182,7 @@ def test_bad_input_raises(bad, err):
 # -- GPU (large shapes) -----------------------------------------------------------------------------------
 
 
-@gpu_only
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("H,Hkv,Nq", [(32, 32, 1), (32, 8, 1), (32, 4, 4), (64, 8, 2)])
 def test_gpu_large_ragged(dtype, H, Hkv, Nq):
@@ -195,7 +195,7 @@ def test_gpu_large_ragged(dtype, H, Hkv, Nq):
     _check_against_reference(q, k, v, lens, out1, lse)
 
 
-@gpu_only
+@pytest.mark.gpu
 @pytest.mark.parametrize("page_size,D", [(16, 128), (32, 64), (64, 256), (128, 96), (256, 128)])
 def test_gpu_paged_equals_contiguous(page_size, D):
     lens = [1, 300, 5000, 2049]
@@ -220,7 +220,7 @@ def test_gpu_paged_equals_contiguous(page_size, D):
         _check_against_reference(q, k, v, lens, out_p, lse_p)
 
 
-@gpu_only
+@pytest.mark.gpu
 def test_gpu_paged_small_pages_take_the_small_config():
     """B·Hkv >= SMs/2: a contiguous cache (and 256-key pages) run the large config, 64-key pages the
     small one; each paged call equals the contiguous cache run with its own config, to the last bit."""

@@ -1,7 +1,7 @@
 """Triton FlashAttention-2 forward/backward (attnlab.gpu, §5–§7) against the float64 oracle.
 
 Without CUDA the kernels run in Triton's CPU interpreter (conftest sets TRITON_INTERPRET=1) on
-small shapes with small blocks; the ``gpu_only`` tests run the real configurations on a GPU.
+small shapes with small blocks; the ``@pytest.mark.gpu`` tests run the real configurations on a GPU.
 Criterion (flash-attention's): for the output and each of dQ, dK, dV,
 err(kernel) <= 2·err(same-dtype PyTorch reference) + tiny eps, both measured (max abs) against
 ``attention_ref`` in float64. Outputs are poisoned with NaN before each kernel runs.
@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import gpu_only
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -278,20 +278,20 @@ GPU_CASES = [
 ]
 
 
-@gpu_only
+@pytest.mark.gpu
 @pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,causal,dtype", GPU_CASES)
 def test_gpu_kernels_match_reference(B, H, Hkv, Nq, Nk, D, causal, dtype):
     _run_and_check(B, H, Hkv, Nq, Nk, D, causal, dtype)
 
 
-@gpu_only
+@pytest.mark.gpu
 @pytest.mark.parametrize("D", [64, 128])
 def test_gpu_dq_atomic_variant(D):
     _run_and_check(1, 4, 4, 1025, 1025, D, True, torch.bfloat16,
                    bwd_cfg=BwdConfig(32, 128, 8, 3, 128, 64, 8, 2, dq_atomic=True))
 
 
-@gpu_only
+@pytest.mark.gpu
 @pytest.mark.parametrize("tma", [False, True])
 def test_gpu_forward_load_paths(tma):
     _run_and_check(2, 4, 2, 1025, 777, 128, True, torch.bfloat16, fwd_cfg=FwdConfig(128, 64, 8, 3, tma=tma),
@@ -342,7 +342,7 @@ def test_block_size_table_is_the_measured_sweep_winners():
         assert _common._BWD_TABLE[k] == BwdConfig(**entry["bwd"]), key
 
 
-@gpu_only
+@pytest.mark.gpu
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("N", [1024, 2500])
@@ -351,12 +351,12 @@ def test_gpu_table_configs(D, causal, N):
     _run_and_check(2, 4, 2, N, N, D, causal, torch.bfloat16)
 
 
-@gpu_only
+@pytest.mark.gpu
 def test_gpu_head_dim_256_forward():
     _run_and_check(1, 4, 4, 1025, 1025, 256, True, torch.bfloat16, backward=False)
 
 
-@gpu_only
+@pytest.mark.gpu
 def test_gpu_strided_inputs_through_the_operator():
     """(B, N, H, D) storage viewed as (B, H, N, D), as a model's projections give it."""
     B, N, H, D = 2, 300, 4, 64

@@ -616,7 +616,7 @@ def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None
 def _check_decode(q, k_cache, v_cache, cache_seqlens, block_table, num_splits):
     """Validate a decode call with the check the Triton path shares (``attnlab.kvcache``); here the
     lengths may also be a list of ints. Return (dims, page_size or 0, seqlens as a list)."""
-    from .kvcache import check_decode_inputs
+    from ._checks import check_decode_inputs
 
     if cache_seqlens is not None and not isinstance(cache_seqlens, torch.Tensor):
         if not (isinstance(cache_seqlens, (list, tuple))
