@@ -11,7 +11,6 @@ import math
 import pytest
 import torch
 
-
 from attnlab.kvcache import KVCache
 from attnlab.reference import attention_ref
 

@@ -13,7 +13,6 @@ import sys
 import numpy as np
 import pytest
 import torch
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

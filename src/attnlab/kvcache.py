@@ -27,7 +27,6 @@ entry points.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 

@@ -41,8 +41,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._checks import check_positive_int, resolve_scale
-from .._checks import check_decode_inputs
+from .._checks import check_decode_inputs, check_positive_int, resolve_scale
 
 SUPPORTED_HEAD_DIMS = (32, 64, 96, 128, 256)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
