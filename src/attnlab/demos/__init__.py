@@ -8,6 +8,7 @@ check them against the library that computed them. Demos use attnlab's public AP
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from pathlib import Path
 
 DEMOS = {
