@@ -2,24 +2,29 @@
 §7.5–7.6, §8.2–8.4, §12).
 
 GPU presets (``gpus``), FLOPs (``flops``), HBM traffic per head (``io``), roofline estimates
-(``roofline``), inference models (``decode``), the lecture's tables (``tables``), the roofline plot
-(``plot``) and ``attnlab estimate`` (``estimate``, ``cli``). Importing this package loads only the
+(``roofline``), KV cache and prefill vs decode (``decode``), the Flash-Decoding split count: the
+lecture's wave model and the chooser (``splits``), the calibrated model and the H200 calibrations
+(``calibration``) and their fit to measured sweeps (``calibration_fit``), the lecture's tables
+(``tables``), the roofline plot (``plot``) and ``attnlab estimate`` (``estimate``, ``cli``). Importing this package loads only the
 standard library; rich and matplotlib are imported inside the functions that draw.
 """
 
 from __future__ import annotations
 
-from .decode import (
-    DecodeSplit,
-    LayerCosts,
-    best_num_splits,
-    decode_attention_intensity,
-    decode_blocks,
-    decode_split_cost,
-    decode_split_time,
-    kv_cache_bytes,
-    layer_costs,
+from .calibration import (
+    CALIBRATIONS,
+    SPLIT_CANDIDATES,
+    DecodeCalibration,
+    calibrated_num_splits,
+    calibrated_split_time,
+    calibration_for,
+    config_key,
+    programs_per_sm,
+    scaled_calibration,
+    tiles_in_flight,
 )
+from .calibration_fit import decode_run_config, decode_sweep_times, fit_decode_calibration, nnls
+from .decode import LayerCosts, decode_attention_intensity, kv_cache_bytes, layer_costs
 from .estimate import DecodeEstimate, Estimate, estimate
 from .flops import (
     attention_flops,
@@ -68,6 +73,14 @@ from .roofline import (
     recompute_crossover_d,
     recompute_ratio,
 )
+from .splits import (
+    DecodeSplit,
+    best_num_splits,
+    decode_blocks,
+    decode_num_splits,
+    decode_split_cost,
+    decode_split_time,
+)
 from .tables import (
     block_size_table,
     decode_split_table,
@@ -80,14 +93,17 @@ from .tables import (
 )
 
 __all__ = [
+    "CALIBRATIONS",
+    "GPU",
+    "GPUS",
+    "SPLIT_CANDIDATES",
     "BackwardEstimate",
     "BlockPairs",
+    "DecodeCalibration",
     "DecodeEstimate",
     "DecodeSplit",
     "Estimate",
     "ForwardEstimate",
-    "GPU",
-    "GPUS",
     "KernelCost",
     "KernelIO",
     "LayerCosts",
@@ -96,21 +112,29 @@ __all__ = [
     "best_num_splits",
     "block_pairs",
     "block_size_table",
+    "calibrated_num_splits",
+    "calibrated_split_time",
+    "calibration_for",
     "causal_block_pairs",
     "causal_fraction",
     "causal_kv_bytes_saved",
     "causal_visible_pairs",
+    "config_key",
     "cost_kernels",
     "decode_attention_intensity",
     "decode_blocks",
+    "decode_num_splits",
+    "decode_run_config",
     "decode_split_cost",
     "decode_split_table",
     "decode_split_time",
+    "decode_sweep_times",
     "dq_atomic_elements",
     "estimate",
     "estimate_backward",
     "estimate_forward",
     "fa1_forward_kernels",
+    "fit_decode_calibration",
     "flash_backward_kernels",
     "flash_forward_kernels",
     "forward_io_table",
@@ -132,15 +156,19 @@ __all__ = [
     "linear_flops",
     "linear_params",
     "lse_bytes",
+    "nnls",
     "p_vs_l_table",
     "prefill_decode_table",
+    "programs_per_sm",
     "recompute_crossover_d",
     "recompute_ratio",
     "recompute_table",
     "render_table",
     "roofline_plot",
+    "scaled_calibration",
     "scores_bytes",
     "sram_bytes",
     "standard_backward_kernels",
     "standard_forward_kernels",
+    "tiles_in_flight",
 ]

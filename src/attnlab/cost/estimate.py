@@ -7,10 +7,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ._args import DTYPE_BYTES, flag, heads_pair, pos_int
-from .decode import DecodeSplit, best_num_splits, decode_split_cost, kv_cache_bytes
+from .decode import kv_cache_bytes
 from .flops import attention_flops
 from .gpus import GPU, get_gpu
 from .roofline import BackwardEstimate, ForwardEstimate, KernelCost, estimate_backward, estimate_forward
+from .splits import DecodeSplit, best_num_splits, decode_split_cost
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,11 @@ from typing import ClassVar
 from . import io as _io
 from ._args import dtype_bytes as _dtype_bytes
 from ._args import pos_int
-from .decode import best_num_splits, decode_split_cost, layer_costs
+from .decode import layer_costs
 from .flops import attention_flops, linear_flops, lse_bytes, scores_bytes
 from .gpus import get_gpu
 from .roofline import recompute_crossover_d, recompute_ratio
+from .splits import best_num_splits, decode_split_cost
 
 GiB, MiB = 2**30, 2**20
 

@@ -1,0 +1,181 @@
+"""The calibrated split model of Flash-Decoding (§8.4's waves, with what a real GPU adds), and the
+calibrations measured for attnlab's Triton decode kernel on an H200.
+
+The lecture's wave model (``splits.py``) gives every thread block 1/SMs of the HBM bandwidth, so one
+full wave of one block per SM always streams at full speed. On a real GPU one program streams at
+the rate its bytes in flight allow (Little's law), several programs share an SM, the aggregate rate
+saturates smoothly, and each split and wave costs a little fixed time. ``calibrated_split_time``
+models that with the constants of a ``DecodeCalibration``; ``calibrated_num_splits`` picks a split
+count from it; ``calibration_for`` looks up a measured calibration; ``scaled_calibration`` predicts
+one for another kernel configuration. ``calibration_fit.py`` fits the constants to measured sweeps.
+
+A kernel configuration is a plain tuple ``(block_n, block_d, num_warps, num_stages)``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from ._args import dtype_bytes as _dtype_bytes
+from ._args import pos_int
+
+# Split counts the calibrated chooser considers (and the decode benchmark sweeps).
+SPLIT_CANDIDATES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64)
+
+SMEM_PER_SM = 227 * 1024  # shared memory one block may use on sm_90 (228 KiB less the 1 KiB reserved)
+
+
+def config_key(config) -> tuple[int, int, int, int]:
+    """``config`` as the tuple ``(block_n, block_d, num_warps, num_stages)`` of positive ints; raises
+    for anything else (4 items, each a positive integer)."""
+    try:
+        items = tuple(config)
+    except TypeError:
+        raise TypeError(f"config must be a tuple (block_n, block_d, num_warps, num_stages), got {config!r}") from None
+    if len(items) != 4:
+        raise ValueError(f"config must have 4 items (block_n, block_d, num_warps, num_stages), got {config!r}")
+    names = ("block_n", "block_d", "num_warps", "num_stages")
+    return tuple(pos_int(v, f"config's {n}") for v, n in zip(items, names))
+
+
+@dataclass(frozen=True)
+class DecodeCalibration:
+    """What the wave model leaves out, measured once on one GPU for one kernel configuration.
+
+    bw: bytes/s the split kernel streams K/V at once enough programs run (not the datasheet's).
+    program_bw: bytes/s ONE program streams at when it has the memory system to itself — set by the
+        bytes it keeps in flight (tiles in flight × block_n × block_d × 2 tensors) over the memory
+        latency, not by a 1/SMs share of the bandwidth as the wave model assumes.
+    programs_per_sm: programs resident on an SM at once (the configuration's shared memory).
+    k: how sharply P programs' demand P·program_bw meets bw: the aggregate rate is
+        (1/(P·program_bw)^k + 1/bw^k)^(-1/k) (k → ∞ is a hard min).
+    fixed: seconds of a call that depend neither on the split count nor on the bytes (launch, q load).
+    per_split: seconds per split when S > 1: the merging program reads the S partials one after the
+        other (one dependent round trip to L2 each).
+    per_wave: seconds per wave of programs: a program's start (q load, first tile's latency) and end
+        (stores, arrival counter) that streaming does not hide.
+    config: (block_n, block_d, num_warps, num_stages) it was measured with.
+    source: where the numbers come from.
+    """
+
+    bw: float
+    program_bw: float
+    programs_per_sm: int
+    k: float
+    fixed: float = 0.0
+    per_split: float = 0.0
+    per_wave: float = 0.0
+    config: tuple = ()
+    source: str = ""
+
+
+def tiles_in_flight(config) -> int:
+    """K/V tiles a program has in flight: Triton's pipeliner keeps num_stages − 1 buffers of the K and
+    V tiles in shared memory (seen in the compiled kernel, sm_90: 2 × (64×128) bf16 buffers each for
+    block_n = 64, 3 stages)."""
+    return max(1, config_key(config)[3] - 1)
+
+
+def programs_per_sm(config, smem_per_sm: int = SMEM_PER_SM) -> int:
+    """Programs resident per SM, from the shared memory of the K/V buffers (+ 8 KiB for q and the
+    rest; the compiled small config takes 70 KiB: 3 per SM, the large 136 KiB: 1)."""
+    bn, bd, _, _ = key = config_key(config)
+    smem = tiles_in_flight(key) * 2 * bn * bd * 2 + 8 * 1024
+    return max(1, pos_int(smem_per_sm, "smem_per_sm") // smem)
+
+
+def scaled_calibration(cal: DecodeCalibration, config) -> DecodeCalibration:
+    """A prediction for another configuration from a measured one, by Little's law: one program's
+    rate scales with the K/V bytes it keeps in flight (tiles in flight × block_n × block_d); programs
+    per SM from the shared memory those buffers take; bw, k and the overheads unchanged."""
+    key, base = config_key(config), config_key(cal.config)
+    ratio = (tiles_in_flight(key) * key[0] * key[1]) / (tiles_in_flight(base) * base[0] * base[1])
+    return replace(cal, program_bw=cal.program_bw * ratio, programs_per_sm=programs_per_sm(key),
+                   config=key, source=f"predicted from {base} by bytes in flight")
+
+
+# Measured on an H200 (132 SMs), D = 128, CUDA-graph times; fitted by ``fit_decode_calibration`` to
+# the recorded runs (tests/cost/test_calibration_fit.py re-derives these numbers from the files named):
+# the small config (block_n 64, 4 warps, 3 stages) from the 12 small-config sweeps of run 2 and the 6
+# of run 3, the large config (block_n 128) from the 6 large-config sweeps of run 3.
+_H200_SMALL = DecodeCalibration(bw=4.4863e12, program_bw=34.572e9, programs_per_sm=3, k=3.3636, fixed=2.7717e-6,
+                                per_split=0.25857e-6, per_wave=3.0671e-6, config=(64, 128, 4, 3),
+                                source="H200, 2026-11-29, benchmarks/data/decode-h200-run2.json + run3.json")
+_H200_LARGE = DecodeCalibration(bw=4.6223e12, program_bw=50.488e9, programs_per_sm=1, k=8.4757, fixed=13.672e-6,
+                                per_split=1.3877e-6, per_wave=0.36797e-6, config=(128, 128, 4, 3),
+                                source="H200, 2026-11-29, benchmarks/data/decode-h200-run3.json")
+# (GPU name part, config) -> calibration
+CALIBRATIONS = {("H200", _H200_SMALL.config): _H200_SMALL, ("H200", _H200_LARGE.config): _H200_LARGE}
+
+
+def calibration_for(gpu_name: str, config) -> DecodeCalibration | None:
+    """The calibration measured on a GPU whose name contains a GPU key of ``CALIBRATIONS`` ("H200"
+    matches "NVIDIA H200") for this kernel configuration, or None."""
+    if not isinstance(gpu_name, str):
+        raise TypeError(f"gpu_name must be a string like 'NVIDIA H200', got {gpu_name!r}")
+    key = config_key(config)
+    for (gpu, ckey), cal in CALIBRATIONS.items():
+        if gpu in gpu_name.upper() and ckey == key:
+            return cal
+    return None
+
+
+def _rate(P: int, cal: DecodeCalibration) -> float:
+    """Aggregate bytes/s of P programs streaming at once."""
+    x = P * cal.program_bw / cal.bw  # demand over supply
+    return cal.bw * (x ** -cal.k + 1.0) ** (-1.0 / cal.k)
+
+
+def _time(B: int, Hkv: int, N: int, D: int, S: int, sms: int, cal: DecodeCalibration, nb: int) -> float:
+    P = B * Hkv * S
+    block_n = cal.config[0] if cal.config else 1
+    chunk = min(N, math.ceil(math.ceil(N / S) / block_n) * block_n)  # the longest split sets the pace
+    per = 2 * chunk * D * nb
+    slots = sms * cal.programs_per_sm
+    full, rest = divmod(P, slots)
+    t = full * (slots * per / _rate(slots, cal) + cal.per_wave)
+    if rest:
+        t += rest * per / _rate(rest, cal) + cal.per_wave
+    return cal.fixed + (cal.per_split * S if S > 1 else 0.0) + t
+
+
+def _check_cal(cal) -> DecodeCalibration:
+    if not isinstance(cal, DecodeCalibration):
+        raise TypeError(f"cal must be a DecodeCalibration, got {cal!r}")
+    return cal
+
+
+def calibrated_split_time(*, batch: int, kv_heads: int, seq: int, head_dim: int, splits: int, sms: int,
+                          cal: DecodeCalibration, dtype_bytes=2) -> float:
+    """Seconds of one decode call with ``splits`` splits (§8.4's waves, calibrated).
+
+    P = B·Hkv·S programs of 2·chunk·D·dtype_bytes bytes each (chunk = ceil(seq/S) rounded up to whole
+    block_n tiles: the longest split sets the pace) run in waves of sms·programs_per_sm; a wave of n
+    programs streams at the aggregate rate of n programs and pays ``per_wave``; the merge pays
+    ``per_split`` per split. The wave model instead gives every program bw/SMs, so for it one full
+    wave of 1 program per SM is always enough."""
+    B, Hkv, N, D = pos_int(batch, "batch"), pos_int(kv_heads, "kv_heads"), pos_int(seq, "seq"), \
+        pos_int(head_dim, "head_dim")
+    S, sm = pos_int(splits, "splits"), pos_int(sms, "sms")
+    if S > N:
+        raise ValueError(f"splits ({S}) cannot exceed seq ({N}): every split needs at least one key")
+    return _time(B, Hkv, N, D, S, sm, _check_cal(cal), _dtype_bytes(dtype_bytes))
+
+
+def calibrated_num_splits(*, batch: int, kv_heads: int, seq: int, head_dim: int, sms: int,
+                          cal: DecodeCalibration, max_splits: int = 64, min_split_len: int = 1,
+                          tolerance: float = 0.03, dtype_bytes=2) -> int:
+    """The fewest of ``SPLIT_CANDIDATES`` within ``tolerance`` of the calibrated model's fastest
+    (every split keeps at least ``min_split_len`` keys, at most ``max_splits`` splits)."""
+    B, Hkv, N, D = pos_int(batch, "batch"), pos_int(kv_heads, "kv_heads"), pos_int(seq, "seq"), \
+        pos_int(head_dim, "head_dim")
+    sm, nb = pos_int(sms, "sms"), _dtype_bytes(dtype_bytes)
+    top = max(1, min(pos_int(max_splits, "max_splits"), N // pos_int(min_split_len, "min_split_len")))
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 <= tolerance < 1:
+        raise ValueError(f"tolerance must be a number in [0, 1), got {tolerance!r}")
+    _check_cal(cal)
+    cands = [S for S in SPLIT_CANDIDATES if S <= top]  # 1 is always there
+    times = {S: _time(B, Hkv, N, D, S, sm, cal, nb) for S in cands}
+    limit = min(times.values()) * (1 + tolerance)
+    return next(S for S in cands if times[S] <= limit)
