@@ -75,3 +75,30 @@ def tmp_cache(tmp_path, monkeypatch):
     """A private attnlab cache dir, so tests never touch the user's trained checkpoint."""
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
     return tmp_path / "cache"
+
+
+# -- the trained LikesWorld model, shared by tests/model and tests/demos ------------------------------
+
+
+@pytest.fixture(scope="session")
+def trained_cache(tmp_path_factory) -> tuple[str, float]:
+    """Train the default LikesWorld model from scratch, once per session, into a fresh private cache
+    folder (never the user's); (folder, seconds it took). About a minute on 2 free cores."""
+    import time
+
+    from attnlab.model import get_model
+
+    folder = str(tmp_path_factory.mktemp("attnlab-trained-cache"))
+    old = os.environ.get("ATTNLAB_CACHE")
+    os.environ["ATTNLAB_CACHE"] = folder
+    try:
+        t0 = time.perf_counter()
+        tm = get_model(progress=False)
+        seconds = time.perf_counter() - t0
+    finally:
+        if old is None:
+            del os.environ["ATTNLAB_CACHE"]
+        else:
+            os.environ["ATTNLAB_CACHE"] = old
+    assert tm.source == "trained"
+    return folder, seconds

@@ -24,7 +24,7 @@ from attnlab.model import (
     accuracy,
     attention_maps,
     baseline_accuracy,
-    decode,
+    detokenize,
     get_model,
     head_roles,
     plot_attention_panels,
@@ -46,7 +46,7 @@ def accuracy_vs_baseline(console, tm, test) -> dict:
     console.print(f"[b]1 · LikesWorld[/b] (§2.2): {cfg.n_layers} layers, {cfg.n_heads} heads × {cfg.head_dim} dims, "
                   f"{tm.model.num_parameters():,} parameters, trained {tm.metrics['seconds']:.0f} s "
                   f"({tm.train_config.steps} steps, seed {tm.metrics['seed']})")
-    console.print(f"   example: {decode(test.tokens[0])}")
+    console.print(f"   example: {detokenize(test.tokens[0])}")
     console.print(f"   test accuracy [b]{_pct(acc)}[/b] on {n_ans:,} answers of {len(test):,} held-out sequences; "
                   f"random item of the context: {_pct(base)}")
     return {"parameters": tm.model.num_parameters(), "test_accuracy": acc, "baseline": base,
@@ -82,7 +82,7 @@ def roles(console, tm, probe, out_dir) -> dict:
         out_dir.mkdir(parents=True, exist_ok=True)
         row = int(torch.nonzero(probe.n_facts == 4)[0]) if (probe.n_facts == 4).any() else 0
         n = int(probe.lengths[row])
-        tokens = decode(probe.tokens[row, :n]).split()
+        tokens = detokenize(probe.tokens[row, :n]).split()
         maps = attention_maps(tm.model, probe.tokens[row : row + 1, :n])
         b, item, name = probe.owner_pairs()
         owner_cells = [(i, j) for bb, i, j in zip(b.tolist(), item.tolist(), name.tolist()) if bb == row]
@@ -92,7 +92,7 @@ def roles(console, tm, probe, out_dir) -> dict:
             [(maps[ol][0, oh], f"owner head L{ol}H{oh}: items look 2 back (avg {_pct(ow)})", owner_cells),
              (maps[ll][0, lh], f"lookup head L{ll}H{lh}: questioned name → its item (avg {_pct(lw)})",
               lookup_cells)],
-            tokens, out_dir / "01_owner_and_lookup_heads.png")
+            tokens, out_dir / "demo01_owner_and_lookup_heads.png")
         out["plots"] = [str(path)]
         console.print(f"   heatmaps of the two heads: {path}")
     return out
@@ -135,9 +135,9 @@ def flops_7b(console) -> dict:
 
 def run(out_dir=None, console=None) -> dict:
     """Run the four demonstrations of code 01; return every number printed."""
-    from rich.console import Console
+    from attnlab._console import make_console
 
-    console = console or Console()
+    console = console or make_console()
     out_dir = Path(out_dir) if out_dir is not None else None
     with cpu_threads():
         tm = get_model(console=console, attention="sdpa")  # same weights; the fused kernel evaluates faster

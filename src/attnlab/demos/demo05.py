@@ -4,7 +4,7 @@
    identical tokens, the largest logit difference, and the compute saved (token-forwards). The same
    comparison with the lecture's start-position bug injected.
 2. Prefill vs decode (§8.3): one 7B layer on the H100 roofline, from ``attnlab.cost``; the 7B KV cache.
-3. Flash-Decoding in the model (§8.4): the cached decode path through ``attnlab.flash_decode`` with
+3. Flash-Decoding in the model (§8.4): the cached decode path through ``attnlab.api.flash_decode`` with
    2, 4 and 7 splits, against generation without a cache.
 4. The split-count table of the Flash-Decoding wave model (§8.4), from ``attnlab.cost``.
 
@@ -13,7 +13,7 @@ Every number printed is computed here and returned.
 
 from __future__ import annotations
 
-from attnlab.model import compare, decode, generate, get_model
+from attnlab.model import compare, detokenize, generate, get_model
 from attnlab.model.train import cpu_threads
 
 PROMPTS = 60
@@ -30,7 +30,7 @@ def kv_cache(console, tm, prompts) -> dict:
     saved = plain.token_forwards / cached.token_forwards
     console.print(f"[b]1 · KV cache[/b] (§8.2): {len(prompts)} prompts of {avg:.1f} tokens on average, "
                   f"{NEW_TOKENS} new tokens each")
-    console.print(f"   e.g. {decode(prompts[0])} → [b]{decode(cached.tokens[0])}[/b]")
+    console.print(f"   e.g. {detokenize(prompts[0])} → [b]{detokenize(cached.tokens[0])}[/b]")
     console.print(f"   with vs without the cache: {c['identical']}/{c['total']} generations identical, "
                   f"max logit difference {c['max_logit_diff']:.1e} (float32 rounding)")
     console.print(f"   token-forwards: {plain.token_forwards:,} without the cache, {cached.token_forwards:,} with it "
@@ -66,12 +66,12 @@ def prefill_decode(console) -> dict:
 def flash_decoding(console, tm, prompts, plain) -> dict:
     from rich.table import Table
 
-    table = Table(title="3 · the model decoding through attnlab.flash_decode (§8.4)")
+    table = Table(title="3 · the model decoding through attnlab.api.flash_decode (§8.4)")
     for col in ("splits", "identical to no-cache", "max logit difference"):
         table.add_column(col, justify="right")
     out = {}
     for S in SPLITS:
-        g = generate(tm.model, prompts, NEW_TOKENS, use_cache=True, decode="flash", num_splits=S)
+        g = generate(tm.model, prompts, NEW_TOKENS, use_cache=True, attention="flash", num_splits=S)
         c = compare(g, plain)
         out[S] = {"identical": c["identical"], "max_logit_diff": c["max_logit_diff"]}
         table.add_row(str(S), f"{c['identical']}/{c['total']}", f"{c['max_logit_diff']:.1e}")
@@ -95,9 +95,9 @@ def split_table(console) -> dict:
 
 def run(out_dir=None, console=None) -> dict:
     """Run the four demonstrations of code 05; return every number printed."""
-    from rich.console import Console
+    from attnlab._console import make_console
 
-    console = console or Console()
+    console = console or make_console()
     with cpu_threads():
         tm = get_model(console=console)
         prompts = tm.train_config.world().prompts(PROMPTS)

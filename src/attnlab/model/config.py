@@ -1,4 +1,4 @@
-"""Model configuration with named presets (lecture §2.5; STYLE.md §11 "presets as data").
+"""Model configuration with named presets (lecture §2.5).
 
 ``ModelConfig`` describes the tiny Llama-style decoder of the lecture: pre-norm, RMSNorm, RoPE,
 SwiGLU, multi-head causal attention. ``ModelConfig.from_name("likesworld")`` is the lecture's

@@ -1,9 +1,9 @@
 """Greedy generation with and without the KV cache (lecture §8.1–§8.2, §8.4; code 05).
 
 Without a cache every step re-runs the whole sequence (prompt + tokens so far): O(n²) token-forwards
-in all. With a ``KVCache`` the prompt is run once (prefill) and each later step runs one token
-(decode): O(n). Both must give the same tokens — the cache is an optimisation, and "with vs without"
-is the test that catches a cache bug.
+in all. With a KV cache (``attnlab.kvcache``: ``ContiguousKVCache`` or ``PagedKVCache``) the prompt is
+run once (prefill) and each later step runs one token (decode): O(n). Both must give the same tokens
+— the cache is an optimisation, and "with vs without" is the test that catches a cache bug.
 
 ``generate`` groups prompts by length and runs each group as one batch (no padding, so the batch
 changes nothing but speed). It counts token-forwards, the unit of §8.2's "compute saved" ratio.
@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .kvcache import KVCache
+from ..kvcache import ContiguousKVCache, PagedKVCache
+
+CACHE_KINDS = ("contiguous", "paged")
 
 
 @dataclass
@@ -47,23 +49,37 @@ def _check_prompts(prompts) -> list[list[int]]:
 
 
 @torch.no_grad()
-def generate(model, prompts, max_new_tokens: int = 8, *, use_cache: bool = True, decode: str = "standard",
-             num_splits: int = 1, buggy_start_pos: bool = False) -> Generation:
+def generate(model, prompts, max_new_tokens: int = 8, *, use_cache: bool = True, cache: str = "contiguous",
+             attention: str = "reference", num_splits: int | None = None,
+             buggy_start_pos: bool = False) -> Generation:
     """Greedy decoding of ``max_new_tokens`` tokens after each prompt.
 
     prompts: a list of token-id lists (or one list, or a (B, N) tensor).
-    use_cache: prefill + one-token decode steps through a KVCache; else re-run the full sequence.
-    decode, num_splits: how the cached steps attend ("standard" or "flash" = attnlab.flash_decode
-    with ``num_splits`` splits). buggy_start_pos: inject the §8.2 start-position bug into the cache.
+    use_cache: prefill + one-token decode steps through a KV cache; else re-run the full sequence.
+    cache: "contiguous" (``ContiguousKVCache``) or "paged" (``PagedKVCache``, always attending
+    through ``attnlab.api.flash_decode``).
+    attention, num_splits: how a contiguous cache attends ("reference", or "flash" =
+    ``attnlab.api.flash_decode`` with ``num_splits`` splits; None lets it choose); num_splits also
+    sets the paged cache's splits. buggy_start_pos: inject the §8.2 start-position bug into a
+    contiguous cache.
     """
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    if cache not in CACHE_KINDS:
+        raise ValueError(f"cache must be one of {CACHE_KINDS}, got {cache!r}")
+    if not use_cache and (cache, attention, num_splits, buggy_start_pos) != ("contiguous", "reference", None, False):
+        raise ValueError("cache, attention, num_splits and buggy_start_pos describe the KV cache; "
+                         "they need use_cache=True")
+    if cache == "paged" and (attention != "reference" or buggy_start_pos):
+        raise ValueError(f"the paged cache always attends through flash_decode and has no start-position bug; "
+                         f"got attention={attention!r}, buggy_start_pos={buggy_start_pos!r}")
     prompts = _check_prompts(prompts)
     vocab = model.cfg.vocab_size
     bad = [t for p in prompts for t in p if not 0 <= t < vocab]
     if bad:
         raise ValueError(f"prompt token ids must be in [0, {vocab}), got {bad[:5]}")
-    device = next(model.parameters()).device
+    param = next(model.parameters())
+    cfg = model.cfg
     was_training = model.training
     model.eval()
     tokens: list[list[int] | None] = [None] * len(prompts)
@@ -73,15 +89,19 @@ def generate(model, prompts, max_new_tokens: int = 8, *, use_cache: bool = True,
     for i, p in enumerate(prompts):
         groups.setdefault(len(p), []).append(i)
     for idx in groups.values():
-        seq = torch.tensor([prompts[i] for i in idx], dtype=torch.long, device=device)  # (B, N)
-        seq.shape[0]
+        seq = torch.tensor([prompts[i] for i in idx], dtype=torch.long, device=param.device)  # (B, N)
         steps = []
         if use_cache:
-            cache = KVCache(model.cfg.n_layers, decode=decode, num_splits=num_splits,
-                            buggy_start_pos=buggy_start_pos)
+            if cache == "paged":
+                kv = PagedKVCache(batch=len(idx), kv_heads=cfg.kv_heads, head_dim=cfg.head_dim,
+                                  n_layers=cfg.n_layers, dtype=param.dtype, device=param.device,
+                                  num_splits=num_splits)
+            else:
+                kv = ContiguousKVCache(n_layers=cfg.n_layers, attention=attention, num_splits=num_splits,
+                                       buggy_start_pos=buggy_start_pos)
             step_in = seq  # prefill: the whole prompt once
             for _ in range(max_new_tokens):
-                last = model(step_in, cache=cache)[:, -1]  # (B, vocab)
+                last = model(step_in, cache=kv)[:, -1]  # (B, vocab)
                 forwards += step_in.numel()
                 steps.append(last)
                 step_in = last.argmax(-1, keepdim=True)  # decode: one new token

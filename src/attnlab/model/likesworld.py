@@ -42,7 +42,7 @@ ITEM0 = NAME0 + len(NAMES)
 QUESTION_FORMATS = ("adjacent", "gap")
 
 
-def encode(text: str) -> list[int]:
+def tokenize(text: str) -> list[int]:
     """Space-separated tokens -> ids; unknown tokens raise ValueError."""
     out = []
     for t in text.split():
@@ -52,7 +52,7 @@ def encode(text: str) -> list[int]:
     return out
 
 
-def decode(ids) -> str:
+def detokenize(ids) -> str:
     """Ids -> space-separated tokens (padding dropped)."""
     if isinstance(ids, torch.Tensor):
         ids = ids.tolist()

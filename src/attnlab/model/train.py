@@ -24,6 +24,8 @@ from .config import ModelConfig
 from .likesworld import Batch, LikesWorld, baseline_accuracy
 from .transformer import Transformer
 
+SEED_MAX = 2**32 - 1  # seeds are 32-bit; the restarts add 1000 per attempt, well inside torch.manual_seed's range
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -59,6 +61,8 @@ class TrainConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"TrainConfig.{name} must be a positive integer, got {v!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= SEED_MAX:
+            raise ValueError(f"TrainConfig.seed must be an integer in [0, {SEED_MAX:,}], got {self.seed!r}")
         if not (isinstance(self.lr, (int, float)) and self.lr > 0):
             raise ValueError(f"TrainConfig.lr must be positive, got {self.lr!r}")
         self.world()  # validates the LikesWorld fields

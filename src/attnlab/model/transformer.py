@@ -4,12 +4,15 @@
     x = x + SwiGLU_FFN(RMSNorm(x))     # W2(SiLU(W1 x) ⊙ W3 x)
 
 The attention implementation is chosen by name (``ModelConfig.attention``): ``"standard"`` calls
-``attnlab.attention_ref`` (S and P materialised, §3.2), ``"flash"`` the blockwise autograd.Function
-``attnlab.flash_attention`` (§7.7), ``"sdpa"`` PyTorch's ``scaled_dot_product_attention``.
+``attnlab.reference.attention_ref`` (S and P materialised, §3.2), ``"flash"``
+``attnlab.api.flash_attention`` with ``ModelConfig.flash_block`` as Br = Bc (§7.7: forward keeps
+q, k, v, O, L; backward recomputes P block by block), ``"sdpa"`` PyTorch's
+``scaled_dot_product_attention``.
 
-With a ``KVCache`` (``attnlab.model.kvcache``, §8.2) the same forward runs incrementally: the new
-tokens sit at absolute positions ``start .. start+T-1``; their K/V are appended to the layer's cache
-and every query sees the cached keys at positions ``<= its own`` (bottom-right causal).
+With a KV cache (any object of ``attnlab.kvcache.KVCacheProtocol``, §8.2) the same forward runs
+incrementally: the new tokens sit at absolute positions ``start .. start+T-1``; their K/V are
+appended to the layer's cache and every query sees the cached keys at positions ``<= its own``
+(bottom-right causal).
 
 Shapes: tokens (B, N); hidden (B, N, d_model); q (B, H, N, D); k, v (B, Hkv, N, D).
 """
@@ -20,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..reference import attention_ref, attention_scores, expand_kv
+from ..reference import attention_ref, expand_kv
 from .config import ModelConfig
 
 
@@ -53,37 +56,20 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 def _flash_attention(q, k, v, *, causal: bool, block: int):
-    """The blockwise autograd.Function of attnlab.flash (§7.7): forward saves q, k, v, O, L only.
+    """FlashAttention with Br = Bc = ``block`` (§7.7): the forward saves q, k, v, O, L only.
 
-    ``block`` (Br = Bc) is passed when ``flash_attention`` takes block sizes; LikesWorld sequences
-    (N <= 34) then span several blocks, so the causal skip and the diagonal mask are exercised.
+    LikesWorld sequences (N <= 34) span several blocks of 8 or 16, so the online-softmax rescaling
+    across blocks, the causal block skip and the diagonal mask all take part in training.
     """
-    import inspect
+    from ..api import flash_attention
 
-    from ..flash import flash_attention
-
-    kw = {}
-    if "block_q" in inspect.signature(flash_attention).parameters:
-        kw = {"block_q": block, "block_k": block}
-    return flash_attention(q, k, v, causal=causal, **kw)
+    return flash_attention(q, k, v, causal=causal, block_q=block, block_k=block)
 
 
 def _sdpa(q, k, v, *, causal: bool):
     H = q.shape[1]
     k, v = expand_kv(k, H), expand_kv(v, H)  # enable_gqa needs torch >= 2.5
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-
-def masked_attention(q, k, v, visible: torch.Tensor, return_probs: bool = False):
-    """Reference attention with an explicit visibility mask (Nq, Nk), True = may attend.
-
-    Used by the KV-cache path, where the mask comes from the absolute positions of the queries.
-    """
-    s = attention_scores(q, k)  # (B, H, Nq, Nk)
-    s = s.masked_fill(~visible, float("-inf"))
-    p = torch.softmax(s, dim=-1)
-    out = torch.matmul(p, expand_kv(v, q.shape[1]))
-    return (out, p) if return_probs else out
 
 
 class Attention(nn.Module):
@@ -112,7 +98,7 @@ class Attention(nn.Module):
     def forward(self, x, *, cache=None, head_mask=None, return_probs=False, impl=None):
         """x (B, N, d_model) -> (B, N, d_model) [, P (B, H, N, Nk)].
 
-        cache: a KVCache to read and extend (incremental decoding); head_mask: (H,) multiplies each
+        cache: a KV cache to read and extend (incremental decoding); head_mask: (H,) multiplies each
         head's output (0 ablates a head); impl overrides ``cfg.attention`` for this call.
         """
         B, N, _ = x.shape
@@ -197,7 +183,8 @@ class Transformer(nn.Module):
     def forward(self, tokens: torch.Tensor, *, cache=None, head_mask=None, return_attn=False, impl=None):
         """tokens (B, N) long -> logits (B, N, vocab) [, list of P (B, H, N, Nk) per layer].
 
-        cache: KVCache (the tokens continue what it holds); head_mask: (n_layers, H) of 0/1;
+        cache: a KV cache (``attnlab.kvcache.KVCacheProtocol``; the tokens continue what it
+        holds); head_mask: (n_layers, H) of 0/1;
         impl: attention implementation for this call (default ``cfg.attention``).
         """
         if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype != torch.long:

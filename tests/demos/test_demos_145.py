@@ -1,7 +1,9 @@
 """Demos 01, 04 and 05 run on the session's trained model (trained once into a temporary cache by
-test_likesworld.trained_cache) and return numbers that agree with the library that computed them."""
+the conftest fixture ``trained_cache``) and return numbers that agree with the library that computed
+them."""
 
 import io
+import math
 import os
 import subprocess
 import sys
@@ -11,25 +13,24 @@ from pathlib import Path
 import pytest
 import torch
 from rich.console import Console
-from test_likesworld import trained_cache
 
 from attnlab import cost
 from attnlab.demos import demo01, demo04, demo05
 from attnlab.model import LikesWorld, baseline_accuracy, get_model, head_roles
 from attnlab.model.train import cpu_threads
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def cached(monkeypatch):
-    folder, _ = trained_cache()
+def cached(monkeypatch, trained_cache):
+    folder, _ = trained_cache
     monkeypatch.setenv("ATTNLAB_CACHE", folder)
     return folder
 
 
 def _console():
-    return Console(file=io.StringIO(), width=120)
+    return Console(file=io.StringIO(), width=200)
 
 
 def test_demo01(cached, tmp_path):
@@ -54,18 +55,20 @@ def test_demo01(cached, tmp_path):
     ab = out["ablation"]
     assert len(ab["heads"]) == 8 and ab["full"] == 1.0
     assert ab["heads"][f"L{o['layer']}H{o['head']}"] < 0.95
+    assert [Path(p).name for p in out["roles"]["plots"]] == ["demo01_owner_and_lookup_heads.png"]
     for p in out["roles"]["plots"]:
-        assert Path(p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert Path(p).parent == tmp_path and Path(p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = out["flops_7b"]["rows"]
     assert rows == [r.to_dict() for r in cost.layer_flops_table()]
     assert rows[-1]["attention_share"] == pytest.approx(0.73, abs=0.01)  # §3.1: 73% at 128K
 
 
-def test_demo04(cached):
+def test_demo04():
     con = _console()
     t0 = time.perf_counter()
     out = demo04.run(console=con)
     print(f"demo 04 in {time.perf_counter() - t0:.1f} s")
+    text = con.file.getvalue()
     for mask in ("none", "causal"):
         assert max(out["backward"][mask].values()) < 1e-13  # the lecture: <= 5.3e-15
     assert out["d_identity"]["max_diff"] < 1e-13
@@ -78,7 +81,20 @@ def test_demo04(cached):
     tr = out["training"]
     print(tr)
     assert tr["loss_last"] < tr["loss_first"]
-    assert tr["max_loss_diff"] < 1e-4 and tr["max_param_diff"] < 1e-4  # float32 rounding, not a different model
+    # the sequences the run saw: LikesWorld inputs (a sequence less its last token), the longest first
+    assert tr["seq"] == LikesWorld().max_len - 1 and tr["seq_min"] <= tr["seq"]
+    assert sorted(tr["blocks"]) == sorted({*demo04.TRAIN_BLOCKS, tr["seq"]})
+    for block, r in tr["blocks"].items():
+        T = math.ceil(tr["seq"] / block)
+        assert r["blocks"] == T  # counted by IOStats in the blockwise forward
+        assert (r["pairs_computed"], r["pairs_skipped"]) == (T * (T + 1) // 2, T * (T - 1) // 2)
+        assert f"{r['max_loss_diff']:.1e}" in text and f"{r['max_param_diff']:.1e}" in text
+        # float32 rounding, not a different model
+        assert r["max_loss_diff"] < 1e-4 and r["max_param_diff"] < 1e-4
+    assert tr["blocks"][tr["seq"]]["max_param_diff_vs_one_block"] == 0.0
+    # several blocks per sequence round differently from one block: the block size reached the run
+    for block in demo04.TRAIN_BLOCKS:
+        assert tr["blocks"][block]["blocks"] > 1 and tr["blocks"][block]["max_param_diff_vs_one_block"] > 0
 
 
 def test_demo05(cached):

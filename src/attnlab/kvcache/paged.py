@@ -10,18 +10,18 @@ lists each sequence's pages in a block table:
     seqlens            (B,) int32                       tokens held by each sequence
 
 Token ``j`` of sequence ``b`` lives in page ``block_table[b, j // page_size]`` at slot
-``j % page_size``. ``attnlab.flash.flash_decode`` (and on CUDA the Triton kernel of
-``attnlab.gpu.decode``) reads this layout directly; ``gather`` rebuilds the contiguous
-``(B, Hkv, L, D)`` view for the reference.
+``j % page_size``. ``attnlab.api.flash_decode`` (the Triton kernel on CUDA, the blockwise PyTorch
+path elsewhere) reads this layout directly; ``gather`` rebuilds the contiguous ``(B, Hkv, L, D)``
+view for the reference.
 
-``KVCache`` works on any device and with any number of layers. All layers share one block table and
-one committed length per sequence; each layer's ``append`` writes after the committed tokens and the
-lengths advance only in ``commit`` — so a layer never reads another layer's half-finished state (the
-start-position bug of §8.2). It also speaks the model's cache protocol (``length``,
-``start_position``, ``attend``, ``commit``) so ``attnlab.model`` can generate through it.
+``PagedKVCache`` works on any device and with any number of layers. All layers share one block
+table and one committed length per sequence; each layer's ``append`` writes after the committed
+tokens and the lengths advance only in ``commit`` — so a layer never reads another layer's
+half-finished state (the start-position bug of §8.2). It also implements the model's cache protocol
+(``attnlab.kvcache.protocol``: ``length``, ``start_position``, ``attend``, ``commit``), so
+``attnlab.model`` can generate through it.
 
-This module never imports triton; ``check_decode_inputs`` is the shared input check of the decode
-entry points.
+This module never imports triton.
 """
 
 from __future__ import annotations
@@ -30,12 +30,14 @@ import math
 
 import torch
 
-from ._checks import DecodeDims, check_decode_inputs, check_positive_int, check_tensor  # noqa: F401
+from .._checks import check_positive_int, check_tensor
+from ..api import flash_decode
+from ..reference import attention_ref
 
 # -- the cache -----------------------------------------------------------------------------------------
 
 
-class KVCache:
+class PagedKVCache:
     """Paged K/V for ``n_layers`` layers of a batch of ``batch`` sequences.
 
     Arguments:
@@ -44,6 +46,7 @@ class KVCache:
         page_size: tokens per page.
         num_pages: size of each layer's pool; None grows the pool (doubling) on demand.
         dtype, device: of the pages.
+        num_splits: Flash-Decoding splits of ``attention`` (None: ``flash_decode`` chooses).
     """
 
     def __init__(self, *, batch: int, kv_heads: int, head_dim: int, n_layers: int = 1, page_size: int = 16,
@@ -77,6 +80,16 @@ class KVCache:
     @property
     def num_pages(self) -> int:
         return self.k_pages[0].shape[0]
+
+    @property
+    def free_pages(self) -> int:
+        """Pages of the pool not held by any sequence."""
+        return len(self._free)
+
+    def pages(self, seq: int) -> list[int]:
+        """Page ids of sequence ``seq``, in token order."""
+        self._check_seq(seq)
+        return list(self._pages[seq])
 
     @property
     def lengths(self) -> list[int]:
@@ -170,8 +183,7 @@ class KVCache:
 
     def release(self, seq: int) -> None:
         """Return sequence ``seq``'s pages to the pool and set its length to 0."""
-        if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < self.batch:
-            raise ValueError(f"seq must be an index in [0, {self.batch}), got {seq!r}")
+        self._check_seq(seq)
         self._free.extend(self._pages[seq])
         self._pages[seq] = []
         self._lens[seq] = 0
@@ -202,32 +214,40 @@ class KVCache:
             v[b, :, :n] = self.v_pages[layer][pages].flatten(0, 1).transpose(0, 1)[:, :n]
         return k, v, torch.tensor(lens, dtype=torch.int32, device=self.device)
 
-    def decode(self, q: torch.Tensor, *, layer: int = 0, causal: bool = True, scale: float | None = None,
-               num_splits: int | None = None):
-        """Attention of q (B, H, Nq, D) over ``layer``'s cache: ``attnlab.flash.flash_decode``
-        on the paged layout (the Triton kernel on CUDA). Returns (out (B, H, Nq, D), lse (B, H, Nq))."""
-        from .flash import flash_decode
-
+    def attention(self, q: torch.Tensor, *, layer: int = 0, causal: bool = True, scale: float | None = None,
+                  num_splits: int | None = None):
+        """Attention of q (B, H, Nq, D) over ``layer``'s cache: ``attnlab.api.flash_decode`` on the
+        paged layout (§8.4). Returns (out (B, H, Nq, D), lse (B, H, Nq))."""
+        self._check_layer(layer)
         return flash_decode(q, self.k_pages[layer], self.v_pages[layer], cache_seqlens=self.layer_seqlens(layer),
                             block_table=self.block_table, num_splits=num_splits or self.num_splits,
                             causal=causal, scale=scale)
 
     def attend(self, layer: int, q, k, v, positions=None, return_probs: bool = False):
         """The model's protocol: append k, v (B, Hkv, T, D) to ``layer`` and attend q (B, H, T, D),
-        bottom-right causal. Returns (out (B, H, T, D), P (B, H, T, L) or None)."""
+        bottom-right causal. positions, if given, must be the committed length + arange(T) (this
+        cache cannot attend from other positions). Returns (out (B, H, T, D), P (B, H, T, L) or None)."""
+        if positions is not None:
+            start = self.start_position(layer)
+            want = torch.arange(start, start + q.shape[2], device=positions.device)
+            if positions.shape != want.shape or not torch.equal(positions, want):
+                raise ValueError(f"positions must be {start} .. {start + q.shape[2] - 1} (the committed length "
+                                 f"onwards), got {positions.tolist()}")
         self._write(k, v, layer, None)
         if return_probs:
-            from .reference import attention_ref
-
             kk, vv, lens = self.gather(layer)
             if len(set(lens.tolist())) != 1:
                 raise ValueError("return_probs needs sequences of one length")
             out, _, p = attention_ref(q, kk, vv, causal=True, return_probs=True)
             return out, p
-        out, _ = self.decode(q, layer=layer, causal=True)
+        out, _ = self.attention(q, layer=layer, causal=True)
         return out, None
 
     # -- helpers ---------------------------------------------------------------------------------------
+    def _check_seq(self, seq):
+        if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < self.batch:
+            raise ValueError(f"seq must be an index in [0, {self.batch}), got {seq!r}")
+
     def _check_layer(self, layer):
         if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < self.n_layers:
             raise ValueError(f"layer must be an index in [0, {self.n_layers}), got {layer!r}")
@@ -267,7 +287,7 @@ class KVCache:
 
     @classmethod
     def from_dense(cls, k: torch.Tensor, v: torch.Tensor, seqlens=None, *, page_size: int = 16,
-                   shuffle: bool = False, generator: torch.Generator | None = None) -> KVCache:
+                   shuffle: bool = False, generator: torch.Generator | None = None) -> PagedKVCache:
         """A one-layer cache holding k, v (B, Hkv, L, D) (the first ``seqlens[b]`` tokens of each
         sequence). ``shuffle`` scatters the pages over the pool in random order."""
         check_tensor(k, "k")
@@ -282,6 +302,6 @@ class KVCache:
         return cache
 
     def __repr__(self) -> str:
-        return (f"KVCache(batch={self.batch}, kv_heads={self.kv_heads}, head_dim={self.head_dim}, "
+        return (f"PagedKVCache(batch={self.batch}, kv_heads={self.kv_heads}, head_dim={self.head_dim}, "
                 f"n_layers={self.n_layers}, page_size={self.page_size}, pages {self.num_pages - len(self._free)}"
                 f"/{self.num_pages} used, lengths={self._lens}, {self.dtype}, {self.device})")

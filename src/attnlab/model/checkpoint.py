@@ -1,8 +1,8 @@
-"""The trained-checkpoint cache (DESIGN.md "Cache"; the lecture's "first run trains ~1 minute").
+"""The trained-checkpoint store (lecture §2.2: "the first run trains about a minute", then reuses it).
 
 ``get_model()`` returns the trained LikesWorld model, training it on first use:
 
-* where: ``$ATTNLAB_CACHE`` if set, else ``$XDG_CACHE_HOME/attnlab``, else ``~/.cache/attnlab``;
+* where (``checkpoint_dir()``): ``$ATTNLAB_CACHE`` if set, else ``$XDG_CACHE_HOME/attnlab``, else ``~/.cache/attnlab``;
   one file per model (``likesworld.pt`` for the defaults, ``likesworld-seed=3.pt`` and so on for
   other settings);
 * the file records a fingerprint of everything that made it (model and training configs, the
@@ -12,7 +12,7 @@
 * writing is atomic (a temporary file in the same folder, then ``os.replace``), so a reader sees the
   old file or the new one, never half of one; a lock file lets a second process wait for the first
   one's training instead of repeating it (after ``lock_timeout`` seconds it trains anyway);
-* an unwritable cache folder costs one warning: the model is trained and kept in memory for the
+* an unwritable folder costs one ``CheckpointWarning``: the model is trained and kept in memory for the
   rest of the process.
 """
 
@@ -39,8 +39,8 @@ FORMAT = 1
 _RUNTIME_FIELDS = ("attention", "flash_block")
 
 
-class CacheWarning(UserWarning):
-    """The checkpoint cache could not be used as is (corrupt, stale or unwritable)."""
+class CheckpointWarning(UserWarning):
+    """The checkpoint store could not be used as is (corrupt, stale or unwritable)."""
 
 
 @dataclass
@@ -58,8 +58,8 @@ class TrainedModel:
 _MEMORY: dict[str, TrainedModel] = {}  # checkpoint path -> model that could not be written there
 
 
-def cache_dir() -> Path:
-    """The cache folder (not created here)."""
+def checkpoint_dir() -> Path:
+    """The folder of the trained checkpoints (not created here)."""
     env = os.environ.get("ATTNLAB_CACHE")
     if env:
         return Path(env).expanduser()
@@ -91,7 +91,7 @@ def checkpoint_name(mc: ModelConfig, tc: TrainConfig) -> str:
 def checkpoint_path(mc: ModelConfig | None = None, tc: TrainConfig | None = None) -> Path:
     mc = mc or ModelConfig.from_name("likesworld")
     tc = tc or TrainConfig()
-    return cache_dir() / checkpoint_name(mc, tc)
+    return checkpoint_dir() / checkpoint_name(mc, tc)
 
 
 def _load(path: Path, mc: ModelConfig, tc: TrainConfig) -> tuple[TrainedModel | None, str | None]:
@@ -186,11 +186,11 @@ def get_model(model_config: ModelConfig | None = None, train_config: TrainConfig
     if attention is not None:
         mc = mc.replace(attention=attention)
     if progress and console is None:
-        from rich.console import Console
+        from .._console import make_console
 
-        console = Console(stderr=True)
+        console = make_console(stderr=True)
     say = console.print if progress else (lambda *a, **k: None)
-    path = cache_dir() / checkpoint_name(mc, tc)
+    path = checkpoint_dir() / checkpoint_name(mc, tc)
     if not force and str(path) in _MEMORY:
         return _with_config(_MEMORY[str(path)], mc)
     problem = None
@@ -221,7 +221,7 @@ def get_model(model_config: ModelConfig | None = None, train_config: TrainConfig
             _release(lock)
         locked = _acquire(lock)
     if problem is not None:
-        warnings.warn(f"attnlab: the cached model {path} {problem}; retraining it", CacheWarning, stacklevel=2)
+        warnings.warn(f"attnlab: the cached model {path} {problem}; retraining it", CheckpointWarning, stacklevel=2)
     try:
         why = "retraining (--force)" if force else "no usable trained model in the cache"
         took = " (about a minute on 2 free cores)" if tc.steps == TrainConfig().steps else ""
@@ -241,7 +241,7 @@ def get_model(model_config: ModelConfig | None = None, train_config: TrainConfig
             say(f"saved {path}")
         except OSError as e:
             warnings.warn(f"attnlab: cannot write the model cache ({e}); keeping the trained model in memory "
-                          f"for this process (set ATTNLAB_CACHE to a writable folder)", CacheWarning, stacklevel=2)
+                          f"for this process (set ATTNLAB_CACHE to a writable folder)", CheckpointWarning, stacklevel=2)
             tm.path = None
             _MEMORY[str(path)] = tm
         return tm

@@ -1,13 +1,14 @@
 """The tiny transformer's parts (no training needed): config presets, RoPE, the three attention
-implementations against each other (float64), the KV cache against the full forward (standard and
-Flash-Decoding paths, GQA), the injected start-position bug, generation, head masks, AdamW."""
+implementations against each other (float64), flash attention with several blocks per sequence,
+the contiguous KV cache against the full forward (reference and Flash-Decoding paths, GQA), the
+injected start-position bug, generation, head masks, AdamW."""
 
 import math
 
 import pytest
 import torch
 
-from attnlab.model import KVCache, ModelConfig, Transformer, compare, generate
+from attnlab.model import ContiguousKVCache, ModelConfig, Transformer, compare, generate
 from attnlab.model.train import AdamW, clip_grad_norm, cpu_threads
 from attnlab.model.transformer import apply_rope, rope_cos_sin
 
@@ -70,18 +71,20 @@ def test_rope_scores_depend_on_position_difference_only():
 
 
 @pytest.mark.parametrize("N", [1, 17, 34])
-def test_attention_implementations_agree(N):
-    m = _model()
+@pytest.mark.parametrize("block", [8, 16, 64])
+def test_attention_implementations_agree(N, block):
+    m = _model(flash_block=block)
     tok = _tokens(3, N)
     ref = m(tok, impl="standard")
     for impl in ("sdpa", "flash"):
         err = (m(tok, impl=impl) - ref).abs().max().item()
-        print(f"N={N} {impl}: max |logits - standard| = {err:.2e}")
+        print(f"N={N} block={block} {impl}: max |logits - standard| = {err:.2e}")
         assert err < 1e-12
 
 
-def test_flash_gradients_match_standard():
-    m = _model()
+@pytest.mark.parametrize("block", [8, 29])
+def test_flash_gradients_match_standard(block):
+    m = _model(flash_block=block)
     tok = _tokens(2, 29)
     grads = {}
     for impl in ("standard", "flash"):
@@ -89,23 +92,40 @@ def test_flash_gradients_match_standard():
         m(tok, impl=impl).logsumexp(-1).sum().backward()
         grads[impl] = [p.grad.clone() for p in m.parameters()]
     err = max((a - b).abs().max().item() for a, b in zip(grads["standard"], grads["flash"]))
-    print(f"max |grad flash - grad standard| = {err:.2e}")
+    print(f"block {block}: max |grad flash - grad standard| = {err:.2e}")
     assert err < 1e-11
 
 
+def test_flash_block_size_reaches_the_computation():
+    """ModelConfig.flash_block is the Br = Bc the model's flash attention runs with: in float32 the
+    rounding of 5 blocks per sequence differs from that of one block (a size that was ignored would
+    give bit-identical logits)."""
+    tok = _tokens(4, 33)
+    m8 = _model(torch.float32, flash_block=8)
+    m33 = Transformer(m8.cfg.replace(flash_block=33)).eval()
+    m33.load_state_dict(m8.state_dict())
+    with torch.no_grad():
+        a, b, ref = m8(tok, impl="flash"), m33(tok, impl="flash"), m8(tok, impl="standard")
+    print(f"block 8 vs 33: {(a - b).abs().max():.2e}; vs standard {(a - ref).abs().max():.2e}")
+    assert not torch.equal(a, b)
+    assert (a - ref).abs().max() < 1e-4 and (b - ref).abs().max() < 1e-4
+
+
 @pytest.mark.parametrize("kw", [{}, {"n_kv_heads": 2}, {"n_kv_heads": 1}, {"positions": "learned"}])
-@pytest.mark.parametrize("decode,splits", [("standard", 1), ("flash", 1), ("flash", 3), ("flash", 7)])
-def test_kv_cache_matches_full_forward(kw, decode, splits):
+@pytest.mark.parametrize("attention,splits", [("reference", None), ("flash", 1), ("flash", 3), ("flash", 7)])
+def test_kv_cache_matches_full_forward(kw, attention, splits):
     m = _model(**kw)
     tok = _tokens(2, 23)
     full = m(tok)
-    cache = KVCache(m.cfg.n_layers, decode=decode, num_splits=splits)
+    cache = ContiguousKVCache(n_layers=m.cfg.n_layers, attention=attention, num_splits=splits)
     parts = [m(tok[:, :11], cache=cache)]  # prefill 11 tokens
     parts += [m(tok[:, t : t + 1], cache=cache) for t in range(11, 20)]  # 9 decode steps
     parts.append(m(tok[:, 20:], cache=cache))  # 3 tokens at once
     err = (torch.cat(parts, dim=1) - full).abs().max().item()
-    print(f"{kw} {decode}/{splits}: max |cached - full| = {err:.2e}")
-    assert cache.length == 23 and cache.k[1].shape == (2, m.cfg.kv_heads, 23, m.cfg.head_dim)
+    print(f"{kw} {attention}/{splits}: max |cached - full| = {err:.2e}")
+    k, v, lens = cache.gather(1)
+    assert cache.length == 23 and k.shape == v.shape == (2, m.cfg.kv_heads, 23, m.cfg.head_dim)
+    assert lens.tolist() == [23, 23]
     assert err < 1e-12
 
 
@@ -113,7 +133,7 @@ def test_buggy_start_position_is_caught_by_the_same_comparison():
     m = _model()
     tok = _tokens(2, 20)
     full = m(tok)
-    cache = KVCache(m.cfg.n_layers, buggy_start_pos=True)
+    cache = ContiguousKVCache(n_layers=m.cfg.n_layers, buggy_start_pos=True)
     cached = torch.cat([m(tok[:, :12], cache=cache)] + [m(tok[:, t : t + 1], cache=cache) for t in range(12, 20)], 1)
     err = (cached - full).abs().max().item()
     print(f"buggy start position: max |cached - full| = {err:.2e}")
@@ -127,11 +147,11 @@ def test_buggy_start_position_is_caught_by_the_same_comparison():
     assert compare(bad, plain)["max_logit_diff"] > 1e-3
 
 
-@pytest.mark.parametrize("decode,splits", [("standard", 1), ("flash", 2), ("flash", 4), ("flash", 7)])
-def test_generation_with_and_without_cache_agree(decode, splits):
+@pytest.mark.parametrize("attention,splits", [("reference", None), ("flash", 2), ("flash", 4), ("flash", 7)])
+def test_generation_with_and_without_cache_agree(attention, splits):
     m = _model()
     prompts = [_tokens(1, n)[0].tolist() for n in (1, 5, 5, 12, 19, 26)]
-    a = generate(m, prompts, 8, use_cache=True, decode=decode, num_splits=splits)
+    a = generate(m, prompts, 8, use_cache=True, attention=attention, num_splits=splits)
     b = generate(m, prompts, 8, use_cache=False)
     c = compare(a, b)
     print(c)
@@ -150,10 +170,20 @@ def test_generation_rejects_bad_input():
         generate(m, [[1, 99]], 2)
     with pytest.raises(TypeError, match="prompts"):
         generate(m, "eve likes tea", 2)
-    with pytest.raises(ValueError, match="decode"):
-        KVCache(2, decode="paged")
+    with pytest.raises(ValueError, match="attention"):
+        ContiguousKVCache(n_layers=2, attention="paged")
     with pytest.raises(ValueError, match="num_splits"):
-        KVCache(2, num_splits=0)
+        ContiguousKVCache(n_layers=2, attention="flash", num_splits=0)
+    with pytest.raises(ValueError, match="num_splits=3 needs attention='flash'"):
+        ContiguousKVCache(n_layers=2, num_splits=3)  # would be ignored by the reference path
+    with pytest.raises(ValueError, match="n_layers"):
+        ContiguousKVCache(n_layers=0)
+    with pytest.raises(ValueError, match="cache must be one of"):
+        generate(m, [[1, 2]], 2, cache="dense")
+    with pytest.raises(ValueError, match="use_cache=True"):
+        generate(m, [[1, 2]], 2, use_cache=False, attention="flash")
+    with pytest.raises(ValueError, match="paged cache"):
+        generate(m, [[1, 2]], 2, cache="paged", buggy_start_pos=True)
     with pytest.raises(TypeError, match="tokens"):
         m(torch.zeros(2, 3))
     with pytest.raises(ValueError, match="token ids"):

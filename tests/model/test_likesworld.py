@@ -1,19 +1,15 @@
 """LikesWorld data, training from scratch, the trained model's behaviour (accuracy, head roles,
 ablation, generation) and the checkpoint cache (corrupt, stale, unwritable, two processes).
 
-Training the real model once is the expensive part (~1 minute on 2 free cores): ``trained_cache()``
-trains it into a temporary cache on first use and every test of the session shares that file.
+Training the real model once is the expensive part (~1 minute on 2 free cores): the session fixture
+``trained_cache`` (tests/conftest.py) trains it into a temporary cache on first use and every test of
+the session shares that file.
 """
 
-import atexit
-import functools
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
-import time
 import warnings
 from pathlib import Path
 
@@ -22,7 +18,7 @@ import pytest
 import torch
 
 from attnlab.model import (
-    CacheWarning,
+    CheckpointWarning,
     LikesWorld,
     ModelConfig,
     TrainConfig,
@@ -31,13 +27,13 @@ from attnlab.model import (
     baseline_accuracy,
     checkpoint_path,
     compare,
-    decode,
-    encode,
+    detokenize,
     generate,
     get_model,
     head_roles,
+    tokenize,
 )
-from attnlab.model.likesworld import NAMES, TEST_MODULUS, _world_hash, is_test_world
+from attnlab.model.likesworld import ITEMS, NAMES, TEST_MODULUS, is_test_world
 from attnlab.model.train import cpu_threads
 
 
@@ -47,32 +43,12 @@ def _free_cores():
         yield
 
 
-# -- the session's trained model --------------------------------------------------------------------
-
-
-@functools.cache
-def trained_cache() -> tuple[str, float]:
-    """Train the default model from scratch into a fresh temporary cache; (folder, seconds)."""
-    folder = tempfile.mkdtemp(prefix="attnlab-test-cache-")
-    atexit.register(shutil.rmtree, folder, True)
-    old = os.environ.get("ATTNLAB_CACHE")
-    os.environ["ATTNLAB_CACHE"] = folder
-    try:
-        t0 = time.perf_counter()
-        tm = get_model(progress=False)
-        seconds = time.perf_counter() - t0
-    finally:
-        if old is None:
-            del os.environ["ATTNLAB_CACHE"]
-        else:
-            os.environ["ATTNLAB_CACHE"] = old
-    assert tm.source == "trained"
-    return folder, seconds
+# -- the session's trained model (conftest.trained_cache) ---------------------------------------
 
 
 @pytest.fixture
-def trained(monkeypatch):
-    folder, _ = trained_cache()
+def trained(monkeypatch, trained_cache):
+    folder, _ = trained_cache
     monkeypatch.setenv("ATTNLAB_CACHE", folder)
     tm = get_model(progress=False)
     assert tm.source == "cache"
@@ -86,7 +62,7 @@ def test_sequences_follow_the_format():
     w = LikesWorld()
     b = w.sample(200, np.random.default_rng(1))
     for row in range(len(b)):
-        toks = decode(b.tokens[row]).split()
+        toks = detokenize(b.tokens[row]).split()
         n = int(b.n_facts[row])
         assert toks[0] == "<bos>" and toks[-1] == "<eos>" and len(toks) == int(b.lengths[row])
         facts = {toks[1 + 4 * i]: toks[3 + 4 * i] for i in range(n)}
@@ -104,7 +80,7 @@ def test_sequences_follow_the_format():
 def test_gap_format_puts_two_tokens_between_name_and_answer():
     b = LikesWorld(question_format="gap").sample(20, np.random.default_rng(2))
     for row in range(len(b)):
-        toks = decode(b.tokens[row]).split()
+        toks = detokenize(b.tokens[row]).split()
         for p in torch.nonzero(b.answer_mask[row]).flatten().tolist():
             assert toks[p - 4 : p] == ["q", toks[p - 3], "?", "a"]
 
@@ -112,11 +88,11 @@ def test_gap_format_puts_two_tokens_between_name_and_answer():
 def test_probe_positions_point_at_owner_and_item():
     b = LikesWorld().sample(50, np.random.default_rng(3))
     rows, item, name = b.owner_pairs()
-    assert all(decode([b.tokens[r, i - 1]]) == "likes" for r, i in zip(rows.tolist(), item.tolist()))
+    assert all(detokenize([b.tokens[r, i - 1]]) == "likes" for r, i in zip(rows.tolist(), item.tolist()))
     assert torch.equal(item - name, torch.full_like(item, 2))
     qb, qpos, target = b.lookup_triples()
     for r, q, t in zip(qb.tolist(), qpos.tolist(), target.tolist()):
-        assert b.tokens[r, q - 1] == encode("q")[0]  # the questioned name follows "q"
+        assert b.tokens[r, q - 1] == tokenize("q")[0]  # the questioned name follows "q"
         assert b.tokens[r, t - 2] == b.tokens[r, q]  # the target item belongs to that name
         assert b.tokens[r, t] == b.tokens[r, q + 1]  # and it is the answer
 
@@ -130,8 +106,13 @@ def test_splits_are_disjoint_and_deterministic():
     facts = lambda b: {tuple(r[: 1 + 4 * int(n)].tolist()) for r, n in zip(b.tokens, b.n_facts)}  # noqa: E731
     assert not facts(test) & facts(train)
     assert torch.equal(w.test_set(300).tokens, test.tokens)
-    n, names, items, _ = w._draw(np.random.default_rng(5), 5000)  # raw draws, before the split filter
-    rate = float(np.mean(_world_hash(names, items, n) % np.uint64(TEST_MODULUS) == 0))
+    # one world in TEST_MODULUS is a test world: random fact lists, not drawn through the split filter
+    rng = np.random.default_rng(5)
+    worlds = []
+    for n in rng.integers(2, 7, size=5000).tolist():
+        names, items = rng.permutation(NAMES)[:n], rng.permutation(ITEMS)[:n]
+        worlds.append(tokenize("<bos> " + " ".join(f"{a} likes {b} ." for a, b in zip(names, items))))
+    rate = float(np.mean([is_test_world(t) for t in worlds]))
     assert abs(rate - 1 / TEST_MODULUS) < 0.02
     with pytest.raises(ValueError, match="split"):
         w.sample(3, np.random.default_rng(0), "val")
@@ -154,7 +135,7 @@ def test_world_rejects_bad_settings():
     with pytest.raises(ValueError, match="max_facts"):
         LikesWorld(max_facts=len(NAMES) + 1)
     with pytest.raises(ValueError, match="unknown LikesWorld token"):
-        encode("eve likes coffee")
+        tokenize("eve likes coffee")
     with pytest.raises(ValueError, match="batch_size"):
         LikesWorld().sample(0, np.random.default_rng(0))
     with pytest.raises(TypeError, match="rng"):
@@ -164,8 +145,8 @@ def test_world_rejects_bad_settings():
 # -- training and the trained model ----------------------------------------------------------------
 
 
-def test_training_from_scratch_reaches_100_percent(trained):
-    _, seconds = trained_cache()
+def test_training_from_scratch_reaches_100_percent(trained, trained_cache):
+    _, seconds = trained_cache
     m = trained.metrics
     print(f"trained from scratch in {seconds:.1f} s ({m['seconds']:.1f} s of training, "
           f"{len(m['attempts'])} attempt(s), {torch.get_num_threads()} thread(s)): "
@@ -214,9 +195,9 @@ def test_generation_cached_equals_uncached_on_trained_model(trained):
     assert bug["max_logit_diff"] > 1e-2  # the same comparison catches the bug
     # the model answers the first question inside generation
     for p, toks in zip(prompts, a.tokens):
-        text = decode(p).split()
+        text = detokenize(p).split()
         facts = {text[i]: text[i + 2] for i in range(1, len(text) - 2, 4) if text[i + 1] == "likes"}
-        assert decode([toks[0]]) == facts[text[-1]]
+        assert detokenize([toks[0]]) == facts[text[-1]]
 
 
 # -- the checkpoint cache ---------------------------------------------------------------------------
@@ -249,7 +230,7 @@ def test_corrupt_checkpoint_is_retrained_with_one_warning(tmp_cache):
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         tm = get_model(**TINY, progress=False)
-    msgs = [str(x.message) for x in w if issubclass(x.category, CacheWarning)]
+    msgs = [str(x.message) for x in w if issubclass(x.category, CheckpointWarning)]
     print(msgs)
     assert len(msgs) == 1 and "cannot be read" in msgs[0]
     assert tm.source == "trained" and get_model(**TINY, progress=False).source == "cache"
@@ -258,7 +239,7 @@ def test_corrupt_checkpoint_is_retrained_with_one_warning(tmp_cache):
 def test_truncated_checkpoint_is_retrained(tmp_cache):
     path = get_model(**TINY, progress=False).path
     path.write_bytes(path.read_bytes()[:200])
-    with pytest.warns(CacheWarning, match="cannot be read"):
+    with pytest.warns(CheckpointWarning, match="cannot be read"):
         assert get_model(**TINY, progress=False).source == "trained"
 
 
@@ -270,7 +251,7 @@ def test_stale_checkpoint_is_retrained_with_one_warning(tmp_cache):
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         tm = get_model(**TINY, progress=False)
-    msgs = [str(x.message) for x in w if issubclass(x.category, CacheWarning)]
+    msgs = [str(x.message) for x in w if issubclass(x.category, CheckpointWarning)]
     assert len(msgs) == 1 and "stale" in msgs[0]
     assert tm.source == "trained"
 
@@ -283,7 +264,7 @@ def test_unwritable_cache_dir_trains_and_keeps_the_model_in_memory(tmp_path, mon
         warnings.simplefilter("always")
         tm = get_model(**TINY, progress=False)
         again = get_model(**TINY, progress=False)
-    msgs = [str(x.message) for x in w if issubclass(x.category, CacheWarning)]
+    msgs = [str(x.message) for x in w if issubclass(x.category, CheckpointWarning)]
     print(msgs)
     assert len(msgs) == 1 and "cannot write" in msgs[0]
     assert tm.source == "trained" and tm.path is None and again.source == "memory"
@@ -347,5 +328,22 @@ def test_train_command_and_lesson_flags(tmp_cache, capsys):
     assert files == ["likesworld-positions=learned-steps=3-question_format=gap-max_attempts=1.pt"]
     assert main(["train", "--steps", "3", "--attempts", "1", "--question-format", "gap", "--positions", "learned"]) == 0
     assert "using the cached model" in " ".join(capsys.readouterr().out.split())
-    assert main(["train", "--steps", "0"]) == 2  # bad input: one line on stderr, exit status 2
-    assert "steps must be a positive integer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--seed", "-1"], "--seed must be a non-negative integer, got -1"),
+    (["--seed", "1.5"], "--seed must be a non-negative integer, got '1.5'"),
+    (["--seed", str(2**40)], "--seed must be at most"),
+    (["--steps", "0"], "--steps must be an integer >= 1, got 0"),
+    (["--steps", "ten"], "--steps must be an integer >= 1, got 'ten'"),
+    (["--attempts", "-3"], "--attempts must be an integer >= 1, got -3"),
+])
+def test_train_command_rejects_bad_numbers_naming_the_flag(args, message, tmp_cache, capsys):
+    """Bad input: one line on stderr that names the flag, exit status 2, nothing trained."""
+    from attnlab.cli import main
+
+    assert main(["train", *args]) == 2
+    out = capsys.readouterr()
+    lines = out.err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and not out.out
+    assert not tmp_cache.exists() or not list(tmp_cache.iterdir())
