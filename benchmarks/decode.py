@@ -30,6 +30,7 @@ import json
 import math
 import sys
 import time
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -118,6 +119,16 @@ def sdpa_provider(q, k, v, backend_name):
     raise RuntimeError(str(last).splitlines()[0][:100] if last else "refused")
 
 
+def device_gpu(props):
+    """attnlab.cost's GPU preset whose name the device's contains (H100 if none does), with the
+    device's SM count."""
+    from attnlab.cost import GPUS
+
+    name = props.name.upper()
+    preset = next((g for n, g in GPUS.items() if n.upper() in name), GPUS["H100"])
+    return replace(preset, sms=props.multi_processor_count)
+
+
 def paged_copy(k, v, page_size, gen):
     """The same K/V in a paged pool, pages in random order: (pool_k, pool_v, block_table)."""
     B, Hkv, L, D = k.shape
@@ -138,30 +149,34 @@ def _copies(nbytes: int, device) -> int:
     return 1 if device != "cuda" else max(1, min(16, math.ceil(3 * 60e6 / nbytes)))
 
 
-def config_sweep(result, dec, shape, dims, ins, paged, seqlens, nbytes, sms, device, best_split=None):
+def config_sweep(result, shape, ins, paged, seqlens, nbytes, sms, device, gpu_name, best_split=None):
     """CUDA-graph time of each of CONFIGS on one shape, on the contiguous cache and on the paged one
     (``paged``: copies of ``ins`` in pages), each at the split count its calibration picks (the
-    measured one where CALIBRATIONS has it, else scaled from the small config's by bytes in flight)
-    and, where that differs, at ``best_split`` (the split sweep's best): configs compared at one S."""
+    measured one where ``attnlab.cost.CALIBRATIONS`` has it for ``gpu_name``, else scaled from the
+    small config's by bytes in flight, else the decode chooser's) and, where that differs, at
+    ``best_split`` (the split sweep's best): configs compared at one S."""
+    from attnlab import cost
+    from attnlab.gpu import choose_num_splits, decode_config_for, decode_configs, flash_decode_triton
+
     D = shape["D"]
-    base = dec.kernel_config(D) if device != "cuda" else dec.gpu_configs(D)["small"]
-    small = dec.calibration_for("H200", dec.gpu_configs(D)["small"])
-    layouts = [("contiguous", [(q, k, v, None) for q, k, v in ins], dims)]
+    base = decode_config_for(*ins[0][:2]) if device != "cuda" else decode_configs(D)["small"]
+    small = cost.calibration_for(gpu_name, decode_configs(D)["small"].key)
+    layouts = [("contiguous", [(q, k, v, None) for q, k, v in ins])]
     if paged is not None:
-        pdims = dec.check_decode_inputs(ins[0][0], paged[0][0], paged[0][1], seqlens, paged[0][2], check_values=False)
-        layouts.append(("paged", [(q, pk, pv, pt) for (q, _, _), (pk, pv, pt) in zip(ins, paged)], pdims))
-    for bn, nw, ns in CONFIGS if device == "cuda" else [(base["BLOCK_N"], base["num_warps"], base["num_stages"])]:
-        c = dict(base, BLOCK_N=bn, num_warps=nw, num_stages=ns)
-        cal = dec.calibration_for("H200", c) or (small and dec.scaled_calibration(small, c))
-        S = (dec.calibrated_num_splits(batch=shape["B"], heads_kv=shape["Hkv"], seq=shape["L"], head_dim=D, sms=sms,
-                                       cal=cal, min_split_len=bn) if cal else
-             dec.choose_num_splits(batch=shape["B"], heads_kv=shape["Hkv"], seq=shape["L"], head_dim=D,
-                                   device=device, config=c))
+        layouts.append(("paged", [(q, pk, pv, pt) for (q, _, _), (pk, pv, pt) in zip(ins, paged)]))
+    for bn, nw, ns in CONFIGS if device == "cuda" else [(base.block_n, base.num_warps, base.num_stages)]:
+        c = replace(base, block_n=bn, num_warps=nw, num_stages=ns)
+        cal = cost.calibration_for(gpu_name, c.key) or (small and cost.scaled_calibration(small, c.key))
+        S = (cost.calibrated_num_splits(batch=shape["B"], kv_heads=shape["Hkv"], seq=shape["L"], head_dim=D,
+                                        sms=sms, cal=cal, min_split_len=bn) if cal else
+             choose_num_splits(batch=shape["B"], kv_heads=shape["Hkv"], seq=shape["L"], head_dim=D,
+                               device=device, config=c))
         splits = [S] + ([best_split] if best_split not in (None, S) and best_split <= max(1, shape["L"] // bn) else [])
-        for (layout, copies, d), S in ((lay, S) for S in splits for lay in layouts):
-            row = dict(shape, layout=layout, splits=S, config=list(dec.config_key(c)), pick=S == splits[0])
+        for (layout, copies), S in ((lay, S) for S in splits for lay in layouts):
+            row = dict(shape, layout=layout, splits=S, config=list(c.key), pick=S == splits[0])
             try:
-                ms = graph_ms([lambda x=x, d=d: dec._launch(x[0], x[1], x[2], d, seqlens, x[3], S, True, D ** -0.5, **c)
+                ms = graph_ms([lambda x=x: flash_decode_triton(x[0], x[1], x[2], cache_seqlens=seqlens, block_table=x[3],
+                                                               num_splits=S, config=c)
                                for x in copies], device)
                 row.update(graph_ms=ms, graph_tb_per_s=nbytes / (ms * 1e-3) / 1e12)
             except Exception as e:  # noqa: BLE001 — a config that does not compile or fit is data
@@ -171,40 +186,43 @@ def config_sweep(result, dec, shape, dims, ins, paged, seqlens, nbytes, sms, dev
 
 def run(args) -> dict:
     from attnlab.bench import environment
-    from attnlab.cost import decode_split_time
-    from attnlab.gpu import decode as dec
+    from attnlab.cost import decode_split_time, kv_cache_bytes
+    from attnlab.gpu import choose_num_splits, decode_config_for, decode_configs, flash_decode_triton
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16
     D = args.head_dim
     gen = torch.Generator().manual_seed(0)
-    cfg = dec.kernel_config(D)
-    result = {"environment": environment(), "kernel_config": cfg, "rows": [], "sweeps": [], "configs": [],
-              "probes": {}}
-    sms = 132
-    if device == "cuda":
-        props = torch.cuda.get_device_properties(0)
-        sms = props.multi_processor_count
-        result["environment"].update(sms=sms, gpu_preset=repr(dec.gpu_for_device(0)))
-        result["copy"] = copy_ceiling(device, args.copy_gib)
-        print(f"copy ceiling: {result['copy']['tb_per_s']:.3f} TB/s", flush=True)
-    gpu = dec.gpu_for_device(0) if device == "cuda" else "H100"
 
     def make_inputs(B, H, Hkv, L, n):
         return [(torch.randn(B, H, 1, D, device=device, dtype=dtype), torch.randn(B, Hkv, L, D, device=device, dtype=dtype),
                  torch.randn(B, Hkv, L, D, device=device, dtype=dtype)) for _ in range(n)]
 
+    def cache_bytes(B, Hkv, L):  # K and V of the whole cache, bf16
+        return kv_cache_bytes(layers=1, seq=L, batch=B, kv_heads=Hkv, head_dim=D, dtype_bytes=2)
+
+    # the configuration a call with one (sequence, K/V head) uses: the run's default
+    cfg = decode_config_for(*make_inputs(1, 1, 1, 64, 1)[0][:2])
+    result = {"environment": environment(), "kernel_config": asdict(cfg), "rows": [], "sweeps": [], "configs": [],
+              "probes": {}}
+    sms, gpu_name, gpu = 132, "H100", "H100"  # without a GPU: the interpreter, an H100-sized grid
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        sms, gpu_name, gpu = props.multi_processor_count, props.name, device_gpu(props)
+        result["environment"].update(sms=sms, gpu_preset=repr(gpu))
+        result["copy"] = copy_ceiling(device, args.copy_gib)
+        print(f"copy ceiling: {result['copy']['tb_per_s']:.3f} TB/s", flush=True)
+
     # -- calibration probes: one program alone (program_bw) per config the chooser uses, a tiny call
     probes = {"program_bw": (1, 4, args.probe_seq, "small"), "fixed": (1, 8, 1024, "small"),
               "program_bw large": (1, 4, args.probe_seq, "large")}
     for name, (B, Hkv, L, which) in probes.items():
-        c = dec.gpu_configs(D)[which] if device == "cuda" else cfg
-        nbytes = dec.decode_bytes(batch=B, heads_kv=Hkv, seq=L, head_dim=D)
+        c = decode_configs(D)[which] if device == "cuda" else cfg
+        nbytes = cache_bytes(B, Hkv, L)
         ins = make_inputs(B, 4 * Hkv, Hkv, L, _copies(nbytes, device))
-        dims = dec.check_decode_inputs(*ins[0], None, None, check_values=False)
-        ms = graph_ms([lambda q=q, k=k, v=v: dec._launch(q, k, v, dims, None, None, 1, True, D ** -0.5, **c)
+        ms = graph_ms([lambda q=q, k=k, v=v: flash_decode_triton(q, k, v, num_splits=1, config=c)
                        for q, k, v in ins], device)
-        result["probes"][name] = dict(B=B, Hkv=Hkv, L=L, splits=1, ms=ms, bytes=nbytes, config=list(dec.config_key(c)),
+        result["probes"][name] = dict(B=B, Hkv=Hkv, L=L, splits=1, ms=ms, bytes=nbytes, config=list(c.key),
                                       per_program_bytes_per_s=nbytes / (B * Hkv) / (ms * 1e-3))
         ins = None
 
@@ -213,14 +231,13 @@ def run(args) -> dict:
             for L in args.seq:
                 t0 = time.time()
                 shape = dict(B=B, H=H, Hkv=Hkv, L=L, D=D)
-                nbytes = dec.decode_bytes(batch=B, heads_kv=Hkv, seq=L, head_dim=D, itemsize=2)
+                nbytes = cache_bytes(B, Hkv, L)
                 ins = make_inputs(B, H, Hkv, L, _copies(nbytes, device))
                 q, k, v = ins[0]
                 seqlens = torch.full((B,), L, dtype=torch.int32, device=device)
-                dims = dec.check_decode_inputs(q, k, v, seqlens, None, check_values=False)
-                ccfg = dec._call_config(dims, q.device)  # the config this call uses
-                s_wave = dec.choose_num_splits(batch=B, heads_kv=Hkv, seq=L, head_dim=D, device=q.device, config=ccfg)
-                ref, _ = dec.flash_decode_cuda(q, k, v, cache_seqlens=seqlens)
+                ccfg = decode_config_for(q, k)  # the config this call uses
+                s_wave = choose_num_splits(batch=B, kv_heads=Hkv, seq=L, head_dim=D, device=q.device, config=ccfg)
+                ref, _ = flash_decode_triton(q, k, v, cache_seqlens=seqlens)
 
                 def measure(provider, make, **extra):
                     """do_bench median on copy 0 and CUDA-graph time over all copies."""
@@ -240,11 +257,12 @@ def run(args) -> dict:
                     if device == "cuda":
                         torch.cuda.empty_cache()
 
-                measure("attnlab", lambda q, k, v: lambda: dec.flash_decode_cuda(q, k, v, cache_seqlens=seqlens),
-                        splits=s_wave, config=list(dec.config_key(ccfg)))
+                measure("attnlab", lambda q, k, v: lambda: flash_decode_triton(q, k, v, cache_seqlens=seqlens),
+                        splits=s_wave, config=list(ccfg.key))
                 if s_wave > 1:  # the same split count with the separate merge kernel
-                    measure("merge-kernel", lambda q, k, v: lambda: dec._launch(
-                        q, k, v, dims, seqlens, None, s_wave, True, D ** -0.5, FUSED_MERGE=False), splits=s_wave)
+                    measure("merge-kernel", lambda q, k, v: lambda: flash_decode_triton(
+                        q, k, v, cache_seqlens=seqlens, num_splits=s_wave, config=replace(ccfg, fused_merge=False)),
+                        splits=s_wave)
                 # -- SDPA backends in the same run
                 if device == "cuda":
                     for name, backend in (("sdpa-flash", "FLASH_ATTENTION"), ("sdpa-cudnn", "CUDNN_ATTENTION"),
@@ -264,19 +282,18 @@ def run(args) -> dict:
                 paged64 = None
                 for ps in args.pages if L == args.seq[min(1, len(args.seq) - 1)] else args.pages[:1]:
                     paged = [paged_copy(kk, vv, ps, gen) for _, kk, vv in ins]
-                    pdims = dec.check_decode_inputs(q, paged[0][0], paged[0][1], seqlens, paged[0][2], check_values=False)
-                    pcfg = dec._call_config(pdims, q.device)
-                    ps_splits = dec.choose_num_splits(batch=B, heads_kv=Hkv, seq=L, head_dim=D, device=q.device,
-                                                      config=pcfg)
-                    out_p, _ = dec.flash_decode_cuda(q, *paged[0][:2], cache_seqlens=seqlens, block_table=paged[0][2])
-                    ref_p = ref if pcfg == ccfg else dec._launch(q, k, v, dims, seqlens, None, ps_splits, True,
-                                                                 D ** -0.5, **pcfg)[0]
+                    pcfg = decode_config_for(q, paged[0][0], paged[0][2])
+                    ps_splits = choose_num_splits(batch=B, kv_heads=Hkv, seq=L, head_dim=D, device=q.device,
+                                                  config=pcfg)
+                    out_p, _ = flash_decode_triton(q, *paged[0][:2], cache_seqlens=seqlens, block_table=paged[0][2])
+                    ref_p = ref if pcfg == ccfg else flash_decode_triton(q, k, v, cache_seqlens=seqlens,
+                                                                         num_splits=ps_splits, config=pcfg)[0]
                     same = bool(torch.equal(out_p, ref_p))
                     ref_p = None
                     pins = iter(paged)
-                    measure(f"paged{ps}", lambda q, k, v: (lambda p=next(pins): dec.flash_decode_cuda(
+                    measure(f"paged{ps}", lambda q, k, v: (lambda p=next(pins): flash_decode_triton(
                         q, p[0], p[1], cache_seqlens=seqlens, block_table=p[2])), splits=ps_splits,
-                        config=list(dec.config_key(pcfg)), equal_to_contiguous=same)
+                        config=list(pcfg.key), equal_to_contiguous=same)
                     if ps == args.pages[0]:
                         paged64 = paged
                     paged = pins = None
@@ -284,9 +301,9 @@ def run(args) -> dict:
                 # passes (up, then down), the lesser time of each S (noise only ever adds time)
                 sweep = {}
                 todo = [S for S in sorted(set(args.splits) | {s_wave}) if S == s_wave or not (
-                    S > max(1, L // ccfg["BLOCK_N"]) or (B * Hkv * S > 8 * sms and S > 1))]
+                    S > max(1, L // ccfg.block_n) or (B * Hkv * S > 8 * sms and S > 1))]
                 for S in todo + todo[::-1]:
-                    ms = graph_ms([lambda q=q, k=k, v=v, S=S: dec.flash_decode_cuda(
+                    ms = graph_ms([lambda q=q, k=k, v=v, S=S: flash_decode_triton(
                         q, k, v, cache_seqlens=seqlens, num_splits=S) for q, k, v in ins], device)
                     sweep[S] = min(ms, sweep.get(S, ms))
                 best = min(sweep, key=sweep.get)
@@ -294,10 +311,10 @@ def run(args) -> dict:
                                                   merge_launch=False) * 1e3 for S in sweep}
                 result["sweeps"].append(dict(shape, times_ms=sweep, wave_model_ms=wave_pred, best=best,
                                              wave_pick=s_wave, wave_pick_ms=sweep[s_wave], best_ms=sweep[best],
-                                             config=list(dec.config_key(ccfg))))
+                                             config=list(ccfg.key)))
                 # -- the config sweep: every candidate config, contiguous and paged, at its own split count
                 if args.config_sweep:
-                    config_sweep(result, dec, shape, dims, ins, paged64, seqlens, nbytes, sms, device, best)
+                    config_sweep(result, shape, ins, paged64, seqlens, nbytes, sms, device, gpu_name, best)
                 paged64 = None
                 ins = q = k = v = ref = None
                 gc.collect()
@@ -310,139 +327,38 @@ def run(args) -> dict:
 
 
 RUN1_LABELS = {"attnlab": "attnlab, merge kernel", "fused": "attnlab, in-kernel merge (default now)"}
-RUN1_CONFIG = {"BLOCK_N": 64, "BLOCK_D": 128, "num_warps": 4, "num_stages": 3}  # runs before JSON recorded it
-
-
 def _config_of(result, row) -> tuple:
-    """config_key of a sweep/probe row (runs before per-row configs: the run's kernel_config)."""
-    if row.get("config"):
-        return tuple(row["config"])
-    cfg = result.get("kernel_config") or RUN1_CONFIG
-    return (cfg["BLOCK_N"], cfg["BLOCK_D"], cfg["num_warps"], cfg["num_stages"])
+    """The kernel config (block_n, block_d, num_warps, num_stages) of a sweep/probe/row."""
+    from attnlab.cost import decode_run_config
+
+    return decode_run_config(result, row)
 
 
 def sweep_times(result, sweep) -> dict:
-    """Seconds per split count of one split sweep: for each S the least CUDA-graph time of that same
-    call anywhere in the run — the sweep point, the ``attnlab`` provider row (at the chooser's S) and
-    the config sweep's contiguous row (same config and S). GPU-time noise only ever adds time: in run 3
-    the sweep timed B=16 32/32 32K at S = 1 at 2174 µs, the provider table and the config sweep the
-    same call at 1894 and 1892 µs."""
-    key = _config_of(result, sweep)
-    shape = (sweep["B"], sweep["H"], sweep["Hkv"], sweep["L"])
-    times = {int(S): ms * 1e-3 for S, ms in sweep["times_ms"].items()}
-    same = [r for r in result["rows"] if r.get("provider") == "attnlab"]
-    same += [c for c in result.get("configs", []) if c.get("layout") == "contiguous"]
-    for r in same:
-        if (r["B"], r["H"], r["Hkv"], r["L"]) == shape and "graph_ms" in r and r.get("splits") in times \
-                and _config_of(result, r) == key:
-            times[r["splits"]] = min(times[r["splits"]], r["graph_ms"] * 1e-3)
-    return times
+    """Seconds per split count of one split sweep, each the least time of that same call in the run
+    (``attnlab.cost.decode_sweep_times``)."""
+    from attnlab.cost import decode_sweep_times
 
-
-def _nnls(A, y):
-    """Non-negative least squares for a few columns: the best of every subset's unconstrained fit whose
-    coefficients are all >= 0 (exact for 3 columns). Returns (coefficients, residual norm)."""
-    import itertools
-
-    import numpy as np
-
-    n = A.shape[1]
-    c, *_ = np.linalg.lstsq(A, y, rcond=None)
-    if (c >= 0).all():  # the unconstrained optimum is feasible: it is the answer
-        return c, float(np.linalg.norm(A @ c - y))
-    best = (np.zeros(n), float(np.linalg.norm(y)))
-    for r in range(1, n + 1):
-        for use in itertools.combinations(range(n), r):
-            c, *_ = np.linalg.lstsq(A[:, use], y, rcond=None)
-            if (c < 0).any():
-                continue
-            res = float(np.linalg.norm(A[:, use] @ c - y))
-            if res < best[1]:
-                full = np.zeros(n)
-                full[list(use)] = c
-                best = (full, res)
-    return best
-
-
-def calibration_from(results, config=None):
-    """The DecodeCalibration of one kernel config (``config_key``; default: the last run's kernel_config)
-    fitted to every split-sweep point of that config in ``results`` (one run's JSON dict or a list),
-    each point the least time of its call in its run (``sweep_times``):
-
-    * program_bw: the one-program probe of that config (the last run that has one), else the S = 1
-      point with the fewest programs;
-    * programs_per_sm: the shared memory of the config's K/V buffers into 227 KiB (``programs_per_sm``);
-    * bw, k, fixed, per_split, per_wave: one least-squares fit of the relative error over all points —
-      for each (bw, k) on a grid (bw from the fastest measured rate to 1.4× it, k from 1 to 32) the
-      overheads are the non-negative least squares of what streaming leaves over,
-      t − t_stream = fixed + per_split·S·[S > 1] + per_wave·waves; the grid point with the least
-      residual wins. (v3 took bw from the fastest point over 1 ms and solved k at one point: run 3
-      had no such point at full bandwidth for the small config, so bw came out as 1.09 TB/s.)
-    """
-    import numpy as np
-
-    from attnlab.gpu.decode import DecodeCalibration, programs_per_sm
-
-    results = [results] if isinstance(results, dict) else list(results)
-    key = tuple(config) if config is not None else _config_of(results[-1], {})
-    bn = key[0]
-    pps = programs_per_sm(key)
-    rows = []  # (programs, bytes per program, slots, S, seconds)
-    program_bw = None
-    for result in results:
-        sms = result["environment"].get("sms", 132)
-        for s in result["sweeps"]:
-            if _config_of(result, s) != key:
-                continue
-            for S, t in sweep_times(result, s).items():
-                chunk = min(s["L"], math.ceil(math.ceil(s["L"] / S) / bn) * bn)
-                rows.append((s["B"] * s["Hkv"] * S, 2 * chunk * s["D"] * 2, sms * pps, S, t,
-                             2 * s["B"] * s["Hkv"] * s["L"] * s["D"] * 2))
-        probes = [p for n, p in result.get("probes", {}).items()
-                  if n.startswith("program_bw") and _config_of(result, p) == key]
-        if probes:
-            program_bw = probes[0]["per_program_bytes_per_s"]
-    if not rows:
-        raise ValueError(f"config {key}: no sweep in these runs")
-    P, per, slots, S, t, nbytes = (np.array(c, dtype=float) for c in zip(*rows))
-    if program_bw is None:
-        i = min(range(len(rows)), key=lambda i: (P[i], t[i]))
-        program_bw = per[i] / t[i]
-    full, rest = np.floor(P / slots), P % slots
-    A = np.stack([np.ones_like(t), np.where(S > 1, S, 0.0), np.ceil(P / slots)], axis=1) / t[:, None]
-    rmax = float((nbytes / t).max())
-    best = None
-    for bw in rmax * (1 + 0.01 * np.arange(41)):
-        for k in np.geomspace(1.0, 32.0, 61):
-            def rate(n):
-                return bw * ((np.maximum(n, 1) * program_bw / bw) ** -k + 1.0) ** (-1.0 / k)
-            stream = full * slots * per / rate(slots) + np.where(rest > 0, rest * per / rate(rest), 0.0)
-            coef, res = _nnls(A, (t - stream) / t)
-            if best is None or res < best[0]:
-                best = (res, float(bw), float(k), coef)
-    _, bw, k, coef = best
-    env = results[-1]["environment"]
-    return DecodeCalibration(bw=bw, program_bw=program_bw, programs_per_sm=pps, k=k, fixed=float(coef[0]),
-                             per_split=float(coef[1]), per_wave=float(coef[2]), config=key,
-                             source=f"{env.get('gpu', '').replace('NVIDIA ', '')}, {env['date']}")
+    return decode_sweep_times(result, sweep)
 
 
 def split_table(result, cals=None):
     """Per shape: the run's pick, the calibrated model's pick and the measured best (GPU time, each
     split count's least time in the run: ``sweep_times``). ``cals``: {config: DecodeCalibration} to
-    judge (default: each config's calibration fitted to this run alone). Returns ({config: cal}, rows)."""
-    from attnlab.gpu.decode import calibrated_num_splits
+    judge (default: each config's calibration fitted to this run alone, ``fit_decode_calibration``).
+    Returns ({config: cal}, rows)."""
+    from attnlab.cost import calibrated_num_splits, fit_decode_calibration
 
     sms = result["environment"].get("sms", 132)
     cals, rows = dict(cals or {}), []
     for s in result["sweeps"]:
         key = _config_of(result, s)
         if key not in cals:
-            cals[key] = calibration_from(result, key)
+            cals[key] = fit_decode_calibration(result, key)
         cal = cals[key]
         times = sweep_times(result, s)
         best = min(times, key=times.get)
-        s_cal = calibrated_num_splits(batch=s["B"], heads_kv=s["Hkv"], seq=s["L"], head_dim=s["D"], sms=sms, cal=cal,
+        s_cal = calibrated_num_splits(batch=s["B"], kv_heads=s["Hkv"], seq=s["L"], head_dim=s["D"], sms=sms, cal=cal,
                                       min_split_len=key[0])
         # the lecture's pure wave model (attnlab.cost.decode_split_time) over the swept counts
         lecture = {int(S): t for S, t in (s.get("wave_model_ms") or {}).items() if int(S) in times}
@@ -564,13 +480,13 @@ def markdown(result) -> str:
     env = result["environment"]
     ceiling = result.get("copy", {}).get("tb_per_s", float("nan"))
     provs = _providers(result)
-    cfg = result.get("kernel_config") or RUN1_CONFIG
+    bn, _, warps, stages = _config_of(result, {})  # the run's config
     per_shape = sorted({tuple(r["config"]) for r in result["rows"] if r.get("config")})
     if len(per_shape) > 1:  # the config is chosen per call: list what the attnlab rows ran
         cfg_text = ("kernel config chosen per call (BLOCK_N/BLOCK_D/warps/stages: "
                     + ", ".join("/".join(map(str, c)) for c in per_shape) + "; the split table names each shape's)")
     else:
-        cfg_text = f"kernel config BLOCK_N {cfg['BLOCK_N']}, {cfg['num_warps']} warps, {cfg['num_stages']} stages"
+        cfg_text = f"kernel config BLOCK_N {bn}, {warps} warps, {stages} stages"
     lines = [f"Date {env['date']}, {env.get('gpu')} ({env.get('sms')} SMs), torch {env['torch']}, triton {env['triton']}, "
              f"CUDA {env.get('cuda')}. bf16, D = 128, one query token, full caches, {cfg_text}. "
              f"KV read bandwidth = 2·B·Hkv·L·D·2 bytes / time. Copy ceiling (4 GiB device-to-device copy, "
@@ -646,7 +562,7 @@ def main(argv=None) -> int:
     else:
         args.batch, args.heads, args.seq = [1, 16], [(32, 32), (32, 8)], [4096, 32768, 131072]
         args.pages, args.probe_seq = [64, 16, 256], 262144
-        from attnlab.gpu.decode import SPLIT_CANDIDATES
+        from attnlab.cost import SPLIT_CANDIDATES
 
         args.splits = SPLIT_CANDIDATES
     result = run(args)
