@@ -30,33 +30,37 @@ _EXPORTS = {
     # §2.3 the oracle
     "attention_ref": "attnlab.reference",
     "causal_mask": "attnlab.reference",
-    # §5–§8 blockwise algorithms
-    "flash_forward": "attnlab.flash",
-    "flash_forward_fa1": "attnlab.flash",
-    "flash_backward": "attnlab.flash",
-    "flash_attention": "attnlab.flash",
-    "flash_decode": "attnlab.flash",
-    "IOStats": "attnlab.flash",
-    "flash_attention_torch": "attnlab.flash",
-    "flash_decode_torch": "attnlab.flash",
-    "cpu_block_sizes": "attnlab.flash",
-    "KVCache": "attnlab.kvcache",
+    # §5–§8 the entry points: they choose the Triton kernels or the blockwise path
+    "flash_attention": "attnlab.api",
+    "flash_decode": "attnlab.api",
+    # §5–§8 blockwise algorithms in PyTorch
+    "flash_forward": "attnlab.blockwise",
+    "flash_forward_fa1": "attnlab.blockwise",
+    "flash_backward": "attnlab.blockwise",
+    "IOStats": "attnlab.blockwise",
+    "flash_attention_blockwise": "attnlab.blockwise",
+    "flash_decode_blockwise": "attnlab.blockwise",
+    "cpu_block_sizes": "attnlab.blockwise",
+    # §8.2 KV caches
+    "PagedKVCache": "attnlab.kvcache",
+    "ContiguousKVCache": "attnlab.kvcache",
     # cost models (§3, §5.4–5.5, §6–§8)
     "estimate": "attnlab.cost",
     "get_gpu": "attnlab.cost",
     "attention_flops": "attnlab.cost",
     "best_num_splits": "attnlab.cost",
     # the GPU simulator and the lecture's kernels on it (§5.2–5.3)
-    "simulate_forward": "attnlab.kernels",
-    "run_flash_forward": "attnlab.kernels",
-    "run_standard_forward": "attnlab.kernels",
+    "simulate_forward": "attnlab.sim.kernels",
+    "run_flash_forward": "attnlab.sim.kernels",
+    "run_standard_forward": "attnlab.sim.kernels",
     # the tiny LikesWorld transformer (§2, §7.7, §8)
     "get_model": "attnlab.model",
     "ModelConfig": "attnlab.model",
     # benchmark helpers
     "Benchmark": "attnlab.bench",
 }
-_SUBMODULES = {"softmax", "reference", "flash", "cost", "sim", "kernels", "model", "gpu", "demos", "bench", "cli", "kvcache"}
+_SUBMODULES = {"softmax", "reference", "api", "blockwise", "cost", "sim", "model", "gpu", "kvcache", "demos", "bench",
+               "cli"}
 
 __all__ = sorted(_EXPORTS) + sorted(_SUBMODULES) + ["__version__"]
 

@@ -194,3 +194,13 @@ def check_decode_inputs(q, k_cache, v_cache, cache_seqlens=None, block_table=Non
                 raise ValueError(f"block_table holds page ids outside [0, {num_pages}) in the pages in use "
                                  f"(min {int(used.min())}, max {int(used.max())})")
     return DecodeDims(B, H, Hkv, Nq, D, capacity, page_size, num_pages, v_cache.shape[-1])
+
+
+def seqlens_tensor(cache_seqlens, q):
+    """``cache_seqlens`` as given (a tensor or None), or a list/tuple of ints made an int64 tensor on q's device."""
+    if cache_seqlens is None or isinstance(cache_seqlens, torch.Tensor):
+        return cache_seqlens
+    if not (isinstance(cache_seqlens, (list, tuple))
+            and all(isinstance(n, int) and not isinstance(n, bool) for n in cache_seqlens)):
+        raise TypeError(f"cache_seqlens must be an int tensor or a list of ints, got {cache_seqlens!r}")
+    return torch.tensor(list(cache_seqlens), dtype=torch.int64, device=q.device if isinstance(q, torch.Tensor) else None)

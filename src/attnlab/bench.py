@@ -170,7 +170,7 @@ def forward_benchmark(*, device: str, dtype: torch.dtype, seqs, head_dim: int = 
     def attnlab_fwd(cfg):
         q, k, v = inputs(cfg)
         if device == "cpu":
-            return lambda: attnlab.flash_forward(q, k, v, causal=causal, block_q=None, block_k=None)
+            return lambda: attnlab.flash_forward(q, k, v, causal=causal)
         return lambda: attnlab.flash_attention(q, k, v, causal=causal)
 
     def sdpa(cfg):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import causal_offset, check_qkv, resolve_scale
+from ._checks import causal_offset, check_causal, check_qkv, resolve_scale
 
 
 def causal_mask(Nq: int, Nk: int, device=None) -> torch.Tensor:
@@ -34,7 +34,7 @@ def attention_scores(q, k, *, causal=False, scale=None) -> torch.Tensor:
     dims = check_qkv(q, k, k)
     scale = resolve_scale(scale, dims.D)
     s = torch.matmul(q, expand_kv(k, dims.H).transpose(-1, -2)) * scale
-    if causal:
+    if check_causal(causal):
         s = s.masked_fill(~causal_mask(dims.Nq, dims.Nk, q.device), float("-inf"))
     return s
 

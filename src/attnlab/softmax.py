@@ -330,6 +330,25 @@ def merge_factors(a, b):
     return m, _exp(a.m - base), _exp(b.m - base)
 
 
+def _shape(x) -> tuple:
+    return tuple(getattr(x, "shape", ()))  # a float is a single row: shape ()
+
+
+def _check_same_shape(a, b, fields) -> None:
+    """⊕ combines summaries of the same rows: nothing is broadcast. Within one summary, ``m`` and ``l``
+    have one shape and ``o`` adds the value dim."""
+    kind = type(a).__name__
+    for side, x in (("first", a), ("second", b)):
+        if _shape(x.l) != _shape(x.m) or ("o" in fields and _shape(x.o)[:-1] != _shape(x.m)):
+            shapes = ", ".join(f"{f} {_shape(getattr(x, f))}" for f in fields)
+            raise ValueError(f"merge: the {side} {kind} is inconsistent ({shapes}); m and l need one shape"
+                             + (", o that shape + (Dv,)" if "o" in fields else ""))
+    for f in fields:
+        if _shape(getattr(a, f)) != _shape(getattr(b, f)):
+            raise ValueError(f"merge: the two {kind} objects describe different rows: {f} has shape "
+                             f"{_shape(getattr(a, f))} and {_shape(getattr(b, f))} (nothing is broadcast)")
+
+
 def merge(a, b):
     """The merge ⊕ of two ``Summary`` (→ Summary) or two ``AttnState`` (→ AttnState), §4.4–§4.5::
 
@@ -339,9 +358,11 @@ def merge(a, b):
     combined in any grouping and order (exercise 3).
     """
     if isinstance(a, AttnState) and isinstance(b, AttnState):
+        _check_same_shape(a, b, ("m", "l", "o"))
         m, ca, cb = merge_factors(a, b)
         return AttnState(m, a.l * ca + b.l * cb, a.o * _unsqueeze(ca) + b.o * _unsqueeze(cb))
     if isinstance(a, Summary) and isinstance(b, Summary):
+        _check_same_shape(a, b, ("m", "l"))
         m, ca, cb = merge_factors(a, b)
         return Summary(m, a.l * ca + b.l * cb)
     raise TypeError(

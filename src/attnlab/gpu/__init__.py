@@ -1,12 +1,39 @@
-"""Triton kernels for GPUs (lecture §5–§7 prefill forward/backward, §8 decoding), loaded on demand.
+"""attnlab.gpu — the Triton kernels (lecture §5–§7 prefill forward/backward, §8 decoding), loaded on demand.
 
-``flash_attention_cuda`` — FlashAttention-2 forward and backward as a differentiable PyTorch
-operator (``flash_fwd.py``, ``flash_bwd.py``, ``ops.py``); ``flash_decode_cuda`` — split-KV
-decoding (``decode.py``). Importing this package imports neither triton nor the kernels: they
-load when a call first needs them, so ``import attnlab.gpu`` works on machines without triton.
+    config          launch configurations of the prefill kernels (block-size tables from H200 sweeps)
+    prefill_fwd     FlashAttention-2 forward kernel and its launcher ``prefill_forward``
+    prefill_bwd     FlashAttention-2 backward kernels (dK/dV, dQ) and their launcher ``prefill_backward``
+    prefill         the two as a differentiable operator: ``flash_attention_triton``
+    decode_kernels  Flash-Decoding split and merge kernels
+    decode          their configurations, split count and launcher: ``flash_decode_triton``
+
+These functions run the kernels or raise; they never fall back. ``attnlab.flash_attention`` and
+``attnlab.flash_decode`` choose between them and the blockwise PyTorch path. Importing this package
+imports neither triton nor the kernels: names load on first use, so ``import attnlab.gpu`` works on
+machines without triton.
 """
 
 from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "flash_attention_triton": "prefill",
+    "prefill_forward": "prefill_fwd",
+    "prefill_backward": "prefill_bwd",
+    "FwdConfig": "config",
+    "BwdConfig": "config",
+    "default_fwd_config": "config",
+    "default_bwd_config": "config",
+    "set_config": "config",
+    "flash_decode_triton": "decode",
+    "DecodeConfig": "decode",
+    "decode_configs": "decode",
+    "decode_config_for": "decode",
+    "choose_num_splits": "decode",
+}
+
+__all__ = sorted(_EXPORTS) + ["is_available"]
 
 
 def is_available() -> bool:
@@ -14,25 +41,20 @@ def is_available() -> bool:
     capability 8.0 or newer is visible."""
     import torch
 
-    from ._common import triton_available
+    from .._runtime import triton_available
 
     if not (triton_available() and torch.cuda.is_available()):
         return False
     return torch.cuda.get_device_capability()[0] >= 8
 
 
-def flash_attention_cuda(q, k, v, *, causal: bool = False, scale: float | None = None, return_lse: bool = False):
-    """FlashAttention-2 (Triton) with autograd; see ``attnlab.gpu.ops.flash_attention_cuda``."""
-    from .ops import flash_attention_cuda as f
-
-    return f(q, k, v, causal=causal, scale=scale, return_lse=return_lse)
-
-
-def flash_decode_cuda(*args, **kwargs):
-    """Split-KV decoding kernels; see ``attnlab.gpu.decode.flash_decode_cuda``."""
-    from .decode import flash_decode_cuda as f
-
-    return f(*args, **kwargs)
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["flash_attention_cuda", "flash_decode_cuda", "is_available"]
+def __dir__():
+    return __all__

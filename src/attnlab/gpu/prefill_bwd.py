@@ -23,8 +23,11 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import LOG2E, BwdConfig, default_bwd_config, next_pow2
-from .flash_fwd import _key_range, _load_tile
+from .._runtime import LOG2E
+from .config import BwdConfig, default_bwd_config, next_pow2
+from .prefill_fwd import _key_range, _load_tile
+
+_LOG2E = tl.constexpr(LOG2E)  # a jit function reads module globals only as constexprs
 
 # -- preprocess: D and L in log2 units ---------------------------------------------------------
 
@@ -52,7 +55,7 @@ def _attn_bwd_prep(O, DO, LSE, DLSE, DELTA, LSE2,
     if HAS_DLSE:
         delta -= tl.load(DLSE + row, mask=row_ok, other=0.0)
     lse = tl.load(LSE + row, mask=row_ok, other=0.0)
-    lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
+    lse2 = tl.where(lse == float("-inf"), float("inf"), lse * _LOG2E)
     tl.store(DELTA + row, delta, mask=row_ok)
     tl.store(LSE2 + row, lse2, mask=row_ok)
 
@@ -255,10 +258,10 @@ def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-def flash_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-              lse: torch.Tensor, *, causal: bool, scale: float, dlse: torch.Tensor | None = None,
-              config: BwdConfig | None = None, dq: torch.Tensor | None = None, dk: torch.Tensor | None = None,
-              dv: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                lse: torch.Tensor, *, causal: bool, scale: float, dlse: torch.Tensor | None = None,
+                config: BwdConfig | None = None, dq: torch.Tensor | None = None, dk: torch.Tensor | None = None,
+                dv: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Run the backward kernels; returns (dq, dk, dv) shaped like (q, k, v).
 
     ``lse`` is the forward's natural-log logsumexp (B, H, Nq); ``dlse`` its incoming gradient

@@ -1,27 +1,28 @@
 """The Triton FlashAttention-2 kernels as a PyTorch operator (lecture §7.7: plug it into training).
 
 ``attnlab::flash_attn_fwd`` and ``attnlab::flash_attn_bwd`` are registered with ``torch.library``
-(custom op + fake implementation + autograd formula), so ``flash_attention_cuda`` works inside
+(custom op + fake implementation + autograd formula), so ``flash_attention_triton`` works inside
 ``torch.compile(fullgraph=True)``; in eager mode the same kernels run through a plain
 ``torch.autograd.Function``, which costs less host time per call. The forward saves only q, k, v, O and the
 logsumexp L (§7.2); the backward recomputes P from L.
 
-Inputs the kernels do not cover go to the blockwise PyTorch path
-(``attnlab.flash.flash_attention_torch``) with one warning per reason.
+``unsupported`` says which inputs the kernels do not cover; ``attnlab.flash_attention`` (the
+dispatch) asks it and sends those to the blockwise PyTorch path. Nothing here falls back.
 """
 
 import torch
 
-from .._checks import check_qkv, resolve_scale
-from ._common import BWD_HEAD_DIMS, FWD_HEAD_DIMS, KERNEL_DTYPES, interpret_mode, triton_available, warn_once
+from .._checks import check_causal, check_qkv, resolve_scale
+from .._runtime import interpret_mode, triton_available
+from .config import BWD_HEAD_DIMS, FWD_HEAD_DIMS, KERNEL_DTYPES
 
 
 @torch.library.custom_op("attnlab::flash_attn_fwd", mutates_args=(),
                          schema="(Tensor q, Tensor k, Tensor v, bool causal, float scale) -> (Tensor, Tensor)")
 def _flash_attn_fwd(q, k, v, causal, scale):
-    from .flash_fwd import flash_fwd
+    from .prefill_fwd import prefill_forward
 
-    return flash_fwd(q, k, v, causal=causal, scale=scale)
+    return prefill_forward(q, k, v, causal=causal, scale=scale)
 
 
 @_flash_attn_fwd.register_fake
@@ -35,9 +36,9 @@ def _(q, k, v, causal, scale):
     schema="(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? dlse, bool causal, "
            "float scale) -> (Tensor, Tensor, Tensor)")
 def _flash_attn_bwd(dout, q, k, v, out, lse, dlse, causal, scale):
-    from .flash_bwd import flash_bwd
+    from .prefill_bwd import prefill_backward
 
-    return flash_bwd(dout, q, k, v, out, lse, causal=causal, scale=scale, dlse=dlse)
+    return prefill_backward(dout, q, k, v, out, lse, causal=causal, scale=scale, dlse=dlse)
 
 
 @_flash_attn_bwd.register_fake
@@ -55,7 +56,13 @@ def _setup_context(ctx, inputs, output):
     ctx.scale = scale
 
 
+def _refuse_double_backward() -> None:
+    if torch.is_grad_enabled():  # backward(create_graph=True): the kernels' gradients are not differentiable
+        raise RuntimeError("attnlab.flash_attention: double backward (create_graph=True) is not supported")
+
+
 def _backward(ctx, dout, dlse):
+    _refuse_double_backward()
     q, k, v, out, lse = ctx.saved_tensors
     if dout is None:
         dout = torch.zeros_like(out)
@@ -73,9 +80,9 @@ class _FlashAttnFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, causal, scale):
-        from .flash_fwd import flash_fwd
+        from .prefill_fwd import prefill_forward
 
-        out, lse = flash_fwd(q, k, v, causal=causal, scale=scale)
+        out, lse = prefill_forward(q, k, v, causal=causal, scale=scale)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.causal, ctx.scale = causal, scale
         ctx.set_materialize_grads(False)  # an unused lse gets no zero gradient (and no extra work)
@@ -83,12 +90,13 @@ class _FlashAttnFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout, dlse):
-        from .flash_bwd import flash_bwd
+        _refuse_double_backward()
+        from .prefill_bwd import prefill_backward
 
         q, k, v, out, lse = ctx.saved_tensors
         if dout is None:
             dout = torch.zeros_like(out)
-        dq, dk, dv = flash_bwd(dout, q, k, v, out, lse, causal=ctx.causal, scale=ctx.scale, dlse=dlse)
+        dq, dk, dv = prefill_backward(dout, q, k, v, out, lse, causal=ctx.causal, scale=ctx.scale, dlse=dlse)
         return dq, dk, dv, None, None
 
 
@@ -97,33 +105,43 @@ def _is_compiling() -> bool:
     return bool(compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling())
 
 
-def _fallback_reason(q, k, v, D: int, Dv: int) -> tuple[str, str] | None:
-    """Why the kernels cannot take this call (a reason key and a message), or None if they can."""
+def unsupported(q, dims, *, needs_grad: bool) -> tuple[str, str] | None:
+    """Why the kernels cannot take this call — a reason key and a message — or None if they can.
+
+    ``dims`` from ``check_qkv``; ``needs_grad``: the call will be differentiated (the backward
+    kernels cover fewer head dims)."""
     if not (q.is_cuda or (q.device.type == "cpu" and interpret_mode())):
-        return "device", f"tensors on {q.device}"
+        return "device", f"tensors on {q.device} (the kernels need CUDA, or TRITON_INTERPRET=1 on the CPU)"
     if not triton_available():
         return "triton", "triton is not installed (pip install 'attnlab[gpu]')"
     if q.is_cuda and torch.cuda.get_device_properties(q.device).major < 8:  # (constant under torch.compile)
         return "gpu", f"GPU {torch.cuda.get_device_properties(q.device).name} is older than compute capability 8.0"
     if q.dtype not in KERNEL_DTYPES:
         return f"dtype-{q.dtype}", f"dtype {q.dtype} (the kernels take float16 and bfloat16)"
-    if Dv != D:
-        return "dv", f"value head dim {Dv} differs from the query/key head dim {D}"
-    if D not in FWD_HEAD_DIMS:
-        return f"d-{D}", f"head dim {D} (the kernels take {', '.join(map(str, FWD_HEAD_DIMS))})"
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    if needs_grad and D not in BWD_HEAD_DIMS:
-        return f"bwd-d-{D}", f"head dim {D} with gradients (the backward kernels take {', '.join(map(str, BWD_HEAD_DIMS))})"
+    if dims.Dv != dims.D:
+        return "dv", f"value head dim {dims.Dv} differs from the query/key head dim {dims.D}"
+    if dims.D not in FWD_HEAD_DIMS:
+        return f"d-{dims.D}", f"head dim {dims.D} (the kernels take {', '.join(map(str, FWD_HEAD_DIMS))})"
+    if needs_grad and dims.D not in BWD_HEAD_DIMS:
+        return (f"bwd-d-{dims.D}", f"head dim {dims.D} with gradients (the backward kernels take "
+                f"{', '.join(map(str, BWD_HEAD_DIMS))})")
     return None
 
 
-def flash_attention_cuda(q, k, v, *, causal: bool = False, scale: float | None = None, return_lse: bool = False):
+def attention_fn(q, k, v, *, causal: bool, scale: float):
+    """(out, lse) through the kernels, differentiable; inputs already checked and supported."""
+    if _is_compiling():
+        return _flash_attn_fwd(q, k, v, causal, scale)
+    return _FlashAttnFn.apply(q, k, v, causal, scale)
+
+
+def flash_attention_triton(q, k, v, *, causal: bool = False, scale: float | None = None, return_lse: bool = False):
     """Exact attention through the Triton FlashAttention-2 kernels, differentiable.
 
     Arguments:
         q: (B, H, Nq, D); k: (B, Hkv, Nk, D); v: (B, Hkv, Nk, D), H % Hkv == 0 (GQA/MQA read K/V
-            heads directly, nothing is repeated). float16 or bfloat16 on a CUDA GPU; D in
-            32, 64, 96, 128 (and 256 without gradients).
+            heads directly, nothing is repeated). float16 or bfloat16 on a CUDA GPU (or on the CPU
+            under ``TRITON_INTERPRET=1``); D in 32, 64, 96, 128 (and 256 without gradients).
         causal: bottom-right aligned mask: query i sees keys j <= i + Nk - Nq (SDPA's ``is_causal``
             is top-left; the two agree when Nq == Nk). Rows that see no key give out = 0, lse = -inf.
         scale: softmax scale, default 1/sqrt(D).
@@ -131,21 +149,16 @@ def flash_attention_cuda(q, k, v, *, causal: bool = False, scale: float | None =
     Returns:
         out (B, H, Nq, D) in q's dtype, or (out, lse).
 
-    Anything else (float32/float64, other head dims, CPU tensors, no triton) runs the blockwise
-    PyTorch algorithm ``attnlab.flash.flash_attention_torch`` after a one-time warning.
+    Inputs the kernels do not cover raise a ``ValueError`` saying why; ``attnlab.flash_attention``
+    is the entry point that falls back to the blockwise PyTorch path instead.
     """
     dims = check_qkv(q, k, v)
     scale = resolve_scale(scale, dims.D)
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    why = _fallback_reason(q, k, v, dims.D, dims.Dv)
+    causal = check_causal(causal)
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    why = unsupported(q, dims, needs_grad=needs_grad)
     if why is not None:
-        warn_once(why[0], f"attnlab.gpu.flash_attention_cuda: {why[1]}; using the blockwise PyTorch path")
-        from ..flash import flash_attention_torch
-
-        return flash_attention_torch(q, k, v, causal=causal, scale=scale, return_lse=return_lse)
-    if _is_compiling():
-        out, lse = _flash_attn_fwd(q, k, v, causal, scale)
-    else:
-        out, lse = _FlashAttnFn.apply(q, k, v, causal, scale)
+        raise ValueError(f"flash_attention_triton: the kernels do not take {why[1]}; "
+                         "attnlab.flash_attention runs such inputs on the blockwise PyTorch path")
+    out, lse = attention_fn(q, k, v, causal=causal, scale=scale)
     return (out, lse) if return_lse else out

@@ -1,14 +1,12 @@
-"""Shared helpers of the Triton kernels (lecture §6.1: block sizes are a tuned trade-off).
+"""Launch configurations of the Triton prefill kernels (lecture §6.1: block sizes are a tuned trade-off).
 
-What the kernels cover, the block-size tables (one deterministic choice per head dim, so that
-tests and benchmarks run the same compiled kernel), and small utilities: one-time warnings,
-interpreter detection, powers of two. Nothing here imports triton.
+What the kernels cover (dtypes, head dims), the block-size tables — one deterministic choice per
+(head dim, causal, length class), the winners of measured H200 sweeps, so that tests and benchmarks
+run the same compiled kernel — and ``tma_ok``. Nothing here imports triton.
 """
 
 from __future__ import annotations
 
-import os
-import warnings
 from dataclasses import dataclass
 
 import torch
@@ -17,40 +15,10 @@ KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 FWD_HEAD_DIMS = (32, 64, 96, 128, 256)  # 96 runs padded to 128 with masks
 BWD_HEAD_DIMS = (32, 64, 96, 128)
 
-LOG2E = 1.4426950408889634  # 1 / ln 2: exp(x) = exp2(x · LOG2E)
-
-_warned: set[str] = set()
-
-
-def warn_once(reason: str, message: str) -> None:
-    """``warnings.warn`` once per process for each distinct ``reason``."""
-    if reason in _warned:
-        return
-    _warned.add(reason)
-    warnings.warn(message, RuntimeWarning, stacklevel=3)
-
-
-def interpret_mode() -> bool:
-    """True when Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
 
 def next_pow2(x: int) -> int:
+    """The smallest power of two >= x (1 for x <= 1)."""
     return 1 << max(0, (int(x) - 1).bit_length())
-
-
-def triton_available() -> bool:
-    try:
-        import triton  # noqa: F401
-        import triton.language  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def kernel_device_ok(t: torch.Tensor) -> bool:
-    """Tensors the kernels can run on: CUDA, or CPU under the Triton interpreter."""
-    return t.is_cuda or (t.device.type == "cpu" and interpret_mode())
 
 
 @dataclass(frozen=True)

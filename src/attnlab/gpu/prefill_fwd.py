@@ -19,7 +19,10 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import LOG2E, FwdConfig, default_fwd_config, next_pow2, tma_ok
+from .._runtime import LN2, LOG2E
+from .config import FwdConfig, default_fwd_config, next_pow2, tma_ok
+
+_LN2 = tl.constexpr(LN2)  # a jit function reads module globals only as constexprs
 
 # -- jit helpers --------------------------------------------------------------------------------
 
@@ -175,7 +178,7 @@ def _attn_fwd(Q, K, V, O, LSE,  # pointers, or tensor descriptors (B, H|Hkv, N, 
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
     out = acc * (1.0 / l_safe)[:, None]
-    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_safe)) * _LN2)
     tl.store(LSE + bh.to(tl.int64) * Nq + offs_m, lse, mask=offs_m < Nq)
     if USE_TMA:
         O.store([b, h, start_m, 0], out.to(q.dtype).reshape(1, 1, BLOCK_M, BLOCK_D))
@@ -195,9 +198,9 @@ def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-def flash_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, scale: float,
-              config: FwdConfig | None = None, out: torch.Tensor | None = None,
-              lse: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, scale: float,
+                config: FwdConfig | None = None, out: torch.Tensor | None = None,
+                lse: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the forward kernel; no input checks (the public entry point does them).
 
     q (B, H, Nq, D), k/v (B, Hkv, Nk, D) in float16/bfloat16 on CUDA (or CPU under the Triton

@@ -1,0 +1,121 @@
+"""Flash-Decoding in PyTorch, blockwise (§8.4): a few new queries against a KV cache.
+
+The K/V sequence is cut into ``num_splits`` segments; each segment gives a partial ``(out, lse)`` as
+one GPU thread block would, and the partials are merged with the ⊕ of §4.4 (``attnlab.softmax.merge``).
+The cache is contiguous ``(B, Hkv, Lmax, D)`` or paged ``(num_pages, page_size, Hkv, D)`` with a block
+table (see ``attnlab.kvcache``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .._checks import check_causal, check_decode_inputs, check_positive_int, resolve_scale, seqlens_tensor
+from ..softmax import AttnState, merge
+from .iostats import IOStats, check_stats
+from .programs import NEG_INF, acc_dtype
+
+__all__ = ["flash_decode_blockwise"]
+
+
+def _cache_slice(cache, block_table, page_size, a: int, b: int, seqlens_t) -> torch.Tensor:
+    """Keys/values at positions a..b-1 of every sequence: (B, Hkv, b - a, D).
+
+    Contiguous: a view. Paged: gathered page by page through block_table (positions past a sequence's
+    length read page 0, and are masked)."""
+    if block_table is None:
+        return cache[:, :, a:b]
+    pos = torch.arange(a, b, device=cache.device)
+    pages = block_table[:, pos // page_size].long()  # (B, n)
+    pages = torch.where(pos.unsqueeze(0) < seqlens_t.unsqueeze(1), pages, torch.zeros_like(pages))
+    return cache[pages, (pos % page_size).unsqueeze(0)].permute(0, 2, 1, 3)  # (B, n, Hkv, D) -> (B, Hkv, n, D)
+
+
+def flash_decode_blockwise(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None,
+                           num_splits: int | None = None, causal: bool = True, scale: float | None = None,
+                           stats: IOStats | None = None):
+    """Flash-Decoding in PyTorch (§8.4): attention of a few new queries against a KV cache.
+
+    Arguments:
+        q: (B, H, Nq, D), Nq small (1 for plain decoding, a few for speculative steps).
+        k_cache, v_cache: contiguous (B, Hkv, Lmax, D/Dv), or paged (num_blocks, page_size, Hkv, D/Dv)
+            when ``block_table`` (B, max_pages; int32/int64: page ids of each sequence) is given.
+        cache_seqlens: (B,) ints, keys held per sequence (default: the whole capacity, Lmax or
+            max_pages·page_size); 0 is allowed and gives out 0, lse -inf.
+        num_splits: S segments of the K/V sequence (default 1 on the CPU: a CPU has no idle SMs to fill).
+            The span ``[0, max(cache_seqlens))`` is cut into S segments of ``ceil(span/S)`` keys (the last
+            shorter, trailing ones empty when S exceeds the keys); empty segments give (0, -inf) partials,
+            which ⊕ ignores.
+        causal: query i of sequence b sees keys j <= cache_seqlens[b] - Nq + i (bottom-right, per
+            sequence); with False it sees every key j < cache_seqlens[b].
+    Returns:
+        out (B, H, Nq, Dv) in q's dtype, lse (B, H, Nq) in float32 (float64 for float64 inputs).
+    ``stats`` counts per (batch, K/V head, segment): q read, the keys and values it holds that lie within the
+    sequence read, a partial O_split and L_split written; then the merge reads them all and writes O, L.
+    """
+    cache_seqlens = seqlens_tensor(cache_seqlens, q)
+    dims = check_decode_inputs(q, k_cache, v_cache, cache_seqlens, block_table)
+    check_stats(stats)
+    if num_splits is not None:
+        check_positive_int(num_splits, "num_splits")
+    return decode_fn(q, k_cache, v_cache, dims, cache_seqlens=cache_seqlens, block_table=block_table,
+                     num_splits=num_splits, causal=check_causal(causal), scale=resolve_scale(scale, dims.D), stats=stats)
+
+
+def decode_fn(q, k_cache, v_cache, dims, *, cache_seqlens, block_table, num_splits: int | None, causal: bool,
+              scale: float, stats: IOStats | None = None):
+    """``flash_decode_blockwise`` on inputs already checked (``dims`` from ``check_decode_inputs``)."""
+    page_size = dims.page_size or 0
+    seqlens = [dims.capacity] * dims.B if cache_seqlens is None else cache_seqlens.tolist()
+    B, H, Hkv, Nq, D, Dv, G = dims.B, dims.H, dims.Hkv, dims.Nq, dims.D, dims.Dv, dims.group
+    S = 1 if num_splits is None else num_splits
+    acc_dt = acc_dtype(q.dtype)
+    dev = q.device
+    span = max(seqlens, default=0)
+    seg = -(-span // S)  # keys per segment
+    seqlens_t = torch.tensor(seqlens, dtype=torch.long, device=dev)
+    qg = q.reshape(B, Hkv, G * Nq, D).to(acc_dt) * scale  # rows: G heads × Nq queries
+    row_i = torch.arange(Nq, device=dev).repeat(G)  # query index of each row
+    # last key each row may see, (B, 1, G·Nq, 1)
+    last = (seqlens_t.view(B, 1) - 1) if not causal else (seqlens_t.view(B, 1) - Nq + row_i.view(1, -1))
+    last = last.expand(B, G * Nq).view(B, 1, G * Nq, 1)
+    state = None
+    for s_idx in range(S):  # every segment is an independent thread block on a GPU
+        a, b = min(s_idx * seg, span), min((s_idx + 1) * seg, span)
+        if b > a:
+            kj = _cache_slice(k_cache, block_table, page_size, a, b, seqlens_t).to(acc_dt)  # (B, Hkv, n, D)
+            vj = _cache_slice(v_cache, block_table, page_size, a, b, seqlens_t).to(acc_dt)
+            scores = torch.matmul(qg, kj.transpose(-1, -2))  # (B, Hkv, G·Nq, n)
+            pos = torch.arange(a, b, device=dev).view(1, 1, 1, -1)
+            scores.masked_fill_(pos > last, NEG_INF)
+            m = scores.amax(dim=-1)
+            base = m.masked_fill(m == NEG_INF, 0.0)
+            p = scores.sub_(base.unsqueeze(-1)).exp_()
+            l = p.sum(dim=-1)
+            o = torch.matmul(p, vj)
+            # the partial a kernel writes: normalised out and its lse
+            part_out = o / torch.where(l == 0, 1.0, l).unsqueeze(-1)
+            part_lse = m + torch.log(l)
+        else:
+            part_out = torch.zeros(B, Hkv, G * Nq, Dv, dtype=acc_dt, device=dev)
+            part_lse = torch.full((B, Hkv, G * Nq), NEG_INF, dtype=acc_dt, device=dev)
+        # -- ⊕ the partial into the running result: (m, ℓ, o) = (lse, 1, out), or (-inf, 0, 0) if empty
+        part = AttnState(part_lse, (part_lse > NEG_INF).to(acc_dt), part_out)
+        state = part if state is None else merge(state, part)
+        if stats is not None:
+            held = [max(0, min(b, n) - a) for n in seqlens]  # keys of this segment within each sequence
+            stats.read("Q", B * H * Nq * D)
+            stats.read("K", Hkv * sum(held) * D)
+            stats.read("V", Hkv * sum(held) * Dv)
+            stats.write("O_split", B * H * Nq * Dv)
+            stats.write("L_split", B * H * Nq)
+            nonempty = sum(1 for h in held if h > 0)
+            stats.pairs(computed=Hkv * nonempty, skipped=Hkv * (B - nonempty))
+    if stats is not None:  # the merge kernel
+        stats.read("O_split", S * B * H * Nq * Dv)
+        stats.read("L_split", S * B * H * Nq)
+        stats.write("O", B * H * Nq * Dv)
+        stats.write("L", B * H * Nq)
+    out = state.finish().to(q.dtype).view(B, H, Nq, Dv)
+    lse = state.lse.view(B, H, Nq)
+    return out, lse

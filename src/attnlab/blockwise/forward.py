@@ -1,0 +1,230 @@
+"""Blockwise FlashAttention forward in PyTorch, in both loop orders (§5.1, §6.2, §6.3).
+
+* ``flash_forward``     — FlashAttention-2 order (§5.1): Q blocks outside, K/V blocks inside, the online
+  softmax state ``(m, ℓ, acc)`` kept per Q block, causal pairs above the diagonal skipped whole (§6.2).
+* ``flash_forward_fa1`` — FlashAttention-1 order (§6.3): K/V blocks outside; ``O``, ``ℓ``, ``m`` of every
+  Q block read, updated and written back for each K/V block.
+
+Shapes: ``q (B, H, Nq, D)``, ``k, v (B, Hkv, Nk, D/Dv)`` with ``H % Hkv == 0`` (GQA/MQA); ``out (B, H, Nq, Dv)``,
+``lse (B, H, Nq)`` (natural log). One program handles one Q block of ``Br`` positions for all ``G = H/Hkv``
+query heads that share a K/V head (q viewed as ``(B, Hkv, G, Nq, D)``), so K/V are never repeated.
+Causal masks are bottom-right aligned: query ``i`` sees keys ``j <= i + Nk - Nq``. Rows that see no key
+give ``out = 0`` and ``lse = -inf``. Half-precision inputs accumulate in float32, float64 in float64.
+
+These functions are not differentiable themselves (``attnlab.flash_attention`` is): called with inputs
+that require grad while grad mode is on, they say so instead of building a graph that cannot run.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .._checks import causal_offset, check_causal, check_qkv, resolve_scale
+from .._runtime import LN2, LOG2E
+from .iostats import IOStats, check_stats
+from .programs import (
+    NEG_INF,
+    acc_dtype,
+    add_matmul_,
+    mask_block,
+    pair_kind,
+    program_chunks,
+    programs_per_step,
+    q_block,
+    resolve_blocks,
+    run_programs,
+)
+
+__all__ = ["flash_forward", "flash_forward_fa1"]
+
+
+def check_no_grad(name: str, *tensors) -> None:
+    """Refuse inputs that require grad in grad mode: the blockwise kernels write in place."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        raise RuntimeError(f"{name} is not differentiable: use attnlab.flash_attention(q, k, v, return_lse=True) "
+                           f"for gradients, or call {name} under torch.no_grad()")
+
+
+def flash_forward(q, k, v, *, causal: bool = False, scale: float | None = None, block_q: int | None = None,
+                  block_k: int | None = None, stats: IOStats | None = None):
+    """FlashAttention forward in the FlashAttention-2 loop order (§5.1).
+
+    Arguments:
+        q: (B, H, Nq, D); k: (B, Hkv, Nk, D); v: (B, Hkv, Nk, Dv); H % Hkv == 0.
+        causal: bottom-right aligned (query i sees keys j <= i + Nk - Nq); K/V blocks wholly above the
+            diagonal are skipped without being read (§6.2).
+        scale: default 1/sqrt(D).
+        block_q, block_k: Br and Bc (ragged last blocks are fine); ``None`` (the default) picks
+            ``cpu_block_sizes``, large blocks that are fast on a CPU. The lecture's 64×64 blocks (and
+            the I/O counts of §5.4 that go with them) must be asked for.
+        stats: an ``IOStats`` to count into: Q read once, K/V once per computed pair, O and L written once.
+    Returns:
+        out (B, H, Nq, Dv) in q's dtype, lse (B, H, Nq) in float32 (float64 for float64 inputs).
+
+    Every (batch, K/V head, Q block) is an independent program (a thread block on a GPU); the loop
+    runs several (batch, K/V head) programs side by side (``programs_per_step``). As in FlashAttention's
+    kernels the scores are kept in base-2 units (q pre-multiplied by scale·log2 e), so that ``exp2`` —
+    cheaper than ``exp`` — does the exponentials: 2^(x·log2 e) = e^x.
+    """
+    dims = check_qkv(q, k, v)
+    check_no_grad("flash_forward", q, k, v)
+    check_stats(stats)
+    Br, Bc = resolve_blocks(block_q, block_k, dims)
+    return fa2_forward(q, k, v, dims, causal=check_causal(causal), scale=resolve_scale(scale, dims.D), Br=Br, Bc=Bc,
+                       stats=stats)
+
+
+def fa2_forward(q, k, v, dims, *, causal: bool, scale: float, Br: int, Bc: int, stats: IOStats | None = None):
+    """``flash_forward`` on inputs already checked (``dims`` from ``check_qkv``), without grad."""
+    B, H, Hkv, Nq, Nk, D, Dv, G = dims.B, dims.H, dims.Hkv, dims.Nq, dims.Nk, dims.D, dims.Dv, dims.group
+    acc_dt = acc_dtype(q.dtype)
+    q5 = q.reshape(B, Hkv, G, Nq, D)  # a view: the G query heads of each K/V head side by side
+    out = torch.empty(B, Hkv, G, Nq, Dv, dtype=q.dtype, device=q.device)
+    lse = torch.empty(B, Hkv, G, Nq, dtype=acc_dt, device=q.device)
+    def step(chunk):
+        bs, hs = chunk
+        _fa2_programs(q5[bs, hs], k[bs, hs], v[bs, hs], out[bs, hs], lse[bs, hs], causal=causal,
+                      scale=scale, Br=Br, Bc=Bc, Nk=Nk, stats=stats)
+
+    run_programs(step, list(program_chunks(B, Hkv, programs_per_step(dims, Br, Bc, q.device))), q.device, stats)
+    return out.view(B, H, Nq, Dv), lse.view(B, H, Nq)
+
+
+def _fa2_programs(q5, k, v, out, lse, *, causal, scale, Br, Bc, Nk, stats):
+    """The FA2 loop for the programs of one step: q5 (..., G, Nq, D), k (..., Nk, D), v (..., Nk, Dv);
+    writes out (..., G, Nq, Dv) and lse (..., G, Nq). The leading dims ``...`` index programs (batch,
+    K/V head), and are absent for a single one."""
+    *lead, G, Nq, D = q5.shape
+    Dv = v.shape[-1]
+    n_prog = math.prod(lead)
+    acc_dt = lse.dtype
+    off = causal_offset(Nq, Nk)
+    floor = torch.finfo(acc_dt).min  # m starts here rather than at -inf: (-inf) - (-inf) never happens
+    n_kv_blocks = -(-Nk // Bc)
+    for i0 in range(0, Nq, Br):  # each Q block is independent: one thread block on a GPU
+        i1 = min(i0 + Br, Nq)
+        R = G * (i1 - i0)
+        qi = q_block(q5, i0, i1, acc_dt) * (scale * LOG2E)  # (..., G·Br, D), read once
+        m = torch.full((*lead, R, 1), floor, dtype=acc_dt, device=q5.device)  # stays on chip
+        l = torch.zeros(*lead, R, 1, dtype=acc_dt, device=q5.device)
+        acc = torch.zeros(*lead, R, Dv, dtype=acc_dt, device=q5.device)
+        n_done = n_masked = 0
+        for j0 in range(0, Nk, Bc):
+            j1 = min(j0 + Bc, Nk)
+            kind = pair_kind(causal, i0, i1, j0, j1, off)
+            if kind == "skip":  # every later block is above the diagonal too: leave the loop
+                break
+            kj, vj = k[..., j0:j1, :], v[..., j0:j1, :]  # (..., Bc, D), (..., Bc, Dv)
+            if kj.dtype != acc_dt:
+                kj, vj = kj.to(acc_dt), vj.to(acc_dt)
+            s = torch.matmul(qi, kj.transpose(-1, -2))  # S_ij·log2(e) (..., G·Br, Bc), only on chip
+            if kind == "mask":
+                mask_block(s, i0, i1, j0, j1, off, G)
+                n_masked += 1
+            # -- update m and l
+            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+            alpha = torch.exp2(m - m_new)  # the rescale factor e^(m - m_new) (in base 2)
+            p = s.sub_(m_new).exp2_()  # P̃ = exp(S_ij - m_new), unnormalised, in place of S
+            l.mul_(alpha).add_(p.sum(dim=-1, keepdim=True))
+            # -- update the accumulator: acc = acc·alpha + P̃ V_j
+            add_matmul_(acc.mul_(alpha), p, vj)
+            m = m_new
+            n_done += 1
+            if stats is not None:
+                stats.read("K", n_prog * (j1 - j0) * D)
+                stats.read("V", n_prog * (j1 - j0) * Dv)
+        # -- epilogue: O_i = acc / l, L_i = m + log l (back from base 2 to natural log), written once
+        out[..., i0:i1, :] = (acc / torch.where(l == 0, 1.0, l)).view(*lead, G, i1 - i0, Dv)
+        lse[..., i0:i1] = torch.where(l == 0, NEG_INF, (m + torch.log2(l)) * LN2).view(*lead, G, i1 - i0)
+        if stats is not None:
+            stats.read("Q", n_prog * R * D)
+            stats.write("O", n_prog * R * Dv)
+            stats.write("L", n_prog * R)
+            stats.pairs(computed=n_prog * n_done, skipped=n_prog * (n_kv_blocks - n_done), masked=n_prog * n_masked)
+
+
+# -- §6.3 FlashAttention-1 forward: K/V blocks outside ----------------------------------------------
+
+
+def flash_forward_fa1(q, k, v, *, causal: bool = False, scale: float | None = None, block_q: int | None = None,
+                      block_k: int | None = None, stats: IOStats | None = None):
+    """FlashAttention forward in the first version's loop order (§6.3, FlashAttention Algorithm 1).
+
+    K/V blocks are outside and read once; for each of them every Q block that sees it reads Q_i and
+    its running O_i (kept normalised, as FA1 does), ℓ_i, m_i from memory, updates them and writes them
+    back. Same arguments and result as ``flash_forward``. ``stats`` counts, per (batch, K/V head):
+    the initialisation of O, ℓ, m (writes), K and V once, Q/O/ℓ/m read and O/ℓ/m written per computed
+    pair, and an epilogue that reads m, ℓ and writes L = m + log ℓ.
+    """
+    dims = check_qkv(q, k, v)
+    check_no_grad("flash_forward_fa1", q, k, v)
+    scale = resolve_scale(scale, dims.D)
+    causal = check_causal(causal)
+    Br, Bc = resolve_blocks(block_q, block_k, dims)
+    check_stats(stats)
+    B, H, Hkv, Nq, Nk, D, Dv, G = dims.B, dims.H, dims.Hkv, dims.Nq, dims.Nk, dims.D, dims.Dv, dims.group
+    acc_dt = acc_dtype(q.dtype)
+    off = causal_offset(Nq, Nk)
+    q5 = q.reshape(B, Hkv, G, Nq, D)
+    # "HBM" state, initialised: O = 0, ℓ = 0, m = -inf
+    O = torch.zeros(B, Hkv, G, Nq, Dv, dtype=acc_dt, device=q.device)
+    l_hbm = torch.zeros(B, Hkv, G, Nq, dtype=acc_dt, device=q.device)
+    m_hbm = torch.full((B, Hkv, G, Nq), NEG_INF, dtype=acc_dt, device=q.device)
+    if stats is not None:
+        stats.write("O", B * H * Nq * Dv)
+        stats.write("l", B * H * Nq)
+        stats.write("m", B * H * Nq)
+    nq_blocks = -(-Nq // Br)
+    for j0 in range(0, Nk, Bc):  # outer: K/V block, read once
+        j1 = min(j0 + Bc, Nk)
+        kj = k[:, :, j0:j1].to(acc_dt)
+        vj = v[:, :, j0:j1].to(acc_dt)
+        n_done = n_masked = 0
+        for i0 in range(0, Nq, Br):  # inner: every Q block
+            i1 = min(i0 + Br, Nq)
+            kind = pair_kind(causal, i0, i1, j0, j1, off)
+            if kind == "skip":
+                continue
+            R = G * (i1 - i0)
+            qi = q_block(q5, i0, i1, acc_dt) * scale
+            o_i = O[:, :, :, i0:i1].reshape(B, Hkv, R, Dv)  # read O_i, ℓ_i, m_i back from memory
+            l_i = l_hbm[:, :, :, i0:i1].reshape(B, Hkv, R)
+            m_i = m_hbm[:, :, :, i0:i1].reshape(B, Hkv, R)
+            s = torch.matmul(qi, kj.transpose(-1, -2))  # (B, Hkv, G·Br, Bc)
+            if kind == "mask":
+                mask_block(s, i0, i1, j0, j1, off, G)
+                n_masked += 1
+            # -- statistics of this block: m̃, P̃ = exp(S - m̃), ℓ̃
+            m_blk = s.amax(dim=-1)
+            p = s.sub_(m_blk.masked_fill(m_blk == NEG_INF, 0.0).unsqueeze(-1)).exp_()
+            l_blk = p.sum(dim=-1)
+            # -- merge with the running state (§4.5), keep O normalised
+            m_new = torch.maximum(m_i, m_blk)
+            base = m_new.masked_fill(m_new == NEG_INF, 0.0)
+            c_old, c_blk = torch.exp(m_i - base), torch.exp(m_blk - base)
+            l_new = l_i * c_old + l_blk * c_blk
+            o_new = (o_i * (l_i * c_old).unsqueeze(-1) + torch.matmul(p, vj) * c_blk.unsqueeze(-1)) / torch.where(
+                l_new == 0, 1.0, l_new).unsqueeze(-1)
+            # -- write O_i, ℓ_i, m_i back
+            O[:, :, :, i0:i1] = o_new.view(B, Hkv, G, i1 - i0, Dv)
+            l_hbm[:, :, :, i0:i1] = l_new.view(B, Hkv, G, i1 - i0)
+            m_hbm[:, :, :, i0:i1] = m_new.view(B, Hkv, G, i1 - i0)
+            n_done += 1
+            if stats is not None:
+                stats.read("Q", B * Hkv * R * D)
+                for name, n in (("O", R * Dv), ("l", R), ("m", R)):
+                    stats.read(name, B * Hkv * n)
+                    stats.write(name, B * Hkv * n)
+        if stats is not None:
+            stats.read("K", B * Hkv * (j1 - j0) * D)
+            stats.read("V", B * Hkv * (j1 - j0) * Dv)
+            stats.pairs(computed=B * Hkv * n_done, skipped=B * Hkv * (nq_blocks - n_done),
+                        masked=B * Hkv * n_masked)
+    lse = m_hbm + torch.log(l_hbm)  # epilogue: L = m + log ℓ
+    if stats is not None:
+        stats.read("m", B * H * Nq)
+        stats.read("l", B * H * Nq)
+        stats.write("L", B * H * Nq)
+    return O.to(q.dtype).view(B, H, Nq, Dv), lse.view(B, H, Nq)

@@ -1,0 +1,204 @@
+"""Flash-Decoding kernels in Triton (lecture §8.4): one split of a KV cache per program, and the ⊕ merge.
+
+    _decode_split_kernel   grid (S, Hkv, B): one program reads one split of one K/V head of one
+                           sequence once, for all the G = H/Hkv query heads of its GQA group and
+                           all Nq queries together — the G·Nq query rows (padded to 16) are the M
+                           dimension of ``tl.dot``. It writes the split's normalised partial output
+                           and its lse (float32); with S = 1 it writes the final output directly;
+                           with MERGE = 2 the group's last program to finish merges all splits.
+    _decode_merge_kernel   grid (B·H·Nq,): out = Σ_s e^(lse_s − lse)·o_s with lse = log Σ_s e^lse_s.
+
+Causal masking is bottom-right per sequence: query i of sequence b sees keys
+j <= cache_seqlens[b] − Nq + i. The cache is either contiguous, ``(B, Hkv, Lmax, D)``, or paged,
+``(num_pages, page_size, Hkv, D)`` pages with a ``block_table (B, max_pages)``; one kernel serves
+both (a constexpr chooses how a key's row address is found). Paged caches load each tile's page ids
+one tile ahead (a loop-carried value): Triton's pipeliner otherwise stages the page-id load itself and
+keeps one K/V buffer fewer in flight. The launcher is ``attnlab.gpu.decode``.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .._runtime import LN2
+
+_LN2 = tl.constexpr(LN2)  # a jit function reads module globals only as constexprs
+
+
+# -- kernels ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _decode_split_kernel(
+    Q, K, V, SEQLENS, BLOCK_TABLE, O_PART, LSE_PART, OUT, LSE, COUNTERS,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_k0, stride_k1, stride_k2, stride_kd,  # contiguous: (b, hkv, n, d); paged: (page, slot, hkv, d)
+    stride_v0, stride_v1, stride_v2, stride_vd,
+    stride_tb,
+    stride_ob, stride_oh, stride_om, stride_od,
+    qk_scale,  # softmax scale · log2(e): the scores live in base 2
+    H, CAPACITY, NUM_PAGES, NUM_SPLITS,
+    D: tl.constexpr, NQ: tl.constexpr, G: tl.constexpr, PAGE_SIZE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    PAGED: tl.constexpr, CAUSAL: tl.constexpr, MERGE: tl.constexpr, DOT_F32: tl.constexpr,
+    EVICT: tl.constexpr,  # cache policy of the K/V loads ("" or "evict_first": each byte is read once)
+    HAS_SEQLENS: tl.constexpr,  # False: every sequence holds CAPACITY keys (SEQLENS is not read)
+):
+    split = tl.program_id(0)
+    hkv = tl.program_id(1)
+    b = tl.program_id(2)
+
+    # -- this split's keys: the sequence's length cut into NUM_SPLITS chunks of whole BLOCK_N tiles
+    if HAS_SEQLENS:
+        seqlen = tl.load(SEQLENS + b)
+        seqlen = tl.minimum(tl.maximum(seqlen, 0), CAPACITY)  # never read outside the cache
+    else:
+        seqlen = CAPACITY
+    chunk = tl.cdiv(tl.cdiv(seqlen, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    lo = split * chunk
+    hi = tl.minimum(lo + chunk, seqlen)
+
+    # -- the group's query rows: row r is query head hkv·G + r // NQ, query token r % NQ
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    head = hkv * G + offs_m // NQ
+    qi = offs_m % NQ
+    row_ok = offs_m < G * NQ
+    d_ok = offs_d < D
+    q_ptrs = Q + b.to(tl.int64) * stride_qb + head[:, None] * stride_qh + qi[:, None] * stride_qm \
+        + offs_d[None, :] * stride_qd
+    q = tl.load(q_ptrs, mask=row_ok[:, None] & d_ok[None, :], other=0.0)  # (BLOCK_M, BLOCK_D)
+    if DOT_F32:
+        q = q.to(tl.float32)
+    last_key = seqlen - NQ + qi  # causal: query row r sees keys j <= last_key[r]
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    offs_n0 = tl.arange(0, BLOCK_N)
+    if PAGED:
+        # Page ids are loaded one tile ahead (software prefetch): the K/V addresses of a tile never
+        # wait for a page-table load. A tile lies inside one page when PAGE_SIZE is a multiple of
+        # BLOCK_N (tiles start at multiples of BLOCK_N): then one id per tile, else one per key.
+        tb_row = BLOCK_TABLE + b.to(tl.int64) * stride_tb
+        if PAGE_SIZE % BLOCK_N == 0:
+            page_next = tl.load(tb_row + lo // PAGE_SIZE, mask=lo < hi, other=0)
+        else:
+            page_next = tl.load(tb_row + (lo + offs_n0) // PAGE_SIZE, mask=lo + offs_n0 < hi, other=0)
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + offs_n0
+        n_ok = offs_n < hi
+        # -- where each key's row lives
+        if PAGED:
+            page = tl.minimum(tl.maximum(page_next, 0), NUM_PAGES - 1).to(tl.int64)  # never outside the pool
+            nxt = start_n + BLOCK_N
+            if PAGE_SIZE % BLOCK_N == 0:
+                page_next = tl.load(tb_row + nxt // PAGE_SIZE, mask=nxt < hi, other=0)
+            else:
+                page_next = tl.load(tb_row + (nxt + offs_n0) // PAGE_SIZE, mask=nxt + offs_n0 < hi, other=0)
+            slot = offs_n % PAGE_SIZE
+            k_row = page * stride_k0 + slot * stride_k1 + hkv * stride_k2
+            v_row = page * stride_v0 + slot * stride_v1 + hkv * stride_v2
+        else:
+            k_row = b.to(tl.int64) * stride_k0 + hkv * stride_k1 + offs_n.to(tl.int64) * stride_k2
+            v_row = b.to(tl.int64) * stride_v0 + hkv * stride_v1 + offs_n.to(tl.int64) * stride_v2
+        kv_mask = n_ok[:, None] & d_ok[None, :]
+        k = tl.load(K + k_row[:, None] + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0,
+                    eviction_policy=EVICT)  # (BLOCK_N, BLOCK_D)
+        v = tl.load(V + v_row[:, None] + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0,
+                    eviction_policy=EVICT)
+        # -- scores of the group's rows against this tile, base 2
+        if DOT_F32:
+            k = k.to(tl.float32)
+        s = tl.dot(q, tl.trans(k)) * qk_scale  # (BLOCK_M, BLOCK_N) float32
+        visible = n_ok[None, :]
+        if CAUSAL:
+            visible = visible & (offs_n[None, :] <= last_key[:, None])
+        s = tl.where(visible, s, float("-inf"))
+        # -- update m_i and l_i (rows with no visible key yet keep m = -inf; exp2 base 0 for them)
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_base = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(s - m_base[:, None])
+        alpha = tl.math.exp2(m_i - m_base)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        # -- update the output accumulator
+        if DOT_F32:
+            pv = tl.dot(p.to(V.dtype.element_ty).to(tl.float32), v.to(tl.float32))
+        else:
+            pv = tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+
+    # -- normalise; rows that saw no key get out = 0, lse = -inf
+    empty = l_i == 0.0
+    l_safe = tl.where(empty, 1.0, l_i)
+    o = acc / l_safe[:, None]
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_safe)) * _LN2)
+    out_mask = row_ok[:, None] & d_ok[None, :]
+    o_ptrs = OUT + b.to(tl.int64) * stride_ob + head[:, None] * stride_oh + qi[:, None] * stride_om \
+        + offs_d[None, :] * stride_od
+    lse_ptrs = LSE + (b * H + head) * NQ + qi
+    if MERGE == 0:  # one split: this is the answer
+        tl.store(o_ptrs, o.to(OUT.dtype.element_ty), mask=out_mask)
+        tl.store(lse_ptrs, lse, mask=row_ok)
+    else:  # partials: O_PART (B, H, NQ, NUM_SPLITS, D), LSE_PART (B, H, NQ, NUM_SPLITS), float32
+        row = ((b * H + head) * NQ + qi).to(tl.int64) * NUM_SPLITS
+        tl.store(O_PART + (row + split)[:, None] * D + offs_d[None, :], o, mask=out_mask)
+        tl.store(LSE_PART + row + split, lse, mask=row_ok)
+        if MERGE == 2:  # the group's last program to finish merges all its splits (no second launch)
+            tl.debug_barrier()  # every thread's partial stores come before the release below
+            cnt = COUNTERS + b * tl.num_programs(1) + hkv
+            done = tl.atomic_add(cnt, 1, sem="acq_rel")
+            if done == NUM_SPLITS - 1:
+                # -- ⊕ over the splits, one at a time: (m, den, acc) rescaled to each new max
+                m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+                den = tl.zeros([BLOCK_M], tl.float32)
+                acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+                for s in range(0, NUM_SPLITS):
+                    lse_s = tl.load(LSE_PART + row + s, mask=row_ok, other=float("-inf"), cache_modifier=".cg")
+                    o_s = tl.load(O_PART + (row + s)[:, None] * D + offs_d[None, :], mask=out_mask, other=0.0,
+                                  cache_modifier=".cg")
+                    m_new = tl.maximum(m, lse_s)
+                    base = tl.where(m_new == float("-inf"), 0.0, m_new)
+                    a = tl.exp(m - base)
+                    w = tl.exp(lse_s - base)
+                    acc = acc * a[:, None] + w[:, None] * o_s
+                    den = den * a + w
+                    m = m_new
+                empty = den == 0.0
+                den_safe = tl.where(empty, 1.0, den)
+                tl.store(o_ptrs, (acc / den_safe[:, None]).to(OUT.dtype.element_ty), mask=out_mask)
+                tl.store(lse_ptrs, tl.where(empty, float("-inf"), m + tl.log(den_safe)), mask=row_ok)
+                tl.atomic_xchg(cnt, 0)  # ready for the next call on this stream
+
+
+@triton.jit
+def _decode_merge_kernel(
+    O_PART, LSE_PART, OUT, LSE,
+    stride_ob, stride_oh, stride_om, stride_od,
+    H, D, NUM_SPLITS,
+    NQ: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    row = tl.program_id(0)  # (b·H + head)·NQ + qi
+    b = row // (H * NQ)
+    head = (row // NQ) % H
+    qi = row % NQ
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, BLOCK_D)
+    s_ok = offs_s < NUM_SPLITS
+    d_ok = offs_d < D
+    # -- ⊕ over the splits: weights e^(lse_s - max); empty splits have lse_s = -inf, weight 0
+    lse_s = tl.load(LSE_PART + row.to(tl.int64) * NUM_SPLITS + offs_s, mask=s_ok, other=float("-inf"))
+    m = tl.max(lse_s, 0)
+    m_base = tl.where(m == float("-inf"), 0.0, m)
+    w = tl.exp(lse_s - m_base)
+    denom = tl.sum(w, 0)
+    o_s = tl.load(O_PART + (row.to(tl.int64) * NUM_SPLITS + offs_s)[:, None] * D + offs_d[None, :],
+                  mask=s_ok[:, None] & d_ok[None, :], other=0.0)  # (BLOCK_S, BLOCK_D)
+    empty = denom == 0.0
+    o = tl.sum(w[:, None] * o_s, 0) / tl.where(empty, 1.0, denom)
+    lse = tl.where(empty, float("-inf"), m_base + tl.log(tl.where(empty, 1.0, denom)))
+    o_ptrs = OUT + b.to(tl.int64) * stride_ob + head * stride_oh + qi * stride_om + offs_d * stride_od
+    tl.store(o_ptrs, o.to(OUT.dtype.element_ty), mask=d_ok)
+    tl.store(LSE + row, lse)

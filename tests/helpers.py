@@ -1,0 +1,104 @@
+"""Helpers shared by the attention tests: inputs, references and error measures (import as
+``from tests.helpers import ...``; pytest puts the repository root on the path)."""
+
+import math
+
+import torch
+
+from attnlab.reference import attention_ref
+
+F64 = torch.float64
+
+# (B, H, Hkv, Nq, Nk, D): N = 1, 97, 300, 1025; D = 16, 59, 64; Nq != Nk both ways; GQA and MQA
+SHAPES = [
+    (1, 1, 1, 1, 1, 16),
+    (2, 2, 2, 97, 97, 59),
+    (1, 4, 2, 300, 300, 64),
+    (2, 3, 1, 97, 300, 16),
+    (1, 2, 2, 300, 97, 59),  # Nq > Nk: the first 203 causal rows see no key
+    (1, 1, 1, 1025, 1025, 64),
+    (1, 2, 1, 1, 1025, 59),
+]
+BLOCKS = [(64, 64), (48, 40)]
+
+
+def shape_id(s) -> str:
+    return "B{}H{}Hkv{}Nq{}Nk{}D{}".format(*s)
+
+
+def qkv(B, H, Hkv, Nq, Nk, D, Dv=None, dtype=F64, scale=1.0, generator=None):
+    """Random q (B, H, Nq, D), k (B, Hkv, Nk, D), v (B, Hkv, Nk, Dv) from the test's seeded generator."""
+    Dv = D if Dv is None else Dv
+    q = torch.randn(B, H, Nq, D, dtype=dtype, generator=generator) * scale
+    k = torch.randn(B, Hkv, Nk, D, dtype=dtype, generator=generator)
+    v = torch.randn(B, Hkv, Nk, Dv, dtype=dtype, generator=generator)
+    return q, k, v
+
+
+def abs_err(a, b) -> float:
+    """Largest absolute difference, in float64 (0 for empty tensors)."""
+    return (a.double() - b.double()).abs().max().item() if a.numel() else 0.0
+
+
+def rounding_floor(want, dtype, ulps: int = 4) -> float:
+    """A few units in the last place of the output's magnitude in ``dtype``: the smallest error a
+    kernel that rounds differently from the same-dtype reference can be held to."""
+    return ulps * torch.finfo(dtype).eps * max(1.0, want.abs().max().item() if want.numel() else 1.0)
+
+
+def within_criterion(err: float, err_ref: float, want, dtype, ulps: int = 4) -> bool:
+    """flash-attention's criterion — at most twice the same-dtype reference's error — with a floor
+    of a few roundings of the output's magnitude (when the reference happens to be nearly exact)."""
+    return err <= 2 * err_ref + rounding_floor(want, dtype, ulps)
+
+
+def assert_lse(got, want, atol):
+    assert torch.equal(torch.isinf(got), torch.isinf(want)), "fully masked rows must be -inf, and only they"
+    fin = torch.isfinite(want)
+    assert (got[~fin] == -math.inf).all()
+    torch.testing.assert_close(got[fin], want[fin], rtol=0, atol=atol)
+
+
+def autograd_ref(q, k, v, dout, causal, dlse=None):
+    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    o, l = attention_ref(q, k, v, causal=causal)
+    loss = (o * dout).sum()
+    if dlse is not None:
+        loss = loss + (torch.where(torch.isfinite(l), l, 0) * dlse).sum()
+    loss.backward()
+    return q.grad, k.grad, v.grad
+
+
+def decode_ref(q, k_full, v_full, seqlens, causal):
+    """Sequence by sequence through attention_ref on the first seqlens[b] keys (bottom-right causal)."""
+    outs, lses = [], []
+    for b, n in enumerate(seqlens):
+        if n == 0:  # an empty cache: every row sees no key
+            outs.append(torch.zeros(1, q.shape[1], q.shape[2], v_full.shape[-1], dtype=q.dtype))
+            lses.append(torch.full((1, q.shape[1], q.shape[2]), -math.inf, dtype=q.dtype))
+            continue
+        o, l = attention_ref(q[b:b + 1], k_full[b:b + 1, :, :n], v_full[b:b + 1, :, :n], causal=causal)
+        outs.append(o)
+        lses.append(l)
+    return torch.cat(outs), torch.cat(lses)
+
+
+def block_table(B, max_pages, extra_blocks):
+    """Each sequence gets max_pages distinct pages, drawn at random from B·max_pages + extra blocks."""
+    num_blocks = B * max_pages + extra_blocks
+    return torch.randperm(num_blocks)[: B * max_pages].view(B, max_pages).to(torch.int32)
+
+
+def scatter(k_full, v_full, bt, page):
+    """Write contiguous caches (B, Hkv, L, D) into pages (num_blocks, page, Hkv, D) along block_table;
+    positions past L in the last page hold zeros, unused blocks hold random garbage."""
+    B, Hkv, L, _ = k_full.shape
+    num_blocks = int(bt.max()) + 4
+    out = []
+    for x in (k_full, v_full):
+        pages = torch.randn(num_blocks, page, Hkv, x.shape[-1], dtype=x.dtype)
+        padded = torch.zeros(B, Hkv, bt.shape[1] * page, x.shape[-1], dtype=x.dtype)
+        padded[:, :, :L] = x
+        pages[bt.long()] = padded.view(B, Hkv, bt.shape[1], page, -1).permute(0, 2, 3, 1, 4)
+        out.append(pages)
+    return out
