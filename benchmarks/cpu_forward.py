@@ -2,7 +2,8 @@
 PyTorch's ``scaled_dot_product_attention`` on the same CPU, float32, B = 1, H = 8, D = 64.
 
 * time at N = 4096 (``attnlab.bench.run``: median wall time of repeated calls), with the block sizes of
-  ``attnlab.flash.cpu_block_sizes`` (Br = 256, Bc = 512 here), the lecture's 64 × 64, and standard
+  ``attnlab.cpu_block_sizes`` (Br = 256, Bc = 512 here) — what the default call
+  ``flash_forward(q, k, v)`` and ``attnlab.flash_attention(q, k, v)`` use, the lecture's 64 × 64, and standard
   attention (``attention_ref``, S and P materialised) for scale;
 * with one thread, also CPU time of attnlab and SDPA measured alternately (steadier on a shared machine);
 * peak memory at N = 16384: each provider runs once in a fresh subprocess; its peak is the rise of the
@@ -42,18 +43,19 @@ def _inputs(N: int):
 
 
 def _blocks(N: int) -> tuple[int, int]:
-    from attnlab._checks import AttnDims
-    from attnlab.flash import cpu_block_sizes
+    from attnlab import AttnDims, cpu_block_sizes
 
     return cpu_block_sizes(AttnDims(B, H, H, N, N, D, D))
 
 
 def _provider(name: str, q, k, v):
     """A zero-argument callable running provider ``name`` on (q, k, v)."""
-    from attnlab import attention_ref, flash_forward
+    from attnlab import attention_ref, flash_attention, flash_forward
 
-    if name == "attnlab":
-        return lambda: flash_forward(q, k, v, block_q=None, block_k=None)
+    if name == "attnlab":  # the default call: no block sizes given
+        return lambda: flash_forward(q, k, v)
+    if name == "flash_attention":  # the public entry point (dispatch + autograd function, no grad here)
+        return lambda: flash_attention(q, k, v)
     if name == "attnlab 64x64":
         return lambda: flash_forward(q, k, v, block_q=64, block_k=64)
     if name == "sdpa":
@@ -70,7 +72,7 @@ def _flops(cfg) -> float:
 def time_table(N: int, threads: int, console) -> list[dict]:
     """Time every provider at one N with ``attnlab.bench.run``."""
     providers = {}
-    for name in ("attnlab", "sdpa", "attnlab 64x64", "standard"):
+    for name in ("attnlab", "flash_attention", "sdpa", "attnlab 64x64", "standard"):
         providers[name] = lambda cfg, name=name: _provider(name, *_inputs(cfg["N"]))
     br, bc = _blocks(N)
     bench = Benchmark(name=f"forward, B={B} H={H} D={D} float32, {threads} CPU thread(s); attnlab blocks Br={br} Bc={bc}",

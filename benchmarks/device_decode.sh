@@ -13,7 +13,7 @@ python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", tr
 t0=$(date +%s)
 XDIST=""
 python3 -c 'import xdist' 2>/dev/null && XDIST="-n 8"
-timeout 60 python3 -m pytest -q -p no:cacheprovider $XDIST tests/test_gpu_decode.py tests/test_kvcache.py > "$D/tests.log" 2>&1
+timeout 60 python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu/test_decode.py tests/kvcache > "$D/tests.log" 2>&1
 echo "tests: exit $? in $(( $(date +%s) - t0 ))s"; tail -n 8 "$D/tests.log"
 t0=$(date +%s)
 timeout 130 python3 -W ignore::UserWarning benchmarks/decode.py --config-sweep --json "$D/decode.json" > "$D/bench.log" 2>&1

@@ -4,7 +4,7 @@ forward+backward against PyTorch's own attention backends, measured in the same 
 Grid: bfloat16, B·N = 16K tokens, H·D = 2048, D ∈ {64, 128}, causal or not, N ∈ {1K, 4K, 16K},
 pass ∈ {fwd, fwd_bwd}. Providers:
 
-* ``attnlab``: ``attnlab.gpu.flash_attention_cuda`` (its deterministic block-size table);
+* ``attnlab``: ``attnlab.gpu.flash_attention_triton`` (its deterministic block-size table);
 * ``sdpa-flash`` / ``sdpa-cudnn`` / ``sdpa-efficient``: ``scaled_dot_product_attention`` inside
   ``sdpa_kernel(SDPBackend.X)`` (one backend at a time);
 * ``flex``: ``torch.compile(flex_attention)``, causal through a block mask made beforehand.
@@ -86,12 +86,12 @@ def _timed(f, q, k, v, do, pass_):
 
 
 def provider_attnlab(device, fwd_cfg=None, bwd_cfg=None):
-    from attnlab.gpu import flash_attention_cuda
+    from attnlab.gpu import flash_attention_triton
 
     def make(cfg):
         q, k, v, do = make_inputs(cfg, device)
         if fwd_cfg is None and bwd_cfg is None:
-            f = lambda q, k, v: flash_attention_cuda(q, k, v, causal=cfg["causal"])  # noqa: E731
+            f = lambda q, k, v: flash_attention_triton(q, k, v, causal=cfg["causal"])  # noqa: E731
         else:  # a candidate configuration, straight through the launchers
             f = _launcher_fn(cfg["causal"], cfg["D"] ** -0.5, fwd_cfg, bwd_cfg)
         return _timed(f, q, k, v, do, cfg["pass_"])
@@ -100,20 +100,19 @@ def provider_attnlab(device, fwd_cfg=None, bwd_cfg=None):
 
 
 def _launcher_fn(causal, scale, fwd_cfg, bwd_cfg):
-    from attnlab.gpu.flash_bwd import flash_bwd
-    from attnlab.gpu.flash_fwd import flash_fwd
+    from attnlab.gpu import prefill_backward, prefill_forward
 
     class Fn(torch.autograd.Function):
         @staticmethod
         def forward(ctx, q, k, v):
-            out, lse = flash_fwd(q, k, v, causal=causal, scale=scale, config=fwd_cfg)
+            out, lse = prefill_forward(q, k, v, causal=causal, scale=scale, config=fwd_cfg)
             ctx.save_for_backward(q, k, v, out, lse)
             return out
 
         @staticmethod
         def backward(ctx, do):
             q, k, v, out, lse = ctx.saved_tensors
-            return flash_bwd(do, q, k, v, out, lse, causal=causal, scale=scale, config=bwd_cfg)
+            return prefill_backward(do, q, k, v, out, lse, causal=causal, scale=scale, config=bwd_cfg)
 
     return Fn.apply
 
@@ -243,7 +242,7 @@ def precompile(jobs, workers: int, timeout: float = 240.0) -> float:
 
 def load_configs(path) -> None:
     """Put the configurations a sweep chose into the library's table (for bench and check)."""
-    from attnlab.gpu._common import BwdConfig, FwdConfig, set_config
+    from attnlab.gpu import BwdConfig, FwdConfig, set_config
 
     if not path:
         return
@@ -257,7 +256,7 @@ def load_configs(path) -> None:
 
 def table_jobs(cfgs, quick):
     """Warm-up jobs for the library's current table on the given benchmark configurations."""
-    from attnlab.gpu._common import default_bwd_config, default_fwd_config
+    from attnlab.gpu import default_bwd_config, default_fwd_config
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return [(c["D"], c["causal"], c["H"], default_fwd_config(c["D"], c["causal"], dev, c["N"]),
@@ -271,7 +270,7 @@ def table_jobs(cfgs, quick):
 def check(args) -> list[dict]:
     """flash-attention's criterion on the benchmark shapes: for out, dq, dk, dv of heads (0, 0) and
     (B-1, H-1), err(attnlab) <= 2·err(bfloat16 attention_ref) + 1e-5, errors vs float64."""
-    from attnlab.gpu import flash_attention_cuda
+    from attnlab.gpu import flash_attention_triton
     from attnlab.reference import attention_ref
 
     device = args.device
@@ -282,7 +281,7 @@ def check(args) -> list[dict]:
     print(f"check: compiled attnlab's kernels in {precompile(jobs, args.workers):.1f} s", flush=True)
     for cfg in cfgs:
         q, k, v, do = make_inputs(cfg, device, seed=1)
-        out = flash_attention_cuda(q, k, v, causal=cfg["causal"])
+        out = flash_attention_triton(q, k, v, causal=cfg["causal"])
         grads = torch.autograd.grad(out, (q, k, v), do)
         row = {key: cfg[key] for key in ("D", "causal", "N", "B", "H")}
         ok = True
@@ -317,7 +316,7 @@ def check(args) -> list[dict]:
 def sweep_candidates(quick: bool, which: str = "v2"):
     """Candidate configurations: "v2" (the full forward and backward list) or "v3" (forward only,
     D = 128: two 8-warp programs per SM through a 128-register cap, against the table's choice)."""
-    from attnlab.gpu._common import BwdConfig, FwdConfig
+    from attnlab.gpu import BwdConfig, FwdConfig
 
     if which == "v3":
         if quick:
@@ -366,23 +365,22 @@ def sweep(args) -> list[dict]:
 def _sweep_shape(c, fwd_cands, bwd_cands, device) -> list[dict]:
     """Time every candidate on one benchmark shape: forward kernels, then backward kernels."""
     from attnlab.bench import time_fn
-    from attnlab.gpu.flash_bwd import flash_bwd
-    from attnlab.gpu.flash_fwd import flash_fwd
+    from attnlab.gpu import prefill_backward, prefill_forward
 
     q, k, v, do = make_inputs(dict(c, pass_="fwd_bwd"), device)
     causal, scale = c["causal"], c["D"] ** -0.5
     with torch.no_grad():
-        out, lse = flash_fwd(q, k, v, causal=causal, scale=scale, config=fwd_cands[0])
+        out, lse = prefill_forward(q, k, v, causal=causal, scale=scale, config=fwd_cands[0])
     rows = []
     for kind, cands in (("fwd", fwd_cands), ("bwd", bwd_cands)):
         fl = flops(dict(c, pass_=kind))
         for cand in cands:
             if kind == "fwd":
                 def fn(cand=cand):
-                    return flash_fwd(q, k, v, causal=causal, scale=scale, config=cand)
+                    return prefill_forward(q, k, v, causal=causal, scale=scale, config=cand)
             else:
                 def fn(cand=cand):
-                    return flash_bwd(do, q, k, v, out, lse, causal=causal, scale=scale, config=cand)
+                    return prefill_backward(do, q, k, v, out, lse, causal=causal, scale=scale, config=cand)
             row = dict(D=c["D"], causal=causal, N=c["N"], kind=kind, config=short(cand))
             try:
                 ms = time_fn(fn, device=device)
@@ -400,13 +398,13 @@ def best_configs(rows, fwd_cands, bwd_cands) -> dict:
     summed over the class's N ("short": N < SHORT_KEYS, "long": the rest). Keys "D,causal,class"."""
     from dataclasses import asdict
 
-    from attnlab.gpu._common import _length_class
+    from attnlab.gpu.config import length_class
 
     by_name = {short(c): c for c in [*fwd_cands, *bwd_cands]}
     score: dict[tuple, dict] = {}
     for r in rows:
         if "tflops" in r:
-            d = score.setdefault((r["D"], r["causal"], _length_class(r["N"]), r["kind"]), {})
+            d = score.setdefault((r["D"], r["causal"], length_class(r["N"]), r["kind"]), {})
             d[r["config"]] = d.get(r["config"], 0.0) + r["tflops"]
     out = {}
     for (D, causal, length, kind), d in score.items():
@@ -497,17 +495,18 @@ def aot(args) -> list[dict]:
     compiler made of it: a spill (stack > 0, LDL/STL) or HMMA instead of HGMMA shows up here for free."""
     import triton
 
-    from attnlab.gpu import _common
-    from attnlab.gpu.flash_bwd import _attn_bwd_dkdv, _attn_bwd_dq
-    from attnlab.gpu.flash_fwd import _attn_fwd
+    from attnlab.gpu import default_bwd_config, default_fwd_config, prefill_kernels
+    from attnlab.gpu.config import BWD_HEAD_DIMS
+
+    jit = prefill_kernels()
 
     dev = torch.device("cuda")
     fwd_cands, bwd_cands = sweep_candidates(False)
     work = []  # (label, D, causal, FwdConfig | None, BwdConfig | None)
     for D in (32, 64, 96, 128, 256):
         for causal in (False, True):
-            f = _common.default_fwd_config(D, causal, dev)
-            b = _common.default_bwd_config(D, causal, dev) if D in _common.BWD_HEAD_DIMS else None
+            f = default_fwd_config(D, causal, dev)
+            b = default_bwd_config(D, causal, dev) if D in BWD_HEAD_DIMS else None
             work.append(("table", D, causal, f, b))
     for D in (64, 128):
         work += [("sweep", D, True, c, None) for c in fwd_cands] + [("sweep", D, True, None, c) for c in bwd_cands]
@@ -519,17 +518,17 @@ def aot(args) -> list[dict]:
             ptr = {n: "*bf16" for n in ("Q", "K", "V", "O")} | {"LSE": "*fp32"}
             if f.tma:
                 ptr |= {n: f"tensordesc<bf16[1,1,{f.block_m if n in 'QO' else f.block_n},{BD}]>" for n in "QKVO"}
-            kernels.append((f"fwd {short(f)}", _attn_fwd, ptr, dict(HEAD_D=D, BLOCK_D=BD, BLOCK_M=f.block_m,
+            kernels.append((f"fwd {short(f)}", jit["fwd"], ptr, dict(HEAD_D=D, BLOCK_D=BD, BLOCK_M=f.block_m,
                             BLOCK_N=f.block_n, CAUSAL=causal, USE_TMA=f.tma, WARP_SPEC=f.warp_spec),
                             f.num_warps, f.num_stages))
         if b is not None:
             ptr = {n: "*bf16" for n in ("Q", "K", "V", "DO", "DK", "DV", "DQ")} | {"LSE2": "*fp32", "DELTA": "*fp32"}
-            kernels.append((f"dkdv {short(b).split('/')[0]}", _attn_bwd_dkdv,
+            kernels.append((f"dkdv {short(b).split('/')[0]}", jit["dkdv"],
                             ptr | ({"DQ": "*fp32"} if b.dq_atomic else {}),
                             dict(HEAD_D=D, BLOCK_D=BD, BLOCK_M=b.block_m1, BLOCK_N=b.block_n1, CAUSAL=causal,
                                  EVEN_M=True, DQ_ATOMIC=b.dq_atomic), b.warps1, b.stages1))
             if not b.dq_atomic:
-                kernels.append((f"dq m{b.block_m2}n{b.block_n2}w{b.warps2}s{b.stages2}", _attn_bwd_dq, ptr,
+                kernels.append((f"dq m{b.block_m2}n{b.block_n2}w{b.warps2}s{b.stages2}", jit["dq"], ptr,
                                 dict(HEAD_D=D, BLOCK_D=BD, BLOCK_M=b.block_m2, BLOCK_N=b.block_n2, CAUSAL=causal),
                                 b.warps2, b.stages2))
         for name, fn, ptr, const, w, st in kernels:

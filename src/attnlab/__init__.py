@@ -29,6 +29,7 @@ _EXPORTS = {
     "expected_rescales": "attnlab.softmax",
     # §2.3 the oracle
     "attention_ref": "attnlab.reference",
+    "AttnDims": "attnlab._checks",
     "causal_mask": "attnlab.reference",
     # §5–§8 the entry points: they choose the Triton kernels or the blockwise path
     "flash_attention": "attnlab.api",

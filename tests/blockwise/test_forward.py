@@ -7,7 +7,7 @@ import pytest
 import torch
 from tests.helpers import BLOCKS, F64, SHAPES, abs_err, assert_lse, qkv, shape_id
 
-from attnlab._checks import AttnDims
+from attnlab import AttnDims
 from attnlab.blockwise import IOStats, cpu_block_sizes, flash_forward, flash_forward_fa1
 from attnlab.blockwise.programs import program_chunks, programs_per_step
 from attnlab.reference import attention_ref

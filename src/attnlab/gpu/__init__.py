@@ -33,7 +33,7 @@ _EXPORTS = {
     "choose_num_splits": "decode",
 }
 
-__all__ = sorted(_EXPORTS) + ["is_available"]
+__all__ = sorted(_EXPORTS) + ["is_available", "prefill_kernels"]
 
 
 def is_available() -> bool:
@@ -46,6 +46,15 @@ def is_available() -> bool:
     if not (triton_available() and torch.cuda.is_available()):
         return False
     return torch.cuda.get_device_capability()[0] >= 8
+
+
+def prefill_kernels() -> dict:
+    """The prefill ``@triton.jit`` kernels by name ("fwd", "dkdv", "dq"), for ahead-of-time build
+    reports (registers, spills, instructions) of the configurations in the tables."""
+    from .prefill_bwd import _attn_bwd_dkdv, _attn_bwd_dq
+    from .prefill_fwd import _attn_fwd
+
+    return {"fwd": _attn_fwd, "dkdv": _attn_bwd_dkdv, "dq": _attn_bwd_dq}
 
 
 def __getattr__(name: str):

@@ -57,7 +57,8 @@ def _head_bucket(D: int) -> int:
 SHORT_KEYS = 2048  # calls with fewer keys than this use the "short" table entries
 
 
-def _length_class(n_keys: int | None) -> str:
+def length_class(n_keys: int | None) -> str:
+    """The table's length class of a call with ``n_keys`` keys: "short" below SHORT_KEYS, else "long"."""
     return "short" if n_keys is not None and n_keys < SHORT_KEYS else "long"
 
 
@@ -113,14 +114,14 @@ def default_fwd_config(D: int, causal: bool, device: torch.device, n_keys: int |
     """The table's forward launch for head dim D with ``n_keys`` keys (None: a long sequence)."""
     if device.type == "cpu":
         return _INTERP_FWD
-    return _FWD_TABLE[(_head_bucket(D), bool(causal), _length_class(n_keys))]
+    return _FWD_TABLE[(_head_bucket(D), bool(causal), length_class(n_keys))]
 
 
 def default_bwd_config(D: int, causal: bool, device: torch.device, n_keys: int | None = None) -> BwdConfig:
     """The table's backward launch for head dim D with ``n_keys`` keys (None: a long sequence)."""
     if device.type == "cpu":
         return _INTERP_BWD
-    return _BWD_TABLE[(_head_bucket(D), bool(causal), _length_class(n_keys))]
+    return _BWD_TABLE[(_head_bucket(D), bool(causal), length_class(n_keys))]
 
 
 def set_config(D: int, causal: bool, *, fwd: FwdConfig | None = None, bwd: BwdConfig | None = None,
