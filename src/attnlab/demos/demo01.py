@@ -32,6 +32,7 @@ from attnlab.model import (
 from attnlab.model.train import cpu_threads
 
 PROBE_SEQUENCES = 250  # head scores and ablation: 500 answers
+LAYER_7B = dict(d_model=4096, heads=32, ffn_dim=11008, causal=True, gpu="H100")  # §3.1
 
 
 def _pct(x: float) -> str:
@@ -123,8 +124,11 @@ def ablate(console, tm, probe, found) -> dict:
 def flops_7b(console) -> dict:
     from attnlab.cost import layer_flops_table, render_table
 
-    rows = layer_flops_table()
-    console.print(render_table(rows, title="4 · one 7B layer (d_model 4096, 32 × 128, FFN 11008, causal) on H100 (§3.1–3.2)"))
+    c = LAYER_7B
+    rows = layer_flops_table(**c)
+    console.print(render_table(rows, title=f"4 · one 7B layer (d_model {c['d_model']}, {c['heads']} × "
+                                           f"{c['d_model'] // c['heads']}, FFN {c['ffn_dim']}, "
+                                           f"{'causal' if c['causal'] else 'no mask'}) on {c['gpu']} (§3.1–3.2)"))
     last, k32 = rows[-1], next(r for r in rows if r.seq == 32768)
     console.print(f"   attention is {_pct(rows[0].attention_share)} of the FLOPs at N = {rows[0].seq:,} and "
                   f"{_pct(last.attention_share)} at {last.seq:,}; at 32K, S for all heads takes "

@@ -26,6 +26,9 @@ from attnlab.model.train import cpu_threads
 
 N, D, BR, BC = 300, 32, 64, 48  # §7.4
 TRAIN_STEPS, TRAIN_BATCH, TRAIN_SEED = 30, 16, 0  # §7.7
+P_VS_L = dict(heads=32, dtype_bytes=2)  # §7.1–7.2
+BACKWARD_H100 = dict(seq=4096, head_dim=128, heads=32, dtype_bytes=2, gpu="H100")  # §7.5
+RECOMPUTE = dict(head_dim=128, dtype_bytes=2)  # §7.6
 TRAIN_BLOCKS = (8, 16)  # Br = Bc of the flash runs, besides one block covering the whole sequence
 
 
@@ -91,10 +94,13 @@ def cost_tables(console) -> dict:
     from attnlab.cost import estimate_backward, p_vs_l_table, recompute_table, render_table
     from attnlab.cost.tables import fmt_bytes, fmt_flops, fmt_time
 
-    pl = p_vs_l_table()
-    console.print(render_table(pl, title="4a · one layer, 32 heads, FP16: keep P (standard) or L (flash)? (§7.1–7.2)"))
-    est = estimate_backward()
-    t = Table(title="4b · attention backward on H100, N 4096, d 128, 32 heads, FP16: roofline lower bound (§7.5)")
+    a, b, c = P_VS_L, BACKWARD_H100, RECOMPUTE
+    pl = p_vs_l_table(**a)
+    console.print(render_table(pl, title=f"4a · one layer, {a['heads']} heads, {8 * a['dtype_bytes']}-bit: keep P "
+                                         f"(standard) or L (flash)? (§7.1–7.2)"))
+    est = estimate_backward(**b)
+    t = Table(title=f"4b · attention backward on {b['gpu']}, N {b['seq']}, d {b['head_dim']}, {b['heads']} heads, "
+                    f"{8 * b['dtype_bytes']}-bit: roofline lower bound (§7.5)")
     for col in ("algorithm", "kernels", "matmul FLOPs", "HBM bytes", "time"):
         t.add_column(col, justify="right")
     for name, ks in (("standard (stores P)", est.standard), ("flash (recomputes P)", est.flash_l2)):
@@ -103,8 +109,9 @@ def cost_tables(console) -> dict:
     console.print(t)
     console.print(f"   flash: {100 * (est.flops_ratio - 1):+.0f}% FLOPs, 1/{est.traffic_ratio:.0f} of the traffic, "
                   f"{est.speedup:.1f}× faster")
-    rc = recompute_table()
-    console.print(render_table(rc, title="4c · recompute S (2d FLOP) or read P back (2 bytes)? d / ridge, d = 128 (§7.6)"))
+    rc = recompute_table(**c)
+    console.print(render_table(rc, title=f"4c · recompute S (2d FLOP) or read P back ({c['dtype_bytes']} bytes)? "
+                                         f"d / ridge, d = {c['head_dim']} (§7.6)"))
     return {"p_vs_l": [r.to_dict() for r in pl],
             "backward": {"flops_ratio": est.flops_ratio, "traffic_ratio": est.traffic_ratio, "speedup": est.speedup,
                          "standard_time": est.standard_time, "flash_time": est.flash_time},

@@ -19,6 +19,10 @@ from attnlab.model.train import cpu_threads
 PROMPTS = 60
 NEW_TOKENS = 8
 SPLITS = (2, 4, 7)
+PREFILL = dict(prefill_seq=2048, context=2048, gpu="H100")  # §8.3: one 7B layer
+KV_7B = dict(layers=32, d_model=4096, dtype_bytes=2)  # §8.2: the 7B model's KV cache, FP16
+KV_BIG = dict(batch=128, seq=2048)
+SPLIT_TABLE = dict(batch=1, heads=32, head_dim=128, gpu="H100", dtype_bytes=2)  # §8.4
 
 
 def kv_cache(console, tm, prompts) -> dict:
@@ -46,8 +50,9 @@ def kv_cache(console, tm, prompts) -> dict:
 def prefill_decode(console) -> dict:
     from attnlab.cost import kv_cache_bytes, prefill_decode_table, render_table
 
-    rows = prefill_decode_table()
-    console.print(render_table(rows, title="2 · one 7B layer on H100: prefill 2,048 tokens vs one decode step (§8.3)"))
+    rows = prefill_decode_table(**PREFILL)
+    console.print(render_table(rows, title=f"2 · one 7B layer on {PREFILL['gpu']}: prefill {PREFILL['prefill_seq']:,} "
+                                           f"tokens vs one decode step (§8.3)"))
     pre = rows[0]
     d1 = next(r for r in rows if r.phase == "decode" and r.batch == 1)
     dmax = rows[-1]
@@ -55,10 +60,11 @@ def prefill_decode(console) -> dict:
                   f"attention is {100 * d1.attention_share:.0f}% of a decode step at batch 1 and "
                   f"{100 * dmax.attention_share:.0f}% at batch {dmax.batch} (its intensity stays "
                   f"{dmax.attention_intensity:.1f} FLOP/B)")
-    per_token = kv_cache_bytes(layers=32, seq=1, d_model=4096)
-    big = kv_cache_bytes(layers=32, seq=2048, batch=128, d_model=4096)
-    console.print(f"   7B KV cache (32 layers, d_model 4096, FP16): {per_token / 2**20:.2f} MiB per token; "
-                  f"batch 128 × 2,048 tokens: {big / 2**30:.0f} GiB")
+    per_token = kv_cache_bytes(seq=1, **KV_7B)
+    big = kv_cache_bytes(**KV_BIG, **KV_7B)
+    console.print(f"   7B KV cache ({KV_7B['layers']} layers, d_model {KV_7B['d_model']}, {8 * KV_7B['dtype_bytes']}-bit): "
+                  f"{per_token / 2**20:.2f} MiB per token; batch {KV_BIG['batch']} × {KV_BIG['seq']:,} tokens: "
+                  f"{big / 2**30:.0f} GiB")
     return {"rows": [r.to_dict() for r in rows], "kv_bytes_per_token": per_token, "kv_bytes_b128_2k": big,
             "decode_vs_prefill_per_token": d1.time_per_token / pre.time_per_token}
 
@@ -80,16 +86,18 @@ def flash_decoding(console, tm, prompts, plain) -> dict:
 
 
 def split_table(console) -> dict:
-    from attnlab.cost import decode_split_table, render_table
+    from attnlab.cost import decode_split_table, get_gpu, render_table
 
-    rows = decode_split_table()
-    console.print(render_table(rows, title="4 · Flash-Decoding on H100, batch 1, 32 heads, D 128, FP16: "
-                                           "splits vs waves (§8.4)"))
+    t = SPLIT_TABLE
+    rows = decode_split_table(**t)
+    gpu = get_gpu(t["gpu"])
+    console.print(render_table(rows, title=f"4 · Flash-Decoding on {gpu.name}, batch {t['batch']}, {t['heads']} heads, "
+                                           f"D {t['head_dim']}, {8 * t['dtype_bytes']}-bit: splits vs waves (§8.4)"))
     at = {r.splits: r for r in rows if r.seq == 32768}
     if 4 in at and 5 in at:
         console.print(f"   at 32K: {at[4].splits} splits = {at[4].blocks} blocks in {at[4].waves} wave, "
                       f"{at[4].time * 1e6:.0f} µs; {at[5].splits} splits = {at[5].blocks} blocks need "
-                      f"{at[5].waves} waves on 132 SMs: {at[5].time * 1e6:.0f} µs")
+                      f"{at[5].waves} waves on {gpu.sms} SMs: {at[5].time * 1e6:.0f} µs")
     return {"rows": [r.to_dict() for r in rows]}
 
 
