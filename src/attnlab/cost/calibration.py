@@ -121,10 +121,18 @@ def calibration_for(gpu_name: str, config) -> DecodeCalibration | None:
     return None
 
 
+def aggregate_rate(programs: int, program_bw: float, bw: float, k: float) -> float:
+    """Bytes/s of ``programs`` programs streaming at once: bw·(x^-k + 1)^(-1/k) with x = demand / bw =
+    programs·program_bw / bw — about the demand well below bw, about bw well above it (k → ∞: the
+    lesser of the two). Written so that no power overflows, whatever k."""
+    x = max(programs, 1) * program_bw / bw
+    if x <= 1.0:
+        return bw * x / (1.0 + x ** k) ** (1.0 / k)
+    return bw / (1.0 + x ** -k) ** (1.0 / k)
+
+
 def _rate(P: int, cal: DecodeCalibration) -> float:
-    """Aggregate bytes/s of P programs streaming at once."""
-    x = P * cal.program_bw / cal.bw  # demand over supply
-    return cal.bw * (x ** -cal.k + 1.0) ** (-1.0 / cal.k)
+    return aggregate_rate(P, cal.program_bw, cal.bw, cal.k)
 
 
 def _time(B: int, Hkv: int, N: int, D: int, S: int, sms: int, cal: DecodeCalibration, nb: int) -> float:

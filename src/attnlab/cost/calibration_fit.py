@@ -22,7 +22,7 @@ import math
 from collections.abc import Mapping
 
 from ._args import dtype_bytes as _dtype_bytes
-from .calibration import SMEM_PER_SM, DecodeCalibration, config_key, programs_per_sm
+from .calibration import SMEM_PER_SM, DecodeCalibration, aggregate_rate, config_key, programs_per_sm
 
 _FIRST_RUN_CONFIG = (64, 128, 4, 3)  # runs that recorded no kernel_config used this one
 
@@ -183,7 +183,7 @@ def fit_decode_calibration(results, config=None, *, dtype_bytes=2, smem_per_sm: 
 
             def rate_of(n, bw=bw, k=k, rate=rate):
                 if n not in rate:
-                    rate[n] = bw * ((max(n, 1) * program_bw / bw) ** -k + 1.0) ** (-1.0 / k)
+                    rate[n] = aggregate_rate(n, program_bw, bw, k)
                 return rate[n]
 
             y = []

@@ -15,7 +15,7 @@ from ._args import flag, pos_int
 PASS_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd_bwd": 3.5}
 
 
-def causal_visible_pairs(seq_q: int, seq_k: int) -> float:
+def causal_visible_pairs(*, seq_q: int, seq_k: int) -> float:
     """(query, key) pairs a causal mask leaves visible, per head.
 
     Square (Nq == Nk): N²/2 — the convention of the lecture ("causal attention computes half") and of
@@ -47,7 +47,7 @@ def attention_flops(*, batch: int = 1, heads: int = 1, seq_q: int, seq_k: int | 
     flag(causal, "causal")
     if pass_ not in PASS_FACTOR:
         raise ValueError(f"pass_ must be one of {sorted(PASS_FACTOR)}, got {pass_!r}")
-    pairs = causal_visible_pairs(Nq, Nk) if causal else Nq * Nk
+    pairs = causal_visible_pairs(seq_q=Nq, seq_k=Nk) if causal else Nq * Nk
     return 4.0 * B * H * pairs * D * PASS_FACTOR[pass_]  # QKᵀ (2·D per pair) + PV (2·D per pair)
 
 

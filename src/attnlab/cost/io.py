@@ -10,9 +10,10 @@ dQ by atomic adds).
 
 Every count is built from a list of kernels (``KernelIO``: name, FLOPs, elements per array and
 direction), so the breakdowns, the totals and the roofline estimates (``roofline.py``) agree by
-construction. Names: N sequence length (Nq = Nk = N), d head dim, Br = ``block_q`` rows of Q per
-block, Bc = ``block_k`` rows of K/V per block, T = number of blocks. N need not be a multiple of a
-block: the last block is partial (T = ceil(N/B)) and only its real rows are counted.
+construction. Every function with more than one argument takes keywords: ``seq`` = N, the sequence
+length (Nq = Nk = N), ``head_dim`` = d, ``block_q`` = Br rows of Q per block, ``block_k`` = Bc rows of
+K/V per block; T = number of blocks. N need not be a multiple of a block: the last block is partial
+(T = ceil(N/B)) and only its real rows are counted.
 
 "ideal cache" means: every byte of an N×d (or N) array moves between HBM and the chip once per pass;
 the N×N arrays S, P, dP, dS fit in no cache and move at every kernel that uses them.
@@ -56,7 +57,7 @@ def _merge(kernels: list[KernelIO]) -> dict[Key, int]:
     return out
 
 
-def cdiv(a: int, b: int) -> int:
+def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
@@ -68,7 +69,7 @@ def _gemm_reads(M: int, K: int, Nc: int, tile: int | None) -> tuple[int, int]:
     """
     if tile is None:
         return M * K, K * Nc
-    return cdiv(Nc, tile) * M * K, cdiv(M, tile) * K * Nc
+    return _cdiv(Nc, tile) * M * K, _cdiv(M, tile) * K * Nc
 
 
 # ---------------------------------------------------------------- §6.2 causal block pairs
@@ -96,15 +97,15 @@ class BlockPairs:
     scores: int  # Σ over computed pairs of rows × cols: score elements actually computed
 
 
-def block_pairs(N: int, block_q: int, block_k: int, *, causal: bool = False) -> BlockPairs:
+def block_pairs(*, seq: int, block_q: int, block_k: int, causal: bool = False) -> BlockPairs:
     """Count the block pairs of an N×N score matrix cut into Br×Bc blocks (ceil at the edge).
 
     Causal (square, so top-left = bottom-right alignment): a pair is skipped when its first key
     comes after its Q block's last query; pairs that straddle the diagonal are computed whole.
     """
-    N, Br, Bc = pos_int(N, "N"), pos_int(block_q, "block_q"), pos_int(block_k, "block_k")
+    N, Br, Bc = pos_int(seq, "seq"), pos_int(block_q, "block_q"), pos_int(block_k, "block_k")
     flag(causal, "causal")
-    Tr, Tc = cdiv(N, Br), cdiv(N, Bc)
+    Tr, Tc = _cdiv(N, Br), _cdiv(N, Bc)
     if not causal:
         return BlockPairs(Tr * Tc, Tr * Tc, Tr * N, Tc * N, N * N)
     pairs = kv_rows = scores = 0
@@ -126,14 +127,14 @@ def block_pairs(N: int, block_q: int, block_k: int, *, causal: bool = False) -> 
 # ---------------------------------------------------------------- §3.2 standard forward
 
 
-def standard_forward_kernels(N: int, d: int, *, ideal_cache: bool = True, tile: int = 16) -> list[KernelIO]:
+def standard_forward_kernels(*, seq: int, head_dim: int, ideal_cache: bool = True, tile: int = 16) -> list[KernelIO]:
     """The standard forward's 3 kernels (§3.2), per head.
 
     ① S = QKᵀ/√d: reads Q, K, writes S. ② P = softmax(S): reads S, writes P (one read per row,
     kept on chip for the two reductions). ③ O = PV: reads P, V, writes O.
     ``ideal_cache=False``: what the T×T-tiled GEMMs of §5.2 request (``tile`` = T, 16 there).
     """
-    N, d = pos_int(N, "N"), pos_int(d, "d")
+    N, d = pos_int(seq, "seq"), pos_int(head_dim, "head_dim")
     flag(ideal_cache, "ideal_cache")
     t = None if ideal_cache else pos_int(tile, "tile")
     q, k = _gemm_reads(N, d, N, t)  # S (N×N) = Q (N×d) · Kᵀ (d×N)
@@ -145,20 +146,20 @@ def standard_forward_kernels(N: int, d: int, *, ideal_cache: bool = True, tile: 
     ]
 
 
-def io_standard_forward_breakdown(N: int, d: int, *, ideal_cache: bool = True, tile: int = 16) -> dict[Key, int]:
+def io_standard_forward_breakdown(*, seq: int, head_dim: int, ideal_cache: bool = True, tile: int = 16) -> dict[Key, int]:
     """Elements per (array, "read"/"write") of the standard forward; arrays Q, K, V, S, P, O."""
-    return _merge(standard_forward_kernels(N, d, ideal_cache=ideal_cache, tile=tile))
+    return _merge(standard_forward_kernels(seq=seq, head_dim=head_dim, ideal_cache=ideal_cache, tile=tile))
 
 
-def io_standard_forward(N: int, d: int, *, ideal_cache: bool = True, tile: int = 16) -> int:
+def io_standard_forward(*, seq: int, head_dim: int, ideal_cache: bool = True, tile: int = 16) -> int:
     """HBM elements of the standard forward: 4Nd + 4N² with an ideal cache (§3.2)."""
-    return sum(io_standard_forward_breakdown(N, d, ideal_cache=ideal_cache, tile=tile).values())
+    return sum(io_standard_forward_breakdown(seq=seq, head_dim=head_dim, ideal_cache=ideal_cache, tile=tile).values())
 
 
 # ---------------------------------------------------------------- §5.4 FlashAttention forward (FA2 order)
 
 
-def flash_forward_kernels(N: int, d: int, block_q: int, *, kv_in_l2: bool = False, causal: bool = False,
+def flash_forward_kernels(*, seq: int, head_dim: int, block_q: int, kv_in_l2: bool = False, causal: bool = False,
                           block_k: int | None = None) -> list[KernelIO]:
     """FlashAttention forward, FA2 loop order (Q blocks outer), one kernel, per head.
 
@@ -166,36 +167,40 @@ def flash_forward_kernels(N: int, d: int, block_q: int, *, kv_in_l2: bool = Fals
     the non-skipped ones when causal). ``kv_in_l2``: K and V come from HBM once (ideal cache / L2).
     ``block_k`` (default ``block_q``) only matters for causal skipping.
     """
-    N, d, Br = pos_int(N, "N"), pos_int(d, "d"), pos_int(block_q, "block_q")
+    N, d, Br = pos_int(seq, "seq"), pos_int(head_dim, "head_dim"), pos_int(block_q, "block_q")
     Bc = Br if block_k is None else pos_int(block_k, "block_k")
     flag(kv_in_l2, "kv_in_l2")
-    bp = block_pairs(N, Br, Bc, causal=causal)
+    bp = block_pairs(seq=N, block_q=Br, block_k=Bc, causal=causal)
     kv = N * d if kv_in_l2 else bp.kv_rows_read * d  # non-causal: Tr · N·d = N·d · N/Br
     io = {("Q", "read"): N * d, ("K", "read"): kv, ("V", "read"): kv, ("O", "write"): N * d, ("L", "write"): N}
     # QKᵀ and PV on the computed score elements; the online softmax's exp/max/sum on the same ones
     return [KernelIO("flash forward (FA2)", 4.0 * bp.scores * d, SOFTMAX_FLOPS * bp.scores, io)]
 
 
-def io_flash_forward_breakdown(N: int, d: int, block_q: int, *, kv_in_l2: bool = False, causal: bool = False,
+def io_flash_forward_breakdown(*, seq: int, head_dim: int, block_q: int, kv_in_l2: bool = False, causal: bool = False,
                                block_k: int | None = None) -> dict[Key, int]:
     """Elements per (array, "read"/"write") of the FlashAttention forward; arrays Q, K, V, O, L."""
-    return _merge(flash_forward_kernels(N, d, block_q, kv_in_l2=kv_in_l2, causal=causal, block_k=block_k))
+    return _merge(flash_forward_kernels(seq=seq, head_dim=head_dim, block_q=block_q, kv_in_l2=kv_in_l2, causal=causal,
+                                        block_k=block_k))
 
 
-def io_flash_forward(N: int, d: int, block_q: int, *, kv_in_l2: bool = False, causal: bool = False,
+def io_flash_forward(*, seq: int, head_dim: int, block_q: int, kv_in_l2: bool = False, causal: bool = False,
                      block_k: int | None = None) -> int:
     """HBM elements of the FlashAttention forward (§5.4).
 
     2Nd + 2Nd·N/Br + N without a cache (exactly, when Br divides N; else the K/V term is
     2Nd·ceil(N/Br)); 4Nd + N with K/V held in L2. Causal: only the non-skipped block pairs read K/V.
     """
-    return sum(io_flash_forward_breakdown(N, d, block_q, kv_in_l2=kv_in_l2, causal=causal, block_k=block_k).values())
+    return sum(io_flash_forward_breakdown(seq=seq, head_dim=head_dim, block_q=block_q, kv_in_l2=kv_in_l2, causal=causal,
+                                          block_k=block_k).values())
 
 
-def causal_kv_bytes_saved(N: int, d: int, block_q: int, block_k: int | None = None, *, dtype_bytes: int = 2) -> int:
+def causal_kv_bytes_saved(*, seq: int, head_dim: int, block_q: int, block_k: int | None = None,
+                          dtype_bytes: int = 2) -> int:
     """Bytes of K/V reads that causal block skipping saves in the FA2 forward (no cache) (§6.2)."""
-    full = io_flash_forward_breakdown(N, d, block_q, block_k=block_k)
-    skip = io_flash_forward_breakdown(N, d, block_q, block_k=block_k, causal=True)
+    shape = dict(seq=seq, head_dim=head_dim, block_q=block_q, block_k=block_k)
+    full = io_flash_forward_breakdown(**shape)
+    skip = io_flash_forward_breakdown(**shape, causal=True)
     kv = [("K", "read"), ("V", "read")]
     return sum(full[k] - skip[k] for k in kv) * pos_int(dtype_bytes, "dtype_bytes")
 
@@ -203,16 +208,16 @@ def causal_kv_bytes_saved(N: int, d: int, block_q: int, block_k: int | None = No
 # ---------------------------------------------------------------- §6.3 FlashAttention-1 order
 
 
-def fa1_forward_kernels(N: int, d: int, block_q: int, block_k: int) -> list[KernelIO]:
+def fa1_forward_kernels(*, seq: int, head_dim: int, block_q: int, block_k: int) -> list[KernelIO]:
     """FlashAttention-1 forward (K/V blocks outer, Q blocks inner), one kernel, per head.
 
     K and V are read once. For each of the Tc = ceil(N/Bc) K/V blocks, every Q block is read and its
     O_i, ℓ_i, m_i are read, updated and written back: Tc · (3Nd + 4N) on top of 2Nd (O, ℓ, m start
     in HBM as 0, 0, −∞). ``block_q`` does not change the count: all of Q is visited either way.
     """
-    N, d = pos_int(N, "N"), pos_int(d, "d")
+    N, d = pos_int(seq, "seq"), pos_int(head_dim, "head_dim")
     pos_int(block_q, "block_q")
-    Tc = cdiv(N, pos_int(block_k, "block_k"))
+    Tc = _cdiv(N, pos_int(block_k, "block_k"))
     io = {
         ("Q", "read"): Tc * N * d,
         ("K", "read"): N * d,
@@ -227,20 +232,20 @@ def fa1_forward_kernels(N: int, d: int, block_q: int, block_k: int) -> list[Kern
     return [KernelIO("flash forward (FA1)", 4.0 * N * N * d, SOFTMAX_FLOPS * N * N, io)]
 
 
-def io_fa1_forward_breakdown(N: int, d: int, block_q: int, block_k: int) -> dict[Key, int]:
+def io_fa1_forward_breakdown(*, seq: int, head_dim: int, block_q: int, block_k: int) -> dict[Key, int]:
     """Elements per (array, "read"/"write") of the FA1-order forward; arrays Q, K, V, O, m, l."""
-    return _merge(fa1_forward_kernels(N, d, block_q, block_k))
+    return _merge(fa1_forward_kernels(seq=seq, head_dim=head_dim, block_q=block_q, block_k=block_k))
 
 
-def io_fa1_forward(N: int, d: int, block_q: int, block_k: int) -> int:
+def io_fa1_forward(*, seq: int, head_dim: int, block_q: int, block_k: int) -> int:
     """HBM elements of the FA1-order forward: 2Nd + ceil(N/Bc)·(3Nd + 4N) (§6.3: ≈ 51.9 M at N=4096)."""
-    return sum(io_fa1_forward_breakdown(N, d, block_q, block_k).values())
+    return sum(io_fa1_forward_breakdown(seq=seq, head_dim=head_dim, block_q=block_q, block_k=block_k).values())
 
 
 # ---------------------------------------------------------------- §7.5 backward
 
 
-def standard_backward_kernels(N: int, d: int, *, ideal_cache: bool = True, tile: int = 16) -> list[KernelIO]:
+def standard_backward_kernels(*, seq: int, head_dim: int, ideal_cache: bool = True, tile: int = 16) -> list[KernelIO]:
     """The standard backward's 5 kernels (what autograd runs on matmul–softmax–matmul), per head.
 
     dV = Pᵀ·dO; dP = dO·Vᵀ; dS = P ∘ (dP − rowsum(P ∘ dP)); dQ = dS·K/√d; dK = dSᵀ·Q/√d.
@@ -248,7 +253,7 @@ def standard_backward_kernels(N: int, d: int, *, ideal_cache: bool = True, tile:
     Ideal cache: Q, K, V, dO read once, dQ, dK, dV written once — 7Nd (dO, read by the first two
     kernels, comes from HBM once). ``ideal_cache=False``: T×T-tiled GEMM requests (``tile`` = T).
     """
-    N, d = pos_int(N, "N"), pos_int(d, "d")
+    N, d = pos_int(seq, "seq"), pos_int(head_dim, "head_dim")
     flag(ideal_cache, "ideal_cache")
     t = None if ideal_cache else pos_int(tile, "tile")
     p1, do1 = _gemm_reads(N, N, d, t)  # dV (N×d) = Pᵀ (N×N) · dO (N×d)
@@ -268,17 +273,17 @@ def standard_backward_kernels(N: int, d: int, *, ideal_cache: bool = True, tile:
     ]
 
 
-def io_standard_backward_breakdown(N: int, d: int, *, ideal_cache: bool = True, tile: int = 16) -> dict[Key, int]:
+def io_standard_backward_breakdown(*, seq: int, head_dim: int, ideal_cache: bool = True, tile: int = 16) -> dict[Key, int]:
     """Elements per (array, "read"/"write") of the standard backward."""
-    return _merge(standard_backward_kernels(N, d, ideal_cache=ideal_cache, tile=tile))
+    return _merge(standard_backward_kernels(seq=seq, head_dim=head_dim, ideal_cache=ideal_cache, tile=tile))
 
 
-def io_standard_backward(N: int, d: int, *, ideal_cache: bool = True, tile: int = 16) -> int:
+def io_standard_backward(*, seq: int, head_dim: int, ideal_cache: bool = True, tile: int = 16) -> int:
     """HBM elements of the standard backward: 7N² + 7Nd with an ideal cache (§7.5)."""
-    return sum(io_standard_backward_breakdown(N, d, ideal_cache=ideal_cache, tile=tile).values())
+    return sum(io_standard_backward_breakdown(seq=seq, head_dim=head_dim, ideal_cache=ideal_cache, tile=tile).values())
 
 
-def flash_backward_kernels(N: int, d: int, block_q: int, block_k: int, *, ideal_cache: bool = False,
+def flash_backward_kernels(*, seq: int, head_dim: int, block_q: int, block_k: int, ideal_cache: bool = False,
                            causal: bool = False) -> list[KernelIO]:
     """FlashAttention backward, K/V blocks outer (§7.4), one kernel, per head.
 
@@ -289,9 +294,9 @@ def flash_backward_kernels(N: int, d: int, block_q: int, block_k: int, *, ideal_
     ``ideal_cache``: every N×d array once — 8Nd + N (the lecture's lower bound, §7.5).
     FLOPs: recompute S, then dV, dP, dQ, dK — 5 GEMMs of 2·d per computed score (2.5× forward).
     """
-    N, d = pos_int(N, "N"), pos_int(d, "d")
+    N, d = pos_int(seq, "seq"), pos_int(head_dim, "head_dim")
     flag(ideal_cache, "ideal_cache")
-    bp = block_pairs(N, block_q, block_k, causal=causal)
+    bp = block_pairs(seq=N, block_q=block_q, block_k=block_k, causal=causal)
     Nd = N * d
     if ideal_cache:
         q_like, l_rows, dq_read = Nd, N, 0
@@ -312,35 +317,38 @@ def flash_backward_kernels(N: int, d: int, block_q: int, block_k: int, *, ideal_
     return [KernelIO("flash backward", 10.0 * bp.scores * d, 4.0 * bp.scores, io)]
 
 
-def io_flash_backward_breakdown(N: int, d: int, block_q: int, block_k: int, *, ideal_cache: bool = False,
+def io_flash_backward_breakdown(*, seq: int, head_dim: int, block_q: int, block_k: int, ideal_cache: bool = False,
                                 causal: bool = False) -> dict[Key, int]:
     """Elements per (array, "read"/"write") of the FlashAttention backward."""
-    return _merge(flash_backward_kernels(N, d, block_q, block_k, ideal_cache=ideal_cache, causal=causal))
+    return _merge(flash_backward_kernels(seq=seq, head_dim=head_dim, block_q=block_q, block_k=block_k,
+                                         ideal_cache=ideal_cache, causal=causal))
 
 
-def io_flash_backward(N: int, d: int, block_q: int, block_k: int, *, ideal_cache: bool = False,
+def io_flash_backward(*, seq: int, head_dim: int, block_q: int, block_k: int, ideal_cache: bool = False,
                       causal: bool = False) -> int:
     """HBM elements of the FlashAttention backward: 4Nd + Tc·(5Nd + N) without a cache (dQ's atomic
     adds read and write), 8Nd + N with an ideal cache (§7.5: 1/29 of the standard's 7N² + 7Nd)."""
-    return sum(io_flash_backward_breakdown(N, d, block_q, block_k, ideal_cache=ideal_cache, causal=causal).values())
+    return sum(io_flash_backward_breakdown(seq=seq, head_dim=head_dim, block_q=block_q, block_k=block_k,
+                                           ideal_cache=ideal_cache, causal=causal).values())
 
 
-def dq_atomic_elements(N: int, d: int, block_k: int, *, block_q: int | None = None, causal: bool = False) -> int:
+def dq_atomic_elements(*, seq: int, head_dim: int, block_k: int, block_q: int | None = None,
+                       causal: bool = False) -> int:
     """Elements the FlashAttention backward atomically adds into dQ: ceil(N/Bc)·N·d (§7.4: 7 × 300 × 32)."""
-    bp = block_pairs(N, block_k if block_q is None else block_q, block_k, causal=causal)
-    return bp.q_rows_read * pos_int(d, "d")
+    bp = block_pairs(seq=seq, block_q=block_k if block_q is None else block_q, block_k=block_k, causal=causal)
+    return bp.q_rows_read * pos_int(head_dim, "head_dim")
 
 
 # ---------------------------------------------------------------- §6.1 shared memory of a block pair
 
 
-def sram_bytes(block_q: int, block_k: int, d: int, dtype_bytes: int = 2, double_buffer: bool = True) -> int:
+def sram_bytes(*, block_q: int, block_k: int, head_dim: int, dtype_bytes: int = 2, double_buffer: bool = True) -> int:
     """Shared memory a FlashAttention block needs: Q_i (Br×d) plus K_j, V_j (Bc×d each), the K/V
     tiles doubled when double-buffered (one being computed on, one being loaded) (§6.1).
 
     S_ij, P̃ and the accumulator live in registers and are not counted.
     """
-    Br, Bc, d = pos_int(block_q, "block_q"), pos_int(block_k, "block_k"), pos_int(d, "d")
+    Br, Bc, d = pos_int(block_q, "block_q"), pos_int(block_k, "block_k"), pos_int(head_dim, "head_dim")
     flag(double_buffer, "double_buffer")
     kv_copies = 2 if double_buffer else 1
     return (Br * d + kv_copies * 2 * Bc * d) * pos_int(dtype_bytes, "dtype_bytes")

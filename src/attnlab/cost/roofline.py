@@ -154,11 +154,11 @@ def estimate_forward(*, seq: int = 4096, head_dim: int = 128, batch: int = 1, he
     N = 4096, D = 128, 32 heads, FP16 on H100 with Br = Bc = 128.
     """
     common = dict(batch=batch, heads=heads, kv_heads=kv_heads, dtype_bytes=dtype_bytes)
-    std = cost_kernels(_io.standard_forward_kernels(seq, head_dim), gpu, kv_cached=True, **common)
-    l2 = cost_kernels(_io.flash_forward_kernels(seq, head_dim, block_q, kv_in_l2=True, causal=causal, block_k=block_k),
-                      gpu, kv_cached=True, **common)
-    hbm = cost_kernels(_io.flash_forward_kernels(seq, head_dim, block_q, causal=causal, block_k=block_k),
-                       gpu, kv_cached=False, **common)
+    shape = dict(seq=seq, head_dim=head_dim)
+    blocks = dict(block_q=block_q, block_k=block_k, causal=causal)
+    std = cost_kernels(_io.standard_forward_kernels(**shape), gpu, kv_cached=True, **common)
+    l2 = cost_kernels(_io.flash_forward_kernels(**shape, **blocks, kv_in_l2=True), gpu, kv_cached=True, **common)
+    hbm = cost_kernels(_io.flash_forward_kernels(**shape, **blocks), gpu, kv_cached=False, **common)
     return ForwardEstimate(std, l2, hbm)
 
 
@@ -226,10 +226,11 @@ def estimate_backward(*, seq: int = 4096, head_dim: int = 128, batch: int = 1, h
     H100): 25% more FLOPs, 1/29 of the traffic, ≈ 3.3× faster as a lower bound."""
     Bc = block_q if block_k is None else block_k
     common = dict(batch=batch, heads=heads, kv_heads=kv_heads, dtype_bytes=dtype_bytes)
-    std = cost_kernels(_io.standard_backward_kernels(seq, head_dim), gpu, kv_cached=True, **common)
-    l2 = cost_kernels(_io.flash_backward_kernels(seq, head_dim, block_q, Bc, ideal_cache=True, causal=causal),
-                      gpu, kv_cached=True, **common)
-    hbm = cost_kernels(_io.flash_backward_kernels(seq, head_dim, block_q, Bc, causal=causal),
+    shape = dict(seq=seq, head_dim=head_dim)
+    blocks = dict(block_q=block_q, block_k=Bc, causal=causal)
+    std = cost_kernels(_io.standard_backward_kernels(**shape), gpu, kv_cached=True, **common)
+    l2 = cost_kernels(_io.flash_backward_kernels(**shape, **blocks, ideal_cache=True), gpu, kv_cached=True, **common)
+    hbm = cost_kernels(_io.flash_backward_kernels(**shape, **blocks),
                        gpu, kv_cached=True, **common)  # K/V-outer: K, V are read once either way
     return BackwardEstimate(std, l2, hbm)
 
@@ -240,12 +241,12 @@ backward_estimate = estimate_backward  # the name §7.5's demo uses
 # ---------------------------------------------------------------- §7.6 recompute or read back?
 
 
-def recompute_ratio(d: int, gpu, *, dtype_bytes=2) -> float:
+def recompute_ratio(*, head_dim: int, gpu, dtype_bytes=2) -> float:
     """Time to recompute one score (2d FLOPs at tensor peak) over time to read one element of P back
     (``dtype_bytes`` at HBM bandwidth): 2d / (bytes · ridge) — d / ridge in FP16, whatever N is.
     Below 1 recomputing is cheaper."""
     g: GPU = get_gpu(gpu)
-    return (2.0 * pos_int(d, "d") / g.tensor_flops) / (_dtype_bytes(dtype_bytes) / g.hbm_bw)
+    return (2.0 * pos_int(head_dim, "head_dim") / g.tensor_flops) / (_dtype_bytes(dtype_bytes) / g.hbm_bw)
 
 
 def recompute_crossover_d(gpu, *, dtype_bytes=2) -> float:

@@ -122,7 +122,7 @@ def layer_flops_table(seqs=(1024, 4096, 16384, 32768, 131072), *, d_model: int =
         att = attention_flops(heads=H, seq_q=N, head_dim=D, causal=causal)
         lin = linear_flops(N, **layer)
         s = scores_bytes(heads=H, seq_q=N, dtype_bytes=nb)
-        traffic = _io.io_standard_forward(N, D) * H * nb / g.hbm_bw
+        traffic = _io.io_standard_forward(seq=N, head_dim=D) * H * nb / g.hbm_bw
         math = attention_flops(heads=H, seq_q=N, head_dim=D) / g.tensor_flops
         rows.append(LayerFlopsRow(N, att, lin, att / (att + lin), s, s / g.memory if g.memory else float("nan"),
                                   traffic, math))
@@ -149,7 +149,7 @@ class BlockSizeRow(_Row):
     )
 
 
-def block_size_table(d: int = 128, dtype_bytes=2, gpu="H100", sizes=(32, 64, 128, 256),
+def block_size_table(*, head_dim: int = 128, dtype_bytes=2, gpu="H100", sizes=(32, 64, 128, 256),
                      double_buffer: bool = True) -> list[BlockSizeRow]:
     """Which (Br, Bc) fit the GPU's shared memory per SM with double-buffered K/V (§6.1)."""
     g = get_gpu(gpu)
@@ -157,8 +157,8 @@ def block_size_table(d: int = 128, dtype_bytes=2, gpu="H100", sizes=(32, 64, 128
     rows = []
     for Br in sizes:
         for Bc in sizes:
-            b = _io.sram_bytes(Br, Bc, d, nb, double_buffer)
-            rows.append(BlockSizeRow(Br, Bc, b, b <= g.smem_per_sm, _io.cdiv(4096, Br)))
+            b = _io.sram_bytes(block_q=Br, block_k=Bc, head_dim=head_dim, dtype_bytes=nb, double_buffer=double_buffer)
+            rows.append(BlockSizeRow(Br, Bc, b, b <= g.smem_per_sm, -(-4096 // Br)))
     return rows
 
 
@@ -178,15 +178,17 @@ class ForwardIORow(_Row):
     )
 
 
-def forward_io_table(N: int = 4096, d: int = 128, block_q: int = 128, block_k: int = 128,
+def forward_io_table(*, seq: int = 4096, head_dim: int = 128, block_q: int = 128, block_k: int = 128,
                      dtype_bytes=2) -> list[ForwardIORow]:
     """HBM elements of one head's forward: standard, FA1 order, FA2 order, FA2 with K/V in L2 (§6.3)."""
     nb = _dtype_bytes(dtype_bytes)
+    shape = dict(seq=seq, head_dim=head_dim)
+    blocks = dict(block_q=block_q, block_k=block_k)
     counts = [
-        ("standard (ideal cache)", _io.io_standard_forward(N, d)),
-        ("FlashAttention-1 order", _io.io_fa1_forward(N, d, block_q, block_k)),
-        ("FlashAttention-2 order", _io.io_flash_forward(N, d, block_q, block_k=block_k)),
-        ("FA2, K/V in L2", _io.io_flash_forward(N, d, block_q, block_k=block_k, kv_in_l2=True)),
+        ("standard (ideal cache)", _io.io_standard_forward(**shape)),
+        ("FlashAttention-1 order", _io.io_fa1_forward(**shape, **blocks)),
+        ("FlashAttention-2 order", _io.io_flash_forward(**shape, **blocks)),
+        ("FA2, K/V in L2", _io.io_flash_forward(**shape, **blocks, kv_in_l2=True)),
     ]
     return [ForwardIORow(name, n, n * nb) for name, n in counts]
 
@@ -245,12 +247,12 @@ class RecomputeRow(_Row):
         return self.ratio < 1
 
 
-def recompute_table(d: int = 128, gpus=("V100", "A100", "H100", "B200"), *, dtype_bytes=2) -> list[RecomputeRow]:
+def recompute_table(*, head_dim: int = 128, gpus=("V100", "A100", "H100", "B200"), dtype_bytes=2) -> list[RecomputeRow]:
     """Recompute S or read P back? d / ridge per GPU, independent of N (§7.6)."""
     rows = []
     for name in gpus:
         g = get_gpu(name)
-        rows.append(RecomputeRow(g.name, g.tensor_flops, g.hbm_bw, g.ridge, recompute_ratio(d, g, dtype_bytes=dtype_bytes),
+        rows.append(RecomputeRow(g.name, g.tensor_flops, g.hbm_bw, g.ridge, recompute_ratio(head_dim=head_dim, gpu=g, dtype_bytes=dtype_bytes),
                                  recompute_crossover_d(g, dtype_bytes=dtype_bytes)))
     return rows
 
