@@ -1,4 +1,4 @@
-"""Benchmarks as data (STYLE.md §14): configurations × providers → a table and JSON.
+"""Benchmarks as data: configurations × providers → a table and JSON.
 
 ``Benchmark`` names the configuration fields, their values and the providers (a provider is a
 function of one configuration that returns a zero-argument callable to time, or ``None`` when it
