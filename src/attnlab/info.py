@@ -1,4 +1,5 @@
-"""``attnlab info``: what this installation has (versions, device, optional parts)."""
+"""``attnlab info``: what this installation has (versions, device, optional parts, the demos of the
+lecture's code 01–05 it can run). Not a lecture section: the facts a bug report needs."""
 
 from __future__ import annotations
 
@@ -21,13 +22,14 @@ def info() -> dict:
 
 
 def _info_cmd(args) -> int:
-    from rich.console import Console
     from rich.table import Table
+
+    from ._console import make_console
 
     t = Table(title="attnlab info", show_header=False)
     for k, v in info().items():
         t.add_row(k, str(v))
-    Console().print(t)
+    make_console().print(t)
     return 0
 
 

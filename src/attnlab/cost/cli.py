@@ -1,14 +1,17 @@
-"""``attnlab estimate``: parse a shape, call ``estimate(...)``, print rich tables (and JSON / a roofline PNG).
+"""``attnlab estimate``: parse a shape, call ``estimate(...)``, print rich tables (and JSON / a roofline
+PNG) — the lecture's H100 estimates (§3.2, §5.4, §7.5, §8.3) for any shape and GPU preset.
 
 The work is all in ``attnlab.cost.estimate``; bad input raises ``ValueError`` there and the CLI frame
-turns it into one line on stderr and exit status 2.
+turns it into one line on stderr and exit status 2. ``--json`` and ``--plot`` follow the output rule
+of ``attnlab._cliargs`` (folders created, an existing file kept unless ``--force``; ``--json -`` is
+standard output, and the tables then go to stderr so the JSON can be piped).
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
+from .._cliargs import FORCE_HELP, output_file, positive_int, write_text
 from .gpus import GPUS
 
 
@@ -32,12 +35,12 @@ def _kernel_table(title: str, groups, total_label: str):
 
 def print_estimate(est, console=None) -> None:
     """Print an ``Estimate`` as rich tables."""
-    from rich.console import Console
     from rich.table import Table
 
+    from .._console import make_console
     from .tables import fmt_bytes, fmt_flops, fmt_pct, fmt_time
 
-    c = console or Console()
+    c = console or make_console()
     g = est.gpu
     c.print(f"[b]{g.name}[/b]: {g.tensor_flops / 1e12:,.0f} TFLOP/s tensor, {g.hbm_bw / 1e12:.2f} TB/s HBM, "
             f"ridge {g.ridge:.0f} FLOP/B, {g.sms} SMs, launch {g.launch_overhead * 1e6:.0f} µs")
@@ -68,35 +71,51 @@ def print_estimate(est, console=None) -> None:
 
 
 def _estimate_cmd(args) -> int:
+    from .._console import make_console
     from .estimate import estimate
 
+    # every output path is checked before any work: a bad one costs nothing
+    json_path = output_file(args.json, option="--json", force=args.force, allow_stdout=True) if args.json else None
+    plot_path = output_file(args.plot, option="--plot", force=args.force) if args.plot else None
+    if plot_path is not None and json_path is not None and plot_path.resolve() == json_path.resolve():
+        raise ValueError(f"--json and --plot name the same file {plot_path}")
     est = estimate(gpu=args.gpu, seq=args.seq, head_dim=args.head_dim, heads=args.heads, batch=args.batch,
                    kv_heads=args.kv_heads, dtype=args.dtype, causal=args.causal, block_q=args.block_q,
                    block_k=args.block_k)
-    print_estimate(est)
+    console = make_console(stderr=args.json == "-")  # `--json -`: stdout holds the JSON alone
+    print_estimate(est, console)
     if args.json:
-        Path(args.json).write_text(json.dumps(est.to_dict(), indent=2, ensure_ascii=False) + "\n")
-        print(f"wrote {args.json}")
-    if args.plot:
+        where = write_text(json_path, json.dumps(est.to_dict(), indent=2, ensure_ascii=False) + "\n",
+                           option="--json", force=args.force)
+        if json_path is not None:
+            console.print(f"wrote {where}")
+    if plot_path is not None:
         from .plot import roofline_plot
 
         ks = [(a, k) for a, k in est.kernels() if "no cache" not in a and "from HBM" not in a]
-        print(f"wrote {roofline_plot(est.gpu, ks, args.plot)}")
+        try:
+            console.print(f"wrote {roofline_plot(est.gpu, ks, plot_path)}")
+        except OSError as e:
+            raise ValueError(f"--plot {plot_path}: cannot write ({e.strerror or e})") from None
     return 0
 
 
 def register(sub) -> None:
     p = sub.add_parser("estimate", help="roofline estimates of attention (forward, backward, decode) on a GPU")
     p.add_argument("--gpu", default="H100", help=f"GPU preset: {', '.join(GPUS)} (default: %(default)s)")
-    p.add_argument("--seq", type=int, default=4096, help="sequence length N (default: %(default)s)")
-    p.add_argument("--head-dim", type=int, default=128, help="head dimension D (default: %(default)s)")
-    p.add_argument("--heads", type=int, default=32, help="query heads H (default: %(default)s)")
-    p.add_argument("--kv-heads", type=int, default=None, help="K/V heads Hkv for GQA/MQA (default: = heads)")
-    p.add_argument("--batch", type=int, default=1, help="batch size B (default: %(default)s)")
+    p.add_argument("--seq", type=positive_int, default=4096, help="sequence length N (default: %(default)s)")
+    p.add_argument("--head-dim", type=positive_int, default=128, help="head dimension D (default: %(default)s)")
+    p.add_argument("--heads", type=positive_int, default=32, help="query heads H (default: %(default)s)")
+    p.add_argument("--kv-heads", type=positive_int, default=None, help="K/V heads Hkv for GQA/MQA (default: = heads)")
+    p.add_argument("--batch", type=positive_int, default=1, help="batch size B (default: %(default)s)")
     p.add_argument("--dtype", default="fp16", choices=("fp16", "bf16", "fp32"), help="data type (default: %(default)s)")
     p.add_argument("--causal", action="store_true", help="causal mask (FlashAttention skips masked blocks)")
-    p.add_argument("--block-q", type=int, default=128, help="FlashAttention Br (default: %(default)s)")
-    p.add_argument("--block-k", type=int, default=None, help="FlashAttention Bc (default: = block-q)")
-    p.add_argument("--json", metavar="FILE", help="also write every number as JSON to FILE")
-    p.add_argument("--plot", metavar="FILE", help="also save a roofline plot (PNG) of the kernels to FILE")
+    p.add_argument("--block-q", type=positive_int, default=128, help="FlashAttention Br (default: %(default)s)")
+    p.add_argument("--block-k", type=positive_int, default=None, help="FlashAttention Bc (default: = block-q)")
+    p.add_argument("--json", metavar="FILE", help="also write every number as JSON to FILE ('-': standard output, "
+                                                  "tables to stderr); missing folders are created; an existing "
+                                                  "FILE is kept unless --force")
+    p.add_argument("--plot", metavar="FILE", help="also save a roofline plot (PNG) of the kernels to FILE; "
+                                                  "missing folders are created; an existing FILE is kept unless --force")
+    p.add_argument("--force", action="store_true", help=FORCE_HELP)
     p.set_defaults(func=_estimate_cmd)

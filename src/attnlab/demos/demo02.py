@@ -265,8 +265,8 @@ def online_attention(console) -> dict:
 
 def run(out_dir=None, console=None) -> dict:
     """Run the four demonstrations of code 02; return every number printed."""
-    from rich.console import Console
+    from .._console import make_console
 
-    console = console or Console()
+    console = console or make_console()
     return {"overflow": overflow(console), "passes": passes(console, out_dir),
             "merge": merge_orders(console), "online_attention": online_attention(console)}

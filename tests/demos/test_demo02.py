@@ -120,5 +120,5 @@ def test_script_wrapper_runs_demo_2(monkeypatch, tmp_path):
 
     called = []
     monkeypatch.setattr(demos, "run_demo", lambda n, **kw: called.append(n))
-    runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "02_softmax.py"), run_name="__main__")
+    runpy.run_path(str(Path(__file__).parents[2] / "scripts" / "02_softmax.py"), run_name="__main__")
     assert called == [2]
