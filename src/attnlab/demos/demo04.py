@@ -81,7 +81,7 @@ def atomics(console) -> dict:
     st = IOStats()
     flash_backward(q, k, v, o, lse, do, block_q=BR, block_k=BC, stats=st)
     counted = st.atomic_adds.get("dQ", 0)
-    formula = dq_atomic_elements(N, D, BC, block_q=BR)
+    formula = dq_atomic_elements(seq=N, head_dim=D, block_k=BC, block_q=BR)
     kv_blocks = -(-N // BC)
     console.print(f"[b]3 · dQ atomic adds[/b] (§7.4): counted {counted:,}; ⌈N/Bc⌉·N·d = {kv_blocks} × {N} × {D} = "
                   f"{kv_blocks * N * D:,}; attnlab.cost: {formula:,}")
