@@ -70,8 +70,8 @@ def fa2_backward(q, k, v, out, lse, dout, dims, *, causal: bool, scale: float, B
     B, H, Hkv, Nq, Nk, D, Dv, G = dims.B, dims.H, dims.Hkv, dims.Nq, dims.Nk, dims.D, dims.Dv, dims.group
     acc_dt = acc_dtype(q.dtype)
     off = causal_offset(Nq, Nk)
-    q5 = q.reshape(B, Hkv, G, Nq, D)
-    do5 = dout.reshape(B, Hkv, G, Nq, Dv)
+    q5 = q.reshape(B, Hkv, G, Nq, D)  # the G query heads of each K/V head side by side
+    do5 = dout.reshape(B, Hkv, G, Nq, Dv)  # as q
     # -- preprocess: D_i = rowsum(dO_i ∘ O_i)  (B, Hkv, G, Nq)
     Dvec = (do5.to(acc_dt) * out.reshape(B, Hkv, G, Nq, Dv).to(acc_dt)).sum(dim=-1)
     if dlse is not None:
@@ -82,7 +82,7 @@ def fa2_backward(q, k, v, out, lse, dout, dims, *, causal: bool, scale: float, B
         stats.read("O", B * H * Nq * Dv)
         stats.read("dO", B * H * Nq * Dv)
         stats.write("D", B * H * Nq)
-    dq_acc = torch.zeros(B, Hkv, G, Nq, D, dtype=acc_dt, device=q.device)
+    dq_acc = torch.zeros(B, Hkv, G, Nq, D, dtype=acc_dt, device=q.device)  # (B, Hkv, G, Nq, D), in "HBM"
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)
     nq_blocks = -(-Nq // Br)
@@ -101,8 +101,8 @@ def fa2_backward(q, k, v, out, lse, dout, dims, *, causal: bool, scale: float, B
             R = G * (i1 - i0)
             qi = q_block(q5, i0, i1, acc_dt)  # (B, Hkv, G·Br, D)
             doi = q_block(do5, i0, i1, acc_dt)  # (B, Hkv, G·Br, Dv)
-            Li = L5[:, :, :, i0:i1].reshape(B, Hkv, R, 1)
-            Di = Dvec[:, :, :, i0:i1].reshape(B, Hkv, R, 1)
+            Li = L5[:, :, :, i0:i1].reshape(B, Hkv, R, 1)  # (B, Hkv, G·Br, 1)
+            Di = Dvec[:, :, :, i0:i1].reshape(B, Hkv, R, 1)  # (B, Hkv, G·Br, 1)
             # -- recompute P from L: P = exp(S - L) = 2^(S·log2 e - L·log2 e)
             s = torch.matmul(qi, kj.transpose(-1, -2)).mul_(scale * LOG2E)  # (B, Hkv, G·Br, Bc)
             if kind == "mask":
@@ -113,6 +113,7 @@ def fa2_backward(q, k, v, out, lse, dout, dims, *, causal: bool, scale: float, B
             dv_j += torch.matmul(p.transpose(-1, -2), doi)
             ds = p.mul_(torch.matmul(doi, vj.transpose(-1, -2)).sub_(Di))
             # -- dQ_i += scale · dS K_j  (an atomic add: other K/V blocks add to the same rows)
+            # (B, Hkv, G·Br, D) -> (B, Hkv, G, Br, D)
             dq_acc[:, :, :, i0:i1] += torch.matmul(ds, kj).mul_(scale).view(B, Hkv, G, i1 - i0, D)
             # -- dK_j += scale · dSᵀ Q_i
             dk_j += torch.matmul(ds.transpose(-1, -2), qi).mul_(scale)
@@ -132,7 +133,7 @@ def fa2_backward(q, k, v, out, lse, dout, dims, *, causal: bool, scale: float, B
             stats.write("dV", B * Hkv * (j1 - j0) * Dv)
             stats.pairs(computed=B * Hkv * n_done, skipped=B * Hkv * (nq_blocks - n_done),
                         masked=B * Hkv * n_masked)
-    return dq_acc.view(B, H, Nq, D).to(q.dtype), dk, dv
+    return dq_acc.view(B, H, Nq, D).to(q.dtype), dk, dv  # (B, Hkv, G, Nq, D) -> (B, H, Nq, D)
 
 
 # -- §7.7 autograd: save q, k, v, O, L only ---------------------------------------------------------

@@ -116,6 +116,6 @@ def decode_fn(q, k_cache, v_cache, dims, *, cache_seqlens, block_table, num_spli
         stats.read("L_split", S * B * H * Nq)
         stats.write("O", B * H * Nq * Dv)
         stats.write("L", B * H * Nq)
-    out = state.finish().to(q.dtype).view(B, H, Nq, Dv)
-    lse = state.lse.view(B, H, Nq)
+    out = state.finish().to(q.dtype).view(B, H, Nq, Dv)  # (B, Hkv, G·Nq, Dv) -> (B, H, Nq, Dv)
+    lse = state.lse.view(B, H, Nq)  # (B, Hkv, G·Nq) -> (B, H, Nq)
     return out, lse

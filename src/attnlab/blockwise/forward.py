@@ -81,15 +81,16 @@ def fa2_forward(q, k, v, dims, *, causal: bool, scale: float, Br: int, Bc: int, 
     B, H, Hkv, Nq, Nk, D, Dv, G = dims.B, dims.H, dims.Hkv, dims.Nq, dims.Nk, dims.D, dims.Dv, dims.group
     acc_dt = acc_dtype(q.dtype)
     q5 = q.reshape(B, Hkv, G, Nq, D)  # a view: the G query heads of each K/V head side by side
-    out = torch.empty(B, Hkv, G, Nq, Dv, dtype=q.dtype, device=q.device)
-    lse = torch.empty(B, Hkv, G, Nq, dtype=acc_dt, device=q.device)
+    out = torch.empty(B, Hkv, G, Nq, Dv, dtype=q.dtype, device=q.device)  # (B, Hkv, G, Nq, Dv)
+    lse = torch.empty(B, Hkv, G, Nq, dtype=acc_dt, device=q.device)  # (B, Hkv, G, Nq)
+
     def step(chunk):
         bs, hs = chunk
         _fa2_programs(q5[bs, hs], k[bs, hs], v[bs, hs], out[bs, hs], lse[bs, hs], causal=causal,
                       scale=scale, Br=Br, Bc=Bc, Nk=Nk, stats=stats)
 
     run_programs(step, list(program_chunks(B, Hkv, programs_per_step(dims, Br, Bc, q.device))), q.device, stats)
-    return out.view(B, H, Nq, Dv), lse.view(B, H, Nq)
+    return out.view(B, H, Nq, Dv), lse.view(B, H, Nq)  # (B, Hkv, G, ...) -> (B, H, ...)
 
 
 def _fa2_programs(q5, k, v, out, lse, *, causal, scale, Br, Bc, Nk, stats):
@@ -136,6 +137,7 @@ def _fa2_programs(q5, k, v, out, lse, *, causal, scale, Br, Bc, Nk, stats):
                 stats.read("K", n_prog * (j1 - j0) * D)
                 stats.read("V", n_prog * (j1 - j0) * Dv)
         # -- epilogue: O_i = acc / l, L_i = m + log l (back from base 2 to natural log), written once
+        # (..., G·Br, Dv) -> (..., G, Br, Dv) and (..., G·Br, 1) -> (..., G, Br)
         out[..., i0:i1, :] = (acc / torch.where(l == 0, 1.0, l)).view(*lead, G, i1 - i0, Dv)
         lse[..., i0:i1] = torch.where(l == 0, NEG_INF, (m + torch.log2(l)) * LN2).view(*lead, G, i1 - i0)
         if stats is not None:
@@ -167,7 +169,7 @@ def flash_forward_fa1(q, k, v, *, causal: bool = False, scale: float | None = No
     B, H, Hkv, Nq, Nk, D, Dv, G = dims.B, dims.H, dims.Hkv, dims.Nq, dims.Nk, dims.D, dims.Dv, dims.group
     acc_dt = acc_dtype(q.dtype)
     off = causal_offset(Nq, Nk)
-    q5 = q.reshape(B, Hkv, G, Nq, D)
+    q5 = q.reshape(B, Hkv, G, Nq, D)  # the G query heads of each K/V head side by side
     # "HBM" state, initialised: O = 0, ℓ = 0, m = -inf
     O = torch.zeros(B, Hkv, G, Nq, Dv, dtype=acc_dt, device=q.device)
     l_hbm = torch.zeros(B, Hkv, G, Nq, dtype=acc_dt, device=q.device)
@@ -190,8 +192,8 @@ def flash_forward_fa1(q, k, v, *, causal: bool = False, scale: float | None = No
             R = G * (i1 - i0)
             qi = q_block(q5, i0, i1, acc_dt) * scale
             o_i = O[:, :, :, i0:i1].reshape(B, Hkv, R, Dv)  # read O_i, ℓ_i, m_i back from memory
-            l_i = l_hbm[:, :, :, i0:i1].reshape(B, Hkv, R)
-            m_i = m_hbm[:, :, :, i0:i1].reshape(B, Hkv, R)
+            l_i = l_hbm[:, :, :, i0:i1].reshape(B, Hkv, R)  # (B, Hkv, G·Br)
+            m_i = m_hbm[:, :, :, i0:i1].reshape(B, Hkv, R)  # (B, Hkv, G·Br)
             s = torch.matmul(qi, kj.transpose(-1, -2))  # (B, Hkv, G·Br, Bc)
             if kind == "mask":
                 mask_block(s, i0, i1, j0, j1, off, G)
@@ -208,7 +210,7 @@ def flash_forward_fa1(q, k, v, *, causal: bool = False, scale: float | None = No
             o_new = (o_i * (l_i * c_old).unsqueeze(-1) + torch.matmul(p, vj) * c_blk.unsqueeze(-1)) / torch.where(
                 l_new == 0, 1.0, l_new).unsqueeze(-1)
             # -- write O_i, ℓ_i, m_i back
-            O[:, :, :, i0:i1] = o_new.view(B, Hkv, G, i1 - i0, Dv)
+            O[:, :, :, i0:i1] = o_new.view(B, Hkv, G, i1 - i0, Dv)  # (B, Hkv, G·Br, Dv) -> (B, Hkv, G, Br, Dv)
             l_hbm[:, :, :, i0:i1] = l_new.view(B, Hkv, G, i1 - i0)
             m_hbm[:, :, :, i0:i1] = m_new.view(B, Hkv, G, i1 - i0)
             n_done += 1
@@ -227,4 +229,4 @@ def flash_forward_fa1(q, k, v, *, causal: bool = False, scale: float | None = No
         stats.read("m", B * H * Nq)
         stats.read("l", B * H * Nq)
         stats.write("L", B * H * Nq)
-    return O.to(q.dtype).view(B, H, Nq, Dv), lse.view(B, H, Nq)
+    return O.to(q.dtype).view(B, H, Nq, Dv), lse.view(B, H, Nq)  # (B, Hkv, G, ...) -> (B, H, ...)

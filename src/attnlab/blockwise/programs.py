@@ -63,7 +63,7 @@ def mask_block(s: torch.Tensor, i0: int, i1: int, j0: int, j1: int, off: int, G:
     i = torch.arange(i0, i1, device=s.device).unsqueeze(1)
     j = torch.arange(j0, j1, device=s.device).unsqueeze(0)
     shape = s.shape
-    s.view(*shape[:-2], G, i1 - i0, j1 - j0).masked_fill_(j > i + off, NEG_INF)
+    s.view(*shape[:-2], G, i1 - i0, j1 - j0).masked_fill_(j > i + off, NEG_INF)  # (..., G, Br, Bc)
 
 
 def add_matmul_(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

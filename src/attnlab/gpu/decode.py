@@ -252,7 +252,7 @@ def decode_fn(q, k_cache, v_cache, dims, *, cache_seqlens, block_table, num_spli
     if not has_seqlens:
         cache_seqlens = q  # not read (HAS_SEQLENS=False: every sequence holds the capacity)
     out = torch.empty_like(q)  # (B, H, Nq, D)
-    lse = torch.empty((B, H, Nq), dtype=torch.float32, device=dev)
+    lse = torch.empty((B, H, Nq), dtype=torch.float32, device=dev)  # (B, H, Nq), natural log
     merge = 0 if num_splits == 1 else (2 if cfg.fused_merge else 1)
     counters = _counters(dev, B * Hkv) if merge == 2 else lse
     if merge == 0:

@@ -279,8 +279,8 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
     cfg = config or default_bwd_config(D, causal, q.device, Nk)
     BLOCK_D = next_pow2(max(D, 16))
     lse = lse.contiguous()
-    delta = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32)
-    lse2 = torch.empty_like(delta)
+    delta = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32)  # D_i = rowsum(dO ∘ O) − dL_i
+    lse2 = torch.empty_like(delta)  # (B, H, Nq): L in log2 units, +inf for empty rows
     has_dlse = dlse is not None
     PRE_M = 64 if q.device.type == "cuda" else 16
     _attn_bwd_prep[(triton.cdiv(Nq, PRE_M), B * H)](
@@ -289,7 +289,7 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
         HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=PRE_M, HAS_DLSE=has_dlse, num_warps=4)
     G = H // Hkv
     common = (H, G, Nq, Nk, Nk - Nq, scale * LOG2E, scale)
-    dq_acc = torch.zeros((B, H, Nq, D), device=q.device, dtype=torch.float32) if cfg.dq_atomic else dq
+    dq_acc = torch.zeros((B, H, Nq, D), device=q.device, dtype=torch.float32) if cfg.dq_atomic else dq  # (B, H, Nq, D)
     _attn_bwd_dkdv[(triton.cdiv(Nk, cfg.block_n1), B * Hkv)](
         q, k, v, do, lse2, delta, dk, dv, dq_acc,
         *_s3(q), *_s3(k), *_s3(v), *_s3(do), *_s3(dk), *_s3(dv), *_s3(dq_acc),

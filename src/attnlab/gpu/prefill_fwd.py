@@ -211,9 +211,9 @@ def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     Hkv, Nk = k.shape[1], k.shape[2]
     q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
     if out is None:
-        out = torch.empty((B, H, Nq, D), device=q.device, dtype=q.dtype)
+        out = torch.empty((B, H, Nq, D), device=q.device, dtype=q.dtype)  # (B, H, Nq, D)
     if lse is None:
-        lse = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32)
+        lse = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32)  # (B, H, Nq), natural log
     if Nq == 0 or B * H == 0:
         return out, lse
     if Nk == 0:  # no keys at all: every row is empty
