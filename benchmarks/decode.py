@@ -410,10 +410,11 @@ def summary_rows(result, key="tb_per_s"):
 
 def table(result, console=None):
     """The rich tables printed last: TB/s per provider (do_bench and CUDA graph), then the splits."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = console or Console(width=200)
+    from attnlab._console import make_console
+
+    console = console or make_console()
     ceiling = result.get("copy", {}).get("tb_per_s")
     provs = _providers(result)
     for key, title in (("tb_per_s", "do_bench median"), ("graph_tb_per_s", "CUDA graph, GPU time only")):
@@ -487,8 +488,9 @@ def markdown(result) -> str:
                     + ", ".join("/".join(map(str, c)) for c in per_shape) + "; the split table names each shape's)")
     else:
         cfg_text = f"kernel config BLOCK_N {bn}, {warps} warps, {stages} stages"
+    head_dims = "/".join(str(d) for d in sorted({r["D"] for r in result["rows"]}))
     lines = [f"Date {env['date']}, {env.get('gpu')} ({env.get('sms')} SMs), torch {env['torch']}, triton {env['triton']}, "
-             f"CUDA {env.get('cuda')}. bf16, D = 128, one query token, full caches, {cfg_text}. "
+             f"CUDA {env.get('cuda')}. bf16, D = {head_dims}, one query token, full caches, {cfg_text}. "
              f"KV read bandwidth = 2·B·Hkv·L·D·2 bytes / time. Copy ceiling (4 GiB device-to-device copy, "
              f"read + write) in the same run: **{ceiling:.2f} TB/s**. `*`: SDPA ran on K/V expanded to H heads "
              f"(it refused `enable_gqa`); otherwise GQA used `enable_gqa=True`.", ""]
