@@ -6,12 +6,15 @@ bandwidth: 2·B·Hkv·L·D·bytes / time (K and V; q and out are negligible). Ev
 this run on this GPU:
 
 * ``copy``: a device-to-device copy of 4 GiB, (read + write) bytes / time — the ceiling;
-* ``attnlab``: ``flash_decode_cuda`` with the split count the model picks (contiguous cache), and
+* ``attnlab``: ``attnlab.gpu.flash_decode_triton`` with the configuration and split count it picks
+  itself (contiguous cache), ``merge-kernel`` the same with the separate merge kernel, and
   on a paged cache (``paged64`` …, same data, pages in random order; output checked equal);
 * ``sdpa-flash`` / ``sdpa-cudnn`` / ``sdpa-efficient``: ``scaled_dot_product_attention`` with that
   single backend, ``enable_gqa=True`` for GQA where the backend takes it, else K/V expanded to H
   heads beforehand (the row says which; the bandwidth still counts only the Hkv heads' bytes);
-* ``sweep``: attnlab at every split count S, for the measured best and the models' picks.
+* ``sweep``: attnlab at every split count S, for the measured best and the models' picks
+  (``attnlab.cost``: the wave model and the calibrated model; ``--report`` fits a calibration to the
+  run with ``attnlab.cost.fit_decode_calibration``).
 
 Timing: ``triton.testing.do_bench`` median (it flushes L2 between calls). Usage on a GPU:
 
