@@ -126,6 +126,15 @@ def test_sweep_times_take_the_least_time_of_the_same_call(h200_runs):
     assert decode_run_config(run3, {}) == SMALL  # the run's kernel_config, upper-case keys
 
 
+def test_run_config_of_runs_old_and_new():
+    new = {"kernel_config": {"block_n": 128, "block_d": 128, "num_warps": 4, "num_stages": 3, "evict": "",
+                             "fused_merge": True}}  # a DecodeConfig as the benchmark now records it
+    assert decode_run_config(new) == LARGE
+    assert decode_run_config(new, {"config": [64, 128, 4, 4]}) == (64, 128, 4, 4)  # a row's own wins
+    run1 = json.loads((DATA / "decode-h200-run1.json").read_text())  # recorded no kernel_config
+    assert "kernel_config" not in run1 and decode_run_config(run1) == SMALL
+
+
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 3), m=st.integers(3, 12))
 def test_nnls_meets_the_optimality_conditions(seed, n, m):

@@ -1,4 +1,5 @@
-"""Argument checks for the cost models (stdlib only, so ``attnlab.cost`` imports without torch).
+"""Argument checks shared by the cost models of §3–§8 (stdlib only, so ``attnlab.cost`` imports without
+torch).
 
 Every failure raises ``ValueError``/``TypeError`` naming the argument and the value it got.
 """
