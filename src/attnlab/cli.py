@@ -18,7 +18,7 @@ _COMMAND_MODULES = (
     ("attnlab.demos.cli", ("tour", "demo")),
     ("attnlab.model.cli", ("train",)),
     ("attnlab.cost.cli", ("estimate",)),
-    ("attnlab.kernels.cli", ("simulate",)),
+    ("attnlab.sim.kernels.cli", ("simulate",)),
     ("attnlab.bench", ("bench",)),
     ("attnlab.info", ("info",)),
 )

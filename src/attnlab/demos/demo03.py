@@ -20,22 +20,24 @@ from pathlib import Path
 import numpy as np
 
 from attnlab import cost
-from attnlab.kernels import print_simulation, reference_forward, run_flash_forward, simulate_forward
+from attnlab._console import make_console
+from attnlab.sim.kernels import print_simulation, reference_forward, run_flash_forward, simulate_forward
 
 N, D, BLOCK = 256, 64, 64  # §5.3: "N = 256、d = 64、单个头、FP32"; §6.2: "N = 256、B = 64"
 EST = dict(seq=4096, head_dim=128, heads=32, dtype_bytes=2, gpu="H100", block_q=128)  # §5.5
 BLOCK_SIZE_D = 128  # §6.1: "代码 03 演示 3（d = 128，FP16）"
 T_LARGE = 32  # §6.2: "T = 32 时比例为 51.6%"
-FA1_FORMULA = dict(N=4096, d=128, block_q=128, block_k=128)  # §6.3
+FA1_FORMULA = dict(seq=4096, head_dim=128, block_q=128, block_k=128)  # §6.3
 FLOAT_BYTES = 4
 SEED = 0
+PLOT_NAME = "demo03_traffic_by_array.png"
 
 
 # -- 1. counts -----------------------------------------------------------------------------------
 
 
 def counts(console) -> dict:
-    res = simulate_forward(N, D, BLOCK, seed=SEED, reference="numpy")
+    res = simulate_forward(seq=N, head_dim=D, block=BLOCK, seed=SEED, reference="numpy")
     console.rule("[b]1 · counting the kernels (§5.3)[/b]")
     print_simulation(res, console)
     s, f = res["standard"]["totals"], res["flash"]["totals"]
@@ -78,7 +80,7 @@ def h100(console) -> dict:
 
 
 def block_sizes(console) -> list[dict]:
-    rows = cost.block_size_table(d=BLOCK_SIZE_D, dtype_bytes=2, gpu="H100")
+    rows = cost.block_size_table(head_dim=BLOCK_SIZE_D, dtype_bytes=2, gpu="H100")
     console.rule("[b]3 · block sizes: squeezed by SRAM (§6.1)[/b]")
     console.print(cost.render_table(rows, title=f"d = {BLOCK_SIZE_D}, FP16, K/V double-buffered, H100 "
                                                 f"(attnlab.cost.block_size_table)"))
@@ -101,8 +103,8 @@ def causal(console, full: dict) -> dict:
     kv_causal = rep.global_bytes("K", "read", kind="requested") + rep.global_bytes("V", "read", kind="requested")
     pairs_sim = rep.global_bytes("K", "read", kind="requested") // tile_bytes  # one K tile per computed pair
     pairs_total_sim = full["flash"]["arrays"]["K"]["read"]["requested"] // tile_bytes
-    f_full = cost.io_flash_forward_breakdown(N, D, BLOCK, block_k=BLOCK)
-    f_causal = cost.io_flash_forward_breakdown(N, D, BLOCK, block_k=BLOCK, causal=True)
+    f_full = cost.io_flash_forward_breakdown(seq=N, head_dim=D, block_q=BLOCK, block_k=BLOCK)
+    f_causal = cost.io_flash_forward_breakdown(seq=N, head_dim=D, block_q=BLOCK, block_k=BLOCK, causal=True)
     kv_f = lambda br: FLOAT_BYTES * (br[("K", "read")] + br[("V", "read")])  # noqa: E731
     res = {
         "N": N, "block": BLOCK, "T": T,
@@ -141,8 +143,8 @@ def fa1_vs_fa2(console, full: dict) -> dict:
     q, k, v = (rng.standard_normal((N, D)).astype(np.float32) for _ in range(3))
     out, _, rep = run_flash_forward(q, k, v, block_q=BLOCK, block_k=BLOCK, order="fa1")
     ref, _ = reference_forward(q, k, v)
-    f1 = cost.io_fa1_forward_breakdown(N, D, BLOCK, BLOCK)
-    f2 = cost.io_flash_forward_breakdown(N, D, BLOCK, block_k=BLOCK)
+    f1 = cost.io_fa1_forward_breakdown(seq=N, head_dim=D, block_q=BLOCK, block_k=BLOCK)
+    f2 = cost.io_flash_forward_breakdown(seq=N, head_dim=D, block_q=BLOCK, block_k=BLOCK)
     fa2_arrays = full["flash"]["arrays"]
     rows = []
     names = dict.fromkeys([a for a, _ in f1] + [a for a, _ in f2])
@@ -158,7 +160,7 @@ def fa1_vs_fa2(console, full: dict) -> dict:
     fa2_grid = full["flash"]["kernels"][0]["grid"][0]
     big = cost.forward_io_table(**FA1_FORMULA, dtype_bytes=2)
     heads = EST["heads"]
-    blocks = {"fa1": heads * fa1_grid, "fa2": heads * -(-FA1_FORMULA["N"] // FA1_FORMULA["block_q"])}
+    blocks = {"fa1": heads * fa1_grid, "fa2": heads * -(-FA1_FORMULA["seq"] // FA1_FORMULA["block_q"])}
     console.rule("[b]5 · FlashAttention-1 vs -2: who is outside? (§6.3)[/b]")
     t = Table(title=f"N = {N}, d = {D}, Br = Bc = {BLOCK}: HBM elements per array, no cache (simulated | formula)")
     for c in ("array", "dir", "FA1 sim", "FA1 formula", "FA2 sim", "FA2 formula"):
@@ -169,10 +171,10 @@ def fa1_vs_fa2(console, full: dict) -> dict:
     t.add_row("[b]total[/b]", "", f"{tot['fa1_simulated']:,}", f"{tot['fa1_formula']:,}", f"{tot['fa2_simulated']:,}",
               f"{tot['fa2_formula']:,}")
     console.print(t)
-    console.print(cost.render_table(big, title=f"one head at N = {FA1_FORMULA['N']:,}, d = {FA1_FORMULA['d']}, "
+    console.print(cost.render_table(big, title=f"one head at N = {FA1_FORMULA['seq']:,}, d = {FA1_FORMULA['head_dim']}, "
                                                f"Br = Bc = {FA1_FORMULA['block_q']} (attnlab.cost.forward_io_table)"))
     console.print(f"parallelism at {heads} heads: FA1 runs {fa1_grid} block per head → {blocks['fa1']} blocks; "
-                  f"FA2 one per (head, Q block) → {blocks['fa2']:,} blocks at N = {FA1_FORMULA['N']:,} "
+                  f"FA2 one per (head, Q block) → {blocks['fa2']:,} blocks at N = {FA1_FORMULA['seq']:,} "
                   f"(the simulated FA2 kernel used {fa2_grid} per head at N = {N})")
     err = float(np.abs(out.astype(np.float64) - ref).max())
     console.print(f"FA1 order vs float64 reference: max |error| {err:.1e}; FA1 moves {fmt_count(tot['fa1_simulated'])} "
@@ -213,16 +215,14 @@ def _plot(res: dict, out_dir: Path) -> Path:
     ax.grid(axis="y", alpha=0.3)
     fig.subplots_adjust(left=0.1, right=0.98, top=0.92, bottom=0.07)  # fixed margins: one draw, not two
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "03_traffic_by_array.png"
+    path = out_dir / PLOT_NAME
     fig.savefig(path, dpi=100)
     return path
 
 
 def run(out_dir=None, console=None) -> dict:
     """Run demo 03; print its tables, save its plot under ``out_dir`` (if given), return every number."""
-    from rich.console import Console
-
-    console = console or Console()
+    console = console or make_console()
     t0 = time.perf_counter()
     res = counts(console)
     out = {

@@ -6,6 +6,7 @@ route each ``load`` / ``store`` / ``atomic_add`` there.
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
@@ -41,21 +42,27 @@ class GlobalArray(_Array):
 
     def __init__(self, device, name, data: np.ndarray, base: int):
         self._setup(name, data.shape, data.dtype)
-        self._dev = device
+        self._dev_ref = weakref.ref(device)  # no cycle with Device.arrays: memory frees with the device
         self._data = np.ascontiguousarray(data).reshape(-1)
         self.base = base  # byte address
 
+    def _context(self):
+        dev = self._dev_ref()
+        if dev is None:
+            raise RuntimeError(f"{self.name!r}.load/store can only be called inside a kernel launched by Device.launch")
+        return dev._active_ctx(self)
+
     def load(self, index, *, width: int = 1, mask=None):
         """Each active thread reads ``width`` consecutive elements starting at ``index``."""
-        return self._dev._active_ctx(self)._access(self, "read", index, width, mask, None)
+        return self._context()._access(self, "read", index, width, mask, None)
 
     def store(self, index, value, *, width: int = 1, mask=None) -> None:
         """Each active thread writes ``width`` consecutive elements starting at ``index``."""
-        self._dev._active_ctx(self)._access(self, "write", index, width, mask, value)
+        self._context()._access(self, "write", index, width, mask, value)
 
     def atomic_add(self, index, value, *, width: int = 1, mask=None) -> None:
         """``atomicAdd``: each active thread adds ``value`` to its element(s); all adds land."""
-        self._dev._active_ctx(self)._access(self, "atomic", index, width, mask, value)
+        self._context()._access(self, "atomic", index, width, mask, value)
 
     def numpy(self) -> np.ndarray:
         """A host copy, shaped like the array."""
@@ -112,9 +119,16 @@ class SharedArray(_Array):
 
     def __init__(self, ctx, name, shape, dtype, state: _SharedState):
         self._setup(name, shape, dtype)
-        self._ctx = ctx
+        self._ctx_ref = weakref.ref(ctx)  # no cycle with the context's list of shared arrays
         self._st = state
         self.base = state.base_byte
+
+    @property
+    def _ctx(self):
+        ctx = self._ctx_ref()
+        if ctx is None:
+            raise RuntimeError(f"shared array {self.name!r} is used after the launch that declared it")
+        return ctx
 
     def load(self, index, *, width: int = 1, mask=None):
         return self._ctx._access(self, "read", index, width, mask, None)

@@ -41,6 +41,17 @@ from .accounting import WARP
 from .arrays import SharedArray, _SharedState
 from .errors import DivergentBarrierError, LaunchError, MisalignedAccessError, OutOfBoundsError
 
+SHARED_ALIGN = 128  # bytes: each shared array starts on a 128-byte line (bank 0)
+
+
+def shared_bytes(*nbytes: int) -> int:
+    """Bytes per block that shared arrays of these sizes (in declaration order) take, laid out as
+    ``Context.shared`` lays them out: each one starting on a ``SHARED_ALIGN``-byte line."""
+    total = 0
+    for n in nbytes:
+        total = -(-total // SHARED_ALIGN) * SHARED_ALIGN + int(n)
+    return total
+
 
 class Dim3:
     """``x``, ``y``, ``z`` of blockIdx / threadIdx (arrays) or blockDim / gridDim (ints)."""
@@ -142,8 +153,8 @@ class Context:
         dtype = np.dtype(dtype)
         size = int(math.prod(shape))
         nbytes = size * dtype.itemsize
-        base = -(-self._shared_bytes // 128) * 128  # each array starts on a 128-byte (bank 0) line
-        self._shared_bytes = base + nbytes
+        base = -(-self._shared_bytes // SHARED_ALIGN) * SHARED_ALIGN
+        self._shared_bytes = shared_bytes(self._shared_bytes, nbytes)
         limit = self._dev.shared_bytes_per_block
         if self._shared_bytes > limit:
             raise LaunchError(

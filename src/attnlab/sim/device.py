@@ -22,6 +22,7 @@ from .report import KernelStats, Report
 
 MAX_THREADS_PER_BLOCK = 1024
 H100_SHARED_BYTES_PER_BLOCK = 227 * 1024  # opt-in maximum of an H100 SM (CUDA guide, cc 9.0)
+MAX_THREADS_PER_CHUNK = 1 << 17  # threads of the blocks that run together: bounds the per-lane arrays
 _HAZARD_MODES = ("warn", "error", "ignore")
 
 
@@ -58,7 +59,7 @@ class Device:
 
     def __init__(self, *, l2_bytes: int | None = None, hazards: str = "warn",
                  shared_bytes_per_block: int = H100_SHARED_BYTES_PER_BLOCK,
-                 max_threads_per_chunk: int = 1 << 17):
+                 max_threads_per_chunk: int = MAX_THREADS_PER_CHUNK):
         if hazards not in _HAZARD_MODES:
             raise ValueError(f"hazards must be one of {_HAZARD_MODES}, got {hazards!r}")
         if l2_bytes is not None and (isinstance(l2_bytes, bool) or not isinstance(l2_bytes, (int, np.integer))):

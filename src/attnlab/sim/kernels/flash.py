@@ -1,6 +1,6 @@
 """The FlashAttention forward as one CUDA-style kernel for the simulator (lecture §5.1–5.2, §6.2–6.4).
 
-FA2 loop order (``_flash_fwd``): one block per Q block of Br rows, one thread per query row
+FA2 loop order (``flash_fwd``): one block per Q block of Br rows, one thread per query row
 (split-Q in its extreme form, §6.4). Per block:
 
 1. cooperative, coalesced load of Q_i into shared memory (padded to D+1 columns), then every thread
@@ -12,7 +12,7 @@ FA2 loop order (``_flash_fwd``): one block per Q block of Br rows, one thread pe
 3. O_i = acc / ℓ is written through shared memory (transposed, so the global stores are coalesced),
    and L_i = m + log ℓ per row.
 
-FA1 loop order (``_flash_fwd_fa1``, §6.3): K/V blocks outer, Q blocks inner, one block per head;
+FA1 loop order (``flash_fwd_fa1``, §6.3): K/V blocks outer, Q blocks inner, one block per head;
 O_i, ℓ_i, m_i live in HBM and are read, updated and written back for every K/V block.
 
 Registers are per-thread numpy arrays with the thread axes last: q, acc (D, nb, Br); m, ℓ (nb, Br);
@@ -23,7 +23,23 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..context import shared_bytes
+
 NEG_INF = np.float32(-np.inf)
+FLOAT_BYTES = 4  # the kernels compute in float32
+
+
+def flash_fwd_shared_bytes(*, head_dim: int, block_q: int, block_k: int, order: str = "fa2") -> int:
+    """Shared memory per block of ``flash_fwd`` (Qs (Br, D+1), Ks and Vs (Bc, D), float32) or, with
+    ``order="fa1"``, of ``flash_fwd_fa1`` (Qs, Os (Br, D+1), Ks, Vs (Bc, D)): the arrays the kernels
+    declare, laid out as the simulator lays them out. Lets a caller refuse a (head_dim, block) that no
+    block could hold before running anything."""
+    D, BR, BC = int(head_dim), int(block_q), int(block_k)
+    padded_q = BR * (D + 1) * FLOAT_BYTES
+    kv = BC * D * FLOAT_BYTES
+    if order == "fa1":
+        return shared_bytes(padded_q, padded_q, kv, kv)
+    return shared_bytes(padded_q, kv, kv)
 
 
 def _vec_width(D: int) -> int:
@@ -80,7 +96,9 @@ def _read_rows_broadcast(ctx, tile, BC, D):
     return vals.reshape((BC, D) + vals.shape[-2:])
 
 
-def _flash_fwd(ctx, Q, K, V, O, L, Nq, Nk, D, BR, BC, scale, causal):
+def flash_fwd(ctx, Q, K, V, O, L, Nq, Nk, D, BR, BC, scale, causal):
+    """FA2 order, launched with grid ceil(Nq/BR) and block BR: Q (Nq, D), K, V (Nk, D) in; O (Nq, D)
+    and L (Nq,) = logsumexp of each row out; ``scale`` the softmax scale, ``causal`` bottom-right."""
     tid = ctx.threadIdx.x  # (1, BR): thread t owns query row qb·BR + t
     qb = ctx.blockIdx.x  # (nb, 1)
     row0 = qb * BR
@@ -134,7 +152,7 @@ def _flash_fwd(ctx, Q, K, V, O, L, Nq, Nk, D, BR, BC, scale, causal):
     L.store(row, np.where(empty, NEG_INF, m + np.log(np.where(empty, np.float32(1), l))), mask=row < Nq)
 
 
-def _flash_fwd_fa1(ctx, Q, K, V, O, l_hbm, m_hbm, Nq, Nk, D, BR, BC, scale, causal):
+def flash_fwd_fa1(ctx, Q, K, V, O, l_hbm, m_hbm, Nq, Nk, D, BR, BC, scale, causal):
     """FA1 order: for each K/V block j (outer), for each Q block i (inner): read Q_i, O_i, ℓ_i, m_i,
     update, write O_i, ℓ_i, m_i back. One block per head; thread t owns row i·BR + t of Q block i."""
     tid = ctx.threadIdx.x  # (1, BR)

@@ -24,7 +24,9 @@ import numpy as np
 from .flash import _load_tile, _store_tile
 
 
-def _flash_bwd(ctx, Q, K, V, O, dO, L, dQ, dK, dV, Nq, Nk, D, BR, BC, scale, causal):
+def flash_bwd(ctx, Q, K, V, O, dO, L, dQ, dK, dV, Nq, Nk, D, BR, BC, scale, causal):
+    """Launched with grid ceil(Nk/BC) and block BC: reads Q, O, dO (Nq, D), K, V (Nk, D), L (Nq,);
+    adds into dQ (Nq, D, zeroed by the caller) atomically; writes dK, dV (Nk, D)."""
     tid = ctx.threadIdx.x  # (1, BC): thread t owns key row kb·BC + t
     kb = ctx.blockIdx.x  # (nb, 1)
     key0 = kb * BC

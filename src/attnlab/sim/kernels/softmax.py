@@ -31,7 +31,8 @@ def _block_reduce(ctx, sdata, value, op):
     return result
 
 
-def _row_softmax(ctx, S, P, Nc):
+def row_softmax(ctx, S, P, Nc):
+    """Launched with one block per row of S (rows, Nc) and a power-of-two block: P = softmax(S) by rows."""
     tid = ctx.threadIdx.x  # (1, nt)
     row = ctx.blockIdx.x  # (nb, 1): one block per row
     nt = ctx.blockDim.x  # a power of two

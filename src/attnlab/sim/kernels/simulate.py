@@ -4,15 +4,19 @@
 (documented in ``docs/simulator.md``): per design, per kernel and per (array, direction) the four HBM
 traffic counts in bytes — ``no_cache`` (32 × sectors) and ``ideal`` (first touch), for reads and
 writes — next to ``attnlab.cost``'s closed forms, plus sectors, shared-memory wavefronts, barriers,
-atomics and the error against a float64 reference. ``print_simulation`` renders it with rich;
-``attnlab simulate`` is the two together.
+atomics and the error against a float64 reference. It checks its arguments, the flash kernel's shared
+memory and the memory the whole run needs (``memory.py``) before it allocates anything.
+``tables.print_simulation`` renders the dict; ``attnlab simulate`` is the two together.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .api import reference_forward, run_flash_forward, run_standard_forward
+from ..device import H100_SHARED_BYTES_PER_BLOCK
+from .api import pos_int, reference_forward, run_flash_forward, run_standard_forward
+from .flash import flash_fwd_shared_bytes
+from .memory import check_forward_memory
 
 FLOAT_BYTES = 4  # the kernels compute in float32
 _DIRS = ("read", "write")
@@ -20,15 +24,16 @@ _DIRS = ("read", "write")
 
 def _formulas(design: str, N: int, D: int, block: int, tile: int, causal: bool):
     """Per-kernel closed forms (elements) from attnlab.cost: [(no-cache io, ideal io)] in kernel order."""
-    from .. import cost
+    from attnlab import cost
 
     if design == "standard":
         # the standard forward computes (and writes) all N² scores even when causal: same traffic
-        raw = cost.standard_forward_kernels(N, D, ideal_cache=False, tile=tile)
-        ideal = cost.standard_forward_kernels(N, D, ideal_cache=True)
+        raw = cost.standard_forward_kernels(seq=N, head_dim=D, ideal_cache=False, tile=tile)
+        ideal = cost.standard_forward_kernels(seq=N, head_dim=D, ideal_cache=True)
     else:
-        raw = cost.flash_forward_kernels(N, D, block, causal=causal, block_k=block)
-        ideal = cost.flash_forward_kernels(N, D, block, kv_in_l2=True, causal=causal, block_k=block)
+        shape = dict(seq=N, head_dim=D, block_q=block, block_k=block, causal=causal)
+        raw = cost.flash_forward_kernels(**shape)
+        ideal = cost.flash_forward_kernels(**shape, kv_in_l2=True)
     return [(r.io, i.io) for r, i in zip(raw, ideal)]
 
 
@@ -89,24 +94,46 @@ def _design_dict(design, report, formulas, errors) -> dict:
     return {"kernels": kernels, "arrays": arrays, "totals": totals, "error": errors, "report": report.to_dict()}
 
 
-def simulate_forward(seq: int = 256, head_dim: int = 64, block: int = 64, *, causal: bool = False, tile: int = 16,
-                     seed: int = 0, reference: str = "torch") -> dict:
+def _check_flash_fits(head_dim: int, block: int) -> None:
+    """Refuse a (head_dim, block) whose flash tiles no block's shared memory could hold."""
+    limit = H100_SHARED_BYTES_PER_BLOCK
+    need = flash_fwd_shared_bytes(head_dim=head_dim, block_q=block, block_k=block)
+    if need <= limit:
+        return
+    fits = 0
+    while flash_fwd_shared_bytes(head_dim=fits + 1, block_q=block, block_k=block) <= limit:
+        fits += 1
+    hint = f"use head_dim <= {fits} or a smaller block" if fits else "use a smaller block"
+    raise ValueError(f"head_dim={head_dim} with block={block} needs {need:,} bytes of shared memory per flash block "
+                     f"(Q, K and V tiles), more than the {limit:,} an H100 block may use; {hint}")
+
+
+def simulate_forward(*, seq: int = 256, head_dim: int = 64, block: int = 64, causal: bool = False, tile: int = 16,
+                     seed: int = 0, reference: str = "torch", max_memory: int | None = None) -> dict:
     """Run the standard (3 kernels) and flash (1 kernel, Br = Bc = ``block``) forwards on one random
     head of ``seq`` × ``head_dim`` and return every count beside its closed form (bytes, float32).
 
     ``reference``: "torch" compares with ``attnlab.attention_ref`` in float64; "numpy" with
     ``reference_forward`` (the same definition in numpy float64, no torch import).
+    ``max_memory``: bytes the run may take (None: ``memory.default_memory_limit()``); a run whose
+    estimate (``memory.forward_memory_bytes``) is larger is refused before anything is allocated.
     """
-    from .api import _pos_int
-
-    N, D, B = _pos_int(seq, "seq"), _pos_int(head_dim, "head_dim"), _pos_int(block, "block")
-    tile = _pos_int(tile, "tile")
+    N, D, B = pos_int(seq, "seq"), pos_int(head_dim, "head_dim"), pos_int(block, "block")
+    tile = pos_int(tile, "tile")
+    if tile * tile > 1024:
+        raise ValueError(f"tile must satisfy tile² <= 1024 threads per block, got {tile}")
     if B > 1024:
         raise ValueError(f"block is the number of threads per flash block and must be <= 1024, got {B}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     if reference not in ("torch", "numpy"):
         raise ValueError(f"reference must be 'torch' or 'numpy', got {reference!r}")
     if not isinstance(causal, bool):
         raise ValueError(f"causal must be True or False, got {causal!r}")
+    if max_memory is not None:
+        max_memory = pos_int(max_memory, "max_memory")
+    _check_flash_fits(D, B)
+    need = check_forward_memory(seq=N, head_dim=D, block=B, tile=tile, max_memory=max_memory)
     rng = np.random.default_rng(seed)
     q, k, v = (rng.standard_normal((N, D)).astype(np.float32) for _ in range(3))
     out_s, rep_s = run_standard_forward(q, k, v, tile=tile, causal=causal)
@@ -114,7 +141,7 @@ def simulate_forward(seq: int = 256, head_dim: int = 64, block: int = 64, *, cau
     if reference == "torch":
         import torch
 
-        from ..reference import attention_ref
+        from attnlab.reference import attention_ref
 
         t = [torch.from_numpy(x.astype(np.float64))[None, None] for x in (q, k, v)]
         o, lse = attention_ref(*t, causal=causal)
@@ -134,82 +161,5 @@ def simulate_forward(seq: int = 256, head_dim: int = 64, block: int = 64, *, cau
         "ideal_ratio": std["totals"]["total_ideal"] / fl["totals"]["total_ideal"],
         "no_cache_ratio": std["totals"]["total_no_cache"] / fl["totals"]["total_no_cache"],
         "wavefront_ratio": std["totals"]["shared_wavefronts"] / fl["totals"]["shared_wavefronts"],
+        "memory_estimate_bytes": need,
     }
-
-
-# ---------------------------------------------------------------- printing
-
-
-def _cell(sim: int, formula: int) -> str:
-    """A count with its closed form underneath (= when they agree)."""
-    mark = "[green]=[/green]" if sim == formula else "[red]≠[/red]"
-    return f"{sim:,}\n[dim]{mark} {formula:,}[/dim]"
-
-
-def traffic_table(design: dict, title: str):
-    """Per kernel and array: the four HBM counts (bytes), each over its closed form, and sectors."""
-    from rich.table import Table
-
-    t = Table(title=title, header_style="bold", caption="each cell: simulated bytes over the closed form of "
-              "attnlab.cost (× 4 bytes)", caption_justify="left")
-    t.add_column("kernel", no_wrap=True)
-    t.add_column("array", min_width=5, no_wrap=True)
-    for h in ("read\nno cache", "read\nideal cache", "write\nno cache", "write\nideal cache", "sectors"):
-        t.add_column(h, justify="right", no_wrap=True)
-    for kern in design["kernels"]:
-        first = True
-        for a, dirs in kern["arrays"].items():
-            cells = []
-            for d in _DIRS:
-                c = dirs.get(d)
-                cells += ["", ""] if c is None else [_cell(c["no_cache"], c["no_cache_formula"]),
-                                                     _cell(c["ideal"], c["ideal_formula"])]
-            sectors = sum(c["sectors"] for c in dirs.values())
-            t.add_row(kern["name"] if first else "", a, *cells, f"{sectors:,}")
-            first = False
-        t.rows[-1].end_section = True
-    tot = design["totals"]
-    t.add_row("[b]total[/b]", "", _cell(tot["read_no_cache"], tot["read_no_cache_formula"]),
-              _cell(tot["read_ideal"], tot["read_ideal_formula"]),
-              _cell(tot["write_no_cache"], tot["write_no_cache_formula"]),
-              _cell(tot["write_ideal"], tot["write_ideal_formula"]), "")
-    return t
-
-
-def kernel_table(result: dict, title: str = "kernels: shared memory, barriers, atomics"):
-    from rich.table import Table
-
-    t = Table(title=title, header_style="bold")
-    for h in ("kernel", "grid", "block", "smem/block\nbytes", "shared\nwavefronts", "bank\nconflicts", "barriers",
-              "atomics"):
-        t.add_column(h, justify="left" if h == "kernel" else "right", no_wrap=True)
-    for design in ("standard", "flash"):
-        for k in result[design]["kernels"]:
-            dim = lambda d: "×".join(str(x) for x in (d[:2] if d[1] > 1 else d[:1]))  # noqa: E731
-            t.add_row(k["name"], dim(k["grid"]), dim(k["block"]), f"{k['shared_bytes_per_block']:,}",
-                      f"{k['shared_wavefronts']:,}", f"{k['bank_conflicts']:,}", f"{k['barriers']:,}",
-                      f"{k['atomics']:,}")
-        t.rows[-1].end_section = True
-    return t
-
-
-def print_simulation(result: dict, console=None) -> None:
-    """Print ``simulate_forward``'s result: traffic tables, kernel table, totals and errors."""
-    if console is None:
-        from rich.console import Console
-
-        console = Console()
-    c = result["config"]
-    shape = (f"N = {c['seq']}, d = {c['head_dim']}, one head, float32"
-             f"{', causal' if c['causal'] else ''}; tiles {c['tile']}×{c['tile']}, Br = Bc = {c['block_q']}")
-    console.print(traffic_table(result["standard"], f"standard forward (3 kernels), HBM bytes — {shape}"))
-    console.print(traffic_table(result["flash"], f"FlashAttention forward (1 kernel), HBM bytes — {shape}"))
-    console.print(kernel_table(result))
-    s, f = result["standard"]["totals"], result["flash"]["totals"]
-    console.print(
-        f"ideal cache: standard {s['total_ideal']:,} B vs flash {f['total_ideal']:,} B → "
-        f"[b]{result['ideal_ratio']:.1f}×[/b]; no cache: {s['total_no_cache']:,} B vs {f['total_no_cache']:,} B → "
-        f"{result['no_cache_ratio']:.1f}×; shared wavefronts {s['shared_wavefronts']:,} vs {f['shared_wavefronts']:,}")
-    ref = "attention_ref (float64)" if c["reference"] == "torch" else "float64 reference"
-    console.print(f"max |error| vs {ref}: standard out {result['standard']['error']['out']:.1e}; flash out "
-                  f"{result['flash']['error']['out']:.1e}, lse {result['flash']['error']['lse']:.1e}")

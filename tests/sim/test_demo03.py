@@ -6,14 +6,13 @@ import math
 import pytest
 
 from attnlab import cost
+from attnlab._console import make_console
 from attnlab.demos import demo03
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    from rich.console import Console
-
-    console = Console(record=True, width=160)
+    console = make_console(record=True, width=160)
     out_dir = tmp_path_factory.mktemp("demo03")
     res = demo03.run(out_dir=out_dir, console=console)
     return res, console.export_text(), out_dir
@@ -28,7 +27,7 @@ def test_counts_equal_closed_forms_and_lecture(demo):
     for t in (s, f):
         for key in ("read_no_cache", "read_ideal", "write_no_cache", "write_ideal"):
             assert t[key] == t[key + "_formula"]
-    assert s["total_ideal"] == 4 * (4 * N * d + 4 * N * N) == 4 * cost.io_standard_forward(N, d)
+    assert s["total_ideal"] == 4 * (4 * N * d + 4 * N * N) == 4 * cost.io_standard_forward(seq=N, head_dim=d)
     assert f["total_ideal"] == 4 * (4 * N * d + N)
     assert f["total_no_cache"] == 4 * (2 * N * d + 2 * N * d * N // B + N)
     assert f"{c['ideal_ratio']:.1f}" == "5.0"  # §5.3: "理想缓存下差 5.0 倍"
@@ -55,7 +54,7 @@ def test_h100_estimate(demo):
 
 def test_block_sizes(demo):
     res, text, _ = demo
-    rows = cost.block_size_table(d=128, dtype_bytes=2, gpu="H100")
+    rows = cost.block_size_table(head_dim=128, dtype_bytes=2, gpu="H100")
     assert res["block_sizes"] == [r.to_dict() for r in rows]
     assert any(not r["fits"] for r in res["block_sizes"]) and any(r["fits"] for r in res["block_sizes"])
 
@@ -95,15 +94,15 @@ def test_fa1_vs_fa2(demo):
 
 def test_plot_written(demo):
     res, _, out_dir = demo
-    path = out_dir / "03_traffic_by_array.png"
+    path = out_dir / "demo03_traffic_by_array.png"  # the demoNN_<what>.png scheme
     assert res["plot"] == str(path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
 
 
-def test_no_plot_without_out_dir():
+def test_no_plot_without_out_dir(tmp_path, monkeypatch):
     from io import StringIO
 
-    from rich.console import Console
-
-    res = demo03.run(out_dir=None, console=Console(file=StringIO()))
-    assert "plot" not in res
+    monkeypatch.chdir(tmp_path)
+    res = demo03.run(out_dir=None, console=make_console(file=StringIO()))
+    assert "plot" not in res and list(tmp_path.iterdir()) == []  # nothing written anywhere
+    assert res["counts"]["ideal_ratio"] > 1

@@ -17,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 
-def _matmul_tiled(ctx, A, B, C, M, K, Nc, alpha, trans_b, causal_offset):
+def matmul_tiled(ctx, A, B, C, M, K, Nc, alpha, trans_b, causal_offset):
+    """Launched with grid (ceil(Nc/TILE), ceil(M/TILE)) and block (TILE, TILE): C (M, Nc) = alpha·A·op(B)."""
     TILE = ctx.blockDim.x  # blockDim = (TILE, TILE)
     tx, ty = ctx.threadIdx.x, ctx.threadIdx.y  # (1, TILE²)
     row = ctx.blockIdx.y * TILE + ty  # (nb, TILE²) output row of this thread

@@ -1,9 +1,8 @@
-"""The lecture's CUDA-style kernels on the simulator (attnlab.kernels): results against float64
+"""The lecture's CUDA-style kernels on the simulator (attnlab.sim.kernels): results against float64
 attention, HBM counts against the closed forms of §3.2, §5.4, §6.2, §6.3 (attnlab.cost and written out
-here), shared-memory counts, checks, and ``attnlab simulate``.
+here), shared-memory counts and input checks. ``simulate_forward`` and ``attnlab simulate``: test_simulate.py.
 """
 
-import json
 import math
 import warnings
 
@@ -11,14 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab import attention_ref, cost
-from attnlab.cli import main as cli_main
-from attnlab.kernels import (
+from attnlab import attention_ref, cost, sim
+from attnlab.sim.kernels import (
+    flash_fwd,
+    flash_fwd_shared_bytes,
     reference_forward,
     run_flash_backward,
     run_flash_forward,
     run_standard_forward,
-    simulate_forward,
 )
 
 F32 = 4  # bytes
@@ -77,11 +76,11 @@ def test_awkward_long_sequence():
         err = float(np.abs(out - ref_out).max())
         print(f"flash N=1025 causal={causal}: {err:.2e} (torch float32 {err32:.2e})")
         assert err <= 2 * err32 + 2e-7 and np.abs(lse - ref_lse).max() < 2e-6
-        assert rep.global_bytes(kind="requested") == F32 * cost.io_flash_forward(N, D, 128, causal=causal, block_k=64)
+        assert rep.global_bytes(kind="requested") == F32 * cost.io_flash_forward(seq=N, head_dim=D, block_q=128, causal=causal, block_k=64)
     ref_out, _, err32 = _ref(q, k, v)
     out, rep = run_standard_forward(q, k, v)
     assert np.abs(out - ref_out).max() <= 2 * err32 + 2e-7
-    assert rep.global_bytes(kind="ideal") == F32 * cost.io_standard_forward(N, D)
+    assert rep.global_bytes(kind="ideal") == F32 * cost.io_standard_forward(seq=N, head_dim=D)
 
 
 def test_lecture_size_error_is_float32_rounding():
@@ -124,9 +123,9 @@ def test_standard_counts_equal_closed_forms(N, d):
     ideal = rep.global_bytes(kind="ideal")
     print(f"N={N} d={d}: ideal {ideal:,} B, no cache {rep.global_bytes(kind='sectors'):,} B")
     assert ideal == F32 * (4 * N * d + 4 * N * N)  # §3.2, written out
-    assert ideal == F32 * cost.io_standard_forward(N, d)
+    assert ideal == F32 * cost.io_standard_forward(seq=N, head_dim=d)
     for ideal_cache in (True, False):
-        br = cost.io_standard_forward_breakdown(N, d, ideal_cache=ideal_cache, tile=16)
+        br = cost.io_standard_forward_breakdown(seq=N, head_dim=d, ideal_cache=ideal_cache, tile=16)
         kind = "ideal" if ideal_cache else "sectors"
         got = {(a, dr): rep.global_bytes(a, dr, kind=kind) // F32 for a in "QKVSPO" for dr in ("read", "write")}
         assert {key: n for key, n in got.items() if n} == br
@@ -142,10 +141,10 @@ def test_flash_counts_equal_closed_forms(N, d, Br):
     print(f"N={N} d={d} Br={Br}: no cache {no_cache:,} B, ideal {ideal:,} B")
     assert no_cache == F32 * (2 * N * d + 2 * N * d * N // Br + N)  # §5.4, written out
     assert ideal == F32 * (4 * N * d + N)
-    assert no_cache == F32 * cost.io_flash_forward(N, d, Br)
-    assert ideal == F32 * cost.io_flash_forward(N, d, Br, kv_in_l2=True)
+    assert no_cache == F32 * cost.io_flash_forward(seq=N, head_dim=d, block_q=Br)
+    assert ideal == F32 * cost.io_flash_forward(seq=N, head_dim=d, block_q=Br, kv_in_l2=True)
     got = {(a, dr): rep.global_bytes(a, dr) // F32 for a in ("Q", "K", "V", "O", "L") for dr in ("read", "write")}
-    assert {key: n for key, n in got.items() if n} == cost.io_flash_forward_breakdown(N, d, Br)
+    assert {key: n for key, n in got.items() if n} == cost.io_flash_forward_breakdown(seq=N, head_dim=d, block_q=Br)
     assert rep.global_bytes(kind="requested") == no_cache
     assert {a for a, _ in rep.kernels[0].global_} == {"Q", "K", "V", "O", "L"}  # no S, no P in HBM
 
@@ -161,8 +160,8 @@ def test_causal_skipping_saves_what_section_6_2_says(N, B, d):
     assert pairs == T * (T + 1) // 2 == cost.causal_block_pairs(T)
     assert _kv_bytes(full) == 2 * F32 * T * T * B * d
     assert _kv_bytes(full) - _kv_bytes(skip) == 2 * F32 * (T * T - T * (T + 1) // 2) * B * d
-    assert _kv_bytes(full) - _kv_bytes(skip) == cost.causal_kv_bytes_saved(N, d, B, dtype_bytes=F32)
-    assert skip.global_bytes(kind="sectors") == F32 * cost.io_flash_forward(N, d, B, causal=True)
+    assert _kv_bytes(full) - _kv_bytes(skip) == cost.causal_kv_bytes_saved(seq=N, head_dim=d, block_q=B, dtype_bytes=F32)
+    assert skip.global_bytes(kind="sectors") == F32 * cost.io_flash_forward(seq=N, head_dim=d, block_q=B, causal=True)
     assert skip.barriers == 2 * T + 2 * cost.causal_block_pairs(T)  # per block: Q, O; per computed pair: 2
     if (N, B) == (256, 64):  # the lecture's example: 10/16 pairs, 524,288 -> 327,680 bytes
         assert (pairs, _kv_bytes(full), _kv_bytes(skip)) == (10, 524_288, 327_680)
@@ -175,7 +174,7 @@ def test_fa1_order_counts_equal_closed_form():
     q, k, v = _qkv(N, N, d)
     _, _, rep = run_flash_forward(q, k, v, block_q=B, block_k=B, order="fa1")
     got = {(a, dr): rep.global_bytes(a, dr) // F32 for a in ("Q", "K", "V", "O", "m", "l") for dr in ("read", "write")}
-    assert {key: n for key, n in got.items() if n} == cost.io_fa1_forward_breakdown(N, d, B, B)
+    assert {key: n for key, n in got.items() if n} == cost.io_fa1_forward_breakdown(seq=N, head_dim=d, block_q=B, block_k=B)
     Tc = N // B
     assert sum(got.values()) == 2 * N * d + Tc * (3 * N * d + 4 * N)  # §6.3, written out
     assert rep.kernels[0].grid == (1, 1, 1)  # one block per head: FA1's only parallelism
@@ -186,7 +185,7 @@ def test_l2_model_reproduces_kv_in_l2():
     N, d, B = 128, 32, 32
     q, k, v = _qkv(N, N, d)
     _, _, rep = run_flash_forward(q, k, v, block_q=B, block_k=B, l2_bytes=1 << 20)
-    assert rep.global_bytes(kind="l2") == F32 * cost.io_flash_forward(N, d, B, kv_in_l2=True)
+    assert rep.global_bytes(kind="l2") == F32 * cost.io_flash_forward(seq=N, head_dim=d, block_q=B, kv_in_l2=True)
     _, _, one = run_flash_forward(q, k, v, block_q=B, block_k=B, l2_bytes=32)
     assert one.global_bytes(kind="l2") == one.global_bytes(kind="sectors")  # one sector of L2: nothing is reused
     _, _, small = run_flash_forward(q, k, v, block_q=B, block_k=B, l2_bytes=4096)
@@ -228,10 +227,10 @@ def test_backward_counts_equal_closed_forms():
     for causal in (False, True):
         _, _, _, rep = run_flash_backward(q, k, v, do, block_q=Br, block_k=Bc, causal=causal)
         atomics = rep.atomics
-        assert atomics == cost.dq_atomic_elements(N, d, Bc, block_q=Br, causal=causal)
+        assert atomics == cost.dq_atomic_elements(seq=N, head_dim=d, block_k=Bc, block_q=Br, causal=causal)
         if not causal:
             assert atomics == 67_200 == math.ceil(N / Bc) * N * d
-        br = cost.io_flash_backward_breakdown(N, d, Br, Bc, causal=causal)
+        br = cost.io_flash_backward_breakdown(seq=N, head_dim=d, block_q=Br, block_k=Bc, causal=causal)
         got = {(a, dr): rep.global_bytes(a, dr, kind="requested") // F32
                for a in ("Q", "K", "V", "O", "dO", "L", "dK", "dV") for dr in ("read", "write")}
         got = {key: n for key, n in got.items() if n}
@@ -241,7 +240,8 @@ def test_backward_counts_equal_closed_forms():
                  for a in ("Q", "K", "V", "O", "dO", "L", "dK", "dV") for dr in ("read", "write")}
         ideal = {key: n for key, n in ideal.items() if n}
         ideal[("dQ", "write")] = rep.global_bytes("dQ", "atomic", kind="ideal") // F32
-        assert ideal == cost.io_flash_backward_breakdown(N, d, Br, Bc, ideal_cache=True, causal=causal)
+        assert ideal == cost.io_flash_backward_breakdown(seq=N, head_dim=d, block_q=Br, block_k=Bc, ideal_cache=True,
+                                                             causal=causal)
 
 
 # ---------------------------------------------------------------- shared memory, barriers
@@ -266,23 +266,35 @@ def test_shared_memory_counts_at_lecture_size():
 
 def test_kernels_have_no_hazards_and_catch_a_missing_barrier():
     q, k, v = _qkv(64, 64, 32)
+    ref_out, _, err32 = _ref(q, k, v, causal=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        run_standard_forward(q, k, v, hazards="error")
-        run_flash_forward(q, k, v, block_q=32, block_k=32, causal=True, hazards="error")
-    from attnlab import sim
-    from attnlab.kernels.flash import _flash_fwd
+        out_s, rep_s = run_standard_forward(q, k, v, causal=True, hazards="error")
+        out_f, _, rep_f = run_flash_forward(q, k, v, block_q=32, block_k=32, causal=True, hazards="error")
+    assert rep_s.hazards == rep_f.hazards == 0
+    for out in (out_s, out_f):
+        assert np.abs(out - ref_out).max() <= 2 * err32 + 2e-7
 
     def flash_without_barriers(ctx, *args):
         ctx.syncthreads = lambda: None  # every __syncthreads() deleted
-        _flash_fwd(ctx, *args)
+        flash_fwd(ctx, *args)
 
     dev = sim.Device()
     Q, K, V = dev.array("Q", q), dev.array("K", k), dev.array("V", v)
     O, L = dev.empty("O", (64, 32)), dev.empty("L", 64)
-    with pytest.warns(sim.SharedMemoryHazardWarning, match="flash_without_barriers"):
+    with pytest.warns(sim.SharedMemoryHazardWarning, match=r"flash_without_barriers.*hazard on '(Qs|Ks|Vs|Os)'"):
         st = dev.launch(flash_without_barriers, 1, 64, Q, K, V, O, L, 64, 64, 32, 64, 32, np.float32(0.2), False)
-    assert st.hazards > 0
+    assert st.hazards > 0 and st.barriers == 0
+
+
+@pytest.mark.parametrize("D, Br, Bc, order", [(64, 64, 64, "fa2"), (59, 32, 48, "fa2"), (32, 16, 64, "fa1"),
+                                              (7, 64, 16, "fa1")])
+def test_flash_shared_bytes_is_what_the_kernel_declares(D, Br, Bc, order):
+    q, k, v = _qkv(40, 40, D)
+    _, _, rep = run_flash_forward(q, k, v, block_q=Br, block_k=Bc, order=order)
+    declared = rep.kernels[0].shared_bytes_per_block
+    assert flash_fwd_shared_bytes(head_dim=D, block_q=Br, block_k=Bc, order=order) == declared
+    assert declared >= 4 * (Br * (D + 1) * (2 if order == "fa1" else 1) + 2 * Bc * D)  # the tiles, float32
 
 
 # ---------------------------------------------------------------- input checks
@@ -323,39 +335,3 @@ def test_standard_input_errors():
         run_standard_forward(x, x, x, softmax_threads=100)
     with pytest.raises(ValueError, match="v must have the 4 rows of k"):
         run_standard_forward(x, x, np.ones((5, 8), np.float32))
-
-
-# ---------------------------------------------------------------- simulate_forward and the CLI
-
-
-def test_simulate_forward_dict_and_cli(tmp_path, capsys):
-    res = simulate_forward(64, 32, 32, causal=True, reference="numpy")
-    for design in ("standard", "flash"):
-        t = res[design]["totals"]
-        for key in ("read_no_cache", "read_ideal", "write_no_cache", "write_ideal"):
-            assert t[key] == t[key + "_formula"], (design, key)
-    assert res["flash"]["error"]["out"] < 1e-6 and res["standard"]["error"]["out"] < 1e-6
-    assert math.isclose(res["ideal_ratio"], res["standard"]["totals"]["total_ideal"] / res["flash"]["totals"]["total_ideal"])
-    path = tmp_path / "sim.json"
-    assert cli_main(["simulate", "--seq", "64", "--head-dim", "32", "--block", "32", "--json", str(path)]) == 0
-    out = capsys.readouterr().out
-    data = json.loads(path.read_text())
-    assert data["config"] == {"seq": 64, "head_dim": 32, "block_q": 32, "block_k": 32, "tile": 16, "causal": False,
-                              "dtype": "float32", "seed": 0, "reference": "torch"}
-    fl = data["flash"]["kernels"][0]["arrays"]["K"]["read"]
-    assert fl["no_cache"] == fl["no_cache_formula"] == F32 * cost.io_flash_forward_breakdown(64, 32, 32)[("K", "read")]
-    assert f"{data['ideal_ratio']:.1f}×" in out and "attention_ref" in out
-    sh = data["standard"]["report"]["totals"]["shared"]
-    assert data["standard"]["totals"]["shared_wavefronts"] == sum(c["wavefronts"] for a in sh.values() for c in a.values())
-
-
-@pytest.mark.parametrize("args, match", [
-    (["--seq", "0"], "seq must be a positive integer"),
-    (["--block", "2000"], "block"),
-    (["--head-dim", "-3"], "head_dim must be a positive integer"),
-])
-def test_cli_bad_input_is_one_line_exit_2(args, match, capsys):
-    assert cli_main(["simulate", *args]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "attnlab simulate: error:" in err
-    assert match.split()[0] in err

@@ -18,11 +18,12 @@ import math
 
 import numpy as np
 
-from ..sim import Device, Report
-from .backward import _flash_bwd
-from .flash import _flash_fwd, _flash_fwd_fa1
-from .matmul import _matmul_tiled
-from .softmax import _row_softmax
+from ..device import Device
+from ..report import Report
+from .backward import flash_bwd
+from .flash import flash_fwd, flash_fwd_fa1
+from .matmul import matmul_tiled
+from .softmax import row_softmax
 
 
 def _as_matrix(x, name: str) -> np.ndarray:
@@ -54,7 +55,8 @@ def _check_qkv(q, k, v):
     return q, k, v
 
 
-def _pos_int(value, name: str) -> int:
+def pos_int(value, name: str) -> int:
+    """``value`` as an int; ValueError naming ``name`` unless it is a positive integer (bools refused)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
@@ -70,7 +72,7 @@ def _scale(scale, D: int) -> np.float32:
 
 def _device(l2_bytes, hazards) -> Device:
     if l2_bytes is not None:
-        _pos_int(l2_bytes, "l2_bytes")
+        pos_int(l2_bytes, "l2_bytes")
     return Device(l2_bytes=l2_bytes, hazards=hazards)
 
 
@@ -110,10 +112,10 @@ def run_standard_forward(q, k, v, *, tile: int = 16, causal: bool = False, scale
         softmax_threads: threads per row of the softmax kernel (a power of two, 32..1024).
     """
     q, k, v = _check_qkv(q, k, v)
-    tile = _pos_int(tile, "tile")
+    tile = pos_int(tile, "tile")
     if tile * tile > 1024:
         raise ValueError(f"tile must satisfy tile² <= 1024 threads per block, got {tile}")
-    st = _pos_int(softmax_threads, "softmax_threads")
+    st = pos_int(softmax_threads, "softmax_threads")
     if st & (st - 1) or not 32 <= st <= 1024:
         raise ValueError(f"softmax_threads must be a power of two in 32..1024, got {softmax_threads!r}")
     if not isinstance(causal, bool):
@@ -125,10 +127,10 @@ def run_standard_forward(q, k, v, *, tile: int = 16, causal: bool = False, scale
     S, P, O = dev.empty("S", (Nq, Nk)), dev.empty("P", (Nq, Nk)), dev.empty("O", (Nq, D))
     cdiv = lambda a, b: -(-a // b)  # noqa: E731
     off = (Nk - Nq) if causal else None
-    dev.launch(_matmul_tiled, (cdiv(Nk, tile), cdiv(Nq, tile)), (tile, tile), Q, K, S, Nq, D, Nk, scale, True, off,
+    dev.launch(matmul_tiled, (cdiv(Nk, tile), cdiv(Nq, tile)), (tile, tile), Q, K, S, Nq, D, Nk, scale, True, off,
                name="S=QKᵀ/√d")
-    dev.launch(_row_softmax, Nq, st, S, P, Nk, name="P=softmax(S)")
-    dev.launch(_matmul_tiled, (cdiv(D, tile), cdiv(Nq, tile)), (tile, tile), P, V, O, Nq, Nk, D, np.float32(1), False,
+    dev.launch(row_softmax, Nq, st, S, P, Nk, name="P=softmax(S)")
+    dev.launch(matmul_tiled, (cdiv(D, tile), cdiv(Nq, tile)), (tile, tile), P, V, O, Nq, Nk, D, np.float32(1), False,
                None, name="O=PV")
     return O.numpy(), dev.report()
 
@@ -147,7 +149,7 @@ def run_flash_forward(q, k, v, *, block_q: int = 64, block_k: int = 64, causal: 
             one block per head, keeps O, ℓ, m in HBM; lse is then m + log ℓ read back from HBM).
     """
     q, k, v = _check_qkv(q, k, v)
-    Br, Bc = _pos_int(block_q, "block_q"), _pos_int(block_k, "block_k")
+    Br, Bc = pos_int(block_q, "block_q"), pos_int(block_k, "block_k")
     if Br > 1024:
         raise ValueError(f"block_q is the number of threads per block and must be <= 1024, got {Br}")
     if order not in ("fa2", "fa1"):
@@ -161,13 +163,13 @@ def run_flash_forward(q, k, v, *, block_q: int = 64, block_k: int = 64, causal: 
     if order == "fa2":
         O, L = dev.empty("O", (Nq, D)), dev.empty("L", (Nq,))
         name = "flash_fwd" + ("_causal" if causal else "")
-        dev.launch(_flash_fwd, -(-Nq // Br), Br, Q, K, V, O, L, Nq, Nk, D, Br, Bc, scale, causal, name=name)
+        dev.launch(flash_fwd, -(-Nq // Br), Br, Q, K, V, O, L, Nq, Nk, D, Br, Bc, scale, causal, name=name)
         return O.numpy(), L.numpy(), dev.report()
     O = dev.zeros("O", (Nq, D))
     l_hbm = dev.zeros("l", (Nq,))
     m_hbm = dev.array("m", np.full(Nq, -np.inf, np.float32))
     name = "flash_fwd_fa1" + ("_causal" if causal else "")
-    dev.launch(_flash_fwd_fa1, 1, Br, Q, K, V, O, l_hbm, m_hbm, Nq, Nk, D, Br, Bc, scale, causal, name=name)
+    dev.launch(flash_fwd_fa1, 1, Br, Q, K, V, O, l_hbm, m_hbm, Nq, Nk, D, Br, Bc, scale, causal, name=name)
     l, m = l_hbm.numpy(), m_hbm.numpy()
     with np.errstate(divide="ignore"):
         lse = np.where(l > 0, m + np.log(np.where(l > 0, l, 1)), -np.inf).astype(np.float32)
@@ -191,7 +193,7 @@ def run_flash_backward(q, k, v, dout, *, block_q: int = 64, block_k: int = 64, c
     dout = _as_matrix(dout, "dout")
     if dout.shape != q.shape:
         raise ValueError(f"dout must have q's shape {q.shape}, got {dout.shape}")
-    Br, Bc = _pos_int(block_q, "block_q"), _pos_int(block_k, "block_k")
+    Br, Bc = pos_int(block_q, "block_q"), pos_int(block_k, "block_k")
     if Bc > 1024:
         raise ValueError(f"block_k is the number of threads per block and must be <= 1024, got {Bc}")
     if not isinstance(causal, bool):
@@ -212,6 +214,6 @@ def run_flash_backward(q, k, v, dout, *, block_q: int = 64, block_k: int = 64, c
     O, dO, L = dev.array("O", out), dev.array("dO", dout), dev.array("L", lse)
     dQ, dK, dV = dev.zeros("dQ", (Nq, D)), dev.empty("dK", (Nk, D)), dev.empty("dV", (Nk, D))
     name = "flash_bwd" + ("_causal" if causal else "")
-    dev.launch(_flash_bwd, -(-Nk // Bc), Bc, Q, K, V, O, dO, L, dQ, dK, dV, Nq, Nk, D, Br, Bc, scale, causal,
+    dev.launch(flash_bwd, -(-Nk // Bc), Bc, Q, K, V, O, dO, L, dQ, dK, dV, Nq, Nk, D, Br, Bc, scale, causal,
                name=name)
     return dQ.numpy(), dK.numpy(), dV.numpy(), dev.report()
