@@ -123,18 +123,8 @@ def gpu_for_device(index: int):
 
 @functools.lru_cache(maxsize=4096)
 def _splits_on_device(batch: int, kv_heads: int, seq: int, head_dim: int, index: int, key: tuple) -> int:
-    cal = cost.calibration_for(torch.cuda.get_device_properties(index).name, key)
-    if cal is not None:
-        return cost.calibrated_num_splits(batch=batch, kv_heads=kv_heads, seq=seq, head_dim=head_dim,
-                                          sms=_sms(index), cal=cal, min_split_len=key[0])
-    return _wave_splits(batch, kv_heads, seq, head_dim, gpu_for_device(index), key[0])
-
-
-def _wave_splits(batch: int, kv_heads: int, seq: int, head_dim: int, gpu, block_n: int) -> int:
-    """The lecture's wave model for this kernel: a split holds whole block_n tiles, and the merge is a
-    kernel launch of its own."""
-    return cost.best_num_splits(batch=batch, heads=kv_heads, seq=seq, head_dim=head_dim, gpu=gpu, max_splits=64,
-                                min_split_len=block_n, merge_launch=True)
+    return cost.decode_num_splits(batch=batch, kv_heads=kv_heads, seq=seq, head_dim=head_dim,
+                                  gpu=gpu_for_device(index), config=key)
 
 
 def choose_num_splits(*, batch: int, kv_heads: int, seq: int, head_dim: int, device=None,
@@ -142,9 +132,9 @@ def choose_num_splits(*, batch: int, kv_heads: int, seq: int, head_dim: int, dev
     """The split count for a decode call with launch configuration ``config`` (default: the one this
     call would use).
 
-    On a GPU with a calibration for that configuration in ``attnlab.cost`` (the H200):
-    ``cost.calibrated_num_splits``. Elsewhere the lecture's wave model, ``cost.best_num_splits``, on the
-    preset matching the device with its SM count. One program reads one K/V head (the GQA group shares
+    ``attnlab.cost.decode_num_splits`` on the preset matching the device, with its SM count: the
+    calibrated model where cost holds a calibration for that GPU and configuration (the H200), else the
+    lecture's wave model. One program reads one K/V head (the GQA group shares
     it), so the models' "heads" are the ``kv_heads``; ``seq`` is the cache's capacity (the lengths are
     not read on the host). Without a GPU (the interpreter) the H100 preset.
     """
@@ -153,7 +143,8 @@ def choose_num_splits(*, batch: int, kv_heads: int, seq: int, head_dim: int, dev
         dev = torch.device("cuda", torch.cuda.current_device())
     if dev is None or dev.type != "cuda":
         cfg = config or kernel_config(head_dim, batch_heads=batch * kv_heads)
-        return _wave_splits(batch, kv_heads, seq, head_dim, cost.get_gpu("H100"), cfg.block_n)
+        return cost.decode_num_splits(batch=batch, kv_heads=kv_heads, seq=seq, head_dim=head_dim, gpu="H100",
+                                      config=cfg.key)
     index = dev.index if dev.index is not None else torch.cuda.current_device()
     cfg = config or kernel_config(head_dim, batch_heads=batch * kv_heads, sms=_sms(index))
     return _splits_on_device(batch, kv_heads, seq, head_dim, index, cfg.key)
