@@ -4,7 +4,7 @@ Each case is one launch sequence on fresh random data: a coalesced copy, the lec
 (standard 3-kernel forward, FlashAttention FA2 / causal / FA1 order, §5.2–6.3) and the same with
 hazard tracking off or the L2 model on. Wall time is the median of repeats (attnlab.bench.time_fn).
 
-    python benchmarks/sim_speed.py [--json sim_speed.json] [--quick]
+    python benchmarks/sim_speed.py [--json sim_speed.json] [--force] [--quick]
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -37,7 +36,7 @@ def _case_copy(n):
 
 
 def _case_attention(kind, N, d, **kw):
-    from attnlab.kernels import run_flash_forward, run_standard_forward
+    from attnlab.sim.kernels import run_flash_forward, run_standard_forward
 
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((N, d)).astype(np.float32) for _ in range(3))
@@ -61,16 +60,22 @@ QUICK = {"copy", "standard fwd", "flash fwd (FA2)", "flash fwd causal", "flash f
 
 
 def main(argv=None) -> list[dict]:
-    from rich.console import Console
     from rich.table import Table
 
+    from attnlab._cliargs import FORCE_HELP, output_file, write_text
+    from attnlab._console import make_console
     from attnlab.bench import environment, time_fn
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", default="sim_speed.json", help="where to write the results (default: %(default)s)")
+    ap.add_argument("--force", action="store_true", help=FORCE_HELP)
     ap.add_argument("--quick", action="store_true", help="fewer cases, fewer repeats")
     args = ap.parse_args(argv)
-    console = Console()
+    try:  # checked before the cases run: an existing file is kept unless --force
+        path = output_file(args.json, option="--json", force=args.force)
+    except ValueError as e:
+        ap.error(str(e))
+    console = make_console()
     rows = []
     for name, cfg, factory in CASES:
         if args.quick and (name not in QUICK or "1024" in cfg):
@@ -90,9 +95,8 @@ def main(argv=None) -> list[dict]:
         table.add_row(r["case"], r["config"], str(r["launches"]), f"{r['warp_instructions']:,}",
                       f"{r['first_call_s']:.3f}", f"{r['median_s']:.3f}", f"{r['warp_instr_per_s']:,.0f}")
     console.print(table)
-    path = Path(args.json)
-    path.write_text(json.dumps({"benchmark": "sim_speed", "environment": environment(), "rows": rows}, indent=2) + "\n")
-    console.print(f"wrote {path}")
+    text = json.dumps({"benchmark": "sim_speed", "environment": environment(), "rows": rows}, indent=2) + "\n"
+    console.print(f"wrote {write_text(path, text, option='--json', force=args.force)}")
     return rows
 
 

@@ -16,6 +16,8 @@ of memory (lecture §3.3 memory hierarchy, §5.2–5.3 counting the kernels).
 Files: ``context.py`` the execution model (what a kernel sees), ``arrays.py`` global and shared arrays,
 ``device.py`` allocation and launches, ``accounting.py`` the per-warp cost rules, ``hazards.py`` the
 shared-memory race checks, ``report.py`` the counters; ``docs/simulator.md`` is the user's guide.
+The lecture's attention kernels that run on it are the subpackage ``attnlab.sim.kernels``, which this
+package does not import: the simulator knows nothing of attention.
 """
 
 from .arrays import GlobalArray, SharedArray

@@ -1,4 +1,4 @@
-"""Errors and warnings raised by the GPU simulator (DESIGN.md, "The GPU simulator").
+"""Errors and warnings raised by the GPU simulator (lecture §3.3, §5.2: the kernels it checks).
 
 Every error names the kernel, the block (``blockIdx``), the thread (``threadIdx``), the array and the
 index involved, so a wrong kernel points at its own bug.

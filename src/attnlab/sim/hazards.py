@@ -1,4 +1,4 @@
-"""Shared-memory hazard detection (DESIGN.md: "a missing syncthreads must not go unnoticed").
+"""Shared-memory hazard detection: a missing ``syncthreads`` must not go unnoticed (lecture §3.3, §5.2).
 
 A hazard is two different warps of one block touching the same 4-byte shared word between the same
 pair of barriers, at least one of them writing. Each shared buffer keeps, per block and word, who
@@ -50,6 +50,7 @@ def entries_lanes(arr, idx3, act3, B, lane_bytes):
     words, wv = _collapse(w0 if B == 1 else b * nwords + w0, warp, nwords * B)
     return (words, wv, None) if B == 1 else (words % nwords, wv, words // nwords)
 
+
 def entries_uniform(arr, flatU, actw, bm, B, Up, lane_bytes):
     """Uniform accesses: per (instruction, block) one address, read by the active warps."""
     nact = actw.sum(axis=2)  # (Up, B)
@@ -75,6 +76,7 @@ def entries_uniform(arr, flatU, actw, bm, B, Up, lane_bytes):
     words, wv = _collapse(blocks * nwords + w0, wv, nwords * B)  # several instructions, one word
     return (words, wv, None) if B == 1 else (words % nwords, wv, words // nwords)
 
+
 def apply(ctx, arr, kind, words, wv, blocks, bm):
     """Check and record accesses: one entry per touched (block, word), wv the warp or -2 for several.
     ``blocks=None``: the same entries in every active block (``bm``)."""
@@ -99,8 +101,8 @@ def apply(ctx, arr, kind, words, wv, blocks, bm):
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         b = int(pos[i] // st.nwords) if W.ndim == 1 and pos is not words else 0
-        _found(ctx, arr, kind, b, int(words[i]), int(wv[i]), int(pw[i]), int(pr[i]),
-                           int(np.count_nonzero(bad)))
+        _found(ctx, arr, kind, b, int(words[i]), int(wv[i]), int(pw[i]), int(pr[i]), int(np.count_nonzero(bad)))
+
 
 def _found(ctx, arr, kind, b, word, warp, pw, pr, n):
     ctx._stats.hazards += n
@@ -125,5 +127,3 @@ def _found(ctx, arr, kind, b, word, warp, pw, pr, n):
         raise SharedMemoryHazard(msg)
     if ctx._launch.first_hazard is None:
         ctx._launch.first_hazard = msg
-
-# -- data movement ------------------------------------------------------------------------

@@ -279,9 +279,9 @@ class Report:
 
     def print(self, console=None, title: str | None = None) -> None:
         if console is None:
-            from rich.console import Console
+            from attnlab._console import make_console
 
-            console = Console()
+            console = make_console()
         console.print(self.kernel_table(title))
         console.print(self.table())
 
