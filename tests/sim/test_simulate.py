@@ -18,7 +18,9 @@ from attnlab.sim.kernels import (
     default_memory_limit,
     flash_fwd_shared_bytes,
     forward_memory_bytes,
+    run_standard_forward,
     simulate_forward,
+    standard_memory_bytes,
 )
 
 F32 = 4  # bytes
@@ -139,6 +141,26 @@ def test_memory_estimate_bounds_the_measured_peak(seq, head_dim, block, causal):
     est = forward_memory_bytes(seq=seq, head_dim=head_dim, block=block)
     print(f"N={seq} d={head_dim} B={block}: measured {peak / 2**20:.1f} MiB, estimate {est / 2**20:.1f} MiB")
     assert peak <= est <= 3 * peak
+
+
+def test_standard_forward_checks_its_memory_before_allocating():
+    import numpy as np
+
+    Nq, Nk, D = 200, 300, 24
+    q, k, v = (np.ones((n, D), np.float32) for n in (Nq, Nk, Nk))
+    need = standard_memory_bytes(seq_q=Nq, seq_k=Nk, head_dim=D)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=rf"{Nq} queries and {Nk} keys needs ~.* \(S and P are {Nq}×{Nk}"):
+            run_standard_forward(q, k, v, max_memory=need - 1)
+        refused_peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.reset_peak()
+        out, _ = run_standard_forward(q, k, v, max_memory=need)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert refused_peak < Nq * Nk * 4  # less than S alone
+    assert np.allclose(out, 1.0) and peak <= need <= 3 * peak
 
 
 def test_default_memory_limit():

@@ -8,7 +8,8 @@
 * ``backward.py`` — ``flash_bwd``: K/V blocks outer, P from L, dQ by atomic adds
 * ``api.py``     — ``run_standard_forward``, ``run_flash_forward``, ``run_flash_backward``: inputs in,
   outputs and counts out; ``reference_forward``: the float64 numpy oracle
-* ``memory.py``  — ``forward_memory_bytes``: what a simulation needs, estimated before allocating
+* ``memory.py``  — ``forward_memory_bytes``, ``standard_memory_bytes``: what a simulation needs,
+  estimated before allocating
 * ``simulate.py`` — ``simulate_forward``: both designs, every count beside ``attnlab.cost``'s closed form
 * ``tables.py``  — ``print_simulation``: its rich tables
 * ``cli.py``     — ``attnlab simulate``
@@ -21,7 +22,7 @@ from .api import reference_forward, run_flash_backward, run_flash_forward, run_s
 from .backward import flash_bwd
 from .flash import flash_fwd, flash_fwd_fa1, flash_fwd_shared_bytes
 from .matmul import matmul_tiled
-from .memory import default_memory_limit, forward_memory_bytes
+from .memory import default_memory_limit, forward_memory_bytes, standard_memory_bytes
 from .simulate import simulate_forward
 from .softmax import row_softmax
 from .tables import print_simulation
@@ -41,4 +42,5 @@ __all__ = [
     "run_flash_forward",
     "run_standard_forward",
     "simulate_forward",
+    "standard_memory_bytes",
 ]

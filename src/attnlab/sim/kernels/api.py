@@ -23,6 +23,7 @@ from ..report import Report
 from .backward import flash_bwd
 from .flash import flash_fwd, flash_fwd_fa1
 from .matmul import matmul_tiled
+from .memory import check_standard_memory
 from .softmax import row_softmax
 
 
@@ -100,8 +101,8 @@ def reference_forward(q, k, v, *, causal: bool = False, scale: float | None = No
 
 
 def run_standard_forward(q, k, v, *, tile: int = 16, causal: bool = False, scale: float | None = None,
-                         l2_bytes: int | None = None, softmax_threads: int = 256,
-                         hazards: str = "warn") -> tuple[np.ndarray, Report]:
+                         l2_bytes: int | None = None, softmax_threads: int = 256, hazards: str = "warn",
+                         max_memory: int | None = None) -> tuple[np.ndarray, Report]:
     """The standard forward as 3 simulated kernels; returns (out (Nq, D) float32, report).
 
     Arguments:
@@ -110,6 +111,8 @@ def run_standard_forward(q, k, v, *, tile: int = 16, causal: bool = False, scale
         causal: bottom-right aligned mask (query i sees keys j <= i + Nk - Nq), applied when S is written.
         l2_bytes: run the LRU L2 model of that capacity (slower); None counts without it.
         softmax_threads: threads per row of the softmax kernel (a power of two, 32..1024).
+        max_memory: bytes the simulation may take (None: ``memory.default_memory_limit()``); a larger
+            estimate (``memory.standard_memory_bytes``) is refused before S and P are allocated.
     """
     q, k, v = _check_qkv(q, k, v)
     tile = pos_int(tile, "tile")
@@ -122,6 +125,8 @@ def run_standard_forward(q, k, v, *, tile: int = 16, causal: bool = False, scale
         raise ValueError(f"causal must be True or False, got {causal!r}")
     scale = _scale(scale, q.shape[1])
     (Nq, D), Nk = q.shape, k.shape[0]
+    check_standard_memory(seq_q=Nq, seq_k=Nk, head_dim=D, tile=tile, softmax_threads=st,
+                          max_memory=None if max_memory is None else pos_int(max_memory, "max_memory"))
     dev = _device(l2_bytes, hazards)
     Q, K, V = dev.array("Q", q), dev.array("K", k), dev.array("V", v)
     S, P, O = dev.empty("S", (Nq, Nk)), dev.empty("P", (Nq, Nk)), dev.empty("O", (Nq, D))

@@ -48,22 +48,47 @@ def _chunk_threads(blocks: int, threads_per_block: int) -> int:
     return min(blocks, max(1, MAX_THREADS_PER_CHUNK // nt)) * nt
 
 
+def standard_memory_bytes(*, seq_q: int, seq_k: int, head_dim: int, tile: int = 16,
+                          softmax_threads: int = 256) -> int:
+    """Peak bytes of ``run_standard_forward`` on (seq_q, head_dim) queries and (seq_k, head_dim) keys,
+    beyond its inputs: S and P (seq_q, seq_k) float32, both first-touch maps of the softmax launch, the
+    widest chunk of lanes — the softmax's (a chunk of rows, all seq_k elements of each) or the matmul's
+    (tile-deep unrolled loads) — and the Q, K, V, O copies on the device."""
+    Nq, Nk, D = seq_q, seq_k, head_dim
+    cdiv = lambda a, b: -(-a // b)  # noqa: E731
+    softmax_lanes = _chunk_threads(Nq, softmax_threads) * cdiv(Nk, softmax_threads)
+    matmul_lanes = _chunk_threads(cdiv(Nq, tile) * max(cdiv(Nk, tile), cdiv(D, tile)), tile * tile) * tile
+    lanes = max(SOFTMAX_LANE_BYTES * softmax_lanes, MATMUL_LANE_BYTES * matmul_lanes)
+    return FIXED_BYTES + (2 * Nq + 2 * Nk) * D * FLOAT32 + 2 * Nq * Nk * (FLOAT32 + TOUCH_MAP_BYTES) + lanes
+
+
 def forward_memory_bytes(*, seq: int, head_dim: int, block: int, tile: int = 16, softmax_threads: int = 256) -> int:
-    """Peak bytes that ``simulate_forward(seq, head_dim, block, tile=tile)`` needs, causal or not (an
+    """Peak bytes that ``simulate_forward(seq=, head_dim=, block=, tile=)`` needs, causal or not (an
     upper estimate; the arguments are taken to be valid positive integers)."""
     N, D = seq, head_dim
     cdiv = lambda a, b: -(-a // b)  # noqa: E731
-    # q, k, v on the host, their device copies Q, K, V and the outputs O (standard, flash) and L
-    vectors = (3 + 3 + 2) * N * D * FLOAT32 + N * FLOAT32
-    # standard: S and P, both touch maps of the softmax launch, the widest chunk of lanes:
-    # the softmax (a chunk of rows, all N elements of each) or the matmul (tile-deep unrolled loads)
-    softmax_lanes = _chunk_threads(N, softmax_threads) * cdiv(N, softmax_threads)
-    matmul_lanes = _chunk_threads(cdiv(N, tile) * max(cdiv(N, tile), cdiv(D, tile)), tile * tile) * tile
-    standard = 2 * N * N * (FLOAT32 + TOUCH_MAP_BYTES) + max(SOFTMAX_LANE_BYTES * softmax_lanes,
-                                                            MATMUL_LANE_BYTES * matmul_lanes)
-    flash = FLASH_LANE_BYTES * _chunk_threads(cdiv(N, block), block) * max(D, block)
-    reference = REFERENCE_SCORE_BYTES * N * N
-    return FIXED_BYTES + vectors + max(standard, flash, reference)
+    # q, k, v on the host and the outputs O (standard, flash) and L, beside each phase's own share
+    vectors = (3 + 2) * N * D * FLOAT32 + N * FLOAT32
+    standard = standard_memory_bytes(seq_q=N, seq_k=N, head_dim=D, tile=tile, softmax_threads=softmax_threads)
+    flash = FIXED_BYTES + 4 * N * D * FLOAT32 + FLASH_LANE_BYTES * _chunk_threads(cdiv(N, block), block) * max(D, block)
+    reference = FIXED_BYTES + REFERENCE_SCORE_BYTES * N * N
+    return vectors + max(standard, flash, reference)
+
+
+def check_standard_memory(*, seq_q: int, seq_k: int, head_dim: int, tile: int, softmax_threads: int,
+                          max_memory: int | None = None) -> int:
+    """Return ``standard_memory_bytes``; raise ValueError, before anything is allocated, when it exceeds
+    ``max_memory`` bytes (None: ``default_memory_limit()``)."""
+    limit = default_memory_limit() if max_memory is None else max_memory
+    need = standard_memory_bytes(seq_q=seq_q, seq_k=seq_k, head_dim=head_dim, tile=tile,
+                                 softmax_threads=softmax_threads)
+    if need > limit:
+        raise ValueError(
+            f"the standard forward of {seq_q} queries and {seq_k} keys needs ~{_gib(need)} of memory to simulate "
+            f"(S and P are {seq_q}×{seq_k} float32), more than the {_gib(limit)} limit; use fewer rows or raise "
+            f"max_memory"
+        )
+    return need
 
 
 def physical_memory_bytes() -> int | None:
