@@ -1,0 +1,106 @@
+"""``attnlab tour --html`` and ``python scripts/0N_*.py``, on the session's trained model (trained once
+by the ``trained_cache`` fixture into a private folder), each in a fresh ``python -I`` process.
+
+The page: one section per demo in lecture order, every image a PNG that decodes (embedded as a data
+URI), every plot the tour wrote shown, and no table number cut short in the piped terminal output.
+"""
+
+import base64
+import re
+import time
+from html.parser import HTMLParser
+
+import pytest
+
+from attnlab.demos import DEMOS, available
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+class _Page(HTMLParser):
+    """The parts of the page the tests look at: sections (with their demo number) and images."""
+
+    def __init__(self):
+        super().__init__()
+        self.sections: list[int] = []
+        self.images: list[tuple[int | None, str, str]] = []  # (section, src, alt)
+        self.headings: list[str] = []
+        self._in_h2 = False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "section":
+            self.sections.append(int(a["data-demo"]))
+        elif tag == "img":
+            self.images.append((self.sections[-1] if self.sections else None, a.get("src", ""), a.get("alt", "")))
+        elif tag == "h2":
+            self._in_h2 = True
+            self.headings.append("")
+
+    def handle_endtag(self, tag):
+        if tag == "h2":
+            self._in_h2 = False
+
+    def handle_data(self, data):
+        if self._in_h2:
+            self.headings[-1] += data
+
+
+@pytest.fixture
+def trained_env(cli_env, trained_cache):
+    folder, _ = trained_cache
+    return dict(cli_env, ATTNLAB_CACHE=folder)
+
+
+def test_tour_html_page(run_cli, trained_env, cut_numbers, one_error_line, tmp_path):
+    r = run_cli("tour", "--out", "plots", "--html", "pages/tour.html", env=trained_env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert cut_numbers(r.stdout) == [], "a number in a table was cut short with stdout piped"
+    page_path = tmp_path / "pages" / "tour.html"
+    text = page_path.read_text(encoding="utf-8")
+    page = _Page()
+    page.feed(text)
+
+    ns = available()
+    assert ns == sorted(DEMOS)  # every demo of the lecture is part of this installation
+    assert page.sections == ns  # one section each, in lecture order
+    for n, heading in zip(ns, page.headings):
+        assert heading == f"demo {n:02d} · {DEMOS[n][1]}"
+    # every image decodes to a PNG, and every plot the tour wrote is on the page, in its demo's section
+    shown = {}
+    for n, src, alt in page.images:
+        assert src.startswith("data:image/png;base64,"), src[:40]
+        data = base64.b64decode(src.split(",", 1)[1], validate=True)
+        assert data.startswith(PNG_MAGIC)
+        assert data == (tmp_path / "plots" / alt).read_bytes()
+        shown[alt] = n
+    written = sorted(p.name for p in (tmp_path / "plots").iterdir())
+    assert sorted(shown) == written and written
+    for name, n in shown.items():  # one naming scheme: demoNN_<what>.png, NN the demo that drew it
+        assert re.fullmatch(rf"demo{n:02d}_[a-z0-9_]+\.png", name), name
+    # the tables are on the page as text, numbers and all
+    assert cut_numbers(re.sub(r"<[^>]+>", "", text)) == []
+    assert "test accuracy" in text and "online softmax re-based its sum" in text
+
+    # a second tour must not replace the page without --force; refused before any demo runs
+    before = page_path.read_bytes()
+    t0 = time.perf_counter()
+    line = one_error_line(run_cli("tour", "--out", "plots", "--html", "pages/tour.html", env=trained_env),
+                          "attnlab tour")
+    assert "--html" in line and "--force" in line
+    assert page_path.read_bytes() == before
+    print(f"refusal took {time.perf_counter() - t0:.1f} s")
+
+
+@pytest.mark.parametrize("n", sorted(DEMOS))
+def test_script_runs_in_a_fresh_interpreter(run_cli, trained_env, cut_numbers, tmp_path, n):
+    from pathlib import Path
+
+    scripts = sorted((Path(__file__).resolve().parents[2] / "scripts").glob(f"{n:02d}_*.py"))
+    assert len(scripts) == 1, scripts
+    t0 = time.perf_counter()
+    r = run_cli(script=scripts[0], env=trained_env)
+    seconds = time.perf_counter() - t0
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert cut_numbers(r.stdout) == []
+    print(f"python -I {scripts[0].name}: {seconds:.1f} s (the lecture: within 6 s once the model is cached)")
