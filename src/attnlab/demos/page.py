@@ -23,7 +23,7 @@ _CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em 2em; color: #222; }
 nav ol { columns: 2; }
 section { margin-top: 2.5em; border-top: 1px solid #ccc; }
-pre.console { font-family: ui-monospace, Menlo, Consolas, "DejaVu Sans Mono", monospace; font-size: 13px;
+pre.console { font-family: ui-monospace, Menlo, Consolas, "Liberation Mono", "DejaVu Sans Mono", monospace; font-size: 13px;
               line-height: 1.25; padding: 0.8em; overflow-x: auto; border: 1px solid #ddd; }
 figure { margin: 1em 0; }
 figure img { max-width: 100%; height: auto; border: 1px solid #ddd; }
