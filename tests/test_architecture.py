@@ -13,7 +13,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "attnlab"
 # and the implementations (rank 2) not each other. cost (closed forms, stdlib only) sits just below
 # them: the GPU launcher asks it for a split count, the simulator for the formulas it prints beside its counts
 RANK = {
-    "_checks": 0, "_runtime": 0, "softmax": 0, "reference": 0, "_console": 0, "cost": 1,
+    "_checks": 0, "_runtime": 0, "variants": 0, "softmax": 0, "reference": 0, "_console": 0, "cost": 1,
     "blockwise": 2, "gpu": 2, "sim": 2,
     "api": 3, "kvcache": 4, "model": 5, "bench": 6, "_cliargs": 6, "demos": 7, "info": 8, "cli": 8,
     "__init__": 9, "__main__": 9,

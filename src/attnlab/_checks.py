@@ -204,3 +204,148 @@ def seqlens_tensor(cache_seqlens, q):
             and all(isinstance(n, int) and not isinstance(n, bool) for n in cache_seqlens)):
         raise TypeError(f"cache_seqlens must be an int tensor or a list of ints, got {cache_seqlens!r}")
     return torch.tensor(list(cache_seqlens), dtype=torch.int64, device=q.device if isinstance(q, torch.Tensor) else None)
+
+
+# -- variants: window, softcap, ALiBi (attnlab.variants) ---------------------------------------------
+
+
+def check_window(window, causal: bool):
+    """``window=(left, right)`` ints >= -1 (-1: unbounded) folded with ``causal`` into one ``Mask``.
+
+    causal=True is the window's right edge at 0, as in flash-attn; a right edge other than -1 or 0
+    together with causal=True is refused rather than silently overridden.
+    """
+    from .variants import Mask
+
+    causal = check_causal(causal)
+    if window is None:
+        window = (-1, -1)
+    if (not isinstance(window, (tuple, list)) or len(window) != 2
+            or not all(isinstance(w, int) and not isinstance(w, bool) for w in window)):
+        raise TypeError(f"window must be a pair of ints (left, right), -1 meaning unbounded, got {window!r}")
+    left, right = window
+    if left < -1 or right < -1:
+        raise ValueError(f"window sides must be >= -1 (-1: unbounded), got {tuple(window)!r}")
+    if causal:
+        if right not in (-1, 0):
+            raise ValueError(f"causal=True fixes the window's right side at 0, got window={tuple(window)!r}; "
+                             "pass causal=False to see keys after the query")
+        right = 0
+    return Mask(left, right)
+
+
+def check_softcap(softcap) -> float | None:
+    """``softcap``: None (off) or a finite number > 0."""
+    if softcap is None:
+        return None
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not math.isfinite(softcap) \
+            or softcap <= 0:
+        raise ValueError(f"softcap must be a finite number > 0 or None, got {softcap!r}")
+    return float(softcap)
+
+
+def check_alibi(slopes, B: int, H: int, device) -> torch.Tensor | None:
+    """ALiBi slopes (H,) or (B, H), float32 as in flash-attn, on the inputs' device; returns (B, H) or None."""
+    if slopes is None:
+        return None
+    if not isinstance(slopes, torch.Tensor):
+        raise TypeError(f"alibi_slopes must be a torch.Tensor of shape (H,) or (B, H), got {type(slopes).__name__}")
+    if slopes.dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"alibi_slopes must be float32 (or float64), got {slopes.dtype}")
+    if tuple(slopes.shape) not in ((H,), (B, H)):
+        raise ValueError(f"alibi_slopes must have shape (H,) = ({H},) or (B, H) = ({B}, {H}), "
+                         f"got {tuple(slopes.shape)}")
+    if slopes.device != torch.device(device):
+        raise ValueError(f"alibi_slopes is on {slopes.device} but q is on {device}")
+    if slopes.device.type != "cuda" and not bool(torch.isfinite(slopes).all()):
+        raise ValueError("alibi_slopes must be finite")
+    return slopes.expand(B, H)
+
+
+def check_deterministic(deterministic) -> bool:
+    if not isinstance(deterministic, bool):
+        raise TypeError(f"deterministic must be True or False, got {deterministic!r}")
+    return deterministic
+
+
+# -- packed variable-length batches (flash-attn's varlen layout) -----------------------------------------
+
+
+@dataclass(frozen=True)
+class VarlenDims:
+    """A packed batch: sequence b owns rows ``cu_q[b]:cu_q[b+1]`` of q and ``cu_k[b]:cu_k[b+1]`` of k, v."""
+
+    B: int
+    H: int
+    Hkv: int
+    D: int
+    Dv: int
+    total_q: int
+    total_k: int
+    cu_q: tuple[int, ...]  # host copies of cu_seqlens_q / cu_seqlens_k
+    cu_k: tuple[int, ...]
+    max_q: int
+    max_k: int
+
+    @property
+    def group(self) -> int:
+        return self.H // self.Hkv
+
+    def seq(self, b: int) -> tuple[int, int, int, int]:
+        """(q start, q length, k start, k length) of sequence b."""
+        return self.cu_q[b], self.cu_q[b + 1] - self.cu_q[b], self.cu_k[b], self.cu_k[b + 1] - self.cu_k[b]
+
+
+def _check_cu(cu, name: str, total: int, device) -> tuple[int, ...]:
+    if not isinstance(cu, torch.Tensor):
+        raise TypeError(f"{name} must be an int32 torch.Tensor of shape (B + 1,), got {type(cu).__name__}")
+    if cu.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"{name} must have dtype int32 (or int64), got {cu.dtype}")
+    if cu.dim() != 1 or cu.numel() < 2:
+        raise ValueError(f"{name} must have shape (B + 1,) with B >= 1, got {tuple(cu.shape)}")
+    if cu.device != torch.device(device):
+        raise ValueError(f"{name} is on {cu.device} but q is on {device}")
+    vals = tuple(int(x) for x in cu.tolist())
+    if vals[0] != 0:
+        raise ValueError(f"{name} must start at 0, got {vals[0]}")
+    if any(b < a for a, b in zip(vals, vals[1:])):
+        raise ValueError(f"{name} must be non-decreasing (cumulative lengths), got {list(vals[:8])}"
+                         + ("..." if len(vals) > 8 else ""))
+    if vals[-1] != total:
+        raise ValueError(f"{name}[-1] = {vals[-1]} must equal the number of packed rows, {total}")
+    return vals
+
+
+def check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None) -> VarlenDims:
+    """Check a packed batch: q (total_q, H, D), k (total_k, Hkv, D), v (total_k, Hkv, Dv), cumulative
+    lengths (B + 1,) int32 from 0 to the totals. The lengths are read on the host (a device sync on a GPU).
+    ``max_seqlen_*`` are optional; given, they must be at least the longest sequence."""
+    check_tensor(q, "q", 3)
+    check_tensor(k, "k", 3)
+    check_tensor(v, "v", 3)
+    check_same({"q": q, "k": k, "v": v})
+    total_q, H, D = q.shape
+    total_k, Hkv, Dk = k.shape
+    if Dk != D:
+        raise ValueError(f"k has head dim {Dk} but q has {D} (q {tuple(q.shape)}, k {tuple(k.shape)})")
+    if tuple(v.shape[:2]) != (total_k, Hkv):
+        raise ValueError(f"v must have shape (total_k, Hkv, Dv) = ({total_k}, {Hkv}, Dv) like k, got {tuple(v.shape)}")
+    if Hkv < 1 or H % Hkv:
+        raise ValueError(f"q has {H} heads, which is not a multiple of the {Hkv} heads of k and v")
+    if D < 1:
+        raise ValueError(f"head dim must be at least 1, got q {tuple(q.shape)}")
+    cu_q = _check_cu(cu_seqlens_q, "cu_seqlens_q", total_q, q.device)
+    cu_k = _check_cu(cu_seqlens_k, "cu_seqlens_k", total_k, q.device)
+    if len(cu_q) != len(cu_k):
+        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must describe the same number of sequences, "
+                         f"got {len(cu_q) - 1} and {len(cu_k) - 1}")
+    max_q = max(b - a for a, b in zip(cu_q, cu_q[1:]))
+    max_k = max(b - a for a, b in zip(cu_k, cu_k[1:]))
+    for given, actual, name in ((max_seqlen_q, max_q, "max_seqlen_q"), (max_seqlen_k, max_k, "max_seqlen_k")):
+        if given is None:
+            continue
+        if isinstance(given, bool) or not isinstance(given, int) or given < 0:
+            raise ValueError(f"{name} must be a non-negative int or None, got {given!r}")
+        if given < actual:
+            raise ValueError(f"{name} = {given} is less than the longest sequence, {actual}")
+    return VarlenDims(len(cu_q) - 1, H, Hkv, D, v.shape[2], total_q, total_k, cu_q, cu_k, max_q, max_k)
