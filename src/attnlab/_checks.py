@@ -104,6 +104,24 @@ def causal_offset(Nq: int, Nk: int) -> int:
     return Nk - Nq
 
 
+def check_backward_inputs(q, dims: AttnDims, out, lse, dout, dlse=None) -> None:
+    """The forward's out (B, H, Nq, Dv) and lse (B, H, Nq), and dout (and dlse, optional) of a backward call."""
+    shape_o = (dims.B, dims.H, dims.Nq, dims.Dv)
+    for name, t in (("out", out), ("dout", dout)):
+        check_tensor(t, name)
+        if tuple(t.shape) != shape_o:
+            raise ValueError(f"{name} must have shape (B, H, Nq, Dv) = {shape_o}, got {tuple(t.shape)}")
+    check_same({"q": q, "out": out, "dout": dout})
+    for name, t in (("lse", lse), ("dlse", dlse)):
+        if t is None and name == "dlse":
+            continue
+        check_tensor(t, name, ndim=3)
+        if tuple(t.shape) != shape_o[:3]:
+            raise ValueError(f"{name} must have shape (B, H, Nq) = {shape_o[:3]}, got {tuple(t.shape)}")
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
+
+
 # -- §8.4 decode calls: a KV cache, contiguous or paged ------------------------------------------------
 
 
