@@ -98,12 +98,21 @@ class Benchmark:
             yield dict(zip(self.x_names, vals))
 
 
+def payload(bench: Benchmark, rows: list[dict]) -> dict:
+    """What the JSON file of a run holds: the benchmark's name, the environment, its extras, the rows."""
+    return {"benchmark": bench.name, "environment": environment(), **bench.extra, "rows": rows}
+
+
 def run(bench: Benchmark, *, console=None, json_path: str | Path | None = None, **time_kw) -> list[dict]:
-    """Time every (configuration, provider) pair; print a table; write JSON if asked."""
-    from rich.console import Console
+    """Time every (configuration, provider) pair; print a table; write JSON to ``json_path`` if given.
+
+    The benchmark scripts keep their results in ``benchmarks/data/`` and replace their own file there;
+    ``attnlab bench`` checks its ``--json`` path first (``attnlab._cliargs``) and writes it itself."""
     from rich.table import Table
 
-    console = console or Console()
+    from ._console import make_console
+
+    console = console or make_console()
     rows = []
     for cfg in bench.configs():
         for prov, make in bench.providers.items():
@@ -147,8 +156,7 @@ def run(bench: Benchmark, *, console=None, json_path: str | Path | None = None, 
     if json_path is not None:
         path = Path(json_path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"benchmark": bench.name, "environment": environment(), **bench.extra,
-                                    "rows": rows}, indent=2))
+        path.write_text(json.dumps(payload(bench, rows), indent=2))
         console.print(f"wrote {path}")
     return rows
 
@@ -190,9 +198,12 @@ def forward_benchmark(*, device: str, dtype: torch.dtype, seqs, head_dim: int = 
 
 
 def _bench_cmd(args) -> int:
-    for n in args.seq:
-        if n < 1:
-            raise ValueError(f"--seq must be positive, got {n}")
+    from ._cliargs import output_file, write_text
+    from ._console import make_console
+
+    # the output path is checked before anything is timed; `--json -` puts the JSON on stdout, the table on stderr
+    json_out = args.json is not None
+    path = output_file(args.json, option="--json", force=args.force, allow_stdout=True) if json_out else None
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda asked for, but no CUDA GPU is visible")
@@ -200,17 +211,25 @@ def _bench_cmd(args) -> int:
         args.dtype or ("bfloat16" if device == "cuda" else "float32")]
     b = forward_benchmark(device=device, dtype=dtype, seqs=args.seq, head_dim=args.head_dim,
                           heads=args.heads, causal=args.causal)
-    run(b, json_path=args.json)
+    rows = run(b, console=make_console(stderr=json_out and path is None))
+    if json_out:
+        where = write_text(path, json.dumps(payload(b, rows), indent=2) + "\n", option="--json", force=args.force)
+        if path is not None:
+            make_console().print(f"wrote {where}")
     return 0
 
 
 def register(sub) -> None:
+    from ._cliargs import FORCE_HELP, positive_int
+
     p = sub.add_parser("bench", help="time attnlab's forward against PyTorch SDPA on this machine")
-    p.add_argument("--seq", type=int, nargs="+", default=[1024, 2048], help="sequence lengths")
-    p.add_argument("--head-dim", type=int, default=64)
-    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--seq", type=positive_int, nargs="+", default=[1024, 2048], help="sequence lengths")
+    p.add_argument("--head-dim", type=positive_int, default=64)
+    p.add_argument("--heads", type=positive_int, default=8)
     p.add_argument("--causal", action="store_true")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None)
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default=None)
-    p.add_argument("--json", default=None, metavar="FILE", help="also write the rows as JSON")
+    p.add_argument("--json", default=None, metavar="FILE",
+                   help="also write the rows as JSON ('-': standard output, the table then goes to stderr)")
+    p.add_argument("--force", action="store_true", help=FORCE_HELP)
     p.set_defaults(func=_bench_cmd)

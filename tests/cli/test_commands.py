@@ -67,6 +67,23 @@ def test_bench_small(run_cli, cut_numbers):
     assert cut_numbers(r.stdout) == []
 
 
+def test_bench_json_follows_the_output_rule(run_cli, one_error_line, tmp_path):
+    small = ("bench", "--seq", "16", "--heads", "1", "--head-dim", "8", "--device", "cpu", "--dtype", "float32")
+    r = run_cli(*small, "--json", "-")
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout)  # only the JSON on stdout; the table went to stderr
+    assert [row["N"] for row in got["rows"]] == [16, 16] and {row["provider"] for row in got["rows"]} == {"attnlab", "sdpa"}
+    assert all(row["ms"] > 0 for row in got["rows"])
+    mine = tmp_path / "mine.json"
+    mine.write_text("my notes\n")
+    line = one_error_line(run_cli(*small, "--json", "mine.json"), "attnlab bench")
+    assert "--json" in line and "--force" in line
+    assert mine.read_text() == "my notes\n"
+    r = run_cli(*small, "--json", "new/dir/b.json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads((tmp_path / "new/dir/b.json").read_text())["rows"][0]["N"] == 16
+
+
 def test_train_tiny(run_cli, cli_env, tmp_path):
     r = run_cli("train", "--steps", "3", "--attempts", "1", "--seed", "1")
     assert r.returncode == 0, r.stderr[-3000:]
@@ -120,6 +137,8 @@ def test_existing_file_is_kept_unless_force(run_cli, one_error_line, tmp_path):
     (("estimate", "--heads", "many"), ("--heads", "many")),
     (("estimate", "--block-k", "-3"), ("--block-k", "-3")),
     (("estimate", "--gpu", "Z80"), ("Z80",)),
+    (("bench", "--seq", "0"), ("--seq", "'0'")),
+    (("bench", "--heads", "-2"), ("--heads", "'-2'")),
     (("nope",), ("nope",)),
 ])
 def test_bad_input_is_one_line(run_cli, one_error_line, tmp_path, args, words):
