@@ -25,7 +25,7 @@ from attnlab.model import ModelConfig, TrainConfig, Transformer, train_steps
 from attnlab.model.train import cpu_threads
 
 N, D, BR, BC = 300, 32, 64, 48  # §7.4
-TRAIN_STEPS, TRAIN_BATCH, TRAIN_SEED = 30, 16, 0  # §7.7
+TRAIN_STEPS, TRAIN_BATCH, TRAIN_SEED = 30, 8, 0  # §7.7
 P_VS_L = dict(heads=32, dtype_bytes=2)  # §7.1–7.2
 BACKWARD_H100 = dict(seq=4096, head_dim=128, heads=32, dtype_bytes=2, gpu="H100")  # §7.5
 RECOMPUTE = dict(head_dim=128, dtype_bytes=2)  # §7.6
