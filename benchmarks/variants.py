@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -186,7 +185,7 @@ def provider_sdpa(cfg, device, backend_name):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
-    H, N, D, name = cfg["H"], cfg["N"], cfg["D"], cfg["variant"]
+    H, N, name = cfg["H"], cfg["N"], cfg["variant"]
     backend = getattr(SDPBackend, backend_name)
     grad = cfg["pass_"] == "fwd_bwd"
     if name == "softcap":
@@ -312,18 +311,19 @@ def report(rows) -> str:
         groups.setdefault((r["D"], r["variant"], r["pass_"]), {})[r["provider"]] = r
     lines = ["| D | variant | pass | attnlab | det. | flex | best SDPA (route) | ×flex | ×SDPA | det./default |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    for (D, name, p), by in sorted(groups.items()):
-        def tf(prov):
-            return by[prov]["tflops"] if prov in by and "tflops" in by[prov] else None
-        a, det, fx = tf("attnlab"), tf("attnlab-det"), tf("flex")
-        sdpas = {k: tf(k) for k in by if k.startswith("sdpa") and tf(k)}
-        best = max(sdpas, key=sdpas.get) if sdpas else None
+    def fmt(x):
+        return "—" if x is None else f"{x:.0f}"
 
-        def f(x):
-            return "—" if x is None else f"{x:.0f}"
-        ratio = (lambda x, y: "—" if x is None or y is None else f"{x / y:.2f}")
-        lines.append(f"| {D} | {name} | {p} | {f(a)} | {f(det)} | {f(fx)} | "
-                     f"{f(sdpas.get(best))} ({best or 'none'}) | {ratio(a, fx)} | "
+    def ratio(x, y):
+        return "—" if x is None or y is None else f"{x / y:.2f}"
+
+    for (D, name, p), by in sorted(groups.items()):
+        tf = {prov: r["tflops"] for prov, r in by.items() if "tflops" in r}
+        a, det, fx = tf.get("attnlab"), tf.get("attnlab-det"), tf.get("flex")
+        sdpas = {k: x for k, x in tf.items() if k.startswith("sdpa")}
+        best = max(sdpas, key=sdpas.get) if sdpas else None
+        lines.append(f"| {D} | {name} | {p} | {fmt(a)} | {fmt(det)} | {fmt(fx)} | "
+                     f"{fmt(sdpas.get(best))} ({best or 'none'}) | {ratio(a, fx)} | "
                      f"{ratio(a, sdpas.get(best))} | {ratio(det, a)} |")
     return "\n".join(lines)
 
@@ -343,33 +343,7 @@ def check(args) -> list[dict]:
         for name in VARIANTS:
             g = torch.Generator(device=device).manual_seed(B * 1000 + Nq)
             ok = True
-            if name == "varlen":
-                lens_q = doc_lengths(Nq * B, seed=Nq, lo=1, hi=max(2, Nq // 2))
-                lens_k = [n + (7 if i % 2 else 0) for i, n in enumerate(lens_q)]
-                q = torch.randn(sum(lens_q), H, D, generator=g, device=device, dtype=torch.float64)
-                k = torch.randn(sum(lens_k), Hkv, D, generator=g, device=device, dtype=torch.float64)
-                v = torch.randn(sum(lens_k), Hkv, D, generator=g, device=device, dtype=torch.float64)
-                cq, ck = cu_seqlens(lens_q, device), cu_seqlens(lens_k, device)
-                kw = dict(causal=True, window=(31, 0))
-
-                def fast(q, k, v):
-                    return attnlab.flash_attention_varlen(q, k, v, cq, ck, **kw)
-
-                def ref(q, k, v):
-                    return attention_ref_varlen(q, k, v, cq, ck, **kw)[0]
-            else:
-                q = torch.randn(B, H, Nq, D, generator=g, device=device, dtype=torch.float64)
-                k = torch.randn(B, Hkv, Nk, D, generator=g, device=device, dtype=torch.float64)
-                v = torch.randn(B, Hkv, Nk, D, generator=g, device=device, dtype=torch.float64)
-                kw = variant_kwargs(name, H, device)
-                if name == "window":
-                    kw = dict(causal=False, window=(97, 13))
-
-                def fast(q, k, v):
-                    return attnlab.flash_attention(q, k, v, **kw)
-
-                def ref(q, k, v):
-                    return attention_ref(q, k, v, **kw)[0]
+            q, k, v, fast, ref = _check_case(name, B, H, Hkv, Nq, Nk, D, g, device)
             do = torch.randn(q.shape[:-1] + (D,), generator=g, device=device, dtype=torch.float64)
             results = {}
             for label, fn, dt in (("oracle", ref, torch.float64), ("same", ref, dtype), ("attnlab", fast, dtype)):
@@ -394,6 +368,25 @@ def check(args) -> list[dict]:
     rows.append(det)
     print(f"deterministic backward bit-identical over {det['runs']} runs: {det['ok']}", flush=True)
     return rows
+
+
+def _check_case(name, B, H, Hkv, Nq, Nk, D, g, device):
+    """float64 inputs of one check and the two functions of (q, k, v) that compute it: attnlab, the oracle."""
+    f64 = dict(generator=g, device=device, dtype=torch.float64)
+    if name == "varlen":  # documents of 1..Nq/2 queries, every other one with 7 more keys (bottom-right)
+        lens_q = doc_lengths(Nq * B, seed=Nq, lo=1, hi=max(2, Nq // 2))
+        lens_k = [n + (7 if i % 2 else 0) for i, n in enumerate(lens_q)]
+        q = torch.randn(sum(lens_q), H, D, **f64)
+        k, v = (torch.randn(sum(lens_k), Hkv, D, **f64) for _ in range(2))
+        cq, ck = cu_seqlens(lens_q, device), cu_seqlens(lens_k, device)
+        kw = dict(causal=True, window=(31, 0))
+        return (q, k, v, lambda q, k, v: attnlab.flash_attention_varlen(q, k, v, cq, ck, **kw),
+                lambda q, k, v: attention_ref_varlen(q, k, v, cq, ck, **kw)[0])
+    q = torch.randn(B, H, Nq, D, **f64)
+    k, v = (torch.randn(B, Hkv, Nk, D, **f64) for _ in range(2))
+    kw = dict(causal=False, window=(97, 13)) if name == "window" else variant_kwargs(name, H, device)
+    return (q, k, v, lambda q, k, v: attnlab.flash_attention(q, k, v, **kw),
+            lambda q, k, v: attention_ref(q, k, v, **kw)[0])
 
 
 def determinism(device, dtype, quick: bool) -> dict:
