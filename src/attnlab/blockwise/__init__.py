@@ -6,10 +6,17 @@ optional ``IOStats`` — written with PyTorch tensor operations, so they run on 
 the Triton kernels.
 
     iostats    IOStats: elements read / written / atomically added per tensor, block pairs
-    programs   block sizes (cpu_block_sizes), the loop over programs, causal block-pair kinds (§6.2)
+    programs   block sizes (cpu_block_sizes), the loop over programs
+    tiles      which block pairs a mask lets through (§6.2 causal skipping, sliding windows), the
+               variants (softcap, ALiBi) and the mask applied to one score tile
     forward    flash_forward (FA2 order, §5.1), flash_forward_fa1 (FA1 order, §6.3)
     backward   flash_backward (§7.2–7.4) and flash_attention_blockwise (autograd, §7.7)
+    varlen     packed variable-length batches: flash_forward_varlen (counted),
+               flash_attention_varlen_blockwise (autograd)
     decode     flash_decode_blockwise: Flash-Decoding, contiguous or paged KV cache (§8.4)
+
+Every function takes the variants of ``attnlab.variants`` (``causal``, ``window``, ``softcap``,
+``alibi_slopes``) with flash-attn's meaning.
 
 Most users call ``attnlab.flash_attention`` / ``attnlab.flash_decode``, which choose between these and
 the Triton kernels.
@@ -22,6 +29,7 @@ from .decode import flash_decode_blockwise
 from .forward import flash_forward, flash_forward_fa1
 from .iostats import IOStats
 from .programs import cpu_block_sizes
+from .varlen import flash_attention_varlen_blockwise, flash_forward_varlen
 
-__all__ = ["IOStats", "cpu_block_sizes", "flash_attention_blockwise", "flash_backward", "flash_decode_blockwise",
-           "flash_forward", "flash_forward_fa1"]
+__all__ = ["IOStats", "cpu_block_sizes", "flash_attention_blockwise", "flash_attention_varlen_blockwise",
+           "flash_backward", "flash_decode_blockwise", "flash_forward", "flash_forward_fa1", "flash_forward_varlen"]

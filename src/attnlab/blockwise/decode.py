@@ -3,17 +3,21 @@
 The K/V sequence is cut into ``num_splits`` segments; each segment gives a partial ``(out, lse)`` as
 one GPU thread block would, and the partials are merged with the ⊕ of §4.4 (``attnlab.softmax.merge``).
 The cache is contiguous ``(B, Hkv, Lmax, D)`` or paged ``(num_pages, page_size, Hkv, D)`` with a block
-table (see ``attnlab.kvcache``).
+table (see ``attnlab.kvcache``). The variants (``attnlab.variants``) apply per sequence, its queries
+aligned bottom-right with its own keys (``off = cache_seqlens[b] − Nq``); with a sliding window only
+the keys some query of a sequence can see are split and read.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .._checks import check_causal, check_decode_inputs, check_positive_int, resolve_scale, seqlens_tensor
+from .._checks import check_decode_inputs, check_positive_int, resolve_scale, seqlens_tensor
 from ..softmax import AttnState, merge
+from ..variants import score_mod
 from .iostats import IOStats, check_stats
 from .programs import NEG_INF, acc_dtype
+from .tiles import check_variants
 
 __all__ = ["flash_decode_blockwise"]
 
@@ -32,7 +36,8 @@ def _cache_slice(cache, block_table, page_size, a: int, b: int, seqlens_t) -> to
 
 
 def flash_decode_blockwise(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None,
-                           num_splits: int | None = None, causal: bool = True, scale: float | None = None,
+                           num_splits: int | None = None, causal: bool = True, window=None,
+                           softcap: float | None = None, alibi_slopes=None, scale: float | None = None,
                            stats: IOStats | None = None):
     """Flash-Decoding in PyTorch (§8.4): attention of a few new queries against a KV cache.
 
@@ -43,51 +48,68 @@ def flash_decode_blockwise(q, k_cache, v_cache, *, cache_seqlens=None, block_tab
         cache_seqlens: (B,) ints, keys held per sequence (default: the whole capacity, Lmax or
             max_pages·page_size); 0 is allowed and gives out 0, lse -inf.
         num_splits: S segments of the K/V sequence (default 1 on the CPU: a CPU has no idle SMs to fill).
-            The span ``[0, max(cache_seqlens))`` is cut into S segments of ``ceil(span/S)`` keys (the last
-            shorter, trailing ones empty when S exceeds the keys); empty segments give (0, -inf) partials,
+            The keys some query may see, ``[lo, hi)`` over the batch (``[0, max(cache_seqlens))``
+            without a window), are cut into S segments of ``ceil((hi - lo)/S)`` keys (the last shorter,
+            trailing ones empty when S exceeds the keys); empty segments give (0, -inf) partials,
             which ⊕ ignores.
         causal: query i of sequence b sees keys j <= cache_seqlens[b] - Nq + i (bottom-right, per
             sequence); with False it sees every key j < cache_seqlens[b].
+        window, softcap, alibi_slopes: as ``flash_forward``, with off = cache_seqlens[b] - Nq.
     Returns:
         out (B, H, Nq, Dv) in q's dtype, lse (B, H, Nq) in float32 (float64 for float64 inputs).
-    ``stats`` counts per (batch, K/V head, segment): q read, the keys and values it holds that lie within the
-    sequence read, a partial O_split and L_split written; then the merge reads them all and writes O, L.
+    ``stats`` counts per (batch, K/V head, segment): q read, the keys and values of the segment that some
+    query of the sequence may see read, a partial O_split and L_split written; then the merge reads
+    them all and writes O, L.
     """
     cache_seqlens = seqlens_tensor(cache_seqlens, q)
     dims = check_decode_inputs(q, k_cache, v_cache, cache_seqlens, block_table)
     check_stats(stats)
     if num_splits is not None:
         check_positive_int(num_splits, "num_splits")
+    mask, softcap, slopes = check_variants(causal, window, softcap, alibi_slopes, dims.B, dims.H, q.device)
     return decode_fn(q, k_cache, v_cache, dims, cache_seqlens=cache_seqlens, block_table=block_table,
-                     num_splits=num_splits, causal=check_causal(causal), scale=resolve_scale(scale, dims.D), stats=stats)
+                     num_splits=num_splits, mask=mask, scale=resolve_scale(scale, dims.D), softcap=softcap,
+                     slopes=slopes, stats=stats)
 
 
-def decode_fn(q, k_cache, v_cache, dims, *, cache_seqlens, block_table, num_splits: int | None, causal: bool,
-              scale: float, stats: IOStats | None = None):
-    """``flash_decode_blockwise`` on inputs already checked (``dims`` from ``check_decode_inputs``)."""
+def decode_fn(q, k_cache, v_cache, dims, *, cache_seqlens, block_table, num_splits: int | None, mask,
+              scale: float, softcap: float | None = None, slopes=None, stats: IOStats | None = None):
+    """``flash_decode_blockwise`` on inputs already checked (``dims`` from ``check_decode_inputs``,
+    ``mask`` a ``variants.Mask``, ``slopes`` (B, H) float32 or None)."""
     page_size = dims.page_size or 0
     seqlens = [dims.capacity] * dims.B if cache_seqlens is None else cache_seqlens.tolist()
     B, H, Hkv, Nq, D, Dv, G = dims.B, dims.H, dims.Hkv, dims.Nq, dims.D, dims.Dv, dims.group
     S = 1 if num_splits is None else num_splits
     acc_dt = acc_dtype(q.dtype)
     dev = q.device
-    span = max(seqlens, default=0)
-    seg = -(-span // S)  # keys per segment
+    # the keys [lo, hi) some query of sequence b may see (its off = n - Nq)
+    ranges = [mask.key_range(0, Nq, n - Nq, n) for n in seqlens]
+    seen = [(lo, hi) for lo, hi in ranges if lo < hi]
+    span_lo, span_hi = (min(r[0] for r in seen), max(r[1] for r in seen)) if seen else (0, 0)
+    seg = -(-(span_hi - span_lo) // S)  # keys per segment
     seqlens_t = torch.tensor(seqlens, dtype=torch.long, device=dev)
     qg = q.reshape(B, Hkv, G * Nq, D).to(acc_dt) * scale  # rows: G heads × Nq queries
     row_i = torch.arange(Nq, device=dev).repeat(G)  # query index of each row
-    # last key each row may see, (B, 1, G·Nq, 1)
-    last = (seqlens_t.view(B, 1) - 1) if not causal else (seqlens_t.view(B, 1) - Nq + row_i.view(1, -1))
-    last = last.expand(B, G * Nq).view(B, 1, G * Nq, 1)
+    # each row's position in its sequence's keys, i + off: (B, 1, G·Nq, 1)
+    row_pos = (seqlens_t.view(B, 1) - Nq + row_i.view(1, -1)).view(B, 1, G * Nq, 1)
+    seqlens_4 = seqlens_t.view(B, 1, 1, 1)
+    slopes_rows = None  # (B, Hkv, G·Nq, 1): each row's head's slope
+    if slopes is not None:
+        slopes_rows = slopes.to(acc_dt).view(B, Hkv, G, 1).expand(B, Hkv, G, Nq).reshape(B, Hkv, G * Nq, 1)
     state = None
     for s_idx in range(S):  # every segment is an independent thread block on a GPU
-        a, b = min(s_idx * seg, span), min((s_idx + 1) * seg, span)
+        a, b = min(span_lo + s_idx * seg, span_hi), min(span_lo + (s_idx + 1) * seg, span_hi)
         if b > a:
             kj = _cache_slice(k_cache, block_table, page_size, a, b, seqlens_t).to(acc_dt)  # (B, Hkv, n, D)
             vj = _cache_slice(v_cache, block_table, page_size, a, b, seqlens_t).to(acc_dt)
             scores = torch.matmul(qg, kj.transpose(-1, -2))  # (B, Hkv, G·Nq, n)
             pos = torch.arange(a, b, device=dev).view(1, 1, 1, -1)
-            scores.masked_fill_(pos > last, NEG_INF)
+            if softcap is not None or slopes_rows is not None:
+                scores = score_mod(scores, softcap=softcap, slopes=slopes_rows, i=row_pos, j=pos, off=0)
+            hidden = pos >= seqlens_4  # past the sequence's keys
+            if not mask.dense:
+                hidden = hidden | ~mask.visible(row_pos, pos, 0)
+            scores.masked_fill_(hidden, NEG_INF)
             m = scores.amax(dim=-1)
             base = m.masked_fill(m == NEG_INF, 0.0)
             p = scores.sub_(base.unsqueeze(-1)).exp_()
@@ -103,7 +125,8 @@ def decode_fn(q, k_cache, v_cache, dims, *, cache_seqlens, block_table, num_spli
         part = AttnState(part_lse, (part_lse > NEG_INF).to(acc_dt), part_out)
         state = part if state is None else merge(state, part)
         if stats is not None:
-            held = [max(0, min(b, n) - a) for n in seqlens]  # keys of this segment within each sequence
+            # keys of this segment that some query of each sequence may see
+            held = [max(0, min(b, hi) - max(a, lo)) for lo, hi in ranges]
             stats.read("Q", B * H * Nq * D)
             stats.read("K", Hkv * sum(held) * D)
             stats.read("V", Hkv * sum(held) * Dv)

@@ -17,8 +17,9 @@ class IOStats:
     """Elements read / written / atomically added per tensor name, and block pairs computed or skipped.
 
     A block pair is one (Q block, K/V block) of one (batch, K/V head); ``pairs_masked`` counts the
-    computed pairs that straddle the causal diagonal and need the element-wise mask. Counts are
-    elements, not bytes (multiply by the element size for bytes), as in §5.4 and §6.3.
+    computed pairs that straddle the edge of the mask (causal diagonal, window edge) and need the
+    element-wise mask. Counts are elements, not bytes (multiply by the element size for bytes), as in
+    §5.4 and §6.3.
     """
 
     def __init__(self):

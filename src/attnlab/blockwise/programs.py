@@ -1,10 +1,11 @@
-"""The blockwise algorithms' machinery: block sizes, the loop over programs, block-pair kinds (§5.1, §6.2).
+"""The blockwise algorithms' machinery: block sizes, the loop over programs (§5.1, §6.1).
 
 A *program* is what one GPU thread block does: one (batch, K/V head) and one Q block (forward) or
 K/V block (backward). On a CPU the blockwise loops run several (batch, K/V head) programs side by side
 per step (``programs_per_step``), and with several intra-op threads deal them out to worker threads
 (``run_programs``). ``cpu_block_sizes`` picks the block sizes that make this fast; the lecture's
-64×64 blocks are what the demos and the I/O counts pass explicitly.
+64×64 blocks are what the demos and the I/O counts pass explicitly. Which block pairs a program
+visits (§6.2, windows) is ``attnlab.blockwise.tiles``.
 """
 
 from __future__ import annotations
@@ -45,25 +46,6 @@ def resolve_blocks(block_q, block_k, dims) -> tuple[int, int]:
         block_q = auto_q if block_q is None else block_q
         block_k = auto_k if block_k is None else block_k
     return check_positive_int(block_q, "block_q"), check_positive_int(block_k, "block_k")
-
-
-def pair_kind(causal: bool, i0: int, i1: int, j0: int, j1: int, off: int) -> str:
-    """§6.2: 'skip' (block wholly above the diagonal), 'mask' (straddles it) or 'full'."""
-    if not causal:
-        return "full"
-    if j0 > i1 - 1 + off:  # first key later than the last query can see
-        return "skip"
-    if j1 - 1 > i0 + off:  # last key later than the first query can see
-        return "mask"
-    return "full"
-
-
-def mask_block(s: torch.Tensor, i0: int, i1: int, j0: int, j1: int, off: int, G: int) -> None:
-    """Set the masked scores of a (G·Br, Bc) tile to -inf in place (rows are G heads × Br positions)."""
-    i = torch.arange(i0, i1, device=s.device).unsqueeze(1)
-    j = torch.arange(j0, j1, device=s.device).unsqueeze(0)
-    shape = s.shape
-    s.view(*shape[:-2], G, i1 - i0, j1 - j0).masked_fill_(j > i + off, NEG_INF)  # (..., G, Br, Bc)
 
 
 def add_matmul_(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -107,10 +89,13 @@ def run_programs(step, chunks: list, device: torch.device, stats) -> None:
         return
     from concurrent.futures import ThreadPoolExecutor
 
+    grad = torch.is_grad_enabled()  # grad mode is per thread: the workers take the caller's
+
     def work(share):
         torch.set_num_threads(1)  # this worker thread only
-        for chunk in share:
-            step(chunk)
+        with torch.set_grad_enabled(grad):
+            for chunk in share:
+                step(chunk)
 
     with ThreadPoolExecutor(workers) as pool:
         for f in [pool.submit(work, chunks[w::workers]) for w in range(workers)]:
