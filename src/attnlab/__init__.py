@@ -5,7 +5,8 @@ re-exports; names resolve on first use so that ``import attnlab`` stays light (n
 matplotlib, no simulator or model code until asked for).
 
 Shapes everywhere: ``q (B, H, Nq, D)``, ``k, v (B, Hkv, Nk, D)``, ``lse (B, H, Nq)``; causal masks
-are aligned bottom-right when ``Nq != Nk``.
+and sliding windows are aligned bottom-right when ``Nq != Nk``. Packed variable-length batches use
+flash-attn's layout: ``q (total_q, H, D)``, ``k, v (total_k, Hkv, D)``, ``cu_seqlens`` (B + 1,) int32.
 """
 
 from __future__ import annotations
@@ -29,11 +30,17 @@ _EXPORTS = {
     "expected_rescales": "attnlab.softmax",
     # §2.3 the oracle
     "attention_ref": "attnlab.reference",
+    "attention_ref_varlen": "attnlab.reference",
     "AttnDims": "attnlab._checks",
     "causal_mask": "attnlab.reference",
     # §5–§8 the entry points: they choose the Triton kernels or the blockwise path
     "flash_attention": "attnlab.api",
+    "flash_attention_varlen": "attnlab.api",
     "flash_decode": "attnlab.api",
+    "attention_forward": "attnlab.api",
+    "attention_backward": "attnlab.api",
+    # the variants' one meaning: sliding windows, softcap, ALiBi
+    "Mask": "attnlab.variants",
     # §5–§8 blockwise algorithms in PyTorch
     "flash_forward": "attnlab.blockwise",
     "flash_forward_fa1": "attnlab.blockwise",
@@ -60,7 +67,7 @@ _EXPORTS = {
     # benchmark helpers
     "Benchmark": "attnlab.bench",
 }
-_SUBMODULES = {"softmax", "reference", "api", "blockwise", "cost", "sim", "model", "gpu", "kvcache", "demos", "bench",
+_SUBMODULES = {"softmax", "reference", "variants", "api", "blockwise", "cost", "sim", "model", "gpu", "kvcache", "demos", "bench",
                "cli"}
 
 __all__ = sorted(_EXPORTS) + sorted(_SUBMODULES) + ["__version__"]
