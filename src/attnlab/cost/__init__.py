@@ -5,7 +5,8 @@ GPU presets (``gpus``), FLOPs (``flops``), HBM traffic per head (``io``), roofli
 (``roofline``), KV cache and prefill vs decode (``decode``), the Flash-Decoding split count: the
 lecture's wave model and the chooser (``splits``), the calibrated model and the H200 calibrations
 (``calibration``) and their fit to measured sweeps (``calibration_fit``), the lecture's tables
-(``tables``), the roofline plot (``plot``) and ``attnlab estimate`` (``estimate``, ``cli``). Importing this package loads only the
+(``tables``), the roofline plot (``plot``) and ``attnlab estimate`` (``estimate``, ``cli``); sliding
+windows and packed variable-length batches (``window``). Importing this package loads only the
 standard library; rich and matplotlib are imported inside the functions that draw.
 """
 
@@ -92,6 +93,19 @@ from .tables import (
     recompute_table,
     render_table,
 )
+from .window import (
+    PackedVsPadded,
+    WindowBlockPairs,
+    decode_window_keys,
+    packed_vs_padded,
+    varlen_forward_io,
+    visible_fraction,
+    visible_pairs,
+    window_block_pairs,
+    window_forward_io,
+    window_kv_bytes,
+    window_sides,
+)
 
 __all__ = [
     "CALIBRATIONS",
@@ -108,6 +122,8 @@ __all__ = [
     "KernelCost",
     "KernelIO",
     "LayerCosts",
+    "PackedVsPadded",
+    "WindowBlockPairs",
     "aggregate_rate",
     "attention_flops",
     "backward_estimate",
@@ -131,6 +147,7 @@ __all__ = [
     "decode_split_table",
     "decode_split_time",
     "decode_sweep_times",
+    "decode_window_keys",
     "dq_atomic_elements",
     "estimate",
     "estimate_backward",
@@ -160,6 +177,7 @@ __all__ = [
     "lse_bytes",
     "nnls",
     "p_vs_l_table",
+    "packed_vs_padded",
     "prefill_decode_table",
     "programs_per_sm",
     "recompute_crossover_d",
@@ -173,4 +191,11 @@ __all__ = [
     "standard_backward_kernels",
     "standard_forward_kernels",
     "tiles_in_flight",
+    "varlen_forward_io",
+    "visible_fraction",
+    "visible_pairs",
+    "window_block_pairs",
+    "window_forward_io",
+    "window_kv_bytes",
+    "window_sides",
 ]
