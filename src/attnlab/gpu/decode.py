@@ -13,6 +13,9 @@ parts with the ⊕ of §4.4 (the kernels: ``attnlab.gpu.decode_kernels``).
   (``best_num_splits``) on the preset matching the device.
 * ``flash_decode_triton`` — the public launcher; ``unsupported`` says which inputs the kernels do not
   cover (``attnlab.flash_decode``, the dispatch, sends those to the blockwise PyTorch path).
+* The variants (``attnlab.variants``): a sliding window, softcapping, ALiBi. With a window's left edge
+  a call streams only the keys some query can see, ``cost.decode_window_keys`` of them per sequence
+  (about the window, whatever the cache holds), and the split count is chosen for that many keys.
 """
 
 from __future__ import annotations
@@ -24,7 +27,15 @@ import torch
 import triton
 
 from .. import cost
-from .._checks import check_causal, check_decode_inputs, check_positive_int, resolve_scale, seqlens_tensor
+from .._checks import (
+    check_alibi,
+    check_decode_inputs,
+    check_positive_int,
+    check_softcap,
+    check_window,
+    resolve_scale,
+    seqlens_tensor,
+)
 from .._runtime import LOG2E, interpret_mode
 from .decode_kernels import _decode_merge_kernel, _decode_split_kernel
 
@@ -169,7 +180,8 @@ def unsupported(q, dims) -> tuple[str, str] | None:
 
 
 def flash_decode_triton(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, num_splits: int | None = None,
-                        causal: bool = True, scale: float | None = None, config: DecodeConfig | None = None):
+                        causal: bool = True, window=None, softcap: float | None = None, alibi_slopes=None,
+                        scale: float | None = None, config: DecodeConfig | None = None):
     """Flash-Decoding over a KV cache with the Triton kernels (§8.4).
 
     Arguments:
@@ -177,9 +189,15 @@ def flash_decode_triton(q, k_cache, v_cache, *, cache_seqlens=None, block_table=
         k_cache, v_cache: contiguous (B, Hkv, Lmax, D), or paged (num_pages, page_size, Hkv, D)
             when ``block_table`` (B, max_pages) int32 is given; H % Hkv == 0 (GQA/MQA).
         cache_seqlens: (B,) int32 keys held by each sequence (None: the full capacity).
-        num_splits: K/V splits per (sequence, K/V head); None asks ``choose_num_splits``.
-            Counts beyond one split per key tile change nothing and are capped.
-        causal: bottom-right per sequence: query i sees keys j <= cache_seqlens[b] - Nq + i.
+        num_splits: K/V splits per (sequence, K/V head); None asks ``choose_num_splits`` (for the keys
+            the call streams: with a window, about the window). Counts beyond one split per key tile
+            change nothing and are capped.
+        causal: query i of sequence b sits at position pos = cache_seqlens[b] - Nq + i and sees keys
+            j <= pos (the window's right side at 0).
+        window: (left, right): key j visible iff pos - left <= j <= pos + right, -1 = unbounded side
+            (None: (-1, -1)); flash-attn's ``window_size``. Only the keys in the window are read.
+        softcap: scores become softcap·tanh(s/softcap) (None: off).
+        alibi_slopes: (H,) or (B, H) float32: -slope·|pos - j| is added after the softcap.
         scale: softmax scale, default 1/sqrt(D).
         config: a ``DecodeConfig`` to force (benchmarks, tests); default ``decode_config_for``.
     Returns:
@@ -193,6 +211,9 @@ def flash_decode_triton(q, k_cache, v_cache, *, cache_seqlens=None, block_table=
     cache_seqlens = seqlens_tensor(cache_seqlens, q)
     dims = check_decode_inputs(q, k_cache, v_cache, cache_seqlens, block_table,
                                check_values=q.device.type != "cuda")
+    mask = check_window(window, causal)
+    softcap = check_softcap(softcap)
+    slopes = check_alibi(alibi_slopes, dims.B, dims.H, q.device)
     if num_splits is not None:
         check_positive_int(num_splits, "num_splits")
     if config is not None and not isinstance(config, DecodeConfig):
@@ -202,8 +223,15 @@ def flash_decode_triton(q, k_cache, v_cache, *, cache_seqlens=None, block_table=
         raise ValueError(f"flash_decode_triton: the kernels do not take {why[1]}; "
                          "attnlab.flash_decode runs such inputs on the blockwise PyTorch path")
     return decode_fn(q, k_cache, v_cache, dims, cache_seqlens=cache_seqlens, block_table=block_table,
-                     num_splits=num_splits, causal=check_causal(causal), scale=resolve_scale(scale, dims.D),
-                     config=config)
+                     num_splits=num_splits, mask=mask, scale=resolve_scale(scale, dims.D), softcap=softcap,
+                     slopes=slopes, config=config)
+
+
+def streamed_keys(*, capacity: int, queries: int, mask) -> int:
+    """The most keys one (sequence, K/V head) of a call streams from a cache of ``capacity`` keys: all
+    of them, or with the ``mask``'s left edge ``left + queries`` (the keys some query of the step can
+    see), whichever is fewer (``cost.decode_window_keys``)."""
+    return cost.decode_window_keys(seq=capacity, queries=queries, window=(mask.left, mask.right))
 
 
 _COUNTERS: dict = {}
@@ -220,15 +248,20 @@ def _counters(device, n: int) -> torch.Tensor:
     return buf
 
 
-def decode_fn(q, k_cache, v_cache, dims, *, cache_seqlens, block_table, num_splits: int | None, causal: bool,
-              scale: float, config: DecodeConfig | None = None):
-    """Run the kernels on inputs already checked and supported (``dims`` from ``check_decode_inputs``)."""
+def decode_fn(q, k_cache, v_cache, dims, *, cache_seqlens, block_table, num_splits: int | None, mask,
+              scale: float, softcap: float | None = None, slopes=None, config: DecodeConfig | None = None):
+    """Run the kernels on inputs already checked and supported (``dims`` from ``check_decode_inputs``,
+    ``mask`` a ``variants.Mask``, ``slopes`` (B, H) float32 or None)."""
     B, H, Nq, D, Hkv = dims.B, dims.H, dims.Nq, dims.D, dims.Hkv
     cfg = config or _config_for(dims, q.device)
+    keys = streamed_keys(capacity=dims.capacity, queries=Nq, mask=mask)
     if num_splits is None:
-        num_splits = choose_num_splits(batch=B, kv_heads=Hkv, seq=dims.capacity, head_dim=D, device=q.device,
-                                       config=cfg)
-    num_splits = max(1, min(num_splits, triton.cdiv(dims.capacity, cfg.block_n)))
+        num_splits = choose_num_splits(batch=B, kv_heads=Hkv, seq=keys, head_dim=D, device=q.device, config=cfg)
+    # the streamed keys start in the tile holding the first of them: at most one tile more than they fill
+    tiles = triton.cdiv(dims.capacity, cfg.block_n)
+    if mask.left >= 0:
+        tiles = min(tiles, triton.cdiv(keys, cfg.block_n) + 1)
+    num_splits = max(1, min(num_splits, tiles))
     dev = q.device
     has_seqlens = cache_seqlens is not None
     if has_seqlens and (cache_seqlens.dtype != torch.int32 or not cache_seqlens.is_contiguous()):
@@ -254,14 +287,21 @@ def decode_fn(q, k_cache, v_cache, dims, *, cache_seqlens, block_table, num_spli
     G = H // Hkv
     block_m = max(16, triton.next_power_of_2(G * Nq))  # the group's G·Nq query rows, padded
     interp = dev.type == "cpu"
+    if slopes is None:
+        slopes_arg, stride_sb, stride_sh = lse, 0, 0  # not read
+    else:
+        slopes_arg, stride_sb, stride_sh = slopes, slopes.stride(0), slopes.stride(1)  # (B, H), maybe expanded
+    # with softcap the kernel computes softcap·log2(e)·tanh(scale·qk/softcap): base 2 after the cap
+    qk_scale, cap_scale = (scale * LOG2E, 0.0) if softcap is None else (scale / softcap, softcap * LOG2E)
     _decode_split_kernel[(num_splits, Hkv, B)](
-        q, k_cache, v_cache, cache_seqlens, block_table, o_part, lse_part, out, lse, counters,
-        *q.stride(), *k_cache.stride(), *v_cache.stride(), stride_tb, *out.stride(),
-        scale * LOG2E,
+        q, k_cache, v_cache, cache_seqlens, block_table, o_part, lse_part, out, lse, counters, slopes_arg,
+        *q.stride(), *k_cache.stride(), *v_cache.stride(), stride_tb, *out.stride(), stride_sb, stride_sh,
+        qk_scale, cap_scale, max(mask.left, 0), max(mask.right, 0),
         H, dims.capacity, dims.num_pages or 1, num_splits,
         D=D, NQ=Nq, G=G, PAGE_SIZE=dims.page_size or 1,
         BLOCK_M=block_m, BLOCK_N=cfg.block_n, BLOCK_D=cfg.block_d,
-        PAGED=paged, CAUSAL=bool(causal), MERGE=merge, DOT_F32=interp, EVICT=cfg.evict,
+        PAGED=paged, HAS_LEFT=mask.left >= 0, HAS_RIGHT=mask.right >= 0, HAS_SOFTCAP=softcap is not None,
+        HAS_ALIBI=slopes is not None, MERGE=merge, DOT_F32=interp, EVICT=cfg.evict,
         HAS_SEQLENS=has_seqlens,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
@@ -275,4 +315,4 @@ def decode_fn(q, k_cache, v_cache, dims, *, cache_seqlens, block_table, num_spli
 
 
 __all__ = ["DecodeConfig", "choose_num_splits", "decode_config_for", "decode_configs", "flash_decode_triton",
-           "gpu_for_device", "kernel_config", "unsupported", "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES"]
+           "gpu_for_device", "kernel_config", "streamed_keys", "unsupported", "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES"]

@@ -8,9 +8,14 @@
                            with MERGE = 2 the group's last program to finish merges all splits.
     _decode_merge_kernel   grid (B·H·Nq,): out = Σ_s e^(lse_s − lse)·o_s with lse = log Σ_s e^lse_s.
 
-Causal masking is bottom-right per sequence: query i of sequence b sees keys
-j <= cache_seqlens[b] − Nq + i. The cache is either contiguous, ``(B, Hkv, Lmax, D)``, or paged,
-``(num_pages, page_size, Hkv, D)`` pages with a ``block_table (B, max_pages)``; one kernel serves
+Query i of sequence b sits at position pos = cache_seqlens[b] − Nq + i (bottom-right). The variants
+are flash-attn's (``attnlab.variants``): key j is visible iff pos − left <= j <= pos + right (−1: that
+side unbounded; causal is right = 0); softcap turns a score s into softcap·tanh(s/softcap), then ALiBi
+subtracts slope[b, h]·|pos − j|. With a left edge the splits cover only the keys
+[cache_seqlens[b] − Nq − left, cache_seqlens[b]) — the tile holding the first of them onwards — and
+keys before the window are never loaded: a 4K window over a 128K cache streams about 4K keys.
+
+The cache is either contiguous, ``(B, Hkv, Lmax, D)``, or paged, ``(num_pages, page_size, Hkv, D)`` pages with a ``block_table (B, max_pages)``; one kernel serves
 both (a constexpr chooses how a key's row address is found). Paged caches load each tile's page ids
 one tile ahead (a loop-carried value): Triton's pipeliner otherwise stages the page-id load itself and
 keeps one K/V buffer fewer in flight. The launcher is ``attnlab.gpu.decode``.
@@ -21,9 +26,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .._runtime import LN2
+from .._runtime import LN2, LOG2E
 
 _LN2 = tl.constexpr(LN2)  # a jit function reads module globals only as constexprs
+_LOG2E = tl.constexpr(LOG2E)
+_TWO_LOG2E = tl.constexpr(2 * LOG2E)
 
 
 # -- kernels ---------------------------------------------------------------------------------------------
@@ -31,17 +38,21 @@ _LN2 = tl.constexpr(LN2)  # a jit function reads module globals only as constexp
 
 @triton.jit
 def _decode_split_kernel(
-    Q, K, V, SEQLENS, BLOCK_TABLE, O_PART, LSE_PART, OUT, LSE, COUNTERS,
+    Q, K, V, SEQLENS, BLOCK_TABLE, O_PART, LSE_PART, OUT, LSE, COUNTERS, SLOPES,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_k0, stride_k1, stride_k2, stride_kd,  # contiguous: (b, hkv, n, d); paged: (page, slot, hkv, d)
     stride_v0, stride_v1, stride_v2, stride_vd,
     stride_tb,
     stride_ob, stride_oh, stride_om, stride_od,
-    qk_scale,  # softmax scale · log2(e): the scores live in base 2
+    stride_sb, stride_sh,  # ALiBi slopes (B, H)
+    qk_scale,  # softmax scale · log2(e) (the scores live in base 2); with softcap: scale / softcap
+    cap_scale,  # softcap · log2(e) (read only with HAS_SOFTCAP)
+    window_left, window_right,  # the window's sides (read only with HAS_LEFT / HAS_RIGHT)
     H, CAPACITY, NUM_PAGES, NUM_SPLITS,
     D: tl.constexpr, NQ: tl.constexpr, G: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    PAGED: tl.constexpr, CAUSAL: tl.constexpr, MERGE: tl.constexpr, DOT_F32: tl.constexpr,
+    PAGED: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, MERGE: tl.constexpr, DOT_F32: tl.constexpr,
     EVICT: tl.constexpr,  # cache policy of the K/V loads ("" or "evict_first": each byte is read once)
     HAS_SEQLENS: tl.constexpr,  # False: every sequence holds CAPACITY keys (SEQLENS is not read)
 ):
@@ -49,14 +60,21 @@ def _decode_split_kernel(
     hkv = tl.program_id(1)
     b = tl.program_id(2)
 
-    # -- this split's keys: the sequence's length cut into NUM_SPLITS chunks of whole BLOCK_N tiles
+    # -- this split's keys: the keys some query may see, [first, seqlen), from the tile holding the
+    # first of them, cut into NUM_SPLITS chunks of whole BLOCK_N tiles (tiles start at multiples of
+    # BLOCK_N, so a paged tile lies in one page whenever PAGE_SIZE is a multiple of BLOCK_N)
     if HAS_SEQLENS:
         seqlen = tl.load(SEQLENS + b)
         seqlen = tl.minimum(tl.maximum(seqlen, 0), CAPACITY)  # never read outside the cache
     else:
         seqlen = CAPACITY
-    chunk = tl.cdiv(tl.cdiv(seqlen, NUM_SPLITS), BLOCK_N) * BLOCK_N
-    lo = split * chunk
+    if HAS_LEFT:
+        first = tl.maximum(seqlen - NQ - window_left, 0)  # the first query's first key
+    else:
+        first = seqlen * 0
+    base = (first // BLOCK_N) * BLOCK_N
+    chunk = tl.cdiv(tl.cdiv(seqlen - base, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    lo = base + split * chunk
     hi = tl.minimum(lo + chunk, seqlen)
 
     # -- the group's query rows: row r is query head hkv·G + r // NQ, query token r % NQ
@@ -71,7 +89,10 @@ def _decode_split_kernel(
     q = tl.load(q_ptrs, mask=row_ok[:, None] & d_ok[None, :], other=0.0)  # (BLOCK_M, BLOCK_D)
     if DOT_F32:
         q = q.to(tl.float32)
-    last_key = seqlen - NQ + qi  # causal: query row r sees keys j <= last_key[r]
+    pos = seqlen - NQ + qi  # query row r's position: it sees keys pos[r] - left <= j <= pos[r] + right
+    if HAS_ALIBI:
+        slope = tl.load(SLOPES + b * stride_sb + head * stride_sh, mask=row_ok, other=0.0).to(tl.float32)
+        slope = slope * _LOG2E  # -slope·|pos - j| in base 2
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -88,7 +109,7 @@ def _decode_split_kernel(
             page_next = tl.load(tb_row + (lo + offs_n0) // PAGE_SIZE, mask=lo + offs_n0 < hi, other=0)
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + offs_n0
-        n_ok = offs_n < hi
+        n_ok = (offs_n < hi) & (offs_n >= first)  # keys before the window are not loaded
         # -- where each key's row lives
         if PAGED:
             page = tl.minimum(tl.maximum(page_next, 0), NUM_PAGES - 1).to(tl.int64)  # never outside the pool
@@ -112,9 +133,15 @@ def _decode_split_kernel(
         if DOT_F32:
             k = k.to(tl.float32)
         s = tl.dot(q, tl.trans(k)) * qk_scale  # (BLOCK_M, BLOCK_N) float32
+        if HAS_SOFTCAP:  # softcap·tanh(s/softcap), tanh(x) = 1 − 2/(e^(2x) + 1): ±1 at ±inf, never NaN
+            s = cap_scale * (1.0 - 2.0 / (tl.math.exp2(s * _TWO_LOG2E) + 1.0))
+        if HAS_ALIBI:
+            s = s - slope[:, None] * tl.abs(pos[:, None] - offs_n[None, :]).to(tl.float32)
         visible = n_ok[None, :]
-        if CAUSAL:
-            visible = visible & (offs_n[None, :] <= last_key[:, None])
+        if HAS_RIGHT:
+            visible = visible & (offs_n[None, :] <= pos[:, None] + window_right)
+        if HAS_LEFT:
+            visible = visible & (offs_n[None, :] >= pos[:, None] - window_left)
         s = tl.where(visible, s, float("-inf"))
         # -- update m_i and l_i (rows with no visible key yet keep m = -inf; exp2 base 0 for them)
         m_new = tl.maximum(m_i, tl.max(s, 1))
