@@ -15,7 +15,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "attnlab"
 RANK = {
     "_checks": 0, "_runtime": 0, "variants": 0, "softmax": 0, "reference": 0, "_console": 0, "cost": 1,
     "blockwise": 2, "gpu": 2, "sim": 2,
-    "api": 3, "kvcache": 4, "model": 5, "bench": 6, "_cliargs": 6, "demos": 7, "info": 8, "cli": 8,
+    "api": 3, "kvcache": 4, "distributed": 4, "model": 5, "integrations": 5, "bench": 6, "_cliargs": 6, "demos": 7, "info": 8, "cli": 8,
     "__init__": 9, "__main__": 9,
 }
 IMPLEMENTATIONS = {"blockwise", "gpu", "sim"}
