@@ -1,5 +1,6 @@
 """``attnlab estimate``: parse a shape, call ``estimate(...)``, print rich tables (and JSON / a roofline
-PNG) — the lecture's H100 estimates (§3.2, §5.4, §7.5, §8.3) for any shape and GPU preset.
+PNG) — the lecture's H100 estimates (§3.2, §5.4, §7.5, §8.3) for any shape and GPU preset; with
+``--ranks P [--link L]`` also ring attention of the shape over P GPUs (``attnlab.cost.ring``).
 
 The work is all in ``attnlab.cost.estimate``; bad input raises ``ValueError`` there and the CLI frame
 turns it into one line on stderr and exit status 2. ``--json`` and ``--plot`` follow the output rule
@@ -13,6 +14,7 @@ import json
 
 from .._cliargs import FORCE_HELP, output_file, positive_int, write_text
 from .gpus import GPUS
+from .ring import LINKS
 
 
 def _kernel_table(title: str, groups, total_label: str):
@@ -70,6 +72,43 @@ def print_estimate(est, console=None) -> None:
             f"{'below' if ai < g.ridge else 'above'} the ridge ({g.ridge:.0f}) whatever the batch")
 
 
+def _eff(x: float) -> str:
+    return f"{100 * x:.3g}%"  # three significant digits: 0.0271% at 1,024 ranks is not 0.0%
+
+
+def print_ring(est, console) -> None:
+    """The ring table of an ``Estimate`` made with ``ranks``: per P, zigzag's steps and both layouts'
+    efficiency."""
+    from rich.table import Table
+
+    from .tables import fmt_bytes, fmt_time
+
+    ring = est.ring
+    lk = ring[0].link
+    t = Table(title=f"ring attention over P GPUs, {lk.name}: {lk.bandwidth / 1e9:,.1f} GB/s per direction, "
+                    f"{lk.latency * 1e6:,.0f} µs per transfer (lock-step roofline model)")
+    for col in ("P", "N/P", "K/V sent", "fwd step", "fwd transfer", "bwd step", "bwd transfer", "hidden",
+                "fwd+bwd", "efficiency zigzag", "efficiency contiguous"):
+        t.add_column(col, justify="left" if col == "hidden" else "right")
+    for zig, con in zip(ring[0::2], ring[1::2]):
+        alone = zig.ranks == 1
+        fwd, bwd = zig.forward, zig.backward
+        f_tr, b_tr = max(k.transfer for k in fwd.kinds), max(k.transfer for k in bwd.kinds)
+        # a step after the first (the last kind of each pass): the diagonal block is step 0's alone
+        t.add_row(f"{zig.ranks:,}", f"{zig.local_seq:,}", "-" if alone else fmt_bytes(zig.kv_bytes),
+                  fmt_time(fwd.kinds[-1].compute), "-" if alone else fmt_time(f_tr), fmt_time(bwd.kinds[-1].compute),
+                  "-" if alone else fmt_time(b_tr), "-" if alone else ("yes" if zig.hidden else "no"),
+                  fmt_time(zig.time), _eff(zig.efficiency), _eff(con.efficiency))
+    console.print(t)
+    zig, con = ring[-2], ring[-1]
+    P = zig.ranks
+    verdict = ("every step's transfer hides under its compute" if zig.hidden else
+               f"{fmt_time(zig.forward.exposed + zig.backward.exposed)} of transfer is not hidden")
+    console.print(f"P = {P:,}: {verdict}; one GPU would take {fmt_time(zig.single_forward + zig.single_backward)} "
+                  f"for fwd+bwd, the ring {fmt_time(zig.time)} (zigzag) / {fmt_time(con.time)} (contiguous) "
+                  f"— {_eff(zig.efficiency)} / {_eff(con.efficiency)} scaling efficiency")
+
+
 def _estimate_cmd(args) -> int:
     from .._console import make_console
     from .estimate import estimate
@@ -79,11 +118,18 @@ def _estimate_cmd(args) -> int:
     plot_path = output_file(args.plot, option="--plot", force=args.force) if args.plot else None
     if plot_path is not None and json_path is not None and plot_path.resolve() == json_path.resolve():
         raise ValueError(f"--json and --plot name the same file {plot_path}")
+    if args.link is not None and args.ranks is None:
+        raise ValueError(f"--link {args.link} needs --ranks P (the number of GPUs in the ring)")
+    if args.ranks is not None and args.seq % (2 * args.ranks):
+        raise ValueError(f"--seq {args.seq} is not a multiple of 2·ranks = {2 * args.ranks}: ring attention's "
+                         "zigzag layout cuts the sequence into 2·P equal chunks")
     est = estimate(gpu=args.gpu, seq=args.seq, head_dim=args.head_dim, heads=args.heads, batch=args.batch,
                    kv_heads=args.kv_heads, dtype=args.dtype, causal=args.causal, block_q=args.block_q,
-                   block_k=args.block_k)
+                   block_k=args.block_k, ranks=args.ranks, link=args.link or "nvlink4")
     console = make_console(stderr=args.json == "-")  # `--json -`: stdout holds the JSON alone
     print_estimate(est, console)
+    if est.ring:
+        print_ring(est, console)
     if args.json:
         where = write_text(json_path, json.dumps(est.to_dict(), indent=2, ensure_ascii=False) + "\n",
                            option="--json", force=args.force)
@@ -100,6 +146,18 @@ def _estimate_cmd(args) -> int:
     return 0
 
 
+def _ranks(text: str) -> int:
+    """argparse type of --ranks: 1..MAX_RANKS."""
+    import argparse
+
+    from .ring import MAX_RANKS
+
+    value = positive_int(text)
+    if value > MAX_RANKS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_RANKS}, got {text!r}")
+    return value
+
+
 def register(sub) -> None:
     p = sub.add_parser("estimate", help="roofline estimates of attention (forward, backward, decode) on a GPU")
     p.add_argument("--gpu", default="H100", help=f"GPU preset: {', '.join(GPUS)} (default: %(default)s)")
@@ -112,6 +170,10 @@ def register(sub) -> None:
     p.add_argument("--causal", action="store_true", help="causal mask (FlashAttention skips masked blocks)")
     p.add_argument("--block-q", type=positive_int, default=128, help="FlashAttention Br (default: %(default)s)")
     p.add_argument("--block-k", type=positive_int, default=None, help="FlashAttention Bc (default: = block-q)")
+    p.add_argument("--ranks", type=_ranks, default=None, metavar="P",
+                   help="also estimate ring attention of this shape (N = --seq tokens in all) over P GPUs, 1..1024")
+    p.add_argument("--link", choices=tuple(LINKS), default=None,
+                   help="the ring's link between neighbouring GPUs (default with --ranks: nvlink4)")
     p.add_argument("--json", metavar="FILE", help="also write every number as JSON to FILE ('-': standard output, "
                                                   "tables to stderr); missing folders are created; an existing "
                                                   "FILE is kept unless --force")

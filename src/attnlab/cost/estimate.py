@@ -1,5 +1,6 @@
 """``estimate(...)``: forward, backward and decode estimates for one attention shape on one GPU — the
-typed function behind ``attnlab estimate`` (§5.5, §7.5, §8.4 applied to any shape).
+typed function behind ``attnlab estimate`` (§5.5, §7.5, §8.4 applied to any shape) — and, given
+``ranks``, ring attention of that shape over P GPUs joined by a link (``ring.ring_estimate``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from ._args import DTYPE_BYTES, flag, heads_pair, pos_int
 from .decode import kv_cache_bytes
 from .flops import attention_flops
 from .gpus import GPU, get_gpu
+from .ring import MAX_RANKS, RingEstimate, get_link, ring_estimate
 from .roofline import BackwardEstimate, ForwardEstimate, KernelCost, estimate_backward, estimate_forward
 from .splits import DecodeSplit, best_num_splits, decode_split_cost
 
@@ -48,6 +50,7 @@ class Estimate:
     forward: ForwardEstimate
     backward: BackwardEstimate
     decode: DecodeEstimate
+    ring: tuple[RingEstimate, ...] = ()  # with ranks: per P of ring_ranks(ranks, seq), zigzag then contiguous
 
     def kernels(self) -> list[tuple[str, KernelCost]]:
         """(algorithm, kernel) for every kernel of the forward and backward estimates."""
@@ -69,19 +72,32 @@ class Estimate:
             "forward": self.forward.to_dict(),
             "backward": self.backward.to_dict(),
             "decode": self.decode.to_dict(),
-        }
+        } | ({"ring": [r.to_dict() for r in self.ring]} if self.ring else {})
+
+
+def ring_ranks(ranks: int, seq: int) -> list[int]:
+    """The rank counts ``attnlab estimate --ranks P`` shows: the powers of two below P that cut ``seq``
+    into 2·P' equal chunks, then P itself (which must)."""
+    P, N = pos_int(ranks, "ranks"), pos_int(seq, "seq")
+    if P > MAX_RANKS:
+        raise ValueError(f"ranks must be at most {MAX_RANKS}, got {P}")
+    if N % (2 * P):
+        raise ValueError(f"ring attention needs seq ({N}) to be a multiple of 2·ranks = {2 * P} (the zigzag layout)")
+    return [p for p in (2**k for k in range(11)) if p < P and N % (2 * p) == 0] + [P]
 
 
 def estimate(*, gpu="H100", seq: int = 4096, head_dim: int = 128, heads: int = 32, batch: int = 1,
              kv_heads: int | None = None, dtype: str = "fp16", causal: bool = False, block_q: int = 128,
-             block_k: int | None = None) -> Estimate:
+             block_k: int | None = None, ranks: int | None = None, link="nvlink4") -> Estimate:
     """Roofline estimates for attention of ``batch`` × ``heads`` × ``seq`` × ``head_dim`` on ``gpu``.
 
     Forward: standard 3 kernels vs FlashAttention (K/V in L2, K/V from HBM). Backward: standard 5
     kernels vs FlashAttention (ideal cache, no cache). Decode: one new token per sequence against a
     ``seq``-token KV cache, one thread block per (batch, K/V head, split), without and with the best
-    split count. Raises ``ValueError`` on an unknown GPU or dtype, non-positive sizes, or ``heads``
-    not a multiple of ``kv_heads``.
+    split count. Ring (``ranks`` given): ``ring_estimate`` of the shape for each P of ``ring_ranks``,
+    zigzag and contiguous layouts, over ``link`` (a preset name of ``ring.LINKS`` or a ``Link``).
+    Raises ``ValueError`` on an unknown GPU, dtype or link, non-positive sizes, ``heads`` not a
+    multiple of ``kv_heads``, or ``seq`` not a multiple of 2·ranks.
     """
     g = get_gpu(gpu)
     H, Hkv = heads_pair(heads, kv_heads)
@@ -92,6 +108,8 @@ def estimate(*, gpu="H100", seq: int = 4096, head_dim: int = 128, heads: int = 3
         raise ValueError(f"dtype must be one of fp16, bf16, fp32, got {dtype!r}")
     nb = DTYPE_BYTES[dtype.lower()]
     flag(causal, "causal")
+    lk = get_link(link)
+    ring_ps = ring_ranks(ranks, N) if ranks is not None else []
     shape = dict(seq=N, head_dim=D, batch=B, heads=H, kv_heads=Hkv, causal=causal, dtype_bytes=nb, gpu=g,
                  block_q=Br, block_k=Bc)
     fwd, bwd = estimate_forward(**shape), estimate_backward(**shape)
@@ -105,5 +123,8 @@ def estimate(*, gpu="H100", seq: int = 4096, head_dim: int = 128, heads: int = 3
         best=decode_split_cost(splits=S, **split),
     )
     fl = dict(batch=B, heads=H, seq_q=N, head_dim=D, causal=causal)
+    ring = tuple(ring_estimate(ranks=p, seq=N, link=lk, gpu=g, batch=B, heads=H, kv_heads=Hkv, head_dim=D,
+                               dtype_bytes=nb, causal=causal, layout=layout)
+                 for p in ring_ps for layout in ("zigzag", "contiguous"))
     return Estimate(g, B, H, Hkv, N, D, dtype.lower(), causal, Br, Bc, attention_flops(**fl),
-                    attention_flops(pass_="bwd", **fl), fwd, bwd, dec)
+                    attention_flops(pass_="bwd", **fl), fwd, bwd, dec, ring)
