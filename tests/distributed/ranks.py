@@ -19,33 +19,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
-def _api_shim():
-    """TEMPORARY, until the blockwise functions take ``mask``: attnlab.api.attention_forward/backward on
-    the CPU through the public blockwise functions."""
-    from attnlab import api
-    from attnlab.blockwise import flash_backward, flash_forward
-
-    probe = torch.zeros(1, 1, 2, 2, dtype=torch.float64)
-    try:
-        api.attention_forward(probe, probe, probe, causal=True)
-        return
-    except TypeError:
-        pass
-
-    def fwd(q, k, v, *, causal=False, scale=None):
-        with torch.no_grad():
-            return flash_forward(q, k, v, causal=causal, scale=scale)
-
-    def bwd(dout, q, k, v, out, lse, *, causal=False, scale=None):
-        with torch.no_grad():
-            return flash_backward(q, k, v, out, lse, dout, causal=causal, scale=scale)
-
-    api.attention_forward, api.attention_backward = fwd, bwd
-
-
 def _entry(rank, fn, world_size, workdir, args):
     torch.set_num_threads(1)
-    _api_shim()
     dist.init_process_group("gloo", init_method=f"file://{workdir}/rendezvous", rank=rank, world_size=world_size)
     try:
         result = fn(rank, world_size, *args)
