@@ -21,7 +21,7 @@ from .._runtime import LOG2E
 from .forward import check_no_grad, fa2_forward, log2_units
 from .iostats import IOStats, check_stats
 from .programs import NEG_INF, acc_dtype, q_block, resolve_blocks
-from .tiles import alibi_tile, check_variants, mask_tile_, query_blocks, softcap_tile
+from .tiles import TileMasks, alibi_tile, check_variants, mask_tile_, query_blocks, softcap_tile
 
 __all__ = ["flash_backward", "flash_attention_blockwise"]
 
@@ -85,18 +85,19 @@ def fa2_backward(q, k, v, out, lse, dout, dims, *, mask, scale: float, softcap=N
     dv = torch.empty_like(v)
     softcap2, slopes2 = log2_units(softcap, slopes, acc_dt)
     bwd_programs(q5, k, v, out.reshape(B, Hkv, G, Nq, Dv), lse.reshape(B, Hkv, G, Nq), do5,
-                 None if dlse is None else dlse.reshape(B, Hkv, G, Nq), dq_acc, dk, dv, mask=mask,
+                 None if dlse is None else dlse.reshape(B, Hkv, G, Nq), dq_acc, dk, dv, masks=TileMasks(mask),
                  off=causal_offset(Nq, Nk), scale=scale, softcap2=softcap2,
                  slopes2=None if slopes2 is None else slopes2.reshape(B, Hkv, G), Br=Br, Bc=Bc, stats=stats)
     return dq_acc.view(B, H, Nq, D).to(q.dtype), dk, dv  # (B, Hkv, G, Nq, D) -> (B, H, Nq, D)
 
 
-def bwd_programs(q5, k, v, o5, lse5, do5, dlse5, dq_acc, dk, dv, *, mask, off: int, scale: float, softcap2=None,
+def bwd_programs(q5, k, v, o5, lse5, do5, dlse5, dq_acc, dk, dv, *, masks: TileMasks, off: int, scale: float, softcap2=None,
                  slopes2=None, Br: int, Bc: int, stats=None):
     """The backward loop of some programs: q5 (..., G, Nq, D), k (..., Nk, D), v (..., Nk, Dv), o5 and do5
     (..., G, Nq, Dv), lse5 and dlse5 (..., G, Nq); adds into dq_acc (..., G, Nq, D) and writes dk, dv
     (..., Nk, D/Dv). The leading dims index programs (batch, K/V head); ``softcap2``, ``slopes2`` (..., G)
-    in base-2 units (``log2_units``)."""
+    in base-2 units (``log2_units``); ``masks`` holds the call's Mask."""
+    mask = masks.mask
     *lead, G, Nq, D = q5.shape
     Nk, Dv = k.shape[-2], v.shape[-1]
     n_prog = math.prod(lead)
@@ -136,7 +137,7 @@ def bwd_programs(q5, k, v, o5, lse5, do5, dlse5, dq_acc, dk, dv, *, mask, off: i
             if slopes2 is not None:
                 s = alibi_tile(s, slopes2, i0, i1, j0, j1, off, G)
             if kind == "mask":
-                mask_tile_(s, mask, i0, i1, j0, j1, off, G)
+                mask_tile_(s, masks, i0, i1, j0, j1, off, G)
                 n_masked += 1
             p = s.sub_(Li).exp2_()
             # -- dV_j += Pᵀ dO_i;  dP = dO_i V_jᵀ;  dS = P ∘ (dP - D_i)

@@ -36,7 +36,7 @@ from .programs import (
     resolve_blocks,
     run_programs,
 )
-from .tiles import check_variants, key_blocks, mask_tile_, modify_tile, query_blocks
+from .tiles import TileMasks, check_variants, key_blocks, mask_tile_, modify_tile, query_blocks
 
 __all__ = ["flash_forward", "flash_forward_fa1"]
 
@@ -100,10 +100,11 @@ def fa2_forward(q, k, v, dims, *, mask, scale: float, softcap=None, slopes=None,
     lse = torch.empty(B, Hkv, G, Nq, dtype=acc_dt, device=q.device)  # (B, Hkv, G, Nq)
     softcap2, slopes2 = log2_units(softcap, slopes, acc_dt)
     slopes5 = None if slopes2 is None else slopes2.reshape(B, Hkv, G)  # (B, H) -> (B, Hkv, G)
+    masks = TileMasks(mask)
 
     def step(chunk):
         bs, hs = chunk
-        fa2_programs(q5[bs, hs], k[bs, hs], v[bs, hs], out[bs, hs], lse[bs, hs], mask=mask,
+        fa2_programs(q5[bs, hs], k[bs, hs], v[bs, hs], out[bs, hs], lse[bs, hs], masks=masks,
                      off=causal_offset(Nq, Nk), scale=scale, softcap2=softcap2,
                      slopes2=None if slopes5 is None else slopes5[bs, hs], Br=Br, Bc=Bc, stats=stats)
 
@@ -111,12 +112,13 @@ def fa2_forward(q, k, v, dims, *, mask, scale: float, softcap=None, slopes=None,
     return out.view(B, H, Nq, Dv), lse.view(B, H, Nq)  # (B, Hkv, G, ...) -> (B, H, ...)
 
 
-def fa2_programs(q5, k, v, out, lse, *, mask, off: int, scale: float, softcap2=None, slopes2=None, Br: int,
+def fa2_programs(q5, k, v, out, lse, *, masks: TileMasks, off: int, scale: float, softcap2=None, slopes2=None, Br: int,
                  Bc: int, stats=None):
     """The FA2 loop for the programs of one step: q5 (..., G, Nq, D), k (..., Nk, D), v (..., Nk, Dv);
     writes out (..., G, Nq, Dv) and lse (..., G, Nq). The leading dims ``...`` index programs (batch,
-    K/V head), and are absent for a single one. ``off`` aligns query i with key i + off; ``softcap2`` and
-    ``slopes2`` (..., G) are in base-2 units (``log2_units``)."""
+    K/V head), and are absent for a single one. ``masks`` holds the call's Mask; ``off`` aligns query i
+    with key i + off; ``softcap2`` and ``slopes2`` (..., G) are in base-2 units (``log2_units``)."""
+    mask = masks.mask
     *lead, G, Nq, D = q5.shape
     Nk, Dv = k.shape[-2], v.shape[-1]
     n_prog = math.prod(lead)
@@ -143,7 +145,7 @@ def fa2_programs(q5, k, v, out, lse, *, mask, off: int, scale: float, softcap2=N
             if softcap2 is not None or slopes2 is not None:
                 s = modify_tile(s, softcap=softcap2, slopes=slopes2, i0=i0, i1=i1, j0=j0, j1=j1, off=off, G=G)
             if kind == "mask":
-                mask_tile_(s, mask, i0, i1, j0, j1, off, G)
+                mask_tile_(s, masks, i0, i1, j0, j1, off, G)
                 n_masked += 1
             # -- update m and l
             m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
@@ -193,6 +195,7 @@ def flash_forward_fa1(q, k, v, *, causal: bool = False, scale: float | None = No
     off = causal_offset(Nq, Nk)
     q5 = q.reshape(B, Hkv, G, Nq, D)  # the G query heads of each K/V head side by side
     slopes3 = None if slopes is None else slopes.to(acc_dt).reshape(B, Hkv, G)  # (B, H) -> (B, Hkv, G)
+    masks = TileMasks(mask)
     # "HBM" state, initialised: O = 0, ℓ = 0, m = -inf
     O = torch.zeros(B, Hkv, G, Nq, Dv, dtype=acc_dt, device=q.device)
     l_hbm = torch.zeros(B, Hkv, G, Nq, dtype=acc_dt, device=q.device)
@@ -221,7 +224,7 @@ def flash_forward_fa1(q, k, v, *, causal: bool = False, scale: float | None = No
             if softcap is not None or slopes3 is not None:
                 s = modify_tile(s, softcap=softcap, slopes=slopes3, i0=i0, i1=i1, j0=j0, j1=j1, off=off, G=G)
             if kind == "mask":
-                mask_tile_(s, mask, i0, i1, j0, j1, off, G)
+                mask_tile_(s, masks, i0, i1, j0, j1, off, G)
                 n_masked += 1
             # -- statistics of this block: m̃, P̃ = exp(S - m̃), ℓ̃
             m_blk = s.amax(dim=-1)

@@ -46,11 +46,36 @@ def _positions(s: torch.Tensor, i0: int, i1: int, j0: int, j1: int):
     return i, j
 
 
-def mask_tile_(s: torch.Tensor, mask: Mask, i0: int, i1: int, j0: int, j1: int, off: int, G: int) -> None:
+class TileMasks:
+    """The hidden pairs of the masked tiles of one call, each pattern built once.
+
+    Whether key j is visible to query i depends only on ``j − i − off`` (``attnlab.variants.Mask``), so
+    every tile with the same ``j0 − i0 − off`` and shape has the same pattern. Straddling tiles repeat
+    across programs (batch, heads, sequences) and along the diagonal, so a call builds only a few
+    (Br, Bc) boolean tiles, and masking a tile costs one ``masked_fill_``. Safe to share between the
+    worker threads (an entry built twice is the same).
+    """
+
+    def __init__(self, mask: Mask):
+        self.mask = mask
+        self._hidden: dict[tuple[int, int, int], torch.Tensor] = {}
+
+    def hidden(self, i0: int, i1: int, j0: int, j1: int, off: int, device) -> torch.Tensor:
+        """(Br, Bc) boolean: True where the pair is hidden."""
+        key = (j0 - i0 - off, i1 - i0, j1 - j0)
+        h = self._hidden.get(key)
+        if h is None or h.device != torch.device(device):
+            i = torch.arange(i0, i1, device=device).unsqueeze(1)  # (Br, 1)
+            j = torch.arange(j0, j1, device=device).unsqueeze(0)  # (1, Bc)
+            h = self._hidden[key] = ~self.mask.visible(i, j, off)
+        return h
+
+
+def mask_tile_(s: torch.Tensor, masks: TileMasks, i0: int, i1: int, j0: int, j1: int, off: int, G: int) -> None:
     """Set the hidden scores of a (..., G·Br, Bc) tile to -inf, in place."""
-    i, j = _positions(s, i0, i1, j0, j1)
     shape = s.shape
-    s.view(*shape[:-2], G, i1 - i0, j1 - j0).masked_fill_(~mask.visible(i, j, off), NEG_INF)  # (..., G, Br, Bc)
+    s.view(*shape[:-2], G, i1 - i0, j1 - j0).masked_fill_(masks.hidden(i0, i1, j0, j1, off, s.device),
+                                                          NEG_INF)  # (..., G, Br, Bc)
 
 
 def softcap_tile(s: torch.Tensor, softcap: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -23,7 +23,7 @@ from .backward import bwd_programs
 from .forward import check_no_grad, fa2_programs, log2_units
 from .iostats import IOStats, check_stats
 from .programs import acc_dtype, program_chunks, programs_per_step, resolve_blocks, run_programs
-from .tiles import check_variants
+from .tiles import TileMasks, check_variants
 
 __all__ = ["flash_attention_varlen_blockwise", "flash_forward_varlen"]
 
@@ -59,12 +59,13 @@ def varlen_forward(q, k, v, vdims, *, mask, scale: float, softcap=None, slopes=N
     lse = torch.empty(vdims.H, vdims.total_q, dtype=acc_dt, device=q.device)  # (H, total_q)
     softcap2, slopes2 = log2_units(softcap, slopes, acc_dt)
     slopes3 = None if slopes2 is None else slopes2.reshape(vdims.B, Hkv, -1)  # (B, H) -> (B, Hkv, G)
+    masks = TileMasks(mask)  # one for all sequences: a pattern is keyed by j0 - i0 - off and its shape
 
     def step(chunk):
         b, hs = chunk
         q0, nq, k0, nk = vdims.seq(b)
         fa2_programs(_rows(q, q0, nq, Hkv)[hs], _keys(k, k0, nk)[hs], _keys(v, k0, nk)[hs],
-                     _rows(out, q0, nq, Hkv)[hs], _lse_rows(lse, q0, nq, Hkv)[hs], mask=mask, off=nk - nq,
+                     _rows(out, q0, nq, Hkv)[hs], _lse_rows(lse, q0, nq, Hkv)[hs], masks=masks, off=nk - nq,
                      scale=scale, softcap2=softcap2, slopes2=None if slopes3 is None else slopes3[b, hs],
                      Br=Br, Bc=Bc, stats=stats)
 
@@ -82,6 +83,7 @@ def varlen_backward(q, k, v, out, lse, dout, dlse, vdims, *, mask, scale: float,
     dv = torch.zeros_like(v)
     softcap2, slopes2 = log2_units(softcap, slopes, acc_dt)
     slopes3 = None if slopes2 is None else slopes2.reshape(vdims.B, Hkv, -1)  # (B, H) -> (B, Hkv, G)
+    masks = TileMasks(mask)  # one for all sequences: a pattern is keyed by j0 - i0 - off and its shape
 
     def step(chunk):
         b, hs = chunk
@@ -89,7 +91,7 @@ def varlen_backward(q, k, v, out, lse, dout, dlse, vdims, *, mask, scale: float,
         bwd_programs(_rows(q, q0, nq, Hkv)[hs], _keys(k, k0, nk)[hs], _keys(v, k0, nk)[hs],
                      _rows(out, q0, nq, Hkv)[hs], _lse_rows(lse, q0, nq, Hkv)[hs], _rows(dout, q0, nq, Hkv)[hs],
                      None if dlse is None else _lse_rows(dlse, q0, nq, Hkv)[hs], _rows(dq_acc, q0, nq, Hkv)[hs],
-                     _keys(dk, k0, nk)[hs], _keys(dv, k0, nk)[hs], mask=mask, off=nk - nq, scale=scale,
+                     _keys(dk, k0, nk)[hs], _keys(dv, k0, nk)[hs], masks=masks, off=nk - nq, scale=scale,
                      softcap2=softcap2, slopes2=None if slopes3 is None else slopes3[b, hs], Br=Br, Bc=Bc,
                      stats=stats)
 
