@@ -3,7 +3,7 @@
 The causal block skipping of §6.2 generalises to any ``attnlab.variants.Mask`` (a sliding window, a
 causal mask, both): a Q block visits only the K/V blocks of ``Mask.key_range`` (``key_blocks``), a
 K/V block only the Q blocks of ``query_blocks``, so 'skip' blocks are never loaded and a window of W
-keys costs about ``N·(Br + W)/Bc`` block pairs instead of ``N²/(Br·Bc)``. Within the range,
+keys costs about ``(N/Br)·((Br + W)/Bc + 1)`` block pairs instead of ``(N/Br)·(N/Bc)``: N·W, not N². Within the range,
 ``Mask.block_kind`` says whether a tile needs the element-wise mask ('mask') or not ('full').
 
 A tile holds the scores of ``G`` query heads × ``Br`` positions (rows) against ``Bc`` keys (columns):
