@@ -48,6 +48,8 @@ _EXPORTS = {
     "IOStats": "attnlab.blockwise",
     "flash_attention_blockwise": "attnlab.blockwise",
     "flash_decode_blockwise": "attnlab.blockwise",
+    "flash_forward_varlen": "attnlab.blockwise",
+    "flash_attention_varlen_blockwise": "attnlab.blockwise",
     "cpu_block_sizes": "attnlab.blockwise",
     # §8.2 KV caches
     "PagedKVCache": "attnlab.kvcache",
