@@ -164,3 +164,28 @@ def test_bad_variant_arguments(bad, err, match):
     q, k, v = _inputs(2, 4, 2, 1, 32, 20)
     with pytest.raises(err, match=match):
         flash_decode_triton(q, k, v, **bad)
+
+
+# -- GPU (large shapes) -----------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page_size", [None, 16, 64, 256])
+@pytest.mark.parametrize("H,Hkv,Nq", [(32, 8, 1), (32, 4, 4)])
+def test_gpu_window_softcap_alibi_large(page_size, H, Hkv, Nq):
+    """Ragged lengths up to 16K, a 4K and a 1K window with softcap and ALiBi, the model's split count
+    and a forced one, every key outside the window NaN; paged equal to contiguous to the last bit."""
+    lens = [1, 1025, 4097, 16000]
+    q, k, v = _inputs(len(lens), H, Hkv, Nq, 128, 16000, torch.bfloat16)
+    slopes = 2.0 ** -(8 * torch.arange(1, H + 1, dtype=torch.float32, device=DEV) / H)
+    for window in ((4095, 0), (1000, -1)):
+        kp, vp = k.clone(), v.clone()
+        _poison_outside(kp, vp, lens, Nq, window[0])
+        seqlens = torch.tensor(lens, dtype=torch.int32, device=DEV)
+        for splits in (None, 7):
+            kw = dict(num_splits=splits, window=window, softcap=30.0, alibi_slopes=slopes)
+            out_c, lse_c = flash_decode_triton(q, kp, vp, cache_seqlens=seqlens, **kw)
+            if page_size is not None:
+                out_p, lse_p = flash_decode_triton(q, **_paged(q, kp, vp, lens, page_size), **kw)
+                assert torch.equal(out_p, out_c) and torch.equal(lse_p, lse_c)
+            _check(q, k, v, lens, out_c, lse_c, window=window, softcap=30.0, slopes=slopes)

@@ -72,9 +72,9 @@ def _decode_split_kernel(
         first = tl.maximum(seqlen - NQ - window_left, 0)  # the first query's first key
     else:
         first = seqlen * 0
-    base = (first // BLOCK_N) * BLOCK_N
-    chunk = tl.cdiv(tl.cdiv(seqlen - base, NUM_SPLITS), BLOCK_N) * BLOCK_N
-    lo = base + split * chunk
+    tile0 = (first // BLOCK_N) * BLOCK_N  # the start of the tile holding the first key
+    chunk = tl.cdiv(tl.cdiv(seqlen - tile0, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    lo = tile0 + split * chunk
     hi = tl.minimum(lo + chunk, seqlen)
 
     # -- the group's query rows: row r is query head hkv·G + r // NQ, query token r % NQ
