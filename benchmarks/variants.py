@@ -83,9 +83,9 @@ def visible_pairs(name: str, N: int, lengths=None) -> int:
     from attnlab.cost import window as cw
 
     if name == "varlen":
-        return sum(cw.visible_pairs(Mask(-1, 0), seq_q=n, seq_k=n) for n in lengths)
+        return sum(cw.visible_pairs(seq_q=n, seq_k=n, causal=True) for n in lengths)
     left = WINDOW - 1 if name == "window" else -1
-    return cw.visible_pairs(Mask(left, 0), seq_q=N, seq_k=N)
+    return cw.visible_pairs(seq_q=N, seq_k=N, window=(left, 0), causal=True)
 
 
 # -- inputs --------------------------------------------------------------------------------------
