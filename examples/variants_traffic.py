@@ -10,7 +10,7 @@ closed forms (the variants beyond the lecture, with ยง6.2's block skipping and ย
 2. A mixed batch of documents packed end to end (varlen) against the same batch padded to the longest.
 3. The closed forms beside what ``attnlab.blockwise`` counts (``IOStats``) running the same shapes at a
    small N: equal, number for number.
-4. A plot of K/V bytes against N, ``demo06_window_traffic.png`` in ``--out`` (default attnlab-out).
+4. A plot of K/V bytes against N, ``window_traffic.png`` in ``--out`` (default attnlab-out).
 
 Bad arguments print one line on stderr and exit with status 2.
 """
@@ -28,7 +28,7 @@ from attnlab.blockwise import IOStats, flash_forward, flash_forward_varlen
 
 SEQS = [1024 << k for k in range(7)]  # 1K .. 64K
 LENGTHS = [8192, 1000, 3000, 250, 6000, 512, 77, 1800]  # a mixed batch: one long document, many short
-PLOT_NAME = "demo06_window_traffic.png"
+PLOT_NAME = "window_traffic.png"
 
 
 def window_rows(*, seqs=SEQS, window: int = 4096, head_dim: int = 128, block: int = 128, dtype_bytes: int = 2):
