@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -73,6 +74,24 @@ class ThreadComm:
         for i, t in enumerate(tensors):
             self.boxes[((self.rank + 1) % self.world_size, tag + i)].put(t)
         return _Handover(self.boxes, self.rank, tag, len(tensors))
+
+
+class LockedTimeline(StepTimeline):
+    """A virtual rank's timeline: its compute spans hold one lock shared by all the ranks, so each span's
+    kernels sit together on the shared stream and its CUDA events time them alone."""
+
+    def __init__(self, lock: threading.Lock):
+        super().__init__()
+        self.lock = lock
+
+    @contextmanager
+    def span(self, call, pass_, step, kind, device):
+        if kind != "compute":  # never hold the lock while waiting for another rank
+            with super().span(call, pass_, step, kind, device):
+                yield
+            return
+        with self.lock, super().span(call, pass_, step, kind, device):
+            yield
 
 
 def thread_ring(P: int, fn):
@@ -167,7 +186,8 @@ def inputs(args, N: int, dtype, device, seed: int, requires_grad: bool = False):
 
 
 def run_ring(ranks: Ranks, args, q, k, v, dout, layout: str, timeline=None):
-    """This rank's (out, dq, dk, dv) of the ring; in virtual mode q, k, v, dout are lists (one per rank)."""
+    """This rank's (out, dq, dk, dv) of the ring; in virtual mode q, k, v, dout and timeline are lists
+    (one per rank) and the result is the list of every rank's."""
     if not ranks.virtual:
         q.grad = k.grad = v.grad = None
         out = ring_attention(q, k, v, causal=args.causal, layout=layout, timeline=timeline)
@@ -176,7 +196,8 @@ def run_ring(ranks: Ranks, args, q, k, v, dout, layout: str, timeline=None):
 
     def rank_fn(comm):
         r = comm.rank
-        kw = dict(comm=comm, causal=args.causal, layout=layout, scale=args.head_dim**-0.5)
+        kw = dict(comm=comm, causal=args.causal, layout=layout, scale=args.head_dim**-0.5,
+                  timeline=None if timeline is None else timeline[r])
         out, lse = ring_forward(q[r], k[r], v[r], **kw)
         return (out, *ring_backward(dout[r], q[r], k[r], v[r], out, lse, **kw))
 
@@ -232,12 +253,16 @@ def bench_ring(ranks: Ranks, args, dtype, layout: str) -> tuple[float, list[dict
     else:
         q, k, v, do = inputs(args, n, dtype, ranks.device, seed=10 + ranks.rank, requires_grad=True)
     secs = time_it(lambda: run_ring(ranks, args, q, k, v, do, layout), ranks, warmup=args.warmup, iters=args.iters)
-    steps = []
-    if not ranks.virtual:  # threads share one stream: their spans would overlap, so none are recorded
+    if ranks.virtual:  # the ranks' compute spans one after another on the shared stream
+        lock = threading.Lock()
+        timelines = [LockedTimeline(lock) for _ in range(P)]
+        run_ring(ranks, args, q, k, v, do, layout, timeline=timelines)
+        per_rank = [t.rows() for t in timelines]
+    else:
         timeline = StepTimeline()
         run_ring(ranks, args, q, k, v, do, layout, timeline=timeline)
-        steps = [dict(r, rank=rank) for rank, rows in enumerate(ranks.gather(timeline.rows())) for r in rows]
-    return secs, steps
+        per_rank = ranks.gather(timeline.rows())
+    return secs, [dict(r, rank=rank) for rank, rows in enumerate(per_rank) for r in rows]
 
 
 def bench_single(ranks: Ranks, args, dtype) -> float:
@@ -303,7 +328,10 @@ def report(res: dict, console) -> None:
     for r in res["check"]:
         t.add_row(r["layout"], r["tensor"], f"{r['error']:.3e}", f"{r['ref_error']:.3e}", "yes" if r["ok"] else "NO")
     console.print(t)
-    t = Table(title=f"forward + backward at N = {c['seq']:,} (median of {c['iters']})")
+    title = f"forward + backward at N = {c['seq']:,} (median of {c['iters']})"
+    if c["virtual"]:
+        title += f": all {c['world']} virtual ranks on one GPU, one after another"
+    t = Table(title=title)
     for col in ("method", "time", "TFLOP/s per GPU", "vs attnlab 1 GPU"):
         t.add_column(col, justify="left" if col == "method" else "right")
     single = res["results"].get("attnlab-1gpu", {}).get("seconds")
@@ -321,6 +349,8 @@ def report(res: dict, console) -> None:
         if not steps:
             continue
         how = "CUDA events on the compute stream" if c["device"] == "cuda" else "host clock"
+        if c["virtual"]:
+            how += "; virtual ranks: compute alone, waits are in-memory hand-overs"
         t = Table(title=f"{name}: per step, slowest rank ({how})")
         for col in ("pass", "step", "compute", "waiting on transfers"):
             t.add_column(col, justify="left" if col == "pass" else "right")
@@ -332,12 +362,14 @@ def report(res: dict, console) -> None:
         console.print(t)
 
 
-def out_path(args, ranks: Ranks) -> Path:
+def out_path(args) -> Path:
+    """--out, or the default name; refused before any work when the file exists (unless --force)."""
     if args.out:
         path = Path(args.out)
     else:
-        kind = "virtual" if ranks.virtual else args.device
-        path = Path(__file__).resolve().parent / "data" / f"ring-{kind}-{ranks.world}ranks.json"
+        world = args.virtual_ranks or int(os.environ.get("WORLD_SIZE", "1"))
+        kind = "virtual" if args.virtual_ranks else args.device
+        path = Path(__file__).resolve().parent / "data" / f"ring-{kind}-{world}ranks.json"
     if path.exists() and not args.force:
         raise SystemExit(f"ring.py: {path} exists; pass --force to overwrite it or --out to write elsewhere")
     return path
@@ -375,21 +407,22 @@ def parse(argv=None):
         p.error(f"--methods: unknown {', '.join(sorted(unknown))}; choose from {', '.join(METHODS)}")
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device here (use --backend gloo --device cpu)")
+    world = args.virtual_ranks or int(os.environ.get("WORLD_SIZE", "1"))
+    for name in ("seq", "check_seq"):
+        if getattr(args, name) % (2 * world):
+            p.error(f"--{name.replace('_', '-')} {getattr(args, name)} is not a multiple of 2·P = {2 * world} "
+                    "(the zigzag layout)")
+    args.path = out_path(args)  # every rank checks it, before any work
     return args
 
 
 def main(argv=None) -> int:
     args = parse(argv)
     ranks = Ranks(args)
-    P = ranks.world
-    for name in ("seq", "check_seq"):
-        if getattr(args, name) % (2 * P):
-            raise SystemExit(f"ring.py: --{name.replace('_', '-')} {getattr(args, name)} is not a multiple of "
-                             f"2·P = {2 * P} (the zigzag layout)")
-    path = out_path(args, ranks) if ranks.rank == 0 else None
+    P, path = ranks.world, args.path
     dtype = DTYPES[args.dtype]
     methods = args.methods.split(",")
-    res = {"config": {**{k: v for k, v in vars(args).items() if k not in ("out", "force")}, "world": P,
+    res = {"config": {**{k: v for k, v in vars(args).items() if k not in ("out", "force", "path")}, "world": P,
                       "virtual": ranks.virtual, "kv_heads": args.kv_heads or args.heads,
                       "device_name": torch.cuda.get_device_name(ranks.device) if ranks.device.type == "cuda" else "CPU",
                       "NCCL_NVLS_ENABLE": os.environ.get("NCCL_NVLS_ENABLE")},
@@ -397,7 +430,7 @@ def main(argv=None) -> int:
     flops = attention_flops(batch=args.batch, heads=args.heads, seq_q=args.seq, head_dim=args.head_dim,
                             causal=args.causal, pass_="fwd_bwd")
     for name in methods:
-        gpus = 1 if name == "attnlab-1gpu" else P
+        gpus = 1 if name == "attnlab-1gpu" or ranks.virtual else P
         try:
             if name.startswith("attnlab-ring"):
                 secs, steps = bench_ring(ranks, args, dtype, name.rsplit("-", 1)[1])
