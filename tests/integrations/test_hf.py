@@ -4,6 +4,7 @@ greedy generation with and without left padding, packed documents, a static cach
 point each step takes, and the refusals. Skipped without transformers (``pip install 'attnlab[hf]'``)."""
 
 import copy
+import json
 import math
 from collections import Counter
 from types import SimpleNamespace
@@ -270,3 +271,26 @@ def test_training_with_attention_dropout_is_refused():
         model(torch.randint(1, VOCAB, (1, 6)))
     model.eval()  # no dropout at inference: runs
     assert math.isfinite(model(torch.randint(1, VOCAB, (1, 6))).logits.sum().item())
+
+
+def test_benchmark_quick(tmp_path):
+    """benchmarks/hf.py --quick: both implementations timed, both checks pass, decoding went through
+    flash_decode. Run in this process (a fresh interpreter would import transformers again: ~10 s)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "hf.py"
+    spec = importlib.util.spec_from_file_location("benchmark_hf", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "hf.json"
+    assert bench.main(["--quick", "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert all(r["checks"][c]["ok"] for c in ("train", "padded", "generate"))
+    assert r["train"]["attnlab"]["step_ms"] > 0 and r["generate"]["sdpa"]["decode_tokens_per_s"] > 0
+    calls = r["attnlab_calls"]
+    assert calls["sdpa"] == {"train": {}, "generate": {}}
+    assert calls["attnlab"]["train"] == {"flash_attention": LAYERS * 4}  # 2 warm-up + 2 timed steps
+    assert calls["attnlab"]["generate"]["flash_decode"] > 0
+    assert calls["checks"] == {"train": {"flash_attention": LAYERS}, "padded": {"flash_attention_varlen": LAYERS}}
+    assert bench.main(["--quick", "--json", str(out)]) == 2  # the file exists: refused without --force

@@ -1,0 +1,343 @@
+"""attnlab inside Hugging Face transformers against transformers' own SDPA attention, same run, same weights:
+a training step at 8K tokens and greedy generation after a 32K-token prompt (lecture §7.7, §8.4 in a
+real model).
+
+The model is a Llama-architecture transformer built from a config with random weights — by default Llama
+3.2 1B's shape (hidden 2048, 16 layers, 32 query and 8 K/V heads of dim 64, MLP 8192, vocabulary
+128,256, tied embeddings: 1.24B parameters) in bfloat16:
+
+* train     one step — forward, backward, AdamW — on 1 × 8,192 tokens: the median time over ``--reps``;
+* generate  batch 1, a 32,768-token prompt: prefill time, then ``--new`` greedy tokens: decode tokens/s
+            (the time of ``new + 1`` tokens minus the time of 1, over ``new``).
+
+Correctness in the same run, against a float32 copy of the same weights running SDPA (the oracle):
+the step's gradients, parameter by parameter, and every generation step's logits up to the first token
+where attnlab and SDPA part (they may at a tie of the oracle's two best logits): attnlab's error must be
+at most 2× SDPA's own error plus 4 roundings of the values (flash-attention's criterion). Any fallback
+warning of attnlab is recorded, and the attnlab entry points each phase called are counted.
+
+    python benchmarks/hf.py --json hf-h200.json                       # H200: about two minutes
+    python benchmarks/hf.py --quick --json -                          # tiny, float32, CPU: seconds
+
+The exit status is 1 when a correctness check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import sys
+import time
+import warnings
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+import attnlab.api  # noqa: E402
+from attnlab._cliargs import FORCE_HELP, output_file, positive_int, write_text  # noqa: E402
+from attnlab.bench import environment  # noqa: E402
+from attnlab.integrations import hf  # noqa: E402
+
+IMPLS = ("attnlab", "sdpa")
+LLAMA_1B = dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                num_attention_heads=32, num_key_value_heads=8, head_dim=64, rope_theta=500000.0,
+                tie_word_embeddings=True)  # Llama 3.2 1B's shape
+TINY = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, initializer_range=0.2)
+ULPS = 4
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@contextmanager
+def recording(routes: Counter, fallbacks: list):
+    """Count the attnlab entry points called and keep attnlab's warnings (a fallback says so)."""
+    saved = {n: getattr(attnlab.api, n) for n in ("flash_attention", "flash_attention_varlen", "flash_decode")}
+
+    def counted(name, fn):
+        def wrapper(*args, **kwargs):
+            routes[name] += 1
+            return fn(*args, **kwargs)
+        return wrapper
+
+    for name, fn in saved.items():
+        setattr(attnlab.api, name, counted(name, fn))
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield
+        fallbacks += sorted({str(w.message) for w in caught if "attnlab" in str(w.message)} - set(fallbacks))
+    finally:
+        for name, fn in saved.items():
+            setattr(attnlab.api, name, fn)
+
+
+def criterion(err: float, err_ref: float, want: torch.Tensor, dtype: torch.dtype) -> bool:
+    """attnlab's error at most 2x the reference's, plus a few roundings of the values' magnitude."""
+    return err <= 2 * err_ref + ULPS * torch.finfo(dtype).eps * want.abs().max().item()
+
+
+# -- training ------------------------------------------------------------------------------------------
+
+
+def real_logits(model, impl: str, ids, mask, alone: bool):
+    """Logits (real tokens, V) at the real tokens, row after row: of the padded batch, or of each row's real
+    tokens run alone (no padding at all: how the oracle runs)."""
+    model.set_attn_implementation(impl)
+    if not alone:
+        return model(ids, attention_mask=mask, use_cache=False).logits[mask.bool()]
+    return torch.cat([model(ids[b:b + 1, mask[b].bool()], use_cache=False).logits[0] for b in range(ids.shape[0])])
+
+
+def gradients(model, impl: str, ids, mask, alone: bool = False) -> tuple[float, list[torch.Tensor]]:
+    """Loss and gradients of next-token prediction over real tokens (a real token predicting the next)."""
+    model.zero_grad(set_to_none=True)
+    out = real_logits(model, impl, ids, mask, alone)  # (real tokens, V)
+    n = mask.sum(1)
+    first = n.cumsum(0) - n  # each row's first real token in ``out``
+    keep = torch.cat([torch.arange(a, a + m - 1) for a, m in zip(first.tolist(), n.tolist())]).to(ids.device)
+    loss = torch.nn.functional.cross_entropy(out[keep].float(), ids[mask.bool()][keep + 1])
+    del out
+    loss.backward()
+    return loss.item(), [p.grad.detach().clone() for p in model.parameters()]
+
+
+def check_training(model, oracle, ids, mask, dtype) -> dict:
+    """Loss and gradients of attnlab and SDPA at the same weights against the oracle's (each row alone)."""
+    want_loss, want = gradients(oracle, "sdpa", ids, mask, alone=True)
+    oracle.zero_grad(set_to_none=True)
+    got_loss, got = gradients(model, "attnlab", ids, mask)
+    base_loss, base = gradients(model, "sdpa", ids, mask)
+    model.zero_grad(set_to_none=True)
+    worst, failed = 0.0, []
+    for (name, _), g, gb, gw in zip(model.named_parameters(), got, base, want):
+        err, err_ref = (g.double() - gw.double()).abs().max().item(), (gb.double() - gw.double()).abs().max().item()
+        worst = max(worst, err / max(err_ref, 1e-30))
+        if not criterion(err, err_ref, gw, dtype):
+            failed.append(f"{name}: {err:.3e} vs sdpa {err_ref:.3e}")
+    return dict(rows=mask.sum(1).tolist(), loss_oracle=want_loss, loss_attnlab=got_loss, loss_sdpa=base_loss,
+                parameters=len(got), worst_error_ratio=worst, failed=failed, ok=not failed)
+
+
+def left_padded(vocab: int, longest: int, g, device):
+    """Three rows of longest, 3/4 and 1/2 of ``longest`` real tokens, padded on the left."""
+    ids = torch.randint(1, vocab, (3, longest), generator=g)
+    mask = torch.ones(3, longest, dtype=torch.long)
+    for b, n in enumerate([longest, longest * 3 // 4, longest // 2]):
+        mask[b, : longest - n] = 0
+    return ids.masked_fill(mask == 0, 0).to(device), mask.to(device)
+
+
+def time_training(model, impl: str, ids, reps: int) -> dict:
+    model.set_attn_implementation(impl)
+    # lr = 0: every step does the whole update's arithmetic but leaves the weights as they were, so the
+    # generation after it runs on the weights the oracle holds
+    opt = torch.optim.AdamW(model.parameters(), lr=0.0, foreach=True)
+    times = []
+    if ids.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(ids.device)
+    for i in range(reps + 2):  # two warm-up steps: kernels compiled, optimizer state allocated
+        sync(ids.device)
+        t = time.perf_counter()
+        loss = model(ids, labels=ids, use_cache=False).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        sync(ids.device)
+        if i >= 2:
+            times.append(time.perf_counter() - t)
+    ms = statistics.median(times) * 1e3
+    peak = torch.cuda.max_memory_allocated(ids.device) / 2**30 if ids.device.type == "cuda" else None
+    del opt
+    return dict(step_ms=ms, tokens_per_s=ids.numel() / (ms * 1e-3), peak_gib=peak)
+
+
+# -- generation ----------------------------------------------------------------------------------------
+
+
+def timed_generate(model, prompt, new: int, **kwargs):
+    sync(prompt.device)
+    t = time.perf_counter()
+    out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new, min_new_tokens=new,
+                         do_sample=False, pad_token_id=0, **kwargs)
+    sync(prompt.device)
+    return out, time.perf_counter() - t
+
+
+def time_generation(model, impl: str, prompt, new: int, reps: int) -> dict:
+    model.set_attn_implementation(impl)
+    timed_generate(model, prompt, 2)  # warm-up: prefill and decode kernels compiled
+    prefill = statistics.median(timed_generate(model, prompt, 1)[1] for _ in range(reps))
+    out, total = timed_generate(model, prompt, new + 1, output_logits=True, return_dict_in_generate=True)
+    return dict(prefill_ms=prefill * 1e3, decode_tokens_per_s=new / (total - prefill),
+                tokens=out.sequences[0, prompt.shape[1]:].tolist(), logits=torch.stack(out.logits)[:, 0].float())
+
+
+def check_generation(oracle, prompt, runs: dict, dtype) -> dict:
+    """Steps up to the first token where attnlab and SDPA part, against the oracle fed attnlab's tokens."""
+    ta, ts = runs["attnlab"]["tokens"], runs["sdpa"]["tokens"]
+    part = next((i for i, (a, b) in enumerate(zip(ta, ts)) if a != b), len(ta))
+    last = min(part, len(ta) - 1)  # steps 0..last had the same inputs in both runs
+    fed = torch.cat([prompt, torch.tensor([ta[:last]], device=prompt.device)], dim=1)
+    oracle.set_attn_implementation("sdpa")
+    with torch.no_grad():
+        want = oracle(fed, logits_to_keep=last + 1, use_cache=False).logits[0].float()  # (last + 1, V)
+    la, ls = runs["attnlab"]["logits"][: last + 1], runs["sdpa"]["logits"][: last + 1]
+    err, err_ref = (la - want).abs().max().item(), (ls - want).abs().max().item()
+    top = want[last].topk(2).values
+    gap = (top[0] - top[1]).item()
+    tie = part == len(ta) or gap <= 2 * (err + err_ref)  # a parting is only fair at a near-tie
+    return dict(new_tokens=len(ta), same_tokens=part, steps_checked=last + 1, logits_error_attnlab=err,
+                logits_error_sdpa=err_ref, top2_gap_at_parting=gap if part < len(ta) else None,
+                ok=criterion(err, err_ref, want, dtype) and tie)
+
+
+# -- the run -------------------------------------------------------------------------------------------
+
+
+def build(config_kwargs: dict, *, max_positions: int, dtype, device):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(**config_kwargs, max_position_embeddings=max_positions)
+    with torch.device(device):
+        model = LlamaForCausalLM(config).to(dtype)
+    return model
+
+
+def run(args) -> dict:
+    device = torch.device(args.device)
+    dtype = getattr(torch, args.dtype)
+    oracle_dtype = torch.float64 if dtype == torch.float32 else torch.float32
+    hf.register()
+    model = build(TINY if args.quick else LLAMA_1B, max_positions=args.gen_seq + args.new + 1, dtype=dtype,
+                  device=device)
+    oracle = copy.deepcopy(model).to(oracle_dtype)
+    n_params = sum(p.numel() for p in model.parameters())
+    vocab = model.config.vocab_size
+    g = torch.Generator().manual_seed(1)
+    train_ids = torch.randint(0, vocab, (1, args.train_seq), generator=g).to(device)
+    prompt = torch.randint(0, vocab, (1, args.gen_seq), generator=g).to(device)
+    padded_ids, padded_mask = left_padded(vocab, args.padded_seq, g, device)
+    routes = {impl: {"train": Counter(), "generate": Counter()} for impl in IMPLS}
+    check_routes = {"train": Counter(), "padded": Counter()}
+    fallbacks: list[str] = []
+    with recording(check_routes["train"], fallbacks):
+        train_check = check_training(model, oracle, train_ids, torch.ones_like(train_ids), dtype)
+    with recording(check_routes["padded"], fallbacks):
+        padded_check = check_training(model, oracle, padded_ids, padded_mask, dtype)
+    result = dict(model=dict(parameters=n_params, dtype=args.dtype, device=str(device), **model.config.to_diff_dict()),
+                  train=dict(seq=args.train_seq), generate=dict(prompt=args.gen_seq, new=args.new))
+    for impl in IMPLS:
+        with recording(routes[impl]["train"], fallbacks):
+            result["train"][impl] = time_training(model, impl, train_ids, args.reps)
+    runs = {}
+    with torch.no_grad():
+        for impl in IMPLS:
+            with recording(routes[impl]["generate"], fallbacks):
+                runs[impl] = time_generation(model, impl, prompt, args.new, args.reps)
+    gen_check = check_generation(oracle, prompt, runs, dtype)
+    for impl in IMPLS:
+        result["generate"][impl] = {k: v for k, v in runs[impl].items() if k not in ("tokens", "logits")}
+    result["checks"] = dict(train=train_check, padded=padded_check, generate=gen_check)
+    result["attnlab_calls"] = {impl: {phase: dict(c) for phase, c in r.items()} for impl, r in routes.items()}
+    result["attnlab_calls"]["checks"] = {phase: dict(c) for phase, c in check_routes.items()}
+    result["attnlab_fallback_warnings"] = fallbacks
+    return result
+
+
+def training_line(what: str, c: dict) -> str:
+    line = (f"{what} ({'ok' if c['ok'] else 'FAILED'}), rows of {c['rows']} tokens: loss oracle {c['loss_oracle']:.6f}, "
+            f"attnlab {c['loss_attnlab']:.6f}, sdpa {c['loss_sdpa']:.6f}; {c['parameters']} gradients, worst "
+            f"attnlab/sdpa error ratio {c['worst_error_ratio']:.2f}")
+    return line + ("; " + "; ".join(c["failed"][:3]) if c["failed"] else "")
+
+
+def report(r: dict) -> str:
+    t, g = r["train"], r["generate"]
+    m = r["model"]
+    a, s = t["attnlab"], t["sdpa"]
+    ga, gs = g["attnlab"], g["sdpa"]
+    cg = r["checks"]["generate"]
+    lines = [
+        f"Llama-architecture model, {m['parameters'] / 1e9:.3g}B parameters, {m['dtype']}, {m['device']}",
+        "",
+        "| measure | attnlab | sdpa | attnlab / sdpa |",
+        "|---|---:|---:|---:|",
+        f"| training step, 1 × {t['seq']:,} tokens (ms) | {a['step_ms']:.1f} | {s['step_ms']:.1f} | "
+        f"{a['step_ms'] / s['step_ms']:.3f} |",
+        f"| training tokens/s | {a['tokens_per_s']:,.0f} | {s['tokens_per_s']:,.0f} | "
+        f"{a['tokens_per_s'] / s['tokens_per_s']:.3f} |",
+    ]
+    if a["peak_gib"] is not None:
+        lines.append(f"| training peak memory (GiB) | {a['peak_gib']:.1f} | {s['peak_gib']:.1f} | "
+                     f"{a['peak_gib'] / s['peak_gib']:.3f} |")
+    lines += [
+        f"| prefill, 1 × {g['prompt']:,} tokens (ms) | {ga['prefill_ms']:.1f} | {gs['prefill_ms']:.1f} | "
+        f"{ga['prefill_ms'] / gs['prefill_ms']:.3f} |",
+        f"| decode tokens/s, batch 1 at {g['prompt']:,} ({g['new']} tokens) | {ga['decode_tokens_per_s']:.1f} | "
+        f"{gs['decode_tokens_per_s']:.1f} | {ga['decode_tokens_per_s'] / gs['decode_tokens_per_s']:.3f} |",
+        "",
+        *[training_line(what, r["checks"][key]) for key, what in (("train", "training check"),
+                                                                  ("padded", "left-padded batch check"))],
+        f"generation check ({'ok' if cg['ok'] else 'FAILED'}): {cg['same_tokens']} of {cg['new_tokens']} tokens the "
+        f"same; logits error vs the oracle over {cg['steps_checked']} steps: attnlab {cg['logits_error_attnlab']:.3e}, "
+        f"sdpa {cg['logits_error_sdpa']:.3e}" + (f"; oracle's top-2 gap where they part {cg['top2_gap_at_parting']:.3e}"
+                                                 if cg["top2_gap_at_parting"] is not None else ""),
+        f"attnlab calls: {json.dumps(r['attnlab_calls'])}",
+        f"fallback warnings: {r['attnlab_fallback_warnings'] or 'none'}",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="a tiny model in float32 on the CPU, short sequences")
+    p.add_argument("--train-seq", type=positive_int, default=None, help="training tokens (default 8192; quick 48)")
+    p.add_argument("--gen-seq", type=positive_int, default=None, help="prompt tokens (default 32768; quick 40)")
+    p.add_argument("--padded-seq", type=positive_int, default=None,
+                   help="longest row of the left-padded check batch (default 1024; quick 24)")
+    p.add_argument("--new", type=positive_int, default=None, help="generated tokens timed (default 128; quick 6)")
+    p.add_argument("--reps", type=positive_int, default=None, help="timed repeats (default 5; quick 2)")
+    p.add_argument("--device", default=None, help="default cuda (quick: cpu)")
+    p.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default=None,
+                   help="default bfloat16 (quick: float32)")
+    p.add_argument("--json", default=None, help="write the results as JSON here ('-': standard output)")
+    p.add_argument("--force", action="store_true", help=FORCE_HELP)
+    args = p.parse_args(argv)
+    quick = args.quick
+    for name, full, small in (("train_seq", 8192, 48), ("gen_seq", 32768, 40), ("padded_seq", 1024, 24),
+                              ("new", 128, 6), ("reps", 5, 2),
+                              ("device", "cuda", "cpu"), ("dtype", "bfloat16", "float32")):
+        if getattr(args, name) is None:
+            setattr(args, name, small if quick else full)
+    try:
+        json_path = output_file(args.json, option="--json", force=args.force, allow_stdout=True) if args.json else None
+    except ValueError as e:
+        print(f"benchmarks/hf.py: {e}", file=sys.stderr)
+        return 2
+    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
+        print("benchmarks/hf.py: --device cuda but no CUDA GPU is visible (try --quick)", file=sys.stderr)
+        return 2
+    result = run(args)
+    table = report(result)
+    print(table, file=sys.stderr if args.json == "-" else sys.stdout)
+    if args.json:
+        where = write_text(json_path, json.dumps({"benchmark": "hf", "environment": environment(), **result},
+                                                 indent=2, default=str) + "\n", option="--json", force=args.force)
+        print(f"wrote {where}", file=sys.stderr)
+    checks = result["checks"]
+    return 0 if all(c["ok"] for c in checks.values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
