@@ -45,6 +45,7 @@ from attnlab._console import make_console  # noqa: E402
 from attnlab.api import flash_attention  # noqa: E402
 from attnlab.bench import environment  # noqa: E402
 from attnlab.cost import attention_flops  # noqa: E402
+from attnlab.cost.ring import LINKS, kv_block_bytes, transfer_time  # noqa: E402
 from attnlab.distributed import StepTimeline, ring_attention, ring_backward, ring_forward, shard  # noqa: E402
 from attnlab.reference import attention_ref  # noqa: E402
 
@@ -314,6 +315,21 @@ def bench_torch_cp(ranks: Ranks, args, dtype, rotate: str) -> float:
 # -- report ------------------------------------------------------------------------------------------------
 
 
+def modeled_transfer(c: dict, pass_: str, step: int, link: str = "nvlink4") -> float:
+    """Seconds ``attnlab.cost.ring`` gives the transfers in flight during a step: K/V for the next step
+    (not after the last), in the backward also the previous step's dK/dV (float32); step P of the
+    backward is the last dK/dV hop home."""
+    P, nb = c["world"], torch.finfo(DTYPES[c["dtype"]]).bits // 8
+    kv = kv_block_bytes(local_seq=c["seq"] // P, batch=c["batch"], kv_heads=c["kv_heads"], head_dim=c["head_dim"],
+                        dtype_bytes=nb)
+    dkv = kv // nb * (8 if nb == 8 else 4)
+    sending = [kv] if step < P - 1 else []
+    if pass_ == "backward" and step >= 1:
+        sending.append(dkv)
+    return transfer_time(sum(sending), link, transfers=len(sending)) if sending else 0.0
+
+
+
 def report(res: dict, console) -> None:
     from rich.table import Table
 
@@ -350,15 +366,17 @@ def report(res: dict, console) -> None:
             continue
         how = "CUDA events on the compute stream" if c["device"] == "cuda" else "host clock"
         if c["virtual"]:
-            how += "; virtual ranks: compute alone, waits are in-memory hand-overs"
-        t = Table(title=f"{name}: per step, slowest rank ({how})")
-        for col in ("pass", "step", "compute", "waiting on transfers"):
+            how += "; virtual ranks: each compute span alone, no waits (the hand-overs are in memory)"
+        t = Table(title=f"{name}: per step, slowest rank ({how}); transfers modeled by attnlab.cost.ring at "
+                        f"{LINKS['nvlink4'].bandwidth / 1e9:.0f} GB/s")
+        for col in ("pass", "step", "compute", "waiting on transfers", "modeled NVLink 4 transfer"):
             t.add_column(col, justify="left" if col == "pass" else "right")
         keys = sorted({(s["pass"], s["step"]) for s in steps}, key=lambda k: (k[0] != "forward", k[1]))
         for p, s in keys:
             mine = [x for x in steps if (x["pass"], x["step"]) == (p, s)]
-            t.add_row(p, str(s), f"{max(x['compute_s'] for x in mine) * 1e3:,.2f} ms",
-                      f"{max(x['wait_s'] for x in mine) * 1e3:,.3f} ms")
+            wait = "-" if c["virtual"] else f"{max(x['wait_s'] for x in mine) * 1e3:,.3f} ms"
+            t.add_row(p, str(s), f"{max(x['compute_s'] for x in mine) * 1e3:,.2f} ms", wait,
+                      f"{modeled_transfer(c, p, s) * 1e3:,.3f} ms")
         console.print(t)
 
 

@@ -2,10 +2,12 @@
 sequence is computed exactly once, in both layouts; zigzag balances the causal work, contiguous
 does not."""
 
+import re
+
 import pytest
 import torch
 
-from attnlab.distributed import LAYOUTS, local_positions, ring_schedule, step_pairs
+from attnlab.distributed import LAYOUTS, chunk_ids, local_positions, ring_schedule, schedule_grid, step_pairs
 from attnlab.reference import causal_mask
 
 
@@ -62,3 +64,32 @@ def test_bad_arguments(kwargs, err, words):
     with pytest.raises(err) as e:
         ring_schedule(**kwargs)
     assert all(w in str(e.value) for w in words)
+
+
+def _cells(grid: str):
+    rows = [line.split()[1:] for line in grid.splitlines()[1:]]
+    return rows
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("P", [1, 2, 3, 4])
+def test_schedule_grid_draws_every_block_once(layout, P):
+    for causal in (True, False):
+        rows = _cells(schedule_grid(world_size=P, layout=layout, causal=causal))
+        n = len(rows)
+        assert n == (2 * P if layout == "zigzag" else P) and all(len(r) == n for r in rows)
+        for i, row in enumerate(rows):
+            for j, cell in enumerate(row):
+                if causal and j > i:
+                    assert cell == "·"
+                    continue
+                m = re.fullmatch(r"r(\d+)s(\d+)(◣?)", cell)
+                assert m, (i, j, cell)
+                rank, step, diag = int(m[1]), int(m[2]), m[3]
+                assert bool(diag) == (causal and i == j) and (step == 0) >= bool(diag)
+                assert i in chunk_ids(rank=rank, world_size=P, layout=layout)  # the query's owner computes it
+                assert j in chunk_ids(rank=(rank - step) % P, world_size=P, layout=layout)  # with that K/V
+        if causal and layout == "zigzag":  # every rank: 3 chunk blocks at step 0 (two diagonal), 2 later
+            for r in range(P):
+                per_step = [sum(c.startswith(f"r{r}s{s}") for row in rows for c in row) for s in range(P)]
+                assert per_step == [3] + [2] * (P - 1), (r, per_step)

@@ -15,7 +15,9 @@ a rank (``layout.chunk_ids`` is increasing):
                  of a later rank (src > r): the second query chunk × both its chunks, full —
                  every step is a full n × n/2 block, so all ranks do the same work
 
-Without a mask every step is one full block. ``step_pairs`` counts the (query, key) pairs of a step.
+Without a mask every step is one full block. ``step_pairs`` counts the (query, key) pairs of a step;
+``schedule_grid`` draws, chunk by chunk, which rank computes each (query chunk, key chunk) block at
+which step.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 
 from .layout import check_layout, chunk_ids
 
-__all__ = ["Block", "Step", "ring_schedule", "step_pairs"]
+__all__ = ["Block", "Step", "ring_schedule", "schedule_grid", "step_pairs"]
 
 
 @dataclass(frozen=True)
@@ -83,3 +85,28 @@ def step_pairs(step: Step) -> int:
         nq, nk = b.q1 - b.q0, b.k1 - b.k0
         total += nq * (nq + 1) // 2 if b.causal else nq * nk
     return total
+
+
+def schedule_grid(*, world_size: int, layout: str = "zigzag", causal: bool = True) -> str:
+    """The attention matrix at chunk granularity (rows: query chunks, columns: key chunks, global
+    order): each cell ``r<rank>s<step>`` names the rank that computes the block and the ring step at
+    which it does; ``◣`` marks a diagonal block computed under the causal mask, ``·`` a block that
+    the mask hides."""
+    per_rank = len(chunk_ids(rank=0, world_size=world_size, layout=layout))
+    n_chunks = per_rank * world_size
+    cells = [["·"] * n_chunks for _ in range(n_chunks)]
+    for r in range(world_size):
+        mine = chunk_ids(rank=r, world_size=world_size, layout=layout)
+        # one row per chunk: local row i is chunk mine[i]; a block's rows are whole chunks
+        for step in ring_schedule(rank=r, world_size=world_size, local_seq=per_rank, causal=causal, layout=layout):
+            theirs = chunk_ids(rank=step.source, world_size=world_size, layout=layout)
+            for b in step.blocks:
+                for i in range(b.q0, b.q1):
+                    for j in range(b.k0, b.k1):
+                        if b.causal and j > i:
+                            continue
+                        mark = "◣" if b.causal and i == j else ""
+                        cells[mine[i]][theirs[j]] = f"r{r}s{step.step}{mark}"
+    width = max(len(c) for row in cells for c in row) + 1
+    head = "q\\k".ljust(5) + "".join(str(j).rjust(width) for j in range(n_chunks))
+    return "\n".join([head] + [str(i).ljust(5) + "".join(c.rjust(width) for c in row) for i, row in enumerate(cells)])
