@@ -7,6 +7,7 @@ context_parallel``, rotate methods "alltoall" — its ring — and "allgather"),
     torchrun --standalone --nproc-per-node 2 benchmarks/ring.py --backend gloo --device cpu --seq 64 \\
         --check-seq 32 --heads 2 --head-dim 16 --dtype float32 --iters 1 --out /tmp/ring.json   # any CPU
     python benchmarks/ring.py --virtual-ranks 2      # one GPU: the ring's ranks as threads, one device
+    python benchmarks/ring.py --report benchmarks/data/ring-virtual-h200-2ranks.json   # a saved result again
 
 NVLink multicast (NVLS) stays off: the script sets ``NCCL_NVLS_ENABLE=0`` unless it is set already.
 
@@ -330,6 +331,16 @@ def modeled_transfer(c: dict, pass_: str, step: int, link: str = "nvlink4") -> f
 
 
 
+def lockstep_time(c: dict, steps: list[dict]) -> float:
+    """The ring's fwd+bwd time if every step took the longer of its slowest rank's measured compute and
+    the transfers ``attnlab.cost.ring`` models for it over NVLink 4 (the backward's last hop included)."""
+    total = 0.0
+    for p, s in {(x["pass"], x["step"]) for x in steps}:
+        compute = max(x["compute_s"] for x in steps if (x["pass"], x["step"]) == (p, s))
+        total += max(compute, modeled_transfer(c, p, s))
+    return total
+
+
 def report(res: dict, console) -> None:
     from rich.table import Table
 
@@ -361,6 +372,12 @@ def report(res: dict, console) -> None:
     for name, r in res["results"].items():
         if "skipped" in r:
             console.print(f"{name} skipped: {r['skipped']}")
+    for name, steps in res["steps"].items():
+        if steps and c["world"] > 1:
+            t_model = lockstep_time(c, steps)
+            vs = f" = {single / t_model:.2f}× attnlab on 1 GPU" if single else ""
+            console.print(f"{name}: {c['world']} GPUs in lock-step, each step the longer of its measured compute and "
+                          f"its modeled NVLink 4 transfer: {t_model * 1e3:,.1f} ms{vs}")
     for name, steps in res["steps"].items():
         if not steps:
             continue
@@ -435,6 +452,12 @@ def parse(argv=None):
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--report"]:  # print a saved result again: python benchmarks/ring.py --report FILE
+        if len(argv) != 2:
+            raise SystemExit("ring.py: --report takes one JSON file written by this script")
+        report(json.loads(Path(argv[1]).read_text()), make_console())
+        return 0
     args = parse(argv)
     ranks = Ranks(args)
     P, path = ranks.world, args.path

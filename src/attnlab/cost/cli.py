@@ -73,7 +73,8 @@ def print_estimate(est, console=None) -> None:
 
 
 def _eff(x: float) -> str:
-    return f"{100 * x:.3g}%"  # three significant digits: 0.0271% at 1,024 ranks is not 0.0%
+    """A percentage with one decimal, or two significant digits below 0.1% (0.027% is not 0.0%)."""
+    return f"{100 * x:.1f}%" if 100 * x >= 0.1 else f"{100 * x:.2g}%"
 
 
 def print_ring(est, console) -> None:
