@@ -345,7 +345,8 @@ def report(res: dict, console) -> None:
     from rich.table import Table
 
     c = res["config"]
-    console.print(f"ring attention: {c['world']} {'virtual ' if c['virtual'] else ''}ranks on {c['device_name']}, "
+    console.print(f"ring attention: {c['world']} {'virtual ' if c['virtual'] else ''}rank{'s' * (c['world'] > 1)} on "
+                  f"{c['device_name']}, "
                   f"N = {c['seq']:,} in all, B = {c['batch']}, H = {c['heads']}, Hkv = {c['kv_heads']}, "
                   f"D = {c['head_dim']}, {c['dtype']}, {'causal' if c['causal'] else 'no mask'}")
     t = Table(title=f"correctness at N = {c['check_seq']:,}: error vs the float64 oracle "
