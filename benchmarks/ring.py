@@ -29,18 +29,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import queue
 import sys
 import threading
 import time
-import traceback
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # ring_virtual, also under python -I
+
+from ring_virtual import LockedTimeline, thread_ring  # noqa: E402
 
 from attnlab._console import make_console  # noqa: E402
 from attnlab.api import flash_attention  # noqa: E402
@@ -52,69 +52,6 @@ from attnlab.reference import attention_ref  # noqa: E402
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32, "float64": torch.float64}
 METHODS = ("attnlab-ring-zigzag", "attnlab-ring-contiguous", "attnlab-1gpu", "torch-cp-alltoall", "torch-cp-allgather")
-
-
-# -- the ring as threads of one process (--virtual-ranks) ----------------------------------------------
-
-
-class _Handover:
-    def __init__(self, boxes, rank, tag, n):
-        self.boxes, self.rank, self.tag, self.n = boxes, rank, tag, n
-
-    def wait(self):
-        return tuple(self.boxes[(self.rank, self.tag + i)].get(timeout=600) for i in range(self.n))
-
-
-class ThreadComm:
-    """``RingComm``'s interface for rank ``rank`` of a ring of threads: a send puts the tensors in the
-    next rank's boxes (one FIFO per receiver and tag), a wait takes them out of this rank's."""
-
-    def __init__(self, boxes: dict, rank: int, world_size: int):
-        self.boxes, self.rank, self.world_size = boxes, rank, world_size
-
-    def send_recv(self, tensors, *, tag: int = 0):
-        for i, t in enumerate(tensors):
-            self.boxes[((self.rank + 1) % self.world_size, tag + i)].put(t)
-        return _Handover(self.boxes, self.rank, tag, len(tensors))
-
-
-class LockedTimeline(StepTimeline):
-    """A virtual rank's timeline: its compute spans hold one lock shared by all the ranks, so each span's
-    kernels sit together on the shared stream and its CUDA events time them alone."""
-
-    def __init__(self, lock: threading.Lock):
-        super().__init__()
-        self.lock = lock
-
-    @contextmanager
-    def span(self, call, pass_, step, kind, device):
-        if kind != "compute":  # never hold the lock while waiting for another rank
-            with super().span(call, pass_, step, kind, device):
-                yield
-            return
-        with self.lock, super().span(call, pass_, step, kind, device):
-            yield
-
-
-def thread_ring(P: int, fn):
-    """``fn(comm)`` on P threads, one per rank; their results in rank order (an exception re-raised)."""
-    boxes = {(r, t): queue.Queue() for r in range(P) for t in range(4)}
-    results, errors = [None] * P, []
-
-    def work(r):
-        try:
-            results[r] = fn(ThreadComm(boxes, r, P))
-        except BaseException:  # noqa: BLE001 - re-raised in the caller
-            errors.append(traceback.format_exc())
-
-    threads = [threading.Thread(target=work, args=(r,)) for r in range(P)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise RuntimeError("a virtual rank failed:\n" + errors[0])
-    return results
 
 
 # -- set-up ----------------------------------------------------------------------------------------------

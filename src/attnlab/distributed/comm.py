@@ -1,4 +1,5 @@
-"""The ring's communication: each rank sends to rank r+1 and receives from rank r-1 of its process
+"""The ring's communication (ring attention: the K/V blocks whose summaries §4.4–§4.5's ⊕ merges come
+from other devices): each rank sends to rank r+1 and receives from rank r-1 of its process
 group with batched point-to-point operations (``dist.batch_isend_irecv``), started before a step's
 compute and waited for after it, so the transfer hides under the compute when it is shorter.
 

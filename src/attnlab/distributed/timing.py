@@ -1,5 +1,6 @@
-"""Per-step timings of ring attention: how long each step computed and how long it then waited for
-the ring's transfers — the overlap of communication with compute, measured.
+"""Per-step timings of ring attention (the merge ⊕ of §4.4–§4.5 across devices): how long each step
+computed and how long it then waited for the ring's transfers — the overlap of communication with
+compute, measured.
 
 Pass ``timeline=StepTimeline()`` to ``ring_attention``; every forward and backward step records two
 spans: ``compute`` (the step's attention blocks and ⊕ merges) and ``wait`` (waiting for the K/V — and
