@@ -83,8 +83,12 @@ def ring_vs_reference(rank: int, world_size: int, cases: list[dict], seed: int, 
             return shard(t, world_size=world_size, rank=rank, layout=layout)
 
         mine = [cut(t).requires_grad_() for t in (q, k, v)]
+        args = mine
+        if case.get("strided"):  # k and v as non-contiguous views (sequence dim not outermost in memory)
+            args = [mine[0]] + [t.transpose(2, 3).contiguous().transpose(2, 3) for t in mine[1:]]
+            assert not args[1].is_contiguous()
         timeline = StepTimeline()
-        out = ring_attention(*mine, group=group, causal=causal, layout=layout, timeline=timeline)
+        out = ring_attention(*args, group=group, causal=causal, layout=layout, timeline=timeline)
         (out * cut(dout)).sum().backward()
         got = [out.detach()] + [t.grad for t in mine]
         errs = {name: (g - cut(w)).abs().max().item() for name, g, w in zip(("out", "dq", "dk", "dv"), got, want)}
@@ -103,6 +107,7 @@ def cases_for(world_size: int) -> list[dict]:
            for causal in (True, False) for layout in ("zigzag", "contiguous")]
     out.append(dict(B=2, H=4, Hkv=2, N=N, D=8, causal=True, layout="zigzag"))  # GQA
     out.append(dict(B=1, H=3, Hkv=1, N=N, D=16, causal=True, layout="contiguous"))  # MQA
+    out.append(dict(B=1, H=2, Hkv=1, N=N, D=8, causal=True, layout="zigzag", strided=True))
     return out
 
 

@@ -68,7 +68,7 @@ def ring_forward(q, k, v, *, comm: RingComm, causal: bool, layout: str, scale: f
     l = torch.zeros(B, H, n, dtype=acc, device=q.device)
     o = torch.zeros(B, H, n, Dv, dtype=acc, device=q.device)  # (B, H, n, Dv)
     spans = _Spans(timeline, "forward", q.device)
-    kv = (k, v)
+    kv = (k.contiguous(), v.contiguous())  # what is sent must be contiguous (NCCL)
     P = comm.world_size
     for step in ring_schedule(rank=comm.rank, world_size=P, local_seq=n, causal=causal, layout=layout):
         transfer = comm.send_recv(kv, tag=_KV_TAG) if step.step + 1 < P else None
@@ -97,7 +97,7 @@ def ring_backward(dout, q, k, v, out, lse, *, comm: RingComm, causal: bool, layo
     dq = torch.zeros(q.shape, dtype=acc, device=q.device)  # (B, H, n, D)
     spans = _Spans(timeline, "backward", q.device)
     P = comm.world_size
-    kv = (k, v)
+    kv = (k.contiguous(), v.contiguous())  # what is sent must be contiguous (NCCL)
     dkv_transfer = None
     for step in ring_schedule(rank=comm.rank, world_size=P, local_seq=n, causal=causal, layout=layout):
         kv_transfer = comm.send_recv(kv, tag=_KV_TAG) if step.step + 1 < P else None
