@@ -6,8 +6,8 @@ GPU presets (``gpus``), FLOPs (``flops``), HBM traffic per head (``io``), roofli
 lecture's wave model and the chooser (``splits``), the calibrated model and the H200 calibrations
 (``calibration``) and their fit to measured sweeps (``calibration_fit``), the lecture's tables
 (``tables``), the roofline plot (``plot``) and ``attnlab estimate`` (``estimate``, ``cli``); sliding
-windows and packed variable-length batches (``window``). Importing this package loads only the
-standard library; rich and matplotlib are imported inside the functions that draw.
+windows and packed variable-length batches (``window``); ring attention across devices (``ring``).
+Importing this package loads only the standard library; rich and matplotlib are imported inside the functions that draw.
 """
 
 from __future__ import annotations
@@ -63,6 +63,19 @@ from .io import (
     standard_forward_kernels,
 )
 from .plot import roofline_plot
+from .ring import (
+    LINKS,
+    Link,
+    RingEstimate,
+    RingPass,
+    StepKind,
+    attention_time,
+    get_link,
+    kv_block_bytes,
+    merge_time,
+    ring_estimate,
+    transfer_time,
+)
 from .roofline import (
     BackwardEstimate,
     ForwardEstimate,
@@ -108,6 +121,17 @@ from .window import (
 )
 
 __all__ = [
+    "LINKS",
+    "Link",
+    "RingEstimate",
+    "RingPass",
+    "StepKind",
+    "attention_time",
+    "get_link",
+    "kv_block_bytes",
+    "merge_time",
+    "ring_estimate",
+    "transfer_time",
     "CALIBRATIONS",
     "GPU",
     "GPUS",
