@@ -11,7 +11,6 @@ Outputs are poisoned with NaN before each kernel runs.
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -21,6 +20,7 @@ from tests.helpers import within_criterion
 
 import attnlab
 from attnlab.reference import attention_ref
+from attnlab.variants import Mask
 
 pytest.importorskip("triton")
 from attnlab.gpu import (  # noqa: E402
@@ -38,40 +38,8 @@ from attnlab.gpu.config import SHORT_KEYS  # noqa: E402
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _interpreter_bfloat16():
-    """Make Triton's CPU interpreter treat bfloat16 as the GPU does. The interpreter (3.9)
-    multiplies bfloat16 tiles as their raw uint16 bit patterns (np.matmul on the storage type),
-    and its float32 -> bfloat16 cast truncates instead of rounding to nearest even, which biases
-    P just below 1 by up to 2^-8. Here tiles are widened to float32 exactly before the dot, and
-    the cast rounds to nearest even, as the tensor cores and cvt.rn do. Only the interpreter is
-    touched; GPU runs are unaffected."""
-    if DEV == "cuda":
-        yield
-        return
-    import triton.language as tl
-    from triton.runtime import interpreter as interp
-
-    dot, cast = interp.InterpreterBuilder.create_dot, interp.InterpreterBuilder.cast_impl
-
-    def widen(x):
-        if x.dtype == tl.bfloat16:
-            return interp.TensorHandle((x.data.astype(np.uint32) << 16).view(np.float32), tl.float32)
-        return x
-
-    def create_dot(self, a, b, d, *args):
-        return dot(self, widen(a), widen(b), d, *args)
-
-    def cast_impl(self, src, dst_type):
-        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
-            bits = np.ascontiguousarray(src.data, dtype=np.float32).view(np.uint32)
-            rounded = ((bits + np.uint32(0x7FFF) + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
-            return interp.TensorHandle(np.where(np.isnan(src.data), np.uint16(0x7FC0), rounded), tl.bfloat16)
-        return cast(self, src, dst_type)
-
-    interp.InterpreterBuilder.create_dot, interp.InterpreterBuilder.cast_impl = create_dot, cast_impl
-    yield
-    interp.InterpreterBuilder.create_dot, interp.InterpreterBuilder.cast_impl = dot, cast
+# Triton's interpreter gets bfloat16 wrong; the conftest fixture makes it behave as the GPU does
+pytestmark = pytest.mark.usefixtures("interpreter_bfloat16")
 
 
 def _inputs(B, H, Hkv, Nq, Nk, D, dtype, device=DEV, generator=None):
@@ -106,7 +74,8 @@ def _run_and_check(B, H, Hkv, Nq, Nk, D, causal, dtype, fwd_cfg=None, bwd_cfg=No
     nan = float("nan")
     out = torch.full((B, H, Nq, D), nan, dtype=dtype, device=DEV)
     lse = torch.full((B, H, Nq), nan, dtype=torch.float32, device=DEV)
-    prefill_forward(q, k, v, causal=causal, scale=scale, config=fwd_cfg, out=out, lse=lse)
+    mask = Mask(-1, 0 if causal else -1)
+    prefill_forward(q, k, v, mask=mask, scale=scale, config=fwd_cfg, out=out, lse=lse)
     do = torch.randn(out.shape, dtype=dtype, device=DEV, generator=gen)
     o64, l64, g64 = _ref(q, k, v, do, causal, scale, torch.float64, backward)
     o_same, _, g_same = _ref(q, k, v, do, causal, scale, dtype, backward)
@@ -120,8 +89,8 @@ def _run_and_check(B, H, Hkv, Nq, Nk, D, causal, dtype, fwd_cfg=None, bwd_cfg=No
     if not backward:
         return
     grads = [torch.full(t.shape, nan, dtype=dtype, device=DEV) for t in (q, k, v)]
-    prefill_backward(do, q, k, v, out, lse, causal=causal, scale=scale, config=bwd_cfg,
-              dq=grads[0], dk=grads[1], dv=grads[2])
+    prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, config=bwd_cfg,
+                     dq=grads[0], dk=grads[1], dv=grads[2])
     for name, g, s, r in zip(("dq", "dk", "dv"), grads, g_same, g64):
         _check(name, g, s, r)
 
@@ -207,7 +176,7 @@ def test_eager_function_equals_registered_op():
     do = torch.randn(q.shape, dtype=q.dtype, device=q.device)
     results = []
     for call in (lambda q, k, v: flash_attention_triton(q, k, v, causal=True, scale=0.3, return_lse=True),
-                 lambda q, k, v: torch.ops.attnlab.flash_attn_fwd(q, k, v, True, 0.3)):
+                 lambda q, k, v: torch.ops.attnlab.flash_attn_fwd(q, k, v, -1, 0, 0.3, None, None, False)):
         qq, kk, vv = (t.detach().clone().requires_grad_() for t in (q, k, v))
         out, lse = call(qq, kk, vv)
         loss = (out * do).sum() + 0.5 * lse.sum()

@@ -1,10 +1,11 @@
-"""The Triton FlashAttention-2 kernels as a PyTorch operator (lecture §7.7: plug it into training).
+"""The Triton FlashAttention-2 kernels as a PyTorch operator (lecture §7.7: plug it into training), with the
+variants of ``attnlab.variants`` (sliding windows, softcap, ALiBi) and packed variable-length batches.
 
-``attnlab::flash_attn_fwd`` and ``attnlab::flash_attn_bwd`` are registered with ``torch.library``
-(custom op + fake implementation + autograd formula), so ``flash_attention_triton`` works inside
-``torch.compile(fullgraph=True)``; in eager mode the same kernels run through a plain
-``torch.autograd.Function``, which costs less host time per call. The forward saves only q, k, v, O and the
-logsumexp L (§7.2); the backward recomputes P from L.
+``attnlab::flash_attn_fwd`` / ``flash_attn_bwd`` (padded batches) and ``attnlab::flash_attn_varlen_fwd`` /
+``flash_attn_varlen_bwd`` (packed batches) are registered with ``torch.library`` (custom op + fake
+implementation + autograd formula), so the operator works inside ``torch.compile(fullgraph=True)``; in eager
+mode the same kernels run through a plain ``torch.autograd.Function``, which costs less host time per call.
+The forward saves only q, k, v, O and the logsumexp L (§7.2); the backward recomputes P from L.
 
 ``unsupported`` says which inputs the kernels do not cover; ``attnlab.flash_attention`` (the
 dispatch) asks it and sends those to the blockwise PyTorch path. Nothing here falls back.
@@ -12,48 +13,93 @@ dispatch) asks it and sends those to the blockwise PyTorch path. Nothing here fa
 
 import torch
 
-from .._checks import check_causal, check_qkv, resolve_scale
+from .._checks import (
+    VarlenDims,
+    check_alibi,
+    check_deterministic,
+    check_qkv,
+    check_softcap,
+    check_varlen,
+    check_window,
+    resolve_scale,
+)
 from .._runtime import interpret_mode, triton_available
+from ..variants import Mask
 from .config import BWD_HEAD_DIMS, FWD_HEAD_DIMS, KERNEL_DTYPES
+
+_VARIANTS = "int left, int right, float scale, float? softcap, Tensor? slopes, bool deterministic"
+
+
+def _forward(q, k, v, cu, left, right, scale, softcap, slopes):
+    """The forward launcher; ``cu``: None, or a packed batch's host cumulative lengths (cu_q, cu_k)."""
+    from .prefill_fwd import prefill_forward
+
+    return prefill_forward(q, k, v, mask=Mask(left, right), scale=scale, softcap=softcap, slopes=slopes,
+                           cu_seqlens=cu)
+
+
+def _backward_kernels(dout, q, k, v, out, lse, dlse, cu, left, right, scale, softcap, slopes, deterministic):
+    from .prefill_bwd import prefill_backward
+
+    if dout is None:
+        dout = torch.zeros_like(out)
+    return prefill_backward(dout, q, k, v, out, lse, mask=Mask(left, right), scale=scale, softcap=softcap,
+                            slopes=slopes, cu_seqlens=cu, dlse=dlse, deterministic=deterministic)
+
+
+# -- the registered ops (torch.compile traces these) ------------------------------------------------
 
 
 @torch.library.custom_op("attnlab::flash_attn_fwd", mutates_args=(),
-                         schema="(Tensor q, Tensor k, Tensor v, bool causal, float scale) -> (Tensor, Tensor)")
-def _flash_attn_fwd(q, k, v, causal, scale):
-    from .prefill_fwd import prefill_forward
-
-    return prefill_forward(q, k, v, causal=causal, scale=scale)
+                         schema=f"(Tensor q, Tensor k, Tensor v, {_VARIANTS}) -> (Tensor, Tensor)")
+def _flash_attn_fwd(q, k, v, left, right, scale, softcap, slopes, deterministic):
+    return _forward(q, k, v, None, left, right, scale, softcap, slopes)
 
 
 @_flash_attn_fwd.register_fake
-def _(q, k, v, causal, scale):
+def _(q, k, v, left, right, scale, softcap, slopes, deterministic):
     B, H, Nq, _ = q.shape
     return q.new_empty((B, H, Nq, v.shape[-1])), q.new_empty((B, H, Nq), dtype=torch.float32)
 
 
-@torch.library.custom_op(
-    "attnlab::flash_attn_bwd", mutates_args=(),
-    schema="(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? dlse, bool causal, "
-           "float scale) -> (Tensor, Tensor, Tensor)")
-def _flash_attn_bwd(dout, q, k, v, out, lse, dlse, causal, scale):
-    from .prefill_bwd import prefill_backward
+@torch.library.custom_op("attnlab::flash_attn_varlen_fwd", mutates_args=(),
+                         schema=f"(Tensor q, Tensor k, Tensor v, int[] cu_q, int[] cu_k, {_VARIANTS}) "
+                                "-> (Tensor, Tensor)")
+def _flash_attn_varlen_fwd(q, k, v, cu_q, cu_k, left, right, scale, softcap, slopes, deterministic):
+    return _forward(q, k, v, (cu_q, cu_k), left, right, scale, softcap, slopes)
 
-    return prefill_backward(dout, q, k, v, out, lse, causal=causal, scale=scale, dlse=dlse)
+
+@_flash_attn_varlen_fwd.register_fake
+def _(q, k, v, cu_q, cu_k, left, right, scale, softcap, slopes, deterministic):
+    total_q, H, _ = q.shape
+    return q.new_empty((total_q, H, v.shape[-1])), q.new_empty((H, total_q), dtype=torch.float32)
+
+
+_BWD_IN = "Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? dlse"
+
+
+@torch.library.custom_op("attnlab::flash_attn_bwd", mutates_args=(),
+                         schema=f"({_BWD_IN}, {_VARIANTS}) -> (Tensor, Tensor, Tensor)")
+def _flash_attn_bwd(dout, q, k, v, out, lse, dlse, left, right, scale, softcap, slopes, deterministic):
+    return _backward_kernels(dout, q, k, v, out, lse, dlse, None, left, right, scale, softcap, slopes, deterministic)
+
+
+@torch.library.custom_op("attnlab::flash_attn_varlen_bwd", mutates_args=(),
+                         schema=f"({_BWD_IN}, int[] cu_q, int[] cu_k, {_VARIANTS}) -> (Tensor, Tensor, Tensor)")
+def _flash_attn_varlen_bwd(dout, q, k, v, out, lse, dlse, cu_q, cu_k, left, right, scale, softcap, slopes,
+                           deterministic):
+    return _backward_kernels(dout, q, k, v, out, lse, dlse, (cu_q, cu_k), left, right, scale, softcap, slopes,
+                             deterministic)
 
 
 @_flash_attn_bwd.register_fake
-def _(dout, q, k, v, out, lse, dlse, causal, scale):
-    return (torch.empty_like(q, memory_format=torch.contiguous_format),
-            torch.empty_like(k, memory_format=torch.contiguous_format),
-            torch.empty_like(v, memory_format=torch.contiguous_format))
+def _(dout, q, k, v, out, lse, dlse, *variants):
+    return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
 
 
-def _setup_context(ctx, inputs, output):
-    q, k, v, causal, scale = inputs
-    out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse)
-    ctx.causal = causal
-    ctx.scale = scale
+@_flash_attn_varlen_bwd.register_fake
+def _(dout, q, k, v, out, lse, dlse, *varlen_and_variants):
+    return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
 
 
 def _refuse_double_backward() -> None:
@@ -61,43 +107,50 @@ def _refuse_double_backward() -> None:
         raise RuntimeError("attnlab.flash_attention: double backward (create_graph=True) is not supported")
 
 
-def _backward(ctx, dout, dlse):
+def _setup_context(ctx, inputs, output):
+    q, k, v, *rest = inputs
+    ctx.cu = tuple(rest[:2]) if len(rest) == 8 else ()  # the varlen op's host cumulative lengths
+    ctx.variants = tuple(rest[len(ctx.cu):])  # left, right, scale, softcap, slopes, deterministic
+    ctx.save_for_backward(q, k, v, *output)
+
+
+def _op_backward(ctx, dout, dlse):
     _refuse_double_backward()
     q, k, v, out, lse = ctx.saved_tensors
-    if dout is None:
-        dout = torch.zeros_like(out)
-    dq, dk, dv = _flash_attn_bwd(dout, q, k, v, out, lse, dlse, ctx.causal, ctx.scale)
-    return dq, dk, dv, None, None
+    if ctx.cu:
+        grads = _flash_attn_varlen_bwd(dout, q, k, v, out, lse, dlse, *ctx.cu, *ctx.variants)
+    else:
+        grads = _flash_attn_bwd(dout, q, k, v, out, lse, dlse, *ctx.variants)
+    return (*grads,) + (None,) * (len(ctx.cu) + len(ctx.variants))
 
 
-_flash_attn_fwd.register_autograd(_backward, setup_context=_setup_context)
+_flash_attn_fwd.register_autograd(_op_backward, setup_context=_setup_context)
+_flash_attn_varlen_fwd.register_autograd(_op_backward, setup_context=_setup_context)
+
+
+# -- eager mode --------------------------------------------------------------------------------------
 
 
 class _FlashAttnFn(torch.autograd.Function):
-    """The same forward and backward as the registered op, for eager mode: a custom op's dispatch
+    """The same forward and backward as the registered ops, for eager mode: a custom op's dispatch
     costs tens of microseconds of host time per call, which at N = 1K is a visible share of a GPU
-    step (benchmarks/NOTES-prefill.md, v3). ``torch.compile`` traces the registered op instead."""
+    step. ``torch.compile`` traces the registered ops instead. ``cu``: None, or a packed batch's host
+    cumulative lengths (cu_q, cu_k)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale):
-        from .prefill_fwd import prefill_forward
-
-        out, lse = prefill_forward(q, k, v, causal=causal, scale=scale)
+    def forward(ctx, q, k, v, cu, left, right, scale, softcap, slopes, deterministic):
+        out, lse = _forward(q, k, v, cu, left, right, scale, softcap, slopes)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.causal, ctx.scale = causal, scale
+        ctx.call = (cu, left, right, scale, softcap, slopes, deterministic)
         ctx.set_materialize_grads(False)  # an unused lse gets no zero gradient (and no extra work)
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, dlse):
         _refuse_double_backward()
-        from .prefill_bwd import prefill_backward
-
         q, k, v, out, lse = ctx.saved_tensors
-        if dout is None:
-            dout = torch.zeros_like(out)
-        dq, dk, dv = prefill_backward(dout, q, k, v, out, lse, causal=ctx.causal, scale=ctx.scale, dlse=dlse)
-        return dq, dk, dv, None, None
+        dq, dk, dv = _backward_kernels(dout, q, k, v, out, lse, dlse, *ctx.call)
+        return (dq, dk, dv) + (None,) * 7
 
 
 def _is_compiling() -> bool:
@@ -108,8 +161,9 @@ def _is_compiling() -> bool:
 def unsupported(q, dims, *, needs_grad: bool) -> tuple[str, str] | None:
     """Why the kernels cannot take this call — a reason key and a message — or None if they can.
 
-    ``dims`` from ``check_qkv``; ``needs_grad``: the call will be differentiated (the backward
-    kernels cover fewer head dims)."""
+    ``dims`` from ``check_qkv`` (``AttnDims``) or ``check_varlen`` (``VarlenDims``); ``needs_grad``:
+    the call will be differentiated (the backward kernels cover fewer head dims). Every variant
+    (window, softcap, ALiBi, packed batches, deterministic) is covered wherever the plain call is."""
     if not (q.is_cuda or (q.device.type == "cpu" and interpret_mode())):
         return "device", f"tensors on {q.device} (the kernels need CUDA, or TRITON_INTERPRET=1 on the CPU)"
     if not triton_available():
@@ -128,14 +182,37 @@ def unsupported(q, dims, *, needs_grad: bool) -> tuple[str, str] | None:
     return None
 
 
-def attention_fn(q, k, v, *, causal: bool, scale: float):
-    """(out, lse) through the kernels, differentiable; inputs already checked and supported."""
+def attention_fn(q, k, v, *, mask: Mask, scale: float, softcap: float | None = None,
+                 slopes: torch.Tensor | None = None, deterministic: bool = False):
+    """(out, lse) through the kernels, differentiable; inputs already checked and supported.
+    q (B, H, Nq, D), k/v (B, Hkv, Nk, D); ``slopes`` (B, H) float32 or None."""
+    args = (mask.left, mask.right, scale, softcap, slopes, deterministic)
     if _is_compiling():
-        return _flash_attn_fwd(q, k, v, causal, scale)
-    return _FlashAttnFn.apply(q, k, v, causal, scale)
+        return _flash_attn_fwd(q, k, v, *args)
+    return _FlashAttnFn.apply(q, k, v, None, *args)
 
 
-def flash_attention_triton(q, k, v, *, causal: bool = False, scale: float | None = None, return_lse: bool = False):
+def varlen_attention_fn(q, k, v, vdims: VarlenDims, *, mask: Mask, scale: float, softcap: float | None = None,
+                        slopes: torch.Tensor | None = None, deterministic: bool = False):
+    """(out (total_q, H, Dv), lse (H, total_q)) of a packed batch through the kernels, differentiable;
+    inputs already checked (``vdims`` from ``check_varlen``) and supported."""
+    args = (mask.left, mask.right, scale, softcap, slopes, deterministic)
+    if _is_compiling():
+        return _flash_attn_varlen_fwd(q, k, v, list(vdims.cu_q), list(vdims.cu_k), *args)
+    return _FlashAttnFn.apply(q, k, v, (vdims.cu_q, vdims.cu_k), *args)
+
+
+def _refuse(q, dims, k, v) -> None:
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    why = unsupported(q, dims, needs_grad=needs_grad)
+    if why is not None:
+        raise ValueError(f"flash_attention_triton: the kernels do not take {why[1]}; "
+                         "attnlab.flash_attention runs such inputs on the blockwise PyTorch path")
+
+
+def flash_attention_triton(q, k, v, *, causal: bool = False, scale: float | None = None, return_lse: bool = False,
+                           window=None, softcap: float | None = None, alibi_slopes=None,
+                           deterministic: bool = False):
     """Exact attention through the Triton FlashAttention-2 kernels, differentiable.
 
     Arguments:
@@ -146,6 +223,12 @@ def flash_attention_triton(q, k, v, *, causal: bool = False, scale: float | None
             is top-left; the two agree when Nq == Nk). Rows that see no key give out = 0, lse = -inf.
         scale: softmax scale, default 1/sqrt(D).
         return_lse: also return the logsumexp (B, H, Nq), float32, natural log; it is differentiable.
+        window: (left, right): query i sees keys i + off - left <= j <= i + off + right, off = Nk - Nq,
+            -1 = unbounded side; the kernels skip the key blocks outside it. causal=True is right = 0.
+        softcap: scores become softcap·tanh(s/softcap) (None: off).
+        alibi_slopes: (H,) or (B, H) float32: adds -slope·|i + off - j| to the scores (after softcap).
+        deterministic: bit-identical gradients run after run (the default backward already is;
+            this also refuses the dQ-atomics configuration).
     Returns:
         out (B, H, Nq, D) in q's dtype, or (out, lse).
 
@@ -154,11 +237,42 @@ def flash_attention_triton(q, k, v, *, causal: bool = False, scale: float | None
     """
     dims = check_qkv(q, k, v)
     scale = resolve_scale(scale, dims.D)
-    causal = check_causal(causal)
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    why = unsupported(q, dims, needs_grad=needs_grad)
-    if why is not None:
-        raise ValueError(f"flash_attention_triton: the kernels do not take {why[1]}; "
-                         "attnlab.flash_attention runs such inputs on the blockwise PyTorch path")
-    out, lse = attention_fn(q, k, v, causal=causal, scale=scale)
+    mask = check_window(window, causal)
+    softcap = check_softcap(softcap)
+    slopes = check_alibi(alibi_slopes, dims.B, dims.H, q.device)
+    deterministic = check_deterministic(deterministic)
+    _refuse(q, dims, k, v)
+    out, lse = attention_fn(q, k, v, mask=mask, scale=scale, softcap=softcap, slopes=slopes,
+                            deterministic=deterministic)
+    return (out, lse) if return_lse else out
+
+
+def flash_attention_varlen_triton(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q: int | None = None,
+                                  max_seqlen_k: int | None = None, causal: bool = False, window=None,
+                                  softcap: float | None = None, alibi_slopes=None, deterministic: bool = False,
+                                  scale: float | None = None, return_lse: bool = False):
+    """Attention over a packed batch of variable-length sequences (flash-attn's ``flash_attn_varlen_func``
+    layout) through the Triton kernels, differentiable; no padding is stored or computed.
+
+    Arguments:
+        q: (total_q, H, D); k: (total_k, Hkv, D); v: (total_k, Hkv, D); sequence b owns rows
+            ``cu_seqlens_q[b]:cu_seqlens_q[b+1]`` of q and ``cu_seqlens_k[b]:cu_seqlens_k[b+1]`` of k, v.
+        cu_seqlens_q, cu_seqlens_k: (B + 1,) int32 cumulative lengths (read on the host). Empty
+            sequences are allowed. One program runs per real block of each sequence.
+        max_seqlen_q, max_seqlen_k: optional; given, at least the longest sequence.
+        causal, window, softcap, alibi_slopes ((H,) or (B, H)), deterministic, scale: as
+            ``flash_attention_triton``, aligned bottom-right per sequence (off = its Nk - Nq).
+        return_lse: also return lse (H, total_q), float32.
+    Returns:
+        out (total_q, H, D) in q's dtype, or (out, lse).
+    """
+    vdims = check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    scale = resolve_scale(scale, vdims.D)
+    mask = check_window(window, causal)
+    softcap = check_softcap(softcap)
+    slopes = check_alibi(alibi_slopes, vdims.B, vdims.H, q.device)
+    deterministic = check_deterministic(deterministic)
+    _refuse(q, vdims, k, v)
+    out, lse = varlen_attention_fn(q, k, v, vdims, mask=mask, scale=scale, softcap=softcap, slopes=slopes,
+                                   deterministic=deterministic)
     return (out, lse) if return_lse else out

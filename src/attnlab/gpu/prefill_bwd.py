@@ -1,4 +1,5 @@
-"""FlashAttention-2 backward in Triton (lecture §7.2 recompute P from L, §7.3 D_i = dO_i·O_i, §7.4 loop order).
+"""FlashAttention-2 backward in Triton (lecture §7.2 recompute P from L, §7.3 D_i = dO_i·O_i, §7.4 loop order),
+with the variants of the forward (sliding windows, softcap, ALiBi, packed variable-length batches).
 
 Three launches:
 
@@ -11,21 +12,26 @@ Three launches:
    P = exp2(S·log2e·scale − L₂), dV += Pᵀ dO, dP = dO Vᵀ, dS = P ∘ (dP − D), dK += dSᵀ Q.
 3. ``_attn_bwd_dq``: one program per query block, streaming K/V again to form dQ = dS K
    (a second pass instead of float32 atomics; ``BwdConfig.dq_atomic`` switches to atomics
-   issued from kernel 2, for measurement).
+   issued from kernel 2, for measurement). Without atomics every gradient element is summed by
+   one program in a fixed order: the gradients are bit-identical run after run (``deterministic``
+   refuses the atomic variant).
 
-Causal masks are bottom-right aligned; blocks wholly above the diagonal are skipped, blocks
-wholly below run without the element mask.
+Masks are bottom-right aligned. Blocks outside the window are skipped by the loop bounds (in the
+dK/dV kernel the range of query blocks shrinks the same way), blocks wholly inside run without the
+element mask. Softcap multiplies dS by 1 − tanh² (tanh recomputed with S); ALiBi adds a constant.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 import triton
 import triton.language as tl
 
 from .._runtime import LOG2E
-from .config import BwdConfig, default_bwd_config, next_pow2
-from .prefill_fwd import _key_range, _load_tile
+from .config import BwdConfig, default_bwd_config, max_seqlen, next_pow2, varlen_meta
+from .prefill_fwd import _key_range, _load_tile, _row0, _score_mod, _varlen_seq, packed_as_bhnd, variant_args
 
 _LOG2E = tl.constexpr(LOG2E)  # a jit function reads module globals only as constexprs
 
@@ -67,8 +73,10 @@ def _attn_bwd_prep(O, DO, LSE, DLSE, DELTA, LSE2,
 def _dkdv_loop(dk, dv, k, v, Q_h, DO_h, LSE2_h, DELTA_h, DQ_h,
                stride_qn, stride_don, stride_dqn,
                lo, hi, offs_n, Nq, causal_off, qk_scale, sm_scale,
+               win_off, alibi_off, cap2, slope2,
                HEAD_D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-               CAUSAL_MASK: tl.constexpr, ROW_MASK: tl.constexpr, DQ_ATOMIC: tl.constexpr):
+               CAUSAL_MASK: tl.constexpr, ROW_MASK: tl.constexpr, DQ_ATOMIC: tl.constexpr,
+               WIN_MASK: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr):
     """Accumulate into dk, dv (Bc, BLOCK_D) the contributions of query blocks [lo, hi)."""
     offs_d = tl.arange(0, BLOCK_D)
     for start_m in range(lo, hi, BLOCK_M):
@@ -81,9 +89,20 @@ def _dkdv_loop(dk, dv, k, v, Q_h, DO_h, LSE2_h, DELTA_h, DQ_h,
             lse2 = tl.load(LSE2_h + offs_m, mask=offs_m < Nq, other=float("inf"))
         else:
             lse2 = tl.load(LSE2_h + offs_m)
-        sT = tl.dot(k, tl.trans(q)) * qk_scale - lse2[None, :]  # (Bc, Br), log2 units
-        if CAUSAL_MASK:  # mask before exp2: a hidden score may exceed its row's L by far
+        if SOFTCAP or ALIBI:
+            sT, tT = _score_mod(tl.dot(k, tl.trans(q)), offs_m[None, :], offs_n[:, None], qk_scale, cap2, slope2,
+                                alibi_off, SOFTCAP, ALIBI)
+            sT = sT - lse2[None, :]  # (Bc, Br), log2 units
+        else:
+            sT = tl.dot(k, tl.trans(q)) * qk_scale - lse2[None, :]  # (Bc, Br), log2 units
+        # -- mask before exp2: a hidden score may exceed its row's L by far
+        if CAUSAL_MASK and WIN_MASK:
+            sT = tl.where((offs_n[:, None] <= offs_m[None, :] + causal_off)
+                          & (offs_n[:, None] >= offs_m[None, :] + win_off), sT, float("-inf"))
+        elif CAUSAL_MASK:
             sT = tl.where(offs_n[:, None] <= offs_m[None, :] + causal_off, sT, float("-inf"))
+        elif WIN_MASK:
+            sT = tl.where(offs_n[:, None] >= offs_m[None, :] + win_off, sT, float("-inf"))
         pT = tl.math.exp2(sT)
         do = _load_tile(DO_h + offs_m[:, None] * stride_don + offs_d[None, :], offs_m, Nq, offs_d,
                         HEAD_D, BLOCK_D, ROW_MASK)
@@ -95,7 +114,10 @@ def _dkdv_loop(dk, dv, k, v, Q_h, DO_h, LSE2_h, DELTA_h, DQ_h,
         else:
             Di = tl.load(DELTA_h + offs_m)
         dpT = tl.dot(v, tl.trans(do))
-        dsT = (pT * (dpT - Di[None, :])).to(do.dtype)
+        if SOFTCAP:  # through the cap: d(softcap·tanh(x/softcap))/dx = 1 − tanh²
+            dsT = (pT * (dpT - Di[None, :]) * (1.0 - tT * tT)).to(do.dtype)
+        else:
+            dsT = (pT * (dpT - Di[None, :])).to(do.dtype)
         # -- dK += dSᵀ Q  (the softmax scale is applied once at the end)
         dk += tl.dot(dsT, q)
         if DQ_ATOMIC:
@@ -117,60 +139,92 @@ def _attn_bwd_dkdv(Q, K, V, DO, LSE2, DELTA, DK, DV, DQ,
                    stride_dqb, stride_dqh, stride_dqn,
                    H, G, Nq, Nk, causal_off, qk_scale, sm_scale,
                    HEAD_D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   CAUSAL: tl.constexpr, EVEN_M: tl.constexpr, DQ_ATOMIC: tl.constexpr):
-    pid_n = tl.program_id(0)
-    bhk = tl.program_id(1)
+                   CAUSAL: tl.constexpr, EVEN_M: tl.constexpr, DQ_ATOMIC: tl.constexpr,
+                   # variants, as in _attn_fwd (VARLEN: TABLE holds (sequence, first key row) entries)
+                   SLOPES=None, stride_sb=0, stride_sh=0, CU_Q=None, CU_K=None, TABLE=None,
+                   win_off=0, alibi_off=0, cap2=1.0,
+                   HAS_WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False,
+                   VARLEN: tl.constexpr = False):
     Hkv = H // G
-    b = bhk // Hkv
-    hk = bhk % Hkv
-    start_n = pid_n * BLOCK_N
+    if VARLEN:
+        hk = tl.program_id(1)
+        b, start_n, q0, n_q, k0, n_k = _varlen_seq(CU_Q, CU_K, TABLE, tl.program_id(0))
+        lse_len = Nq  # total_q: the row length of LSE2 and DELTA (H, total_q)
+        Nq = n_q
+        Nk = n_k
+        causal_off += Nk - Nq
+        win_off += Nk - Nq
+        alibi_off += Nk - Nq
+    else:
+        pid_n = tl.program_id(0)
+        bhk = tl.program_id(1)
+        b = bhk // Hkv
+        hk = bhk % Hkv
+        start_n = pid_n * BLOCK_N
+        q0 = b  # (unused: rows start at batch b)
+        k0 = b
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     # -- K_j, V_j: loaded once, stay on chip (rows past Nk are zeros and never stored)
-    K_h = K + b.to(tl.int64) * stride_kb + hk.to(tl.int64) * stride_kh
-    V_h = V + b.to(tl.int64) * stride_vb + hk.to(tl.int64) * stride_vh
+    K_h = K + _row0(b, k0, stride_kb, stride_kn, VARLEN) + hk.to(tl.int64) * stride_kh
+    V_h = V + _row0(b, k0, stride_vb, stride_vn, VARLEN) + hk.to(tl.int64) * stride_vh
     k = _load_tile(K_h + offs_n[:, None] * stride_kn + offs_d[None, :], offs_n, Nk, offs_d, HEAD_D, BLOCK_D, True)
     v = _load_tile(V_h + offs_n[:, None] * stride_vn + offs_d[None, :], offs_n, Nk, offs_d, HEAD_D, BLOCK_D, True)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
 
-    # -- query ranges: [m_lo, m_full) straddles the diagonal (element mask), [m_full, m_even) is
-    #    wholly visible, [max(m_full, m_even), Nq) is the ragged last block; rows < m_lo see nothing
+    # -- query ranges: [m_lo, m_full) straddles the diagonal (element mask), [m_full, m_mid) is
+    #    wholly visible, [max(m_full, m_mid), m_end) is the window's left edge and the ragged last
+    #    block (element mask); rows < m_lo and >= m_end see nothing of this key block
     if CAUSAL:
         m_lo = (tl.maximum(start_n - causal_off, 0) // BLOCK_M) * BLOCK_M
         m_full = tl.maximum(start_n + BLOCK_N - 1 - causal_off, 0)
         m_full = ((m_full + BLOCK_M - 1) // BLOCK_M) * BLOCK_M
-        m_diag_end = tl.minimum(m_full, Nq)
     else:
         m_full = 0
     m_even = (Nq // BLOCK_M) * BLOCK_M
+    if HAS_WINDOW:  # row i sees the whole block iff i <= start_n − win_off, some of it iff i < m_end
+        m_end = tl.minimum(tl.maximum(start_n + BLOCK_N - win_off, 0), Nq)
+        m_mid = tl.minimum(m_even, (tl.maximum(start_n + 1 - win_off, 0) // BLOCK_M) * BLOCK_M)
+    else:
+        m_end = Nq
+        m_mid = m_even
+    if CAUSAL:
+        m_diag_end = tl.minimum(m_full, m_end)
     MASK_BLOCK_M: tl.constexpr = BLOCK_M // 2 if BLOCK_M >= 32 else BLOCK_M
 
     for g in range(G):  # every query head that reads this K/V head
         h = hk * G + g
-        Q_h = Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
-        DO_h = DO + b.to(tl.int64) * stride_dob + h.to(tl.int64) * stride_doh
-        DQ_h = DQ + b.to(tl.int64) * stride_dqb + h.to(tl.int64) * stride_dqh
-        row0 = (b * H + h).to(tl.int64) * Nq
+        Q_h = Q + _row0(b, q0, stride_qb, stride_qn, VARLEN) + h.to(tl.int64) * stride_qh
+        DO_h = DO + _row0(b, q0, stride_dob, stride_don, VARLEN) + h.to(tl.int64) * stride_doh
+        DQ_h = DQ + _row0(b, q0, stride_dqb, stride_dqn, VARLEN) + h.to(tl.int64) * stride_dqh
+        if VARLEN:
+            row0 = h.to(tl.int64) * lse_len + q0
+        else:
+            row0 = (b * H + h).to(tl.int64) * Nq
+        if ALIBI:
+            slope2 = tl.load(SLOPES + b * stride_sb + h * stride_sh).to(tl.float32) * _LOG2E
+        else:
+            slope2 = 0.0
         if CAUSAL:  # diagonal blocks in half-height steps: the element mask costs registers
             dk, dv = _dkdv_loop(dk, dv, k, v, Q_h, DO_h, LSE2 + row0, DELTA + row0, DQ_h,
                                 stride_qn, stride_don, stride_dqn, m_lo, m_diag_end, offs_n, Nq,
-                                causal_off, qk_scale, sm_scale,
-                                HEAD_D, BLOCK_D, MASK_BLOCK_M, True, True, DQ_ATOMIC)
+                                causal_off, qk_scale, sm_scale, win_off, alibi_off, cap2, slope2,
+                                HEAD_D, BLOCK_D, MASK_BLOCK_M, True, True, DQ_ATOMIC, HAS_WINDOW, SOFTCAP, ALIBI)
         dk, dv = _dkdv_loop(dk, dv, k, v, Q_h, DO_h, LSE2 + row0, DELTA + row0, DQ_h,
-                            stride_qn, stride_don, stride_dqn, m_full, m_even, offs_n, Nq,
-                            causal_off, qk_scale, sm_scale,
-                            HEAD_D, BLOCK_D, BLOCK_M, False, False, DQ_ATOMIC)
-        if not EVEN_M:
+                            stride_qn, stride_don, stride_dqn, m_full, m_mid, offs_n, Nq,
+                            causal_off, qk_scale, sm_scale, win_off, alibi_off, cap2, slope2,
+                            HEAD_D, BLOCK_D, BLOCK_M, False, False, DQ_ATOMIC, False, SOFTCAP, ALIBI)
+        if HAS_WINDOW or not EVEN_M:
             dk, dv = _dkdv_loop(dk, dv, k, v, Q_h, DO_h, LSE2 + row0, DELTA + row0, DQ_h,
-                                stride_qn, stride_don, stride_dqn, tl.maximum(m_full, m_even), Nq, offs_n, Nq,
-                                causal_off, qk_scale, sm_scale,
-                                HEAD_D, BLOCK_D, BLOCK_M, False, True, DQ_ATOMIC)
+                                stride_qn, stride_don, stride_dqn, tl.maximum(m_full, m_mid), m_end, offs_n, Nq,
+                                causal_off, qk_scale, sm_scale, win_off, alibi_off, cap2, slope2,
+                                HEAD_D, BLOCK_D, BLOCK_M, False, True, DQ_ATOMIC, HAS_WINDOW, SOFTCAP, ALIBI)
 
     dk *= sm_scale
     mask = (offs_n[:, None] < Nk) & (offs_d[None, :] < HEAD_D)
-    DK_h = DK + b.to(tl.int64) * stride_dkb + hk.to(tl.int64) * stride_dkh
-    DV_h = DV + b.to(tl.int64) * stride_dvb + hk.to(tl.int64) * stride_dvh
+    DK_h = DK + _row0(b, k0, stride_dkb, stride_dkn, VARLEN) + hk.to(tl.int64) * stride_dkh
+    DV_h = DV + _row0(b, k0, stride_dvb, stride_dvn, VARLEN) + hk.to(tl.int64) * stride_dvh
     tl.store(DK_h + offs_n[:, None] * stride_dkn + offs_d[None, :], dk.to(k.dtype), mask=mask)
     tl.store(DV_h + offs_n[:, None] * stride_dvn + offs_d[None, :], dv.to(v.dtype), mask=mask)
 
@@ -180,9 +234,10 @@ def _attn_bwd_dkdv(Q, K, V, DO, LSE2, DELTA, DK, DV, DQ,
 
 @triton.jit
 def _dq_loop(dq, q, do, lse2, Di, K_h, V_h, stride_kn, stride_vn,
-             lo, hi, offs_m, Nk, causal_off, qk_scale,
+             lo, hi, offs_m, Nk, causal_off, qk_scale, win_off, alibi_off, cap2, slope2,
              HEAD_D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-             MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+             MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+             HAS_WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr):
     """Accumulate into dq (Br, BLOCK_D) the contributions of key blocks [lo, hi)."""
     offs_d = tl.arange(0, BLOCK_D)
     for start_n in range(lo, hi, BLOCK_N):
@@ -191,16 +246,26 @@ def _dq_loop(dq, q, do, lse2, Di, K_h, V_h, stride_kn, stride_vn,
         k = _load_tile(K_h + cols[:, None] * stride_kn + offs_d[None, :], cols, Nk, offs_d, HEAD_D, BLOCK_D, MASKED)
         v = _load_tile(V_h + cols[:, None] * stride_vn + offs_d[None, :], cols, Nk, offs_d, HEAD_D, BLOCK_D, MASKED)
         # -- recompute P (Br, Bc) from L
-        s = tl.dot(q, tl.trans(k)) * qk_scale - lse2[:, None]  # log2 units
+        if SOFTCAP or ALIBI:
+            s, t = _score_mod(tl.dot(q, tl.trans(k)), offs_m[:, None], cols[None, :], qk_scale, cap2, slope2,
+                              alibi_off, SOFTCAP, ALIBI)
+            s = s - lse2[:, None]  # log2 units
+        else:
+            s = tl.dot(q, tl.trans(k)) * qk_scale - lse2[:, None]  # log2 units
         if MASKED:  # mask before exp2: a hidden score may exceed its row's L by far
             visible = cols[None, :] < Nk
             if CAUSAL:
                 visible = visible & (cols[None, :] <= offs_m[:, None] + causal_off)
+            if HAS_WINDOW:
+                visible = visible & (cols[None, :] >= offs_m[:, None] + win_off)
             s = tl.where(visible, s, float("-inf"))
         p = tl.math.exp2(s)
         # -- dP = dO Vᵀ, dS = P ∘ (dP − D), dQ += dS K
         dp = tl.dot(do, tl.trans(v))
-        ds = (p * (dp - Di[:, None])).to(k.dtype)
+        if SOFTCAP:
+            ds = (p * (dp - Di[:, None]) * (1.0 - t * t)).to(k.dtype)
+        else:
+            ds = (p * (dp - Di[:, None])).to(k.dtype)
         dq = tl.dot(ds, k, dq)
     return dq
 
@@ -214,35 +279,68 @@ def _attn_bwd_dq(Q, K, V, DO, LSE2, DELTA, DQ,
                  stride_dqb, stride_dqh, stride_dqn,
                  H, G, Nq, Nk, causal_off, qk_scale, sm_scale,
                  HEAD_D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 CAUSAL: tl.constexpr):
-    pid_m = tl.program_id(0)
-    if CAUSAL:  # heaviest query blocks first
-        pid_m = tl.num_programs(0) - 1 - pid_m
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
-    hk = h // G
-    start_m = pid_m * BLOCK_M
+                 CAUSAL: tl.constexpr,
+                 SLOPES=None, stride_sb=0, stride_sh=0, CU_Q=None, CU_K=None, TABLE=None,
+                 win_off=0, alibi_off=0, cap2=1.0,
+                 HAS_WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False,
+                 VARLEN: tl.constexpr = False):
+    if VARLEN:
+        h = tl.program_id(1)
+        b, start_m, q0, n_q, k0, n_k = _varlen_seq(CU_Q, CU_K, TABLE, tl.program_id(0))
+        lse_len = Nq  # total_q: the row length of LSE2 and DELTA (H, total_q)
+        Nq = n_q
+        Nk = n_k
+        causal_off += Nk - Nq
+        win_off += Nk - Nq
+        alibi_off += Nk - Nq
+        hk = h // G
+    else:
+        pid_m = tl.program_id(0)
+        if CAUSAL:  # heaviest query blocks first
+            pid_m = tl.num_programs(0) - 1 - pid_m
+        bh = tl.program_id(1)
+        b = bh // H
+        h = bh % H
+        hk = h // G
+        start_m = pid_m * BLOCK_M
+        q0 = b  # (unused: rows start at batch b)
+        k0 = b
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    q = _load_tile(Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
+    q = _load_tile(Q + _row0(b, q0, stride_qb, stride_qn, VARLEN) + h.to(tl.int64) * stride_qh
                    + offs_m[:, None] * stride_qn + offs_d[None, :], offs_m, Nq, offs_d, HEAD_D, BLOCK_D, True)
-    do = _load_tile(DO + b.to(tl.int64) * stride_dob + h.to(tl.int64) * stride_doh
+    do = _load_tile(DO + _row0(b, q0, stride_dob, stride_don, VARLEN) + h.to(tl.int64) * stride_doh
                     + offs_m[:, None] * stride_don + offs_d[None, :], offs_m, Nq, offs_d, HEAD_D, BLOCK_D, True)
-    row = bh.to(tl.int64) * Nq + offs_m
+    if VARLEN:
+        row = h.to(tl.int64) * lse_len + q0 + offs_m
+    else:
+        row = bh.to(tl.int64) * Nq + offs_m
     lse2 = tl.load(LSE2 + row, mask=offs_m < Nq, other=float("inf"))  # padded rows: P = 0
     Di = tl.load(DELTA + row, mask=offs_m < Nq, other=0.0)
-    K_h = K + b.to(tl.int64) * stride_kb + hk.to(tl.int64) * stride_kh
-    V_h = V + b.to(tl.int64) * stride_vb + hk.to(tl.int64) * stride_vh
+    K_h = K + _row0(b, k0, stride_kb, stride_kn, VARLEN) + hk.to(tl.int64) * stride_kh
+    V_h = V + _row0(b, k0, stride_vb, stride_vn, VARLEN) + hk.to(tl.int64) * stride_vh
+    if ALIBI:
+        slope2 = tl.load(SLOPES + b * stride_sb + h * stride_sh).to(tl.float32) * _LOG2E
+    else:
+        slope2 = 0.0
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    # -- key ranges as in the forward: [0, full) unmasked, [full, hi) masked
-    full, hi = _key_range(start_m, Nk, causal_off, BLOCK_M, BLOCK_N, CAUSAL)
-    dq = _dq_loop(dq, q, do, lse2, Di, K_h, V_h, stride_kn, stride_vn, 0, full, offs_m, Nk, causal_off,
-                  qk_scale, HEAD_D, BLOCK_D, BLOCK_N, False, CAUSAL)
-    dq = _dq_loop(dq, q, do, lse2, Di, K_h, V_h, stride_kn, stride_vn, full, hi, offs_m, Nk, causal_off,
-                  qk_scale, HEAD_D, BLOCK_D, BLOCK_N, True, CAUSAL)
+    # -- key ranges as in the forward: [lo, lo_full) and [max(full, lo_full), hi) masked, [lo_full, full) not
+    lo, lo_full, full, hi = _key_range(start_m, Nk, causal_off, win_off, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW)
+    if HAS_WINDOW:
+        dq = _dq_loop(dq, q, do, lse2, Di, K_h, V_h, stride_kn, stride_vn, lo, tl.minimum(lo_full, hi), offs_m, Nk,
+                      causal_off, qk_scale, win_off, alibi_off, cap2, slope2,
+                      HEAD_D, BLOCK_D, BLOCK_N, True, CAUSAL, HAS_WINDOW, SOFTCAP, ALIBI)
+        tail = tl.maximum(full, lo_full)
+    else:
+        tail = full
+    dq = _dq_loop(dq, q, do, lse2, Di, K_h, V_h, stride_kn, stride_vn, lo_full, full, offs_m, Nk, causal_off,
+                  qk_scale, win_off, alibi_off, cap2, slope2,
+                  HEAD_D, BLOCK_D, BLOCK_N, False, CAUSAL, HAS_WINDOW, SOFTCAP, ALIBI)
+    dq = _dq_loop(dq, q, do, lse2, Di, K_h, V_h, stride_kn, stride_vn, tail, hi, offs_m, Nk, causal_off,
+                  qk_scale, win_off, alibi_off, cap2, slope2,
+                  HEAD_D, BLOCK_D, BLOCK_N, True, CAUSAL, HAS_WINDOW, SOFTCAP, ALIBI)
     dq *= sm_scale
-    DQ_h = DQ + b.to(tl.int64) * stride_dqb + h.to(tl.int64) * stride_dqh
+    DQ_h = DQ + _row0(b, q0, stride_dqb, stride_dqn, VARLEN) + h.to(tl.int64) * stride_dqh
     tl.store(DQ_h + offs_m[:, None] * stride_dqn + offs_d[None, :], dq.to(q.dtype),
              mask=(offs_m[:, None] < Nq) & (offs_d[None, :] < HEAD_D))
 
@@ -259,51 +357,86 @@ def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
 
 
 def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                lse: torch.Tensor, *, causal: bool, scale: float, dlse: torch.Tensor | None = None,
-                config: BwdConfig | None = None, dq: torch.Tensor | None = None, dk: torch.Tensor | None = None,
-                dv: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                     lse: torch.Tensor, *, mask, scale: float, softcap: float | None = None,
+                     slopes: torch.Tensor | None = None, cu_seqlens=None, dlse: torch.Tensor | None = None,
+                     deterministic: bool = False, config: BwdConfig | None = None, dq: torch.Tensor | None = None,
+                     dk: torch.Tensor | None = None,
+                     dv: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Run the backward kernels; returns (dq, dk, dv) shaped like (q, k, v).
 
-    ``lse`` is the forward's natural-log logsumexp (B, H, Nq); ``dlse`` its incoming gradient
-    when the caller's loss used it (dS gains P ∘ dL). No input checks here.
+    ``lse`` is the forward's natural-log logsumexp (B, H, Nq) — (H, total_q) for a packed batch
+    (``cu_seqlens`` = (cu_q, cu_k) host cumulative lengths; q, k, v, out, do then (total, H, D)); ``dlse`` its incoming gradient
+    when the caller's loss used it (dS gains P ∘ dL). ``mask``, ``softcap``, ``slopes`` as in
+    ``prefill_forward``. ``deterministic``: never the dQ-atomics variant, so the gradients are
+    bit-identical run after run (the default configurations never use atomics). No input checks here.
     """
-    B, H, Nq, D = q.shape
-    Hkv, Nk = k.shape[1], k.shape[2]
+    D = q.shape[-1]
     do, q, k, v, out = (_last_dim_contiguous(t) for t in (do, q, k, v, out))
     dq = torch.empty_like(q, memory_format=torch.contiguous_format) if dq is None else dq
     dk = torch.empty_like(k, memory_format=torch.contiguous_format) if dk is None else dk
     dv = torch.empty_like(v, memory_format=torch.contiguous_format) if dv is None else dv
+    if cu_seqlens is None:
+        B, H, Nq, _ = q.shape
+        Hkv, Nk = k.shape[1], k.shape[2]
+        n_keys = Nk
+    else:
+        (Nq, H, _), (Nk, Hkv, _) = q.shape, k.shape  # Nq, Nk: total_q, total_k
+        B, n_keys = len(cu_seqlens[0]) - 1, max_seqlen(cu_seqlens[1])
+        do, q, k, v, out, dq, dk, dv = (packed_as_bhnd(t) for t in (do, q, k, v, out, dq, dk, dv))
+        lse = lse.unsqueeze(0)  # (1, H, total_q)
+        dlse = None if dlse is None else dlse.unsqueeze(0)
     if B * H == 0 or Nq == 0 or Nk == 0:
         dq.zero_(), dk.zero_(), dv.zero_()
-        return dq, dk, dv
-    cfg = config or default_bwd_config(D, causal, q.device, Nk)
+        return _unpack(dq, dk, dv, cu_seqlens)
+    cfg = config or default_bwd_config(D, not mask.dense, q.device, n_keys)
+    if deterministic and cfg.dq_atomic:  # float32 atomics add in arrival order: not bit-reproducible
+        cfg = dataclasses.replace(cfg, dq_atomic=False)
     BLOCK_D = next_pow2(max(D, 16))
     lse = lse.contiguous()
-    delta = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32)  # D_i = rowsum(dO ∘ O) − dL_i
-    lse2 = torch.empty_like(delta)  # (B, H, Nq): L in log2 units, +inf for empty rows
+    delta = torch.empty(lse.shape, device=q.device, dtype=torch.float32)  # D_i = rowsum(dO ∘ O) − dL_i
+    lse2 = torch.empty_like(delta)  # L in log2 units, +inf for empty rows
     has_dlse = dlse is not None
     PRE_M = 64 if q.device.type == "cuda" else 16
-    _attn_bwd_prep[(triton.cdiv(Nq, PRE_M), B * H)](
+    _attn_bwd_prep[(triton.cdiv(Nq, PRE_M), q.shape[0] * H)](
         out, do, lse, dlse.contiguous() if has_dlse else lse, delta, lse2,
         *_s3(out), *_s3(do), H, Nq,
         HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=PRE_M, HAS_DLSE=has_dlse, num_warps=4)
     G = H // Hkv
-    common = (H, G, Nq, Nk, Nk - Nq, scale * LOG2E, scale)
-    dq_acc = torch.zeros((B, H, Nq, D), device=q.device, dtype=torch.float32) if cfg.dq_atomic else dq  # (B, H, Nq, D)
-    _attn_bwd_dkdv[(triton.cdiv(Nk, cfg.block_n1), B * Hkv)](
-        q, k, v, do, lse2, delta, dk, dv, dq_acc,
-        *_s3(q), *_s3(k), *_s3(v), *_s3(do), *_s3(dk), *_s3(dv), *_s3(dq_acc),
-        *common,
-        HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
-        CAUSAL=bool(causal), EVEN_M=Nq % cfg.block_m1 == 0, DQ_ATOMIC=cfg.dq_atomic,
-        num_warps=cfg.warps1, num_stages=cfg.stages1)
+    common = (H, G, Nq, Nk)
+    var = variant_args(mask, scale, softcap, slopes, Nk - Nq if cu_seqlens is None else 0) | {"sm_scale": scale}
+    dq_acc = torch.zeros(dq.shape, device=q.device, dtype=torch.float32) if cfg.dq_atomic else dq  # like dq, float32
+    if cu_seqlens is not None:
+        cu_q, cu_k, table = varlen_meta(cu_seqlens, cfg.block_n1, mask, rows="k", device=q.device)
+        var_kv = var | dict(CU_Q=cu_q, CU_K=cu_k, TABLE=table, VARLEN=True)
+        grid_kv, even_m = (table.shape[0], Hkv), False
+    else:
+        var_kv, grid_kv, even_m = var, (triton.cdiv(Nk, cfg.block_n1), B * Hkv), Nq % cfg.block_m1 == 0
+    if grid_kv[0]:
+        _attn_bwd_dkdv[grid_kv](
+            q, k, v, do, lse2, delta, dk, dv, dq_acc,
+            *_s3(q), *_s3(k), *_s3(v), *_s3(do), *_s3(dk), *_s3(dv), *_s3(dq_acc), *common,
+            HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
+            EVEN_M=even_m, DQ_ATOMIC=cfg.dq_atomic, num_warps=cfg.warps1, num_stages=cfg.stages1, **var_kv)
     if cfg.dq_atomic:
         dq.copy_(dq_acc)
+        return _unpack(dq, dk, dv, cu_seqlens)
+    if cu_seqlens is not None:
+        cu_q, cu_k, table = varlen_meta(cu_seqlens, cfg.block_m2, mask, rows="q", device=q.device)
+        var_q = var | dict(CU_Q=cu_q, CU_K=cu_k, TABLE=table, VARLEN=True)
+        grid_q = (table.shape[0], H)
     else:
-        _attn_bwd_dq[(triton.cdiv(Nq, cfg.block_m2), B * H)](
+        var_q, grid_q = var, (triton.cdiv(Nq, cfg.block_m2), B * H)
+    if grid_q[0]:
+        _attn_bwd_dq[grid_q](
             q, k, v, do, lse2, delta, dq,
-            *_s3(q), *_s3(k), *_s3(v), *_s3(do), *_s3(dq),
-            *common,
+            *_s3(q), *_s3(k), *_s3(v), *_s3(do), *_s3(dq), *common,
             HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2,
-            CAUSAL=bool(causal), num_warps=cfg.warps2, num_stages=cfg.stages2)
-    return dq, dk, dv
+            num_warps=cfg.warps2, num_stages=cfg.stages2, **var_q)
+    return _unpack(dq, dk, dv, cu_seqlens)
+
+
+def _unpack(dq, dk, dv, cu_seqlens):
+    """The gradients in the caller's layout: (1, H, total, D) views back to packed (total, H, D)."""
+    if cu_seqlens is None:
+        return dq, dk, dv
+    return tuple(t.transpose(1, 2).squeeze(0) for t in (dq, dk, dv))  # (total, H, D)

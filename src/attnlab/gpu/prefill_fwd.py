@@ -1,4 +1,5 @@
-"""FlashAttention-2 forward in Triton (lecture §5.1 algorithm, §6.2 causal block skipping, §6.3 FA2 order).
+"""FlashAttention-2 forward in Triton (lecture §5.1 algorithm, §6.2 block skipping, §6.3 FA2 order), with the
+variants of ``attnlab.variants``: sliding windows, softcap, ALiBi and packed variable-length batches.
 
 One program owns one block of Br = BLOCK_M query rows of one (batch, head) and streams the key /
 value blocks of Bc = BLOCK_N rows past it (FA2 order: Q blocks are independent programs). The
@@ -6,11 +7,14 @@ running max m, the running sum l and the output accumulator stay in registers (o
 §4.3); scores use exp2 with the softmax scale and log2(e) folded into one multiplier; the row's
 logsumexp L is written once at the end (natural log, as ``attention_ref`` returns it).
 
-Causal masks are bottom-right aligned (query i sees keys j <= i + Nk - Nq). The key loop is split
-in two: blocks that every row of the program sees in full run without any mask, and the few
-blocks on the diagonal (or the ragged last block) run with the element mask; blocks above the
-diagonal are never loaded. GQA/MQA: query head h reads key/value head h // (H / Hkv) directly.
-Head dims that are not powers of two (96) run in a padded BLOCK_D with masked loads and stores.
+Masks are bottom-right aligned (off = Nk − Nq): query i sees keys i + off − left <= j <= i + off + right
+(−1: unbounded side; causal is right = 0). The key loop runs in up to three parts: the blocks on the
+window's left edge (element mask), the blocks every row of the program sees in full (no mask at all),
+and the blocks on the diagonal / right edge or the ragged end (element mask). Blocks outside the
+window are never loaded: the loop bounds move, not a mask (§6.2 generalised).
+GQA/MQA: query head h reads key/value head h // (H / Hkv) directly. Head dims that are not powers of
+two (96) run in a padded BLOCK_D with masked loads and stores. Every variant is a ``tl.constexpr``
+flag, so a dense or causal call compiles to the kernel it always was.
 """
 
 from __future__ import annotations
@@ -20,25 +24,37 @@ import triton
 import triton.language as tl
 
 from .._runtime import LN2, LOG2E
-from .config import FwdConfig, default_fwd_config, next_pow2, tma_ok
+from .config import FwdConfig, default_fwd_config, max_seqlen, next_pow2, tma_ok, varlen_meta
 
 _LN2 = tl.constexpr(LN2)  # a jit function reads module globals only as constexprs
+_LOG2E = tl.constexpr(LOG2E)
+_M2LOG2E = tl.constexpr(-2.0 * LOG2E)
 
-# -- jit helpers --------------------------------------------------------------------------------
+# -- jit helpers (shared with the backward) -------------------------------------------------------
 
 
 @triton.jit
-def _key_range(start_m, Nk, causal_off, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
-    """Keys of the Q block starting at row start_m: [0, full) is seen unmasked by every row (whole
-    BLOCK_N blocks), [full, hi) needs the element mask, keys >= hi are skipped (§6.2; bottom-right
-    causal: row i sees keys j <= i + causal_off). Shared by the forward and the dQ kernel."""
+def _key_range(start_m, Nk, causal_off, win_off, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):
+    """Keys of the Q block starting at row start_m, as (lo, lo_full, full, hi): [lo, lo_full) straddles
+    the window's left edge (element mask), [lo_full, full) is seen unmasked by every row (whole BLOCK_N
+    blocks), [max(full, lo_full), hi) needs the element mask (diagonal / right edge, ragged end), and
+    keys outside [lo, hi) are skipped (§6.2). Row i sees keys j <= i + causal_off (CAUSAL: the right
+    edge) and j >= i + win_off (HAS_WINDOW: the left edge). Shared by the forward and the dQ kernel."""
     if CAUSAL:
         hi = tl.maximum(tl.minimum(Nk, start_m + BLOCK_M + causal_off), 0)
         full = tl.maximum(tl.minimum(Nk, start_m + 1 + causal_off), 0)
     else:
         hi = Nk
         full = Nk
-    return (full // BLOCK_N) * BLOCK_N, hi
+    if HAS_WINDOW:
+        lo = (tl.maximum(start_m + win_off, 0) // BLOCK_N) * BLOCK_N
+        lo_full = tl.maximum(start_m + BLOCK_M - 1 + win_off, 0)
+        lo_full = ((lo_full + BLOCK_N - 1) // BLOCK_N) * BLOCK_N
+    else:
+        lo = 0
+        lo_full = 0
+    return lo, lo_full, (full // BLOCK_N) * BLOCK_N, hi
 
 
 @triton.jit
@@ -59,10 +75,37 @@ def _load_tile(ptrs, rows, n_rows, offs_d, HEAD_D: tl.constexpr, BLOCK_D: tl.con
 
 
 @triton.jit
+def _tanh(x):
+    """tanh from one exp2: (1 − e)/(1 + e) with e = exp(−2|x|), the sign put back; ±1 at ±inf, no NaN."""
+    e = tl.math.exp2(tl.abs(x) * _M2LOG2E)
+    t = tl.math.fdiv(1.0 - e, 1.0 + e, ieee_rounding=False)
+    return tl.where(x < 0, -t, t)
+
+
+@triton.jit
+def _score_mod(s, i, j, qk_scale, cap2, slope2, alibi_off, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr):
+    """Raw scores q·k (float32) -> the modified scores in log2 units, and tanh (for the backward).
+
+    SOFTCAP: qk_scale = scale/softcap and cap2 = softcap·log2e, so cap2·tanh(s·qk_scale) is
+    softcap·tanh(scale·s/softcap) in log2 units; else qk_scale = scale·log2e. ALIBI then subtracts
+    slope2·|i + alibi_off − j| (slope2 = slope·log2e); i, j broadcast to s's shape."""
+    if SOFTCAP:
+        t = _tanh(s * qk_scale)
+        s = t * cap2
+    else:
+        s = s * qk_scale
+        t = s
+    if ALIBI:
+        s = s - slope2 * tl.abs(i + alibi_off - j).to(tl.float32)
+    return s, t
+
+
+@triton.jit
 def _fwd_step(acc, l_i, m_i, q, K, V, desc_k, desc_v, b, hk, stride_kn, stride_vn,
-              start_n, offs_m, Nk, causal_off, qk_scale,
+              start_n, offs_m, Nk, causal_off, win_off, alibi_off, qk_scale, cap2, slope2,
               HEAD_D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-              MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_TMA: tl.constexpr):
+              MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_TMA: tl.constexpr,
+              HAS_WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr):
     """One online-softmax step: the key/value block starting at start_n past the query block."""
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
@@ -76,10 +119,23 @@ def _fwd_step(acc, l_i, m_i, q, K, V, desc_k, desc_v, b, hk, stride_kn, stride_v
                        HEAD_D, BLOCK_D, MASKED)
     s = tl.dot(q, tl.trans(k))  # (Br, Bc) float32
     if MASKED:
-        # -- element mask: ragged last block and/or the causal diagonal
+        # -- element mask: ragged last block, the diagonal / right edge, the window's left edge
         visible = cols[None, :] < Nk
         if CAUSAL:
             visible = visible & (cols[None, :] <= offs_m[:, None] + causal_off)
+        if HAS_WINDOW:
+            visible = visible & (cols[None, :] >= offs_m[:, None] + win_off)
+    if SOFTCAP or ALIBI:
+        s, _ = _score_mod(s, offs_m[:, None], cols[None, :], qk_scale, cap2, slope2, alibi_off, SOFTCAP, ALIBI)
+        if MASKED:
+            s = tl.where(visible, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
+        else:
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_use = m_new
+        p = tl.math.exp2(s - m_use[:, None])
+    elif MASKED:
         s = tl.where(visible, s * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
@@ -106,23 +162,44 @@ def _fwd_step(acc, l_i, m_i, q, K, V, desc_k, desc_v, b, hk, stride_kn, stride_v
 
 @triton.jit
 def _fwd_kv_loop(acc, l_i, m_i, q, K, V, desc_k, desc_v, b, hk, stride_kn, stride_vn,
-                 lo, hi, offs_m, Nk, causal_off, qk_scale,
+                 lo, hi, offs_m, Nk, causal_off, win_off, alibi_off, qk_scale, cap2, slope2,
                  HEAD_D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-                 MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr):
+                 MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr,
+                 HAS_WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr):
     """Stream key/value blocks [lo, hi) past the query block (one online-softmax step each).
     WARP_SPEC asks Triton to warp-specialise the loop (producer warps issue the loads, consumer
     warp groups do the math; Hopper and newer, with tensor descriptors)."""
     if WARP_SPEC:
         for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=True):
             acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, K, V, desc_k, desc_v, b, hk, stride_kn, stride_vn,
-                                      start_n, offs_m, Nk, causal_off, qk_scale,
-                                      HEAD_D, BLOCK_D, BLOCK_N, MASKED, CAUSAL, USE_TMA)
+                                      start_n, offs_m, Nk, causal_off, win_off, alibi_off, qk_scale, cap2, slope2,
+                                      HEAD_D, BLOCK_D, BLOCK_N, MASKED, CAUSAL, USE_TMA, HAS_WINDOW, SOFTCAP, ALIBI)
     else:
         for start_n in range(lo, hi, BLOCK_N):
             acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, K, V, desc_k, desc_v, b, hk, stride_kn, stride_vn,
-                                      start_n, offs_m, Nk, causal_off, qk_scale,
-                                      HEAD_D, BLOCK_D, BLOCK_N, MASKED, CAUSAL, USE_TMA)
+                                      start_n, offs_m, Nk, causal_off, win_off, alibi_off, qk_scale, cap2, slope2,
+                                      HEAD_D, BLOCK_D, BLOCK_N, MASKED, CAUSAL, USE_TMA, HAS_WINDOW, SOFTCAP, ALIBI)
     return acc, l_i, m_i
+
+
+@triton.jit
+def _varlen_seq(CU_Q, CU_K, TABLE, pid):
+    """Entry pid of a packed batch's block table: (sequence b, first row of the block, its q start,
+    q length, k start, k length)."""
+    b = tl.load(TABLE + 2 * pid)
+    start = tl.load(TABLE + 2 * pid + 1)
+    q0 = tl.load(CU_Q + b)
+    k0 = tl.load(CU_K + b)
+    return b, start, q0, tl.load(CU_Q + b + 1) - q0, k0, tl.load(CU_K + b + 1) - k0
+
+
+@triton.jit
+def _row0(b, r0, stride_b, stride_n, VARLEN: tl.constexpr):
+    """Offset of a sequence's first row: batch b's (padded), or row r0 of the packed tensor (VARLEN)."""
+    if VARLEN:
+        return r0.to(tl.int64) * stride_n
+    else:
+        return b.to(tl.int64) * stride_b
 
 
 # -- kernel -------------------------------------------------------------------------------------
@@ -136,17 +213,42 @@ def _attn_fwd(Q, K, V, O, LSE,  # pointers, or tensor descriptors (B, H|Hkv, N, 
               stride_ob, stride_oh, stride_on,
               H, G, Nq, Nk, causal_off, qk_scale,
               HEAD_D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr = False):
-    pid_m = tl.program_id(0)
-    if CAUSAL:  # heaviest query blocks first: the short ones fill the tail of the grid
-        pid_m = tl.num_programs(0) - 1 - pid_m
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
+              CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr = False,
+              # variants (attnlab.variants); all off: the dense / causal kernel
+              SLOPES=None, stride_sb=0, stride_sh=0, CU_Q=None, CU_K=None, TABLE=None,
+              win_off=0, alibi_off=0, cap2=1.0,
+              HAS_WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False,
+              VARLEN: tl.constexpr = False):
+    """CAUSAL: a right edge, row i sees keys j <= i + causal_off (= off + right); HAS_WINDOW: a left edge,
+    j >= i + win_off (= off − left). VARLEN: program 0-axis indexes TABLE's (sequence, first row)
+    entries, axis 1 the head; Nq is then total_q (the row length of LSE (H, total_q)), tensors are
+    (1, H, total, D) views, and each sequence adds its own Nk − Nq to causal_off, win_off, alibi_off."""
+    if VARLEN:
+        h = tl.program_id(1)
+        b, start_m, q0, n_q, k0, n_k = _varlen_seq(CU_Q, CU_K, TABLE, tl.program_id(0))
+        lse_row = h.to(tl.int64) * Nq + q0
+        Nq = n_q
+        Nk = n_k
+        causal_off += Nk - Nq
+        win_off += Nk - Nq
+        alibi_off += Nk - Nq
+    else:
+        pid_m = tl.program_id(0)
+        if CAUSAL:  # heaviest query blocks first: the short ones fill the tail of the grid
+            pid_m = tl.num_programs(0) - 1 - pid_m
+        bh = tl.program_id(1)
+        b = bh // H
+        h = bh % H
+        start_m = pid_m * BLOCK_M
+        q0 = b  # (unused: rows start at batch b)
+        k0 = b
     hk = h // G  # GQA/MQA: the key/value head this query head reads
-    start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
+    if ALIBI:
+        slope2 = tl.load(SLOPES + b * stride_sb + h * stride_sh).to(tl.float32) * _LOG2E
+    else:
+        slope2 = 0.0
 
     # -- Q block: loaded once, stays on chip
     if USE_TMA:
@@ -154,9 +256,9 @@ def _attn_fwd(Q, K, V, O, LSE,  # pointers, or tensor descriptors (B, H|Hkv, N, 
         K_h = K
         V_h = V
     else:
-        Q_h = Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
-        K_h = K + b.to(tl.int64) * stride_kb + hk.to(tl.int64) * stride_kh
-        V_h = V + b.to(tl.int64) * stride_vb + hk.to(tl.int64) * stride_vh
+        Q_h = Q + _row0(b, q0, stride_qb, stride_qn, VARLEN) + h.to(tl.int64) * stride_qh
+        K_h = K + _row0(b, k0, stride_kb, stride_kn, VARLEN) + hk.to(tl.int64) * stride_kh
+        V_h = V + _row0(b, k0, stride_vb, stride_vn, VARLEN) + hk.to(tl.int64) * stride_vh
         q = _load_tile(Q_h + offs_m[:, None] * stride_qn + offs_d[None, :], offs_m, Nq, offs_d,
                        HEAD_D, BLOCK_D, True)
 
@@ -164,26 +266,38 @@ def _attn_fwd(Q, K, V, O, LSE,  # pointers, or tensor descriptors (B, H|Hkv, N, 
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
 
-    # -- key ranges: [0, full) seen by every row unmasked; [full, hi) needs the element mask
-    full, hi = _key_range(start_m, Nk, causal_off, BLOCK_M, BLOCK_N, CAUSAL)
-
+    # -- key ranges: [lo, lo_full) and [max(full, lo_full), hi) masked, [lo_full, full) unmasked
+    lo, lo_full, full, hi = _key_range(start_m, Nk, causal_off, win_off, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW)
+    if HAS_WINDOW:  # the window's left edge
+        acc, l_i, m_i = _fwd_kv_loop(acc, l_i, m_i, q, K_h, V_h, K, V, b, hk, stride_kn, stride_vn,
+                                     lo, tl.minimum(lo_full, hi), offs_m, Nk, causal_off, win_off, alibi_off,
+                                     qk_scale, cap2, slope2, HEAD_D, BLOCK_D, BLOCK_N, True, CAUSAL, USE_TMA, False,
+                                     HAS_WINDOW, SOFTCAP, ALIBI)
+        tail = tl.maximum(full, lo_full)
+    else:
+        tail = full
     acc, l_i, m_i = _fwd_kv_loop(acc, l_i, m_i, q, K_h, V_h, K, V, b, hk, stride_kn, stride_vn,
-                                 0, full, offs_m, Nk, causal_off, qk_scale,
-                                 HEAD_D, BLOCK_D, BLOCK_N, False, CAUSAL, USE_TMA, WARP_SPEC)
+                                 lo_full, full, offs_m, Nk, causal_off, win_off, alibi_off, qk_scale, cap2, slope2,
+                                 HEAD_D, BLOCK_D, BLOCK_N, False, CAUSAL, USE_TMA, WARP_SPEC,
+                                 HAS_WINDOW, SOFTCAP, ALIBI)
     acc, l_i, m_i = _fwd_kv_loop(acc, l_i, m_i, q, K_h, V_h, K, V, b, hk, stride_kn, stride_vn,
-                                 full, hi, offs_m, Nk, causal_off, qk_scale,
-                                 HEAD_D, BLOCK_D, BLOCK_N, True, CAUSAL, USE_TMA, False)
+                                 tail, hi, offs_m, Nk, causal_off, win_off, alibi_off, qk_scale, cap2, slope2,
+                                 HEAD_D, BLOCK_D, BLOCK_N, True, CAUSAL, USE_TMA, False,
+                                 HAS_WINDOW, SOFTCAP, ALIBI)
 
     # -- epilogue: O = acc / l, L = ln(sum exp S) = (m + log2 l)·ln 2; empty rows: O = 0, L = -inf
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
     out = acc * (1.0 / l_safe)[:, None]
     lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_safe)) * _LN2)
-    tl.store(LSE + bh.to(tl.int64) * Nq + offs_m, lse, mask=offs_m < Nq)
+    if VARLEN:
+        tl.store(LSE + lse_row + offs_m, lse, mask=offs_m < Nq)
+    else:
+        tl.store(LSE + bh.to(tl.int64) * Nq + offs_m, lse, mask=offs_m < Nq)
     if USE_TMA:
         O.store([b, h, start_m, 0], out.to(q.dtype).reshape(1, 1, BLOCK_M, BLOCK_D))
     else:
-        O_h = O + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
+        O_h = O + _row0(b, q0, stride_ob, stride_on, VARLEN) + h.to(tl.int64) * stride_oh
         o_ptrs = O_h + offs_m[:, None] * stride_on + offs_d[None, :]
         if BLOCK_D == HEAD_D:
             tl.store(o_ptrs, out.to(q.dtype), mask=offs_m[:, None] < Nq)
@@ -198,51 +312,91 @@ def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, scale: float,
-                config: FwdConfig | None = None, out: torch.Tensor | None = None,
-                lse: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Run the forward kernel; no input checks (the public entry point does them).
+def packed_as_bhnd(x: torch.Tensor) -> torch.Tensor:
+    """A packed (total, H, D) tensor viewed as (1, H, total, D), the kernels' layout (no copy)."""
+    return x.unsqueeze(0).transpose(1, 2)  # (1, H, total, D)
+
+
+def variant_args(mask, scale: float, softcap: float | None, slopes: torch.Tensor | None, off: int) -> dict:
+    """The kernels' variant arguments for a call whose sequences have Nk − Nq = ``off`` (0 for a
+    packed batch: the kernels add each sequence's own): causal_off, win_off, alibi_off, qk_scale,
+    cap2, the slopes and the constexpr flags."""
+    return dict(
+        causal_off=off + max(mask.right, 0), win_off=off - mask.left if mask.left >= 0 else 0,
+        alibi_off=off if slopes is not None else 0,
+        qk_scale=scale / softcap if softcap is not None else scale * LOG2E,
+        cap2=softcap * LOG2E if softcap is not None else 1.0,
+        SLOPES=slopes, stride_sb=slopes.stride(0) if slopes is not None else 0,
+        stride_sh=slopes.stride(1) if slopes is not None else 0,
+        CAUSAL=mask.right >= 0, HAS_WINDOW=mask.left >= 0, SOFTCAP=softcap is not None, ALIBI=slopes is not None)
+
+
+def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask, scale: float,
+                    softcap: float | None = None, slopes: torch.Tensor | None = None, cu_seqlens=None,
+                    config: FwdConfig | None = None, out: torch.Tensor | None = None,
+                    lse: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run the forward kernel; no input checks (the public entry points do them).
 
     q (B, H, Nq, D), k/v (B, Hkv, Nk, D) in float16/bfloat16 on CUDA (or CPU under the Triton
-    interpreter). Returns out (B, H, Nq, D) in q's dtype and lse (B, H, Nq) float32 (natural log).
+    interpreter); ``mask`` a ``variants.Mask``, ``softcap`` None or > 0, ``slopes`` (B, H) or None.
+    Returns out (B, H, Nq, D) in q's dtype and lse (B, H, Nq) float32 (natural log).
+    ``cu_seqlens`` = (cu_q, cu_k), host sequences of B + 1 cumulative lengths: a packed batch, q
+    (total_q, H, D), k/v (total_k, Hkv, D); returns out (total_q, H, D) and lse (H, total_q).
     ``out``/``lse`` may be given preallocated (tests poison them to check every element is written).
     """
-    B, H, Nq, D = q.shape
-    Hkv, Nk = k.shape[1], k.shape[2]
+    D = q.shape[-1]
     q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
+    if cu_seqlens is None:
+        B, H, Nq, _ = q.shape
+        Hkv, Nk = k.shape[1], k.shape[2]
+        n_keys, out_shape, lse_shape = Nk, (B, H, Nq, D), (B, H, Nq)
+    else:
+        (Nq, H, _), (Nk, Hkv, _) = q.shape, k.shape  # Nq, Nk: total_q, total_k
+        B, n_keys = len(cu_seqlens[0]) - 1, max_seqlen(cu_seqlens[1])
+        out_shape, lse_shape = (Nq, H, D), (H, Nq)
     if out is None:
-        out = torch.empty((B, H, Nq, D), device=q.device, dtype=q.dtype)  # (B, H, Nq, D)
+        out = torch.empty(out_shape, device=q.device, dtype=q.dtype)  # (B, H, Nq, D) or (total_q, H, D)
     if lse is None:
-        lse = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32)  # (B, H, Nq), natural log
+        lse = torch.empty(lse_shape, device=q.device, dtype=torch.float32)  # (B, H, Nq) or (H, total_q)
     if Nq == 0 or B * H == 0:
         return out, lse
     if Nk == 0:  # no keys at all: every row is empty
         out.zero_()
         lse.fill_(float("-inf"))
         return out, lse
-    cfg = config or default_fwd_config(D, causal, q.device, Nk)
+    cfg = config or default_fwd_config(D, not mask.dense, q.device, n_keys)
     BLOCK_D = next_pow2(max(D, 16))
-    use_tma = cfg.tma and tma_ok(q, k, v, out)
-    if use_tma:
-        from triton.tools.tensor_descriptor import TensorDescriptor
-
-        def desc(x, rows):
-            return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 1, rows, BLOCK_D])
-
-        args = (desc(q, cfg.block_m), desc(k, cfg.block_n), desc(v, cfg.block_n), desc(out, cfg.block_m))
-    else:
-        args = (q, k, v, out)
-    grid = (triton.cdiv(Nq, cfg.block_m), B * H)
     extra = {"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}
+    var = variant_args(mask, scale, softcap, slopes, Nk - Nq if cu_seqlens is None else 0)
+    if cu_seqlens is not None:  # packed: one program per (sequence, query block) that exists
+        cu_q, cu_k, table = varlen_meta(cu_seqlens, cfg.block_m, mask, rows="q", device=q.device)
+        q4, k4, v4, o4 = (packed_as_bhnd(t) for t in (q, k, v, out))  # (1, H|Hkv, total, D)
+        args, use_tma, grid = (q4, k4, v4, o4), False, (table.shape[0], H)
+        var |= dict(CU_Q=cu_q, CU_K=cu_k, TABLE=table, VARLEN=True)
+    else:
+        q4, k4, v4, o4 = q, k, v, out
+        use_tma = cfg.tma and tma_ok(q, k, v, out)
+        if use_tma:
+            from triton.tools.tensor_descriptor import TensorDescriptor
+
+            def desc(x, rows):
+                return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 1, rows, BLOCK_D])
+
+            args = (desc(q, cfg.block_m), desc(k, cfg.block_n), desc(v, cfg.block_n), desc(out, cfg.block_m))
+        else:
+            args = (q, k, v, out)
+        grid = (triton.cdiv(Nq, cfg.block_m), B * H)
+    if grid[0] == 0:  # a packed batch of empty query sequences
+        return out, lse
     _attn_fwd[grid](
         *args, lse,
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        out.stride(0), out.stride(1), out.stride(2),
-        H, H // Hkv, Nq, Nk, Nk - Nq, scale * LOG2E,
+        q4.stride(0), q4.stride(1), q4.stride(2),
+        k4.stride(0), k4.stride(1), k4.stride(2),
+        v4.stride(0), v4.stride(1), v4.stride(2),
+        o4.stride(0), o4.stride(1), o4.stride(2),
+        H, H // Hkv, Nq, Nk,
         HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        CAUSAL=bool(causal), USE_TMA=use_tma, WARP_SPEC=cfg.warp_spec and use_tma,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **extra,
+        USE_TMA=use_tma, WARP_SPEC=cfg.warp_spec and use_tma,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **var, **extra,
     )
     return out, lse

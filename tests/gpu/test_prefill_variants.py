@@ -1,0 +1,332 @@
+"""The Triton prefill kernels' variants (attnlab.gpu, beyond §2.3): sliding windows, softcap, ALiBi, packed
+variable-length batches and the deterministic backward, forward and backward, against the float64 oracles
+``attention_ref`` / ``attention_ref_varlen``.
+
+Without CUDA the kernels run in Triton's CPU interpreter on tiny shapes with 16×16 blocks; the
+``@pytest.mark.gpu`` tests run the real configurations. Criterion (flash-attention's, tests/helpers.py):
+for the output and each of dQ, dK, dV, err(kernel) <= 2·err(same-dtype PyTorch reference) + a dtype floor,
+both measured against float64. Outputs are poisoned with NaN before each kernel runs.
+"""
+
+import dataclasses
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tests.helpers import abs_err, within_criterion
+
+from attnlab.reference import attention_ref, attention_ref_varlen
+from attnlab.variants import Mask
+
+pytest.importorskip("triton")
+from attnlab.gpu import BwdConfig, FwdConfig, prefill_backward, prefill_forward  # noqa: E402
+from attnlab.gpu.config import varlen_block_table  # noqa: E402
+from attnlab.gpu.prefill import flash_attention_triton, flash_attention_varlen_triton  # noqa: E402
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+F16, BF16 = torch.float16, torch.bfloat16
+pytestmark = pytest.mark.usefixtures("interpreter_bfloat16")  # tests/gpu/conftest.py
+BLOCKS16 = (FwdConfig(16, 16, 1, 1), BwdConfig(16, 16, 1, 1, 16, 16, 1, 1))  # explicit, on any device
+
+
+def _mask(window, causal) -> Mask:
+    left, right = window if window is not None else (-1, -1)
+    return Mask(left, 0 if causal else right)
+
+
+def _cu(lens) -> torch.Tensor:
+    return torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
+
+
+def _refs(q, k, v, do, dtype, *, cu=None, **kw):
+    """(out, lse, (dq, dk, dv)) of the oracle run in ``dtype`` (float64: the truth)."""
+    q, k, v = (t.detach().to(dtype).requires_grad_() for t in (q, k, v))
+    out, lse = attention_ref(q, k, v, **kw) if cu is None else attention_ref_varlen(q, k, v, *cu, **kw)
+    return out.detach(), lse, torch.autograd.grad(out, (q, k, v), do.to(dtype))
+
+
+def _check(name, got, same, ref64):
+    e, e_ref = abs_err(got, ref64), abs_err(same, ref64)
+    print(f"{name}: err {e:.3e}  same-dtype reference {e_ref:.3e}")
+    assert not torch.isnan(got).any(), f"{name}: NaN (an element was not written, or a skipped block was read)"
+    assert within_criterion(e, e_ref, ref64, got.dtype), (name, e, e_ref)
+
+
+def _run_and_check(q, k, v, *, window, causal, softcap, slopes, scale, cu=None, configs=(None, None),
+                   poisoned_keys=None, gen=None):
+    """The raw launchers (outputs poisoned with NaN) against the oracles: out, lse (rows that see no key:
+    out 0, lse -inf) and the three gradients. ``poisoned_keys``: a boolean (Nk,) mask of keys that
+    no query sees, whose K/V the kernels get as NaN; their dK, dV must come back exactly 0."""
+    mask, dtype, nan = _mask(window, causal), q.dtype, float("nan")
+    cu_host = None if cu is None else tuple(c.tolist() for c in cu)
+    kw = dict(causal=causal, scale=scale, window=window, softcap=softcap, alibi_slopes=slopes)
+    do = torch.randn(q.shape, dtype=dtype, device=DEV, generator=gen)
+    o64, l64, g64 = _refs(q, k, v, do, torch.float64, cu=cu, **kw)
+    o_same, _, g_same = _refs(q, k, v, do, dtype, cu=cu, **kw)
+    if poisoned_keys is not None:
+        k, v = (t.masked_fill(poisoned_keys[..., None], nan) for t in (k, v))
+    out, lse = torch.full_like(q, nan), torch.full(l64.shape, nan, device=DEV)
+    prefill_forward(q, k, v, mask=mask, scale=scale, softcap=softcap, slopes=slopes, cu_seqlens=cu_host,
+                    config=configs[0], out=out, lse=lse)
+    _check("out", out, o_same, o64)
+    seen = torch.isfinite(l64)
+    assert torch.equal(torch.isinf(lse), ~seen) and (lse[~seen] < 0).all(), "rows that see no key: lse = -inf"
+    assert abs_err(lse[seen], l64[seen]) <= 1e-3 * max(1.0, l64[seen].abs().max().item() if seen.any() else 1.0)
+    rows = out.transpose(0, 1) if cu is not None else out  # (H, total_q, D) like lse (H, total_q)
+    assert (rows[~seen] == 0).all(), "rows that see no key: out = 0"
+    grads = [torch.full_like(t, nan) for t in (q, k, v)]
+    prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, softcap=softcap, slopes=slopes, cu_seqlens=cu_host,
+                     config=configs[1], dq=grads[0], dk=grads[1], dv=grads[2])
+    for name, g, s, r in zip(("dq", "dk", "dv"), grads, g_same, g64):
+        _check(name, g, s, r)
+    if poisoned_keys is not None:
+        for g in grads[1:]:
+            assert (g.masked_select(poisoned_keys[..., None]) == 0).all(), "a key no query sees gets dK = dV = 0"
+
+
+def _dense(B, H, Hkv, Nq, Nk, D, dtype, alibi, gen=None):
+    """Random q, k, v and (B, H) float32 slopes (or None), from ``gen`` or the test's seeded global RNG."""
+    q, k, v = (torch.randn(B, h, n, D, dtype=dtype, device=DEV, generator=gen)
+               for h, n in ((H, Nq), (Hkv, Nk), (Hkv, Nk)))
+    slopes = torch.rand(B, H, device=DEV, generator=gen) * 0.5 if alibi else None
+    return q, k, v, slopes
+
+
+# -- padded batches: every variant, odd shapes, 16×16 blocks in the interpreter ------------------------
+
+DENSE_CASES = [
+    # B, H, Hkv, Nq, Nk, D, window, causal, softcap, alibi, dtype
+    (1, 2, 1, 50, 50, 32, (5, 0), True, None, False, F16),  # sliding window < block, GQA
+    (1, 2, 2, 37, 61, 32, (9, 9), False, None, False, F16),  # two-sided, Nq < Nk; edges at a block boundary
+    (1, 2, 2, 45, 29, 32, (3, -1), False, None, False, F16),  # left edge only, Nq > Nk
+    (1, 2, 2, 45, 29, 32, (2, 0), True, None, False, BF16),  # Nq > Nk: 16 rows see no key
+    (1, 2, 2, 33, 33, 32, (100, 100), False, None, False, F16),  # window wider than N
+    (1, 2, 2, 33, 40, 32, None, False, 2.0, False, F16),  # softcap that bites (|scores| >> 2)
+    (1, 2, 2, 33, 40, 32, None, True, None, True, BF16),  # ALiBi, causal
+    (2, 4, 2, 41, 35, 96, (9, 3), False, 3.0, True, F16),  # all three, GQA, D = 96 in a 128 tile
+]
+
+
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,window,causal,softcap,alibi,dtype", DENSE_CASES)
+def test_variants_match_reference(B, H, Hkv, Nq, Nk, D, window, causal, softcap, alibi, dtype):
+    q, k, v, slopes = _dense(B, H, Hkv, Nq, Nk, D, dtype, alibi)
+    _run_and_check(q, k, v, window=window, causal=causal, softcap=softcap, slopes=slopes, scale=0.4)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(B=st.integers(1, 2), Hkv=st.integers(1, 2), group=st.integers(1, 2), Nq=st.integers(1, 40),
+       Nk=st.integers(1, 40), left=st.integers(-1, 45), right=st.integers(-1, 45), causal=st.booleans(),
+       softcap=st.sampled_from([None, 1.0, 5.0]), alibi=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_random_variants(B, Hkv, group, Nq, Nk, left, right, causal, softcap, alibi, seed):
+    gen = torch.Generator(device=DEV).manual_seed(seed)  # the example's own seed: a failure replays exactly
+    q, k, v, slopes = _dense(B, Hkv * group, Hkv, Nq, Nk, 32, F16, alibi, gen)
+    window = (left, 0 if causal else right)
+    _run_and_check(q, k, v, window=window, causal=causal, softcap=softcap, slopes=slopes, scale=0.5, gen=gen)
+
+
+@pytest.mark.parametrize("kind", ["half-height-diagonal", "dq-atomic"])
+def test_variants_with_the_other_backward_configurations(kind):
+    """The backward's diagonal walked in half-height steps (Br = 32), and dQ by atomics, under a window
+    with softcap and ALiBi."""
+    if kind == "half-height-diagonal":
+        configs = (FwdConfig(32, 16, 1, 1), BwdConfig(32, 16, 1, 1, 32, 16, 1, 1))
+    else:
+        configs = (None, BwdConfig(16, 16, 1, 1, 16, 16, 1, 1, dq_atomic=True))
+    if DEV == "cuda":
+        configs = (None, BwdConfig(32, 128, 8, 3, 128, 64, 8, 2, dq_atomic=kind == "dq-atomic"))
+    q, k, v, slopes = _dense(1, 2, 1, 45, 77, 32, BF16, True)
+    _run_and_check(q, k, v, window=(10, 0), causal=True, softcap=1.5, slopes=slopes, scale=0.4, configs=configs)
+
+
+@pytest.mark.parametrize("window,causal", [((5, 0), True), ((20, 6), False)])
+def test_keys_outside_every_window_are_never_read(window, causal):
+    """One query block against 80 keys: with a window only the last key blocks are visible. The K/V
+    blocks before them hold NaN; a kernel that loaded any of them (forward, dQ, or a dK/dV program
+    looping over query blocks that cannot see its keys) would spread it."""
+    Nq, Nk = 16, 80
+    q, k, v, _ = _dense(1, 2, 1, Nq, Nk, 32, F16, False)
+    first_seen = Nk - Nq - window[0]  # the first key that query 0 sees (off = Nk - Nq)
+    poisoned = torch.arange(Nk, device=DEV) < (first_seen // 16) * 16  # whole 16-key blocks before it
+    assert poisoned.sum() >= 32
+    _run_and_check(q, k, v, window=window, causal=causal, softcap=None, slopes=None, scale=0.4, configs=BLOCKS16,
+                   poisoned_keys=poisoned)
+
+
+# -- packed variable-length batches ----------------------------------------------------------------
+
+VARLEN_CASES = [
+    # lens_q, lens_k, H, Hkv, D, window, causal, softcap, alibi, dtype
+    ([0, 17, 33, 1, 20], [5, 17, 20, 0, 40], 4, 2, 32, (6, 0), True, 2.5, True, F16),  # empty sequences both ways
+    ([30, 1, 0, 40], [12, 20, 9, 40], 2, 1, 64, None, False, None, False, BF16),  # dense, Nq > Nk in one
+    ([19, 40], [40, 19], 2, 2, 32, (3, 20), False, None, True, BF16),  # window + ALiBi, (H,) slopes
+]
+
+
+@pytest.mark.parametrize("lens_q,lens_k,H,Hkv,D,window,causal,softcap,alibi,dtype", VARLEN_CASES)
+def test_varlen_matches_reference(lens_q, lens_k, H, Hkv, D, window, causal, softcap, alibi, dtype):
+    q = torch.randn(sum(lens_q), H, D, dtype=dtype, device=DEV)
+    k, v = (torch.randn(sum(lens_k), Hkv, D, dtype=dtype, device=DEV) for _ in range(2))
+    slopes = torch.rand(H, device=DEV).expand(len(lens_q), H) if alibi else None  # (H,) as a (B, H) view
+    _run_and_check(q, k, v, window=window, causal=causal, softcap=softcap, slopes=slopes, scale=0.4,
+                   cu=(_cu(lens_q), _cu(lens_k)))
+
+
+@pytest.mark.parametrize("rows", ["q", "k"])
+@pytest.mark.parametrize("mask", [Mask(-1, -1), Mask(-1, 0), Mask(7, 0)])
+def test_varlen_block_table_holds_the_real_blocks_heaviest_first(rows, mask):
+    """One entry per block that exists (no padding to the longest sequence), ordered by the work
+    ``Mask.key_range`` gives each block (for key blocks: the queries that may see them)."""
+    lens_q, lens_k, block = [0, 37, 5, 70, 16], [9, 40, 0, 70, 33], 16
+    cu_q, cu_k = [0, *torch.tensor(lens_q).cumsum(0).tolist()], [0, *torch.tensor(lens_k).cumsum(0).tolist()]
+    table = varlen_block_table(cu_q, cu_k, block, mask, rows=rows)
+    lens = lens_q if rows == "q" else lens_k
+    assert table.dtype == torch.int32 and table.shape == (sum(-(-n // block) for n in lens), 2)
+    assert sorted(map(tuple, table.tolist())) == [(b, s) for b, n in enumerate(lens) for s in range(0, n, block)]
+
+    def work(b, start):
+        nq, nk = lens_q[b], lens_k[b]
+        if rows == "q":
+            lo, hi = mask.key_range(start, min(start + block, nq), nk - nq, nk)
+            return max(hi - lo, 0)
+        return sum(mask.block_kind(i, i + 1, start, min(start + block, nk), nk - nq) != "skip" for i in range(nq))
+
+    works = [work(b, s) for b, s in table.tolist()]
+    assert works == sorted(works, reverse=True)
+
+
+# -- determinism ---------------------------------------------------------------------------------------
+
+
+def test_deterministic_backward_is_bit_identical():
+    """deterministic=True: two backward runs give the same bits; and it refuses the dQ-atomics variant,
+    whose float32 atomics add in arrival order (its gradients equal the second-pass ones exactly)."""
+    lens_q, lens_k = [13, 0, 40], [20, 7, 33]
+    q = torch.randn(sum(lens_q), 4, 32, dtype=F16, device=DEV)
+    k, v = (torch.randn(sum(lens_k), 2, 32, dtype=F16, device=DEV) for _ in range(2))
+    do = torch.randn_like(q)
+    runs = []
+    for _ in range(2):
+        qq, kk, vv = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        out = flash_attention_varlen_triton(qq, kk, vv, _cu(lens_q), _cu(lens_k), window=(9, 2), softcap=4.0,
+                                            deterministic=True)
+        runs.append(torch.autograd.grad(out, (qq, kk, vv), do))
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+
+    q, k, v, slopes = _dense(1, 4, 2, 37, 45, 32, F16, True)
+    do = torch.randn_like(q)
+    mask, var = Mask(6, 0), dict(scale=0.3, softcap=3.0, slopes=slopes)
+    out, lse = prefill_forward(q, k, v, mask=mask, **var)
+    atomic = dataclasses.replace(BLOCKS16[1], dq_atomic=True)
+    grads = {(cfg.dq_atomic, det): prefill_backward(do, q, k, v, out, lse, mask=mask, config=cfg, deterministic=det,
+                                                    **var)
+             for cfg, det in ((BLOCKS16[1], False), (atomic, True), (atomic, False))}
+    assert all(torch.equal(a, b) for a, b in zip(grads[(False, False)], grads[(True, True)]))
+    # the atomic variant itself (a different summation order) still meets the criterion
+    assert abs_err(grads[(True, False)][0], grads[(False, False)][0]) < 1e-2
+
+
+# -- the operator: autograd with lse, eager = registered op, refusals --------------------------------
+
+
+def test_operator_autograd_with_variants_and_lse():
+    """flash_attention_triton with a window, softcap and ALiBi through autograd, with a loss that also
+    uses the logsumexp, against float64."""
+    q, k, v, slopes = _dense(1, 2, 1, 19, 24, 32, F16, True)
+    kw = dict(causal=True, window=(4, -1), softcap=2.0, alibi_slopes=slopes[0])  # (H,) slopes
+    grads = []
+    for dt in (F16, torch.float64):
+        qq, kk, vv = (t.detach().to(dt).requires_grad_() for t in (q, k, v))
+        if dt == F16:
+            out, lse = flash_attention_triton(qq, kk, vv, return_lse=True, **kw)
+        else:
+            out, lse = attention_ref(qq, kk, vv, **kw)
+        (out.float().square().sum() + lse.float().sum()).backward()
+        grads.append([t.grad for t in (qq, kk, vv)])
+    for name, g, r in zip(("dq", "dk", "dv"), *grads):
+        e = abs_err(g, r)
+        print(f"{name}: err {e:.3e}")
+        assert e < 2e-2 * max(1.0, r.abs().max().item())
+
+
+def test_varlen_eager_function_equals_registered_op():
+    """Eager calls run a plain autograd.Function, torch.compile traces attnlab::flash_attn_varlen_fwd:
+    both give the same outputs and gradients (lse's included), bit for bit."""
+    lens_q, lens_k = [9, 0, 21], [12, 5, 21]
+    q = torch.randn(sum(lens_q), 2, 32, dtype=F16, device=DEV)
+    k, v = (torch.randn(sum(lens_k), 1, 32, dtype=F16, device=DEV) for _ in range(2))
+    do = torch.randn_like(q)
+    cu_q, cu_k = _cu(lens_q), _cu(lens_k)
+    results = []
+    for call in (lambda q, k, v: flash_attention_varlen_triton(q, k, v, cu_q, cu_k, causal=True, window=(5, 0),
+                                                               scale=0.3, return_lse=True),
+                 lambda q, k, v: torch.ops.attnlab.flash_attn_varlen_fwd(q, k, v, cu_q.tolist(), cu_k.tolist(),
+                                                                         5, 0, 0.3, None, None, False)):
+        qq, kk, vv = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        out, lse = call(qq, kk, vv)
+        loss = (out * do).sum() + 0.5 * torch.where(torch.isinf(lse), 0.0, lse).sum()
+        results.append([out, lse, *torch.autograd.grad(loss, (qq, kk, vv))])
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
+def test_unsupported_varlen_inputs_are_refused_with_the_reason():
+    q = torch.randn(10, 2, 59, device=DEV)
+    k = v = torch.randn(12, 2, 59, device=DEV)
+    cu_q, cu_k = _cu([4, 6]), _cu([12, 0])
+    with pytest.raises(ValueError, match="do not take dtype torch.float32"):
+        flash_attention_varlen_triton(q, k, v, cu_q, cu_k)
+    with pytest.raises(ValueError, match="do not take head dim 59"):
+        flash_attention_varlen_triton(q.half(), k.half(), v.half(), cu_q, cu_k)
+    with pytest.raises(ValueError, match="causal=True fixes the window's right side"):
+        flash_attention_triton(*(torch.randn(1, 2, 8, 32, dtype=F16, device=DEV) for _ in range(3)),
+                               causal=True, window=(3, 2))
+    with pytest.raises(ValueError, match="alibi_slopes must have shape"):
+        flash_attention_triton(*(torch.randn(1, 2, 8, 32, dtype=F16, device=DEV) for _ in range(3)),
+                               alibi_slopes=torch.ones(3, device=DEV))
+
+
+# -- on a GPU: the real block sizes -------------------------------------------------------------------
+
+GPU_DENSE_CASES = [
+    # B, H, Hkv, Nq, Nk, D, window, causal, softcap, alibi, dtype
+    (2, 4, 2, 2048, 2048, 128, (255, 0), True, None, False, BF16),  # Mistral-style causal sliding window
+    (1, 4, 4, 1025, 3000, 64, (300, 77), False, None, False, F16),  # two-sided, Nq < Nk, ragged
+    (2, 8, 2, 1500, 1000, 128, (64, 0), True, None, False, BF16),  # Nq > Nk: rows that see no key
+    (2, 4, 2, 2048, 2048, 128, None, True, 30.0, False, BF16),  # Gemma 2 softcap
+    (1, 8, 8, 1025, 1025, 64, None, False, None, True, F16),  # ALiBi
+    (1, 8, 2, 4096, 4096, 96, (1023, 0), True, 50.0, True, BF16),  # all three, D = 96
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,window,causal,softcap,alibi,dtype", GPU_DENSE_CASES)
+def test_gpu_variants_match_reference(B, H, Hkv, Nq, Nk, D, window, causal, softcap, alibi, dtype):
+    q, k, v, slopes = _dense(B, H, Hkv, Nq, Nk, D, dtype, alibi)
+    _run_and_check(q, k, v, window=window, causal=causal, softcap=softcap, slopes=slopes, scale=D ** -0.5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("D,window,causal,softcap", [(64, None, True, None), (128, (511, 0), True, 30.0),
+                                                     (128, None, False, None)])
+def test_gpu_varlen_matches_reference(D, window, causal, softcap):
+    lens_q = [0, 1, 7, 128, 129, 1000, 2047, 300, 64, 0, 1500]
+    lens_k = [5, 1, 7, 200, 129, 1000, 2047, 100, 64, 0, 1500]
+    q = torch.randn(sum(lens_q), 8, D, dtype=BF16, device=DEV)
+    k, v = (torch.randn(sum(lens_k), 2, D, dtype=BF16, device=DEV) for _ in range(2))
+    _run_and_check(q, k, v, window=window, causal=causal, softcap=softcap, slopes=None, scale=D ** -0.5,
+                   cu=(_cu(lens_q), _cu(lens_k)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("atomic_config", [False, True])
+def test_gpu_deterministic_backward_is_bit_identical(atomic_config):
+    """On a GPU the atomics really race: deterministic=True must still give the same bits, five runs."""
+    q, k, v, slopes = _dense(2, 8, 2, 2048, 2048, 128, BF16, True)
+    do = torch.randn_like(q)
+    mask = Mask(511, 0)
+    out, lse = prefill_forward(q, k, v, mask=mask, scale=0.1, softcap=30.0, slopes=slopes)
+    config = BwdConfig(32, 128, 8, 3, 128, 64, 8, 2, dq_atomic=True) if atomic_config else None
+    runs = [prefill_backward(do, q, k, v, out, lse, mask=mask, scale=0.1, softcap=30.0, slopes=slopes,
+                             config=config, deterministic=True) for _ in range(5)]
+    assert all(torch.equal(a, b) for run in runs[1:] for a, b in zip(runs[0], run))
