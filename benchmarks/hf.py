@@ -7,16 +7,25 @@ The model is a Llama-architecture transformer built from a config with random we
 128,256, tied embeddings: 1.24B parameters) in bfloat16:
 
 * train     one step — forward, backward, AdamW — on 1 × 8,192 tokens: the median time over ``--reps``;
-* generate  batch 1, a 32,768-token prompt: prefill time, then ``--new`` greedy tokens: decode tokens/s
-            (the time of ``new + 1`` tokens minus the time of 1, over ``new``).
+* generate  batch 1, a 32,768-token prompt: the prefill time (prompt to first token), then ``--new``
+            greedy tokens: decode tokens/s (transformers' generate, DynamicCache); medians of
+            ``--gen-reps`` rounds.
+
+The implementations alternate within every round of timing, so a drift of a shared machine hits both.
 
 Correctness in the same run, against a float32 copy of the same weights running SDPA (the oracle):
-the step's gradients, parameter by parameter, and every generation step's logits up to the first token
+the step's gradients, parameter by parameter (also on a left-padded batch of 3 rows, which attnlab
+runs through ``flash_attention_varlen``), and every generation step's logits up to the first token
 where attnlab and SDPA part (they may at a tie of the oracle's two best logits): attnlab's error must be
 at most 2× SDPA's own error plus 4 roundings of the values (flash-attention's criterion). Any fallback
 warning of attnlab is recorded, and the attnlab entry points each phase called are counted.
 
-    python benchmarks/hf.py --json hf-h200.json                       # H200: about two minutes
+Beside the whole model, the attention functions alone, as transformers calls them in one layer: forward
++ backward at the training length, and one decode step over the prompt's cache — where the two
+implementations differ, without the rest of the model's time (at batch 1, generation is mostly
+transformers' own per-token work).
+
+    python benchmarks/hf.py --json hf-h200.json                       # H200: about 80 s
     python benchmarks/hf.py --quick --json -                          # tiny, float32, CPU: seconds
 
 The exit status is 1 when a correctness check fails.
@@ -41,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import attnlab.api  # noqa: E402
 from attnlab._cliargs import FORCE_HELP, output_file, positive_int, write_text  # noqa: E402
-from attnlab.bench import environment  # noqa: E402
+from attnlab.bench import environment, time_fn  # noqa: E402
 from attnlab.integrations import hf  # noqa: E402
 
 IMPLS = ("attnlab", "sdpa")
@@ -81,6 +90,29 @@ def recording(routes: Counter, fallbacks: list):
             setattr(attnlab.api, name, fn)
 
 
+ORACLE = "oracle-sdpa"
+
+
+def oracle_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """The oracle's attention: SDPA with the K/V heads repeated (no GQA flag, so float32 runs SDPA's
+    memory-efficient kernel rather than the math one, which would hold the N×N scores of every layer),
+    causal, on unpadded rows only (the oracle runs each row alone)."""
+    if attention_mask is not None or query.shape[2] != key.shape[2]:
+        raise ValueError("the oracle attends unpadded rows without a cache")
+    G = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(G, dim=1), value.repeat_interleave(G, dim=1)  # (B, H, N, D)
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling)
+    return out.transpose(1, 2), None  # (B, N, H, D)
+
+
+def register_oracle() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(ORACLE, oracle_attention)
+    AttentionMaskInterface.register(ORACLE, sdpa_mask)
+
+
 def criterion(err: float, err_ref: float, want: torch.Tensor, dtype: torch.dtype) -> bool:
     """attnlab's error at most 2x the reference's, plus a few roundings of the values' magnitude."""
     return err <= 2 * err_ref + ULPS * torch.finfo(dtype).eps * want.abs().max().item()
@@ -113,7 +145,7 @@ def gradients(model, impl: str, ids, mask, alone: bool = False) -> tuple[float, 
 
 def check_training(model, oracle, ids, mask, dtype) -> dict:
     """Loss and gradients of attnlab and SDPA at the same weights against the oracle's (each row alone)."""
-    want_loss, want = gradients(oracle, "sdpa", ids, mask, alone=True)
+    want_loss, want = gradients(oracle, ORACLE, ids, mask, alone=True)
     oracle.zero_grad(set_to_none=True)
     got_loss, got = gradients(model, "attnlab", ids, mask)
     base_loss, base = gradients(model, "sdpa", ids, mask)
@@ -137,49 +169,135 @@ def left_padded(vocab: int, longest: int, g, device):
     return ids.masked_fill(mask == 0, 0).to(device), mask.to(device)
 
 
-def time_training(model, impl: str, ids, reps: int) -> dict:
-    model.set_attn_implementation(impl)
+def time_training(model, ids, reps: int) -> dict:
+    """Median step time of each implementation, their steps interleaved (a drift of the machine hits both)."""
     # lr = 0: every step does the whole update's arithmetic but leaves the weights as they were, so the
     # generation after it runs on the weights the oracle holds
     opt = torch.optim.AdamW(model.parameters(), lr=0.0, foreach=True)
-    times = []
-    if ids.device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(ids.device)
-    for i in range(reps + 2):  # two warm-up steps: kernels compiled, optimizer state allocated
-        sync(ids.device)
-        t = time.perf_counter()
-        loss = model(ids, labels=ids, use_cache=False).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        sync(ids.device)
-        if i >= 2:
-            times.append(time.perf_counter() - t)
-    ms = statistics.median(times) * 1e3
-    peak = torch.cuda.max_memory_allocated(ids.device) / 2**30 if ids.device.type == "cuda" else None
+    times = {impl: [] for impl in IMPLS}
+    peak = {}
+    for i in range(reps + 1):  # round 0 warms up: kernels compiled, optimizer state allocated
+        for impl in IMPLS:
+            model.set_attn_implementation(impl)
+            if ids.device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(ids.device)
+            sync(ids.device)
+            t = time.perf_counter()
+            model(ids, labels=ids, use_cache=False).loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            sync(ids.device)
+            if i:
+                times[impl].append(time.perf_counter() - t)
+            if ids.device.type == "cuda":
+                peak[impl] = torch.cuda.max_memory_allocated(ids.device) / 2**30
     del opt
-    return dict(step_ms=ms, tokens_per_s=ids.numel() / (ms * 1e-3), peak_gib=peak)
+    result = {}
+    for impl in IMPLS:
+        ms = statistics.median(times[impl]) * 1e3
+        result[impl] = dict(step_ms=ms, tokens_per_s=ids.numel() / (ms * 1e-3), peak_gib=peak.get(impl))
+    return result
+
+
+def gpu_time_us(fn, calls: int = 50) -> float:
+    """Mean GPU time of ``fn``'s kernels per call (torch.profiler, CUDA activity only): what the GPU spends,
+    without the launch overhead that dominates a small call's wall time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    return sum(e.device_time_total for e in prof.key_averages()) / calls
+
+
+def time_attention(model, *, train_seq: int, cache_seq: int) -> dict:
+    """The attention functions alone, as transformers calls them, in one layer of the model: forward +
+    backward at ``train_seq`` tokens (causal) and one decode step (one query) over ``cache_seq`` cached
+    keys — ``attnlab.bench.time_fn`` (do_bench's median on CUDA)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    module = model.model.layers[0].self_attn
+    c, p = model.config, next(model.parameters())
+    H, Hkv, D = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+    g = torch.Generator(device=p.device).manual_seed(2)
+
+    def randn(*shape, grad=False):
+        return torch.randn(*shape, generator=g, device=p.device, dtype=p.dtype).requires_grad_(grad)
+
+    q = randn(1, H, train_seq, D, grad=True)  # (B, H, N, D)
+    k, v = randn(1, Hkv, train_seq, D, grad=True), randn(1, Hkv, train_seq, D, grad=True)  # (B, Hkv, N, D)
+    dout = randn(1, train_seq, H, D)
+    q1 = randn(1, H, 1, D)  # (B, H, 1, D): one new token
+    k_cache, v_cache = randn(1, Hkv, cache_seq, D), randn(1, Hkv, cache_seq, D)  # (B, Hkv, L, D)
+    result = {}
+    for impl, fn in (("attnlab", hf.attention_forward), ("sdpa", sdpa_attention_forward)):
+        def train(fn=fn):
+            fn(module, q, k, v, None, scaling=module.scaling)[0].backward(dout)
+
+        def decode(fn=fn):
+            with torch.no_grad():
+                fn(module, q1, k_cache, v_cache, None, scaling=module.scaling)
+
+        result[impl] = dict(train_fwd_bwd_ms=time_fn(train, device=p.device),
+                            decode_step_us=time_fn(decode, device=p.device) * 1e3,
+                            decode_step_gpu_us=gpu_time_us(decode) if p.device.type == "cuda" else None)
+    if p.device.type == "cuda":  # the road not taken: the prefill kernel with one query row per program
+        result["flash_attention_one_query_gpu_us"] = gpu_time_us(
+            lambda: attnlab.api.flash_attention(q1, k_cache, v_cache, causal=True, scale=module.scaling))
+    return result
 
 
 # -- generation ----------------------------------------------------------------------------------------
 
 
-def timed_generate(model, prompt, new: int, **kwargs):
-    sync(prompt.device)
-    t = time.perf_counter()
-    out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new, min_new_tokens=new,
-                         do_sample=False, pad_token_id=0, **kwargs)
-    sync(prompt.device)
-    return out, time.perf_counter() - t
+class StepClock:
+    """A logits processor that only notes the time: transformers calls it once per new token, right after
+    that token's forward (synchronised first, so the time is the GPU's too)."""
+
+    def __init__(self, device):
+        self.device, self.times = device, []
+
+    def __call__(self, input_ids, scores):
+        sync(self.device)
+        self.times.append(time.perf_counter())
+        return scores
 
 
-def time_generation(model, impl: str, prompt, new: int, reps: int) -> dict:
-    model.set_attn_implementation(impl)
-    timed_generate(model, prompt, 2)  # warm-up: prefill and decode kernels compiled
-    prefill = statistics.median(timed_generate(model, prompt, 1)[1] for _ in range(reps))
-    out, total = timed_generate(model, prompt, new + 1, output_logits=True, return_dict_in_generate=True)
-    return dict(prefill_ms=prefill * 1e3, decode_tokens_per_s=new / (total - prefill),
-                tokens=out.sequences[0, prompt.shape[1]:].tolist(), logits=torch.stack(out.logits)[:, 0].float())
+def timed_generate(model, prompt, new: int):
+    """Greedy generation of ``new + 1`` tokens: (output, prefill seconds, decode tokens/s over the last new)."""
+    from transformers import LogitsProcessorList
+
+    clock = StepClock(prompt.device)
+    sync(prompt.device)
+    start = time.perf_counter()
+    out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new + 1,
+                         min_new_tokens=new + 1, do_sample=False, pad_token_id=0, output_logits=True,
+                         return_dict_in_generate=True, logits_processor=LogitsProcessorList([clock]))
+    return out, clock.times[0] - start, new / (clock.times[-1] - clock.times[0])
+
+
+def time_generation(model, prompt, new: int, reps: int) -> dict:
+    """Prefill time (prompt to first token) and decode tokens/s (the next ``new`` tokens), medians of
+    ``reps`` rounds with the implementations interleaved; the tokens and logits of the first round."""
+    for impl in IMPLS:  # warm-up: prefill and decode kernels compiled
+        model.set_attn_implementation(impl)
+        timed_generate(model, prompt, 1)
+    prefill, decode, first = {i: [] for i in IMPLS}, {i: [] for i in IMPLS}, {}
+    for _ in range(reps):
+        for impl in IMPLS:
+            model.set_attn_implementation(impl)
+            out, t_prefill, rate = timed_generate(model, prompt, new)
+            prefill[impl].append(t_prefill)
+            decode[impl].append(rate)
+            first.setdefault(impl, out)
+    return {impl: dict(prefill_ms=statistics.median(prefill[impl]) * 1e3,
+                       decode_tokens_per_s=statistics.median(decode[impl]),
+                       tokens=first[impl].sequences[0, prompt.shape[1]:].tolist(),
+                       logits=torch.stack(first[impl].logits)[:, 0].float()) for impl in IMPLS}
 
 
 def check_generation(oracle, prompt, runs: dict, dtype) -> dict:
@@ -188,7 +306,7 @@ def check_generation(oracle, prompt, runs: dict, dtype) -> dict:
     part = next((i for i, (a, b) in enumerate(zip(ta, ts)) if a != b), len(ta))
     last = min(part, len(ta) - 1)  # steps 0..last had the same inputs in both runs
     fed = torch.cat([prompt, torch.tensor([ta[:last]], device=prompt.device)], dim=1)
-    oracle.set_attn_implementation("sdpa")
+    oracle.set_attn_implementation(ORACLE)
     with torch.no_grad():
         want = oracle(fed, logits_to_keep=last + 1, use_cache=False).logits[0].float()  # (last + 1, V)
     la, ls = runs["attnlab"]["logits"][: last + 1], runs["sdpa"]["logits"][: last + 1]
@@ -219,6 +337,7 @@ def run(args) -> dict:
     dtype = getattr(torch, args.dtype)
     oracle_dtype = torch.float64 if dtype == torch.float32 else torch.float32
     hf.register()
+    register_oracle()
     model = build(TINY if args.quick else LLAMA_1B, max_positions=args.gen_seq + args.new + 1, dtype=dtype,
                   device=device)
     oracle = copy.deepcopy(model).to(oracle_dtype)
@@ -228,7 +347,7 @@ def run(args) -> dict:
     train_ids = torch.randint(0, vocab, (1, args.train_seq), generator=g).to(device)
     prompt = torch.randint(0, vocab, (1, args.gen_seq), generator=g).to(device)
     padded_ids, padded_mask = left_padded(vocab, args.padded_seq, g, device)
-    routes = {impl: {"train": Counter(), "generate": Counter()} for impl in IMPLS}
+    routes = {"train": Counter(), "layer": Counter(), "generate": Counter()}  # attnlab's calls while timing
     check_routes = {"train": Counter(), "padded": Counter()}
     fallbacks: list[str] = []
     with recording(check_routes["train"], fallbacks):
@@ -237,20 +356,18 @@ def run(args) -> dict:
         padded_check = check_training(model, oracle, padded_ids, padded_mask, dtype)
     result = dict(model=dict(parameters=n_params, dtype=args.dtype, device=str(device), **model.config.to_diff_dict()),
                   train=dict(seq=args.train_seq), generate=dict(prompt=args.gen_seq, new=args.new))
-    for impl in IMPLS:
-        with recording(routes[impl]["train"], fallbacks):
-            result["train"][impl] = time_training(model, impl, train_ids, args.reps)
-    runs = {}
-    with torch.no_grad():
-        for impl in IMPLS:
-            with recording(routes[impl]["generate"], fallbacks):
-                runs[impl] = time_generation(model, impl, prompt, args.new, args.reps)
+    with recording(routes["train"], fallbacks):
+        result["train"].update(time_training(model, train_ids, args.reps))
+    with recording(routes["layer"], fallbacks):
+        result["layer"] = time_attention(model, train_seq=args.train_seq, cache_seq=args.gen_seq)
+    with torch.no_grad(), recording(routes["generate"], fallbacks):
+        runs = time_generation(model, prompt, args.new, args.gen_reps)
     gen_check = check_generation(oracle, prompt, runs, dtype)
     for impl in IMPLS:
         result["generate"][impl] = {k: v for k, v in runs[impl].items() if k not in ("tokens", "logits")}
     result["checks"] = dict(train=train_check, padded=padded_check, generate=gen_check)
-    result["attnlab_calls"] = {impl: {phase: dict(c) for phase, c in r.items()} for impl, r in routes.items()}
-    result["attnlab_calls"]["checks"] = {phase: dict(c) for phase, c in check_routes.items()}
+    result["attnlab_calls"] = dict(timed={phase: dict(c) for phase, c in routes.items()},
+                                   checks={phase: dict(c) for phase, c in check_routes.items()})
     result["attnlab_fallback_warnings"] = fallbacks
     return result
 
@@ -262,40 +379,42 @@ def training_line(what: str, c: dict) -> str:
     return line + ("; " + "; ".join(c["failed"][:3]) if c["failed"] else "")
 
 
+def _row(label: str, a: float, s: float, fmt: str) -> str:
+    return f"| {label} | {a:{fmt}} | {s:{fmt}} | {a / s:.3f} |"
+
+
 def report(r: dict) -> str:
-    t, g = r["train"], r["generate"]
-    m = r["model"]
-    a, s = t["attnlab"], t["sdpa"]
-    ga, gs = g["attnlab"], g["sdpa"]
+    t, g, m = r["train"], r["generate"], r["model"]
+    (a, s), (la, ls), (ga, gs) = ((x["attnlab"], x["sdpa"]) for x in (t, r["layer"], g))
     cg = r["checks"]["generate"]
     lines = [
-        f"Llama-architecture model, {m['parameters'] / 1e9:.3g}B parameters, {m['dtype']}, {m['device']}",
+        f"Llama-architecture model, {m['parameters'] / 1e9:.3g}B parameters, {m['dtype']}, {m['device']}", "",
+        "| measure | attnlab | sdpa | attnlab / sdpa |", "|---|---:|---:|---:|",
+        _row(f"training step, 1 × {t['seq']:,} tokens (ms)", a["step_ms"], s["step_ms"], ".1f"),
+        _row("training tokens/s", a["tokens_per_s"], s["tokens_per_s"], ",.0f"),
+        *([_row("training peak memory (GiB)", a["peak_gib"], s["peak_gib"], ".1f")] if a["peak_gib"] else []),
+        _row(f"one layer's attention, forward + backward at {t['seq']:,} (ms)", la["train_fwd_bwd_ms"],
+             ls["train_fwd_bwd_ms"], ".3f"),
+        _row(f"one layer's attention, a decode step over {g['prompt']:,} keys (µs)", la["decode_step_us"],
+             ls["decode_step_us"], ".1f"),
+        *([_row("the same decode step, GPU time only (µs)", la["decode_step_gpu_us"], ls["decode_step_gpu_us"], ".1f")]
+          if la["decode_step_gpu_us"] is not None else []),
+        _row(f"prefill, 1 × {g['prompt']:,} tokens (ms)", ga["prefill_ms"], gs["prefill_ms"], ".1f"),
+        _row(f"decode tokens/s, batch 1 at {g['prompt']:,} ({g['new']} tokens)", ga["decode_tokens_per_s"],
+             gs["decode_tokens_per_s"], ".1f"),
         "",
-        "| measure | attnlab | sdpa | attnlab / sdpa |",
-        "|---|---:|---:|---:|",
-        f"| training step, 1 × {t['seq']:,} tokens (ms) | {a['step_ms']:.1f} | {s['step_ms']:.1f} | "
-        f"{a['step_ms'] / s['step_ms']:.3f} |",
-        f"| training tokens/s | {a['tokens_per_s']:,.0f} | {s['tokens_per_s']:,.0f} | "
-        f"{a['tokens_per_s'] / s['tokens_per_s']:.3f} |",
-    ]
-    if a["peak_gib"] is not None:
-        lines.append(f"| training peak memory (GiB) | {a['peak_gib']:.1f} | {s['peak_gib']:.1f} | "
-                     f"{a['peak_gib'] / s['peak_gib']:.3f} |")
-    lines += [
-        f"| prefill, 1 × {g['prompt']:,} tokens (ms) | {ga['prefill_ms']:.1f} | {gs['prefill_ms']:.1f} | "
-        f"{ga['prefill_ms'] / gs['prefill_ms']:.3f} |",
-        f"| decode tokens/s, batch 1 at {g['prompt']:,} ({g['new']} tokens) | {ga['decode_tokens_per_s']:.1f} | "
-        f"{gs['decode_tokens_per_s']:.1f} | {ga['decode_tokens_per_s'] / gs['decode_tokens_per_s']:.3f} |",
-        "",
-        *[training_line(what, r["checks"][key]) for key, what in (("train", "training check"),
-                                                                  ("padded", "left-padded batch check"))],
+        training_line("training check", r["checks"]["train"]),
+        training_line("left-padded batch check", r["checks"]["padded"]),
         f"generation check ({'ok' if cg['ok'] else 'FAILED'}): {cg['same_tokens']} of {cg['new_tokens']} tokens the "
         f"same; logits error vs the oracle over {cg['steps_checked']} steps: attnlab {cg['logits_error_attnlab']:.3e}, "
         f"sdpa {cg['logits_error_sdpa']:.3e}" + (f"; oracle's top-2 gap where they part {cg['top2_gap_at_parting']:.3e}"
                                                  if cg["top2_gap_at_parting"] is not None else ""),
-        f"attnlab calls: {json.dumps(r['attnlab_calls'])}",
-        f"fallback warnings: {r['attnlab_fallback_warnings'] or 'none'}",
     ]
+    if "flash_attention_one_query_gpu_us" in r["layer"]:
+        lines.append(f"the decode step through flash_attention (Nq = 1) instead of flash_decode would take "
+                     f"{r['layer']['flash_attention_one_query_gpu_us']:.1f} µs of GPU time")
+    lines += [f"attnlab calls: {json.dumps(r['attnlab_calls'])}",
+              f"fallback warnings: {r['attnlab_fallback_warnings'] or 'none'}"]
     return "\n".join(lines)
 
 
@@ -308,6 +427,7 @@ def main(argv=None) -> int:
                    help="longest row of the left-padded check batch (default 1024; quick 24)")
     p.add_argument("--new", type=positive_int, default=None, help="generated tokens timed (default 128; quick 6)")
     p.add_argument("--reps", type=positive_int, default=None, help="timed repeats (default 5; quick 2)")
+    p.add_argument("--gen-reps", type=positive_int, default=None, help="timed generations (default 2; quick 1)")
     p.add_argument("--device", default=None, help="default cuda (quick: cpu)")
     p.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default=None,
                    help="default bfloat16 (quick: float32)")
@@ -316,7 +436,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     quick = args.quick
     for name, full, small in (("train_seq", 8192, 48), ("gen_seq", 32768, 40), ("padded_seq", 1024, 24),
-                              ("new", 128, 6), ("reps", 5, 2),
+                              ("new", 128, 6), ("reps", 5, 2), ("gen_reps", 2, 1),
                               ("device", "cuda", "cpu"), ("dtype", "bfloat16", "float32")):
         if getattr(args, name) is None:
             setattr(args, name, small if quick else full)
@@ -325,7 +445,13 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"benchmarks/hf.py: {e}", file=sys.stderr)
         return 2
-    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        print(f"benchmarks/hf.py: --device must be a torch device such as cpu or cuda, got {args.device!r}",
+              file=sys.stderr)
+        return 2
+    if device.type == "cuda" and not torch.cuda.is_available():
         print("benchmarks/hf.py: --device cuda but no CUDA GPU is visible (try --quick)", file=sys.stderr)
         return 2
     result = run(args)
