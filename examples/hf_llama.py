@@ -27,9 +27,10 @@ PROMPT_LENGTHS = (12, 7, 4)  # real tokens of each row; the rows are padded to t
 
 
 def tiny_llama(device: str, dtype: torch.dtype):
-    """A 2-layer Llama with grouped-query attention (4 query heads, 2 K/V heads), random weights."""
+    """A 2-layer Llama with grouped-query attention (4 query heads, 2 K/V heads of dim 32, a head dim the Triton
+    kernels take), random weights."""
     config = LlamaConfig(vocab_size=101, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=64,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=64,
                          initializer_range=0.2, pad_token_id=0)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, attn_implementation="attnlab", dtype=dtype)
