@@ -21,7 +21,7 @@ from attnlab.variants import Mask
 
 pytest.importorskip("triton")
 from attnlab.gpu import BwdConfig, FwdConfig, prefill_backward, prefill_forward  # noqa: E402
-from attnlab.gpu.config import varlen_block_table  # noqa: E402
+from attnlab.gpu.config import default_fwd_config, variant_fwd_config, varlen_block_table  # noqa: E402
 from attnlab.gpu.prefill import flash_attention_triton, flash_attention_varlen_triton  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -330,3 +330,16 @@ def test_gpu_deterministic_backward_is_bit_identical(atomic_config):
     runs = [prefill_backward(do, q, k, v, out, lse, mask=mask, scale=0.1, softcap=30.0, slopes=slopes,
                              config=config, deterministic=True) for _ in range(5)]
     assert all(torch.equal(a, b) for run in runs[1:] for a, b in zip(runs[0], run))
+
+
+def test_variant_configs_leave_what_the_variant_cannot_use():
+    """A packed batch gets no tensor descriptors (and Bc <= 64 at D = 128, where pointer loads of
+    128-wide tiles spill); softcap/ALiBi lift a register cap; a plain call keeps the table's entry."""
+    cuda = torch.device("cuda")  # the table is keyed by device type only: no GPU needed to read it
+    for D, causal in ((64, False), (128, False), (128, True)):
+        entry = default_fwd_config(D, causal, cuda)
+        assert variant_fwd_config(entry, D, packed=False, score_mod=False) == entry
+        packed = variant_fwd_config(entry, D, packed=True, score_mod=False)
+        assert not packed.tma and not packed.warp_spec and packed.maxnreg is None
+        assert packed.block_n == (min(entry.block_n, 64) if D == 128 else entry.block_n)
+        assert variant_fwd_config(entry, D, packed=False, score_mod=True).maxnreg is None

@@ -8,6 +8,7 @@ run the same compiled kernel — ``tma_ok``, and the block tables of packed vari
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -116,6 +117,19 @@ def default_fwd_config(D: int, causal: bool, device: torch.device, n_keys: int |
     if device.type == "cpu":
         return _INTERP_FWD
     return _FWD_TABLE[(_head_bucket(D), bool(causal), length_class(n_keys))]
+
+
+def variant_fwd_config(cfg: FwdConfig, D: int, *, packed: bool, score_mod: bool) -> FwdConfig:
+    """A table entry adapted to a call with variants (chosen from sm_90 compiler reports, not yet timed):
+    a packed batch cannot use tensor descriptors (a tile would cross into the next sequence), and
+    pointer loads of 128×128 tiles at D = 128 spill, so it takes Bc = 64; softcap/ALiBi scores need
+    more registers than a ``maxnreg`` cap of 128 leaves (ALiBi at D = 128 spilled under it)."""
+    if packed:
+        cfg = dataclasses.replace(cfg, tma=False, warp_spec=False, maxnreg=None,
+                                  block_n=min(cfg.block_n, 64) if D > 64 else cfg.block_n)
+    if score_mod and cfg.maxnreg:
+        cfg = dataclasses.replace(cfg, maxnreg=None)
+    return cfg
 
 
 def default_bwd_config(D: int, causal: bool, device: torch.device, n_keys: int | None = None) -> BwdConfig:

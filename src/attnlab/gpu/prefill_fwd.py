@@ -24,7 +24,15 @@ import triton
 import triton.language as tl
 
 from .._runtime import LN2, LOG2E
-from .config import FwdConfig, default_fwd_config, max_seqlen, next_pow2, tma_ok, varlen_meta
+from .config import (
+    FwdConfig,
+    default_fwd_config,
+    max_seqlen,
+    next_pow2,
+    tma_ok,
+    variant_fwd_config,
+    varlen_meta,
+)
 
 _LN2 = tl.constexpr(LN2)  # a jit function reads module globals only as constexprs
 _LOG2E = tl.constexpr(LOG2E)
@@ -364,7 +372,8 @@ def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask, 
         out.zero_()
         lse.fill_(float("-inf"))
         return out, lse
-    cfg = config or default_fwd_config(D, not mask.dense, q.device, n_keys)
+    cfg = config or variant_fwd_config(default_fwd_config(D, not mask.dense, q.device, n_keys), D,
+                                       packed=cu_seqlens is not None, score_mod=softcap is not None or slopes is not None)
     BLOCK_D = next_pow2(max(D, 16))
     extra = {"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}
     var = variant_args(mask, scale, softcap, slopes, Nk - Nq if cu_seqlens is None else 0)
