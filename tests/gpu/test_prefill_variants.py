@@ -270,6 +270,23 @@ def test_varlen_eager_function_equals_registered_op():
         assert torch.equal(a, b)
 
 
+def test_varlen_op_under_torch_compile_fullgraph():
+    """The packed op's fake implementation and autograd formula trace: the compiled loss has the
+    eager gradients (window, softcap and ALiBi on)."""
+    lens_q, lens_k = [9, 0, 21], [12, 5, 21]
+    q = torch.randn(sum(lens_q), 2, 32, dtype=F16, device=DEV).requires_grad_()
+    k, v = (torch.randn(sum(lens_k), 1, 32, dtype=F16, device=DEV).requires_grad_() for _ in range(2))
+    cu_q, cu_k, slopes = _cu(lens_q).tolist(), _cu(lens_k).tolist(), torch.rand(3, 2, device=DEV)
+
+    def f(q, k, v):
+        out, lse = torch.ops.attnlab.flash_attn_varlen_fwd(q, k, v, cu_q, cu_k, 5, 0, 0.3, 3.0, slopes, False)
+        return out.float().square().sum() + torch.where(torch.isinf(lse), 0.0, lse).sum()
+
+    compiled = torch.compile(f, backend="inductor" if DEV == "cuda" else "aot_eager", fullgraph=True)
+    for a, b in zip(torch.autograd.grad(f(q, k, v), (q, k, v)), torch.autograd.grad(compiled(q, k, v), (q, k, v))):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)
+
+
 def test_unsupported_varlen_inputs_are_refused_with_the_reason():
     q = torch.randn(10, 2, 59, device=DEV)
     k = v = torch.randn(12, 2, 59, device=DEV)
