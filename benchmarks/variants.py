@@ -189,7 +189,7 @@ def provider_sdpa(cfg, device, backend_name):
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
     H, N, name = cfg["H"], cfg["N"], cfg["variant"]
-    backend = getattr(SDPBackend, backend_name)
+    backend = None if backend_name == "padded" else getattr(SDPBackend, backend_name)
     grad = cfg["pass_"] == "fwd_bwd"
     if name == "softcap":
         raise RuntimeError("SDPA has no softcap")
