@@ -311,6 +311,8 @@ GPU_DENSE_CASES = [
     (1, 4, 4, 1025, 3000, 64, (300, 77), False, None, False, F16),  # two-sided, Nq < Nk, ragged
     (2, 8, 2, 1500, 1000, 128, (64, 0), True, None, False, BF16),  # Nq > Nk: rows that see no key
     (2, 4, 2, 2048, 2048, 128, None, True, 30.0, False, BF16),  # Gemma 2 softcap
+    (2, 4, 2, 2048, 2048, 128, None, True, 30.0, False, F16),  # the GPU's tanh.approx against float16
+    (1, 4, 4, 1025, 1025, 64, None, False, 5.0, False, F16),  # a cap that bites
     (1, 8, 8, 1025, 1025, 64, None, False, None, True, F16),  # ALiBi
     (1, 8, 2, 4096, 4096, 96, (1023, 0), True, 50.0, True, BF16),  # all three, D = 96
 ]

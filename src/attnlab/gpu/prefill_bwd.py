@@ -143,7 +143,7 @@ def _attn_bwd_dkdv(Q, K, V, DO, LSE2, DELTA, DK, DV, DQ,
                    # variants, as in _attn_fwd (VARLEN: TABLE holds (sequence, first key row) entries)
                    SLOPES=None, stride_sb=0, stride_sh=0, CU_Q=None, CU_K=None, TABLE=None,
                    win_off=0, alibi_off=0, cap2=1.0,
-                   HAS_WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False,
+                   HAS_WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = 0, ALIBI: tl.constexpr = False,
                    VARLEN: tl.constexpr = False):
     Hkv = H // G
     if VARLEN:
@@ -282,7 +282,7 @@ def _attn_bwd_dq(Q, K, V, DO, LSE2, DELTA, DQ,
                  CAUSAL: tl.constexpr,
                  SLOPES=None, stride_sb=0, stride_sh=0, CU_Q=None, CU_K=None, TABLE=None,
                  win_off=0, alibi_off=0, cap2=1.0,
-                 HAS_WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False,
+                 HAS_WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = 0, ALIBI: tl.constexpr = False,
                  VARLEN: tl.constexpr = False):
     if VARLEN:
         h = tl.program_id(1)
@@ -403,7 +403,8 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
         HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=PRE_M, HAS_DLSE=has_dlse, num_warps=4)
     G = H // Hkv
     common = (H, G, Nq, Nk)
-    var = variant_args(mask, scale, softcap, slopes, Nk - Nq if cu_seqlens is None else 0) | {"sm_scale": scale}
+    var = variant_args(mask, scale, softcap, slopes, Nk - Nq if cu_seqlens is None else 0, q.device)
+    var["sm_scale"] = scale
     dq_acc = torch.zeros(dq.shape, device=q.device, dtype=torch.float32) if cfg.dq_atomic else dq  # like dq, float32
     if cu_seqlens is not None:
         cu_q, cu_k, table = varlen_meta(cu_seqlens, cfg.block_n1, mask, rows="k", device=q.device)

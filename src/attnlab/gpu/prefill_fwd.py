@@ -83,11 +83,18 @@ def _load_tile(ptrs, rows, n_rows, offs_d, HEAD_D: tl.constexpr, BLOCK_D: tl.con
 
 
 @triton.jit
-def _tanh(x):
-    """tanh from one exp2: (1 − e)/(1 + e) with e = exp(−2|x|), the sign put back; ±1 at ±inf, no NaN."""
-    e = tl.math.exp2(tl.abs(x) * _M2LOG2E)
-    t = tl.math.fdiv(1.0 - e, 1.0 + e, ieee_rounding=False)
-    return tl.where(x < 0, -t, t)
+def _tanh(x, SOFTCAP: tl.constexpr):
+    """tanh. SOFTCAP == 2 (CUDA): the hardware's tanh.approx.f32, one MUFU op (relative error about
+    2^-11, as flash-attn's fast-math tanhf). Else one exp2: (1 − e)/(1 + e) with e = exp(−2|x|), the sign
+    put back; ±1 at ±inf, no NaN (the Triton interpreter runs this one)."""
+    if SOFTCAP == 2:
+        t = tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True,
+                                      pack=1)
+    else:
+        e = tl.math.exp2(tl.abs(x) * _M2LOG2E)
+        t = tl.math.fdiv(1.0 - e, 1.0 + e, ieee_rounding=False)
+        t = tl.where(x < 0, -t, t)
+    return t
 
 
 @triton.jit
@@ -98,7 +105,7 @@ def _score_mod(s, i, j, qk_scale, cap2, slope2, alibi_off, SOFTCAP: tl.constexpr
     softcap·tanh(scale·s/softcap) in log2 units; else qk_scale = scale·log2e. ALIBI then subtracts
     slope2·|i + alibi_off − j| (slope2 = slope·log2e); i, j broadcast to s's shape."""
     if SOFTCAP:
-        t = _tanh(s * qk_scale)
+        t = _tanh(s * qk_scale, SOFTCAP)
         s = t * cap2
     else:
         s = s * qk_scale
@@ -225,7 +232,7 @@ def _attn_fwd(Q, K, V, O, LSE,  # pointers, or tensor descriptors (B, H|Hkv, N, 
               # variants (attnlab.variants); all off: the dense / causal kernel
               SLOPES=None, stride_sb=0, stride_sh=0, CU_Q=None, CU_K=None, TABLE=None,
               win_off=0, alibi_off=0, cap2=1.0,
-              HAS_WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False,
+              HAS_WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = 0, ALIBI: tl.constexpr = False,
               VARLEN: tl.constexpr = False):
     """CAUSAL: a right edge, row i sees keys j <= i + causal_off (= off + right); HAS_WINDOW: a left edge,
     j >= i + win_off (= off − left). VARLEN: program 0-axis indexes TABLE's (sequence, first row)
@@ -325,10 +332,11 @@ def packed_as_bhnd(x: torch.Tensor) -> torch.Tensor:
     return x.unsqueeze(0).transpose(1, 2)  # (1, H, total, D)
 
 
-def variant_args(mask, scale: float, softcap: float | None, slopes: torch.Tensor | None, off: int) -> dict:
+def variant_args(mask, scale: float, softcap: float | None, slopes: torch.Tensor | None, off: int,
+                 device: torch.device) -> dict:
     """The kernels' variant arguments for a call whose sequences have Nk − Nq = ``off`` (0 for a
     packed batch: the kernels add each sequence's own): causal_off, win_off, alibi_off, qk_scale,
-    cap2, the slopes and the constexpr flags."""
+    cap2, the slopes and the constexpr flags (SOFTCAP: 0 off, 1 tanh from exp2, 2 the GPU's tanh)."""
     return dict(
         causal_off=off + max(mask.right, 0), win_off=off - mask.left if mask.left >= 0 else 0,
         alibi_off=off if slopes is not None else 0,
@@ -336,7 +344,8 @@ def variant_args(mask, scale: float, softcap: float | None, slopes: torch.Tensor
         cap2=softcap * LOG2E if softcap is not None else 1.0,
         SLOPES=slopes, stride_sb=slopes.stride(0) if slopes is not None else 0,
         stride_sh=slopes.stride(1) if slopes is not None else 0,
-        CAUSAL=mask.right >= 0, HAS_WINDOW=mask.left >= 0, SOFTCAP=softcap is not None, ALIBI=slopes is not None)
+        CAUSAL=mask.right >= 0, HAS_WINDOW=mask.left >= 0, ALIBI=slopes is not None,
+        SOFTCAP=0 if softcap is None else 2 if device.type == "cuda" and torch.version.hip is None else 1)
 
 
 def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask, scale: float,
@@ -376,7 +385,7 @@ def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask, 
                                        packed=cu_seqlens is not None, score_mod=softcap is not None or slopes is not None)
     BLOCK_D = next_pow2(max(D, 16))
     extra = {"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}
-    var = variant_args(mask, scale, softcap, slopes, Nk - Nq if cu_seqlens is None else 0)
+    var = variant_args(mask, scale, softcap, slopes, Nk - Nq if cu_seqlens is None else 0, q.device)
     if cu_seqlens is not None:  # packed: one program per (sequence, query block) that exists
         cu_q, cu_k, table = varlen_meta(cu_seqlens, cfg.block_m, mask, rows="q", device=q.device)
         q4, k4, v4, o4 = (packed_as_bhnd(t) for t in (q, k, v, out))  # (1, H|Hkv, total, D)
