@@ -99,20 +99,26 @@ def provider_attnlab(device, fwd_cfg=None, bwd_cfg=None):
     return make
 
 
+def _mask(causal: bool):
+    from attnlab.variants import Mask
+
+    return Mask(-1, 0 if causal else -1)
+
+
 def _launcher_fn(causal, scale, fwd_cfg, bwd_cfg):
     from attnlab.gpu import prefill_backward, prefill_forward
 
     class Fn(torch.autograd.Function):
         @staticmethod
         def forward(ctx, q, k, v):
-            out, lse = prefill_forward(q, k, v, causal=causal, scale=scale, config=fwd_cfg)
+            out, lse = prefill_forward(q, k, v, mask=_mask(causal), scale=scale, config=fwd_cfg)
             ctx.save_for_backward(q, k, v, out, lse)
             return out
 
         @staticmethod
         def backward(ctx, do):
             q, k, v, out, lse = ctx.saved_tensors
-            return prefill_backward(do, q, k, v, out, lse, causal=causal, scale=scale, config=bwd_cfg)
+            return prefill_backward(do, q, k, v, out, lse, mask=_mask(causal), scale=scale, config=bwd_cfg)
 
     return Fn.apply
 
@@ -370,17 +376,17 @@ def _sweep_shape(c, fwd_cands, bwd_cands, device) -> list[dict]:
     q, k, v, do = make_inputs(dict(c, pass_="fwd_bwd"), device)
     causal, scale = c["causal"], c["D"] ** -0.5
     with torch.no_grad():
-        out, lse = prefill_forward(q, k, v, causal=causal, scale=scale, config=fwd_cands[0])
+        out, lse = prefill_forward(q, k, v, mask=_mask(causal), scale=scale, config=fwd_cands[0])
     rows = []
     for kind, cands in (("fwd", fwd_cands), ("bwd", bwd_cands)):
         fl = flops(dict(c, pass_=kind))
         for cand in cands:
             if kind == "fwd":
                 def fn(cand=cand):
-                    return prefill_forward(q, k, v, causal=causal, scale=scale, config=cand)
+                    return prefill_forward(q, k, v, mask=_mask(causal), scale=scale, config=cand)
             else:
                 def fn(cand=cand):
-                    return prefill_backward(do, q, k, v, out, lse, causal=causal, scale=scale, config=cand)
+                    return prefill_backward(do, q, k, v, out, lse, mask=_mask(causal), scale=scale, config=cand)
             row = dict(D=c["D"], causal=causal, N=c["N"], kind=kind, config=short(cand))
             try:
                 ms = time_fn(fn, device=device)
@@ -447,6 +453,10 @@ def _compile_sm90(fn, ptr_types: dict, constexprs: dict, num_warps: int, num_sta
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    # the variants' switches at their dense defaults (a dense kernel: no window, softcap, ALiBi, varlen)
+    dense = dict(HAS_WINDOW=False, SOFTCAP=0, ALIBI=False, VARLEN=False, SLOPES=None, CU_Q=None, CU_K=None,
+                 TABLE=None)
+    constexprs = {**{n: v for n, v in dense.items() if n in fn.arg_names}, **constexprs}
     sig, attrs = {}, {}
     for i, n in enumerate(fn.arg_names):
         if n in constexprs:
@@ -455,7 +465,7 @@ def _compile_sm90(fn, ptr_types: dict, constexprs: dict, num_warps: int, num_sta
             sig[n] = ptr_types[n]
             if ptr_types[n].startswith("*"):
                 attrs[(i,)] = [["tt.divisibility", 16]]
-        elif n in ("qk_scale", "sm_scale"):
+        elif n in ("qk_scale", "sm_scale", "cap2"):
             sig[n] = "fp32"
         else:
             sig[n] = "i32"

@@ -19,6 +19,7 @@ import importlib
 
 _EXPORTS = {
     "flash_attention_triton": "prefill",
+    "flash_attention_varlen_triton": "prefill",
     "prefill_forward": "prefill_fwd",
     "prefill_backward": "prefill_bwd",
     "FwdConfig": "config",
