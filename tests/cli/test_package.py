@@ -39,9 +39,11 @@ def test_cli_no_command_is_usage_error(capsys):
 
 
 def test_cli_bad_input_is_one_line(capsys):
-    assert main(["bench", "--seq", "0"]) == 2
+    with pytest.raises(SystemExit) as e:  # argparse refuses the value before any work: exit 2
+        main(["bench", "--seq", "0"])
+    assert e.value.code == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--seq must be positive" in err
+    assert err.count("\n") == 1 and "--seq: must be a positive integer, got '0'" in err
 
 
 def test_console_script_runs():
