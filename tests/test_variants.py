@@ -103,3 +103,17 @@ def test_causal_with_unbounded_or_zero_right_is_the_same_mask():
     b = attention_ref(q, k, k, causal=True, window=(3, 0))[0]
     c = attention_ref(q, k, k, causal=False, window=(3, 0))[0]
     assert torch.equal(a, b) and torch.equal(b, c)
+
+
+def test_masks_do_not_import_sympy():
+    """A masked call must not pull in sympy (torch.broadcast_shapes does: most of a second per process)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch, attnlab\n"
+            "q = torch.randn(1, 2, 9, 8)\n"
+            "attnlab.attention_ref(q, q, q, causal=True, window=(3, 0))\n"
+            "attnlab.flash_attention(q, q, q, causal=True, window=(3, 0), softcap=5.0)\n"
+            "assert 'sympy' not in sys.modules, 'sympy was imported'\n")
+    r = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]

@@ -51,11 +51,12 @@ class Mask:
 
     def visible(self, i: torch.Tensor, j: torch.Tensor, off: int) -> torch.Tensor:
         """Boolean tensor (broadcast of i and j): True where key j is visible to query i."""
-        ok = torch.ones(torch.broadcast_shapes(i.shape, j.shape), dtype=torch.bool, device=i.device)
+        d = j - i - off  # (broadcast of i and j); tensor arithmetic, not torch.broadcast_shapes (it imports sympy)
+        ok = torch.ones_like(d, dtype=torch.bool)
         if self.right >= 0:
-            ok &= j <= i + off + self.right
+            ok &= d <= self.right
         if self.left >= 0:
-            ok &= j >= i + off - self.left
+            ok &= d >= -self.left
         return ok
 
     def grid(self, Nq: int, Nk: int, device=None, *, off: int | None = None) -> torch.Tensor:
