@@ -114,6 +114,11 @@ def padding_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int =
         raise ValueError("attnlab takes causal, sliding-window and padding masks only, not a mask with custom "
                          "overlays (or_mask_function / and_mask_function); use attn_implementation='sdpa'")
     if attention_mask is None:
+        # no padding; but a static cache hands over all its slots, and those past the tokens so far are
+        # empty (transformers >= 5.24 passes no mask here at all): keep only the q_offset + q_length keys
+        n = int(q_offset) + q_length
+        if kv_offset == 0 and n < kv_length:
+            return torch.ones(batch_size, n, dtype=torch.bool, device=kwargs.get("device"))
         return None
     attention_mask = attention_mask[:, -kv_length:]
     if attention_mask.shape[1] == kv_length and bool(attention_mask.all()):
