@@ -344,3 +344,13 @@ def test_benchmark_quick(tmp_path):
     assert calls["timed"]["generate"]["flash_decode"] > 0
     assert calls["checks"] == {"train": {"flash_attention": LAYERS}, "padded": {"flash_attention_varlen": LAYERS}}
     assert bench.main(["--quick", "--json", str(out)]) == 2  # the file exists: refused without --force
+
+
+def test_padding_mask_hook_without_a_mask():
+    """No 2D mask (transformers >= 5.24 passes none without padding): None, except for a static cache,
+    whose slots past the tokens so far are empty — then the first q_offset + q_length keys only."""
+    assert hf.padding_mask(2, 9, 9) is None  # no cache
+    assert hf.padding_mask(2, 1, 10, q_offset=torch.tensor(9)) is None  # a dynamic cache: every slot is filled
+    m = hf.padding_mask(2, 1, 16, q_offset=torch.tensor(9), device="cpu")  # a static cache of 16 slots
+    assert m.shape == (2, 10) and m.dtype == torch.bool and bool(m.all())
+    assert hf.padding_mask(2, 1, 16, q_offset=torch.tensor(9), kv_offset=3) is None  # a rolled window cache
