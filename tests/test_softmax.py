@@ -40,9 +40,9 @@ def test_softmaxes_match_torch(f, shape):
     got_t = f(x)
     got_np = f(x.numpy())
     assert isinstance(got_t, torch.Tensor) and isinstance(got_np, np.ndarray)
-    print(f.__name__, shape, (got_t - want).abs().max().item())
-    torch.testing.assert_close(got_t, want, rtol=0, atol=1e-15)
-    np.testing.assert_allclose(got_np, want.numpy(), rtol=0, atol=1e-15)
+    # relative: a row's sum of up to 1025 exponentials rounds differently from torch's (a few ulps)
+    torch.testing.assert_close(got_t, want, rtol=1e-14, atol=1e-300)
+    np.testing.assert_allclose(got_np, want.numpy(), rtol=1e-14, atol=1e-300)
 
 
 @pytest.mark.parametrize("f", SOFTMAXES)
