@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from .._checks import causal_offset, check_qkv, check_same, check_tensor, resolve_scale
+from .._checks import causal_offset, check_backward_inputs, check_qkv, resolve_scale
 from .._runtime import LOG2E
 from .forward import check_no_grad, fa2_forward, log2_units
 from .iostats import IOStats, check_stats
@@ -24,23 +24,6 @@ from .programs import NEG_INF, acc_dtype, q_block, resolve_blocks
 from .tiles import TileMasks, alibi_tile, check_variants, mask_tile_, query_blocks, softcap_tile
 
 __all__ = ["flash_backward", "flash_attention_blockwise"]
-
-
-def _check_backward(q, dims, out, lse, dout, dlse):
-    shape_o = (dims.B, dims.H, dims.Nq, dims.Dv)
-    for name, t in (("out", out), ("dout", dout)):
-        check_tensor(t, name)
-        if tuple(t.shape) != shape_o:
-            raise ValueError(f"{name} must have shape (B, H, Nq, Dv) = {shape_o}, got {tuple(t.shape)}")
-    check_same({"q": q, "out": out, "dout": dout})
-    for name, t in (("lse", lse), ("dlse", dlse)):
-        if t is None and name == "dlse":
-            continue
-        check_tensor(t, name, ndim=3)
-        if tuple(t.shape) != shape_o[:3]:
-            raise ValueError(f"{name} must have shape (B, H, Nq) = {shape_o[:3]}, got {tuple(t.shape)}")
-        if t.device != q.device:
-            raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
 
 
 def flash_backward(q, k, v, out, lse, dout, *, causal: bool = False, scale: float | None = None, window=None,
@@ -66,7 +49,7 @@ def flash_backward(q, k, v, out, lse, dout, *, causal: bool = False, scale: floa
     dims = check_qkv(q, k, v)
     check_no_grad("flash_backward", q, k, v, out, lse, dout, *(() if dlse is None else (dlse,)))
     check_stats(stats)
-    _check_backward(q, dims, out, lse, dout, dlse)
+    check_backward_inputs(q, dims, out, lse, dout, dlse)
     mask, softcap, slopes = check_variants(causal, window, softcap, alibi_slopes, dims.B, dims.H, q.device)
     Br, Bc = resolve_blocks(block_q, block_k, dims)
     return fa2_backward(q, k, v, out, lse, dout, dims, mask=mask, scale=resolve_scale(scale, dims.D),
