@@ -66,6 +66,18 @@ def _kernels_why(q, dims, needs_grad: bool):
     return prefill.unsupported(q, dims, needs_grad=needs_grad)
 
 
+def _variant_args(dims, q, causal, window, softcap, alibi_slopes, scale, deterministic, block_q, block_k):
+    """The checks every prefill entry point shares: (mask, softcap, slopes (B, H) or None, scale)."""
+    mask = check_window(window, causal)
+    softcap = check_softcap(softcap)
+    slopes = check_alibi(alibi_slopes, dims.B, dims.H, q.device)
+    check_deterministic(deterministic)
+    for value, name in ((block_q, "block_q"), (block_k, "block_k")):
+        if value is not None:
+            check_positive_int(value, name)
+    return mask, softcap, slopes, resolve_scale(scale, dims.D)
+
+
 def flash_attention(q, k, v, *, causal: bool = False, window=None, softcap: float | None = None, alibi_slopes=None,
                     deterministic: bool = False, scale: float | None = None, return_lse: bool = False,
                     block_q: int | None = None, block_k: int | None = None):
@@ -96,15 +108,8 @@ def flash_attention(q, k, v, *, causal: bool = False, window=None, softcap: floa
     q, k, v, out and lse only; the backward recomputes P (§7.2). Double backward is not supported.
     """
     dims = check_qkv(q, k, v)
-    mask = check_window(window, causal)
-    softcap = check_softcap(softcap)
-    slopes = check_alibi(alibi_slopes, dims.B, dims.H, q.device)
-    deterministic = check_deterministic(deterministic)
-    scale = resolve_scale(scale, dims.D)
-    if block_q is not None:
-        check_positive_int(block_q, "block_q")
-    if block_k is not None:
-        check_positive_int(block_k, "block_k")
+    mask, softcap, slopes, scale = _variant_args(dims, q, causal, window, softcap, alibi_slopes, scale,
+                                                 deterministic, block_q, block_k)
     if q.is_cuda and block_q is None and block_k is None:
         why = _kernels_why(q, dims, _needs_grad(q, k, v))
         if why is None:
@@ -143,15 +148,8 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q:
         out (total_q, H, Dv) in q's dtype, or (out, lse).
     """
     vdims = check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    mask = check_window(window, causal)
-    softcap = check_softcap(softcap)
-    slopes = check_alibi(alibi_slopes, vdims.B, vdims.H, q.device)
-    deterministic = check_deterministic(deterministic)
-    scale = resolve_scale(scale, vdims.D)
-    if block_q is not None:
-        check_positive_int(block_q, "block_q")
-    if block_k is not None:
-        check_positive_int(block_k, "block_k")
+    mask, softcap, slopes, scale = _variant_args(vdims, q, causal, window, softcap, alibi_slopes, scale,
+                                                 deterministic, block_q, block_k)
     if q.is_cuda and block_q is None and block_k is None:
         why = _kernels_why(q, vdims, _needs_grad(q, k, v))
         if why is None:

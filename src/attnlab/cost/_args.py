@@ -21,6 +21,15 @@ def pos_int(value, name: str) -> int:
     return int(value)
 
 
+def nonneg_int(value, name: str) -> int:
+    """``value`` as an int >= 0 (numpy integers accepted): a length that may be empty."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be a non-negative integer, got {value!r} ({type(value).__name__})")
+    if value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    return int(value)
+
+
 def flag(value, name: str) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, got {value!r}")

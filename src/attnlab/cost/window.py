@@ -26,7 +26,7 @@ from __future__ import annotations
 import numbers
 from dataclasses import dataclass
 
-from ._args import flag, pos_int
+from ._args import flag, nonneg_int, pos_int
 
 __all__ = [
     "WindowBlockPairs",
@@ -44,14 +44,6 @@ __all__ = [
 
 
 # -- arguments -------------------------------------------------------------------------------------------
-
-
-def _nonneg_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be a non-negative integer, got {value!r} ({type(value).__name__})")
-    if value < 0:
-        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-    return int(value)
 
 
 def window_sides(window=None, causal: bool = False) -> tuple[int, int]:
@@ -104,7 +96,7 @@ def visible_pairs(*, seq_q: int, seq_k: int, window=None, causal: bool = False) 
     upper diagonal less those strictly below the lower one, each a sum of clamped arithmetic series.
     Dense: Nq·Nk; causal with Nq = Nk = N: N(N+1)/2; a causal window of W keys (left = W − 1):
     N·W − W(W−1)/2 when W <= N."""
-    Nq, Nk = _nonneg_int(seq_q, "seq_q"), _nonneg_int(seq_k, "seq_k")
+    Nq, Nk = nonneg_int(seq_q, "seq_q"), nonneg_int(seq_k, "seq_k")
     left, right = window_sides(window, causal)
     off = Nk - Nq
     upper = Nq * Nk if right < 0 else _pairs_below(off + right, Nq, Nk)
@@ -191,7 +183,7 @@ def window_block_pairs(*, seq_q: int, seq_k: int, block_q: int, block_k: int, wi
     visits every K block that meets them; a visited block is masked element-wise unless its first key
     is at least the last query's left edge and its last key at most the first query's right edge — as
     ``Mask.block_kind``. One step per Q block and per K block (no Nq×Nk grid)."""
-    Nq, Nk = _nonneg_int(seq_q, "seq_q"), _nonneg_int(seq_k, "seq_k")
+    Nq, Nk = nonneg_int(seq_q, "seq_q"), nonneg_int(seq_k, "seq_k")
     Br, Bc = pos_int(block_q, "block_q"), pos_int(block_k, "block_k")
     left, right = window_sides(window, causal)
     off = Nk - Nq
@@ -253,12 +245,12 @@ def window_kv_bytes(*, seq: int, head_dim: int, block_q: int, block_k: int, wind
 def _lengths(seqlens_q, seqlens_k) -> tuple[list[int], list[int]]:
     if not isinstance(seqlens_q, (list, tuple)) or not seqlens_q:
         raise TypeError(f"seqlens_q must be a non-empty list of ints, got {seqlens_q!r}")
-    lq = [_nonneg_int(n, f"seqlens_q[{b}]") for b, n in enumerate(seqlens_q)]
+    lq = [nonneg_int(n, f"seqlens_q[{b}]") for b, n in enumerate(seqlens_q)]
     if seqlens_k is None:
         return lq, list(lq)
     if not isinstance(seqlens_k, (list, tuple)) or len(seqlens_k) != len(lq):
         raise ValueError(f"seqlens_k must be a list of {len(lq)} ints like seqlens_q, got {seqlens_k!r}")
-    return lq, [_nonneg_int(n, f"seqlens_k[{b}]") for b, n in enumerate(seqlens_k)]
+    return lq, [nonneg_int(n, f"seqlens_k[{b}]") for b, n in enumerate(seqlens_k)]
 
 
 def _add(a: dict, b: dict) -> dict:
@@ -332,7 +324,7 @@ def decode_window_keys(*, seq: int, queries: int = 1, window=None, causal: bool 
     The step's ``queries`` sit at positions seq − queries .. seq − 1, so the keys any of them may see
     are [seq − queries − left, seq): ``min(seq, left + queries)`` with a left edge, all ``seq`` without
     one (the right edge never reaches past the cache). A 4K window over a 128K cache: 4K keys, not 128K."""
-    n = _nonneg_int(seq, "seq")
+    n = nonneg_int(seq, "seq")
     nq = pos_int(queries, "queries")
     left, _ = window_sides(window, causal)
     return n if left < 0 else min(n, left + nq)
