@@ -6,6 +6,7 @@ Kernels (blockwise PyTorch and Triton alike) keep scores in base 2 so that ``exp
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 
@@ -29,6 +30,7 @@ def interpret_mode() -> bool:
     return os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "yes", "on")
 
 
+@functools.cache
 def triton_available() -> bool:
     """True when triton (the ``gpu`` extra) can be imported."""
     try:

@@ -241,6 +241,16 @@ def flash_decode(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, n
     Returns:
         out (B, H, Nq, Dv) in q's dtype, lse (B, H, Nq) float32 (float64 for float64 inputs).
     """
+    key = None
+    if stats is None and type(q) is torch.Tensor and q.is_cuda and triton_available():
+        from .gpu import decode
+
+        # a call with the signature of an earlier supported call reuses its plan: no checks, no binding
+        key = decode.plan_key(q, k_cache, v_cache, cache_seqlens, block_table, num_splits, causal, window,
+                              softcap, alibi_slopes, scale)
+        if key is not None and (result := decode.run_planned(key, q, k_cache, v_cache, cache_seqlens, block_table,
+                                                             alibi_slopes)) is not None:
+            return result
     cache_seqlens = seqlens_tensor(cache_seqlens, q)
     on_cuda = isinstance(q, torch.Tensor) and q.is_cuda
     # the page ids and lengths are checked on the host except on CUDA, where that would synchronise
@@ -262,7 +272,7 @@ def flash_decode(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, n
             if why is None:
                 return decode.decode_fn(q, k_cache, v_cache, dims, cache_seqlens=cache_seqlens,
                                         block_table=block_table, num_splits=num_splits, mask=mask, scale=scale,
-                                        softcap=softcap, slopes=slopes)
+                                        softcap=softcap, slopes=slopes, key=key)
         _warn_fallback("flash_decode", why)
         check_decode_inputs(q, k_cache, v_cache, cache_seqlens, block_table)  # now the values: read on the host
     return _blockwise_decode(q, k_cache, v_cache, dims, cache_seqlens=cache_seqlens, block_table=block_table,

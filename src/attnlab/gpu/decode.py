@@ -38,6 +38,7 @@ from .._checks import (
 )
 from .._runtime import LOG2E, interpret_mode
 from .decode_kernels import _decode_merge_kernel, _decode_split_kernel
+from .launch import Launcher, current_stream, tensor_key
 
 SUPPORTED_HEAD_DIMS = (32, 64, 96, 128, 256)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
@@ -204,10 +205,17 @@ def flash_decode_triton(q, k_cache, v_cache, *, cache_seqlens=None, block_table=
         out (B, H, Nq, D) in q's dtype and lse (B, H, Nq) float32 (natural log). Rows with no
         visible key give out = 0, lse = -inf.
 
+    A call whose inputs have the signature of an earlier call (shapes, strides, dtypes, device,
+    variant, stream: ``plan_key``) reuses that call's plan and compiled kernels without checking again.
     On CUDA the lengths and page ids are not read on the host (that would synchronise every call);
     the kernel clamps them into the cache, so bad values give wrong numbers, never a bad access.
     Inputs the kernels do not cover raise a ``ValueError`` (``attnlab.flash_decode`` falls back instead).
     """
+    key = plan_key(q, k_cache, v_cache, cache_seqlens, block_table, num_splits, causal, window, softcap,
+                   alibi_slopes, scale, config)
+    if key is not None and (result := run_planned(key, q, k_cache, v_cache, cache_seqlens, block_table,
+                                                  alibi_slopes)) is not None:
+        return result
     cache_seqlens = seqlens_tensor(cache_seqlens, q)
     dims = check_decode_inputs(q, k_cache, v_cache, cache_seqlens, block_table,
                                check_values=q.device.type != "cuda")
@@ -224,7 +232,7 @@ def flash_decode_triton(q, k_cache, v_cache, *, cache_seqlens=None, block_table=
                          "attnlab.flash_decode runs such inputs on the blockwise PyTorch path")
     return decode_fn(q, k_cache, v_cache, dims, cache_seqlens=cache_seqlens, block_table=block_table,
                      num_splits=num_splits, mask=mask, scale=resolve_scale(scale, dims.D), softcap=softcap,
-                     slopes=slopes, config=config)
+                     slopes=slopes, config=config, key=key)
 
 
 def streamed_keys(*, capacity: int, queries: int, mask) -> int:
@@ -235,6 +243,7 @@ def streamed_keys(*, capacity: int, queries: int, mask) -> int:
 
 
 _COUNTERS: dict = {}
+_SPARE: dict = {}
 
 
 def _counters(device, n: int) -> torch.Tensor:
@@ -248,71 +257,166 @@ def _counters(device, n: int) -> torch.Tensor:
     return buf
 
 
-def decode_fn(q, k_cache, v_cache, dims, *, cache_seqlens, block_table, num_splits: int | None, mask,
-              scale: float, softcap: float | None = None, slopes=None, config: DecodeConfig | None = None):
-    """Run the kernels on inputs already checked and supported (``dims`` from ``check_decode_inputs``,
-    ``mask`` a ``variants.Mask``, ``slopes`` (B, H) float32 or None)."""
-    B, H, Nq, D, Hkv = dims.B, dims.H, dims.Nq, dims.D, dims.Hkv
-    cfg = config or _config_for(dims, q.device)
-    keys = streamed_keys(capacity=dims.capacity, queries=Nq, mask=mask)
-    if num_splits is None:
-        num_splits = choose_num_splits(batch=B, kv_heads=Hkv, seq=keys, head_dim=D, device=q.device, config=cfg)
-    # the streamed keys start in the tile holding the first of them: at most one tile more than they fill
-    tiles = triton.cdiv(dims.capacity, cfg.block_n)
-    if mask.left >= 0:
-        tiles = min(tiles, triton.cdiv(keys, cfg.block_n) + 1)
-    num_splits = max(1, min(num_splits, tiles))
-    dev = q.device
-    has_seqlens = cache_seqlens is not None
-    if has_seqlens and (cache_seqlens.dtype != torch.int32 or not cache_seqlens.is_contiguous()):
-        cache_seqlens = cache_seqlens.to(torch.int32).contiguous()
-    paged = block_table is not None
-    if paged:
-        if block_table.dtype != torch.int32 or block_table.stride(-1) != 1:
+def _spare(device) -> torch.Tensor:
+    """A small float32 tensor passed for the pointer arguments a launch does not read."""
+    key = str(device)
+    if key not in _SPARE:
+        _SPARE[key] = torch.zeros(16, dtype=torch.float32, device=device)
+    return _SPARE[key]
+
+
+class DecodePlan:
+    """Everything a decode call derives from its signature — the inputs' shapes, strides, dtypes and
+    device, the variant, the split count, the configuration — computed once: the grid, the scalar
+    arguments, the output and partial shapes, and the kernels' ``Launcher``s (which, after their first
+    launch, skip Triton's per-call argument binding). Calling it with tensors of that signature
+    allocates the outputs and launches."""
+
+    def __init__(self, q, k_cache, v_cache, dims, *, cache_seqlens, block_table, num_splits: int | None, mask,
+                 scale: float, softcap: float | None, slopes, config: DecodeConfig | None):
+        B, H, Nq, D, Hkv = dims.B, dims.H, dims.Nq, dims.D, dims.Hkv
+        dev = q.device
+        cfg = config or _config_for(dims, dev)
+        keys = streamed_keys(capacity=dims.capacity, queries=Nq, mask=mask)
+        if num_splits is None:
+            num_splits = choose_num_splits(batch=B, kv_heads=Hkv, seq=keys, head_dim=D, device=dev, config=cfg)
+        # the streamed keys start in the tile holding the first of them: at most one tile more than they fill
+        tiles = triton.cdiv(dims.capacity, cfg.block_n)
+        if mask.left >= 0:
+            tiles = min(tiles, triton.cdiv(keys, cfg.block_n) + 1)
+        self.num_splits = S = max(1, min(num_splits, tiles))
+        self.merge = 0 if S == 1 else (2 if cfg.fused_merge else 1)
+        self.shape, self.dtype, self.device = (B, H, Nq, D), q.dtype, dev
+        self.has_seqlens = cache_seqlens is not None
+        self.cast_seqlens = self.has_seqlens and (cache_seqlens.dtype != torch.int32
+                                                  or not cache_seqlens.is_contiguous())
+        self.paged = block_table is not None
+        self.cast_table = self.paged and (block_table.dtype != torch.int32 or block_table.stride(-1) != 1)
+        if self.cast_table:
             block_table = block_table.to(torch.int32).contiguous()
-        stride_tb = block_table.stride(0)
-    else:
-        block_table, stride_tb = q, 0  # not read
-    if not has_seqlens:
-        cache_seqlens = q  # not read (HAS_SEQLENS=False: every sequence holds the capacity)
-    out = torch.empty_like(q)  # (B, H, Nq, D)
-    lse = torch.empty((B, H, Nq), dtype=torch.float32, device=dev)  # (B, H, Nq), natural log
-    merge = 0 if num_splits == 1 else (2 if cfg.fused_merge else 1)
-    counters = _counters(dev, B * Hkv) if merge == 2 else lse
-    if merge == 0:
-        o_part = lse_part = lse  # unused
-    else:
-        o_part = torch.empty((B, H, Nq, num_splits, D), dtype=torch.float32, device=dev)  # (B, H, Nq, S, D)
-        lse_part = torch.empty((B, H, Nq, num_splits), dtype=torch.float32, device=dev)  # (B, H, Nq, S)
-    G = H // Hkv
-    block_m = max(16, triton.next_power_of_2(G * Nq))  # the group's G·Nq query rows, padded
-    interp = dev.type == "cpu"
-    if slopes is None:
-        slopes_arg, stride_sb, stride_sh = lse, 0, 0  # not read
-    else:
-        slopes_arg, stride_sb, stride_sh = slopes, slopes.stride(0), slopes.stride(1)  # (B, H), maybe expanded
-    # with softcap the kernel computes softcap·log2(e)·tanh(scale·qk/softcap): base 2 after the cap
-    qk_scale, cap_scale = (scale * LOG2E, 0.0) if softcap is None else (scale / softcap, softcap * LOG2E)
-    _decode_split_kernel[(num_splits, Hkv, B)](
-        q, k_cache, v_cache, cache_seqlens, block_table, o_part, lse_part, out, lse, counters, slopes_arg,
-        *q.stride(), *k_cache.stride(), *v_cache.stride(), stride_tb, *out.stride(), stride_sb, stride_sh,
-        qk_scale, cap_scale, max(mask.left, 0), max(mask.right, 0),
-        H, dims.capacity, dims.num_pages or 1, num_splits,
-        D=D, NQ=Nq, G=G, PAGE_SIZE=dims.page_size or 1,
-        BLOCK_M=block_m, BLOCK_N=cfg.block_n, BLOCK_D=cfg.block_d,
-        PAGED=paged, HAS_LEFT=mask.left >= 0, HAS_RIGHT=mask.right >= 0, HAS_SOFTCAP=softcap is not None,
-        HAS_ALIBI=slopes is not None, MERGE=merge, DOT_F32=interp, EVICT=cfg.evict,
-        HAS_SEQLENS=has_seqlens,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )
-    if merge == 1:
-        _decode_merge_kernel[(B * H * Nq,)](
-            o_part, lse_part, out, lse, *out.stride(), H, D, num_splits,
-            NQ=Nq, BLOCK_S=triton.next_power_of_2(num_splits), BLOCK_D=cfg.block_d,
-            num_warps=4 if D >= 128 else 2,
-        )
-    return out, lse
+        self.has_slopes = slopes is not None
+        self.spare = _spare(dev)
+        self.counters = _counters(dev, B * Hkv) if self.merge == 2 else self.spare
+        out_strides = (H * Nq * D, Nq * D, D, 1)  # out is allocated contiguous
+        stride_sb, stride_sh = (slopes.stride(0), slopes.stride(1)) if slopes is not None else (0, 0)
+        # with softcap the kernel computes softcap·log2(e)·tanh(scale·qk/softcap): base 2 after the cap
+        qk_scale, cap_scale = (scale * LOG2E, 0.0) if softcap is None else (scale / softcap, softcap * LOG2E)
+        interp = dev.type == "cpu"
+        self.tail = [  # the split kernel's arguments after its 11 pointers, in order
+            *q.stride(), *k_cache.stride(), *v_cache.stride(), block_table.stride(0) if self.paged else 0,
+            *out_strides, stride_sb, stride_sh, qk_scale, cap_scale, max(mask.left, 0), max(mask.right, 0),
+            H, dims.capacity, dims.num_pages or 1, S,
+            # constexprs
+            D, Nq, H // Hkv, dims.page_size or 1,
+            max(16, triton.next_power_of_2((H // Hkv) * Nq)),  # BLOCK_M: the group's G·Nq query rows, padded
+            cfg.block_n, cfg.block_d, self.paged, mask.left >= 0, mask.right >= 0, softcap is not None,
+            slopes is not None, self.merge, interp, cfg.evict, self.has_seqlens,
+        ]
+        assert len(self.tail) + 11 == len(_decode_split_kernel.arg_names)
+        self.split = Launcher(_decode_split_kernel, (S, Hkv, B), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        if self.merge == 1:
+            self.merge_tail = [*out_strides, H, D, S, Nq, triton.next_power_of_2(S), cfg.block_d]
+            self.merge_launch = Launcher(_decode_merge_kernel, (B * H * Nq, 1, 1), num_warps=4 if D >= 128 else 2,
+                                         num_stages=3)
+
+    def __call__(self, q, k_cache, v_cache, cache_seqlens, block_table, slopes, stream: int | None = None):
+        """Launch on tensors of the plan's signature (``slopes`` the (H,) or (B, H) tensor or its (B, H)
+        view); returns (out, lse)."""
+        B, H, Nq, D = self.shape
+        dev, spare = self.device, self.spare
+        out = torch.empty(self.shape, dtype=self.dtype, device=dev)  # (B, H, Nq, D)
+        lse = torch.empty((B, H, Nq), dtype=torch.float32, device=dev)  # (B, H, Nq), natural log
+        if self.merge:
+            o_part = torch.empty((B, H, Nq, self.num_splits, D), dtype=torch.float32, device=dev)  # (B, H, Nq, S, D)
+            lse_part = torch.empty((B, H, Nq, self.num_splits), dtype=torch.float32, device=dev)  # (B, H, Nq, S)
+        else:
+            o_part = lse_part = spare  # not read
+        if self.cast_seqlens:
+            cache_seqlens = cache_seqlens.to(torch.int32).contiguous()
+        if self.cast_table:
+            block_table = block_table.to(torch.int32).contiguous()
+        self.split([q, k_cache, v_cache, cache_seqlens if self.has_seqlens else spare,
+                    block_table if self.paged else spare, o_part, lse_part, out, lse, self.counters,
+                    slopes if self.has_slopes else spare, *self.tail], stream)
+        if self.merge == 1:
+            self.merge_launch([o_part, lse_part, out, lse, *self.merge_tail], stream)
+        return out, lse
 
 
-__all__ = ["DecodeConfig", "choose_num_splits", "decode_config_for", "decode_configs", "flash_decode_triton",
+_PLANS: dict = {}
+_MAX_PLANS = 256
+
+
+def plan_key(q, k_cache, v_cache, cache_seqlens, block_table, num_splits, causal, window, softcap, alibi_slopes,
+             scale, config=None) -> tuple | None:
+    """A key that determines a decode call's plan — every tensor's ``tensor_key``, the variant, the
+    split count, the configuration, the current CUDA device and stream — or None where it cannot say
+    (a list for a tensor, a window given as a list, anything of an unexpected type): such calls take
+    the checked path every time. Equal keys mean equal checks, so a plan made by a checked call
+    serves every later call with its key."""
+    if not (type(q) is torch.Tensor and type(causal) is bool
+            and (num_splits is None or type(num_splits) is int)
+            and (softcap is None or type(softcap) in (int, float))
+            and (scale is None or type(scale) in (int, float))
+            and (window is None or (type(window) is tuple and len(window) == 2
+                                    and type(window[0]) is int and type(window[1]) is int))):
+        return None
+    if q.is_cuda:
+        where = (torch.cuda.current_device(), current_stream(q.device))
+    elif interpret_mode():
+        where = (None, None)
+    else:
+        return None
+    try:
+        return (tensor_key(q), tensor_key(k_cache), tensor_key(v_cache),
+                None if cache_seqlens is None else tensor_key(cache_seqlens),
+                None if block_table is None else tensor_key(block_table),
+                None if alibi_slopes is None else tensor_key(alibi_slopes),
+                num_splits, causal, window, softcap, scale, config, *where)
+    except AttributeError:  # not a tensor
+        return None
+
+
+_STATS = {"hits": 0, "plans": 0}
+
+
+def run_planned(key, q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes):
+    """(out, lse) from the plan stored under ``key``, or None if there is none."""
+    plan = _PLANS.get(key)
+    if plan is None:
+        return None
+    _STATS["hits"] += 1
+    return plan(q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, key[-1])
+
+
+def plan_stats() -> dict[str, int]:
+    """How many calls reused a plan (``hits``) and how many plans were made and kept (``plans``), since
+    the process started or ``clear_plans``."""
+    return dict(_STATS, cached=len(_PLANS))
+
+
+def clear_plans() -> None:
+    """Forget every kept plan (and the counts)."""
+    _PLANS.clear()
+    _STATS.update(hits=0, plans=0)
+
+
+def decode_fn(q, k_cache, v_cache, dims, *, cache_seqlens, block_table, num_splits: int | None, mask,
+              scale: float, softcap: float | None = None, slopes=None, config: DecodeConfig | None = None,
+              key: tuple | None = None):
+    """Run the kernels on inputs already checked and supported (``dims`` from ``check_decode_inputs``,
+    ``mask`` a ``variants.Mask``, ``slopes`` (B, H) float32 or None). With ``key`` (``plan_key`` of the
+    call as made) the plan is kept for later calls with that key."""
+    plan = DecodePlan(q, k_cache, v_cache, dims, cache_seqlens=cache_seqlens, block_table=block_table,
+                      num_splits=num_splits, mask=mask, scale=scale, softcap=softcap, slopes=slopes, config=config)
+    result = plan(q, k_cache, v_cache, cache_seqlens, block_table, slopes)
+    if key is not None:
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[key] = plan
+        _STATS["plans"] += 1
+    return result
+
+
+__all__ = ["DecodeConfig", "DecodePlan", "choose_num_splits", "clear_plans", "plan_key", "plan_stats", "run_planned", "decode_config_for", "decode_configs", "flash_decode_triton",
            "gpu_for_device", "kernel_config", "streamed_keys", "unsupported", "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES"]
