@@ -12,6 +12,8 @@ pass ∈ {fwd, fwd_bwd}. Providers:
 TFLOP/s use the standard count (``attnlab.cost.attention_flops``: 4·B·H·N²·D, halved for causal,
 ×3.5 for fwd+bwd); time is ``triton.testing.do_bench``'s median on random data. fwd+bwd times
 ``torch.autograd.grad(f(q, k, v), (q, k, v), dout)`` (no gradient accumulation in the timing).
+Beside each time: ``roofline_ms``, ``attnlab.cost.roofline.attention_roofline`` of the shape and pass on
+the GPU preset of the device (``--gpu`` to pick another), and ``of_roofline`` = roofline_ms / ms.
 
 Sub-commands (one script for one GPU call, see ``device_prefill.sh``):
 
@@ -37,9 +39,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # roofline_columns, also when loaded as a module
+
+from roofline_columns import add_fraction, note, percent, prefill_roofline_ms, preset_for  # noqa: E402
 
 from attnlab.bench import Benchmark, environment, run  # noqa: E402
-from attnlab.cost import attention_flops  # noqa: E402
+from attnlab.cost import GPUS, attention_flops  # noqa: E402
 
 PROVIDERS = ("attnlab", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "flex")
 TOKENS, WIDTH = 16384, 2048  # B·N and H·D
@@ -594,21 +599,39 @@ def bench(args) -> list[dict]:
     return rows
 
 
+def with_roofline(rows: list[dict], gpu) -> list[dict]:
+    """Each bench row with ``roofline_ms`` (the shape and pass on ``gpu``) and, where it was timed,
+    ``of_roofline`` = roofline_ms / ms. ``gpu`` None leaves the rows as they are."""
+    if gpu is not None:
+        for r in rows:
+            add_fraction(r, prefill_roofline_ms(batch=r["B"], heads=r["H"], seq=r["N"], head_dim=r["D"],
+                                                causal=r["causal"], pass_=r["pass_"], gpu=gpu))
+    return rows
+
+
 def markdown(rows: list[dict], names=PROVIDERS) -> str:
-    """One line per configuration: TFLOP/s of each provider and attnlab's ratios."""
+    """One line per configuration: TFLOP/s of each provider and attnlab's ratios; where the rows carry
+    the roofline (``with_roofline``), its time and each provider's share of it."""
     keyed: dict[tuple, dict] = {}
     for r in rows:
         key = (r["D"], r["causal"], r["N"], r["pass_"])
-        keyed.setdefault(key, {})[r["provider"]] = r.get("tflops")
+        keyed.setdefault(key, {})[r["provider"]] = r
     names = [n for n in names if any(n in v for v in keyed.values())]
+    roof = any("roofline_ms" in r for r in rows)
     head = ["D", "causal", "N", "pass"] + names + ["÷ sdpa-flash", "÷ cudnn"]
+    head += ["roofline ms"] + [f"{n} %" for n in names] if roof else []
     lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
-    for (D, causal, N, p), vals in sorted(keyed.items(), key=lambda kv: (kv[0][3], kv[0][0], kv[0][1], kv[0][2])):
+    for (D, causal, N, p), by in sorted(keyed.items(), key=lambda kv: (kv[0][3], kv[0][0], kv[0][1], kv[0][2])):
+        vals = {n: r.get("tflops") for n, r in by.items()}
         cells = [str(D), "yes" if causal else "no", f"{N // 1024}K" if N >= 1024 else str(N), p.replace("_", "+")]
         cells += [f"{vals[n]:.0f}" if vals.get(n) else "—" for n in names]
         a = vals.get("attnlab")
         for ref in ("sdpa-flash", "sdpa-cudnn"):
             cells.append(f"{a / vals[ref]:.2f}" if a and vals.get(ref) else "—")
+        if roof:
+            ms = next((r["roofline_ms"] for r in by.values() if "roofline_ms" in r), None)
+            cells.append("—" if ms is None else f"{ms:.3g}")
+            cells += [percent(by[n].get("of_roofline")) if n in by else "—" for n in names]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -629,6 +652,9 @@ def main(argv=None) -> int:
     p.add_argument("--configs", default=None, help="check/bench: use the configurations a sweep wrote")
     p.add_argument("--flex-budget", type=float, default=90.0, help="seconds of FlexAttention compiles, then skip")
     p.add_argument("--quick", action="store_true", help="tiny shapes: a smoke test of the script")
+    p.add_argument("--gpu", type=str.upper, choices=list(GPUS), default=None,
+                   help="bench/report: the attnlab.cost preset of the roofline columns (default: the one the "
+                        "device's name, or the report's JSON, names; none on the CPU)")
     args = p.parse_args(argv)
     args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.command == "aot":  # compiles for sm_90 here, GPU or not; never runs anything
@@ -642,17 +668,23 @@ def main(argv=None) -> int:
         args.quick = True
         args.workers = 1
     if args.command == "report":
-        rows = json.loads(Path(args.path).read_text())["rows"]
-        print(markdown(rows))
+        saved = json.loads(Path(args.path).read_text())
+        gpu = preset_for(saved.get("environment", {}).get("gpu"), args.gpu or saved.get("roofline_gpu"))
+        rows = with_roofline(saved["rows"], gpu)
+        print((note(gpu) + "\n\n" if gpu else "") + markdown(rows))
         return 0
     rows = {"check": check, "sweep": sweep, "bench": bench}[args.command](args)
     env = environment()
+    gpu = preset_for(env.get("gpu"), args.gpu) if args.command == "bench" else None
+    with_roofline(rows, gpu)
     if args.json:
         Path(args.json).write_text(json.dumps({"command": args.command, "environment": env, "rows": rows,
-                                               "flex_compile_s": _FLEX.get("compile_s")}, indent=2))
+                                               "flex_compile_s": _FLEX.get("compile_s"),
+                                               "roofline_gpu": gpu and gpu.name}, indent=2))
     if args.command == "bench":
         md = (f"{env['date']}, {env.get('gpu', 'CPU')}, torch {env['torch']}, triton {env['triton']}, "
-              f"CUDA {env.get('cuda')}; TFLOP/s (do_bench median)\n\n" + markdown(rows))
+              f"CUDA {env.get('cuda')}; TFLOP/s (do_bench median)" + (f"; {note(gpu)}" if gpu else "")
+              + "\n\n" + markdown(rows))
         print(md)
         if args.md:
             Path(args.md).write_text(md)

@@ -19,7 +19,9 @@ Providers:
   (varlen), and the same documents padded to the longest (``sdpa-padded``). Softcap has no SDPA route.
 
 TFLOP/s count only the (query, key) pairs actually visible (``attnlab.cost.window``): 4·pairs·D·H for
-the forward, ×3.5 for forward+backward. Time: ``triton.testing.do_bench``'s median.
+the forward, ×3.5 for forward+backward. Time: ``triton.testing.do_bench``'s median. Beside it:
+``roofline_ms`` (``attnlab.cost``'s roofline of the variant's shape, window and documents on the GPU
+preset of the device, ``--gpu`` to pick another) and ``of_roofline`` = roofline_ms / ms.
 
     python benchmarks/variants.py check                 # every variant vs the float64 oracle, bf16, odd shapes
     python benchmarks/variants.py bench --D 64 --json variants-64.json --md variants-64.md
@@ -38,9 +40,13 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # roofline_columns, also when loaded as a module
+
+from roofline_columns import add_fraction, percent, prefill_roofline_ms, preset_for  # noqa: E402
 
 import attnlab  # noqa: E402
 from attnlab.bench import environment, time_fn  # noqa: E402
+from attnlab.cost import GPUS  # noqa: E402
 from attnlab.reference import attention_ref, attention_ref_varlen  # noqa: E402
 from attnlab.variants import Mask  # noqa: E402
 
@@ -278,9 +284,17 @@ def grid(Ds, variants, passes, quick: bool):
                 yield cfg
 
 
+def roofline_ms(cfg, gpu) -> float:
+    """attnlab.cost's roofline of one configuration: causal, the window's left edge, the documents."""
+    return prefill_roofline_ms(batch=1, heads=cfg["H"], seq=cfg["N"], head_dim=cfg["D"], causal=True,
+                               pass_=cfg["pass_"], gpu=gpu, window=(WINDOW - 1, 0) if cfg["variant"] == "window" else None,
+                               seqlens=cfg.get("lengths") if cfg["variant"] == "varlen" else None)
+
+
 def bench(args) -> list[dict]:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float16
+    gpu = preset_for(torch.cuda.get_device_name() if device == "cuda" else None, args.gpu)
     rows = []
     for cfg in grid(args.D, args.variants, args.passes, args.quick):
         cfg["dtype"] = dtype
@@ -297,6 +311,8 @@ def bench(args) -> list[dict]:
                 row["tflops"] = flops / (row["ms"] * 1e-3) / 1e12
             except (RuntimeError, NotImplementedError, ValueError, TypeError) as e:
                 row["skipped"] = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
+            if gpu is not None:
+                add_fraction(row, roofline_ms(cfg, gpu))
             if cfg.get("notes"):
                 row["notes"] = cfg.pop("notes")
             rows.append(row)
@@ -316,12 +332,14 @@ def _write_json(path, name, rows) -> None:
 
 def report(rows) -> str:
     """Markdown: per (D, variant, pass) every provider's TFLOP/s, and attnlab's ratio to FlexAttention
-    and to the best SDPA route."""
+    and to the best SDPA route; where the rows carry it, the roofline time and each one's share of it."""
     groups: dict[tuple, dict] = {}
     for r in rows:
         groups.setdefault((r["D"], r["variant"], r["pass_"]), {})[r["provider"]] = r
-    lines = ["| D | variant | pass | attnlab | det. | flex | best SDPA (route) | ×flex | ×SDPA | det./default |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    roof = any("roofline_ms" in r for r in rows)
+    lines = ["| D | variant | pass | attnlab | det. | flex | best SDPA (route) | ×flex | ×SDPA | det./default |"
+             + (" roofline ms | attnlab % | det. % | flex % | SDPA % |" if roof else ""),
+             "|---|---|---|---|---|---|---|---|---|---|" + ("---|" * 5 if roof else "")]
     def fmt(x):
         return "—" if x is None else f"{x:.0f}"
 
@@ -336,6 +354,11 @@ def report(rows) -> str:
         lines.append(f"| {D} | {name} | {p} | {fmt(a)} | {fmt(det)} | {fmt(fx)} | "
                      f"{fmt(sdpas.get(best))} ({best or 'none'}) | {ratio(a, fx)} | "
                      f"{ratio(a, sdpas.get(best))} | {ratio(det, a)} |")
+        if roof:
+            ms = next((r["roofline_ms"] for r in by.values() if "roofline_ms" in r), None)
+            lines[-1] += f" {'—' if ms is None else f'{ms:.3g}'} | " + " | ".join(
+                percent(by[k].get("of_roofline")) if k in by else "—" for k in ("attnlab", "attnlab-det", "flex", best)
+            ) + " |"
     return "\n".join(lines)
 
 
@@ -431,6 +454,9 @@ def main(argv=None) -> int:
     b.add_argument("--md", default=None)
     b.add_argument("--flex-budget", type=float, default=float("inf"),
                    help="seconds of FlexAttention compiles after which flex rows are skipped")
+    b.add_argument("--gpu", type=str.upper, choices=list(GPUS), default=None,
+                   help="the attnlab.cost preset of the roofline columns (default: the one the device's name "
+                        "names; none on the CPU)")
     r = sub.add_parser("report")
     r.add_argument("files", nargs="+")
     args = p.parse_args(argv)

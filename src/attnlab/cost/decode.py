@@ -6,6 +6,8 @@ intensity, and a transformer layer's prefill vs decode roofline. The Flash-Decod
 into the linear kernels (QKV, O, FFN up/gate, FFN down: weights read once, shared by the batch) and
 attention (FlashAttention with K/V in L2: Q, K, V read and O written once; a decode step reads each
 sequence's whole KV cache). Times are roofline times without launch overheads.
+
+``decode_roofline``: the limit one decode step's attention is measured against (the cache read once).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from ._args import dtype_bytes as _dtype_bytes
 from ._args import flag, heads_pair, pos_int
 from .flops import attention_flops, linear_params
 from .gpus import get_gpu
+from .io import SOFTMAX_FLOPS
 from .roofline import KernelCost, kernel_time
 
 # ---------------------------------------------------------------- §8.2 KV cache
@@ -146,3 +149,26 @@ def layer_costs(*, batch: int = 1, new_tokens: int, context: int | None = None, 
     t, bound = kernel_time(flops, nbytes, g, launch=False)
     kernels.append(KernelCost("attention", flops, float(nbytes), t, bound))
     return LayerCosts(B, Nq, Nk, kernels)
+
+
+# ---------------------------------------------------------------- §8.3 the limit of one decode step
+
+
+def decode_roofline(*, batch: int, heads: int, seq: int, head_dim: int, kv_heads: int | None = None,
+                    dtype_bytes=2, gpu="H100", launch: bool = False) -> KernelCost:
+    """The roofline of one decode step's attention: ``batch`` sequences, one query token each, ``heads``
+    query heads over a full cache of ``seq`` tokens and ``kv_heads`` K/V heads, on ``gpu``.
+
+    FLOPs 4·B·H·L·D (``attention_flops``: q·Kᵀ and p·V), the softmax's 5 per score on the FP32 units;
+    bytes: K and V read once (2·B·Hkv·L·D, what GQA shares) plus q read and o written (2·B·H·D). Time
+    = max(FLOPs / peak, bytes / bandwidth) (+ a launch with ``launch=True``) — memory-bound unless
+    H/Hkv is in the hundreds (§8.3)."""
+    B, L, D = pos_int(batch, "batch"), pos_int(seq, "seq"), pos_int(head_dim, "head_dim")
+    H, Hkv = heads_pair(heads, kv_heads)
+    nb = _dtype_bytes(dtype_bytes)
+    g = get_gpu(gpu)
+    flops = attention_flops(batch=B, heads=H, seq_q=1, seq_k=L, head_dim=D)
+    fp32 = float(SOFTMAX_FLOPS * B * H * L)
+    nbytes = float((2 * B * Hkv * L * D + 2 * B * H * D) * nb)
+    t, bound = kernel_time(flops, nbytes, g, fp32_flops=fp32, launch=flag(launch, "launch"))
+    return KernelCost("decode attention", flops, nbytes, t, bound, fp32)

@@ -4,6 +4,10 @@
 kernels of ``io.py`` for a whole (B, H, Hkv, N, D) problem and return ``KernelCost`` lists that demos
 print and tests check. These are lower bounds, not measurements: FlashAttention-2 reaches about 35%
 of H100's peak (FlashAttention-3 paper), so measured times sit above them.
+
+``attention_roofline`` / ``varlen_attention_roofline`` are the limit a benchmark row is measured
+against: the forward, backward or both of one shape (GQA, causal, a sliding window, packed documents)
+with every array moved once and only the visible (query, key) pairs computed.
 """
 
 from __future__ import annotations
@@ -12,8 +16,9 @@ from dataclasses import asdict, dataclass
 
 from . import io as _io
 from ._args import dtype_bytes as _dtype_bytes
-from ._args import flag, heads_pair, pos_int
+from ._args import flag, heads_pair, nonneg_int, pos_int
 from .gpus import GPU, get_gpu
+from .window import visible_pairs
 
 STAT_BYTES = 4  # L, m, ℓ, D are FP32 rows
 
@@ -253,3 +258,99 @@ def recompute_crossover_d(gpu, *, dtype_bytes=2) -> float:
     """Head dim above which reading P back beats recomputing S: bytes · ridge / 2 (V100 FP16: 139)."""
     g = get_gpu(gpu)
     return _dtype_bytes(dtype_bytes) * g.ridge / 2.0
+
+
+# ---------------------------------------------------------------- the limit a measured kernel is held to
+
+ROOFLINE_PASSES = ("fwd", "bwd", "fwd_bwd")
+BWD_FP32_FLOPS = 4  # per visible score in the backward: dS = P ∘ (dP − D) and the exp of the recompute
+
+
+def _pass_counts(kind: str, *, batch: int, heads: int, kv_heads: int, seq_q: int, seq_k: int, head_dim: int,
+                 pairs: int, nb: int) -> tuple[float, float, float]:
+    """(matmul FLOPs, FP32 FLOPs, HBM bytes) of one FlashAttention kernel ("fwd" or "bwd") over
+    ``batch`` sequences of Nq queries and Nk keys, ``pairs`` visible pairs per (sequence, head).
+
+    Forward: QKᵀ and PV, 2·D FLOPs each per visible pair; the online softmax's 5 per pair; Q read, K
+    and V read (per K/V head), O and L written. Backward: S recomputed, then dV, dP, dQ, dK, 2·D each;
+    Q, O, dO, L read, dQ written (per query head); K, V read and dK, dV written (per K/V head); D =
+    rowsum(dO ∘ O) stays on chip."""
+    B, H, Hkv, Nq, Nk, D = batch, heads, kv_heads, seq_q, seq_k, head_dim
+    q_rows, kv_rows = B * H * Nq, B * Hkv * Nk  # rows of the per-query-head and per-K/V-head arrays
+    if kind == "fwd":
+        elements = 2 * q_rows * D + 2 * kv_rows * D  # Q, O; K, V
+        return 4.0 * B * H * pairs * D, float(_io.SOFTMAX_FLOPS * B * H * pairs), float(elements * nb + q_rows * STAT_BYTES)
+    elements = 4 * q_rows * D + 4 * kv_rows * D  # Q, O, dO, dQ; K, V, dK, dV
+    return 10.0 * B * H * pairs * D, float(BWD_FP32_FLOPS * B * H * pairs), float(elements * nb + q_rows * STAT_BYTES)
+
+
+def _pass_kinds(pass_) -> tuple[str, ...]:
+    if pass_ not in ROOFLINE_PASSES:
+        raise ValueError(f"pass_ must be one of {', '.join(ROOFLINE_PASSES)}, got {pass_!r}")
+    return ("fwd", "bwd") if pass_ == "fwd_bwd" else (pass_,)
+
+
+def _cost(kind: str, counts: tuple[float, float, float], g: GPU, launch: bool) -> KernelCost:
+    flops, fp32, nbytes = counts
+    t, bound = kernel_time(flops, nbytes, g, fp32_flops=fp32, launch=launch)
+    return KernelCost("flash forward" if kind == "fwd" else "flash backward", flops, nbytes, t, bound, fp32)
+
+
+def attention_roofline(*, seq_q: int, head_dim: int, seq_k: int | None = None, batch: int = 1, heads: int = 1,
+                       kv_heads: int | None = None, causal: bool = False, window=None, pass_: str = "fwd",
+                       dtype_bytes=2, gpu="H100", launch: bool = False) -> list[KernelCost]:
+    """The roofline of attention for ``batch`` × ``heads`` × (Nq × Nk) × ``head_dim`` on ``gpu``: one
+    ``KernelCost`` per kernel of ``pass_`` ("fwd", "bwd" or "fwd_bwd": forward then backward), each
+    max(FLOPs / peak, bytes / bandwidth) (plus a launch with ``launch=True``).
+
+    The least any kernel can do: FLOPs only on the visible (query, key) pairs (``window.visible_pairs``:
+    causal, a window ``(left, right)``, bottom-right aligned), every array moved between HBM and the
+    chip once (K and V per K/V head: GQA). So a measured time is at least the sum of these; the ratio
+    (this / measured) says how far a kernel is from the physical limit, not only from its peers."""
+    g = get_gpu(gpu)
+    kinds = _pass_kinds(pass_)
+    B, D = pos_int(batch, "batch"), pos_int(head_dim, "head_dim")
+    H, Hkv = heads_pair(heads, kv_heads)
+    Nq = pos_int(seq_q, "seq_q")
+    Nk = Nq if seq_k is None else pos_int(seq_k, "seq_k")
+    nb = _dtype_bytes(dtype_bytes)
+    flag(launch, "launch")
+    pairs = visible_pairs(seq_q=Nq, seq_k=Nk, window=window, causal=causal)
+    shape = dict(batch=B, heads=H, kv_heads=Hkv, seq_q=Nq, seq_k=Nk, head_dim=D, pairs=pairs, nb=nb)
+    return [_cost(kind, _pass_counts(kind, **shape), g, launch) for kind in kinds]
+
+
+def varlen_attention_roofline(*, seqlens_q, head_dim: int, seqlens_k=None, heads: int = 1,
+                              kv_heads: int | None = None, causal: bool = False, window=None, pass_: str = "fwd",
+                              dtype_bytes=2, gpu="H100", launch: bool = False) -> list[KernelCost]:
+    """``attention_roofline`` of a packed batch of documents (flash-attn's varlen layout): one kernel per
+    pass over all documents, each with its own bottom-right alignment; FLOPs and bytes are the sums
+    over the documents (a document of no queries or keys adds nothing)."""
+    g = get_gpu(gpu)
+    kinds = _pass_kinds(pass_)
+    D = pos_int(head_dim, "head_dim")
+    H, Hkv = heads_pair(heads, kv_heads)
+    nb = _dtype_bytes(dtype_bytes)
+    flag(launch, "launch")
+    lq, lk = _seqlens(seqlens_q, seqlens_k)
+    out = []
+    for kind in kinds:
+        total = [0.0, 0.0, 0.0]
+        for nq, nk in zip(lq, lk):
+            pairs = visible_pairs(seq_q=nq, seq_k=nk, window=window, causal=causal)
+            counts = _pass_counts(kind, batch=1, heads=H, kv_heads=Hkv, seq_q=nq, seq_k=nk, head_dim=D, pairs=pairs,
+                                  nb=nb)
+            total = [a + b for a, b in zip(total, counts)]
+        out.append(_cost(kind, tuple(total), g, launch))
+    return out
+
+
+def _seqlens(seqlens_q, seqlens_k) -> tuple[list[int], list[int]]:
+    if not isinstance(seqlens_q, (list, tuple)) or not seqlens_q:
+        raise TypeError(f"seqlens_q must be a non-empty list of ints, got {seqlens_q!r}")
+    lq = [nonneg_int(n, f"seqlens_q[{b}]") for b, n in enumerate(seqlens_q)]
+    if seqlens_k is None:
+        return lq, list(lq)
+    if not isinstance(seqlens_k, (list, tuple)) or len(seqlens_k) != len(lq):
+        raise ValueError(f"seqlens_k must be a list of {len(lq)} ints like seqlens_q, got {seqlens_k!r}")
+    return lq, [nonneg_int(n, f"seqlens_k[{b}]") for b, n in enumerate(seqlens_k)]
