@@ -297,6 +297,9 @@ class DecodePlan:
         self.has_slopes = slopes is not None
         self.spare = _spare(dev)
         self.counters = _counters(dev, B * Hkv) if self.merge == 2 else self.spare
+        self.spare_ptr, self.counters_ptr = self.spare.data_ptr(), self.counters.data_ptr()
+        self.scratch = None
+        self.on_cuda = dev.type == "cuda"
         out_strides = (H * Nq * D, Nq * D, D, 1)  # out is allocated contiguous
         stride_sb, stride_sh = (slopes.stride(0), slopes.stride(1)) if slopes is not None else (0, 0)
         # with softcap the kernel computes softcap·log2(e)·tanh(scale·qk/softcap): base 2 after the cap
@@ -321,26 +324,49 @@ class DecodePlan:
 
     def __call__(self, q, k_cache, v_cache, cache_seqlens, block_table, slopes, stream: int | None = None):
         """Launch on tensors of the plan's signature (``slopes`` the (H,) or (B, H) tensor or its (B, H)
-        view); returns (out, lse)."""
+        view) on ``stream`` (a raw handle; None: the current stream); returns (out, lse)."""
         B, H, Nq, D = self.shape
-        dev, spare = self.device, self.spare
+        dev = self.device
         out = torch.empty(self.shape, dtype=self.dtype, device=dev)  # (B, H, Nq, D)
         lse = torch.empty((B, H, Nq), dtype=torch.float32, device=dev)  # (B, H, Nq), natural log
-        if self.merge:
-            o_part = torch.empty((B, H, Nq, self.num_splits, D), dtype=torch.float32, device=dev)  # (B, H, Nq, S, D)
-            lse_part = torch.empty((B, H, Nq, self.num_splits), dtype=torch.float32, device=dev)  # (B, H, Nq, S)
-        else:
-            o_part = lse_part = spare  # not read
         if self.cast_seqlens:
             cache_seqlens = cache_seqlens.to(torch.int32).contiguous()
         if self.cast_table:
             block_table = block_table.to(torch.int32).contiguous()
+        if stream is not None and self.split.direct() and (self.merge != 1 or self.merge_launch.direct()):
+            o_part, lse_part = self._partials()
+            self.split.launch([q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
+                               cache_seqlens.data_ptr() if self.has_seqlens else self.spare_ptr,
+                               block_table.data_ptr() if self.paged else self.spare_ptr,
+                               o_part, lse_part, out.data_ptr(), lse.data_ptr(), self.counters_ptr,
+                               slopes.data_ptr() if self.has_slopes else self.spare_ptr, *self.tail], stream)
+            if self.merge == 1:
+                self.merge_launch.launch([o_part, lse_part, out.data_ptr(), lse.data_ptr(), *self.merge_tail], stream)
+            return out, lse
+        spare = self.spare
+        o_part, lse_part = self._partials(as_tensors=True)
         self.split([q, k_cache, v_cache, cache_seqlens if self.has_seqlens else spare,
                     block_table if self.paged else spare, o_part, lse_part, out, lse, self.counters,
                     slopes if self.has_slopes else spare, *self.tail], stream)
         if self.merge == 1:
             self.merge_launch([o_part, lse_part, out, lse, *self.merge_tail], stream)
         return out, lse
+
+    def _partials(self, as_tensors: bool = False):
+        """The partial outputs and lse of the splits (float32 (B, H, Nq, S, D) and (B, H, Nq, S)):
+        the plan's own scratch — calls queued on one stream run in order, and a plan belongs to one
+        stream — except while a CUDA graph is being captured: a graph gets buffers of its own, which
+        live as long as it does. As data pointers unless ``as_tensors``; the spare tensor without splits."""
+        if not self.merge:
+            return (self.spare, self.spare) if as_tensors else (self.spare_ptr, self.spare_ptr)
+        parts = self.scratch
+        if parts is None or (self.on_cuda and torch.cuda.is_current_stream_capturing()):
+            B, H, Nq, D = self.shape
+            parts = (torch.empty((B, H, Nq, self.num_splits, D), dtype=torch.float32, device=self.device),
+                     torch.empty((B, H, Nq, self.num_splits), dtype=torch.float32, device=self.device))
+            if self.scratch is None and not (self.on_cuda and torch.cuda.is_current_stream_capturing()):
+                self.scratch = parts
+        return parts if as_tensors else (parts[0].data_ptr(), parts[1].data_ptr())
 
 
 _PLANS: dict = {}

@@ -1,0 +1,275 @@
+"""Host time of one eager decode call, and eager against CUDA-graph speed (lecture §8.4, the host side).
+
+A decode step reads a few MB; on an H200 that is a few µs to tens of µs of GPU time, so the Python
+and launch work of one call (checks, Triton's argument binding, allocations) can decide the speed
+of eager decoding. Three parts, each printed as a table and written to ``--json``:
+
+1. **Floors** (µs of host time per call): an empty Triton kernel launched through ``kernel[grid]``
+   (Triton's own per-call work for one pointer), ``torch.empty`` (one allocation), and an empty
+   Triton kernel with the decode kernel's full argument list through ``kernel[grid]``.
+2. **Host time per call** on a shape whose GPU time is far below the host time (so a loop of calls
+   measures the host: the GPU never holds the launch queue back): ``attnlab.flash_decode`` with a
+   kept plan (the default: every call after the first), the same call made to check and plan again
+   each time (``clear_plans`` before it: the path every call took before plans were kept),
+   ``flash_decode_triton``, and SDPA's backends. Mean over ``--calls`` calls, best of 5 rounds.
+3. **Eager vs CUDA graph** on the decode shapes of the benchmarks (batch 1, GQA): per-call time of
+   a loop of eager calls (one sync at the end) against the per-call time of the same calls captured
+   in one CUDA graph, for attnlab and SDPA cuDNN; and TB/s over the K/V bytes read.
+
+    python benchmarks/decode_host.py [--calls 2000] [--json out.json] [--md out.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import attnlab
+
+SHAPES = [  # (B, H, Hkv, L, D): the issue's small-batch decode shapes
+    (1, 32, 8, 32768, 128),
+    (1, 64, 8, 8192, 128),
+    (1, 28, 4, 20000, 128),
+    (8, 32, 8, 32768, 128),
+]
+TINY = (1, 32, 8, 256, 128)  # GPU time far below any host time: a loop of calls measures the host
+
+
+def host_us(fn, *, calls: int, rounds: int = 5) -> float:
+    """Host µs per call: a loop of ``calls`` calls, synchronised only before and after; best round."""
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        best = min(best, (t1 - t0) / calls * 1e6)
+    return best
+
+
+def eager_us(fn, *, calls: int, rounds: int = 5) -> float:
+    """Per-call µs of eager calls with the GPU's work included: the loop is timed to its final sync."""
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) / calls * 1e6)
+    return statistics.median(times)
+
+
+def graph_us(fn, *, calls: int) -> float:
+    """Per-call µs of ``calls`` calls captured in one CUDA graph (no host work), median of 5 replays."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(5):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) * 1e3 / calls)
+    del g
+    return statistics.median(times)
+
+
+def inputs(shape, dtype=torch.bfloat16):
+    B, H, Hkv, L, D = shape
+    q = torch.randn(B, H, 1, D, dtype=dtype, device="cuda")
+    k = torch.randn(B, Hkv, L, D, dtype=dtype, device="cuda")
+    v = torch.randn(B, Hkv, L, D, dtype=dtype, device="cuda")
+    lens = torch.full((B,), L, dtype=torch.int32, device="cuda")
+    return q, k, v, lens
+
+
+def sdpa_call(q, k, v, backend: str):
+    """SDPA with one backend (``enable_gqa``), or None when that backend refuses the shape."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def fn():
+        with sdpa_kernel(getattr(SDPBackend, backend)):
+            return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+    try:
+        fn()
+        torch.cuda.synchronize()
+    except RuntimeError:
+        return None
+    return fn
+
+
+def floors(calls: int) -> dict:
+    import triton
+
+    from attnlab.gpu.decode_kernels import _decode_split_kernel
+
+    @triton.jit
+    def empty1(X):
+        pass
+
+    import importlib.util
+    import tempfile
+
+    n = len(_decode_split_kernel.arg_names)
+    names = ", ".join(f"a{i}" for i in range(n))
+    # an empty kernel with the decode kernel's arity; triton.jit reads source, so it lives in a file
+    path = Path(tempfile.mkdtemp()) / "emptyn.py"
+    path.write_text(f"import triton\n\n\n@triton.jit\ndef emptyn({names}):\n    pass\n")
+    spec = importlib.util.spec_from_file_location("emptyn", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    emptyn = mod.emptyn
+    x = torch.zeros(16, device="cuda")
+    ptrs = [x] * 11  # the decode kernel's 11 pointers, then ints/floats as it takes them
+    scalars = [128] * (n - 11)
+    args = [*ptrs, *scalars]
+    compiled = emptyn[(1,)](*args)
+    runner = compiled[(1, 1, 1)]
+    run, fn, meta = compiled.run, compiled.function, compiled.packed_metadata
+    stream = torch.cuda.current_stream().cuda_stream
+    int_args = [x.data_ptr()] * 11 + scalars
+    q = torch.empty(1, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
+    return {
+        "triton_empty_1_arg, kernel[grid]": host_us(lambda: empty1[(1,)](x), calls=calls),
+        f"triton_empty_{n}_args, kernel[grid]": host_us(lambda: emptyn[(1,)](*args), calls=calls),
+        f"triton_empty_{n}_args, compiled runner": host_us(lambda: runner(*args, stream=stream), calls=calls),
+        f"triton_empty_{n}_args, compiled launcher": host_us(
+            lambda: run(1, 1, 1, stream, fn, meta, None, None, None, *args), calls=calls),
+        f"triton_empty_{n}_args, compiled launcher, int pointers": host_us(
+            lambda: run(1, 1, 1, stream, fn, meta, None, None, None, *int_args), calls=calls),
+        "torch.empty": host_us(lambda: torch.empty(4096, device="cuda"), calls=calls),
+        "tensor.data_ptr()": host_us(lambda: q.data_ptr(), calls=calls),
+        "tensor shape+stride+dtype+device": host_us(lambda: (q.shape, q.stride(), q.dtype, q.device), calls=calls),
+        "tensor shape+stride+dtype+get_device": host_us(lambda: (q.shape, q.stride(), q.dtype, q.get_device()),
+                                                        calls=calls),
+        "torch.cuda.current_stream().cuda_stream": host_us(lambda: torch.cuda.current_stream().cuda_stream,
+                                                           calls=calls),
+        "torch._C._cuda_getCurrentRawStream(0)": host_us(lambda: torch._C._cuda_getCurrentRawStream(0),
+                                                          calls=calls),
+        "torch.cuda.current_device()": host_us(torch.cuda.current_device, calls=calls),
+    }
+
+
+def host_rows(calls: int) -> list[dict]:
+    from attnlab.gpu import decode
+
+    q, k, v, lens = inputs(TINY)
+    rows = []
+
+    def add(name, fn):
+        if fn is not None:
+            rows.append({"call": name, "host_us": host_us(fn, calls=calls)})
+
+    add("attnlab.flash_decode (plan kept)", lambda: attnlab.flash_decode(q, k, v, cache_seqlens=lens))
+    add("attnlab.flash_decode, window (plan kept)",
+        lambda: attnlab.flash_decode(q, k, v, cache_seqlens=lens, window=(128, 0)))
+    add("flash_decode_triton (plan kept)", lambda: decode.flash_decode_triton(q, k, v, cache_seqlens=lens))
+
+    add("  of which: decode.plan_key",
+        lambda: decode.plan_key(q, k, v, lens, None, None, True, None, None, None, None))
+    key = decode.plan_key(q, k, v, lens, None, None, True, None, None, None, None)
+    add("  of which: the kept plan's allocations and launch",
+        lambda: decode.run_planned(key, q, k, v, lens, None, None))
+
+    def replanned():
+        decode.clear_plans()
+        return attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+
+    add("attnlab.flash_decode, checked and planned every call", replanned)
+    for backend in ("CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION"):
+        add(f"SDPA {backend.split('_')[0].lower()}", sdpa_call(q, k, v, backend))
+    return rows
+
+
+def speed_rows(calls: int) -> list[dict]:
+    rows = []
+    for shape in SHAPES:
+        B, H, Hkv, L, D = shape
+        q, k, v, lens = inputs(shape)
+        nbytes = 2 * B * Hkv * L * D * q.element_size()
+
+        def mine(q=q, k=k, v=v, lens=lens):
+            return attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+
+        for name, fn in (("attnlab", mine), ("sdpa-cudnn", sdpa_call(q, k, v, "CUDNN_ATTENTION"))):
+            if fn is None:
+                continue
+            eager, graph = eager_us(fn, calls=calls // 10), graph_us(fn, calls=50)
+            rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "provider": name, "eager_us": eager,
+                         "graph_us": graph, "eager_over_graph": eager / graph,
+                         "eager_tb_per_s": nbytes / eager / 1e6, "graph_tb_per_s": nbytes / graph / 1e6})
+    return rows
+
+
+def markdown(result: dict) -> str:
+    lines = [f"{result['gpu']}, torch {result['torch']}, triton {result['triton']}, bf16", "",
+             "| floor | host µs/call |", "|---|---|"]
+    lines += [f"| {k} | {v:.1f} |" for k, v in result["floors"].items()]
+    B, H, Hkv, L, D = TINY
+    lines += ["", f"Host time per call at B={B}, H={H}/{Hkv}, L={L}, D={D} (GPU time far below it):", "",
+              "| call | host µs/call |", "|---|---|"]
+    lines += [f"| {r['call']} | {r['host_us']:.1f} |" for r in result["host"]]
+    lines += ["", "| B | H/Hkv | L | provider | eager µs | graph µs | eager/graph | eager TB/s | graph TB/s |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['B']} | {r['H']}/{r['Hkv']} | {r['L']} | {r['provider']} | {r['eager_us']:.1f} | "
+              f"{r['graph_us']:.1f} | {r['eager_over_graph']:.2f} | {r['eager_tb_per_s']:.2f} | "
+              f"{r['graph_tb_per_s']:.2f} |" for r in result["speed"]]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--calls", type=int, default=2000, help="calls per timed loop (default 2000)")
+    ap.add_argument("--json", type=Path, help="write the results as JSON here")
+    ap.add_argument("--md", type=Path, help="write the tables as markdown here")
+    args = ap.parse_args(argv)
+    if args.calls < 10:
+        ap.error(f"--calls must be at least 10, got {args.calls}")
+    for path in (args.json, args.md):
+        if path is not None and path.exists():
+            ap.error(f"{path} exists; not overwriting it")
+    if not torch.cuda.is_available():
+        print("decode_host: needs a CUDA GPU (host time per launch means nothing in the interpreter)", file=sys.stderr)
+        return 2
+    import triton
+
+    result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+              "floors": floors(args.calls), "host": host_rows(args.calls), "speed": speed_rows(args.calls)}
+    md = markdown(result)
+    print(md)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    if args.md:
+        args.md.write_text(md)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,205 @@
+"""Decode plans (attnlab.gpu.decode): a call with an earlier call's signature reuses that call's plan
+and, on a GPU, its compiled kernel launched directly — and gives exactly what a fresh, fully checked
+call gives. Every change of signature (shape, stride, dtype, alignment, variant, split count) makes a
+new plan; bad input is still refused after a plan exists.
+
+Without CUDA the kernels run in Triton's CPU interpreter (plans are made and reused there too; only
+the direct launch of a compiled kernel needs a GPU, and the same tests cover it there).
+"""
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+import attnlab
+
+pytest.importorskip("triton")
+from attnlab.gpu import decode  # noqa: E402
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+pytestmark = pytest.mark.usefixtures("interpreter_bfloat16")
+
+B, H, HKV, D, L = 2, 4, 2, 32, 80
+
+
+def _cache(*, dtype=torch.bfloat16, Nq=1, L=L, D=D):
+    q = torch.randn(B, H, Nq, D, dtype=dtype, device=DEV)
+    k = torch.randn(B, HKV, L, D, dtype=dtype, device=DEV)
+    v = torch.randn(B, HKV, L, D, dtype=dtype, device=DEV)
+    return q, k, v
+
+
+def _fresh(q, k, v, **kw):
+    """The same call with no plan kept: every check, a new plan."""
+    decode.clear_plans()
+    out = decode.flash_decode_triton(q, k, v, **kw)
+    decode.clear_plans()
+    return out
+
+
+def _same(a, b):
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def _slopes(shape):
+    return torch.rand(shape, dtype=torch.float32, device=DEV) * 0.5
+
+
+VARIANTS = {
+    "dense": {},
+    "window": {"window": (24, 0)},
+    "softcap": {"softcap": 5.0},
+    "alibi-h": {"alibi_slopes": "H"},
+    "alibi-bh": {"alibi_slopes": "BH"},
+    "one-split": {"num_splits": 1},
+    "merge-kernel": {"num_splits": 3, "config": "merge-kernel"},
+    "int64-lengths": {"lengths": torch.int64},
+}
+
+
+def _kwargs(name):
+    kw = dict(VARIANTS[name])
+    if "alibi_slopes" in kw:
+        kw["alibi_slopes"] = _slopes((H,) if kw["alibi_slopes"] == "H" else (B, H))
+    if kw.get("config") == "merge-kernel":
+        kw["config"] = replace(decode.decode_config_for(torch.empty(B, H, 1, D), torch.empty(B, HKV, L, D)),
+                               fused_merge=False)
+    dtype = kw.pop("lengths", torch.int32)
+    return kw, dtype
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_second_call_reuses_the_plan_and_equals_a_checked_call(name):
+    kw, len_dtype = _kwargs(name)
+    q, k, v = _cache()
+    decode.clear_plans()
+    decode.flash_decode_triton(q, k, v, cache_seqlens=torch.tensor([L, 37], dtype=len_dtype, device=DEV), **kw)
+    assert decode.plan_stats() == {"hits": 0, "plans": 1, "cached": 1}
+    # new queries and new lengths, same signature: the plan is reused and reads the new values
+    q2 = torch.randn_like(q)
+    lens2 = torch.tensor([5, L - 1], dtype=len_dtype, device=DEV)
+    got = decode.flash_decode_triton(q2, k, v, cache_seqlens=lens2, **kw)
+    assert decode.plan_stats()["hits"] == 1
+    _same(got, _fresh(q2, k, v, cache_seqlens=lens2, **kw))
+
+
+def test_paged_cache_with_int64_table_reuses_its_plan():
+    q, k, v = _cache()
+    page = 16
+    pages = torch.randperm(B * L // page, device=DEV)
+    kp = k.reshape(B, HKV, L // page, page, D).permute(0, 2, 3, 1, 4).reshape(-1, page, HKV, D)[torch.argsort(pages)]
+    vp = v.reshape(B, HKV, L // page, page, D).permute(0, 2, 3, 1, 4).reshape(-1, page, HKV, D)[torch.argsort(pages)]
+    table = pages.reshape(B, L // page).to(torch.int64)
+    lens = torch.tensor([L, 41], dtype=torch.int32, device=DEV)
+    decode.clear_plans()
+    first = decode.flash_decode_triton(q, kp, vp, cache_seqlens=lens, block_table=table)
+    again = decode.flash_decode_triton(q, kp, vp, cache_seqlens=lens, block_table=table)
+    assert decode.plan_stats()["hits"] == 1
+    _same(first, again)
+    _same(again, decode.flash_decode_triton(q, k, v, cache_seqlens=lens))  # the contiguous cache's answer
+
+
+CHANGES = {
+    "window": {"window": (8, 0)},
+    "not causal": {"causal": False},
+    "scale": {"scale": 0.3},
+    "softcap": {"softcap": 2.0},
+    "num_splits": {"num_splits": 2},
+}
+
+
+@pytest.mark.parametrize("name", list(CHANGES))
+def test_each_change_of_signature_makes_a_new_plan(name):
+    q, k, v = _cache()
+    lens = torch.tensor([L, 50], dtype=torch.int32, device=DEV)
+    kw = CHANGES[name]
+    want = _fresh(q, k, v, cache_seqlens=lens, **kw)
+    decode.flash_decode_triton(q, k, v, cache_seqlens=lens)
+    got = decode.flash_decode_triton(q, k, v, cache_seqlens=lens, **kw)
+    assert decode.plan_stats() == {"hits": 0, "plans": 2, "cached": 2}
+    _same(got, want)
+
+
+def test_layout_dtype_and_alignment_are_part_of_the_signature():
+    q, k, v = _cache(Nq=2)
+    lens = torch.tensor([L, 50], dtype=torch.int32, device=DEV)
+    half = [x.to(torch.float16) for x in (q, k, v)]
+    want_half = _fresh(*half, cache_seqlens=lens)
+    base = decode.flash_decode_triton(q, k, v, cache_seqlens=lens)
+    # q as a strided view (B, Nq, H, D) transposed: other strides, same values
+    qt = q.transpose(1, 2).contiguous().transpose(1, 2)
+    assert qt.stride() != q.stride()
+    _same(decode.flash_decode_triton(qt, k, v, cache_seqlens=lens), base)
+    # q at an address that is not a multiple of 16 bytes
+    flat = torch.empty(q.numel() + 1, dtype=q.dtype, device=DEV)
+    qm = flat[1:].view(q.shape)
+    qm.copy_(q)
+    assert qm.data_ptr() % 16
+    _same(decode.flash_decode_triton(qm, k, v, cache_seqlens=lens), base)
+    _same(decode.flash_decode_triton(*half, cache_seqlens=lens), want_half)  # float16: another dtype
+    assert decode.plan_stats() == {"hits": 0, "plans": 4, "cached": 4}
+
+
+def test_bad_input_is_refused_after_a_plan_exists():
+    q, k, v = _cache()
+    lens = torch.tensor([L, 50], dtype=torch.int32, device=DEV)
+    decode.clear_plans()
+    decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=1, softcap=1.0)
+    with pytest.raises(ValueError, match="num_splits"):
+        decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=True, softcap=1.0)
+    with pytest.raises(ValueError, match="softcap"):
+        decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=1, softcap=True)
+    with pytest.raises(TypeError, match="dtype"):
+        decode.flash_decode_triton(q, k.half(), v, cache_seqlens=lens, num_splits=1, softcap=1.0)
+    assert decode.plan_stats()["hits"] == 0
+
+
+def test_what_has_no_key_takes_the_checked_path():
+    q, k, v = _cache()
+    assert decode.plan_key(q, k, v, [L, 50], None, None, True, None, None, None, None) is None  # a list of lengths
+    assert decode.plan_key(q, k, v, None, None, None, True, [4, 0], None, None, None) is None  # a list window
+    assert decode.plan_key(q, k, v, None, None, True, True, None, None, None, None) is None  # a bool split count
+    decode.clear_plans()
+    got = decode.flash_decode_triton(q, k, v, cache_seqlens=[L, 50], window=[4, 0])
+    assert decode.plan_stats() == {"hits": 0, "plans": 0, "cached": 0}
+    lens = torch.tensor([L, 50], device=DEV)
+    _same(got, _fresh(q, k, v, cache_seqlens=lens, window=(4, 0)))
+
+
+@pytest.mark.gpu
+def test_flash_decode_reuses_plans_on_the_gpu():
+    """attnlab.flash_decode (the dispatch) keeps and reuses plans on CUDA, bit for bit."""
+    q, k, v = _cache(L=4096, D=128)
+    lens = torch.tensor([4096, 3000], dtype=torch.int32, device=DEV)
+    decode.clear_plans()
+    first = attnlab.flash_decode(q, k, v, cache_seqlens=lens, window=(1024, 0))
+    for _ in range(3):
+        _same(attnlab.flash_decode(q, k, v, cache_seqlens=lens, window=(1024, 0)), first)
+    assert decode.plan_stats()["hits"] == 3
+    graph_safe = attnlab.flash_decode(q, k, v, cache_seqlens=lens)  # another plan
+    _same(graph_safe, _fresh(q, k, v, cache_seqlens=lens))
+
+
+@pytest.mark.gpu
+def test_plans_under_cuda_graph_capture():
+    """A plan made eagerly and one made during capture: the graph's replay follows new inputs and
+    equals eager calls (the captured call has its own split buffers)."""
+    q, k, v = _cache(L=4096, D=128)
+    lens = torch.tensor([4096, 1234], dtype=torch.int32, device=DEV)
+    decode.clear_plans()
+    attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out, lse = attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+    q.copy_(torch.randn_like(q))
+    lens.copy_(torch.tensor([777, 4000], dtype=torch.int32, device=DEV))
+    g.replay()
+    want = attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+    _same((out, lse), want)
+    _same(want, _fresh(q, k, v, cache_seqlens=lens))
