@@ -16,6 +16,10 @@ this run on this GPU:
   (``attnlab.cost``: the wave model and the calibrated model; ``--report`` fits a calibration to the
   run with ``attnlab.cost.fit_decode_calibration``).
 
+Beside every time: ``roofline_ms``, ``attnlab.cost.decode.decode_roofline`` of the shape (the cache read
+once at the GPU preset's bandwidth; ``--gpu`` picks another preset than the device's), and
+``of_roofline`` / ``graph_of_roofline`` = roofline_ms / the do_bench / CUDA-graph time.
+
 Timing: ``triton.testing.do_bench`` median (it flushes L2 between calls). Usage on a GPU:
 
     PYTHONPATH=src python benchmarks/decode.py --json decode.json
@@ -37,6 +41,13 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # roofline_columns, also when loaded as a module
+
+from roofline_columns import add_fraction, decode_roofline_ms, percent, preset_for, preset_text  # noqa: E402
+
+from attnlab.cost import GPUS, get_gpu  # noqa: E402
 
 CONFIGS = [  # (BLOCK_N, num_warps, num_stages) of the config sweep (D = 128; GPU time, every shape):
     (64, 4, 3), (128, 4, 3), (64, 4, 4),  # the two the chooser returns, and 4 stages for the small tile
@@ -390,9 +401,25 @@ def _providers(result):
     return provs
 
 
+ROOF_KEYS = {"tb_per_s": "of_roofline", "graph_tb_per_s": "graph_of_roofline"}  # bandwidth -> its roofline share
+
+
+def with_roofline(result, gpu):
+    """Every row of ``result`` with ``roofline_ms`` (``decode_roofline`` of its shape on ``gpu``) and, where
+    timed, ``of_roofline`` (do_bench) and ``graph_of_roofline`` (CUDA graph); ``gpu`` None: unchanged."""
+    if gpu is not None:
+        for r in result["rows"]:
+            add_fraction(r, decode_roofline_ms(batch=r["B"], heads=r["H"], kv_heads=r["Hkv"], seq=r["L"],
+                                               head_dim=r["D"], gpu=gpu),
+                         measured=(("ms", "of_roofline"), ("graph_ms", "graph_of_roofline")))
+        result["roofline_gpu"] = gpu.name
+    return result
+
+
 def summary_rows(result, key="tb_per_s"):
     """One dict per shape: TB/s per provider (do_bench ``tb_per_s`` or CUDA-graph ``graph_tb_per_s``),
-    attnlab over the best SDPA backend, attnlab over the copy ceiling."""
+    attnlab over the best SDPA backend, attnlab over the copy ceiling; where the rows carry it
+    (``with_roofline``), the shape's ``roofline_ms`` and each provider's share of it (``<provider>:roof``)."""
     ceiling = result.get("copy", {}).get("tb_per_s")
     out = []
     for shape in _shapes(result):
@@ -402,6 +429,9 @@ def summary_rows(result, key="tb_per_s"):
             d[p] = r.get(key)
             if r.get("gqa") == "expand":
                 d[p + ":expand"] = True
+            if "roofline_ms" in r:
+                d["roofline_ms"] = r["roofline_ms"]
+                d[p + ":roof"] = r.get(ROOF_KEYS[key])
         sdpa = [r[key] for p, r in rows.items() if p.startswith("sdpa") and key in r]
         # the shipped default: in-kernel merge ("fused" in runs that predate it being the default)
         mine = rows.get("fused", rows["attnlab"])[key] if "kernel_config" not in result else rows["attnlab"][key]
@@ -420,15 +450,20 @@ def table(result, console=None):
     console = console or make_console()
     ceiling = result.get("copy", {}).get("tb_per_s")
     provs = _providers(result)
+    roof = any("roofline_ms" in r for r in result["rows"])
     for key, title in (("tb_per_s", "do_bench median"), ("graph_tb_per_s", "CUDA graph, GPU time only")):
-        t = Table(title=f"decode KV read TB/s, {title} (copy ceiling {ceiling or float('nan'):.2f} TB/s)")
-        for c in ["B", "H/Hkv", "L", "GiB", *provs, "vs SDPA", "% ceil"]:
+        t = Table(title=f"decode KV read TB/s, {title} (copy ceiling {ceiling or float('nan'):.2f} TB/s)"
+                        + (f"; beside each, its share of the {result.get('roofline_gpu')} roofline" if roof else ""))
+        for c in ["B", "H/Hkv", "L", "GiB", *provs, "vs SDPA", "% ceil"] + (["roofline µs"] if roof else []):
             t.add_column(c, justify="right")
-        for d in summary_rows(result, key):
+        for d in summary_rows(result, key):  # one cell per provider, TB/s and (roofline) its share: fits 200 columns
             cells = [str(d["B"]), f"{d['H']}/{d['Hkv']}", f"{d['L'] // 1024}K", f"{d['gib']:.2f}"]
-            cells += ["-" if d.get(p) is None else f"{d[p]:.2f}" + ("*" if d.get(p + ":expand") else "") for p in provs]
+            cells += ["-" if d.get(p) is None else f"{d[p]:.2f}" + ("*" if d.get(p + ":expand") else "")
+                      + (f" {percent(d.get(p + ':roof'))}" if roof else "") for p in provs]
             cells += ["-" if d["vs_sdpa"] is None else f"{d['vs_sdpa']:.2f}x",
                       "-" if d["vs_ceiling"] is None else f"{100 * d['vs_ceiling']:.0f}%"]
+            if roof:
+                cells.append(_roof_us(d))
             t.add_row(*cells)
         console.print(t)
     if result.get("sweeps"):
@@ -452,6 +487,10 @@ def table(result, console=None):
         for row in cells:
             t.add_row(*row)
         console.print(t)
+
+
+def _roof_us(d) -> str:
+    return "-" if d.get("roofline_ms") is None else f"{d['roofline_ms'] * 1e3:.1f}"
 
 
 def config_table(result):
@@ -498,6 +537,11 @@ def markdown(result) -> str:
              f"read + write) in the same run: **{ceiling:.2f} TB/s**. `*`: SDPA ran on K/V expanded to H heads "
              f"(it refused `enable_gqa`); otherwise GQA used `enable_gqa=True`.", ""]
     labels = RUN1_LABELS if "kernel_config" not in result else {}
+    roof = any("roofline_ms" in r for r in result["rows"])
+    if roof:
+        lines[0] += (" Last columns: the roofline of each shape (`attnlab.cost.decode.decode_roofline` on "
+                     f"{preset_text(get_gpu(result['roofline_gpu']))}: K/V, q and o moved once) and each provider's "
+                     "share of it (roofline time / measured time).")
     for key, title in (("tb_per_s", "`triton.testing.do_bench` median (L2 flushed; CPU launch overhead "
                                     "included where a call's CPU time exceeds its GPU time)"),
                        ("graph_tb_per_s", "CUDA-graph replay, GPU time only (inputs rotated over copies "
@@ -506,13 +550,16 @@ def markdown(result) -> str:
             continue
         lines += [f"**{title}**, TB/s:", ""]
         lines.append("| B | H/Hkv | L | cache GiB | " + " | ".join(labels.get(p, p) for p in provs)
-                     + " | attnlab / best SDPA | attnlab / copy |")
-        lines.append("|" + "---|" * (len(provs) + 6))
+                     + " | attnlab / best SDPA | attnlab / copy |"
+                     + (" roofline µs | " + " | ".join(f"{labels.get(p, p)} %" for p in provs) + " |" if roof else ""))
+        lines.append("|" + "---|" * (len(provs) + 6 + (len(provs) + 1 if roof else 0)))
         for d in summary_rows(result, key):
             cells = [str(d["B"]), f"{d['H']}/{d['Hkv']}", f"{d['L'] // 1024}K", f"{d['gib']:.3f}"]
             cells += ["–" if d.get(p) is None else f"{d[p]:.2f}" + ("*" if d.get(p + ":expand") else "") for p in provs]
             cells += ["–" if d["vs_sdpa"] is None else f"{d['vs_sdpa']:.2f}×",
                       "–" if d["vs_ceiling"] is None else f"{100 * d['vs_ceiling']:.0f}%"]
+            if roof:
+                cells += [_roof_us(d).replace("-", "–"), *(percent(d.get(p + ":roof"), "–") for p in provs)]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     if result.get("sweeps"):
@@ -550,9 +597,14 @@ def main(argv=None) -> int:
     p.add_argument("--copy-gib", type=float, default=4.0)
     p.add_argument("--config-sweep", action="store_true",
                    help="also time every config of CONFIGS on every shape, contiguous and paged (GPU time)")
+    p.add_argument("--gpu", type=str.upper, choices=list(GPUS), default=None,
+                   help="the attnlab.cost preset of the roofline columns (default: the one the device's name, or "
+                        "the report's JSON, names; none on the CPU)")
     args = p.parse_args(argv)
     if args.report:
-        print(markdown(json.loads(Path(args.report).read_text())))
+        result = json.loads(Path(args.report).read_text())
+        gpu = preset_for(result["environment"].get("gpu"), args.gpu or result.get("roofline_gpu"))
+        print(markdown(with_roofline(result, gpu)))
         return 0
     args.head_dim = 128
     if args.quick:
@@ -570,7 +622,8 @@ def main(argv=None) -> int:
         from attnlab.cost import SPLIT_CANDIDATES
 
         args.splits = SPLIT_CANDIDATES
-    result = run(args)
+    result = with_roofline(run(args), preset_for(torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+                                                 args.gpu))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1, default=str))
         print(f"wrote {args.json}")

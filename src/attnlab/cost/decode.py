@@ -161,8 +161,8 @@ def decode_roofline(*, batch: int, heads: int, seq: int, head_dim: int, kv_heads
 
     FLOPs 4·B·H·L·D (``attention_flops``: q·Kᵀ and p·V), the softmax's 5 per score on the FP32 units;
     bytes: K and V read once (2·B·Hkv·L·D, what GQA shares) plus q read and o written (2·B·H·D). Time
-    = max(FLOPs / peak, bytes / bandwidth) (+ a launch with ``launch=True``) — memory-bound unless
-    H/Hkv is in the hundreds (§8.3)."""
+    = max(FLOPs / peak, bytes / bandwidth) (+ a launch with ``launch=True``; the peak is the 16-bit
+    tensor peak, the FP32 one for 4-byte data) — memory-bound unless H/Hkv is in the hundreds (§8.3)."""
     B, L, D = pos_int(batch, "batch"), pos_int(seq, "seq"), pos_int(head_dim, "head_dim")
     H, Hkv = heads_pair(heads, kv_heads)
     nb = _dtype_bytes(dtype_bytes)
@@ -170,5 +170,6 @@ def decode_roofline(*, batch: int, heads: int, seq: int, head_dim: int, kv_heads
     flops = attention_flops(batch=B, heads=H, seq_q=1, seq_k=L, head_dim=D)
     fp32 = float(SOFTMAX_FLOPS * B * H * L)
     nbytes = float((2 * B * Hkv * L * D + 2 * B * H * D) * nb)
-    t, bound = kernel_time(flops, nbytes, g, fp32_flops=fp32, launch=flag(launch, "launch"))
+    t, bound = kernel_time(flops, nbytes, g, fp32_flops=fp32, launch=flag(launch, "launch"),
+                           matmul_peak=g.fp32_flops if nb >= 4 else None)
     return KernelCost("decode attention", flops, nbytes, t, bound, fp32)

@@ -290,9 +290,10 @@ def _pass_kinds(pass_) -> tuple[str, ...]:
     return ("fwd", "bwd") if pass_ == "fwd_bwd" else (pass_,)
 
 
-def _cost(kind: str, counts: tuple[float, float, float], g: GPU, launch: bool) -> KernelCost:
-    flops, fp32, nbytes = counts
-    t, bound = kernel_time(flops, nbytes, g, fp32_flops=fp32, launch=launch)
+def _cost(kind: str, counts: tuple[float, float, float], g: GPU, nb: int, launch: bool) -> KernelCost:
+    flops, fp32, nbytes = counts  # FP32 data runs its matmuls on the FP32 peak, as in cost_kernels
+    t, bound = kernel_time(flops, nbytes, g, fp32_flops=fp32, launch=launch,
+                           matmul_peak=g.fp32_flops if nb >= 4 else None)
     return KernelCost("flash forward" if kind == "fwd" else "flash backward", flops, nbytes, t, bound, fp32)
 
 
@@ -301,7 +302,8 @@ def attention_roofline(*, seq_q: int, head_dim: int, seq_k: int | None = None, b
                        dtype_bytes=2, gpu="H100", launch: bool = False) -> list[KernelCost]:
     """The roofline of attention for ``batch`` × ``heads`` × (Nq × Nk) × ``head_dim`` on ``gpu``: one
     ``KernelCost`` per kernel of ``pass_`` ("fwd", "bwd" or "fwd_bwd": forward then backward), each
-    max(FLOPs / peak, bytes / bandwidth) (plus a launch with ``launch=True``).
+    max(FLOPs / peak, bytes / bandwidth) (plus a launch with ``launch=True``); the peak is the 16-bit
+    tensor peak, or the FP32 one for 4-byte data.
 
     The least any kernel can do: FLOPs only on the visible (query, key) pairs (``window.visible_pairs``:
     causal, a window ``(left, right)``, bottom-right aligned), every array moved between HBM and the
@@ -317,7 +319,7 @@ def attention_roofline(*, seq_q: int, head_dim: int, seq_k: int | None = None, b
     flag(launch, "launch")
     pairs = visible_pairs(seq_q=Nq, seq_k=Nk, window=window, causal=causal)
     shape = dict(batch=B, heads=H, kv_heads=Hkv, seq_q=Nq, seq_k=Nk, head_dim=D, pairs=pairs, nb=nb)
-    return [_cost(kind, _pass_counts(kind, **shape), g, launch) for kind in kinds]
+    return [_cost(kind, _pass_counts(kind, **shape), g, nb, launch) for kind in kinds]
 
 
 def varlen_attention_roofline(*, seqlens_q, head_dim: int, seqlens_k=None, heads: int = 1,
@@ -341,7 +343,7 @@ def varlen_attention_roofline(*, seqlens_q, head_dim: int, seqlens_k=None, heads
             counts = _pass_counts(kind, batch=1, heads=H, kv_heads=Hkv, seq_q=nq, seq_k=nk, head_dim=D, pairs=pairs,
                                   nb=nb)
             total = [a + b for a, b in zip(total, counts)]
-        out.append(_cost(kind, tuple(total), g, launch))
+        out.append(_cost(kind, tuple(total), g, nb, launch))
     return out
 
 
