@@ -41,7 +41,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # roofline_columns, also when loaded as a module
 
-from roofline_columns import add_fraction, note, percent, prefill_roofline_ms, preset_for  # noqa: E402
+from roofline_columns import add_fraction, percent, prefill_roofline_ms, preset_for, preset_text  # noqa: E402
 
 from attnlab.bench import Benchmark, environment, run  # noqa: E402
 from attnlab.cost import GPUS, attention_flops  # noqa: E402
@@ -609,6 +609,11 @@ def with_roofline(rows: list[dict], gpu) -> list[dict]:
     return rows
 
 
+def roofline_note(gpu) -> str:
+    return (f"roofline: `attnlab.cost.roofline.attention_roofline` on {preset_text(gpu)}, every array moved "
+            "once and FLOPs on the visible pairs only; % = roofline time / measured time")
+
+
 def markdown(rows: list[dict], names=PROVIDERS) -> str:
     """One line per configuration: TFLOP/s of each provider and attnlab's ratios; where the rows carry
     the roofline (``with_roofline``), its time and each provider's share of it."""
@@ -671,7 +676,7 @@ def main(argv=None) -> int:
         saved = json.loads(Path(args.path).read_text())
         gpu = preset_for(saved.get("environment", {}).get("gpu"), args.gpu or saved.get("roofline_gpu"))
         rows = with_roofline(saved["rows"], gpu)
-        print((note(gpu) + "\n\n" if gpu else "") + markdown(rows))
+        print((roofline_note(gpu) + "\n\n" if gpu else "") + markdown(rows))
         return 0
     rows = {"check": check, "sweep": sweep, "bench": bench}[args.command](args)
     env = environment()
@@ -683,7 +688,7 @@ def main(argv=None) -> int:
                                                "roofline_gpu": gpu and gpu.name}, indent=2))
     if args.command == "bench":
         md = (f"{env['date']}, {env.get('gpu', 'CPU')}, torch {env['torch']}, triton {env['triton']}, "
-              f"CUDA {env.get('cuda')}; TFLOP/s (do_bench median)" + (f"; {note(gpu)}" if gpu else "")
+              f"CUDA {env.get('cuda')}; TFLOP/s (do_bench median)" + (f"; {roofline_note(gpu)}" if gpu else "")
               + "\n\n" + markdown(rows))
         print(md)
         if args.md:

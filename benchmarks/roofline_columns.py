@@ -75,13 +75,12 @@ def add_fraction(row: dict, roofline_ms: float, *, measured=(("ms", "of_roofline
     return row
 
 
-def percent(fraction) -> str:
-    """A fraction of the roofline as a table cell: "48%", or "—" when there is none."""
-    return "—" if fraction is None else f"{100 * fraction:.0f}%"
+def percent(fraction, missing: str = "—") -> str:
+    """A fraction of the roofline as a table cell: "48%", or ``missing`` when there is none."""
+    return missing if fraction is None else f"{100 * fraction:.0f}%"
 
 
-def note(gpu: GPU) -> str:
-    """One sentence for a table's caption: which preset, its peak and bandwidth, what the columns mean."""
-    return (f"roofline: `attnlab.cost` on the {gpu.name} preset ({gpu.tensor_flops / 1e12:.0f} TFLOP/s dense "
-            f"16-bit, {gpu.hbm_bw / 1e12:.2f} TB/s): every array moved once, FLOPs on the visible pairs only; "
-            f"% = roofline time / measured time")
+def preset_text(gpu: GPU) -> str:
+    """The preset in words for a caption, its numbers read from it: "the H200 preset (989 TFLOP/s ...)"."""
+    return (f"the {gpu.name} preset ({gpu.tensor_flops / 1e12:.0f} TFLOP/s dense 16-bit tensor, "
+            f"{gpu.hbm_bw / 1e12:.2f} TB/s HBM)")
