@@ -208,6 +208,28 @@ def host_rows(calls: int) -> list[dict]:
     return rows
 
 
+def profile_miss(calls: int, top: int = 25) -> str:
+    """cProfile of calls that find no plan (the cache grows by one key per call, as transformers'
+    DynamicCache does): where the host time of a first call goes."""
+    import cProfile
+    import io
+    import pstats
+
+    B, H, Hkv, L, D = TINY
+    q = torch.randn(B, H, 1, D, dtype=torch.bfloat16, device="cuda")
+    caches = [torch.randn(B, Hkv, L + i, D, dtype=torch.bfloat16, device="cuda") for i in range(calls)]
+    for kv in caches[:5]:
+        attnlab.flash_decode(q, kv, kv)
+    prof = cProfile.Profile()
+    prof.enable()
+    for kv in caches[5:]:
+        attnlab.flash_decode(q, kv, kv)
+    prof.disable()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(top)
+    return buf.getvalue()
+
+
 def speed_rows(calls: int) -> list[dict]:
     rows = []
     for shape in SHAPES:
@@ -249,6 +271,8 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=2000, help="calls per timed loop (default 2000)")
     ap.add_argument("--json", type=Path, help="write the results as JSON here")
     ap.add_argument("--md", type=Path, help="write the tables as markdown here")
+    ap.add_argument("--profile", action="store_true",
+                    help="also print a cProfile of calls that find no plan (a cache that grows every call)")
     args = ap.parse_args(argv)
     if args.calls < 10:
         ap.error(f"--calls must be at least 10, got {args.calls}")
@@ -262,6 +286,24 @@ def main(argv=None) -> int:
 
     result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "floors": floors(args.calls), "host": host_rows(args.calls), "speed": speed_rows(args.calls)}
+    if args.profile:
+        from attnlab.gpu import decode
+
+        rows = []
+        B, H, Hkv, L, D = TINY
+        q = torch.randn(B, H, 1, D, dtype=torch.bfloat16, device="cuda")
+        caches = [torch.randn(B, Hkv, L + i, D, dtype=torch.bfloat16, device="cuda") for i in range(300)]
+        for kv in caches[:20]:
+            attnlab.flash_decode(q, kv, kv)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for kv in caches[20:]:
+            attnlab.flash_decode(q, kv, kv)
+        rows.append({"call": "attnlab.flash_decode, a new plan every call (growing cache)",
+                     "host_us": (time.perf_counter() - t0) / 280 * 1e6})
+        result["host"] += rows
+        decode.clear_plans()
+        print(profile_miss(300))
     md = markdown(result)
     print(md)
     if args.json:

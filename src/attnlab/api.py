@@ -25,6 +25,8 @@ needs; PyTorch SDPA's ``is_causal`` is top-left, and the two agree when ``Nq == 
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ._checks import (
@@ -137,9 +139,14 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q:
 
     Arguments:
         q: (total_q, H, D); k: (total_k, Hkv, D); v: (total_k, Hkv, Dv); H % Hkv == 0.
-        cu_seqlens_q, cu_seqlens_k: (B + 1,) int32 cumulative lengths, from 0 to total_q / total_k
-            (read on the host: one device synchronisation on a GPU).
-        max_seqlen_q, max_seqlen_k: optional; given, they must be at least the longest sequence.
+        cu_seqlens_q, cu_seqlens_k: (B + 1,) int32 cumulative lengths on q's device, from 0 to
+            total_q / total_k.
+        max_seqlen_q, max_seqlen_k: at least the longest sequences (upper bounds are fine). Pass both
+            to avoid a device synchronisation: on CUDA the kernels then read the lengths from device
+            memory, nothing is read on the host and nothing is copied to the GPU, and the lengths'
+            values are not checked (the kernels clamp them into the packed tensors: bad values give
+            wrong numbers, never an access out of bounds). Without them, or off CUDA, the lengths are
+            read and checked on the host (one synchronisation on a GPU).
         causal, window, softcap, alibi_slopes, deterministic, scale: as ``flash_attention``; masks are
             aligned bottom-right per sequence (off = that sequence's Nk - Nq). alibi_slopes (H,) or (B, H).
         return_lse: also return lse (H, total_q), float32 (flash-attn's varlen layout).
@@ -159,6 +166,8 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q:
                                                    slopes=slopes, deterministic=deterministic)
             return (out, lse) if return_lse else out
         _warn_fallback("flash_attention_varlen", why)
+    if vdims.cu_q is None:  # the blockwise path needs the lengths on the host: read and check them now
+        vdims = check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, check_values=True)
     from .blockwise.varlen import varlen_attention_fn
 
     out, lse = varlen_attention_fn(q, k, v, vdims, mask=mask, scale=scale, softcap=softcap, slopes=slopes,
@@ -221,6 +230,14 @@ def attention_backward(dout, q, k, v, out, lse, *, causal: bool = False, scale: 
         return fa2_backward(q, k, v, out, lse, dout, dims, mask=mask, scale=scale, Br=Br, Bc=Bc, dlse=dlse)
 
 
+@functools.cache
+def _gpu_decode():
+    """attnlab.gpu.decode, imported once (on the first CUDA decode call: it needs triton)."""
+    from .gpu import decode
+
+    return decode
+
+
 def flash_decode(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, num_splits: int | None = None,
                  causal: bool = True, window=None, softcap: float | None = None, alibi_slopes=None,
                  scale: float | None = None, stats: IOStats | None = None):
@@ -243,8 +260,7 @@ def flash_decode(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, n
     """
     key = None
     if stats is None and type(q) is torch.Tensor and q.is_cuda and triton_available():
-        from .gpu import decode
-
+        decode = _gpu_decode()
         # a call with the signature of an earlier supported call reuses its plan: no checks, no binding
         key = decode.plan_key(q, k_cache, v_cache, cache_seqlens, block_table, num_splits, causal, window,
                               softcap, alibi_slopes, scale)

@@ -68,12 +68,18 @@ class DecodeConfig:
         return (self.block_n, self.block_d, self.num_warps, self.num_stages)
 
 
+@functools.cache
 def decode_configs(head_dim: int) -> dict[str, DecodeConfig]:
     """The split kernel's configurations on a GPU for ``head_dim``, by name (block_n halves for
     head_dim > 128: the same shared memory). ``small``: 64-key tiles, 4 warps, 3 stages (2 K/V buffers
     in flight, 70 KiB compiled at D = 128: 3 programs per SM); ``large``: 128-key tiles (136 KiB, 1
     program per SM, twice the bytes in flight per program)."""
-    block_d = triton.next_power_of_2(check_positive_int(head_dim, "head_dim"))
+    return dict(_decode_configs(check_positive_int(head_dim, "head_dim")))
+
+
+@functools.cache
+def _decode_configs(head_dim: int) -> dict[str, DecodeConfig]:
+    block_d = triton.next_power_of_2(head_dim)
     halve = 1 if block_d <= 128 else 2
     return {"small": DecodeConfig(block_n=64 // halve, block_d=block_d),
             "large": DecodeConfig(block_n=128 // halve, block_d=block_d)}
@@ -249,7 +255,7 @@ _SPARE: dict = {}
 def _counters(device, n: int) -> torch.Tensor:
     """Arrival counters of the fused merge, one per (sequence, K/V head); kept per (device, stream)
     and left at zero by the kernel itself, so calls need no memset."""
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    stream = current_stream(device) if device.type == "cuda" else 0
     key = (str(device), stream)
     buf = _COUNTERS.get(key)
     if buf is None or buf.numel() < n:

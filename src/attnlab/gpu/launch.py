@@ -60,6 +60,42 @@ def _hooks_set() -> bool:
     return False
 
 
+_I32, _I64 = 2**31, 2**63
+_SHARED: dict = {}  # (kernel, options, device, specialisation) -> a compiled kernel
+
+
+def _specialisation(kernel, args: list) -> tuple | None:
+    """What Triton's choice of compiled kernel can depend on, for ``args`` of ``kernel``: constexprs
+    by value; ints by whether they equal 1, divide by 16 and fit 32 or 64 bits; floats as floats;
+    tensors by dtype and 16-byte alignment. A superset of what Triton specialises on, so equal
+    tuples mean the same compiled kernel. None for an argument of another kind."""
+    const = _constexprs(kernel)
+    key = []
+    for a, is_const in zip(args, const):
+        t = type(a)
+        if is_const:
+            key.append((t, a))
+        elif t is int:
+            key.append((a == 1, a % 16 == 0, -_I32 <= a < _I32, -_I64 <= a < _I64))
+        elif t is float:
+            key.append(float)
+        elif t is torch.Tensor:
+            key.append((a.dtype, a.data_ptr() % 16 == 0))
+        else:
+            return None
+    return tuple(key)
+
+
+_CONSTEXPRS: dict = {}
+
+
+def _constexprs(kernel) -> tuple[bool, ...]:
+    flags = _CONSTEXPRS.get(kernel)
+    if flags is None:
+        flags = _CONSTEXPRS[kernel] = tuple(bool(p.is_constexpr) for p in kernel.params)
+    return flags
+
+
 class Launcher:
     """One Triton kernel on one grid, launched first through Triton's JIT and then from its compiled
     kernel directly. ``args`` are all of the kernel's parameters in order, constexprs included.
@@ -85,10 +121,23 @@ class Launcher:
         c.run(*self.grid, stream, c.function, c.packed_metadata, None, None, None, *args)
 
     def __call__(self, args: list, stream: int | None = None) -> None:
-        """Launch through Triton's JIT (compiling if needed); keep the compiled kernel."""
+        """Launch ``args`` (tensors as tensors) — with the compiled kernel of an earlier Launcher of this
+        kernel whose arguments had the same specialisation (``_specialisation``), else through Triton's
+        JIT (compiling if needed) — and keep the compiled kernel."""
+        on_gpu = isinstance(args[0], torch.Tensor) and args[0].is_cuda
+        spec = _specialisation(self.kernel, args) if on_gpu else None
+        key = None if spec is None else (self.kernel, tuple(self.options.values()), torch.cuda.current_device(), spec)
+        if key is not None and key in _SHARED and not _hooks_set():
+            self.compiled = _SHARED[key]
+            if stream is None:
+                stream = current_stream(args[0].device)
+            self.launch([a.data_ptr() if type(a) is torch.Tensor else a for a in args], stream)
+            return
         compiled = self.kernel[self.grid](*args, **self.options)
         if compiled is not None:  # the interpreter compiles nothing and returns None
             self.compiled = compiled
+            if key is not None:
+                _SHARED[key] = compiled
 
 
 __all__ = ["Launcher", "current_stream", "tensor_key"]
