@@ -1,0 +1,226 @@
+"""Decode plans: what a Flash-Decoding call derives from its inputs' signature, kept and reused
+(the host side of lecture §8.4).
+
+One decode step is a few µs to tens of µs of GPU work, so the host work of a call — checks, the
+split count, Triton's argument binding — decides eager decoding's speed. ``DecodePlan`` computes
+everything a call's signature (shapes, strides, dtypes, device, variant, stream) determines once:
+the grid, the scalar arguments, the buffers, and the kernels' ``Launcher``s. ``plan_key`` names a
+call's signature; ``run_planned`` runs a kept plan with no checks and no binding; ``decode_fn`` makes
+a plan for a checked call, runs it, and keeps it. A cache that grows by a few keys per step
+(transformers' DynamicCache) changes only the capacity: its plan is derived from the plan of the
+same cache one size smaller (``DecodePlan.resized``) instead of being made from scratch.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from .._runtime import LOG2E, interpret_mode
+from .decode_config import DecodeConfig, _config_for, choose_num_splits, streamed_keys
+from .decode_kernels import _decode_merge_kernel, _decode_split_kernel
+from .launch import Launcher, current_stream, tensor_key
+
+_COUNTERS: dict = {}
+_SPARE: dict = {}
+
+
+def _counters(device, n: int) -> torch.Tensor:
+    """Arrival counters of the fused merge, one per (sequence, K/V head); kept per (device, stream)
+    and left at zero by the kernel itself, so calls need no memset."""
+    stream = current_stream(device) if device.type == "cuda" else 0
+    key = (str(device), stream)
+    buf = _COUNTERS.get(key)
+    if buf is None or buf.numel() < n:
+        buf = _COUNTERS[key] = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
+    return buf
+
+
+def _spare(device) -> torch.Tensor:
+    """A small float32 tensor passed for the pointer arguments a launch does not read."""
+    key = str(device)
+    if key not in _SPARE:
+        _SPARE[key] = torch.zeros(16, dtype=torch.float32, device=device)
+    return _SPARE[key]
+
+
+class DecodePlan:
+    """Everything a decode call derives from its signature — the inputs' shapes, strides, dtypes and
+    device, the variant, the split count, the configuration — computed once: the grid, the scalar
+    arguments, the output and partial shapes, and the kernels' ``Launcher``s (which, after their first
+    launch, skip Triton's per-call argument binding). Calling it with tensors of that signature
+    allocates the outputs and launches."""
+
+    def __init__(self, q, k_cache, v_cache, dims, *, cache_seqlens, block_table, num_splits: int | None, mask,
+                 scale: float, softcap: float | None, slopes, config: DecodeConfig | None):
+        B, H, Nq, D, Hkv = dims.B, dims.H, dims.Nq, dims.D, dims.Hkv
+        dev = q.device
+        cfg = config or _config_for(dims, dev)
+        keys = streamed_keys(capacity=dims.capacity, queries=Nq, mask=mask)
+        if num_splits is None:
+            num_splits = choose_num_splits(batch=B, kv_heads=Hkv, seq=keys, head_dim=D, device=dev, config=cfg)
+        # the streamed keys start in the tile holding the first of them: at most one tile more than they fill
+        tiles = triton.cdiv(dims.capacity, cfg.block_n)
+        if mask.left >= 0:
+            tiles = min(tiles, triton.cdiv(keys, cfg.block_n) + 1)
+        self.num_splits = S = max(1, min(num_splits, tiles))
+        self.merge = 0 if S == 1 else (2 if cfg.fused_merge else 1)
+        self.shape, self.dtype, self.device = (B, H, Nq, D), q.dtype, dev
+        self.has_seqlens = cache_seqlens is not None
+        self.cast_seqlens = self.has_seqlens and (cache_seqlens.dtype != torch.int32
+                                                  or not cache_seqlens.is_contiguous())
+        self.paged = block_table is not None
+        self.cast_table = self.paged and (block_table.dtype != torch.int32 or block_table.stride(-1) != 1)
+        if self.cast_table:
+            block_table = block_table.to(torch.int32).contiguous()
+        self.has_slopes = slopes is not None
+        self.spare = _spare(dev)
+        self.counters = _counters(dev, B * Hkv) if self.merge == 2 else self.spare
+        self.spare_ptr, self.counters_ptr = self.spare.data_ptr(), self.counters.data_ptr()
+        self.scratch = None
+        self.on_cuda = dev.type == "cuda"
+        out_strides = (H * Nq * D, Nq * D, D, 1)  # out is allocated contiguous
+        stride_sb, stride_sh = (slopes.stride(0), slopes.stride(1)) if slopes is not None else (0, 0)
+        # with softcap the kernel computes softcap·log2(e)·tanh(scale·qk/softcap): base 2 after the cap
+        qk_scale, cap_scale = (scale * LOG2E, 0.0) if softcap is None else (scale / softcap, softcap * LOG2E)
+        interp = dev.type == "cpu"
+        self.tail = [  # the split kernel's arguments after its 11 pointers, in order
+            *q.stride(), *k_cache.stride(), *v_cache.stride(), block_table.stride(0) if self.paged else 0,
+            *out_strides, stride_sb, stride_sh, qk_scale, cap_scale, max(mask.left, 0), max(mask.right, 0),
+            H, dims.capacity, dims.num_pages or 1, S,
+            # constexprs
+            D, Nq, H // Hkv, dims.page_size or 1,
+            max(16, triton.next_power_of_2((H // Hkv) * Nq)),  # BLOCK_M: the group's G·Nq query rows, padded
+            cfg.block_n, cfg.block_d, self.paged, mask.left >= 0, mask.right >= 0, softcap is not None,
+            slopes is not None, self.merge, interp, cfg.evict, self.has_seqlens,
+        ]
+        assert len(self.tail) + 11 == len(_decode_split_kernel.arg_names)
+        self.split = Launcher(_decode_split_kernel, (S, Hkv, B), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        if self.merge == 1:
+            self.merge_tail = [*out_strides, H, D, S, Nq, triton.next_power_of_2(S), cfg.block_d]
+            self.merge_launch = Launcher(_decode_merge_kernel, (B * H * Nq, 1, 1), num_warps=4 if D >= 128 else 2,
+                                         num_stages=3)
+
+    def __call__(self, q, k_cache, v_cache, cache_seqlens, block_table, slopes, stream: int | None = None):
+        """Launch on tensors of the plan's signature (``slopes`` the (H,) or (B, H) tensor or its (B, H)
+        view) on ``stream`` (a raw handle; None: the current stream); returns (out, lse)."""
+        B, H, Nq, D = self.shape
+        dev = self.device
+        out = torch.empty(self.shape, dtype=self.dtype, device=dev)  # (B, H, Nq, D)
+        lse = torch.empty((B, H, Nq), dtype=torch.float32, device=dev)  # (B, H, Nq), natural log
+        if self.cast_seqlens:
+            cache_seqlens = cache_seqlens.to(torch.int32).contiguous()
+        if self.cast_table:
+            block_table = block_table.to(torch.int32).contiguous()
+        if stream is not None and self.split.direct() and (self.merge != 1 or self.merge_launch.direct()):
+            o_part, lse_part = self._partials()
+            self.split.launch([q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
+                               cache_seqlens.data_ptr() if self.has_seqlens else self.spare_ptr,
+                               block_table.data_ptr() if self.paged else self.spare_ptr,
+                               o_part, lse_part, out.data_ptr(), lse.data_ptr(), self.counters_ptr,
+                               slopes.data_ptr() if self.has_slopes else self.spare_ptr, *self.tail], stream)
+            if self.merge == 1:
+                self.merge_launch.launch([o_part, lse_part, out.data_ptr(), lse.data_ptr(), *self.merge_tail], stream)
+            return out, lse
+        spare = self.spare
+        o_part, lse_part = self._partials(as_tensors=True)
+        self.split([q, k_cache, v_cache, cache_seqlens if self.has_seqlens else spare,
+                    block_table if self.paged else spare, o_part, lse_part, out, lse, self.counters,
+                    slopes if self.has_slopes else spare, *self.tail], stream)
+        if self.merge == 1:
+            self.merge_launch([o_part, lse_part, out, lse, *self.merge_tail], stream)
+        return out, lse
+
+    def _partials(self, as_tensors: bool = False):
+        """The partial outputs and lse of the splits (float32 (B, H, Nq, S, D) and (B, H, Nq, S)):
+        the plan's own scratch — calls queued on one stream run in order, and a plan belongs to one
+        stream — except while a CUDA graph is being captured: a graph gets buffers of its own, which
+        live as long as it does. As data pointers unless ``as_tensors``; the spare tensor without splits."""
+        if not self.merge:
+            return (self.spare, self.spare) if as_tensors else (self.spare_ptr, self.spare_ptr)
+        parts = self.scratch
+        if parts is None or (self.on_cuda and torch.cuda.is_current_stream_capturing()):
+            B, H, Nq, D = self.shape
+            parts = (torch.empty((B, H, Nq, self.num_splits, D), dtype=torch.float32, device=self.device),
+                     torch.empty((B, H, Nq, self.num_splits), dtype=torch.float32, device=self.device))
+            if self.scratch is None and not (self.on_cuda and torch.cuda.is_current_stream_capturing()):
+                self.scratch = parts
+        return parts if as_tensors else (parts[0].data_ptr(), parts[1].data_ptr())
+
+
+_PLANS: dict = {}
+_MAX_PLANS = 256
+
+
+def plan_key(q, k_cache, v_cache, cache_seqlens, block_table, num_splits, causal, window, softcap, alibi_slopes,
+             scale, config=None) -> tuple | None:
+    """A key that determines a decode call's plan — every tensor's ``tensor_key``, the variant, the
+    split count, the configuration, the current CUDA device and stream — or None where it cannot say
+    (a list for a tensor, a window given as a list, anything of an unexpected type): such calls take
+    the checked path every time. Equal keys mean equal checks, so a plan made by a checked call
+    serves every later call with its key."""
+    if not (type(q) is torch.Tensor and type(causal) is bool
+            and (num_splits is None or type(num_splits) is int)
+            and (softcap is None or type(softcap) in (int, float))
+            and (scale is None or type(scale) in (int, float))
+            and (window is None or (type(window) is tuple and len(window) == 2
+                                    and type(window[0]) is int and type(window[1]) is int))):
+        return None
+    if q.is_cuda:
+        where = (torch.cuda.current_device(), current_stream(q.device))
+    elif interpret_mode():
+        where = (None, None)
+    else:
+        return None
+    try:
+        return (tensor_key(q), tensor_key(k_cache), tensor_key(v_cache),
+                None if cache_seqlens is None else tensor_key(cache_seqlens),
+                None if block_table is None else tensor_key(block_table),
+                None if alibi_slopes is None else tensor_key(alibi_slopes),
+                num_splits, causal, window, softcap, scale, config, *where)
+    except AttributeError:  # not a tensor
+        return None
+
+
+_STATS = {"hits": 0, "plans": 0}
+
+
+def run_planned(key, q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes):
+    """(out, lse) from the plan stored under ``key``, or None if there is none."""
+    plan = _PLANS.get(key)
+    if plan is None:
+        return None
+    _STATS["hits"] += 1
+    return plan(q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, key[-1])
+
+
+def plan_stats() -> dict[str, int]:
+    """How many calls reused a plan (``hits``) and how many plans were made and kept (``plans``), since
+    the process started or ``clear_plans``."""
+    return dict(_STATS, cached=len(_PLANS))
+
+
+def clear_plans() -> None:
+    """Forget every kept plan (and the counts)."""
+    _PLANS.clear()
+    _STATS.update(hits=0, plans=0)
+
+
+def decode_fn(q, k_cache, v_cache, dims, *, cache_seqlens, block_table, num_splits: int | None, mask,
+              scale: float, softcap: float | None = None, slopes=None, config: DecodeConfig | None = None,
+              key: tuple | None = None):
+    """Run the kernels on inputs already checked and supported (``dims`` from ``check_decode_inputs``,
+    ``mask`` a ``variants.Mask``, ``slopes`` (B, H) float32 or None). With ``key`` (``plan_key`` of the
+    call as made) the plan is kept for later calls with that key."""
+    plan = DecodePlan(q, k_cache, v_cache, dims, cache_seqlens=cache_seqlens, block_table=block_table,
+                      num_splits=num_splits, mask=mask, scale=scale, softcap=softcap, slopes=slopes, config=config)
+    result = plan(q, k_cache, v_cache, cache_seqlens, block_table, slopes)
+    if key is not None:
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[key] = plan
+        _STATS["plans"] += 1
+    return result
+
+
+__all__ = ["DecodePlan", "clear_plans", "decode_fn", "plan_key", "plan_stats", "run_planned"]
