@@ -83,6 +83,14 @@ def test_varlen_matches_each_sequence_alone(variant):
         torch.testing.assert_close(torch.nan_to_num(g, neginf=0), torch.nan_to_num(w, neginf=0), rtol=0, atol=1e-10)
 
 
+def test_varlen_max_seqlen_may_be_an_upper_bound():
+    """max_seqlen_q/k bound the longest sequences from above (flash-attn's contract): larger ones change nothing."""
+    q, k, v, cq, ck = _packed([5, 0, 17], [5, 3, 20], 2, 1, 8)
+    want = flash_attention_varlen(q, k, v, cq, ck, causal=True, return_lse=True)
+    got = flash_attention_varlen(q, k, v, cq, ck, causal=True, return_lse=True, max_seqlen_q=64, max_seqlen_k=20)
+    assert all(torch.equal(a, b) for a, b in zip(want, got))
+
+
 def test_varlen_never_mixes_documents():
     """Changing one document's keys changes no other document's output."""
     q, k, v, cq, ck = _packed([6, 6], [6, 6], 2, 2, 8)
@@ -182,6 +190,13 @@ def test_bad_variant_values(kw, exc, words):
     ([0, 3, 5, 10], [0, 3, 12], {}, ValueError, ["same number of sequences"]),
     ([0, 3, 5, 10], [0, 3, 5, 11], {}, ValueError, ["cu_seqlens_k[-1] = 11", "12"]),
     ([0, 3, 5, 10], [0, 3, 5, 12], dict(max_seqlen_q=4), ValueError, ["max_seqlen_q = 4", "5"]),
+    # off CUDA the values are checked even with both max_seqlen given
+    ([0, 3, 2, 10], [0, 3, 5, 12], dict(max_seqlen_q=10, max_seqlen_k=12), ValueError, ["cu_seqlens_q",
+                                                                                      "non-decreasing"]),
+    # what the shapes alone say (checked on CUDA too): 3 sequences of at most 3 rows hold at most 9
+    ([0, 3, 5, 10], [0, 3, 5, 12], dict(max_seqlen_q=3, max_seqlen_k=5), ValueError,
+     ["max_seqlen_q = 3", "3 sequences of at most 3 rows", "10 packed rows"]),
+    ([0, 3, 5, 10], [0, 3, 5, 12], dict(max_seqlen_k=-1), ValueError, ["max_seqlen_k", "non-negative int"]),
     ([0, 10], [0, 12], dict(alibi_slopes=torch.ones(2, 4)), ValueError, ["alibi_slopes", "(B, H) = (1, 4)"]),
 ])
 def test_bad_varlen_inputs(cu_q, cu_k, extra, exc, words):

@@ -289,9 +289,13 @@ def check_deterministic(deterministic) -> bool:
 # -- packed variable-length batches (flash-attn's varlen layout) -----------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class VarlenDims:
-    """A packed batch: sequence b owns rows ``cu_q[b]:cu_q[b+1]`` of q and ``cu_k[b]:cu_k[b+1]`` of k, v."""
+    """A packed batch: sequence b owns rows ``cu_q[b]:cu_q[b+1]`` of q and ``cu_k[b]:cu_k[b+1]`` of k, v.
+
+    ``cu_seqlens_q`` / ``cu_seqlens_k`` are the caller's tensors; ``cu_q`` / ``cu_k`` their host copies,
+    None when the values were not read (CUDA with both max_seqlen given: reading would synchronise).
+    ``max_q`` / ``max_k``: the longest sequences when the values were read, else the caller's bounds."""
 
     B: int
     H: int
@@ -300,21 +304,27 @@ class VarlenDims:
     Dv: int
     total_q: int
     total_k: int
-    cu_q: tuple[int, ...]  # host copies of cu_seqlens_q / cu_seqlens_k
-    cu_k: tuple[int, ...]
+    cu_seqlens_q: torch.Tensor
+    cu_seqlens_k: torch.Tensor
     max_q: int
     max_k: int
+    cu_q: tuple[int, ...] | None = None
+    cu_k: tuple[int, ...] | None = None
 
     @property
     def group(self) -> int:
         return self.H // self.Hkv
 
     def seq(self, b: int) -> tuple[int, int, int, int]:
-        """(q start, q length, k start, k length) of sequence b."""
+        """(q start, q length, k start, k length) of sequence b (needs the host copies)."""
+        if self.cu_q is None or self.cu_k is None:
+            raise RuntimeError("the cumulative lengths were not read on the host; "
+                               "check the call with check_varlen(..., check_values=True)")
         return self.cu_q[b], self.cu_q[b + 1] - self.cu_q[b], self.cu_k[b], self.cu_k[b + 1] - self.cu_k[b]
 
 
-def _check_cu(cu, name: str, total: int, device) -> tuple[int, ...]:
+def _check_cu(cu, name: str, device) -> int:
+    """Type, dtype, shape and device of one cumulative-lengths tensor (not its values); returns B."""
     if not isinstance(cu, torch.Tensor):
         raise TypeError(f"{name} must be an int32 torch.Tensor of shape (B + 1,), got {type(cu).__name__}")
     if cu.dtype not in (torch.int32, torch.int64):
@@ -323,6 +333,11 @@ def _check_cu(cu, name: str, total: int, device) -> tuple[int, ...]:
         raise ValueError(f"{name} must have shape (B + 1,) with B >= 1, got {tuple(cu.shape)}")
     if cu.device != torch.device(device):
         raise ValueError(f"{name} is on {cu.device} but q is on {device}")
+    return cu.numel() - 1
+
+
+def _cu_values(cu, name: str, total: int) -> tuple[int, ...]:
+    """The values of one cumulative-lengths tensor, read on the host (a device sync on a GPU) and checked."""
     vals = tuple(int(x) for x in cu.tolist())
     if vals[0] != 0:
         raise ValueError(f"{name} must start at 0, got {vals[0]}")
@@ -334,10 +349,16 @@ def _check_cu(cu, name: str, total: int, device) -> tuple[int, ...]:
     return vals
 
 
-def check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None) -> VarlenDims:
+def check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *,
+                 check_values: bool | None = None) -> VarlenDims:
     """Check a packed batch: q (total_q, H, D), k (total_k, Hkv, D), v (total_k, Hkv, Dv), cumulative
-    lengths (B + 1,) int32 from 0 to the totals. The lengths are read on the host (a device sync on a GPU).
-    ``max_seqlen_*`` are optional; given, they must be at least the longest sequence."""
+    lengths (B + 1,) int32 from 0 to the totals, ``max_seqlen_*`` None or at least the longest sequence.
+
+    ``check_values``: also read the lengths on the host and check them (a device synchronisation on a
+    GPU). None (the default) reads them unless q is on CUDA and both ``max_seqlen_*`` are given: then
+    only their dtype, shape and device are checked, and ``max_seqlen_*`` only against what the shapes
+    say (B sequences of at most max_seqlen rows must hold the packed rows); the kernels clamp the values.
+    """
     check_tensor(q, "q", 3)
     check_tensor(k, "k", 3)
     check_tensor(v, "v", 3)
@@ -352,18 +373,29 @@ def check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seq
         raise ValueError(f"q has {H} heads, which is not a multiple of the {Hkv} heads of k and v")
     if D < 1:
         raise ValueError(f"head dim must be at least 1, got q {tuple(q.shape)}")
-    cu_q = _check_cu(cu_seqlens_q, "cu_seqlens_q", total_q, q.device)
-    cu_k = _check_cu(cu_seqlens_k, "cu_seqlens_k", total_k, q.device)
-    if len(cu_q) != len(cu_k):
+    B = _check_cu(cu_seqlens_q, "cu_seqlens_q", q.device)
+    if _check_cu(cu_seqlens_k, "cu_seqlens_k", q.device) != B:
         raise ValueError(f"cu_seqlens_q and cu_seqlens_k must describe the same number of sequences, "
-                         f"got {len(cu_q) - 1} and {len(cu_k) - 1}")
-    max_q = max(b - a for a, b in zip(cu_q, cu_q[1:]))
-    max_k = max(b - a for a, b in zip(cu_k, cu_k[1:]))
-    for given, actual, name in ((max_seqlen_q, max_q, "max_seqlen_q"), (max_seqlen_k, max_k, "max_seqlen_k")):
+                         f"got {B} and {cu_seqlens_k.numel() - 1}")
+    for given, total, name in ((max_seqlen_q, total_q, "max_seqlen_q"), (max_seqlen_k, total_k, "max_seqlen_k")):
         if given is None:
             continue
         if isinstance(given, bool) or not isinstance(given, int) or given < 0:
             raise ValueError(f"{name} must be a non-negative int or None, got {given!r}")
-        if given < actual:
+        if given * B < total:
+            raise ValueError(f"{name} = {given} is less than the longest sequence: {B} sequences of at most "
+                             f"{given} rows cannot hold the {total} packed rows")
+    if check_values is None:
+        check_values = not (q.is_cuda and max_seqlen_q is not None and max_seqlen_k is not None)
+    if not check_values:
+        return VarlenDims(B, H, Hkv, D, v.shape[2], total_q, total_k, cu_seqlens_q, cu_seqlens_k,
+                          max_seqlen_q, max_seqlen_k)
+    cu_q = _cu_values(cu_seqlens_q, "cu_seqlens_q", total_q)
+    cu_k = _cu_values(cu_seqlens_k, "cu_seqlens_k", total_k)
+    max_q = max(b - a for a, b in zip(cu_q, cu_q[1:]))
+    max_k = max(b - a for a, b in zip(cu_k, cu_k[1:]))
+    for given, actual, name in ((max_seqlen_q, max_q, "max_seqlen_q"), (max_seqlen_k, max_k, "max_seqlen_k")):
+        if given is not None and given < actual:
             raise ValueError(f"{name} = {given} is less than the longest sequence, {actual}")
-    return VarlenDims(len(cu_q) - 1, H, Hkv, D, v.shape[2], total_q, total_k, cu_q, cu_k, max_q, max_k)
+    return VarlenDims(B, H, Hkv, D, v.shape[2], total_q, total_k, cu_seqlens_q, cu_seqlens_k, max_q, max_k,
+                      cu_q, cu_k)

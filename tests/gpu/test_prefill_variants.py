@@ -16,12 +16,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.helpers import abs_err, within_criterion
 
+from attnlab import flash_attention_varlen
 from attnlab.reference import attention_ref, attention_ref_varlen
 from attnlab.variants import Mask
 
 pytest.importorskip("triton")
 from attnlab.gpu import BwdConfig, FwdConfig, prefill_backward, prefill_forward  # noqa: E402
-from attnlab.gpu.config import default_fwd_config, variant_fwd_config, varlen_block_table  # noqa: E402
+from attnlab.gpu.config import default_fwd_config, variant_fwd_config  # noqa: E402
 from attnlab.gpu.prefill import flash_attention_triton, flash_attention_varlen_triton  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -53,13 +54,23 @@ def _check(name, got, same, ref64):
     assert within_criterion(e, e_ref, ref64, got.dtype), (name, e, e_ref)
 
 
-def _run_and_check(q, k, v, *, window, causal, softcap, slopes, scale, cu=None, configs=(None, None),
-                   poisoned_keys=None, gen=None):
+def _max_seqlen(cu) -> tuple[int, int]:
+    """The longest sequences of cumulative lengths (cu_q, cu_k)."""
+    return tuple(int((c[1:] - c[:-1]).max()) for c in cu)
+
+
+def _run_and_check(q, k, v, *, window, causal, softcap, slopes, scale, cu=None, max_seqlen="longest",
+                   configs=(None, None), poisoned_keys=None, gen=None):
     """The raw launchers (outputs poisoned with NaN) against the oracles: out, lse (rows that see no key:
-    out 0, lse -inf) and the three gradients. ``poisoned_keys``: a boolean (Nk,) mask of keys that
-    no query sees, whose K/V the kernels get as NaN; their dK, dV must come back exactly 0."""
+    out 0, lse -inf) and the three gradients. ``cu``: a packed batch's (cu_q, cu_k) tensors, launched with
+    ``max_seqlen`` ("longest": the longest sequences; None: the launchers read them on the host). ``poisoned_keys``: a boolean (Nk,) mask of keys that
+    no query sees, whose K/V the kernels get as NaN; their dK, dV must come back exactly 0.
+    Returns (out, lse, dq, dk, dv)."""
     mask, dtype, nan = _mask(window, causal), q.dtype, float("nan")
-    cu_host = None if cu is None else tuple(c.tolist() for c in cu)
+    if cu is None:
+        max_seqlen = None
+    elif max_seqlen == "longest":
+        max_seqlen = _max_seqlen(cu)
     kw = dict(causal=causal, scale=scale, window=window, softcap=softcap, alibi_slopes=slopes)
     do = torch.randn(q.shape, dtype=dtype, device=DEV, generator=gen)
     o64, l64, g64 = _refs(q, k, v, do, torch.float64, cu=cu, **kw)
@@ -67,8 +78,8 @@ def _run_and_check(q, k, v, *, window, causal, softcap, slopes, scale, cu=None, 
     if poisoned_keys is not None:
         k, v = (t.masked_fill(poisoned_keys[..., None], nan) for t in (k, v))
     out, lse = torch.full_like(q, nan), torch.full(l64.shape, nan, device=DEV)
-    prefill_forward(q, k, v, mask=mask, scale=scale, softcap=softcap, slopes=slopes, cu_seqlens=cu_host,
-                    config=configs[0], out=out, lse=lse)
+    prefill_forward(q, k, v, mask=mask, scale=scale, softcap=softcap, slopes=slopes, cu_seqlens=cu,
+                    max_seqlen=max_seqlen, config=configs[0], out=out, lse=lse)
     _check("out", out, o_same, o64)
     seen = torch.isfinite(l64)
     assert torch.equal(torch.isinf(lse), ~seen) and (lse[~seen] < 0).all(), "rows that see no key: lse = -inf"
@@ -76,13 +87,14 @@ def _run_and_check(q, k, v, *, window, causal, softcap, slopes, scale, cu=None, 
     rows = out.transpose(0, 1) if cu is not None else out  # (H, total_q, D) like lse (H, total_q)
     assert (rows[~seen] == 0).all(), "rows that see no key: out = 0"
     grads = [torch.full_like(t, nan) for t in (q, k, v)]
-    prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, softcap=softcap, slopes=slopes, cu_seqlens=cu_host,
-                     config=configs[1], dq=grads[0], dk=grads[1], dv=grads[2])
+    prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, softcap=softcap, slopes=slopes, cu_seqlens=cu,
+                     max_seqlen=max_seqlen, config=configs[1], dq=grads[0], dk=grads[1], dv=grads[2])
     for name, g, s, r in zip(("dq", "dk", "dv"), grads, g_same, g64):
         _check(name, g, s, r)
     if poisoned_keys is not None:
         for g in grads[1:]:
             assert (g.masked_select(poisoned_keys[..., None]) == 0).all(), "a key no query sees gets dK = dV = 0"
+    return out, lse, *grads
 
 
 def _dense(B, H, Hkv, Nq, Nk, D, dtype, alibi, gen=None):
@@ -172,27 +184,90 @@ def test_varlen_matches_reference(lens_q, lens_k, H, Hkv, D, window, causal, sof
                    cu=(_cu(lens_q), _cu(lens_k)))
 
 
-@pytest.mark.parametrize("rows", ["q", "k"])
-@pytest.mark.parametrize("mask", [Mask(-1, -1), Mask(-1, 0), Mask(7, 0)])
-def test_varlen_block_table_holds_the_real_blocks_heaviest_first(rows, mask):
-    """One entry per block that exists (no padding to the longest sequence), ordered by the work
-    ``Mask.key_range`` gives each block (for key blocks: the queries that may see them)."""
-    lens_q, lens_k, block = [0, 37, 5, 70, 16], [9, 40, 0, 70, 33], 16
-    cu_q, cu_k = [0, *torch.tensor(lens_q).cumsum(0).tolist()], [0, *torch.tensor(lens_k).cumsum(0).tolist()]
-    table = varlen_block_table(cu_q, cu_k, block, mask, rows=rows)
-    lens = lens_q if rows == "q" else lens_k
-    assert table.dtype == torch.int32 and table.shape == (sum(-(-n // block) for n in lens), 2)
-    assert sorted(map(tuple, table.tolist())) == [(b, s) for b, n in enumerate(lens) for s in range(0, n, block)]
+def test_varlen_upper_bound_max_seqlen_gives_the_same_bits():
+    """max_seqlen may be an upper bound (flash-attn's contract): the grids grow and the programs past a
+    sequence's end return at once. Outputs poisoned with NaN, checked against the oracle, and equal bit
+    for bit to the run with the exact longest sequences, to lengths read on the host (max_seqlen=None)
+    and to int64 lengths."""
+    lens_q, lens_k, H, Hkv, D = [0, 17, 33, 1, 20], [5, 17, 20, 0, 40], 4, 2, 32
+    q = torch.randn(sum(lens_q), H, D, dtype=F16, device=DEV)
+    k, v = (torch.randn(sum(lens_k), Hkv, D, dtype=F16, device=DEV) for _ in range(2))
+    slopes = torch.rand(len(lens_q), H, device=DEV)
+    cu = (_cu(lens_q), _cu(lens_k))
+    exact = _max_seqlen(cu)
+    runs = {}
+    for name, cu_run, max_seqlen in (("exact", cu, exact), ("upper bound", cu, (exact[0] + 37, exact[1] + 50)),
+                                     ("host", cu, None), ("int64", tuple(c.long() for c in cu), (64, 64))):
+        gen = torch.Generator(device=DEV).manual_seed(7)  # the same dO every run
+        runs[name] = _run_and_check(q, k, v, window=(6, 0), causal=True, softcap=2.5, slopes=slopes, scale=0.4,
+                                    cu=cu_run, max_seqlen=max_seqlen, configs=BLOCKS16, gen=gen)
+    for name in ("upper bound", "host", "int64"):
+        assert all(torch.equal(a, b) for a, b in zip(runs["exact"], runs[name])), name
 
-    def work(b, start):
-        nq, nk = lens_q[b], lens_k[b]
-        if rows == "q":
-            lo, hi = mask.key_range(start, min(start + block, nq), nk - nq, nk)
-            return max(hi - lo, 0)
-        return sum(mask.block_kind(i, i + 1, start, min(start + block, nk), nk - nq) != "skip" for i in range(nq))
 
-    works = [work(b, s) for b, s in table.tolist()]
-    assert works == sorted(works, reverse=True)
+# -- bad cumulative lengths: wrong numbers allowed, never an access outside the tensors ---------------
+
+BAD_CU = [
+    # cu_q, cu_k (3 sequences over total_q = 40, total_k = 50 rows), max_seqlen (q, k): 3·max_seqlen covers
+    # the totals, which is all that the public entry point checks on CUDA
+    ([0, 30, 10, 40], [0, 20, 50, 45], (30, 30)),  # decreasing
+    ([-100, 5, -7, 40], [-3, 60, 2, -50], (40, 50)),  # negative, past the end
+    ([0, 1000, 2000, 2**31 - 1], [2**31 - 1, 0, 7, 9], (20, 20)),  # far past the end; max_seqlen short of them
+    ([0, 5, 10, 20], [0, 10, 20, 30], (14, 17)),  # short of the totals: rows no program owns
+    ([-(2**40), 2**40, 3, 2**62], [0, 2**33, -(2**33), 50], (40, 50)),  # int64 values beyond int32
+]
+_GUARD = 4096  # elements of guard before and after each tensor
+
+
+def _guarded(shape, fill, dtype):
+    """A tensor of ``shape`` inside a flat buffer with ``_GUARD`` elements before and after, all ``fill``:
+    (tensor, buffer)."""
+    n = torch.Size(shape).numel()
+    buf = torch.full((n + 2 * _GUARD,), fill, dtype=dtype, device=DEV)
+    return buf[_GUARD:_GUARD + n].view(shape), buf
+
+
+def _run_bad_lengths(cu_q, cu_k, max_seqlen, *, total_q, total_k, H, Hkv, D, configs):
+    """Forward and backward with bad lengths. The inputs sit between NaN guards and the outputs (zeroed)
+    between guards of 3.0: a program that read a guard would spread NaN into the outputs, one that wrote
+    outside its tensor would change a guard."""
+    nan, dtype = float("nan"), F16
+    dt = torch.int64 if any(abs(x) >= 2**31 for x in cu_q + cu_k) else torch.int32
+    cu = tuple(torch.tensor(c, dtype=dt, device=DEV) for c in (cu_q, cu_k))
+    inputs = [_guarded((n, h, D), nan, dtype) for n, h in ((total_q, H), (total_k, Hkv), (total_k, Hkv), (total_q, H))]
+    for t, _ in inputs:
+        t.normal_()
+    (q, _), (k, _), (v, _), (do, _) = inputs
+    outputs = [_guarded(shape, 3.0, dt_) for shape, dt_ in (((total_q, H, D), dtype), ((H, total_q), torch.float32),
+                                                           ((total_q, H, D), dtype), ((total_k, Hkv, D), dtype),
+                                                           ((total_k, Hkv, D), dtype))]
+    for t, _ in outputs:
+        t.zero_()
+    (out, _), (lse, _), (dq, _), (dk, _), (dv, _) = outputs
+    mask, var = Mask(9, 0), dict(scale=0.4, softcap=3.0, slopes=torch.rand(len(cu_q) - 1, H, device=DEV))
+    prefill_forward(q, k, v, mask=mask, cu_seqlens=cu, max_seqlen=max_seqlen, config=configs[0], out=out, lse=lse,
+                    **var)
+    prefill_backward(do, q, k, v, out, lse, mask=mask, cu_seqlens=cu, max_seqlen=max_seqlen, config=configs[1],
+                     dq=dq, dk=dk, dv=dv, **var)
+    for name, (t, buf) in zip(("out", "lse", "dq", "dk", "dv"), outputs):
+        assert not torch.isnan(t).any(), f"{name}: NaN, so a program read outside q, k, v or dO"
+        assert (buf[:_GUARD] == 3.0).all() and (buf[-_GUARD:] == 3.0).all(), f"{name}: written outside the tensor"
+
+
+@pytest.mark.parametrize("cu_q,cu_k,max_seqlen", BAD_CU)
+def test_bad_lengths_give_wrong_numbers_never_an_access_outside_the_tensors(cu_q, cu_k, max_seqlen):
+    """The launchers never check the lengths' values (on CUDA that would synchronise): the kernels clamp
+    each sequence into the packed tensors."""
+    _run_bad_lengths(cu_q, cu_k, max_seqlen, total_q=40, total_k=50, H=2, Hkv=1, D=32, configs=BLOCKS16)
+
+
+def test_bad_lengths_are_refused_off_cuda():
+    """Off CUDA the lengths are read and checked even with max_seqlen given (the check costs no sync)."""
+    q = torch.randn(40, 2, 32, dtype=F16)
+    k = v = torch.randn(50, 1, 32, dtype=F16)
+    cq, ck = (torch.tensor(c, dtype=torch.int32) for c in BAD_CU[0][:2])
+    with pytest.raises(ValueError, match="cu_seqlens_q must be non-decreasing"):
+        flash_attention_varlen_triton(q, k, v, cq, ck, max_seqlen_q=30, max_seqlen_k=30)
 
 
 # -- determinism ---------------------------------------------------------------------------------------
@@ -260,8 +335,9 @@ def test_varlen_eager_function_equals_registered_op():
     results = []
     for call in (lambda q, k, v: flash_attention_varlen_triton(q, k, v, cu_q, cu_k, causal=True, window=(5, 0),
                                                                scale=0.3, return_lse=True),
-                 lambda q, k, v: torch.ops.attnlab.flash_attn_varlen_fwd(q, k, v, cu_q.tolist(), cu_k.tolist(),
-                                                                         5, 0, 0.3, None, None, False)):
+                 lambda q, k, v: torch.ops.attnlab.flash_attn_varlen_fwd(q, k, v, cu_q, cu_k, max(lens_q),
+                                                                         max(lens_k), 5, 0, 0.3, None, None,
+                                                                         False)):
         qq, kk, vv = (t.detach().clone().requires_grad_() for t in (q, k, v))
         out, lse = call(qq, kk, vv)
         loss = (out * do).sum() + 0.5 * torch.where(torch.isinf(lse), 0.0, lse).sum()
@@ -276,10 +352,10 @@ def test_varlen_op_under_torch_compile_fullgraph():
     lens_q, lens_k = [9, 0, 21], [12, 5, 21]
     q = torch.randn(sum(lens_q), 2, 32, dtype=F16, device=DEV).requires_grad_()
     k, v = (torch.randn(sum(lens_k), 1, 32, dtype=F16, device=DEV).requires_grad_() for _ in range(2))
-    cu_q, cu_k, slopes = _cu(lens_q).tolist(), _cu(lens_k).tolist(), torch.rand(3, 2, device=DEV)
+    cu_q, cu_k, slopes = _cu(lens_q), _cu(lens_k), torch.rand(3, 2, device=DEV)
 
     def f(q, k, v):
-        out, lse = torch.ops.attnlab.flash_attn_varlen_fwd(q, k, v, cu_q, cu_k, 5, 0, 0.3, 3.0, slopes, False)
+        out, lse = torch.ops.attnlab.flash_attn_varlen_fwd(q, k, v, cu_q, cu_k, 21, 21, 5, 0, 0.3, 3.0, slopes, False)
         return out.float().square().sum() + torch.where(torch.isinf(lse), 0.0, lse).sum()
 
     compiled = torch.compile(f, backend="inductor" if DEV == "cuda" else "aot_eager", fullgraph=True)
@@ -349,6 +425,67 @@ def test_gpu_deterministic_backward_is_bit_identical(atomic_config):
     runs = [prefill_backward(do, q, k, v, out, lse, mask=mask, scale=0.1, softcap=30.0, slopes=slopes,
                              config=config, deterministic=True) for _ in range(5)]
     assert all(torch.equal(a, b) for run in runs[1:] for a, b in zip(runs[0], run))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", [dict(causal=True), dict(causal=True, window=(127, 0), softcap=30.0, alibi=True,
+                                                           deterministic=True)], ids=["causal", "all-variants"])
+def test_gpu_varlen_never_synchronises(variant):
+    """flash_attention_varlen with max_seqlen_q/k on CUDA, forward and backward (the loss uses lse too),
+    under torch.cuda.set_sync_debug_mode("error"): any device synchronisation raises; the profiler sees
+    no copy between host and device. The gradients equal those of a call that reads the lengths on the
+    host (no max_seqlen), bit for bit."""
+    lens_q = [0, 1, 300, 1000, 77, 2048, 513]
+    lens_k = [5, 1, 300, 1200, 77, 2048, 600]
+    H, Hkv, D = 8, 2, 128
+    kw = dict(variant)
+    if kw.pop("alibi", False):
+        kw["alibi_slopes"] = torch.rand(H, device=DEV)
+    q = torch.randn(sum(lens_q), H, D, dtype=BF16, device=DEV, requires_grad=True)
+    k, v = (torch.randn(sum(lens_k), Hkv, D, dtype=BF16, device=DEV, requires_grad=True) for _ in range(2))
+    do = torch.randn_like(q)
+    cu_q, cu_k = _cu(lens_q), _cu(lens_k)
+
+    def step(**max_seqlen):
+        out, lse = flash_attention_varlen(q, k, v, cu_q, cu_k, return_lse=True, **max_seqlen, **kw)
+        return torch.autograd.grad((out * do).sum() + lse.sum(), (q, k, v))
+
+    max_seqlen = dict(max_seqlen_q=max(lens_q), max_seqlen_k=max(lens_k))
+    want = step()  # reads the lengths on the host; compiles the kernels
+    step(**max_seqlen)
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            got = step(**max_seqlen)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        torch.cuda.synchronize()
+    copies = [e.name for e in prof.events() if "HtoD" in e.name or "DtoH" in e.name]
+    assert not copies, copies
+    assert all(torch.equal(a, b) for a, b in zip(want, got))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cu_q,cu_k,max_seqlen", BAD_CU)
+def test_gpu_bad_lengths_never_crash(cu_q, cu_k, max_seqlen):
+    """Bad lengths on CUDA with max_seqlen given: the call is not checked (that would synchronise) and
+    the kernels clamp every sequence into the packed tensors. The table's configurations, guards round
+    every tensor, then the public entry point forward and backward, and the GPU still works after."""
+    scale = 64  # the same patterns, 64 times longer
+    cu_q, cu_k = ([x * scale if abs(x) < 2**30 else x for x in c] for c in (cu_q, cu_k))
+    max_seqlen = tuple(m * scale for m in max_seqlen)
+    _run_bad_lengths(cu_q, cu_k, max_seqlen, total_q=40 * scale, total_k=50 * scale, H=4, Hkv=2, D=128,
+                     configs=(None, None))
+    dt = torch.int64 if any(abs(x) >= 2**31 for x in cu_q + cu_k) else torch.int32
+    q = torch.randn(40 * scale, 4, 128, dtype=BF16, device=DEV, requires_grad=True)
+    k, v = (torch.randn(50 * scale, 2, 128, dtype=BF16, device=DEV, requires_grad=True) for _ in range(2))
+    cq, ck = (torch.tensor(c, dtype=dt, device=DEV) for c in (cu_q, cu_k))
+    out = flash_attention_varlen(q, k, v, cq, ck, max_seqlen_q=max_seqlen[0], max_seqlen_k=max_seqlen[1],
+                                 causal=True)
+    torch.autograd.grad(out.float().sum(), (q, k, v))
+    torch.cuda.synchronize()  # an illegal address would surface here
+    assert torch.ones(4, device=DEV).sum().item() == 4
 
 
 def test_variant_configs_leave_what_the_variant_cannot_use():

@@ -130,9 +130,9 @@ def _blocks(block_q, block_k, vdims) -> tuple[int, int]:
 
 def varlen_attention_fn(q, k, v, vdims, *, mask, scale: float, softcap: float | None = None, slopes=None,
                         block_q: int | None = None, block_k: int | None = None):
-    """``flash_attention_varlen_blockwise`` on inputs already checked (``vdims`` from ``check_varlen``,
-    ``mask`` a ``variants.Mask``, ``slopes`` (B, H) float32 or None): (out (total_q, H, Dv),
-    lse (H, total_q)), both differentiable in q, k, v."""
+    """``flash_attention_varlen_blockwise`` on inputs already checked (``vdims`` from ``check_varlen`` with
+    the lengths read on the host, ``vdims.cu_q`` not None; ``mask`` a ``variants.Mask``, ``slopes`` (B, H)
+    float32 or None): (out (total_q, H, Dv), lse (H, total_q)), both differentiable in q, k, v."""
     Br, Bc = _blocks(block_q, block_k, vdims)
     return _VarlenAttentionFn.apply(q, k, v, vdims, mask, scale, softcap, slopes, Br, Bc)
 

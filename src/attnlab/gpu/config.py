@@ -2,8 +2,8 @@
 
 What the kernels cover (dtypes, head dims), the block-size tables — one deterministic choice per
 (head dim, masked or not, length class), the winners of measured H200 sweeps, so that tests and benchmarks
-run the same compiled kernel — ``tma_ok``, and the block tables of packed variable-length batches
-(one program per real block, heaviest first). Nothing here imports triton.
+run the same compiled kernel — ``tma_ok``, and the grids of packed variable-length batches (one
+program per (sequence, head, block of the longest sequence)). Nothing here imports triton.
 """
 
 from __future__ import annotations
@@ -153,58 +153,26 @@ def set_config(D: int, causal: bool, *, fwd: FwdConfig | None = None, bwd: BwdCo
             _BWD_TABLE[key] = bwd
 
 
-# -- packed variable-length batches: one program per real block ------------------------------------
+# -- packed variable-length batches: grids sized for the longest sequence ---------------------------
+
+_MAX_GRID_Y = 65535  # CUDA's limit on a grid's second axis
 
 
-def max_seqlen(cu) -> int:
-    """The longest sequence of host cumulative lengths ``cu`` (B + 1 ints)."""
-    return max(b - a for a, b in zip(cu, cu[1:]))
+def varlen_bounds(cu_seqlens, max_seqlen) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+    """A packed batch's (cu_q, cu_k, max_q, max_k) for the kernels: the (B + 1,) cumulative lengths as
+    contiguous tensors on their device, and the longest sequences, as given in ``max_seqlen`` or,
+    when it is None, read from the lengths on the host (one device synchronisation)."""
+    cu_q, cu_k = (c.contiguous() for c in cu_seqlens)
+    if max_seqlen is None:
+        max_seqlen = tuple(int((c[1:] - c[:-1]).max()) if c.numel() > 1 else 0 for c in (cu_q, cu_k))
+    return cu_q, cu_k, int(max_seqlen[0]), int(max_seqlen[1])
 
 
-def varlen_block_table(cu_q, cu_k, block: int, mask, *, rows: str) -> torch.Tensor:
-    """(n, 2) int32 on the host: (sequence, first row) of every block of ``block`` query rows
-    (``rows="q"``) or key rows (``rows="k"``) of a packed batch, with cumulative lengths ``cu_q``,
-    ``cu_k`` (host sequences of B + 1 ints). Empty sequences have no block. Heaviest first (longest
-    processing time first fills the grid's tail): ordered by the keys a query block may see, or the
-    queries that may see a key block, under ``mask`` (a ``variants.Mask``; off = Nk − Nq per sequence)."""
-    if rows not in ("q", "k"):
-        raise ValueError(f"rows must be 'q' or 'k', got {rows!r}")
-    cq = torch.tensor(cu_q, dtype=torch.int64)
-    ck = torch.tensor(cu_k, dtype=torch.int64)
-    nq, nk = cq[1:] - cq[:-1], ck[1:] - ck[:-1]  # (B,)
-    n_rows = nq if rows == "q" else nk
-    n_blocks = (n_rows + block - 1) // block  # (B,)
-    seq = torch.repeat_interleave(torch.arange(len(n_rows)), n_blocks)  # (n,)
-    first_block = torch.repeat_interleave(torch.cumsum(n_blocks, 0) - n_blocks, n_blocks)
-    start = (torch.arange(seq.numel()) - first_block) * block  # (n,) first row of each block
-    nq, nk = nq[seq], nk[seq]
-    off = nk - nq
-    if rows == "q":  # keys [lo, hi) some row of [start, end) may see (Mask.key_range)
-        end = torch.minimum(start + block, nq)
-        lo, hi = torch.zeros_like(start), nk.clone()
-        if mask.right >= 0:
-            hi = torch.minimum(hi, end + off + mask.right)
-        if mask.left >= 0:
-            lo = torch.clamp(start + off - mask.left, min=0)
-    else:  # queries [lo, hi) that may see some key of [start, end)
-        end = torch.minimum(start + block, nk)
-        lo, hi = torch.zeros_like(start), nq.clone()
-        if mask.right >= 0:
-            lo = torch.clamp(start - off - mask.right, min=0)
-        if mask.left >= 0:
-            hi = torch.minimum(hi, end - off + mask.left)
-    work = torch.clamp(hi - lo, min=0)
-    order = torch.sort(work, descending=True, stable=True).indices
-    return torch.stack([seq, start], 1)[order].to(torch.int32)  # (n, 2)
-
-
-def varlen_meta(cu_seqlens, block: int, mask, *, rows: str, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """cu_q (B + 1,), cu_k (B + 1,) and the block table (n, 2) of ``varlen_block_table``, int32 on
-    ``device``, moved there in one copy (three views of one buffer). ``cu_seqlens``: the host
-    cumulative lengths (cu_q, cu_k)."""
-    cu_q, cu_k = (tuple(int(x) for x in cu) for cu in cu_seqlens)
-    table = varlen_block_table(cu_q, cu_k, block, mask, rows=rows)
-    n_cu = len(cu_q)
-    buf = torch.tensor(cu_q + cu_k, dtype=torch.int32)
-    buf = torch.cat([buf, table.flatten()]).to(device)  # (2·(B + 1) + 2n,)
-    return buf[:n_cu], buf[n_cu:2 * n_cu], buf[2 * n_cu:].view(-1, 2)
+def varlen_grid(B: int, heads: int, max_seqlen: int, block: int) -> tuple[int, int]:
+    """The grid of a packed batch's kernel: (B·heads, blocks of ``block`` rows in the longest sequence);
+    the programs of a shorter sequence's missing blocks return at once."""
+    n_blocks = -(-max(max_seqlen, 0) // block)
+    if n_blocks > _MAX_GRID_Y:
+        raise ValueError(f"max_seqlen {max_seqlen} needs {n_blocks} blocks of {block} rows; "
+                         f"a grid's second axis holds at most {_MAX_GRID_Y}")
+    return B * heads, n_blocks

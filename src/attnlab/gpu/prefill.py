@@ -28,14 +28,16 @@ from ..variants import Mask
 from .config import BWD_HEAD_DIMS, FWD_HEAD_DIMS, KERNEL_DTYPES
 
 _VARIANTS = "int left, int right, float scale, float? softcap, Tensor? slopes, bool deterministic"
+_VARLEN = "Tensor cu_q, Tensor cu_k, int max_q, int max_k"  # a packed batch: device lengths, longest sequences
 
 
 def _forward(q, k, v, cu, left, right, scale, softcap, slopes):
-    """The forward launcher; ``cu``: None, or a packed batch's host cumulative lengths (cu_q, cu_k)."""
+    """The forward launcher; ``cu``: None, or a packed batch's (cu_q, cu_k, max_q, max_k): the cumulative
+    lengths as device tensors (never read on the host) and the longest sequences (or upper bounds)."""
     from .prefill_fwd import prefill_forward
 
     return prefill_forward(q, k, v, mask=Mask(left, right), scale=scale, softcap=softcap, slopes=slopes,
-                           cu_seqlens=cu)
+                           cu_seqlens=None if cu is None else cu[:2], max_seqlen=None if cu is None else cu[2:])
 
 
 def _backward_kernels(dout, q, k, v, out, lse, dlse, cu, left, right, scale, softcap, slopes, deterministic):
@@ -44,7 +46,8 @@ def _backward_kernels(dout, q, k, v, out, lse, dlse, cu, left, right, scale, sof
     if dout is None:
         dout = torch.zeros_like(out)
     return prefill_backward(dout, q, k, v, out, lse, mask=Mask(left, right), scale=scale, softcap=softcap,
-                            slopes=slopes, cu_seqlens=cu, dlse=dlse, deterministic=deterministic)
+                            slopes=slopes, cu_seqlens=None if cu is None else cu[:2],
+                            max_seqlen=None if cu is None else cu[2:], dlse=dlse, deterministic=deterministic)
 
 
 # -- the registered ops (torch.compile traces these) ------------------------------------------------
@@ -63,14 +66,13 @@ def _(q, k, v, left, right, scale, softcap, slopes, deterministic):
 
 
 @torch.library.custom_op("attnlab::flash_attn_varlen_fwd", mutates_args=(),
-                         schema=f"(Tensor q, Tensor k, Tensor v, int[] cu_q, int[] cu_k, {_VARIANTS}) "
-                                "-> (Tensor, Tensor)")
-def _flash_attn_varlen_fwd(q, k, v, cu_q, cu_k, left, right, scale, softcap, slopes, deterministic):
-    return _forward(q, k, v, (cu_q, cu_k), left, right, scale, softcap, slopes)
+                         schema=f"(Tensor q, Tensor k, Tensor v, {_VARLEN}, {_VARIANTS}) -> (Tensor, Tensor)")
+def _flash_attn_varlen_fwd(q, k, v, cu_q, cu_k, max_q, max_k, left, right, scale, softcap, slopes, deterministic):
+    return _forward(q, k, v, (cu_q, cu_k, max_q, max_k), left, right, scale, softcap, slopes)
 
 
 @_flash_attn_varlen_fwd.register_fake
-def _(q, k, v, cu_q, cu_k, left, right, scale, softcap, slopes, deterministic):
+def _(q, k, v, cu_q, cu_k, max_q, max_k, left, right, scale, softcap, slopes, deterministic):
     total_q, H, _ = q.shape
     return q.new_empty((total_q, H, v.shape[-1])), q.new_empty((H, total_q), dtype=torch.float32)
 
@@ -85,11 +87,11 @@ def _flash_attn_bwd(dout, q, k, v, out, lse, dlse, left, right, scale, softcap, 
 
 
 @torch.library.custom_op("attnlab::flash_attn_varlen_bwd", mutates_args=(),
-                         schema=f"({_BWD_IN}, int[] cu_q, int[] cu_k, {_VARIANTS}) -> (Tensor, Tensor, Tensor)")
-def _flash_attn_varlen_bwd(dout, q, k, v, out, lse, dlse, cu_q, cu_k, left, right, scale, softcap, slopes,
-                           deterministic):
-    return _backward_kernels(dout, q, k, v, out, lse, dlse, (cu_q, cu_k), left, right, scale, softcap, slopes,
-                             deterministic)
+                         schema=f"({_BWD_IN}, {_VARLEN}, {_VARIANTS}) -> (Tensor, Tensor, Tensor)")
+def _flash_attn_varlen_bwd(dout, q, k, v, out, lse, dlse, cu_q, cu_k, max_q, max_k, left, right, scale, softcap,
+                           slopes, deterministic):
+    return _backward_kernels(dout, q, k, v, out, lse, dlse, (cu_q, cu_k, max_q, max_k), left, right, scale, softcap,
+                             slopes, deterministic)
 
 
 @_flash_attn_bwd.register_fake
@@ -109,19 +111,20 @@ def _refuse_double_backward() -> None:
 
 def _setup_context(ctx, inputs, output):
     q, k, v, *rest = inputs
-    ctx.cu = tuple(rest[:2]) if len(rest) == 8 else ()  # the varlen op's host cumulative lengths
-    ctx.variants = tuple(rest[len(ctx.cu):])  # left, right, scale, softcap, slopes, deterministic
-    ctx.save_for_backward(q, k, v, *output)
+    varlen = len(rest) == 10  # the varlen op's cu_q, cu_k, max_q, max_k come before the variants
+    ctx.max_seqlen = tuple(rest[2:4]) if varlen else ()
+    ctx.variants = tuple(rest[4 if varlen else 0:])  # left, right, scale, softcap, slopes, deterministic
+    ctx.save_for_backward(q, k, v, *output, *(rest[:2] if varlen else ()))
 
 
 def _op_backward(ctx, dout, dlse):
     _refuse_double_backward()
-    q, k, v, out, lse = ctx.saved_tensors
-    if ctx.cu:
-        grads = _flash_attn_varlen_bwd(dout, q, k, v, out, lse, dlse, *ctx.cu, *ctx.variants)
+    q, k, v, out, lse, *cu = ctx.saved_tensors  # cu: the varlen op's cu_q, cu_k
+    if cu:
+        grads = _flash_attn_varlen_bwd(dout, q, k, v, out, lse, dlse, *cu, *ctx.max_seqlen, *ctx.variants)
     else:
         grads = _flash_attn_bwd(dout, q, k, v, out, lse, dlse, *ctx.variants)
-    return (*grads,) + (None,) * (len(ctx.cu) + len(ctx.variants))
+    return (*grads,) + (None,) * (len(cu) + len(ctx.max_seqlen) + len(ctx.variants))
 
 
 _flash_attn_fwd.register_autograd(_op_backward, setup_context=_setup_context)
@@ -133,9 +136,8 @@ _flash_attn_varlen_fwd.register_autograd(_op_backward, setup_context=_setup_cont
 
 class _FlashAttnFn(torch.autograd.Function):
     """The same forward and backward as the registered ops, for eager mode: a custom op's dispatch
-    costs tens of microseconds of host time per call, which at N = 1K is a visible share of a GPU
-    step. ``torch.compile`` traces the registered ops instead. ``cu``: None, or a packed batch's host
-    cumulative lengths (cu_q, cu_k)."""
+    step. ``torch.compile`` traces the registered ops instead. ``cu``: None, or a packed batch's
+    (cu_q, cu_k, max_q, max_k), as ``_forward`` takes it."""
 
     @staticmethod
     def forward(ctx, q, k, v, cu, left, right, scale, softcap, slopes, deterministic):
@@ -195,11 +197,14 @@ def attention_fn(q, k, v, *, mask: Mask, scale: float, softcap: float | None = N
 def varlen_attention_fn(q, k, v, vdims: VarlenDims, *, mask: Mask, scale: float, softcap: float | None = None,
                         slopes: torch.Tensor | None = None, deterministic: bool = False):
     """(out (total_q, H, Dv), lse (H, total_q)) of a packed batch through the kernels, differentiable;
-    inputs already checked (``vdims`` from ``check_varlen``) and supported."""
+    inputs already checked (``vdims`` from ``check_varlen``) and supported. The kernels read the
+    cumulative lengths from device memory and size their grids by ``vdims.max_q`` / ``max_k``:
+    nothing is read on the host and nothing is copied to the device."""
     args = (mask.left, mask.right, scale, softcap, slopes, deterministic)
+    cu = (vdims.cu_seqlens_q, vdims.cu_seqlens_k, vdims.max_q, vdims.max_k)
     if _is_compiling():
-        return _flash_attn_varlen_fwd(q, k, v, list(vdims.cu_q), list(vdims.cu_k), *args)
-    return _FlashAttnFn.apply(q, k, v, (vdims.cu_q, vdims.cu_k), *args)
+        return _flash_attn_varlen_fwd(q, k, v, *cu, *args)
+    return _FlashAttnFn.apply(q, k, v, cu, *args)
 
 
 def _refuse(q, dims, k, v) -> None:
@@ -257,9 +262,13 @@ def flash_attention_varlen_triton(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_se
     Arguments:
         q: (total_q, H, D); k: (total_k, Hkv, D); v: (total_k, Hkv, D); sequence b owns rows
             ``cu_seqlens_q[b]:cu_seqlens_q[b+1]`` of q and ``cu_seqlens_k[b]:cu_seqlens_k[b+1]`` of k, v.
-        cu_seqlens_q, cu_seqlens_k: (B + 1,) int32 cumulative lengths (read on the host). Empty
-            sequences are allowed. One program runs per real block of each sequence.
-        max_seqlen_q, max_seqlen_k: optional; given, at least the longest sequence.
+        cu_seqlens_q, cu_seqlens_k: (B + 1,) int32 cumulative lengths on q's device. Empty sequences
+            are allowed.
+        max_seqlen_q, max_seqlen_k: at least the longest sequences (upper bounds are fine). On CUDA,
+            with both given, the call never synchronises: the lengths' values are not checked, the
+            kernels read them from device memory and clamp them into the packed tensors, so bad
+            values give wrong numbers, never an access out of bounds. Without them (or on the CPU)
+            the lengths are read and checked on the host, one device synchronisation per call.
         causal, window, softcap, alibi_slopes ((H,) or (B, H)), deterministic, scale: as
             ``flash_attention_triton``, aligned bottom-right per sequence (off = its Nk - Nq).
         return_lse: also return lse (H, total_q), float32.

@@ -30,8 +30,18 @@ import triton
 import triton.language as tl
 
 from .._runtime import LOG2E
-from .config import BwdConfig, default_bwd_config, max_seqlen, next_pow2, varlen_meta
-from .prefill_fwd import _key_range, _load_tile, _row0, _score_mod, _varlen_seq, packed_as_bhnd, variant_args
+from .config import BwdConfig, default_bwd_config, next_pow2, varlen_bounds, varlen_grid
+from .prefill_fwd import (
+    _key_range,
+    _last_dim_contiguous,
+    _load_tile,
+    _row0,
+    _score_mod,
+    _varlen_block,
+    _varlen_seq,
+    packed_as_bhnd,
+    variant_args,
+)
 
 _LOG2E = tl.constexpr(LOG2E)  # a jit function reads module globals only as constexprs
 
@@ -140,15 +150,18 @@ def _attn_bwd_dkdv(Q, K, V, DO, LSE2, DELTA, DK, DV, DQ,
                    H, G, Nq, Nk, causal_off, qk_scale, sm_scale,
                    HEAD_D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    CAUSAL: tl.constexpr, EVEN_M: tl.constexpr, DQ_ATOMIC: tl.constexpr,
-                   # variants, as in _attn_fwd (VARLEN: TABLE holds (sequence, first key row) entries)
-                   SLOPES=None, stride_sb=0, stride_sh=0, CU_Q=None, CU_K=None, TABLE=None,
+                   # variants, as in _attn_fwd (VARLEN: grid (B·Hkv, key blocks of max_seqlen_k))
+                   SLOPES=None, stride_sb=0, stride_sh=0, CU_Q=None, CU_K=None,
                    win_off=0, alibi_off=0, cap2=1.0,
                    HAS_WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = 0, ALIBI: tl.constexpr = False,
                    VARLEN: tl.constexpr = False):
     Hkv = H // G
     if VARLEN:
-        hk = tl.program_id(1)
-        b, start_n, q0, n_q, k0, n_k = _varlen_seq(CU_Q, CU_K, TABLE, tl.program_id(0))
+        b, hk, pid_n = _varlen_block(Hkv, not CAUSAL)  # causal: the first key blocks are the heaviest
+        q0, n_q, k0, n_k = _varlen_seq(CU_Q, CU_K, b, Nq, Nk)
+        start_n = pid_n * BLOCK_N
+        if start_n >= n_k:  # the grid covers the longest sequence; this one is shorter
+            return
         lse_len = Nq  # total_q: the row length of LSE2 and DELTA (H, total_q)
         Nq = n_q
         Nk = n_k
@@ -280,13 +293,16 @@ def _attn_bwd_dq(Q, K, V, DO, LSE2, DELTA, DQ,
                  H, G, Nq, Nk, causal_off, qk_scale, sm_scale,
                  HEAD_D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  CAUSAL: tl.constexpr,
-                 SLOPES=None, stride_sb=0, stride_sh=0, CU_Q=None, CU_K=None, TABLE=None,
+                 SLOPES=None, stride_sb=0, stride_sh=0, CU_Q=None, CU_K=None,
                  win_off=0, alibi_off=0, cap2=1.0,
                  HAS_WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = 0, ALIBI: tl.constexpr = False,
                  VARLEN: tl.constexpr = False):
-    if VARLEN:
-        h = tl.program_id(1)
-        b, start_m, q0, n_q, k0, n_k = _varlen_seq(CU_Q, CU_K, TABLE, tl.program_id(0))
+    if VARLEN:  # grid (B·H, query blocks of max_seqlen_q), as the forward's
+        b, h, pid_m = _varlen_block(H, True)
+        q0, n_q, k0, n_k = _varlen_seq(CU_Q, CU_K, b, Nq, Nk)
+        start_m = pid_m * BLOCK_M
+        if start_m >= n_q:
+            return
         lse_len = Nq  # total_q: the row length of LSE2 and DELTA (H, total_q)
         Nq = n_q
         Nk = n_k
@@ -352,22 +368,18 @@ def _s3(x: torch.Tensor):
     return x.stride(0), x.stride(1), x.stride(2)
 
 
-def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
-    return x if x.stride(-1) == 1 else x.contiguous()
-
-
 def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                      lse: torch.Tensor, *, mask, scale: float, softcap: float | None = None,
-                     slopes: torch.Tensor | None = None, cu_seqlens=None, dlse: torch.Tensor | None = None,
-                     deterministic: bool = False, config: BwdConfig | None = None, dq: torch.Tensor | None = None,
-                     dk: torch.Tensor | None = None,
+                     slopes: torch.Tensor | None = None, cu_seqlens=None, max_seqlen=None,
+                     dlse: torch.Tensor | None = None, deterministic: bool = False, config: BwdConfig | None = None,
+                     dq: torch.Tensor | None = None, dk: torch.Tensor | None = None,
                      dv: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Run the backward kernels; returns (dq, dk, dv) shaped like (q, k, v).
 
     ``lse`` is the forward's natural-log logsumexp (B, H, Nq) — (H, total_q) for a packed batch
-    (``cu_seqlens`` = (cu_q, cu_k) host cumulative lengths; q, k, v, out, do then (total, H, D)); ``dlse`` its incoming gradient
-    when the caller's loss used it (dS gains P ∘ dL). ``mask``, ``softcap``, ``slopes`` as in
-    ``prefill_forward``. ``deterministic``: never the dQ-atomics variant, so the gradients are
+    (``cu_seqlens``, ``max_seqlen`` as in ``prefill_forward``; q, k, v, out, do then (total, H, D));
+    ``dlse`` its incoming gradient when the caller's loss used it (dS gains P ∘ dL). ``mask``, ``softcap``,
+    ``slopes`` as in ``prefill_forward``. ``deterministic``: never the dQ-atomics variant, so the gradients are
     bit-identical run after run (the default configurations never use atomics). No input checks here.
     """
     D = q.shape[-1]
@@ -381,7 +393,8 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
         n_keys = Nk
     else:
         (Nq, H, _), (Nk, Hkv, _) = q.shape, k.shape  # Nq, Nk: total_q, total_k
-        B, n_keys = len(cu_seqlens[0]) - 1, max_seqlen(cu_seqlens[1])
+        cu_q, cu_k, max_q, n_keys = varlen_bounds(cu_seqlens, max_seqlen)
+        B = cu_q.shape[0] - 1
         do, q, k, v, out, dq, dk, dv = (packed_as_bhnd(t) for t in (do, q, k, v, out, dq, dk, dv))
         lse = lse.unsqueeze(0)  # (1, H, total_q)
         dlse = None if dlse is None else dlse.unsqueeze(0)
@@ -406,13 +419,12 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
     var = variant_args(mask, scale, softcap, slopes, Nk - Nq if cu_seqlens is None else 0, q.device)
     var["sm_scale"] = scale
     dq_acc = torch.zeros(dq.shape, device=q.device, dtype=torch.float32) if cfg.dq_atomic else dq  # like dq, float32
-    if cu_seqlens is not None:
-        cu_q, cu_k, table = varlen_meta(cu_seqlens, cfg.block_n1, mask, rows="k", device=q.device)
-        var_kv = var | dict(CU_Q=cu_q, CU_K=cu_k, TABLE=table, VARLEN=True)
-        grid_kv, even_m = (table.shape[0], Hkv), False
+    if cu_seqlens is not None:  # (sequence, K/V head) x key blocks of the longest sequence
+        var_kv = var | dict(CU_Q=cu_q, CU_K=cu_k, VARLEN=True)
+        grid_kv, even_m = varlen_grid(B, Hkv, n_keys, cfg.block_n1), False
     else:
         var_kv, grid_kv, even_m = var, (triton.cdiv(Nk, cfg.block_n1), B * Hkv), Nq % cfg.block_m1 == 0
-    if grid_kv[0]:
+    if grid_kv[0] and grid_kv[1]:
         _attn_bwd_dkdv[grid_kv](
             q, k, v, do, lse2, delta, dk, dv, dq_acc,
             *_s3(q), *_s3(k), *_s3(v), *_s3(do), *_s3(dk), *_s3(dv), *_s3(dq_acc), *common,
@@ -421,13 +433,12 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
     if cfg.dq_atomic:
         dq.copy_(dq_acc)
         return _unpack(dq, dk, dv, cu_seqlens)
-    if cu_seqlens is not None:
-        cu_q, cu_k, table = varlen_meta(cu_seqlens, cfg.block_m2, mask, rows="q", device=q.device)
-        var_q = var | dict(CU_Q=cu_q, CU_K=cu_k, TABLE=table, VARLEN=True)
-        grid_q = (table.shape[0], H)
+    if cu_seqlens is not None:  # (sequence, head) x query blocks of the longest sequence
+        var_q = var | dict(CU_Q=cu_q, CU_K=cu_k, VARLEN=True)
+        grid_q = varlen_grid(B, H, max_q, cfg.block_m2)
     else:
         var_q, grid_q = var, (triton.cdiv(Nq, cfg.block_m2), B * H)
-    if grid_q[0]:
+    if grid_q[0] and grid_q[1]:
         _attn_bwd_dq[grid_q](
             q, k, v, do, lse2, delta, dq,
             *_s3(q), *_s3(k), *_s3(v), *_s3(do), *_s3(dq), *common,

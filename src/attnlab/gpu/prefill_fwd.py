@@ -27,11 +27,11 @@ from .._runtime import LN2, LOG2E
 from .config import (
     FwdConfig,
     default_fwd_config,
-    max_seqlen,
     next_pow2,
     tma_ok,
     variant_fwd_config,
-    varlen_meta,
+    varlen_bounds,
+    varlen_grid,
 )
 
 _LN2 = tl.constexpr(LN2)  # a jit function reads module globals only as constexprs
@@ -198,14 +198,29 @@ def _fwd_kv_loop(acc, l_i, m_i, q, K, V, desc_k, desc_v, b, hk, stride_kn, strid
 
 
 @triton.jit
-def _varlen_seq(CU_Q, CU_K, TABLE, pid):
-    """Entry pid of a packed batch's block table: (sequence b, first row of the block, its q start,
-    q length, k start, k length)."""
-    b = tl.load(TABLE + 2 * pid)
-    start = tl.load(TABLE + 2 * pid + 1)
-    q0 = tl.load(CU_Q + b)
-    k0 = tl.load(CU_K + b)
-    return b, start, q0, tl.load(CU_Q + b + 1) - q0, k0, tl.load(CU_K + b + 1) - k0
+def _varlen_seq(CU_Q, CU_K, b, total_q, total_k):
+    """Sequence b of a packed batch, read from the cumulative lengths in device memory: (q start,
+    q length, k start, k length). Clamped into the packed tensors (start in [0, total], length >= 0,
+    start + length <= total): bad values give wrong numbers, never an access outside q, k, v or the
+    outputs."""
+    q0 = tl.minimum(tl.maximum(tl.load(CU_Q + b), 0), total_q)
+    q1 = tl.minimum(tl.maximum(tl.load(CU_Q + b + 1), q0), total_q)
+    k0 = tl.minimum(tl.maximum(tl.load(CU_K + b), 0), total_k)
+    k1 = tl.minimum(tl.maximum(tl.load(CU_K + b + 1), k0), total_k)
+    return q0.to(tl.int32), (q1 - q0).to(tl.int32), k0.to(tl.int32), (k1 - k0).to(tl.int32)
+
+
+@triton.jit
+def _varlen_block(H, REVERSE: tl.constexpr):
+    """A packed batch's program: (sequence b, head h, block index). Axis 0 is b·H + h, axis 1 the
+    block of a grid sized for the longest sequence; REVERSE deals the blocks last first, so the
+    longest sequences' last blocks run first (the heaviest under a causal mask) and the short
+    ones fill the grid's tail."""
+    bh = tl.program_id(0)
+    blk = tl.program_id(1)
+    if REVERSE:
+        blk = tl.num_programs(1) - 1 - blk
+    return bh // H, bh % H, blk
 
 
 @triton.jit
@@ -230,17 +245,21 @@ def _attn_fwd(Q, K, V, O, LSE,  # pointers, or tensor descriptors (B, H|Hkv, N, 
               HEAD_D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr = False,
               # variants (attnlab.variants); all off: the dense / causal kernel
-              SLOPES=None, stride_sb=0, stride_sh=0, CU_Q=None, CU_K=None, TABLE=None,
+              SLOPES=None, stride_sb=0, stride_sh=0, CU_Q=None, CU_K=None,
               win_off=0, alibi_off=0, cap2=1.0,
               HAS_WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = 0, ALIBI: tl.constexpr = False,
               VARLEN: tl.constexpr = False):
     """CAUSAL: a right edge, row i sees keys j <= i + causal_off (= off + right); HAS_WINDOW: a left edge,
-    j >= i + win_off (= off − left). VARLEN: program 0-axis indexes TABLE's (sequence, first row)
-    entries, axis 1 the head; Nq is then total_q (the row length of LSE (H, total_q)), tensors are
-    (1, H, total, D) views, and each sequence adds its own Nk − Nq to causal_off, win_off, alibi_off."""
+    j >= i + win_off (= off − left). VARLEN: a packed batch, grid (B·H, query blocks of max_seqlen_q);
+    Nq, Nk are then total_q, total_k (LSE is (H, total_q)), tensors are (1, H, total, D) views, each
+    program reads its sequence's bounds from CU_Q, CU_K and returns at once when its block lies past
+    the sequence's end, and each sequence adds its own Nk − Nq to causal_off, win_off, alibi_off."""
     if VARLEN:
-        h = tl.program_id(1)
-        b, start_m, q0, n_q, k0, n_k = _varlen_seq(CU_Q, CU_K, TABLE, tl.program_id(0))
+        b, h, pid_m = _varlen_block(H, True)
+        q0, n_q, k0, n_k = _varlen_seq(CU_Q, CU_K, b, Nq, Nk)
+        start_m = pid_m * BLOCK_M
+        if start_m >= n_q:  # the grid covers the longest sequence; this one is shorter
+            return
         lse_row = h.to(tl.int64) * Nq + q0
         Nq = n_q
         Nk = n_k
@@ -350,15 +369,19 @@ def variant_args(mask, scale: float, softcap: float | None, slopes: torch.Tensor
 
 def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask, scale: float,
                     softcap: float | None = None, slopes: torch.Tensor | None = None, cu_seqlens=None,
-                    config: FwdConfig | None = None, out: torch.Tensor | None = None,
+                    max_seqlen=None, config: FwdConfig | None = None, out: torch.Tensor | None = None,
                     lse: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the forward kernel; no input checks (the public entry points do them).
 
     q (B, H, Nq, D), k/v (B, Hkv, Nk, D) in float16/bfloat16 on CUDA (or CPU under the Triton
     interpreter); ``mask`` a ``variants.Mask``, ``softcap`` None or > 0, ``slopes`` (B, H) or None.
     Returns out (B, H, Nq, D) in q's dtype and lse (B, H, Nq) float32 (natural log).
-    ``cu_seqlens`` = (cu_q, cu_k), host sequences of B + 1 cumulative lengths: a packed batch, q
-    (total_q, H, D), k/v (total_k, Hkv, D); returns out (total_q, H, D) and lse (H, total_q).
+    ``cu_seqlens`` = (cu_q, cu_k), (B + 1,) int32 (or int64) cumulative lengths on q's device: a packed
+    batch, q (total_q, H, D), k/v (total_k, Hkv, D); returns out (total_q, H, D) and lse (H, total_q).
+    ``max_seqlen`` = (max_q, max_k), at least the longest sequences (an upper bound is fine: the extra
+    programs return at once); None reads them from ``cu_seqlens`` on the host, a device synchronisation.
+    The lengths' values are never checked here: the kernel clamps them into the packed tensors, so bad
+    values give wrong numbers, never an access out of bounds; rows no program owns are left unwritten.
     ``out``/``lse`` may be given preallocated (tests poison them to check every element is written).
     """
     D = q.shape[-1]
@@ -369,7 +392,8 @@ def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask, 
         n_keys, out_shape, lse_shape = Nk, (B, H, Nq, D), (B, H, Nq)
     else:
         (Nq, H, _), (Nk, Hkv, _) = q.shape, k.shape  # Nq, Nk: total_q, total_k
-        B, n_keys = len(cu_seqlens[0]) - 1, max_seqlen(cu_seqlens[1])
+        cu_q, cu_k, max_q, n_keys = varlen_bounds(cu_seqlens, max_seqlen)
+        B = cu_q.shape[0] - 1
         out_shape, lse_shape = (Nq, H, D), (H, Nq)
     if out is None:
         out = torch.empty(out_shape, device=q.device, dtype=q.dtype)  # (B, H, Nq, D) or (total_q, H, D)
@@ -386,11 +410,10 @@ def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask, 
     BLOCK_D = next_pow2(max(D, 16))
     extra = {"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}
     var = variant_args(mask, scale, softcap, slopes, Nk - Nq if cu_seqlens is None else 0, q.device)
-    if cu_seqlens is not None:  # packed: one program per (sequence, query block) that exists
-        cu_q, cu_k, table = varlen_meta(cu_seqlens, cfg.block_m, mask, rows="q", device=q.device)
+    if cu_seqlens is not None:  # packed: (sequence, head) x query blocks of the longest sequence
         q4, k4, v4, o4 = (packed_as_bhnd(t) for t in (q, k, v, out))  # (1, H|Hkv, total, D)
-        args, use_tma, grid = (q4, k4, v4, o4), False, (table.shape[0], H)
-        var |= dict(CU_Q=cu_q, CU_K=cu_k, TABLE=table, VARLEN=True)
+        args, use_tma, grid = (q4, k4, v4, o4), False, varlen_grid(B, H, max_q, cfg.block_m)
+        var |= dict(CU_Q=cu_q, CU_K=cu_k, VARLEN=True)
     else:
         q4, k4, v4, o4 = q, k, v, out
         use_tma = cfg.tma and tma_ok(q, k, v, out)
@@ -404,7 +427,7 @@ def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask, 
         else:
             args = (q, k, v, out)
         grid = (triton.cdiv(Nq, cfg.block_m), B * H)
-    if grid[0] == 0:  # a packed batch of empty query sequences
+    if grid[1] == 0:  # a packed batch whose longest query sequence is empty
         return out, lse
     _attn_fwd[grid](
         *args, lse,
