@@ -75,7 +75,7 @@ def test_second_call_reuses_the_plan_and_equals_a_checked_call(name):
     q, k, v = _cache()
     decode.clear_plans()
     decode.flash_decode_triton(q, k, v, cache_seqlens=torch.tensor([L, 37], dtype=len_dtype, device=DEV), **kw)
-    assert decode.plan_stats() == {"hits": 0, "plans": 1, "cached": 1}
+    assert decode.plan_stats() == {"hits": 0, "plans": 1, "resized": 0, "cached": 1}
     # new queries and new lengths, same signature: the plan is reused and reads the new values
     q2 = torch.randn_like(q)
     lens2 = torch.tensor([5, L - 1], dtype=len_dtype, device=DEV)
@@ -117,7 +117,7 @@ def test_each_change_of_signature_makes_a_new_plan(name):
     want = _fresh(q, k, v, cache_seqlens=lens, **kw)
     decode.flash_decode_triton(q, k, v, cache_seqlens=lens)
     got = decode.flash_decode_triton(q, k, v, cache_seqlens=lens, **kw)
-    assert decode.plan_stats() == {"hits": 0, "plans": 2, "cached": 2}
+    assert decode.plan_stats() == {"hits": 0, "plans": 2, "resized": 0, "cached": 2}
     _same(got, want)
 
 
@@ -138,7 +138,7 @@ def test_layout_dtype_and_alignment_are_part_of_the_signature():
     assert qm.data_ptr() % 16
     _same(decode.flash_decode_triton(qm, k, v, cache_seqlens=lens), base)
     _same(decode.flash_decode_triton(*half, cache_seqlens=lens), want_half)  # float16: another dtype
-    assert decode.plan_stats() == {"hits": 0, "plans": 4, "cached": 4}
+    assert decode.plan_stats() == {"hits": 0, "plans": 4, "resized": 0, "cached": 4}
 
 
 def test_bad_input_is_refused_after_a_plan_exists():
@@ -162,7 +162,7 @@ def test_what_has_no_key_takes_the_checked_path():
     assert decode.plan_key(q, k, v, None, None, True, True, None, None, None, None) is None  # a bool split count
     decode.clear_plans()
     got = decode.flash_decode_triton(q, k, v, cache_seqlens=[L, 50], window=[4, 0])
-    assert decode.plan_stats() == {"hits": 0, "plans": 0, "cached": 0}
+    assert decode.plan_stats() == {"hits": 0, "plans": 0, "resized": 0, "cached": 0}
     lens = torch.tensor([L, 50], device=DEV)
     _same(got, _fresh(q, k, v, cache_seqlens=lens, window=(4, 0)))
 
@@ -203,3 +203,45 @@ def test_plans_under_cuda_graph_capture():
     want = attnlab.flash_decode(q, k, v, cache_seqlens=lens)
     _same((out, lse), want)
     _same(want, _fresh(q, k, v, cache_seqlens=lens))
+
+
+def test_a_growing_cache_resizes_its_plan():
+    """transformers' DynamicCache hands a new, one-key-longer cache every step: each step's plan is
+    the last one resized, and equals a fully checked call."""
+    q, k, v = _cache(L=70)
+    decode.clear_plans()
+    decode.flash_decode_triton(q, k, v, window=(40, 0))
+    wants = []
+    for step in range(1, 6):
+        k = torch.cat([k, torch.randn(B, HKV, 1, D, dtype=k.dtype, device=DEV)], dim=2)  # (B, Hkv, L + 1, D)
+        v = torch.cat([v, torch.randn(B, HKV, 1, D, dtype=v.dtype, device=DEV)], dim=2)
+        got = decode.flash_decode_triton(q, k, v, window=(40, 0))
+        assert decode.plan_stats() == {"hits": 0, "plans": 1, "resized": step, "cached": 1 + step}
+        wants.append((got, q, k, v))
+    for got, q, k, v in wants:
+        _same(got, _fresh(q, k, v, window=(40, 0)))
+
+
+def test_a_resized_plan_still_refuses_what_the_checks_refuse():
+    q, k, v = _cache()
+    decode.clear_plans()
+    decode.flash_decode_triton(q, k, v)
+    k2 = torch.randn(B, HKV, L + 3, D, dtype=k.dtype, device=DEV)
+    v2 = torch.randn(B, HKV, L + 4, D, dtype=v.dtype, device=DEV)
+    with pytest.raises(ValueError, match="v_cache must have shape"):
+        decode.flash_decode_triton(q, k2, v2)
+    # a strided view of a bigger cache is no family member: the checked path, the right answer
+    big = torch.randn(B, HKV, L + 16, D, dtype=k.dtype, device=DEV)
+    ks, vs = big[:, :, :L], big[:, :, 8:L + 8]
+    _same(decode.flash_decode_triton(q, ks, vs), _fresh(q, ks.contiguous(), vs.contiguous()))
+
+
+def test_model_seq_rounds_up_by_at_most_a_32nd():
+    from attnlab.gpu.decode_config import model_seq
+
+    last = 0
+    for n in range(1, 20000, 7):
+        m = model_seq(n)
+        assert n <= m <= n + n // 32 and m >= last
+        last = m
+    assert model_seq(32769) == 33792

@@ -13,6 +13,9 @@ same cache one size smaller (``DecodePlan.resized``) instead of being made from 
 
 from __future__ import annotations
 
+import copy
+from dataclasses import replace
+
 import torch
 import triton
 
@@ -55,16 +58,8 @@ class DecodePlan:
                  scale: float, softcap: float | None, slopes, config: DecodeConfig | None):
         B, H, Nq, D, Hkv = dims.B, dims.H, dims.Nq, dims.D, dims.Hkv
         dev = q.device
-        cfg = config or _config_for(dims, dev)
-        keys = streamed_keys(capacity=dims.capacity, queries=Nq, mask=mask)
-        if num_splits is None:
-            num_splits = choose_num_splits(batch=B, kv_heads=Hkv, seq=keys, head_dim=D, device=dev, config=cfg)
-        # the streamed keys start in the tile holding the first of them: at most one tile more than they fill
-        tiles = triton.cdiv(dims.capacity, cfg.block_n)
-        if mask.left >= 0:
-            tiles = min(tiles, triton.cdiv(keys, cfg.block_n) + 1)
-        self.num_splits = S = max(1, min(num_splits, tiles))
-        self.merge = 0 if S == 1 else (2 if cfg.fused_merge else 1)
+        self.dims, self.mask, self.user_splits = dims, mask, num_splits
+        self.cfg = config or _config_for(dims, dev)
         self.shape, self.dtype, self.device = (B, H, Nq, D), q.dtype, dev
         self.has_seqlens = cache_seqlens is not None
         self.cast_seqlens = self.has_seqlens and (cache_seqlens.dtype != torch.int32
@@ -75,31 +70,63 @@ class DecodePlan:
             block_table = block_table.to(torch.int32).contiguous()
         self.has_slopes = slopes is not None
         self.spare = _spare(dev)
-        self.counters = _counters(dev, B * Hkv) if self.merge == 2 else self.spare
-        self.spare_ptr, self.counters_ptr = self.spare.data_ptr(), self.counters.data_ptr()
-        self.scratch = None
+        self.spare_ptr = self.spare.data_ptr()
         self.on_cuda = dev.type == "cuda"
-        out_strides = (H * Nq * D, Nq * D, D, 1)  # out is allocated contiguous
         stride_sb, stride_sh = (slopes.stride(0), slopes.stride(1)) if slopes is not None else (0, 0)
         # with softcap the kernel computes softcap·log2(e)·tanh(scale·qk/softcap): base 2 after the cap
         qk_scale, cap_scale = (scale * LOG2E, 0.0) if softcap is None else (scale / softcap, softcap * LOG2E)
-        interp = dev.type == "cpu"
-        self.tail = [  # the split kernel's arguments after its 11 pointers, in order
-            *q.stride(), *k_cache.stride(), *v_cache.stride(), block_table.stride(0) if self.paged else 0,
-            *out_strides, stride_sb, stride_sh, qk_scale, cap_scale, max(mask.left, 0), max(mask.right, 0),
-            H, dims.capacity, dims.num_pages or 1, S,
-            # constexprs
+        cfg = self.cfg
+        # the split kernel's arguments after its 11 pointers, in order, but for the cache's strides
+        # and its capacity and split count (``_size``)
+        self.q_args = list(q.stride())
+        self.mid_args = [block_table.stride(0) if self.paged else 0, H * Nq * D, Nq * D, D, 1,  # out: contiguous
+                         stride_sb, stride_sh, qk_scale, cap_scale, max(mask.left, 0), max(mask.right, 0), H]
+        self.const_args = [  # constexprs, MERGE (from the split count) excepted
             D, Nq, H // Hkv, dims.page_size or 1,
             max(16, triton.next_power_of_2((H // Hkv) * Nq)),  # BLOCK_M: the group's G·Nq query rows, padded
             cfg.block_n, cfg.block_d, self.paged, mask.left >= 0, mask.right >= 0, softcap is not None,
-            slopes is not None, self.merge, interp, cfg.evict, self.has_seqlens,
-        ]
+            slopes is not None]
+        self.end_args = [dev.type == "cpu", cfg.evict, self.has_seqlens]  # DOT_F32, EVICT, HAS_SEQLENS
+        self._size(dims.capacity, k_cache.stride(), v_cache.stride())
+
+    def _size(self, capacity: int, k_strides: tuple, v_strides: tuple) -> None:
+        """What depends on the cache's capacity: the split count, the merge, the scalar arguments,
+        the launchers and the split buffers."""
+        dims, cfg = self.dims, self.cfg
+        B, H, Nq, D = self.shape
+        Hkv = dims.Hkv
+        keys = streamed_keys(capacity=capacity, queries=Nq, mask=self.mask)
+        num_splits = self.user_splits
+        if num_splits is None:
+            num_splits = choose_num_splits(batch=B, kv_heads=Hkv, seq=keys, head_dim=D, device=self.device,
+                                           config=cfg)
+        # the streamed keys start in the tile holding the first of them: at most one tile more than they fill
+        tiles = triton.cdiv(capacity, cfg.block_n)
+        if self.mask.left >= 0:
+            tiles = min(tiles, triton.cdiv(keys, cfg.block_n) + 1)
+        self.num_splits = S = max(1, min(num_splits, tiles))
+        self.merge = 0 if S == 1 else (2 if cfg.fused_merge else 1)
+        self.counters = _counters(self.device, B * Hkv) if self.merge == 2 else self.spare
+        self.counters_ptr = self.counters.data_ptr()
+        self.scratch = None
+        self.tail = [*self.q_args, *k_strides, *v_strides, *self.mid_args, capacity, dims.num_pages or 1, S,
+                     *self.const_args, self.merge, *self.end_args]
         assert len(self.tail) + 11 == len(_decode_split_kernel.arg_names)
         self.split = Launcher(_decode_split_kernel, (S, Hkv, B), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         if self.merge == 1:
-            self.merge_tail = [*out_strides, H, D, S, Nq, triton.next_power_of_2(S), cfg.block_d]
+            self.merge_tail = [H * Nq * D, Nq * D, D, 1, H, D, S, Nq, triton.next_power_of_2(S), cfg.block_d]
             self.merge_launch = Launcher(_decode_merge_kernel, (B * H * Nq, 1, 1), num_warps=4 if D >= 128 else 2,
                                          num_stages=3)
+
+    def resized(self, k_cache, v_cache) -> DecodePlan:
+        """This plan for a contiguous cache of another capacity (``k_cache``, ``v_cache``: (B, Hkv, L, D)
+        contiguous, the plan's B, Hkv, D, dtype and device — ``family_key`` says so): a cache that
+        grows step by step needs no new checks and no new plan from scratch."""
+        capacity = k_cache.shape[2]
+        plan = copy.copy(self)
+        plan.dims = replace(self.dims, capacity=capacity)
+        plan._size(capacity, k_cache.stride(), v_cache.stride())
+        return plan
 
     def __call__(self, q, k_cache, v_cache, cache_seqlens, block_table, slopes, stream: int | None = None):
         """Launch on tensors of the plan's signature (``slopes`` the (H,) or (B, H) tensor or its (B, H)
@@ -182,28 +209,59 @@ def plan_key(q, k_cache, v_cache, cache_seqlens, block_table, num_splits, causal
         return None
 
 
-_STATS = {"hits": 0, "plans": 0}
+def family_key(key: tuple, k_cache, v_cache, block_table) -> tuple | None:
+    """``key`` with the contiguous cache's capacity left out, or None for a paged or strided cache:
+    calls with one family key differ at most in how many keys the cache holds, and the capacity
+    enters a plan only through numbers ``DecodePlan.resized`` recomputes."""
+    if block_table is not None or not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+        return None
+    k, v = key[1], key[2]
+    return (key[0], ("contiguous", k[0][:2], k[0][3], *k[2:]), ("contiguous", v[0][:2], v[0][3], *v[2:]), *key[3:])
+
+
+_FAMILIES: dict = {}  # family key -> the last plan made for it
+_STATS = {"hits": 0, "plans": 0, "resized": 0}
+
+
+def _keep(key: tuple, plan: DecodePlan, family: tuple | None) -> None:
+    if len(_PLANS) >= _MAX_PLANS:
+        _PLANS.clear()
+        _FAMILIES.clear()
+    _PLANS[key] = plan
+    if family is not None:
+        _FAMILIES[family] = plan
 
 
 def run_planned(key, q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes):
-    """(out, lse) from the plan stored under ``key``, or None if there is none."""
+    """(out, lse) from the plan kept under ``key`` — or from the plan of the same call on a cache of
+    another capacity, resized — or None if there is neither."""
     plan = _PLANS.get(key)
     if plan is None:
-        return None
-    _STATS["hits"] += 1
+        family = family_key(key, k_cache, v_cache, block_table)
+        sibling = None if family is None else _FAMILIES.get(family)
+        # the checks a resized plan skips: k and v of one capacity, at least one key (else checked anew)
+        if sibling is None or k_cache.shape[2] != v_cache.shape[2] or k_cache.shape[2] < 1:
+            return None
+        plan = sibling.resized(k_cache, v_cache)
+        _keep(key, plan, family)
+        _STATS["resized"] += 1
+    else:
+        _STATS["hits"] += 1
     return plan(q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, key[-1])
 
 
 def plan_stats() -> dict[str, int]:
-    """How many calls reused a plan (``hits``) and how many plans were made and kept (``plans``), since
-    the process started or ``clear_plans``."""
+    """How many calls reused a kept plan (``hits``), how many plans were made from scratch (``plans``)
+    and how many resized from a plan of the same cache at another capacity (``resized``), since the
+    process started or ``clear_plans``; ``cached``: how many are kept now."""
     return dict(_STATS, cached=len(_PLANS))
 
 
 def clear_plans() -> None:
     """Forget every kept plan (and the counts)."""
     _PLANS.clear()
-    _STATS.update(hits=0, plans=0)
+    _FAMILIES.clear()
+    _STATS.update(hits=0, plans=0, resized=0)
 
 
 def decode_fn(q, k_cache, v_cache, dims, *, cache_seqlens, block_table, num_splits: int | None, mask,
@@ -216,11 +274,9 @@ def decode_fn(q, k_cache, v_cache, dims, *, cache_seqlens, block_table, num_spli
                       num_splits=num_splits, mask=mask, scale=scale, softcap=softcap, slopes=slopes, config=config)
     result = plan(q, k_cache, v_cache, cache_seqlens, block_table, slopes)
     if key is not None:
-        if len(_PLANS) >= _MAX_PLANS:
-            _PLANS.clear()
-        _PLANS[key] = plan
+        _keep(key, plan, family_key(key, k_cache, v_cache, block_table))
         _STATS["plans"] += 1
     return result
 
 
-__all__ = ["DecodePlan", "clear_plans", "decode_fn", "plan_key", "plan_stats", "run_planned"]
+__all__ = ["DecodePlan", "clear_plans", "decode_fn", "family_key", "plan_key", "plan_stats", "run_planned"]
