@@ -244,13 +244,17 @@ def _padded(query, key, value, mask: torch.Tensor, common: dict) -> torch.Tensor
     q = query.transpose(1, 2)[q_mask]  # (total_q, H, D)
     k = key[:, :, :Lm].transpose(1, 2)[mask]  # (total_k, Hkv, D)
     v = value[:, :, :Lm].transpose(1, 2)[mask]  # (total_k, Hkv, Dv)
-    out = api.flash_attention_varlen(q, k, v, _cumulative(q_mask.sum(1)), _cumulative(mask.sum(1)), **common)
+    # the longest row bounds the longest sequence: the kernels read the lengths on the GPU, no sync
+    out = api.flash_attention_varlen(q, k, v, _cumulative(q_mask.sum(1)), _cumulative(mask.sum(1)),
+                                     max_seqlen_q=Nq, max_seqlen_k=Lm, **common)
     full = out.new_zeros(B, Nq, H, out.shape[-1])  # (B, Nq, H, Dv)
     return full.index_put((q_mask,), out)
 
 
 def _packed_documents(query, key, kwargs):
-    """(cu_seqlens_q, cu_seqlens_k) of documents packed along the rows, or None.
+    """(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) of documents packed along the rows, or
+    None. The longest document is the collator's ``max_length_q``/``max_length_k`` where given, else
+    bounded by the row (no document crosses a row).
 
     The collator's ``cu_seq_lens_q``/``cu_seq_lens_k`` (one row) are taken as given. Otherwise, without a
     cache (Nq == Nk), ``position_ids`` that do not go up by one start a new document there — the rule
@@ -262,7 +266,9 @@ def _packed_documents(query, key, kwargs):
             raise ValueError("cu_seq_lens_q and cu_seq_lens_k go together, with the documents packed into one row "
                              f"(B = 1); got B = {query.shape[0]}, cu_seq_lens_q "
                              f"{'given' if cu_q is not None else 'None'}, cu_seq_lens_k {'given' if cu_k is not None else 'None'}")
-        return cu_q.to(torch.int32), cu_k.to(torch.int32)
+        max_q, max_k = kwargs.get("max_length_q"), kwargs.get("max_length_k")
+        return (cu_q.to(torch.int32), cu_k.to(torch.int32), max_q if isinstance(max_q, int) else query.shape[2],
+                max_k if isinstance(max_k, int) else key.shape[2])
     pos = kwargs.get("position_ids")
     B, _, N, _ = query.shape
     if pos is None or key.shape[2] != N or N < 2 or not isinstance(pos, torch.Tensor) or pos.dim() != 2 \
@@ -274,7 +280,7 @@ def _packed_documents(query, key, kwargs):
         return None
     cu = torch.cat([starts.flatten().nonzero().flatten(), torch.tensor([B * N], device=pos.device)])
     cu = cu.to(torch.int32)  # (documents + 1,) over the B·N tokens, row after row
-    return cu, cu
+    return cu, cu, N, N
 
 
 def _packed(query, key, value, cu_seqlens, common: dict) -> torch.Tensor:
@@ -283,5 +289,7 @@ def _packed(query, key, value, cu_seqlens, common: dict) -> torch.Tensor:
     q = query.transpose(1, 2).reshape(B * Nq, H, D)  # (B·Nq, H, D)
     k = key.transpose(1, 2).reshape(B * key.shape[2], key.shape[1], D)  # (B·Nk, Hkv, D)
     v = value.transpose(1, 2).reshape(B * value.shape[2], value.shape[1], value.shape[3])  # (B·Nk, Hkv, Dv)
-    out = api.flash_attention_varlen(q, k, v, cu_seqlens[0], cu_seqlens[1], **common)  # (B·Nq, H, Dv)
+    cu_q, cu_k, max_q, max_k = cu_seqlens
+    out = api.flash_attention_varlen(q, k, v, cu_q, cu_k, max_seqlen_q=max_q, max_seqlen_k=max_k,
+                                     **common)  # (B·Nq, H, Dv)
     return out.view(B, Nq, H, out.shape[-1])
