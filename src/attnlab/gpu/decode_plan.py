@@ -22,7 +22,7 @@ import triton
 from .._runtime import LOG2E, interpret_mode
 from .decode_config import DecodeConfig, _config_for, choose_num_splits, streamed_keys
 from .decode_kernels import _decode_merge_kernel, _decode_split_kernel
-from .launch import Launcher, current_stream, tensor_key
+from .launch import Launcher, current_stream, same_specialisation, tensor_key
 
 _COUNTERS: dict = {}
 _SPARE: dict = {}
@@ -126,6 +126,14 @@ class DecodePlan:
         plan = copy.copy(self)
         plan.dims = replace(self.dims, capacity=capacity)
         plan._size(capacity, k_cache.stride(), v_cache.stride())
+        if plan.num_splits == self.num_splits:
+            plan.scratch = self.scratch  # the same shapes, the same stream
+        # the same compiled kernel where the arguments that changed specialise as before
+        if self.split.compiled is not None and same_specialisation(self.split.kernel, self.tail, plan.tail):
+            plan.split.compiled = self.split.compiled
+            if plan.merge == 1 and self.merge == 1 and self.merge_launch.compiled is not None \
+                    and same_specialisation(self.merge_launch.kernel, self.merge_tail, plan.merge_tail):
+                plan.merge_launch.compiled = self.merge_launch.compiled
         return plan
 
     def __call__(self, q, k_cache, v_cache, cache_seqlens, block_table, slopes, stream: int | None = None):

@@ -23,6 +23,8 @@ argument together with the scalar arguments themselves does.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 
@@ -86,13 +88,39 @@ def _specialisation(kernel, args: list) -> tuple | None:
     return tuple(key)
 
 
+def same_specialisation(kernel, args: list, other: list) -> bool:
+    """Whether two argument lists of ``kernel`` holding the same tensors' kinds (the pointers are not
+    compared) specialise alike: ``_specialisation`` of the non-tensor arguments, from the back (the
+    lists may leave out the leading pointers)."""
+    const = _constexprs(kernel)[-len(args):]
+    if len(args) != len(other):
+        return False
+    for a, b, is_const in zip(args, other, const):
+        if a is b or a == b and type(a) is type(b):
+            continue
+        if is_const or type(a) is not type(b) or type(a) is not int:
+            return False
+        if (a == 1, a % 16 == 0, -_I32 <= a < _I32, -_I64 <= a < _I64) != \
+                (b == 1, b % 16 == 0, -_I32 <= b < _I32, -_I64 <= b < _I64):
+            return False
+    return True
+
+
 _CONSTEXPRS: dict = {}
 
 
 def _constexprs(kernel) -> tuple[bool, ...]:
+    """Which of ``kernel``'s parameters are constexprs (from Triton's parameter list, or under the
+    interpreter from the annotations)."""
     flags = _CONSTEXPRS.get(kernel)
     if flags is None:
-        flags = _CONSTEXPRS[kernel] = tuple(bool(p.is_constexpr) for p in kernel.params)
+        params = getattr(kernel, "params", None)
+        if params is not None:
+            flags = tuple(bool(p.is_constexpr) for p in params)
+        else:
+            sig = inspect.signature(kernel.fn)
+            flags = tuple("constexpr" in str(p.annotation) for p in sig.parameters.values())
+        _CONSTEXPRS[kernel] = flags
     return flags
 
 
@@ -140,4 +168,4 @@ class Launcher:
                 _SHARED[key] = compiled
 
 
-__all__ = ["Launcher", "current_stream", "tensor_key"]
+__all__ = ["Launcher", "current_stream", "same_specialisation", "tensor_key"]
