@@ -250,6 +250,29 @@ def speed_rows(calls: int) -> list[dict]:
     return rows
 
 
+def sweep_rows() -> list[dict]:
+    """CUDA-graph µs of the small-batch shapes for each configuration and split count, beside the
+    split count the model picks: is a gap to cuDNN the kernel or the choice?"""
+    from attnlab.gpu import decode
+
+    rows = []
+    for shape in SHAPES:
+        B, H, Hkv, L, D = shape
+        if B > 1:
+            continue
+        q, k, v, lens = inputs(shape)
+        nbytes = 2 * B * Hkv * L * D * q.element_size()
+        for name, cfg in decode.decode_configs(D).items():
+            picked = decode.choose_num_splits(batch=B, kv_heads=Hkv, seq=L, head_dim=D, device=q.device, config=cfg)
+            for S in sorted({4, 8, 12, 16, 24, 32, 48, 64, picked}):
+                def fn(q=q, k=k, v=v, S=S, cfg=cfg):
+                    return decode.flash_decode_triton(q, k, v, num_splits=S, config=cfg)
+                us = graph_us(fn, calls=50)
+                rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "config": name, "splits": S,
+                             "picked": S == picked, "graph_us": us, "graph_tb_per_s": nbytes / us / 1e6})
+    return rows
+
+
 def markdown(result: dict) -> str:
     lines = [f"{result['gpu']}, torch {result['torch']}, triton {result['triton']}, bf16", "",
              "| floor | host µs/call |", "|---|---|"]
@@ -263,6 +286,15 @@ def markdown(result: dict) -> str:
     lines += [f"| {r['B']} | {r['H']}/{r['Hkv']} | {r['L']} | {r['provider']} | {r['eager_us']:.1f} | "
               f"{r['graph_us']:.1f} | {r['eager_over_graph']:.2f} | {r['eager_tb_per_s']:.2f} | "
               f"{r['graph_tb_per_s']:.2f} |" for r in result["speed"]]
+    if result.get("sweep"):
+        lines += ["", "CUDA-graph µs per split count and configuration (* the model's pick):", ""]
+        groups: dict = {}
+        for r in result["sweep"]:
+            groups.setdefault((r["B"], r["H"], r["Hkv"], r["L"], r["config"]), []).append(r)
+        lines += ["| B | H/Hkv | L | config | µs by split count |", "|---|---|---|---|---|"]
+        for (B, H, Hkv, L, cfg), rs in groups.items():
+            cells = ", ".join(f"{r['splits']}{'*' if r['picked'] else ''}: {r['graph_us']:.1f}" for r in rs)
+            lines.append(f"| {B} | {H}/{Hkv} | {L} | {cfg} | {cells} |")
     return "\n".join(lines) + "\n"
 
 
@@ -271,6 +303,8 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=2000, help="calls per timed loop (default 2000)")
     ap.add_argument("--json", type=Path, help="write the results as JSON here")
     ap.add_argument("--md", type=Path, help="write the tables as markdown here")
+    ap.add_argument("--sweep", action="store_true",
+                    help="also time every configuration and split count on the batch-1 shapes (CUDA graphs)")
     ap.add_argument("--profile", action="store_true",
                     help="also print a cProfile of calls that find no plan (a cache that grows every call)")
     args = ap.parse_args(argv)
@@ -286,6 +320,8 @@ def main(argv=None) -> int:
 
     result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "floors": floors(args.calls), "host": host_rows(args.calls), "speed": speed_rows(args.calls)}
+    if args.sweep:
+        result["sweep"] = sweep_rows()
     if args.profile:
         from attnlab.gpu import decode
 
