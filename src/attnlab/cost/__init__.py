@@ -26,7 +26,7 @@ from .calibration import (
     tiles_in_flight,
 )
 from .calibration_fit import decode_run_config, decode_sweep_times, fit_decode_calibration, nnls
-from .decode import LayerCosts, decode_attention_intensity, kv_cache_bytes, layer_costs
+from .decode import LayerCosts, decode_attention_intensity, decode_roofline, kv_cache_bytes, layer_costs
 from .estimate import DecodeEstimate, Estimate, estimate
 from .flops import (
     attention_flops,
@@ -80,6 +80,7 @@ from .roofline import (
     BackwardEstimate,
     ForwardEstimate,
     KernelCost,
+    attention_roofline,
     backward_estimate,
     cost_kernels,
     estimate_backward,
@@ -87,6 +88,7 @@ from .roofline import (
     kernel_time,
     recompute_crossover_d,
     recompute_ratio,
+    varlen_attention_roofline,
 )
 from .splits import (
     DecodeSplit,
@@ -209,6 +211,9 @@ __all__ = [
     "recompute_table",
     "render_table",
     "roofline_plot",
+    "attention_roofline",
+    "varlen_attention_roofline",
+    "decode_roofline",
     "scaled_calibration",
     "scores_bytes",
     "sram_bytes",
