@@ -1,0 +1,123 @@
+"""Block-size sweep of the Triton prefill kernels under the variants (window, ALiBi, softcap) on a GPU.
+
+The configuration tables of ``attnlab.gpu.config`` were swept on dense and causal calls. A window
+changes the work per query block (W/Bc key blocks with two masked edges instead of a triangle), and
+a score modification adds registers, so the best blocks may differ. For each variant, head dim and
+pass, every candidate configuration is installed with ``attnlab.gpu.config.set_config`` and timed
+on the shapes of ``benchmarks/variants.py`` (16K tokens, H·D = 2048, causal, bf16); TFLOP/s over the
+visible pairs. The table's current choice is marked; ``--json`` keeps every row.
+
+    python benchmarks/variants_sweep.py [--D 64 128] [--variants window alibi] [--passes fwd fwd_bwd] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+FWD_CANDIDATES = [  # (block_m, block_n, num_warps, num_stages, tma, warp_spec, maxnreg)
+    (128, 64, 8, 3, False, False, None),
+    (128, 128, 8, 3, False, False, None),
+    (128, 64, 4, 3, False, False, None),
+    (64, 64, 4, 3, False, False, None),
+    (128, 64, 8, 3, True, False, None),
+    (128, 128, 8, 3, True, False, None),
+    (128, 64, 8, 2, True, True, None),
+    (64, 128, 4, 3, False, False, None),
+]
+BWD_CANDIDATES = [  # (block_m1, block_n1, warps1, stages1, block_m2, block_n2, warps2, stages2)
+    (64, 64, 4, 3, 64, 64, 4, 3),
+    (64, 128, 8, 3, 128, 64, 8, 3),
+    (64, 128, 8, 4, 128, 64, 8, 4),
+    (32, 128, 4, 3, 128, 32, 4, 3),
+    (64, 64, 4, 2, 64, 64, 4, 2),
+    (32, 64, 4, 3, 64, 64, 4, 3),
+]
+
+
+def _variants_module():
+    spec = importlib.util.spec_from_file_location("variants_bench", Path(__file__).with_name("variants.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def sweep(Ds, variants, passes) -> list[dict]:
+    import triton
+
+    from attnlab.gpu import config as gc
+
+    vb = _variants_module()
+    rows = []
+    for D in Ds:
+        H = vb.WIDTH // D
+        for variant in variants:
+            for pass_ in passes:
+                cfg = dict(variant=variant, H=H, N=vb.TOKENS, D=D, dtype=torch.bfloat16, pass_=pass_)
+                flops = 4 * H * vb.visible_pairs(variant, vb.TOKENS) * D * (3.5 if pass_ == "fwd_bwd" else 1.0)
+                fwd0 = gc.default_fwd_config(D, True, torch.device("cuda"))
+                bwd0 = gc.default_bwd_config(D, True, torch.device("cuda"))
+                if pass_ == "fwd":
+                    cands = [("fwd", gc.FwdConfig(bm, bn, w, s, tma=t, warp_spec=ws, maxnreg=mr))
+                             for bm, bn, w, s, t, ws, mr in FWD_CANDIDATES]
+                    if not any(c == fwd0 for _, c in cands):
+                        cands.insert(0, ("fwd", fwd0))
+                else:
+                    cands = [("bwd", gc.BwdConfig(*c)) for c in BWD_CANDIDATES]
+                    if not any(c == bwd0 for _, c in cands):
+                        cands.insert(0, ("bwd", bwd0))
+                for kind, c in cands:
+                    gc.set_config(D, True, length="long", **{kind: c})
+                    row = dict(D=D, variant=variant, pass_=pass_, config=str(c),
+                               current=c == (fwd0 if kind == "fwd" else bwd0))
+                    t0 = time.perf_counter()
+                    try:
+                        fn = vb.provider_attnlab(cfg, "cuda")
+                        ms = triton.testing.do_bench(fn, warmup=25, rep=100)
+                        row.update(ms=ms, tflops=flops / (ms * 1e-3) / 1e12)
+                    except Exception as e:  # a configuration that does not compile or fit
+                        row.update(error=f"{type(e).__name__}: {str(e)[:120]}")
+                    row["seconds"] = time.perf_counter() - t0
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+                    torch.cuda.empty_cache()
+                gc.set_config(D, True, length="long", fwd=fwd0, bwd=bwd0)
+    return rows
+
+
+def markdown(rows) -> str:
+    lines = ["| D | variant | pass | config | TFLOP/s |", "|---|---|---|---|---|"]
+    for r in rows:
+        mark = " (table)" if r["current"] else ""
+        val = f"{r['tflops']:.0f}" if "tflops" in r else r.get("error", "?")
+        lines.append(f"| {r['D']} | {r['variant']} | {r['pass_']} | {r['config']}{mark} | {val} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--D", type=int, nargs="+", default=[64, 128], choices=[64, 128])
+    ap.add_argument("--variants", nargs="+", default=["window", "alibi"], choices=["window", "alibi", "softcap"])
+    ap.add_argument("--passes", nargs="+", default=["fwd", "fwd_bwd"], choices=["fwd", "fwd_bwd"])
+    ap.add_argument("--json", type=Path, help="write every row here (refuses an existing file)")
+    args = ap.parse_args(argv)
+    if args.json is not None and args.json.exists():
+        ap.error(f"{args.json} exists; not overwriting it")
+    if not torch.cuda.is_available():
+        print("variants_sweep: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    rows = sweep(args.D, args.variants, args.passes)
+    print(markdown(rows))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
