@@ -490,7 +490,8 @@ def test_gpu_bad_lengths_never_crash(cu_q, cu_k, max_seqlen):
 
 def test_variant_configs_leave_what_the_variant_cannot_use():
     """A packed batch gets no tensor descriptors (and Bc <= 64 at D = 128, where pointer loads of
-    128-wide tiles spill); softcap/ALiBi lift a register cap; a plain call keeps the table's entry."""
+    128-wide tiles spill); softcap/ALiBi lift a register cap; a plain call keeps the table's entry;
+    a window at D <= 64 takes 64×64 tiles."""
     cuda = torch.device("cuda")  # the table is keyed by device type only: no GPU needed to read it
     for D, causal in ((64, False), (128, False), (128, True)):
         entry = default_fwd_config(D, causal, cuda)
@@ -499,3 +500,14 @@ def test_variant_configs_leave_what_the_variant_cannot_use():
         assert not packed.tma and not packed.warp_spec and packed.maxnreg is None
         assert packed.block_n == (min(entry.block_n, 64) if D == 128 else entry.block_n)
         assert variant_fwd_config(entry, D, packed=False, score_mod=True).maxnreg is None
+    # a window's left edge at D <= 64 takes smaller tiles (the variants sweep); at D = 128, and on
+    # the interpreter's table, the entry stays
+    for D in (32, 64):
+        entry = default_fwd_config(D, True, cuda)
+        win = variant_fwd_config(entry, D, packed=False, score_mod=False, window=True)
+        assert (win.block_m, win.block_n, win.num_warps) == (64, 64, 4) and win != entry
+        assert variant_fwd_config(entry, D, packed=True, score_mod=False, window=True).block_m == entry.block_m
+    entry = default_fwd_config(128, True, cuda)
+    assert variant_fwd_config(entry, 128, packed=False, score_mod=False, window=True) == entry
+    cpu = default_fwd_config(64, True, torch.device("cpu"))
+    assert variant_fwd_config(cpu, 64, packed=False, score_mod=False, window=True) == cpu

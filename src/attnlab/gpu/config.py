@@ -119,11 +119,19 @@ def default_fwd_config(D: int, causal: bool, device: torch.device, n_keys: int |
     return _FWD_TABLE[(_head_bucket(D), bool(causal), length_class(n_keys))]
 
 
-def variant_fwd_config(cfg: FwdConfig, D: int, *, packed: bool, score_mod: bool) -> FwdConfig:
-    """A table entry adapted to a call with variants (chosen from sm_90 compiler reports, not yet timed):
-    a packed batch cannot use tensor descriptors (a tile would cross into the next sequence), and
-    pointer loads of 128×128 tiles at D = 128 spill, so it takes Bc = 64; softcap/ALiBi scores need
-    more registers than a ``maxnreg`` cap of 128 leaves (ALiBi at D = 128 spilled under it)."""
+_WINDOW_FWD_64 = _F(64, 64, 4, 3)
+
+
+def variant_fwd_config(cfg: FwdConfig, D: int, *, packed: bool, score_mod: bool, window: bool = False) -> FwdConfig:
+    """A table entry adapted to a call with variants: a packed batch cannot use tensor descriptors (a
+    tile would cross into the next sequence), and pointer loads of 128×128 tiles at D = 128 spill, so
+    it takes Bc = 64; softcap/ALiBi scores need more registers than a ``maxnreg`` cap of 128 leaves
+    (ALiBi at D = 128 spilled under it) — both from sm_90 compiler reports. A window's left edge at
+    D <= 64 takes 64×64 tiles on 4 warps: on the H200 (16K tokens, W = 4096, causal; block sweep of
+    ``benchmarks/variants_sweep.py``, RESULTS.md) 384 TFLOP/s against 315 for the causal table's
+    128×64 on 8 warps; at D = 128 the table's entry stayed best."""
+    if window and not packed and _head_bucket(D) == 64 and cfg != _INTERP_FWD:
+        cfg = _WINDOW_FWD_64
     if packed:
         cfg = dataclasses.replace(cfg, tma=False, warp_spec=False, maxnreg=None,
                                   block_n=min(cfg.block_n, 64) if D > 64 else cfg.block_n)

@@ -406,7 +406,8 @@ def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask, 
         lse.fill_(float("-inf"))
         return out, lse
     cfg = config or variant_fwd_config(default_fwd_config(D, not mask.dense, q.device, n_keys), D,
-                                       packed=cu_seqlens is not None, score_mod=softcap is not None or slopes is not None)
+                                       packed=cu_seqlens is not None, score_mod=softcap is not None or slopes is not None,
+                                       window=mask.left >= 0)
     BLOCK_D = next_pow2(max(D, 16))
     extra = {"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}
     var = variant_args(mask, scale, softcap, slopes, Nk - Nq if cu_seqlens is None else 0, q.device)
