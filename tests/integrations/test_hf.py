@@ -354,3 +354,21 @@ def test_padding_mask_hook_without_a_mask():
     m = hf.padding_mask(2, 1, 16, q_offset=torch.tensor(9), device="cpu")  # a static cache of 16 slots
     assert m.shape == (2, 10) and m.dtype == torch.bool and bool(m.all())
     assert hf.padding_mask(2, 1, 16, q_offset=torch.tensor(9), kv_offset=3) is None  # a rolled window cache
+
+
+def test_position_ids_are_read_once_per_tensor_and_anew_after_a_change():
+    """Every layer of a forward gets the same position_ids: the documents they mark are read once; an
+    in-place change of the tensor (a new version) is read again, never served stale."""
+    module = SimpleNamespace(is_causal=True)
+    q, k, v = (torch.randn(1, 2, 8, 4, dtype=torch.float64) for _ in range(3))
+    pos = torch.tensor([[0, 1, 2, 3, 0, 1, 2, 3]])
+    packed, _ = hf.attention_forward(module, q, k, v, None, position_ids=pos)
+    again, _ = hf.attention_forward(module, q, k, v, None, position_ids=pos)
+    fresh, _ = hf.attention_forward(module, q, k, v, None, position_ids=pos.clone())
+    assert torch.equal(packed, again) and torch.equal(packed, fresh)
+    want_first = attention_ref(q[:, :, :4], k[:, :, :4], v[:, :, :4], causal=True)[0]  # the first document
+    assert torch.allclose(packed.transpose(1, 2)[:, :, :4], want_first, atol=1e-12)
+    pos.copy_(torch.arange(8))  # one document now
+    dense, _ = hf.attention_forward(module, q, k, v, None, position_ids=pos)
+    want = attention_ref(q, k, v, causal=True)[0].transpose(1, 2)  # (B, N, H, D)
+    assert torch.allclose(dense, want, atol=1e-12) and not torch.allclose(dense, packed)

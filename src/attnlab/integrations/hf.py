@@ -43,6 +43,7 @@ chunked attention (Llama 4).
 from __future__ import annotations
 
 import re
+import weakref
 
 import torch
 
@@ -274,6 +275,22 @@ def _packed_documents(query, key, kwargs):
     if pos is None or key.shape[2] != N or N < 2 or not isinstance(pos, torch.Tensor) or pos.dim() != 2 \
             or pos.shape[1] != N or pos.shape[0] not in (1, B):
         return None
+    # every layer of a forward gets the same position_ids: read them once (a device synchronisation),
+    # not once per layer; an in-place change of the tensor bumps its version and is read anew
+    memo = (pos.data_ptr(), pos._version, tuple(pos.shape), B, pos.device)
+    if _LAST_DOCS.get("memo") == memo and _LAST_DOCS["tensor"]() is pos:
+        return _LAST_DOCS["documents"]
+    documents = _documents_from_positions(pos, B, N)
+    _LAST_DOCS.update(memo=memo, tensor=weakref.ref(pos), documents=documents)
+    return documents
+
+
+_LAST_DOCS: dict = {}
+
+
+def _documents_from_positions(pos: torch.Tensor, B: int, N: int):
+    """Documents start where ``position_ids`` (B or 1, N) do not go up by one; None if none but the rows'
+    own starts do."""
     starts = torch.ones(B, N, dtype=torch.bool, device=pos.device)
     starts[:, 1:] = pos.diff(dim=-1).expand(B, N - 1) != 1  # (B, N): a document starts here
     if not bool(starts[:, 1:].any()):
