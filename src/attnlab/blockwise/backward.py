@@ -13,6 +13,8 @@ window reaches it; ALiBi is a constant of the scores (no gradient for the slopes
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -154,11 +156,27 @@ def bwd_programs(q5, k, v, o5, lse5, do5, dlse5, dq_acc, dk, dv, *, masks: TileM
 # -- §7.7 autograd: save q, k, v, O, L only ---------------------------------------------------------
 
 
-class _FlashAttentionFn(torch.autograd.Function):
+@dataclass(frozen=True)
+class Passes:
+    """A blockwise attention's two passes, for ``AttentionFn``: ``forward(q, k, v, dims, *, mask, scale,
+    softcap, slopes, Br, Bc)`` -> (out, lse) and ``backward(q, k, v, out, lse, dout, dlse, dims, *, ...)``
+    -> (dq, dk, dv); ``name`` for errors."""
+
+    name: str
+    forward: Callable
+    backward: Callable
+
+
+class AttentionFn(torch.autograd.Function):
+    """Autograd of a blockwise attention (dense or packed): the forward saves q, k, v, out and lse; the
+    backward recomputes the scores block by block (§7)."""
+
     @staticmethod
-    def forward(ctx, q, k, v, dims, mask, scale, softcap, slopes, Br, Bc):
-        out, lse = fa2_forward(q, k, v, dims, mask=mask, scale=scale, softcap=softcap, slopes=slopes, Br=Br, Bc=Bc)
+    def forward(ctx, q, k, v, passes: Passes, dims, mask, scale, softcap, slopes, Br, Bc):
+        out, lse = passes.forward(q, k, v, dims, mask=mask, scale=scale, softcap=softcap, slopes=slopes,
+                                  Br=Br, Bc=Bc)
         ctx.save_for_backward(q, k, v, out, lse)
+        ctx.passes = passes
         ctx.args = (dims, mask, scale, softcap, slopes, Br, Bc)
         ctx.set_materialize_grads(False)
         return out, lse
@@ -166,14 +184,21 @@ class _FlashAttentionFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, dlse):
         if torch.is_grad_enabled():
-            raise RuntimeError("attnlab.flash_attention: double backward (create_graph=True) is not supported")
+            raise RuntimeError(f"{ctx.passes.name}: double backward (create_graph=True) is not supported")
         q, k, v, out, lse = ctx.saved_tensors
         dims, mask, scale, softcap, slopes, Br, Bc = ctx.args
         if dout is None:
             dout = torch.zeros_like(out)
-        dq, dk, dv = fa2_backward(q, k, v, out, lse, dout, dims, mask=mask, scale=scale, softcap=softcap,
-                                  slopes=slopes, Br=Br, Bc=Bc, dlse=dlse)
-        return dq, dk, dv, None, None, None, None, None, None, None
+        dq, dk, dv = ctx.passes.backward(q, k, v, out, lse, dout, dlse, dims, mask=mask, scale=scale,
+                                         softcap=softcap, slopes=slopes, Br=Br, Bc=Bc)
+        return dq, dk, dv, None, None, None, None, None, None, None, None
+
+
+def _dense_backward(q, k, v, out, lse, dout, dlse, dims, **kw):
+    return fa2_backward(q, k, v, out, lse, dout, dims, dlse=dlse, **kw)
+
+
+DENSE = Passes("attnlab.flash_attention", fa2_forward, _dense_backward)
 
 
 def attention_fn(q, k, v, dims, *, mask, scale: float, softcap: float | None = None, slopes=None,
@@ -182,7 +207,7 @@ def attention_fn(q, k, v, dims, *, mask, scale: float, softcap: float | None = N
     ``variants.Mask``, ``slopes`` (B, H) float32 or None): returns (out, lse), both differentiable in
     q, k, v."""
     Br, Bc = resolve_blocks(block_q, block_k, dims)
-    return _FlashAttentionFn.apply(q, k, v, dims, mask, scale, softcap, slopes, Br, Bc)
+    return AttentionFn.apply(q, k, v, DENSE, dims, mask, scale, softcap, slopes, Br, Bc)
 
 
 def flash_attention_blockwise(q, k, v, *, causal: bool = False, scale: float | None = None, window=None,

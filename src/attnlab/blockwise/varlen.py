@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from .._checks import AttnDims, check_varlen, resolve_scale
-from .backward import bwd_programs
+from .backward import AttentionFn, Passes, bwd_programs
 from .forward import check_no_grad, fa2_programs, log2_units
 from .iostats import IOStats, check_stats
 from .programs import acc_dtype, program_chunks, programs_per_step, resolve_blocks, run_programs
@@ -50,23 +50,36 @@ def _chunks(vdims, Br: int, Bc: int, device) -> list:
     return [(b, hs) for b in range(vdims.B) if vdims.seq(b)[1] > 0 for hs in heads]
 
 
+def _per_sequence(q, vdims, softcap, slopes):
+    """What the two passes share: the accumulator dtype, softcap in log2 units, and ``views(b, hs,
+    rows=, lse_rows=, keys=)``: sequence b's part of packed tensors for K/V heads ``hs`` — rows of
+    (total_q, H, E) tensors as (Hkv, G, n, E), columns of (H, total_q) ones as (Hkv, G, n), keys of
+    (total_k, Hkv, E) ones as (Hkv, n, E) — with its offset Nk_b − Nq_b and its slopes (log2 units)."""
+    acc_dt = acc_dtype(q.dtype)
+    Hkv = vdims.Hkv
+    softcap2, slopes2 = log2_units(softcap, slopes, acc_dt)
+    slopes3 = None if slopes2 is None else slopes2.reshape(vdims.B, Hkv, -1)  # (B, H) -> (B, Hkv, G)
+
+    def views(b, hs, *, rows=(), lse_rows=(), keys=()):
+        q0, nq, k0, nk = vdims.seq(b)
+        return ([_rows(x, q0, nq, Hkv)[hs] for x in rows],
+                [None if x is None else _lse_rows(x, q0, nq, Hkv)[hs] for x in lse_rows],
+                [_keys(x, k0, nk)[hs] for x in keys], nk - nq, None if slopes3 is None else slopes3[b, hs])
+
+    return acc_dt, softcap2, views
+
+
 def varlen_forward(q, k, v, vdims, *, mask, scale: float, softcap=None, slopes=None, Br: int, Bc: int,
                    stats: IOStats | None = None):
     """The forward of a packed batch, inputs already checked (``vdims`` from ``check_varlen``), without grad."""
-    acc_dt = acc_dtype(q.dtype)
-    Hkv = vdims.Hkv
+    acc_dt, softcap2, views = _per_sequence(q, vdims, softcap, slopes)
+    masks = TileMasks(mask)  # one for all sequences: a pattern is keyed by j0 - i0 - off and its shape
     out = torch.empty(vdims.total_q, vdims.H, vdims.Dv, dtype=q.dtype, device=q.device)  # (total_q, H, Dv)
     lse = torch.empty(vdims.H, vdims.total_q, dtype=acc_dt, device=q.device)  # (H, total_q)
-    softcap2, slopes2 = log2_units(softcap, slopes, acc_dt)
-    slopes3 = None if slopes2 is None else slopes2.reshape(vdims.B, Hkv, -1)  # (B, H) -> (B, Hkv, G)
-    masks = TileMasks(mask)  # one for all sequences: a pattern is keyed by j0 - i0 - off and its shape
 
     def step(chunk):
-        b, hs = chunk
-        q0, nq, k0, nk = vdims.seq(b)
-        fa2_programs(_rows(q, q0, nq, Hkv)[hs], _keys(k, k0, nk)[hs], _keys(v, k0, nk)[hs],
-                     _rows(out, q0, nq, Hkv)[hs], _lse_rows(lse, q0, nq, Hkv)[hs], masks=masks, off=nk - nq,
-                     scale=scale, softcap2=softcap2, slopes2=None if slopes3 is None else slopes3[b, hs],
+        (qs, os), (ls,), (ks, vs), off, slopes2 = views(*chunk, rows=(q, out), lse_rows=(lse,), keys=(k, v))
+        fa2_programs(qs, ks, vs, os, ls, masks=masks, off=off, scale=scale, softcap2=softcap2, slopes2=slopes2,
                      Br=Br, Bc=Bc, stats=stats)
 
     run_programs(step, _chunks(vdims, Br, Bc, q.device), q.device, stats)
@@ -76,50 +89,23 @@ def varlen_forward(q, k, v, vdims, *, mask, scale: float, softcap=None, slopes=N
 def varlen_backward(q, k, v, out, lse, dout, dlse, vdims, *, mask, scale: float, softcap=None, slopes=None,
                     Br: int, Bc: int, stats: IOStats | None = None):
     """Gradients (dq, dk, dv) of a packed batch, sequence by sequence (``fa2_backward``'s loop on views)."""
-    acc_dt = acc_dtype(q.dtype)
-    Hkv = vdims.Hkv
+    acc_dt, softcap2, views = _per_sequence(q, vdims, softcap, slopes)
+    masks = TileMasks(mask)
     dq_acc = torch.zeros(vdims.total_q, vdims.H, vdims.D, dtype=acc_dt, device=q.device)  # (total_q, H, D)
     dk = torch.zeros_like(k)  # keys of a sequence without queries get no gradient
     dv = torch.zeros_like(v)
-    softcap2, slopes2 = log2_units(softcap, slopes, acc_dt)
-    slopes3 = None if slopes2 is None else slopes2.reshape(vdims.B, Hkv, -1)  # (B, H) -> (B, Hkv, G)
-    masks = TileMasks(mask)  # one for all sequences: a pattern is keyed by j0 - i0 - off and its shape
 
     def step(chunk):
-        b, hs = chunk
-        q0, nq, k0, nk = vdims.seq(b)
-        bwd_programs(_rows(q, q0, nq, Hkv)[hs], _keys(k, k0, nk)[hs], _keys(v, k0, nk)[hs],
-                     _rows(out, q0, nq, Hkv)[hs], _lse_rows(lse, q0, nq, Hkv)[hs], _rows(dout, q0, nq, Hkv)[hs],
-                     None if dlse is None else _lse_rows(dlse, q0, nq, Hkv)[hs], _rows(dq_acc, q0, nq, Hkv)[hs],
-                     _keys(dk, k0, nk)[hs], _keys(dv, k0, nk)[hs], masks=masks, off=nk - nq, scale=scale,
-                     softcap2=softcap2, slopes2=None if slopes3 is None else slopes3[b, hs], Br=Br, Bc=Bc,
-                     stats=stats)
+        (qs, os, dos, dqs), (ls, dls), (ks, vs, dks, dvs), off, slopes2 = views(
+            *chunk, rows=(q, out, dout, dq_acc), lse_rows=(lse, dlse), keys=(k, v, dk, dv))
+        bwd_programs(qs, ks, vs, os, ls, dos, dls, dqs, dks, dvs, masks=masks, off=off, scale=scale,
+                     softcap2=softcap2, slopes2=slopes2, Br=Br, Bc=Bc, stats=stats)
 
     run_programs(step, _chunks(vdims, Br, Bc, q.device), q.device, stats)
     return dq_acc.to(q.dtype), dk, dv
 
 
-class _VarlenAttentionFn(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, vdims, mask, scale, softcap, slopes, Br, Bc):
-        out, lse = varlen_forward(q, k, v, vdims, mask=mask, scale=scale, softcap=softcap, slopes=slopes,
-                                  Br=Br, Bc=Bc)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.args = (vdims, mask, scale, softcap, slopes, Br, Bc)
-        ctx.set_materialize_grads(False)
-        return out, lse
-
-    @staticmethod
-    def backward(ctx, dout, dlse):
-        if torch.is_grad_enabled():
-            raise RuntimeError("attnlab.flash_attention_varlen: double backward (create_graph=True) is not supported")
-        q, k, v, out, lse = ctx.saved_tensors
-        vdims, mask, scale, softcap, slopes, Br, Bc = ctx.args
-        if dout is None:
-            dout = torch.zeros_like(out)
-        dq, dk, dv = varlen_backward(q, k, v, out, lse, dout, dlse, vdims, mask=mask, scale=scale,
-                                     softcap=softcap, slopes=slopes, Br=Br, Bc=Bc)
-        return dq, dk, dv, None, None, None, None, None, None, None
+VARLEN = Passes("attnlab.flash_attention_varlen", varlen_forward, varlen_backward)
 
 
 def _blocks(block_q, block_k, vdims) -> tuple[int, int]:
@@ -134,7 +120,7 @@ def varlen_attention_fn(q, k, v, vdims, *, mask, scale: float, softcap: float | 
     the lengths read on the host, ``vdims.cu_q`` not None; ``mask`` a ``variants.Mask``, ``slopes`` (B, H)
     float32 or None): (out (total_q, H, Dv), lse (H, total_q)), both differentiable in q, k, v."""
     Br, Bc = _blocks(block_q, block_k, vdims)
-    return _VarlenAttentionFn.apply(q, k, v, vdims, mask, scale, softcap, slopes, Br, Bc)
+    return AttentionFn.apply(q, k, v, VARLEN, vdims, mask, scale, softcap, slopes, Br, Bc)
 
 
 def flash_attention_varlen_blockwise(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal: bool = False,
