@@ -38,6 +38,11 @@ def _fresh(q, k, v, **kw):
     return out
 
 
+def _counts():
+    """plan_stats without the bytes of kept buffers."""
+    return {k: v for k, v in decode.plan_stats().items() if k != "scratch_bytes"}
+
+
 def _same(a, b):
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
 
@@ -75,7 +80,7 @@ def test_second_call_reuses_the_plan_and_equals_a_checked_call(name):
     q, k, v = _cache()
     decode.clear_plans()
     decode.flash_decode_triton(q, k, v, cache_seqlens=torch.tensor([L, 37], dtype=len_dtype, device=DEV), **kw)
-    assert decode.plan_stats() == {"hits": 0, "plans": 1, "resized": 0, "cached": 1}
+    assert _counts() == {"hits": 0, "plans": 1, "resized": 0, "cached": 1}
     # new queries and new lengths, same signature: the plan is reused and reads the new values
     q2 = torch.randn_like(q)
     lens2 = torch.tensor([5, L - 1], dtype=len_dtype, device=DEV)
@@ -117,7 +122,7 @@ def test_each_change_of_signature_makes_a_new_plan(name):
     want = _fresh(q, k, v, cache_seqlens=lens, **kw)
     decode.flash_decode_triton(q, k, v, cache_seqlens=lens)
     got = decode.flash_decode_triton(q, k, v, cache_seqlens=lens, **kw)
-    assert decode.plan_stats() == {"hits": 0, "plans": 2, "resized": 0, "cached": 2}
+    assert _counts() == {"hits": 0, "plans": 2, "resized": 0, "cached": 2}
     _same(got, want)
 
 
@@ -138,7 +143,7 @@ def test_layout_dtype_and_alignment_are_part_of_the_signature():
     assert qm.data_ptr() % 16
     _same(decode.flash_decode_triton(qm, k, v, cache_seqlens=lens), base)
     _same(decode.flash_decode_triton(*half, cache_seqlens=lens), want_half)  # float16: another dtype
-    assert decode.plan_stats() == {"hits": 0, "plans": 4, "resized": 0, "cached": 4}
+    assert _counts() == {"hits": 0, "plans": 4, "resized": 0, "cached": 4}
 
 
 def test_bad_input_is_refused_after_a_plan_exists():
@@ -162,7 +167,7 @@ def test_what_has_no_key_takes_the_checked_path():
     assert decode.plan_key(q, k, v, None, None, True, True, None, None, None, None) is None  # a bool split count
     decode.clear_plans()
     got = decode.flash_decode_triton(q, k, v, cache_seqlens=[L, 50], window=[4, 0])
-    assert decode.plan_stats() == {"hits": 0, "plans": 0, "resized": 0, "cached": 0}
+    assert _counts() == {"hits": 0, "plans": 0, "resized": 0, "cached": 0}
     lens = torch.tensor([L, 50], device=DEV)
     _same(got, _fresh(q, k, v, cache_seqlens=lens, window=(4, 0)))
 
@@ -216,7 +221,7 @@ def test_a_growing_cache_resizes_its_plan():
         k = torch.cat([k, torch.randn(B, HKV, 1, D, dtype=k.dtype, device=DEV)], dim=2)  # (B, Hkv, L + 1, D)
         v = torch.cat([v, torch.randn(B, HKV, 1, D, dtype=v.dtype, device=DEV)], dim=2)
         got = decode.flash_decode_triton(q, k, v, window=(40, 0))
-        assert decode.plan_stats() == {"hits": 0, "plans": 1, "resized": step, "cached": 1 + step}
+        assert _counts() == {"hits": 0, "plans": 1, "resized": step, "cached": 1 + step}
         wants.append((got, q, k, v))
     for got, q, k, v in wants:
         _same(got, _fresh(q, k, v, window=(40, 0)))
@@ -245,3 +250,20 @@ def test_model_seq_rounds_up_by_at_most_a_32nd():
         assert n <= m <= n + n // 32 and m >= last
         last = m
     assert model_seq(32769) == 33792
+
+
+def test_kept_split_buffers_stay_within_the_budget(monkeypatch):
+    """Plans keep their split buffers only while all of them fit ``SCRATCH_BUDGET``; beyond it a call
+    allocates its own, with the same answer."""
+    from attnlab.gpu import decode_plan
+
+    q, k, v = _cache()
+    lens = torch.tensor([L, 50], dtype=torch.int32, device=DEV)
+    decode.clear_plans()
+    kept = decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=3)
+    assert 0 < decode.plan_stats()["scratch_bytes"] <= decode_plan.SCRATCH_BUDGET
+    monkeypatch.setattr(decode_plan, "SCRATCH_BUDGET", 0)
+    decode.clear_plans()
+    for _ in range(2):
+        _same(decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=3), kept)
+    assert decode.plan_stats()["scratch_bytes"] == 0 and decode.plan_stats()["hits"] == 1

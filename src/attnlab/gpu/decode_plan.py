@@ -178,8 +178,11 @@ class DecodePlan:
             B, H, Nq, D = self.shape
             parts = (torch.empty((B, H, Nq, self.num_splits, D), dtype=torch.float32, device=self.device),
                      torch.empty((B, H, Nq, self.num_splits), dtype=torch.float32, device=self.device))
-            if self.scratch is None and not (self.on_cuda and torch.cuda.is_current_stream_capturing()):
-                self.scratch = parts
+            nbytes = 4 * B * H * Nq * self.num_splits * (D + 1)
+            if self.scratch is None and not (self.on_cuda and torch.cuda.is_current_stream_capturing()) \
+                    and _STATS["scratch_bytes"] + nbytes <= SCRATCH_BUDGET:
+                self.scratch = parts  # kept while the plans fit the budget; beyond it, allocated per call
+                _STATS["scratch_bytes"] += nbytes
         return parts if as_tensors else (parts[0].data_ptr(), parts[1].data_ptr())
 
 
@@ -228,13 +231,15 @@ def family_key(key: tuple, k_cache, v_cache, block_table) -> tuple | None:
 
 
 _FAMILIES: dict = {}  # family key -> the last plan made for it
-_STATS = {"hits": 0, "plans": 0, "resized": 0}
+_STATS = {"hits": 0, "plans": 0, "resized": 0, "scratch_bytes": 0}
+SCRATCH_BUDGET = 256 * 2**20  # bytes of split buffers the kept plans may hold, all together
 
 
 def _keep(key: tuple, plan: DecodePlan, family: tuple | None) -> None:
     if len(_PLANS) >= _MAX_PLANS:
         _PLANS.clear()
         _FAMILIES.clear()
+        _STATS["scratch_bytes"] = 0
     _PLANS[key] = plan
     if family is not None:
         _FAMILIES[family] = plan
@@ -261,7 +266,8 @@ def run_planned(key, q, k_cache, v_cache, cache_seqlens, block_table, alibi_slop
 def plan_stats() -> dict[str, int]:
     """How many calls reused a kept plan (``hits``), how many plans were made from scratch (``plans``)
     and how many resized from a plan of the same cache at another capacity (``resized``), since the
-    process started or ``clear_plans``; ``cached``: how many are kept now."""
+    process started or ``clear_plans``; ``cached``: how many are kept now; ``scratch_bytes``: the split
+    buffers they hold (at most ``SCRATCH_BUDGET``)."""
     return dict(_STATS, cached=len(_PLANS))
 
 
@@ -269,7 +275,7 @@ def clear_plans() -> None:
     """Forget every kept plan (and the counts)."""
     _PLANS.clear()
     _FAMILIES.clear()
-    _STATS.update(hits=0, plans=0, resized=0)
+    _STATS.update(hits=0, plans=0, resized=0, scratch_bytes=0)
 
 
 def decode_fn(q, k_cache, v_cache, dims, *, cache_seqlens, block_table, num_splits: int | None, mask,
@@ -287,4 +293,4 @@ def decode_fn(q, k_cache, v_cache, dims, *, cache_seqlens, block_table, num_spli
     return result
 
 
-__all__ = ["DecodePlan", "clear_plans", "decode_fn", "family_key", "plan_key", "plan_stats", "run_planned"]
+__all__ = ["SCRATCH_BUDGET", "DecodePlan", "clear_plans", "decode_fn", "family_key", "plan_key", "plan_stats", "run_planned"]
