@@ -66,6 +66,11 @@ _I32, _I64 = 2**31, 2**63
 _SHARED: dict = {}  # (kernel, options, device, specialisation) -> a compiled kernel
 
 
+def _int_spec(a: int) -> tuple:
+    """What Triton may specialise an int argument on: equal to 1, divisible by 16, its width."""
+    return (a == 1, a % 16 == 0, -_I32 <= a < _I32, -_I64 <= a < _I64)
+
+
 def _specialisation(kernel, args: list) -> tuple | None:
     """What Triton's choice of compiled kernel can depend on, for ``args`` of ``kernel``: constexprs
     by value; ints by whether they equal 1, divide by 16 and fit 32 or 64 bits; floats as floats;
@@ -78,7 +83,7 @@ def _specialisation(kernel, args: list) -> tuple | None:
         if is_const:
             key.append((t, a))
         elif t is int:
-            key.append((a == 1, a % 16 == 0, -_I32 <= a < _I32, -_I64 <= a < _I64))
+            key.append(_int_spec(a))
         elif t is float:
             key.append(float)
         elif t is torch.Tensor:
@@ -100,8 +105,7 @@ def same_specialisation(kernel, args: list, other: list) -> bool:
             continue
         if is_const or type(a) is not type(b) or type(a) is not int:
             return False
-        if (a == 1, a % 16 == 0, -_I32 <= a < _I32, -_I64 <= a < _I64) != \
-                (b == 1, b % 16 == 0, -_I32 <= b < _I32, -_I64 <= b < _I64):
+        if _int_spec(a) != _int_spec(b):
             return False
     return True
 
