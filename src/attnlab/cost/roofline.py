@@ -16,9 +16,9 @@ from dataclasses import asdict, dataclass
 
 from . import io as _io
 from ._args import dtype_bytes as _dtype_bytes
-from ._args import flag, heads_pair, nonneg_int, pos_int
+from ._args import flag, heads_pair, pos_int
 from .gpus import GPU, get_gpu
-from .window import visible_pairs
+from .window import seqlens_pair, visible_pairs
 
 STAT_BYTES = 4  # L, m, ℓ, D are FP32 rows
 
@@ -334,7 +334,7 @@ def varlen_attention_roofline(*, seqlens_q, head_dim: int, seqlens_k=None, heads
     H, Hkv = heads_pair(heads, kv_heads)
     nb = _dtype_bytes(dtype_bytes)
     flag(launch, "launch")
-    lq, lk = _seqlens(seqlens_q, seqlens_k)
+    lq, lk = seqlens_pair(seqlens_q, seqlens_k)
     out = []
     for kind in kinds:
         total = [0.0, 0.0, 0.0]
@@ -345,14 +345,3 @@ def varlen_attention_roofline(*, seqlens_q, head_dim: int, seqlens_k=None, heads
             total = [a + b for a, b in zip(total, counts)]
         out.append(_cost(kind, tuple(total), g, nb, launch))
     return out
-
-
-def _seqlens(seqlens_q, seqlens_k) -> tuple[list[int], list[int]]:
-    if not isinstance(seqlens_q, (list, tuple)) or not seqlens_q:
-        raise TypeError(f"seqlens_q must be a non-empty list of ints, got {seqlens_q!r}")
-    lq = [nonneg_int(n, f"seqlens_q[{b}]") for b, n in enumerate(seqlens_q)]
-    if seqlens_k is None:
-        return lq, list(lq)
-    if not isinstance(seqlens_k, (list, tuple)) or len(seqlens_k) != len(lq):
-        raise ValueError(f"seqlens_k must be a list of {len(lq)} ints like seqlens_q, got {seqlens_k!r}")
-    return lq, [nonneg_int(n, f"seqlens_k[{b}]") for b, n in enumerate(seqlens_k)]

@@ -242,7 +242,8 @@ def window_kv_bytes(*, seq: int, head_dim: int, block_q: int, block_k: int, wind
 # -- packed variable-length batches vs padding -----------------------------------------------------------
 
 
-def _lengths(seqlens_q, seqlens_k) -> tuple[list[int], list[int]]:
+def seqlens_pair(seqlens_q, seqlens_k) -> tuple[list[int], list[int]]:
+    """Per-sequence query and key lengths as lists of non-negative ints (keys default to the queries')."""
     if not isinstance(seqlens_q, (list, tuple)) or not seqlens_q:
         raise TypeError(f"seqlens_q must be a non-empty list of ints, got {seqlens_q!r}")
     lq = [nonneg_int(n, f"seqlens_q[{b}]") for b, n in enumerate(seqlens_q)]
@@ -263,7 +264,7 @@ def varlen_forward_io(*, seqlens_q, seqlens_k=None, head_dim: int, block_q: int,
     """``window_forward_io`` of a batch of documents: packed (each document its own blocks and its own
     bottom-right alignment, flash-attn's varlen layout — the sum over documents) or, with
     ``padded=True``, every document padded to the longest (batch × the longest document's cost)."""
-    lq, lk = _lengths(seqlens_q, seqlens_k)
+    lq, lk = seqlens_pair(seqlens_q, seqlens_k)
     kw = dict(head_dim=head_dim, block_q=block_q, block_k=block_k, window=window, causal=causal, heads=heads,
               kv_heads=kv_heads, head_dim_v=head_dim_v)
     if flag(padded, "padded"):
@@ -302,7 +303,7 @@ class PackedVsPadded:
 def packed_vs_padded(*, seqlens_q, seqlens_k=None, block_q: int, block_k: int, window=None,
                      causal: bool = False) -> PackedVsPadded:
     """Pairs, block pairs and K/V rows of a batch of documents packed (varlen) vs padded to the longest."""
-    lq, lk = _lengths(seqlens_q, seqlens_k)
+    lq, lk = seqlens_pair(seqlens_q, seqlens_k)
     kw = dict(block_q=block_q, block_k=block_k, window=window, causal=causal)
     per_doc = [window_block_pairs(seq_q=nq, seq_k=nk, **kw) for nq, nk in zip(lq, lk)]
     longest = window_block_pairs(seq_q=max(lq), seq_k=max(lk), **kw)
