@@ -22,6 +22,8 @@ of eager decoding. Three parts, each printed as a table and written to ``--json`
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib.util
 import json
 import statistics
 import sys
@@ -74,30 +76,19 @@ def eager_us(fn, *, calls: int, rounds: int = 5) -> float:
     return statistics.median(times)
 
 
+@functools.cache
+def _decode_bench():
+    """benchmarks/decode.py, loaded by path (a script, not a package)."""
+    spec = importlib.util.spec_from_file_location("decode_bench", Path(__file__).with_name("decode.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def graph_us(fn, *, calls: int) -> float:
-    """Per-call µs of ``calls`` calls captured in one CUDA graph (no host work), median of 5 replays."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(5):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / calls)
-    del g
-    return statistics.median(times)
+    """Per-call µs of ``calls`` calls captured in one CUDA graph (no host work): benchmarks/decode.py's
+    ``graph_ms`` (median of 5 replays)."""
+    return _decode_bench().graph_ms([fn] * calls, "cuda") * 1e3
 
 
 def inputs(shape, dtype=torch.bfloat16):
@@ -134,7 +125,6 @@ def floors(calls: int) -> dict:
     def empty1(X):
         pass
 
-    import importlib.util
     import tempfile
 
     n = len(_decode_split_kernel.arg_names)
