@@ -267,3 +267,26 @@ def test_kept_split_buffers_stay_within_the_budget(monkeypatch):
     for _ in range(2):
         _same(decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=3), kept)
     assert decode.plan_stats()["scratch_bytes"] == 0 and decode.plan_stats()["hits"] == 1
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the benchmark would run")
+def test_the_host_time_benchmark_refuses_what_it_cannot_do(tmp_path):
+    """benchmarks/decode_host.py: bad options and an existing output file stop it before any work;
+    without a GPU it says so (host time in the interpreter would mean nothing)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "decode_host.py"
+
+    def run(*args):
+        return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=120)
+
+    r = run("--calls", "5")
+    assert r.returncode == 2 and "--calls must be at least 10" in r.stderr
+    kept = tmp_path / "host.json"
+    kept.write_text("mine")
+    r = run("--json", str(kept))
+    assert r.returncode == 2 and "exists" in r.stderr and kept.read_text() == "mine"
+    r = run()
+    assert r.returncode == 2 and "needs a CUDA GPU" in r.stderr
