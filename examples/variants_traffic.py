@@ -23,6 +23,7 @@ import sys
 import torch
 
 from attnlab import cost
+from attnlab._cliargs import positive_int
 from attnlab._console import make_console
 from attnlab.blockwise import IOStats, flash_forward, flash_forward_varlen
 
@@ -165,16 +166,6 @@ def _lengths_arg(text: str) -> list[int]:
     return out
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line on stderr, exit status 2
         sys.stderr.write(f"variants_traffic.py: {message}\n")
@@ -183,9 +174,9 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv=None) -> int:
     p = _Parser(description=__doc__.splitlines()[0])
-    p.add_argument("--window", type=_positive, default=4096, help="window W in keys (flash-attn's (W-1, 0))")
-    p.add_argument("--head-dim", type=_positive, default=128)
-    p.add_argument("--block", type=_positive, default=128, help="Br = Bc")
+    p.add_argument("--window", type=positive_int, default=4096, help="window W in keys (flash-attn's (W-1, 0))")
+    p.add_argument("--head-dim", type=positive_int, default=128)
+    p.add_argument("--block", type=positive_int, default=128, help="Br = Bc")
     p.add_argument("--lengths", type=_lengths_arg, default=LENGTHS, help="the mixed batch, e.g. 8192,1000,77")
     p.add_argument("--out", default="attnlab-out", help=f"folder for {PLOT_NAME} (created if missing; "
                    "the script replaces its own plot there)")

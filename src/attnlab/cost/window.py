@@ -26,7 +26,7 @@ from __future__ import annotations
 import numbers
 from dataclasses import dataclass
 
-from ._args import flag, nonneg_int, pos_int
+from ._args import flag, heads_pair, nonneg_int, pos_int
 
 __all__ = [
     "WindowBlockPairs",
@@ -200,14 +200,6 @@ def window_block_pairs(*, seq_q: int, seq_k: int, block_q: int, block_k: int, wi
 # -- HBM traffic of the forward --------------------------------------------------------------------------
 
 
-def _heads(heads, kv_heads) -> tuple[int, int]:
-    H = pos_int(heads, "heads")
-    Hkv = H if kv_heads is None else pos_int(kv_heads, "kv_heads")
-    if H % Hkv:
-        raise ValueError(f"heads ({H}) must be a multiple of kv_heads ({Hkv})")
-    return H, Hkv
-
-
 def window_forward_io(*, seq_q: int, seq_k: int, head_dim: int, block_q: int, block_k: int, window=None,
                       causal: bool = False, batch: int = 1, heads: int = 1, kv_heads: int | None = None,
                       head_dim_v: int | None = None) -> dict:
@@ -218,7 +210,7 @@ def window_forward_io(*, seq_q: int, seq_k: int, head_dim: int, block_q: int, bl
     Returns ``{"reads": {"Q", "K", "V"}, "writes": {"O", "L"}, "pairs_computed", "pairs_skipped",
     "pairs_masked"}``; rows of Q that see no key still cost their Q read and O, L write."""
     B = pos_int(batch, "batch")
-    H, Hkv = _heads(heads, kv_heads)
+    H, Hkv = heads_pair(heads, kv_heads)
     d = pos_int(head_dim, "head_dim")
     dv = d if head_dim_v is None else pos_int(head_dim_v, "head_dim_v")
     bp = window_block_pairs(seq_q=seq_q, seq_k=seq_k, block_q=block_q, block_k=block_k, window=window,
