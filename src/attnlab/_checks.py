@@ -280,6 +280,11 @@ def check_alibi(slopes, B: int, H: int, device) -> torch.Tensor | None:
     return slopes.expand(B, H)
 
 
+def check_variants(causal, window, softcap, alibi_slopes, B: int, H: int, device):
+    """The variant arguments of an attention call, checked: (Mask, softcap, slopes (B, H) or None)."""
+    return check_window(window, causal), check_softcap(softcap), check_alibi(alibi_slopes, B, H, device)
+
+
 def check_deterministic(deterministic) -> bool:
     if not isinstance(deterministic, bool):
         raise TypeError(f"deterministic must be True or False, got {deterministic!r}")

@@ -30,13 +30,12 @@ import functools
 import torch
 
 from ._checks import (
-    check_alibi,
     check_backward_inputs,
     check_decode_inputs,
     check_deterministic,
     check_positive_int,
     check_qkv,
-    check_softcap,
+    check_variants,
     check_varlen,
     check_window,
     resolve_scale,
@@ -70,9 +69,7 @@ def _kernels_why(q, dims, needs_grad: bool):
 
 def _variant_args(dims, q, causal, window, softcap, alibi_slopes, scale, deterministic, block_q, block_k):
     """The checks every prefill entry point shares: (mask, softcap, slopes (B, H) or None, scale)."""
-    mask = check_window(window, causal)
-    softcap = check_softcap(softcap)
-    slopes = check_alibi(alibi_slopes, dims.B, dims.H, q.device)
+    mask, softcap, slopes = check_variants(causal, window, softcap, alibi_slopes, dims.B, dims.H, q.device)
     check_deterministic(deterministic)
     for value, name in ((block_q, "block_q"), (block_k, "block_k")):
         if value is not None:
@@ -271,9 +268,7 @@ def flash_decode(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, n
     on_cuda = isinstance(q, torch.Tensor) and q.is_cuda
     # the page ids and lengths are checked on the host except on CUDA, where that would synchronise
     dims = check_decode_inputs(q, k_cache, v_cache, cache_seqlens, block_table, check_values=not on_cuda)
-    mask = check_window(window, causal)
-    softcap = check_softcap(softcap)
-    slopes = check_alibi(alibi_slopes, dims.B, dims.H, q.device)
+    mask, softcap, slopes = check_variants(causal, window, softcap, alibi_slopes, dims.B, dims.H, q.device)
     scale = resolve_scale(scale, dims.D)
     check_stats(stats)
     if num_splits is not None:

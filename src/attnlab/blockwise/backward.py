@@ -18,12 +18,12 @@ from dataclasses import dataclass
 
 import torch
 
-from .._checks import causal_offset, check_backward_inputs, check_qkv, resolve_scale
+from .._checks import causal_offset, check_backward_inputs, check_qkv, check_variants, resolve_scale
 from .._runtime import LOG2E
 from .forward import check_no_grad, fa2_forward, log2_units
 from .iostats import IOStats, check_stats
 from .programs import NEG_INF, acc_dtype, q_block, resolve_blocks
-from .tiles import TileMasks, alibi_tile, check_variants, mask_tile_, query_blocks, softcap_tile
+from .tiles import TileMasks, alibi_tile, mask_tile_, query_blocks, softcap_tile
 
 __all__ = ["flash_backward", "flash_attention_blockwise"]
 

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import torch
 
-from .._checks import check_decode_inputs, check_positive_int, resolve_scale, seqlens_tensor
+from .._checks import check_decode_inputs, check_positive_int, check_variants, resolve_scale, seqlens_tensor
 from ..softmax import AttnState, merge
 from ..variants import score_mod
 from .iostats import IOStats, check_stats
 from .programs import NEG_INF, acc_dtype
-from .tiles import check_variants
 
 __all__ = ["flash_decode_blockwise"]
 

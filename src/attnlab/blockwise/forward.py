@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from .._checks import causal_offset, check_qkv, resolve_scale
+from .._checks import causal_offset, check_qkv, check_variants, resolve_scale
 from .._runtime import LN2, LOG2E
 from .iostats import IOStats, check_stats
 from .programs import (
@@ -36,7 +36,7 @@ from .programs import (
     resolve_blocks,
     run_programs,
 )
-from .tiles import TileMasks, check_variants, key_blocks, mask_tile_, modify_tile, query_blocks
+from .tiles import TileMasks, key_blocks, mask_tile_, modify_tile, query_blocks
 
 __all__ = ["flash_forward", "flash_forward_fa1"]
 

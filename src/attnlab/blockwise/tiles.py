@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import torch
 
-from .._checks import check_alibi, check_softcap, check_window
 from ..variants import Mask, score_mod, softcap_grad
 from .programs import NEG_INF
 
@@ -101,8 +100,3 @@ def modify_tile(s: torch.Tensor, *, softcap: float | None, slopes: torch.Tensor 
     if slopes is not None:
         s = alibi_tile(s, slopes, i0, i1, j0, j1, off, G)
     return s
-
-
-def check_variants(causal, window, softcap, alibi_slopes, B: int, H: int, device):
-    """The variant arguments of a public blockwise function, checked: (Mask, softcap, slopes (B, H) or None)."""
-    return check_window(window, causal), check_softcap(softcap), check_alibi(alibi_slopes, B, H, device)

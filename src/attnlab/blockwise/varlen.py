@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import torch
 
-from .._checks import AttnDims, check_varlen, resolve_scale
+from .._checks import AttnDims, check_variants, check_varlen, resolve_scale
 from .backward import AttentionFn, Passes, bwd_programs
 from .forward import check_no_grad, fa2_programs, log2_units
 from .iostats import IOStats, check_stats
 from .programs import acc_dtype, program_chunks, programs_per_step, resolve_blocks, run_programs
-from .tiles import TileMasks, check_variants
+from .tiles import TileMasks
 
 __all__ = ["flash_attention_varlen_blockwise", "flash_forward_varlen"]
 

@@ -19,11 +19,9 @@ from __future__ import annotations
 import torch
 
 from .._checks import (
-    check_alibi,
     check_decode_inputs,
     check_positive_int,
-    check_softcap,
-    check_window,
+    check_variants,
     resolve_scale,
     seqlens_tensor,
 )
@@ -101,9 +99,7 @@ def flash_decode_triton(q, k_cache, v_cache, *, cache_seqlens=None, block_table=
     cache_seqlens = seqlens_tensor(cache_seqlens, q)
     dims = check_decode_inputs(q, k_cache, v_cache, cache_seqlens, block_table,
                                check_values=q.device.type != "cuda")
-    mask = check_window(window, causal)
-    softcap = check_softcap(softcap)
-    slopes = check_alibi(alibi_slopes, dims.B, dims.H, q.device)
+    mask, softcap, slopes = check_variants(causal, window, softcap, alibi_slopes, dims.B, dims.H, q.device)
     if num_splits is not None:
         check_positive_int(num_splits, "num_splits")
     if config is not None and not isinstance(config, DecodeConfig):

@@ -15,12 +15,10 @@ import torch
 
 from .._checks import (
     VarlenDims,
-    check_alibi,
     check_deterministic,
     check_qkv,
-    check_softcap,
+    check_variants,
     check_varlen,
-    check_window,
     resolve_scale,
 )
 from .._runtime import interpret_mode, triton_available
@@ -243,9 +241,7 @@ def flash_attention_triton(q, k, v, *, causal: bool = False, scale: float | None
     """
     dims = check_qkv(q, k, v)
     scale = resolve_scale(scale, dims.D)
-    mask = check_window(window, causal)
-    softcap = check_softcap(softcap)
-    slopes = check_alibi(alibi_slopes, dims.B, dims.H, q.device)
+    mask, softcap, slopes = check_variants(causal, window, softcap, alibi_slopes, dims.B, dims.H, q.device)
     deterministic = check_deterministic(deterministic)
     _refuse(q, dims, k, v)
     out, lse = attention_fn(q, k, v, mask=mask, scale=scale, softcap=softcap, slopes=slopes,
@@ -278,9 +274,7 @@ def flash_attention_varlen_triton(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_se
     """
     vdims = check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     scale = resolve_scale(scale, vdims.D)
-    mask = check_window(window, causal)
-    softcap = check_softcap(softcap)
-    slopes = check_alibi(alibi_slopes, vdims.B, vdims.H, q.device)
+    mask, softcap, slopes = check_variants(causal, window, softcap, alibi_slopes, vdims.B, vdims.H, q.device)
     deterministic = check_deterministic(deterministic)
     _refuse(q, vdims, k, v)
     out, lse = varlen_attention_fn(q, k, v, vdims, mask=mask, scale=scale, softcap=softcap, slopes=slopes,
