@@ -23,7 +23,7 @@ for phase in $PHASES; do
   stamp "$phase"
   [ -f "$OUT/best.json" ] && CONFIGS=(--configs "$OUT/best.json")
   case $phase in
-    tests) timeout "$(left 120)" python -m pytest -q -n 8 -p no:cacheprovider tests/gpu/test_prefill.py tests/test_api.py \
+    tests) timeout "$(left 120)" python -m pytest -q -n 8 -p no:cacheprovider tests/gpu/test_prefill.py tests/gpu/test_prefill_gluon.py tests/test_api.py \
              > "$OUT/tests.log" 2>&1
            echo "tests exit $?"; grep -E "FAILED|Error|passed|failed" "$OUT/tests.log" | tail -n 12 ;;
     sweep) timeout "$(left 180)" python benchmarks/prefill.py sweep $SWEEP_ARGS --json "$OUT/sweep.json" --best "$OUT/best.json" \

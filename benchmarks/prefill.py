@@ -325,10 +325,18 @@ def check(args) -> list[dict]:
 
 
 def sweep_candidates(quick: bool, which: str = "v2"):
-    """Candidate configurations: "v2" (the full forward and backward list) or "v3" (forward only,
-    D = 128: two 8-warp programs per SM through a 128-register cap, against the table's choice)."""
+    """Candidate configurations: "v2" (the full forward and backward list), "v3" (forward only,
+    D = 128: two 8-warp programs per SM through a 128-register cap, against the table's choice) or "v4"
+    (forward only: the Gluon kernel's tiles against the table's Triton entries)."""
     from attnlab.gpu import BwdConfig, FwdConfig
 
+    if which == "v4":  # the Gluon forward (softmax under the P·V wgmma) against the table's Triton entries
+        if quick:
+            return [FwdConfig(16, 16, 1, 1), FwdConfig(16, 16, 1, 1, gluon=True)], []
+        return [FwdConfig(128, 128, 8, 2, tma=True, gluon=True), FwdConfig(128, 128, 8, 3, tma=True, gluon=True),
+                FwdConfig(128, 64, 8, 3, tma=True, gluon=True), FwdConfig(64, 64, 4, 3, tma=True, gluon=True),
+                FwdConfig(128, 64, 8, 3), FwdConfig(128, 128, 8, 3, tma=True),
+                FwdConfig(128, 64, 8, 2, tma=True, warp_spec=True, maxnreg=128)], []
     if which == "v3":
         if quick:
             return [FwdConfig(16, 16, 1, 1), FwdConfig(16, 16, 1, 1, tma=True, maxnreg=128)], []
@@ -428,7 +436,8 @@ def short(cfg) -> str:
     if hasattr(cfg, "block_m"):
         return (f"{cfg.block_m}x{cfg.block_n}w{cfg.num_warps}s{cfg.num_stages}" + ("tma" if cfg.tma else "")
                 + ("+ws" if getattr(cfg, "warp_spec", False) else "")
-                + (f"r{cfg.maxnreg}" if getattr(cfg, "maxnreg", None) else ""))
+                + (f"r{cfg.maxnreg}" if getattr(cfg, "maxnreg", None) else "")
+                + ("+gl" if getattr(cfg, "gluon", False) else ""))
     if cfg.dq_atomic:
         return f"m{cfg.block_m1}n{cfg.block_n1}w{cfg.warps1}s{cfg.stages1}+atomic"
     return (f"m{cfg.block_m1}n{cfg.block_n1}w{cfg.warps1}s{cfg.stages1}/"
@@ -529,6 +538,20 @@ def aot(args) -> list[dict]:
     for label, D, causal, f, b in work:
         BD = 1 << (D - 1).bit_length()
         kernels = []
+        if f is not None and f.gluon and D in (64, 128):  # the Gluon forward: its own sm_90 report
+            from attnlab.gpu.prefill_gluon import sm90_report
+
+            row = dict(source=label, D=D, causal=causal, kernel=f"fwd {short(f)}")
+            try:
+                rep = sm90_report(D, causal=causal, block_m=f.block_m, block_n=f.block_n, stages=f.num_stages,
+                                  num_warps=f.num_warps)
+                row |= dict(smem_kb=rep["smem_kb"], regs=rep.get("regs"), stack=rep.get("stack"),
+                            wgmma_waits=rep["wait_groups"])
+            except Exception as e:
+                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
+            rows.append(row)
+            print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+            f = None
         if f is not None:
             ptr = {n: "*bf16" for n in ("Q", "K", "V", "O")} | {"LSE": "*fp32"}
             if f.tma:
@@ -652,7 +675,7 @@ def main(argv=None) -> int:
     p.add_argument("--N", type=int, nargs="+", default=[16384, 4096, 1024])
     p.add_argument("--sweep-n", type=int, nargs="+", default=[16384, 4096, 1024])
     p.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1))
-    p.add_argument("--set", choices=["v2", "v3"], default="v2", help="sweep: which candidate list")
+    p.add_argument("--set", choices=["v2", "v3", "v4"], default="v2", help="sweep: which candidate list")
     p.add_argument("--best", default=None, help="sweep: write the best configuration per (D, causal) here")
     p.add_argument("--configs", default=None, help="check/bench: use the configurations a sweep wrote")
     p.add_argument("--flex-budget", type=float, default=90.0, help="seconds of FlexAttention compiles, then skip")

@@ -34,6 +34,7 @@ class FwdConfig:
     tma: bool = False  # load Q/K/V and store O through Hopper tensor-memory descriptors
     warp_spec: bool = False  # warp-specialise the unmasked key loop (needs tma; Hopper and newer)
     maxnreg: int | None = None  # cap registers per thread (e.g. 128: two 8-warp programs per SM)
+    gluon: bool = False  # the Gluon kernel (softmax under the P·V wgmma; sm_90, D 64/128, dense or causal)
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,8 @@ def variant_fwd_config(cfg: FwdConfig, D: int, *, packed: bool, score_mod: bool,
     128×64 on 8 warps; at D = 128 the table's entry stayed best."""
     if window and not packed and _head_bucket(D) == 64 and cfg != _INTERP_FWD:
         cfg = _WINDOW_FWD_64
+    if cfg.gluon and (packed or score_mod or window):  # the Gluon kernel has no variants: Triton's entry
+        cfg = dataclasses.replace(cfg, gluon=False)
     if packed:
         cfg = dataclasses.replace(cfg, tma=False, warp_spec=False, maxnreg=None,
                                   block_n=min(cfg.block_n, 64) if D > 64 else cfg.block_n)

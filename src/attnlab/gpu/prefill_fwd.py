@@ -430,6 +430,13 @@ def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask, 
         grid = (triton.cdiv(Nq, cfg.block_m), B * H)
     if grid[1] == 0:  # a packed batch whose longest query sequence is empty
         return out, lse
+    if cfg.gluon and cu_seqlens is None and mask.left < 0 and softcap is None and slopes is None:
+        from .prefill_gluon import gluon_forward, gluon_supported
+
+        if gluon_supported(q, k, v) and tma_ok(out):
+            gluon_forward(q, k, v, out, lse, causal_off=var["causal_off"] if var["CAUSAL"] else None, scale=scale,
+                          block_m=cfg.block_m, block_n=cfg.block_n, stages=cfg.num_stages, num_warps=cfg.num_warps)
+            return out, lse
     _attn_fwd[grid](
         *args, lse,
         q4.stride(0), q4.stride(1), q4.stride(2),

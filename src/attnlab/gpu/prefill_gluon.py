@@ -1,0 +1,295 @@
+"""FlashAttention forward for Hopper in Gluon, Triton's lower-level dialect: the softmax of one key
+block runs while the tensor cores multiply the previous block's P̃ by V (FlashAttention-3's
+intra-warpgroup overlap, lecture §6.3 taken one step further).
+
+Plain Triton (``prefill_fwd``) cannot express that schedule on Hopper: each ``tl.dot`` becomes an
+asynchronous wgmma, but the compiler waits for a score tile right where it is made, so a program
+alternates between tensor-core work and exponentials and the two never overlap inside it
+(``benchmarks/NOTES-prefill.md``). Here the waits are written by hand. One program owns BLOCK_M
+query rows of one (batch, head) on 8 warps (two warp groups of 64 rows) and, per key block t:
+
+    wait K_t (TMA) ─ issue S_t = Q K_tᵀ ─ wait V_{t−1} ─ issue O += P̃_{t−1} V_{t−1}
+    ─ wait S_t only (the P̃V product stays in flight) ─ softmax of S_t: m, P̃_t, l
+    ─ wait P̃V ─ O ·= exp2(m_old − m_new)
+
+so the exponentials of block t are computed while the tensor cores work on block t − 1. K and V
+blocks arrive through a ring of ``STAGES`` shared-memory buffers filled by TMA; a buffer is refilled
+as soon as the wgmma that read it has completed. Same mathematics as ``prefill_fwd`` (online softmax
+in log2 units, bottom-right causal alignment, the same empty-row convention), one more rounding
+order. Dense and causal MHA/GQA/MQA at D = 64 and 128 in float16/bfloat16 with tensor descriptors;
+everything else runs on the Triton kernel. The Triton interpreter cannot run Gluon: the CPU tests
+build this kernel for sm_90 (no GPU needed) and the GPU tests check it against the reference.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .._runtime import LN2, LOG2E
+
+try:  # Gluon ships with triton >= 3.5; older tritons run the Triton kernel only
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    # the TMA copies' names changed after triton 3.6 (async_copy_* -> async_load / async_store)
+    _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+    _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+    HAVE_GLUON = True
+except ImportError:  # pragma: no cover - depends on the installed triton
+    HAVE_GLUON = False
+
+GLUON_HEAD_DIMS = (64, 128)
+
+if HAVE_GLUON:
+    _LN2 = gl.constexpr(LN2)
+
+    @gluon.jit
+    def _issue_kv(desc, bars, bufs, t, n_blocks, b, hk, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+        """Start the TMA load of key (or value) block t into ring slot t % STAGES, if t < n_blocks."""
+        slot = t % STAGES
+        ok = t < n_blocks
+        bar = bars.index(slot)
+        mbarrier.expect(bar, desc.block_type.nbytes, pred=ok)
+        _tma_load(desc, [b, hk, t * BLOCK_N, 0], bar, bufs.index(slot), pred=ok)
+
+    @gluon.jit
+    def _softmax(s, m_i, l_i, start_n, offs_m, offs_n, Nk, causal_off, qk_scale, masked):
+        """Online-softmax step on raw scores s (float32): (P̃ in float32, alpha, new m, new l).
+        ``masked``: the block reaches past the diagonal or the last key (element mask)."""
+        if masked:
+            cols = start_n + offs_n
+            visible = (cols[None, :] < Nk) & (cols[None, :] <= offs_m[:, None] + causal_off)
+            s = gl.where(visible, s * qk_scale, float("-inf"))
+            m_new = gl.maximum(m_i, gl.max(s, 1))
+            m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
+            p = gl.exp2(s - m_use[:, None])
+        else:
+            m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+            m_use = m_new
+            p = gl.exp2(s * qk_scale - m_use[:, None])
+        alpha = gl.exp2(m_i - m_use)
+        l_i = l_i * alpha + gl.sum(p, 1)
+        return p, alpha, m_new, l_i
+
+    @gluon.jit
+    def _attn_fwd_gluon(desc_q, desc_k, desc_v, desc_o, LSE, H, G, Nq, Nk, causal_off, qk_scale,
+                        HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                        STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr):
+        """Grid (query blocks, B·H). Descriptors over (B, H|Hkv, N, D) with blocks [1, 1, rows, D]; LSE
+        (B, H, Nq) float32. Causal: row i sees keys j <= i + causal_off (bottom-right aligned)."""
+        dtype: gl.constexpr = desc_q.dtype
+        pid_m = gl.program_id(0)
+        if CAUSAL:  # heaviest query blocks first
+            pid_m = gl.num_programs(0) - 1 - pid_m
+        bh = gl.program_id(1)
+        b = bh // H
+        h = bh % H
+        hk = h // G
+        start_m = pid_m * BLOCK_M
+
+        # -- layouts: one wgmma accumulator layout (8 warps along M, 16 rows each) for S and O
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                           instr_shape=[16, BLOCK_N, 16])
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                           instr_shape=[16, HEAD_D, 16])
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+        col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
+        row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+        tile2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_D], dtype)
+        q2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_D], dtype)
+
+        # -- shared memory: Q (reused for O), rings of K and V blocks, one barrier per buffer
+        q_smem = gl.allocate_shared_memory(dtype, [1, 1, BLOCK_M, HEAD_D], desc_q.layout)
+        k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], desc_k.layout)
+        v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], desc_v.layout)
+        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        k_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(q_bar, count=1)
+        for i in gl.static_range(STAGES):
+            mbarrier.init(k_bars.index(i), count=1)
+            mbarrier.init(v_bars.index(i), count=1)
+
+        # -- key range: [0, full) unmasked, [full, hi) masked (diagonal, ragged end); the rest skipped
+        if CAUSAL:
+            hi = gl.maximum(gl.minimum(Nk, start_m + BLOCK_M + causal_off), 0)
+            full = gl.maximum(gl.minimum(Nk, start_m + 1 + causal_off), 0)
+        else:
+            hi = Nk
+            full = Nk
+        full = (full // BLOCK_N) * BLOCK_N
+        n_blocks = gl.cdiv(hi, BLOCK_N)
+
+        mbarrier.expect(q_bar, desc_q.block_type.nbytes)
+        _tma_load(desc_q, [b, h, start_m, 0], q_bar, q_smem)
+        for i in gl.static_range(STAGES):
+            _issue_kv(desc_k, k_bars, k_smem, i, n_blocks, b, hk, BLOCK_N, STAGES)
+            _issue_kv(desc_v, v_bars, v_smem, i, n_blocks, b, hk, BLOCK_N, STAGES)
+
+        offs_m = start_m + gl.arange(0, BLOCK_M, layout=row_s)
+        offs_n = gl.arange(0, BLOCK_N, layout=col_s)
+        m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=row_s)
+        l_i = gl.zeros([BLOCK_M], gl.float32, layout=row_s)
+        acc = gl.zeros([BLOCK_M, HEAD_D], gl.float32, layout=o_layout)
+        s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout)
+        q = q_smem.reshape([BLOCK_M, HEAD_D])
+        mbarrier.wait(q_bar, 0)
+
+        if n_blocks > 0:
+            # -- block 0: S_0 and its softmax, nothing to overlap with yet
+            mbarrier.wait(k_bars.index(0), 0)
+            s_tok = warpgroup_mma(q, k_smem.index(0).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
+                                  use_acc=False, is_async=True)
+            s = warpgroup_mma_wait(0, deps=(s_tok, ))
+            _issue_kv(desc_k, k_bars, k_smem, STAGES, n_blocks, b, hk, BLOCK_N, STAGES)
+            p, alpha, m_i, l_i = _softmax(s, m_i, l_i, 0, offs_m, offs_n, Nk, causal_off, qk_scale, 0 >= full)
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            for t in range(1, n_blocks):
+                slot = t % STAGES
+                prev = (t - 1) % STAGES
+                # S_t = Q K_tᵀ, then O += P̃_{t-1} V_{t-1}, both in flight
+                mbarrier.wait(k_bars.index(slot), (t // STAGES) & 1)
+                s_tok = warpgroup_mma(q, k_smem.index(slot).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
+                                      use_acc=False, is_async=True)
+                mbarrier.wait(v_bars.index(prev), ((t - 1) // STAGES) & 1)
+                acc_tok = warpgroup_mma(p_op, v_smem.index(prev).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
+                # S_t done (wgmma groups retire in order), P̃V still running: its softmax overlaps it
+                s = warpgroup_mma_wait(1, deps=(s_tok, ))
+                _issue_kv(desc_k, k_bars, k_smem, t + STAGES, n_blocks, b, hk, BLOCK_N, STAGES)
+                p, alpha, m_i, l_i = _softmax(s, m_i, l_i, t * BLOCK_N, offs_m, offs_n, Nk, causal_off, qk_scale,
+                                              t * BLOCK_N >= full)
+                acc, p_op = warpgroup_mma_wait(0, deps=(acc_tok, p_op))
+                _issue_kv(desc_v, v_bars, v_smem, t - 1 + STAGES, n_blocks, b, hk, BLOCK_N, STAGES)
+                acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+                p_op = gl.convert_layout(p.to(dtype), p_layout)
+            last = (n_blocks - 1) % STAGES
+            mbarrier.wait(v_bars.index(last), ((n_blocks - 1) // STAGES) & 1)
+            acc_tok = warpgroup_mma(p_op, v_smem.index(last).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
+
+        for i in gl.static_range(STAGES):
+            mbarrier.invalidate(k_bars.index(i))
+            mbarrier.invalidate(v_bars.index(i))
+        mbarrier.invalidate(q_bar)
+
+        # -- epilogue: O = acc / l, L = (m + log2 l)·ln 2; empty rows: O = 0, L = -inf
+        empty = l_i == 0.0
+        l_safe = gl.where(empty, 1.0, l_i)
+        lse = gl.where(empty, float("-inf"), (m_i + gl.log2(l_safe)) * _LN2)
+        gl.store(LSE + bh.to(gl.int64) * Nq + offs_m, lse, mask=offs_m < Nq)
+        out = acc * gl.convert_layout(1.0 / l_safe, row_o)[:, None]
+        q.store(out.to(dtype))  # Q's buffer is free: every wgmma that read it has completed
+        fence_async_shared()
+        _tma_store(desc_o, [b, h, start_m, 0], q_smem)  # rows past Nq are clipped
+        tma.store_wait(0)
+
+
+def gluon_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """True when the Gluon kernel can take this call: Hopper (sm_90), float16/bfloat16, D = 64 or 128,
+    last dims contiguous and 16-byte aligned for tensor descriptors. Variants are the caller's check."""
+    if not HAVE_GLUON or not q.is_cuda or torch.version.hip is not None:
+        return False
+    if torch.cuda.get_device_capability(q.device) != (9, 0):
+        return False
+    if q.dtype not in (torch.float16, torch.bfloat16) or q.shape[-1] not in GLUON_HEAD_DIMS:
+        return False
+    from .config import tma_ok
+
+    return tma_ok(q, k, v)
+
+
+def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, *,
+                  causal_off: int | None, scale: float, block_m: int, block_n: int, stages: int,
+                  num_warps: int = 8) -> None:
+    """Run the Gluon forward: q (B, H, Nq, D), k/v (B, Hkv, Nk, D), out like q, lse (B, H, Nq) float32,
+    written in place. ``causal_off`` None: no mask; else row i sees keys j <= i + causal_off.
+    No input checks (the public entry points and ``gluon_supported`` do them)."""
+    if block_m != 16 * num_warps or block_n not in (64, 128) or stages < 1:
+        raise ValueError(f"the Gluon forward takes block_m = 16·num_warps (one 16-row wgmma slice per warp) and "
+                         f"block_n 64 or 128, got block_m={block_m}, num_warps={num_warps}, block_n={block_n}, "
+                         f"stages={stages}")
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    el = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
+
+    def desc(x, rows):
+        layout = gl.NVMMASharedLayout.get_default_for([1, 1, rows, D], el)
+        return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 1, rows, D], layout)
+
+    grid = (-(-Nq // block_m), B * H)
+    _attn_fwd_gluon[grid](
+        desc(q, block_m), desc(k, block_n), desc(v, block_n), desc(out, block_m), lse,
+        H, H // Hkv, Nq, Nk, causal_off if causal_off is not None else 0, scale * LOG2E,
+        HEAD_D=D, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal_off is not None,
+        num_warps=num_warps)
+
+
+def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: int = 128, stages: int = 2,
+                 num_warps: int = 8, dtype: torch.dtype = torch.bfloat16):
+    """Build the Gluon forward for Hopper (sm_90) on any machine, GPU or not (Triton's own ptxas): the
+    compiled kernel, whose ``asm`` holds the PTX and cubin and ``metadata`` the shared memory. What the
+    CPU tests and ``benchmarks/prefill.py aot`` read: registers, spills, and the wgmma waits."""
+    if not HAVE_GLUON:
+        raise RuntimeError("this triton has no Gluon (triton >= 3.5 needed)")
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    el = gl.float16 if dtype == torch.float16 else gl.bfloat16
+    name = "fp16" if dtype == torch.float16 else "bf16"
+
+    def desc(rows):
+        layout = gl.NVMMASharedLayout.get_default_for([1, 1, rows, head_dim], el)
+        return f"tensordesc<{name}[1,1,{rows},{head_dim}],{layout!r}>"
+
+    const = dict(HEAD_D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal,
+                 num_warps=num_warps)
+    fn = _attn_fwd_gluon
+    sig = {}
+    for n in fn.arg_names:
+        sig[n] = ("constexpr" if n in const else desc(block_m) if n in ("desc_q", "desc_o")
+                  else desc(block_n) if n in ("desc_k", "desc_v") else "*fp32" if n == "LSE"
+                  else "fp32" if n == "qk_scale" else "i32")
+    src = GluonASTSource(fn, sig, const, {(fn.arg_names.index("LSE"),): [["tt.divisibility", 16]]})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps))
+
+
+def sm90_report(head_dim: int, *, causal: bool, block_m: int = 128, block_n: int = 128, stages: int = 2,
+                num_warps: int = 8, dtype: torch.dtype = torch.bfloat16) -> dict:
+    """What the compiler made of one sm_90 build (``compile_sm90``): shared memory (KB), registers and
+    spill stack per thread (from the cubin, where Triton ships cuobjdump), and the PTX's wgmma waits
+    (``wait_groups``: the distinct N of ``wgmma.wait_group N``; 1 is the wait that leaves P·V in flight).
+    Needs a process without TRITON_INTERPRET (the interpreter replaces the jit functions Gluon calls)."""
+    import re
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    import triton
+
+    kernel = compile_sm90(head_dim, causal=causal, block_m=block_m, block_n=block_n, stages=stages,
+                          num_warps=num_warps, dtype=dtype)
+    ptx = kernel.asm["ptx"]
+    out = dict(smem_kb=round(kernel.metadata.shared / 1024, 1),
+               wait_groups=sorted({int(n) for n in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)}),
+               tma_loads=len(re.findall(r"cp\.async\.bulk\.tensor", ptx)),
+               wgmma=len(re.findall(r"wgmma\.mma_async", ptx)))
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    if tool.exists():
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(kernel.asm["cubin"])
+            f.flush()
+            res = subprocess.run([str(tool), "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+        for key, pat in (("regs", r"REG:(\d+)"), ("stack", r"STACK:(\d+)")):
+            m = re.search(pat, res)
+            out[key] = int(m.group(1)) if m else None
+    return out

@@ -1,0 +1,167 @@
+"""The Gluon forward (attnlab.gpu.prefill_gluon): softmax under the P·V wgmma, FlashAttention-3's
+intra-warpgroup overlap, on Hopper.
+
+Triton's interpreter cannot run Gluon. On the CPU these tests build the kernel for sm_90 (Triton's own
+ptxas, no GPU) and read what the compiler made of it: the wait that lets the softmax run while the
+P·V product is in flight, no register spill, shared memory within the H200's; they also check the
+dispatch (a Gluon configuration falls back to the Triton kernel wherever Gluon cannot run) and the
+refusals. On a Hopper GPU the kernel runs and is held to the float64 criterion of the other kernels
+on awkward shapes.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from tests.helpers import abs_err as _err
+from tests.helpers import within_criterion
+
+from attnlab.reference import attention_ref
+from attnlab.variants import Mask
+
+pytest.importorskip("triton")
+from attnlab.gpu import FwdConfig, prefill_forward  # noqa: E402
+from attnlab.gpu import prefill_gluon as G  # noqa: E402
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+HOPPER = DEV == "cuda" and torch.cuda.get_device_capability() == (9, 0)
+needs_gluon = pytest.mark.skipif(not G.HAVE_GLUON, reason="this triton has no Gluon")
+
+pytestmark = pytest.mark.usefixtures("interpreter_bfloat16")
+
+CONFIGS = [  # (block_m, block_n, stages, num_warps)
+    (128, 128, 2, 8), (128, 64, 3, 8), (64, 64, 3, 4),
+]
+
+
+def _sm90_reports(cases: list[dict]) -> list[dict]:
+    """``prefill_gluon.sm90_report`` of each case, built in a fresh interpreter without TRITON_INTERPRET
+    (the interpreter this test process runs under replaces the jit functions Gluon calls)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = ("import json, sys, torch; from attnlab.gpu.prefill_gluon import sm90_report; "
+            "cases = json.loads(sys.argv[1]); "
+            "print(json.dumps([sm90_report(c.pop('D'), dtype=getattr(torch, c.pop('dtype')), **c) for c in cases]))")
+    res = subprocess.run([sys.executable, "-c", code, json.dumps(cases)], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+@needs_gluon
+def test_builds_for_sm90_with_the_softmax_under_the_pv_product():
+    """The sm_90 builds (D 64/128, causal or not, and small float16 tiles): each loop step waits for one
+    wgmma group while the other (P·V) stays in flight ("wgmma.wait_group 1" in the PTX), the overlap
+    this kernel exists for; K/V by TMA; no spill; shared memory = Q + two K and two V buffers, within the
+    H200's 227 KB."""
+    cases = [dict(D=D, causal=c, dtype="bfloat16") for D in (64, 128) for c in (False, True)]
+    cases.append(dict(D=64, causal=True, block_m=64, block_n=64, stages=3, num_warps=4, dtype="float16"))
+    for case, rep in zip(cases, _sm90_reports([dict(c) for c in cases])):
+        assert 1 in rep["wait_groups"], (case, rep)
+        assert rep["tma_loads"] > 0 and rep["wgmma"] > 0, (case, rep)
+        bm, bn, st = case.get("block_m", 128), case.get("block_n", 128), case.get("stages", 2)
+        expect_kb = (bm * case["D"] * 2 + 2 * st * bn * case["D"] * 2) / 1024
+        assert rep["smem_kb"] == pytest.approx(expect_kb, abs=1.0), (case, rep)
+        assert rep["smem_kb"] <= 227, (case, rep)
+        if rep.get("stack") is not None:
+            assert rep["stack"] == 0 and rep["regs"] <= 255, (case, rep)  # no spill
+
+
+@needs_gluon
+@pytest.mark.parametrize("bad", [dict(block_m=64), dict(block_n=32), dict(stages=0)])
+def test_gluon_forward_refuses_bad_tiles_before_any_work(bad):
+    q = torch.zeros(1, 1, 8, 64, dtype=torch.float16)
+    out = torch.full_like(q, 7.0)
+    lse = torch.full((1, 1, 8), 7.0)
+    args = dict(block_m=128, block_n=128, stages=2, num_warps=8) | bad
+    with pytest.raises(ValueError, match="block_m = 16·num_warps"):
+        G.gluon_forward(q, q, q, out, lse, causal_off=None, scale=0.125, **args)
+    assert (out == 7).all() and (lse == 7).all()  # nothing written
+
+
+def test_gluon_is_only_taken_on_hopper():
+    q = torch.zeros(1, 1, 8, 64, dtype=torch.float16)
+    assert not G.gluon_supported(q, q, q)  # a CPU tensor
+    if DEV == "cuda" and not HOPPER:
+        assert not G.gluon_supported(*(t.cuda() for t in (q, q, q)))
+
+
+def _ref_check(q, k, v, out, lse, causal, scale):
+    o64, l64 = attention_ref(*(t.double() for t in (q, k, v)), causal=causal, scale=scale)
+    o_same, _ = attention_ref(q, k, v, causal=causal, scale=scale)
+    e, e_ref = _err(out, o64), _err(o_same, o64)
+    assert not torch.isnan(out).any(), "an element of out was not written"
+    assert within_criterion(e, e_ref, o64, out.dtype), (e, e_ref)
+    seen = torch.isfinite(l64)
+    if seen.any():
+        assert _err(lse[seen], l64[seen]) <= 1e-3 * max(1.0, l64[seen].abs().max().item())
+    assert torch.equal(torch.isinf(lse), ~seen) and (lse[~seen] < 0).all(), "empty rows: lse = -inf"
+    assert (out[~seen] == 0).all(), "empty rows: out = 0"
+
+
+def test_a_gluon_config_falls_back_to_the_triton_kernel_where_gluon_cannot_run():
+    """On the CPU (the interpreter), with a window, softcap, ALiBi or a head dim Gluon does not take,
+    a configuration that asks for Gluon still gives the right answer, through the Triton kernel."""
+    gen = torch.Generator(device=DEV).manual_seed(0)
+    cfg = FwdConfig(16, 16, 1, 1, gluon=True) if DEV == "cpu" else FwdConfig(128, 64, 8, 3, tma=True, gluon=True)
+    for D, causal, extra in ((64, True, {}), (32, False, {}), (64, True, dict(softcap=20.0))):
+        q, k, v = (torch.randn(1, 2, 37, D, dtype=torch.float16, device=DEV, generator=gen) for _ in range(3))
+        out, lse = prefill_forward(q, k, v, mask=Mask(-1, 0 if causal else -1), scale=D ** -0.5, config=cfg, **extra)
+        if not extra:
+            _ref_check(q, k, v, out, lse, causal, D ** -0.5)
+        else:
+            ref, _ = prefill_forward(q, k, v, mask=Mask(-1, 0), scale=D ** -0.5, config=FwdConfig(16, 16, 1, 1)
+                                     if DEV == "cpu" else None, **extra)
+            torch.testing.assert_close(out, ref, atol=2e-3, rtol=0)
+
+
+# -- on a Hopper GPU ---------------------------------------------------------------------------------
+
+GPU_CASES = [
+    # B, H, Hkv, Nq, Nk, D, causal, dtype
+    (1, 2, 2, 1, 1, 64, False, torch.bfloat16),  # one row, one key
+    (2, 4, 4, 129, 129, 128, False, torch.float16),  # ragged last blocks
+    (2, 4, 4, 1000, 1000, 64, True, torch.bfloat16),  # causal, ragged
+    (1, 8, 2, 257, 1030, 128, True, torch.bfloat16),  # GQA, Nq < Nk (bottom-right diagonal)
+    (1, 6, 1, 700, 300, 64, True, torch.float16),  # MQA, Nq > Nk: empty rows
+    (3, 5, 5, 2048, 2048, 128, True, torch.bfloat16),  # odd head count, full blocks
+    (1, 4, 2, 3000, 4099, 128, False, torch.bfloat16),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
+@pytest.mark.parametrize("tiles", CONFIGS)
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,causal,dtype", GPU_CASES)
+def test_gpu_gluon_matches_reference(B, H, Hkv, Nq, Nk, D, causal, dtype, tiles):
+    block_m, block_n, stages, warps = tiles
+    gen = torch.Generator(device=DEV).manual_seed(Nq * 7 + Nk)
+    q = torch.randn(B, H, Nq, D, dtype=dtype, device=DEV, generator=gen)
+    k, v = (torch.randn(B, Hkv, Nk, D, dtype=dtype, device=DEV, generator=gen) for _ in range(2))
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full((B, H, Nq), float("nan"), device=DEV)
+    scale = D ** -0.5
+    G.gluon_forward(q, k, v, out, lse, causal_off=Nk - Nq if causal else None, scale=scale,
+                    block_m=block_m, block_n=block_n, stages=stages, num_warps=warps)
+    _ref_check(q, k, v, out, lse, causal, scale)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
+def test_gpu_gluon_strided_inputs_and_the_dispatch():
+    """(B, N, H, D) tensors seen as (B, H, N, D) (the layout of a model's projections) go through the
+    descriptors' strides; a Gluon configuration passed to prefill_forward takes the Gluon kernel and
+    agrees with the Triton kernel."""
+    gen = torch.Generator(device=DEV).manual_seed(3)
+    q, k, v = (torch.randn(2, 1500, 8, 128, dtype=torch.bfloat16, device=DEV, generator=gen).transpose(1, 2)
+               for _ in range(3))
+    for causal in (False, True):
+        mask = Mask(-1, 0 if causal else -1)
+        out, lse = prefill_forward(q, k, v, mask=mask, scale=0.1, config=FwdConfig(128, 128, 8, 2, tma=True,
+                                                                                   gluon=True))
+        _ref_check(q, k, v, out, lse, causal, 0.1)
+        tri, tri_lse = prefill_forward(q, k, v, mask=mask, scale=0.1, config=FwdConfig(128, 64, 8, 3, tma=True))
+        assert (out.float() - tri.float()).abs().max().item() < 2e-2
+        torch.testing.assert_close(lse, tri_lse, atol=1e-3, rtol=0)
