@@ -333,8 +333,10 @@ def sweep_candidates(quick: bool, which: str = "v2"):
     if which == "v4":  # the Gluon forward (softmax under the P·V wgmma) against the table's Triton entries
         if quick:
             return [FwdConfig(16, 16, 1, 1), FwdConfig(16, 16, 1, 1, gluon=True)], []
-        return [FwdConfig(128, 128, 8, 2, tma=True, gluon=True), FwdConfig(128, 128, 8, 3, tma=True, gluon=True),
-                FwdConfig(128, 64, 8, 3, tma=True, gluon=True), FwdConfig(64, 64, 4, 3, tma=True, gluon=True),
+        return [FwdConfig(128, 128, 4, 2, tma=True, warp_spec=True, gluon=True),
+                FwdConfig(128, 128, 4, 3, tma=True, warp_spec=True, gluon=True),
+                FwdConfig(128, 64, 4, 3, tma=True, warp_spec=True, gluon=True),
+                FwdConfig(128, 128, 8, 2, tma=True, gluon=True), FwdConfig(64, 64, 4, 3, tma=True, gluon=True),
                 FwdConfig(128, 64, 8, 3), FwdConfig(128, 128, 8, 3, tma=True),
                 FwdConfig(128, 64, 8, 2, tma=True, warp_spec=True, maxnreg=128)], []
     if which == "v3":

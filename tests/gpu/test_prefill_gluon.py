@@ -32,8 +32,9 @@ needs_gluon = pytest.mark.skipif(not G.HAVE_GLUON, reason="this triton has no Gl
 
 pytestmark = pytest.mark.usefixtures("interpreter_bfloat16")
 
-CONFIGS = [  # (block_m, block_n, stages, num_warps)
-    (128, 128, 2, 8), (128, 64, 3, 8), (64, 64, 3, 4),
+CONFIGS = [  # (block_m, block_n, stages, num_warps, warp_spec)
+    (128, 128, 2, 8, False), (128, 64, 3, 8, False), (64, 64, 3, 4, False),
+    (128, 128, 2, 4, True), (128, 64, 3, 4, True), (128, 128, 3, 4, True),
 ]
 
 
@@ -52,12 +53,13 @@ def _sm90_reports(cases: list[dict]) -> list[dict]:
 
 @needs_gluon
 def test_builds_for_sm90_with_the_softmax_under_the_pv_product():
-    """The sm_90 builds (D 64/128, causal or not, and small float16 tiles): each loop step waits for one
-    wgmma group while the other (P·V) stays in flight ("wgmma.wait_group 1" in the PTX), the overlap
-    this kernel exists for; K/V by TMA; no spill; shared memory = Q + two K and two V buffers, within the
-    H200's 227 KB."""
+    """The sm_90 builds (D 64/128, causal or not, small float16 tiles, warp-specialised): each loop step
+    waits for one wgmma group while the other (P·V) stays in flight ("wgmma.wait_group 1" in the PTX),
+    the overlap this kernel exists for; K/V by TMA; no spill; shared memory = Q + two K and two V
+    buffers, within the H200's 227 KB. Warp-specialised: registers moved to the consumers (setmaxnreg)."""
     cases = [dict(D=D, causal=c, dtype="bfloat16") for D in (64, 128) for c in (False, True)]
     cases.append(dict(D=64, causal=True, block_m=64, block_n=64, stages=3, num_warps=4, dtype="float16"))
+    cases += [dict(D=D, causal=c, num_warps=4, warp_spec=True, dtype="bfloat16") for D in (64, 128) for c in (False, True)]
     for case, rep in zip(cases, _sm90_reports([dict(c) for c in cases])):
         assert 1 in rep["wait_groups"], (case, rep)
         assert rep["tma_loads"] > 0 and rep["wgmma"] > 0, (case, rep)
@@ -67,16 +69,18 @@ def test_builds_for_sm90_with_the_softmax_under_the_pv_product():
         assert rep["smem_kb"] <= 227, (case, rep)
         if rep.get("stack") is not None:
             assert rep["stack"] == 0 and rep["regs"] <= 255, (case, rep)  # no spill
+        if case.get("warp_spec"):
+            assert 24 in rep["setmaxnreg"] and max(rep["setmaxnreg"]) >= 232, (case, rep)  # loader gives, consumers take
 
 
 @needs_gluon
-@pytest.mark.parametrize("bad", [dict(block_m=64), dict(block_n=32), dict(stages=0)])
+@pytest.mark.parametrize("bad", [dict(block_m=64), dict(block_n=32), dict(stages=0), dict(warp_spec=True)])
 def test_gluon_forward_refuses_bad_tiles_before_any_work(bad):
     q = torch.zeros(1, 1, 8, 64, dtype=torch.float16)
     out = torch.full_like(q, 7.0)
     lse = torch.full((1, 1, 8), 7.0)
     args = dict(block_m=128, block_n=128, stages=2, num_warps=8) | bad
-    with pytest.raises(ValueError, match="block_m = 16·num_warps"):
+    with pytest.raises(ValueError, match="the Gluon forward takes block_m"):
         G.gluon_forward(q, q, q, out, lse, causal_off=None, scale=0.125, **args)
     assert (out == 7).all() and (lse == 7).all()  # nothing written
 
@@ -136,7 +140,7 @@ GPU_CASES = [
 @pytest.mark.parametrize("tiles", CONFIGS)
 @pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,causal,dtype", GPU_CASES)
 def test_gpu_gluon_matches_reference(B, H, Hkv, Nq, Nk, D, causal, dtype, tiles):
-    block_m, block_n, stages, warps = tiles
+    block_m, block_n, stages, warps, ws = tiles
     gen = torch.Generator(device=DEV).manual_seed(Nq * 7 + Nk)
     q = torch.randn(B, H, Nq, D, dtype=dtype, device=DEV, generator=gen)
     k, v = (torch.randn(B, Hkv, Nk, D, dtype=dtype, device=DEV, generator=gen) for _ in range(2))
@@ -144,7 +148,7 @@ def test_gpu_gluon_matches_reference(B, H, Hkv, Nq, Nk, D, causal, dtype, tiles)
     lse = torch.full((B, H, Nq), float("nan"), device=DEV)
     scale = D ** -0.5
     G.gluon_forward(q, k, v, out, lse, causal_off=Nk - Nq if causal else None, scale=scale,
-                    block_m=block_m, block_n=block_n, stages=stages, num_warps=warps)
+                    block_m=block_m, block_n=block_n, stages=stages, num_warps=warps, warp_spec=ws)
     _ref_check(q, k, v, out, lse, causal, scale)
 
 
@@ -157,10 +161,12 @@ def test_gpu_gluon_strided_inputs_and_the_dispatch():
     gen = torch.Generator(device=DEV).manual_seed(3)
     q, k, v = (torch.randn(2, 1500, 8, 128, dtype=torch.bfloat16, device=DEV, generator=gen).transpose(1, 2)
                for _ in range(3))
-    for causal in (False, True):
+    for causal, cfg in ((False, FwdConfig(128, 128, 8, 2, tma=True, gluon=True)),
+                        (True, FwdConfig(128, 128, 8, 2, tma=True, gluon=True)),
+                        (False, FwdConfig(128, 128, 4, 2, tma=True, warp_spec=True, gluon=True)),
+                        (True, FwdConfig(128, 64, 4, 3, tma=True, warp_spec=True, gluon=True))):
         mask = Mask(-1, 0 if causal else -1)
-        out, lse = prefill_forward(q, k, v, mask=mask, scale=0.1, config=FwdConfig(128, 128, 8, 2, tma=True,
-                                                                                   gluon=True))
+        out, lse = prefill_forward(q, k, v, mask=mask, scale=0.1, config=cfg)
         _ref_check(q, k, v, out, lse, causal, 0.1)
         tri, tri_lse = prefill_forward(q, k, v, mask=mask, scale=0.1, config=FwdConfig(128, 64, 8, 3, tma=True))
         assert (out.float() - tri.float()).abs().max().item() < 2e-2

@@ -34,7 +34,8 @@ class FwdConfig:
     tma: bool = False  # load Q/K/V and store O through Hopper tensor-memory descriptors
     warp_spec: bool = False  # warp-specialise the unmasked key loop (needs tma; Hopper and newer)
     maxnreg: int | None = None  # cap registers per thread (e.g. 128: two 8-warp programs per SM)
-    gluon: bool = False  # the Gluon kernel (softmax under the P·V wgmma; sm_90, D 64/128, dense or causal)
+    gluon: bool = False  # the Gluon kernel (softmax under the P·V wgmma; sm_90, D 64/128, dense or causal);
+    # with warp_spec: a loader warp and two 64-row consumer warp groups (block_m 128, num_warps 4 per group)
 
 
 @dataclass(frozen=True)

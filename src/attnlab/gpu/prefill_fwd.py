@@ -435,7 +435,8 @@ def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask, 
 
         if gluon_supported(q, k, v) and tma_ok(out):
             gluon_forward(q, k, v, out, lse, causal_off=var["causal_off"] if var["CAUSAL"] else None, scale=scale,
-                          block_m=cfg.block_m, block_n=cfg.block_n, stages=cfg.num_stages, num_warps=cfg.num_warps)
+                          block_m=cfg.block_m, block_n=cfg.block_n, stages=cfg.num_stages, num_warps=cfg.num_warps,
+                          warp_spec=cfg.warp_spec)
             return out, lse
     _attn_fwd[grid](
         *args, lse,

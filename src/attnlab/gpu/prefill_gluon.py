@@ -61,12 +61,14 @@ if HAVE_GLUON:
         _tma_load(desc, [b, hk, t * BLOCK_N, 0], bar, bufs.index(slot), pred=ok)
 
     @gluon.jit
-    def _softmax(s, m_i, l_i, start_n, offs_m, offs_n, Nk, causal_off, qk_scale, masked):
+    def _softmax(s, m_i, l_i, start_n, offs_m, offs_n, Nk, causal_off, qk_scale, masked, CAUSAL: gl.constexpr):
         """Online-softmax step on raw scores s (float32): (P̃ in float32, alpha, new m, new l).
-        ``masked``: the block reaches past the diagonal or the last key (element mask)."""
+        ``masked``: the block reaches past the diagonal (CAUSAL) or the last key (element mask)."""
         if masked:
             cols = start_n + offs_n
-            visible = (cols[None, :] < Nk) & (cols[None, :] <= offs_m[:, None] + causal_off)
+            visible = cols[None, :] < Nk
+            if CAUSAL:
+                visible = visible & (cols[None, :] <= offs_m[:, None] + causal_off)
             s = gl.where(visible, s * qk_scale, float("-inf"))
             m_new = gl.maximum(m_i, gl.max(s, 1))
             m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
@@ -151,7 +153,7 @@ if HAVE_GLUON:
                                   use_acc=False, is_async=True)
             s = warpgroup_mma_wait(0, deps=(s_tok, ))
             _issue_kv(desc_k, k_bars, k_smem, STAGES, n_blocks, b, hk, BLOCK_N, STAGES)
-            p, alpha, m_i, l_i = _softmax(s, m_i, l_i, 0, offs_m, offs_n, Nk, causal_off, qk_scale, 0 >= full)
+            p, alpha, m_i, l_i = _softmax(s, m_i, l_i, 0, offs_m, offs_n, Nk, causal_off, qk_scale, 0 >= full, CAUSAL)
             p_op = gl.convert_layout(p.to(dtype), p_layout)
             for t in range(1, n_blocks):
                 slot = t % STAGES
@@ -166,7 +168,7 @@ if HAVE_GLUON:
                 s = warpgroup_mma_wait(1, deps=(s_tok, ))
                 _issue_kv(desc_k, k_bars, k_smem, t + STAGES, n_blocks, b, hk, BLOCK_N, STAGES)
                 p, alpha, m_i, l_i = _softmax(s, m_i, l_i, t * BLOCK_N, offs_m, offs_n, Nk, causal_off, qk_scale,
-                                              t * BLOCK_N >= full)
+                                              t * BLOCK_N >= full, CAUSAL)
                 acc, p_op = warpgroup_mma_wait(0, deps=(acc_tok, p_op))
                 _issue_kv(desc_v, v_bars, v_smem, t - 1 + STAGES, n_blocks, b, hk, BLOCK_N, STAGES)
                 acc = acc * gl.convert_layout(alpha, row_o)[:, None]
@@ -193,6 +195,186 @@ if HAVE_GLUON:
         tma.store_wait(0)
 
 
+    # -- warp-specialised: a loader warp and two consumer warp groups that run out of step ----------
+
+    @gluon.jit
+    def _ws_loader(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                   b, h, hk, start_m, n_blocks):
+        """One warp: the two halves of the Q block, then K and V blocks into the rings, each slot
+        refilled once both consumers have released it (its empty barrier completed a phase). A worker
+        partition takes no constexpr arguments: the tile sizes come from the buffers' shapes."""
+        HALF_M: gl.constexpr = q_smem.shape[3]
+        BLOCK_N: gl.constexpr = k_smem.shape[3]
+        STAGES: gl.constexpr = k_smem.shape[0]
+        for i in gl.static_range(2):
+            mbarrier.expect(q_bars.index(i), desc_q.block_type.nbytes)
+            _tma_load(desc_q, [b, h, start_m + i * HALF_M, 0], q_bars.index(i), q_smem.index(i))
+        for t in range(n_blocks):
+            slot = t % STAGES
+            if t >= STAGES:
+                mbarrier.wait(k_empty.index(slot), ((t // STAGES) - 1) & 1)
+            mbarrier.expect(k_ready.index(slot), desc_k.block_type.nbytes)
+            _tma_load(desc_k, [b, hk, t * BLOCK_N, 0], k_ready.index(slot), k_smem.index(slot))
+            if t >= STAGES:
+                mbarrier.wait(v_empty.index(slot), ((t // STAGES) - 1) & 1)
+            mbarrier.expect(v_ready.index(slot), desc_v.block_type.nbytes)
+            _tma_load(desc_v, [b, hk, t * BLOCK_N, 0], v_ready.index(slot), v_smem.index(slot))
+
+    @gluon.jit
+    def _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                     b, h, bh, start_m, n_blocks, Nq, Nk, causal_off, qk_scale,
+                     HALF: gl.constexpr, CAUSAL: gl.constexpr):
+        """One warp group: HALF_M query rows (half HALF of the block), the same schedule as the
+        single-program kernel, releasing each K and V slot as soon as its wgmma has completed. Tile
+        sizes come from the buffers' shapes (partitions take no constexpr arguments)."""
+        HALF_M: gl.constexpr = q_smem.shape[3]
+        HEAD_D: gl.constexpr = q_smem.shape[4]
+        BLOCK_N: gl.constexpr = k_smem.shape[3]
+        STAGES: gl.constexpr = k_smem.shape[0]
+        dtype: gl.constexpr = desc_o.dtype
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, BLOCK_N, 16])
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, HEAD_D, 16])
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+        col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
+        row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+        row0 = start_m + HALF * HALF_M
+        if CAUSAL:
+            full = gl.maximum(gl.minimum(Nk, row0 + 1 + causal_off), 0)
+        else:
+            full = Nk
+        full = (full // BLOCK_N) * BLOCK_N
+
+        offs_m = row0 + gl.arange(0, HALF_M, layout=row_s)
+        offs_n = gl.arange(0, BLOCK_N, layout=col_s)
+        m_i = gl.full([HALF_M], float("-inf"), gl.float32, layout=row_s)
+        l_i = gl.zeros([HALF_M], gl.float32, layout=row_s)
+        acc = gl.zeros([HALF_M, HEAD_D], gl.float32, layout=o_layout)
+        s_zero = gl.zeros([HALF_M, BLOCK_N], gl.float32, layout=s_layout)
+        q_tile = q_smem.index(HALF)
+        q = q_tile.reshape([HALF_M, HEAD_D])
+        mbarrier.wait(q_bars.index(HALF), 0)
+
+        if n_blocks > 0:
+            mbarrier.wait(k_ready.index(0), 0)
+            s_tok = warpgroup_mma(q, k_smem.index(0).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
+                                  use_acc=False, is_async=True)
+            s = warpgroup_mma_wait(0, deps=(s_tok, ))
+            mbarrier.arrive(k_empty.index(0), count=1)
+            p, alpha, m_i, l_i = _softmax(s, m_i, l_i, 0, offs_m, offs_n, Nk, causal_off, qk_scale, 0 >= full,
+                                          CAUSAL)
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            for t in range(1, n_blocks):
+                slot = t % STAGES
+                prev = (t - 1) % STAGES
+                mbarrier.wait(k_ready.index(slot), (t // STAGES) & 1)
+                s_tok = warpgroup_mma(q, k_smem.index(slot).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
+                                      use_acc=False, is_async=True)
+                mbarrier.wait(v_ready.index(prev), ((t - 1) // STAGES) & 1)
+                acc_tok = warpgroup_mma(p_op, v_smem.index(prev).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
+                s = warpgroup_mma_wait(1, deps=(s_tok, ))
+                mbarrier.arrive(k_empty.index(slot), count=1)
+                p, alpha, m_i, l_i = _softmax(s, m_i, l_i, t * BLOCK_N, offs_m, offs_n, Nk, causal_off, qk_scale,
+                                              t * BLOCK_N >= full, CAUSAL)
+                acc, p_op = warpgroup_mma_wait(0, deps=(acc_tok, p_op))
+                mbarrier.arrive(v_empty.index(prev), count=1)
+                acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+                p_op = gl.convert_layout(p.to(dtype), p_layout)
+            last = (n_blocks - 1) % STAGES
+            mbarrier.wait(v_ready.index(last), ((n_blocks - 1) // STAGES) & 1)
+            acc_tok = warpgroup_mma(p_op, v_smem.index(last).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
+            mbarrier.arrive(v_empty.index(last), count=1)
+
+        empty = l_i == 0.0
+        l_safe = gl.where(empty, 1.0, l_i)
+        lse = gl.where(empty, float("-inf"), (m_i + gl.log2(l_safe)) * _LN2)
+        gl.store(LSE + bh.to(gl.int64) * Nq + offs_m, lse, mask=offs_m < Nq)
+        out = acc * gl.convert_layout(1.0 / l_safe, row_o)[:, None]
+        q.store(out.to(dtype))  # this half's Q buffer is free: its wgmmas have completed
+        fence_async_shared()
+        _tma_store(desc_o, [b, h, row0, 0], q_tile)  # rows past Nq are clipped
+        tma.store_wait(0)
+
+    @gluon.jit
+    def _ws_consumer_0_causal(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                              b, h, bh, start_m, n_blocks, Nq, Nk, causal_off, qk_scale):
+        _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                     b, h, bh, start_m, n_blocks, Nq, Nk, causal_off, qk_scale, 0, True)
+
+    @gluon.jit
+    def _ws_consumer_0_full(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                              b, h, bh, start_m, n_blocks, Nq, Nk, causal_off, qk_scale):
+        _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                     b, h, bh, start_m, n_blocks, Nq, Nk, causal_off, qk_scale, 0, False)
+
+    @gluon.jit
+    def _ws_consumer_1_causal(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                              b, h, bh, start_m, n_blocks, Nq, Nk, causal_off, qk_scale):
+        _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                     b, h, bh, start_m, n_blocks, Nq, Nk, causal_off, qk_scale, 1, True)
+
+    @gluon.jit
+    def _ws_consumer_1_full(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                              b, h, bh, start_m, n_blocks, Nq, Nk, causal_off, qk_scale):
+        _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                     b, h, bh, start_m, n_blocks, Nq, Nk, causal_off, qk_scale, 1, False)
+
+    @gluon.jit
+    def _attn_fwd_gluon_ws(desc_q, desc_k, desc_v, desc_o, LSE, H, G, Nq, Nk, causal_off, qk_scale,
+                           HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                           STAGES: gl.constexpr, CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+        """Grid (query blocks, B·H); 4 warps (the first consumer) + 4 (the second) + 1 (the loader).
+        Descriptors as ``_attn_fwd_gluon``'s, Q and O with blocks of BLOCK_M / 2 rows. The two warp
+        groups share the K/V ring but wait only on barriers, never on each other, so one's softmax
+        falls under the other's wgmmas (FlashAttention-3's producer / two consumers)."""
+        HALF_M: gl.constexpr = BLOCK_M // 2
+        dtype: gl.constexpr = desc_q.dtype
+        pid_m = gl.program_id(0)
+        if CAUSAL:
+            pid_m = gl.num_programs(0) - 1 - pid_m
+        bh = gl.program_id(1)
+        b = bh // H
+        h = bh % H
+        hk = h // G
+        start_m = pid_m * BLOCK_M
+        if CAUSAL:
+            hi = gl.maximum(gl.minimum(Nk, start_m + BLOCK_M + causal_off), 0)
+        else:
+            hi = Nk
+        n_blocks = gl.cdiv(hi, BLOCK_N)
+
+        q_smem = gl.allocate_shared_memory(dtype, [2, 1, 1, HALF_M, HEAD_D], desc_q.layout)
+        k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], desc_k.layout)
+        v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], desc_v.layout)
+        q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(2):
+            mbarrier.init(q_bars.index(i), count=1)
+        for i in gl.static_range(STAGES):
+            mbarrier.init(k_ready.index(i), count=1)
+            mbarrier.init(v_ready.index(i), count=1)
+            mbarrier.init(k_empty.index(i), count=2)  # one arrival per consumer warp group
+            mbarrier.init(v_empty.index(i), count=2)
+
+        consumer_args = (desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                         b, h, bh, start_m, n_blocks, Nq, Nk, causal_off, qk_scale)
+        loader_args = (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                       b, h, hk, start_m, n_blocks)
+        # a partition's arguments lose their constexpr-ness: the halves and the mask are baked into wrappers
+        if CAUSAL:
+            gl.warp_specialize([(_ws_consumer_0_causal, consumer_args), (_ws_consumer_1_causal, consumer_args),
+                                (_ws_loader, loader_args)], [4, 1], [CONSUMER_REGS, 24])
+        else:
+            gl.warp_specialize([(_ws_consumer_0_full, consumer_args), (_ws_consumer_1_full, consumer_args),
+                                (_ws_loader, loader_args)], [4, 1], [CONSUMER_REGS, 24])
+
+
 def gluon_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     """True when the Gluon kernel can take this call: Hopper (sm_90), float16/bfloat16, D = 64 or 128,
     last dims contiguous and 16-byte aligned for tensor descriptors. Variants are the caller's check."""
@@ -207,16 +389,30 @@ def gluon_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     return tma_ok(q, k, v)
 
 
+def _check_tiles(block_m: int, block_n: int, stages: int, num_warps: int, warp_spec: bool) -> None:
+    if warp_spec:
+        ok = block_m == 128 and num_warps == 4
+        need = "block_m = 128 and num_warps = 4 with warp_spec (two 64-row consumer warp groups)"
+    else:
+        ok = block_m == 16 * num_warps
+        need = "block_m = 16·num_warps (one 16-row wgmma slice per warp)"
+    if not ok or block_n not in (64, 128) or stages < 1:
+        raise ValueError(f"the Gluon forward takes {need}, block_n 64 or 128 and stages >= 1; got block_m={block_m}, "
+                         f"num_warps={num_warps}, block_n={block_n}, stages={stages}")
+
+
+CONSUMER_REGS = 232  # registers per thread of a consumer warp group in the warp-specialised kernel
+
+
 def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, *,
                   causal_off: int | None, scale: float, block_m: int, block_n: int, stages: int,
-                  num_warps: int = 8) -> None:
+                  num_warps: int = 8, warp_spec: bool = False) -> None:
     """Run the Gluon forward: q (B, H, Nq, D), k/v (B, Hkv, Nk, D), out like q, lse (B, H, Nq) float32,
     written in place. ``causal_off`` None: no mask; else row i sees keys j <= i + causal_off.
-    No input checks (the public entry points and ``gluon_supported`` do them)."""
-    if block_m != 16 * num_warps or block_n not in (64, 128) or stages < 1:
-        raise ValueError(f"the Gluon forward takes block_m = 16·num_warps (one 16-row wgmma slice per warp) and "
-                         f"block_n 64 or 128, got block_m={block_m}, num_warps={num_warps}, block_n={block_n}, "
-                         f"stages={stages}")
+    ``warp_spec``: the kernel with a loader warp and two consumer warp groups (block_m 128, num_warps 4
+    per group); else one program of num_warps warps. No input checks (the public entry points and
+    ``gluon_supported`` do them)."""
+    _check_tiles(block_m, block_n, stages, num_warps, warp_spec)
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     el = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
@@ -225,16 +421,18 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         layout = gl.NVMMASharedLayout.get_default_for([1, 1, rows, D], el)
         return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 1, rows, D], layout)
 
+    q_rows = block_m // 2 if warp_spec else block_m
     grid = (-(-Nq // block_m), B * H)
-    _attn_fwd_gluon[grid](
-        desc(q, block_m), desc(k, block_n), desc(v, block_n), desc(out, block_m), lse,
-        H, H // Hkv, Nq, Nk, causal_off if causal_off is not None else 0, scale * LOG2E,
-        HEAD_D=D, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal_off is not None,
-        num_warps=num_warps)
-
+    args = (desc(q, q_rows), desc(k, block_n), desc(v, block_n), desc(out, q_rows), lse,
+            H, H // Hkv, Nq, Nk, causal_off if causal_off is not None else 0, scale * LOG2E)
+    const = dict(HEAD_D=D, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal_off is not None)
+    if warp_spec:
+        _attn_fwd_gluon_ws[grid](*args, **const, CONSUMER_REGS=CONSUMER_REGS, num_warps=num_warps)
+    else:
+        _attn_fwd_gluon[grid](*args, **const, num_warps=num_warps)
 
 def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: int = 128, stages: int = 2,
-                 num_warps: int = 8, dtype: torch.dtype = torch.bfloat16):
+                 num_warps: int = 8, dtype: torch.dtype = torch.bfloat16, warp_spec: bool = False):
     """Build the Gluon forward for Hopper (sm_90) on any machine, GPU or not (Triton's own ptxas): the
     compiled kernel, whose ``asm`` holds the PTX and cubin and ``metadata`` the shared memory. What the
     CPU tests and ``benchmarks/prefill.py aot`` read: registers, spills, and the wgmma waits."""
@@ -251,12 +449,14 @@ def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: in
         layout = gl.NVMMASharedLayout.get_default_for([1, 1, rows, head_dim], el)
         return f"tensordesc<{name}[1,1,{rows},{head_dim}],{layout!r}>"
 
-    const = dict(HEAD_D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal,
-                 num_warps=num_warps)
-    fn = _attn_fwd_gluon
+    _check_tiles(block_m, block_n, stages, num_warps, warp_spec)
+    const = dict(HEAD_D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal)
+    fn = _attn_fwd_gluon_ws if warp_spec else _attn_fwd_gluon
+    const |= dict(CONSUMER_REGS=CONSUMER_REGS) if warp_spec else dict(num_warps=num_warps)
+    q_rows = block_m // 2 if warp_spec else block_m
     sig = {}
     for n in fn.arg_names:
-        sig[n] = ("constexpr" if n in const else desc(block_m) if n in ("desc_q", "desc_o")
+        sig[n] = ("constexpr" if n in const else desc(q_rows) if n in ("desc_q", "desc_o")
                   else desc(block_n) if n in ("desc_k", "desc_v") else "*fp32" if n == "LSE"
                   else "fp32" if n == "qk_scale" else "i32")
     src = GluonASTSource(fn, sig, const, {(fn.arg_names.index("LSE"),): [["tt.divisibility", 16]]})
@@ -264,7 +464,7 @@ def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: in
 
 
 def sm90_report(head_dim: int, *, causal: bool, block_m: int = 128, block_n: int = 128, stages: int = 2,
-                num_warps: int = 8, dtype: torch.dtype = torch.bfloat16) -> dict:
+                num_warps: int = 8, dtype: torch.dtype = torch.bfloat16, warp_spec: bool = False) -> dict:
     """What the compiler made of one sm_90 build (``compile_sm90``): shared memory (KB), registers and
     spill stack per thread (from the cubin, where Triton ships cuobjdump), and the PTX's wgmma waits
     (``wait_groups``: the distinct N of ``wgmma.wait_group N``; 1 is the wait that leaves P·V in flight).
@@ -277,9 +477,10 @@ def sm90_report(head_dim: int, *, causal: bool, block_m: int = 128, block_n: int
     import triton
 
     kernel = compile_sm90(head_dim, causal=causal, block_m=block_m, block_n=block_n, stages=stages,
-                          num_warps=num_warps, dtype=dtype)
+                          num_warps=num_warps, dtype=dtype, warp_spec=warp_spec)
     ptx = kernel.asm["ptx"]
     out = dict(smem_kb=round(kernel.metadata.shared / 1024, 1),
+               setmaxnreg=sorted({int(n) for n in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)}),
                wait_groups=sorted({int(n) for n in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)}),
                tma_loads=len(re.findall(r"cp\.async\.bulk\.tensor", ptx)),
                wgmma=len(re.findall(r"wgmma\.mma_async", ptx)))
