@@ -326,11 +326,20 @@ def test_block_size_table_is_the_measured_sweep_winners():
     assert len(chosen) == 8  # D in (64, 128) x causal x length class
     for key, entry in json.loads((data / "prefill-best-h200-run3.json").read_text()).items():
         chosen[key] = chosen[key] | entry  # run 3 swept the forward alone, at D = 128
-    for key, entry in chosen.items():
+    for key, entry in chosen.items():  # the Triton kernel's entries (what runs where Gluon cannot)
+        D, causal, length = key.split(",")
+        n_keys = SHORT_KEYS - 1 if length == "short" else SHORT_KEYS
+        assert default_fwd_config(int(D), causal == "True", cuda, n_keys, gluon=False) == FwdConfig(**entry["fwd"]), key
+        assert default_bwd_config(int(D), causal == "True", cuda, n_keys) == BwdConfig(**entry["bwd"]), key
+    gluon = json.loads((data / "prefill-best-h200-run5.json").read_text())  # run 5: Gluon against Triton
+    assert len(gluon) == 4
+    for key, entry in gluon.items():
         D, causal, length = key.split(",")
         n_keys = SHORT_KEYS - 1 if length == "short" else SHORT_KEYS
         assert default_fwd_config(int(D), causal == "True", cuda, n_keys) == FwdConfig(**entry["fwd"]), key
-        assert default_bwd_config(int(D), causal == "True", cuda, n_keys) == BwdConfig(**entry["bwd"]), key
+    for D in (64, 128):  # no Gluon entry for short calls: the Triton one
+        assert default_fwd_config(D, True, cuda, SHORT_KEYS - 1) == default_fwd_config(D, True, cuda, SHORT_KEYS - 1,
+                                                                                         gluon=False)
 
 
 @pytest.mark.gpu

@@ -171,3 +171,25 @@ def test_gpu_gluon_strided_inputs_and_the_dispatch():
         tri, tri_lse = prefill_forward(q, k, v, mask=mask, scale=0.1, config=FwdConfig(128, 64, 8, 3, tma=True))
         assert (out.float() - tri.float()).abs().max().item() < 2e-2
         torch.testing.assert_close(lse, tri_lse, atol=1e-3, rtol=0)
+
+
+def test_the_table_takes_gluon_for_long_calls_and_set_config_can_replace_it():
+    """Long calls at D = 64 and 128 read the Gluon entries; a Triton forward given to set_config is what
+    then runs (the Gluon entry for its key is dropped), and a Gluon one puts it back."""
+    from attnlab.gpu import default_fwd_config, set_config
+    from attnlab.gpu.config import SHORT_KEYS
+
+    cuda = torch.device("cuda")  # the table is keyed by device type only: no GPU needed to read it
+    entry = default_fwd_config(128, False, cuda, SHORT_KEYS)
+    assert entry.gluon and entry.warp_spec and (entry.block_m, entry.num_warps) == (128, 4)
+    triton_entry = default_fwd_config(128, False, cuda, SHORT_KEYS, gluon=False)
+    assert not triton_entry.gluon
+    try:
+        marker = FwdConfig(64, 64, 4, 3)
+        set_config(128, False, fwd=marker, length="long")
+        assert default_fwd_config(128, False, cuda, SHORT_KEYS) is marker
+    finally:
+        set_config(128, False, fwd=triton_entry, length="long")
+        set_config(128, False, fwd=entry, length="long")
+    assert default_fwd_config(128, False, cuda, SHORT_KEYS) == entry
+    assert default_fwd_config(128, False, cuda, SHORT_KEYS, gluon=False) == triton_entry

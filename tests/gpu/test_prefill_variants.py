@@ -494,7 +494,7 @@ def test_variant_configs_leave_what_the_variant_cannot_use():
     a window at D <= 64 takes 64×64 tiles."""
     cuda = torch.device("cuda")  # the table is keyed by device type only: no GPU needed to read it
     for D, causal in ((64, False), (128, False), (128, True)):
-        entry = default_fwd_config(D, causal, cuda)
+        entry = default_fwd_config(D, causal, cuda, gluon=False)  # variants never run on Gluon
         assert variant_fwd_config(entry, D, packed=False, score_mod=False) == entry
         packed = variant_fwd_config(entry, D, packed=True, score_mod=False)
         assert not packed.tma and not packed.warp_spec and packed.maxnreg is None
@@ -503,11 +503,11 @@ def test_variant_configs_leave_what_the_variant_cannot_use():
     # a window's left edge at D <= 64 takes smaller tiles (the variants sweep); at D = 128, and on
     # the interpreter's table, the entry stays
     for D in (32, 64):
-        entry = default_fwd_config(D, True, cuda)
+        entry = default_fwd_config(D, True, cuda, gluon=False)
         win = variant_fwd_config(entry, D, packed=False, score_mod=False, window=True)
         assert (win.block_m, win.block_n, win.num_warps) == (64, 64, 4) and win != entry
         assert variant_fwd_config(entry, D, packed=True, score_mod=False, window=True).block_m == entry.block_m
-    entry = default_fwd_config(128, True, cuda)
+    entry = default_fwd_config(128, True, cuda, gluon=False)
     assert variant_fwd_config(entry, 128, packed=False, score_mod=False, window=True) == entry
     cpu = default_fwd_config(64, True, torch.device("cpu"))
     assert variant_fwd_config(cpu, 64, packed=False, score_mod=False, window=True) == cpu

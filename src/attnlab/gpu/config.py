@@ -84,6 +84,13 @@ _FWD_TABLE = {
     (256, False, "long"): _F(64, 32, 4, 2), (256, True, "long"): _F(64, 32, 4, 2),
     (256, False, "short"): _F(64, 32, 4, 2), (256, True, "short"): _F(64, 32, 4, 2),
 }
+# The Gluon forward (prefill_gluon: a TMA loader warp, two consumer warp groups, softmax under the P·V
+# wgmma) won every long-sequence forward of run 5's sweep at D = 64 and 128 (2026-12-01, triton 3.6,
+# benchmarks/data/prefill-best-h200-run5.json). It runs where Gluon can (sm_90, no variant, tensor
+# descriptors); everywhere else the Triton entry above for the same key runs.
+_GLUON_LONG = _F(128, 128, 4, 2, tma=True, warp_spec=True, gluon=True)
+_GLUON_FWD_TABLE = {(64, False, "long"): _GLUON_LONG, (64, True, "long"): _GLUON_LONG,
+                    (128, False, "long"): _GLUON_LONG, (128, True, "long"): _GLUON_LONG}
 _BWD_64_SMALL = _B(64, 64, 4, 3, 64, 64, 4, 3)
 _BWD_RUN1 = _B(64, 128, 8, 3, 128, 64, 8, 3)  # run 1's winner for every shape
 _BWD_TABLE = {
@@ -114,11 +121,16 @@ def tma_ok(*tensors: torch.Tensor) -> bool:
     return True
 
 
-def default_fwd_config(D: int, causal: bool, device: torch.device, n_keys: int | None = None) -> FwdConfig:
-    """The table's forward launch for head dim D with ``n_keys`` keys (None: a long sequence)."""
+def default_fwd_config(D: int, causal: bool, device: torch.device, n_keys: int | None = None, *,
+                       gluon: bool = True) -> FwdConfig:
+    """The table's forward launch for head dim D with ``n_keys`` keys (None: a long sequence): the Gluon
+    kernel's entry where there is one (``gluon``), else the Triton kernel's."""
     if device.type == "cpu":
         return _INTERP_FWD
-    return _FWD_TABLE[(_head_bucket(D), bool(causal), length_class(n_keys))]
+    key = (_head_bucket(D), bool(causal), length_class(n_keys))
+    if gluon and key in _GLUON_FWD_TABLE:
+        return _GLUON_FWD_TABLE[key]
+    return _FWD_TABLE[key]
 
 
 _WINDOW_FWD_64 = _F(64, 64, 4, 3)
@@ -134,8 +146,6 @@ def variant_fwd_config(cfg: FwdConfig, D: int, *, packed: bool, score_mod: bool,
     128×64 on 8 warps; at D = 128 the table's entry stayed best."""
     if window and not packed and _head_bucket(D) == 64 and cfg != _INTERP_FWD:
         cfg = _WINDOW_FWD_64
-    if cfg.gluon and (packed or score_mod or window):  # the Gluon kernel has no variants: Triton's entry
-        cfg = dataclasses.replace(cfg, gluon=False)
     if packed:
         cfg = dataclasses.replace(cfg, tma=False, warp_spec=False, maxnreg=None,
                                   block_n=min(cfg.block_n, 64) if D > 64 else cfg.block_n)
@@ -154,13 +164,17 @@ def default_bwd_config(D: int, causal: bool, device: torch.device, n_keys: int |
 def set_config(D: int, causal: bool, *, fwd: FwdConfig | None = None, bwd: BwdConfig | None = None,
                length: str | None = None) -> None:
     """Replace the table entries that head dim ``D`` uses, for one length class ("short", "long")
-    or both (a tuning hook for benchmarks/prefill.py)."""
+    or both (a tuning hook for benchmarks/prefill.py). A Gluon forward goes to the Gluon table; a
+    Triton forward replaces the Triton entry and drops the key's Gluon entry, so that it is what runs."""
     if length not in (None, "short", "long"):
         raise ValueError(f"length must be 'short', 'long' or None, got {length!r}")
     for n in (length,) if length else ("short", "long"):
         key = (_head_bucket(D), bool(causal), n)
-        if fwd is not None:
+        if fwd is not None and fwd.gluon:
+            _GLUON_FWD_TABLE[key] = fwd
+        elif fwd is not None:
             _FWD_TABLE[key] = fwd
+            _GLUON_FWD_TABLE.pop(key, None)
         if bwd is not None:
             _BWD_TABLE[key] = bwd
 

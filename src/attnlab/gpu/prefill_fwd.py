@@ -383,6 +383,8 @@ def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask, 
     The lengths' values are never checked here: the kernel clamps them into the packed tensors, so bad
     values give wrong numbers, never an access out of bounds; rows no program owns are left unwritten.
     ``out``/``lse`` may be given preallocated (tests poison them to check every element is written).
+    A ``config`` (or table entry) with ``gluon`` runs the Gluon forward (``prefill_gluon``) where it can:
+    Hopper, D 64/128, dense or causal, tensor descriptors; anywhere else the Triton table's entry runs.
     """
     D = q.shape[-1]
     q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
@@ -405,9 +407,24 @@ def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask, 
         out.zero_()
         lse.fill_(float("-inf"))
         return out, lse
-    cfg = config or variant_fwd_config(default_fwd_config(D, not mask.dense, q.device, n_keys), D,
-                                       packed=cu_seqlens is not None, score_mod=softcap is not None or slopes is not None,
-                                       window=mask.left >= 0)
+    causal = not mask.dense
+    cfg = config or default_fwd_config(D, causal, q.device, n_keys)
+    if cfg.gluon:  # the Gluon kernel takes dense and causal calls on Hopper; the Triton entry runs the rest
+        from .prefill_gluon import gluon_supported
+
+        plain = cu_seqlens is None and mask.left < 0 and softcap is None and slopes is None
+        if not (plain and gluon_supported(q, k, v) and tma_ok(out)):
+            cfg = default_fwd_config(D, causal, q.device, n_keys, gluon=False)
+    if cfg.gluon:  # bottom-right aligned: row i sees keys j <= i + (Nk − Nq) + right
+        from .prefill_gluon import gluon_forward
+
+        gluon_forward(q, k, v, out, lse, causal_off=Nk - Nq + mask.right if mask.right >= 0 else None, scale=scale,
+                      block_m=cfg.block_m, block_n=cfg.block_n, stages=cfg.num_stages, num_warps=cfg.num_warps,
+                      warp_spec=cfg.warp_spec)
+        return out, lse
+    if config is None:
+        cfg = variant_fwd_config(cfg, D, packed=cu_seqlens is not None,
+                                 score_mod=softcap is not None or slopes is not None, window=mask.left >= 0)
     BLOCK_D = next_pow2(max(D, 16))
     extra = {"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}
     var = variant_args(mask, scale, softcap, slopes, Nk - Nq if cu_seqlens is None else 0, q.device)
@@ -430,14 +447,6 @@ def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask, 
         grid = (triton.cdiv(Nq, cfg.block_m), B * H)
     if grid[1] == 0:  # a packed batch whose longest query sequence is empty
         return out, lse
-    if cfg.gluon and cu_seqlens is None and mask.left < 0 and softcap is None and slopes is None:
-        from .prefill_gluon import gluon_forward, gluon_supported
-
-        if gluon_supported(q, k, v) and tma_ok(out):
-            gluon_forward(q, k, v, out, lse, causal_off=var["causal_off"] if var["CAUSAL"] else None, scale=scale,
-                          block_m=cfg.block_m, block_n=cfg.block_n, stages=cfg.num_stages, num_warps=cfg.num_warps,
-                          warp_spec=cfg.warp_spec)
-            return out, lse
     _attn_fwd[grid](
         *args, lse,
         q4.stride(0), q4.stride(1), q4.stride(2),
