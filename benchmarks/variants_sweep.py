@@ -62,10 +62,13 @@ def sweep(Ds, variants, passes) -> list[dict]:
                 cfg = dict(variant=variant, H=H, N=vb.TOKENS, D=D, dtype=torch.bfloat16, pass_=pass_)
                 flops = 4 * H * vb.visible_pairs(variant, vb.TOKENS) * D * (3.5 if pass_ == "fwd_bwd" else 1.0)
                 fwd0 = gc.default_fwd_config(D, True, torch.device("cuda"))
+                fwd0_triton = gc.default_fwd_config(D, True, torch.device("cuda"), gluon=False)
                 bwd0 = gc.default_bwd_config(D, True, torch.device("cuda"))
                 if pass_ == "fwd":
                     cands = [("fwd", gc.FwdConfig(bm, bn, w, s, tma=t, warp_spec=ws, maxnreg=mr))
                              for bm, bn, w, s, t, ws, mr in FWD_CANDIDATES]
+                    if variant == "window":  # the warp-specialised Gluon forward takes a window's left edge
+                        cands.append(("fwd", gc.FwdConfig(128, 128, 4, 2, tma=True, warp_spec=True, gluon=True)))
                     if not any(c == fwd0 for _, c in cands):
                         cands.insert(0, ("fwd", fwd0))
                 else:
@@ -87,7 +90,8 @@ def sweep(Ds, variants, passes) -> list[dict]:
                     rows.append(row)
                     print(json.dumps(row), flush=True)
                     torch.cuda.empty_cache()
-                gc.set_config(D, True, length="long", fwd=fwd0, bwd=bwd0)
+                gc.set_config(D, True, length="long", fwd=fwd0_triton, bwd=bwd0)  # both tables as they were
+                gc.set_config(D, True, length="long", fwd=fwd0)
     return rows
 
 

@@ -92,9 +92,9 @@ def test_gluon_is_only_taken_on_hopper():
         assert not G.gluon_supported(*(t.cuda() for t in (q, q, q)))
 
 
-def _ref_check(q, k, v, out, lse, causal, scale):
-    o64, l64 = attention_ref(*(t.double() for t in (q, k, v)), causal=causal, scale=scale)
-    o_same, _ = attention_ref(q, k, v, causal=causal, scale=scale)
+def _ref_check(q, k, v, out, lse, causal, scale, window=None):
+    o64, l64 = attention_ref(*(t.double() for t in (q, k, v)), causal=causal, scale=scale, window=window)
+    o_same, _ = attention_ref(q, k, v, causal=causal, scale=scale, window=window)
     e, e_ref = _err(out, o64), _err(o_same, o64)
     assert not torch.isnan(out).any(), "an element of out was not written"
     assert within_criterion(e, e_ref, o64, out.dtype), (e, e_ref)
@@ -193,3 +193,43 @@ def test_the_table_takes_gluon_for_long_calls_and_set_config_can_replace_it():
         set_config(128, False, fwd=entry, length="long")
     assert default_fwd_config(128, False, cuda, SHORT_KEYS) == entry
     assert default_fwd_config(128, False, cuda, SHORT_KEYS, gluon=False) == triton_entry
+
+
+WINDOW_CASES = [
+    # B, H, Hkv, Nq, Nk, D, (left, right)
+    (1, 4, 2, 1000, 1000, 128, (255, 0)),  # causal sliding window, GQA, ragged
+    (2, 4, 4, 700, 1300, 64, (100, 0)),  # Nq < Nk (bottom-right), a window narrower than a block
+    (1, 2, 2, 513, 513, 128, (64, -1)),  # a left edge only (no causal right edge)
+    (1, 3, 1, 900, 400, 64, (300, 0)),  # Nq > Nk: empty rows, MQA
+    (1, 2, 2, 4096, 4096, 128, (1023, 0)),  # full blocks inside the window, skipped blocks left of it
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,window", WINDOW_CASES)
+@pytest.mark.parametrize("block_n", [128, 64])
+def test_gpu_gluon_sliding_window(B, H, Hkv, Nq, Nk, D, window, block_n):
+    """The warp-specialised kernel with a window's left edge, straight and through prefill_forward's
+    dispatch (a Gluon configuration with Mask(left, right))."""
+    gen = torch.Generator(device=DEV).manual_seed(Nq + Nk + window[0])
+    q = torch.randn(B, H, Nq, D, dtype=torch.bfloat16, device=DEV, generator=gen)
+    k, v = (torch.randn(B, Hkv, Nk, D, dtype=torch.bfloat16, device=DEV, generator=gen) for _ in range(2))
+    scale = D ** -0.5
+    left, right = window
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full((B, H, Nq), float("nan"), device=DEV)
+    G.gluon_forward(q, k, v, out, lse, causal_off=Nk - Nq + right if right >= 0 else None, scale=scale,
+                    block_m=128, block_n=block_n, stages=2, num_warps=4, warp_spec=True, win_off=Nk - Nq - left)
+    _ref_check(q, k, v, out, lse, right == 0, scale, window=window)
+    cfg = FwdConfig(128, block_n, 4, 2, tma=True, warp_spec=True, gluon=True)
+    out2, lse2 = prefill_forward(q, k, v, mask=Mask(left, right), scale=scale, config=cfg)
+    assert torch.equal(out2, out) and torch.equal(lse2, lse)
+
+
+@needs_gluon
+def test_a_window_needs_the_warp_specialised_kernel():
+    q = torch.zeros(1, 1, 8, 64, dtype=torch.float16)
+    with pytest.raises(ValueError, match="warp-specialised"):
+        G.gluon_forward(q, q, q, q.clone(), torch.zeros(1, 1, 8), causal_off=0, scale=0.1, block_m=128,
+                        block_n=128, stages=2, num_warps=8, warp_spec=False, win_off=-5)

@@ -47,9 +47,11 @@ except ImportError:  # pragma: no cover - depends on the installed triton
     HAVE_GLUON = False
 
 GLUON_HEAD_DIMS = (64, 128)
+NO_WINDOW = -(1 << 30)  # win_off of a call without a left edge: every key is right of it
 
 if HAVE_GLUON:
     _LN2 = gl.constexpr(LN2)
+    _NO_WINDOW = gl.constexpr(NO_WINDOW)
 
     @gluon.jit
     def _issue_kv(desc, bars, bufs, t, n_blocks, b, hk, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
@@ -61,12 +63,14 @@ if HAVE_GLUON:
         _tma_load(desc, [b, hk, t * BLOCK_N, 0], bar, bufs.index(slot), pred=ok)
 
     @gluon.jit
-    def _softmax(s, m_i, l_i, start_n, offs_m, offs_n, Nk, causal_off, qk_scale, masked, CAUSAL: gl.constexpr):
+    def _softmax(s, m_i, l_i, start_n, offs_m, offs_n, Nk, causal_off, win_off, qk_scale, masked,
+                 CAUSAL: gl.constexpr):
         """Online-softmax step on raw scores s (float32): (P̃ in float32, alpha, new m, new l).
-        ``masked``: the block reaches past the diagonal (CAUSAL) or the last key (element mask)."""
+        ``masked``: the block reaches past the diagonal (CAUSAL), before the window's left edge
+        (keys j < i + win_off; NO_WINDOW: none) or past the last key (element mask)."""
         if masked:
             cols = start_n + offs_n
-            visible = cols[None, :] < Nk
+            visible = (cols[None, :] < Nk) & (cols[None, :] >= offs_m[:, None] + win_off)
             if CAUSAL:
                 visible = visible & (cols[None, :] <= offs_m[:, None] + causal_off)
             s = gl.where(visible, s * qk_scale, float("-inf"))
@@ -153,7 +157,8 @@ if HAVE_GLUON:
                                   use_acc=False, is_async=True)
             s = warpgroup_mma_wait(0, deps=(s_tok, ))
             _issue_kv(desc_k, k_bars, k_smem, STAGES, n_blocks, b, hk, BLOCK_N, STAGES)
-            p, alpha, m_i, l_i = _softmax(s, m_i, l_i, 0, offs_m, offs_n, Nk, causal_off, qk_scale, 0 >= full, CAUSAL)
+            p, alpha, m_i, l_i = _softmax(s, m_i, l_i, 0, offs_m, offs_n, Nk, causal_off, _NO_WINDOW, qk_scale, 0 >= full,
+                                          CAUSAL)
             p_op = gl.convert_layout(p.to(dtype), p_layout)
             for t in range(1, n_blocks):
                 slot = t % STAGES
@@ -167,8 +172,8 @@ if HAVE_GLUON:
                 # S_t done (wgmma groups retire in order), P̃V still running: its softmax overlaps it
                 s = warpgroup_mma_wait(1, deps=(s_tok, ))
                 _issue_kv(desc_k, k_bars, k_smem, t + STAGES, n_blocks, b, hk, BLOCK_N, STAGES)
-                p, alpha, m_i, l_i = _softmax(s, m_i, l_i, t * BLOCK_N, offs_m, offs_n, Nk, causal_off, qk_scale,
-                                              t * BLOCK_N >= full, CAUSAL)
+                p, alpha, m_i, l_i = _softmax(s, m_i, l_i, t * BLOCK_N, offs_m, offs_n, Nk, causal_off, _NO_WINDOW,
+                                              qk_scale, t * BLOCK_N >= full, CAUSAL)
                 acc, p_op = warpgroup_mma_wait(0, deps=(acc_tok, p_op))
                 _issue_kv(desc_v, v_bars, v_smem, t - 1 + STAGES, n_blocks, b, hk, BLOCK_N, STAGES)
                 acc = acc * gl.convert_layout(alpha, row_o)[:, None]
@@ -199,8 +204,9 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _ws_loader(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
-                   b, h, hk, start_m, n_blocks):
-        """One warp: the two halves of the Q block, then K and V blocks into the rings, each slot
+                   b, h, hk, start_m, lo_blk, n_blocks):
+        """One warp: the two halves of the Q block, then key blocks lo_blk .. lo_blk + n_blocks − 1 of K
+        and V into the rings (block i of the walk in slot i % STAGES), each slot
         refilled once both consumers have released it (its empty barrier completed a phase). A worker
         partition takes no constexpr arguments: the tile sizes come from the buffers' shapes."""
         HALF_M: gl.constexpr = q_smem.shape[3]
@@ -214,15 +220,15 @@ if HAVE_GLUON:
             if t >= STAGES:
                 mbarrier.wait(k_empty.index(slot), ((t // STAGES) - 1) & 1)
             mbarrier.expect(k_ready.index(slot), desc_k.block_type.nbytes)
-            _tma_load(desc_k, [b, hk, t * BLOCK_N, 0], k_ready.index(slot), k_smem.index(slot))
+            _tma_load(desc_k, [b, hk, (lo_blk + t) * BLOCK_N, 0], k_ready.index(slot), k_smem.index(slot))
             if t >= STAGES:
                 mbarrier.wait(v_empty.index(slot), ((t // STAGES) - 1) & 1)
             mbarrier.expect(v_ready.index(slot), desc_v.block_type.nbytes)
-            _tma_load(desc_v, [b, hk, t * BLOCK_N, 0], v_ready.index(slot), v_smem.index(slot))
+            _tma_load(desc_v, [b, hk, (lo_blk + t) * BLOCK_N, 0], v_ready.index(slot), v_smem.index(slot))
 
     @gluon.jit
     def _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
-                     b, h, bh, start_m, n_blocks, Nq, Nk, causal_off, qk_scale,
+                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale,
                      HALF: gl.constexpr, CAUSAL: gl.constexpr):
         """One warp group: HALF_M query rows (half HALF of the block), the same schedule as the
         single-program kernel, releasing each K and V slot as soon as its wgmma has completed. Tile
@@ -246,6 +252,9 @@ if HAVE_GLUON:
         else:
             full = Nk
         full = (full // BLOCK_N) * BLOCK_N
+        lo_full = gl.maximum(row0 + HALF_M - 1 + win_off, 0)  # keys every row of this half sees from
+        lo_full = gl.cdiv(lo_full, BLOCK_N) * BLOCK_N
+        start0 = lo_blk * BLOCK_N
 
         offs_m = row0 + gl.arange(0, HALF_M, layout=row_s)
         offs_n = gl.arange(0, BLOCK_N, layout=col_s)
@@ -263,8 +272,8 @@ if HAVE_GLUON:
                                   use_acc=False, is_async=True)
             s = warpgroup_mma_wait(0, deps=(s_tok, ))
             mbarrier.arrive(k_empty.index(0), count=1)
-            p, alpha, m_i, l_i = _softmax(s, m_i, l_i, 0, offs_m, offs_n, Nk, causal_off, qk_scale, 0 >= full,
-                                          CAUSAL)
+            p, alpha, m_i, l_i = _softmax(s, m_i, l_i, start0, offs_m, offs_n, Nk, causal_off, win_off, qk_scale,
+                                          (start0 < lo_full) | (start0 >= full), CAUSAL)
             p_op = gl.convert_layout(p.to(dtype), p_layout)
             for t in range(1, n_blocks):
                 slot = t % STAGES
@@ -276,8 +285,9 @@ if HAVE_GLUON:
                 acc_tok = warpgroup_mma(p_op, v_smem.index(prev).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
                 s = warpgroup_mma_wait(1, deps=(s_tok, ))
                 mbarrier.arrive(k_empty.index(slot), count=1)
-                p, alpha, m_i, l_i = _softmax(s, m_i, l_i, t * BLOCK_N, offs_m, offs_n, Nk, causal_off, qk_scale,
-                                              t * BLOCK_N >= full, CAUSAL)
+                start_n = start0 + t * BLOCK_N
+                p, alpha, m_i, l_i = _softmax(s, m_i, l_i, start_n, offs_m, offs_n, Nk, causal_off, win_off, qk_scale,
+                                              (start_n < lo_full) | (start_n >= full), CAUSAL)
                 acc, p_op = warpgroup_mma_wait(0, deps=(acc_tok, p_op))
                 mbarrier.arrive(v_empty.index(prev), count=1)
                 acc = acc * gl.convert_layout(alpha, row_o)[:, None]
@@ -300,30 +310,30 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _ws_consumer_0_causal(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
-                              b, h, bh, start_m, n_blocks, Nq, Nk, causal_off, qk_scale):
+                              b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
-                     b, h, bh, start_m, n_blocks, Nq, Nk, causal_off, qk_scale, 0, True)
+                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 0, True)
 
     @gluon.jit
     def _ws_consumer_0_full(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
-                              b, h, bh, start_m, n_blocks, Nq, Nk, causal_off, qk_scale):
+                              b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
-                     b, h, bh, start_m, n_blocks, Nq, Nk, causal_off, qk_scale, 0, False)
+                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 0, False)
 
     @gluon.jit
     def _ws_consumer_1_causal(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
-                              b, h, bh, start_m, n_blocks, Nq, Nk, causal_off, qk_scale):
+                              b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
-                     b, h, bh, start_m, n_blocks, Nq, Nk, causal_off, qk_scale, 1, True)
+                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 1, True)
 
     @gluon.jit
     def _ws_consumer_1_full(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
-                              b, h, bh, start_m, n_blocks, Nq, Nk, causal_off, qk_scale):
+                              b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
-                     b, h, bh, start_m, n_blocks, Nq, Nk, causal_off, qk_scale, 1, False)
+                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 1, False)
 
     @gluon.jit
-    def _attn_fwd_gluon_ws(desc_q, desc_k, desc_v, desc_o, LSE, H, G, Nq, Nk, causal_off, qk_scale,
+    def _attn_fwd_gluon_ws(desc_q, desc_k, desc_v, desc_o, LSE, H, G, Nq, Nk, causal_off, win_off, qk_scale,
                            HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                            STAGES: gl.constexpr, CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr):
         """Grid (query blocks, B·H); 4 warps (the first consumer) + 4 (the second) + 1 (the loader).
@@ -344,7 +354,8 @@ if HAVE_GLUON:
             hi = gl.maximum(gl.minimum(Nk, start_m + BLOCK_M + causal_off), 0)
         else:
             hi = Nk
-        n_blocks = gl.cdiv(hi, BLOCK_N)
+        lo_blk = gl.maximum(start_m + win_off, 0) // BLOCK_N  # blocks left of the window are skipped
+        n_blocks = gl.maximum(gl.cdiv(hi, BLOCK_N) - lo_blk, 0)
 
         q_smem = gl.allocate_shared_memory(dtype, [2, 1, 1, HALF_M, HEAD_D], desc_q.layout)
         k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], desc_k.layout)
@@ -363,9 +374,9 @@ if HAVE_GLUON:
             mbarrier.init(v_empty.index(i), count=2)
 
         consumer_args = (desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
-                         b, h, bh, start_m, n_blocks, Nq, Nk, causal_off, qk_scale)
+                         b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale)
         loader_args = (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
-                       b, h, hk, start_m, n_blocks)
+                       b, h, hk, start_m, lo_blk, n_blocks)
         # a partition's arguments lose their constexpr-ness: the halves and the mask are baked into wrappers
         if CAUSAL:
             gl.warp_specialize([(_ws_consumer_0_causal, consumer_args), (_ws_consumer_1_causal, consumer_args),
@@ -406,13 +417,17 @@ CONSUMER_REGS = 232  # registers per thread of a consumer warp group in the warp
 
 def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, *,
                   causal_off: int | None, scale: float, block_m: int, block_n: int, stages: int,
-                  num_warps: int = 8, warp_spec: bool = False) -> None:
+                  num_warps: int = 8, warp_spec: bool = False, win_off: int | None = None) -> None:
     """Run the Gluon forward: q (B, H, Nq, D), k/v (B, Hkv, Nk, D), out like q, lse (B, H, Nq) float32,
-    written in place. ``causal_off`` None: no mask; else row i sees keys j <= i + causal_off.
+    written in place. ``causal_off`` None: no right edge; else row i sees keys j <= i + causal_off.
+    ``win_off`` None: no left edge; else row i sees keys j >= i + win_off (a sliding window; the
+    warp-specialised kernel only, which skips the key blocks left of it).
     ``warp_spec``: the kernel with a loader warp and two consumer warp groups (block_m 128, num_warps 4
     per group); else one program of num_warps warps. No input checks (the public entry points and
     ``gluon_supported`` do them)."""
     _check_tiles(block_m, block_n, stages, num_warps, warp_spec)
+    if win_off is not None and not warp_spec:
+        raise ValueError("a window's left edge needs the warp-specialised Gluon forward (warp_spec=True)")
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     el = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
@@ -427,6 +442,7 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
             H, H // Hkv, Nq, Nk, causal_off if causal_off is not None else 0, scale * LOG2E)
     const = dict(HEAD_D=D, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal_off is not None)
     if warp_spec:
+        args = args[:-1] + (NO_WINDOW if win_off is None else win_off, args[-1])
         _attn_fwd_gluon_ws[grid](*args, **const, CONSUMER_REGS=CONSUMER_REGS, num_warps=num_warps)
     else:
         _attn_fwd_gluon[grid](*args, **const, num_warps=num_warps)
