@@ -2,6 +2,8 @@
 
     config          launch configurations of the prefill kernels (block-size tables from H200 sweeps)
     prefill_fwd     FlashAttention-2 forward kernel and its launcher ``prefill_forward``
+    prefill_gluon   the Hopper forward in Gluon (a TMA loader warp, two consumer warp groups, softmax under
+                    the P·V wgmma), which ``prefill_forward`` runs for long dense / causal / window calls
     prefill_bwd     FlashAttention-2 backward kernels (dK/dV, dQ) and their launcher ``prefill_backward``
     prefill         the two as a differentiable operator: ``flash_attention_triton``
     decode_kernels  Flash-Decoding split and merge kernels
