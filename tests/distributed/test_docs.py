@@ -43,7 +43,7 @@ def generate(what: str) -> str:
 
 def test_every_generated_block_is_current():
     blocks = BLOCK.findall(DOC.read_text(encoding="utf-8"))
-    assert len(blocks) == 6, [w for w, _ in blocks]
+    assert len(blocks) == 7, [w for w, _ in blocks]
     for what, text in blocks:
         assert text == generate(what), f"docs/ring.md is out of date for {what}"
 
@@ -69,3 +69,18 @@ def test_prose_numbers_follow_the_data():
     assert ring_estimate(link="nvlink4", **kw).hidden
     assert not ring_estimate(link="pcie5", **kw).hidden and not ring_estimate(link="ib-ndr", **kw).hidden
     assert "With `--link pcie5` or `--link ib-ndr` the 8-rank ring no longer hides its transfers at this N" in text
+
+
+def test_two_gpu_prose_follows_the_data():
+    """The 2-GPU section's ratios are the saved run's: scaling over one GPU and against PyTorch's
+    context parallelism."""
+    text = " ".join(DOC.read_text(encoding="utf-8").split())
+    r = json.loads((ROOT / "benchmarks" / "data" / "ring-h200-2gpu.json").read_text())["results"]
+    sec = {k: v["seconds"] for k, v in r.items()}
+    zig = sec["attnlab-1gpu"] / sec["attnlab-ring-zigzag"]
+    contig = sec["attnlab-1gpu"] / sec["attnlab-ring-contiguous"]
+    vs_torch = sec["torch-cp-alltoall"] / sec["attnlab-ring-zigzag"]
+    assert f"forward + backward at {zig:.2f}× attnlab on one GPU" in text
+    assert f"Contiguous reaches {contig:.2f}×" in text
+    assert f"**Against PyTorch's context parallelism**: {vs_torch:.2f}×" in text
+    assert f"({sec['attnlab-ring-zigzag'] * 1e3:.0f} ms against {sec['torch-cp-alltoall'] * 1e3:.0f} for `alltoall`" in text
