@@ -110,8 +110,6 @@ if HAVE_GLUON:
         row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
         col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
         row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-        tile2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_D], dtype)
-        q2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_D], dtype)
 
         # -- shared memory: Q (reused for O), rings of K and V blocks, one barrier per buffer
         q_smem = gl.allocate_shared_memory(dtype, [1, 1, BLOCK_M, HEAD_D], desc_q.layout)
