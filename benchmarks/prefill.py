@@ -336,6 +336,8 @@ def sweep_candidates(quick: bool, which: str = "v2"):
         return [FwdConfig(128, 128, 4, 2, tma=True, warp_spec=True, gluon=True),
                 FwdConfig(128, 128, 4, 3, tma=True, warp_spec=True, gluon=True),
                 FwdConfig(128, 64, 4, 3, tma=True, warp_spec=True, gluon=True),
+                FwdConfig(192, 128, 4, 2, tma=True, warp_spec=True, gluon=True),
+                FwdConfig(192, 64, 4, 2, tma=True, warp_spec=True, gluon=True),
                 FwdConfig(128, 128, 8, 2, tma=True, gluon=True), FwdConfig(64, 64, 4, 3, tma=True, gluon=True),
                 FwdConfig(128, 64, 8, 3), FwdConfig(128, 128, 8, 3, tma=True),
                 FwdConfig(128, 64, 8, 2, tma=True, warp_spec=True, maxnreg=128)], []

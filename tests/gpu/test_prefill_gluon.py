@@ -35,6 +35,7 @@ pytestmark = pytest.mark.usefixtures("interpreter_bfloat16")
 CONFIGS = [  # (block_m, block_n, stages, num_warps, warp_spec)
     (128, 128, 2, 8, False), (128, 64, 3, 8, False), (64, 64, 3, 4, False),
     (128, 128, 2, 4, True), (128, 64, 3, 4, True), (128, 128, 3, 4, True),
+    (192, 128, 2, 4, True), (192, 64, 2, 4, True),  # three consumer warp groups
 ]
 
 
@@ -208,8 +209,8 @@ WINDOW_CASES = [
 @pytest.mark.gpu
 @pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
 @pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,window", WINDOW_CASES)
-@pytest.mark.parametrize("block_n", [128, 64])
-def test_gpu_gluon_sliding_window(B, H, Hkv, Nq, Nk, D, window, block_n):
+@pytest.mark.parametrize("block_m,block_n", [(128, 128), (128, 64), (192, 64)])
+def test_gpu_gluon_sliding_window(B, H, Hkv, Nq, Nk, D, window, block_m, block_n):
     """The warp-specialised kernel with a window's left edge, straight and through prefill_forward's
     dispatch (a Gluon configuration with Mask(left, right))."""
     gen = torch.Generator(device=DEV).manual_seed(Nq + Nk + window[0])
@@ -220,9 +221,9 @@ def test_gpu_gluon_sliding_window(B, H, Hkv, Nq, Nk, D, window, block_n):
     out = torch.full_like(q, float("nan"))
     lse = torch.full((B, H, Nq), float("nan"), device=DEV)
     G.gluon_forward(q, k, v, out, lse, causal_off=Nk - Nq + right if right >= 0 else None, scale=scale,
-                    block_m=128, block_n=block_n, stages=2, num_warps=4, warp_spec=True, win_off=Nk - Nq - left)
+                    block_m=block_m, block_n=block_n, stages=2, num_warps=4, warp_spec=True, win_off=Nk - Nq - left)
     _ref_check(q, k, v, out, lse, right == 0, scale, window=window)
-    cfg = FwdConfig(128, block_n, 4, 2, tma=True, warp_spec=True, gluon=True)
+    cfg = FwdConfig(block_m, block_n, 4, 2, tma=True, warp_spec=True, gluon=True)
     out2, lse2 = prefill_forward(q, k, v, mask=Mask(left, right), scale=scale, config=cfg)
     assert torch.equal(out2, out) and torch.equal(lse2, lse)
 

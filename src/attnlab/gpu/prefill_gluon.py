@@ -210,7 +210,8 @@ if HAVE_GLUON:
         HALF_M: gl.constexpr = q_smem.shape[3]
         BLOCK_N: gl.constexpr = k_smem.shape[3]
         STAGES: gl.constexpr = k_smem.shape[0]
-        for i in gl.static_range(2):
+        NC: gl.constexpr = q_smem.shape[0]
+        for i in gl.static_range(NC):  # one Q slice per consumer
             mbarrier.expect(q_bars.index(i), desc_q.block_type.nbytes)
             _tma_load(desc_q, [b, h, start_m + i * HALF_M, 0], q_bars.index(i), q_smem.index(i))
         for t in range(n_blocks):
@@ -331,14 +332,27 @@ if HAVE_GLUON:
                      b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 1, False)
 
     @gluon.jit
+    def _ws_consumer_2_causal(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                              b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale):
+        _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 2, True)
+
+    @gluon.jit
+    def _ws_consumer_2_full(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                              b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale):
+        _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 2, False)
+
+    @gluon.jit
     def _attn_fwd_gluon_ws(desc_q, desc_k, desc_v, desc_o, LSE, H, G, Nq, Nk, causal_off, win_off, qk_scale,
                            HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                            STAGES: gl.constexpr, CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr):
-        """Grid (query blocks, B·H); 4 warps (the first consumer) + 4 (the second) + 1 (the loader).
-        Descriptors as ``_attn_fwd_gluon``'s, Q and O with blocks of BLOCK_M / 2 rows. The two warp
-        groups share the K/V ring but wait only on barriers, never on each other, so one's softmax
-        falls under the other's wgmmas (FlashAttention-3's producer / two consumers)."""
-        HALF_M: gl.constexpr = BLOCK_M // 2
+        """Grid (query blocks, B·H); BLOCK_M / 64 consumer warp groups (2 or 3) of 4 warps, 64 query rows
+        each, and one loader warp. Descriptors as ``_attn_fwd_gluon``'s, Q and O with blocks of 64 rows.
+        The consumers share the K/V ring but wait only on barriers, never on each other, so one's
+        softmax falls under another's wgmmas (FlashAttention-3's producer / consumers)."""
+        HALF_M: gl.constexpr = 64
+        NC: gl.constexpr = BLOCK_M // HALF_M
         dtype: gl.constexpr = desc_q.dtype
         pid_m = gl.program_id(0)
         if CAUSAL:
@@ -355,34 +369,43 @@ if HAVE_GLUON:
         lo_blk = gl.maximum(start_m + win_off, 0) // BLOCK_N  # blocks left of the window are skipped
         n_blocks = gl.maximum(gl.cdiv(hi, BLOCK_N) - lo_blk, 0)
 
-        q_smem = gl.allocate_shared_memory(dtype, [2, 1, 1, HALF_M, HEAD_D], desc_q.layout)
+        q_smem = gl.allocate_shared_memory(dtype, [NC, 1, 1, HALF_M, HEAD_D], desc_q.layout)
         k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], desc_k.layout)
         v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], desc_v.layout)
-        q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        q_bars = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
         k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(2):
+        for i in gl.static_range(NC):
             mbarrier.init(q_bars.index(i), count=1)
         for i in gl.static_range(STAGES):
             mbarrier.init(k_ready.index(i), count=1)
             mbarrier.init(v_ready.index(i), count=1)
-            mbarrier.init(k_empty.index(i), count=2)  # one arrival per consumer warp group
-            mbarrier.init(v_empty.index(i), count=2)
+            mbarrier.init(k_empty.index(i), count=NC)  # one arrival per consumer warp group
+            mbarrier.init(v_empty.index(i), count=NC)
 
         consumer_args = (desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                          b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale)
         loader_args = (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                        b, h, hk, start_m, lo_blk, n_blocks)
-        # a partition's arguments lose their constexpr-ness: the halves and the mask are baked into wrappers
-        if CAUSAL:
-            gl.warp_specialize([(_ws_consumer_0_causal, consumer_args), (_ws_consumer_1_causal, consumer_args),
-                                (_ws_loader, loader_args)], [4, 1], [CONSUMER_REGS, 24])
+        # a partition's arguments lose their constexpr-ness: the slices and the mask are baked into wrappers
+        if NC == 3:
+            if CAUSAL:
+                gl.warp_specialize([(_ws_consumer_0_causal, consumer_args), (_ws_consumer_1_causal, consumer_args),
+                                    (_ws_consumer_2_causal, consumer_args), (_ws_loader, loader_args)],
+                                   [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
+            else:
+                gl.warp_specialize([(_ws_consumer_0_full, consumer_args), (_ws_consumer_1_full, consumer_args),
+                                    (_ws_consumer_2_full, consumer_args), (_ws_loader, loader_args)],
+                                   [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
         else:
-            gl.warp_specialize([(_ws_consumer_0_full, consumer_args), (_ws_consumer_1_full, consumer_args),
-                                (_ws_loader, loader_args)], [4, 1], [CONSUMER_REGS, 24])
-
+            if CAUSAL:
+                gl.warp_specialize([(_ws_consumer_0_causal, consumer_args), (_ws_consumer_1_causal, consumer_args),
+                                    (_ws_loader, loader_args)], [4, 1], [CONSUMER_REGS, 24])
+            else:
+                gl.warp_specialize([(_ws_consumer_0_full, consumer_args), (_ws_consumer_1_full, consumer_args),
+                                    (_ws_loader, loader_args)], [4, 1], [CONSUMER_REGS, 24])
 
 def gluon_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     """True when the Gluon kernel can take this call: Hopper (sm_90), float16/bfloat16, D = 64 or 128,
@@ -400,8 +423,8 @@ def gluon_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
 
 def _check_tiles(block_m: int, block_n: int, stages: int, num_warps: int, warp_spec: bool) -> None:
     if warp_spec:
-        ok = block_m == 128 and num_warps == 4
-        need = "block_m = 128 and num_warps = 4 with warp_spec (two 64-row consumer warp groups)"
+        ok = block_m in (128, 192) and num_warps == 4
+        need = "block_m = 128 or 192 and num_warps = 4 with warp_spec (two or three 64-row consumer warp groups)"
     else:
         ok = block_m == 16 * num_warps
         need = "block_m = 16·num_warps (one 16-row wgmma slice per warp)"
@@ -410,7 +433,10 @@ def _check_tiles(block_m: int, block_n: int, stages: int, num_warps: int, warp_s
                          f"num_warps={num_warps}, block_n={block_n}, stages={stages}")
 
 
-CONSUMER_REGS = 232  # registers per thread of a consumer warp group in the warp-specialised kernel
+def consumer_regs(block_m: int) -> int:
+    """Registers per thread of a consumer warp group in the warp-specialised kernel (setmaxnreg): the
+    register file (64K) less the loader's warp group at 24, shared by the consumers (two: 232, three: 160)."""
+    return 232 if block_m == 128 else 160
 
 
 def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, *,
@@ -434,14 +460,14 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         layout = gl.NVMMASharedLayout.get_default_for([1, 1, rows, D], el)
         return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 1, rows, D], layout)
 
-    q_rows = block_m // 2 if warp_spec else block_m
+    q_rows = 64 if warp_spec else block_m
     grid = (-(-Nq // block_m), B * H)
     args = (desc(q, q_rows), desc(k, block_n), desc(v, block_n), desc(out, q_rows), lse,
             H, H // Hkv, Nq, Nk, causal_off if causal_off is not None else 0, scale * LOG2E)
     const = dict(HEAD_D=D, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal_off is not None)
     if warp_spec:
         args = args[:-1] + (NO_WINDOW if win_off is None else win_off, args[-1])
-        _attn_fwd_gluon_ws[grid](*args, **const, CONSUMER_REGS=CONSUMER_REGS, num_warps=num_warps)
+        _attn_fwd_gluon_ws[grid](*args, **const, CONSUMER_REGS=consumer_regs(block_m), num_warps=num_warps)
     else:
         _attn_fwd_gluon[grid](*args, **const, num_warps=num_warps)
 
@@ -466,8 +492,8 @@ def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: in
     _check_tiles(block_m, block_n, stages, num_warps, warp_spec)
     const = dict(HEAD_D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal)
     fn = _attn_fwd_gluon_ws if warp_spec else _attn_fwd_gluon
-    const |= dict(CONSUMER_REGS=CONSUMER_REGS) if warp_spec else dict(num_warps=num_warps)
-    q_rows = block_m // 2 if warp_spec else block_m
+    const |= dict(CONSUMER_REGS=consumer_regs(block_m)) if warp_spec else dict(num_warps=num_warps)
+    q_rows = 64 if warp_spec else block_m
     sig = {}
     for n in fn.arg_names:
         sig[n] = ("constexpr" if n in const else desc(q_rows) if n in ("desc_q", "desc_o")
