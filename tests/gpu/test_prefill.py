@@ -333,6 +333,7 @@ def test_block_size_table_is_the_measured_sweep_winners():
         assert default_bwd_config(int(D), causal == "True", cuda, n_keys) == BwdConfig(**entry["bwd"]), key
     gluon = json.loads((data / "prefill-best-h200-run5.json").read_text())  # run 5: Gluon against Triton
     assert len(gluon) == 4
+    gluon |= json.loads((data / "prefill-best-h200-run9.json").read_text())  # run 9: D = 64 re-swept
     for key, entry in gluon.items():
         D, causal, length = key.split(",")
         n_keys = SHORT_KEYS - 1 if length == "short" else SHORT_KEYS

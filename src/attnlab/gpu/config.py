@@ -88,8 +88,11 @@ _FWD_TABLE = {
 # wgmma) won every long-sequence forward of run 5's sweep at D = 64 and 128 (2026-12-01, triton 3.6,
 # benchmarks/data/prefill-best-h200-run5.json). It runs where Gluon can (sm_90, no variant, tensor
 # descriptors); everywhere else the Triton entry above for the same key runs.
+# At D = 64, runs 8 and 9 (three consumer warp groups, 192-row blocks) replaced run 5's entries
+# (prefill-best-h200-run9.json).
 _GLUON_LONG = _F(128, 128, 4, 2, tma=True, warp_spec=True, gluon=True)
-_GLUON_FWD_TABLE = {(64, False, "long"): _GLUON_LONG, (64, True, "long"): _GLUON_LONG,
+_GLUON_192 = _F(192, 128, 4, 2, tma=True, warp_spec=True, gluon=True)
+_GLUON_FWD_TABLE = {(64, False, "long"): _GLUON_192, (64, True, "long"): _GLUON_192,
                     (128, False, "long"): _GLUON_LONG, (128, True, "long"): _GLUON_LONG}
 _BWD_64_SMALL = _B(64, 64, 4, 3, 64, 64, 4, 3)
 _BWD_RUN1 = _B(64, 128, 8, 3, 128, 64, 8, 3)  # run 1's winner for every shape
