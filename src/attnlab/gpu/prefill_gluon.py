@@ -5,20 +5,31 @@ intra-warpgroup overlap, lecture §6.3 taken one step further).
 Plain Triton (``prefill_fwd``) cannot express that schedule on Hopper: each ``tl.dot`` becomes an
 asynchronous wgmma, but the compiler waits for a score tile right where it is made, so a program
 alternates between tensor-core work and exponentials and the two never overlap inside it
-(``benchmarks/NOTES-prefill.md``). Here the waits are written by hand. One program owns BLOCK_M
-query rows of one (batch, head) on 8 warps (two warp groups of 64 rows) and, per key block t:
+(``benchmarks/NOTES-prefill.md``). Here the waits are written by hand. Each warp group of 64 query
+rows of one (batch, head) does, per key block t:
 
     wait K_t (TMA) ─ issue S_t = Q K_tᵀ ─ wait V_{t−1} ─ issue O += P̃_{t−1} V_{t−1}
     ─ wait S_t only (the P̃V product stays in flight) ─ softmax of S_t: m, P̃_t, l
     ─ wait P̃V ─ O ·= exp2(m_old − m_new)
 
-so the exponentials of block t are computed while the tensor cores work on block t − 1. K and V
-blocks arrive through a ring of ``STAGES`` shared-memory buffers filled by TMA; a buffer is refilled
-as soon as the wgmma that read it has completed. Same mathematics as ``prefill_fwd`` (online softmax
-in log2 units, bottom-right causal alignment, the same empty-row convention), one more rounding
-order. Dense and causal MHA/GQA/MQA at D = 64 and 128 in float16/bfloat16 with tensor descriptors;
-everything else runs on the Triton kernel. The Triton interpreter cannot run Gluon: the CPU tests
-build this kernel for sm_90 (no GPU needed) and the GPU tests check it against the reference.
+so the exponentials of block t are computed while the tensor cores work on block t − 1.
+
+Two kernels:
+
+* ``_attn_fwd_gluon_ws`` (the table's): warp-specialised. One loader warp issues every TMA load into
+  a ring of ``STAGES`` K and V buffers; two or three consumer warp groups (BLOCK_M = 128 or 192) share
+  the ring, release each slot through an "empty" mbarrier once their wgmma on it has completed, and
+  never wait on each other, so one's softmax also falls under another's matrix products. Dense,
+  causal and sliding-window calls.
+* ``_attn_fwd_gluon``: one program of ``num_warps`` warps that refills the ring itself. The refills
+  need CTA-wide barriers, which keep its warp groups in lockstep; measured no faster than the Triton
+  kernel and kept as a sweep candidate (dense and causal only).
+
+Same mathematics as ``prefill_fwd`` (online softmax in log2 units, bottom-right alignment, the same
+empty-row convention), one more rounding order. MHA/GQA/MQA at D = 64 and 128 in float16/bfloat16 with
+tensor descriptors; everything else runs on the Triton kernel. The Triton interpreter cannot run
+Gluon: the CPU tests build these kernels for sm_90 (no GPU needed) and the GPU tests check them
+against the reference.
 """
 
 from __future__ import annotations
@@ -446,8 +457,8 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     written in place. ``causal_off`` None: no right edge; else row i sees keys j <= i + causal_off.
     ``win_off`` None: no left edge; else row i sees keys j >= i + win_off (a sliding window; the
     warp-specialised kernel only, which skips the key blocks left of it).
-    ``warp_spec``: the kernel with a loader warp and two consumer warp groups (block_m 128, num_warps 4
-    per group); else one program of num_warps warps. No input checks (the public entry points and
+    ``warp_spec``: the kernel with a loader warp and two or three consumer warp groups (block_m 128 or
+    192, num_warps 4 per group); else one program of num_warps warps. No input checks (the public entry points and
     ``gluon_supported`` do them)."""
     _check_tiles(block_m, block_n, stages, num_warps, warp_spec)
     if win_off is not None and not warp_spec:
