@@ -209,7 +209,7 @@ WINDOW_CASES = [
 @pytest.mark.gpu
 @pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
 @pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,window", WINDOW_CASES)
-@pytest.mark.parametrize("block_m,block_n", [(128, 128), (128, 64), (192, 64)])
+@pytest.mark.parametrize("block_m,block_n", [(128, 128), (128, 64), (192, 128), (192, 64)])
 def test_gpu_gluon_sliding_window(B, H, Hkv, Nq, Nk, D, window, block_m, block_n):
     """The warp-specialised kernel with a window's left edge, straight and through prefill_forward's
     dispatch (a Gluon configuration with Mask(left, right))."""
