@@ -5,6 +5,7 @@
 # Each phase gets at most its own limit and what is left of DEADLINE seconds (the call's limit).
 #   PHASES="sweep check bench" DEADLINE=560 BENCH_ARGS="--flex-budget 30" bash benchmarks/device_prefill.sh
 #   SWEEP_ARGS="--set v3 --D 128" sweeps another candidate list (the check and bench then use its winners)
+#   TESTS="tests/gpu/test_prefill_gluon_bwd.py" runs only those test files in the tests phase
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-out/prefill}
@@ -12,6 +13,7 @@ PHASES=${PHASES:-"tests sweep check bench"}
 DEADLINE=${DEADLINE:-570}
 BENCH_ARGS=${BENCH_ARGS:-}
 SWEEP_ARGS=${SWEEP_ARGS:-}
+TESTS=${TESTS:-"tests/gpu/test_prefill.py tests/gpu/test_prefill_gluon.py tests/gpu/test_prefill_gluon_bwd.py tests/test_api.py"}
 mkdir -p "$OUT"
 t0=$(date +%s)
 left() { local l=$(( DEADLINE - ($(date +%s) - t0) )); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
@@ -23,8 +25,7 @@ for phase in $PHASES; do
   stamp "$phase"
   [ -f "$OUT/best.json" ] && CONFIGS=(--configs "$OUT/best.json")
   case $phase in
-    tests) timeout "$(left 120)" python -m pytest -q -n 8 -p no:cacheprovider tests/gpu/test_prefill.py tests/gpu/test_prefill_gluon.py tests/test_api.py \
-             > "$OUT/tests.log" 2>&1
+    tests) timeout "$(left 120)" python -m pytest -q -n 8 -p no:cacheprovider $TESTS > "$OUT/tests.log" 2>&1
            echo "tests exit $?"; grep -E "FAILED|Error|passed|failed" "$OUT/tests.log" | tail -n 12 ;;
     sweep) timeout "$(left 180)" python benchmarks/prefill.py sweep $SWEEP_ARGS --json "$OUT/sweep.json" --best "$OUT/best.json" \
              > "$OUT/sweep.log" 2>&1

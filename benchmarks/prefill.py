@@ -327,9 +327,21 @@ def check(args) -> list[dict]:
 def sweep_candidates(quick: bool, which: str = "v2"):
     """Candidate configurations: "v2" (the full forward and backward list), "v3" (forward only,
     D = 128: two 8-warp programs per SM through a 128-register cap, against the table's choice) or "v4"
-    (forward only: the Gluon kernel's tiles against the table's Triton entries)."""
+    (forward only: the Gluon kernel's tiles against the table's Triton entries) or "v5" (backward only: the
+    Gluon backward's ring depths and dQ slicing against the table's Triton backward; one forward, not a
+    candidate: best.json then holds backward entries only)."""
     from attnlab.gpu import BwdConfig, FwdConfig
 
+    if which == "v5":  # the Gluon backward (one pass, dQ by atomics) against the table's Triton backward
+        fwd = [FwdConfig(128, 128, 4, 2, tma=True, warp_spec=True, gluon=True)]
+        if quick:
+            return [FwdConfig(16, 16, 1, 1)], [BwdConfig(16, 16, 1, 1, 16, 16, 1, 1),
+                                               BwdConfig(64, 128, 4, 2, 64, 128, 4, 2, gluon=True)]
+        return fwd, [BwdConfig(64, 128, 8, 4, 128, 64, 8, 4), BwdConfig(64, 64, 4, 3, 64, 64, 4, 3),
+                     BwdConfig(64, 128, 4, 2, 64, 128, 4, 2, gluon=True),
+                     BwdConfig(64, 128, 4, 3, 64, 128, 4, 3, gluon=True),
+                     BwdConfig(64, 128, 4, 2, 64, 128, 4, 2, gluon=True, dq_split=2),
+                     BwdConfig(64, 128, 4, 3, 64, 128, 4, 3, gluon=True, dq_split=2)]
     if which == "v4":  # the Gluon forward (softmax under the P·V wgmma) against the table's Triton entries
         if quick:
             return [FwdConfig(16, 16, 1, 1), FwdConfig(16, 16, 1, 1, gluon=True)], []
@@ -380,6 +392,8 @@ def sweep(args) -> list[dict]:
     print(sweep_summary(rows))
     if args.best:
         best = best_configs(rows, fwd_cands, bwd_cands)
+        if args.set == "v5":  # the one forward is there to make O and L, not a choice
+            best = {key: {"bwd": e["bwd"]} for key, e in best.items() if "bwd" in e}
         Path(args.best).write_text(json.dumps(best, indent=2))
         print("best:", json.dumps(best))
     return rows
@@ -442,6 +456,8 @@ def short(cfg) -> str:
                 + ("+ws" if getattr(cfg, "warp_spec", False) else "")
                 + (f"r{cfg.maxnreg}" if getattr(cfg, "maxnreg", None) else "")
                 + ("+gl" if getattr(cfg, "gluon", False) else ""))
+    if getattr(cfg, "gluon", False):
+        return f"gluon-s{cfg.stages1}" + (f"-dq/{cfg.dq_split}" if cfg.dq_split > 1 else "")
     if cfg.dq_atomic:
         return f"m{cfg.block_m1}n{cfg.block_n1}w{cfg.warps1}s{cfg.stages1}+atomic"
     return (f"m{cfg.block_m1}n{cfg.block_n1}w{cfg.warps1}s{cfg.stages1}/"
@@ -679,7 +695,7 @@ def main(argv=None) -> int:
     p.add_argument("--N", type=int, nargs="+", default=[16384, 4096, 1024])
     p.add_argument("--sweep-n", type=int, nargs="+", default=[16384, 4096, 1024])
     p.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1))
-    p.add_argument("--set", choices=["v2", "v3", "v4"], default="v2", help="sweep: which candidate list")
+    p.add_argument("--set", choices=["v2", "v3", "v4", "v5"], default="v2", help="sweep: which candidate list")
     p.add_argument("--best", default=None, help="sweep: write the best configuration per (D, causal) here")
     p.add_argument("--configs", default=None, help="check/bench: use the configurations a sweep wrote")
     p.add_argument("--flex-budget", type=float, default=90.0, help="seconds of FlexAttention compiles, then skip")

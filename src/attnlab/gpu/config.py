@@ -52,6 +52,10 @@ class BwdConfig:
     warps2: int
     stages2: int
     dq_atomic: bool = False  # accumulate dQ with float32 atomics inside the dK/dV kernel
+    gluon: bool = False  # the Gluon kernel (prefill_gluon_bwd: one pass, dQ by float32 atomics; sm_90, D 64/128,
+    # dense, causal or windowed; never for deterministic calls): a loader warp and two consumer warp groups of
+    # 64 keys each (block_n1 128, block_m1 64, stages1 the Q/dO ring); the other fields are unused
+    dq_split: int = 1  # Gluon: the dQ product in dq_split column slices of D (less accumulator at a time)
 
 
 def _head_bucket(D: int) -> int:
@@ -102,6 +106,9 @@ _BWD_TABLE = {
     (128, False, "long"): _B(64, 128, 8, 4, 128, 64, 8, 4), (128, True, "long"): _B(64, 128, 8, 4, 128, 64, 8, 4),
     (128, False, "short"): _BWD_RUN1, (128, True, "short"): _BWD_RUN1,
 }
+# The Gluon backward (prefill_gluon_bwd) has no table entry until an H200 sweep puts it first; the
+# benchmarks' candidates reach it through ``set_config`` and explicit configurations.
+_GLUON_BWD_TABLE: dict = {}
 # the interpreter runs one program at a time in numpy: small blocks keep the CPU tests quick and
 # still give several blocks (and ragged ones) at small N
 _INTERP_FWD = FwdConfig(block_m=16, block_n=16, num_warps=1, num_stages=1)
@@ -157,18 +164,23 @@ def variant_fwd_config(cfg: FwdConfig, D: int, *, packed: bool, score_mod: bool,
     return cfg
 
 
-def default_bwd_config(D: int, causal: bool, device: torch.device, n_keys: int | None = None) -> BwdConfig:
-    """The table's backward launch for head dim D with ``n_keys`` keys (None: a long sequence)."""
+def default_bwd_config(D: int, causal: bool, device: torch.device, n_keys: int | None = None, *,
+                       gluon: bool = True) -> BwdConfig:
+    """The table's backward launch for head dim D with ``n_keys`` keys (None: a long sequence): the Gluon
+    kernel's entry where there is one (``gluon``), else the Triton kernels'."""
     if device.type == "cpu":
         return _INTERP_BWD
-    return _BWD_TABLE[(_head_bucket(D), bool(causal), length_class(n_keys))]
+    key = (_head_bucket(D), bool(causal), length_class(n_keys))
+    if gluon and key in _GLUON_BWD_TABLE:
+        return _GLUON_BWD_TABLE[key]
+    return _BWD_TABLE[key]
 
 
 def set_config(D: int, causal: bool, *, fwd: FwdConfig | None = None, bwd: BwdConfig | None = None,
                length: str | None = None) -> None:
     """Replace the table entries that head dim ``D`` uses, for one length class ("short", "long")
-    or both (a tuning hook for benchmarks/prefill.py). A Gluon forward goes to the Gluon table; a
-    Triton forward replaces the Triton entry and drops the key's Gluon entry, so that it is what runs."""
+    or both (a tuning hook for benchmarks/prefill.py). A Gluon configuration goes to the Gluon table; a
+    Triton one replaces the Triton entry and drops the key's Gluon entry, so that it is what runs."""
     if length not in (None, "short", "long"):
         raise ValueError(f"length must be 'short', 'long' or None, got {length!r}")
     for n in (length,) if length else ("short", "long"):
@@ -178,8 +190,11 @@ def set_config(D: int, causal: bool, *, fwd: FwdConfig | None = None, bwd: BwdCo
         elif fwd is not None:
             _FWD_TABLE[key] = fwd
             _GLUON_FWD_TABLE.pop(key, None)
-        if bwd is not None:
+        if bwd is not None and bwd.gluon:
+            _GLUON_BWD_TABLE[key] = bwd
+        elif bwd is not None:
             _BWD_TABLE[key] = bwd
+            _GLUON_BWD_TABLE.pop(key, None)
 
 
 # -- packed variable-length batches: grids sized for the longest sequence ---------------------------

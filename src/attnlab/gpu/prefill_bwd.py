@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from .._runtime import LOG2E
-from .config import BwdConfig, default_bwd_config, next_pow2, varlen_bounds, varlen_grid
+from .config import BwdConfig, default_bwd_config, next_pow2, tma_ok, varlen_bounds, varlen_grid
 from .prefill_fwd import (
     _key_range,
     _last_dim_contiguous,
@@ -402,6 +402,12 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
         dq.zero_(), dk.zero_(), dv.zero_()
         return _unpack(dq, dk, dv, cu_seqlens)
     cfg = config or default_bwd_config(D, not mask.dense, q.device, n_keys)
+    if cfg.gluon:  # the Gluon kernel takes plain calls on Hopper; the Triton entry runs the rest
+        from .prefill_gluon import gluon_supported
+
+        plain = cu_seqlens is None and softcap is None and slopes is None and not deterministic
+        if not (plain and gluon_supported(q, k, v) and tma_ok(do, dk, dv)):
+            cfg = default_bwd_config(D, not mask.dense, q.device, n_keys, gluon=False)
     if deterministic and cfg.dq_atomic:  # float32 atomics add in arrival order: not bit-reproducible
         cfg = dataclasses.replace(cfg, dq_atomic=False)
     BLOCK_D = next_pow2(max(D, 16))
@@ -414,6 +420,13 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
         out, do, lse, dlse.contiguous() if has_dlse else lse, delta, lse2,
         *_s3(out), *_s3(do), H, Nq,
         HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=PRE_M, HAS_DLSE=has_dlse, num_warps=4)
+    if cfg.gluon:  # bottom-right aligned, as in the forward
+        from .prefill_gluon_bwd import gluon_backward
+
+        gluon_backward(q, k, v, do, lse2, delta, dq, dk, dv, scale=scale, stages=cfg.stages1, dq_split=cfg.dq_split,
+                       causal_off=Nk - Nq + mask.right if mask.right >= 0 else None,
+                       win_off=Nk - Nq - mask.left if mask.left >= 0 else None)
+        return dq, dk, dv
     G = H // Hkv
     common = (H, G, Nq, Nk)
     var = variant_args(mask, scale, softcap, slopes, Nk - Nq if cu_seqlens is None else 0, q.device)

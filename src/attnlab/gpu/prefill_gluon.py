@@ -520,6 +520,15 @@ def sm90_report(head_dim: int, *, causal: bool, block_m: int = 128, block_n: int
     spill stack per thread (from the cubin, where Triton ships cuobjdump), and the PTX's wgmma waits
     (``wait_groups``: the distinct N of ``wgmma.wait_group N``; 1 is the wait that leaves P·V in flight).
     Needs a process without TRITON_INTERPRET (the interpreter replaces the jit functions Gluon calls)."""
+    kernel = compile_sm90(head_dim, causal=causal, block_m=block_m, block_n=block_n, stages=stages,
+                          num_warps=num_warps, dtype=dtype, warp_spec=warp_spec)
+    return kernel_report(kernel)
+
+
+def kernel_report(kernel) -> dict:
+    """Shared memory (KB), setmaxnreg values, wgmma waits and counts, TMA loads, float32 global atomics
+    (``atomics``) of a compiled sm_90 kernel, with registers and spill stack per thread from its cubin
+    where Triton ships cuobjdump."""
     import re
     import subprocess
     import tempfile
@@ -527,14 +536,13 @@ def sm90_report(head_dim: int, *, causal: bool, block_m: int = 128, block_n: int
 
     import triton
 
-    kernel = compile_sm90(head_dim, causal=causal, block_m=block_m, block_n=block_n, stages=stages,
-                          num_warps=num_warps, dtype=dtype, warp_spec=warp_spec)
     ptx = kernel.asm["ptx"]
     out = dict(smem_kb=round(kernel.metadata.shared / 1024, 1),
                setmaxnreg=sorted({int(n) for n in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)}),
                wait_groups=sorted({int(n) for n in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)}),
                tma_loads=len(re.findall(r"cp\.async\.bulk\.tensor", ptx)),
-               wgmma=len(re.findall(r"wgmma\.mma_async", ptx)))
+               wgmma=len(re.findall(r"wgmma\.mma_async", ptx)),
+               atomics=len(re.findall(r"(?:atom|red)\.global\.\S*add\S*f32", ptx)))
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     if tool.exists():
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:

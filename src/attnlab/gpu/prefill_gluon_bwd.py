@@ -1,0 +1,347 @@
+"""FlashAttention backward for Hopper in Gluon: dQ, dK and dV in one pass over the query blocks, with a
+TMA loader warp and two consumer warp groups (FlashAttention-3's backward structure, lecture §7).
+
+The Triton backward (``prefill_bwd``) runs two kernels: dK/dV with the key block outer, then dQ with the
+query block outer, which recomputes S and dP a second time (7 matrix products per block pair where the
+standard count has 5). Here one program per key block of ``BLOCK_N = 128`` keys of one (batch, K/V
+head) keeps K_j and V_j in shared memory and walks every query block of every query head that reads
+this K/V head. Each of the two consumer warp groups owns 64 of the keys; per query block of 64 rows:
+
+    Sᵀ = K_c Qᵢᵀ, dPᵀ = V_c dOᵢᵀ                (both issued, then waited for one at a time)
+    Pᵀ = exp2(Sᵀ·scale·log2e − L₂ᵢ)               (recomputed from the forward's logsumexp, §7.2)
+    dSᵀ = Pᵀ ∘ (dPᵀ − Dᵢ)                         (Dᵢ = rowsum(dOᵢ ∘ Oᵢ), §7.3)
+    dV_c += Pᵀ dOᵢ, dK_c += dSᵀ Qᵢ                (register operands, accumulators stay on chip)
+    dQᵢ += dS K_c                                  (dSᵀ through shared memory, float32 atomics)
+
+The loader warp fills a ring of ``STAGES`` (Qᵢ, dOᵢ) slots by TMA; a slot is refilled once both
+consumers have released it. The consumers never wait on each other, so one's exponentials and atomics
+run under the other's matrix products. dQ arrives in a float32 buffer, summed in arrival order: this
+kernel is not bit-reproducible run to run, and ``deterministic`` calls keep the Triton kernels.
+
+Masks are bottom-right aligned (causal: key j visible from row i iff j <= i + causal_off; window: iff
+j >= i + win_off). Query blocks that see nothing of a key block are skipped by the loop bounds, blocks
+wholly visible run without the element mask. Same preprocessing kernel as the Triton backward (D and L
+in log2 units, +inf for empty rows). Dense, causal and sliding-window calls, MHA/GQA/MQA, D = 64 or
+128, float16/bfloat16, on sm_90; everything else runs the Triton kernels. The Triton interpreter
+cannot run Gluon: the CPU tests build this kernel for sm_90 and the GPU tests check it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .._runtime import LOG2E
+from .prefill_gluon import HAVE_GLUON, NO_WINDOW
+
+if HAVE_GLUON:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from .prefill_gluon import _tma_load, _tma_store
+
+BWD_BLOCK_M = 64  # query rows per step (the wgmma M of dQ, the N of Sᵀ)
+BWD_SUB_N = 64  # keys per consumer warp group
+BWD_CONSUMER_REGS = 232  # registers per consumer thread (setmaxnreg); the loader warp keeps 24
+
+if HAVE_GLUON:
+
+    @gluon.jit
+    def _bwd_loader(desc_q, desc_do, desc_k, desc_v, k_smem, v_smem, q_smem, do_smem,
+                    kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, G, start_n, m_lo, n_m):
+        """One warp: the consumers' K and V slices once, then (Qᵢ, dOᵢ) for step t = (head g, block) into
+        ring slot t % STAGES, each slot refilled once both consumers have released it."""
+        NC: gl.constexpr = k_smem.shape[0]
+        SUB_N: gl.constexpr = k_smem.shape[3]
+        BLOCK_M: gl.constexpr = q_smem.shape[3]
+        STAGES: gl.constexpr = q_smem.shape[0]
+        bar = kv_bar.index(0)
+        mbarrier.expect(bar, NC * (desc_k.block_type.nbytes + desc_v.block_type.nbytes))
+        for c in gl.static_range(NC):
+            _tma_load(desc_k, [b, hk, start_n + c * SUB_N, 0], bar, k_smem.index(c))
+            _tma_load(desc_v, [b, hk, start_n + c * SUB_N, 0], bar, v_smem.index(c))
+        for t in range(G * n_m):
+            slot = t % STAGES
+            h = hk * G + t // n_m
+            m0 = m_lo + (t % n_m) * BLOCK_M
+            if t >= STAGES:
+                mbarrier.wait(q_empty.index(slot), ((t // STAGES) - 1) & 1)
+            mbarrier.expect(q_ready.index(slot), desc_q.block_type.nbytes)
+            _tma_load(desc_q, [b, h, m0, 0], q_ready.index(slot), q_smem.index(slot))
+            if t >= STAGES:
+                mbarrier.wait(do_empty.index(slot), ((t // STAGES) - 1) & 1)
+            mbarrier.expect(do_ready.index(slot), desc_do.block_type.nbytes)
+            _tma_load(desc_do, [b, h, m0, 0], do_ready.index(slot), do_smem.index(slot))
+
+    @gluon.jit
+    def _bwd_consumer(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem,
+                      kv_bar, q_ready, do_ready, q_empty, do_empty,
+                      b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
+                      PART: gl.constexpr, CAUSAL: gl.constexpr):
+        """One warp group: keys start_n + PART·64 .. +63. Accumulates dK, dV of its keys over every step
+        and adds its share of each query block's dQ (float32 atomics); writes dK·scale, dV by TMA."""
+        SUB_N: gl.constexpr = k_smem.shape[3]
+        HEAD_D: gl.constexpr = k_smem.shape[4]
+        BLOCK_M: gl.constexpr = q_smem.shape[3]
+        STAGES: gl.constexpr = q_smem.shape[0]
+        DQ_SPLIT: gl.constexpr = kv_bar.shape[0]  # (a partition takes no constexpr: the barrier array carries it)
+        dtype: gl.constexpr = desc_dk.dtype
+        # Sᵀ, dPᵀ: (SUB_N keys, BLOCK_M queries); dK, dV: (SUB_N, D); dQ: (BLOCK_M, D) — SUB_N = BLOCK_M = 64
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, BLOCK_M, 16])
+        acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                             instr_shape=[16, HEAD_D, 16])
+        op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+        row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+        col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
+        row_a: gl.constexpr = gl.SliceLayout(1, acc_layout)
+        col_a: gl.constexpr = gl.SliceLayout(0, acc_layout)
+
+        kc0 = start_n + PART * SUB_N
+        offs_k = kc0 + gl.arange(0, SUB_N, layout=row_s)
+        offs_qs = gl.arange(0, BLOCK_M, layout=col_s)
+        offs_qa = gl.arange(0, BLOCK_M, layout=row_a)
+        offs_d = gl.arange(0, HEAD_D, layout=col_a)
+        k_tile = k_smem.index(PART)
+        v_tile = v_smem.index(PART)
+        k = k_tile.reshape([SUB_N, HEAD_D])
+        v = v_tile.reshape([SUB_N, HEAD_D])
+        ds_buf = ds_smem.index(PART)
+        dk = gl.zeros([SUB_N, HEAD_D], gl.float32, layout=acc_layout)
+        dv = gl.zeros([SUB_N, HEAD_D], gl.float32, layout=acc_layout)
+        s_zero = gl.zeros([SUB_N, BLOCK_M], gl.float32, layout=s_layout)
+        dq_zero = gl.zeros([BLOCK_M, HEAD_D], gl.float32, layout=acc_layout)
+        SPLIT_D: gl.constexpr = HEAD_D // DQ_SPLIT
+        dqs_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                             instr_shape=[16, SPLIT_D, 16])
+        dqs_zero = gl.zeros([BLOCK_M, SPLIT_D], gl.float32, layout=dqs_layout)
+        offs_ds = gl.arange(0, SPLIT_D, layout=gl.SliceLayout(0, dqs_layout))
+        offs_qds = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dqs_layout))
+        mbarrier.wait(kv_bar.index(0), 0)
+
+        for t in range(G * n_m):
+            slot = t % STAGES
+            phase = (t // STAGES) & 1
+            h = hk * G + t // n_m
+            m0 = m_lo + (t % n_m) * BLOCK_M
+            row0 = (b * H + h).to(gl.int64) * Nq  # this head's rows of L₂ and D
+            offs_q = m0 + offs_qs
+            # -- Sᵀ = K_c Qᵢᵀ and dPᵀ = V_c dOᵢᵀ, both in flight
+            mbarrier.wait(q_ready.index(slot), phase)
+            q = q_smem.index(slot).reshape([BLOCK_M, HEAD_D])
+            s_tok = warpgroup_mma(k, q.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            mbarrier.wait(do_ready.index(slot), phase)
+            do = do_smem.index(slot).reshape([BLOCK_M, HEAD_D])
+            dp_tok = warpgroup_mma(v, do.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            # -- Pᵀ from L while dPᵀ is still in flight; mask before exp2 (a hidden score may exceed L)
+            lse2 = gl.load(LSE2 + row0 + offs_q, mask=offs_q < Nq, other=float("inf"))  # past Nq: P = 0
+            sT = warpgroup_mma_wait(1, deps=(s_tok, ))
+            masked = (kc0 + SUB_N > Nk) | (kc0 < m0 + BLOCK_M - 1 + win_off)
+            if CAUSAL:
+                masked = masked | (kc0 + SUB_N - 1 > m0 + causal_off)
+            if masked:
+                visible = (offs_k[:, None] < Nk) & (offs_k[:, None] >= offs_q[None, :] + win_off)
+                if CAUSAL:
+                    visible = visible & (offs_k[:, None] <= offs_q[None, :] + causal_off)
+                sT = gl.where(visible, sT * qk_scale - lse2[None, :], float("-inf"))
+            else:
+                sT = sT * qk_scale - lse2[None, :]
+            pT = gl.exp2(sT)
+            p_op = gl.convert_layout(pT.to(dtype), op_layout)
+            di = gl.load(DELTA + row0 + offs_q, mask=offs_q < Nq, other=0.0)
+            dpT = warpgroup_mma_wait(0, deps=(dp_tok, ))
+            # -- dV += Pᵀ dOᵢ (issued first: it needs only Pᵀ), dSᵀ = Pᵀ ∘ (dPᵀ − Dᵢ), dK += dSᵀ Qᵢ
+            dv_tok = warpgroup_mma(p_op, do, dv, is_async=True)
+            ds = (pT * (dpT - di[None, :])).to(dtype)
+            ds_op = gl.convert_layout(ds, op_layout)
+            dk_tok = warpgroup_mma(ds_op, q, dk, is_async=True)
+            # -- dQᵢ (this warp group's share) = dS K_c: dSᵀ transposed through shared memory, in
+            #    DQ_SPLIT column slices of D (each slice's accumulator lives only until its atomics)
+            ds_buf.store(ds)
+            fence_async_shared()
+            # dV and dK done: the slot's Qᵢ and dOᵢ are free for the loader
+            dv, dk, p_op, ds_op = warpgroup_mma_wait(0, deps=(dv_tok, dk_tok, p_op, ds_op))
+            mbarrier.arrive(q_empty.index(slot), count=1)
+            mbarrier.arrive(do_empty.index(slot), count=1)
+            rows = m0 + offs_qds
+            for j in gl.static_range(DQ_SPLIT):
+                dq_tok = warpgroup_mma(ds_buf.permute((1, 0)), k.slice(j * SPLIT_D, SPLIT_D, dim=1), dqs_zero,
+                                       use_acc=False, is_async=True)
+                dq = warpgroup_mma_wait(0, deps=(dq_tok, ))
+                dq_ptrs = DQ + row0 * HEAD_D + rows[:, None] * HEAD_D + (j * SPLIT_D + offs_ds)[None, :]
+                gl.atomic_add(dq_ptrs, dq * sm_scale, mask=(rows[:, None] < Nq) & (offs_ds[None, :] < SPLIT_D),
+                              sem="relaxed")
+
+        # -- epilogue: dK·scale and dV through this warp group's K and V buffers (no wgmma reads them now)
+        k.store((dk * sm_scale).to(dtype))
+        v.store(dv.to(dtype))
+        fence_async_shared()
+        _tma_store(desc_dk, [b, hk, kc0, 0], k_tile)  # rows past Nk are clipped
+        _tma_store(desc_dv, [b, hk, kc0, 0], v_tile)
+        tma.store_wait(0)
+
+    @gluon.jit
+    def _bwd_consumer_0_causal(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem,
+                               kv_bar, q_ready, do_ready, q_empty, do_empty,
+                               b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale):
+        _bwd_consumer(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem,
+                      kv_bar, q_ready, do_ready, q_empty, do_empty,
+                      b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, 0, True)
+
+    @gluon.jit
+    def _bwd_consumer_0_full(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem,
+                             kv_bar, q_ready, do_ready, q_empty, do_empty,
+                             b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale):
+        _bwd_consumer(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem,
+                      kv_bar, q_ready, do_ready, q_empty, do_empty,
+                      b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, 0, False)
+
+    @gluon.jit
+    def _bwd_consumer_1_causal(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem,
+                               kv_bar, q_ready, do_ready, q_empty, do_empty,
+                               b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale):
+        _bwd_consumer(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem,
+                      kv_bar, q_ready, do_ready, q_empty, do_empty,
+                      b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, 1, True)
+
+    @gluon.jit
+    def _bwd_consumer_1_full(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem,
+                             kv_bar, q_ready, do_ready, q_empty, do_empty,
+                             b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale):
+        _bwd_consumer(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem,
+                      kv_bar, q_ready, do_ready, q_empty, do_empty,
+                      b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, 1, False)
+
+    @gluon.jit
+    def _attn_bwd_gluon_ws(desc_q, desc_do, desc_k, desc_v, desc_dk, desc_dv, DQ, LSE2, DELTA,
+                           H, G, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
+                           HEAD_D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                           CONSUMER_REGS: gl.constexpr, DQ_SPLIT: gl.constexpr):
+        """Grid (key blocks of 128, B·Hkv). Descriptors over (B, H|Hkv, N, D) with blocks [1, 1, 64, D];
+        DQ (B, H, Nq, D) float32, zeroed by the caller; LSE2, DELTA (B, H, Nq) from the preprocessing
+        kernel. Two consumer warp groups of 4 warps (64 keys each) and one loader warp."""
+        NC: gl.constexpr = 2
+        SUB_N: gl.constexpr = 64
+        BLOCK_M: gl.constexpr = 64
+        BLOCK_N: gl.constexpr = NC * SUB_N
+        dtype: gl.constexpr = desc_q.dtype
+        pid_n = gl.program_id(0)
+        bhk = gl.program_id(1)
+        Hkv = H // G
+        b = bhk // Hkv
+        hk = bhk % Hkv
+        start_n = pid_n * BLOCK_N
+        # -- query rows that see some key of this block: [m_lo, m_end), in steps of BLOCK_M
+        if CAUSAL:
+            m_lo = (gl.maximum(start_n - causal_off, 0) // BLOCK_M) * BLOCK_M
+        else:
+            m_lo = 0
+        m_end = gl.minimum(gl.maximum(start_n + BLOCK_N - win_off, 0), Nq)  # NO_WINDOW: Nq
+        n_m = gl.maximum(gl.cdiv(m_end - m_lo, BLOCK_M), 0)
+
+        k_smem = gl.allocate_shared_memory(dtype, [NC, 1, 1, SUB_N, HEAD_D], desc_k.layout)
+        v_smem = gl.allocate_shared_memory(dtype, [NC, 1, 1, SUB_N, HEAD_D], desc_v.layout)
+        q_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_D], desc_q.layout)
+        do_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_D], desc_do.layout)
+        ds_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+        ds_smem = gl.allocate_shared_memory(dtype, [NC, SUB_N, BLOCK_M], ds_layout)
+        kv_bar = gl.allocate_shared_memory(gl.int64, [DQ_SPLIT, 1], mbarrier.MBarrierLayout())
+        q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        q_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        do_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(kv_bar.index(0), count=1)
+        for i in gl.static_range(STAGES):
+            mbarrier.init(q_ready.index(i), count=1)
+            mbarrier.init(do_ready.index(i), count=1)
+            mbarrier.init(q_empty.index(i), count=NC)  # one arrival per consumer warp group
+            mbarrier.init(do_empty.index(i), count=NC)
+
+        consumer_args = (desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem,
+                         kv_bar, q_ready, do_ready, q_empty, do_empty,
+                         b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale)
+        loader_args = (desc_q, desc_do, desc_k, desc_v, k_smem, v_smem, q_smem, do_smem,
+                       kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, G, start_n, m_lo, n_m)
+        # a partition's arguments lose their constexpr-ness: the key slice and the mask are baked into wrappers
+        if CAUSAL:
+            gl.warp_specialize([(_bwd_consumer_0_causal, consumer_args), (_bwd_consumer_1_causal, consumer_args),
+                                (_bwd_loader, loader_args)], [4, 1], [CONSUMER_REGS, 24])
+        else:
+            gl.warp_specialize([(_bwd_consumer_0_full, consumer_args), (_bwd_consumer_1_full, consumer_args),
+                                (_bwd_loader, loader_args)], [4, 1], [CONSUMER_REGS, 24])
+
+
+def _check_tiles(head_dim: int, stages: int, dq_split: int) -> None:
+    if stages not in (1, 2, 3) or dq_split not in (1, 2, 4) or head_dim // dq_split < 32:
+        raise ValueError("the Gluon backward takes stages 1, 2 or 3 (the Q/dO ring) and dq_split 1, 2 or 4 with "
+                         f"head_dim / dq_split >= 32; got stages={stages}, dq_split={dq_split}, head_dim={head_dim}")
+
+
+def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, lse2: torch.Tensor,
+                   delta: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, *,
+                   causal_off: int | None, scale: float, stages: int = 2, dq_split: int = 1,
+                   win_off: int | None = None) -> None:
+    """Run the Gluon backward: q, do (B, H, Nq, D); k, v (B, Hkv, Nk, D); ``lse2``, ``delta`` (B, H, Nq)
+    float32 from ``prefill_bwd``'s preprocessing kernel (L in log2 units, +inf on empty rows; D_i). Writes
+    dq (like q), dk, dv (like k, v; contiguous) in place. ``causal_off``/``win_off`` as in
+    ``prefill_gluon.gluon_forward``. No input checks beyond the tiles (``gluon_supported`` and the public
+    entry points do them)."""
+    B, H, Nq, D = q.shape
+    _check_tiles(D, stages, dq_split)
+    Hkv, Nk = k.shape[1], k.shape[2]
+    el = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
+
+    def desc(x):
+        layout = gl.NVMMASharedLayout.get_default_for([1, 1, BWD_BLOCK_M, D], el)
+        return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 1, BWD_BLOCK_M, D], layout)
+
+    dq_acc = torch.zeros((B, H, Nq, D), device=q.device, dtype=torch.float32)
+    grid = (-(-Nk // (2 * BWD_SUB_N)), B * Hkv)
+    _attn_bwd_gluon_ws[grid](
+        desc(q), desc(do), desc(k), desc(v), desc(dk), desc(dv), dq_acc, lse2, delta,
+        H, H // Hkv, Nq, Nk, causal_off if causal_off is not None else 0,
+        NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale,
+        HEAD_D=D, STAGES=stages, CAUSAL=causal_off is not None, CONSUMER_REGS=BWD_CONSUMER_REGS, DQ_SPLIT=dq_split,
+        num_warps=4)
+    dq.copy_(dq_acc)
+
+
+def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.dtype = torch.bfloat16,
+                 dq_split: int = 1, regs: int = BWD_CONSUMER_REGS):
+    """Build the Gluon backward for Hopper (sm_90) on any machine, GPU or not, as
+    ``prefill_gluon.compile_sm90`` does for the forward."""
+    if not HAVE_GLUON:
+        raise RuntimeError("this triton has no Gluon (triton >= 3.5 needed)")
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    _check_tiles(head_dim, stages, dq_split)
+    el = gl.float16 if dtype == torch.float16 else gl.bfloat16
+    name = "fp16" if dtype == torch.float16 else "bf16"
+    layout = gl.NVMMASharedLayout.get_default_for([1, 1, BWD_BLOCK_M, head_dim], el)
+    desc = f"tensordesc<{name}[1,1,{BWD_BLOCK_M},{head_dim}],{layout!r}>"
+    fn = _attn_bwd_gluon_ws
+    const = dict(HEAD_D=head_dim, STAGES=stages, CAUSAL=causal, CONSUMER_REGS=regs, DQ_SPLIT=dq_split)
+    ptrs = ("DQ", "LSE2", "DELTA")
+    sig = {n: ("constexpr" if n in const else desc if n.startswith("desc_") else "*fp32" if n in ptrs
+               else "fp32" if n in ("qk_scale", "sm_scale") else "i32") for n in fn.arg_names}
+    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in ptrs}
+    src = GluonASTSource(fn, sig, const, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+
+
+def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int = 1,
+                dtype: torch.dtype = torch.bfloat16) -> dict:
+    """``prefill_gluon.kernel_report`` of one sm_90 build of the backward: shared memory, registers, spill
+    stack, wgmma waits, TMA loads, float32 atomics. Needs a process without TRITON_INTERPRET."""
+    from .prefill_gluon import kernel_report
+
+    return kernel_report(compile_sm90(head_dim, causal=causal, stages=stages, dq_split=dq_split, dtype=dtype))

@@ -1,0 +1,225 @@
+"""The Gluon backward (attnlab.gpu.prefill_gluon_bwd): dQ, dK, dV in one pass, a TMA loader warp and two
+consumer warp groups, dQ by float32 atomics.
+
+Triton's interpreter cannot run Gluon. On the CPU these tests build the kernel for sm_90 (no GPU) and read
+what the compiler made of it, and check the dispatch (a Gluon configuration falls back to the Triton
+kernels wherever Gluon cannot run, deterministic calls included) and the refusals. On a Hopper GPU the
+kernel runs and its gradients are held to the float64 criterion of the other kernels on awkward shapes.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from tests.helpers import abs_err as _err
+from tests.helpers import within_criterion
+
+from attnlab.reference import attention_ref
+from attnlab.variants import Mask
+
+pytest.importorskip("triton")
+from attnlab.gpu import BwdConfig, prefill_backward, prefill_forward  # noqa: E402
+from attnlab.gpu import prefill_gluon as G  # noqa: E402
+from attnlab.gpu import prefill_gluon_bwd as GB  # noqa: E402
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+HOPPER = DEV == "cuda" and torch.cuda.get_device_capability() == (9, 0)
+needs_gluon = pytest.mark.skipif(not G.HAVE_GLUON, reason="this triton has no Gluon")
+on_hopper = pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
+
+pytestmark = pytest.mark.usefixtures("interpreter_bfloat16")
+
+
+def _gluon_cfg(stages=2, dq_split=1):
+    return BwdConfig(64, 128, 4, stages, 64, 128, 4, stages, gluon=True, dq_split=dq_split)
+
+
+def _reports(cases: list[dict]) -> list[dict]:
+    """``prefill_gluon_bwd.sm90_report`` of each case, in a fresh interpreter without TRITON_INTERPRET."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = ("import json, sys, torch; from attnlab.gpu.prefill_gluon_bwd import sm90_report; "
+            "cases = json.loads(sys.argv[1]); "
+            "print(json.dumps([sm90_report(c.pop('D'), dtype=getattr(torch, c.pop('dtype')), **c) for c in cases]))")
+    res = subprocess.run([sys.executable, "-c", code, json.dumps(cases)], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+@needs_gluon
+def test_builds_for_sm90_as_one_pass_with_dq_atomics():
+    """sm_90 builds (D 64/128, causal or not, float16 and bfloat16, ring depths 2 and 3, dQ whole or in
+    slices): Sᵀ is waited for alone while dPᵀ stays in flight (wait_group 1); Q and dO arrive by TMA;
+    dQ leaves by float32 atomics (one pass: no second kernel); registers move from the loader warp to the
+    consumers (setmaxnreg); shared memory = K and V of the block, the Q/dO ring and the dSᵀ tiles. At
+    D = 64 nothing spills (at D = 128 the Triton 3.6 build spills a little: ``benchmarks/NOTES-prefill.md``)."""
+    cases = [dict(D=D, causal=c, dtype="bfloat16") for D in (64, 128) for c in (False, True)]
+    cases += [dict(D=128, causal=True, stages=3, dq_split=2, dtype="float16"), dict(D=64, causal=False, stages=3,
+                                                                                   dtype="bfloat16")]
+    for case, rep in zip(cases, _reports([dict(c) for c in cases])):
+        D, st = case["D"], case.get("stages", 2)
+        assert 1 in rep["wait_groups"], (case, rep)
+        assert rep["tma_loads"] > 0 and rep["atomics"] > 0 and rep["wgmma"] > 0, (case, rep)
+        assert 24 in rep["setmaxnreg"] and max(rep["setmaxnreg"]) >= 232, (case, rep)
+        expect_kb = (2 * 128 * D * 2 + 2 * st * 64 * D * 2 + 2 * 64 * 64 * 2) / 1024
+        assert rep["smem_kb"] == pytest.approx(expect_kb, abs=1.0), (case, rep)
+        assert rep["smem_kb"] <= 227, (case, rep)
+        if D == 64 and rep.get("stack") is not None:
+            assert rep["stack"] == 0, (case, rep)
+
+
+@needs_gluon
+@pytest.mark.parametrize("bad", [dict(stages=0), dict(stages=4), dict(dq_split=3), dict(dq_split=4, D=64)])
+def test_gluon_backward_refuses_bad_tiles_before_any_work(bad):
+    bad = dict(bad)
+    D = bad.pop("D", 128)
+    q = torch.zeros(1, 1, 8, D, dtype=torch.float16)
+    grads = [torch.full_like(q, 7.0) for _ in range(3)]
+    stats = torch.zeros(1, 1, 8)
+    with pytest.raises(ValueError, match="the Gluon backward takes stages"):
+        GB.gluon_backward(q, q, q, q, stats, stats, *grads, causal_off=None, scale=0.1, **bad)
+    assert all((g == 7).all() for g in grads)  # nothing written
+
+
+def _ref_grads(q, k, v, do, causal, scale, dtype, window=None):
+    q, k, v = (t.detach().to(dtype).requires_grad_(True) for t in (q, k, v))
+    out, _ = attention_ref(q, k, v, causal=causal, scale=scale, window=window)
+    return torch.autograd.grad(out, (q, k, v), do.to(dtype))
+
+
+def _check_grads(q, k, v, do, grads, causal, scale, window=None):
+    g64 = _ref_grads(q, k, v, do, causal, scale, torch.float64, window)
+    g_same = _ref_grads(q, k, v, do, causal, scale, q.dtype, window)
+    for name, g, s, r in zip(("dq", "dk", "dv"), grads, g_same, g64):
+        e, e_ref = _err(g, r), _err(s, r)
+        assert not torch.isnan(g).any(), f"{name}: NaN (an element was not written)"
+        assert within_criterion(e, e_ref, r, g.dtype), (name, e, e_ref)
+
+
+def _forward(q, k, v, mask, scale):
+    return prefill_forward(q, k, v, mask=mask, scale=scale)
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_a_gluon_config_falls_back_to_the_triton_kernels_where_gluon_cannot_run(deterministic):
+    """On the CPU (the interpreter), for softcap, and for deterministic calls (atomics add in arrival order),
+    a configuration that asks for the Gluon backward still gives the right gradients, through the Triton
+    kernels."""
+    gen = torch.Generator(device=DEV).manual_seed(1)
+    D, causal = 64, True
+    q, k, v, do = (torch.randn(1, 2, 45, D, dtype=torch.float16, device=DEV, generator=gen) for _ in range(4))
+    mask, scale = Mask(-1, 0), D ** -0.5
+    out, lse = _forward(q, k, v, mask, scale)
+    grads = prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, config=_gluon_cfg(),
+                             deterministic=deterministic)
+    _check_grads(q, k, v, do, grads, causal, scale)
+    if deterministic:  # the Triton kernels without atomics: bit-identical
+        again = prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, config=_gluon_cfg(),
+                                 deterministic=True)
+        assert all(torch.equal(a, b) for a, b in zip(grads, again))
+    out_c, lse_c = prefill_forward(q, k, v, mask=mask, scale=scale, softcap=20.0)
+    capped = prefill_backward(do, q, k, v, out_c, lse_c, mask=mask, scale=scale, softcap=20.0, config=_gluon_cfg())
+    plain = prefill_backward(do, q, k, v, out_c, lse_c, mask=mask, scale=scale, softcap=20.0)
+    for a, b in zip(capped, plain):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+def test_set_config_puts_a_gluon_backward_in_its_own_table():
+    """A Gluon backward given to set_config goes to the Gluon table (and is what default_bwd_config then
+    returns); a Triton one replaces the Triton entry and drops the Gluon one."""
+    from attnlab.gpu import default_bwd_config, set_config
+    from attnlab.gpu.config import SHORT_KEYS
+
+    cuda = torch.device("cuda")
+    before, before_triton = (default_bwd_config(128, True, cuda, SHORT_KEYS, gluon=g) for g in (True, False))
+    try:
+        set_config(128, True, bwd=_gluon_cfg(3), length="long")
+        assert default_bwd_config(128, True, cuda, SHORT_KEYS) == _gluon_cfg(3)
+        assert default_bwd_config(128, True, cuda, SHORT_KEYS, gluon=False) == before_triton
+        set_config(128, True, bwd=before_triton, length="long")
+        assert default_bwd_config(128, True, cuda, SHORT_KEYS) == before_triton
+    finally:
+        set_config(128, True, bwd=before_triton, length="long")
+        if before.gluon:
+            set_config(128, True, bwd=before, length="long")
+    assert default_bwd_config(128, True, cuda, SHORT_KEYS) == before
+
+
+# -- on a Hopper GPU ---------------------------------------------------------------------------------
+
+GPU_CASES = [
+    # B, H, Hkv, Nq, Nk, D, causal, dtype
+    (1, 2, 2, 1, 1, 64, False, torch.bfloat16),  # one row, one key
+    (2, 4, 4, 129, 129, 128, False, torch.float16),  # ragged last blocks
+    (2, 4, 4, 1000, 1000, 64, True, torch.bfloat16),  # causal, ragged
+    (1, 8, 2, 257, 1030, 128, True, torch.bfloat16),  # GQA, Nq < Nk (bottom-right diagonal)
+    (1, 6, 1, 700, 300, 64, True, torch.float16),  # MQA, Nq > Nk: empty rows
+    (3, 5, 5, 2048, 2048, 128, True, torch.bfloat16),  # odd head count, full blocks
+    (1, 4, 2, 3000, 4099, 128, False, torch.bfloat16),
+]
+TILES = [(2, 1), (3, 1), (2, 2)]  # (stages, dq_split)
+
+
+def _gpu_inputs(B, H, Hkv, Nq, Nk, D, dtype, seed):
+    gen = torch.Generator(device=DEV).manual_seed(seed)
+    q = torch.randn(B, H, Nq, D, dtype=dtype, device=DEV, generator=gen)
+    k, v = (torch.randn(B, Hkv, Nk, D, dtype=dtype, device=DEV, generator=gen) for _ in range(2))
+    do = torch.randn(B, H, Nq, D, dtype=dtype, device=DEV, generator=gen)
+    return q, k, v, do
+
+
+@pytest.mark.gpu
+@on_hopper
+@pytest.mark.parametrize("stages,dq_split", TILES)
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,causal,dtype", GPU_CASES)
+def test_gpu_gluon_backward_matches_reference(B, H, Hkv, Nq, Nk, D, causal, dtype, stages, dq_split):
+    q, k, v, do = _gpu_inputs(B, H, Hkv, Nq, Nk, D, dtype, Nq * 7 + Nk)
+    mask, scale = Mask(-1, 0 if causal else -1), D ** -0.5
+    out, lse = _forward(q, k, v, mask, scale)
+    grads = [torch.full(t.shape, float("nan"), dtype=dtype, device=DEV) for t in (q, k, v)]
+    prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, config=_gluon_cfg(stages, dq_split),
+                     dq=grads[0], dk=grads[1], dv=grads[2])
+    _check_grads(q, k, v, do, grads, causal, scale)
+
+
+WINDOW_CASES = [
+    # B, H, Hkv, Nq, Nk, D, (left, right)
+    (1, 4, 2, 1000, 1000, 128, (255, 0)),  # causal sliding window, GQA, ragged
+    (2, 4, 4, 700, 1300, 64, (100, 0)),  # Nq < Nk (bottom-right), a window narrower than a block
+    (1, 2, 2, 513, 513, 128, (64, -1)),  # a left edge only (no causal right edge)
+    (1, 3, 1, 900, 400, 64, (300, 0)),  # Nq > Nk: empty rows, MQA
+    (1, 2, 2, 4096, 4096, 128, (1023, 0)),  # full blocks inside the window, skipped blocks left of it
+]
+
+
+@pytest.mark.gpu
+@on_hopper
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,window", WINDOW_CASES)
+def test_gpu_gluon_backward_sliding_window(B, H, Hkv, Nq, Nk, D, window):
+    q, k, v, do = _gpu_inputs(B, H, Hkv, Nq, Nk, D, torch.bfloat16, Nq + Nk + window[0])
+    mask, scale = Mask(*window), D ** -0.5
+    out, lse = _forward(q, k, v, mask, scale)
+    grads = prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, config=_gluon_cfg())
+    _check_grads(q, k, v, do, grads, window[1] == 0, scale, window=window)
+
+
+@pytest.mark.gpu
+@on_hopper
+def test_gpu_gluon_backward_strided_inputs_and_lse_gradient():
+    """(B, N, H, D) tensors seen as (B, H, N, D) go through the descriptors' strides, and an incoming
+    gradient of the logsumexp (dlse) is folded into D_i as in the Triton kernels: both agree."""
+    gen = torch.Generator(device=DEV).manual_seed(5)
+    q, k, v, do = (torch.randn(2, 1500, 8, 128, dtype=torch.bfloat16, device=DEV, generator=gen).transpose(1, 2)
+                   for _ in range(4))
+    mask, scale = Mask(-1, 0), 0.1
+    out, lse = _forward(q, k, v, mask, scale)
+    dlse = torch.randn(lse.shape, device=DEV, generator=gen)
+    got = prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, config=_gluon_cfg(), dlse=dlse)
+    tri = prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, dlse=dlse,
+                           config=BwdConfig(64, 128, 8, 3, 128, 64, 8, 3))
+    for a, b in zip(got, tri):
+        scale_ = b.float().abs().max().item()
+        assert (a.float() - b.float()).abs().max().item() <= 2e-2 * max(scale_, 1.0)
