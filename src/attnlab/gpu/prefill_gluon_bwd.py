@@ -81,7 +81,7 @@ if HAVE_GLUON:
             _tma_load(desc_do, [b, h, m0, 0], do_ready.index(slot), do_smem.index(slot))
 
     @gluon.jit
-    def _bwd_consumer(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem,
+    def _bwd_consumer(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                       PART: gl.constexpr, CAUSAL: gl.constexpr):
@@ -91,6 +91,7 @@ if HAVE_GLUON:
         HEAD_D: gl.constexpr = k_smem.shape[4]
         BLOCK_M: gl.constexpr = q_smem.shape[3]
         STAGES: gl.constexpr = q_smem.shape[0]
+        NC: gl.constexpr = k_smem.shape[0]
         DQ_SPLIT: gl.constexpr = kv_bar.shape[0]  # (a partition takes no constexpr: the barrier array carries it)
         dtype: gl.constexpr = desc_dk.dtype
         # Sᵀ, dPᵀ: (SUB_N keys, BLOCK_M queries); dK, dV: (SUB_N, D); dQ: (BLOCK_M, D) — SUB_N = BLOCK_M = 64
@@ -101,23 +102,17 @@ if HAVE_GLUON:
         op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
         row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
         col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
-        row_a: gl.constexpr = gl.SliceLayout(1, acc_layout)
-        col_a: gl.constexpr = gl.SliceLayout(0, acc_layout)
 
         kc0 = start_n + PART * SUB_N
         offs_k = kc0 + gl.arange(0, SUB_N, layout=row_s)
         offs_qs = gl.arange(0, BLOCK_M, layout=col_s)
-        offs_qa = gl.arange(0, BLOCK_M, layout=row_a)
-        offs_d = gl.arange(0, HEAD_D, layout=col_a)
         k_tile = k_smem.index(PART)
         v_tile = v_smem.index(PART)
         k = k_tile.reshape([SUB_N, HEAD_D])
         v = v_tile.reshape([SUB_N, HEAD_D])
-        ds_buf = ds_smem.index(PART)
         dk = gl.zeros([SUB_N, HEAD_D], gl.float32, layout=acc_layout)
         dv = gl.zeros([SUB_N, HEAD_D], gl.float32, layout=acc_layout)
         s_zero = gl.zeros([SUB_N, BLOCK_M], gl.float32, layout=s_layout)
-        dq_zero = gl.zeros([BLOCK_M, HEAD_D], gl.float32, layout=acc_layout)
         SPLIT_D: gl.constexpr = HEAD_D // DQ_SPLIT
         dqs_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                              instr_shape=[16, SPLIT_D, 16])
@@ -162,24 +157,45 @@ if HAVE_GLUON:
             ds = (pT * (dpT - di[None, :])).to(dtype)
             ds_op = gl.convert_layout(ds, op_layout)
             dk_tok = warpgroup_mma(ds_op, q, dk, is_async=True)
-            # -- dQᵢ (this warp group's share) = dS K_c: dSᵀ transposed through shared memory, in
-            #    DQ_SPLIT column slices of D (each slice's accumulator lives only until its atomics)
-            ds_buf.store(ds)
+            # -- dSᵀ into this warp group's half of the step's shared tile (slot t % 2), once the reader
+            #    of step t − 2 is done with it; then tell the reader
+            ds_slot = t % 2
+            if t >= 2:
+                mbarrier.wait(ds_bars.index(2 + ds_slot), ((t // 2) - 1) & 1)
+            ds_smem.index(ds_slot).slice(PART * SUB_N, SUB_N, dim=0).store(ds)
             fence_async_shared()
+            gl.thread_barrier()  # every thread's share is written before the one arrival
+            mbarrier.arrive(ds_bars.index(ds_slot), count=1)
             # dV and dK done: the slot's Qᵢ and dOᵢ are free for the loader
             dv, dk, p_op, ds_op = warpgroup_mma_wait(0, deps=(dv_tok, dk_tok, p_op, ds_op))
             mbarrier.arrive(q_empty.index(slot), count=1)
             mbarrier.arrive(do_empty.index(slot), count=1)
-            rows = m0 + offs_qds
-            for j in gl.static_range(DQ_SPLIT):
-                dq_tok = warpgroup_mma(ds_buf.permute((1, 0)), k.slice(j * SPLIT_D, SPLIT_D, dim=1), dqs_zero,
-                                       use_acc=False, is_async=True)
-                dq = warpgroup_mma_wait(0, deps=(dq_tok, ))
-                dq_ptrs = DQ + row0 * HEAD_D + rows[:, None] * HEAD_D + (j * SPLIT_D + offs_ds)[None, :]
-                gl.atomic_add(dq_ptrs, dq * sm_scale, mask=(rows[:, None] < Nq) & (offs_ds[None, :] < SPLIT_D),
-                              sem="relaxed")
+            # -- dQᵢ = dS K over all 128 keys of the block, by warp group t % 2 (they take turns): one
+            #    float32 atomic per element per block, in DQ_SPLIT column slices of D
+            if ds_slot == PART:
+                mbarrier.wait(ds_bars.index(ds_slot), (t // 2) & 1)  # both halves of dSᵀ are in
+                ds_all = ds_smem.index(ds_slot)  # (NC·SUB_N, BLOCK_M)
+                rows = m0 + offs_qds
+                for j in gl.static_range(DQ_SPLIT):
+                    dq = dqs_zero
+                    for c in gl.static_range(NC):  # dS K = Σ_c dS[:, keys of c] K_c
+                        dq = warpgroup_mma(ds_all.slice(c * SUB_N, SUB_N, dim=0).permute((1, 0)),
+                                           k_smem.index(c).reshape([SUB_N, HEAD_D]).slice(j * SPLIT_D, SPLIT_D, dim=1),
+                                           dq, use_acc=c > 0, is_async=True)
+                    dq = warpgroup_mma_wait(0, deps=(dq, ))
+                    if j == DQ_SPLIT - 1:
+                        mbarrier.arrive(ds_bars.index(2 + ds_slot), count=1)  # the tile is free again
+                    dq_ptrs = DQ + row0 * HEAD_D + rows[:, None] * HEAD_D + (j * SPLIT_D + offs_ds)[None, :]
+                    gl.atomic_add(dq_ptrs, dq * sm_scale, mask=(rows[:, None] < Nq) & (offs_ds[None, :] < SPLIT_D),
+                                  sem="relaxed")
 
-        # -- epilogue: dK·scale and dV through this warp group's K and V buffers (no wgmma reads them now)
+        # -- epilogue: dK·scale and dV through this warp group's K and V buffers, once the last dQ products
+        #    (the other warp group's too) have read K
+        n_steps = G * n_m
+        if n_steps >= 1:
+            mbarrier.wait(ds_bars.index(2 + (n_steps - 1) % 2), ((n_steps - 1) // 2) & 1)
+        if n_steps >= 2:
+            mbarrier.wait(ds_bars.index(2 + (n_steps - 2) % 2), ((n_steps - 2) // 2) & 1)
         k.store((dk * sm_scale).to(dtype))
         v.store(dv.to(dtype))
         fence_async_shared()
@@ -188,34 +204,34 @@ if HAVE_GLUON:
         tma.store_wait(0)
 
     @gluon.jit
-    def _bwd_consumer_0_causal(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem,
+    def _bwd_consumer_0_causal(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
                                kv_bar, q_ready, do_ready, q_empty, do_empty,
                                b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale):
-        _bwd_consumer(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem,
+        _bwd_consumer(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, 0, True)
 
     @gluon.jit
-    def _bwd_consumer_0_full(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem,
+    def _bwd_consumer_0_full(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
                              kv_bar, q_ready, do_ready, q_empty, do_empty,
                              b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale):
-        _bwd_consumer(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem,
+        _bwd_consumer(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, 0, False)
 
     @gluon.jit
-    def _bwd_consumer_1_causal(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem,
+    def _bwd_consumer_1_causal(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
                                kv_bar, q_ready, do_ready, q_empty, do_empty,
                                b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale):
-        _bwd_consumer(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem,
+        _bwd_consumer(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, 1, True)
 
     @gluon.jit
-    def _bwd_consumer_1_full(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem,
+    def _bwd_consumer_1_full(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
                              kv_bar, q_ready, do_ready, q_empty, do_empty,
                              b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale):
-        _bwd_consumer(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem,
+        _bwd_consumer(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, 1, False)
 
@@ -251,20 +267,24 @@ if HAVE_GLUON:
         q_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_D], desc_q.layout)
         do_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_D], desc_do.layout)
         ds_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
-        ds_smem = gl.allocate_shared_memory(dtype, [NC, SUB_N, BLOCK_M], ds_layout)
+        ds_smem = gl.allocate_shared_memory(dtype, [2, NC * SUB_N, BLOCK_M], ds_layout)  # dSᵀ of two steps
+        ds_bars = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())  # ready x2, free x2
         kv_bar = gl.allocate_shared_memory(gl.int64, [DQ_SPLIT, 1], mbarrier.MBarrierLayout())
         q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         q_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         do_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         mbarrier.init(kv_bar.index(0), count=1)
+        for i in gl.static_range(2):
+            mbarrier.init(ds_bars.index(i), count=NC)  # "ready": each warp group wrote its half
+            mbarrier.init(ds_bars.index(2 + i), count=1)  # "free": the reader's dQ product is done
         for i in gl.static_range(STAGES):
             mbarrier.init(q_ready.index(i), count=1)
             mbarrier.init(do_ready.index(i), count=1)
             mbarrier.init(q_empty.index(i), count=NC)  # one arrival per consumer warp group
             mbarrier.init(do_empty.index(i), count=NC)
 
-        consumer_args = (desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem,
+        consumer_args = (desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
                          kv_bar, q_ready, do_ready, q_empty, do_empty,
                          b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale)
         loader_args = (desc_q, desc_do, desc_k, desc_v, k_smem, v_smem, q_smem, do_smem,
