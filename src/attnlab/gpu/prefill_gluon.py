@@ -53,6 +53,8 @@ try:  # Gluon ships with triton >= 3.5; older tritons run the Triton kernel only
     # the TMA copies' names changed after triton 3.6 (async_copy_* -> async_load / async_store)
     _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
     _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+    # and the barrier of a partition's warps (thread_barrier -> barrier)
+    _warps_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
     HAVE_GLUON = True
 except ImportError:  # pragma: no cover - depends on the installed triton
     HAVE_GLUON = False

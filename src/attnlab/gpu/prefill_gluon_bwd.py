@@ -45,7 +45,7 @@ if HAVE_GLUON:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from .prefill_gluon import _tma_load, _tma_store
+    from .prefill_gluon import _tma_load, _tma_store, _warps_barrier
 
 BWD_BLOCK_M = 64  # query rows per step (the wgmma M of dQ, the N of Sᵀ)
 BWD_SUB_N = 64  # keys per consumer warp group
@@ -164,7 +164,7 @@ if HAVE_GLUON:
                 mbarrier.wait(ds_bars.index(2 + ds_slot), ((t // 2) - 1) & 1)
             ds_smem.index(ds_slot).slice(PART * SUB_N, SUB_N, dim=0).store(ds)
             fence_async_shared()
-            gl.thread_barrier()  # every thread's share is written before the one arrival
+            _warps_barrier()  # every thread's share is written before the one arrival
             mbarrier.arrive(ds_bars.index(ds_slot), count=1)
             # dV and dK done: the slot's Qᵢ and dOᵢ are free for the loader
             dv, dk, p_op, ds_op = warpgroup_mma_wait(0, deps=(dv_tok, dk_tok, p_op, ds_op))
