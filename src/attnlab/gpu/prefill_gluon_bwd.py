@@ -92,7 +92,8 @@ if HAVE_GLUON:
         BLOCK_M: gl.constexpr = q_smem.shape[3]
         STAGES: gl.constexpr = q_smem.shape[0]
         NC: gl.constexpr = k_smem.shape[0]
-        DQ_SPLIT: gl.constexpr = kv_bar.shape[0]  # (a partition takes no constexpr: the barrier array carries it)
+        DQ_SPLIT: gl.constexpr = kv_bar.shape[0]  # (a partition takes no constexpr: the barrier arrays carry
+        ABLATE: gl.constexpr = ds_bars.shape[0] - 4  # these two)
         dtype: gl.constexpr = desc_dk.dtype
         # Sᵀ, dPᵀ: (SUB_N keys, BLOCK_M queries); dK, dV: (SUB_N, D); dQ: (BLOCK_M, D) — SUB_N = BLOCK_M = 64
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -148,7 +149,10 @@ if HAVE_GLUON:
                 sT = gl.where(visible, sT * qk_scale - lse2[None, :], float("-inf"))
             else:
                 sT = sT * qk_scale - lse2[None, :]
-            pT = gl.exp2(sT)
+            if ABLATE >= 4:  # measurement only: no exponentials
+                pT = sT
+            else:
+                pT = gl.exp2(sT)
             p_op = gl.convert_layout(pT.to(dtype), op_layout)
             di = gl.load(DELTA + row0 + offs_q, mask=offs_q < Nq, other=0.0)
             dpT = warpgroup_mma_wait(0, deps=(dp_tok, ))
@@ -160,19 +164,25 @@ if HAVE_GLUON:
             # -- dSᵀ into this warp group's half of the step's shared tile (slot t % 2), once the reader
             #    of step t − 2 is done with it; then tell the reader
             ds_slot = t % 2
-            if t >= 2:
+            if ABLATE >= 3:  # measurement only: no dS exchange, no dQ
+                ds_slot = 2
+            if t >= 2 and ds_slot < 2:
                 mbarrier.wait(ds_bars.index(2 + ds_slot), ((t // 2) - 1) & 1)
-            ds_smem.index(ds_slot).slice(PART * SUB_N, SUB_N, dim=0).store(ds)
-            fence_async_shared()
-            _warps_barrier()  # every thread's share is written before the one arrival
-            mbarrier.arrive(ds_bars.index(ds_slot), count=1)
+            if ds_slot < 2:
+                ds_smem.index(ds_slot).slice(PART * SUB_N, SUB_N, dim=0).store(ds)
+                fence_async_shared()
+                _warps_barrier()  # every thread's share is written before the one arrival
+                mbarrier.arrive(ds_bars.index(ds_slot), count=1)
             # dV and dK done: the slot's Qᵢ and dOᵢ are free for the loader
             dv, dk, p_op, ds_op = warpgroup_mma_wait(0, deps=(dv_tok, dk_tok, p_op, ds_op))
             mbarrier.arrive(q_empty.index(slot), count=1)
             mbarrier.arrive(do_empty.index(slot), count=1)
             # -- dQᵢ = dS K over all 128 keys of the block, by warp group t % 2 (they take turns): one
             #    float32 atomic per element per block, in DQ_SPLIT column slices of D
-            if ds_slot == PART:
+            if ds_slot == PART and ABLATE == 2:
+                mbarrier.wait(ds_bars.index(ds_slot), (t // 2) & 1)
+                mbarrier.arrive(ds_bars.index(2 + ds_slot), count=1)
+            if ds_slot == PART and ABLATE < 2:
                 mbarrier.wait(ds_bars.index(ds_slot), (t // 2) & 1)  # both halves of dSᵀ are in
                 ds_all = ds_smem.index(ds_slot)  # (NC·SUB_N, BLOCK_M)
                 rows = m0 + offs_qds
@@ -185,13 +195,18 @@ if HAVE_GLUON:
                     dq = warpgroup_mma_wait(0, deps=(dq, ))
                     if j == DQ_SPLIT - 1:
                         mbarrier.arrive(ds_bars.index(2 + ds_slot), count=1)  # the tile is free again
+                    if ABLATE == 1:  # measurement only: dQ made, not added
+                        dq = dq * 0.0
                     dq_ptrs = DQ + row0 * HEAD_D + rows[:, None] * HEAD_D + (j * SPLIT_D + offs_ds)[None, :]
-                    gl.atomic_add(dq_ptrs, dq * sm_scale, mask=(rows[:, None] < Nq) & (offs_ds[None, :] < SPLIT_D),
-                                  sem="relaxed")
+                    if ABLATE != 1:
+                        gl.atomic_add(dq_ptrs, dq * sm_scale, mask=(rows[:, None] < Nq) & (offs_ds[None, :] < SPLIT_D),
+                                      sem="relaxed")
 
         # -- epilogue: dK·scale and dV through this warp group's K and V buffers, once the last dQ products
         #    (the other warp group's too) have read K
         n_steps = G * n_m
+        if ABLATE >= 3:
+            n_steps = 0
         if n_steps >= 1:
             mbarrier.wait(ds_bars.index(2 + (n_steps - 1) % 2), ((n_steps - 1) // 2) & 1)
         if n_steps >= 2:
@@ -239,7 +254,7 @@ if HAVE_GLUON:
     def _attn_bwd_gluon_ws(desc_q, desc_do, desc_k, desc_v, desc_dk, desc_dv, DQ, LSE2, DELTA,
                            H, G, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                            HEAD_D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                           CONSUMER_REGS: gl.constexpr, DQ_SPLIT: gl.constexpr):
+                           CONSUMER_REGS: gl.constexpr, DQ_SPLIT: gl.constexpr, ABLATE: gl.constexpr = 0):
         """Grid (key blocks of 128, B·Hkv). Descriptors over (B, H|Hkv, N, D) with blocks [1, 1, 64, D];
         DQ (B, H, Nq, D) float32, zeroed by the caller; LSE2, DELTA (B, H, Nq) from the preprocessing
         kernel. Two consumer warp groups of 4 warps (64 keys each) and one loader warp."""
@@ -268,7 +283,7 @@ if HAVE_GLUON:
         do_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_D], desc_do.layout)
         ds_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
         ds_smem = gl.allocate_shared_memory(dtype, [2, NC * SUB_N, BLOCK_M], ds_layout)  # dSᵀ of two steps
-        ds_bars = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())  # ready x2, free x2
+        ds_bars = gl.allocate_shared_memory(gl.int64, [4 + ABLATE, 1], mbarrier.MBarrierLayout())  # ready x2, free x2
         kv_bar = gl.allocate_shared_memory(gl.int64, [DQ_SPLIT, 1], mbarrier.MBarrierLayout())
         q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -307,7 +322,7 @@ def _check_tiles(head_dim: int, stages: int, dq_split: int) -> None:
 def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, lse2: torch.Tensor,
                    delta: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, *,
                    causal_off: int | None, scale: float, stages: int = 2, dq_split: int = 1,
-                   win_off: int | None = None) -> None:
+                   win_off: int | None = None, _ablate: int = 0) -> None:
     """Run the Gluon backward: q, do (B, H, Nq, D); k, v (B, Hkv, Nk, D); ``lse2``, ``delta`` (B, H, Nq)
     float32 from ``prefill_bwd``'s preprocessing kernel (L in log2 units, +inf on empty rows; D_i). Writes
     dq (like q), dk, dv (like k, v; contiguous) in place. ``causal_off``/``win_off`` as in
@@ -329,7 +344,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         H, H // Hkv, Nq, Nk, causal_off if causal_off is not None else 0,
         NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale,
         HEAD_D=D, STAGES=stages, CAUSAL=causal_off is not None, CONSUMER_REGS=BWD_CONSUMER_REGS, DQ_SPLIT=dq_split,
-        num_warps=4)
+        ABLATE=_ablate, num_warps=4)
     dq.copy_(dq_acc)
 
 

@@ -1,0 +1,107 @@
+"""Where the Gluon backward's time goes (``attnlab.gpu.prefill_gluon_bwd``), by leaving stages out.
+
+No hardware counters needed: each variant removes one stage of the consumer loop and the difference in
+time is that stage's cost on the critical path. Variants (the kernel's measurement-only ``_ablate``):
+
+    0  the kernel as shipped
+    1  dQ made but not added (no float32 atomics)
+    2  no dQ product either (the dSᵀ tiles still exchanged between the warp groups)
+    3  no dSᵀ exchange: the two warp groups independent, four products per step (Sᵀ, dPᵀ, dV, dK)
+    4  as 3 without the exponentials
+
+Variants 1–4 compute wrong gradients by design; they are timed, never checked. Also timed: the Triton
+backward of the library's table, same inputs. bfloat16, 16K tokens, H·D = 2048, one (batch, N).
+
+    python benchmarks/bwd_gluon_ablation.py --json ablation.json
+    python benchmarks/bwd_gluon_ablation.py --one --D 128   # one launch of variant 0 (for a profiler)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from attnlab.bench import environment, time_fn  # noqa: E402
+from attnlab.cost import attention_flops  # noqa: E402
+
+VARIANTS = {0: "shipped", 1: "no dQ atomics", 2: "no dQ product", 3: "no dS exchange", 4: "no exp2 either"}
+
+
+def inputs(D: int, N: int, causal: bool):
+    from attnlab.gpu import prefill_forward
+    from attnlab.variants import Mask
+
+    H = 2048 // D
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v, do = (torch.randn(1, H, N, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(4))
+    out, lse = prefill_forward(q, k, v, mask=Mask(-1, 0 if causal else -1), scale=D ** -0.5)
+    lse2 = (lse * 1.4426950408889634).contiguous()
+    delta = (out.float() * do.float()).sum(-1).contiguous()
+    return q, k, v, do, out, lse, lse2, delta
+
+
+def time_shape(D: int, N: int, causal: bool, stages: int) -> list[dict]:
+    from attnlab.gpu import prefill_backward
+    from attnlab.gpu.prefill_gluon_bwd import gluon_backward
+    from attnlab.variants import Mask
+
+    q, k, v, do, out, lse, lse2, delta = inputs(D, N, causal)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    fl = attention_flops(heads=2048 // D, seq_q=N, head_dim=D, causal=causal, pass_="bwd")
+
+    def gl_fn(a):
+        return lambda: gluon_backward(q, k, v, do, lse2, delta, dq, dk, dv, causal_off=0 if causal else None,
+                                      scale=D ** -0.5, stages=stages, _ablate=a)
+
+    fns = {f"gluon {a}: {name}": gl_fn(a) for a, name in VARIANTS.items()}
+    fns["triton table"] = lambda: prefill_backward(do, q, k, v, out, lse, mask=Mask(-1, 0 if causal else -1),
+                                                   scale=D ** -0.5)
+    rows = []
+    for name, fn in fns.items():
+        ms = time_fn(fn, device="cuda")
+        row = dict(D=D, causal=causal, N=N, variant=name, ms=ms, tflops=fl / (ms * 1e-3) / 1e12)
+        rows.append(row)
+        print(f"D={D} causal={causal!s:5} N={N} {name:28s} {ms:8.3f} ms {row['tflops']:6.0f} TFLOP/s", flush=True)
+    return rows
+
+
+def run(args) -> list[dict]:
+    return [r for D in args.D for causal in args.causal for r in time_shape(D, args.N, causal, args.stages)]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--D", type=int, nargs="+", default=[64, 128])
+    p.add_argument("--causal", type=lambda s: s == "1", nargs="+", default=[False], help="1 causal, 0 not")
+    p.add_argument("--N", type=int, default=16384)
+    p.add_argument("--stages", type=int, default=2)
+    p.add_argument("--one", action="store_true", help="one launch of the shipped kernel and exit")
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("needs a CUDA GPU (Hopper)")
+        return 0
+    if args.one:
+        from attnlab.gpu.prefill_gluon_bwd import gluon_backward
+
+        D = args.D[0]
+        q, k, v, do, out, lse, lse2, delta = inputs(D, args.N, args.causal[0])
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        gluon_backward(q, k, v, do, lse2, delta, dq, dk, dv, causal_off=0 if args.causal[0] else None,
+                       scale=D ** -0.5, stages=args.stages)
+        torch.cuda.synchronize()
+        return 0
+    rows = run(args)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"environment": environment(), "rows": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
