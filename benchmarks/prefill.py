@@ -340,8 +340,7 @@ def sweep_candidates(quick: bool, which: str = "v2"):
         return fwd, [BwdConfig(64, 128, 8, 4, 128, 64, 8, 4), BwdConfig(64, 64, 4, 3, 64, 64, 4, 3),
                      BwdConfig(64, 128, 4, 2, 64, 128, 4, 2, gluon=True),
                      BwdConfig(64, 128, 4, 3, 64, 128, 4, 3, gluon=True),
-                     BwdConfig(64, 128, 4, 2, 64, 128, 4, 2, gluon=True, dq_split=2),
-                     BwdConfig(64, 128, 4, 3, 64, 128, 4, 3, gluon=True, dq_split=2)]
+                     BwdConfig(64, 128, 4, 2, 64, 128, 4, 2, gluon=True, dq_split=2)]
     if which == "v4":  # the Gluon forward (softmax under the P·V wgmma) against the table's Triton entries
         if quick:
             return [FwdConfig(16, 16, 1, 1), FwdConfig(16, 16, 1, 1, gluon=True)], []

@@ -53,7 +53,7 @@ def _reports(cases: list[dict]) -> list[dict]:
 def test_builds_for_sm90_as_one_pass_with_dq_atomics():
     """sm_90 builds (D 64/128, causal or not, float16 and bfloat16, ring depths 2 and 3, dQ whole or in
     slices): Sᵀ is waited for alone while dPᵀ stays in flight (wait_group 1); Q and dO arrive by TMA;
-    dQ leaves by float32 atomics (one pass: no second kernel); registers move from the loader warp to the
+    dQ leaves by TMA bulk reductions (float32 atomics when sliced; one pass: no second kernel); registers move from the loader warp to the
     consumers (setmaxnreg); shared memory = K and V of the block, the Q/dO ring and the dSᵀ tiles. At
     D = 64 nothing spills (at D = 128 the Triton 3.6 build spills a little: ``benchmarks/NOTES-prefill.md``)."""
     cases = [dict(D=D, causal=c, dtype="bfloat16") for D in (64, 128) for c in (False, True)]
@@ -62,9 +62,15 @@ def test_builds_for_sm90_as_one_pass_with_dq_atomics():
     for case, rep in zip(cases, _reports([dict(c) for c in cases])):
         D, st = case["D"], case.get("stages", 2)
         assert 1 in rep["wait_groups"], (case, rep)
-        assert rep["tma_loads"] > 0 and rep["atomics"] > 0 and rep["wgmma"] > 0, (case, rep)
+        assert rep["tma_loads"] > 0 and rep["wgmma"] > 0, (case, rep)
+        if case.get("dq_split", 1) == 1:  # dQ by TMA bulk reductions, staged through shared memory
+            assert rep["tma_reduces"] > 0 and rep["atomics"] == 0, (case, rep)
+        else:  # dQ in column slices, by float32 atomics
+            assert rep["atomics"] > 0 and rep["tma_reduces"] == 0, (case, rep)
         assert 24 in rep["setmaxnreg"] and max(rep["setmaxnreg"]) >= 232, (case, rep)
         expect_kb = (2 * 128 * D * 2 + 2 * st * 64 * D * 2 + 2 * 128 * 64 * 2) / 1024  # K, V; Q, dO ring; dSᵀ x2
+        if case.get("dq_split", 1) == 1:
+            expect_kb += 2 * 64 * D * 4 / 1024  # each consumer's float32 dQ tile on its way to the reduction
         assert rep["smem_kb"] == pytest.approx(expect_kb, abs=1.0), (case, rep)
         assert rep["smem_kb"] <= 227, (case, rep)
         if D == 64 and rep.get("stack") is not None:

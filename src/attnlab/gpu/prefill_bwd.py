@@ -405,7 +405,8 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
     if cfg.gluon:  # the Gluon kernel takes plain calls on Hopper; the Triton entry runs the rest
         from .prefill_gluon import gluon_supported
 
-        plain = cu_seqlens is None and softcap is None and slopes is None and not deterministic
+        plain = (cu_seqlens is None and softcap is None and slopes is None and not deterministic
+                 and q.shape[0] * q.shape[1] * q.shape[2] < 2**31 - 64)  # dQ's TMA rows are 32-bit
         if not (plain and gluon_supported(q, k, v) and tma_ok(do, dk, dv)):
             cfg = default_bwd_config(D, not mask.dense, q.device, n_keys, gluon=False)
     if deterministic and cfg.dq_atomic:  # float32 atomics add in arrival order: not bit-reproducible

@@ -529,7 +529,7 @@ def sm90_report(head_dim: int, *, causal: bool, block_m: int = 128, block_n: int
 
 def kernel_report(kernel) -> dict:
     """Shared memory (KB), setmaxnreg values, wgmma waits and counts, TMA loads, float32 global atomics
-    (``atomics``) of a compiled sm_90 kernel, with registers and spill stack per thread from its cubin
+    (``atomics``) and TMA bulk reductions (``tma_reduces``) of a compiled sm_90 kernel, with registers and spill stack per thread from its cubin
     where Triton ships cuobjdump."""
     import re
     import subprocess
@@ -544,7 +544,8 @@ def kernel_report(kernel) -> dict:
                wait_groups=sorted({int(n) for n in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)}),
                tma_loads=len(re.findall(r"cp\.async\.bulk\.tensor", ptx)),
                wgmma=len(re.findall(r"wgmma\.mma_async", ptx)),
-               atomics=len(re.findall(r"(?:atom|red)\.global\.\S*add\S*f32", ptx)))
+               atomics=len(re.findall(r"(?:atom|red)\.global\.\S*add\S*f32", ptx)),
+               tma_reduces=len(re.findall(r"cp\.reduce\.async\.bulk\.tensor", ptx)))
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     if tool.exists():
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:

@@ -47,6 +47,16 @@ if HAVE_GLUON:
 
     from .prefill_gluon import _tma_load, _tma_store, _warps_barrier
 
+    from triton._C.libtriton import ir as _ir
+    from triton.experimental.gluon.language._core import builtin as _builtin
+
+    @_builtin
+    def _tma_reduce_add(desc, coord, value, _semantic=None):
+        """Add a register tile into global memory through a tensor descriptor (a TMA bulk reduction,
+        staged through shared memory by the compiler)."""
+        coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+        _semantic.builder.create_descriptor_reduce(_ir.DESCRIPTOR_REDUCE_KIND.ADD, desc.handle, value.handle, coord)
+
 BWD_BLOCK_M = 64  # query rows per step (the wgmma M of dQ, the N of Sᵀ)
 BWD_SUB_N = 64  # keys per consumer warp group
 BWD_CONSUMER_REGS = 232  # registers per consumer thread (setmaxnreg); the loader warp keeps 24
@@ -81,7 +91,7 @@ if HAVE_GLUON:
             _tma_load(desc_do, [b, h, m0, 0], do_ready.index(slot), do_smem.index(slot))
 
     @gluon.jit
-    def _bwd_consumer(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
+    def _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                       PART: gl.constexpr, CAUSAL: gl.constexpr):
@@ -198,7 +208,9 @@ if HAVE_GLUON:
                     if ABLATE == 1:  # measurement only: dQ made, not added
                         dq = dq * 0.0
                     dq_ptrs = DQ + row0 * HEAD_D + rows[:, None] * HEAD_D + (j * SPLIT_D + offs_ds)[None, :]
-                    if ABLATE != 1:
+                    if ABLATE != 1 and DQ_SPLIT == 1:
+                        _tma_reduce_add(desc_dq, [(row0 + m0).to(gl.int32), 0], dq * sm_scale)
+                    elif ABLATE != 1:
                         gl.atomic_add(dq_ptrs, dq * sm_scale, mask=(rows[:, None] < Nq) & (offs_ds[None, :] < SPLIT_D),
                                       sem="relaxed")
 
@@ -219,39 +231,39 @@ if HAVE_GLUON:
         tma.store_wait(0)
 
     @gluon.jit
-    def _bwd_consumer_0_causal(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
+    def _bwd_consumer_0_causal(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
                                kv_bar, q_ready, do_ready, q_empty, do_empty,
                                b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale):
-        _bwd_consumer(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
+        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, 0, True)
 
     @gluon.jit
-    def _bwd_consumer_0_full(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
+    def _bwd_consumer_0_full(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
                              kv_bar, q_ready, do_ready, q_empty, do_empty,
                              b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale):
-        _bwd_consumer(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
+        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, 0, False)
 
     @gluon.jit
-    def _bwd_consumer_1_causal(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
+    def _bwd_consumer_1_causal(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
                                kv_bar, q_ready, do_ready, q_empty, do_empty,
                                b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale):
-        _bwd_consumer(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
+        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, 1, True)
 
     @gluon.jit
-    def _bwd_consumer_1_full(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
+    def _bwd_consumer_1_full(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
                              kv_bar, q_ready, do_ready, q_empty, do_empty,
                              b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale):
-        _bwd_consumer(desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
+        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, 1, False)
 
     @gluon.jit
-    def _attn_bwd_gluon_ws(desc_q, desc_do, desc_k, desc_v, desc_dk, desc_dv, DQ, LSE2, DELTA,
+    def _attn_bwd_gluon_ws(desc_q, desc_do, desc_k, desc_v, desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA,
                            H, G, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                            HEAD_D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                            CONSUMER_REGS: gl.constexpr, DQ_SPLIT: gl.constexpr, ABLATE: gl.constexpr = 0):
@@ -299,7 +311,7 @@ if HAVE_GLUON:
             mbarrier.init(q_empty.index(i), count=NC)  # one arrival per consumer warp group
             mbarrier.init(do_empty.index(i), count=NC)
 
-        consumer_args = (desc_dk, desc_dv, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
+        consumer_args = (desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
                          kv_bar, q_ready, do_ready, q_empty, do_empty,
                          b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale)
         loader_args = (desc_q, desc_do, desc_k, desc_v, k_smem, v_smem, q_smem, do_smem,
@@ -338,9 +350,12 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 1, BWD_BLOCK_M, D], layout)
 
     dq_acc = torch.zeros((B, H, Nq, D), device=q.device, dtype=torch.float32)
+    dq_rows = dq_acc.view(B * H * Nq, D)  # a block past a head's last row adds exact zeros to the next head's
+    desc_dq = TensorDescriptor(dq_rows, list(dq_rows.shape), list(dq_rows.stride()), [BWD_BLOCK_M, D],
+                               gl.NVMMASharedLayout.get_default_for([BWD_BLOCK_M, D], gl.float32))
     grid = (-(-Nk // (2 * BWD_SUB_N)), B * Hkv)
     _attn_bwd_gluon_ws[grid](
-        desc(q), desc(do), desc(k), desc(v), desc(dk), desc(dv), dq_acc, lse2, delta,
+        desc(q), desc(do), desc(k), desc(v), desc(dk), desc(dv), desc_dq, dq_acc, lse2, delta,
         H, H // Hkv, Nq, Nk, causal_off if causal_off is not None else 0,
         NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale,
         HEAD_D=D, STAGES=stages, CAUSAL=causal_off is not None, CONSUMER_REGS=BWD_CONSUMER_REGS, DQ_SPLIT=dq_split,
@@ -364,9 +379,12 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     layout = gl.NVMMASharedLayout.get_default_for([1, 1, BWD_BLOCK_M, head_dim], el)
     desc = f"tensordesc<{name}[1,1,{BWD_BLOCK_M},{head_dim}],{layout!r}>"
     fn = _attn_bwd_gluon_ws
-    const = dict(HEAD_D=head_dim, STAGES=stages, CAUSAL=causal, CONSUMER_REGS=regs, DQ_SPLIT=dq_split)
+    const = dict(HEAD_D=head_dim, STAGES=stages, CAUSAL=causal, CONSUMER_REGS=regs, DQ_SPLIT=dq_split, ABLATE=0)
     ptrs = ("DQ", "LSE2", "DELTA")
-    sig = {n: ("constexpr" if n in const else desc if n.startswith("desc_") else "*fp32" if n in ptrs
+    dq_layout = gl.NVMMASharedLayout.get_default_for([BWD_BLOCK_M, head_dim], gl.float32)
+    desc_dq = f"tensordesc<fp32[{BWD_BLOCK_M},{head_dim}],{dq_layout!r}>"
+    sig = {n: ("constexpr" if n in const else desc_dq if n == "desc_dq" else desc if n.startswith("desc_")
+               else "*fp32" if n in ptrs
                else "fp32" if n in ("qk_scale", "sm_scale") else "i32") for n in fn.arg_names}
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in ptrs}
     src = GluonASTSource(fn, sig, const, attrs)
