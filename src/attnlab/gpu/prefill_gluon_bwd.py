@@ -325,10 +325,24 @@ if HAVE_GLUON:
                                 (_bwd_loader, loader_args)], [4, 1], [CONSUMER_REGS, 24])
 
 
+SMEM_LIMIT = 227 * 1024  # shared memory of one Hopper thread block
+
+
+def smem_bytes(head_dim: int, stages: int, dq_split: int = 1) -> int:
+    """Shared memory of the backward: K and V of the block, the Q/dO ring, two dSᵀ tiles and (dQ by TMA
+    reduction, ``dq_split`` 1) each consumer's float32 dQ tile."""
+    D = head_dim
+    return (2 * 2 * BWD_SUB_N * D * 2 + 2 * stages * BWD_BLOCK_M * D * 2 + 2 * 2 * BWD_SUB_N * BWD_BLOCK_M * 2
+            + (2 * BWD_BLOCK_M * D * 4 if dq_split == 1 else 0))
+
+
 def _check_tiles(head_dim: int, stages: int, dq_split: int) -> None:
     if stages not in (1, 2, 3) or dq_split not in (1, 2, 4) or head_dim // dq_split < 32:
         raise ValueError("the Gluon backward takes stages 1, 2 or 3 (the Q/dO ring) and dq_split 1, 2 or 4 with "
                          f"head_dim / dq_split >= 32; got stages={stages}, dq_split={dq_split}, head_dim={head_dim}")
+    if smem_bytes(head_dim, stages, dq_split) > SMEM_LIMIT:
+        raise ValueError(f"the Gluon backward takes stages <= 2 at head_dim {head_dim} with dq_split 1: "
+                         f"{smem_bytes(head_dim, stages, dq_split) // 1024} KB of shared memory is more than a block has")
 
 
 def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, lse2: torch.Tensor,
