@@ -34,8 +34,10 @@ from .._runtime import LOG2E
 from .prefill_gluon import HAVE_GLUON, NO_WINDOW
 
 if HAVE_GLUON:
+    from triton._C.libtriton import ir as _ir
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language._core import builtin as _builtin
     from triton.experimental.gluon.language.nvidia.hopper import (
         fence_async_shared,
         mbarrier,
@@ -46,9 +48,6 @@ if HAVE_GLUON:
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from .prefill_gluon import _tma_load, _tma_store, _warps_barrier
-
-    from triton._C.libtriton import ir as _ir
-    from triton.experimental.gluon.language._core import builtin as _builtin
 
     @_builtin
     def _tma_reduce_add(desc, coord, value, _semantic=None):
