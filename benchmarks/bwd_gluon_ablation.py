@@ -9,8 +9,9 @@ time is that stage's cost on the critical path. Variants (the kernel's measureme
     3  no dSᵀ exchange: the two warp groups independent, four products per step (Sᵀ, dPᵀ, dV, dK)
     4  as 3 without the exponentials
 
-Variants 1–4 compute wrong gradients by design; they are timed, never checked. Also timed: the Triton
-backward of the library's table, same inputs. bfloat16, 16K tokens, H·D = 2048, one (batch, N).
+Variants 1–4 compute wrong gradients by design; they are timed, never checked. Also timed: the ways
+to add dQ (TMA bulk reductions or per-thread float32 atomics; key blocks starting their walk at the
+same query block or each at its own), and the Triton backward of the library's table, same inputs. bfloat16, 16K tokens, H·D = 2048, one (batch, N).
 
     python benchmarks/bwd_gluon_ablation.py --json ablation.json
     python benchmarks/bwd_gluon_ablation.py --one --D 128   # one launch of variant 0 (for a profiler)
@@ -55,11 +56,15 @@ def time_shape(D: int, N: int, causal: bool, stages: int) -> list[dict]:
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     fl = attention_flops(heads=2048 // D, seq_q=N, head_dim=D, causal=causal, pass_="bwd")
 
-    def gl_fn(a):
+    def gl_fn(a, **kw):
         return lambda: gluon_backward(q, k, v, do, lse2, delta, dq, dk, dv, causal_off=0 if causal else None,
-                                      scale=D ** -0.5, stages=stages, _ablate=a)
+                                      scale=D ** -0.5, stages=stages, _ablate=a, **kw)
 
     fns = {f"gluon {a}: {name}": gl_fn(a) for a, name in VARIANTS.items()}
+    for atomic in (False, True):
+        for rotate in (False, True):
+            fns[f"dQ by {'atomics' if atomic else 'TMA'}{', rotated' if rotate else ''}"] = gl_fn(
+                0, dq_atomic=atomic, rotate=rotate)
     fns["triton table"] = lambda: prefill_backward(do, q, k, v, out, lse, mask=Mask(-1, 0 if causal else -1),
                                                    scale=D ** -0.5)
     rows = []
@@ -67,7 +72,7 @@ def time_shape(D: int, N: int, causal: bool, stages: int) -> list[dict]:
         ms = time_fn(fn, device="cuda")
         row = dict(D=D, causal=causal, N=N, variant=name, ms=ms, tflops=fl / (ms * 1e-3) / 1e12)
         rows.append(row)
-        print(f"D={D} causal={causal!s:5} N={N} {name:28s} {ms:8.3f} ms {row['tflops']:6.0f} TFLOP/s", flush=True)
+        print(f"D={D} causal={causal!s:5} N={N} {name:30s} {ms:8.3f} ms {row['tflops']:6.0f} TFLOP/s", flush=True)
     return rows
 
 

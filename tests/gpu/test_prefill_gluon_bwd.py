@@ -33,8 +33,8 @@ on_hopper = pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Ho
 pytestmark = pytest.mark.usefixtures("interpreter_bfloat16")
 
 
-def _gluon_cfg(stages=2, dq_split=1):
-    return BwdConfig(64, 128, 4, stages, 64, 128, 4, stages, gluon=True, dq_split=dq_split)
+def _gluon_cfg(stages=2, dq_split=1, dq_atomic=False):
+    return BwdConfig(64, 128, 4, stages, 64, 128, 4, stages, gluon=True, dq_split=dq_split, dq_atomic=dq_atomic)
 
 
 def _reports(cases: list[dict]) -> list[dict]:
@@ -58,20 +58,22 @@ def test_builds_for_sm90_as_one_pass_with_dq_atomics():
     D = 64 nothing spills (at D = 128 the Triton 3.6 build spills a little: ``benchmarks/NOTES-prefill.md``)."""
     cases = [dict(D=D, causal=c, dtype="bfloat16") for D in (64, 128) for c in (False, True)]
     cases += [dict(D=128, causal=True, stages=3, dq_split=2, dtype="float16"), dict(D=64, causal=False, stages=3,
-                                                                                   dtype="bfloat16")]
+                                                                                   dtype="bfloat16"),
+              dict(D=64, causal=True, dq_atomic=True, dtype="bfloat16")]
     for case, rep in zip(cases, _reports([dict(c) for c in cases])):
         D, st = case["D"], case.get("stages", 2)
         assert 1 in rep["wait_groups"], (case, rep)
         assert rep["tma_loads"] > 0 and rep["wgmma"] > 0, (case, rep)
-        if case.get("dq_split", 1) == 1:  # dQ by TMA bulk reductions, staged through shared memory
+        tma_dq = case.get("dq_split", 1) == 1 and not case.get("dq_atomic")
+        if tma_dq:  # dQ by TMA bulk reductions, staged through shared memory
             assert rep["tma_reduces"] > 0 and rep["atomics"] == 0, (case, rep)
-        else:  # dQ in column slices, by float32 atomics
+        else:  # dQ by float32 atomics (whole or in column slices)
             assert rep["atomics"] > 0 and rep["tma_reduces"] == 0, (case, rep)
         assert 24 in rep["setmaxnreg"] and max(rep["setmaxnreg"]) >= 232, (case, rep)
         expect_kb = (2 * 128 * D * 2 + 2 * st * 64 * D * 2 + 2 * 128 * 64 * 2) / 1024  # K, V; Q, dO ring; dSᵀ x2
-        if case.get("dq_split", 1) == 1:
+        if tma_dq:
             expect_kb += 2 * 64 * D * 4 / 1024  # each consumer's float32 dQ tile on its way to the reduction
-        assert expect_kb * 1024 == GB.smem_bytes(D, st, case.get("dq_split", 1))
+        assert expect_kb * 1024 == GB.smem_bytes(D, st, case.get("dq_split", 1), case.get("dq_atomic", False))
         assert rep["smem_kb"] == pytest.approx(expect_kb, abs=1.0), (case, rep)
         assert rep["smem_kb"] <= 227, (case, rep)
         if D == 64 and rep.get("stack") is not None:
@@ -168,7 +170,7 @@ GPU_CASES = [
     (3, 5, 5, 2048, 2048, 128, True, torch.bfloat16),  # odd head count, full blocks
     (1, 4, 2, 3000, 4099, 128, False, torch.bfloat16),
 ]
-TILES = [(2, 1), (3, 1), (2, 2)]  # (stages, dq_split)
+TILES = [(2, 1, False), (3, 1, False), (2, 2, True), (2, 1, True)]  # (stages, dq_split, dq_atomic)
 
 
 def _gpu_inputs(B, H, Hkv, Nq, Nk, D, dtype, seed):
@@ -181,16 +183,16 @@ def _gpu_inputs(B, H, Hkv, Nq, Nk, D, dtype, seed):
 
 @pytest.mark.gpu
 @on_hopper
-@pytest.mark.parametrize("stages,dq_split", TILES)
+@pytest.mark.parametrize("stages,dq_split,dq_atomic", TILES)
 @pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,causal,dtype", GPU_CASES)
-def test_gpu_gluon_backward_matches_reference(B, H, Hkv, Nq, Nk, D, causal, dtype, stages, dq_split):
-    if GB.smem_bytes(D, stages, dq_split) > GB.SMEM_LIMIT:
+def test_gpu_gluon_backward_matches_reference(B, H, Hkv, Nq, Nk, D, causal, dtype, stages, dq_split, dq_atomic):
+    if GB.smem_bytes(D, stages, dq_split, dq_atomic) > GB.SMEM_LIMIT:
         pytest.skip("more shared memory than a block has (refused: test_gluon_backward_refuses_bad_tiles...)")
     q, k, v, do = _gpu_inputs(B, H, Hkv, Nq, Nk, D, dtype, Nq * 7 + Nk)
     mask, scale = Mask(-1, 0 if causal else -1), D ** -0.5
     out, lse = _forward(q, k, v, mask, scale)
     grads = [torch.full(t.shape, float("nan"), dtype=dtype, device=DEV) for t in (q, k, v)]
-    prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, config=_gluon_cfg(stages, dq_split),
+    prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, config=_gluon_cfg(stages, dq_split, dq_atomic),
                      dq=grads[0], dk=grads[1], dv=grads[2])
     _check_grads(q, k, v, do, grads, causal, scale)
 

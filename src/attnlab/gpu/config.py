@@ -55,7 +55,8 @@ class BwdConfig:
     gluon: bool = False  # the Gluon kernel (prefill_gluon_bwd: one pass, dQ by float32 atomics; sm_90, D 64/128,
     # dense, causal or windowed; never for deterministic calls): a loader warp and two consumer warp groups of
     # 64 keys each (block_n1 128, block_m1 64, stages1 the Q/dO ring); the other fields are unused
-    dq_split: int = 1  # Gluon: the dQ product in dq_split column slices of D (less accumulator at a time)
+    dq_split: int = 1  # Gluon: the dQ product in dq_split column slices of D, added by float32 atomics
+    # (Gluon with dq_atomic: per-thread float32 atomics instead of TMA bulk reductions)
 
 
 def _head_bucket(D: int) -> int:

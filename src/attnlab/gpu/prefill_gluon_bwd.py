@@ -64,7 +64,7 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _bwd_loader(desc_q, desc_do, desc_k, desc_v, k_smem, v_smem, q_smem, do_smem,
-                    kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, G, start_n, m_lo, n_m):
+                    kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, G, start_n, m_lo, n_m, rot):
         """One warp: the consumers' K and V slices once, then (Qᵢ, dOᵢ) for step t = (head g, block) into
         ring slot t % STAGES, each slot refilled once both consumers have released it."""
         NC: gl.constexpr = k_smem.shape[0]
@@ -79,7 +79,7 @@ if HAVE_GLUON:
         for t in range(G * n_m):
             slot = t % STAGES
             h = hk * G + t // n_m
-            m0 = m_lo + (t % n_m) * BLOCK_M
+            m0 = m_lo + ((t % n_m + rot) % n_m) * BLOCK_M  # each key block starts at its own query block
             if t >= STAGES:
                 mbarrier.wait(q_empty.index(slot), ((t // STAGES) - 1) & 1)
             mbarrier.expect(q_ready.index(slot), desc_q.block_type.nbytes)
@@ -90,9 +90,9 @@ if HAVE_GLUON:
             _tma_load(desc_do, [b, h, m0, 0], do_ready.index(slot), do_smem.index(slot))
 
     @gluon.jit
-    def _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
+    def _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
-                      b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
+                      b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                       PART: gl.constexpr, CAUSAL: gl.constexpr):
         """One warp group: keys start_n + PART·64 .. +63. Accumulates dK, dV of its keys over every step
         and adds its share of each query block's dQ (float32 atomics); writes dK·scale, dV by TMA."""
@@ -101,8 +101,10 @@ if HAVE_GLUON:
         BLOCK_M: gl.constexpr = q_smem.shape[3]
         STAGES: gl.constexpr = q_smem.shape[0]
         NC: gl.constexpr = k_smem.shape[0]
-        DQ_SPLIT: gl.constexpr = kv_bar.shape[0]  # (a partition takes no constexpr: the barrier arrays carry
-        ABLATE: gl.constexpr = ds_bars.shape[0] - 4  # these two)
+        # (a partition takes no constexpr: the shape of a small buffer carries these three)
+        DQ_SPLIT: gl.constexpr = flags.shape[0]
+        DQ_ATOMIC: gl.constexpr = flags.shape[1] == 2
+        ABLATE: gl.constexpr = flags.shape[2] - 1
         dtype: gl.constexpr = desc_dk.dtype
         # Sᵀ, dPᵀ: (SUB_N keys, BLOCK_M queries); dK, dV: (SUB_N, D); dQ: (BLOCK_M, D) — SUB_N = BLOCK_M = 64
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -135,7 +137,7 @@ if HAVE_GLUON:
             slot = t % STAGES
             phase = (t // STAGES) & 1
             h = hk * G + t // n_m
-            m0 = m_lo + (t % n_m) * BLOCK_M
+            m0 = m_lo + ((t % n_m + rot) % n_m) * BLOCK_M  # each key block starts at its own query block
             row0 = (b * H + h).to(gl.int64) * Nq  # this head's rows of L₂ and D
             offs_q = m0 + offs_qs
             # -- Sᵀ = K_c Qᵢᵀ and dPᵀ = V_c dOᵢᵀ, both in flight
@@ -207,7 +209,7 @@ if HAVE_GLUON:
                     if ABLATE == 1:  # measurement only: dQ made, not added
                         dq = dq * 0.0
                     dq_ptrs = DQ + row0 * HEAD_D + rows[:, None] * HEAD_D + (j * SPLIT_D + offs_ds)[None, :]
-                    if ABLATE != 1 and DQ_SPLIT == 1:
+                    if ABLATE != 1 and not DQ_ATOMIC:
                         _tma_reduce_add(desc_dq, [(row0 + m0).to(gl.int32), 0], dq * sm_scale)
                     elif ABLATE != 1:
                         gl.atomic_add(dq_ptrs, dq * sm_scale, mask=(rows[:, None] < Nq) & (offs_ds[None, :] < SPLIT_D),
@@ -230,42 +232,43 @@ if HAVE_GLUON:
         tma.store_wait(0)
 
     @gluon.jit
-    def _bwd_consumer_0_causal(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
+    def _bwd_consumer_0_causal(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars, flags,
                                kv_bar, q_ready, do_ready, q_empty, do_empty,
-                               b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale):
-        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
+                               b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale):
+        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
-                      b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, 0, True)
+                      b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, 0, True)
 
     @gluon.jit
-    def _bwd_consumer_0_full(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
+    def _bwd_consumer_0_full(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars, flags,
                              kv_bar, q_ready, do_ready, q_empty, do_empty,
-                             b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale):
-        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
+                             b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale):
+        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
-                      b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, 0, False)
+                      b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, 0, False)
 
     @gluon.jit
-    def _bwd_consumer_1_causal(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
+    def _bwd_consumer_1_causal(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars, flags,
                                kv_bar, q_ready, do_ready, q_empty, do_empty,
-                               b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale):
-        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
+                               b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale):
+        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
-                      b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, 1, True)
+                      b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, 1, True)
 
     @gluon.jit
-    def _bwd_consumer_1_full(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
+    def _bwd_consumer_1_full(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars, flags,
                              kv_bar, q_ready, do_ready, q_empty, do_empty,
-                             b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale):
-        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
+                             b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale):
+        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
-                      b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, 1, False)
+                      b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, 1, False)
 
     @gluon.jit
     def _attn_bwd_gluon_ws(desc_q, desc_do, desc_k, desc_v, desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA,
                            H, G, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                            HEAD_D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                           CONSUMER_REGS: gl.constexpr, DQ_SPLIT: gl.constexpr, ABLATE: gl.constexpr = 0):
+                           CONSUMER_REGS: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ATOMIC: gl.constexpr,
+                           ROTATE: gl.constexpr, ABLATE: gl.constexpr = 0):
         """Grid (key blocks of 128, B·Hkv). Descriptors over (B, H|Hkv, N, D) with blocks [1, 1, 64, D];
         DQ (B, H, Nq, D) float32, zeroed by the caller; LSE2, DELTA (B, H, Nq) from the preprocessing
         kernel. Two consumer warp groups of 4 warps (64 keys each) and one loader warp."""
@@ -287,6 +290,10 @@ if HAVE_GLUON:
             m_lo = 0
         m_end = gl.minimum(gl.maximum(start_n + BLOCK_N - win_off, 0), Nq)  # NO_WINDOW: Nq
         n_m = gl.maximum(gl.cdiv(m_end - m_lo, BLOCK_M), 0)
+        if ROTATE:  # key blocks start their walk at different query blocks: their dQ additions spread out
+            rot = pid_n % gl.maximum(n_m, 1)
+        else:
+            rot = 0
 
         k_smem = gl.allocate_shared_memory(dtype, [NC, 1, 1, SUB_N, HEAD_D], desc_k.layout)
         v_smem = gl.allocate_shared_memory(dtype, [NC, 1, 1, SUB_N, HEAD_D], desc_v.layout)
@@ -294,8 +301,10 @@ if HAVE_GLUON:
         do_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_D], desc_do.layout)
         ds_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
         ds_smem = gl.allocate_shared_memory(dtype, [2, NC * SUB_N, BLOCK_M], ds_layout)  # dSᵀ of two steps
-        ds_bars = gl.allocate_shared_memory(gl.int64, [4 + ABLATE, 1], mbarrier.MBarrierLayout())  # ready x2, free x2
-        kv_bar = gl.allocate_shared_memory(gl.int64, [DQ_SPLIT, 1], mbarrier.MBarrierLayout())
+        ds_bars = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())  # ready x2, free x2
+        kv_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+        flags = gl.allocate_shared_memory(gl.int8, [DQ_SPLIT, 1 + DQ_ATOMIC, 1 + ABLATE],
+                                          gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))
         q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         q_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -310,11 +319,11 @@ if HAVE_GLUON:
             mbarrier.init(q_empty.index(i), count=NC)  # one arrival per consumer warp group
             mbarrier.init(do_empty.index(i), count=NC)
 
-        consumer_args = (desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars,
+        consumer_args = (desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars, flags,
                          kv_bar, q_ready, do_ready, q_empty, do_empty,
-                         b, hk, G, H, start_n, m_lo, n_m, Nq, Nk, causal_off, win_off, qk_scale, sm_scale)
+                         b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale)
         loader_args = (desc_q, desc_do, desc_k, desc_v, k_smem, v_smem, q_smem, do_smem,
-                       kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, G, start_n, m_lo, n_m)
+                       kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, G, start_n, m_lo, n_m, rot)
         # a partition's arguments lose their constexpr-ness: the key slice and the mask are baked into wrappers
         if CAUSAL:
             gl.warp_specialize([(_bwd_consumer_0_causal, consumer_args), (_bwd_consumer_1_causal, consumer_args),
@@ -327,34 +336,36 @@ if HAVE_GLUON:
 SMEM_LIMIT = 227 * 1024  # shared memory of one Hopper thread block
 
 
-def smem_bytes(head_dim: int, stages: int, dq_split: int = 1) -> int:
+def smem_bytes(head_dim: int, stages: int, dq_split: int = 1, dq_atomic: bool = False) -> int:
     """Shared memory of the backward: K and V of the block, the Q/dO ring, two dSᵀ tiles and (dQ by TMA
     reduction, ``dq_split`` 1) each consumer's float32 dQ tile."""
     D = head_dim
     return (2 * 2 * BWD_SUB_N * D * 2 + 2 * stages * BWD_BLOCK_M * D * 2 + 2 * 2 * BWD_SUB_N * BWD_BLOCK_M * 2
-            + (2 * BWD_BLOCK_M * D * 4 if dq_split == 1 else 0))
+            + (2 * BWD_BLOCK_M * D * 4 if dq_split == 1 and not dq_atomic else 0))
 
 
-def _check_tiles(head_dim: int, stages: int, dq_split: int) -> None:
+def _check_tiles(head_dim: int, stages: int, dq_split: int, dq_atomic: bool = False) -> None:
     if stages not in (1, 2, 3) or dq_split not in (1, 2, 4) or head_dim // dq_split < 32:
         raise ValueError("the Gluon backward takes stages 1, 2 or 3 (the Q/dO ring) and dq_split 1, 2 or 4 with "
                          f"head_dim / dq_split >= 32; got stages={stages}, dq_split={dq_split}, head_dim={head_dim}")
-    if smem_bytes(head_dim, stages, dq_split) > SMEM_LIMIT:
-        raise ValueError(f"the Gluon backward takes stages <= 2 at head_dim {head_dim} with dq_split 1: "
-                         f"{smem_bytes(head_dim, stages, dq_split) // 1024} KB of shared memory is more than a block has")
+    if smem_bytes(head_dim, stages, dq_split, dq_atomic) > SMEM_LIMIT:
+        raise ValueError(f"the Gluon backward takes stages <= 2 at head_dim {head_dim} with dQ by TMA: "
+                         f"{smem_bytes(head_dim, stages, dq_split, dq_atomic) // 1024} KB of shared memory is more "
+                         "than a block has")
 
 
 def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, lse2: torch.Tensor,
                    delta: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, *,
                    causal_off: int | None, scale: float, stages: int = 2, dq_split: int = 1,
-                   win_off: int | None = None, _ablate: int = 0) -> None:
+                   dq_atomic: bool = False, rotate: bool = True, win_off: int | None = None,
+                   _ablate: int = 0) -> None:
     """Run the Gluon backward: q, do (B, H, Nq, D); k, v (B, Hkv, Nk, D); ``lse2``, ``delta`` (B, H, Nq)
     float32 from ``prefill_bwd``'s preprocessing kernel (L in log2 units, +inf on empty rows; D_i). Writes
     dq (like q), dk, dv (like k, v; contiguous) in place. ``causal_off``/``win_off`` as in
     ``prefill_gluon.gluon_forward``. No input checks beyond the tiles (``gluon_supported`` and the public
     entry points do them)."""
     B, H, Nq, D = q.shape
-    _check_tiles(D, stages, dq_split)
+    _check_tiles(D, stages, dq_split, dq_atomic)
     Hkv, Nk = k.shape[1], k.shape[2]
     el = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
 
@@ -372,12 +383,12 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         H, H // Hkv, Nq, Nk, causal_off if causal_off is not None else 0,
         NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale,
         HEAD_D=D, STAGES=stages, CAUSAL=causal_off is not None, CONSUMER_REGS=BWD_CONSUMER_REGS, DQ_SPLIT=dq_split,
-        ABLATE=_ablate, num_warps=4)
+        DQ_ATOMIC=dq_atomic or dq_split > 1, ROTATE=rotate, ABLATE=_ablate, num_warps=4)
     dq.copy_(dq_acc)
 
 
 def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.dtype = torch.bfloat16,
-                 dq_split: int = 1, regs: int = BWD_CONSUMER_REGS):
+                 dq_split: int = 1, dq_atomic: bool = False, rotate: bool = True, regs: int = BWD_CONSUMER_REGS):
     """Build the Gluon backward for Hopper (sm_90) on any machine, GPU or not, as
     ``prefill_gluon.compile_sm90`` does for the forward."""
     if not HAVE_GLUON:
@@ -386,13 +397,14 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    _check_tiles(head_dim, stages, dq_split)
+    _check_tiles(head_dim, stages, dq_split, dq_atomic)
     el = gl.float16 if dtype == torch.float16 else gl.bfloat16
     name = "fp16" if dtype == torch.float16 else "bf16"
     layout = gl.NVMMASharedLayout.get_default_for([1, 1, BWD_BLOCK_M, head_dim], el)
     desc = f"tensordesc<{name}[1,1,{BWD_BLOCK_M},{head_dim}],{layout!r}>"
     fn = _attn_bwd_gluon_ws
-    const = dict(HEAD_D=head_dim, STAGES=stages, CAUSAL=causal, CONSUMER_REGS=regs, DQ_SPLIT=dq_split, ABLATE=0)
+    const = dict(HEAD_D=head_dim, STAGES=stages, CAUSAL=causal, CONSUMER_REGS=regs, DQ_SPLIT=dq_split,
+                 DQ_ATOMIC=dq_atomic or dq_split > 1, ROTATE=rotate, ABLATE=0)
     ptrs = ("DQ", "LSE2", "DELTA")
     dq_layout = gl.NVMMASharedLayout.get_default_for([BWD_BLOCK_M, head_dim], gl.float32)
     desc_dq = f"tensordesc<fp32[{BWD_BLOCK_M},{head_dim}],{dq_layout!r}>"
@@ -404,10 +416,11 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
 
 
-def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int = 1,
+def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int = 1, dq_atomic: bool = False,
                 dtype: torch.dtype = torch.bfloat16) -> dict:
     """``prefill_gluon.kernel_report`` of one sm_90 build of the backward: shared memory, registers, spill
     stack, wgmma waits, TMA loads, float32 atomics. Needs a process without TRITON_INTERPRET."""
     from .prefill_gluon import kernel_report
 
-    return kernel_report(compile_sm90(head_dim, causal=causal, stages=stages, dq_split=dq_split, dtype=dtype))
+    return kernel_report(compile_sm90(head_dim, causal=causal, stages=stages, dq_split=dq_split, dq_atomic=dq_atomic,
+                                      dtype=dtype))
