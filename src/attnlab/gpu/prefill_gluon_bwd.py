@@ -104,7 +104,8 @@ if HAVE_GLUON:
         # (a partition takes no constexpr: the shape of a small buffer carries these three)
         DQ_SPLIT: gl.constexpr = flags.shape[0]
         DQ_ATOMIC: gl.constexpr = flags.shape[1] == 2
-        ABLATE: gl.constexpr = flags.shape[2] - 1
+        ABLATE: gl.constexpr = ((flags.shape[2] >= 2) + (flags.shape[2] >= 4) + (flags.shape[2] >= 8)
+                                + (flags.shape[2] >= 16))  # log2 of the third dimension
         dtype: gl.constexpr = desc_dk.dtype
         # Sᵀ, dPᵀ: (SUB_N keys, BLOCK_M queries); dK, dV: (SUB_N, D); dQ: (BLOCK_M, D) — SUB_N = BLOCK_M = 64
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -303,7 +304,7 @@ if HAVE_GLUON:
         ds_smem = gl.allocate_shared_memory(dtype, [2, NC * SUB_N, BLOCK_M], ds_layout)  # dSᵀ of two steps
         ds_bars = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())  # ready x2, free x2
         kv_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
-        flags = gl.allocate_shared_memory(gl.int8, [DQ_SPLIT, 1 + DQ_ATOMIC, 1 + ABLATE],
+        flags = gl.allocate_shared_memory(gl.int8, [DQ_SPLIT, 1 + DQ_ATOMIC, 1 << ABLATE],
                                           gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))
         q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
