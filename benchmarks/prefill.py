@@ -339,8 +339,8 @@ def sweep_candidates(quick: bool, which: str = "v2"):
                                                BwdConfig(64, 128, 4, 2, 64, 128, 4, 2, gluon=True)]
         return fwd, [BwdConfig(64, 128, 8, 4, 128, 64, 8, 4), BwdConfig(64, 64, 4, 3, 64, 64, 4, 3),
                      BwdConfig(64, 128, 4, 2, 64, 128, 4, 2, gluon=True),
-                     BwdConfig(64, 128, 4, 3, 64, 128, 4, 3, gluon=True),
-                     BwdConfig(64, 128, 4, 2, 64, 128, 4, 2, gluon=True, dq_split=2)]
+                     BwdConfig(64, 128, 4, 2, 64, 128, 4, 2, gluon=True, dq_atomic=True),
+                     BwdConfig(64, 128, 4, 3, 64, 128, 4, 3, gluon=True, dq_atomic=True)]
     if which == "v4":  # the Gluon forward (softmax under the P·V wgmma) against the table's Triton entries
         if quick:
             return [FwdConfig(16, 16, 1, 1), FwdConfig(16, 16, 1, 1, gluon=True)], []
@@ -456,7 +456,8 @@ def short(cfg) -> str:
                 + (f"r{cfg.maxnreg}" if getattr(cfg, "maxnreg", None) else "")
                 + ("+gl" if getattr(cfg, "gluon", False) else ""))
     if getattr(cfg, "gluon", False):
-        return f"gluon-s{cfg.stages1}" + (f"-dq/{cfg.dq_split}" if cfg.dq_split > 1 else "")
+        return (f"gluon-s{cfg.stages1}" + ("-atomic" if cfg.dq_atomic else "-tma")
+                + (f"-dq/{cfg.dq_split}" if cfg.dq_split > 1 else ""))
     if cfg.dq_atomic:
         return f"m{cfg.block_m1}n{cfg.block_n1}w{cfg.warps1}s{cfg.stages1}+atomic"
     return (f"m{cfg.block_m1}n{cfg.block_n1}w{cfg.warps1}s{cfg.stages1}/"

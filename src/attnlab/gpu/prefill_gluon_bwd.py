@@ -358,7 +358,7 @@ def _check_tiles(head_dim: int, stages: int, dq_split: int, dq_atomic: bool = Fa
 def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, lse2: torch.Tensor,
                    delta: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, *,
                    causal_off: int | None, scale: float, stages: int = 2, dq_split: int = 1,
-                   dq_atomic: bool = False, rotate: bool = True, win_off: int | None = None,
+                   dq_atomic: bool = False, rotate: bool | None = None, win_off: int | None = None,
                    _ablate: int = 0) -> None:
     """Run the Gluon backward: q, do (B, H, Nq, D); k, v (B, Hkv, Nk, D); ``lse2``, ``delta`` (B, H, Nq)
     float32 from ``prefill_bwd``'s preprocessing kernel (L in log2 units, +inf on empty rows; D_i). Writes
@@ -367,6 +367,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     entry points do them)."""
     B, H, Nq, D = q.shape
     _check_tiles(D, stages, dq_split, dq_atomic)
+    if rotate is None:  # measured (benchmarks/bwd_gluon_ablation.py): staggered starts help the TMA reductions
+        rotate = not (dq_atomic or dq_split > 1)  # (+10 % causal at D = 128) and cost the atomics 2-3 % at D = 64
     Hkv, Nk = k.shape[1], k.shape[2]
     el = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
 
