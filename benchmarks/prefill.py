@@ -549,8 +549,9 @@ def aot(args) -> list[dict]:
     work = []  # (label, D, causal, FwdConfig | None, BwdConfig | None)
     for D in (32, 64, 96, 128, 256):
         for causal in (False, True):
-            f = default_fwd_config(D, causal, dev)
-            b = default_bwd_config(D, causal, dev) if D in BWD_HEAD_DIMS else None
+            gluon_dim = D in (64, 128)  # other head dims run the Triton entry of their bucket
+            f = default_fwd_config(D, causal, dev, gluon=gluon_dim)
+            b = default_bwd_config(D, causal, dev, gluon=gluon_dim) if D in BWD_HEAD_DIMS else None
             work.append(("table", D, causal, f, b))
     for D in (64, 128):
         work += [("sweep", D, True, c, None) for c in fwd_cands] + [("sweep", D, True, None, c) for c in bwd_cands]
@@ -564,7 +565,7 @@ def aot(args) -> list[dict]:
             row = dict(source=label, D=D, causal=causal, kernel=f"fwd {short(f)}")
             try:
                 rep = sm90_report(D, causal=causal, block_m=f.block_m, block_n=f.block_n, stages=f.num_stages,
-                                  num_warps=f.num_warps)
+                                  num_warps=f.num_warps, warp_spec=f.warp_spec)
                 row |= dict(smem_kb=rep["smem_kb"], regs=rep.get("regs"), stack=rep.get("stack"),
                             wgmma_waits=rep["wait_groups"])
             except Exception as e:
@@ -579,6 +580,19 @@ def aot(args) -> list[dict]:
             kernels.append((f"fwd {short(f)}", jit["fwd"], ptr, dict(HEAD_D=D, BLOCK_D=BD, BLOCK_M=f.block_m,
                             BLOCK_N=f.block_n, CAUSAL=causal, USE_TMA=f.tma, WARP_SPEC=f.warp_spec),
                             f.num_warps, f.num_stages))
+        if b is not None and b.gluon and D in (64, 128):  # the Gluon backward: its own sm_90 report
+            from attnlab.gpu.prefill_gluon_bwd import sm90_report as bwd_report
+
+            row = dict(source=label, D=D, causal=causal, kernel=f"bwd {short(b)}")
+            try:
+                rep = bwd_report(D, causal=causal, stages=b.stages1, dq_split=b.dq_split, dq_atomic=b.dq_atomic)
+                row |= dict(smem_kb=rep["smem_kb"], regs=rep.get("regs"), stack=rep.get("stack"),
+                            wgmma_waits=rep["wait_groups"], tma_reduces=rep["tma_reduces"], atomics=rep["atomics"])
+            except Exception as e:
+                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
+            rows.append(row)
+            print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+            b = None
         if b is not None:
             ptr = {n: "*bf16" for n in ("Q", "K", "V", "DO", "DK", "DV", "DQ")} | {"LSE2": "*fp32", "DELTA": "*fp32"}
             kernels.append((f"dkdv {short(b).split('/')[0]}", jit["dkdv"],

@@ -315,8 +315,8 @@ def test_block_size_table_has_a_length_class():
 
 def test_block_size_table_is_the_measured_sweep_winners():
     """The table's D = 64 and 128 entries are what the H200 sweeps chose (their best.json files are
-    kept in benchmarks/data, later runs overriding earlier ones): changing one without the other
-    fails here."""
+    kept in benchmarks/data, later runs overriding earlier ones; the Gluon tables beside the Triton one):
+    changing one without the other fails here."""
     import json
     from pathlib import Path
 
@@ -330,7 +330,7 @@ def test_block_size_table_is_the_measured_sweep_winners():
         D, causal, length = key.split(",")
         n_keys = SHORT_KEYS - 1 if length == "short" else SHORT_KEYS
         assert default_fwd_config(int(D), causal == "True", cuda, n_keys, gluon=False) == FwdConfig(**entry["fwd"]), key
-        assert default_bwd_config(int(D), causal == "True", cuda, n_keys) == BwdConfig(**entry["bwd"]), key
+        assert default_bwd_config(int(D), causal == "True", cuda, n_keys, gluon=False) == BwdConfig(**entry["bwd"]), key
     gluon = json.loads((data / "prefill-best-h200-run5.json").read_text())  # run 5: Gluon against Triton
     assert len(gluon) == 4
     gluon |= json.loads((data / "prefill-best-h200-run9.json").read_text())  # run 9: D = 64 re-swept
@@ -338,6 +338,13 @@ def test_block_size_table_is_the_measured_sweep_winners():
         D, causal, length = key.split(",")
         n_keys = SHORT_KEYS - 1 if length == "short" else SHORT_KEYS
         assert default_fwd_config(int(D), causal == "True", cuda, n_keys) == FwdConfig(**entry["fwd"]), key
+    gluon_bwd = json.loads((data / "prefill-best-h200-run12.json").read_text())  # runs 11-12: the Gluon backward
+    for key, entry in gluon_bwd.items():
+        D, causal, length = key.split(",")
+        n_keys = SHORT_KEYS - 1 if length == "short" else SHORT_KEYS
+        assert default_bwd_config(int(D), causal == "True", cuda, n_keys) == BwdConfig(**entry["bwd"]), key
+    for D, causal in ((64, False), (64, True), (128, False)):  # where it did not win: the Triton backward
+        assert not default_bwd_config(D, causal, cuda, SHORT_KEYS).gluon
     for D in (64, 128):  # no Gluon entry for short calls: the Triton one
         assert default_fwd_config(D, True, cuda, SHORT_KEYS - 1) == default_fwd_config(D, True, cuda, SHORT_KEYS - 1,
                                                                                          gluon=False)
