@@ -5,6 +5,8 @@
     prefill_gluon   the Hopper forward in Gluon (a TMA loader warp, two consumer warp groups, softmax under
                     the P·V wgmma), which ``prefill_forward`` runs for long dense / causal / window calls
     prefill_bwd     FlashAttention-2 backward kernels (dK/dV, dQ) and their launcher ``prefill_backward``
+    prefill_gluon_bwd  the Hopper backward in Gluon (one pass: a TMA loader warp, two consumer warp groups,
+                    dQ by TMA bulk reductions), which ``prefill_backward`` runs where the table says
     prefill         the two as a differentiable operator: ``flash_attention_triton``
     decode_kernels  Flash-Decoding split and merge kernels
     decode          their configurations, split count and launcher: ``flash_decode_triton``

@@ -11,12 +11,22 @@ this K/V head. Each of the two consumer warp groups owns 64 of the keys; per que
     Pᵀ = exp2(Sᵀ·scale·log2e − L₂ᵢ)               (recomputed from the forward's logsumexp, §7.2)
     dSᵀ = Pᵀ ∘ (dPᵀ − Dᵢ)                         (Dᵢ = rowsum(dOᵢ ∘ Oᵢ), §7.3)
     dV_c += Pᵀ dOᵢ, dK_c += dSᵀ Qᵢ                (register operands, accumulators stay on chip)
-    dQᵢ += dS K_c                                  (dSᵀ through shared memory, float32 atomics)
+    dSᵀ_c → this warp group's half of a shared (128 keys × 64 rows) tile
+    dQᵢ += dS K over all 128 keys                  (by one warp group, the two taking turns)
 
 The loader warp fills a ring of ``STAGES`` (Qᵢ, dOᵢ) slots by TMA; a slot is refilled once both
-consumers have released it. The consumers never wait on each other, so one's exponentials and atomics
-run under the other's matrix products. dQ arrives in a float32 buffer, summed in arrival order: this
-kernel is not bit-reproducible run to run, and ``deterministic`` calls keep the Triton kernels.
+consumers have released it. The consumers meet only at the shared dSᵀ tile (two of them, so that one
+step's tile is read while the next is written), so one's exponentials run under the other's matrix
+products. dQᵢ is added to a float32 buffer once per key block — by TMA bulk reductions (the default) or
+by per-thread float32 atomics (``dq_atomic``, ``dq_split``) — and summed in arrival order: this kernel
+is not bit-reproducible run to run, and ``deterministic`` calls keep the Triton kernels. With TMA
+reductions, key block j starts its walk at query block j mod n (``rotate``), so that the blocks of one
+head do not all add into the same rows at once.
+
+Where the time goes (``benchmarks/bwd_gluon_ablation.py``, H200): the dQ additions are about 40 % of it
+at D = 128; without them the loop runs at 720 TFLOP/s of the standard count. The reduction is issued by
+the consumer that made the tile, and under triton 3.6 the compiler waits for the bulk copy to have read
+the tile before that warp group goes on (``benchmarks/NOTES-prefill.md``, v5).
 
 Masks are bottom-right aligned (causal: key j visible from row i iff j <= i + causal_off; window: iff
 j >= i + win_off). Query blocks that see nothing of a key block are skipped by the loop bounds, blocks
@@ -363,8 +373,12 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     """Run the Gluon backward: q, do (B, H, Nq, D); k, v (B, Hkv, Nk, D); ``lse2``, ``delta`` (B, H, Nq)
     float32 from ``prefill_bwd``'s preprocessing kernel (L in log2 units, +inf on empty rows; D_i). Writes
     dq (like q), dk, dv (like k, v; contiguous) in place. ``causal_off``/``win_off`` as in
-    ``prefill_gluon.gluon_forward``. No input checks beyond the tiles (``gluon_supported`` and the public
-    entry points do them)."""
+    ``prefill_gluon.gluon_forward``. ``stages``: depth of the Q/dO ring. dQ by TMA bulk reductions, or by
+    float32 atomics with ``dq_atomic`` (``dq_split`` > 1: the dQ product in that many column slices, by
+    atomics). ``rotate``: key blocks start at staggered query blocks (None: for TMA reductions only, as
+    measured). ``_ablate`` (measurement only, wrong gradients): leave stages out, as
+    ``benchmarks/bwd_gluon_ablation.py`` lists. No input checks beyond the tiles (``gluon_supported`` and
+    the public entry points do them)."""
     B, H, Nq, D = q.shape
     _check_tiles(D, stages, dq_split, dq_atomic)
     if rotate is None:  # measured (benchmarks/bwd_gluon_ablation.py): staggered starts help the TMA reductions
