@@ -403,10 +403,12 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
         return _unpack(dq, dk, dv, cu_seqlens)
     cfg = config or default_bwd_config(D, not mask.dense, q.device, n_keys)
     if cfg.gluon:  # the Gluon kernel takes plain calls on Hopper; the Triton entry runs the rest
+        from . import prefill_gluon_bwd
         from .prefill_gluon import gluon_supported
 
         plain = (cu_seqlens is None and softcap is None and slopes is None and not deterministic
-                 and q.shape[0] * q.shape[1] * q.shape[2] < 2**31 - 64)  # dQ's TMA rows are 32-bit
+                 and q.shape[0] * q.shape[1] * q.shape[2] < 2**31 - 64  # dQ's TMA rows are 32-bit
+                 and (cfg.dq_atomic or cfg.dq_split > 1 or prefill_gluon_bwd.HAVE_TMA_REDUCE))
         if not (plain and gluon_supported(q, k, v) and tma_ok(do, dk, dv)):
             cfg = default_bwd_config(D, not mask.dense, q.device, n_keys, gluon=False)
     if deterministic and cfg.dq_atomic:  # float32 atomics add in arrival order: not bit-reproducible

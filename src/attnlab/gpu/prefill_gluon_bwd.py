@@ -43,6 +43,8 @@ import torch
 from .._runtime import LOG2E
 from .prefill_gluon import HAVE_GLUON, NO_WINDOW
 
+HAVE_TMA_REDUCE = False  # set below where this triton has the reduction
+
 if HAVE_GLUON:
     from triton._C.libtriton import ir as _ir
     from triton.experimental import gluon
@@ -58,6 +60,9 @@ if HAVE_GLUON:
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from .prefill_gluon import _tma_load, _tma_store, _warps_barrier
+
+    # the TMA reduction of a register tile goes through Triton's own builder (no Gluon wrapper in 3.6)
+    HAVE_TMA_REDUCE = hasattr(_ir.builder, "create_descriptor_reduce") and hasattr(_ir, "DESCRIPTOR_REDUCE_KIND")
 
     @_builtin
     def _tma_reduce_add(desc, coord, value, _semantic=None):
