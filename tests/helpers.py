@@ -102,3 +102,22 @@ def scatter(k_full, v_full, bt, page):
         pages[bt.long()] = padded.view(B, Hkv, bt.shape[1], page, -1).permute(0, 2, 3, 1, 4)
         out.append(pages)
     return out
+
+
+def sm90_reports(module: str, cases: list[dict]) -> list[dict]:
+    """``attnlab.gpu.<module>.sm90_report`` of each case (dicts of its keyword arguments, with ``D`` and a
+    ``dtype`` name), built in a fresh interpreter without TRITON_INTERPRET: the interpreter a CPU test
+    process runs under replaces the jit functions Gluon calls."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = (f"import json, sys, torch; from attnlab.gpu.{module} import sm90_report; "
+            "cases = json.loads(sys.argv[1]); "
+            "print(json.dumps([sm90_report(c.pop('D'), dtype=getattr(torch, c.pop('dtype')), **c) for c in cases]))")
+    res = subprocess.run([sys.executable, "-c", code, json.dumps(cases)], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])

@@ -9,15 +9,11 @@ refusals. On a Hopper GPU the kernel runs and is held to the float64 criterion o
 on awkward shapes.
 """
 
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 from tests.helpers import abs_err as _err
-from tests.helpers import within_criterion
+from tests.helpers import sm90_reports, within_criterion
 
 from attnlab.reference import attention_ref
 from attnlab.variants import Mask
@@ -39,19 +35,6 @@ CONFIGS = [  # (block_m, block_n, stages, num_warps, warp_spec)
 ]
 
 
-def _sm90_reports(cases: list[dict]) -> list[dict]:
-    """``prefill_gluon.sm90_report`` of each case, built in a fresh interpreter without TRITON_INTERPRET
-    (the interpreter this test process runs under replaces the jit functions Gluon calls)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    code = ("import json, sys, torch; from attnlab.gpu.prefill_gluon import sm90_report; "
-            "cases = json.loads(sys.argv[1]); "
-            "print(json.dumps([sm90_report(c.pop('D'), dtype=getattr(torch, c.pop('dtype')), **c) for c in cases]))")
-    res = subprocess.run([sys.executable, "-c", code, json.dumps(cases)], capture_output=True, text=True, env=env,
-                         timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
-    return json.loads(res.stdout.strip().splitlines()[-1])
-
-
 @needs_gluon
 def test_builds_for_sm90_with_the_softmax_under_the_pv_product():
     """The sm_90 builds (D 64/128, causal or not, small float16 tiles, warp-specialised): each loop step
@@ -61,7 +44,7 @@ def test_builds_for_sm90_with_the_softmax_under_the_pv_product():
     cases = [dict(D=D, causal=c, dtype="bfloat16") for D in (64, 128) for c in (False, True)]
     cases.append(dict(D=64, causal=True, block_m=64, block_n=64, stages=3, num_warps=4, dtype="float16"))
     cases += [dict(D=D, causal=c, num_warps=4, warp_spec=True, dtype="bfloat16") for D in (64, 128) for c in (False, True)]
-    for case, rep in zip(cases, _sm90_reports([dict(c) for c in cases])):
+    for case, rep in zip(cases, sm90_reports("prefill_gluon", [dict(c) for c in cases])):
         assert 1 in rep["wait_groups"], (case, rep)
         assert rep["tma_loads"] > 0 and rep["wgmma"] > 0, (case, rep)
         bm, bn, st = case.get("block_m", 128), case.get("block_n", 128), case.get("stages", 2)

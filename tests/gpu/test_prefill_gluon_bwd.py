@@ -7,15 +7,11 @@ kernels wherever Gluon cannot run, deterministic calls included) and the refusal
 kernel runs and its gradients are held to the float64 criterion of the other kernels on awkward shapes.
 """
 
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 from tests.helpers import abs_err as _err
-from tests.helpers import within_criterion
+from tests.helpers import sm90_reports, within_criterion
 
 from attnlab.reference import attention_ref
 from attnlab.variants import Mask
@@ -37,18 +33,6 @@ def _gluon_cfg(stages=2, dq_split=1, dq_atomic=False):
     return BwdConfig(64, 128, 4, stages, 64, 128, 4, stages, gluon=True, dq_split=dq_split, dq_atomic=dq_atomic)
 
 
-def _reports(cases: list[dict]) -> list[dict]:
-    """``prefill_gluon_bwd.sm90_report`` of each case, in a fresh interpreter without TRITON_INTERPRET."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    code = ("import json, sys, torch; from attnlab.gpu.prefill_gluon_bwd import sm90_report; "
-            "cases = json.loads(sys.argv[1]); "
-            "print(json.dumps([sm90_report(c.pop('D'), dtype=getattr(torch, c.pop('dtype')), **c) for c in cases]))")
-    res = subprocess.run([sys.executable, "-c", code, json.dumps(cases)], capture_output=True, text=True, env=env,
-                         timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
-    return json.loads(res.stdout.strip().splitlines()[-1])
-
-
 @needs_gluon
 def test_builds_for_sm90_as_one_pass_with_dq_atomics():
     """sm_90 builds (D 64/128, causal or not, float16 and bfloat16, ring depths 2 and 3, dQ whole or in
@@ -60,7 +44,7 @@ def test_builds_for_sm90_as_one_pass_with_dq_atomics():
     cases += [dict(D=128, causal=True, stages=3, dq_split=2, dtype="float16"), dict(D=64, causal=False, stages=3,
                                                                                    dtype="bfloat16"),
               dict(D=64, causal=True, dq_atomic=True, dtype="bfloat16")]
-    for case, rep in zip(cases, _reports([dict(c) for c in cases])):
+    for case, rep in zip(cases, sm90_reports("prefill_gluon_bwd", [dict(c) for c in cases])):
         D, st = case["D"], case.get("stages", 2)
         assert 1 in rep["wait_groups"], (case, rep)
         assert rep["tma_loads"] > 0 and rep["wgmma"] > 0, (case, rep)
