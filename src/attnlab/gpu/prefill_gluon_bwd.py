@@ -109,8 +109,9 @@ if HAVE_GLUON:
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                       PART: gl.constexpr, CAUSAL: gl.constexpr):
-        """One warp group: keys start_n + PART·64 .. +63. Accumulates dK, dV of its keys over every step
-        and adds its share of each query block's dQ (float32 atomics); writes dK·scale, dV by TMA."""
+        """One warp group: keys start_n + PART·64 .. +63. Accumulates dK, dV of its keys over every step,
+        shares each step's dSᵀ with the other warp group and, every other step, adds the query block's dQ
+        over the whole key block (a TMA reduction, or float32 atomics); writes dK·scale, dV by TMA."""
         SUB_N: gl.constexpr = k_smem.shape[3]
         HEAD_D: gl.constexpr = k_smem.shape[4]
         BLOCK_M: gl.constexpr = q_smem.shape[3]
@@ -205,7 +206,7 @@ if HAVE_GLUON:
             mbarrier.arrive(q_empty.index(slot), count=1)
             mbarrier.arrive(do_empty.index(slot), count=1)
             # -- dQᵢ = dS K over all 128 keys of the block, by warp group t % 2 (they take turns): one
-            #    float32 atomic per element per block, in DQ_SPLIT column slices of D
+            #    addition per element per key block (rows past Nq add exact zeros: their Pᵀ is 0)
             if ds_slot == PART and ABLATE == 2:
                 mbarrier.wait(ds_bars.index(ds_slot), (t // 2) & 1)
                 mbarrier.arrive(ds_bars.index(2 + ds_slot), count=1)
@@ -224,10 +225,10 @@ if HAVE_GLUON:
                         mbarrier.arrive(ds_bars.index(2 + ds_slot), count=1)  # the tile is free again
                     if ABLATE == 1:  # measurement only: dQ made, not added
                         dq = dq * 0.0
-                    dq_ptrs = DQ + row0 * HEAD_D + rows[:, None] * HEAD_D + (j * SPLIT_D + offs_ds)[None, :]
                     if ABLATE != 1 and not DQ_ATOMIC:
                         _tma_reduce_add(desc_dq, [(row0 + m0).to(gl.int32), 0], dq * sm_scale)
                     elif ABLATE != 1:
+                        dq_ptrs = DQ + row0 * HEAD_D + rows[:, None] * HEAD_D + (j * SPLIT_D + offs_ds)[None, :]
                         gl.atomic_add(dq_ptrs, dq * sm_scale, mask=(rows[:, None] < Nq) & (offs_ds[None, :] < SPLIT_D),
                                       sem="relaxed")
 
