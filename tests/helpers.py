@@ -121,3 +121,25 @@ def sm90_reports(module: str, cases: list[dict]) -> list[dict]:
                          timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+# awkward shapes for the Gluon kernels' GPU tests (forward and backward)
+GLUON_CASES = [
+    # B, H, Hkv, Nq, Nk, D, causal, dtype
+    (1, 2, 2, 1, 1, 64, False, torch.bfloat16),  # one row, one key
+    (2, 4, 4, 129, 129, 128, False, torch.float16),  # ragged last blocks
+    (2, 4, 4, 1000, 1000, 64, True, torch.bfloat16),  # causal, ragged
+    (1, 8, 2, 257, 1030, 128, True, torch.bfloat16),  # GQA, Nq < Nk (bottom-right diagonal)
+    (1, 6, 1, 700, 300, 64, True, torch.float16),  # MQA, Nq > Nk: empty rows
+    (3, 5, 5, 2048, 2048, 128, True, torch.bfloat16),  # odd head count, full blocks
+    (1, 4, 2, 3000, 4099, 128, False, torch.bfloat16),
+]
+
+GLUON_WINDOW_CASES = [
+    # B, H, Hkv, Nq, Nk, D, (left, right)
+    (1, 4, 2, 1000, 1000, 128, (255, 0)),  # causal sliding window, GQA, ragged
+    (2, 4, 4, 700, 1300, 64, (100, 0)),  # Nq < Nk (bottom-right), a window narrower than a block
+    (1, 2, 2, 513, 513, 128, (64, -1)),  # a left edge only (no causal right edge)
+    (1, 3, 1, 900, 400, 64, (300, 0)),  # Nq > Nk: empty rows, MQA
+    (1, 2, 2, 4096, 4096, 128, (1023, 0)),  # full blocks inside the window, skipped blocks left of it
+]

@@ -12,8 +12,8 @@ on awkward shapes.
 
 import pytest
 import torch
+from tests.helpers import GLUON_CASES, GLUON_WINDOW_CASES, sm90_reports, within_criterion
 from tests.helpers import abs_err as _err
-from tests.helpers import sm90_reports, within_criterion
 
 from attnlab.reference import attention_ref
 from attnlab.variants import Mask
@@ -107,22 +107,11 @@ def test_a_gluon_config_falls_back_to_the_triton_kernel_where_gluon_cannot_run()
 
 # -- on a Hopper GPU ---------------------------------------------------------------------------------
 
-GPU_CASES = [
-    # B, H, Hkv, Nq, Nk, D, causal, dtype
-    (1, 2, 2, 1, 1, 64, False, torch.bfloat16),  # one row, one key
-    (2, 4, 4, 129, 129, 128, False, torch.float16),  # ragged last blocks
-    (2, 4, 4, 1000, 1000, 64, True, torch.bfloat16),  # causal, ragged
-    (1, 8, 2, 257, 1030, 128, True, torch.bfloat16),  # GQA, Nq < Nk (bottom-right diagonal)
-    (1, 6, 1, 700, 300, 64, True, torch.float16),  # MQA, Nq > Nk: empty rows
-    (3, 5, 5, 2048, 2048, 128, True, torch.bfloat16),  # odd head count, full blocks
-    (1, 4, 2, 3000, 4099, 128, False, torch.bfloat16),
-]
-
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
 @pytest.mark.parametrize("tiles", CONFIGS)
-@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,causal,dtype", GPU_CASES)
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,causal,dtype", GLUON_CASES)
 def test_gpu_gluon_matches_reference(B, H, Hkv, Nq, Nk, D, causal, dtype, tiles):
     block_m, block_n, stages, warps, ws = tiles
     gen = torch.Generator(device=DEV).manual_seed(Nq * 7 + Nk)
@@ -179,19 +168,9 @@ def test_the_table_takes_gluon_for_long_calls_and_set_config_can_replace_it():
     assert default_fwd_config(128, False, cuda, SHORT_KEYS, gluon=False) == triton_entry
 
 
-WINDOW_CASES = [
-    # B, H, Hkv, Nq, Nk, D, (left, right)
-    (1, 4, 2, 1000, 1000, 128, (255, 0)),  # causal sliding window, GQA, ragged
-    (2, 4, 4, 700, 1300, 64, (100, 0)),  # Nq < Nk (bottom-right), a window narrower than a block
-    (1, 2, 2, 513, 513, 128, (64, -1)),  # a left edge only (no causal right edge)
-    (1, 3, 1, 900, 400, 64, (300, 0)),  # Nq > Nk: empty rows, MQA
-    (1, 2, 2, 4096, 4096, 128, (1023, 0)),  # full blocks inside the window, skipped blocks left of it
-]
-
-
 @pytest.mark.gpu
 @pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
-@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,window", WINDOW_CASES)
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,window", GLUON_WINDOW_CASES)
 @pytest.mark.parametrize("block_m,block_n", [(128, 128), (128, 64), (192, 128), (192, 64)])
 def test_gpu_gluon_sliding_window(B, H, Hkv, Nq, Nk, D, window, block_m, block_n):
     """The warp-specialised kernel with a window's left edge, straight and through prefill_forward's

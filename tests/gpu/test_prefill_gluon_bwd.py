@@ -10,8 +10,8 @@ kernel runs and its gradients are held to the float64 criterion of the other ker
 
 import pytest
 import torch
+from tests.helpers import GLUON_CASES, GLUON_WINDOW_CASES, sm90_reports, within_criterion
 from tests.helpers import abs_err as _err
-from tests.helpers import sm90_reports, within_criterion
 
 from attnlab.reference import attention_ref
 from attnlab.variants import Mask
@@ -144,16 +144,6 @@ def test_set_config_puts_a_gluon_backward_in_its_own_table():
 
 # -- on a Hopper GPU ---------------------------------------------------------------------------------
 
-GPU_CASES = [
-    # B, H, Hkv, Nq, Nk, D, causal, dtype
-    (1, 2, 2, 1, 1, 64, False, torch.bfloat16),  # one row, one key
-    (2, 4, 4, 129, 129, 128, False, torch.float16),  # ragged last blocks
-    (2, 4, 4, 1000, 1000, 64, True, torch.bfloat16),  # causal, ragged
-    (1, 8, 2, 257, 1030, 128, True, torch.bfloat16),  # GQA, Nq < Nk (bottom-right diagonal)
-    (1, 6, 1, 700, 300, 64, True, torch.float16),  # MQA, Nq > Nk: empty rows
-    (3, 5, 5, 2048, 2048, 128, True, torch.bfloat16),  # odd head count, full blocks
-    (1, 4, 2, 3000, 4099, 128, False, torch.bfloat16),
-]
 TILES = [(2, 1, False), (3, 1, False), (2, 2, True), (2, 1, True)]  # (stages, dq_split, dq_atomic)
 
 
@@ -168,7 +158,7 @@ def _gpu_inputs(B, H, Hkv, Nq, Nk, D, dtype, seed):
 @pytest.mark.gpu
 @on_hopper
 @pytest.mark.parametrize("stages,dq_split,dq_atomic", TILES)
-@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,causal,dtype", GPU_CASES)
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,causal,dtype", GLUON_CASES)
 def test_gpu_gluon_backward_matches_reference(B, H, Hkv, Nq, Nk, D, causal, dtype, stages, dq_split, dq_atomic):
     if GB.smem_bytes(D, stages, dq_split, dq_atomic) > GB.SMEM_LIMIT:
         pytest.skip("more shared memory than a block has (refused: test_gluon_backward_refuses_bad_tiles...)")
@@ -181,19 +171,9 @@ def test_gpu_gluon_backward_matches_reference(B, H, Hkv, Nq, Nk, D, causal, dtyp
     _check_grads(q, k, v, do, grads, causal, scale)
 
 
-WINDOW_CASES = [
-    # B, H, Hkv, Nq, Nk, D, (left, right)
-    (1, 4, 2, 1000, 1000, 128, (255, 0)),  # causal sliding window, GQA, ragged
-    (2, 4, 4, 700, 1300, 64, (100, 0)),  # Nq < Nk (bottom-right), a window narrower than a block
-    (1, 2, 2, 513, 513, 128, (64, -1)),  # a left edge only (no causal right edge)
-    (1, 3, 1, 900, 400, 64, (300, 0)),  # Nq > Nk: empty rows, MQA
-    (1, 2, 2, 4096, 4096, 128, (1023, 0)),  # full blocks inside the window, skipped blocks left of it
-]
-
-
 @pytest.mark.gpu
 @on_hopper
-@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,window", WINDOW_CASES)
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,window", GLUON_WINDOW_CASES)
 def test_gpu_gluon_backward_sliding_window(B, H, Hkv, Nq, Nk, D, window):
     q, k, v, do = _gpu_inputs(B, H, Hkv, Nq, Nk, D, torch.bfloat16, Nq + Nk + window[0])
     mask, scale = Mask(*window), D ** -0.5
