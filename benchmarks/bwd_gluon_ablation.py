@@ -4,14 +4,20 @@ No hardware counters needed: each variant removes one stage of the consumer loop
 time is that stage's cost on the critical path. Variants (the kernel's measurement-only ``_ablate``):
 
     0  the kernel as shipped
-    1  dQ made but not added (no float32 atomics)
+    1  dQ made but not added
     2  no dQ product either (the dSᵀ tiles still exchanged between the warp groups)
     3  no dSᵀ exchange: the two warp groups independent, four products per step (Sᵀ, dPᵀ, dV, dK)
     4  as 3 without the exponentials
+    5  the kernel as shipped but waiting for each dQ reduction's read at once (the version before the
+       deferred wait)
+    6  dQ staged in shared memory but not added (no TMA reduction)
+    7  dQ added by TMA from a stale staging tile (no shared-memory store)
 
-Variants 1–4 compute wrong gradients by design; they are timed, never checked. Also timed: the ways
+Variants 1–4, 6 and 7 compute wrong gradients by design; they are timed, never checked. Also timed: the ways
 to add dQ (TMA bulk reductions or per-thread float32 atomics; key blocks starting their walk at the
-same query block or each at its own), and the Triton backward of the library's table, same inputs. bfloat16, 16K tokens, H·D = 2048, one (batch, N).
+same query block or each at its own; the dQ product in column slices, or shared by the two warp groups
+every step), and the Triton backward of the library's table, same inputs. bfloat16, 16K tokens,
+H·D = 2048, one (batch, N).
 
     python benchmarks/bwd_gluon_ablation.py --json ablation.json
     python benchmarks/bwd_gluon_ablation.py --one --D 128   # one launch of variant 0 (for a profiler)
@@ -31,7 +37,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from attnlab.bench import environment, time_fn  # noqa: E402
 from attnlab.cost import attention_flops  # noqa: E402
 
-VARIANTS = {0: "shipped", 1: "no dQ atomics", 2: "no dQ product", 3: "no dS exchange", 4: "no exp2 either"}
+VARIANTS = {0: "shipped", 1: "no dQ additions", 2: "no dQ product", 3: "no dS exchange", 4: "no exp2 either",
+            5: "dQ read waited at once", 6: "dQ staged, not added", 7: "dQ added, not staged"}
+
+
+MODES = {  # the ways to make and add dQ (gluon_backward's keyword arguments)
+    "dQ by TMA": dict(rotate=False), "dQ by TMA, rotated": dict(rotate=True),
+    "dQ by atomics": dict(dq_atomic=True, rotate=False), "dQ by atomics, rotated": dict(dq_atomic=True, rotate=True),
+    "dQ by TMA in 2 column slices": dict(dq_split=2),
+    "dQ shared by the warp groups": dict(dq_shared=True),
+    "dQ shared, atomics": dict(dq_shared=True, dq_atomic=True),
+}
 
 
 def inputs(D: int, N: int, causal: bool):
@@ -47,7 +63,8 @@ def inputs(D: int, N: int, causal: bool):
     return q, k, v, do, out, lse, lse2, delta
 
 
-def time_shape(D: int, N: int, causal: bool, stages: int) -> list[dict]:
+def time_shape(D: int, N: int, causal: bool, stages: int, variants=tuple(VARIANTS),
+               modes: bool = True) -> list[dict]:
     from attnlab.gpu import prefill_backward
     from attnlab.gpu.prefill_gluon_bwd import gluon_backward
     from attnlab.variants import Mask
@@ -60,11 +77,9 @@ def time_shape(D: int, N: int, causal: bool, stages: int) -> list[dict]:
         return lambda: gluon_backward(q, k, v, do, lse2, delta, dq, dk, dv, causal_off=0 if causal else None,
                                       scale=D ** -0.5, stages=stages, _ablate=a, **kw)
 
-    fns = {f"gluon {a}: {name}": gl_fn(a) for a, name in VARIANTS.items()}
-    for atomic in (False, True):
-        for rotate in (False, True):
-            fns[f"dQ by {'atomics' if atomic else 'TMA'}{', rotated' if rotate else ''}"] = gl_fn(
-                0, dq_atomic=atomic, rotate=rotate)
+    fns = {f"gluon {a}: {name}": gl_fn(a) for a, name in VARIANTS.items() if a in variants}
+    for name, kw in MODES.items() if modes else ():
+        fns[name] = gl_fn(0, **kw)
     fns["triton table"] = lambda: prefill_backward(do, q, k, v, out, lse, mask=Mask(-1, 0 if causal else -1),
                                                    scale=D ** -0.5)
     rows = []
@@ -77,7 +92,8 @@ def time_shape(D: int, N: int, causal: bool, stages: int) -> list[dict]:
 
 
 def run(args) -> list[dict]:
-    return [r for D in args.D for causal in args.causal for r in time_shape(D, args.N, causal, args.stages)]
+    return [r for D in args.D for causal in args.causal
+            for r in time_shape(D, args.N, causal, args.stages, args.variants, not args.no_modes)]
 
 
 def main(argv=None) -> int:
@@ -86,6 +102,8 @@ def main(argv=None) -> int:
     p.add_argument("--causal", type=lambda s: s == "1", nargs="+", default=[False], help="1 causal, 0 not")
     p.add_argument("--N", type=int, default=16384)
     p.add_argument("--stages", type=int, default=2)
+    p.add_argument("--variants", type=int, nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    p.add_argument("--no-modes", action="store_true", help="time the variants only (not the dQ modes)")
     p.add_argument("--one", action="store_true", help="one launch of the shipped kernel and exit")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)

@@ -332,15 +332,15 @@ def sweep_candidates(quick: bool, which: str = "v2"):
     candidate: best.json then holds backward entries only)."""
     from attnlab.gpu import BwdConfig, FwdConfig
 
-    if which == "v5":  # the Gluon backward (one pass, dQ by atomics) against the table's Triton backward
+    if which == "v5":  # the Gluon backward (one pass) against the table's Triton backward
         fwd = [FwdConfig(128, 128, 4, 2, tma=True, warp_spec=True, gluon=True)]
         if quick:
             return [FwdConfig(16, 16, 1, 1)], [BwdConfig(16, 16, 1, 1, 16, 16, 1, 1),
                                                BwdConfig(64, 128, 4, 2, 64, 128, 4, 2, gluon=True)]
         return fwd, [BwdConfig(64, 128, 8, 4, 128, 64, 8, 4), BwdConfig(64, 64, 4, 3, 64, 64, 4, 3),
                      BwdConfig(64, 128, 4, 2, 64, 128, 4, 2, gluon=True),
-                     BwdConfig(64, 128, 4, 2, 64, 128, 4, 2, gluon=True, dq_atomic=True),
-                     BwdConfig(64, 128, 4, 3, 64, 128, 4, 3, gluon=True, dq_atomic=True)]
+                     BwdConfig(64, 128, 4, 3, 64, 128, 4, 3, gluon=True),  # (D = 64: the shared memory)
+                     BwdConfig(64, 128, 4, 2, 64, 128, 4, 2, gluon=True, dq_atomic=True)]
     if which == "v4":  # the Gluon forward (softmax under the P·V wgmma) against the table's Triton entries
         if quick:
             return [FwdConfig(16, 16, 1, 1), FwdConfig(16, 16, 1, 1, gluon=True)], []
@@ -457,7 +457,7 @@ def short(cfg) -> str:
                 + ("+gl" if getattr(cfg, "gluon", False) else ""))
     if getattr(cfg, "gluon", False):
         return (f"gluon-s{cfg.stages1}" + ("-atomic" if cfg.dq_atomic else "-tma")
-                + (f"-dq/{cfg.dq_split}" if cfg.dq_split > 1 else ""))
+                + (f"-dq/{cfg.dq_split}" if cfg.dq_split > 1 else "") + ("-dqsh" if cfg.dq_shared else ""))
     if cfg.dq_atomic:
         return f"m{cfg.block_m1}n{cfg.block_n1}w{cfg.warps1}s{cfg.stages1}+atomic"
     return (f"m{cfg.block_m1}n{cfg.block_n1}w{cfg.warps1}s{cfg.stages1}/"

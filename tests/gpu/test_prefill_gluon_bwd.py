@@ -29,26 +29,31 @@ on_hopper = pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Ho
 pytestmark = pytest.mark.usefixtures("interpreter_bfloat16")
 
 
-def _gluon_cfg(stages=2, dq_split=1, dq_atomic=False):
-    return BwdConfig(64, 128, 4, stages, 64, 128, 4, stages, gluon=True, dq_split=dq_split, dq_atomic=dq_atomic)
+def _gluon_cfg(stages=2, dq_split=1, dq_atomic=False, dq_shared=False):
+    return BwdConfig(64, 128, 4, stages, 64, 128, 4, stages, gluon=True, dq_split=dq_split, dq_atomic=dq_atomic,
+                     dq_shared=dq_shared)
 
 
 @needs_gluon
-def test_builds_for_sm90_as_one_pass_with_dq_atomics():
-    """sm_90 builds (D 64/128, causal or not, float16 and bfloat16, ring depths 2 and 3, dQ whole or in
-    slices): Sᵀ is waited for alone while dPᵀ stays in flight (wait_group 1); Q and dO arrive by TMA;
-    dQ leaves by TMA bulk reductions (float32 atomics when sliced; one pass: no second kernel); registers move from the loader warp to the
-    consumers (setmaxnreg); shared memory = K and V of the block, the Q/dO ring and the dSᵀ tiles. At
-    D = 64 nothing spills (at D = 128 the Triton 3.6 build spills a little: ``benchmarks/NOTES-prefill.md``)."""
+def test_builds_for_sm90_as_one_pass():
+    """sm_90 builds (D 64/128, causal or not, float16 and bfloat16, ring depths 2 and 3, dQ whole, in
+    slices or shared by the warp groups): Sᵀ is waited for alone while dPᵀ stays in flight (wait_group 1);
+    Q and dO arrive by TMA; dQ leaves by TMA bulk reductions from shared memory (or float32 atomics; one
+    pass: no second kernel); registers move from the loader warp to the consumers (setmaxnreg); shared
+    memory = K and V of the block, the Q/dO ring, the dSᵀ tiles and the dQ staging tiles. At D = 64
+    nothing spills (at D = 128 the Triton 3.6 build spills a little: ``benchmarks/NOTES-prefill.md``)."""
     cases = [dict(D=D, causal=c, dtype="bfloat16") for D in (64, 128) for c in (False, True)]
-    cases += [dict(D=128, causal=True, stages=3, dq_split=2, dtype="float16"), dict(D=64, causal=False, stages=3,
-                                                                                   dtype="bfloat16"),
-              dict(D=64, causal=True, dq_atomic=True, dtype="bfloat16")]
+    cases += [dict(D=128, causal=True, stages=3, dq_split=2, dq_atomic=True, dtype="float16"),
+              dict(D=64, causal=False, stages=3, dtype="bfloat16"),
+              dict(D=64, causal=True, dq_atomic=True, dtype="bfloat16"),
+              dict(D=128, causal=False, dq_split=2, dtype="float16"),
+              dict(D=128, causal=True, dq_shared=True, dtype="bfloat16"),
+              dict(D=64, causal=False, dq_shared=True, dq_atomic=True, dtype="bfloat16")]
     for case, rep in zip(cases, sm90_reports("prefill_gluon_bwd", [dict(c) for c in cases])):
         D, st = case["D"], case.get("stages", 2)
         assert 1 in rep["wait_groups"], (case, rep)
         assert rep["tma_loads"] > 0 and rep["wgmma"] > 0, (case, rep)
-        tma_dq = case.get("dq_split", 1) == 1 and not case.get("dq_atomic")
+        tma_dq = not case.get("dq_atomic")
         if tma_dq:  # dQ by TMA bulk reductions, staged through shared memory
             assert rep["tma_reduces"] > 0 and rep["atomics"] == 0, (case, rep)
         else:  # dQ by float32 atomics (whole or in column slices)
@@ -58,6 +63,8 @@ def test_builds_for_sm90_as_one_pass_with_dq_atomics():
         if tma_dq:
             expect_kb += 2 * 64 * D * 4 / 1024  # each consumer's float32 dQ tile on its way to the reduction
         assert expect_kb * 1024 == GB.smem_bytes(D, st, case.get("dq_split", 1), case.get("dq_atomic", False))
+        if tma_dq:  # one reduction per staged tile: per column slice, and per warp group
+            assert rep["tma_reduces"] == 2 * case.get("dq_split", 1), (case, rep)
         assert rep["smem_kb"] == pytest.approx(expect_kb, abs=1.0), (case, rep)
         assert rep["smem_kb"] <= 227, (case, rep)
         if D == 64 and rep.get("stack") is not None:
@@ -65,15 +72,30 @@ def test_builds_for_sm90_as_one_pass_with_dq_atomics():
 
 
 @needs_gluon
+def test_measurement_variants_leave_out_what_they_name():
+    """``benchmarks/bwd_gluon_ablation.py``'s variants (``_ablate``) as sm_90 builds: the ones that add dQ
+    keep their TMA reductions (5 waits at once, 7 adds an unwritten tile), the others have none; 2 and 3
+    drop the dQ products' wgmmas too."""
+    variants = (0, 1, 2, 3, 5, 6, 7)
+    reps = dict(zip(variants, sm90_reports("prefill_gluon_bwd", [dict(D=128, causal=False, dtype="bfloat16", _ablate=a)
+                                                                 for a in variants])))
+    assert {a: r["tma_reduces"] > 0 for a, r in reps.items()} == {0: True, 1: False, 2: False, 3: False, 5: True,
+                                                                    6: False, 7: True}
+    full = reps[0]["wgmma"]
+    assert all(reps[a]["wgmma"] == full for a in (1, 5, 6, 7)), reps
+    assert reps[2]["wgmma"] < full and reps[3]["wgmma"] < full, reps
+
+
+@needs_gluon
 @pytest.mark.parametrize("bad", [dict(stages=0), dict(stages=4), dict(dq_split=3), dict(dq_split=4, D=64),
-                                 dict(stages=3, dq_split=1)])
+                                 dict(stages=3, dq_split=1), dict(dq_shared=True, dq_split=2)])
 def test_gluon_backward_refuses_bad_tiles_before_any_work(bad):
     bad = dict(bad)
     D = bad.pop("D", 128)
     q = torch.zeros(1, 1, 8, D, dtype=torch.float16)
     grads = [torch.full_like(q, 7.0) for _ in range(3)]
     stats = torch.zeros(1, 1, 8)
-    with pytest.raises(ValueError, match="the Gluon backward takes stages"):
+    with pytest.raises(ValueError, match="the Gluon backward takes"):
         GB.gluon_backward(q, q, q, q, stats, stats, *grads, causal_off=None, scale=0.1, **bad)
     assert all((g == 7).all() for g in grads)  # nothing written
 
@@ -144,7 +166,8 @@ def test_set_config_puts_a_gluon_backward_in_its_own_table():
 
 # -- on a Hopper GPU ---------------------------------------------------------------------------------
 
-TILES = [(2, 1, False), (3, 1, False), (2, 2, True), (2, 1, True)]  # (stages, dq_split, dq_atomic)
+TILES = [(2, 1, False, False), (3, 1, False, False), (2, 2, True, False), (2, 1, True, False), (2, 2, False, False),
+         (2, 1, False, True), (2, 1, True, True)]  # (stages, dq_split, dq_atomic, dq_shared)
 
 
 def _gpu_inputs(B, H, Hkv, Nq, Nk, D, dtype, seed):
@@ -157,17 +180,18 @@ def _gpu_inputs(B, H, Hkv, Nq, Nk, D, dtype, seed):
 
 @pytest.mark.gpu
 @on_hopper
-@pytest.mark.parametrize("stages,dq_split,dq_atomic", TILES)
+@pytest.mark.parametrize("stages,dq_split,dq_atomic,dq_shared", TILES)
 @pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,causal,dtype", GLUON_CASES)
-def test_gpu_gluon_backward_matches_reference(B, H, Hkv, Nq, Nk, D, causal, dtype, stages, dq_split, dq_atomic):
+def test_gpu_gluon_backward_matches_reference(B, H, Hkv, Nq, Nk, D, causal, dtype, stages, dq_split, dq_atomic,
+                                              dq_shared):
     if GB.smem_bytes(D, stages, dq_split, dq_atomic) > GB.SMEM_LIMIT:
         pytest.skip("more shared memory than a block has (refused: test_gluon_backward_refuses_bad_tiles...)")
     q, k, v, do = _gpu_inputs(B, H, Hkv, Nq, Nk, D, dtype, Nq * 7 + Nk)
     mask, scale = Mask(-1, 0 if causal else -1), D ** -0.5
     out, lse = _forward(q, k, v, mask, scale)
     grads = [torch.full(t.shape, float("nan"), dtype=dtype, device=DEV) for t in (q, k, v)]
-    prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, config=_gluon_cfg(stages, dq_split, dq_atomic),
-                     dq=grads[0], dk=grads[1], dv=grads[2])
+    prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale,
+                     config=_gluon_cfg(stages, dq_split, dq_atomic, dq_shared), dq=grads[0], dk=grads[1], dv=grads[2])
     _check_grads(q, k, v, do, grads, causal, scale)
 
 

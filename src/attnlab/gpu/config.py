@@ -52,10 +52,11 @@ class BwdConfig:
     warps2: int
     stages2: int
     dq_atomic: bool = False  # accumulate dQ with float32 atomics inside the dK/dV kernel
-    gluon: bool = False  # the Gluon kernel (prefill_gluon_bwd: one pass, dQ by float32 atomics; sm_90, D 64/128,
+    gluon: bool = False  # the Gluon kernel (prefill_gluon_bwd: one pass, dQ by TMA reductions; sm_90, D 64/128,
     # dense, causal or windowed; never for deterministic calls): a loader warp and two consumer warp groups of
     # 64 keys each (block_n1 128, block_m1 64, stages1 the Q/dO ring); the other fields are unused
-    dq_split: int = 1  # Gluon: the dQ product in dq_split column slices of D, added by float32 atomics
+    dq_split: int = 1  # Gluon: the dQ product in dq_split column slices of D (fewer live registers)
+    dq_shared: bool = False  # Gluon: both warp groups make every step's dQ product, half of D's columns each
     # (Gluon with dq_atomic: per-thread float32 atomics instead of TMA bulk reductions)
 
 
@@ -107,11 +108,15 @@ _BWD_TABLE = {
     (128, False, "long"): _B(64, 128, 8, 4, 128, 64, 8, 4), (128, True, "long"): _B(64, 128, 8, 4, 128, 64, 8, 4),
     (128, False, "short"): _BWD_RUN1, (128, True, "short"): _BWD_RUN1,
 }
-# The Gluon backward (prefill_gluon_bwd: one pass, dQ by TMA bulk reductions) beat the Triton backward by more
-# than the noise in two sweeps only at D = 128, causal, long (+3.0 % and +3.1 % summed over N = 4K and 16K,
-# 2026-12-01, triton 3.6, benchmarks/data/prefill-sweep-h200-run11.json and -run12.json; decision in
-# prefill-best-h200-run12.json). Elsewhere the two were within 1.2 % of each other and the Triton kernels stay.
-_GLUON_BWD_TABLE = {(128, True, "long"): _B(64, 128, 4, 2, 64, 128, 4, 2, gluon=True)}
+# The Gluon backward (prefill_gluon_bwd: one pass, dQ by TMA bulk reductions from shared memory with the
+# wait deferred to the warp group's next turn) beat the Triton backward at every long key of sweep run 14:
+# by 7-11 % at D = 64 and 7-18 % at D = 128, summed over N = 4K and 16K (2026-12-01, triton 3.6,
+# benchmarks/data/prefill-sweep-h200-run14.json, decision in prefill-best-h200-run14.json; a 3-slot Q/dO
+# ring tied the 2-slot one at D = 64, within 0.3 %). Short calls keep the Triton backward (not swept).
+_GLUON_BWD_2 = _B(64, 128, 4, 2, 64, 128, 4, 2, gluon=True)
+_GLUON_BWD_TABLE = {(64, False, "long"): _B(64, 128, 4, 3, 64, 128, 4, 3, gluon=True),
+                    (64, True, "long"): _GLUON_BWD_2, (128, False, "long"): _GLUON_BWD_2,
+                    (128, True, "long"): _GLUON_BWD_2}
 # the interpreter runs one program at a time in numpy: small blocks keep the CPU tests quick and
 # still give several blocks (and ragged ones) at small N
 _INTERP_FWD = FwdConfig(block_m=16, block_n=16, num_warps=1, num_stages=1)

@@ -408,7 +408,7 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
 
         plain = (cu_seqlens is None and softcap is None and slopes is None and not deterministic
                  and q.shape[0] * q.shape[1] * q.shape[2] < 2**31 - 64  # dQ's TMA rows are 32-bit
-                 and (cfg.dq_atomic or cfg.dq_split > 1 or prefill_gluon_bwd.HAVE_TMA_REDUCE))
+                 and (cfg.dq_atomic or prefill_gluon_bwd.HAVE_TMA_REDUCE))
         if not (plain and gluon_supported(q, k, v) and tma_ok(do, dk, dv)):
             cfg = default_bwd_config(D, not mask.dense, q.device, n_keys, gluon=False)
     if deterministic and cfg.dq_atomic:  # float32 atomics add in arrival order: not bit-reproducible
@@ -427,7 +427,7 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
         from .prefill_gluon_bwd import gluon_backward
 
         gluon_backward(q, k, v, do, lse2, delta, dq, dk, dv, scale=scale, stages=cfg.stages1, dq_split=cfg.dq_split,
-                       dq_atomic=cfg.dq_atomic,
+                       dq_atomic=cfg.dq_atomic, dq_shared=cfg.dq_shared,
                        causal_off=Nk - Nq + mask.right if mask.right >= 0 else None,
                        win_off=Nk - Nq - mask.left if mask.left >= 0 else None)
         return dq, dk, dv

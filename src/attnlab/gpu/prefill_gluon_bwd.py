@@ -46,6 +46,7 @@ from .prefill_gluon import HAVE_GLUON, NO_WINDOW
 HAVE_TMA_REDUCE = False  # set below where this triton has the reduction
 
 if HAVE_GLUON:
+    from triton._C.libtriton import gluon_ir as _gluon_ir
     from triton._C.libtriton import ir as _ir
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
@@ -61,15 +62,18 @@ if HAVE_GLUON:
 
     from .prefill_gluon import _tma_load, _tma_store, _warps_barrier
 
-    # the TMA reduction of a register tile goes through Triton's own builder (no Gluon wrapper in 3.6)
-    HAVE_TMA_REDUCE = hasattr(_ir.builder, "create_descriptor_reduce") and hasattr(_ir, "DESCRIPTOR_REDUCE_KIND")
+    # the TMA reduction from shared memory: Gluon's builder has it in 3.6 without a Python wrapper
+    # (``tma.async_atomic_add`` from 3.7 on)
+    HAVE_TMA_REDUCE = (hasattr(_ir, "DESCRIPTOR_REDUCE_KIND")
+                       and hasattr(_gluon_ir.GluonOpBuilder, "create_async_tma_reduce"))
 
     @_builtin
-    def _tma_reduce_add(desc, coord, value, _semantic=None):
-        """Add a register tile into global memory through a tensor descriptor (a TMA bulk reduction,
-        staged through shared memory by the compiler)."""
+    def _tma_add(desc, coord, src, _semantic=None):
+        """Add a shared-memory tile into global memory through a tensor descriptor: a TMA bulk reduction
+        (``cp.reduce.async.bulk.tensor``), asynchronous like a TMA store (``tma.store_wait`` before the
+        tile is written again)."""
         coord = _semantic._convert_to_ir_values(coord, require_i64=False)
-        _semantic.builder.create_descriptor_reduce(_ir.DESCRIPTOR_REDUCE_KIND.ADD, desc.handle, value.handle, coord)
+        _semantic.builder.create_async_tma_reduce(_ir.DESCRIPTOR_REDUCE_KIND.ADD, desc.handle, coord, src.handle)
 
 BWD_BLOCK_M = 64  # query rows per step (the wgmma M of dQ, the N of Sᵀ)
 BWD_SUB_N = 64  # keys per consumer warp group
@@ -105,7 +109,7 @@ if HAVE_GLUON:
             _tma_load(desc_do, [b, h, m0, 0], do_ready.index(slot), do_smem.index(slot))
 
     @gluon.jit
-    def _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars, flags,
+    def _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                       PART: gl.constexpr, CAUSAL: gl.constexpr):
@@ -117,11 +121,13 @@ if HAVE_GLUON:
         BLOCK_M: gl.constexpr = q_smem.shape[3]
         STAGES: gl.constexpr = q_smem.shape[0]
         NC: gl.constexpr = k_smem.shape[0]
-        # (a partition takes no constexpr: the shape of a small buffer carries these three)
+        # (a partition takes no constexpr: the shape of a small buffer carries these four)
         DQ_SPLIT: gl.constexpr = flags.shape[0]
-        DQ_ATOMIC: gl.constexpr = flags.shape[1] == 2
+        DQ_ATOMIC: gl.constexpr = (flags.shape[1] == 2) or (flags.shape[1] == 8)
+        DQ_SHARED: gl.constexpr = flags.shape[1] >= 4  # both warp groups every step, half of D's columns each
         ABLATE: gl.constexpr = ((flags.shape[2] >= 2) + (flags.shape[2] >= 4) + (flags.shape[2] >= 8)
-                                + (flags.shape[2] >= 16))  # log2 of the third dimension
+                                + (flags.shape[2] >= 16) + (flags.shape[2] >= 32) + (flags.shape[2] >= 64)
+                                + (flags.shape[2] >= 128))  # log2 of the third dimension
         dtype: gl.constexpr = desc_dk.dtype
         # Sᵀ, dPᵀ: (SUB_N keys, BLOCK_M queries); dK, dV: (SUB_N, D); dQ: (BLOCK_M, D) — SUB_N = BLOCK_M = 64
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -142,7 +148,8 @@ if HAVE_GLUON:
         dk = gl.zeros([SUB_N, HEAD_D], gl.float32, layout=acc_layout)
         dv = gl.zeros([SUB_N, HEAD_D], gl.float32, layout=acc_layout)
         s_zero = gl.zeros([SUB_N, BLOCK_M], gl.float32, layout=s_layout)
-        SPLIT_D: gl.constexpr = HEAD_D // DQ_SPLIT
+        SPLIT_D: gl.constexpr = HEAD_D // (DQ_SPLIT * (1 + DQ_SHARED))  # columns of one dQ product
+        COL0: gl.constexpr = PART * (HEAD_D // 2) * DQ_SHARED  # this warp group's first dQ column
         dqs_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                              instr_shape=[16, SPLIT_D, 16])
         dqs_zero = gl.zeros([BLOCK_M, SPLIT_D], gl.float32, layout=dqs_layout)
@@ -177,7 +184,7 @@ if HAVE_GLUON:
                 sT = gl.where(visible, sT * qk_scale - lse2[None, :], float("-inf"))
             else:
                 sT = sT * qk_scale - lse2[None, :]
-            if ABLATE >= 4:  # measurement only: no exponentials
+            if ABLATE == 4:  # measurement only: no exponentials
                 pT = sT
             else:
                 pT = gl.exp2(sT)
@@ -192,7 +199,7 @@ if HAVE_GLUON:
             # -- dSᵀ into this warp group's half of the step's shared tile (slot t % 2), once the reader
             #    of step t − 2 is done with it; then tell the reader
             ds_slot = t % 2
-            if ABLATE >= 3:  # measurement only: no dS exchange, no dQ
+            if ABLATE == 3 or ABLATE == 4:  # measurement only: no dS exchange, no dQ
                 ds_slot = 2
             if t >= 2 and ds_slot < 2:
                 mbarrier.wait(ds_bars.index(2 + ds_slot), ((t // 2) - 1) & 1)
@@ -207,10 +214,13 @@ if HAVE_GLUON:
             mbarrier.arrive(do_empty.index(slot), count=1)
             # -- dQᵢ = dS K over all 128 keys of the block, by warp group t % 2 (they take turns): one
             #    addition per element per key block (rows past Nq add exact zeros: their Pᵀ is 0)
-            if ds_slot == PART and ABLATE == 2:
+            my_turn = ds_slot == PART
+            if DQ_SHARED:
+                my_turn = ds_slot < 2
+            if my_turn and ABLATE == 2:
                 mbarrier.wait(ds_bars.index(ds_slot), (t // 2) & 1)
                 mbarrier.arrive(ds_bars.index(2 + ds_slot), count=1)
-            if ds_slot == PART and ABLATE < 2:
+            if my_turn and (ABLATE < 2 or ABLATE >= 5):
                 mbarrier.wait(ds_bars.index(ds_slot), (t // 2) & 1)  # both halves of dSᵀ are in
                 ds_all = ds_smem.index(ds_slot)  # (NC·SUB_N, BLOCK_M)
                 rows = m0 + offs_qds
@@ -218,7 +228,8 @@ if HAVE_GLUON:
                     dq = dqs_zero
                     for c in gl.static_range(NC):  # dS K = Σ_c dS[:, keys of c] K_c
                         dq = warpgroup_mma(ds_all.slice(c * SUB_N, SUB_N, dim=0).permute((1, 0)),
-                                           k_smem.index(c).reshape([SUB_N, HEAD_D]).slice(j * SPLIT_D, SPLIT_D, dim=1),
+                                           k_smem.index(c).reshape([SUB_N, HEAD_D]).slice(COL0 + j * SPLIT_D, SPLIT_D,
+                                                                                             dim=1),
                                            dq, use_acc=c > 0, is_async=True)
                     dq = warpgroup_mma_wait(0, deps=(dq, ))
                     if j == DQ_SPLIT - 1:
@@ -226,16 +237,35 @@ if HAVE_GLUON:
                     if ABLATE == 1:  # measurement only: dQ made, not added
                         dq = dq * 0.0
                     if ABLATE != 1 and not DQ_ATOMIC:
-                        _tma_reduce_add(desc_dq, [(row0 + m0).to(gl.int32), 0], dq * sm_scale)
+                        # stage in this warp group's float32 tile (slice j), once the copy engine has read
+                        # the additions made from it two steps ago, and add it asynchronously (shared dQ
+                        # products: a tile per step parity, the last step's addition may still be reading)
+                        if DQ_SHARED:
+                            dq_stage = dq_smem.index(PART * 2 + ds_slot)
+                            tma.store_wait(1)
+                            _warps_barrier()
+                        else:
+                            dq_stage = dq_smem.index(PART * DQ_SPLIT + j)
+                            if j == 0:
+                                tma.store_wait(0)
+                                _warps_barrier()
+                        if ABLATE != 7:  # (measurement only: 7 adds the stale tile)
+                            dq_stage.store(dq * sm_scale)
+                            fence_async_shared()
+                            _warps_barrier()
+                        if ABLATE != 6:  # (measurement only: 6 stages the tile but adds nothing)
+                            _tma_add(desc_dq, [(row0 + m0).to(gl.int32), COL0 + j * SPLIT_D], dq_stage)
+                        if ABLATE == 5:  # measurement only: wait for the read at once (the old way)
+                            tma.store_wait(0)
                     elif ABLATE != 1:
-                        dq_ptrs = DQ + row0 * HEAD_D + rows[:, None] * HEAD_D + (j * SPLIT_D + offs_ds)[None, :]
+                        dq_ptrs = DQ + row0 * HEAD_D + rows[:, None] * HEAD_D + (COL0 + j * SPLIT_D + offs_ds)[None, :]
                         gl.atomic_add(dq_ptrs, dq * sm_scale, mask=(rows[:, None] < Nq) & (offs_ds[None, :] < SPLIT_D),
                                       sem="relaxed")
 
         # -- epilogue: dK·scale and dV through this warp group's K and V buffers, once the last dQ products
         #    (the other warp group's too) have read K
         n_steps = G * n_m
-        if ABLATE >= 3:
+        if ABLATE == 3 or ABLATE == 4:
             n_steps = 0
         if n_steps >= 1:
             mbarrier.wait(ds_bars.index(2 + (n_steps - 1) % 2), ((n_steps - 1) // 2) & 1)
@@ -249,34 +279,34 @@ if HAVE_GLUON:
         tma.store_wait(0)
 
     @gluon.jit
-    def _bwd_consumer_0_causal(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars, flags,
+    def _bwd_consumer_0_causal(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                                kv_bar, q_ready, do_ready, q_empty, do_empty,
                                b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale):
-        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars, flags,
+        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, 0, True)
 
     @gluon.jit
-    def _bwd_consumer_0_full(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars, flags,
+    def _bwd_consumer_0_full(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                              kv_bar, q_ready, do_ready, q_empty, do_empty,
                              b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale):
-        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars, flags,
+        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, 0, False)
 
     @gluon.jit
-    def _bwd_consumer_1_causal(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars, flags,
+    def _bwd_consumer_1_causal(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                                kv_bar, q_ready, do_ready, q_empty, do_empty,
                                b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale):
-        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars, flags,
+        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, 1, True)
 
     @gluon.jit
-    def _bwd_consumer_1_full(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars, flags,
+    def _bwd_consumer_1_full(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                              kv_bar, q_ready, do_ready, q_empty, do_empty,
                              b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale):
-        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars, flags,
+        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, 1, False)
 
@@ -285,6 +315,7 @@ if HAVE_GLUON:
                            H, G, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                            HEAD_D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                            CONSUMER_REGS: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ATOMIC: gl.constexpr,
+                           DQ_SHARED: gl.constexpr,
                            ROTATE: gl.constexpr, ABLATE: gl.constexpr = 0):
         """Grid (key blocks of 128, B·Hkv). Descriptors over (B, H|Hkv, N, D) with blocks [1, 1, 64, D];
         DQ (B, H, Nq, D) float32, zeroed by the caller; LSE2, DELTA (B, H, Nq) from the preprocessing
@@ -320,7 +351,13 @@ if HAVE_GLUON:
         ds_smem = gl.allocate_shared_memory(dtype, [2, NC * SUB_N, BLOCK_M], ds_layout)  # dSᵀ of two steps
         ds_bars = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())  # ready x2, free x2
         kv_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
-        flags = gl.allocate_shared_memory(gl.int8, [DQ_SPLIT, 1 + DQ_ATOMIC, 1 << ABLATE],
+        if DQ_ATOMIC:  # (unused: the compiler drops it)
+            dq_smem = gl.allocate_shared_memory(gl.float32, [NC, 8, HEAD_D], desc_dq.layout)
+        else:  # each warp group's dQ tile (in DQ_SPLIT column slices) on its way to the TMA reduction
+            dq_smem = gl.allocate_shared_memory(gl.float32, [NC * DQ_SPLIT * (1 + DQ_SHARED), BLOCK_M,
+                                                             HEAD_D // (DQ_SPLIT * (1 + DQ_SHARED))],
+                                                desc_dq.layout)
+        flags = gl.allocate_shared_memory(gl.int8, [DQ_SPLIT, (1 + DQ_ATOMIC) << (2 * DQ_SHARED), 1 << ABLATE],
                                           gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))
         q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -329,14 +366,17 @@ if HAVE_GLUON:
         mbarrier.init(kv_bar.index(0), count=1)
         for i in gl.static_range(2):
             mbarrier.init(ds_bars.index(i), count=NC)  # "ready": each warp group wrote its half
-            mbarrier.init(ds_bars.index(2 + i), count=1)  # "free": the reader's dQ product is done
+            if DQ_SHARED:  # "free": the readers' dQ products are done
+                mbarrier.init(ds_bars.index(2 + i), count=NC)
+            else:
+                mbarrier.init(ds_bars.index(2 + i), count=1)
         for i in gl.static_range(STAGES):
             mbarrier.init(q_ready.index(i), count=1)
             mbarrier.init(do_ready.index(i), count=1)
             mbarrier.init(q_empty.index(i), count=NC)  # one arrival per consumer warp group
             mbarrier.init(do_empty.index(i), count=NC)
 
-        consumer_args = (desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, ds_bars, flags,
+        consumer_args = (desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                          kv_bar, q_ready, do_ready, q_empty, do_empty,
                          b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale)
         loader_args = (desc_q, desc_do, desc_k, desc_v, k_smem, v_smem, q_smem, do_smem,
@@ -355,13 +395,16 @@ SMEM_LIMIT = 227 * 1024  # shared memory of one Hopper thread block
 
 def smem_bytes(head_dim: int, stages: int, dq_split: int = 1, dq_atomic: bool = False) -> int:
     """Shared memory of the backward: K and V of the block, the Q/dO ring, two dSᵀ tiles and (dQ by TMA
-    reduction, ``dq_split`` 1) each consumer's float32 dQ tile."""
+    reduction) each consumer's float32 dQ tile."""
     D = head_dim
     return (2 * 2 * BWD_SUB_N * D * 2 + 2 * stages * BWD_BLOCK_M * D * 2 + 2 * 2 * BWD_SUB_N * BWD_BLOCK_M * 2
-            + (2 * BWD_BLOCK_M * D * 4 if dq_split == 1 and not dq_atomic else 0))
+            + (0 if dq_atomic else 2 * BWD_BLOCK_M * D * 4))
 
 
-def _check_tiles(head_dim: int, stages: int, dq_split: int, dq_atomic: bool = False) -> None:
+def _check_tiles(head_dim: int, stages: int, dq_split: int, dq_atomic: bool = False, dq_shared: bool = False) -> None:
+    if dq_shared and dq_split != 1:
+        raise ValueError(f"the Gluon backward takes dq_split 1 with dq_shared (got {dq_split}): each warp group "
+                         "already makes half of D's columns")
     if stages not in (1, 2, 3) or dq_split not in (1, 2, 4) or head_dim // dq_split < 32:
         raise ValueError("the Gluon backward takes stages 1, 2 or 3 (the Q/dO ring) and dq_split 1, 2 or 4 with "
                          f"head_dim / dq_split >= 32; got stages={stages}, dq_split={dq_split}, head_dim={head_dim}")
@@ -374,21 +417,22 @@ def _check_tiles(head_dim: int, stages: int, dq_split: int, dq_atomic: bool = Fa
 def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, lse2: torch.Tensor,
                    delta: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, *,
                    causal_off: int | None, scale: float, stages: int = 2, dq_split: int = 1,
-                   dq_atomic: bool = False, rotate: bool | None = None, win_off: int | None = None,
-                   _ablate: int = 0) -> None:
+                   dq_atomic: bool = False, dq_shared: bool = False, rotate: bool | None = None,
+                   win_off: int | None = None, _ablate: int = 0) -> None:
     """Run the Gluon backward: q, do (B, H, Nq, D); k, v (B, Hkv, Nk, D); ``lse2``, ``delta`` (B, H, Nq)
     float32 from ``prefill_bwd``'s preprocessing kernel (L in log2 units, +inf on empty rows; D_i). Writes
     dq (like q), dk, dv (like k, v; contiguous) in place. ``causal_off``/``win_off`` as in
     ``prefill_gluon.gluon_forward``. ``stages``: depth of the Q/dO ring. dQ by TMA bulk reductions, or by
-    float32 atomics with ``dq_atomic`` (``dq_split`` > 1: the dQ product in that many column slices, by
-    atomics). ``rotate``: key blocks start at staggered query blocks (None: for TMA reductions only, as
+    float32 atomics with ``dq_atomic``; ``dq_split`` > 1: the dQ product in that many column slices, each
+    added on its own (fewer registers live at once). ``dq_shared``: both warp groups make every step's dQ
+    product, half of D's columns each (instead of whole products in turns). ``rotate``: key blocks start at staggered query blocks (None: for TMA reductions only, as
     measured). ``_ablate`` (measurement only, wrong gradients): leave stages out, as
     ``benchmarks/bwd_gluon_ablation.py`` lists. No input checks beyond the tiles (``gluon_supported`` and
     the public entry points do them)."""
     B, H, Nq, D = q.shape
-    _check_tiles(D, stages, dq_split, dq_atomic)
+    _check_tiles(D, stages, dq_split, dq_atomic, dq_shared)
     if rotate is None:  # measured (benchmarks/bwd_gluon_ablation.py): staggered starts help the TMA reductions
-        rotate = not (dq_atomic or dq_split > 1)  # (+10 % causal at D = 128) and cost the atomics 2-3 % at D = 64
+        rotate = not dq_atomic  # (+10 % causal at D = 128) and cost the atomics 2-3 % at D = 64
     Hkv, Nk = k.shape[1], k.shape[2]
     el = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
 
@@ -398,20 +442,22 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
 
     dq_acc = torch.zeros((B, H, Nq, D), device=q.device, dtype=torch.float32)
     dq_rows = dq_acc.view(B * H * Nq, D)  # a block past a head's last row adds exact zeros to the next head's
-    desc_dq = TensorDescriptor(dq_rows, list(dq_rows.shape), list(dq_rows.stride()), [BWD_BLOCK_M, D],
-                               gl.NVMMASharedLayout.get_default_for([BWD_BLOCK_M, D], gl.float32))
+    dq_block = [BWD_BLOCK_M, D // (dq_split * (1 + dq_shared))]
+    desc_dq = TensorDescriptor(dq_rows, list(dq_rows.shape), list(dq_rows.stride()), dq_block,
+                               gl.NVMMASharedLayout.get_default_for(dq_block, gl.float32))
     grid = (-(-Nk // (2 * BWD_SUB_N)), B * Hkv)
     _attn_bwd_gluon_ws[grid](
         desc(q), desc(do), desc(k), desc(v), desc(dk), desc(dv), desc_dq, dq_acc, lse2, delta,
         H, H // Hkv, Nq, Nk, causal_off if causal_off is not None else 0,
         NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale,
         HEAD_D=D, STAGES=stages, CAUSAL=causal_off is not None, CONSUMER_REGS=BWD_CONSUMER_REGS, DQ_SPLIT=dq_split,
-        DQ_ATOMIC=dq_atomic or dq_split > 1, ROTATE=rotate, ABLATE=_ablate, num_warps=4)
+        DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, ABLATE=_ablate, num_warps=4)
     dq.copy_(dq_acc)
 
 
 def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.dtype = torch.bfloat16,
-                 dq_split: int = 1, dq_atomic: bool = False, rotate: bool = True, regs: int = BWD_CONSUMER_REGS):
+                 dq_split: int = 1, dq_atomic: bool = False, dq_shared: bool = False, rotate: bool = True,
+                 regs: int = BWD_CONSUMER_REGS, _ablate: int = 0):
     """Build the Gluon backward for Hopper (sm_90) on any machine, GPU or not, as
     ``prefill_gluon.compile_sm90`` does for the forward."""
     if not HAVE_GLUON:
@@ -420,17 +466,18 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    _check_tiles(head_dim, stages, dq_split, dq_atomic)
+    _check_tiles(head_dim, stages, dq_split, dq_atomic, dq_shared)
     el = gl.float16 if dtype == torch.float16 else gl.bfloat16
     name = "fp16" if dtype == torch.float16 else "bf16"
     layout = gl.NVMMASharedLayout.get_default_for([1, 1, BWD_BLOCK_M, head_dim], el)
     desc = f"tensordesc<{name}[1,1,{BWD_BLOCK_M},{head_dim}],{layout!r}>"
     fn = _attn_bwd_gluon_ws
     const = dict(HEAD_D=head_dim, STAGES=stages, CAUSAL=causal, CONSUMER_REGS=regs, DQ_SPLIT=dq_split,
-                 DQ_ATOMIC=dq_atomic or dq_split > 1, ROTATE=rotate, ABLATE=0)
+                 DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, ABLATE=_ablate)
     ptrs = ("DQ", "LSE2", "DELTA")
-    dq_layout = gl.NVMMASharedLayout.get_default_for([BWD_BLOCK_M, head_dim], gl.float32)
-    desc_dq = f"tensordesc<fp32[{BWD_BLOCK_M},{head_dim}],{dq_layout!r}>"
+    dq_cols = head_dim // (dq_split * (1 + dq_shared))
+    dq_layout = gl.NVMMASharedLayout.get_default_for([BWD_BLOCK_M, dq_cols], gl.float32)
+    desc_dq = f"tensordesc<fp32[{BWD_BLOCK_M},{dq_cols}],{dq_layout!r}>"
     sig = {n: ("constexpr" if n in const else desc_dq if n == "desc_dq" else desc if n.startswith("desc_")
                else "*fp32" if n in ptrs
                else "fp32" if n in ("qk_scale", "sm_scale") else "i32") for n in fn.arg_names}
@@ -440,10 +487,10 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
 
 
 def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int = 1, dq_atomic: bool = False,
-                dtype: torch.dtype = torch.bfloat16) -> dict:
+                dq_shared: bool = False, dtype: torch.dtype = torch.bfloat16, _ablate: int = 0) -> dict:
     """``prefill_gluon.kernel_report`` of one sm_90 build of the backward: shared memory, registers, spill
     stack, wgmma waits, TMA loads, float32 atomics. Needs a process without TRITON_INTERPRET."""
     from .prefill_gluon import kernel_report
 
     return kernel_report(compile_sm90(head_dim, causal=causal, stages=stages, dq_split=dq_split, dq_atomic=dq_atomic,
-                                      dtype=dtype))
+                                      dq_shared=dq_shared, dtype=dtype, _ablate=_ablate))
