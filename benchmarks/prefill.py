@@ -328,7 +328,7 @@ def sweep_candidates(quick: bool, which: str = "v2"):
     """Candidate configurations: "v2" (the full forward and backward list), "v3" (forward only,
     D = 128: two 8-warp programs per SM through a 128-register cap, against the table's choice) or "v4"
     (forward only: the Gluon kernel's tiles against the table's Triton entries) or "v5" (backward only: the
-    Gluon backward's ring depths and dQ slicing against the table's Triton backward; one forward, not a
+    Gluon backward's ring depths and dQ sharing against the table's Triton backward; one forward, not a
     candidate: best.json then holds backward entries only)."""
     from attnlab.gpu import BwdConfig, FwdConfig
 
@@ -340,7 +340,7 @@ def sweep_candidates(quick: bool, which: str = "v2"):
         return fwd, [BwdConfig(64, 128, 8, 4, 128, 64, 8, 4), BwdConfig(64, 64, 4, 3, 64, 64, 4, 3),
                      BwdConfig(64, 128, 4, 2, 64, 128, 4, 2, gluon=True),
                      BwdConfig(64, 128, 4, 3, 64, 128, 4, 3, gluon=True),  # (D = 64: the shared memory)
-                     BwdConfig(64, 128, 4, 2, 64, 128, 4, 2, gluon=True, dq_atomic=True)]
+                     BwdConfig(64, 128, 4, 2, 64, 128, 4, 2, gluon=True, dq_shared=True)]
     if which == "v4":  # the Gluon forward (softmax under the P·V wgmma) against the table's Triton entries
         if quick:
             return [FwdConfig(16, 16, 1, 1), FwdConfig(16, 16, 1, 1, gluon=True)], []
