@@ -338,7 +338,7 @@ def test_block_size_table_is_the_measured_sweep_winners():
         D, causal, length = key.split(",")
         n_keys = SHORT_KEYS - 1 if length == "short" else SHORT_KEYS
         assert default_fwd_config(int(D), causal == "True", cuda, n_keys) == FwdConfig(**entry["fwd"]), key
-    gluon_bwd = json.loads((data / "prefill-best-h200-run14.json").read_text())  # run 14: the Gluon backward
+    gluon_bwd = json.loads((data / "prefill-best-h200-run15.json").read_text())  # run 15: the Gluon backward
     assert len(gluon_bwd) == 4
     for key, entry in gluon_bwd.items():
         D, causal, length = key.split(",")

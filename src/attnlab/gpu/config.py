@@ -108,15 +108,17 @@ _BWD_TABLE = {
     (128, False, "long"): _B(64, 128, 8, 4, 128, 64, 8, 4), (128, True, "long"): _B(64, 128, 8, 4, 128, 64, 8, 4),
     (128, False, "short"): _BWD_RUN1, (128, True, "short"): _BWD_RUN1,
 }
-# The Gluon backward (prefill_gluon_bwd: one pass, dQ by TMA bulk reductions from shared memory with the
-# wait deferred to the warp group's next turn) beat the Triton backward at every long key of sweep run 14:
-# by 7-11 % at D = 64 and 7-18 % at D = 128, summed over N = 4K and 16K (2026-12-01, triton 3.6,
-# benchmarks/data/prefill-sweep-h200-run14.json, decision in prefill-best-h200-run14.json; a 3-slot Q/dO
-# ring tied the 2-slot one at D = 64, within 0.3 %). Short calls keep the Triton backward (not swept).
-_GLUON_BWD_2 = _B(64, 128, 4, 2, 64, 128, 4, 2, gluon=True)
-_GLUON_BWD_TABLE = {(64, False, "long"): _B(64, 128, 4, 3, 64, 128, 4, 3, gluon=True),
-                    (64, True, "long"): _GLUON_BWD_2, (128, False, "long"): _GLUON_BWD_2,
-                    (128, True, "long"): _GLUON_BWD_2}
+# The Gluon backward (prefill_gluon_bwd: one pass, dQ by TMA bulk reductions from shared memory, the wait for
+# the read deferred to the next turn) beat the Triton backward at every long key of sweeps 14 and 15: by 4-9 %
+# at D = 64 and 9-19 % at D = 128, summed over N = 4K and 16K (2026-12-01, triton 3.6). At D = 128 both warp
+# groups making every dQ product, half of D's columns each (dq_shared), won all four rows of sweep 15 (+2 to
+# +8 %) and the ablation's 16K pair (+3 %, +7 %); at D = 64 it lost by 15 %. A 3-slot Q/dO ring tied the
+# 2-slot one at D = 64 (within 0.5 %, either way). Data: benchmarks/data/prefill-sweep-h200-run14.json and
+# -run15.json, decision in prefill-best-h200-run15.json. Short calls keep the Triton backward (not swept).
+_GLUON_BWD_64 = _B(64, 128, 4, 2, 64, 128, 4, 2, gluon=True)
+_GLUON_BWD_128 = _B(64, 128, 4, 2, 64, 128, 4, 2, gluon=True, dq_shared=True)
+_GLUON_BWD_TABLE = {(64, False, "long"): _GLUON_BWD_64, (64, True, "long"): _GLUON_BWD_64,
+                    (128, False, "long"): _GLUON_BWD_128, (128, True, "long"): _GLUON_BWD_128}
 # the interpreter runs one program at a time in numpy: small blocks keep the CPU tests quick and
 # still give several blocks (and ragged ones) at small N
 _INTERP_FWD = FwdConfig(block_m=16, block_n=16, num_warps=1, num_stages=1)
