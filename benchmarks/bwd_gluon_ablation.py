@@ -3,7 +3,7 @@
 No hardware counters needed: each variant removes one stage of the consumer loop and the difference in
 time is that stage's cost on the critical path. Variants (the kernel's measurement-only ``_ablate``):
 
-    0  the kernel as shipped
+    0  the kernel as shipped (the table's Gluon entry for the shape)
     1  dQ made but not added
     2  no dQ product either (the dSᵀ tiles still exchanged between the warp groups)
     3  no dSᵀ exchange: the two warp groups independent, four products per step (Sᵀ, dPᵀ, dV, dK)
@@ -16,11 +16,13 @@ time is that stage's cost on the critical path. Variants (the kernel's measureme
 Variants 1–4, 6 and 7 compute wrong gradients by design; they are timed, never checked. Also timed: the ways
 to add dQ (TMA bulk reductions or per-thread float32 atomics; key blocks starting their walk at the
 same query block or each at its own; the dQ product in column slices, or shared by the two warp groups
-every step), and the Triton backward of the library's table, same inputs. bfloat16, 16K tokens,
-H·D = 2048, one (batch, N).
+every step; programs numbered head first), the library table's backward (what ``prefill_backward`` runs)
+and, with ``--sdpa``, PyTorch's SDPA backward, same inputs. bfloat16; by default 16K tokens in one
+sequence, H·D = 2048, MHA (``--batch``, ``--heads H HKV`` for other shapes, e.g. a GQA model's layer).
 
     python benchmarks/bwd_gluon_ablation.py --json ablation.json
-    python benchmarks/bwd_gluon_ablation.py --one --D 128   # one launch of variant 0 (for a profiler)
+    python benchmarks/bwd_gluon_ablation.py --D 64 --causal 1 --N 8192 --heads 32 8 --sdpa --variants 0 --no-modes
+    python benchmarks/bwd_gluon_ablation.py --one --D 128   # one launch of the table's backward (for a profiler)
 """
 
 from __future__ import annotations
@@ -41,59 +43,78 @@ VARIANTS = {0: "shipped", 1: "no dQ additions", 2: "no dQ product", 3: "no dS ex
             5: "dQ read waited at once", 6: "dQ staged, not added", 7: "dQ added, not staged"}
 
 
-MODES = {  # the ways to make and add dQ (gluon_backward's keyword arguments)
+MODES = {  # the ways to make and add dQ, and to order the programs (gluon_backward's keyword arguments)
     "dQ by TMA": dict(rotate=False), "dQ by TMA, rotated": dict(rotate=True),
     "dQ by atomics": dict(dq_atomic=True, rotate=False), "dQ by atomics, rotated": dict(dq_atomic=True, rotate=True),
     "dQ by TMA in 2 column slices": dict(dq_split=2),
     "dQ shared by the warp groups": dict(dq_shared=True),
     "dQ shared, atomics": dict(dq_shared=True, dq_atomic=True),
+    "table's, heads first": dict(heads_first=True), "table's, key blocks first": dict(heads_first=False),
 }
 
 
-def inputs(D: int, N: int, causal: bool):
+def inputs(B: int, H: int, Hkv: int, N: int, D: int, causal: bool):
     from attnlab.gpu import prefill_forward
     from attnlab.variants import Mask
 
-    H = 2048 // D
     gen = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v, do = (torch.randn(1, H, N, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(4))
+    q, do = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
+    k, v = (torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
     out, lse = prefill_forward(q, k, v, mask=Mask(-1, 0 if causal else -1), scale=D ** -0.5)
     lse2 = (lse * 1.4426950408889634).contiguous()
     delta = (out.float() * do.float()).sum(-1).contiguous()
     return q, k, v, do, out, lse, lse2, delta
 
 
-def time_shape(D: int, N: int, causal: bool, stages: int, variants=tuple(VARIANTS),
-               modes: bool = True) -> list[dict]:
+def time_shape(D: int, N: int, causal: bool, stages: int | None = None, variants=tuple(VARIANTS),
+               modes: bool | list[str] = True, B: int = 1, H: int | None = None, Hkv: int | None = None,
+               sdpa: bool = False) -> list[dict]:
+    """Time the variants and modes on one shape (H·D = 2048 and MHA unless H, Hkv are given). Each runs
+    the library table's Gluon entry for the shape with the one change it names."""
     from attnlab.gpu import prefill_backward
+    from attnlab.gpu.config import default_bwd_config
     from attnlab.gpu.prefill_gluon_bwd import gluon_backward
     from attnlab.variants import Mask
 
-    q, k, v, do, out, lse, lse2, delta = inputs(D, N, causal)
+    H = H or 2048 // D
+    Hkv = Hkv or H
+    q, k, v, do, out, lse, lse2, delta = inputs(B, H, Hkv, N, D, causal)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    fl = attention_flops(heads=2048 // D, seq_q=N, head_dim=D, causal=causal, pass_="bwd")
+    fl = attention_flops(batch=B, heads=H, seq_q=N, head_dim=D, causal=causal, pass_="bwd")
+    table = default_bwd_config(D, causal, q.device, N)
+    base = dict(stages=stages or (table.stages1 if table.gluon else 2), dq_shared=table.dq_shared and table.gluon)
 
     def gl_fn(a, **kw):
         return lambda: gluon_backward(q, k, v, do, lse2, delta, dq, dk, dv, causal_off=0 if causal else None,
-                                      scale=D ** -0.5, stages=stages, _ablate=a, **kw)
+                                      scale=D ** -0.5, _ablate=a, **(base | kw))
 
     fns = {f"gluon {a}: {name}": gl_fn(a) for a, name in VARIANTS.items() if a in variants}
     for name, kw in MODES.items() if modes else ():
-        fns[name] = gl_fn(0, **kw)
-    fns["triton table"] = lambda: prefill_backward(do, q, k, v, out, lse, mask=Mask(-1, 0 if causal else -1),
-                                                   scale=D ** -0.5)
+        if modes is not True and not any(m in name for m in modes):
+            continue
+        fns[name] = gl_fn(0, **({"dq_shared": False} | kw if name.startswith("dQ") else kw))
+    fns["library table"] = lambda: prefill_backward(do, q, k, v, out, lse, mask=Mask(-1, 0 if causal else -1),
+                                                    scale=D ** -0.5)
+    if sdpa:  # PyTorch's backward, its own choice of backend (GQA through enable_gqa)
+        qs, ks, vs = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        o = torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, enable_gqa=Hkv != H)
+        fns["sdpa backward"] = lambda: torch.autograd.grad(o, (qs, ks, vs), do, retain_graph=True)
     rows = []
+    shape = f"B={B} H={H}/{Hkv} N={N} D={D} causal={causal!s:5}"
     for name, fn in fns.items():
         ms = time_fn(fn, device="cuda")
-        row = dict(D=D, causal=causal, N=N, variant=name, ms=ms, tflops=fl / (ms * 1e-3) / 1e12)
+        row = dict(B=B, H=H, Hkv=Hkv, D=D, causal=causal, N=N, variant=name, ms=ms, tflops=fl / (ms * 1e-3) / 1e12)
         rows.append(row)
-        print(f"D={D} causal={causal!s:5} N={N} {name:30s} {ms:8.3f} ms {row['tflops']:6.0f} TFLOP/s", flush=True)
+        print(f"{shape} {name:30s} {ms:8.3f} ms {row['tflops']:6.0f} TFLOP/s", flush=True)
     return rows
 
 
 def run(args) -> list[dict]:
+    H, Hkv = args.heads or (None, None)
     return [r for D in args.D for causal in args.causal
-            for r in time_shape(D, args.N, causal, args.stages, args.variants, not args.no_modes)]
+            for r in time_shape(D, args.N, causal, args.stages, args.variants,
+                                False if args.no_modes else args.modes or True, args.batch, H, Hkv,
+                                args.sdpa)]
 
 
 def main(argv=None) -> int:
@@ -101,23 +122,28 @@ def main(argv=None) -> int:
     p.add_argument("--D", type=int, nargs="+", default=[64, 128])
     p.add_argument("--causal", type=lambda s: s == "1", nargs="+", default=[False], help="1 causal, 0 not")
     p.add_argument("--N", type=int, default=16384)
-    p.add_argument("--stages", type=int, default=2)
+    p.add_argument("--stages", type=int, default=None, help="Q/dO ring depth (default: the table's)")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--heads", type=int, nargs=2, metavar=("H", "HKV"), default=None,
+                   help="query and K/V heads (default 2048 / D, MHA)")
+    p.add_argument("--sdpa", action="store_true", help="also time SDPA's backward (its own backend choice)")
     p.add_argument("--variants", type=int, nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     p.add_argument("--no-modes", action="store_true", help="time the variants only (not the dQ modes)")
+    p.add_argument("--modes", nargs="+", default=None, help="only the modes whose names contain one of these")
     p.add_argument("--one", action="store_true", help="one launch of the shipped kernel and exit")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("needs a CUDA GPU (Hopper)")
         return 0
-    if args.one:
-        from attnlab.gpu.prefill_gluon_bwd import gluon_backward
+    if args.one:  # one launch of the table's backward (for a profiler)
+        from attnlab.gpu import prefill_backward
+        from attnlab.variants import Mask
 
-        D = args.D[0]
-        q, k, v, do, out, lse, lse2, delta = inputs(D, args.N, args.causal[0])
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        gluon_backward(q, k, v, do, lse2, delta, dq, dk, dv, causal_off=0 if args.causal[0] else None,
-                       scale=D ** -0.5, stages=args.stages)
+        D, causal = args.D[0], args.causal[0]
+        H, Hkv = args.heads or (2048 // D, 2048 // D)
+        q, k, v, do, out, lse, _, _ = inputs(args.batch, H, Hkv, args.N, D, causal)
+        prefill_backward(do, q, k, v, out, lse, mask=Mask(-1, 0 if causal else -1), scale=D ** -0.5)
         torch.cuda.synchronize()
         return 0
     rows = run(args)

@@ -316,8 +316,8 @@ if HAVE_GLUON:
                            HEAD_D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                            CONSUMER_REGS: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ATOMIC: gl.constexpr,
                            DQ_SHARED: gl.constexpr,
-                           ROTATE: gl.constexpr, ABLATE: gl.constexpr = 0):
-        """Grid (key blocks of 128, B·Hkv). Descriptors over (B, H|Hkv, N, D) with blocks [1, 1, 64, D];
+                           ROTATE: gl.constexpr, HEADS_FIRST: gl.constexpr = False, ABLATE: gl.constexpr = 0):
+        """Grid (key blocks of 128, B·Hkv), or the reverse with HEADS_FIRST. Descriptors over (B, H|Hkv, N, D) with blocks [1, 1, 64, D];
         DQ (B, H, Nq, D) float32, zeroed by the caller; LSE2, DELTA (B, H, Nq) from the preprocessing
         kernel. Two consumer warp groups of 4 warps (64 keys each) and one loader warp."""
         NC: gl.constexpr = 2
@@ -325,8 +325,12 @@ if HAVE_GLUON:
         BLOCK_M: gl.constexpr = 64
         BLOCK_N: gl.constexpr = NC * SUB_N
         dtype: gl.constexpr = desc_q.dtype
-        pid_n = gl.program_id(0)
-        bhk = gl.program_id(1)
+        if HEADS_FIRST:  # grid (B·Hkv, key blocks): every head's first key blocks (the longest walks) start first
+            pid_n = gl.program_id(1)
+            bhk = gl.program_id(0)
+        else:
+            pid_n = gl.program_id(0)
+            bhk = gl.program_id(1)
         Hkv = H // G
         b = bhk // Hkv
         hk = bhk % Hkv
@@ -418,14 +422,16 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
                    delta: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, *,
                    causal_off: int | None, scale: float, stages: int = 2, dq_split: int = 1,
                    dq_atomic: bool = False, dq_shared: bool = False, rotate: bool | None = None,
-                   win_off: int | None = None, _ablate: int = 0) -> None:
+                   heads_first: bool | None = None, win_off: int | None = None, _ablate: int = 0) -> None:
     """Run the Gluon backward: q, do (B, H, Nq, D); k, v (B, Hkv, Nk, D); ``lse2``, ``delta`` (B, H, Nq)
     float32 from ``prefill_bwd``'s preprocessing kernel (L in log2 units, +inf on empty rows; D_i). Writes
     dq (like q), dk, dv (like k, v; contiguous) in place. ``causal_off``/``win_off`` as in
     ``prefill_gluon.gluon_forward``. ``stages``: depth of the Q/dO ring. dQ by TMA bulk reductions, or by
     float32 atomics with ``dq_atomic``; ``dq_split`` > 1: the dQ product in that many column slices, each
     added on its own (fewer registers live at once). ``dq_shared``: both warp groups make every step's dQ
-    product, half of D's columns each (instead of whole products in turns). ``rotate``: key blocks start at staggered query blocks (None: for TMA reductions only, as
+    product, half of D's columns each (instead of whole products in turns). ``heads_first``: programs
+    numbered head first, so that every head's first key blocks (under a causal mask, the longest walks)
+    start before any head's last (None: for causal and windowed calls). ``rotate``: key blocks start at staggered query blocks (None: for TMA reductions only, as
     measured). ``_ablate`` (measurement only, wrong gradients): leave stages out, as
     ``benchmarks/bwd_gluon_ablation.py`` lists. No input checks beyond the tiles (``gluon_supported`` and
     the public entry points do them)."""
@@ -446,12 +452,17 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     desc_dq = TensorDescriptor(dq_rows, list(dq_rows.shape), list(dq_rows.stride()), dq_block,
                                gl.NVMMASharedLayout.get_default_for(dq_block, gl.float32))
     grid = (-(-Nk // (2 * BWD_SUB_N)), B * Hkv)
+    if heads_first is None:
+        heads_first = causal_off is not None or win_off is not None
+    if heads_first:
+        grid = grid[::-1]
     _attn_bwd_gluon_ws[grid](
         desc(q), desc(do), desc(k), desc(v), desc(dk), desc(dv), desc_dq, dq_acc, lse2, delta,
         H, H // Hkv, Nq, Nk, causal_off if causal_off is not None else 0,
         NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale,
         HEAD_D=D, STAGES=stages, CAUSAL=causal_off is not None, CONSUMER_REGS=BWD_CONSUMER_REGS, DQ_SPLIT=dq_split,
-        DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, ABLATE=_ablate, num_warps=4)
+        DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, HEADS_FIRST=heads_first, ABLATE=_ablate,
+        num_warps=4)
     dq.copy_(dq_acc)
 
 
