@@ -395,6 +395,11 @@ if HAVE_GLUON:
 
 
 SMEM_LIMIT = 227 * 1024  # shared memory of one Hopper thread block
+# Causal backward on an H200 (benchmarks/data/bwd-gluon-ablation-h200-run5.json): numbering the programs head
+# first took a GQA 32/8 layer at 8K (512 programs, 3.9 per SM) from 2.13 to 1.80 ms, but cost 4-19 % with
+# 2048-4096 programs (MHA at 4K and 16K), where key blocks first keeps one head's Q and dO in L2. Head
+# first below this many programs per SM (between the two):
+HEADS_FIRST_WAVES = 8
 
 
 def smem_bytes(head_dim: int, stages: int, dq_split: int = 1, dq_atomic: bool = False) -> int:
@@ -431,7 +436,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     added on its own (fewer registers live at once). ``dq_shared``: both warp groups make every step's dQ
     product, half of D's columns each (instead of whole products in turns). ``heads_first``: programs
     numbered head first, so that every head's first key blocks (under a causal mask, the longest walks)
-    start before any head's last (None: for causal and windowed calls). ``rotate``: key blocks start at staggered query blocks (None: for TMA reductions only, as
+    start before any head's last (None: for causal and windowed calls with fewer than ``HEADS_FIRST_WAVES``
+    programs per SM, as measured). ``rotate``: key blocks start at staggered query blocks (None: for TMA reductions only, as
     measured). ``_ablate`` (measurement only, wrong gradients): leave stages out, as
     ``benchmarks/bwd_gluon_ablation.py`` lists. No input checks beyond the tiles (``gluon_supported`` and
     the public entry points do them)."""
@@ -452,8 +458,11 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     desc_dq = TensorDescriptor(dq_rows, list(dq_rows.shape), list(dq_rows.stride()), dq_block,
                                gl.NVMMASharedLayout.get_default_for(dq_block, gl.float32))
     grid = (-(-Nk // (2 * BWD_SUB_N)), B * Hkv)
-    if heads_first is None:
-        heads_first = causal_off is not None or win_off is not None
+    if heads_first is None:  # uneven walks, and few programs: the longest ones must not start last
+        from .decode_config import _sms
+
+        heads_first = ((causal_off is not None or win_off is not None)
+                       and grid[0] * grid[1] < HEADS_FIRST_WAVES * _sms(q.device.index or 0))
     if heads_first:
         grid = grid[::-1]
     _attn_bwd_gluon_ws[grid](
@@ -468,7 +477,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
 
 def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.dtype = torch.bfloat16,
                  dq_split: int = 1, dq_atomic: bool = False, dq_shared: bool = False, rotate: bool = True,
-                 regs: int = BWD_CONSUMER_REGS, _ablate: int = 0):
+                 heads_first: bool = False, regs: int = BWD_CONSUMER_REGS, _ablate: int = 0):
     """Build the Gluon backward for Hopper (sm_90) on any machine, GPU or not, as
     ``prefill_gluon.compile_sm90`` does for the forward."""
     if not HAVE_GLUON:
@@ -484,7 +493,7 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     desc = f"tensordesc<{name}[1,1,{BWD_BLOCK_M},{head_dim}],{layout!r}>"
     fn = _attn_bwd_gluon_ws
     const = dict(HEAD_D=head_dim, STAGES=stages, CAUSAL=causal, CONSUMER_REGS=regs, DQ_SPLIT=dq_split,
-                 DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, ABLATE=_ablate)
+                 DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, HEADS_FIRST=heads_first, ABLATE=_ablate)
     ptrs = ("DQ", "LSE2", "DELTA")
     dq_cols = head_dim // (dq_split * (1 + dq_shared))
     dq_layout = gl.NVMMASharedLayout.get_default_for([BWD_BLOCK_M, dq_cols], gl.float32)
