@@ -585,7 +585,8 @@ def aot(args) -> list[dict]:
 
             row = dict(source=label, D=D, causal=causal, kernel=f"bwd {short(b)}")
             try:
-                rep = bwd_report(D, causal=causal, stages=b.stages1, dq_split=b.dq_split, dq_atomic=b.dq_atomic)
+                rep = bwd_report(D, causal=causal, stages=b.stages1, dq_split=b.dq_split, dq_atomic=b.dq_atomic,
+                                 dq_shared=b.dq_shared)
                 row |= dict(smem_kb=rep["smem_kb"], regs=rep.get("regs"), stack=rep.get("stack"),
                             wgmma_waits=rep["wait_groups"], tma_reduces=rep["tma_reduces"], atomics=rep["atomics"])
             except Exception as e:

@@ -71,6 +71,17 @@ def test_builds_for_sm90_as_one_pass():
             assert rep["stack"] == 0, (case, rep)
 
 
+def test_programs_go_head_first_only_for_uneven_walks_on_a_small_grid():
+    """The measured sides of the rule (H200, 132 SMs): a causal GQA 32/8 layer at 8K (64 key blocks x 8
+    K/V heads) goes head first; causal MHA at 16K (128 x 16) and at 4K with 4 sequences (32 x 128) go key
+    block first, and so does every non-causal, non-windowed call."""
+    assert GB.heads_first_default(True, 64 * 8, 132)
+    assert not GB.heads_first_default(True, 128 * 16, 132)
+    assert not GB.heads_first_default(True, 32 * 128, 132)
+    assert not GB.heads_first_default(False, 64 * 8, 132)
+    assert GB.heads_first_default(True, 7 * 132, 132) and not GB.heads_first_default(True, 8 * 132, 132)
+
+
 @needs_gluon
 def test_measurement_variants_leave_out_what_they_name():
     """``benchmarks/bwd_gluon_ablation.py``'s variants (``_ablate``) as sm_90 builds: the ones that add dQ
@@ -197,12 +208,13 @@ def test_gpu_gluon_backward_matches_reference(B, H, Hkv, Nq, Nk, D, causal, dtyp
 
 @pytest.mark.gpu
 @on_hopper
+@pytest.mark.parametrize("dq_shared", [False, True])
 @pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,window", GLUON_WINDOW_CASES)
-def test_gpu_gluon_backward_sliding_window(B, H, Hkv, Nq, Nk, D, window):
+def test_gpu_gluon_backward_sliding_window(B, H, Hkv, Nq, Nk, D, window, dq_shared):
     q, k, v, do = _gpu_inputs(B, H, Hkv, Nq, Nk, D, torch.bfloat16, Nq + Nk + window[0])
     mask, scale = Mask(*window), D ** -0.5
     out, lse = _forward(q, k, v, mask, scale)
-    grads = prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, config=_gluon_cfg())
+    grads = prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, config=_gluon_cfg(dq_shared=dq_shared))
     _check_grads(q, k, v, do, grads, window[1] == 0, scale, window=window)
 
 

@@ -402,6 +402,12 @@ SMEM_LIMIT = 227 * 1024  # shared memory of one Hopper thread block
 HEADS_FIRST_WAVES = 8
 
 
+def heads_first_default(uneven: bool, programs: int, sms: int) -> bool:
+    """Number the programs head first? Only where the walks are uneven (causal or windowed calls) and
+    there are fewer than ``HEADS_FIRST_WAVES`` programs per SM: then the longest walks must not start last."""
+    return uneven and programs < HEADS_FIRST_WAVES * sms
+
+
 def smem_bytes(head_dim: int, stages: int, dq_split: int = 1, dq_atomic: bool = False) -> int:
     """Shared memory of the backward: K and V of the block, the Q/dO ring, two dSᵀ tiles and (dQ by TMA
     reduction) each consumer's float32 dQ tile."""
@@ -458,11 +464,11 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     desc_dq = TensorDescriptor(dq_rows, list(dq_rows.shape), list(dq_rows.stride()), dq_block,
                                gl.NVMMASharedLayout.get_default_for(dq_block, gl.float32))
     grid = (-(-Nk // (2 * BWD_SUB_N)), B * Hkv)
-    if heads_first is None:  # uneven walks, and few programs: the longest ones must not start last
+    if heads_first is None:
         from .decode_config import _sms
 
-        heads_first = ((causal_off is not None or win_off is not None)
-                       and grid[0] * grid[1] < HEADS_FIRST_WAVES * _sms(q.device.index or 0))
+        heads_first = heads_first_default(causal_off is not None or win_off is not None, grid[0] * grid[1],
+                                          _sms(q.device.index or 0))
     if heads_first:
         grid = grid[::-1]
     _attn_bwd_gluon_ws[grid](
