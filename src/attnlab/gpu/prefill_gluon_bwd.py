@@ -317,9 +317,9 @@ if HAVE_GLUON:
                            CONSUMER_REGS: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ATOMIC: gl.constexpr,
                            DQ_SHARED: gl.constexpr,
                            ROTATE: gl.constexpr, HEADS_FIRST: gl.constexpr = False, ABLATE: gl.constexpr = 0):
-        """Grid (key blocks of 128, B·Hkv), or the reverse with HEADS_FIRST. Descriptors over (B, H|Hkv, N, D) with blocks [1, 1, 64, D];
-        DQ (B, H, Nq, D) float32, zeroed by the caller; LSE2, DELTA (B, H, Nq) from the preprocessing
-        kernel. Two consumer warp groups of 4 warps (64 keys each) and one loader warp."""
+        """Grid (key blocks of 128, B·Hkv), or the reverse with HEADS_FIRST. Descriptors over
+        (B, H|Hkv, N, D) with blocks [1, 1, 64, D]; DQ (B, H, Nq, D) float32, zeroed by the caller; LSE2,
+        DELTA (B, H, Nq) from the preprocessing kernel. Two consumer warp groups of 4 warps (64 keys each) and one loader warp."""
         NC: gl.constexpr = 2
         SUB_N: gl.constexpr = 64
         BLOCK_M: gl.constexpr = 64
@@ -416,7 +416,8 @@ def smem_bytes(head_dim: int, stages: int, dq_split: int = 1, dq_atomic: bool = 
             + (0 if dq_atomic else 2 * BWD_BLOCK_M * D * 4))
 
 
-def _check_tiles(head_dim: int, stages: int, dq_split: int, dq_atomic: bool = False, dq_shared: bool = False) -> None:
+def _check_tiles(head_dim: int, stages: int, dq_split: int, dq_atomic: bool = False,
+                 dq_shared: bool = False) -> None:
     if dq_shared and dq_split != 1:
         raise ValueError(f"the Gluon backward takes dq_split 1 with dq_shared (got {dq_split}): each warp group "
                          "already makes half of D's columns")
@@ -442,9 +443,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     added on its own (fewer registers live at once). ``dq_shared``: both warp groups make every step's dQ
     product, half of D's columns each (instead of whole products in turns). ``heads_first``: programs
     numbered head first, so that every head's first key blocks (under a causal mask, the longest walks)
-    start before any head's last (None: for causal and windowed calls with fewer than ``HEADS_FIRST_WAVES``
-    programs per SM, as measured). ``rotate``: key blocks start at staggered query blocks (None: for TMA reductions only, as
-    measured). ``_ablate`` (measurement only, wrong gradients): leave stages out, as
+    start before any head's last (None: ``heads_first_default``, as measured). ``rotate``: key blocks
+    start at staggered query blocks (None: for TMA reductions only, as measured). ``_ablate`` (measurement only, wrong gradients): leave stages out, as
     ``benchmarks/bwd_gluon_ablation.py`` lists. No input checks beyond the tiles (``gluon_supported`` and
     the public entry points do them)."""
     B, H, Nq, D = q.shape
