@@ -625,9 +625,11 @@ def aot_markdown(rows) -> str:
         if "error" in r:
             lines.append(f"| {r['source']} | {r['D']} | {r['causal']} | {r['kernel']} | {r['error']} |")
             continue
-        lines.append(f"| {r['source']} | {r['D']} | {'yes' if r['causal'] else 'no'} | {r['kernel']} | {r['regs']} | "
-                     f"{r['stack']} | {r['LDL']}/{r['STL']} | {r['smem_kb']} | {r['HGMMA']} | {r['HMMA']} | "
-                     f"{r['UTMALDG']} |")
+        g = {k: r.get(k, "–") for k in ("regs", "stack", "LDL", "STL", "HGMMA", "HMMA", "UTMALDG")}  # (Gluon
+        # rows come from the PTX report: no SASS counts)
+        lines.append(f"| {r['source']} | {r['D']} | {'yes' if r['causal'] else 'no'} | {r['kernel']} | {g['regs']} | "
+                     f"{g['stack']} | {g['LDL']}/{g['STL']} | {r['smem_kb']} | {g['HGMMA']} | {g['HMMA']} | "
+                     f"{g['UTMALDG']} |")
     return "\n".join(lines)
 
 

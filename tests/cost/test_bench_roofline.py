@@ -147,6 +147,20 @@ def test_prefill_report_of_the_h200_run(capsys):
     assert f"| {first['roofline_ms']:.3g} | {cols.percent(first['of_roofline'])} |" in line
 
 
+def test_aot_markdown_takes_gluon_rows():
+    """``prefill.py aot``'s table: a Gluon row (from the PTX report: no SASS counts) shows dashes where the
+    Triton rows show LDL/STL and instruction counts, and an error row keeps its message."""
+    triton_row = dict(source="table", D=64, causal=False, kernel="fwd 128x64w8s3", regs=168, stack=0, LDL=0, STL=0,
+                      smem_kb=96.0, HGMMA=24, HMMA=0, UTMALDG=9)
+    gluon_row = dict(source="table", D=128, causal=True, kernel="bwd gluon-s2-tma-dqsh", smem_kb=224.5, regs=168,
+                     stack=104, wgmma_waits=[0, 1], tma_reduces=2, atomics=0)
+    error_row = dict(source="sweep", D=128, causal=False, kernel="bwd gluon-s3-tma", error="ValueError: too big")
+    lines = prefill.aot_markdown([triton_row, gluon_row, error_row]).splitlines()
+    assert lines[2] == "| table | 64 | no | fwd 128x64w8s3 | 168 | 0 | 0/0 | 96.0 | 24 | 0 | 9 |"
+    assert lines[3] == "| table | 128 | yes | bwd gluon-s2-tma-dqsh | 168 | 104 | –/– | 224.5 | – | – | – |"
+    assert lines[4] == "| sweep | 128 | False | bwd gluon-s3-tma | ValueError: too big |"
+
+
 def test_prefill_cli():
     with pytest.raises(SystemExit) as e:
         prefill.main(["--help"])
