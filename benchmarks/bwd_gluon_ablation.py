@@ -16,7 +16,7 @@ time is that stage's cost on the critical path. Variants (the kernel's measureme
 Variants 1–4, 6 and 7 compute wrong gradients by design; they are timed, never checked. Also timed: the ways
 to add dQ (TMA bulk reductions or per-thread float32 atomics; key blocks starting their walk at the
 same query block or each at its own; the dQ product in column slices, or shared by the two warp groups
-every step; programs numbered head first), the library table's backward (what ``prefill_backward`` runs)
+every step; programs numbered head first; a larger register budget), the library table's backward (what ``prefill_backward`` runs)
 and, with ``--sdpa``, PyTorch's SDPA backward, same inputs. bfloat16; by default 16K tokens in one
 sequence, H·D = 2048, MHA (``--batch``, ``--heads H HKV`` for other shapes, e.g. a GQA model's layer).
 
@@ -50,6 +50,7 @@ MODES = {  # the ways to make and add dQ, and to order the programs (gluon_backw
     "dQ shared by the warp groups": dict(dq_shared=True),
     "dQ shared, atomics": dict(dq_shared=True, dq_atomic=True),
     "table's, heads first": dict(heads_first=True), "table's, key blocks first": dict(heads_first=False),
+    "table's, 240 consumer registers": dict(consumer_regs=240),
 }
 
 

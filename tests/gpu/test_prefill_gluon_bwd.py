@@ -99,7 +99,8 @@ def test_measurement_variants_leave_out_what_they_name():
 
 @needs_gluon
 @pytest.mark.parametrize("bad", [dict(stages=0), dict(stages=4), dict(dq_split=3), dict(dq_split=4, D=64),
-                                 dict(stages=3, dq_split=1), dict(dq_shared=True, dq_split=2)])
+                                 dict(stages=3, dq_split=1), dict(dq_shared=True, dq_split=2),
+                                 dict(consumer_regs=248), dict(consumer_regs=236)])
 def test_gluon_backward_refuses_bad_tiles_before_any_work(bad):
     bad = dict(bad)
     D = bad.pop("D", 128)

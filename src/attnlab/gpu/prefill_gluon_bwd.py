@@ -77,7 +77,11 @@ if HAVE_GLUON:
 
 BWD_BLOCK_M = 64  # query rows per step (the wgmma M of dQ, the N of Sᵀ)
 BWD_SUB_N = 64  # keys per consumer warp group
-BWD_CONSUMER_REGS = 232  # registers per consumer thread (setmaxnreg); the loader warp keeps 24
+# registers per thread of the second consumer warp group (setmaxnreg); the loader's warp group keeps 24 and
+# the first consumer takes the rest of the register file (248 at 232: the sm_90 PTX). At 240 the two
+# consumers are even (240 + 240 + 24 warp-group rows of 128 threads fill 64,512 of 65,536 registers)
+BWD_CONSUMER_REGS = 232
+BWD_MAX_CONSUMER_REGS = 240
 
 if HAVE_GLUON:
 
@@ -417,7 +421,10 @@ def smem_bytes(head_dim: int, stages: int, dq_split: int = 1, dq_atomic: bool = 
 
 
 def _check_tiles(head_dim: int, stages: int, dq_split: int, dq_atomic: bool = False,
-                 dq_shared: bool = False) -> None:
+                 dq_shared: bool = False, consumer_regs: int = BWD_CONSUMER_REGS) -> None:
+    if consumer_regs % 8 or not 24 <= consumer_regs <= BWD_MAX_CONSUMER_REGS:
+        raise ValueError(f"the Gluon backward takes consumer_regs, a multiple of 8 from 24 to {BWD_MAX_CONSUMER_REGS} "
+                         f"(two warp groups of them and the loader's at 24 fill a register file), got {consumer_regs}")
     if dq_shared and dq_split != 1:
         raise ValueError(f"the Gluon backward takes dq_split 1 with dq_shared (got {dq_split}): each warp group "
                          "already makes half of D's columns")
@@ -434,7 +441,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
                    delta: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, *,
                    causal_off: int | None, scale: float, stages: int = 2, dq_split: int = 1,
                    dq_atomic: bool = False, dq_shared: bool = False, rotate: bool | None = None,
-                   heads_first: bool | None = None, win_off: int | None = None, _ablate: int = 0) -> None:
+                   heads_first: bool | None = None, win_off: int | None = None,
+                   consumer_regs: int = BWD_CONSUMER_REGS, _ablate: int = 0) -> None:
     """Run the Gluon backward: q, do (B, H, Nq, D); k, v (B, Hkv, Nk, D); ``lse2``, ``delta`` (B, H, Nq)
     float32 from ``prefill_bwd``'s preprocessing kernel (L in log2 units, +inf on empty rows; D_i). Writes
     dq (like q), dk, dv (like k, v; contiguous) in place. ``causal_off``/``win_off`` as in
@@ -444,11 +452,12 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     product, half of D's columns each (instead of whole products in turns). ``heads_first``: programs
     numbered head first, so that every head's first key blocks (under a causal mask, the longest walks)
     start before any head's last (None: ``heads_first_default``, as measured). ``rotate``: key blocks
-    start at staggered query blocks (None: for TMA reductions only, as measured). ``_ablate`` (measurement only, wrong gradients): leave stages out, as
+    start at staggered query blocks (None: for TMA reductions only, as measured). ``consumer_regs``: the
+    consumer warp groups' register budget (setmaxnreg; a multiple of 8 up to ``BWD_MAX_CONSUMER_REGS``). ``_ablate`` (measurement only, wrong gradients): leave stages out, as
     ``benchmarks/bwd_gluon_ablation.py`` lists. No input checks beyond the tiles (``gluon_supported`` and
     the public entry points do them)."""
     B, H, Nq, D = q.shape
-    _check_tiles(D, stages, dq_split, dq_atomic, dq_shared)
+    _check_tiles(D, stages, dq_split, dq_atomic, dq_shared, consumer_regs)
     if rotate is None:  # measured (benchmarks/bwd_gluon_ablation.py): staggered starts help the TMA reductions
         rotate = not dq_atomic  # (+10 % causal at D = 128) and cost the atomics 2-3 % at D = 64
     Hkv, Nk = k.shape[1], k.shape[2]
@@ -465,17 +474,17 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
                                gl.NVMMASharedLayout.get_default_for(dq_block, gl.float32))
     grid = (-(-Nk // (2 * BWD_SUB_N)), B * Hkv)
     if heads_first is None:
-        from .decode_config import _sms
+        from .decode_config import _device_sms
 
         heads_first = heads_first_default(causal_off is not None or win_off is not None, grid[0] * grid[1],
-                                          _sms(q.device.index or 0))
+                                          _device_sms(q.device))
     if heads_first:
         grid = grid[::-1]
     _attn_bwd_gluon_ws[grid](
         desc(q), desc(do), desc(k), desc(v), desc(dk), desc(dv), desc_dq, dq_acc, lse2, delta,
         H, H // Hkv, Nq, Nk, causal_off if causal_off is not None else 0,
         NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale,
-        HEAD_D=D, STAGES=stages, CAUSAL=causal_off is not None, CONSUMER_REGS=BWD_CONSUMER_REGS, DQ_SPLIT=dq_split,
+        HEAD_D=D, STAGES=stages, CAUSAL=causal_off is not None, CONSUMER_REGS=consumer_regs, DQ_SPLIT=dq_split,
         DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, HEADS_FIRST=heads_first, ABLATE=_ablate,
         num_warps=4)
     dq.copy_(dq_acc)
@@ -492,7 +501,7 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    _check_tiles(head_dim, stages, dq_split, dq_atomic, dq_shared)
+    _check_tiles(head_dim, stages, dq_split, dq_atomic, dq_shared, regs)
     el = gl.float16 if dtype == torch.float16 else gl.bfloat16
     name = "fp16" if dtype == torch.float16 else "bf16"
     layout = gl.NVMMASharedLayout.get_default_for([1, 1, BWD_BLOCK_M, head_dim], el)
