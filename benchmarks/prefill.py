@@ -328,7 +328,7 @@ def sweep_candidates(quick: bool, which: str = "v2"):
     """Candidate configurations: "v2" (the full forward and backward list), "v3" (forward only,
     D = 128: two 8-warp programs per SM through a 128-register cap, against the table's choice) or "v4"
     (forward only: the Gluon kernel's tiles against the table's Triton entries) or "v5" (backward only: the
-    Gluon backward's ring depths and dQ sharing against the table's Triton backward; one forward, not a
+    Gluon backward's ring depths, dQ sharing and dQ lag against the table's Triton backward; one forward, not a
     candidate: best.json then holds backward entries only)."""
     from attnlab.gpu import BwdConfig, FwdConfig
 
@@ -340,7 +340,9 @@ def sweep_candidates(quick: bool, which: str = "v2"):
         return fwd, [BwdConfig(64, 128, 8, 4, 128, 64, 8, 4), BwdConfig(64, 64, 4, 3, 64, 64, 4, 3),
                      BwdConfig(64, 128, 4, 2, 64, 128, 4, 2, gluon=True),
                      BwdConfig(64, 128, 4, 3, 64, 128, 4, 3, gluon=True),  # (D = 64: the shared memory)
-                     BwdConfig(64, 128, 4, 2, 64, 128, 4, 2, gluon=True, dq_shared=True)]
+                     BwdConfig(64, 128, 4, 2, 64, 128, 4, 2, gluon=True, dq_shared=True),
+                     BwdConfig(64, 128, 4, 2, 64, 128, 4, 2, gluon=True, dq_lag=1),  # (D = 64: shared memory)
+                     BwdConfig(64, 128, 4, 2, 64, 128, 4, 2, gluon=True, dq_lag=2)]
     if which == "v4":  # the Gluon forward (softmax under the P·V wgmma) against the table's Triton entries
         if quick:
             return [FwdConfig(16, 16, 1, 1), FwdConfig(16, 16, 1, 1, gluon=True)], []
@@ -457,7 +459,8 @@ def short(cfg) -> str:
                 + ("+gl" if getattr(cfg, "gluon", False) else ""))
     if getattr(cfg, "gluon", False):
         return (f"gluon-s{cfg.stages1}" + ("-atomic" if cfg.dq_atomic else "-tma")
-                + (f"-dq/{cfg.dq_split}" if cfg.dq_split > 1 else "") + ("-dqsh" if cfg.dq_shared else ""))
+                + (f"-dq/{cfg.dq_split}" if cfg.dq_split > 1 else "") + ("-dqsh" if cfg.dq_shared else "")
+                + (f"-lag{cfg.dq_lag}" if cfg.dq_lag else ""))
     if cfg.dq_atomic:
         return f"m{cfg.block_m1}n{cfg.block_n1}w{cfg.warps1}s{cfg.stages1}+atomic"
     return (f"m{cfg.block_m1}n{cfg.block_n1}w{cfg.warps1}s{cfg.stages1}/"
@@ -586,7 +589,7 @@ def aot(args) -> list[dict]:
             row = dict(source=label, D=D, causal=causal, kernel=f"bwd {short(b)}")
             try:
                 rep = bwd_report(D, causal=causal, stages=b.stages1, dq_split=b.dq_split, dq_atomic=b.dq_atomic,
-                                 dq_shared=b.dq_shared)
+                                 dq_shared=b.dq_shared, dq_lag=b.dq_lag)
                 row |= dict(smem_kb=rep["smem_kb"], regs=rep.get("regs"), stack=rep.get("stack"),
                             wgmma_waits=rep["wait_groups"], tma_reduces=rep["tma_reduces"], atomics=rep["atomics"])
             except Exception as e:

@@ -29,9 +29,9 @@ on_hopper = pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Ho
 pytestmark = pytest.mark.usefixtures("interpreter_bfloat16")
 
 
-def _gluon_cfg(stages=2, dq_split=1, dq_atomic=False, dq_shared=False):
+def _gluon_cfg(stages=2, dq_split=1, dq_atomic=False, dq_shared=False, dq_lag=0):
     return BwdConfig(64, 128, 4, stages, 64, 128, 4, stages, gluon=True, dq_split=dq_split, dq_atomic=dq_atomic,
-                     dq_shared=dq_shared)
+                     dq_shared=dq_shared, dq_lag=dq_lag)
 
 
 @needs_gluon
@@ -48,7 +48,8 @@ def test_builds_for_sm90_as_one_pass():
               dict(D=64, causal=True, dq_atomic=True, dtype="bfloat16"),
               dict(D=128, causal=False, dq_split=2, dtype="float16"),
               dict(D=128, causal=True, dq_shared=True, dtype="bfloat16"),
-              dict(D=64, causal=False, dq_shared=True, dq_atomic=True, dtype="bfloat16")]
+              dict(D=64, causal=False, dq_shared=True, dq_atomic=True, dtype="bfloat16"),
+              dict(D=64, causal=True, dq_lag=1, dtype="bfloat16"), dict(D=64, causal=False, dq_lag=2, dtype="float16")]
     for case, rep in zip(cases, sm90_reports("prefill_gluon_bwd", [dict(c) for c in cases])):
         D, st = case["D"], case.get("stages", 2)
         assert 1 in rep["wait_groups"], (case, rep)
@@ -59,12 +60,15 @@ def test_builds_for_sm90_as_one_pass():
         else:  # dQ by float32 atomics (whole or in column slices)
             assert rep["atomics"] > 0 and rep["tma_reduces"] == 0, (case, rep)
         assert 24 in rep["setmaxnreg"] and max(rep["setmaxnreg"]) >= 232, (case, rep)
-        expect_kb = (2 * 128 * D * 2 + 2 * st * 64 * D * 2 + 2 * 128 * 64 * 2) / 1024  # K, V; Q, dO ring; dSᵀ x2
+        lag = case.get("dq_lag", 0)
+        ds_slots = 4 if lag else 2
+        expect_kb = (2 * 128 * D * 2 + 2 * st * 64 * D * 2 + ds_slots * 128 * 64 * 2) / 1024  # K, V; Q/dO; dSᵀ ring
         if tma_dq:
             expect_kb += 2 * 64 * D * 4 / 1024  # each consumer's float32 dQ tile on its way to the reduction
-        assert expect_kb * 1024 == GB.smem_bytes(D, st, case.get("dq_split", 1), case.get("dq_atomic", False))
-        if tma_dq:  # one reduction per staged tile: per column slice, and per warp group
-            assert rep["tma_reduces"] == 2 * case.get("dq_split", 1), (case, rep)
+        assert expect_kb * 1024 == GB.smem_bytes(D, st, case.get("dq_split", 1), case.get("dq_atomic", False), lag)
+        if tma_dq:  # one reduction per staged tile: per column slice and per warp group (a lagged dQ also
+            # drains its last steps after the loop: a second copy of the product)
+            assert rep["tma_reduces"] == 2 * case.get("dq_split", 1) * (2 if lag else 1), (case, rep)
         assert rep["smem_kb"] == pytest.approx(expect_kb, abs=1.0), (case, rep)
         assert rep["smem_kb"] <= 227, (case, rep)
         if D == 64 and rep.get("stack") is not None:
@@ -100,7 +104,8 @@ def test_measurement_variants_leave_out_what_they_name():
 @needs_gluon
 @pytest.mark.parametrize("bad", [dict(stages=0), dict(stages=4), dict(dq_split=3), dict(dq_split=4, D=64),
                                  dict(stages=3, dq_split=1), dict(dq_shared=True, dq_split=2),
-                                 dict(consumer_regs=248), dict(consumer_regs=236)])
+                                 dict(consumer_regs=248), dict(consumer_regs=236), dict(dq_lag=3),
+                                 dict(dq_lag=1)])
 def test_gluon_backward_refuses_bad_tiles_before_any_work(bad):
     bad = dict(bad)
     D = bad.pop("D", 128)
@@ -178,8 +183,9 @@ def test_set_config_puts_a_gluon_backward_in_its_own_table():
 
 # -- on a Hopper GPU ---------------------------------------------------------------------------------
 
-TILES = [(2, 1, False, False), (3, 1, False, False), (2, 2, True, False), (2, 1, True, False), (2, 2, False, False),
-         (2, 1, False, True), (2, 1, True, True)]  # (stages, dq_split, dq_atomic, dq_shared)
+TILES = [(2, 1, False, False, 0), (3, 1, False, False, 0), (2, 2, True, False, 0), (2, 1, True, False, 0),
+         (2, 2, False, False, 0), (2, 1, False, True, 0), (2, 1, True, True, 0), (2, 1, False, False, 1),
+         (3, 1, False, True, 2)]  # (stages, dq_split, dq_atomic, dq_shared, dq_lag)
 
 
 def _gpu_inputs(B, H, Hkv, Nq, Nk, D, dtype, seed):
@@ -192,18 +198,19 @@ def _gpu_inputs(B, H, Hkv, Nq, Nk, D, dtype, seed):
 
 @pytest.mark.gpu
 @on_hopper
-@pytest.mark.parametrize("stages,dq_split,dq_atomic,dq_shared", TILES)
+@pytest.mark.parametrize("stages,dq_split,dq_atomic,dq_shared,dq_lag", TILES)
 @pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,causal,dtype", GLUON_CASES)
 def test_gpu_gluon_backward_matches_reference(B, H, Hkv, Nq, Nk, D, causal, dtype, stages, dq_split, dq_atomic,
-                                              dq_shared):
-    if GB.smem_bytes(D, stages, dq_split, dq_atomic) > GB.SMEM_LIMIT:
+                                              dq_shared, dq_lag):
+    if GB.smem_bytes(D, stages, dq_split, dq_atomic, dq_lag) > GB.SMEM_LIMIT:
         pytest.skip("more shared memory than a block has (refused: test_gluon_backward_refuses_bad_tiles...)")
     q, k, v, do = _gpu_inputs(B, H, Hkv, Nq, Nk, D, dtype, Nq * 7 + Nk)
     mask, scale = Mask(-1, 0 if causal else -1), D ** -0.5
     out, lse = _forward(q, k, v, mask, scale)
     grads = [torch.full(t.shape, float("nan"), dtype=dtype, device=DEV) for t in (q, k, v)]
     prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale,
-                     config=_gluon_cfg(stages, dq_split, dq_atomic, dq_shared), dq=grads[0], dk=grads[1], dv=grads[2])
+                     config=_gluon_cfg(stages, dq_split, dq_atomic, dq_shared, dq_lag), dq=grads[0], dk=grads[1],
+                     dv=grads[2])
     _check_grads(q, k, v, do, grads, causal, scale)
 
 

@@ -57,6 +57,7 @@ class BwdConfig:
     # 64 keys each (block_n1 128, block_m1 64, stages1 the Q/dO ring); the other fields are unused
     dq_split: int = 1  # Gluon: the dQ product in dq_split column slices of D (fewer live registers)
     dq_shared: bool = False  # Gluon: both warp groups make every step's dQ product, half of D's columns each
+    dq_lag: int = 0  # Gluon: a step's dQ product made dq_lag steps after its dSᵀ (a four-tile dSᵀ ring; D = 64)
     # (Gluon with dq_atomic: per-thread float32 atomics instead of TMA bulk reductions)
 
 

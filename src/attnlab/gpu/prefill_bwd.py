@@ -427,7 +427,7 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
         from .prefill_gluon_bwd import gluon_backward
 
         gluon_backward(q, k, v, do, lse2, delta, dq, dk, dv, scale=scale, stages=cfg.stages1, dq_split=cfg.dq_split,
-                       dq_atomic=cfg.dq_atomic, dq_shared=cfg.dq_shared,
+                       dq_atomic=cfg.dq_atomic, dq_shared=cfg.dq_shared, dq_lag=cfg.dq_lag,
                        causal_off=Nk - Nq + mask.right if mask.right >= 0 else None,
                        win_off=Nk - Nq - mask.left if mask.left >= 0 else None)
         return dq, dk, dv

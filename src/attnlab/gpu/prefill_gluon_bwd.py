@@ -113,25 +113,97 @@ if HAVE_GLUON:
             _tma_load(desc_do, [b, h, m0, 0], do_ready.index(slot), do_smem.index(slot))
 
     @gluon.jit
+    def _bwd_dq(u, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, m_lo, n_m, rot, Nq, sm_scale,
+                PART: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ATOMIC: gl.constexpr, DQ_SHARED: gl.constexpr,
+                ABLATE: gl.constexpr):
+        """Step u's dQᵢ = dS K over all 128 keys of the block, by warp group u % 2 (they take turns) or by
+        both, half of D's columns each (DQ_SHARED): one addition per element per key block (rows past Nq
+        add exact zeros: their Pᵀ is 0). Waits for both halves of step u's dSᵀ and frees its slot."""
+        NC: gl.constexpr = k_smem.shape[0]
+        SUB_N: gl.constexpr = k_smem.shape[3]
+        HEAD_D: gl.constexpr = k_smem.shape[4]
+        NSLOT: gl.constexpr = ds_smem.shape[0]
+        BLOCK_M: gl.constexpr = ds_smem.shape[2]
+        SPLIT_D: gl.constexpr = HEAD_D // (DQ_SPLIT * (1 + DQ_SHARED))  # columns of one dQ product
+        COL0: gl.constexpr = PART * (HEAD_D // 2) * DQ_SHARED  # this warp group's first dQ column
+        dqs_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                             instr_shape=[16, SPLIT_D, 16])
+        slot = u % NSLOT
+        parity = u % 2
+        h = hk * G + u // n_m
+        m0 = m_lo + ((u % n_m + rot) % n_m) * BLOCK_M
+        row0 = (b * H + h).to(gl.int64) * Nq
+        my_turn = parity == PART
+        if DQ_SHARED:
+            my_turn = parity < 2
+        if my_turn and ABLATE == 2:  # measurement only: no dQ product
+            mbarrier.wait(ds_bars.index(slot), (u // NSLOT) & 1)
+            mbarrier.arrive(ds_bars.index(NSLOT + slot), count=1)
+        if my_turn and (ABLATE < 2 or ABLATE >= 5):
+            mbarrier.wait(ds_bars.index(slot), (u // NSLOT) & 1)  # both halves of dSᵀ are in
+            ds_all = ds_smem.index(slot)  # (NC·SUB_N, BLOCK_M)
+            rows = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dqs_layout))
+            offs_ds = gl.arange(0, SPLIT_D, layout=gl.SliceLayout(0, dqs_layout))
+            for j in gl.static_range(DQ_SPLIT):
+                dq = gl.zeros([BLOCK_M, SPLIT_D], gl.float32, layout=dqs_layout)
+                for c in gl.static_range(NC):  # dS K = Σ_c dS[:, keys of c] K_c
+                    dq = warpgroup_mma(ds_all.slice(c * SUB_N, SUB_N, dim=0).permute((1, 0)),
+                                       k_smem.index(c).reshape([SUB_N, HEAD_D]).slice(COL0 + j * SPLIT_D, SPLIT_D,
+                                                                                         dim=1),
+                                       dq, use_acc=c > 0, is_async=True)
+                dq = warpgroup_mma_wait(0, deps=(dq, ))
+                if j == DQ_SPLIT - 1:
+                    mbarrier.arrive(ds_bars.index(NSLOT + slot), count=1)  # the tile is free again
+                if ABLATE == 1:  # measurement only: dQ made, not added
+                    dq = dq * 0.0
+                if ABLATE != 1 and not DQ_ATOMIC:
+                    # stage in this warp group's float32 tile (slice j), once the copy engine has read
+                    # the additions made from it two steps ago, and add it asynchronously (shared dQ
+                    # products: a tile per step parity, the last step's addition may still be reading)
+                    if DQ_SHARED:
+                        dq_stage = dq_smem.index(PART * 2 + parity)
+                        tma.store_wait(1)
+                        _warps_barrier()
+                    else:
+                        dq_stage = dq_smem.index(PART * DQ_SPLIT + j)
+                        if j == 0:
+                            tma.store_wait(0)
+                            _warps_barrier()
+                    if ABLATE != 7:  # (measurement only: 7 adds the stale tile)
+                        dq_stage.store(dq * sm_scale)
+                        fence_async_shared()
+                        _warps_barrier()
+                    if ABLATE != 6:  # (measurement only: 6 stages the tile but adds nothing)
+                        _tma_add(desc_dq, [(row0 + m0).to(gl.int32), COL0 + j * SPLIT_D], dq_stage)
+                    if ABLATE == 5:  # measurement only: wait for the read at once (the old way)
+                        tma.store_wait(0)
+                elif ABLATE != 1:
+                    dq_ptrs = DQ + row0 * HEAD_D + rows[:, None] * HEAD_D + (COL0 + j * SPLIT_D + offs_ds)[None, :]
+                    gl.atomic_add(dq_ptrs, dq * sm_scale, mask=(rows[:, None] < Nq) & (offs_ds[None, :] < SPLIT_D),
+                                  sem="relaxed")
+
+    @gluon.jit
     def _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                       PART: gl.constexpr, CAUSAL: gl.constexpr):
         """One warp group: keys start_n + PART·64 .. +63. Accumulates dK, dV of its keys over every step,
-        shares each step's dSᵀ with the other warp group and, every other step, adds the query block's dQ
-        over the whole key block (a TMA reduction, or float32 atomics); writes dK·scale, dV by TMA."""
+        shares each step's dSᵀ with the other warp group through a ring of NSLOT tiles and makes its share
+        of the dQ products (``_bwd_dq``), DQ_LAG steps behind its own dSᵀ; writes dK·scale, dV by TMA."""
         SUB_N: gl.constexpr = k_smem.shape[3]
         HEAD_D: gl.constexpr = k_smem.shape[4]
         BLOCK_M: gl.constexpr = q_smem.shape[3]
         STAGES: gl.constexpr = q_smem.shape[0]
-        NC: gl.constexpr = k_smem.shape[0]
-        # (a partition takes no constexpr: the shape of a small buffer carries these four)
+        NSLOT: gl.constexpr = ds_smem.shape[0]  # the dSᵀ ring
+        # (a partition takes no constexpr: the shape of a small buffer carries these five)
         DQ_SPLIT: gl.constexpr = flags.shape[0]
         DQ_ATOMIC: gl.constexpr = (flags.shape[1] == 2) or (flags.shape[1] == 8)
         DQ_SHARED: gl.constexpr = flags.shape[1] >= 4  # both warp groups every step, half of D's columns each
         ABLATE: gl.constexpr = ((flags.shape[2] >= 2) + (flags.shape[2] >= 4) + (flags.shape[2] >= 8)
                                 + (flags.shape[2] >= 16) + (flags.shape[2] >= 32) + (flags.shape[2] >= 64)
                                 + (flags.shape[2] >= 128))  # log2 of the third dimension
+        DQ_LAG: gl.constexpr = (flags.shape[3] >= 2) + (flags.shape[3] >= 4)  # log2 of the fourth
+        EXCHANGE: gl.constexpr = not (ABLATE == 3 or ABLATE == 4)  # (measurement only: 3, 4 have none)
         dtype: gl.constexpr = desc_dk.dtype
         # Sᵀ, dPᵀ: (SUB_N keys, BLOCK_M queries); dK, dV: (SUB_N, D); dQ: (BLOCK_M, D) — SUB_N = BLOCK_M = 64
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -152,16 +224,10 @@ if HAVE_GLUON:
         dk = gl.zeros([SUB_N, HEAD_D], gl.float32, layout=acc_layout)
         dv = gl.zeros([SUB_N, HEAD_D], gl.float32, layout=acc_layout)
         s_zero = gl.zeros([SUB_N, BLOCK_M], gl.float32, layout=s_layout)
-        SPLIT_D: gl.constexpr = HEAD_D // (DQ_SPLIT * (1 + DQ_SHARED))  # columns of one dQ product
-        COL0: gl.constexpr = PART * (HEAD_D // 2) * DQ_SHARED  # this warp group's first dQ column
-        dqs_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                             instr_shape=[16, SPLIT_D, 16])
-        dqs_zero = gl.zeros([BLOCK_M, SPLIT_D], gl.float32, layout=dqs_layout)
-        offs_ds = gl.arange(0, SPLIT_D, layout=gl.SliceLayout(0, dqs_layout))
-        offs_qds = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dqs_layout))
         mbarrier.wait(kv_bar.index(0), 0)
 
-        for t in range(G * n_m):
+        n_steps = G * n_m
+        for t in range(n_steps):
             slot = t % STAGES
             phase = (t // STAGES) & 1
             h = hk * G + t // n_m
@@ -200,14 +266,12 @@ if HAVE_GLUON:
             ds = (pT * (dpT - di[None, :])).to(dtype)
             ds_op = gl.convert_layout(ds, op_layout)
             dk_tok = warpgroup_mma(ds_op, q, dk, is_async=True)
-            # -- dSᵀ into this warp group's half of the step's shared tile (slot t % 2), once the reader
-            #    of step t − 2 is done with it; then tell the reader
-            ds_slot = t % 2
-            if ABLATE == 3 or ABLATE == 4:  # measurement only: no dS exchange, no dQ
-                ds_slot = 2
-            if t >= 2 and ds_slot < 2:
-                mbarrier.wait(ds_bars.index(2 + ds_slot), ((t // 2) - 1) & 1)
-            if ds_slot < 2:
+            # -- dSᵀ into this warp group's half of the step's ring tile (t % NSLOT), once the readers of
+            #    step t − NSLOT are done with it; then tell the readers
+            ds_slot = t % NSLOT
+            if EXCHANGE:
+                if t >= NSLOT:
+                    mbarrier.wait(ds_bars.index(NSLOT + ds_slot), ((t // NSLOT) - 1) & 1)
                 ds_smem.index(ds_slot).slice(PART * SUB_N, SUB_N, dim=0).store(ds)
                 fence_async_shared()
                 _warps_barrier()  # every thread's share is written before the one arrival
@@ -216,65 +280,26 @@ if HAVE_GLUON:
             dv, dk, p_op, ds_op = warpgroup_mma_wait(0, deps=(dv_tok, dk_tok, p_op, ds_op))
             mbarrier.arrive(q_empty.index(slot), count=1)
             mbarrier.arrive(do_empty.index(slot), count=1)
-            # -- dQᵢ = dS K over all 128 keys of the block, by warp group t % 2 (they take turns): one
-            #    addition per element per key block (rows past Nq add exact zeros: their Pᵀ is 0)
-            my_turn = ds_slot == PART
-            if DQ_SHARED:
-                my_turn = ds_slot < 2
-            if my_turn and ABLATE == 2:
-                mbarrier.wait(ds_bars.index(ds_slot), (t // 2) & 1)
-                mbarrier.arrive(ds_bars.index(2 + ds_slot), count=1)
-            if my_turn and (ABLATE < 2 or ABLATE >= 5):
-                mbarrier.wait(ds_bars.index(ds_slot), (t // 2) & 1)  # both halves of dSᵀ are in
-                ds_all = ds_smem.index(ds_slot)  # (NC·SUB_N, BLOCK_M)
-                rows = m0 + offs_qds
-                for j in gl.static_range(DQ_SPLIT):
-                    dq = dqs_zero
-                    for c in gl.static_range(NC):  # dS K = Σ_c dS[:, keys of c] K_c
-                        dq = warpgroup_mma(ds_all.slice(c * SUB_N, SUB_N, dim=0).permute((1, 0)),
-                                           k_smem.index(c).reshape([SUB_N, HEAD_D]).slice(COL0 + j * SPLIT_D, SPLIT_D,
-                                                                                             dim=1),
-                                           dq, use_acc=c > 0, is_async=True)
-                    dq = warpgroup_mma_wait(0, deps=(dq, ))
-                    if j == DQ_SPLIT - 1:
-                        mbarrier.arrive(ds_bars.index(2 + ds_slot), count=1)  # the tile is free again
-                    if ABLATE == 1:  # measurement only: dQ made, not added
-                        dq = dq * 0.0
-                    if ABLATE != 1 and not DQ_ATOMIC:
-                        # stage in this warp group's float32 tile (slice j), once the copy engine has read
-                        # the additions made from it two steps ago, and add it asynchronously (shared dQ
-                        # products: a tile per step parity, the last step's addition may still be reading)
-                        if DQ_SHARED:
-                            dq_stage = dq_smem.index(PART * 2 + ds_slot)
-                            tma.store_wait(1)
-                            _warps_barrier()
-                        else:
-                            dq_stage = dq_smem.index(PART * DQ_SPLIT + j)
-                            if j == 0:
-                                tma.store_wait(0)
-                                _warps_barrier()
-                        if ABLATE != 7:  # (measurement only: 7 adds the stale tile)
-                            dq_stage.store(dq * sm_scale)
-                            fence_async_shared()
-                            _warps_barrier()
-                        if ABLATE != 6:  # (measurement only: 6 stages the tile but adds nothing)
-                            _tma_add(desc_dq, [(row0 + m0).to(gl.int32), COL0 + j * SPLIT_D], dq_stage)
-                        if ABLATE == 5:  # measurement only: wait for the read at once (the old way)
-                            tma.store_wait(0)
-                    elif ABLATE != 1:
-                        dq_ptrs = DQ + row0 * HEAD_D + rows[:, None] * HEAD_D + (COL0 + j * SPLIT_D + offs_ds)[None, :]
-                        gl.atomic_add(dq_ptrs, dq * sm_scale, mask=(rows[:, None] < Nq) & (offs_ds[None, :] < SPLIT_D),
-                                      sem="relaxed")
+            # -- the dQ product of step t − DQ_LAG (its other half of dSᵀ has had DQ_LAG steps to arrive)
+            if EXCHANGE and DQ_LAG == 0:
+                _bwd_dq(t, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, m_lo, n_m, rot, Nq, sm_scale,
+                        PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE)
+            elif EXCHANGE:
+                if t >= DQ_LAG:
+                    _bwd_dq(t - DQ_LAG, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, m_lo, n_m, rot,
+                            Nq, sm_scale, PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE)
+        if EXCHANGE and DQ_LAG > 0:  # the last DQ_LAG steps' products
+            for u in range(gl.maximum(n_steps - DQ_LAG, 0), n_steps):
+                _bwd_dq(u, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, m_lo, n_m, rot, Nq, sm_scale,
+                        PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE)
 
         # -- epilogue: dK·scale and dV through this warp group's K and V buffers, once the last dQ products
-        #    (the other warp group's too) have read K
-        n_steps = G * n_m
-        if ABLATE == 3 or ABLATE == 4:
-            n_steps = 0
-        if n_steps >= 1:
-            mbarrier.wait(ds_bars.index(2 + (n_steps - 1) % 2), ((n_steps - 1) // 2) & 1)
-        if n_steps >= 2:
-            mbarrier.wait(ds_bars.index(2 + (n_steps - 2) % 2), ((n_steps - 2) // 2) & 1)
+        #    (the other warp group's too) have read K: the last use of every ring slot is freed
+        if EXCHANGE:
+            for i in gl.static_range(NSLOT):
+                if n_steps >= i + 1:
+                    u = n_steps - 1 - i
+                    mbarrier.wait(ds_bars.index(NSLOT + u % NSLOT), (u // NSLOT) & 1)
         k.store((dk * sm_scale).to(dtype))
         v.store(dv.to(dtype))
         fence_async_shared()
@@ -319,8 +344,8 @@ if HAVE_GLUON:
                            H, G, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                            HEAD_D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                            CONSUMER_REGS: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ATOMIC: gl.constexpr,
-                           DQ_SHARED: gl.constexpr,
-                           ROTATE: gl.constexpr, HEADS_FIRST: gl.constexpr = False, ABLATE: gl.constexpr = 0):
+                           DQ_SHARED: gl.constexpr, ROTATE: gl.constexpr, HEADS_FIRST: gl.constexpr = False,
+                           DQ_LAG: gl.constexpr = 0, ABLATE: gl.constexpr = 0):
         """Grid (key blocks of 128, B·Hkv), or the reverse with HEADS_FIRST. Descriptors over
         (B, H|Hkv, N, D) with blocks [1, 1, 64, D]; DQ (B, H, Nq, D) float32, zeroed by the caller; LSE2,
         DELTA (B, H, Nq) from the preprocessing kernel. Two consumer warp groups of 4 warps (64 keys each) and one loader warp."""
@@ -356,8 +381,9 @@ if HAVE_GLUON:
         q_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_D], desc_q.layout)
         do_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_D], desc_do.layout)
         ds_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
-        ds_smem = gl.allocate_shared_memory(dtype, [2, NC * SUB_N, BLOCK_M], ds_layout)  # dSᵀ of two steps
-        ds_bars = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())  # ready x2, free x2
+        NSLOT: gl.constexpr = 2 + 2 * (DQ_LAG > 0)  # the dSᵀ ring: two steps, or four with a lagged dQ
+        ds_smem = gl.allocate_shared_memory(dtype, [NSLOT, NC * SUB_N, BLOCK_M], ds_layout)
+        ds_bars = gl.allocate_shared_memory(gl.int64, [2 * NSLOT, 1], mbarrier.MBarrierLayout())  # ready, free
         kv_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
         if DQ_ATOMIC:  # (unused: the compiler drops it)
             dq_smem = gl.allocate_shared_memory(gl.float32, [NC, 8, HEAD_D], desc_dq.layout)
@@ -365,19 +391,19 @@ if HAVE_GLUON:
             dq_smem = gl.allocate_shared_memory(gl.float32, [NC * DQ_SPLIT * (1 + DQ_SHARED), BLOCK_M,
                                                              HEAD_D // (DQ_SPLIT * (1 + DQ_SHARED))],
                                                 desc_dq.layout)
-        flags = gl.allocate_shared_memory(gl.int8, [DQ_SPLIT, (1 + DQ_ATOMIC) << (2 * DQ_SHARED), 1 << ABLATE],
-                                          gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))
+        flags = gl.allocate_shared_memory(gl.int8, [DQ_SPLIT, (1 + DQ_ATOMIC) << (2 * DQ_SHARED), 1 << ABLATE,
+                                                    1 << DQ_LAG], gl.SwizzledSharedLayout(1, 1, 1, [3, 2, 1, 0]))
         q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         q_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         do_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         mbarrier.init(kv_bar.index(0), count=1)
-        for i in gl.static_range(2):
+        for i in gl.static_range(NSLOT):
             mbarrier.init(ds_bars.index(i), count=NC)  # "ready": each warp group wrote its half
             if DQ_SHARED:  # "free": the readers' dQ products are done
-                mbarrier.init(ds_bars.index(2 + i), count=NC)
+                mbarrier.init(ds_bars.index(NSLOT + i), count=NC)
             else:
-                mbarrier.init(ds_bars.index(2 + i), count=1)
+                mbarrier.init(ds_bars.index(NSLOT + i), count=1)
         for i in gl.static_range(STAGES):
             mbarrier.init(q_ready.index(i), count=1)
             mbarrier.init(do_ready.index(i), count=1)
@@ -412,16 +438,20 @@ def heads_first_default(uneven: bool, programs: int, sms: int) -> bool:
     return uneven and programs < HEADS_FIRST_WAVES * sms
 
 
-def smem_bytes(head_dim: int, stages: int, dq_split: int = 1, dq_atomic: bool = False) -> int:
-    """Shared memory of the backward: K and V of the block, the Q/dO ring, two dSᵀ tiles and (dQ by TMA
-    reduction) each consumer's float32 dQ tile."""
+def smem_bytes(head_dim: int, stages: int, dq_split: int = 1, dq_atomic: bool = False, dq_lag: int = 0) -> int:
+    """Shared memory of the backward: K and V of the block, the Q/dO ring, the dSᵀ ring (two tiles, four
+    with a lagged dQ) and (dQ by TMA reduction) each consumer's float32 dQ tile."""
     D = head_dim
-    return (2 * 2 * BWD_SUB_N * D * 2 + 2 * stages * BWD_BLOCK_M * D * 2 + 2 * 2 * BWD_SUB_N * BWD_BLOCK_M * 2
+    ds_slots = 2 if dq_lag == 0 else 4
+    return (2 * 2 * BWD_SUB_N * D * 2 + 2 * stages * BWD_BLOCK_M * D * 2 + ds_slots * 2 * BWD_SUB_N * BWD_BLOCK_M * 2
             + (0 if dq_atomic else 2 * BWD_BLOCK_M * D * 4))
 
 
 def _check_tiles(head_dim: int, stages: int, dq_split: int, dq_atomic: bool = False,
-                 dq_shared: bool = False, consumer_regs: int = BWD_CONSUMER_REGS) -> None:
+                 dq_shared: bool = False, consumer_regs: int = BWD_CONSUMER_REGS, dq_lag: int = 0) -> None:
+    if dq_lag not in (0, 1, 2):
+        raise ValueError(f"the Gluon backward takes dq_lag 0, 1 or 2 (steps between a dSᵀ and its dQ product), "
+                         f"got {dq_lag}")
     if consumer_regs % 8 or not 24 <= consumer_regs <= BWD_MAX_CONSUMER_REGS:
         raise ValueError(f"the Gluon backward takes consumer_regs, a multiple of 8 from 24 to {BWD_MAX_CONSUMER_REGS} "
                          f"(two warp groups of them and the loader's at 24 fill a register file), got {consumer_regs}")
@@ -431,10 +461,11 @@ def _check_tiles(head_dim: int, stages: int, dq_split: int, dq_atomic: bool = Fa
     if stages not in (1, 2, 3) or dq_split not in (1, 2, 4) or head_dim // dq_split < 32:
         raise ValueError("the Gluon backward takes stages 1, 2 or 3 (the Q/dO ring) and dq_split 1, 2 or 4 with "
                          f"head_dim / dq_split >= 32; got stages={stages}, dq_split={dq_split}, head_dim={head_dim}")
-    if smem_bytes(head_dim, stages, dq_split, dq_atomic) > SMEM_LIMIT:
-        raise ValueError(f"the Gluon backward takes stages <= 2 at head_dim {head_dim} with dQ by TMA: "
-                         f"{smem_bytes(head_dim, stages, dq_split, dq_atomic) // 1024} KB of shared memory is more "
-                         "than a block has")
+    need = smem_bytes(head_dim, stages, dq_split, dq_atomic, dq_lag)
+    if need > SMEM_LIMIT:
+        raise ValueError(f"the Gluon backward takes fewer stages (or no dq_lag) at head_dim {head_dim}: stages={stages}"
+                         f"{', dQ by TMA' if not dq_atomic else ''}{f', dq_lag={dq_lag}' if dq_lag else ''} need "
+                         f"{need // 1024} KB of shared memory, more than a block has")
 
 
 def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, lse2: torch.Tensor,
@@ -442,7 +473,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
                    causal_off: int | None, scale: float, stages: int = 2, dq_split: int = 1,
                    dq_atomic: bool = False, dq_shared: bool = False, rotate: bool | None = None,
                    heads_first: bool | None = None, win_off: int | None = None,
-                   consumer_regs: int = BWD_CONSUMER_REGS, _ablate: int = 0) -> None:
+                   consumer_regs: int = BWD_CONSUMER_REGS, dq_lag: int = 0, _ablate: int = 0) -> None:
     """Run the Gluon backward: q, do (B, H, Nq, D); k, v (B, Hkv, Nk, D); ``lse2``, ``delta`` (B, H, Nq)
     float32 from ``prefill_bwd``'s preprocessing kernel (L in log2 units, +inf on empty rows; D_i). Writes
     dq (like q), dk, dv (like k, v; contiguous) in place. ``causal_off``/``win_off`` as in
@@ -453,11 +484,13 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     numbered head first, so that every head's first key blocks (under a causal mask, the longest walks)
     start before any head's last (None: ``heads_first_default``, as measured). ``rotate``: key blocks
     start at staggered query blocks (None: for TMA reductions only, as measured). ``consumer_regs``: the
-    consumer warp groups' register budget (setmaxnreg; a multiple of 8 up to ``BWD_MAX_CONSUMER_REGS``). ``_ablate`` (measurement only, wrong gradients): leave stages out, as
+    consumer warp groups' register budget (setmaxnreg; a multiple of 8 up to ``BWD_MAX_CONSUMER_REGS``).
+    ``dq_lag``: a step's dQ product is made that many steps after its dSᵀ (a ring of four dSᵀ tiles), so a
+    warp group never waits for the other's half of the current step (not yet measured on a GPU). ``_ablate`` (measurement only, wrong gradients): leave stages out, as
     ``benchmarks/bwd_gluon_ablation.py`` lists. No input checks beyond the tiles (``gluon_supported`` and
     the public entry points do them)."""
     B, H, Nq, D = q.shape
-    _check_tiles(D, stages, dq_split, dq_atomic, dq_shared, consumer_regs)
+    _check_tiles(D, stages, dq_split, dq_atomic, dq_shared, consumer_regs, dq_lag)
     if rotate is None:  # measured (benchmarks/bwd_gluon_ablation.py): staggered starts help the TMA reductions
         rotate = not dq_atomic  # (+10 % causal at D = 128) and cost the atomics 2-3 % at D = 64
     Hkv, Nk = k.shape[1], k.shape[2]
@@ -485,14 +518,14 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         H, H // Hkv, Nq, Nk, causal_off if causal_off is not None else 0,
         NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale,
         HEAD_D=D, STAGES=stages, CAUSAL=causal_off is not None, CONSUMER_REGS=consumer_regs, DQ_SPLIT=dq_split,
-        DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, HEADS_FIRST=heads_first, ABLATE=_ablate,
-        num_warps=4)
+        DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, HEADS_FIRST=heads_first, DQ_LAG=dq_lag,
+        ABLATE=_ablate, num_warps=4)
     dq.copy_(dq_acc)
 
 
 def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.dtype = torch.bfloat16,
                  dq_split: int = 1, dq_atomic: bool = False, dq_shared: bool = False, rotate: bool = True,
-                 heads_first: bool = False, regs: int = BWD_CONSUMER_REGS, _ablate: int = 0):
+                 heads_first: bool = False, regs: int = BWD_CONSUMER_REGS, dq_lag: int = 0, _ablate: int = 0):
     """Build the Gluon backward for Hopper (sm_90) on any machine, GPU or not, as
     ``prefill_gluon.compile_sm90`` does for the forward."""
     if not HAVE_GLUON:
@@ -501,14 +534,15 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    _check_tiles(head_dim, stages, dq_split, dq_atomic, dq_shared, regs)
+    _check_tiles(head_dim, stages, dq_split, dq_atomic, dq_shared, regs, dq_lag)
     el = gl.float16 if dtype == torch.float16 else gl.bfloat16
     name = "fp16" if dtype == torch.float16 else "bf16"
     layout = gl.NVMMASharedLayout.get_default_for([1, 1, BWD_BLOCK_M, head_dim], el)
     desc = f"tensordesc<{name}[1,1,{BWD_BLOCK_M},{head_dim}],{layout!r}>"
     fn = _attn_bwd_gluon_ws
     const = dict(HEAD_D=head_dim, STAGES=stages, CAUSAL=causal, CONSUMER_REGS=regs, DQ_SPLIT=dq_split,
-                 DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, HEADS_FIRST=heads_first, ABLATE=_ablate)
+                 DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, HEADS_FIRST=heads_first, DQ_LAG=dq_lag,
+                 ABLATE=_ablate)
     ptrs = ("DQ", "LSE2", "DELTA")
     dq_cols = head_dim // (dq_split * (1 + dq_shared))
     dq_layout = gl.NVMMASharedLayout.get_default_for([BWD_BLOCK_M, dq_cols], gl.float32)
@@ -522,10 +556,10 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
 
 
 def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int = 1, dq_atomic: bool = False,
-                dq_shared: bool = False, dtype: torch.dtype = torch.bfloat16, _ablate: int = 0) -> dict:
+                dq_shared: bool = False, dtype: torch.dtype = torch.bfloat16, dq_lag: int = 0, _ablate: int = 0) -> dict:
     """``prefill_gluon.kernel_report`` of one sm_90 build of the backward: shared memory, registers, spill
     stack, wgmma waits, TMA loads, float32 atomics. Needs a process without TRITON_INTERPRET."""
     from .prefill_gluon import kernel_report
 
     return kernel_report(compile_sm90(head_dim, causal=causal, stages=stages, dq_split=dq_split, dq_atomic=dq_atomic,
-                                      dq_shared=dq_shared, dtype=dtype, _ablate=_ablate))
+                                      dq_shared=dq_shared, dtype=dtype, dq_lag=dq_lag, _ablate=_ablate))
