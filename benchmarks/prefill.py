@@ -537,6 +537,20 @@ def _resources(kernel) -> dict:
     return out
 
 
+def _gluon_row(row: dict, report, kwargs: dict, extra=()) -> dict:
+    """An aot row for a Gluon kernel (``row`` has its D and causal) from its sm_90 report (``report``, a
+    module's ``sm90_report``: PTX counts, no SASS ones), or the first line of the error that refused the
+    build; printed as it comes."""
+    try:
+        rep = report(row["D"], causal=row["causal"], **kwargs)
+        row |= dict(smem_kb=rep["smem_kb"], regs=rep.get("regs"), stack=rep.get("stack"),
+                    wgmma_waits=rep["wait_groups"]) | {k: rep[k] for k in extra}
+    except Exception as e:
+        row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
+    print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+    return row
+
+
 def aot(args) -> list[dict]:
     """Build every kernel the library table and the sweep would launch, for sm_90, and report what the
     compiler made of it: a spill (stack > 0, LDL/STL) or HMMA instead of HGMMA shows up here for free."""
@@ -565,16 +579,9 @@ def aot(args) -> list[dict]:
         if f is not None and f.gluon and D in (64, 128):  # the Gluon forward: its own sm_90 report
             from attnlab.gpu.prefill_gluon import sm90_report
 
-            row = dict(source=label, D=D, causal=causal, kernel=f"fwd {short(f)}")
-            try:
-                rep = sm90_report(D, causal=causal, block_m=f.block_m, block_n=f.block_n, stages=f.num_stages,
-                                  num_warps=f.num_warps, warp_spec=f.warp_spec)
-                row |= dict(smem_kb=rep["smem_kb"], regs=rep.get("regs"), stack=rep.get("stack"),
-                            wgmma_waits=rep["wait_groups"])
-            except Exception as e:
-                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
-            rows.append(row)
-            print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+            rows.append(_gluon_row(dict(source=label, D=D, causal=causal, kernel=f"fwd {short(f)}"), sm90_report,
+                                   dict(block_m=f.block_m, block_n=f.block_n, stages=f.num_stages,
+                                        num_warps=f.num_warps, warp_spec=f.warp_spec)))
             f = None
         if f is not None:
             ptr = {n: "*bf16" for n in ("Q", "K", "V", "O")} | {"LSE": "*fp32"}
@@ -586,16 +593,9 @@ def aot(args) -> list[dict]:
         if b is not None and b.gluon and D in (64, 128):  # the Gluon backward: its own sm_90 report
             from attnlab.gpu.prefill_gluon_bwd import sm90_report as bwd_report
 
-            row = dict(source=label, D=D, causal=causal, kernel=f"bwd {short(b)}")
-            try:
-                rep = bwd_report(D, causal=causal, stages=b.stages1, dq_split=b.dq_split, dq_atomic=b.dq_atomic,
-                                 dq_shared=b.dq_shared, dq_lag=b.dq_lag)
-                row |= dict(smem_kb=rep["smem_kb"], regs=rep.get("regs"), stack=rep.get("stack"),
-                            wgmma_waits=rep["wait_groups"], tma_reduces=rep["tma_reduces"], atomics=rep["atomics"])
-            except Exception as e:
-                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
-            rows.append(row)
-            print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+            rows.append(_gluon_row(dict(source=label, D=D, causal=causal, kernel=f"bwd {short(b)}"), bwd_report,
+                                   dict(stages=b.stages1, dq_split=b.dq_split, dq_atomic=b.dq_atomic,
+                                        dq_shared=b.dq_shared, dq_lag=b.dq_lag), ("tma_reduces", "atomics")))
             b = None
         if b is not None:
             ptr = {n: "*bf16" for n in ("Q", "K", "V", "DO", "DK", "DV", "DQ")} | {"LSE2": "*fp32", "DELTA": "*fp32"}

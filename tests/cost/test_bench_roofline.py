@@ -161,6 +161,27 @@ def test_aot_markdown_takes_gluon_rows():
     assert lines[4] == "| sweep | 128 | False | bwd gluon-s3-tma | ValueError: too big |"
 
 
+def test_aot_gluon_row_from_a_report_or_its_error():
+    """``prefill.py aot`` turns a Gluon kernel's sm_90 report into a row (the keys it asks for too), and
+    a refused build into the error's first line; either way the row keeps its label, D and causal."""
+    calls = []
+
+    def report(D, causal, **kw):
+        calls.append((D, causal, kw))
+        return dict(smem_kb=128.5, regs=168, stack=0, wait_groups=[0, 1], tma_reduces=2, atomics=0)
+
+    def refused(D, causal, **kw):
+        raise ValueError("the Gluon backward takes fewer stages\nsecond line")
+
+    row = prefill._gluon_row(dict(source="table", D=64, causal=True, kernel="bwd g"), report, dict(stages=2),
+                             ("tma_reduces",))
+    assert calls == [(64, True, dict(stages=2))]
+    assert row == dict(source="table", D=64, causal=True, kernel="bwd g", smem_kb=128.5, regs=168, stack=0,
+                       wgmma_waits=[0, 1], tma_reduces=2)
+    row = prefill._gluon_row(dict(source="sweep", D=128, causal=False, kernel="bwd h"), refused, {})
+    assert row["error"] == "ValueError: the Gluon backward takes fewer stages" and "smem_kb" not in row
+
+
 def test_prefill_cli():
     with pytest.raises(SystemExit) as e:
         prefill.main(["--help"])
