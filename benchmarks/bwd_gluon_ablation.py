@@ -52,7 +52,8 @@ MODES = {  # the ways to make and add dQ, and to order the programs (gluon_backw
     "dQ shared, atomics": dict(dq_shared=True, dq_atomic=True),
     "table's, heads first": dict(heads_first=True), "table's, key blocks first": dict(heads_first=False),
     "table's, 240 consumer registers": dict(consumer_regs=240),
-    "table's, dQ 1 step behind": dict(dq_lag=1), "table's, dQ 2 steps behind": dict(dq_lag=2),
+    "table's, dQ not behind": dict(dq_lag=0), "table's, dQ 1 step behind": dict(dq_lag=1),
+    "table's, dQ 2 steps behind": dict(dq_lag=2),
 }
 
 
@@ -85,7 +86,8 @@ def time_shape(D: int, N: int, causal: bool, stages: int | None = None, variants
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     fl = attention_flops(batch=B, heads=H, seq_q=N, head_dim=D, causal=causal, pass_="bwd")
     table = default_bwd_config(D, causal, q.device, N)
-    base = dict(stages=stages or (table.stages1 if table.gluon else 2), dq_shared=table.dq_shared and table.gluon)
+    base = dict(stages=stages or (table.stages1 if table.gluon else 2), dq_shared=table.dq_shared and table.gluon,
+                dq_lag=table.dq_lag if table.gluon else 0)
 
     def gl_fn(a, **kw):
         return lambda: gluon_backward(q, k, v, do, lse2, delta, dq, dk, dv, causal_off=0 if causal else None,
@@ -95,7 +97,7 @@ def time_shape(D: int, N: int, causal: bool, stages: int | None = None, variants
     for name, kw in MODES.items() if modes else ():
         if modes is not True and not any(m in name for m in modes):
             continue
-        fns[name] = gl_fn(0, **({"dq_shared": False} | kw if name.startswith("dQ") else kw))
+        fns[name] = gl_fn(0, **({"dq_shared": False, "dq_lag": 0} | kw if name.startswith("dQ") else kw))
     fns["library table"] = lambda: prefill_backward(do, q, k, v, out, lse, mask=Mask(-1, 0 if causal else -1),
                                                     scale=D ** -0.5)
     if sdpa:  # PyTorch's backward, its own choice of backend (GQA through enable_gqa)

@@ -338,14 +338,13 @@ def test_block_size_table_is_the_measured_sweep_winners():
         D, causal, length = key.split(",")
         n_keys = SHORT_KEYS - 1 if length == "short" else SHORT_KEYS
         assert default_fwd_config(int(D), causal == "True", cuda, n_keys) == FwdConfig(**entry["fwd"]), key
-    gluon_bwd = json.loads((data / "prefill-best-h200-run15.json").read_text())  # run 15: the Gluon backward
-    assert len(gluon_bwd) == 4
+    gluon_bwd = json.loads((data / "prefill-best-h200-run16.json").read_text())  # sweep 16: the Gluon backward
+    assert len(gluon_bwd) == 8  # both length classes
     for key, entry in gluon_bwd.items():
         D, causal, length = key.split(",")
         n_keys = SHORT_KEYS - 1 if length == "short" else SHORT_KEYS
         assert default_bwd_config(int(D), causal == "True", cuda, n_keys) == BwdConfig(**entry["bwd"]), key
-    for D in (64, 128):  # short calls were not swept with it: the Triton backward
-        assert not default_bwd_config(D, True, cuda, SHORT_KEYS - 1).gluon
+    assert not default_bwd_config(64, True, cuda, SHORT_KEYS - 1).gluon  # the one short key Triton kept
     for D in (64, 128):  # no Gluon entry for short calls: the Triton one
         assert default_fwd_config(D, True, cuda, SHORT_KEYS - 1) == default_fwd_config(D, True, cuda, SHORT_KEYS - 1,
                                                                                          gluon=False)

@@ -216,13 +216,16 @@ def test_gpu_gluon_backward_matches_reference(B, H, Hkv, Nq, Nk, D, causal, dtyp
 
 @pytest.mark.gpu
 @on_hopper
-@pytest.mark.parametrize("dq_shared", [False, True])
+@pytest.mark.parametrize("dq_shared,dq_lag", [(False, 0), (True, 0), (False, 1), (False, 2)])
 @pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,window", GLUON_WINDOW_CASES)
-def test_gpu_gluon_backward_sliding_window(B, H, Hkv, Nq, Nk, D, window, dq_shared):
+def test_gpu_gluon_backward_sliding_window(B, H, Hkv, Nq, Nk, D, window, dq_shared, dq_lag):
+    if GB.smem_bytes(D, 2, 1, False, dq_lag) > GB.SMEM_LIMIT:
+        pytest.skip("more shared memory than a block has (the lagged dQ ring is D = 64's)")
     q, k, v, do = _gpu_inputs(B, H, Hkv, Nq, Nk, D, torch.bfloat16, Nq + Nk + window[0])
     mask, scale = Mask(*window), D ** -0.5
     out, lse = _forward(q, k, v, mask, scale)
-    grads = prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, config=_gluon_cfg(dq_shared=dq_shared))
+    grads = prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale,
+                             config=_gluon_cfg(dq_shared=dq_shared, dq_lag=dq_lag))
     _check_grads(q, k, v, do, grads, window[1] == 0, scale, window=window)
 
 

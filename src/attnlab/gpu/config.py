@@ -113,13 +113,21 @@ _BWD_TABLE = {
 # the read deferred to the next turn) beat the Triton backward at every long key of sweeps 14 and 15: by 4-9 %
 # at D = 64 and 9-19 % at D = 128, summed over N = 4K and 16K (2026-12-01, triton 3.6). At D = 128 both warp
 # groups making every dQ product, half of D's columns each (dq_shared), won all four rows of sweep 15 (+2 to
-# +8 %) and the ablation's 16K pair (+3 %, +7 %); at D = 64 it lost by 15 %. A 3-slot Q/dO ring tied the
-# 2-slot one at D = 64 (within 0.5 %, either way). Data: benchmarks/data/prefill-sweep-h200-run14.json and
-# -run15.json, decision in prefill-best-h200-run15.json. Short calls keep the Triton backward (not swept).
-_GLUON_BWD_64 = _B(64, 128, 4, 2, 64, 128, 4, 2, gluon=True)
+# +8 %) and the ablation's 16K pair (+3 %, +7 %); at D = 64 it lost by 15 %. Sweep 16 (same day) added the
+# short class (N = 1K) and the dQ product one or two steps behind its dSᵀ (dq_lag, D = 64 only: the ring
+# does not fit beside D = 128's tiles): at D = 64 non-causal one step behind won at 16K, 4K and 1K (+2 %,
+# +8 %, +4 % over lag 0); causal, lag 2, 1 and 0 were within 0.3 % (the sweep's rule keeps the highest, lag 2).
+# At N = 1K the Gluon kernel beat the Triton candidates by 6 % (D = 64 non-causal), 16 % and 27 % (D = 128);
+# D = 64 causal short calls keep the Triton backward (248 against 231 TFLOP/s).
+# Data: benchmarks/data/prefill-sweep-h200-run14.json, -run15.json, -run16.json; decision in
+# prefill-best-h200-run16.json (equal to this table; a test holds it there).
+_GLUON_BWD_64 = _B(64, 128, 4, 2, 64, 128, 4, 2, gluon=True, dq_lag=1)
+_GLUON_BWD_64_CAUSAL = _B(64, 128, 4, 2, 64, 128, 4, 2, gluon=True, dq_lag=2)
 _GLUON_BWD_128 = _B(64, 128, 4, 2, 64, 128, 4, 2, gluon=True, dq_shared=True)
-_GLUON_BWD_TABLE = {(64, False, "long"): _GLUON_BWD_64, (64, True, "long"): _GLUON_BWD_64,
-                    (128, False, "long"): _GLUON_BWD_128, (128, True, "long"): _GLUON_BWD_128}
+_GLUON_BWD_TABLE = {(64, False, "long"): _GLUON_BWD_64, (64, True, "long"): _GLUON_BWD_64_CAUSAL,
+                    (64, False, "short"): _GLUON_BWD_64,
+                    (128, False, "long"): _GLUON_BWD_128, (128, True, "long"): _GLUON_BWD_128,
+                    (128, False, "short"): _GLUON_BWD_128, (128, True, "short"): _GLUON_BWD_128}
 # the interpreter runs one program at a time in numpy: small blocks keep the CPU tests quick and
 # still give several blocks (and ragged ones) at small N
 _INTERP_FWD = FwdConfig(block_m=16, block_n=16, num_warps=1, num_stages=1)
