@@ -2,9 +2,10 @@
 consumer warp groups, dQ by float32 atomics.
 
 Triton's interpreter cannot run Gluon. On the CPU these tests build the kernel for sm_90 (no GPU) and read
-what the compiler made of it, and check the dispatch (a Gluon configuration falls back to the Triton
-kernels wherever Gluon cannot run, deterministic calls included) and the refusals. On a Hopper GPU the
-kernel runs and its gradients are held to the float64 criterion of the other kernels on awkward shapes.
+what the compiler made of it (ALiBi builds included), and check the dispatch (a Gluon configuration falls
+back to the Triton kernels wherever Gluon cannot run, deterministic calls included; ALiBi calls take the
+Gluon kernel where it runs) and the refusals. On a Hopper GPU the kernel runs and its gradients are held
+to the float64 criterion of the other kernels on awkward shapes, with and without ALiBi.
 """
 
 
@@ -18,6 +19,7 @@ from attnlab.variants import Mask
 
 pytest.importorskip("triton")
 from attnlab.gpu import BwdConfig, prefill_backward, prefill_forward  # noqa: E402
+from attnlab.gpu import prefill_bwd as PB  # noqa: E402
 from attnlab.gpu import prefill_gluon as G  # noqa: E402
 from attnlab.gpu import prefill_gluon_bwd as GB  # noqa: E402
 
@@ -102,6 +104,27 @@ def test_measurement_variants_leave_out_what_they_name():
 
 
 @needs_gluon
+def test_alibi_builds_for_sm90_with_the_table_options():
+    """ALiBi builds (the table's options: D = 64 with dQ one or two steps behind, D = 128 with dQ shared;
+    causal or not) keep the plain build's structure: the same shared memory, TMA loads, wgmmas and waits,
+    TMA reductions (one per warp group, twice with a lagged dQ) and register split; the slopes are scalar
+    loads, the bias arithmetic on the scores. At D = 64 nothing spills (at D = 128 the plain builds already
+    spill: ``benchmarks/NOTES-prefill.md``)."""
+    table = [dict(D=64, dq_lag=1), dict(D=64, dq_lag=2), dict(D=128, dq_shared=True)]
+    cases = [dict(t, causal=c, dtype="bfloat16") for t in table for c in (False, True)]
+    cases[1]["dtype"] = "float16"
+    reps = sm90_reports("prefill_gluon_bwd", [dict(c, alibi=True) for c in cases] + [dict(c) for c in cases])
+    for case, rep, plain in zip(cases, reps[:len(cases)], reps[len(cases):]):
+        assert 1 in rep["wait_groups"] and 24 in rep["setmaxnreg"] and max(rep["setmaxnreg"]) >= 232, (case, rep)
+        for key in ("smem_kb", "setmaxnreg", "wait_groups", "tma_loads", "wgmma", "atomics", "tma_reduces"):
+            assert rep[key] == plain[key], (case, key, rep, plain)
+        assert rep["atomics"] == 0 and rep["tma_reduces"] == 2 * (2 if case.get("dq_lag") else 1), (case, rep)
+        assert rep["smem_kb"] <= 227, (case, rep)
+        if case["D"] == 64 and rep.get("stack") is not None:
+            assert rep["stack"] == 0, (case, rep)
+
+
+@needs_gluon
 @pytest.mark.parametrize("bad", [dict(stages=0), dict(stages=4), dict(dq_split=3), dict(dq_split=4, D=64),
                                  dict(stages=3, dq_split=1), dict(dq_shared=True, dq_split=2),
                                  dict(consumer_regs=248), dict(consumer_regs=236), dict(dq_lag=3),
@@ -117,23 +140,23 @@ def test_gluon_backward_refuses_bad_tiles_before_any_work(bad):
     assert all((g == 7).all() for g in grads)  # nothing written
 
 
-def _ref_grads(q, k, v, do, causal, scale, dtype, window=None):
+def _ref_grads(q, k, v, do, causal, scale, dtype, window=None, slopes=None):
     q, k, v = (t.detach().to(dtype).requires_grad_(True) for t in (q, k, v))
-    out, _ = attention_ref(q, k, v, causal=causal, scale=scale, window=window)
+    out, _ = attention_ref(q, k, v, causal=causal, scale=scale, window=window, alibi_slopes=slopes)
     return torch.autograd.grad(out, (q, k, v), do.to(dtype))
 
 
-def _check_grads(q, k, v, do, grads, causal, scale, window=None):
-    g64 = _ref_grads(q, k, v, do, causal, scale, torch.float64, window)
-    g_same = _ref_grads(q, k, v, do, causal, scale, q.dtype, window)
+def _check_grads(q, k, v, do, grads, causal, scale, window=None, slopes=None):
+    g64 = _ref_grads(q, k, v, do, causal, scale, torch.float64, window, slopes)
+    g_same = _ref_grads(q, k, v, do, causal, scale, q.dtype, window, slopes)
     for name, g, s, r in zip(("dq", "dk", "dv"), grads, g_same, g64):
         e, e_ref = _err(g, r), _err(s, r)
         assert not torch.isnan(g).any(), f"{name}: NaN (an element was not written)"
         assert within_criterion(e, e_ref, r, g.dtype), (name, e, e_ref)
 
 
-def _forward(q, k, v, mask, scale):
-    return prefill_forward(q, k, v, mask=mask, scale=scale)
+def _forward(q, k, v, mask, scale, slopes=None):
+    return prefill_forward(q, k, v, mask=mask, scale=scale, slopes=slopes)
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
@@ -158,6 +181,49 @@ def test_a_gluon_config_falls_back_to_the_triton_kernels_where_gluon_cannot_run(
     plain = prefill_backward(do, q, k, v, out_c, lse_c, mask=mask, scale=scale, softcap=20.0)
     for a, b in zip(capped, plain):
         torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+def test_alibi_calls_take_the_gluon_backward_where_it_runs(monkeypatch):
+    """With Gluon available (here pretended: the kernel is a stub that records its arguments), ALiBi calls
+    take the Gluon backward, dense, causal or windowed, with the slopes as given ((B, H), or (H,) expanded:
+    a zero batch stride); softcap, packed and deterministic calls (ALiBi or not) keep the Triton kernels."""
+    calls = []
+
+    def stub(q, k, v, do, lse2, delta, dq, dk, dv, **kw):
+        calls.append(kw)
+        for g in (dq, dk, dv):
+            g.zero_()
+
+    monkeypatch.setattr(GB, "gluon_backward", stub)
+    monkeypatch.setattr(GB, "HAVE_TMA_REDUCE", True)
+    monkeypatch.setattr(G, "gluon_supported", lambda *a: True)
+    monkeypatch.setattr(PB, "tma_ok", lambda *a: True)
+    gen = torch.Generator(device=DEV).manual_seed(3)
+    B, H, Hkv, Nq, Nk, D = 2, 4, 2, 24, 40, 64
+    q, do, out = (torch.randn(B, H, Nq, D, dtype=torch.float16, device=DEV, generator=gen) for _ in range(3))
+    k, v = (torch.randn(B, Hkv, Nk, D, dtype=torch.float16, device=DEV, generator=gen) for _ in range(2))
+    lse = torch.randn(B, H, Nq, device=DEV, generator=gen)
+    per_batch, per_head = torch.rand(B, H, device=DEV, generator=gen), torch.rand(H, device=DEV, generator=gen)
+    for mask, causal_off, win_off in ((Mask(-1, -1), None, None), (Mask(-1, 0), Nk - Nq, None),
+                                      (Mask(7, 0), Nk - Nq, Nk - Nq - 7)):
+        for slopes in (per_batch, per_head.expand(B, H)):
+            calls.clear()
+            prefill_backward(do, q, k, v, out, lse, mask=mask, scale=0.125, slopes=slopes,
+                             config=_gluon_cfg(dq_lag=1))
+            assert len(calls) == 1, mask
+            assert calls[0]["slopes"] is slopes and calls[0]["dq_lag"] == 1, calls[0]
+            assert (calls[0]["causal_off"], calls[0]["win_off"]) == (causal_off, win_off), (mask, calls[0])
+    calls.clear()
+    prefill_backward(do, q, k, v, out, lse, mask=Mask(-1, 0), scale=0.125, slopes=per_batch, softcap=5.0,
+                     config=_gluon_cfg())
+    prefill_backward(do, q, k, v, out, lse, mask=Mask(-1, 0), scale=0.125, slopes=per_batch, deterministic=True,
+                     config=_gluon_cfg())
+    packed = [t[:1].transpose(1, 2).squeeze(0) for t in (q, k, v, out, do)]  # (N, heads, D), one sequence
+    cu = tuple(torch.tensor([0, n], dtype=torch.int32, device=DEV) for n in (Nq, Nk))
+    pq, pk, pv, pout, pdo = packed
+    prefill_backward(pdo, pq, pk, pv, pout, lse[0], mask=Mask(-1, 0), scale=0.125, slopes=per_batch[:1],
+                     cu_seqlens=cu, max_seqlen=(Nq, Nk), config=_gluon_cfg())
+    assert calls == []
 
 
 def test_set_config_puts_a_gluon_backward_in_its_own_table():
@@ -246,3 +312,86 @@ def test_gpu_gluon_backward_strided_inputs_and_lse_gradient():
     for a, b in zip(got, tri):
         scale_ = b.float().abs().max().item()
         assert (a.float() - b.float()).abs().max().item() <= 2e-2 * max(scale_, 1.0)
+
+
+# ALiBi: (B, H, Hkv, Nq, Nk, D, window (left, right), slopes "BH" (B, H) or "H" (H,) as a (B, H) view)
+ALIBI_CASES = [
+    (2, 4, 4, 129, 129, 128, (-1, -1), "BH"),  # dense, ragged: blocks across the bias's diagonal and both sides
+    (1, 8, 2, 257, 1030, 128, (-1, 0), "H"),  # causal GQA (4 heads, 4 slopes per program), Nq < Nk
+    (1, 6, 1, 700, 300, 64, (-1, 0), "BH"),  # causal MQA (6 slopes per program), Nq > Nk: empty rows
+    (2, 3, 1, 300, 1100, 64, (-1, -1), "H"),  # dense MQA, Nq < Nk: the diagonal off the corner
+    (1, 2, 2, 1100, 400, 128, (-1, -1), "BH"),  # dense, Nq > Nk: a negative offset
+    (1, 4, 2, 1000, 1000, 128, (255, 0), "BH"),  # causal sliding window, GQA
+    (2, 4, 4, 700, 1300, 64, (100, 0), "H"),  # a window narrower than a block, Nq < Nk
+    (1, 2, 1, 777, 777, 64, (40, 200), "BH"),  # a band past the diagonal: whole visible blocks above it
+    (1, 4, 4, 2048, 2048, 64, (-1, 0), "BH"),  # causal, full blocks
+]
+# the table's options at each head dim (dq_lag 1 and 2 at D = 64; dq_shared at D = 128), and one more at 128
+ALIBI_OPTS = {64: (dict(dq_lag=1), dict(dq_lag=2)), 128: (dict(dq_shared=True), dict())}
+
+
+def _alibi_id(case) -> str:
+    B, H, Hkv, Nq, Nk, D, (left, right), kind = case
+    mask = {(-1, -1): "dense", (-1, 0): "causal"}.get((left, right), f"window{left}_{right}")
+    return f"B{B}H{H}Hkv{Hkv}Nq{Nq}Nk{Nk}D{D}-{mask}-slopes{kind}"
+
+
+def _alibi_slopes(B, H, kind, gen):
+    """ALiBi-like slopes 2^(−8u), u uniform in [0, 1): a different one for every head (and batch)."""
+    slopes = 2.0 ** (-8 * torch.rand(B if kind == "BH" else 1, H, device=DEV, generator=gen))
+    return slopes if kind == "BH" else slopes[0]
+
+
+def _counting(monkeypatch):
+    """Count the calls of the Gluon backward (it still runs)."""
+    calls = []
+    real = GB.gluon_backward
+
+    def counted(*args, **kw):
+        calls.append(kw.get("slopes"))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(GB, "gluon_backward", counted)
+    return calls
+
+
+@pytest.mark.gpu
+@on_hopper
+@pytest.mark.parametrize("opt", [0, 1], ids=["opts0", "opts1"])  # ALIBI_OPTS[D][opt]
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,window,kind", ALIBI_CASES, ids=[_alibi_id(c) for c in ALIBI_CASES])
+def test_gpu_gluon_backward_alibi(B, H, Hkv, Nq, Nk, D, window, kind, opt, monkeypatch):
+    """ALiBi through the Gluon backward (which must be the kernel that ran) against the reference: each
+    query head of a program's group with its own slope, bottom-right aligned, on every kind of block."""
+    gen = torch.Generator(device=DEV).manual_seed(Nq * 7 + Nk + opt)
+    q, k, v, do = _gpu_inputs(B, H, Hkv, Nq, Nk, D, torch.bfloat16, Nq * 7 + Nk + window[0])
+    slopes = _alibi_slopes(B, H, kind, gen)
+    bh = slopes.expand(B, H)  # the launchers' form ((H,) as a view with batch stride 0)
+    mask, scale = Mask(*window), D ** -0.5
+    out, lse = _forward(q, k, v, mask, scale, bh)
+    calls = _counting(monkeypatch)
+    grads = [torch.full(t.shape, float("nan"), dtype=q.dtype, device=DEV) for t in (q, k, v)]
+    prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, slopes=bh,
+                     config=_gluon_cfg(**ALIBI_OPTS[D][opt]), dq=grads[0], dk=grads[1], dv=grads[2])
+    assert len(calls) == 1 and calls[0] is bh, "the Gluon backward did not run"
+    _check_grads(q, k, v, do, grads, window[1] == 0, scale, window=window, slopes=slopes)
+
+
+@pytest.mark.gpu
+@on_hopper
+@pytest.mark.parametrize("B,H,Hkv,N,D,causal,kind", [(1, 4, 2, 2048, 128, True, "H"),
+                                                     (2, 4, 1, 1000, 64, False, "BH")])
+def test_gpu_alibi_autograd_takes_the_gluon_backward_by_default(B, H, Hkv, N, D, causal, kind, monkeypatch):
+    """flash_attention_triton with ALiBi slopes, through autograd with the default configurations: where
+    the table has the Gluon backward (D = 128 at 2048 keys, D = 64 dense at 1000) it runs, once, with the
+    caller's slopes as a (B, H) view, and the gradients match the reference."""
+    from attnlab.gpu import flash_attention_triton
+
+    gen = torch.Generator(device=DEV).manual_seed(N + D)
+    q, k, v, do = _gpu_inputs(B, H, Hkv, N, N, D, torch.bfloat16, N + D)
+    slopes = _alibi_slopes(B, H, kind, gen)
+    calls = _counting(monkeypatch)
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    out = flash_attention_triton(*leaves, causal=causal, alibi_slopes=slopes)
+    grads = torch.autograd.grad(out, leaves, do)
+    assert len(calls) == 1 and calls[0].shape == (B, H), "the Gluon backward did not run"
+    _check_grads(q, k, v, do, grads, causal, D ** -0.5, slopes=slopes)

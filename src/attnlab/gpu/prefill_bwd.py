@@ -402,11 +402,11 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
         dq.zero_(), dk.zero_(), dv.zero_()
         return _unpack(dq, dk, dv, cu_seqlens)
     cfg = config or default_bwd_config(D, not mask.dense, q.device, n_keys)
-    if cfg.gluon:  # the Gluon kernel takes plain calls on Hopper; the Triton entry runs the rest
+    if cfg.gluon:  # the Gluon kernel takes dense calls (ALiBi too) on Hopper; the Triton entry runs the rest
         from . import prefill_gluon_bwd
         from .prefill_gluon import gluon_supported
 
-        plain = (cu_seqlens is None and softcap is None and slopes is None and not deterministic
+        plain = (cu_seqlens is None and softcap is None and not deterministic
                  and q.shape[0] * q.shape[1] * q.shape[2] < 2**31 - 64  # dQ's TMA rows are 32-bit
                  and (cfg.dq_atomic or prefill_gluon_bwd.HAVE_TMA_REDUCE))
         if not (plain and gluon_supported(q, k, v) and tma_ok(do, dk, dv)):
@@ -423,13 +423,13 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
         out, do, lse, dlse.contiguous() if has_dlse else lse, delta, lse2,
         *_s3(out), *_s3(do), H, Nq,
         HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=PRE_M, HAS_DLSE=has_dlse, num_warps=4)
-    if cfg.gluon:  # bottom-right aligned, as in the forward
+    if cfg.gluon:  # bottom-right aligned, as in the forward (ALiBi's offset too: Nk − Nq)
         from .prefill_gluon_bwd import gluon_backward
 
         gluon_backward(q, k, v, do, lse2, delta, dq, dk, dv, scale=scale, stages=cfg.stages1, dq_split=cfg.dq_split,
                        dq_atomic=cfg.dq_atomic, dq_shared=cfg.dq_shared, dq_lag=cfg.dq_lag,
                        causal_off=Nk - Nq + mask.right if mask.right >= 0 else None,
-                       win_off=Nk - Nq - mask.left if mask.left >= 0 else None)
+                       win_off=Nk - Nq - mask.left if mask.left >= 0 else None, slopes=slopes)
         return dq, dk, dv
     G = H // Hkv
     common = (H, G, Nq, Nk)

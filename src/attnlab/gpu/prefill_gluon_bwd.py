@@ -31,9 +31,14 @@ the tile before that warp group goes on (``benchmarks/NOTES-prefill.md``, v5).
 Masks are bottom-right aligned (causal: key j visible from row i iff j <= i + causal_off; window: iff
 j >= i + win_off). Query blocks that see nothing of a key block are skipped by the loop bounds, blocks
 wholly visible run without the element mask. Same preprocessing kernel as the Triton backward (D and L
-in log2 units, +inf for empty rows). Dense, causal and sliding-window calls, MHA/GQA/MQA, D = 64 or
-128, float16/bfloat16, on sm_90; everything else runs the Triton kernels. The Triton interpreter
-cannot run Gluon: the CPU tests build this kernel for sm_90 and the GPU tests check it.
+in log2 units, +inf for empty rows). ALiBi (a build of its own, ``ALIBI``): Pᵀ's exponent also loses
+slope_h·log2e·|i + Nk − Nq − j|, with each step's query head's slope (one program walks all the heads of
+its group); dSᵀ's formula is unchanged. In a block wholly on one side of that diagonal the bias is a term
+per query (folded into L₂) plus one per key; the element mask's blocks and those across the diagonal
+take |·| per element. Dense, causal and sliding-window calls, with or without ALiBi, MHA/GQA/MQA,
+D = 64 or 128, float16/bfloat16, on sm_90; everything else (softcap, packed batches, deterministic
+calls) runs the Triton kernels. The Triton interpreter cannot run Gluon: the CPU tests build this kernel
+for sm_90 and the GPU tests check it.
 """
 
 from __future__ import annotations
@@ -61,6 +66,8 @@ if HAVE_GLUON:
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from .prefill_gluon import _tma_load, _tma_store, _warps_barrier
+
+    _LOG2E = gl.constexpr(LOG2E)  # a jit function reads module globals only as constexprs
 
     # the TMA reduction from shared memory: Gluon's builder has it in 3.6 without a Python wrapper
     # (``tma.async_atomic_add`` from 3.7 on)
@@ -186,16 +193,18 @@ if HAVE_GLUON:
     def _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
-                      PART: gl.constexpr, CAUSAL: gl.constexpr):
+                      SLOPES, stride_sb, stride_sh, PART: gl.constexpr, CAUSAL: gl.constexpr):
         """One warp group: keys start_n + PART·64 .. +63. Accumulates dK, dV of its keys over every step,
         shares each step's dSᵀ with the other warp group through a ring of NSLOT tiles and makes its share
-        of the dQ products (``_bwd_dq``), DQ_LAG steps behind its own dSᵀ; writes dK·scale, dV by TMA."""
+        of the dQ products (``_bwd_dq``), DQ_LAG steps behind its own dSᵀ; writes dK·scale, dV by TMA.
+        With ALIBI each step's query head h subtracts slope_h·log2e·|i + Nk − Nq − j| from its scores
+        (SLOPES[b·stride_sb + h·stride_sh]); without, SLOPES and its strides are unused (None)."""
         SUB_N: gl.constexpr = k_smem.shape[3]
         HEAD_D: gl.constexpr = k_smem.shape[4]
         BLOCK_M: gl.constexpr = q_smem.shape[3]
         STAGES: gl.constexpr = q_smem.shape[0]
         NSLOT: gl.constexpr = ds_smem.shape[0]  # the dSᵀ ring
-        # (a partition takes no constexpr: the shape of a small buffer carries these five)
+        # (a partition takes no constexpr: the shape of a small buffer carries these six)
         DQ_SPLIT: gl.constexpr = flags.shape[0]
         DQ_ATOMIC: gl.constexpr = (flags.shape[1] == 2) or (flags.shape[1] == 8)
         DQ_SHARED: gl.constexpr = flags.shape[1] >= 4  # both warp groups every step, half of D's columns each
@@ -203,6 +212,7 @@ if HAVE_GLUON:
                                 + (flags.shape[2] >= 16) + (flags.shape[2] >= 32) + (flags.shape[2] >= 64)
                                 + (flags.shape[2] >= 128))  # log2 of the third dimension
         DQ_LAG: gl.constexpr = (flags.shape[3] >= 2) + (flags.shape[3] >= 4)  # log2 of the fourth
+        ALIBI: gl.constexpr = flags.shape[4] == 2  # the ALiBi bias on the scores
         EXCHANGE: gl.constexpr = not (ABLATE == 3 or ABLATE == 4)  # (measurement only: 3, 4 have none)
         dtype: gl.constexpr = desc_dk.dtype
         # Sᵀ, dPᵀ: (SUB_N keys, BLOCK_M queries); dK, dV: (SUB_N, D); dQ: (BLOCK_M, D) — SUB_N = BLOCK_M = 64
@@ -224,6 +234,9 @@ if HAVE_GLUON:
         dk = gl.zeros([SUB_N, HEAD_D], gl.float32, layout=acc_layout)
         dv = gl.zeros([SUB_N, HEAD_D], gl.float32, layout=acc_layout)
         s_zero = gl.zeros([SUB_N, BLOCK_M], gl.float32, layout=s_layout)
+        # (ALiBi) the bias's diagonal is key j = row i + off, off = Nk − Nq (bottom-right, as the masks)
+        kd = kc0 - (Nk - Nq)
+        koff = offs_k - (Nk - Nq)  # j − off
         mbarrier.wait(kv_bar.index(0), 0)
 
         n_steps = G * n_m
@@ -247,11 +260,31 @@ if HAVE_GLUON:
             masked = (kc0 + SUB_N > Nk) | (kc0 < m0 + BLOCK_M - 1 + win_off)
             if CAUSAL:
                 masked = masked | (kc0 + SUB_N - 1 > m0 + causal_off)
+            if ALIBI:  # this step's query head's slope (log2 units); i + off − j at the block's first row
+                # and key, d0, says whether the bias's |·| has one sign over the block: every key at or before
+                # every row's diagonal (below), or at or after it. A block across the diagonal takes the element
+                # path (|·| per element, as the Triton kernels)
+                slope2 = gl.load(SLOPES + b * stride_sb + h * stride_sh).to(gl.float32) * _LOG2E
+                d0 = m0 - kd
+                below = d0 >= SUB_N - 1
+                masked = masked | ((d0 < SUB_N - 1) & (d0 > 1 - BLOCK_M))
             if masked:
                 visible = (offs_k[:, None] < Nk) & (offs_k[:, None] >= offs_q[None, :] + win_off)
                 if CAUSAL:
                     visible = visible & (offs_k[:, None] <= offs_q[None, :] + causal_off)
-                sT = gl.where(visible, sT * qk_scale - lse2[None, :], float("-inf"))
+                if ALIBI:
+                    dist = gl.abs(offs_q[None, :] - koff[:, None]).to(gl.float32)
+                    sT = gl.where(visible, sT * qk_scale - lse2[None, :] - slope2 * dist, float("-inf"))
+                else:
+                    sT = gl.where(visible, sT * qk_scale - lse2[None, :], float("-inf"))
+            elif ALIBI:  # one sign σ: slope·|i + off − j| = σ·slope·(i − m0) − σ·slope·(j − off − m0), a term per
+                # query (folded into L₂) and one per key, each no larger than the bias plus 63·slope (positions
+                # relative to m0: no cancellation of large ones). Both exact in float32 (positions below 2^24);
+                # i − m0 made each step from i (fewer live registers than a hoisted copy)
+                sgn2 = gl.where(below, slope2, -slope2)
+                qpos = offs_q.to(gl.float32) - m0.to(gl.float32)
+                kpos = (koff - m0).to(gl.float32)
+                sT = sT * qk_scale - (lse2 + sgn2 * qpos)[None, :] + (sgn2 * kpos)[:, None]
             else:
                 sT = sT * qk_scale - lse2[None, :]
             if ABLATE == 4:  # measurement only: no exponentials
@@ -310,45 +343,55 @@ if HAVE_GLUON:
     @gluon.jit
     def _bwd_consumer_0_causal(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                                kv_bar, q_ready, do_ready, q_empty, do_empty,
-                               b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale):
+                               b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
+                               SLOPES, stride_sb, stride_sh):
         _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
-                      b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, 0, True)
+                      b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
+                      SLOPES, stride_sb, stride_sh, 0, True)
 
     @gluon.jit
     def _bwd_consumer_0_full(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                              kv_bar, q_ready, do_ready, q_empty, do_empty,
-                             b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale):
+                             b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
+                             SLOPES, stride_sb, stride_sh):
         _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
-                      b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, 0, False)
+                      b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
+                      SLOPES, stride_sb, stride_sh, 0, False)
 
     @gluon.jit
     def _bwd_consumer_1_causal(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                                kv_bar, q_ready, do_ready, q_empty, do_empty,
-                               b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale):
+                               b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
+                               SLOPES, stride_sb, stride_sh):
         _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
-                      b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, 1, True)
+                      b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
+                      SLOPES, stride_sb, stride_sh, 1, True)
 
     @gluon.jit
     def _bwd_consumer_1_full(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                              kv_bar, q_ready, do_ready, q_empty, do_empty,
-                             b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale):
+                             b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
+                             SLOPES, stride_sb, stride_sh):
         _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
-                      b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, 1, False)
+                      b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
+                      SLOPES, stride_sb, stride_sh, 1, False)
 
     @gluon.jit
     def _attn_bwd_gluon_ws(desc_q, desc_do, desc_k, desc_v, desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA,
-                           H, G, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
+                           H, G, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, SLOPES, stride_sb, stride_sh,
                            HEAD_D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                            CONSUMER_REGS: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ATOMIC: gl.constexpr,
                            DQ_SHARED: gl.constexpr, ROTATE: gl.constexpr, HEADS_FIRST: gl.constexpr = False,
-                           DQ_LAG: gl.constexpr = 0, ABLATE: gl.constexpr = 0):
+                           DQ_LAG: gl.constexpr = 0, ABLATE: gl.constexpr = 0, ALIBI: gl.constexpr = False):
         """Grid (key blocks of 128, B·Hkv), or the reverse with HEADS_FIRST. Descriptors over
         (B, H|Hkv, N, D) with blocks [1, 1, 64, D]; DQ (B, H, Nq, D) float32, zeroed by the caller; LSE2,
-        DELTA (B, H, Nq) from the preprocessing kernel. Two consumer warp groups of 4 warps (64 keys each) and one loader warp."""
+        DELTA (B, H, Nq) from the preprocessing kernel. ALIBI: SLOPES float32, head h of batch b's slope at
+        b·stride_sb + h·stride_sh (else the three are None). Two consumer warp groups of 4 warps (64 keys
+        each) and one loader warp."""
         NC: gl.constexpr = 2
         SUB_N: gl.constexpr = 64
         BLOCK_M: gl.constexpr = 64
@@ -392,7 +435,8 @@ if HAVE_GLUON:
                                                              HEAD_D // (DQ_SPLIT * (1 + DQ_SHARED))],
                                                 desc_dq.layout)
         flags = gl.allocate_shared_memory(gl.int8, [DQ_SPLIT, (1 + DQ_ATOMIC) << (2 * DQ_SHARED), 1 << ABLATE,
-                                                    1 << DQ_LAG], gl.SwizzledSharedLayout(1, 1, 1, [3, 2, 1, 0]))
+                                                    1 << DQ_LAG, 1 + ALIBI],
+                                          gl.SwizzledSharedLayout(1, 1, 1, [4, 3, 2, 1, 0]))
         q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         q_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -412,7 +456,8 @@ if HAVE_GLUON:
 
         consumer_args = (desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                          kv_bar, q_ready, do_ready, q_empty, do_empty,
-                         b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale)
+                         b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
+                         SLOPES, stride_sb, stride_sh)  # (None without ALiBi: no arguments of the partitions)
         loader_args = (desc_q, desc_do, desc_k, desc_v, k_smem, v_smem, q_smem, do_smem,
                        kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, G, start_n, m_lo, n_m, rot)
         # a partition's arguments lose their constexpr-ness: the key slice and the mask are baked into wrappers
@@ -473,7 +518,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
                    causal_off: int | None, scale: float, stages: int = 2, dq_split: int = 1,
                    dq_atomic: bool = False, dq_shared: bool = False, rotate: bool | None = None,
                    heads_first: bool | None = None, win_off: int | None = None,
-                   consumer_regs: int = BWD_CONSUMER_REGS, dq_lag: int = 0, _ablate: int = 0) -> None:
+                   consumer_regs: int = BWD_CONSUMER_REGS, dq_lag: int = 0, slopes: torch.Tensor | None = None,
+                   _ablate: int = 0) -> None:
     """Run the Gluon backward: q, do (B, H, Nq, D); k, v (B, Hkv, Nk, D); ``lse2``, ``delta`` (B, H, Nq)
     float32 from ``prefill_bwd``'s preprocessing kernel (L in log2 units, +inf on empty rows; D_i). Writes
     dq (like q), dk, dv (like k, v; contiguous) in place. ``causal_off``/``win_off`` as in
@@ -486,7 +532,9 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     start at staggered query blocks (None: for TMA reductions only, as measured). ``consumer_regs``: the
     consumer warp groups' register budget (setmaxnreg; a multiple of 8 up to ``BWD_MAX_CONSUMER_REGS``).
     ``dq_lag``: a step's dQ product is made that many steps after its dSᵀ (a ring of four dSᵀ tiles), so a
-    warp group never waits for the other's half of the current step (not yet measured on a GPU). ``_ablate`` (measurement only, wrong gradients): leave stages out, as
+    warp group never waits for the other's half of the current step (not yet measured on a GPU). ``slopes``:
+    ALiBi, (H,) or (B, H) float32 on q's device: head h's scores lose slope_h·|i + Nk − Nq − j| (bottom-right,
+    as the masks; the forward's ``lse`` must include the bias; the slopes get no gradient). ``_ablate`` (measurement only, wrong gradients): leave stages out, as
     ``benchmarks/bwd_gluon_ablation.py`` lists. No input checks beyond the tiles (``gluon_supported`` and
     the public entry points do them)."""
     B, H, Nq, D = q.shape
@@ -513,21 +561,27 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
                                           _device_sms(q.device))
     if heads_first:
         grid = grid[::-1]
+    if slopes is None:  # constexpr None: the non-ALiBi build takes no slope arguments
+        alibi = (None, None, None)
+    else:
+        alibi = (slopes, 0, slopes.stride(0)) if slopes.dim() == 1 else (slopes, slopes.stride(0), slopes.stride(1))
     _attn_bwd_gluon_ws[grid](
         desc(q), desc(do), desc(k), desc(v), desc(dk), desc(dv), desc_dq, dq_acc, lse2, delta,
         H, H // Hkv, Nq, Nk, causal_off if causal_off is not None else 0,
-        NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale,
+        NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale, *alibi,
         HEAD_D=D, STAGES=stages, CAUSAL=causal_off is not None, CONSUMER_REGS=consumer_regs, DQ_SPLIT=dq_split,
         DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, HEADS_FIRST=heads_first, DQ_LAG=dq_lag,
-        ABLATE=_ablate, num_warps=4)
+        ABLATE=_ablate, ALIBI=slopes is not None, num_warps=4)
     dq.copy_(dq_acc)
 
 
 def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.dtype = torch.bfloat16,
                  dq_split: int = 1, dq_atomic: bool = False, dq_shared: bool = False, rotate: bool = True,
-                 heads_first: bool = False, regs: int = BWD_CONSUMER_REGS, dq_lag: int = 0, _ablate: int = 0):
+                 heads_first: bool = False, regs: int = BWD_CONSUMER_REGS, dq_lag: int = 0, alibi: bool = False,
+                 _ablate: int = 0):
     """Build the Gluon backward for Hopper (sm_90) on any machine, GPU or not, as
-    ``prefill_gluon.compile_sm90`` does for the forward."""
+    ``prefill_gluon.compile_sm90`` does for the forward. ``alibi``: the build for ALiBi slopes, with
+    the slopes' head stride 1 (a launch specialises it so: (H,), (B, H) and (H,) expanded to (B, H))."""
     if not HAVE_GLUON:
         raise RuntimeError("this triton has no Gluon (triton >= 3.5 needed)")
     import triton
@@ -542,13 +596,17 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     fn = _attn_bwd_gluon_ws
     const = dict(HEAD_D=head_dim, STAGES=stages, CAUSAL=causal, CONSUMER_REGS=regs, DQ_SPLIT=dq_split,
                  DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, HEADS_FIRST=heads_first, DQ_LAG=dq_lag,
-                 ABLATE=_ablate)
+                 ABLATE=_ablate, ALIBI=alibi)
+    if alibi:
+        const["stride_sh"] = 1
+    else:  # as a launch without slopes: constexpr None
+        const.update(SLOPES=None, stride_sb=None, stride_sh=None)
     ptrs = ("DQ", "LSE2", "DELTA")
     dq_cols = head_dim // (dq_split * (1 + dq_shared))
     dq_layout = gl.NVMMASharedLayout.get_default_for([BWD_BLOCK_M, dq_cols], gl.float32)
     desc_dq = f"tensordesc<fp32[{BWD_BLOCK_M},{dq_cols}],{dq_layout!r}>"
     sig = {n: ("constexpr" if n in const else desc_dq if n == "desc_dq" else desc if n.startswith("desc_")
-               else "*fp32" if n in ptrs
+               else "*fp32" if n in ptrs or n == "SLOPES"
                else "fp32" if n in ("qk_scale", "sm_scale") else "i32") for n in fn.arg_names}
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in ptrs}
     src = GluonASTSource(fn, sig, const, attrs)
@@ -556,10 +614,11 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
 
 
 def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int = 1, dq_atomic: bool = False,
-                dq_shared: bool = False, dtype: torch.dtype = torch.bfloat16, dq_lag: int = 0, _ablate: int = 0) -> dict:
+                dq_shared: bool = False, dtype: torch.dtype = torch.bfloat16, dq_lag: int = 0, alibi: bool = False,
+                _ablate: int = 0) -> dict:
     """``prefill_gluon.kernel_report`` of one sm_90 build of the backward: shared memory, registers, spill
     stack, wgmma waits, TMA loads, float32 atomics. Needs a process without TRITON_INTERPRET."""
     from .prefill_gluon import kernel_report
 
     return kernel_report(compile_sm90(head_dim, causal=causal, stages=stages, dq_split=dq_split, dq_atomic=dq_atomic,
-                                      dq_shared=dq_shared, dtype=dtype, dq_lag=dq_lag, _ablate=_ablate))
+                                      dq_shared=dq_shared, dtype=dtype, dq_lag=dq_lag, alibi=alibi, _ablate=_ablate))
