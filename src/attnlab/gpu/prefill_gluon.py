@@ -120,7 +120,7 @@ if HAVE_GLUON:
         BLOCK_N: gl.constexpr = offs_n.shape[0]
         a0 = row0 + alibi_off - start_n  # a_i of the first row; a_i grows by one a row
         left = a0 >= BLOCK_N - 1  # every key at or left of every row's diagonal
-        if CAUSAL:  # a causal block right of it is masked (or, with right > 0, rare): the general step
+        if CAUSAL:  # a causal block right of the diagonal is masked (but with right > 0, rarely): general step
             one_sided = left
         else:
             one_sided = left | (a0 + BLOCK_M - 1 <= 0)
