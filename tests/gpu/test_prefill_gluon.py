@@ -3,10 +3,10 @@ intra-warpgroup overlap, on Hopper.
 
 Triton's interpreter cannot run Gluon. On the CPU these tests build the kernel for sm_90 (Triton's own
 ptxas, no GPU) and read what the compiler made of it: the wait that lets the softmax run while the
-P·V product is in flight, no register spill, shared memory within the H200's; they also check the
-dispatch (a Gluon configuration falls back to the Triton kernel wherever Gluon cannot run) and the
-refusals. On a Hopper GPU the kernel runs and is held to the float64 criterion of the other kernels
-on awkward shapes.
+P·V product is in flight, no register spill, shared memory within the H200's, with ALiBi and without;
+they also check the dispatch (a Gluon configuration falls back to the Triton kernel wherever Gluon cannot
+run, ALiBi calls reach the Gluon kernel) and the refusals. On a Hopper GPU the kernel runs and is held to
+the float64 criterion of the other kernels on awkward shapes.
 """
 
 
@@ -58,6 +58,26 @@ def test_builds_for_sm90_with_the_softmax_under_the_pv_product():
 
 
 @needs_gluon
+def test_alibi_builds_for_sm90_with_the_same_schedule_and_no_spill():
+    """The ALiBi builds (D 64/128, causal or not; the single-program kernel and the table's two consumer
+    warp groups): the same wgmma schedule as the build without ALiBi (the one-group wait, as many wgmmas
+    and TMA loads, the same setmaxnreg, shared memory within 0.5 KB) and no spill. The 192-row build
+    (three consumer warp groups at 160 registers) compiles too; it spills, which is why the dispatch runs
+    ALiBi calls with 128 rows (``gluon_alibi_config``)."""
+    cases = [dict(D=D, causal=c, dtype="bfloat16") for D in (64, 128) for c in (False, True)]
+    cases += [dict(D=D, causal=c, num_warps=4, warp_spec=True, dtype="bfloat16") for D in (64, 128) for c in (False, True)]
+    cases.append(dict(D=64, causal=True, block_m=192, num_warps=4, warp_spec=True, dtype="bfloat16"))
+    reps = sm90_reports("prefill_gluon", [dict(c) for c in cases] + [dict(c, alibi=True) for c in cases])
+    for case, plain, rep in zip(cases, reps[:len(cases)], reps[len(cases):]):
+        assert 1 in rep["wait_groups"], (case, rep)
+        for key in ("wait_groups", "wgmma", "tma_loads", "setmaxnreg"):
+            assert rep[key] == plain[key], (case, key, plain, rep)
+        assert rep["smem_kb"] == pytest.approx(plain["smem_kb"], abs=0.5), (case, plain, rep)
+        if rep.get("stack") is not None and case.get("block_m", 128) == 128:
+            assert rep["stack"] == 0 and rep["regs"] <= 255, (case, rep)  # no spill
+
+
+@needs_gluon
 @pytest.mark.parametrize("bad", [dict(block_m=64), dict(block_n=32), dict(stages=0), dict(warp_spec=True)])
 def test_gluon_forward_refuses_bad_tiles_before_any_work(bad):
     q = torch.zeros(1, 1, 8, 64, dtype=torch.float16)
@@ -76,9 +96,10 @@ def test_gluon_is_only_taken_on_hopper():
         assert not G.gluon_supported(*(t.cuda() for t in (q, q, q)))
 
 
-def _ref_check(q, k, v, out, lse, causal, scale, window=None):
-    o64, l64 = attention_ref(*(t.double() for t in (q, k, v)), causal=causal, scale=scale, window=window)
-    o_same, _ = attention_ref(q, k, v, causal=causal, scale=scale, window=window)
+def _ref_check(q, k, v, out, lse, causal, scale, window=None, alibi_slopes=None):
+    o64, l64 = attention_ref(*(t.double() for t in (q, k, v)), causal=causal, scale=scale, window=window,
+                             alibi_slopes=alibi_slopes)
+    o_same, _ = attention_ref(q, k, v, causal=causal, scale=scale, window=window, alibi_slopes=alibi_slopes)
     e, e_ref = _err(out, o64), _err(o_same, o64)
     assert not torch.isnan(out).any(), "an element of out was not written"
     assert within_criterion(e, e_ref, o64, out.dtype), (e, e_ref)
@@ -90,11 +111,16 @@ def _ref_check(q, k, v, out, lse, causal, scale, window=None):
 
 
 def test_a_gluon_config_falls_back_to_the_triton_kernel_where_gluon_cannot_run():
-    """On the CPU (the interpreter), with a window, softcap, ALiBi or a head dim Gluon does not take,
-    a configuration that asks for Gluon still gives the right answer, through the Triton kernel."""
+    """On the CPU (the interpreter, where no call can take Gluon), with softcap or a head dim Gluon does
+    not take, a configuration that asks for Gluon still gives the right answer, through the Triton kernel
+    (on the CPU an ALiBi call too)."""
     gen = torch.Generator(device=DEV).manual_seed(0)
     cfg = FwdConfig(16, 16, 1, 1, gluon=True) if DEV == "cpu" else FwdConfig(128, 64, 8, 3, tma=True, gluon=True)
-    for D, causal, extra in ((64, True, {}), (32, False, {}), (64, True, dict(softcap=20.0))):
+    slopes = torch.tensor([[0.5, 0.125]], device=DEV)
+    extras = [(64, True, {}), (32, False, {}), (64, True, dict(softcap=20.0))]
+    if DEV == "cpu":
+        extras.append((64, True, dict(slopes=slopes)))
+    for D, causal, extra in extras:
         q, k, v = (torch.randn(1, 2, 37, D, dtype=torch.float16, device=DEV, generator=gen) for _ in range(3))
         out, lse = prefill_forward(q, k, v, mask=Mask(-1, 0 if causal else -1), scale=D ** -0.5, config=cfg, **extra)
         if not extra:
@@ -103,6 +129,53 @@ def test_a_gluon_config_falls_back_to_the_triton_kernel_where_gluon_cannot_run()
             ref, _ = prefill_forward(q, k, v, mask=Mask(-1, 0), scale=D ** -0.5, config=FwdConfig(16, 16, 1, 1)
                                      if DEV == "cpu" else None, **extra)
             torch.testing.assert_close(out, ref, atol=2e-3, rtol=0)
+
+
+def test_alibi_calls_reach_the_gluon_forward_with_their_slopes(monkeypatch):
+    """The dispatch, seen on the CPU by standing in for the Gluon kernel: where Gluon can run (here
+    ``gluon_supported`` is made to say so), an ALiBi call with a Gluon configuration goes to
+    ``gluon_forward`` with its slopes, mask edges and tiles; the table's 192-row entry runs it with 128
+    rows (and a call without ALiBi keeps 192); softcap and packed batches still go to the Triton kernel."""
+    from attnlab.gpu import config as C
+    from attnlab.gpu import prefill_fwd as F
+
+    calls = []
+    monkeypatch.setattr(G, "gluon_supported", lambda *a: True)
+    monkeypatch.setattr(G, "gluon_forward", lambda *a, **kw: calls.append(kw))
+    q = torch.randn(2, 4, 40, 64, dtype=torch.float16)
+    k, v = torch.randn(2, 2, 50, 64, dtype=torch.float16), torch.randn(2, 2, 50, 64, dtype=torch.float16)
+    slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625]).expand(2, 4)  # (H,) as the API passes it: (B, H), stride 0
+    ws = FwdConfig(128, 64, 4, 2, tma=True, warp_spec=True, gluon=True)
+    prefill_forward(q, k, v, mask=Mask(30, 0), scale=0.125, slopes=slopes, config=ws)
+    assert len(calls) == 1 and calls[0]["slopes"] is slopes
+    assert (calls[0]["causal_off"], calls[0]["win_off"], calls[0]["block_m"], calls[0]["block_n"]) == (10, -20, 128, 64)
+    # the table's entry: three consumer warp groups become two for ALiBi only
+    monkeypatch.setattr(F, "default_fwd_config", lambda *a, gluon=True, **kw: C._GLUON_192 if gluon else C._INTERP_FWD)
+    calls.clear()
+    prefill_forward(q, k, v, mask=Mask(-1, -1), scale=0.125, slopes=slopes)
+    prefill_forward(q, k, v, mask=Mask(-1, -1), scale=0.125)
+    assert [(c["block_m"], c["slopes"] is slopes) for c in calls] == [(128, True), (192, False)]
+    assert all(c["warp_spec"] and c["causal_off"] is None and c["win_off"] is None for c in calls)
+    # softcap: the Triton kernel's launch (a stand-in here), not the Gluon forward
+    launches = []
+
+    class TritonKernel:
+        def __getitem__(self, grid):
+            return lambda *a, **kw: launches.append(kw)
+
+    monkeypatch.setattr(F, "_attn_fwd", TritonKernel())
+    calls.clear()
+    prefill_forward(q, k, v, mask=Mask(-1, 0), scale=0.125, slopes=slopes, softcap=5.0)
+    assert calls == [] and len(launches) == 1 and launches[0]["ALIBI"] and launches[0]["SOFTCAP"]
+
+
+def test_gluon_alibi_config_takes_two_consumer_warp_groups():
+    from attnlab.gpu import config as C
+
+    assert C.gluon_alibi_config(C._GLUON_192) == C._GLUON_LONG  # the same tiles with 128 rows
+    assert C.gluon_alibi_config(C._GLUON_LONG) is C._GLUON_LONG
+    triton_entry = FwdConfig(192, 64, 8, 2)  # not a Gluon entry: unchanged
+    assert C.gluon_alibi_config(triton_entry) is triton_entry
 
 
 # -- on a Hopper GPU ---------------------------------------------------------------------------------
@@ -196,3 +269,108 @@ def test_a_window_needs_the_warp_specialised_kernel():
     with pytest.raises(ValueError, match="warp-specialised"):
         G.gluon_forward(q, q, q, q.clone(), torch.zeros(1, 1, 8), causal_off=0, scale=0.1, block_m=128,
                         block_n=128, stages=2, num_warps=8, warp_spec=False, win_off=-5)
+
+
+# -- ALiBi on a Hopper GPU ---------------------------------------------------------------------------
+
+ALIBI_CASES = [
+    # B, H, Hkv, Nq, Nk, D, (left, right), slopes (H,) or (B, H), dtype
+    (1, 2, 2, 1, 1, 64, (-1, -1), "H", torch.bfloat16),  # one row, one key
+    (2, 4, 4, 1000, 1000, 64, (-1, 0), "H", torch.bfloat16),  # causal, ragged
+    (2, 4, 4, 129, 129, 128, (-1, -1), "BH", torch.float16),  # non-causal, ragged: the diagonal crosses blocks
+    (1, 8, 2, 257, 1030, 128, (-1, 0), "BH", torch.bfloat16),  # GQA, Nq < Nk (bottom-right diagonal)
+    (1, 6, 1, 700, 300, 64, (-1, 0), "H", torch.float16),  # MQA, Nq > Nk: empty rows
+    (2, 4, 2, 300, 1000, 64, (-1, -1), "BH", torch.bfloat16),  # non-causal, Nq < Nk: blocks right of the diagonal
+    (1, 4, 4, 1000, 129, 128, (-1, -1), "H", torch.bfloat16),  # non-causal, Nq > Nk
+    (1, 4, 4, 600, 600, 64, (-1, 70), "BH", torch.bfloat16),  # a right edge past the diagonal: unmasked blocks it crosses
+    (1, 4, 2, 1000, 1000, 128, (255, 0), "BH", torch.bfloat16),  # causal sliding window, GQA
+    (2, 4, 4, 700, 1300, 64, (100, 0), "H", torch.float16),  # a window narrower than a block, Nq < Nk
+    (1, 4, 4, 2048, 2048, 128, (-1, 0), "BH", torch.bfloat16),  # full blocks
+]
+ALIBI_TILES = [  # (block_m, block_n, num_warps, warp_spec), two stages
+    (128, 128, 4, True), (128, 64, 4, True), (192, 128, 4, True), (192, 64, 4, True), (128, 128, 8, False),
+]
+
+
+def _alibi_slopes(B, H, kind, gen):
+    """ALiBi's geometric slopes 2^(−8(h+1)/H) with a steep first one (1.0) and, from three heads on, a
+    negative last one; "BH": (B, H), each batch's scaled by its own factor; "H": (H,)."""
+    s = torch.tensor([2.0 ** (-8 * (h + 1) / H) for h in range(H)])
+    s[0] = 1.0
+    if H > 2:
+        s[-1] = -0.02
+    if kind == "BH":
+        s = s * (0.5 + torch.rand(B, 1, generator=gen))
+    return s.to(DEV, torch.float32)
+
+
+@pytest.fixture
+def gluon_calls(monkeypatch):
+    """The keyword arguments of every call of ``gluon_forward``, through a counting wrapper around it."""
+    calls, real = [], G.gluon_forward
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(G, "gluon_forward", counted)
+    return calls
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
+@pytest.mark.parametrize("tiles", ALIBI_TILES)
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,window,kind,dtype", ALIBI_CASES)
+def test_gpu_gluon_alibi_matches_reference(B, H, Hkv, Nq, Nk, D, window, kind, dtype, tiles, gluon_calls):
+    """ALiBi through prefill_forward with a Gluon configuration: the Gluon kernel runs (once, with the
+    slopes), matches the float64 reference by the criterion of the other tests and the Triton kernel's
+    ALiBi closely; (H,) slopes given straight to gluon_forward give the same bits as their (B, H) view."""
+    block_m, block_n, warps, ws = tiles
+    left, right = window
+    if left >= 0 and not ws:
+        pytest.skip("a window's left edge needs the warp-specialised kernel")
+    gen = torch.Generator().manual_seed(Nq * 7 + Nk + D)
+    q = torch.randn(B, H, Nq, D, generator=gen).to(DEV, dtype)
+    k, v = (torch.randn(B, Hkv, Nk, D, generator=gen).to(DEV, dtype) for _ in range(2))
+    slopes = _alibi_slopes(B, H, kind, gen)
+    bh_slopes = slopes.expand(B, H)  # what the API passes for (H,)
+    scale = D ** -0.5
+    mask = Mask(left, right)
+    cfg = FwdConfig(block_m, block_n, warps, 2, tma=True, warp_spec=ws, gluon=True)
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full((B, H, Nq), float("nan"), device=DEV)
+    prefill_forward(q, k, v, mask=mask, scale=scale, slopes=bh_slopes, config=cfg, out=out, lse=lse)
+    assert len(gluon_calls) == 1 and gluon_calls[0]["slopes"] is bh_slopes, "the Gluon forward did not run"
+    _ref_check(q, k, v, out, lse, False, scale, window=window, alibi_slopes=slopes)
+    tri, tri_lse = prefill_forward(q, k, v, mask=mask, scale=scale, slopes=bh_slopes, config=FwdConfig(64, 64, 4, 3))
+    assert len(gluon_calls) == 1  # the Triton configuration ran the Triton kernel
+    assert (out.float() - tri.float()).abs().max().item() < 2e-2
+    torch.testing.assert_close(lse, tri_lse, atol=1e-3, rtol=0)
+    if kind == "H":
+        out1, lse1 = torch.full_like(q, float("nan")), torch.full_like(lse, float("nan"))
+        G.gluon_forward(q, k, v, out1, lse1, causal_off=Nk - Nq + right if right >= 0 else None, scale=scale,
+                        block_m=block_m, block_n=block_n, stages=2, num_warps=warps, warp_spec=ws,
+                        win_off=Nk - Nq - left if left >= 0 else None, slopes=slopes)
+        assert torch.equal(out1, out) and torch.equal(lse1, lse)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
+@pytest.mark.parametrize("kind", ["H", "BH"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("D", [64, 128])
+def test_gpu_alibi_through_flash_attention_takes_the_gluon_kernel(D, causal, kind, gluon_calls):
+    """attnlab.flash_attention with alibi_slopes on a long call (the table's Gluon entry, ≥ 2048 keys)
+    runs the Gluon forward, with two consumer warp groups (``gluon_alibi_config``), and matches the
+    float64 reference."""
+    import attnlab
+
+    B, H, Hkv, Nq, Nk = 2, 4, 2, 2100, 2100 if causal else 2300
+    gen = torch.Generator().manual_seed(D + 2 * causal)
+    q = torch.randn(B, H, Nq, D, generator=gen).to(DEV, torch.bfloat16)
+    k, v = (torch.randn(B, Hkv, Nk, D, generator=gen).to(DEV, torch.bfloat16) for _ in range(2))
+    slopes = _alibi_slopes(B, H, kind, gen)
+    out, lse = attnlab.flash_attention(q, k, v, causal=causal, alibi_slopes=slopes, return_lse=True)
+    assert len(gluon_calls) == 1, "the Gluon forward did not run"
+    assert gluon_calls[0]["warp_spec"] and gluon_calls[0]["block_m"] == 128 and gluon_calls[0]["slopes"] is not None
+    _ref_check(q, k, v, out, lse, causal, D ** -0.5, alibi_slopes=slopes)

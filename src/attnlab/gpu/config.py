@@ -34,7 +34,7 @@ class FwdConfig:
     tma: bool = False  # load Q/K/V and store O through Hopper tensor-memory descriptors
     warp_spec: bool = False  # warp-specialise the unmasked key loop (needs tma; Hopper and newer)
     maxnreg: int | None = None  # cap registers per thread (e.g. 128: two 8-warp programs per SM)
-    gluon: bool = False  # the Gluon kernel (softmax under the P·V wgmma; sm_90, D 64/128, dense or causal);
+    gluon: bool = False  # the Gluon kernel (softmax under the P·V wgmma; sm_90, D 64/128, dense, causal, windows, ALiBi);
     # with warp_spec: a loader warp and two 64-row consumer warp groups (block_m 128, num_warps 4 per group)
 
 
@@ -94,8 +94,9 @@ _FWD_TABLE = {
 }
 # The Gluon forward (prefill_gluon: a TMA loader warp, two consumer warp groups, softmax under the P·V
 # wgmma) won every long-sequence forward of run 5's sweep at D = 64 and 128 (2026-12-01, triton 3.6,
-# benchmarks/data/prefill-best-h200-run5.json). It runs where Gluon can (sm_90, no variant, tensor
-# descriptors); everywhere else the Triton entry above for the same key runs.
+# benchmarks/data/prefill-best-h200-run5.json). It runs where Gluon can (sm_90, tensor descriptors; dense,
+# causal, windowed and ALiBi calls, not softcap or packed batches); everywhere else the Triton entry above
+# for the same key runs.
 # At D = 64, runs 8 and 9 (three consumer warp groups, 192-row blocks) replaced run 5's entries
 # (prefill-best-h200-run9.json).
 _GLUON_LONG = _F(128, 128, 4, 2, tma=True, warp_spec=True, gluon=True)
@@ -181,6 +182,16 @@ def variant_fwd_config(cfg: FwdConfig, D: int, *, packed: bool, score_mod: bool,
                                   block_n=min(cfg.block_n, 64) if D > 64 else cfg.block_n)
     if score_mod and cfg.maxnreg:
         cfg = dataclasses.replace(cfg, maxnreg=None)
+    return cfg
+
+
+def gluon_alibi_config(cfg: FwdConfig) -> FwdConfig:
+    """A Gluon forward entry adapted to an ALiBi call: three consumer warp groups (block_m 192, 160 registers
+    each) become two (block_m 128, 232 registers). The bias's column term takes BLOCK_N / 4 registers per
+    thread, and the 192-row sm_90 builds then spill (600-1400 local loads and stores against none at 128
+    rows; ``prefill_gluon.sm90_report(..., alibi=True)``, triton 3.6 and 3.9). Not yet timed on a GPU."""
+    if cfg.gluon and cfg.warp_spec and cfg.block_m == 192:
+        cfg = dataclasses.replace(cfg, block_m=128)
     return cfg
 
 

@@ -27,6 +27,7 @@ from .._runtime import LN2, LOG2E
 from .config import (
     FwdConfig,
     default_fwd_config,
+    gluon_alibi_config,
     next_pow2,
     tma_ok,
     variant_fwd_config,
@@ -384,8 +385,9 @@ def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask, 
     values give wrong numbers, never an access out of bounds; rows no program owns are left unwritten.
     ``out``/``lse`` may be given preallocated (tests poison them to check every element is written).
     A ``config`` (or table entry) with ``gluon`` runs the Gluon forward (``prefill_gluon``) where it can:
-    Hopper, D 64/128, dense, causal or a sliding window (warp-specialised), tensor descriptors; anywhere
-    else the Triton table's entry runs.
+    Hopper, D 64/128, dense, causal or a sliding window (warp-specialised), with or without ALiBi, tensor
+    descriptors, not softcap, not a packed batch; anywhere else the Triton table's entry runs. An ALiBi call
+    on a table entry of three consumer warp groups takes two (``gluon_alibi_config``).
     """
     D = q.shape[-1]
     q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
@@ -410,18 +412,21 @@ def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask, 
         return out, lse
     causal = not mask.dense
     cfg = config or default_fwd_config(D, causal, q.device, n_keys)
-    if cfg.gluon:  # the Gluon kernel takes dense and causal calls on Hopper; the Triton entry runs the rest
+    if cfg.gluon:  # the Gluon kernel takes dense, causal, windowed and ALiBi calls on Hopper; Triton the rest
         from .prefill_gluon import gluon_supported
 
-        plain = cu_seqlens is None and (mask.left < 0 or cfg.warp_spec) and softcap is None and slopes is None
+        plain = cu_seqlens is None and (mask.left < 0 or cfg.warp_spec) and softcap is None
         if not (plain and gluon_supported(q, k, v) and tma_ok(out)):
             cfg = default_fwd_config(D, causal, q.device, n_keys, gluon=False)
-    if cfg.gluon:  # bottom-right aligned: row i sees keys j <= i + (Nk − Nq) + right
+        elif config is None and slopes is not None:
+            cfg = gluon_alibi_config(cfg)
+    if cfg.gluon:  # bottom-right aligned: row i sees keys j <= i + (Nk − Nq) + right; ALiBi |i + (Nk − Nq) − j|
         from .prefill_gluon import gluon_forward
 
         gluon_forward(q, k, v, out, lse, causal_off=Nk - Nq + mask.right if mask.right >= 0 else None, scale=scale,
                       block_m=cfg.block_m, block_n=cfg.block_n, stages=cfg.num_stages, num_warps=cfg.num_warps,
-                      warp_spec=cfg.warp_spec, win_off=Nk - Nq - mask.left if mask.left >= 0 else None)
+                      warp_spec=cfg.warp_spec, win_off=Nk - Nq - mask.left if mask.left >= 0 else None,
+                      slopes=slopes)
         return out, lse
     if config is None:
         cfg = variant_fwd_config(cfg, D, packed=cu_seqlens is not None,

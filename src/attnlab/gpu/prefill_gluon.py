@@ -20,16 +20,19 @@ Two kernels:
   a ring of ``STAGES`` K and V buffers; two or three consumer warp groups (BLOCK_M = 128 or 192) share
   the ring, release each slot through an "empty" mbarrier once their wgmma on it has completed, and
   never wait on each other, so one's softmax also falls under another's matrix products. Dense,
-  causal and sliding-window calls.
+  causal and sliding-window calls, with or without ALiBi.
 * ``_attn_fwd_gluon``: one program of ``num_warps`` warps that refills the ring itself. The refills
   need CTA-wide barriers, which keep its warp groups in lockstep; measured no faster than the Triton
-  kernel and kept as a sweep candidate (dense and causal only).
+  kernel and kept as a sweep candidate (dense and causal only, with or without ALiBi).
 
 Same mathematics as ``prefill_fwd`` (online softmax in log2 units, bottom-right alignment, the same
-empty-row convention), one more rounding order. MHA/GQA/MQA at D = 64 and 128 in float16/bfloat16 with
-tensor descriptors; everything else runs on the Triton kernel. The Triton interpreter cannot run
-Gluon: the CPU tests build these kernels for sm_90 (no GPU needed) and the GPU tests check them
-against the reference.
+empty-row convention), one more rounding order. ALiBi subtracts slope·|i + Nk − Nq − j| from every
+visible score before the mask, as ``prefill_fwd``'s ``_score_mod`` does; it is a constexpr (``ALIBI``),
+so a build without it is the kernel it was before (``_softmax_alibi`` says how the bias is split into a
+row and a column term). MHA/GQA/MQA at D = 64 and 128 in float16/bfloat16 with tensor descriptors;
+everything else (softcap, packed batches, other head dims) runs on the Triton kernel. The Triton
+interpreter cannot run Gluon: the CPU tests build these kernels for sm_90 (no GPU needed) and the GPU
+tests check them against the reference.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ NO_WINDOW = -(1 << 30)  # win_off of a call without a left edge: every key is ri
 
 if HAVE_GLUON:
     _LN2 = gl.constexpr(LN2)
+    _LOG2E = gl.constexpr(LOG2E)
     _NO_WINDOW = gl.constexpr(NO_WINDOW)
 
     @gluon.jit
@@ -99,11 +103,64 @@ if HAVE_GLUON:
         return p, alpha, m_new, l_i
 
     @gluon.jit
+    def _softmax_alibi(s, m_i, l_i, start_n, row0, offs_m, offs_n, Nk, causal_off, win_off, alibi_off, qk_scale,
+                       slope2, c, masked, CAUSAL: gl.constexpr):
+        """``_softmax`` with ALiBi: the scores are s·qk_scale − slope2·|i + alibi_off − j| in log2 units
+        (slope2 = slope·log2 e), the bias on every visible score, before the mask. ``row0``: the block's
+        first row; ``c``: slope2·n for the block's columns n = 0 .. BLOCK_N − 1 (the same every block).
+
+        In the block's own coordinates |i + alibi_off − j| = |a_i − n| with a_i = i + alibi_off − start_n,
+        so the bias is b_i − c_n up to its sign, b_i = slope2·a_i. A block wholly left of every row's
+        diagonal (a_i >= n throughout: every unmasked block of a causal call with right = 0) has the
+        scores t − b_i with t = s·qk_scale + c_n: the column term goes into the scale's FMA, the row term
+        into the row's max and exponent, one add per score more than ``_softmax``'s unmasked step. A
+        block wholly right of it (non-causal calls) is the same with both signs turned. A masked block,
+        or one the diagonal crosses, takes |b_i − c_n| per score, then the element mask."""
+        BLOCK_M: gl.constexpr = offs_m.shape[0]
+        BLOCK_N: gl.constexpr = offs_n.shape[0]
+        a0 = row0 + alibi_off - start_n  # a_i of the first row; a_i grows by one a row
+        left = a0 >= BLOCK_N - 1  # every key at or left of every row's diagonal
+        if CAUSAL:  # a causal block right of the diagonal is masked (but with right > 0, rarely): general step
+            one_sided = left
+        else:
+            one_sided = left | (a0 + BLOCK_M - 1 <= 0)
+        b = slope2 * (offs_m + (alibi_off - start_n)).to(gl.float32)  # a_i exact in float32
+        if masked | ~one_sided:
+            cols = start_n + offs_n
+            visible = (cols[None, :] < Nk) & (cols[None, :] >= offs_m[:, None] + win_off)
+            if CAUSAL:
+                visible = visible & (cols[None, :] <= offs_m[:, None] + causal_off)
+            sign = gl.where(slope2 < 0, -1.0, 1.0)  # slope2·|a − n| = sign·|b − c|
+            s = s * qk_scale - sign * gl.abs(b[:, None] - c[None, :])
+            s = gl.where(visible, s, float("-inf"))
+            m_new = gl.maximum(m_i, gl.max(s, 1))
+            m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
+            p = gl.exp2(s - m_use[:, None])
+        else:
+            if CAUSAL:
+                t = s * qk_scale + c[None, :]
+            else:
+                if left:
+                    t = s * qk_scale + c[None, :]
+                else:  # |a_i − n| = n − a_i
+                    t = s * qk_scale - c[None, :]
+                    b = -b
+            m_new = gl.maximum(m_i, gl.max(t, 1) - b)
+            m_use = m_new
+            p = gl.exp2(t - (m_use + b)[:, None])
+        alpha = gl.exp2(m_i - m_use)
+        l_i = l_i * alpha + gl.sum(p, 1)
+        return p, alpha, m_new, l_i
+
+    @gluon.jit
     def _attn_fwd_gluon(desc_q, desc_k, desc_v, desc_o, LSE, H, G, Nq, Nk, causal_off, qk_scale,
                         HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                        STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr):
+                        STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr,
+                        SLOPES=None, stride_sb=None, stride_sh=None, alibi_off=None, ALIBI: gl.constexpr = False):
         """Grid (query blocks, B·H). Descriptors over (B, H|Hkv, N, D) with blocks [1, 1, rows, D]; LSE
-        (B, H, Nq) float32. Causal: row i sees keys j <= i + causal_off (bottom-right aligned)."""
+        (B, H, Nq) float32. Causal: row i sees keys j <= i + causal_off (bottom-right aligned). ALIBI: the
+        scores less slope·|i + alibi_off − j|, the slope at SLOPES + b·stride_sb + h·stride_sh (float32);
+        without it the four arguments are None (constexprs: the kernel is the one built before ALiBi)."""
         dtype: gl.constexpr = desc_q.dtype
         pid_m = gl.program_id(0)
         if CAUSAL:  # heaviest query blocks first
@@ -113,6 +170,8 @@ if HAVE_GLUON:
         h = bh % H
         hk = h // G
         start_m = pid_m * BLOCK_M
+        if ALIBI:
+            slope2 = gl.load(SLOPES + b * stride_sb + h * stride_sh).to(gl.float32) * _LOG2E
 
         # -- layouts: one wgmma accumulator layout (8 warps along M, 16 rows each) for S and O
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
@@ -154,6 +213,8 @@ if HAVE_GLUON:
 
         offs_m = start_m + gl.arange(0, BLOCK_M, layout=row_s)
         offs_n = gl.arange(0, BLOCK_N, layout=col_s)
+        if ALIBI:
+            c = slope2 * offs_n.to(gl.float32)
         m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=row_s)
         l_i = gl.zeros([BLOCK_M], gl.float32, layout=row_s)
         acc = gl.zeros([BLOCK_M, HEAD_D], gl.float32, layout=o_layout)
@@ -168,8 +229,12 @@ if HAVE_GLUON:
                                   use_acc=False, is_async=True)
             s = warpgroup_mma_wait(0, deps=(s_tok, ))
             _issue_kv(desc_k, k_bars, k_smem, STAGES, n_blocks, b, hk, BLOCK_N, STAGES)
-            p, alpha, m_i, l_i = _softmax(s, m_i, l_i, 0, offs_m, offs_n, Nk, causal_off, _NO_WINDOW, qk_scale, 0 >= full,
-                                          CAUSAL)
+            if ALIBI:
+                p, alpha, m_i, l_i = _softmax_alibi(s, m_i, l_i, 0, start_m, offs_m, offs_n, Nk, causal_off,
+                                                    _NO_WINDOW, alibi_off, qk_scale, slope2, c, 0 >= full, CAUSAL)
+            else:
+                p, alpha, m_i, l_i = _softmax(s, m_i, l_i, 0, offs_m, offs_n, Nk, causal_off, _NO_WINDOW, qk_scale,
+                                              0 >= full, CAUSAL)
             p_op = gl.convert_layout(p.to(dtype), p_layout)
             for t in range(1, n_blocks):
                 slot = t % STAGES
@@ -183,8 +248,13 @@ if HAVE_GLUON:
                 # S_t done (wgmma groups retire in order), P̃V still running: its softmax overlaps it
                 s = warpgroup_mma_wait(1, deps=(s_tok, ))
                 _issue_kv(desc_k, k_bars, k_smem, t + STAGES, n_blocks, b, hk, BLOCK_N, STAGES)
-                p, alpha, m_i, l_i = _softmax(s, m_i, l_i, t * BLOCK_N, offs_m, offs_n, Nk, causal_off, _NO_WINDOW,
-                                              qk_scale, t * BLOCK_N >= full, CAUSAL)
+                if ALIBI:
+                    p, alpha, m_i, l_i = _softmax_alibi(s, m_i, l_i, t * BLOCK_N, start_m, offs_m, offs_n, Nk,
+                                                        causal_off, _NO_WINDOW, alibi_off, qk_scale, slope2, c,
+                                                        t * BLOCK_N >= full, CAUSAL)
+                else:
+                    p, alpha, m_i, l_i = _softmax(s, m_i, l_i, t * BLOCK_N, offs_m, offs_n, Nk, causal_off, _NO_WINDOW,
+                                                  qk_scale, t * BLOCK_N >= full, CAUSAL)
                 acc, p_op = warpgroup_mma_wait(0, deps=(acc_tok, p_op))
                 _issue_kv(desc_v, v_bars, v_smem, t - 1 + STAGES, n_blocks, b, hk, BLOCK_N, STAGES)
                 acc = acc * gl.convert_layout(alpha, row_o)[:, None]
@@ -241,10 +311,11 @@ if HAVE_GLUON:
     @gluon.jit
     def _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                      b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale,
-                     HALF: gl.constexpr, CAUSAL: gl.constexpr):
+                     HALF: gl.constexpr, CAUSAL: gl.constexpr, ALIBI: gl.constexpr = False, slope2=0.0, alibi_off=0):
         """One warp group: HALF_M query rows (half HALF of the block), the same schedule as the
         single-program kernel, releasing each K and V slot as soon as its wgmma has completed. Tile
-        sizes come from the buffers' shapes (partitions take no constexpr arguments)."""
+        sizes come from the buffers' shapes (partitions take no constexpr arguments). ALIBI: the scores
+        less slope2·|i + alibi_off − j| (``_softmax_alibi``)."""
         HALF_M: gl.constexpr = q_smem.shape[3]
         HEAD_D: gl.constexpr = q_smem.shape[4]
         BLOCK_N: gl.constexpr = k_smem.shape[3]
@@ -270,6 +341,8 @@ if HAVE_GLUON:
 
         offs_m = row0 + gl.arange(0, HALF_M, layout=row_s)
         offs_n = gl.arange(0, BLOCK_N, layout=col_s)
+        if ALIBI:
+            c = slope2 * offs_n.to(gl.float32)
         m_i = gl.full([HALF_M], float("-inf"), gl.float32, layout=row_s)
         l_i = gl.zeros([HALF_M], gl.float32, layout=row_s)
         acc = gl.zeros([HALF_M, HEAD_D], gl.float32, layout=o_layout)
@@ -284,8 +357,13 @@ if HAVE_GLUON:
                                   use_acc=False, is_async=True)
             s = warpgroup_mma_wait(0, deps=(s_tok, ))
             mbarrier.arrive(k_empty.index(0), count=1)
-            p, alpha, m_i, l_i = _softmax(s, m_i, l_i, start0, offs_m, offs_n, Nk, causal_off, win_off, qk_scale,
-                                          (start0 < lo_full) | (start0 >= full), CAUSAL)
+            if ALIBI:
+                p, alpha, m_i, l_i = _softmax_alibi(s, m_i, l_i, start0, row0, offs_m, offs_n, Nk, causal_off, win_off,
+                                                    alibi_off, qk_scale, slope2, c,
+                                                    (start0 < lo_full) | (start0 >= full), CAUSAL)
+            else:
+                p, alpha, m_i, l_i = _softmax(s, m_i, l_i, start0, offs_m, offs_n, Nk, causal_off, win_off, qk_scale,
+                                              (start0 < lo_full) | (start0 >= full), CAUSAL)
             p_op = gl.convert_layout(p.to(dtype), p_layout)
             for t in range(1, n_blocks):
                 slot = t % STAGES
@@ -298,8 +376,13 @@ if HAVE_GLUON:
                 s = warpgroup_mma_wait(1, deps=(s_tok, ))
                 mbarrier.arrive(k_empty.index(slot), count=1)
                 start_n = start0 + t * BLOCK_N
-                p, alpha, m_i, l_i = _softmax(s, m_i, l_i, start_n, offs_m, offs_n, Nk, causal_off, win_off, qk_scale,
-                                              (start_n < lo_full) | (start_n >= full), CAUSAL)
+                if ALIBI:
+                    p, alpha, m_i, l_i = _softmax_alibi(s, m_i, l_i, start_n, row0, offs_m, offs_n, Nk, causal_off,
+                                                        win_off, alibi_off, qk_scale, slope2, c,
+                                                        (start_n < lo_full) | (start_n >= full), CAUSAL)
+                else:
+                    p, alpha, m_i, l_i = _softmax(s, m_i, l_i, start_n, offs_m, offs_n, Nk, causal_off, win_off,
+                                                  qk_scale, (start_n < lo_full) | (start_n >= full), CAUSAL)
                 acc, p_op = warpgroup_mma_wait(0, deps=(acc_tok, p_op))
                 mbarrier.arrive(v_empty.index(prev), count=1)
                 acc = acc * gl.convert_layout(alpha, row_o)[:, None]
@@ -356,14 +439,66 @@ if HAVE_GLUON:
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                      b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 2, False)
 
+    # -- the same with ALiBi: two more arguments, the slope in log2 units (slope2) and the bias's offset
+
+    @gluon.jit
+    def _ws_consumer_0_causal_alibi(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                                    b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale,
+                                    slope2, alibi_off):
+        _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 0, True, True,
+                     slope2, alibi_off)
+
+    @gluon.jit
+    def _ws_consumer_0_full_alibi(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                                  b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale,
+                                  slope2, alibi_off):
+        _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 0, False, True,
+                     slope2, alibi_off)
+
+    @gluon.jit
+    def _ws_consumer_1_causal_alibi(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                                    b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale,
+                                    slope2, alibi_off):
+        _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 1, True, True,
+                     slope2, alibi_off)
+
+    @gluon.jit
+    def _ws_consumer_1_full_alibi(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                                  b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale,
+                                  slope2, alibi_off):
+        _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 1, False, True,
+                     slope2, alibi_off)
+
+    @gluon.jit
+    def _ws_consumer_2_causal_alibi(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                                    b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale,
+                                    slope2, alibi_off):
+        _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 2, True, True,
+                     slope2, alibi_off)
+
+    @gluon.jit
+    def _ws_consumer_2_full_alibi(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                                  b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale,
+                                  slope2, alibi_off):
+        _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 2, False, True,
+                     slope2, alibi_off)
+
     @gluon.jit
     def _attn_fwd_gluon_ws(desc_q, desc_k, desc_v, desc_o, LSE, H, G, Nq, Nk, causal_off, win_off, qk_scale,
                            HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                           STAGES: gl.constexpr, CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+                           STAGES: gl.constexpr, CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                           SLOPES=None, stride_sb=None, stride_sh=None, alibi_off=None, ALIBI: gl.constexpr = False):
         """Grid (query blocks, B·H); BLOCK_M / 64 consumer warp groups (2 or 3) of 4 warps, 64 query rows
         each, and one loader warp. Descriptors as ``_attn_fwd_gluon``'s, Q and O with blocks of 64 rows.
         The consumers share the K/V ring but wait only on barriers, never on each other, so one's
-        softmax falls under another's wgmmas (FlashAttention-3's producer / consumers)."""
+        softmax falls under another's wgmmas (FlashAttention-3's producer / consumers). ALIBI and its
+        four arguments as in ``_attn_fwd_gluon``: the slope is loaded once here and handed to the consumers."""
         HALF_M: gl.constexpr = 64
         NC: gl.constexpr = BLOCK_M // HALF_M
         dtype: gl.constexpr = desc_q.dtype
@@ -402,8 +537,33 @@ if HAVE_GLUON:
                          b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale)
         loader_args = (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                        b, h, hk, start_m, lo_blk, n_blocks)
-        # a partition's arguments lose their constexpr-ness: the slices and the mask are baked into wrappers
-        if NC == 3:
+        # a partition's arguments lose their constexpr-ness: the slices, the mask and ALiBi are baked into wrappers
+        if ALIBI:
+            slope2 = gl.load(SLOPES + b * stride_sb + h * stride_sh).to(gl.float32) * _LOG2E
+            alibi_args = (desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                          b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale,
+                          slope2, alibi_off)
+            if NC == 3:
+                if CAUSAL:
+                    gl.warp_specialize([(_ws_consumer_0_causal_alibi, alibi_args),
+                                        (_ws_consumer_1_causal_alibi, alibi_args),
+                                        (_ws_consumer_2_causal_alibi, alibi_args), (_ws_loader, loader_args)],
+                                       [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
+                else:
+                    gl.warp_specialize([(_ws_consumer_0_full_alibi, alibi_args),
+                                        (_ws_consumer_1_full_alibi, alibi_args),
+                                        (_ws_consumer_2_full_alibi, alibi_args), (_ws_loader, loader_args)],
+                                       [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
+            else:
+                if CAUSAL:
+                    gl.warp_specialize([(_ws_consumer_0_causal_alibi, alibi_args),
+                                        (_ws_consumer_1_causal_alibi, alibi_args), (_ws_loader, loader_args)],
+                                       [4, 1], [CONSUMER_REGS, 24])
+                else:
+                    gl.warp_specialize([(_ws_consumer_0_full_alibi, alibi_args),
+                                        (_ws_consumer_1_full_alibi, alibi_args), (_ws_loader, loader_args)],
+                                       [4, 1], [CONSUMER_REGS, 24])
+        elif NC == 3:
             if CAUSAL:
                 gl.warp_specialize([(_ws_consumer_0_causal, consumer_args), (_ws_consumer_1_causal, consumer_args),
                                     (_ws_consumer_2_causal, consumer_args), (_ws_loader, loader_args)],
@@ -454,11 +614,14 @@ def consumer_regs(block_m: int) -> int:
 
 def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, *,
                   causal_off: int | None, scale: float, block_m: int, block_n: int, stages: int,
-                  num_warps: int = 8, warp_spec: bool = False, win_off: int | None = None) -> None:
+                  num_warps: int = 8, warp_spec: bool = False, win_off: int | None = None,
+                  slopes: torch.Tensor | None = None) -> None:
     """Run the Gluon forward: q (B, H, Nq, D), k/v (B, Hkv, Nk, D), out like q, lse (B, H, Nq) float32,
     written in place. ``causal_off`` None: no right edge; else row i sees keys j <= i + causal_off.
     ``win_off`` None: no left edge; else row i sees keys j >= i + win_off (a sliding window; the
     warp-specialised kernel only, which skips the key blocks left of it).
+    ``slopes``: ALiBi, (H,) or (B, H) float32 on q's device (any strides): every score less
+    slope·|i + Nk − Nq − j| (bottom-right aligned, as the Triton kernel's), before the mask.
     ``warp_spec``: the kernel with a loader warp and two or three consumer warp groups (block_m 128 or
     192, num_warps 4 per group); else one program of num_warps warps. No input checks (the public entry points and
     ``gluon_supported`` do them)."""
@@ -478,17 +641,26 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     args = (desc(q, q_rows), desc(k, block_n), desc(v, block_n), desc(out, q_rows), lse,
             H, H // Hkv, Nq, Nk, causal_off if causal_off is not None else 0, scale * LOG2E)
     const = dict(HEAD_D=D, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal_off is not None)
+    if slopes is not None:  # (H,) is (B, H) with a batch stride of 0; without slopes the ALiBi arguments are None
+        stride_sb, stride_sh = (0, slopes.stride(0)) if slopes.dim() == 1 else slopes.stride()
+        const |= dict(ALIBI=True)
+        args_alibi = dict(SLOPES=slopes, stride_sb=stride_sb, stride_sh=stride_sh, alibi_off=Nk - Nq)
+    else:
+        args_alibi = {}
     if warp_spec:
         args = args[:-1] + (NO_WINDOW if win_off is None else win_off, args[-1])
-        _attn_fwd_gluon_ws[grid](*args, **const, CONSUMER_REGS=consumer_regs(block_m), num_warps=num_warps)
+        _attn_fwd_gluon_ws[grid](*args, **args_alibi, **const, CONSUMER_REGS=consumer_regs(block_m),
+                                 num_warps=num_warps)
     else:
-        _attn_fwd_gluon[grid](*args, **const, num_warps=num_warps)
+        _attn_fwd_gluon[grid](*args, **args_alibi, **const, num_warps=num_warps)
 
 def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: int = 128, stages: int = 2,
-                 num_warps: int = 8, dtype: torch.dtype = torch.bfloat16, warp_spec: bool = False):
+                 num_warps: int = 8, dtype: torch.dtype = torch.bfloat16, warp_spec: bool = False,
+                 alibi: bool = False):
     """Build the Gluon forward for Hopper (sm_90) on any machine, GPU or not (Triton's own ptxas): the
     compiled kernel, whose ``asm`` holds the PTX and cubin and ``metadata`` the shared memory. What the
-    CPU tests and ``benchmarks/prefill.py aot`` read: registers, spills, and the wgmma waits."""
+    CPU tests and ``benchmarks/prefill.py aot`` read: registers, spills, and the wgmma waits. ``alibi``:
+    the ALiBi build (float32 slopes, run-time strides); without it the ALiBi arguments are None."""
     if not HAVE_GLUON:
         raise RuntimeError("this triton has no Gluon (triton >= 3.5 needed)")
     import triton
@@ -506,24 +678,27 @@ def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: in
     const = dict(HEAD_D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal)
     fn = _attn_fwd_gluon_ws if warp_spec else _attn_fwd_gluon
     const |= dict(CONSUMER_REGS=consumer_regs(block_m)) if warp_spec else dict(num_warps=num_warps)
+    const |= dict(ALIBI=True) if alibi else dict(SLOPES=None, stride_sb=None, stride_sh=None, alibi_off=None,
+                                                 ALIBI=False)
     q_rows = 64 if warp_spec else block_m
     sig = {}
     for n in fn.arg_names:
         sig[n] = ("constexpr" if n in const else desc(q_rows) if n in ("desc_q", "desc_o")
-                  else desc(block_n) if n in ("desc_k", "desc_v") else "*fp32" if n == "LSE"
+                  else desc(block_n) if n in ("desc_k", "desc_v") else "*fp32" if n in ("LSE", "SLOPES")
                   else "fp32" if n == "qk_scale" else "i32")
     src = GluonASTSource(fn, sig, const, {(fn.arg_names.index("LSE"),): [["tt.divisibility", 16]]})
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps))
 
 
 def sm90_report(head_dim: int, *, causal: bool, block_m: int = 128, block_n: int = 128, stages: int = 2,
-                num_warps: int = 8, dtype: torch.dtype = torch.bfloat16, warp_spec: bool = False) -> dict:
+                num_warps: int = 8, dtype: torch.dtype = torch.bfloat16, warp_spec: bool = False,
+                alibi: bool = False) -> dict:
     """What the compiler made of one sm_90 build (``compile_sm90``): shared memory (KB), registers and
     spill stack per thread (from the cubin, where Triton ships cuobjdump), and the PTX's wgmma waits
     (``wait_groups``: the distinct N of ``wgmma.wait_group N``; 1 is the wait that leaves P·V in flight).
     Needs a process without TRITON_INTERPRET (the interpreter replaces the jit functions Gluon calls)."""
     kernel = compile_sm90(head_dim, causal=causal, block_m=block_m, block_n=block_n, stages=stages,
-                          num_warps=num_warps, dtype=dtype, warp_spec=warp_spec)
+                          num_warps=num_warps, dtype=dtype, warp_spec=warp_spec, alibi=alibi)
     return kernel_report(kernel)
 
 
