@@ -67,10 +67,12 @@ def sweep(Ds, variants, passes) -> list[dict]:
                 if pass_ == "fwd":
                     cands = [("fwd", gc.FwdConfig(bm, bn, w, s, tma=t, warp_spec=ws, maxnreg=mr))
                              for bm, bn, w, s, t, ws, mr in FWD_CANDIDATES]
-                    if variant == "window":  # the warp-specialised Gluon forward takes a window's left edge
+                    if variant in ("window", "alibi"):  # the warp-specialised Gluon forward takes these
                         cands.append(("fwd", gc.FwdConfig(128, 128, 4, 2, tma=True, warp_spec=True, gluon=True)))
-                    if not any(c == fwd0 for _, c in cands):
-                        cands.insert(0, ("fwd", fwd0))
+                    # what the table's entry runs as (an ALiBi call takes two consumer warp groups, not three)
+                    ran = gc.gluon_alibi_config(fwd0) if variant == "alibi" else fwd0
+                    if not any(c == ran for _, c in cands):
+                        cands.insert(0, ("fwd", ran))
                 else:
                     cands = [("bwd", gc.BwdConfig(*c)) for c in BWD_CANDIDATES]
                     if not any(c == bwd0 for _, c in cands):
@@ -78,7 +80,7 @@ def sweep(Ds, variants, passes) -> list[dict]:
                 for kind, c in cands:
                     gc.set_config(D, True, length="long", **{kind: c})
                     row = dict(D=D, variant=variant, pass_=pass_, config=str(c),
-                               current=c == (fwd0 if kind == "fwd" else bwd0))
+                               current=c == (ran if kind == "fwd" else bwd0))
                     t0 = time.perf_counter()
                     try:
                         fn = vb.provider_attnlab(cfg, "cuda")
