@@ -57,14 +57,28 @@ MODES = {  # the ways to make and add dQ, and to order the programs (gluon_backw
 }
 
 
-def inputs(B: int, H: int, Hkv: int, N: int, D: int, causal: bool):
+def alibi_slopes(B: int, H: int) -> torch.Tensor:
+    """ALiBi's geometric slopes 2^(-8h/H), h = 1..H, as (B, H) float32 (the batch axis a broadcast)."""
+    return torch.exp2(-8.0 * torch.arange(1, H + 1, device="cuda") / H).expand(B, H)
+
+
+def inputs(B: int, H: int, Hkv: int, N: int, D: int, causal: bool, slopes: torch.Tensor | None = None,
+           model_layout: bool = False):
+    """q, k, v, dO (B, heads, N, D), contiguous or, with ``model_layout``, views of (B, N, heads, D) tensors
+    (how a model's projections lay them out), and the forward's out, lse, L₂, D."""
     from attnlab.gpu import prefill_forward
     from attnlab.variants import Mask
 
     gen = torch.Generator(device="cuda").manual_seed(0)
-    q, do = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
-    k, v = (torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
-    out, lse = prefill_forward(q, k, v, mask=Mask(-1, 0 if causal else -1), scale=D ** -0.5)
+
+    def randn(n):
+        if model_layout:
+            return torch.randn(B, N, n, D, device="cuda", dtype=torch.bfloat16, generator=gen).transpose(1, 2)
+        return torch.randn(B, n, N, D, device="cuda", dtype=torch.bfloat16, generator=gen)
+
+    q, do = randn(H), randn(H)
+    k, v = randn(Hkv), randn(Hkv)
+    out, lse = prefill_forward(q, k, v, mask=Mask(-1, 0 if causal else -1), scale=D ** -0.5, slopes=slopes)
     lse2 = (lse * 1.4426950408889634).contiguous()
     delta = (out.float() * do.float()).sum(-1).contiguous()
     return q, k, v, do, out, lse, lse2, delta
@@ -72,9 +86,10 @@ def inputs(B: int, H: int, Hkv: int, N: int, D: int, causal: bool):
 
 def time_shape(D: int, N: int, causal: bool, stages: int | None = None, variants=tuple(VARIANTS),
                modes: bool | list[str] = True, B: int = 1, H: int | None = None, Hkv: int | None = None,
-               sdpa: bool = False) -> list[dict]:
-    """Time the variants and modes on one shape (H·D = 2048 and MHA unless H, Hkv are given). Each runs
-    the library table's Gluon entry for the shape with the one change it names."""
+               sdpa: bool = False, alibi: bool = False, model_layout: bool = False) -> list[dict]:
+    """Time the variants and modes on one shape (H·D = 2048 and MHA unless H, Hkv are given; with ALiBi's
+    slopes if ``alibi``). Each runs the library table's Gluon entry for the shape with the one change it
+    names."""
     from attnlab.gpu import prefill_backward
     from attnlab.gpu.config import default_bwd_config
     from attnlab.gpu.prefill_gluon_bwd import gluon_backward
@@ -82,8 +97,9 @@ def time_shape(D: int, N: int, causal: bool, stages: int | None = None, variants
 
     H = H or 2048 // D
     Hkv = Hkv or H
-    q, k, v, do, out, lse, lse2, delta = inputs(B, H, Hkv, N, D, causal)
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    slopes = alibi_slopes(B, H) if alibi else None
+    q, k, v, do, out, lse, lse2, delta = inputs(B, H, Hkv, N, D, causal, slopes, model_layout)
+    dq, dk, dv = (torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
     fl = attention_flops(batch=B, heads=H, seq_q=N, head_dim=D, causal=causal, pass_="bwd")
     table = default_bwd_config(D, causal, q.device, N)
     base = dict(stages=stages or (table.stages1 if table.gluon else 2), dq_shared=table.dq_shared and table.gluon,
@@ -91,7 +107,7 @@ def time_shape(D: int, N: int, causal: bool, stages: int | None = None, variants
 
     def gl_fn(a, **kw):
         return lambda: gluon_backward(q, k, v, do, lse2, delta, dq, dk, dv, causal_off=0 if causal else None,
-                                      scale=D ** -0.5, _ablate=a, **(base | kw))
+                                      scale=D ** -0.5, slopes=slopes, _ablate=a, **(base | kw))
 
     fns = {f"gluon {a}: {name}": gl_fn(a) for a, name in VARIANTS.items() if a in variants}
     for name, kw in MODES.items() if modes else ():
@@ -99,20 +115,27 @@ def time_shape(D: int, N: int, causal: bool, stages: int | None = None, variants
             continue
         fns[name] = gl_fn(0, **({"dq_shared": False, "dq_lag": 0} | kw if name.startswith("dQ") else kw))
     fns["library table"] = lambda: prefill_backward(do, q, k, v, out, lse, mask=Mask(-1, 0 if causal else -1),
-                                                    scale=D ** -0.5)
-    if sdpa:  # PyTorch's backward, its own choice of backend (GQA through enable_gqa)
+                                                    scale=D ** -0.5, slopes=slopes)
+    if model_layout:  # the same backward on (B, heads, N, D) copies, the copies' time included
+        def copied():
+            qc, kc, vc, doc = (t.contiguous() for t in (q, k, v, do))
+            return prefill_backward(doc, qc, kc, vc, out, lse, mask=Mask(-1, 0 if causal else -1),
+                                    scale=D ** -0.5, slopes=slopes)
+        fns["library table, inputs copied to (B, H, N, D) first"] = copied
+    if sdpa and not alibi:  # PyTorch's backward, its own choice of backend (GQA through enable_gqa)
         qs, ks, vs = (t.detach().clone().requires_grad_() for t in (q, k, v))
         o = torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, enable_gqa=Hkv != H)
         fns["sdpa backward"] = lambda: torch.autograd.grad(o, (qs, ks, vs), do, retain_graph=True)
     rows = []
-    shape = f"B={B} H={H}/{Hkv} N={N} D={D} causal={causal!s:5}"
+    shape = (f"B={B} H={H}/{Hkv} N={N} D={D} causal={causal!s:5}" + (" alibi" if alibi else "")
+             + (" model layout" if model_layout else ""))
     for name, fn in fns.items():
         try:
             ms = time_fn(fn, device="cuda")
         except ValueError as e:  # a mode this shape cannot take (e.g. a dSᵀ ring past the shared memory)
             print(f"{shape} {name:30s} refused: {e}", flush=True)
             continue
-        row = dict(B=B, H=H, Hkv=Hkv, D=D, causal=causal, N=N, variant=name, ms=ms, tflops=fl / (ms * 1e-3) / 1e12)
+        row = dict(B=B, H=H, Hkv=Hkv, D=D, causal=causal, N=N, alibi=alibi, model_layout=model_layout, variant=name, ms=ms, tflops=fl / (ms * 1e-3) / 1e12)
         rows.append(row)
         print(f"{shape} {name:30s} {ms:8.3f} ms {row['tflops']:6.0f} TFLOP/s", flush=True)
     return rows
@@ -120,10 +143,12 @@ def time_shape(D: int, N: int, causal: bool, stages: int | None = None, variants
 
 def run(args) -> list[dict]:
     H, Hkv = args.heads or (None, None)
-    return [r for D in args.D for causal in args.causal
+    alibis = [False, True] if args.alibi == "both" else [args.alibi == "yes"]
+    layouts = [False, True] if args.layout == "both" else [args.layout == "model"]
+    return [r for D in args.D for causal in args.causal for alibi in alibis for model_layout in layouts
             for r in time_shape(D, args.N, causal, args.stages, args.variants,
                                 False if args.no_modes else args.modes or True, args.batch, H, Hkv,
-                                args.sdpa)]
+                                args.sdpa, alibi, model_layout)]
 
 
 def main(argv=None) -> int:
@@ -136,6 +161,9 @@ def main(argv=None) -> int:
     p.add_argument("--heads", type=int, nargs=2, metavar=("H", "HKV"), default=None,
                    help="query and K/V heads (default 2048 / D, MHA)")
     p.add_argument("--sdpa", action="store_true", help="also time SDPA's backward (its own backend choice)")
+    p.add_argument("--alibi", choices=["no", "yes", "both"], default="no", help="with ALiBi's slopes")
+    p.add_argument("--layout", choices=["contiguous", "model", "both"], default="contiguous",
+                   help="q, k, v, dO as (B, heads, N, D) tensors, or as views of a model's (B, N, heads, D)")
     p.add_argument("--variants", type=int, nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     p.add_argument("--no-modes", action="store_true", help="time the variants only (not the dQ modes)")
     p.add_argument("--modes", nargs="+", default=None, help="only the modes whose names contain one of these")

@@ -169,6 +169,39 @@ def left_padded(vocab: int, longest: int, g, device):
     return ids.masked_fill(mask == 0, 0).to(device), mask.to(device)
 
 
+def profile_training(model, ids, top: int = 12) -> dict:
+    """One training step per implementation under ``torch.profiler``: the GPU's kernel time in the step
+    (summed over kernels), the step's wall time, and the kernels that took the most, by name. Where the
+    two implementations' steps differ, this says whether it is kernels (and which) or time the GPU sat
+    idle waiting for the host."""
+    from torch.profiler import ProfilerActivity, profile
+
+    opt = torch.optim.AdamW(model.parameters(), lr=0.0, foreach=True)
+    result = {}
+    for impl in IMPLS:
+        model.set_attn_implementation(impl)
+        for _ in range(2):  # the second step is the one kept: the first warms up (optimizer state, plans)
+            sync(ids.device)
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                t = time.perf_counter()
+                model(ids, labels=ids, use_cache=False).loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                sync(ids.device)
+                wall = time.perf_counter() - t
+        kernels: dict[str, list[float]] = {}
+        for e in prof.events():
+            if e.device_type == torch.autograd.DeviceType.CUDA and e.device_time > 0:
+                k = kernels.setdefault(e.name, [0.0, 0])
+                k[0] += e.device_time / 1e3  # µs -> ms
+                k[1] += 1
+        ranked = sorted(kernels.items(), key=lambda kv: -kv[1][0])
+        result[impl] = dict(wall_ms=wall * 1e3, gpu_kernel_ms=sum(v[0] for v in kernels.values()),
+                            top=[dict(name=n[:120], ms=v[0], calls=v[1]) for n, v in ranked[:top]])
+    del opt
+    return result
+
+
 def time_training(model, ids, reps: int) -> dict:
     """Median step time of each implementation, their steps interleaved (a drift of the machine hits both)."""
     # lr = 0: every step does the whole update's arithmetic but leaves the weights as they were, so the
@@ -230,6 +263,8 @@ def time_attention(model, *, train_seq: int, cache_seq: int) -> dict:
 
     q = randn(1, H, train_seq, D, grad=True)  # (B, H, N, D)
     k, v = randn(1, Hkv, train_seq, D, grad=True), randn(1, Hkv, train_seq, D, grad=True)  # (B, Hkv, N, D)
+    # as the model lays them out: projections (B, N, heads, D) seen as (B, heads, N, D)
+    qm, km, vm = (randn(1, train_seq, n, D, grad=True) for n in (H, Hkv, Hkv))
     dout = randn(1, train_seq, H, D)
     q1 = randn(1, H, 1, D)  # (B, H, 1, D): one new token
     k_cache, v_cache = randn(1, Hkv, cache_seq, D), randn(1, Hkv, cache_seq, D)  # (B, Hkv, L, D)
@@ -238,11 +273,16 @@ def time_attention(model, *, train_seq: int, cache_seq: int) -> dict:
         def train(fn=fn):
             fn(module, q, k, v, None, scaling=module.scaling)[0].backward(dout)
 
+        def train_model_layout(fn=fn):
+            fn(module, qm.transpose(1, 2), km.transpose(1, 2), vm.transpose(1, 2), None,
+               scaling=module.scaling)[0].backward(dout)
+
         def decode(fn=fn):
             with torch.no_grad():
                 fn(module, q1, k_cache, v_cache, None, scaling=module.scaling)
 
         result[impl] = dict(train_fwd_bwd_ms=time_fn(train, device=p.device),
+                            train_fwd_bwd_model_layout_ms=time_fn(train_model_layout, device=p.device),
                             decode_step_us=time_fn(decode, device=p.device) * 1e3,
                             decode_step_gpu_us=gpu_time_us(decode) if p.device.type == "cuda" else None)
     if p.device.type == "cuda":  # the road not taken: the prefill kernel with one query row per program
@@ -358,6 +398,8 @@ def run(args) -> dict:
                   train=dict(seq=args.train_seq), generate=dict(prompt=args.gen_seq, new=args.new))
     with recording(routes["train"], fallbacks):
         result["train"].update(time_training(model, train_ids, args.reps))
+    if device.type == "cuda" and not args.no_profile:
+        result["train"]["profile"] = profile_training(model, train_ids)
     with recording(routes["layer"], fallbacks):
         result["layer"] = time_attention(model, train_seq=args.train_seq, cache_seq=args.gen_seq)
     with torch.no_grad(), recording(routes["generate"], fallbacks):
@@ -395,6 +437,8 @@ def report(r: dict) -> str:
         *([_row("training peak memory (GiB)", a["peak_gib"], s["peak_gib"], ".1f")] if a["peak_gib"] else []),
         _row(f"one layer's attention, forward + backward at {t['seq']:,} (ms)", la["train_fwd_bwd_ms"],
              ls["train_fwd_bwd_ms"], ".3f"),
+        *([_row("the same, q/k/v laid out as the model's projections (ms)", la["train_fwd_bwd_model_layout_ms"],
+                ls["train_fwd_bwd_model_layout_ms"], ".3f")] if "train_fwd_bwd_model_layout_ms" in la else []),
         _row(f"one layer's attention, a decode step over {g['prompt']:,} keys (µs)", la["decode_step_us"],
              ls["decode_step_us"], ".1f"),
         *([_row("the same decode step, GPU time only (µs)", la["decode_step_gpu_us"], ls["decode_step_gpu_us"], ".1f")]
@@ -413,6 +457,9 @@ def report(r: dict) -> str:
     if "flash_attention_one_query_gpu_us" in r["layer"]:
         lines.append(f"the decode step through flash_attention (Nq = 1) instead of flash_decode would take "
                      f"{r['layer']['flash_attention_one_query_gpu_us']:.1f} µs of GPU time")
+    for impl, prof in t.get("profile", {}).items():  # one profiled step each: kernels or idle GPU?
+        lines.append(f"profiled step, {impl}: {prof['wall_ms']:.1f} ms wall, {prof['gpu_kernel_ms']:.1f} ms of kernels; "
+                     "most time: " + "; ".join(f"{k['name'][:60]} {k['ms']:.2f} ms ×{k['calls']}" for k in prof["top"][:6]))
     lines += [f"attnlab calls: {json.dumps(r['attnlab_calls'])}",
               f"fallback warnings: {r['attnlab_fallback_warnings'] or 'none'}"]
     return "\n".join(lines)
@@ -433,6 +480,7 @@ def main(argv=None) -> int:
                    help="default bfloat16 (quick: float32)")
     p.add_argument("--json", default=None, help="write the results as JSON here ('-': standard output)")
     p.add_argument("--force", action="store_true", help=FORCE_HELP)
+    p.add_argument("--no-profile", action="store_true", help="skip the profiled training step (GPU only)")
     args = p.parse_args(argv)
     quick = args.quick
     for name, full, small in (("train_seq", 8192, 48), ("gen_seq", 32768, 40), ("padded_seq", 1024, 24),
