@@ -189,15 +189,14 @@ def profile_training(model, ids, top: int = 12) -> dict:
                 opt.zero_grad(set_to_none=True)
                 sync(ids.device)
                 wall = time.perf_counter() - t
-        kernels: dict[str, list[float]] = {}
+        kernels: dict[str, list[float]] = {}  # name -> each call's GPU time, ms
         for e in prof.events():
             if e.device_type == torch.autograd.DeviceType.CUDA and e.device_time > 0:
-                k = kernels.setdefault(e.name, [0.0, 0])
-                k[0] += e.device_time / 1e3  # µs -> ms
-                k[1] += 1
-        ranked = sorted(kernels.items(), key=lambda kv: -kv[1][0])
-        result[impl] = dict(wall_ms=wall * 1e3, gpu_kernel_ms=sum(v[0] for v in kernels.values()),
-                            top=[dict(name=n[:120], ms=v[0], calls=v[1]) for n, v in ranked[:top]])
+                kernels.setdefault(e.name, []).append(e.device_time / 1e3)  # µs -> ms
+        ranked = sorted(kernels.items(), key=lambda kv: -sum(kv[1]))
+        result[impl] = dict(wall_ms=wall * 1e3, gpu_kernel_ms=sum(sum(v) for v in kernels.values()),
+                            top=[dict(name=n[:120], ms=sum(v), calls=len(v), min_ms=min(v),
+                                      median_ms=statistics.median(v), max_ms=max(v)) for n, v in ranked[:top]])
     del opt
     return result
 
