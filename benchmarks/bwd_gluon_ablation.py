@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -84,9 +85,30 @@ def inputs(B: int, H: int, Hkv: int, N: int, D: int, causal: bool, slopes: torch
     return q, k, v, do, out, lse, lse2, delta
 
 
+def time_after(fn, before, reps: int = 30) -> float:
+    """Median GPU time (ms) of ``fn()`` when each call follows ``before()`` on the stream with no gap, as a
+    kernel inside a model's step follows other kernels (CUDA events around ``fn`` only)."""
+    starts, ends = ([torch.cuda.Event(enable_timing=True) for _ in range(reps + 3)] for _ in range(2))
+    for a, b in zip(starts, ends):
+        before()
+        a.record()
+        fn()
+        b.record()
+    torch.cuda.synchronize()
+    return statistics.median(a.elapsed_time(b) for a, b in list(zip(starts, ends))[3:])
+
+
+def gemm_before(n_tokens: int):
+    """A training step's kind of predecessor: an MLP-sized bf16 GEMM, (n_tokens, 2048) · (2048, 8192)."""
+    x = torch.randn(n_tokens, 2048, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(2048, 8192, device="cuda", dtype=torch.bfloat16)
+    return lambda: x @ w
+
+
 def time_shape(D: int, N: int, causal: bool, stages: int | None = None, variants=tuple(VARIANTS),
                modes: bool | list[str] = True, B: int = 1, H: int | None = None, Hkv: int | None = None,
-               sdpa: bool = False, alibi: bool = False, model_layout: bool = False) -> list[dict]:
+               sdpa: bool = False, alibi: bool = False, model_layout: bool = False,
+               after: str = "nothing") -> list[dict]:
     """Time the variants and modes on one shape (H·D = 2048 and MHA unless H, Hkv are given; with ALiBi's
     slopes if ``alibi``). Each runs the library table's Gluon entry for the shape with the one change it
     names."""
@@ -129,13 +151,16 @@ def time_shape(D: int, N: int, causal: bool, stages: int | None = None, variants
     rows = []
     shape = (f"B={B} H={H}/{Hkv} N={N} D={D} causal={causal!s:5}" + (" alibi" if alibi else "")
              + (" model layout" if model_layout else ""))
+    before = gemm_before(B * N) if after == "gemm" else None
+    shape += " after a GEMM" if before else ""
     for name, fn in fns.items():
         try:
-            ms = time_fn(fn, device="cuda")
+            ms = time_fn(fn, device="cuda") if before is None else time_after(fn, before)
         except ValueError as e:  # a mode this shape cannot take (e.g. a dSᵀ ring past the shared memory)
             print(f"{shape} {name:30s} refused: {e}", flush=True)
             continue
-        row = dict(B=B, H=H, Hkv=Hkv, D=D, causal=causal, N=N, alibi=alibi, model_layout=model_layout, variant=name, ms=ms, tflops=fl / (ms * 1e-3) / 1e12)
+        row = dict(B=B, H=H, Hkv=Hkv, D=D, causal=causal, N=N, alibi=alibi, model_layout=model_layout, after=after,
+                   variant=name, ms=ms, tflops=fl / (ms * 1e-3) / 1e12)
         rows.append(row)
         print(f"{shape} {name:30s} {ms:8.3f} ms {row['tflops']:6.0f} TFLOP/s", flush=True)
     return rows
@@ -145,10 +170,12 @@ def run(args) -> list[dict]:
     H, Hkv = args.heads or (None, None)
     alibis = [False, True] if args.alibi == "both" else [args.alibi == "yes"]
     layouts = [False, True] if args.layout == "both" else [args.layout == "model"]
+    afters = ["nothing", "gemm"] if args.after == "both" else [args.after]
     return [r for D in args.D for causal in args.causal for alibi in alibis for model_layout in layouts
+            for after in afters
             for r in time_shape(D, args.N, causal, args.stages, args.variants,
                                 False if args.no_modes else args.modes or True, args.batch, H, Hkv,
-                                args.sdpa, alibi, model_layout)]
+                                args.sdpa, alibi, model_layout, after)]
 
 
 def main(argv=None) -> int:
@@ -162,6 +189,8 @@ def main(argv=None) -> int:
                    help="query and K/V heads (default 2048 / D, MHA)")
     p.add_argument("--sdpa", action="store_true", help="also time SDPA's backward (its own backend choice)")
     p.add_argument("--alibi", choices=["no", "yes", "both"], default="no", help="with ALiBi's slopes")
+    p.add_argument("--after", choices=["nothing", "gemm", "both"], default="nothing",
+                   help="time each call alone (do_bench) or right after an MLP-sized GEMM (CUDA events)")
     p.add_argument("--layout", choices=["contiguous", "model", "both"], default="contiguous",
                    help="q, k, v, dO as (B, heads, N, D) tensors, or as views of a model's (B, N, heads, D)")
     p.add_argument("--variants", type=int, nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
