@@ -213,6 +213,9 @@ def test_alibi_calls_take_the_gluon_backward_where_it_runs(monkeypatch):
             assert len(calls) == 1, mask
             assert calls[0]["slopes"] is slopes and calls[0]["dq_lag"] == 1, calls[0]
             assert (calls[0]["causal_off"], calls[0]["win_off"]) == (causal_off, win_off), (mask, calls[0])
+    calls.clear()  # ALiBi with a right edge past the diagonal (a band): the Triton kernels
+    prefill_backward(do, q, k, v, out, lse, mask=Mask(7, 3), scale=0.125, slopes=per_batch, config=_gluon_cfg())
+    assert calls == []
     calls.clear()
     prefill_backward(do, q, k, v, out, lse, mask=Mask(-1, 0), scale=0.125, slopes=per_batch, softcap=5.0,
                      config=_gluon_cfg())
@@ -224,6 +227,16 @@ def test_alibi_calls_take_the_gluon_backward_where_it_runs(monkeypatch):
     prefill_backward(pdo, pq, pk, pv, pout, lse[0], mask=Mask(-1, 0), scale=0.125, slopes=per_batch[:1],
                      cu_seqlens=cu, max_seqlen=(Nq, Nk), config=_gluon_cfg())
     assert calls == []
+
+
+@needs_gluon
+def test_gluon_backward_refuses_alibi_with_a_band_past_the_diagonal():
+    """The ALiBi build folds the bias's query term into L for keys at or before the diagonal only: a causal
+    right edge past it (causal_off > Nk − Nq) is refused before any work (the dispatch sends it to Triton)."""
+    q = torch.zeros(1, 2, 8, 64, dtype=torch.bfloat16)
+    k = torch.zeros(1, 2, 8, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="right edge at the diagonal"):
+        GB.gluon_backward(q, k, k, q, None, None, q, k, k, causal_off=3, scale=0.125, slopes=torch.ones(2))
 
 
 def test_set_config_puts_a_gluon_backward_in_its_own_table():
@@ -372,7 +385,10 @@ def test_gpu_gluon_backward_alibi(B, H, Hkv, Nq, Nk, D, window, kind, opt, monke
     grads = [torch.full(t.shape, float("nan"), dtype=q.dtype, device=DEV) for t in (q, k, v)]
     prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, slopes=bh,
                      config=_gluon_cfg(**ALIBI_OPTS[D][opt]), dq=grads[0], dk=grads[1], dv=grads[2])
-    assert len(calls) == 1 and calls[0] is bh, "the Gluon backward did not run"
+    if window[1] > 0:  # a band past the diagonal: the Triton kernels (the Gluon ALiBi build folds the bias's
+        assert calls == []  # query term into L, which takes every visible key at or before the diagonal)
+    else:
+        assert len(calls) == 1 and calls[0] is bh, "the Gluon backward did not run"
     _check_grads(q, k, v, do, grads, window[1] == 0, scale, window=window, slopes=slopes)
 
 

@@ -260,30 +260,34 @@ if HAVE_GLUON:
             masked = (kc0 + SUB_N > Nk) | (kc0 < m0 + BLOCK_M - 1 + win_off)
             if CAUSAL:
                 masked = masked | (kc0 + SUB_N - 1 > m0 + causal_off)
-            if ALIBI:  # this step's query head's slope (log2 units); i + off − j at the block's first row
-                # and key, d0, says whether the bias's |·| has one sign over the block: every key at or before
-                # every row's diagonal (below), or at or after it. A block across the diagonal takes the element
-                # path (|·| per element, as the Triton kernels)
+            if ALIBI:  # this step's query head's slope (log2 units)
                 slope2 = gl.load(SLOPES + b * stride_sb + h * stride_sh).to(gl.float32) * _LOG2E
-                d0 = m0 - kd
-                below = d0 >= SUB_N - 1
-                masked = masked | ((d0 < SUB_N - 1) & (d0 > 1 - BLOCK_M))
+                kpos = (koff - m0).to(gl.float32)  # j − off − m0
+                if not CAUSAL:  # i + off − j at the block's first row and key, d0, says whether the bias's |·|
+                    # has one sign over the block: every key at or before every row's diagonal (below), or at or
+                    # after it. A block across the diagonal takes the element path (|·| per element)
+                    d0 = m0 - kd
+                    below = d0 >= SUB_N - 1
+                    masked = masked | ((d0 < SUB_N - 1) & (d0 > 1 - BLOCK_M))
             if masked:
                 visible = (offs_k[:, None] < Nk) & (offs_k[:, None] >= offs_q[None, :] + win_off)
                 if CAUSAL:
                     visible = visible & (offs_k[:, None] <= offs_q[None, :] + causal_off)
-                if ALIBI:
+                if ALIBI and CAUSAL:  # every visible key is at or before its row's diagonal: as below it
+                    sT = gl.where(visible, sT * qk_scale - lse2[None, :] + (slope2 * kpos)[:, None], float("-inf"))
+                elif ALIBI:
                     dist = gl.abs(offs_q[None, :] - koff[:, None]).to(gl.float32)
                     sT = gl.where(visible, sT * qk_scale - lse2[None, :] - slope2 * dist, float("-inf"))
                 else:
                     sT = gl.where(visible, sT * qk_scale - lse2[None, :], float("-inf"))
+            elif ALIBI and CAUSAL:  # slope·(i + off − j) = slope·(i − m0) − slope·(j − off − m0): the query term
+                # comes folded into L₂ (gluon_backward adds slope·log2e·(i mod BLOCK_M)), the key term is added
+                # here, one add per score. Both terms are small (positions relative to m0, a multiple of BLOCK_M)
+                sT = sT * qk_scale - lse2[None, :] + (slope2 * kpos)[:, None]
             elif ALIBI:  # one sign σ: slope·|i + off − j| = σ·slope·(i − m0) − σ·slope·(j − off − m0), a term per
-                # query (folded into L₂) and one per key, each no larger than the bias plus 63·slope (positions
-                # relative to m0: no cancellation of large ones). Both exact in float32 (positions below 2^24);
-                # i − m0 made each step from i (fewer live registers than a hoisted copy)
+                # query (into L₂) and one per key (positions relative to m0: exact in float32)
                 sgn2 = gl.where(below, slope2, -slope2)
                 qpos = offs_q.to(gl.float32) - m0.to(gl.float32)
-                kpos = (koff - m0).to(gl.float32)
                 sT = sT * qk_scale - (lse2 + sgn2 * qpos)[None, :] + (sgn2 * kpos)[:, None]
             else:
                 sT = sT * qk_scale - lse2[None, :]
@@ -534,10 +538,14 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     ``dq_lag``: a step's dQ product is made that many steps after its dSᵀ (a ring of four dSᵀ tiles), so a
     warp group never waits for the other's half of the current step (sweep 16: +2 to +8 % at D = 64 non-causal). ``slopes``:
     ALiBi, (H,) or (B, H) float32 on q's device: head h's scores lose slope_h·|i + Nk − Nq − j| (bottom-right,
-    as the masks; the forward's ``lse`` must include the bias; the slopes get no gradient). ``_ablate`` (measurement only, wrong gradients): leave stages out, as
+    as the masks; the forward's ``lse`` must include the bias; the slopes get no gradient); with a causal
+    right edge only at the diagonal (``causal_off == Nk − Nq``). ``_ablate`` (measurement only, wrong gradients): leave stages out, as
     ``benchmarks/bwd_gluon_ablation.py`` lists. No input checks beyond the tiles (``gluon_supported`` and
     the public entry points do them)."""
     B, H, Nq, D = q.shape
+    if slopes is not None and causal_off is not None and causal_off != k.shape[2] - Nq:
+        raise ValueError("the Gluon backward takes ALiBi with a causal right edge at the diagonal only "
+                         f"(causal_off {causal_off}, Nk − Nq {k.shape[2] - Nq}): a band past it runs the Triton kernels")
     _check_tiles(D, stages, dq_split, dq_atomic, dq_shared, consumer_regs, dq_lag)
     if rotate is None:  # measured (benchmarks/bwd_gluon_ablation.py): staggered starts help the TMA reductions
         rotate = not dq_atomic  # (+10 % causal at D = 128) and cost the atomics 2-3 % at D = 64
@@ -565,6 +573,12 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         alibi = (None, None, None)
     else:
         alibi = (slopes, 0, slopes.stride(0)) if slopes.dim() == 1 else (slopes, slopes.stride(0), slopes.stride(1))
+        if causal_off is not None:  # every visible key at or before its row's diagonal j = i + Nk − Nq
+            # the bias's query term, slope·log2e·(i − m0) with m0 = i rounded down to BWD_BLOCK_M, folded into
+            # L₂ once (a new tensor: the caller's is left as it was); the kernel adds the key term
+            sl = slopes.to(torch.float32).expand(B, H)  # (H,) or (B, H)
+            pos = (torch.arange(Nq, device=q.device) % BWD_BLOCK_M).to(torch.float32)
+            lse2 = lse2 + (sl * LOG2E)[:, :, None] * pos
     _attn_bwd_gluon_ws[grid](
         desc(q), desc(do), desc(k), desc(v), desc(dk), desc(dv), desc_dq, dq_acc, lse2, delta,
         H, H // Hkv, Nq, Nk, causal_off if causal_off is not None else 0,
