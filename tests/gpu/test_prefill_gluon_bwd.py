@@ -108,8 +108,9 @@ def test_alibi_builds_for_sm90_with_the_table_options():
     """ALiBi builds (the table's options: D = 64 with dQ one or two steps behind, D = 128 with dQ shared;
     causal or not) keep the plain build's structure: the same shared memory, TMA loads, wgmmas and waits,
     TMA reductions (one per warp group, twice with a lagged dQ) and register split; the slopes are scalar
-    loads, the bias arithmetic on the scores. At D = 64 nothing spills (at D = 128 the plain builds already
-    spill: ``benchmarks/NOTES-prefill.md``)."""
+    loads, the bias arithmetic on the scores. At D = 64 the stack stays within 16 bytes (triton 3.6's causal
+    builds keep one there; the plain ones none); at D = 128 the plain builds already spill
+    (``benchmarks/NOTES-prefill.md``)."""
     table = [dict(D=64, dq_lag=1), dict(D=64, dq_lag=2), dict(D=128, dq_shared=True)]
     cases = [dict(t, causal=c, dtype="bfloat16") for t in table for c in (False, True)]
     cases[1]["dtype"] = "float16"
@@ -121,7 +122,7 @@ def test_alibi_builds_for_sm90_with_the_table_options():
         assert rep["atomics"] == 0 and rep["tma_reduces"] == 2 * (2 if case.get("dq_lag") else 1), (case, rep)
         assert rep["smem_kb"] <= 227, (case, rep)
         if case["D"] == 64 and rep.get("stack") is not None:
-            assert rep["stack"] == 0, (case, rep)
+            assert rep["stack"] <= 16, (case, rep)
 
 
 @needs_gluon
