@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # variants.py's slopes, also when loaded as a module
 
 from attnlab.bench import environment, time_fn  # noqa: E402
 from attnlab.cost import attention_flops  # noqa: E402
@@ -56,11 +57,6 @@ MODES = {  # the ways to make and add dQ, and to order the programs (gluon_backw
     "table's, dQ not behind": dict(dq_lag=0), "table's, dQ 1 step behind": dict(dq_lag=1),
     "table's, dQ 2 steps behind": dict(dq_lag=2),
 }
-
-
-def alibi_slopes(B: int, H: int) -> torch.Tensor:
-    """ALiBi's geometric slopes 2^(-8h/H), h = 1..H, as (B, H) float32 (the batch axis a broadcast)."""
-    return torch.exp2(-8.0 * torch.arange(1, H + 1, device="cuda") / H).expand(B, H)
 
 
 def inputs(B: int, H: int, Hkv: int, N: int, D: int, causal: bool, slopes: torch.Tensor | None = None,
@@ -119,7 +115,12 @@ def time_shape(D: int, N: int, causal: bool, stages: int | None = None, variants
 
     H = H or 2048 // D
     Hkv = Hkv or H
-    slopes = alibi_slopes(B, H) if alibi else None
+    if alibi:  # ALiBi's geometric slopes 2^(-8h/H), h = 1..H, as (B, H) (the batch axis a broadcast)
+        from variants import alibi_slopes
+
+        slopes = alibi_slopes(H).to("cuda").expand(B, H)
+    else:
+        slopes = None
     q, k, v, do, out, lse, lse2, delta = inputs(B, H, Hkv, N, D, causal, slopes, model_layout)
     dq, dk, dv = (torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
     fl = attention_flops(batch=B, heads=H, seq_q=N, head_dim=D, causal=causal, pass_="bwd")
