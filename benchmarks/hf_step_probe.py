@@ -13,6 +13,13 @@ phase timed with ``torch.profiler`` (the GPU time of the named kernel, per call)
     gemm      each replay right after the layer's MLP and projection products (as in the step)
     idle      a step with the GPU idle for 2 ms before each backward kernel (the host waits)
     cudnn     cuDNN's backward on the same replayed inputs (fwd + bwd through SDPA)
+    kernels   every kernel of one step per implementation, by name: calls and GPU time (where the
+              two steps differ outside attention: copies, conversions)
+    variants  the step under other launch choices for its attention (D = 64, causal): the output and
+              gradients laid out contiguously (as before they followed the inputs' layout), the dQ
+              product 0 or 1 steps behind, the forward on two consumer warp groups; per choice, the
+              attention kernels' in-step times, the step's kernel time, and its wall time against
+              SDPA's in the same rounds
 
 Clocks: run ``nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,
 clocks_event_reasons.active --format=csv -lms 20`` beside it; the script prints a wall-clock stamp at
@@ -64,6 +71,59 @@ def kernel_ms(fn, names: tuple[str, ...]) -> dict[str, list[float]]:
             if n in e.name:
                 found[n].append(e.device_time / 1e3)
     return found
+
+
+def all_kernels(fn) -> dict[str, dict]:
+    """Every kernel ``fn`` launches, by name: calls and total GPU ms."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    table: dict[str, dict] = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA and e.device_time > 0:
+            row = table.setdefault(e.name[:160], dict(calls=0, ms=0.0))
+            row["calls"] += 1
+            row["ms"] += e.device_time / 1e3
+    return table
+
+
+def _contiguous_alloc(x, shape=None, dtype=None):
+    return torch.empty(tuple(x.shape) if shape is None else tuple(shape), device=x.device, dtype=dtype or x.dtype)
+
+
+def variant_settings():
+    """The launch choices the variants phase compares, as (name, settings): each setting is applied
+    with ``apply`` and undone with the function it returns."""
+    import dataclasses
+
+    from attnlab.gpu import config as C
+    from attnlab.gpu import prefill_bwd, prefill_fwd
+
+    def table_choice(fwd=None, bwd=None):
+        def apply():
+            old_f = C._GLUON_FWD_TABLE[(64, True, "long")]
+            old_b = C._GLUON_BWD_TABLE[(64, True, "long")]
+            C.set_config(64, True, fwd=fwd, bwd=bwd, length="long")
+            return lambda: C.set_config(64, True, fwd=old_f, bwd=old_b, length="long")
+        return apply
+
+    def contiguous_outputs():
+        saved = prefill_fwd.empty_like_layout, prefill_bwd.empty_like_layout
+        prefill_fwd.empty_like_layout = prefill_bwd.empty_like_layout = _contiguous_alloc
+
+        def undo():
+            prefill_fwd.empty_like_layout, prefill_bwd.empty_like_layout = saved
+        return undo
+
+    bwd = C._GLUON_BWD_TABLE[(64, True, "long")]
+    return [("table", lambda: (lambda: None)),
+            ("contiguous outputs", contiguous_outputs),
+            ("bwd dq_lag 0", table_choice(bwd=dataclasses.replace(bwd, dq_lag=0))),
+            ("bwd dq_lag 1", table_choice(bwd=dataclasses.replace(bwd, dq_lag=1))),
+            ("fwd 128 rows", table_choice(fwd=C._GLUON_LONG))]
 
 
 def summary(ms: list[float]) -> dict:
@@ -187,6 +247,58 @@ def main(argv=None) -> int:
             for n, ms in r.items():
                 print(f"{impl:8s} {n:20s} " + " ".join(f"{x:.3f}" for x in ms))
 
+    stamp("kernels")
+    kernels = {}
+    for impl in ("attnlab", "sdpa"):
+        model.set_attn_implementation(impl)
+        kernels[impl] = all_kernels(step)
+    out["kernels"] = kernels
+    names = sorted(set(kernels["attnlab"]) | set(kernels["sdpa"]),
+                   key=lambda n: -max(kernels["attnlab"].get(n, {}).get("ms", 0), kernels["sdpa"].get(n, {}).get("ms", 0)))
+    for n in names:
+        a, b = kernels["attnlab"].get(n, dict(calls=0, ms=0.0)), kernels["sdpa"].get(n, dict(calls=0, ms=0.0))
+        if abs(a["ms"] - b["ms"]) > 0.02 or a["calls"] != b["calls"]:
+            print(f"  {n[:90]:90s} attnlab {a['calls']:4d} {a['ms']:8.3f}  sdpa {b['calls']:4d} {b['ms']:8.3f}")
+    print("total kernel ms: " + "  ".join(f"{i} {sum(r['ms'] for r in kernels[i].values()):.2f}" for i in kernels))
+
+    stamp("variants")
+    variants = {}
+    for name, apply in variant_settings():
+        undo = apply()
+        try:
+            model.set_attn_implementation("attnlab")
+            step()  # compiles what the choice needs
+            rows = dict(fwd=[], bwd=[], attnlab_kernel_ms=[], sdpa_kernel_ms=[], attnlab_step_ms=[], sdpa_step_ms=[])
+            for _ in range(3):
+                for impl in ("attnlab", "sdpa"):
+                    model.set_attn_implementation(impl)
+                    table = all_kernels(step)
+                    rows[f"{impl}_kernel_ms"].append(sum(r["ms"] for r in table.values()))
+                    if impl == "attnlab":
+                        rows["fwd"] += [r["ms"] / r["calls"] for n, r in table.items() if FWD in n]
+                        rows["bwd"] += [r["ms"] / r["calls"] for n, r in table.items() if BWD in n]
+            for _ in range(6):
+                for impl in ("attnlab", "sdpa"):
+                    model.set_attn_implementation(impl)
+                    torch.cuda.synchronize()
+                    t = time.perf_counter()
+                    step()
+                    torch.cuda.synchronize()
+                    rows[f"{impl}_step_ms"].append((time.perf_counter() - t) * 1e3)
+            med = {k: statistics.median(v) if v else None for k, v in rows.items()}
+            variants[name] = dict(rows=rows, median=med)
+            print(f"{name:20s} fwd {med['fwd'] or 0:.3f} bwd {med['bwd'] or 0:.3f}  kernels {med['attnlab_kernel_ms']:.2f} "
+                  f"vs sdpa {med['sdpa_kernel_ms']:.2f}  step {med['attnlab_step_ms']:.2f} vs sdpa {med['sdpa_step_ms']:.2f} "
+                  f"({med['attnlab_step_ms'] / med['sdpa_step_ms']:.4f})", flush=True)
+        except Exception as e:  # a choice that fails to build leaves the others measured
+            variants[name] = dict(error=repr(e)[:300])
+            print(f"{name}: {e!r}"[:400])
+        finally:
+            undo()
+    out["variants"] = variants
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
+
     stamp("stash")
     model.set_attn_implementation("attnlab")
     keep = (0, layers // 2, layers - 1)
@@ -222,7 +334,7 @@ def main(argv=None) -> int:
         r["strides"] = [list(t.stride()) for t in (q, k, v, do)]
         r["std"] = [float(t.float().std()) for t in (q, k, v, do)]
         res[f"call{i}"] = r
-        print(f"call {i}: " + "  ".join(f"{n} {s['median']:.3f}" for n, s in r.items() if s.get("calls")))
+        print(f"call {i}: " + "  ".join(f"{n} {s['median']:.3f}" for n, s in r.items() if isinstance(s, dict) and s.get("calls")))
         print(f"   strides {r['strides']}  std " + " ".join(f"{s:.3g}" for s in r["std"]))
     out["replays"] = res
     stamp("done")

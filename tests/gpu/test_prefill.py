@@ -203,6 +203,110 @@ def test_operator_under_torch_compile_fullgraph():
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)
 
 
+def _model_layout(B, N, H, D, dtype, gen=None):
+    """A model's projection: (B, N, H, D) storage seen as (B, H, N, D)."""
+    return torch.randn(B, N, H, D, dtype=dtype, device=DEV, generator=gen).transpose(1, 2)
+
+
+def _stride_order(x):
+    """x's dimensions, outermost first (stride 0 outermost)."""
+    s = x.stride()
+    return sorted(range(x.dim()), key=lambda i: (-s[i] if s[i] else -float("inf"), i))
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 5, 4), (1, 7, 1, 16), (3, 1, 4, 8), (2, 4, 6, 8)])
+def test_empty_like_layout_follows_the_strides(shape):
+    """Outputs and gradients are laid out as their inputs: dimensions in the inputs' stride order,
+    dense; a contiguous input gives a contiguous tensor, a broadcast dimension goes outermost."""
+    from attnlab.gpu.prefill_fwd import empty_like_layout
+
+    B, H, N, D = shape
+    base = torch.empty(B, N, H, D)
+    for x in (base.permute(0, 2, 1, 3), base.permute(0, 2, 1, 3).contiguous(), base[:, :, :1].expand(B, N, H, D)
+              .permute(0, 2, 1, 3)):
+        t = empty_like_layout(x)
+        assert t.shape == x.shape and t.permute(_stride_order(t)).is_contiguous()  # dense
+        assert _stride_order(t) == _stride_order(x) or 1 in shape  # size-1 dimensions may go anywhere
+        if x.is_contiguous():
+            assert t.is_contiguous()
+    x = base.permute(0, 2, 1, 3)
+    t = empty_like_layout(x, (B, H, N, 2 * D), dtype=torch.float16)  # another last dim, another dtype
+    assert t.shape == (B, H, N, 2 * D) and t.dtype == torch.float16 and t.transpose(1, 2).is_contiguous()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_model_layout_in_model_layout_out(causal):
+    """(B, N, H, D) projections seen as (B, H, N, D): the output and the gradients come back in that
+    layout (so a model's transpose and reshape to (B, N, H·D) copy nothing), with the reference's
+    values; GQA. Contiguous inputs keep contiguous outputs and gradients."""
+    B, N, H, Hkv, D = 1, 45, 4, 2, 32
+    gen = torch.Generator(device=DEV).manual_seed(5)
+    q = _model_layout(B, N, H, D, torch.bfloat16, gen).requires_grad_()
+    k, v = (_model_layout(B, N, Hkv, D, torch.bfloat16, gen).requires_grad_() for _ in range(2))
+    out = flash_attention_triton(q, k, v, causal=causal)
+    do = _model_layout(B, N, H, D, torch.bfloat16, gen)
+    g = torch.autograd.grad(out, (q, k, v), do)
+    assert out.transpose(1, 2).is_contiguous()
+    assert all(t.transpose(1, 2).is_contiguous() for t in g)
+    o64, _, g64 = _ref(q, k, v, do, causal, None, torch.float64)
+    o_same, _, g_same = _ref(q, k, v, do, causal, None, torch.bfloat16)
+    _check("out", out, o_same, o64)
+    for name, a, s_, r in zip(("dq", "dk", "dv"), g, g_same, g64):
+        _check(name, a, s_, r)
+    qc, kc, vc = (t.detach().contiguous().requires_grad_() for t in (q, k, v))
+    out_c = flash_attention_triton(qc, kc, vc, causal=causal)
+    g_c = torch.autograd.grad(out_c, (qc, kc, vc), do)
+    assert out_c.is_contiguous() and all(t.is_contiguous() for t in g_c)
+    torch.testing.assert_close(out_c, out, rtol=0, atol=0)  # the same kernels, only the layout differs
+    for a, b in zip(g_c, g):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_dq_atomics_into_the_model_layout():
+    """The dQ-atomics backward accumulates dQ in a contiguous float32 buffer and stores it into the
+    model-layout gradient: the same values as the default backward, in q's layout."""
+    B, N, H, Hkv, D = 1, 37, 4, 2, 32
+    gen = torch.Generator(device=DEV).manual_seed(7)
+    q, do = (_model_layout(B, N, H, D, torch.float16, gen) for _ in range(2))
+    k, v = (_model_layout(B, N, Hkv, D, torch.float16, gen) for _ in range(2))
+    mask = Mask(-1, 0)
+    out, lse = prefill_forward(q, k, v, mask=mask, scale=0.2)
+    base = default_bwd_config(D, True, q.device)
+    got = prefill_backward(do, q, k, v, out, lse, mask=mask, scale=0.2,
+                           config=BwdConfig(**{**base.__dict__, "dq_atomic": True}))
+    want = prefill_backward(do, q, k, v, out, lse, mask=mask, scale=0.2, config=base)
+    assert got[0].transpose(1, 2).is_contiguous()
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=2e-3, atol=2e-3)
+
+
+def test_fake_outputs_have_the_real_layouts():
+    """torch.compile plans with the registered ops' fake outputs: their strides must be those the
+    kernels' launchers really allocate (else compiled code would read the output wrongly)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    gen = torch.Generator(device=DEV).manual_seed(6)
+    for layout in (_model_layout, lambda B, N, H, D, dt, g: _model_layout(B, N, H, D, dt, g).contiguous()):
+        q, k, v = layout(1, 24, 4, 32, torch.float16, gen), *(layout(1, 24, 2, 32, torch.float16, gen) for _ in range(2))
+        out, lse = torch.ops.attnlab.flash_attn_fwd(q, k, v, -1, 0, 0.3, None, None, False)
+        grads = torch.ops.attnlab.flash_attn_bwd(out, q, k, v, out, lse, None, -1, 0, 0.3, None, None, False)
+        with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+            fq, fk, fv, fo, fl = (mode.from_tensor(t) for t in (q, k, v, out, lse))
+            f_out, f_lse = torch.ops.attnlab.flash_attn_fwd(fq, fk, fv, -1, 0, 0.3, None, None, False)
+            f_grads = torch.ops.attnlab.flash_attn_bwd(fo, fq, fk, fv, fo, fl, None, -1, 0, 0.3, None, None, False)
+        assert f_out.stride() == out.stride() and f_lse.stride() == lse.stride()
+        assert [t.stride() for t in f_grads] == [t.stride() for t in grads]
+    # packed batches: (total, H, D) as the heads of a (total, H·D) projection
+    cu = torch.tensor([0, 10, 24], dtype=torch.int32, device=DEV)
+    q = torch.randn(24, 4 * 32, dtype=torch.float16, device=DEV, generator=gen).view(24, 4, 32)
+    k, v = (torch.randn(24, 2 * 32, dtype=torch.float16, device=DEV, generator=gen).view(24, 2, 32) for _ in range(2))
+    out, lse = torch.ops.attnlab.flash_attn_varlen_fwd(q, k, v, cu, cu, 14, 14, -1, 0, 0.3, None, None, False)
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        f_out, _ = torch.ops.attnlab.flash_attn_varlen_fwd(*(mode.from_tensor(t) for t in (q, k, v, cu, cu)), 14, 14,
+                                                            -1, 0, 0.3, None, None, False)
+    assert f_out.stride() == out.stride()
+
+
 def test_unsupported_inputs_are_refused_with_the_reason():
     """The Triton entry point never falls back (attnlab.flash_attention does): it says why."""
     q, k, v = _inputs(1, 2, 2, 17, 23, 59, torch.float32)  # float32 and D = 59: not kernel shapes
@@ -373,6 +477,7 @@ def test_gpu_strided_inputs_through_the_operator():
     out = flash_attention_triton(q, k, v, causal=True)
     do = torch.randn_like(out)
     g = torch.autograd.grad(out, (q, k, v), do)
+    assert out.transpose(1, 2).is_contiguous() and all(t.transpose(1, 2).is_contiguous() for t in g)
     o64, _, g64 = _ref(q, k, v, do, True, None, torch.float64)
     o_same, _, g_same = _ref(q, k, v, do, True, None, torch.bfloat16)
     _check("out", out, o_same, o64)

@@ -412,3 +412,44 @@ def test_gpu_alibi_autograd_takes_the_gluon_backward_by_default(B, H, Hkv, N, D,
     grads = torch.autograd.grad(out, leaves, do)
     assert len(calls) == 1 and calls[0].shape == (B, H), "the Gluon backward did not run"
     _check_grads(q, k, v, do, grads, causal, D ** -0.5, slopes=slopes)
+
+
+@pytest.mark.gpu
+@on_hopper
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_gluon_kernels_in_the_model_layout(D, causal, monkeypatch):
+    """A model's (B, N, H, D) projections seen as (B, H, N, D), long enough for both Gluon kernels (which
+    must be the ones that ran): the output and the gradients are written in that layout (TMA stores
+    with the tensors' own strides), with the reference's values; GQA, an awkward length."""
+    import attnlab
+
+    B, N, H, Hkv = 1, 2113, 4, 2
+    gen = torch.Generator(device=DEV).manual_seed(11)
+
+    def model(heads):
+        return torch.randn(B, N, heads, D, device=DEV, dtype=torch.bfloat16, generator=gen).transpose(1, 2)
+
+    q, k, v = model(H).requires_grad_(), model(Hkv).requires_grad_(), model(Hkv).requires_grad_()
+    do = model(H)
+    ran = {"fwd": 0}
+    real_fwd = G.gluon_forward
+
+    def counted_fwd(*args, **kw):
+        ran["fwd"] += 1
+        return real_fwd(*args, **kw)
+
+    monkeypatch.setattr(G, "gluon_forward", counted_fwd)
+    calls = _counting(monkeypatch)
+    out = attnlab.flash_attention(q, k, v, causal=causal)
+    g = torch.autograd.grad(out, (q, k, v), do)
+    assert ran["fwd"] == 1 and len(calls) == 1, "the Gluon kernels did not run"
+    assert out.transpose(1, 2).is_contiguous() and all(t.transpose(1, 2).is_contiguous() for t in g)
+    refs = []
+    for dt in (torch.float64, torch.bfloat16):
+        qq, kk, vv = (t.detach().to(dt).requires_grad_() for t in (q, k, v))
+        o, _ = attention_ref(qq, kk, vv, causal=causal)
+        refs.append((o.detach(), *torch.autograd.grad(o, (qq, kk, vv), do.to(dt))))
+    for name, got, r64, same in zip(("out", "dq", "dk", "dv"), (out, *g), *refs):
+        e, e_ref = _err(got, r64), _err(same, r64)
+        assert within_criterion(e, e_ref, r64, got.dtype), (name, e, e_ref)

@@ -59,8 +59,10 @@ def _flash_attn_fwd(q, k, v, left, right, scale, softcap, slopes, deterministic)
 
 @_flash_attn_fwd.register_fake
 def _(q, k, v, left, right, scale, softcap, slopes, deterministic):
-    B, H, Nq, _ = q.shape
-    return q.new_empty((B, H, Nq, v.shape[-1])), q.new_empty((B, H, Nq), dtype=torch.float32)
+    from .prefill_fwd import _last_dim_contiguous, empty_like_layout
+
+    B, H, Nq, _ = q.shape  # the output laid out as q is, as the kernel's launcher makes it
+    return empty_like_layout(_last_dim_contiguous(q), (B, H, Nq, v.shape[-1])), q.new_empty((B, H, Nq), dtype=torch.float32)
 
 
 @torch.library.custom_op("attnlab::flash_attn_varlen_fwd", mutates_args=(),
@@ -71,8 +73,10 @@ def _flash_attn_varlen_fwd(q, k, v, cu_q, cu_k, max_q, max_k, left, right, scale
 
 @_flash_attn_varlen_fwd.register_fake
 def _(q, k, v, cu_q, cu_k, max_q, max_k, left, right, scale, softcap, slopes, deterministic):
+    from .prefill_fwd import _last_dim_contiguous, empty_like_layout
+
     total_q, H, _ = q.shape
-    return q.new_empty((total_q, H, v.shape[-1])), q.new_empty((H, total_q), dtype=torch.float32)
+    return empty_like_layout(_last_dim_contiguous(q), (total_q, H, v.shape[-1])), q.new_empty((H, total_q), dtype=torch.float32)
 
 
 _BWD_IN = "Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? dlse"
@@ -94,12 +98,16 @@ def _flash_attn_varlen_bwd(dout, q, k, v, out, lse, dlse, cu_q, cu_k, max_q, max
 
 @_flash_attn_bwd.register_fake
 def _(dout, q, k, v, out, lse, dlse, *variants):
-    return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
+    from .prefill_fwd import _last_dim_contiguous, empty_like_layout
+
+    return tuple(empty_like_layout(_last_dim_contiguous(t)) for t in (q, k, v))  # laid out as the inputs, as the launcher makes them
 
 
 @_flash_attn_varlen_bwd.register_fake
 def _(dout, q, k, v, out, lse, dlse, *varlen_and_variants):
-    return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
+    from .prefill_fwd import _last_dim_contiguous, empty_like_layout
+
+    return tuple(empty_like_layout(_last_dim_contiguous(t)) for t in (q, k, v))
 
 
 def _refuse_double_backward() -> None:

@@ -39,6 +39,7 @@ from .prefill_fwd import (
     _score_mod,
     _varlen_block,
     _varlen_seq,
+    empty_like_layout,
     packed_as_bhnd,
     variant_args,
 )
@@ -74,6 +75,35 @@ def _attn_bwd_prep(O, DO, LSE, DLSE, DELTA, LSE2,
     lse2 = tl.where(lse == float("-inf"), float("inf"), lse * _LOG2E)
     tl.store(DELTA + row, delta, mask=row_ok)
     tl.store(LSE2 + row, lse2, mask=row_ok)
+
+
+@triton.jit
+def _dq_store(SRC, DST, H, Nq, stride_db, stride_dh, stride_dn,
+              HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+    """DST (B, H, Nq, D) in its dtype and layout <- SRC, the same (B, H, Nq, D) contiguous in float32."""
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    ok = (offs_m[:, None] < Nq) & (offs_d[None, :] < HEAD_D)
+    x = tl.load(SRC + (bh.to(tl.int64) * Nq + offs_m[:, None]) * HEAD_D + offs_d[None, :], mask=ok)
+    tl.store(DST + b.to(tl.int64) * stride_db + h.to(tl.int64) * stride_dh + offs_m[:, None].to(tl.int64) * stride_dn
+             + offs_d[None, :], x.to(DST.dtype.element_ty), mask=ok)
+
+
+def store_dq(dq_acc: torch.Tensor, dq: torch.Tensor) -> None:
+    """dq (B, H, Nq, D), any layout with unit stride along D, <- the float32 accumulator dq_acc, the same
+    shape, contiguous: one read and one write of each element, whole rows at a time. Where dq is laid out
+    as a model's (B, Nq, H, D) projection, ``dq.copy_(dq_acc)`` would run PyTorch's general strided copy."""
+    B, H, Nq, D = dq.shape
+    if dq.stride(-1) != 1 or dq.is_contiguous() or B * H * Nq == 0:
+        dq.copy_(dq_acc)
+        return
+    BLOCK_M = 64 if dq.is_cuda else 16
+    _dq_store[(triton.cdiv(Nq, BLOCK_M), B * H)](dq_acc, dq, H, Nq, *_s3(dq), HEAD_D=D, BLOCK_M=BLOCK_M,
+                                                 BLOCK_D=next_pow2(max(D, 16)), num_warps=4)
 
 
 # -- dK, dV (key/value block outer) -------------------------------------------------------------
@@ -384,9 +414,10 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
     """
     D = q.shape[-1]
     do, q, k, v, out = (_last_dim_contiguous(t) for t in (do, q, k, v, out))
-    dq = torch.empty_like(q, memory_format=torch.contiguous_format) if dq is None else dq
-    dk = torch.empty_like(k, memory_format=torch.contiguous_format) if dk is None else dk
-    dv = torch.empty_like(v, memory_format=torch.contiguous_format) if dv is None else dv
+    # the gradients laid out as their inputs are (a model's (B, N, H, D) projections: no copies on the way back)
+    dq = empty_like_layout(q) if dq is None else dq
+    dk = empty_like_layout(k) if dk is None else dk
+    dv = empty_like_layout(v) if dv is None else dv
     if cu_seqlens is None:
         B, H, Nq, _ = q.shape
         Hkv, Nk = k.shape[1], k.shape[2]
@@ -449,7 +480,7 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
             HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
             EVEN_M=even_m, DQ_ATOMIC=cfg.dq_atomic, num_warps=cfg.warps1, num_stages=cfg.stages1, **var_kv)
     if cfg.dq_atomic:
-        dq.copy_(dq_acc)
+        store_dq(dq_acc, dq)
         return _unpack(dq, dk, dv, cu_seqlens)
     if cu_seqlens is not None:  # (sequence, head) x query blocks of the longest sequence
         var_q = var | dict(CU_Q=cu_q, CU_K=cu_k, VARLEN=True)

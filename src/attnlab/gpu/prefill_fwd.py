@@ -347,6 +347,24 @@ def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
+def empty_like_layout(x: torch.Tensor, shape=None, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """An uninitialised dense tensor of ``shape`` (default: x's) on x's device whose dimensions lie in memory
+    in the order x's do: largest stride outermost, a broadcast (stride-0) dimension outermost, ties in
+    index order. A model's (B, N, H, D) projections seen as (B, H, N, D) thus get their output and
+    gradients in that layout too, and the model's transpose back and reshape to (B, N, H·D) are views, not
+    copies (cuDNN's SDPA lays out its output the same way). Contiguous inputs give contiguous tensors."""
+    shape = tuple(x.shape) if shape is None else tuple(shape)
+    strides = x.stride()
+    order = sorted(range(x.dim()), key=lambda i: (-strides[i] if strides[i] else -float("inf"), i))
+    if order == list(range(x.dim())):
+        return torch.empty(shape, device=x.device, dtype=dtype or x.dtype)
+    t = torch.empty([shape[i] for i in order], device=x.device, dtype=dtype or x.dtype)
+    inverse = [0] * len(order)
+    for pos, i in enumerate(order):
+        inverse[i] = pos
+    return t.permute(inverse)
+
+
 def packed_as_bhnd(x: torch.Tensor) -> torch.Tensor:
     """A packed (total, H, D) tensor viewed as (1, H, total, D), the kernels' layout (no copy)."""
     return x.unsqueeze(0).transpose(1, 2)  # (1, H, total, D)
@@ -400,8 +418,8 @@ def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask, 
         cu_q, cu_k, max_q, n_keys = varlen_bounds(cu_seqlens, max_seqlen)
         B = cu_q.shape[0] - 1
         out_shape, lse_shape = (Nq, H, D), (H, Nq)
-    if out is None:
-        out = torch.empty(out_shape, device=q.device, dtype=q.dtype)  # (B, H, Nq, D) or (total_q, H, D)
+    if out is None:  # (B, H, Nq, D) or (total_q, H, D), laid out as q is
+        out = empty_like_layout(q, out_shape)
     if lse is None:
         lse = torch.empty(lse_shape, device=q.device, dtype=torch.float32)  # (B, H, Nq) or (H, total_q)
     if Nq == 0 or B * H == 0:

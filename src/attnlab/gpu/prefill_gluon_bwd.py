@@ -586,7 +586,9 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         HEAD_D=D, STAGES=stages, CAUSAL=causal_off is not None, CONSUMER_REGS=consumer_regs, DQ_SPLIT=dq_split,
         DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, HEADS_FIRST=heads_first, DQ_LAG=dq_lag,
         ABLATE=_ablate, ALIBI=slopes is not None, num_warps=4)
-    dq.copy_(dq_acc)
+    from .prefill_bwd import store_dq
+
+    store_dq(dq_acc, dq)
 
 
 def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.dtype = torch.bfloat16,
