@@ -40,6 +40,7 @@ SHAPES = [  # (B, H, Hkv, L, D): the issue's small-batch decode shapes
     (1, 64, 8, 8192, 128),
     (1, 28, 4, 20000, 128),
     (8, 32, 8, 32768, 128),
+    (1, 32, 8, 32768, 64),  # Llama 3.2 1B's heads at 32K (benchmarks/hf.py's decode)
 ]
 TINY = (1, 32, 8, 256, 128)  # GPU time far below any host time: a loop of calls measures the host
 
@@ -258,7 +259,7 @@ def sweep_rows() -> list[dict]:
                 def fn(q=q, k=k, v=v, S=S, cfg=cfg):
                     return decode.flash_decode_triton(q, k, v, num_splits=S, config=cfg)
                 us = graph_us(fn, calls=50)
-                rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "config": name, "splits": S,
+                rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "config": name, "config_key": list(cfg.key), "splits": S,
                              "picked": S == picked, "graph_us": us, "graph_tb_per_s": nbytes / us / 1e6})
     return rows
 

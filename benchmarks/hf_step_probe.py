@@ -20,6 +20,7 @@ phase timed with ``torch.profiler`` (the GPU time of the named kernel, per call)
               product 0 or 1 steps behind, the forward on two consumer warp groups; per choice, the
               attention kernels' in-step times, the step's kernel time, and its wall time against
               SDPA's in the same rounds
+    pair      attnlab's and cuDNN's attention alone on the step's shapes, for a kernel profiler (ncu)
 
 Clocks: run ``nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,
 clocks_event_reasons.active --format=csv -lms 20`` beside it; the script prints a wall-clock stamp at
@@ -48,6 +49,7 @@ from attnlab.gpu import prefill_gluon_bwd  # noqa: E402
 from attnlab.integrations import hf  # noqa: E402
 
 BWD, FWD, CUDNN_BWD, CUDNN_FWD = "_attn_bwd_gluon_ws", "_attn_fwd_gluon_ws", "flash_bprop", "flash_fprop"
+PHASES = ("order", "kernels", "variants", "replay", "pair")
 
 
 def stamp(phase: str) -> None:
@@ -214,10 +216,15 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seq", type=int, default=8192, help="training tokens (default 8192)")
     p.add_argument("--json", default=None, help="write the results here")
+    p.add_argument("--phases", nargs="+", choices=PHASES, default=[x for x in PHASES if x != "pair"],
+                   help="what to run (default: all but pair)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("hf_step_probe.py times GPU kernels: it needs a CUDA GPU", file=sys.stderr)
         return 2
+    if args.phases == ["pair"]:
+        pair(args.seq)
+        return 0
     hf.register()
     model = hfbench.build(hfbench.LLAMA_1B, max_positions=args.seq, dtype=torch.bfloat16, device="cuda")
     ids = torch.randint(0, model.config.vocab_size, (1, args.seq), generator=torch.Generator().manual_seed(1)).cuda()
@@ -234,7 +241,28 @@ def main(argv=None) -> int:
         model.set_attn_implementation(impl)
         for _ in range(2):
             step()
-    stamp("order")
+    if "order" in args.phases:
+        stamp("order")
+        order_phase(model, step, out)
+    if "kernels" in args.phases:
+        stamp("kernels")
+        kernels_phase(model, step, out)
+    if "variants" in args.phases:
+        stamp("variants")
+        variants_phase(model, step, out)
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
+    if "replay" in args.phases:
+        replay_phase(model, step, layers, args.seq, out)
+    if "pair" in args.phases:
+        pair(args.seq)
+    stamp("done")
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+def order_phase(model, step, out):
     order = {}
     for _ in range(2):
         for impl in ("attnlab", "sdpa"):
@@ -247,7 +275,8 @@ def main(argv=None) -> int:
             for n, ms in r.items():
                 print(f"{impl:8s} {n:20s} " + " ".join(f"{x:.3f}" for x in ms))
 
-    stamp("kernels")
+
+def kernels_phase(model, step, out):
     kernels = {}
     for impl in ("attnlab", "sdpa"):
         model.set_attn_implementation(impl)
@@ -261,7 +290,8 @@ def main(argv=None) -> int:
             print(f"  {n[:90]:90s} attnlab {a['calls']:4d} {a['ms']:8.3f}  sdpa {b['calls']:4d} {b['ms']:8.3f}")
     print("total kernel ms: " + "  ".join(f"{i} {sum(r['ms'] for r in kernels[i].values()):.2f}" for i in kernels))
 
-    stamp("variants")
+
+def variants_phase(model, step, out):
     variants = {}
     for name, apply in variant_settings():
         undo = apply()
@@ -296,9 +326,9 @@ def main(argv=None) -> int:
         finally:
             undo()
     out["variants"] = variants
-    if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1))
 
+
+def replay_phase(model, step, layers, seq, out):
     stamp("stash")
     model.set_attn_implementation("attnlab")
     keep = (0, layers // 2, layers - 1)
@@ -314,7 +344,7 @@ def main(argv=None) -> int:
     print("idle     " + " ".join(f"{x:.3f}" for x in idle))
 
     stamp("replay")
-    gemms = layer_gemms(model, args.seq)
+    gemms = layer_gemms(model, seq)
     flush = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
     res = {}
     for i in keep:
@@ -337,10 +367,32 @@ def main(argv=None) -> int:
         print(f"call {i}: " + "  ".join(f"{n} {s['median']:.3f}" for n, s in r.items() if isinstance(s, dict) and s.get("calls")))
         print(f"   strides {r['strides']}  std " + " ".join(f"{s:.3g}" for s in r["std"]))
     out["replays"] = res
-    stamp("done")
-    if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1))
-    return 0
+
+
+def pair(seq: int, calls: int = 5):
+    """attnlab's and cuDNN's attention, forward and backward, alone on the step's shapes (the model's layout,
+    GQA), ``calls`` times each: something for a kernel profiler to catch, e.g.
+    ``ncu --kernel-name regex:"_attn_bwd_gluon_ws|flash_bprop" --launch-skip 3 --launch-count 2``."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    import attnlab
+
+    c = hfbench.LLAMA_1B
+    H, Hkv, D = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    g = torch.Generator(device="cuda").manual_seed(4)
+
+    def model_layout(heads):
+        return torch.randn(1, seq, heads, D, generator=g, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+
+    q, k, v = (model_layout(n).requires_grad_() for n in (H, Hkv, Hkv))
+    do = model_layout(H)
+    stamp("pair")
+    for _ in range(calls):
+        attnlab.flash_attention(q, k, v, causal=True).backward(do)
+    for _ in range(calls):
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).backward(do)
+    torch.cuda.synchronize()
 
 
 if __name__ == "__main__":

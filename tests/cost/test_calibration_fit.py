@@ -22,6 +22,7 @@ from attnlab.cost import (
     decode_run_config,
     decode_sweep_times,
     fit_decode_calibration,
+    host_sweeps,
     nnls,
 )
 
@@ -36,11 +37,17 @@ def h200_runs():
     return [json.loads((DATA / f"decode-h200-run{i}.json").read_text()) for i in (2, 3)]
 
 
-def test_h200_calibrations_are_the_fit_to_the_recorded_runs(h200_runs):
+@pytest.fixture(scope="module")
+def host_run():
+    """The recorded decode_host.py run 2: batch-1 split sweeps of both configurations."""
+    return json.loads((DATA / "decode-host-h200-run2.json").read_text())
+
+
+def test_h200_calibrations_are_the_fit_to_the_recorded_runs(h200_runs, host_run):
     """The shipped constants are what fit_decode_calibration gives: the small config from runs 2 and
-    3 (its sweeps in both), the large config from run 3."""
+    3 (its sweeps in both), the large config from run 3 (B = 16) and decode-host run 2 (B = 1)."""
     run2, run3 = h200_runs
-    for key, runs in ((SMALL, [run2, run3]), (LARGE, [run3])):
+    for key, runs in ((SMALL, [run2, run3]), (LARGE, [host_run, run3])):
         got, want = fit_decode_calibration(runs, key), CALIBRATIONS["H200", key]
         for f in FIELDS:
             assert getattr(got, f) == pytest.approx(getattr(want, f), rel=1e-3, abs=1e-9), (key, f)
@@ -109,6 +116,35 @@ def test_calibrated_chooser_against_the_recorded_sweeps(h200_runs):
                                          sms=run["environment"]["sms"], cal=CALIBRATIONS["H200", key],
                                          min_split_len=key[0])
             assert times[pick] <= 1.10 * min(times.values()), (s["B"], s["Hkv"], s["L"], pick)
+
+
+def test_host_sweeps_read_the_batch_one_sweep(host_run):
+    """decode_host.py's rows (configuration named "small"/"large", split count, µs) become one split
+    sweep per shape and configuration, in the benchmark's format, with the configuration's key."""
+    sweeps = host_sweeps(host_run)
+    assert len(sweeps) == 6 and {tuple(s["config"]) for s in sweeps} == {SMALL, LARGE}
+    s = next(s for s in sweeps if (s["Hkv"], s["L"], tuple(s["config"])) == (8, 32768, LARGE))
+    row = next(r for r in host_run["sweep"] if (r["Hkv"], r["L"], r["config"], r["splits"]) == (8, 32768, "large", 16))
+    assert s["times_ms"]["16"] == pytest.approx(row["graph_us"] * 1e-3)
+    named = {"sweep": [dict(row, config="whatever", config_key=[128, 64, 4, 3])]}  # the key wins over the name
+    assert host_sweeps(named)[0]["config"] == [128, 64, 4, 3]
+
+
+def test_large_calibration_picks_at_batch_one(host_run):
+    """In-sample at batch 1: where the sweep timed the large config's pick, it is within 10 % of the best
+    measured split count (the constants fitted to the B = 16 run alone picked 8–10 splits there: up to
+    1.52x the best)."""
+    judged = 0
+    for s in host_sweeps(host_run):
+        if tuple(s["config"]) != LARGE:
+            continue
+        times = {int(S): t for S, t in s["times_ms"].items()}
+        pick = calibrated_num_splits(batch=s["B"], kv_heads=s["Hkv"], seq=s["L"], head_dim=s["D"], sms=132,
+                                     cal=CALIBRATIONS["H200", LARGE], min_split_len=LARGE[0])
+        if pick in times:  # 20 splits at 20,000 keys was not among the swept counts
+            judged += 1
+            assert times[pick] <= 1.10 * min(times.values()), (s["Hkv"], s["L"], pick)
+    assert judged >= 2
 
 
 def test_sweep_times_take_the_least_time_of_the_same_call(h200_runs):

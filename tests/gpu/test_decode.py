@@ -277,11 +277,13 @@ def test_fused_merge_matches_merge_kernel(paged):
 
 
 def test_kernel_config_rule(monkeypatch):
-    """GPU configs: small below B·Hkv = SMs/2, large from there unless the cache is paged in pages
-    that do not hold whole large tiles; D = 256 halves the tile."""
+    """GPU configs: a contiguous cache at D <= 128 takes the large tile at every B·Hkv; paged caches
+    (and D = 256) the small one below B·Hkv = SMs/2, the large one from there unless the pages do not
+    hold whole large tiles; D = 256 halves the tile."""
     monkeypatch.setenv("TRITON_INTERPRET", "0")  # the rule for a GPU (read at call time; no kernel runs here)
     for D, bns in ((128, (64, 128)), (64, (64, 128)), (256, (32, 64))):
-        assert kernel_config(D, batch_heads=32, sms=132).block_n == bns[0]
+        assert kernel_config(D, batch_heads=32, sms=132).block_n == (bns[1] if D <= 128 else bns[0])
+        assert kernel_config(D, batch_heads=1, sms=132).block_n == (bns[1] if D <= 128 else bns[0])
         assert kernel_config(D, batch_heads=66, sms=132).block_n == bns[1]
         assert kernel_config(D, batch_heads=128, sms=132) == decode_configs(D)["large"]
         for page_size in (16, 64, 128, 256):

@@ -25,7 +25,7 @@ from .calibration import (
     scaled_calibration,
     tiles_in_flight,
 )
-from .calibration_fit import decode_run_config, decode_sweep_times, fit_decode_calibration, nnls
+from .calibration_fit import decode_run_config, decode_sweep_times, fit_decode_calibration, host_sweeps, nnls
 from .decode import LayerCosts, decode_attention_intensity, decode_roofline, kv_cache_bytes, layer_costs
 from .estimate import DecodeEstimate, Estimate, estimate
 from .flops import (
@@ -180,6 +180,7 @@ __all__ = [
     "estimate_forward",
     "fa1_forward_kernels",
     "fit_decode_calibration",
+    "host_sweeps",
     "flash_backward_kernels",
     "flash_forward_kernels",
     "forward_io_table",

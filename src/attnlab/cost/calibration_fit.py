@@ -10,7 +10,9 @@ Input: the result dicts the decode benchmark (benchmarks/decode.py) writes as JS
   ``splits``: other timings of the same calls — each split count's time is the least of them all
   (``decode_sweep_times``), since GPU-time noise only ever adds time;
 * ``probes`` named ``program_bw…``: one program alone, ``per_program_bytes_per_s``;
-* ``kernel_config``: the run's config where rows predate recording their own.
+* ``kernel_config``: the run's config where rows predate recording their own;
+* ``sweep`` (``benchmarks/decode_host.py --sweep``): CUDA-graph µs per configuration and split count of
+  the batch-1 shapes, read as split sweeps too (``host_sweeps``).
 
 Pure Python (no numpy): the non-negative least squares has 3 columns, solved by QR per column subset.
 """
@@ -54,6 +56,27 @@ def decode_sweep_times(result: Mapping, sweep: Mapping) -> dict[int, float]:
                 and decode_run_config(result, r) == key:
             times[r["splits"]] = min(times[r["splits"]], r["graph_ms"] * 1e-3)
     return times
+
+
+_HOST_BLOCK_N = {"small": 64, "large": 128}  # decode_host.py's configuration names at D <= 128 (4 warps, 3 stages)
+
+
+def host_sweeps(result: Mapping) -> list[dict]:
+    """The split sweep of a ``benchmarks/decode_host.py --sweep`` run (rows with a configuration, a split
+    count and ``graph_us``) as split sweeps in the benchmark's format, one per shape and configuration.
+    A row names its configuration by ``config_key`` or, in runs before that was recorded, by name
+    ("small", "large": block_n 64 or 128, halved above D = 128, block_d D's next power of two)."""
+    groups: dict = {}
+    for r in result.get("sweep", []):
+        if r.get("config_key"):
+            key = config_key(r["config_key"])
+        else:
+            block_d = 1 << (int(r["D"]) - 1).bit_length()
+            key = (_HOST_BLOCK_N[r["config"]] // (1 if block_d <= 128 else 2), block_d, 4, 3)
+        shape = (r["B"], r["H"], r["Hkv"], r["L"], r["D"], key)
+        groups.setdefault(shape, {})[str(r["splits"])] = r["graph_us"] * 1e-3
+    return [dict(B=B, H=H, Hkv=Hkv, L=L, D=D, config=list(key), times_ms=times)
+            for (B, H, Hkv, L, D, key), times in groups.items()]
 
 
 def _dot(a, b) -> float:
@@ -156,7 +179,7 @@ def fit_decode_calibration(results, config=None, *, dtype_bytes=2, smem_per_sm: 
     program_bw = None
     for result in results:
         sms = result.get("environment", {}).get("sms", 132)
-        for s in result.get("sweeps", []):
+        for s in [*result.get("sweeps", []), *host_sweeps(result)]:
             if decode_run_config(result, s) != key:
                 continue
             for S, t in decode_sweep_times(result, s).items():
