@@ -96,10 +96,11 @@ def test_paged_equals_contiguous(page_size, splits):
     q, k, v = _inputs(B, H, Hkv, Nq, D, max(lens), torch.bfloat16)
     seqlens = torch.tensor(lens, dtype=torch.int32, device=DEV)
     cache = PagedKVCache.from_dense(k, v, seqlens, page_size=page_size, shuffle=True)
-    out_c, lse_c = flash_decode_triton(q, k, v, cache_seqlens=seqlens, num_splits=splits)
+    cfg = decode_config_for(q, cache.k_pages[0], cache.block_table)  # the paged call's (layouts may differ)
+    out_c, lse_c = flash_decode_triton(q, k, v, cache_seqlens=seqlens, num_splits=splits, config=cfg)
     out_p, lse_p = flash_decode_triton(q, cache.k_pages[0], cache.v_pages[0], cache_seqlens=cache.seqlens,
                                      block_table=cache.block_table, num_splits=splits)
-    # the same tiles in the same order: equal to the last bit
+    # the same configuration: the same tiles in the same order, equal to the last bit
     assert torch.equal(out_p, out_c)
     assert torch.equal(lse_p, lse_c)
     _check_against_reference(q, k, v, lens, out_p, lse_p)
@@ -212,8 +213,9 @@ def test_gpu_paged_equals_contiguous(page_size, D):
     q, k, v = _inputs(len(lens), 32, 8, 1, D, 5000, torch.bfloat16)
     seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
     cache = PagedKVCache.from_dense(k, v, seqlens, page_size=page_size, shuffle=True)
+    cfg = decode_config_for(q, cache.k_pages[0], cache.block_table)  # the paged call's (layouts may differ)
     for s in (1, 7, None):
-        out_c, lse_c = flash_decode_triton(q, k, v, cache_seqlens=seqlens, num_splits=s or 16)
+        out_c, lse_c = flash_decode_triton(q, k, v, cache_seqlens=seqlens, num_splits=s or 16, config=cfg)
         out_p, lse_p = flash_decode_triton(q, cache.k_pages[0], cache.v_pages[0], cache_seqlens=cache.seqlens,
                                          block_table=cache.block_table, num_splits=s or 16)
         assert torch.equal(out_p, out_c) and torch.equal(lse_p, lse_c)

@@ -102,7 +102,8 @@ def test_paged_cache_with_int64_table_reuses_its_plan():
     again = decode.flash_decode_triton(q, kp, vp, cache_seqlens=lens, block_table=table)
     assert decode.plan_stats()["hits"] == 1
     _same(first, again)
-    _same(again, decode.flash_decode_triton(q, k, v, cache_seqlens=lens))  # the contiguous cache's answer
+    cfg = decode.decode_config_for(q, kp, table)  # the contiguous cache's answer with the paged call's configuration
+    _same(again, decode.flash_decode_triton(q, k, v, cache_seqlens=lens, config=cfg))
 
 
 CHANGES = {
@@ -260,12 +261,13 @@ def test_kept_split_buffers_stay_within_the_budget(monkeypatch):
     q, k, v = _cache()
     lens = torch.tensor([L, 50], dtype=torch.int32, device=DEV)
     decode.clear_plans()
-    kept = decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=3)
+    small = decode.kernel_config(D, batch_heads=1, page_size=16)  # tiles small enough for 3 splits of L keys
+    kept = decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=3, config=small)
     assert 0 < decode.plan_stats()["scratch_bytes"] <= decode_plan.SCRATCH_BUDGET
     monkeypatch.setattr(decode_plan, "SCRATCH_BUDGET", 0)
     decode.clear_plans()
     for _ in range(2):
-        _same(decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=3), kept)
+        _same(decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=3, config=small), kept)
     assert decode.plan_stats()["scratch_bytes"] == 0 and decode.plan_stats()["hits"] == 1
 
 

@@ -22,7 +22,7 @@ from attnlab.variants import Mask
 
 pytest.importorskip("triton")
 from attnlab.gpu import flash_decode_triton  # noqa: E402
-from attnlab.gpu.decode import streamed_keys  # noqa: E402
+from attnlab.gpu.decode import decode_config_for, streamed_keys  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -115,8 +115,10 @@ def test_paged_equals_contiguous_with_window_and_splits():
     q, k, v = _inputs(3, 4, 2, 2, 32, 80, torch.bfloat16)
     seqlens = torch.tensor(lens, dtype=torch.int32, device=DEV)
     pages = _paged(q, k, v, lens, 32)
+    cfg = decode_config_for(q, pages["k_cache"], pages["block_table"])  # the paged call's configuration
     for s in (1, 2, 5):
-        out_c, lse_c = flash_decode_triton(q, k, v, cache_seqlens=seqlens, num_splits=s, window=window, softcap=3.0)
+        out_c, lse_c = flash_decode_triton(q, k, v, cache_seqlens=seqlens, num_splits=s, window=window, softcap=3.0,
+                                           config=cfg)
         out_p, lse_p = flash_decode_triton(q, num_splits=s, window=window, softcap=3.0, **pages)
         assert torch.equal(out_p, out_c) and torch.equal(lse_p, lse_c)
         _check(q, k, v, lens, out_c, lse_c, window=window, softcap=3.0)
@@ -174,7 +176,8 @@ def test_bad_variant_arguments(bad, err, match):
 @pytest.mark.parametrize("H,Hkv,Nq", [(32, 8, 1), (32, 4, 4)])
 def test_gpu_window_softcap_alibi_large(page_size, H, Hkv, Nq):
     """Ragged lengths up to 16K, a 4K and a 1K window with softcap and ALiBi, the model's split count
-    and a forced one, every key outside the window NaN; paged equal to contiguous to the last bit."""
+    and a forced one, every key outside the window NaN; paged equal to contiguous to the last bit on the
+    same configuration."""
     lens = [1, 1025, 4097, 16000]
     q, k, v = _inputs(len(lens), H, Hkv, Nq, 128, 16000, torch.bfloat16)
     slopes = 2.0 ** -(8 * torch.arange(1, H + 1, dtype=torch.float32, device=DEV) / H)
@@ -185,7 +188,10 @@ def test_gpu_window_softcap_alibi_large(page_size, H, Hkv, Nq):
         for splits in (None, 7):
             kw = dict(num_splits=splits, window=window, softcap=30.0, alibi_slopes=slopes)
             out_c, lse_c = flash_decode_triton(q, kp, vp, cache_seqlens=seqlens, **kw)
-            if page_size is not None:
-                out_p, lse_p = flash_decode_triton(q, **_paged(q, kp, vp, lens, page_size), **kw)
-                assert torch.equal(out_p, out_c) and torch.equal(lse_p, lse_c)
+            if page_size is not None:  # against the contiguous cache on the paged call's configuration
+                pages = _paged(q, kp, vp, lens, page_size)
+                cfg = decode_config_for(q, pages["k_cache"], pages["block_table"])
+                out_p, lse_p = flash_decode_triton(q, **pages, **kw)
+                same_c = flash_decode_triton(q, kp, vp, cache_seqlens=seqlens, config=cfg, **kw)
+                assert torch.equal(out_p, same_c[0]) and torch.equal(lse_p, same_c[1])
             _check(q, k, v, lens, out_c, lse_c, window=window, softcap=30.0, slopes=slopes)

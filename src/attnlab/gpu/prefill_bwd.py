@@ -78,9 +78,9 @@ def _attn_bwd_prep(O, DO, LSE, DLSE, DELTA, LSE2,
 
 
 @triton.jit
-def _dq_store(SRC, DST, H, Nq, stride_db, stride_dh, stride_dn,
+def _dq_store(SRC, DST, scale, H, Nq, stride_db, stride_dh, stride_dn,
               HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
-    """DST (B, H, Nq, D) in its dtype and layout <- SRC, the same (B, H, Nq, D) contiguous in float32."""
+    """DST (B, H, Nq, D) in its dtype and layout <- scale · SRC, SRC the same (B, H, Nq, D) contiguous in float32."""
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -90,19 +90,20 @@ def _dq_store(SRC, DST, H, Nq, stride_db, stride_dh, stride_dn,
     ok = (offs_m[:, None] < Nq) & (offs_d[None, :] < HEAD_D)
     x = tl.load(SRC + (bh.to(tl.int64) * Nq + offs_m[:, None]) * HEAD_D + offs_d[None, :], mask=ok)
     tl.store(DST + b.to(tl.int64) * stride_db + h.to(tl.int64) * stride_dh + offs_m[:, None].to(tl.int64) * stride_dn
-             + offs_d[None, :], x.to(DST.dtype.element_ty), mask=ok)
+             + offs_d[None, :], (x * scale).to(DST.dtype.element_ty), mask=ok)
 
 
-def store_dq(dq_acc: torch.Tensor, dq: torch.Tensor) -> None:
-    """dq (B, H, Nq, D), any layout with unit stride along D, <- the float32 accumulator dq_acc, the same
-    shape, contiguous: one read and one write of each element, whole rows at a time. Where dq is laid out
-    as a model's (B, Nq, H, D) projection, ``dq.copy_(dq_acc)`` would run PyTorch's general strided copy."""
+def store_dq(dq_acc: torch.Tensor, dq: torch.Tensor, scale: float = 1.0) -> None:
+    """dq (B, H, Nq, D), any layout with unit stride along D, <- ``scale`` · dq_acc, the float32
+    accumulator of the same shape, contiguous: one read and one write of each element, whole rows at a
+    time. Where dq is laid out as a model's (B, Nq, H, D) projection, ``dq.copy_(dq_acc)`` would run
+    PyTorch's general strided copy; and a kernel that adds unscaled products scales the sum here once."""
     B, H, Nq, D = dq.shape
-    if dq.stride(-1) != 1 or dq.is_contiguous() or B * H * Nq == 0:
-        dq.copy_(dq_acc)
+    if dq.stride(-1) != 1 or B * H * Nq == 0 or (scale == 1.0 and dq.is_contiguous()):
+        dq.copy_(dq_acc if scale == 1.0 else dq_acc * scale)
         return
     BLOCK_M = 64 if dq.is_cuda else 16
-    _dq_store[(triton.cdiv(Nq, BLOCK_M), B * H)](dq_acc, dq, H, Nq, *_s3(dq), HEAD_D=D, BLOCK_M=BLOCK_M,
+    _dq_store[(triton.cdiv(Nq, BLOCK_M), B * H)](dq_acc, dq, float(scale), H, Nq, *_s3(dq), HEAD_D=D, BLOCK_M=BLOCK_M,
                                                  BLOCK_D=next_pow2(max(D, 16)), num_warps=4)
 
 

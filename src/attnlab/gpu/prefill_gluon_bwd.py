@@ -163,6 +163,8 @@ if HAVE_GLUON:
                     mbarrier.arrive(ds_bars.index(NSLOT + slot), count=1)  # the tile is free again
                 if ABLATE == 1:  # measurement only: dQ made, not added
                     dq = dq * 0.0
+                if ABLATE == 8:  # measurement only: dQ scaled here, every step (as before the scale moved out)
+                    dq = dq * sm_scale
                 if ABLATE != 1 and not DQ_ATOMIC:
                     # stage in this warp group's float32 tile (slice j), once the copy engine has read
                     # the additions made from it two steps ago, and add it asynchronously (shared dQ
@@ -177,7 +179,7 @@ if HAVE_GLUON:
                             tma.store_wait(0)
                             _warps_barrier()
                     if ABLATE != 7:  # (measurement only: 7 adds the stale tile)
-                        dq_stage.store(dq * sm_scale)
+                        dq_stage.store(dq)  # unscaled: gluon_backward scales the sum once, on its way to dq
                         fence_async_shared()
                         _warps_barrier()
                     if ABLATE != 6:  # (measurement only: 6 stages the tile but adds nothing)
@@ -186,7 +188,7 @@ if HAVE_GLUON:
                         tma.store_wait(0)
                 elif ABLATE != 1:
                     dq_ptrs = DQ + row0 * HEAD_D + rows[:, None] * HEAD_D + (COL0 + j * SPLIT_D + offs_ds)[None, :]
-                    gl.atomic_add(dq_ptrs, dq * sm_scale, mask=(rows[:, None] < Nq) & (offs_ds[None, :] < SPLIT_D),
+                    gl.atomic_add(dq_ptrs, dq, mask=(rows[:, None] < Nq) & (offs_ds[None, :] < SPLIT_D),
                                   sem="relaxed")
 
     @gluon.jit
@@ -588,7 +590,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         ABLATE=_ablate, ALIBI=slopes is not None, num_warps=4)
     from .prefill_bwd import store_dq
 
-    store_dq(dq_acc, dq)
+    store_dq(dq_acc, dq, scale=scale)  # the kernel adds dS K unscaled: one multiply per element, not per key block
 
 
 def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.dtype = torch.bfloat16,
