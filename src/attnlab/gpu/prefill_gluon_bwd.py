@@ -122,12 +122,10 @@ if HAVE_GLUON:
     @gluon.jit
     def _bwd_dq(u, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, m_lo, n_m, rot, Nq, sm_scale,
                 PART: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ATOMIC: gl.constexpr, DQ_SHARED: gl.constexpr,
-                ABLATE: gl.constexpr, DEFER: gl.constexpr):
+                ABLATE: gl.constexpr):
         """Step u's dQᵢ = dS K over all 128 keys of the block, by warp group u % 2 (they take turns) or by
         both, half of D's columns each (DQ_SHARED): one addition per element per key block (rows past Nq
-        add exact zeros: their Pᵀ is 0). Waits for both halves of step u's dSᵀ and frees its slot. With
-        DEFER the tile is only staged: its fence, barrier and TMA addition come later (``_bwd_dq_flush``),
-        under the next step's first products."""
+        add exact zeros: their Pᵀ is 0). Waits for both halves of step u's dSᵀ and frees its slot."""
         NC: gl.constexpr = k_smem.shape[0]
         SUB_N: gl.constexpr = k_smem.shape[3]
         HEAD_D: gl.constexpr = k_smem.shape[4]
@@ -165,6 +163,8 @@ if HAVE_GLUON:
                     mbarrier.arrive(ds_bars.index(NSLOT + slot), count=1)  # the tile is free again
                 if ABLATE == 1:  # measurement only: dQ made, not added
                     dq = dq * 0.0
+                if ABLATE == 8:  # measurement only: dQ scaled here, every step (as before the scale moved out)
+                    dq = dq * sm_scale
                 if ABLATE != 1 and not DQ_ATOMIC:
                     # stage in this warp group's float32 tile (slice j), once the copy engine has read
                     # the additions made from it two steps ago, and add it asynchronously (shared dQ
@@ -180,10 +180,9 @@ if HAVE_GLUON:
                             _warps_barrier()
                     if ABLATE != 7:  # (measurement only: 7 adds the stale tile)
                         dq_stage.store(dq)  # unscaled: gluon_backward scales the sum once, on its way to dq
-                        if not DEFER:
-                            fence_async_shared()
-                            _warps_barrier()
-                    if ABLATE != 6 and not DEFER:  # (measurement only: 6 stages the tile but adds nothing)
+                        fence_async_shared()
+                        _warps_barrier()
+                    if ABLATE != 6:  # (measurement only: 6 stages the tile but adds nothing)
                         _tma_add(desc_dq, [(row0 + m0).to(gl.int32), COL0 + j * SPLIT_D], dq_stage)
                     if ABLATE == 5:  # measurement only: wait for the read at once (the old way)
                         tma.store_wait(0)
@@ -191,29 +190,6 @@ if HAVE_GLUON:
                     dq_ptrs = DQ + row0 * HEAD_D + rows[:, None] * HEAD_D + (COL0 + j * SPLIT_D + offs_ds)[None, :]
                     gl.atomic_add(dq_ptrs, dq, mask=(rows[:, None] < Nq) & (offs_ds[None, :] < SPLIT_D),
                                   sem="relaxed")
-
-    @gluon.jit
-    def _bwd_dq_flush(u, desc_dq, dq_smem, b, hk, G, H, m_lo, n_m, rot, Nq, PART: gl.constexpr,
-                      DQ_SHARED: gl.constexpr):
-        """The TMA addition of step u's dQ tile, staged by this warp group (``_bwd_dq`` with DEFER) one step
-        earlier, if it made that product: the fence that shows its stores to the copy engine, the warp
-        group's barrier, one thread's bulk reduction. Called right after the next step's Sᵀ and dPᵀ
-        products are issued, it waits under them instead of stalling the warp group where the tile was
-        written (the staging cost most of dQ's share: benchmarks/NOTES-prefill.md, v8)."""
-        HEAD_D: gl.constexpr = dq_smem.shape[2] * (1 + DQ_SHARED)
-        BLOCK_M: gl.constexpr = dq_smem.shape[1]
-        if u >= 0:
-            if DQ_SHARED or u % 2 == PART:
-                h = hk * G + u // n_m
-                m0 = m_lo + ((u % n_m + rot) % n_m) * BLOCK_M
-                row0 = (b * H + h).to(gl.int64) * Nq
-                if DQ_SHARED:
-                    dq_stage = dq_smem.index(PART * 2 + u % 2)
-                else:
-                    dq_stage = dq_smem.index(PART)
-                fence_async_shared()
-                _warps_barrier()
-                _tma_add(desc_dq, [(row0 + m0).to(gl.int32), PART * (HEAD_D // 2) * DQ_SHARED], dq_stage)
 
     @gluon.jit
     def _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
@@ -236,12 +212,10 @@ if HAVE_GLUON:
         DQ_SHARED: gl.constexpr = flags.shape[1] >= 4  # both warp groups every step, half of D's columns each
         ABLATE: gl.constexpr = ((flags.shape[2] >= 2) + (flags.shape[2] >= 4) + (flags.shape[2] >= 8)
                                 + (flags.shape[2] >= 16) + (flags.shape[2] >= 32) + (flags.shape[2] >= 64)
-                                + (flags.shape[2] >= 128) + (flags.shape[2] >= 256))  # log2 of the third dimension
+                                + (flags.shape[2] >= 128))  # log2 of the third dimension
         DQ_LAG: gl.constexpr = (flags.shape[3] >= 2) + (flags.shape[3] >= 4)  # log2 of the fourth
         ALIBI: gl.constexpr = flags.shape[4] == 2  # the ALiBi bias on the scores
         EXCHANGE: gl.constexpr = not (ABLATE == 3 or ABLATE == 4)  # (measurement only: 3, 4 have none)
-        # dQ tiles staged in one step, added in the next (measurement only: 8 adds each at once, as before)
-        DEFER: gl.constexpr = EXCHANGE and not DQ_ATOMIC and DQ_SPLIT == 1 and ABLATE == 0
         dtype: gl.constexpr = desc_dk.dtype
         # Sᵀ, dPᵀ: (SUB_N keys, BLOCK_M queries); dK, dV: (SUB_N, D); dQ: (BLOCK_M, D) — SUB_N = BLOCK_M = 64
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -282,8 +256,6 @@ if HAVE_GLUON:
             mbarrier.wait(do_ready.index(slot), phase)
             do = do_smem.index(slot).reshape([BLOCK_M, HEAD_D])
             dp_tok = warpgroup_mma(v, do.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-            if DEFER:  # the dQ tile this warp group staged last step goes to its addition under these products
-                _bwd_dq_flush(t - 1 - DQ_LAG, desc_dq, dq_smem, b, hk, G, H, m_lo, n_m, rot, Nq, PART, DQ_SHARED)
             # -- Pᵀ from L while dPᵀ is still in flight; mask before exp2 (a hidden score may exceed L)
             lse2 = gl.load(LSE2 + row0 + offs_q, mask=offs_q < Nq, other=float("inf"))  # past Nq: P = 0
             sT = warpgroup_mma_wait(1, deps=(s_tok, ))
@@ -350,19 +322,15 @@ if HAVE_GLUON:
             # -- the dQ product of step t − DQ_LAG (its other half of dSᵀ has had DQ_LAG steps to arrive)
             if EXCHANGE and DQ_LAG == 0:
                 _bwd_dq(t, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, m_lo, n_m, rot, Nq, sm_scale,
-                        PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DEFER)
+                        PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE)
             elif EXCHANGE:
                 if t >= DQ_LAG:
                     _bwd_dq(t - DQ_LAG, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, m_lo, n_m, rot,
-                            Nq, sm_scale, PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DEFER)
+                            Nq, sm_scale, PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE)
         if EXCHANGE and DQ_LAG > 0:  # the last DQ_LAG steps' products
             for u in range(gl.maximum(n_steps - DQ_LAG, 0), n_steps):
-                if DEFER:  # the previous product's tile first: this one may be staged in the same tile
-                    _bwd_dq_flush(u - 1, desc_dq, dq_smem, b, hk, G, H, m_lo, n_m, rot, Nq, PART, DQ_SHARED)
                 _bwd_dq(u, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, m_lo, n_m, rot, Nq, sm_scale,
-                        PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DEFER)
-        if DEFER:  # the last product's tile
-            _bwd_dq_flush(n_steps - 1, desc_dq, dq_smem, b, hk, G, H, m_lo, n_m, rot, Nq, PART, DQ_SHARED)
+                        PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE)
 
         # -- epilogue: dK·scale and dV through this warp group's K and V buffers, once the last dQ products
         #    (the other warp group's too) have read K: the last use of every ring slot is freed
