@@ -12,10 +12,8 @@ time is that stage's cost on the critical path. Variants (the kernel's measureme
        deferred wait)
     6  dQ staged in shared memory but not added (no TMA reduction)
     7  dQ added by TMA from a stale staging tile (no shared-memory store)
-    8  dQ scaled in the kernel at every step, as before the scale moved to the final store (its
-       gradients come out scaled twice)
 
-Variants 1–4 and 6–8 compute wrong gradients by design; they are timed, never checked. Also timed: the ways
+Variants 1–4, 6 and 7 compute wrong gradients by design; they are timed, never checked. Also timed: the ways
 to add dQ (TMA bulk reductions or per-thread float32 atomics; key blocks starting their walk at the
 same query block or each at its own; the dQ product in column slices, or shared by the two warp groups
 every step; programs numbered head first; a larger register budget; dQ products a step or two behind
@@ -45,8 +43,7 @@ from attnlab.bench import environment, time_fn  # noqa: E402
 from attnlab.cost import attention_flops  # noqa: E402
 
 VARIANTS = {0: "shipped", 1: "no dQ additions", 2: "no dQ product", 3: "no dS exchange", 4: "no exp2 either",
-            5: "dQ read waited at once", 6: "dQ staged, not added", 7: "dQ added, not staged",
-            8: "dQ scaled every step"}
+            5: "dQ read waited at once", 6: "dQ staged, not added", 7: "dQ added, not staged"}
 
 
 MODES = {  # the ways to make and add dQ, and to order the programs (gluon_backward's keyword arguments)

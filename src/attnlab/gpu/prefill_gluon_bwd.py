@@ -163,8 +163,6 @@ if HAVE_GLUON:
                     mbarrier.arrive(ds_bars.index(NSLOT + slot), count=1)  # the tile is free again
                 if ABLATE == 1:  # measurement only: dQ made, not added
                     dq = dq * 0.0
-                if ABLATE == 8:  # measurement only: dQ scaled here, every step (as before the scale moved out)
-                    dq = dq * sm_scale
                 if ABLATE != 1 and not DQ_ATOMIC:
                     # stage in this warp group's float32 tile (slice j), once the copy engine has read
                     # the additions made from it two steps ago, and add it asynchronously (shared dQ
