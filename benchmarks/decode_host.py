@@ -272,20 +272,20 @@ def markdown(result: dict) -> str:
     lines += ["", f"Host time per call at B={B}, H={H}/{Hkv}, L={L}, D={D} (GPU time far below it):", "",
               "| call | host µs/call |", "|---|---|"]
     lines += [f"| {r['call']} | {r['host_us']:.1f} |" for r in result["host"]]
-    lines += ["", "| B | H/Hkv | L | provider | eager µs | graph µs | eager/graph | eager TB/s | graph TB/s |",
-              "|---|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['B']} | {r['H']}/{r['Hkv']} | {r['L']} | {r['provider']} | {r['eager_us']:.1f} | "
+    lines += ["", "| B | H/Hkv | L | D | provider | eager µs | graph µs | eager/graph | eager TB/s | graph TB/s |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['B']} | {r['H']}/{r['Hkv']} | {r['L']} | {r['D']} | {r['provider']} | {r['eager_us']:.1f} | "
               f"{r['graph_us']:.1f} | {r['eager_over_graph']:.2f} | {r['eager_tb_per_s']:.2f} | "
               f"{r['graph_tb_per_s']:.2f} |" for r in result["speed"]]
     if result.get("sweep"):
         lines += ["", "CUDA-graph µs per split count and configuration (* the model's pick):", ""]
         groups: dict = {}
         for r in result["sweep"]:
-            groups.setdefault((r["B"], r["H"], r["Hkv"], r["L"], r["config"]), []).append(r)
-        lines += ["| B | H/Hkv | L | config | µs by split count |", "|---|---|---|---|---|"]
-        for (B, H, Hkv, L, cfg), rs in groups.items():
+            groups.setdefault((r["B"], r["H"], r["Hkv"], r["L"], r["D"], r["config"]), []).append(r)
+        lines += ["| B | H/Hkv | L | D | config | µs by split count |", "|---|---|---|---|---|---|"]
+        for (B, H, Hkv, L, D, cfg), rs in groups.items():
             cells = ", ".join(f"{r['splits']}{'*' if r['picked'] else ''}: {r['graph_us']:.1f}" for r in rs)
-            lines.append(f"| {B} | {H}/{Hkv} | {L} | {cfg} | {cells} |")
+            lines.append(f"| {B} | {H}/{Hkv} | {L} | {D} | {cfg} | {cells} |")
     return "\n".join(lines) + "\n"
 
 

@@ -131,20 +131,23 @@ def test_host_sweeps_read_the_batch_one_sweep(host_run):
 
 
 def test_large_calibration_picks_at_batch_one(host_run):
-    """In-sample at batch 1: where the sweep timed the large config's pick, it is within 10 % of the best
-    measured split count (the constants fitted to the B = 16 run alone picked 8–10 splits there: up to
-    1.52x the best)."""
-    judged = 0
-    for s in host_sweeps(host_run):
-        if tuple(s["config"]) != LARGE:
-            continue
-        times = {int(S): t for S, t in s["times_ms"].items()}
-        pick = calibrated_num_splits(batch=s["B"], kv_heads=s["Hkv"], seq=s["L"], head_dim=s["D"], sms=132,
-                                     cal=CALIBRATIONS["H200", LARGE], min_split_len=LARGE[0])
-        if pick in times:  # 20 splits at 20,000 keys was not among the swept counts
-            judged += 1
-            assert times[pick] <= 1.10 * min(times.values()), (s["Hkv"], s["L"], pick)
-    assert judged >= 2
+    """At batch 1 the large config's chooser lands within 10 % of the best measured split count: in-sample
+    on decode-host run 2 where its sweep timed the pick, and out of sample on run 3 (after the fit, with
+    every pick timed). The constants fitted to the B = 16 run alone picked 8–10 splits there: up to 1.52x
+    the best."""
+    run3 = json.loads((DATA / "decode-host-h200-run3.json").read_text())
+    judged = {2: 0, 3: 0}
+    for n, run in ((2, host_run), (3, run3)):
+        for s in host_sweeps(run):
+            if tuple(s["config"]) != LARGE:
+                continue
+            times = {int(S): t for S, t in s["times_ms"].items()}
+            pick = calibrated_num_splits(batch=s["B"], kv_heads=s["Hkv"], seq=s["L"], head_dim=s["D"], sms=132,
+                                         cal=CALIBRATIONS["H200", LARGE], min_split_len=LARGE[0])
+            if pick in times:  # run 2 did not time 20 splits at 20,000 keys
+                judged[n] += 1
+                assert times[pick] <= 1.10 * min(times.values()), (n, s["Hkv"], s["L"], pick)
+    assert judged == {2: 2, 3: 3}
 
 
 def test_sweep_times_take_the_least_time_of_the_same_call(h200_runs):

@@ -1,0 +1,48 @@
+"""The transformers numbers quoted in docs/hf.md and the README are those of the recorded H200 run they
+name (benchmarks/data/hf-h200-run10.json): a changed file or a retyped number fails here."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run10():
+    return json.loads((ROOT / "benchmarks" / "data" / "hf-h200-run10.json").read_text())
+
+
+def _row(doc: str, label: str) -> list[str]:
+    line = next(ln for ln in doc.splitlines() if ln.startswith(f"| {label} |"))
+    return [c.strip() for c in line.strip("|").split("|")[1:]]
+
+
+def test_docs_table_is_run_10():
+    r, doc = _run10(), (ROOT / "docs" / "hf.md").read_text()
+    t, lay, gen = r["train"], r["layer"], r["generate"]
+    a, s, ratio = _row(doc, "training step (forward, backward, AdamW), 1 × 8,192 tokens")
+    assert (a, s) == (f"{t['attnlab']['step_ms']:.1f} ms", f"{t['sdpa']['step_ms']:.1f} ms")
+    assert ratio == f"{t['attnlab']['step_ms'] / t['sdpa']['step_ms']:.3f}"
+    a, s, _ = _row(doc, "one layer's attention, forward + backward at 8,192")
+    assert (a, s) == (f"{lay['attnlab']['train_fwd_bwd_ms']:.2f} ms", f"{lay['sdpa']['train_fwd_bwd_ms']:.2f} ms")
+    a, s, _ = _row(doc, "prefill, 1 × 32,768 tokens")
+    assert (a, s) == (f"{gen['attnlab']['prefill_ms']:.1f} ms", f"{gen['sdpa']['prefill_ms']:.1f} ms")
+    a, s, _ = _row(doc, "decode, batch 1 at 32,768, `generate` (tokens/s)")
+    assert (a, s) == (f"{gen['attnlab']['decode_tokens_per_s']:.1f}", f"{gen['sdpa']['decode_tokens_per_s']:.1f}")
+    a, s, _ = _row(doc, "one layer's decode step, GPU time")
+    assert (a, s) == (f"{lay['attnlab']['decode_step_gpu_us']:.1f} µs", f"{lay['sdpa']['decode_step_gpu_us']:.1f} µs")
+    assert r["checks"]["train"]["ok"] and r["checks"]["padded"]["ok"] and r["checks"]["generate"]["ok"]
+
+
+def test_readme_quotes_run_10():
+    r, readme = _run10(), (ROOT / "README.md").read_text()
+    t, gen = r["train"], r["generate"]
+    text = " ".join(readme.split())
+    step = t["attnlab"]["step_ms"] / t["sdpa"]["step_ms"]
+    prefill = gen["attnlab"]["prefill_ms"] / gen["sdpa"]["prefill_ms"]
+    decode = gen["attnlab"]["decode_tokens_per_s"] / gen["sdpa"]["decode_tokens_per_s"]
+    assert re.search(rf"training step at 8K tokens takes {step:.3f}× the time of transformers' SDPA \(hf run 10", text)
+    assert f"32K-token prefill {prefill:.3f}×" in text
+    assert f"gives {decode:.1f}× SDPA's tokens/s" in text
