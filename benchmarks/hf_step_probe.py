@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import hf as hfbench  # noqa: E402  (benchmarks/hf.py: the model and its config)
 
+from attnlab._cliargs import FORCE_HELP, output_file, write_text  # noqa: E402
 from attnlab.gpu import prefill_gluon_bwd  # noqa: E402
 from attnlab.integrations import hf  # noqa: E402
 
@@ -216,12 +217,24 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seq", type=int, default=8192, help="training tokens (default 8192)")
     p.add_argument("--json", default=None, help="write the results here")
+    p.add_argument("--force", action="store_true", help=FORCE_HELP)
     p.add_argument("--phases", nargs="+", choices=PHASES, default=[x for x in PHASES if x != "pair"],
                    help="what to run (default: all but pair)")
     args = p.parse_args(argv)
+    try:
+        json_path = output_file(args.json, option="--json", force=args.force) if args.json else None
+    except ValueError as e:
+        p.error(str(e))
     if not torch.cuda.is_available():
         print("hf_step_probe.py times GPU kernels: it needs a CUDA GPU", file=sys.stderr)
         return 2
+    written = []
+
+    def save(out: dict) -> None:  # after the step phases, then again at the end: the file is ours by then
+        if json_path is not None:
+            write_text(json_path, json.dumps(out, indent=1), option="--json", force=args.force or bool(written))
+            written.append(True)
+
     if args.phases == ["pair"]:
         pair(args.seq)
         return 0
@@ -250,15 +263,13 @@ def main(argv=None) -> int:
     if "variants" in args.phases:
         stamp("variants")
         variants_phase(model, step, out)
-    if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1))
+    save(out)
     if "replay" in args.phases:
         replay_phase(model, step, layers, args.seq, out)
     if "pair" in args.phases:
         pair(args.seq)
     stamp("done")
-    if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1))
+    save(out)
     return 0
 
 

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,3 +50,22 @@ def test_readme_quotes_run_10():
     assert re.search(rf"training step at 8K tokens takes {step:.3f}× the time of transformers' SDPA \(hf run 10", text)
     assert f"32K-token prefill {prefill:.3f}×" in text
     assert f"gives {decode:.1f}× SDPA's tokens/s" in text
+
+
+def test_step_probe_refuses_what_it_cannot_do(tmp_path):
+    """benchmarks/hf_step_probe.py: an existing output file stops it before any work (kept as it was);
+    without a GPU it says it needs one."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("on a GPU the probe would run")
+    script = ROOT / "benchmarks" / "hf_step_probe.py"
+
+    def run(*args):
+        return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300)
+
+    kept = tmp_path / "probe.json"
+    kept.write_text("mine")
+    r = run("--json", str(kept))
+    assert r.returncode == 2 and "exists" in r.stderr and kept.read_text() == "mine"
+    r = run("--phases", "pair")
+    assert r.returncode == 2 and "needs a CUDA GPU" in r.stderr
