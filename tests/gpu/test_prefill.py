@@ -280,6 +280,24 @@ def test_dq_atomics_into_the_model_layout():
         torch.testing.assert_close(a, b, rtol=2e-3, atol=2e-3)
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "model"])
+@pytest.mark.parametrize("scale", [1.0, 0.125])
+def test_store_dq_writes_the_scaled_sum_in_any_layout(layout, scale):
+    """``store_dq``: the float32 accumulator, scaled, into a bfloat16 gradient of either layout; the
+    values are the accumulator's times the scale, rounded once."""
+    from attnlab.gpu.prefill_bwd import store_dq
+
+    gen = torch.Generator(device=DEV).manual_seed(8)
+    B, H, N, D = 2, 3, 37, 32
+    acc = torch.randn(B, H, N, D, device=DEV, generator=gen)
+    dq = torch.full((B, H, N, D), float("nan"), dtype=torch.bfloat16, device=DEV)
+    if layout == "model":
+        dq = torch.full((B, N, H, D), float("nan"), dtype=torch.bfloat16, device=DEV).transpose(1, 2)
+    store_dq(acc, dq, scale=scale)
+    assert torch.equal(dq, (acc * scale).to(torch.bfloat16))
+    assert (dq.is_contiguous() if layout == "contiguous" else dq.transpose(1, 2).is_contiguous())
+
+
 def test_fake_outputs_have_the_real_layouts():
     """torch.compile plans with the registered ops' fake outputs: their strides must be those the
     kernels' launchers really allocate (else compiled code would read the output wrongly)."""

@@ -65,15 +65,16 @@ def kernel_config(head_dim: int, *, batch_heads: int = 1, sms: int = 132, page_s
     """The configuration for ``head_dim``, B·Hkv = ``batch_heads`` and a contiguous (``page_size`` None)
     or paged cache, as measured on an H200 (benchmarks/NOTES-decode.md).
 
-    A contiguous cache (D <= 128) takes ``large`` at every batch: a program that keeps twice the bytes in flight
-    streams faster. At B = 16 (run 3): 3.84–4.56 against 3.60–4.51 TB/s for the small config; at B = 1,
-    each at its best split count (decode-host run 2, CUDA graphs): 40.0 against 40.8 µs (32/8 heads, 32K
-    keys), 14.3 against 16.6 (64/8, 8K), 20.6 against 22.8 (28/4, 20,000), and in run 4's config sweep
-    2.72–4.44 against 2.59–4.41 TB/s at 32/32 heads. A paged cache, and D = 256 (not measured at small
-    batches), take ``large`` once B·Hkv >= sms / 2 if the pages hold whole large tiles, else ``small``: with 64-key pages every key of a large tile
-    needs its own page id, and the large config ran at 3.40–4.07 TB/s against the small one's
-    3.63–4.45 at B = 16, and at 1.79–3.99 against 2.55–4.43 at B = 1 (32/32 heads). The interpreter uses
-    16-key tiles (many tiles on small test shapes) and one stage."""
+    A contiguous cache (D <= 128) takes ``large`` at every batch: a program that keeps twice the bytes
+    in flight streams faster. At B = 16 (run 3): 3.84–4.56 against 3.60–4.51 TB/s for the small config;
+    at B = 1, each at its best split count (decode-host run 2, CUDA graphs): 40.0 against 40.8 µs (32/8
+    heads, 32K keys), 14.3 against 16.6 (64/8, 8K), 20.6 against 22.8 (28/4, 20,000), and in run 4's
+    config sweep 2.72–4.44 against 2.59–4.41 TB/s at 32/32 heads. A paged cache, and D = 256 (not
+    measured at small batches), take ``large`` once B·Hkv >= sms / 2 if the pages hold whole large
+    tiles, else ``small``: with 64-key pages every key of a large tile needs its own page id, and the
+    large config ran at 3.40–4.07 TB/s against the small one's 3.63–4.45 at B = 16, and at 1.79–3.99
+    against 2.55–4.43 at B = 1 (32/32 heads). The interpreter uses 16-key tiles (many tiles on small
+    test shapes) and one stage."""
     if interpret_mode():
         return DecodeConfig(block_n=16, block_d=triton.next_power_of_2(head_dim), num_stages=1)
     cfgs = decode_configs(head_dim)

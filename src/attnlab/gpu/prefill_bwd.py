@@ -99,8 +99,13 @@ def store_dq(dq_acc: torch.Tensor, dq: torch.Tensor, scale: float = 1.0) -> None
     time. Where dq is laid out as a model's (B, Nq, H, D) projection, ``dq.copy_(dq_acc)`` would run
     PyTorch's general strided copy; and a kernel that adds unscaled products scales the sum here once."""
     B, H, Nq, D = dq.shape
-    if dq.stride(-1) != 1 or B * H * Nq == 0 or (scale == 1.0 and dq.is_contiguous()):
+    if B * H * Nq == 0:
+        return
+    if dq.stride(-1) != 1:  # (a caller's own dq; the launchers allocate none such)
         dq.copy_(dq_acc if scale == 1.0 else dq_acc * scale)
+        return
+    if scale == 1.0 and dq.is_contiguous():
+        dq.copy_(dq_acc)
         return
     BLOCK_M = 64 if dq.is_cuda else 16
     _dq_store[(triton.cdiv(Nq, BLOCK_M), B * H)](dq_acc, dq, float(scale), H, Nq, *_s3(dq), HEAD_D=D, BLOCK_M=BLOCK_M,
