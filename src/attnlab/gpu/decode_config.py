@@ -103,7 +103,8 @@ def decode_config_for(q, k_cache, block_table=None) -> DecodeConfig:
 
 def _config_for(dims, device) -> DecodeConfig:
     """With the same config (and split count) a paged cache gives the contiguous cache's output to the
-    last bit; at B·Hkv >= SMs/2 a cache paged in pages smaller than the large tile takes the small one."""
+    last bit; but a paged cache takes the small config below B·Hkv = SMs/2, or in pages smaller than
+    the large tile, where a contiguous one takes the large config (``kernel_config``)."""
     return kernel_config(dims.D, batch_heads=dims.B * dims.Hkv, sms=_device_sms(device), page_size=dims.page_size)
 
 
