@@ -218,7 +218,7 @@ def _stride_order(x):
 def test_empty_like_layout_follows_the_strides(shape):
     """Outputs and gradients are laid out as their inputs: dimensions in the inputs' stride order,
     dense; a contiguous input gives a contiguous tensor, a broadcast dimension goes outermost."""
-    from attnlab.gpu.prefill_fwd import empty_like_layout
+    from attnlab.gpu.layout import empty_like_layout
 
     B, H, N, D = shape
     base = torch.empty(B, N, H, D)
@@ -285,7 +285,7 @@ def test_dq_atomics_into_the_model_layout():
 def test_store_dq_writes_the_scaled_sum_in_any_layout(layout, scale):
     """``store_dq``: the float32 accumulator, scaled, into a bfloat16 gradient of either layout; the
     values are the accumulator's times the scale, rounded once."""
-    from attnlab.gpu.prefill_bwd import store_dq
+    from attnlab.gpu.layout import store_dq
 
     gen = torch.Generator(device=DEV).manual_seed(8)
     B, H, N, D = 2, 3, 37, 32

@@ -7,6 +7,7 @@
     prefill_bwd     FlashAttention-2 backward kernels (dK/dV, dQ) and their launcher ``prefill_backward``
     prefill_gluon_bwd  the Hopper backward in Gluon (one pass: a TMA loader warp, two consumer warp groups,
                     dQ by TMA bulk reductions), which ``prefill_backward`` runs where the table says
+    layout          the outputs' and gradients' memory order (their inputs'), and dQ's store into it
     prefill         the two as a differentiable operator: ``flash_attention_triton``
     decode_kernels  Flash-Decoding split and merge kernels
     decode          their configurations, split count and launcher: ``flash_decode_triton``

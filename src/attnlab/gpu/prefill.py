@@ -59,7 +59,8 @@ def _flash_attn_fwd(q, k, v, left, right, scale, softcap, slopes, deterministic)
 
 @_flash_attn_fwd.register_fake
 def _(q, k, v, left, right, scale, softcap, slopes, deterministic):
-    from .prefill_fwd import _last_dim_contiguous, empty_like_layout
+    from .layout import empty_like_layout
+    from .prefill_fwd import _last_dim_contiguous
 
     B, H, Nq, _ = q.shape  # the output laid out as q is, as the kernel's launcher makes it
     return empty_like_layout(_last_dim_contiguous(q), (B, H, Nq, v.shape[-1])), q.new_empty((B, H, Nq), dtype=torch.float32)
@@ -73,7 +74,8 @@ def _flash_attn_varlen_fwd(q, k, v, cu_q, cu_k, max_q, max_k, left, right, scale
 
 @_flash_attn_varlen_fwd.register_fake
 def _(q, k, v, cu_q, cu_k, max_q, max_k, left, right, scale, softcap, slopes, deterministic):
-    from .prefill_fwd import _last_dim_contiguous, empty_like_layout
+    from .layout import empty_like_layout
+    from .prefill_fwd import _last_dim_contiguous
 
     total_q, H, _ = q.shape
     return empty_like_layout(_last_dim_contiguous(q), (total_q, H, v.shape[-1])), q.new_empty((H, total_q), dtype=torch.float32)
@@ -98,14 +100,16 @@ def _flash_attn_varlen_bwd(dout, q, k, v, out, lse, dlse, cu_q, cu_k, max_q, max
 
 @_flash_attn_bwd.register_fake
 def _(dout, q, k, v, out, lse, dlse, *variants):
-    from .prefill_fwd import _last_dim_contiguous, empty_like_layout
+    from .layout import empty_like_layout
+    from .prefill_fwd import _last_dim_contiguous
 
     return tuple(empty_like_layout(_last_dim_contiguous(t)) for t in (q, k, v))  # laid out as the inputs, as the launcher makes them
 
 
 @_flash_attn_varlen_bwd.register_fake
 def _(dout, q, k, v, out, lse, dlse, *varlen_and_variants):
-    from .prefill_fwd import _last_dim_contiguous, empty_like_layout
+    from .layout import empty_like_layout
+    from .prefill_fwd import _last_dim_contiguous
 
     return tuple(empty_like_layout(_last_dim_contiguous(t)) for t in (q, k, v))
 

@@ -31,6 +31,7 @@ import triton.language as tl
 
 from .._runtime import LOG2E
 from .config import BwdConfig, default_bwd_config, next_pow2, tma_ok, varlen_bounds, varlen_grid
+from .layout import empty_like_layout, store_dq
 from .prefill_fwd import (
     _key_range,
     _last_dim_contiguous,
@@ -39,7 +40,6 @@ from .prefill_fwd import (
     _score_mod,
     _varlen_block,
     _varlen_seq,
-    empty_like_layout,
     packed_as_bhnd,
     variant_args,
 )
@@ -75,41 +75,6 @@ def _attn_bwd_prep(O, DO, LSE, DLSE, DELTA, LSE2,
     lse2 = tl.where(lse == float("-inf"), float("inf"), lse * _LOG2E)
     tl.store(DELTA + row, delta, mask=row_ok)
     tl.store(LSE2 + row, lse2, mask=row_ok)
-
-
-@triton.jit
-def _dq_store(SRC, DST, scale, H, Nq, stride_db, stride_dh, stride_dn,
-              HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
-    """DST (B, H, Nq, D) in its dtype and layout <- scale · SRC, SRC the same (B, H, Nq, D) contiguous in float32."""
-    pid_m = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    ok = (offs_m[:, None] < Nq) & (offs_d[None, :] < HEAD_D)
-    x = tl.load(SRC + (bh.to(tl.int64) * Nq + offs_m[:, None]) * HEAD_D + offs_d[None, :], mask=ok)
-    tl.store(DST + b.to(tl.int64) * stride_db + h.to(tl.int64) * stride_dh + offs_m[:, None].to(tl.int64) * stride_dn
-             + offs_d[None, :], (x * scale).to(DST.dtype.element_ty), mask=ok)
-
-
-def store_dq(dq_acc: torch.Tensor, dq: torch.Tensor, scale: float = 1.0) -> None:
-    """dq (B, H, Nq, D), any layout with unit stride along D, <- ``scale`` · dq_acc, the float32
-    accumulator of the same shape, contiguous: one read and one write of each element, whole rows at a
-    time. Where dq is laid out as a model's (B, Nq, H, D) projection, ``dq.copy_(dq_acc)`` would run
-    PyTorch's general strided copy; and a kernel that adds unscaled products scales the sum here once."""
-    B, H, Nq, D = dq.shape
-    if B * H * Nq == 0:
-        return
-    if dq.stride(-1) != 1:  # (a caller's own dq; the launchers allocate none such)
-        dq.copy_(dq_acc if scale == 1.0 else dq_acc * scale)
-        return
-    if scale == 1.0 and dq.is_contiguous():
-        dq.copy_(dq_acc)
-        return
-    BLOCK_M = 64 if dq.is_cuda else 16
-    _dq_store[(triton.cdiv(Nq, BLOCK_M), B * H)](dq_acc, dq, float(scale), H, Nq, *_s3(dq), HEAD_D=D, BLOCK_M=BLOCK_M,
-                                                 BLOCK_D=next_pow2(max(D, 16)), num_warps=4)
 
 
 # -- dK, dV (key/value block outer) -------------------------------------------------------------

@@ -34,6 +34,7 @@ from .config import (
     varlen_bounds,
     varlen_grid,
 )
+from .layout import empty_like_layout
 
 _LN2 = tl.constexpr(LN2)  # a jit function reads module globals only as constexprs
 _LOG2E = tl.constexpr(LOG2E)
@@ -345,24 +346,6 @@ def _attn_fwd(Q, K, V, O, LSE,  # pointers, or tensor descriptors (B, H|Hkv, N, 
 
 def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
-
-
-def empty_like_layout(x: torch.Tensor, shape=None, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """An uninitialised dense tensor of ``shape`` (default: x's) on x's device whose dimensions lie in memory
-    in the order x's do: largest stride outermost, a broadcast (stride-0) dimension outermost, ties in
-    index order. A model's (B, N, H, D) projections seen as (B, H, N, D) thus get their output and
-    gradients in that layout too, and the model's transpose back and reshape to (B, N, H·D) are views, not
-    copies (cuDNN's SDPA lays out its output the same way). Contiguous inputs give contiguous tensors."""
-    shape = tuple(x.shape) if shape is None else tuple(shape)
-    strides = x.stride()
-    order = sorted(range(x.dim()), key=lambda i: (-strides[i] if strides[i] else -float("inf"), i))
-    if order == list(range(x.dim())):
-        return torch.empty(shape, device=x.device, dtype=dtype or x.dtype)
-    t = torch.empty([shape[i] for i in order], device=x.device, dtype=dtype or x.dtype)
-    inverse = [0] * len(order)
-    for pos, i in enumerate(order):
-        inverse[i] = pos
-    return t.permute(inverse)
 
 
 def packed_as_bhnd(x: torch.Tensor) -> torch.Tensor:

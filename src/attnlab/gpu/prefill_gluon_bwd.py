@@ -586,7 +586,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         HEAD_D=D, STAGES=stages, CAUSAL=causal_off is not None, CONSUMER_REGS=consumer_regs, DQ_SPLIT=dq_split,
         DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, HEADS_FIRST=heads_first, DQ_LAG=dq_lag,
         ABLATE=_ablate, ALIBI=slopes is not None, num_warps=4)
-    from .prefill_bwd import store_dq
+    from .layout import store_dq
 
     store_dq(dq_acc, dq, scale=scale)  # the kernel adds dS K unscaled: one multiply per element, not per key block
 
