@@ -382,8 +382,10 @@ def replay_phase(model, step, layers, seq, out):
 
 def pair(seq: int, calls: int = 5):
     """attnlab's and cuDNN's attention, forward and backward, alone on the step's shapes (the model's layout,
-    GQA), ``calls`` times each: something for a kernel profiler to catch, e.g.
-    ``ncu --kernel-name regex:"_attn_bwd_gluon_ws|flash_bprop" --launch-skip 3 --launch-count 2``."""
+    GQA), ``calls`` times each: something for a kernel profiler to catch, one kernel name per run (the
+    launch count covers every kernel the name matches), e.g. ``ncu --clock-control none --kernel-name
+    regex:_attn_bwd_gluon_ws --launch-skip 3 --launch-count 1 python benchmarks/hf_step_probe.py --phases
+    pair``, then the same with ``regex:flash_bprop`` for cuDNN's."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     import attnlab
