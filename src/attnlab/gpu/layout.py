@@ -62,8 +62,8 @@ def store_dq(dq_acc: torch.Tensor, dq: torch.Tensor, scale: float = 1.0) -> None
         dq.copy_(dq_acc)
         return
     BLOCK_M = 64 if dq.is_cuda else 16
-    _dq_store[(triton.cdiv(Nq, BLOCK_M), B * H)](dq_acc, dq, float(scale), H, Nq, dq.stride(0), dq.stride(1), dq.stride(2), HEAD_D=D, BLOCK_M=BLOCK_M,
-                                                 BLOCK_D=next_pow2(max(D, 16)), num_warps=4)
+    _dq_store[(triton.cdiv(Nq, BLOCK_M), B * H)](dq_acc, dq, float(scale), H, Nq, *dq.stride()[:3], HEAD_D=D,
+                                                 BLOCK_M=BLOCK_M, BLOCK_D=next_pow2(max(D, 16)), num_warps=4)
 
 
 __all__ = ["empty_like_layout", "store_dq"]
