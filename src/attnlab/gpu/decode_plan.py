@@ -21,7 +21,7 @@ import triton
 
 from .._runtime import LOG2E, interpret_mode
 from .decode_config import DecodeConfig, _config_for, choose_num_splits, streamed_keys
-from .decode_kernels import _decode_merge_kernel, _decode_split_kernel
+from .decode_kernels import _decode_merge_kernel, _decode_split_kernel, merge_blocks
 from .launch import Launcher, current_stream, same_specialisation, tensor_key
 
 _COUNTERS: dict = {}
@@ -110,7 +110,7 @@ class DecodePlan:
         self.counters_ptr = self.counters.data_ptr()
         self.scratch = None
         self.tail = [*self.q_args, *k_strides, *v_strides, *self.mid_args, capacity, dims.num_pages or 1, S,
-                     *self.const_args, self.merge, *self.end_args]
+                     *self.const_args, self.merge, *self.end_args, *merge_blocks(S, cfg.block_d)]
         assert len(self.tail) + 11 == len(_decode_split_kernel.arg_names)
         self.split = Launcher(_decode_split_kernel, (S, Hkv, B), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         if self.merge == 1:
