@@ -41,7 +41,7 @@ def merge_blocks(num_splits: int, block_d: int) -> tuple[int, int]:
     """The fused merge's ``LSE_BLOCK`` (the split count rounded up to a power of two: a row's lse in one
     load) and ``O_CHUNK`` (splits per tile of partial outputs, at most ``MERGE_TILE // block_d``: two rows'
     tiles stay within 64 registers per thread at 4 warps)."""
-    lse_block = triton.next_power_of_2(max(int(num_splits), 1))
+    lse_block = 1 << (max(int(num_splits), 1) - 1).bit_length()
     return lse_block, min(lse_block, max(1, MERGE_TILE // block_d))
 
 

@@ -8,21 +8,19 @@ the grid, the scalar arguments, the buffers, and the kernels' ``Launcher``s. ``p
 call's signature; ``run_planned`` runs a kept plan with no checks and no binding; ``decode_fn`` makes
 a plan for a checked call, runs it, and keeps it. A cache that grows by a few keys per step
 (transformers' DynamicCache) changes only the capacity: its plan is derived from the plan of the
-same cache one size smaller (``DecodePlan.resized``) instead of being made from scratch.
+same cache one size smaller (``DecodePlan.resized``) instead of being made from scratch: while the
+split count stays, that is a copy with new strides and capacity, sharing the compiled kernels.
 """
 
 from __future__ import annotations
-
-import copy
-from dataclasses import replace
 
 import torch
 import triton
 
 from .._runtime import LOG2E, interpret_mode
-from .decode_config import DecodeConfig, _config_for, choose_num_splits, streamed_keys
+from .decode_config import DecodeConfig, _config_for, choose_num_splits, model_seq, streamed_keys
 from .decode_kernels import _decode_merge_kernel, _decode_split_kernel, merge_blocks
-from .launch import Launcher, current_stream, same_specialisation, tensor_key
+from .launch import Launcher, current_stream, ints_alike, same_specialisation, tensor_key
 
 _COUNTERS: dict = {}
 _SPARE: dict = {}
@@ -52,7 +50,8 @@ class DecodePlan:
     device, the variant, the split count, the configuration — computed once: the grid, the scalar
     arguments, the output and partial shapes, and the kernels' ``Launcher``s (which, after their first
     launch, skip Triton's per-call argument binding). Calling it with tensors of that signature
-    allocates the outputs and launches."""
+    allocates the outputs and launches. ``capacity`` is the cache capacity the plan is for; a resized
+    plan keeps its first plan's ``dims`` (the capacity aside, the same)."""
 
     def __init__(self, q, k_cache, v_cache, dims, *, cache_seqlens, block_table, num_splits: int | None, mask,
                  scale: float, softcap: float | None, slopes, config: DecodeConfig | None):
@@ -87,7 +86,29 @@ class DecodePlan:
             cfg.block_n, cfg.block_d, self.paged, mask.left >= 0, mask.right >= 0, softcap is not None,
             slopes is not None]
         self.end_args = [dev.type == "cpu", cfg.evict, self.has_seqlens]  # DOT_F32, EVICT, HAS_SEQLENS
+        self.capacity_at = len(self.q_args) + 8 + len(self.mid_args)  # where the capacity sits in ``tail``
+        self.split_memo: dict[int, int] = {}  # the split model's counts, shared with the resized plans
         self._size(dims.capacity, k_cache.stride(), v_cache.stride())
+
+    def _splits_for(self, capacity: int) -> int:
+        """The split count for a cache of ``capacity`` keys: the caller's, or the split model's for the keys
+        the call streams (kept per ``model_seq`` of them on a GPU, where the model is evaluated there), and
+        never more than one split per tile of keys."""
+        cfg, mask = self.cfg, self.mask
+        B, H, Nq, D = self.shape
+        keys = capacity if mask.left < 0 else streamed_keys(capacity=capacity, queries=Nq, mask=mask)
+        num_splits = self.user_splits
+        if num_splits is None:
+            memo_key = model_seq(keys) if self.on_cuda else keys
+            num_splits = self.split_memo.get(memo_key)
+            if num_splits is None:
+                num_splits = self.split_memo[memo_key] = choose_num_splits(
+                    batch=B, kv_heads=self.dims.Hkv, seq=keys, head_dim=D, device=self.device, config=cfg)
+        # the streamed keys start in the tile holding the first of them: at most one tile more than they fill
+        tiles = -(-capacity // cfg.block_n)
+        if mask.left >= 0:
+            tiles = min(tiles, -(-keys // cfg.block_n) + 1)
+        return max(1, min(num_splits, tiles))
 
     def _size(self, capacity: int, k_strides: tuple, v_strides: tuple) -> None:
         """What depends on the cache's capacity: the split count, the merge, the scalar arguments,
@@ -95,16 +116,8 @@ class DecodePlan:
         dims, cfg = self.dims, self.cfg
         B, H, Nq, D = self.shape
         Hkv = dims.Hkv
-        keys = streamed_keys(capacity=capacity, queries=Nq, mask=self.mask)
-        num_splits = self.user_splits
-        if num_splits is None:
-            num_splits = choose_num_splits(batch=B, kv_heads=Hkv, seq=keys, head_dim=D, device=self.device,
-                                           config=cfg)
-        # the streamed keys start in the tile holding the first of them: at most one tile more than they fill
-        tiles = triton.cdiv(capacity, cfg.block_n)
-        if self.mask.left >= 0:
-            tiles = min(tiles, triton.cdiv(keys, cfg.block_n) + 1)
-        self.num_splits = S = max(1, min(num_splits, tiles))
+        self.capacity = capacity
+        self.num_splits = S = self._splits_for(capacity)
         self.merge = 0 if S == 1 else (2 if cfg.fused_merge else 1)
         self.counters = _counters(self.device, B * Hkv) if self.merge == 2 else self.spare
         self.counters_ptr = self.counters.data_ptr()
@@ -121,10 +134,26 @@ class DecodePlan:
     def resized(self, k_cache, v_cache) -> DecodePlan:
         """This plan for a contiguous cache of another capacity (``k_cache``, ``v_cache``: (B, Hkv, L, D)
         contiguous, the plan's B, Hkv, D, dtype and device — ``family_key`` says so): a cache that
-        grows step by step needs no new checks and no new plan from scratch."""
+        grows step by step needs no new checks and no new plan from scratch.
+
+        Where the split count stays (on a GPU the split model moves only every ~3 % of growth,
+        ``model_seq``), only the cache's strides and capacity change among the kernel's arguments: the
+        new plan shares this one's launchers, compiled kernels and split buffers, unless a changed
+        integer specialises the kernel differently. Otherwise the capacity's part is made again
+        (``_size``), reusing the compiled kernel where the arguments specialise as before."""
         capacity = k_cache.shape[2]
-        plan = copy.copy(self)
-        plan.dims = replace(self.dims, capacity=capacity)
+        plan = DecodePlan.__new__(DecodePlan)  # a shallow copy (copy.copy's machinery costs µs here)
+        plan.__dict__.update(self.__dict__)
+        if self._splits_for(capacity) == self.num_splits:
+            tail = self.tail.copy()
+            i, c = len(self.q_args), self.capacity_at
+            new = (*k_cache.stride(), *v_cache.stride(), capacity)
+            tail[i:i + 8] = new[:8]
+            tail[c] = capacity
+            plan.tail, plan.capacity = tail, capacity
+            if not ints_alike((*self.tail[i:i + 8], self.capacity), new):
+                plan.split = Launcher(_decode_split_kernel, self.split.grid, **self.split.options)
+            return plan
         plan._size(capacity, k_cache.stride(), v_cache.stride())
         if plan.num_splits == self.num_splits:
             plan.scratch = self.scratch  # the same shapes, the same stream

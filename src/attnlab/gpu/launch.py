@@ -110,6 +110,16 @@ def same_specialisation(kernel, args: list, other: list) -> bool:
     return True
 
 
+def ints_alike(args: list, other: list) -> bool:
+    """Whether two lists of int arguments (not constexprs) specialise a kernel alike, element by element."""
+    if len(args) != len(other):
+        return False
+    for a, b in zip(args, other):
+        if a != b and _int_spec(a) != _int_spec(b):
+            return False
+    return True
+
+
 _CONSTEXPRS: dict = {}
 
 
@@ -172,4 +182,4 @@ class Launcher:
                 _SHARED[key] = compiled
 
 
-__all__ = ["Launcher", "current_stream", "same_specialisation", "tensor_key"]
+__all__ = ["Launcher", "current_stream", "ints_alike", "same_specialisation", "tensor_key"]
