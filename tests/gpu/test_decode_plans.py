@@ -228,6 +228,30 @@ def test_a_growing_cache_resizes_its_plan():
         _same(got, _fresh(q, k, v, window=(40, 0)))
 
 
+def test_a_growing_cache_shares_its_launchers_and_buffers_while_the_split_count_stays():
+    """With the split count fixed, each step's plan is a copy with the new strides and capacity: one split
+    buffer for them all, and one launcher per specialisation of the changed integers (the capacity 80
+    divides by 16, its neighbours do not: two launchers over 70..89 keys), each step's answer the checked
+    call's."""
+    from attnlab.gpu import decode_plan
+
+    q, k, v = _cache(L=70)
+    decode.clear_plans()
+    decode.flash_decode_triton(q, k, v, num_splits=2)
+    wants = []
+    for _ in range(19):
+        k = torch.cat([k, torch.randn(B, HKV, 1, D, dtype=k.dtype, device=DEV)], dim=2)
+        v = torch.cat([v, torch.randn(B, HKV, 1, D, dtype=v.dtype, device=DEV)], dim=2)
+        wants.append((decode.flash_decode_triton(q, k, v, num_splits=2), q, k, v))
+    plans = list(decode_plan._PLANS.values())
+    assert [p.capacity for p in plans] == list(range(70, 90)) and {p.num_splits for p in plans} == {2}
+    assert len({id(p.scratch) for p in plans}) == 1 and plans[0].scratch is not None
+    assert len({id(p.split) for p in plans}) == 2
+    assert {p.capacity % 16 == 0 for p in plans if p.split is plans[10].split} == {True}  # 80's launcher
+    for got, q, k, v in wants:
+        _same(got, _fresh(q, k, v, num_splits=2))
+
+
 def test_a_resized_plan_still_refuses_what_the_checks_refuse():
     q, k, v = _cache()
     decode.clear_plans()

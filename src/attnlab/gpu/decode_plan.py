@@ -20,7 +20,7 @@ import triton
 from .._runtime import LOG2E, interpret_mode
 from .decode_config import DecodeConfig, _config_for, choose_num_splits, model_seq, streamed_keys
 from .decode_kernels import _decode_merge_kernel, _decode_split_kernel, merge_blocks
-from .launch import Launcher, current_stream, ints_alike, same_specialisation, tensor_key
+from .launch import Launcher, current_stream, int_specs, ints_alike, same_specialisation, tensor_key
 
 _COUNTERS: dict = {}
 _SPARE: dict = {}
@@ -88,6 +88,7 @@ class DecodePlan:
         self.end_args = [dev.type == "cpu", cfg.evict, self.has_seqlens]  # DOT_F32, EVICT, HAS_SEQLENS
         self.capacity_at = len(self.q_args) + 8 + len(self.mid_args)  # where the capacity sits in ``tail``
         self.split_memo: dict[int, int] = {}  # the split model's counts, shared with the resized plans
+        self.launcher_memo: dict = {}  # (splits, the strides' and capacity's specialisation) -> Launcher, shared too
         self._size(dims.capacity, k_cache.stride(), v_cache.stride())
 
     def _splits_for(self, capacity: int) -> int:
@@ -125,7 +126,11 @@ class DecodePlan:
         self.tail = [*self.q_args, *k_strides, *v_strides, *self.mid_args, capacity, dims.num_pages or 1, S,
                      *self.const_args, self.merge, *self.end_args, *merge_blocks(S, cfg.block_d)]
         assert len(self.tail) + 11 == len(_decode_split_kernel.arg_names)
-        self.split = Launcher(_decode_split_kernel, (S, Hkv, B), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        spec = (S, int_specs((*k_strides, *v_strides, capacity)))
+        self.split = self.launcher_memo.get(spec)
+        if self.split is None:
+            self.split = self.launcher_memo[spec] = Launcher(_decode_split_kernel, (S, Hkv, B), num_warps=cfg.num_warps,
+                                                             num_stages=cfg.num_stages)
         if self.merge == 1:
             self.merge_tail = [H * Nq * D, Nq * D, D, 1, H, D, S, Nq, triton.next_power_of_2(S), cfg.block_d]
             self.merge_launch = Launcher(_decode_merge_kernel, (B * H * Nq, 1, 1), num_warps=4 if D >= 128 else 2,
@@ -152,13 +157,20 @@ class DecodePlan:
             tail[c] = capacity
             plan.tail, plan.capacity = tail, capacity
             if not ints_alike((*self.tail[i:i + 8], self.capacity), new):
-                plan.split = Launcher(_decode_split_kernel, self.split.grid, **self.split.options)
+                # e.g. a capacity that stops (or starts) dividing by 16: the launcher of that specialisation
+                spec = (self.num_splits, int_specs(new))
+                split = self.launcher_memo.get(spec)
+                if split is None:
+                    split = self.launcher_memo[spec] = Launcher(_decode_split_kernel, self.split.grid,
+                                                                **self.split.options)
+                plan.split = split
             return plan
         plan._size(capacity, k_cache.stride(), v_cache.stride())
         if plan.num_splits == self.num_splits:
             plan.scratch = self.scratch  # the same shapes, the same stream
         # the same compiled kernel where the arguments that changed specialise as before
-        if self.split.compiled is not None and same_specialisation(self.split.kernel, self.tail, plan.tail):
+        if self.split.compiled is not None and plan.split.compiled is None \
+                and same_specialisation(self.split.kernel, self.tail, plan.tail):
             plan.split.compiled = self.split.compiled
             if plan.merge == 1 and self.merge == 1 and self.merge_launch.compiled is not None \
                     and same_specialisation(self.merge_launch.kernel, self.merge_tail, plan.merge_tail):

@@ -110,6 +110,11 @@ def same_specialisation(kernel, args: list, other: list) -> bool:
     return True
 
 
+def int_specs(args) -> tuple:
+    """What Triton may specialise each of the int arguments ``args`` on (``_int_spec``), as one key."""
+    return tuple(_int_spec(a) for a in args)
+
+
 def ints_alike(args: list, other: list) -> bool:
     """Whether two lists of int arguments (not constexprs) specialise a kernel alike, element by element."""
     if len(args) != len(other):
@@ -182,4 +187,4 @@ class Launcher:
                 _SHARED[key] = compiled
 
 
-__all__ = ["Launcher", "current_stream", "ints_alike", "same_specialisation", "tensor_key"]
+__all__ = ["Launcher", "current_stream", "int_specs", "ints_alike", "same_specialisation", "tensor_key"]
