@@ -28,6 +28,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -221,6 +222,31 @@ def profile_miss(calls: int, top: int = 25) -> str:
     return buf.getvalue()
 
 
+def growing_row(shape, n: int) -> dict:
+    """Host µs per call of ``attnlab.flash_decode`` on a cache one key longer every call, as transformers'
+    DynamicCache hands it over (each call finds no plan of its own: the last one is resized), over the
+    last ``n - 20`` of ``n`` calls; no synchronisation inside the loop, so the host is timed as long as
+    the GPU's queue does not fill, and ``plan_stats`` says which path the calls took."""
+    from attnlab.gpu import decode
+
+    B, H, Hkv, L, D = shape
+    q = torch.randn(B, H, 1, D, dtype=torch.bfloat16, device="cuda")
+    caches = [torch.randn(B, Hkv, L + i, D, dtype=torch.bfloat16, device="cuda") for i in range(n)]
+    decode.clear_plans()
+    for kv in caches[:20]:
+        attnlab.flash_decode(q, kv, kv)
+    torch.cuda.synchronize()
+    before = decode.plan_stats()
+    t0 = time.perf_counter()
+    for kv in caches[20:]:
+        attnlab.flash_decode(q, kv, kv)
+    host = (time.perf_counter() - t0) / (n - 20) * 1e6
+    torch.cuda.synchronize()
+    after = decode.plan_stats()
+    return {"call": f"attnlab.flash_decode, a cache one key longer every call (B={B}, {H}/{Hkv}, from L={L + 20})",
+            "host_us": host, "resized": after["resized"] - before["resized"], "planned": after["plans"] - before["plans"]}
+
+
 def speed_rows(calls: int) -> list[dict]:
     rows = []
     for shape in SHAPES:
@@ -261,6 +287,15 @@ def sweep_rows() -> list[dict]:
                 us = graph_us(fn, calls=50)
                 rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "config": name, "config_key": list(cfg.key), "splits": S,
                              "picked": S == picked, "graph_us": us, "graph_tb_per_s": nbytes / us / 1e6})
+            # the same calls with the merge in a second kernel: what the fused merge costs, in the same run
+            kcfg = replace(cfg, fused_merge=False)
+            for S in sorted({16, 32, picked}):
+                def fn(q=q, k=k, v=v, S=S, cfg=kcfg):
+                    return decode.flash_decode_triton(q, k, v, num_splits=S, config=cfg)
+                us = graph_us(fn, calls=50)
+                rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "config": f"{name}, merge kernel",
+                             "config_key": list(kcfg.key), "fused_merge": False, "splits": S, "picked": S == picked,
+                             "graph_us": us, "graph_tb_per_s": nbytes / us / 1e6})
     return rows
 
 
@@ -317,17 +352,9 @@ def main(argv=None) -> int:
         from attnlab.gpu import decode
 
         rows = []
-        B, H, Hkv, L, D = TINY
-        q = torch.randn(B, H, 1, D, dtype=torch.bfloat16, device="cuda")
-        caches = [torch.randn(B, Hkv, L + i, D, dtype=torch.bfloat16, device="cuda") for i in range(300)]
-        for kv in caches[:20]:
-            attnlab.flash_decode(q, kv, kv)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for kv in caches[20:]:
-            attnlab.flash_decode(q, kv, kv)
-        rows.append({"call": "attnlab.flash_decode, a new plan every call (growing cache)",
-                     "host_us": (time.perf_counter() - t0) / 280 * 1e6})
+        for shape, n in ((TINY, 300), (SHAPES[0], 120)):
+            rows.append(growing_row(shape, n))
+            decode.clear_plans()
         result["host"] += rows
         decode.clear_plans()
         print(profile_miss(300))

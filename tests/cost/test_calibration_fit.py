@@ -128,6 +128,10 @@ def test_host_sweeps_read_the_batch_one_sweep(host_run):
     assert s["times_ms"]["16"] == pytest.approx(row["graph_us"] * 1e-3)
     named = {"sweep": [dict(row, config="whatever", config_key=[128, 64, 4, 3])]}  # the key wins over the name
     assert host_sweeps(named)[0]["config"] == [128, 64, 4, 3]
+    # a row timed with the merge in a second kernel is another kernel: left out, even at a timed split count
+    kernel_row = dict(row, config="large, merge kernel", config_key=list(LARGE), fused_merge=False, graph_us=1e6)
+    with_kernel = host_sweeps({"sweep": [*host_run["sweep"], kernel_row]})
+    assert with_kernel == sweeps
 
 
 def test_large_calibration_picks_at_batch_one(host_run):

@@ -65,9 +65,12 @@ def host_sweeps(result: Mapping) -> list[dict]:
     """The split sweep of a ``benchmarks/decode_host.py --sweep`` run (rows with a configuration, a split
     count and ``graph_us``) as split sweeps in the benchmark's format, one per shape and configuration.
     A row names its configuration by ``config_key`` or, in runs before that was recorded, by name
-    ("small", "large": block_n 64 or 128, halved above D = 128, block_d D's next power of two)."""
+    ("small", "large": block_n 64 or 128, halved above D = 128, block_d D's next power of two). Rows
+    timed with the merge in a second kernel (``fused_merge`` false) are left out."""
     groups: dict = {}
     for r in result.get("sweep", []):
+        if r.get("fused_merge") is False:  # the comparison rows with a separate merge kernel: another kernel
+            continue
         if r.get("config_key"):
             key = config_key(r["config_key"])
         else:

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One GPU call for the decode kernel's merge and the host path of a growing cache (lecture §8.4):
+# the decode GPU tests, then decode_host.py (host floors, eager against CUDA graphs, the batch-1 split
+# sweep with the merge kernel beside it, a cache one key longer every call), then transformers' model
+# (benchmarks/hf.py, no profiled step) unless HF=0. Run from the repository root on a CUDA machine; logs
+# and JSON go to $OUT/dh (default ./out-decode-host/dh). Each phase is cut off by `timeout`.
+set -uo pipefail
+export PYTHONPATH=src PYTHONUNBUFFERED=1
+OUT=${OUT:-out-decode-host}
+D="$OUT/dh"
+RUN=${RUN:-x}
+mkdir -p "$D"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv > "$D/gpu.txt" 2>&1
+python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' | tee -a "$D/gpu.txt"
+XDIST=""
+python3 -c 'import xdist' 2>/dev/null && XDIST="-n 8"
+t0=$(date +%s)
+timeout ${TEST_S:-150} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu/test_decode.py tests/gpu/test_decode_plans.py \
+    tests/gpu/test_decode_variants.py tests/gpu/test_launch.py tests/kvcache > "$D/tests.log" 2>&1
+echo "tests: exit $? in $(( $(date +%s) - t0 ))s"; tail -n 5 "$D/tests.log"
+t0=$(date +%s)
+timeout ${HOST_S:-240} python3 benchmarks/decode_host.py --sweep --profile --json "$D/decode-host-h200-run$RUN.json" \
+    --md "$D/decode-host-h200-run$RUN.md" > "$D/host.log" 2>&1
+echo "decode_host: exit $? in $(( $(date +%s) - t0 ))s"
+cat "$D/decode-host-h200-run$RUN.md" 2>/dev/null || tail -n 30 "$D/host.log"
+if [ "${HF:-1}" = 1 ]; then
+    t0=$(date +%s)
+    timeout ${HF_S:-150} python3 benchmarks/hf.py --no-profile --json "$D/hf-h200-run$RUN.json" > "$D/hf.log" 2>&1
+    echo "hf: exit $? in $(( $(date +%s) - t0 ))s"; tail -n 25 "$D/hf.log"
+fi
