@@ -285,17 +285,19 @@ def sweep_rows() -> list[dict]:
                 def fn(q=q, k=k, v=v, S=S, cfg=cfg):
                     return decode.flash_decode_triton(q, k, v, num_splits=S, config=cfg)
                 us = graph_us(fn, calls=50)
-                rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "config": name, "config_key": list(cfg.key), "splits": S,
-                             "picked": S == picked, "graph_us": us, "graph_tb_per_s": nbytes / us / 1e6})
-            # the same calls with the merge in a second kernel: what the fused merge costs, in the same run
-            kcfg = replace(cfg, fused_merge=False)
+                rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "config": name, "config_key": list(cfg.key),
+                             "fused_merge": cfg.fused_merge, "splits": S, "picked": S == picked, "graph_us": us,
+                             "graph_tb_per_s": nbytes / us / 1e6})
+            # the same calls with the other merge (the fused one, or the merge kernel), in the same run
+            ocfg = replace(cfg, fused_merge=not cfg.fused_merge)
             for S in sorted({16, 32, picked}):
-                def fn(q=q, k=k, v=v, S=S, cfg=kcfg):
+                def fn(q=q, k=k, v=v, S=S, cfg=ocfg):
                     return decode.flash_decode_triton(q, k, v, num_splits=S, config=cfg)
                 us = graph_us(fn, calls=50)
-                rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "config": f"{name}, merge kernel",
-                             "config_key": list(kcfg.key), "fused_merge": False, "splits": S, "picked": S == picked,
-                             "graph_us": us, "graph_tb_per_s": nbytes / us / 1e6})
+                rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D,
+                             "config": f"{name}, {'fused merge' if ocfg.fused_merge else 'merge kernel'}",
+                             "config_key": list(ocfg.key), "fused_merge": ocfg.fused_merge, "splits": S,
+                             "picked": S == picked, "graph_us": us, "graph_tb_per_s": nbytes / us / 1e6})
     return rows
 
 

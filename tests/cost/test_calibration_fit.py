@@ -48,7 +48,7 @@ def test_h200_calibrations_are_the_fit_to_the_recorded_runs(h200_runs, host_run)
     3 (its sweeps in both), the large config from run 3 (B = 16) and decode-host run 2 (B = 1)."""
     run2, run3 = h200_runs
     for key, runs in ((SMALL, [run2, run3]), (LARGE, [host_run, run3])):
-        got, want = fit_decode_calibration(runs, key), CALIBRATIONS["H200", key]
+        got, want = fit_decode_calibration(runs, key, fused_merge=True), CALIBRATIONS["H200", key]
         for f in FIELDS:
             assert getattr(got, f) == pytest.approx(getattr(want, f), rel=1e-3, abs=1e-9), (key, f)
         assert (got.programs_per_sm, got.config) == (want.programs_per_sm, want.config) == \
@@ -121,17 +121,19 @@ def test_calibrated_chooser_against_the_recorded_sweeps(h200_runs):
 def test_host_sweeps_read_the_batch_one_sweep(host_run):
     """decode_host.py's rows (configuration named "small"/"large", split count, µs) become one split
     sweep per shape and configuration, in the benchmark's format, with the configuration's key."""
-    sweeps = host_sweeps(host_run)
+    sweeps = host_sweeps(host_run, fused_merge=True)
     assert len(sweeps) == 6 and {tuple(s["config"]) for s in sweeps} == {SMALL, LARGE}
     s = next(s for s in sweeps if (s["Hkv"], s["L"], tuple(s["config"])) == (8, 32768, LARGE))
     row = next(r for r in host_run["sweep"] if (r["Hkv"], r["L"], r["config"], r["splits"]) == (8, 32768, "large", 16))
     assert s["times_ms"]["16"] == pytest.approx(row["graph_us"] * 1e-3)
     named = {"sweep": [dict(row, config="whatever", config_key=[128, 64, 4, 3])]}  # the key wins over the name
-    assert host_sweeps(named)[0]["config"] == [128, 64, 4, 3]
-    # a row timed with the merge in a second kernel is another kernel: left out, even at a timed split count
+    assert host_sweeps(named, fused_merge=True)[0]["config"] == [128, 64, 4, 3]
+    # the merge kernel's rows and the fused merge's are two kernels: each read only for its own merge
     kernel_row = dict(row, config="large, merge kernel", config_key=list(LARGE), fused_merge=False, graph_us=1e6)
-    with_kernel = host_sweeps({"sweep": [*host_run["sweep"], kernel_row]})
-    assert with_kernel == sweeps
+    mixed = {"sweep": [*host_run["sweep"], kernel_row]}
+    assert host_sweeps(mixed, fused_merge=True) == sweeps
+    assert host_sweeps(mixed) == [dict(B=1, H=32, Hkv=8, L=32768, D=128, config=list(LARGE), times_ms={"16": 1e3})]
+    assert host_sweeps(host_run) == []  # run 2 timed the fused merge only
 
 
 def test_large_calibration_picks_at_batch_one(host_run):
@@ -142,7 +144,7 @@ def test_large_calibration_picks_at_batch_one(host_run):
     run3 = json.loads((DATA / "decode-host-h200-run3.json").read_text())
     judged = {2: 0, 3: 0}
     for n, run in ((2, host_run), (3, run3)):
-        for s in host_sweeps(run):
+        for s in host_sweeps(run, fused_merge=True):
             if tuple(s["config"]) != LARGE:
                 continue
             times = {int(S): t for S, t in s["times_ms"].items()}

@@ -61,15 +61,16 @@ def decode_sweep_times(result: Mapping, sweep: Mapping) -> dict[int, float]:
 _HOST_BLOCK_N = {"small": 64, "large": 128}  # decode_host.py's configuration names at D <= 128 (4 warps, 3 stages)
 
 
-def host_sweeps(result: Mapping) -> list[dict]:
+def host_sweeps(result: Mapping, fused_merge: bool = False) -> list[dict]:
     """The split sweep of a ``benchmarks/decode_host.py --sweep`` run (rows with a configuration, a split
     count and ``graph_us``) as split sweeps in the benchmark's format, one per shape and configuration.
     A row names its configuration by ``config_key`` or, in runs before that was recorded, by name
-    ("small", "large": block_n 64 or 128, halved above D = 128, block_d D's next power of two). Rows
-    timed with the merge in a second kernel (``fused_merge`` false) are left out."""
+    ("small", "large": block_n 64 or 128, halved above D = 128, block_d D's next power of two). Only
+    rows of the merge ``fused_merge`` says (a row's own ``fused_merge``; rows without one, from runs
+    that timed nothing else, are of the fused merge) — the two merges are two kernels."""
     groups: dict = {}
     for r in result.get("sweep", []):
-        if r.get("fused_merge") is False:  # the comparison rows with a separate merge kernel: another kernel
+        if r.get("fused_merge", True) != fused_merge:  # runs before the field timed the fused merge only
             continue
         if r.get("config_key"):
             key = config_key(r["config_key"])
@@ -154,11 +155,13 @@ def _geomspace(a: float, b: float, n: int) -> list[float]:
     return out
 
 
-def fit_decode_calibration(results, config=None, *, dtype_bytes=2, smem_per_sm: int = SMEM_PER_SM) -> DecodeCalibration:
+def fit_decode_calibration(results, config=None, *, dtype_bytes=2, smem_per_sm: int = SMEM_PER_SM,
+                           fused_merge: bool = False) -> DecodeCalibration:
     """The ``DecodeCalibration`` of one kernel configuration (``(block_n, block_d, num_warps,
     num_stages)``; default: the last run's) fitted to every split-sweep point of that configuration in
     ``results`` (one benchmark run's dict or a list of them), each point the least time of its call in
-    its run (``decode_sweep_times``):
+    its run (``decode_sweep_times``); decode_host.py's batch-1 sweeps of the merge ``fused_merge`` says
+    (``host_sweeps``):
 
     * program_bw: the one-program probe of that configuration (the last run that has one), else the
       point with the fewest programs (the fastest of those);
@@ -182,7 +185,7 @@ def fit_decode_calibration(results, config=None, *, dtype_bytes=2, smem_per_sm: 
     program_bw = None
     for result in results:
         sms = result.get("environment", {}).get("sms", 132)
-        for s in [*result.get("sweeps", []), *host_sweeps(result)]:
+        for s in [*result.get("sweeps", []), *host_sweeps(result, fused_merge)]:
             if decode_run_config(result, s) != key:
                 continue
             for S, t in decode_sweep_times(result, s).items():

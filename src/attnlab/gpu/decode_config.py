@@ -30,14 +30,16 @@ class DecodeConfig:
     """One launch of the split kernel: ``block_n`` keys per tile, the head dim padded to ``block_d``,
     ``num_warps``, ``num_stages`` (the pipeliner keeps num_stages − 1 K/V tiles in flight), the K/V
     loads' cache policy ``evict`` ("" or "evict_first"), and ``fused_merge``: the group's last program
-    merges the splits (True) or a second kernel does (False)."""
+    merges the splits (True) or a second kernel does (False, the default: under CUDA graphs the second
+    kernel was faster at every batch-1 shape and split count measured, its merge running one program
+    per query row in parallel where the fused one waits for the last split and merges alone)."""
 
     block_n: int
     block_d: int
     num_warps: int = 4
     num_stages: int = 3
     evict: str = ""
-    fused_merge: bool = True
+    fused_merge: bool = False
 
     @property
     def key(self) -> tuple[int, int, int, int]:

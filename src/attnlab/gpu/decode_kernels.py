@@ -5,8 +5,7 @@
                            all Nq queries together — the G·Nq query rows (padded to 16) are the M
                            dimension of ``tl.dot``. It writes the split's normalised partial output
                            and its lse (float32); with S = 1 it writes the final output directly;
-                           with MERGE = 2 the group's last program to finish merges all splits,
-                           two query rows at a time (``merge_blocks`` sizes its tiles).
+                           with MERGE = 2 the group's last program to finish merges all splits.
     _decode_merge_kernel   grid (B·H·Nq,): out = Σ_s e^(lse_s − lse)·o_s with lse = log Σ_s e^lse_s.
 
 Query i of sequence b sits at position pos = cache_seqlens[b] − Nq + i (bottom-right). The variants
@@ -34,17 +33,6 @@ _LOG2E = tl.constexpr(LOG2E)
 _TWO_LOG2E = tl.constexpr(2 * LOG2E)
 
 
-MERGE_TILE = 4096  # float32 elements of one (splits, D) tile of partial outputs the fused merge loads per row
-
-
-def merge_blocks(num_splits: int, block_d: int) -> tuple[int, int]:
-    """The fused merge's ``LSE_BLOCK`` (the split count rounded up to a power of two: a row's lse in one
-    load) and ``O_CHUNK`` (splits per tile of partial outputs, at most ``MERGE_TILE // block_d``: two rows'
-    tiles stay within 64 registers per thread at 4 warps)."""
-    lse_block = 1 << (max(int(num_splits), 1) - 1).bit_length()
-    return lse_block, min(lse_block, max(1, MERGE_TILE // block_d))
-
-
 # -- kernels ---------------------------------------------------------------------------------------------
 
 
@@ -67,8 +55,6 @@ def _decode_split_kernel(
     HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, MERGE: tl.constexpr, DOT_F32: tl.constexpr,
     EVICT: tl.constexpr,  # cache policy of the K/V loads ("" or "evict_first": each byte is read once)
     HAS_SEQLENS: tl.constexpr,  # False: every sequence holds CAPACITY keys (SEQLENS is not read)
-    LSE_BLOCK: tl.constexpr,  # MERGE = 2: NUM_SPLITS rounded up to a power of two (one row's lse in one load)
-    O_CHUNK: tl.constexpr,  # MERGE = 2: splits per (splits, D) tile of partial outputs the merge loads
 ):
     split = tl.program_id(0)
     hkv = tl.program_id(1)
@@ -192,66 +178,25 @@ def _decode_split_kernel(
             cnt = COUNTERS + b * tl.num_programs(1) + hkv
             done = tl.atomic_add(cnt, 1, sem="acq_rel")
             if done == NUM_SPLITS - 1:
-                # -- ⊕ over the splits, two of the group's query rows at a time (its G·NQ rows are
-                # consecutive): a row's lse over all splits gives the final max and the weights at once,
-                # and its partial outputs are one (splits, D) tile, so nothing is rescaled split by split
-                # and the first tile's loads of both rows are in flight together
-                grp = (b * H + hkv * G).to(tl.int64) * NQ
-                offs_ls = tl.arange(0, LSE_BLOCK)
-                offs_c = tl.arange(0, O_CHUNK)
-                for r0 in range(0, G * NQ, 2):
-                    ra = grp + r0
-                    rb = ra + 1
-                    ok_b = r0 + 1 < G * NQ
-                    lse_a = tl.load(LSE_PART + ra * NUM_SPLITS + offs_ls, mask=offs_ls < NUM_SPLITS,
-                                    other=float("-inf"), cache_modifier=".cg")
-                    lse_b = tl.load(LSE_PART + rb * NUM_SPLITS + offs_ls, mask=(offs_ls < NUM_SPLITS) & ok_b,
-                                    other=float("-inf"), cache_modifier=".cg")
-                    c_ok = offs_c < NUM_SPLITS
-                    w_a = tl.load(LSE_PART + ra * NUM_SPLITS + offs_c, mask=c_ok, other=float("-inf"),
+                # -- ⊕ over the splits, one at a time: (m, den, acc) rescaled to each new max
+                m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+                den = tl.zeros([BLOCK_M], tl.float32)
+                acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+                for s in range(0, NUM_SPLITS):
+                    lse_s = tl.load(LSE_PART + row + s, mask=row_ok, other=float("-inf"), cache_modifier=".cg")
+                    o_s = tl.load(O_PART + (row + s)[:, None] * D + offs_d[None, :], mask=out_mask, other=0.0,
                                   cache_modifier=".cg")
-                    w_b = tl.load(LSE_PART + rb * NUM_SPLITS + offs_c, mask=c_ok & ok_b, other=float("-inf"),
-                                  cache_modifier=".cg")
-                    o_a = tl.load(O_PART + (ra * NUM_SPLITS + offs_c)[:, None] * D + offs_d[None, :],
-                                  mask=c_ok[:, None] & d_ok[None, :], other=0.0, cache_modifier=".cg")
-                    o_b = tl.load(O_PART + (rb * NUM_SPLITS + offs_c)[:, None] * D + offs_d[None, :],
-                                  mask=(c_ok & ok_b)[:, None] & d_ok[None, :], other=0.0, cache_modifier=".cg")
-                    m_a = tl.max(lse_a, 0)
-                    m_b = tl.max(lse_b, 0)
-                    base_a = tl.where(m_a == float("-inf"), 0.0, m_a)  # no split saw a key: weights 0
-                    base_b = tl.where(m_b == float("-inf"), 0.0, m_b)
-                    den_a = tl.sum(tl.exp(lse_a - base_a), 0)
-                    den_b = tl.sum(tl.exp(lse_b - base_b), 0)
-                    acc_a = tl.sum(tl.exp(w_a - base_a)[:, None] * o_a, 0)
-                    acc_b = tl.sum(tl.exp(w_b - base_b)[:, None] * o_b, 0)
-                    for c0 in range(O_CHUNK, NUM_SPLITS, O_CHUNK):  # more splits than one tile holds
-                        cs = c0 + offs_c
-                        c_ok = cs < NUM_SPLITS
-                        w_a = tl.load(LSE_PART + ra * NUM_SPLITS + cs, mask=c_ok, other=float("-inf"),
-                                      cache_modifier=".cg")
-                        w_b = tl.load(LSE_PART + rb * NUM_SPLITS + cs, mask=c_ok & ok_b, other=float("-inf"),
-                                      cache_modifier=".cg")
-                        o_a = tl.load(O_PART + (ra * NUM_SPLITS + cs)[:, None] * D + offs_d[None, :],
-                                      mask=c_ok[:, None] & d_ok[None, :], other=0.0, cache_modifier=".cg")
-                        o_b = tl.load(O_PART + (rb * NUM_SPLITS + cs)[:, None] * D + offs_d[None, :],
-                                      mask=(c_ok & ok_b)[:, None] & d_ok[None, :], other=0.0, cache_modifier=".cg")
-                        acc_a += tl.sum(tl.exp(w_a - base_a)[:, None] * o_a, 0)
-                        acc_b += tl.sum(tl.exp(w_b - base_b)[:, None] * o_b, 0)
-                    empty_a = den_a == 0.0
-                    empty_b = den_b == 0.0
-                    den_a = tl.where(empty_a, 1.0, den_a)
-                    den_b = tl.where(empty_b, 1.0, den_b)
-                    # row r is query head hkv·G + r // NQ, query token r % NQ
-                    head_a = hkv * G + r0 // NQ
-                    head_b = hkv * G + (r0 + 1) // NQ
-                    oa_ptrs = OUT + b.to(tl.int64) * stride_ob + head_a * stride_oh + (r0 % NQ) * stride_om \
-                        + offs_d * stride_od
-                    ob_ptrs = OUT + b.to(tl.int64) * stride_ob + head_b * stride_oh + ((r0 + 1) % NQ) * stride_om \
-                        + offs_d * stride_od
-                    tl.store(oa_ptrs, (acc_a / den_a).to(OUT.dtype.element_ty), mask=d_ok)
-                    tl.store(ob_ptrs, (acc_b / den_b).to(OUT.dtype.element_ty), mask=d_ok & ok_b)
-                    tl.store(LSE + ra, tl.where(empty_a, float("-inf"), base_a + tl.log(den_a)))
-                    tl.store(LSE + rb, tl.where(empty_b, float("-inf"), base_b + tl.log(den_b)), mask=ok_b)
+                    m_new = tl.maximum(m, lse_s)
+                    base = tl.where(m_new == float("-inf"), 0.0, m_new)
+                    a = tl.exp(m - base)
+                    w = tl.exp(lse_s - base)
+                    acc = acc * a[:, None] + w[:, None] * o_s
+                    den = den * a + w
+                    m = m_new
+                empty = den == 0.0
+                den_safe = tl.where(empty, 1.0, den)
+                tl.store(o_ptrs, (acc / den_safe[:, None]).to(OUT.dtype.element_ty), mask=out_mask)
+                tl.store(lse_ptrs, tl.where(empty, float("-inf"), m + tl.log(den_safe)), mask=row_ok)
                 tl.atomic_xchg(cnt, 0)  # ready for the next call on this stream
 
 

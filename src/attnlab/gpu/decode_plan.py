@@ -19,7 +19,7 @@ import triton
 
 from .._runtime import LOG2E, interpret_mode
 from .decode_config import DecodeConfig, _config_for, choose_num_splits, model_seq, streamed_keys
-from .decode_kernels import _decode_merge_kernel, _decode_split_kernel, merge_blocks
+from .decode_kernels import _decode_merge_kernel, _decode_split_kernel
 from .launch import Launcher, current_stream, int_specs, ints_alike, same_specialisation, tensor_key
 
 _COUNTERS: dict = {}
@@ -124,7 +124,7 @@ class DecodePlan:
         self.counters_ptr = self.counters.data_ptr()
         self.scratch = None
         self.tail = [*self.q_args, *k_strides, *v_strides, *self.mid_args, capacity, dims.num_pages or 1, S,
-                     *self.const_args, self.merge, *self.end_args, *merge_blocks(S, cfg.block_d)]
+                     *self.const_args, self.merge, *self.end_args]
         assert len(self.tail) + 11 == len(_decode_split_kernel.arg_names)
         spec = (S, int_specs((*k_strides, *v_strides, capacity)))
         self.split = self.launcher_memo.get(spec)
