@@ -7,7 +7,7 @@ the rate its bytes in flight allow (Little's law), several programs share an SM,
 saturates smoothly, and each split and wave costs a little fixed time. ``calibrated_split_time``
 models that with the constants of a ``DecodeCalibration``; ``calibrated_num_splits`` picks a split
 count from it; ``calibration_for`` looks up a measured calibration; ``scaled_calibration`` predicts
-one for another kernel configuration. ``calibration_fit.py`` fits the constants to measured sweeps.
+one for another kernel configuration, and ``calibration_for_config`` does so for a narrower head dim. ``calibration_fit.py`` fits the constants to measured sweeps.
 
 A kernel configuration is a plain tuple ``(block_n, block_d, num_warps, num_stages)``.
 """
@@ -97,18 +97,19 @@ def scaled_calibration(cal: DecodeCalibration, config) -> DecodeCalibration:
 
 # Measured on an H200 (132 SMs), D = 128, CUDA-graph times; fitted by ``fit_decode_calibration`` to
 # the recorded runs (tests/cost/test_calibration_fit.py re-derives these numbers from the files named):
-# the small config (block_n 64, 4 warps, 3 stages) from the 12 small-config sweeps of run 2 and the 6
-# of run 3; the large config (block_n 128) from the 6 large-config sweeps of run 3 (B = 16) and the 3
-# batch-1 sweeps of decode-host run 2. Fitted to run 3 alone, the large config's overheads came out
-# as 13.7 µs fixed and 1.39 µs per split, which at batch 1 picked 8–10 splits where 16–32 measured
-# 6–52 % faster.
-_H200_SMALL = DecodeCalibration(bw=4.4863e12, program_bw=34.572e9, programs_per_sm=3, k=3.3636, fixed=2.7717e-6,
-                                per_split=0.25857e-6, per_wave=3.0671e-6, config=(64, 128, 4, 3),
-                                source="H200, 2026-11-29, benchmarks/data/decode-h200-run2.json + run3.json")
-_H200_LARGE = DecodeCalibration(bw=4.5765e12, program_bw=50.488e9, programs_per_sm=1, k=7.5510, fixed=2.5607e-6,
-                                per_split=0.18723e-6, per_wave=3.1514e-6, config=(128, 128, 4, 3),
-                                source="H200, 2026-11-29 and 2026-12-01, benchmarks/data/decode-h200-run3.json "
-                                       "+ decode-host-h200-run2.json")
+# both configurations from the batch-1 split sweeps of decode-host run 5, timed with the split kernel and
+# the separate merge kernel (the library's default merge since that run). The merge kernel merges one
+# query row per program, all in parallel, so a split costs almost nothing more (5 ns for the large
+# configuration, 0 for the small); fitted to the fused merge's sweeps (decode runs 2, 3 and
+# decode-host run 2), where the group's last program merges alone, a split cost 0.19–0.26 µs and the
+# model picked 16–20 splits where the merge kernel runs fastest at 32. Out of sample, the large
+# configuration's picks on run 3's B = 16 sweeps are within 0.1 % of each sweep's best.
+_H200_SMALL = DecodeCalibration(bw=3.8441e12, program_bw=31.718e9, programs_per_sm=3, k=5.3394, fixed=1.6774e-6,
+                                per_split=0.0, per_wave=1.3675e-6, config=(64, 128, 4, 3),
+                                source="H200, 2026-12-01, benchmarks/data/decode-host-h200-run5.json")
+_H200_LARGE = DecodeCalibration(bw=4.3899e12, program_bw=45.067e9, programs_per_sm=1, k=4.0, fixed=0.62159e-6,
+                                per_split=5.2603e-9, per_wave=2.0572e-6, config=(128, 128, 4, 3),
+                                source="H200, 2026-12-01, benchmarks/data/decode-host-h200-run5.json")
 # (GPU name part, config) -> calibration
 CALIBRATIONS = {("H200", _H200_SMALL.config): _H200_SMALL, ("H200", _H200_LARGE.config): _H200_LARGE}
 
@@ -123,6 +124,23 @@ def calibration_for(gpu_name: str, config) -> DecodeCalibration | None:
         if gpu in gpu_name.upper() and ckey == key:
             return cal
     return None
+
+
+def calibration_for_config(gpu_name: str, config) -> DecodeCalibration | None:
+    """``calibration_for``, or else where this GPU has a measured calibration for the same tile length,
+    warps and stages at a wider ``block_d``: that one scaled to ``config`` by ``scaled_calibration``
+    (Little's law: fewer bytes in flight per program, more programs per SM). The head dims below 128 run
+    such configurations ((128, 64, 4, 3) at D = 64); a wider one (D = 256) is not predicted from a narrower
+    one and gets None."""
+    cal = calibration_for(gpu_name, config)
+    if cal is not None:
+        return cal
+    bn, bd, warps, stages = config_key(config)
+    wider = [c for (gpu, key), c in CALIBRATIONS.items() if gpu in gpu_name.upper()
+             and (key[0], key[2], key[3]) == (bn, warps, stages) and key[1] > bd]
+    if not wider:
+        return None
+    return scaled_calibration(min(wider, key=lambda c: c.config[1]), (bn, bd, warps, stages))
 
 
 def aggregate_rate(programs: int, program_bw: float, bw: float, k: float) -> float:

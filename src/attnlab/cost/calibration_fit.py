@@ -224,7 +224,9 @@ def fit_decode_calibration(results, config=None, *, dtype_bytes=2, smem_per_sm: 
             if best is None or res < best[0]:
                 best = (res, bw, k, coef)
     _, bw, k, coef = best
-    env = results[-1].get("environment", {})
+    last = results[-1]
+    env = last.get("environment", {})  # benchmarks/decode.py's runs; decode_host.py's name the GPU at the top
+    where = [str(env.get("gpu", last.get("gpu", ""))).replace("NVIDIA ", ""), str(env.get("date", last.get("date", "")))]
     return DecodeCalibration(bw=bw, program_bw=program_bw, programs_per_sm=pps, k=k, fixed=coef[0],
                              per_split=coef[1], per_wave=coef[2], config=key,
-                             source=f"{env.get('gpu', '').replace('NVIDIA ', '')}, {env.get('date', '')}")
+                             source=", ".join(w for w in where if w))

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 
 from ._args import dtype_bytes as _dtype_bytes
 from ._args import flag, pos_int
-from .calibration import calibrated_num_splits, calibration_for, config_key
+from .calibration import calibrated_num_splits, calibration_for_config, config_key
 from .gpus import get_gpu
 
 PARTIAL_BYTES = 4  # Flash-Decoding's partial outputs and logsumexps are FP32
@@ -124,8 +124,8 @@ def decode_num_splits(*, batch: int, kv_heads: int, seq: int, head_dim: int, gpu
     with ``dataclasses.replace(get_gpu("H200"), sms=...)``).
 
     ``config``: the kernel configuration ``(block_n, block_d, num_warps, num_stages)``, or None. Where
-    ``calibration_for(gpu.name, config)`` has a measured ``DecodeCalibration``: ``calibrated_num_splits``
-    on it. Elsewhere the lecture's wave model, ``best_num_splits`` with the merge's launch charged and
+    ``calibration_for_config(gpu.name, config)`` has a ``DecodeCalibration`` (measured, or scaled from the
+    same tile at a wider head dim): ``calibrated_num_splits`` on it. Elsewhere the lecture's wave model, ``best_num_splits`` with the merge's launch charged and
     every split at least ``block_n`` keys (1 without a config), at most 64 splits.
     """
     B, Hkv, N, D = pos_int(batch, "batch"), pos_int(kv_heads, "kv_heads"), pos_int(seq, "seq"), \
@@ -133,7 +133,7 @@ def decode_num_splits(*, batch: int, kv_heads: int, seq: int, head_dim: int, gpu
     g, nb = get_gpu(gpu), _dtype_bytes(dtype_bytes)
     key = None if config is None else config_key(config)
     block_n = 1 if key is None else key[0]
-    cal = None if key is None else calibration_for(g.name, key)
+    cal = None if key is None else calibration_for_config(g.name, key)
     if cal is not None:
         return calibrated_num_splits(batch=B, kv_heads=Hkv, seq=N, head_dim=D, sms=g.sms, cal=cal,
                                      min_split_len=block_n, dtype_bytes=nb)
