@@ -200,14 +200,14 @@ def host_rows(calls: int) -> list[dict]:
     return rows
 
 
-def profile_miss(calls: int, top: int = 25) -> str:
+def profile_miss(calls: int, top: int = 25, shape=None) -> str:
     """cProfile of calls that find no plan (the cache grows by one key per call, as transformers'
-    DynamicCache does): where the host time of a first call goes."""
+    DynamicCache does) at ``shape`` (default ``TINY``): where the host time of a first call goes."""
     import cProfile
     import io
     import pstats
 
-    B, H, Hkv, L, D = TINY
+    B, H, Hkv, L, D = shape or TINY
     q = torch.randn(B, H, 1, D, dtype=torch.bfloat16, device="cuda")
     caches = [torch.randn(B, Hkv, L + i, D, dtype=torch.bfloat16, device="cuda") for i in range(calls)]
     for kv in caches[:5]:
@@ -365,6 +365,8 @@ def main(argv=None) -> int:
         result["host"] += rows
         decode.clear_plans()
         print(profile_miss(300))
+        print(f"the same at {SHAPES[0]}:")
+        print(profile_miss(120, shape=SHAPES[0]))
     md = markdown(result)
     print(md)
     if args.json:
