@@ -1,0 +1,39 @@
+"""The batch-1 decode numbers the README and benchmarks/RESULTS.md quote are those of the recorded H200
+run they name (benchmarks/data/decode-host-h200-run6.json): a changed file or a retyped number fails here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _speed(run: int) -> dict:
+    r = json.loads((ROOT / "benchmarks" / "data" / f"decode-host-h200-run{run}.json").read_text())
+    rows: dict = {}
+    for x in r["speed"]:
+        rows.setdefault((x["B"], x["H"], x["Hkv"], x["L"], x["D"]), {})[x["provider"]] = x
+    return rows
+
+
+def test_readme_batch_one_range_is_run_6():
+    """cuDNN's CUDA-graph time over attnlab's, over the batch-1 rows of run 6."""
+    ratios = [v["sdpa-cudnn"]["graph_us"] / v["attnlab"]["graph_us"] for k, v in _speed(6).items() if k[0] == 1]
+    readme = (ROOT / "README.md").read_text()
+    assert len(ratios) == 4
+    assert f"batch 1 with GQA it takes {min(ratios):.2f}–{max(ratios):.2f}× cuDNN's speed under CUDA graphs" in readme
+    assert "(decode-host run 6)" in readme
+
+
+def test_results_table_is_run_6():
+    """Every row of RESULTS.md's run 6 table: attnlab's and cuDNN's graph and eager µs, and the ratios."""
+    text = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    section = text[text.index("### Decode-host runs 4–7"):]
+    for (B, H, Hkv, L, D), v in _speed(6).items():
+        a, c = v["attnlab"], v["sdpa-cudnn"]
+        head = f"| {B} | {H}/{Hkv} | {L} | {D} | {a['graph_us']:.1f} | "
+        line = next(ln for ln in section.splitlines() if ln.startswith(head))
+        cells = [x.strip() for x in line.strip("|").split("|")]
+        assert cells[6:] == [f"{c['graph_us']:.1f}", f"{c['graph_us'] / a['graph_us']:.2f}", f"{a['eager_us']:.1f}",
+                             f"{c['eager_us']:.1f}", f"{a['eager_over_graph']:.2f}"], line
