@@ -7,7 +7,9 @@ pass, every candidate configuration is installed with ``attnlab.gpu.config.set_c
 on the shapes of ``benchmarks/variants.py`` (16K tokens, H·D = 2048, causal, bf16); TFLOP/s over the
 visible pairs. The table's current choice is marked; ``--json`` keeps every row.
 
-    python benchmarks/variants_sweep.py [--D 64 128] [--variants window alibi] [--passes fwd fwd_bwd] [--json out.json]
+    python benchmarks/variants_sweep.py [--D 64 128] [--variants window alibi varlen] [--passes fwd fwd_bwd] [--json out.json]
+
+``varlen`` sweeps the packed batch's own table entry (its longest document sets the length class).
 """
 
 from __future__ import annotations
@@ -30,6 +32,12 @@ FWD_CANDIDATES = [  # (block_m, block_n, num_warps, num_stages, tma, warp_spec, 
     (128, 128, 8, 3, True, False, None),
     (128, 64, 8, 2, True, True, None),
     (64, 128, 4, 3, False, False, None),
+]
+VARLEN_FWD_EXTRA = [  # short documents: smaller tiles, deeper pipelines (block_m, block_n, num_warps, num_stages)
+    (64, 64, 4, 4),
+    (64, 32, 4, 3),
+    (64, 64, 8, 3),
+    (128, 32, 8, 3),
 ]
 BWD_CANDIDATES = [  # (block_m1, block_n1, warps1, stages1, block_m2, block_n2, warps2, stages2)
     (64, 64, 4, 3, 64, 64, 4, 3),
@@ -58,6 +66,9 @@ def sweep(Ds, variants, passes) -> list[dict]:
     for D in Ds:
         H = vb.WIDTH // D
         for variant in variants:
+            if variant == "varlen":
+                rows += _sweep_varlen(vb, D, passes)
+                continue
             for pass_ in passes:
                 cfg = dict(variant=variant, H=H, N=vb.TOKENS, D=D, dtype=torch.bfloat16, pass_=pass_)
                 flops = 4 * H * vb.visible_pairs(variant, vb.TOKENS) * D * (3.5 if pass_ == "fwd_bwd" else 1.0)
@@ -97,6 +108,71 @@ def sweep(Ds, variants, passes) -> list[dict]:
     return rows
 
 
+def _time_row(vb, cfg, flops, row) -> dict:
+    import triton
+
+    t0 = time.perf_counter()
+    try:
+        fn = vb.provider_attnlab(cfg, "cuda")
+        ms = triton.testing.do_bench(fn, warmup=25, rep=100)
+        row.update(ms=ms, tflops=flops / (ms * 1e-3) / 1e12)
+    except Exception as e:  # a configuration that does not compile or fit
+        row.update(error=f"{type(e).__name__}: {str(e)[:120]}")
+    row["seconds"] = time.perf_counter() - t0
+    print(json.dumps(row), flush=True)
+    torch.cuda.empty_cache()
+    return row
+
+
+def _sweep_varlen(vb, D: int, passes) -> list[dict]:
+    """The packed batch of ``benchmarks/variants.py`` (16K tokens of documents of 256–1792, causal): its
+    calls take the table's entry for their longest document (the "short" class below 2,048 keys), as the
+    Triton kernels run it (no tensor descriptors, and at D > 64 at most 64 keys per step:
+    ``variant_fwd_config``); every distinct such forward of the candidates, then every backward
+    candidate under the table's forward. The tables are put back as they were, Gluon entries included."""
+    from attnlab.gpu import config as gc
+
+    dev = torch.device("cuda")
+    H = vb.WIDTH // D
+    lengths = vb.doc_lengths(vb.TOKENS)
+    n_keys = max(lengths)
+    length = gc.length_class(n_keys)
+    key = (64 if D <= 64 else 128, True, length)
+    saved = (gc._FWD_TABLE.get(key), gc._BWD_TABLE.get(key), gc._GLUON_FWD_TABLE.get(key), gc._GLUON_BWD_TABLE.get(key))
+    fwd0 = gc.variant_fwd_config(gc.default_fwd_config(D, True, dev, n_keys, gluon=False), D, packed=True,
+                                 score_mod=False)
+    bwd0 = gc.default_bwd_config(D, True, dev, n_keys, gluon=False)
+    rows = []
+    try:
+        for pass_ in passes:
+            cfg = dict(variant="varlen", H=H, N=vb.TOKENS, D=D, dtype=torch.bfloat16, pass_=pass_, lengths=lengths)
+            flops = 4 * H * vb.visible_pairs("varlen", vb.TOKENS, lengths) * D * (3.5 if pass_ == "fwd_bwd" else 1.0)
+            if pass_ == "fwd":
+                cands = [fwd0]
+                grid = [(bm, bn, w, st) for bm, bn, w, st, *_ in FWD_CANDIDATES] + VARLEN_FWD_EXTRA
+                for bm, bn, w, st in grid:
+                    c = gc.variant_fwd_config(gc.FwdConfig(bm, bn, w, st), D, packed=True, score_mod=False)
+                    if c not in cands:
+                        cands.append(c)
+                for c in cands:
+                    gc.set_config(D, True, length=length, fwd=c, bwd=bwd0)
+                    rows.append(_time_row(vb, cfg, flops, dict(D=D, variant="varlen", pass_=pass_, config=str(c),
+                                                               current=c == fwd0)))
+            else:
+                cands = [bwd0] + [c for c in (gc.BwdConfig(*b) for b in BWD_CANDIDATES) if c != bwd0]
+                for c in cands:
+                    gc.set_config(D, True, length=length, fwd=fwd0, bwd=c)
+                    rows.append(_time_row(vb, cfg, flops, dict(D=D, variant="varlen", pass_=pass_, config=str(c),
+                                                               current=c == bwd0)))
+    finally:
+        for table, entry in zip((gc._FWD_TABLE, gc._BWD_TABLE, gc._GLUON_FWD_TABLE, gc._GLUON_BWD_TABLE), saved):
+            if entry is None:
+                table.pop(key, None)
+            else:
+                table[key] = entry
+    return rows
+
+
 def markdown(rows) -> str:
     lines = ["| D | variant | pass | config | TFLOP/s |", "|---|---|---|---|---|"]
     for r in rows:
@@ -109,7 +185,8 @@ def markdown(rows) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--D", type=int, nargs="+", default=[64, 128], choices=[64, 128])
-    ap.add_argument("--variants", nargs="+", default=["window", "alibi"], choices=["window", "alibi", "softcap"])
+    ap.add_argument("--variants", nargs="+", default=["window", "alibi"],
+                    choices=["window", "alibi", "softcap", "varlen"])
     ap.add_argument("--passes", nargs="+", default=["fwd", "fwd_bwd"], choices=["fwd", "fwd_bwd"])
     ap.add_argument("--json", type=Path, help="write every row here (refuses an existing file)")
     args = ap.parse_args(argv)
