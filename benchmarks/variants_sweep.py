@@ -126,9 +126,9 @@ def _time_row(vb, cfg, flops, row) -> dict:
 
 def _sweep_varlen(vb, D: int, passes) -> list[dict]:
     """The packed batch of ``benchmarks/variants.py`` (16K tokens of documents of 256–1792, causal): its
-    calls take the table's entry for their longest document (the "short" class below 2,048 keys), as the
-    Triton kernels run it (no tensor descriptors, and at D > 64 at most 64 keys per step:
-    ``variant_fwd_config``); every distinct such forward of the candidates, then every backward
+    calls take the packed table's entry for their longest document (the "short" class below 2,048 keys),
+    else the dense table's as the Triton kernels run it (no tensor descriptors, and at D > 64 at most 64
+    keys per step: ``variant_fwd_config``); every distinct such forward of the candidates, then every backward
     candidate under the table's forward. The tables are put back as they were, Gluon entries included."""
     from attnlab.gpu import config as gc
 
@@ -138,9 +138,10 @@ def _sweep_varlen(vb, D: int, passes) -> list[dict]:
     n_keys = max(lengths)
     length = gc.length_class(n_keys)
     key = (64 if D <= 64 else 128, True, length)
-    saved = (gc._FWD_TABLE.get(key), gc._BWD_TABLE.get(key), gc._GLUON_FWD_TABLE.get(key), gc._GLUON_BWD_TABLE.get(key))
-    fwd0 = gc.variant_fwd_config(gc.default_fwd_config(D, True, dev, n_keys, gluon=False), D, packed=True,
-                                 score_mod=False)
+    tables = (gc._FWD_TABLE, gc._BWD_TABLE, gc._GLUON_FWD_TABLE, gc._GLUON_BWD_TABLE, gc._PACKED_FWD_TABLE)
+    saved = tuple(t.get(key) for t in tables)
+    fwd0 = gc.packed_fwd_config(D, True, dev, n_keys) or gc.variant_fwd_config(
+        gc.default_fwd_config(D, True, dev, n_keys, gluon=False), D, packed=True, score_mod=False)
     bwd0 = gc.default_bwd_config(D, True, dev, n_keys, gluon=False)
     rows = []
     try:
@@ -156,16 +157,18 @@ def _sweep_varlen(vb, D: int, passes) -> list[dict]:
                         cands.append(c)
                 for c in cands:
                     gc.set_config(D, True, length=length, fwd=c, bwd=bwd0)
+                    gc._PACKED_FWD_TABLE[key] = c  # what a plain packed call runs
                     rows.append(_time_row(vb, cfg, flops, dict(D=D, variant="varlen", pass_=pass_, config=str(c),
                                                                current=c == fwd0)))
             else:
                 cands = [bwd0] + [c for c in (gc.BwdConfig(*b) for b in BWD_CANDIDATES) if c != bwd0]
                 for c in cands:
                     gc.set_config(D, True, length=length, fwd=fwd0, bwd=c)
+                    gc._PACKED_FWD_TABLE[key] = fwd0
                     rows.append(_time_row(vb, cfg, flops, dict(D=D, variant="varlen", pass_=pass_, config=str(c),
                                                                current=c == bwd0)))
     finally:
-        for table, entry in zip((gc._FWD_TABLE, gc._BWD_TABLE, gc._GLUON_FWD_TABLE, gc._GLUON_BWD_TABLE), saved):
+        for table, entry in zip(tables, saved):
             if entry is None:
                 table.pop(key, None)
             else:

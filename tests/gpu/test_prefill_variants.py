@@ -511,3 +511,26 @@ def test_variant_configs_leave_what_the_variant_cannot_use():
     assert variant_fwd_config(entry, 128, packed=False, score_mod=False, window=True) == entry
     cpu = default_fwd_config(64, True, torch.device("cpu"))
     assert variant_fwd_config(cpu, 64, packed=False, score_mod=False, window=True) == cpu
+
+
+def test_packed_batches_take_their_own_sweep_winner():
+    """A plain causal packed batch of short documents at D = 128 runs the forward its own sweep chose
+    (the best forward row of data/variants-sweep-h200-varlen-run3.json); long documents, non-causal
+    batches, D = 64 and the interpreter keep the dense table's entry, adapted."""
+    import json
+    from pathlib import Path
+
+    from attnlab.gpu.config import FwdConfig, packed_fwd_config
+
+    cuda = torch.device("cuda")
+    rows = json.loads((Path(__file__).resolve().parents[2] / "benchmarks" / "data"
+                       / "variants-sweep-h200-varlen-run3.json").read_text())
+    best = max((r for r in rows if r["D"] == 128 and r["pass_"] == "fwd" and "tflops" in r), key=lambda r: r["tflops"])
+    table = next(r for r in rows if r["D"] == 128 and r["pass_"] == "fwd" and r["current"])
+    got = packed_fwd_config(128, True, cuda, 1792)
+    assert best["config"] == repr(got) == repr(FwdConfig(128, 32, 8, 3))
+    assert best["tflops"] >= 1.05 * table["tflops"]  # what made it worth a table entry
+    assert packed_fwd_config(128, True, cuda, 4096) is None
+    assert packed_fwd_config(128, False, cuda, 1792) is None
+    assert packed_fwd_config(64, True, cuda, 1792) is None
+    assert packed_fwd_config(128, True, torch.device("cpu"), 1792) is None

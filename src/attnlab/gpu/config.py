@@ -185,6 +185,24 @@ def variant_fwd_config(cfg: FwdConfig, D: int, *, packed: bool, score_mod: bool,
     return cfg
 
 
+# Plain packed batches (causal or not, no window, softcap or ALiBi) where a sweep of the packed batch itself
+# found another forward than the dense table's entry adapted by ``variant_fwd_config``: at D = 128, 16K tokens
+# of documents of 256–1792 (the "short" class), causal, 128×32 tiles on 8 warps ran at 301 TFLOP/s against
+# 274 for the adapted 64×64 entry (benchmarks/variants_sweep.py, 2026-12-01, H200, triton 3.6;
+# data/variants-sweep-h200-varlen-run3.json). At D = 64 the best candidate was 5 % ahead, within what a
+# single sweep can tell apart: the adapted entry stays.
+_PACKED_FWD_TABLE = {(128, True, "short"): _F(128, 32, 8, 3)}
+
+
+def packed_fwd_config(D: int, causal: bool, device: torch.device, n_keys: int | None) -> FwdConfig | None:
+    """The forward of a plain packed batch (no window, softcap or ALiBi) with ``n_keys`` keys in its longest
+    sequence where a packed batch's own sweep chose one, else None (then ``variant_fwd_config`` adapts the
+    dense table's entry)."""
+    if device.type == "cpu":
+        return None
+    return _PACKED_FWD_TABLE.get((_head_bucket(D), bool(causal), length_class(n_keys)))
+
+
 def gluon_alibi_config(cfg: FwdConfig) -> FwdConfig:
     """A Gluon forward entry adapted to an ALiBi call: three consumer warp groups (block_m 192, 160 registers
     each) become two (block_m 128, 232 registers). The bias's column term takes BLOCK_N / 4 registers per

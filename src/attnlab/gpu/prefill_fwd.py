@@ -29,6 +29,7 @@ from .config import (
     default_fwd_config,
     gluon_alibi_config,
     next_pow2,
+    packed_fwd_config,
     tma_ok,
     variant_fwd_config,
     varlen_bounds,
@@ -430,8 +431,10 @@ def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask, 
                       slopes=slopes)
         return out, lse
     if config is None:
-        cfg = variant_fwd_config(cfg, D, packed=cu_seqlens is not None,
-                                 score_mod=softcap is not None or slopes is not None, window=mask.left >= 0)
+        plain_packed = cu_seqlens is not None and softcap is None and slopes is None and mask.left < 0
+        cfg = (plain_packed and packed_fwd_config(D, causal, q.device, n_keys)) or variant_fwd_config(
+            cfg, D, packed=cu_seqlens is not None, score_mod=softcap is not None or slopes is not None,
+            window=mask.left >= 0)
     BLOCK_D = next_pow2(max(D, 16))
     extra = {"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}
     var = variant_args(mask, scale, softcap, slopes, Nk - Nq if cu_seqlens is None else 0, q.device)
