@@ -1,0 +1,30 @@
+"""The varlen rows of benchmarks/RESULTS.md's variants runs 8 and 9 are what ``benchmarks/variants.py
+report`` renders from the recorded runs (benchmarks/data/variants-h200-d128-varlen-run{8,9}.json): a changed
+file or a retyped number fails here."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _variants_bench():
+    spec = importlib.util.spec_from_file_location("variants_bench", ROOT / "benchmarks" / "variants.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_results_varlen_rows_are_the_recorded_runs():
+    vb = _variants_bench()
+    results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    for run in (8, 9):
+        rows = json.loads((ROOT / "benchmarks" / "data" / f"variants-h200-d128-varlen-run{run}.json").read_text())["rows"]
+        body = vb.report(rows).splitlines()[2:]
+        assert len(body) == 2
+        for line in body:
+            assert line.startswith("| 128 | varlen | ")
+            assert line.replace("| varlen |", f"| varlen (run {run}) |", 1) in results, line
