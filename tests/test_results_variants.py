@@ -28,3 +28,12 @@ def test_results_varlen_rows_are_the_recorded_runs():
         for line in body:
             assert line.startswith("| 128 | varlen | ")
             assert line.replace("| varlen |", f"| varlen (run {run}) |", 1) in results, line
+
+
+def test_docs_varlen_numbers_are_run_9():
+    rows = json.loads((ROOT / "benchmarks" / "data" / "variants-h200-d128-varlen-run9.json").read_text())["rows"]
+    tf = {(r["pass_"], r["provider"]): r["tflops"] for r in rows if "tflops" in r}
+    doc = " ".join((ROOT / "docs" / "variants.md").read_text().split())  # line breaks aside
+    fwd, fb = tf["fwd", "attnlab"], tf["fwd_bwd", "attnlab"]
+    assert (f"forward {fwd:.0f} TFLOP/s, {fwd / tf['fwd', 'flex']:.2f}× FlexAttention with a document mask; "
+            f"forward+backward {fb:.0f}, {fb / tf['fwd_bwd', 'flex']:.2f}×.") in doc
