@@ -39,6 +39,12 @@ VARLEN_FWD_EXTRA = [  # short documents: smaller tiles, deeper pipelines (block_
     (64, 64, 8, 3),
     (128, 32, 8, 3),
 ]
+VARLEN_BWD_EXTRA = [  # dQ by float32 atomics inside the dK/dV kernel: one kernel, 5 products per block pair, not 7
+    (64, 128, 8, 3, 128, 64, 8, 3, True),
+    (64, 64, 4, 3, 64, 64, 4, 3, True),
+    (32, 128, 4, 3, 128, 32, 4, 3, True),
+    (64, 128, 8, 2, 128, 64, 8, 2, True),
+]
 BWD_CANDIDATES = [  # (block_m1, block_n1, warps1, stages1, block_m2, block_n2, warps2, stages2)
     (64, 64, 4, 3, 64, 64, 4, 3),
     (64, 128, 8, 3, 128, 64, 8, 3),
@@ -161,7 +167,7 @@ def _sweep_varlen(vb, D: int, passes) -> list[dict]:
                     rows.append(_time_row(vb, cfg, flops, dict(D=D, variant="varlen", pass_=pass_, config=str(c),
                                                                current=c == fwd0)))
             else:
-                cands = [bwd0] + [c for c in (gc.BwdConfig(*b) for b in BWD_CANDIDATES) if c != bwd0]
+                cands = [bwd0] + [c for c in (gc.BwdConfig(*b) for b in BWD_CANDIDATES + VARLEN_BWD_EXTRA) if c != bwd0]
                 for c in cands:
                     gc.set_config(D, True, length=length, fwd=fwd0, bwd=c)
                     gc._PACKED_FWD_TABLE[key] = fwd0
