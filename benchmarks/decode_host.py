@@ -17,6 +17,10 @@ of eager decoding. Three parts, each printed as a table and written to ``--json`
    in one CUDA graph, for attnlab and SDPA cuDNN; and TB/s over the K/V bytes read.
 
     python benchmarks/decode_host.py [--calls 2000] [--json out.json] [--md out.md]
+    python benchmarks/decode_host.py --report benchmarks/data/decode-host-h200-run6.json   # a recorded run
+
+Beside every eager/graph row: the roofline of its shape on the preset matching the GPU
+(``attnlab.cost.decode.decode_roofline``) and the share of it each call reaches.
 """
 
 from __future__ import annotations
@@ -34,7 +38,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-import attnlab
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # roofline_columns, also when loaded as a module
+from roofline_columns import add_fraction, decode_roofline_ms, percent, preset_for, preset_text  # noqa: E402
+
+import attnlab  # noqa: E402
 
 SHAPES = [  # (B, H, Hkv, L, D): the issue's small-batch decode shapes
     (1, 32, 8, 32768, 128),
@@ -305,7 +312,25 @@ def sweep_rows() -> list[dict]:
     return rows
 
 
+def with_roofline(result: dict) -> dict:
+    """Every speed row of ``result`` with ``roofline_ms`` (``attnlab.cost.decode.decode_roofline`` of its
+    shape on the preset matching the run's GPU), ``of_roofline`` (eager) and ``graph_of_roofline`` (CUDA
+    graph): the share of the physical limit each call reaches. A run on a GPU without a preset: unchanged."""
+    gpu = preset_for(result.get("gpu"))
+    if gpu is not None:
+        for r in result["speed"]:
+            r.setdefault("ms", r["eager_us"] * 1e-3)
+            r.setdefault("graph_ms", r["graph_us"] * 1e-3)
+            add_fraction(r, decode_roofline_ms(batch=r["B"], heads=r["H"], kv_heads=r["Hkv"], seq=r["L"],
+                                               head_dim=r["D"], gpu=gpu),
+                         measured=(("ms", "of_roofline"), ("graph_ms", "graph_of_roofline")))
+        result["roofline_gpu"] = gpu.name
+    return result
+
+
 def markdown(result: dict) -> str:
+    result = with_roofline(result)
+    gpu = preset_for(result.get("gpu"))
     lines = [f"{result['gpu']}, torch {result['torch']}, triton {result['triton']}, bf16", "",
              "| floor | host µs/call |", "|---|---|"]
     lines += [f"| {k} | {v:.1f} |" for k, v in result["floors"].items()]
@@ -313,11 +338,18 @@ def markdown(result: dict) -> str:
     lines += ["", f"Host time per call at B={B}, H={H}/{Hkv}, L={L}, D={D} (GPU time far below it):", "",
               "| call | host µs/call |", "|---|---|"]
     lines += [f"| {r['call']} | {r['host_us']:.1f} |" for r in result["host"]]
-    lines += ["", "| B | H/Hkv | L | D | provider | eager µs | graph µs | eager/graph | eager TB/s | graph TB/s |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+    roof = gpu is not None
+    if roof:
+        lines += ["", f"Beside each call: the roofline of its shape on {preset_text(gpu)} (the K/V cache read once "
+                      "at HBM bandwidth) and the share of it the eager and the CUDA-graph call reach."]
+    lines += ["", "| B | H/Hkv | L | D | provider | eager µs | graph µs | eager/graph | eager TB/s | graph TB/s |"
+              + (" roofline µs | eager % | graph % |" if roof else ""),
+              "|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if roof else "")]
     lines += [f"| {r['B']} | {r['H']}/{r['Hkv']} | {r['L']} | {r['D']} | {r['provider']} | {r['eager_us']:.1f} | "
               f"{r['graph_us']:.1f} | {r['eager_over_graph']:.2f} | {r['eager_tb_per_s']:.2f} | "
-              f"{r['graph_tb_per_s']:.2f} |" for r in result["speed"]]
+              f"{r['graph_tb_per_s']:.2f} |"
+              + (f" {r['roofline_ms'] * 1e3:.1f} | {percent(r.get('of_roofline'))} | "
+                 f"{percent(r.get('graph_of_roofline'))} |" if roof else "") for r in result["speed"]]
     if result.get("sweep"):
         lines += ["", "CUDA-graph µs per split count and configuration (* the model's pick):", ""]
         groups: dict = {}
@@ -337,9 +369,22 @@ def main(argv=None) -> int:
     ap.add_argument("--md", type=Path, help="write the tables as markdown here")
     ap.add_argument("--sweep", action="store_true",
                     help="also time every configuration and split count on the batch-1 shapes (CUDA graphs)")
+    ap.add_argument("--report", type=Path, metavar="JSON",
+                    help="print the tables of a recorded run (with the roofline columns; no GPU needed) and exit")
     ap.add_argument("--profile", action="store_true",
                     help="also print a cProfile of calls that find no plan (a cache that grows every call)")
     args = ap.parse_args(argv)
+    if args.report is not None:
+        if not args.report.is_file():
+            ap.error(f"--report: no such file: {args.report}")
+        try:
+            recorded = json.loads(args.report.read_text())
+        except ValueError as e:
+            ap.error(f"--report: {args.report} is not JSON ({e})")
+        if not isinstance(recorded, dict) or not {"gpu", "floors", "host", "speed"} <= recorded.keys():
+            ap.error(f"--report: {args.report} is not a decode_host.py run (no gpu/floors/host/speed)")
+        print(markdown(recorded), end="")
+        return 0
     if args.calls < 10:
         ap.error(f"--calls must be at least 10, got {args.calls}")
     for path in (args.json, args.md):

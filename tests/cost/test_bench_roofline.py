@@ -252,6 +252,35 @@ def test_decode_cli(capsys):
     assert e.value.code == 2
 
 
+# -- decode_host.py --------------------------------------------------------------------------------
+
+
+def test_decode_host_report_of_the_h200_run(capsys, tmp_path):
+    """decode_host.py's eager/graph table of run 6 with the roofline beside each row: the decode roofline
+    of the shape on the H200 preset, each call's share of it (never above 1), and clear refusals of files
+    that are not a recorded run."""
+    host = _load("decode_host")
+    path = DATA / "decode-host-h200-run6.json"
+    assert host.main(["--report", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert cols.preset_text(GPUS["H200"]) in out
+    result = json.loads(path.read_text())
+    for r in result["speed"]:
+        roof_us = cols.decode_roofline_ms(batch=r["B"], heads=r["H"], kv_heads=r["Hkv"], seq=r["L"], head_dim=r["D"],
+                                          gpu=GPUS["H200"]) * 1e3
+        head = f"| {r['B']} | {r['H']}/{r['Hkv']} | {r['L']} | {r['D']} | {r['provider']} | {r['eager_us']:.1f} | "
+        line = next(ln for ln in out.splitlines() if ln.startswith(head))
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[-3:] == [f"{roof_us:.1f}", cols.percent(roof_us / r["eager_us"]), cols.percent(roof_us / r["graph_us"])]
+        assert roof_us < r["graph_us"] <= r["eager_us"] * 1.001
+    (tmp_path / "x.json").write_text("[1, 2]")
+    (tmp_path / "bad.json").write_text("{")
+    for bad in (tmp_path / "x.json", tmp_path / "bad.json", tmp_path / "none.json"):
+        with pytest.raises(SystemExit) as e:
+            host.main(["--report", str(bad)])
+        assert e.value.code == 2
+
+
 # -- variants.py -----------------------------------------------------------------------------------
 
 

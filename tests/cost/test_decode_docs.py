@@ -3,10 +3,24 @@ run they name (benchmarks/data/decode-host-h200-run6.json): a changed file or a 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
+from attnlab.cost import GPUS
+
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _roofline_columns():
+    spec = importlib.util.spec_from_file_location("roofline_columns", ROOT / "benchmarks" / "roofline_columns.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+_cols = _roofline_columns()
+decode_roofline_ms, percent = _cols.decode_roofline_ms, _cols.percent
 
 
 def _speed(run: int) -> dict:
@@ -27,7 +41,8 @@ def test_readme_batch_one_range_is_run_6():
 
 
 def test_results_table_is_run_6():
-    """Every row of RESULTS.md's run 6 table: attnlab's and cuDNN's graph and eager µs, and the ratios."""
+    """Every row of RESULTS.md's run 6 table: attnlab's and cuDNN's graph and eager µs, the ratios, and the
+    decode roofline of the shape on the H200 preset with each graph call's share of it."""
     text = (ROOT / "benchmarks" / "RESULTS.md").read_text()
     section = text[text.index("### Decode-host runs 4–7"):]
     for (B, H, Hkv, L, D), v in _speed(6).items():
@@ -35,5 +50,7 @@ def test_results_table_is_run_6():
         head = f"| {B} | {H}/{Hkv} | {L} | {D} | {a['graph_us']:.1f} | "
         line = next(ln for ln in section.splitlines() if ln.startswith(head))
         cells = [x.strip() for x in line.strip("|").split("|")]
+        roof = decode_roofline_ms(batch=B, heads=H, kv_heads=Hkv, seq=L, head_dim=D, gpu=GPUS["H200"]) * 1e3
         assert cells[6:] == [f"{c['graph_us']:.1f}", f"{c['graph_us'] / a['graph_us']:.2f}", f"{a['eager_us']:.1f}",
-                             f"{c['eager_us']:.1f}", f"{a['eager_over_graph']:.2f}"], line
+                             f"{c['eager_us']:.1f}", f"{a['eager_over_graph']:.2f}", f"{roof:.1f}",
+                             percent(roof / a["graph_us"]), percent(roof / c["graph_us"])], line
