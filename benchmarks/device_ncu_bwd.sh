@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Hardware counters of the two attention backwards of transformers' 1.24B Llama training step (GQA 32/8,
+# D = 64, causal, 8K tokens, the model's layout): attnlab's Gluon backward and cuDNN's, each caught alone
+# by ncu in `benchmarks/hf_step_probe.py --phases pair`: shared-memory store/load instructions, wavefronts
+# and bank conflicts (the dQ staging tile and the dSᵀ ring go through shared memory), and the warp
+# stall breakdown. Run from the repository root on a CUDA machine; reports go to $OUT/ncu.
+set -uo pipefail
+export PYTHONPATH=src PYTHONUNBUFFERED=1
+OUT=${OUT:-out-ncu}
+mkdir -p "$OUT/ncu"
+NCU=${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}
+METRICS=gpu__time_duration.sum,smsp__inst_executed_op_shared_st.sum,smsp__inst_executed_op_shared_ld.sum
+METRICS=$METRICS,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum
+METRICS=$METRICS,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum
+METRICS=$METRICS,smsp__inst_executed.sum,sm__cycles_elapsed.avg
+for name in _attn_bwd_gluon_ws flash_bprop; do
+    timeout ${NCU_S:-200} "$NCU" --clock-control none --kernel-name "regex:$name" --launch-skip 3 --launch-count 1 \
+        --metrics "$METRICS" --section WarpStateStats --print-units base \
+        python3 benchmarks/hf_step_probe.py --phases pair > "$OUT/ncu/$name.txt" 2>&1
+    echo "== $name: exit $?"
+    grep -E "^\s+(gpu__|smsp__inst|l1tex__|sm__cycles|Stall|Warp Cycles|Avg\.|Issued|No Eligible|One or More)" "$OUT/ncu/$name.txt" | head -40
+done
