@@ -83,6 +83,9 @@ if HAVE_GLUON:
         _semantic.builder.create_async_tma_reduce(_ir.DESCRIPTOR_REDUCE_KIND.ADD, desc.handle, coord, src.handle)
 
 BWD_BLOCK_M = 64  # query rows per step (the wgmma M of dQ, the N of Sᵀ)
+# the swizzle (bytes) of the float32 dQ staging tile in shared memory and of its TMA reduction: None takes
+# Triton's default for the tile (128 bytes); a measurement hook (benchmarks/bwd_dq_layout.py)
+DQ_SWIZZLE: int | None = None
 BWD_SUB_N = 64  # keys per consumer warp group
 # registers per thread of the second consumer warp group (setmaxnreg); the loader's warp group keeps 24 and
 # the first consumer takes the rest of the register file (248 at 232: the sm_90 PTX). At 240 the two
@@ -559,8 +562,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     dq_acc = torch.zeros((B, H, Nq, D), device=q.device, dtype=torch.float32)
     dq_rows = dq_acc.view(B * H * Nq, D)  # a block past a head's last row adds exact zeros to the next head's
     dq_block = [BWD_BLOCK_M, D // (dq_split * (1 + dq_shared))]
-    desc_dq = TensorDescriptor(dq_rows, list(dq_rows.shape), list(dq_rows.stride()), dq_block,
-                               gl.NVMMASharedLayout.get_default_for(dq_block, gl.float32))
+    desc_dq = TensorDescriptor(dq_rows, list(dq_rows.shape), list(dq_rows.stride()), dq_block, _dq_layout(dq_block))
     grid = (-(-Nk // (2 * BWD_SUB_N)), B * Hkv)
     if heads_first is None:
         from .decode_config import _device_sms
@@ -591,6 +593,13 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     store_dq(dq_acc, dq, scale=scale)  # the kernel adds dS K unscaled: one multiply per element, not per key block
 
 
+def _dq_layout(block: list[int]):
+    """The shared layout of the float32 dQ staging tile (and its descriptor): ``DQ_SWIZZLE`` or the default."""
+    if DQ_SWIZZLE is None:
+        return gl.NVMMASharedLayout.get_default_for(block, gl.float32)
+    return gl.NVMMASharedLayout(swizzle_byte_width=DQ_SWIZZLE, element_bitwidth=32, rank=2)
+
+
 def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.dtype = torch.bfloat16,
                  dq_split: int = 1, dq_atomic: bool = False, dq_shared: bool = False, rotate: bool = True,
                  heads_first: bool = False, regs: int = BWD_CONSUMER_REGS, dq_lag: int = 0, alibi: bool = False,
@@ -619,7 +628,7 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
         const.update(SLOPES=None, stride_sb=None, stride_sh=None)
     ptrs = ("DQ", "LSE2", "DELTA")
     dq_cols = head_dim // (dq_split * (1 + dq_shared))
-    dq_layout = gl.NVMMASharedLayout.get_default_for([BWD_BLOCK_M, dq_cols], gl.float32)
+    dq_layout = _dq_layout([BWD_BLOCK_M, dq_cols])
     desc_dq = f"tensordesc<fp32[{BWD_BLOCK_M},{dq_cols}],{dq_layout!r}>"
     sig = {n: ("constexpr" if n in const else desc_dq if n == "desc_dq" else desc if n.startswith("desc_")
                else "*fp32" if n in ptrs or n == "SLOPES"
