@@ -453,3 +453,20 @@ def test_gpu_gluon_kernels_in_the_model_layout(D, causal, monkeypatch):
     for name, got, r64, same in zip(("out", "dq", "dk", "dv"), (out, *g), *refs):
         e, e_ref = _err(got, r64), _err(same, r64)
         assert within_criterion(e, e_ref, r64, got.dtype), (name, e, e_ref)
+
+
+@needs_gluon
+def test_dq_swizzle_hook(monkeypatch):
+    """``DQ_SWIZZLE`` (benchmarks/bwd_dq_layout.py) sets the dQ staging tile's swizzle for the descriptor and
+    the build alike; None is Triton's default for the tile (128 bytes for float32 64-row tiles), which the
+    H200 measured fastest (data/bwd-dq-layout-h200-run1.json)."""
+    from triton.experimental.gluon import language as gl
+
+    assert GB.DQ_SWIZZLE is None
+    default = GB._dq_layout([GB.BWD_BLOCK_M, 64])
+    assert default == gl.NVMMASharedLayout.get_default_for([GB.BWD_BLOCK_M, 64], gl.float32)
+    assert default.swizzle_byte_width == 128
+    for sw in (64, 32, 0):
+        monkeypatch.setattr(GB, "DQ_SWIZZLE", sw)
+        got = GB._dq_layout([GB.BWD_BLOCK_M, 64])
+        assert (got.swizzle_byte_width, got.element_bitwidth, got.rank) == (sw, 32, 2)
