@@ -69,3 +69,20 @@ def test_step_probe_refuses_what_it_cannot_do(tmp_path):
     assert r.returncode == 2 and "exists" in r.stderr and kept.read_text() == "mine"
     r = run("--phases", "pair")
     assert r.returncode == 2 and "needs a CUDA GPU" in r.stderr
+
+
+def test_docs_later_calls_are_runs_11_to_13():
+    runs = {n: json.loads((ROOT / "benchmarks" / "data" / f"hf-h200-run{n}.json").read_text()) for n in (11, 12, 13)}
+    doc = " ".join((ROOT / "docs" / "hf.md").read_text().split())
+    lay13, lay11 = runs[13]["layer"], runs[11]["layer"]
+    a13, s13 = lay13["attnlab"]["decode_step_gpu_us"], lay13["sdpa"]["decode_step_gpu_us"]
+    assert (f"one layer's decode step takes {a13:.1f} µs of GPU time against SDPA's {s13:.1f} ({a13 / s13:.2f}×; "
+            f"run 11, the fused merge: {lay11['attnlab']['decode_step_gpu_us']:.1f} against "
+            f"{lay11['sdpa']['decode_step_gpu_us']:.1f})") in doc
+    gen = runs[13]["generate"]
+    assert (f"{gen['attnlab']['decode_tokens_per_s']:.1f} against {gen['sdpa']['decode_tokens_per_s']:.1f} "
+            "tokens/s in run 13") in doc
+    steps = ", ".join(f"{r['train']['attnlab']['step_ms'] / r['train']['sdpa']['step_ms']:.3f}×" for r in runs.values())
+    assert f"Training step {steps} SDPA" in doc
+    for r in runs.values():
+        assert r["checks"]["train"]["ok"] and r["checks"]["padded"]["ok"] and r["checks"]["generate"]["ok"]
