@@ -278,6 +278,32 @@ def speed_rows(calls: int) -> list[dict]:
     return rows
 
 
+def pdl_rows(calls: int) -> list[dict]:
+    """The merge kernel launched plainly and as a programmatic dependent launch (``decode_plan.MERGE_PDL``),
+    on the batch-1 shapes: CUDA-graph and eager µs of the library's default call, each way, in turn."""
+    from attnlab.gpu import decode, decode_plan
+
+    rows = []
+    for shape in SHAPES:
+        B, H, Hkv, L, D = shape
+        if B > 1:
+            continue
+        q, k, v, lens = inputs(shape)
+        for rnd in range(2):  # two rounds, the two ways alternating: drift shows up as a round-to-round change
+            for pdl in (False, True):
+                decode_plan.MERGE_PDL = pdl
+                decode.clear_plans()
+                try:
+                    def fn(q=q, k=k, v=v, lens=lens):
+                        return attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+                    rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "pdl": pdl, "round": rnd,
+                                 "graph_us": graph_us(fn, calls=50), "eager_us": eager_us(fn, calls=calls // 10)})
+                finally:
+                    decode_plan.MERGE_PDL = True
+                    decode.clear_plans()
+    return rows
+
+
 def sweep_rows() -> list[dict]:
     """CUDA-graph µs of the small-batch shapes for each configuration and split count, beside the
     split count the model picks: is a gap to cuDNN the kernel or the choice?"""
@@ -350,6 +376,11 @@ def markdown(result: dict) -> str:
               f"{r['graph_tb_per_s']:.2f} |"
               + (f" {r['roofline_ms'] * 1e3:.1f} | {percent(r.get('of_roofline'))} | "
                  f"{percent(r.get('graph_of_roofline'))} |" if roof else "") for r in result["speed"]]
+    if result.get("pdl"):
+        lines += ["", "The merge kernel launched plainly and as a programmatic dependent launch (PDL), two rounds:", "",
+                  "| B | H/Hkv | L | D | PDL | round | graph µs | eager µs |", "|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['B']} | {r['H']}/{r['Hkv']} | {r['L']} | {r['D']} | {'yes' if r['pdl'] else 'no'} | "
+                  f"{r['round'] + 1} | {r['graph_us']:.1f} | {r['eager_us']:.1f} |" for r in result["pdl"]]
     if result.get("sweep"):
         lines += ["", "CUDA-graph µs per split count and configuration (* the model's pick):", ""]
         groups: dict = {}
@@ -369,6 +400,8 @@ def main(argv=None) -> int:
     ap.add_argument("--md", type=Path, help="write the tables as markdown here")
     ap.add_argument("--sweep", action="store_true",
                     help="also time every configuration and split count on the batch-1 shapes (CUDA graphs)")
+    ap.add_argument("--pdl-ab", action="store_true",
+                    help="also time the batch-1 shapes with the merge kernel launched plainly and as a PDL launch")
     ap.add_argument("--report", type=Path, metavar="JSON",
                     help="print the tables of a recorded run (with the roofline columns; no GPU needed) and exit")
     ap.add_argument("--profile", action="store_true",
@@ -400,6 +433,8 @@ def main(argv=None) -> int:
               "floors": floors(args.calls), "host": host_rows(args.calls), "speed": speed_rows(args.calls)}
     if args.sweep:
         result["sweep"] = sweep_rows()
+    if args.pdl_ab:
+        result["pdl"] = pdl_rows(args.calls)
     if args.profile:
         from attnlab.gpu import decode
 

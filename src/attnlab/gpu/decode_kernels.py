@@ -7,6 +7,9 @@
                            and its lse (float32); with S = 1 it writes the final output directly;
                            with MERGE = 2 the group's last program to finish merges all splits.
     _decode_merge_kernel   grid (B·H·Nq,): out = Σ_s e^(lse_s − lse)·o_s with lse = log Σ_s e^lse_s.
+                           On Hopper it is launched as a programmatic dependent launch (``PDL``): its
+                           programs start as the split kernel's end and wait (``griddepcontrol.wait``)
+                           for its writes, so the second launch's latency hides under the first's tail.
 
 Query i of sequence b sits at position pos = cache_seqlens[b] − Nq + i (bottom-right). The variants
 are flash-attn's (``attnlab.variants``): key j is visible iff pos − left <= j <= pos + right (−1: that
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
 
 from .._runtime import LN2, LOG2E
 
@@ -206,6 +210,7 @@ def _decode_merge_kernel(
     stride_ob, stride_oh, stride_om, stride_od,
     H, D, NUM_SPLITS,
     NQ: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+    PDL: tl.constexpr = False,  # launched as a programmatic dependent launch: wait for the split kernel's writes
 ):
     row = tl.program_id(0)  # (b·H + head)·NQ + qi
     b = row // (H * NQ)
@@ -215,6 +220,8 @@ def _decode_merge_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     s_ok = offs_s < NUM_SPLITS
     d_ok = offs_d < D
+    if PDL:  # this program may start while the split kernel's last programs run: its partials come after
+        gdc_wait()
     # -- ⊕ over the splits: weights e^(lse_s - max); empty splits have lse_s = -inf, weight 0
     lse_s = tl.load(LSE_PART + row.to(tl.int64) * NUM_SPLITS + offs_s, mask=s_ok, other=float("-inf"))
     m = tl.max(lse_s, 0)

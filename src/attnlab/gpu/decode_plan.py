@@ -37,6 +37,17 @@ def _counters(device, n: int) -> torch.Tensor:
     return buf
 
 
+MERGE_PDL = True  # launch the merge kernel as a programmatic dependent launch where the GPU has it
+
+
+def merge_pdl(device) -> bool:
+    """Whether the merge kernel is launched as a programmatic dependent launch on ``device``: ``MERGE_PDL``
+    and a CUDA GPU of compute capability 9.0 or newer (Hopper); never in the interpreter."""
+    if not MERGE_PDL or device.type != "cuda" or interpret_mode():
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
 def _spare(device) -> torch.Tensor:
     """A small float32 tensor passed for the pointer arguments a launch does not read."""
     key = str(device)
@@ -132,9 +143,10 @@ class DecodePlan:
             self.split = self.launcher_memo[spec] = Launcher(_decode_split_kernel, (S, Hkv, B), num_warps=cfg.num_warps,
                                                              num_stages=cfg.num_stages)
         if self.merge == 1:
-            self.merge_tail = [H * Nq * D, Nq * D, D, 1, H, D, S, Nq, triton.next_power_of_2(S), cfg.block_d]
+            pdl = merge_pdl(self.device)
+            self.merge_tail = [H * Nq * D, Nq * D, D, 1, H, D, S, Nq, triton.next_power_of_2(S), cfg.block_d, pdl]
             self.merge_launch = Launcher(_decode_merge_kernel, (B * H * Nq, 1, 1), num_warps=4 if D >= 128 else 2,
-                                         num_stages=3)
+                                         num_stages=3, launch_pdl=pdl)
 
     def resized(self, k_cache, v_cache) -> DecodePlan:
         """This plan for a contiguous cache of another capacity (``k_cache``, ``v_cache``: (B, Hkv, L, D)

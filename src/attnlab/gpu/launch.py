@@ -153,10 +153,13 @@ class Launcher:
 
     __slots__ = ("kernel", "grid", "options", "compiled")
 
-    def __init__(self, kernel, grid: tuple[int, int, int], *, num_warps: int, num_stages: int):
+    def __init__(self, kernel, grid: tuple[int, int, int], *, num_warps: int, num_stages: int,
+                 launch_pdl: bool = False):
         self.kernel = kernel
         self.grid = grid
         self.options = {"num_warps": num_warps, "num_stages": num_stages}
+        if launch_pdl:  # a programmatic dependent launch (Hopper): a compile option Triton keeps in the kernel
+            self.options["launch_pdl"] = True
         self.compiled = None
 
     def direct(self) -> bool:
