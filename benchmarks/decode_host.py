@@ -284,6 +284,7 @@ def pdl_rows(calls: int) -> list[dict]:
     from attnlab.gpu import decode, decode_plan
 
     rows = []
+    saved = decode_plan.MERGE_PDL
     for shape in SHAPES:
         B, H, Hkv, L, D = shape
         if B > 1:
@@ -299,7 +300,7 @@ def pdl_rows(calls: int) -> list[dict]:
                     rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "pdl": pdl, "round": rnd,
                                  "graph_us": graph_us(fn, calls=50), "eager_us": eager_us(fn, calls=calls // 10)})
                 finally:
-                    decode_plan.MERGE_PDL = True
+                    decode_plan.MERGE_PDL = saved
                     decode.clear_plans()
     return rows
 

@@ -316,3 +316,19 @@ def test_the_host_time_benchmark_refuses_what_it_cannot_do(tmp_path):
     assert r.returncode == 2 and "exists" in r.stderr and kept.read_text() == "mine"
     r = run()
     assert r.returncode == 2 and "needs a CUDA GPU" in r.stderr
+
+
+def test_merge_pdl_is_off_by_default_and_never_off_cuda(monkeypatch):
+    """The merge kernel's programmatic dependent launch: off by default (slower on an H200, decode-host run
+    8), never without CUDA; a Launcher asked for it carries Triton's ``launch_pdl`` compile option."""
+    from attnlab.gpu import decode_plan
+    from attnlab.gpu.decode_kernels import _decode_merge_kernel
+    from attnlab.gpu.launch import Launcher
+
+    assert decode_plan.MERGE_PDL is False
+    assert not decode_plan.merge_pdl(torch.device("cpu"))
+    monkeypatch.setattr(decode_plan, "MERGE_PDL", True)
+    assert not decode_plan.merge_pdl(torch.device("cpu"))
+    assert Launcher(_decode_merge_kernel, (1, 1, 1), num_warps=4, num_stages=3, launch_pdl=True).options == \
+        {"num_warps": 4, "num_stages": 3, "launch_pdl": True}
+    assert "launch_pdl" not in Launcher(_decode_merge_kernel, (1, 1, 1), num_warps=4, num_stages=3).options

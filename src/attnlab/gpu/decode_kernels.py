@@ -7,9 +7,9 @@
                            and its lse (float32); with S = 1 it writes the final output directly;
                            with MERGE = 2 the group's last program to finish merges all splits.
     _decode_merge_kernel   grid (B·H·Nq,): out = Σ_s e^(lse_s − lse)·o_s with lse = log Σ_s e^lse_s.
-                           On Hopper it is launched as a programmatic dependent launch (``PDL``): its
-                           programs start as the split kernel's end and wait (``griddepcontrol.wait``)
-                           for its writes, so the second launch's latency hides under the first's tail.
+                           With ``PDL`` (``decode_plan.MERGE_PDL``, off by default: measured slower on
+                           an H200) it is launched as a programmatic dependent launch: its programs may
+                           start as the split kernel ends and wait (``griddepcontrol.wait``) for its writes.
 
 Query i of sequence b sits at position pos = cache_seqlens[b] − Nq + i (bottom-right). The variants
 are flash-attn's (``attnlab.variants``): key j is visible iff pos − left <= j <= pos + right (−1: that
