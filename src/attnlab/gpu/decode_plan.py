@@ -20,7 +20,7 @@ import triton
 from .._runtime import LOG2E, interpret_mode
 from .decode_config import DecodeConfig, _config_for, choose_num_splits, model_seq, streamed_keys
 from .decode_kernels import _decode_merge_kernel, _decode_split_kernel
-from .launch import Launcher, current_stream, int_specs, ints_alike, same_specialisation, tensor_key
+from .launch import Launcher, current_stream, int_specs, same_specialisation, tensor_key
 
 _COUNTERS: dict = {}
 _SPARE: dict = {}
@@ -139,11 +139,11 @@ class DecodePlan:
         self.tail = [*self.q_args, *k_strides, *v_strides, *self.mid_args, capacity, dims.num_pages or 1, S,
                      *self.const_args, self.merge, *self.end_args]
         assert len(self.tail) + 11 == len(_decode_split_kernel.arg_names)
-        spec = (S, int_specs((*k_strides, *v_strides, capacity)))
-        self.split = self.launcher_memo.get(spec)
+        self.split_spec = (S, int_specs((*k_strides, *v_strides, capacity)))  # what picks the compiled kernel
+        self.split = self.launcher_memo.get(self.split_spec)
         if self.split is None:
-            self.split = self.launcher_memo[spec] = Launcher(_decode_split_kernel, (S, Hkv, B), num_warps=cfg.num_warps,
-                                                             num_stages=cfg.num_stages)
+            self.split = self.launcher_memo[self.split_spec] = Launcher(
+                _decode_split_kernel, (S, Hkv, B), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         if self.merge == 1:
             pdl = merge_pdl(self.device)
             self.merge_tail = [H * Nq * D, Nq * D, D, 1, H, D, S, Nq, triton.next_power_of_2(S), cfg.block_d, pdl]
@@ -165,23 +165,19 @@ class DecodePlan:
         plan.__dict__.update(self.__dict__)
         if self._splits_for(capacity) == self.num_splits:
             tail = self.tail.copy()
-            i, c = len(self.q_args), self.capacity_at
-            new = (*k_cache.stride(), *v_cache.stride(), capacity)
-            tail[i:i + 8] = new[:8]
-            tail[c] = capacity
+            i = len(self.q_args)
+            tail[i:i + 8] = (*k_cache.stride(), *v_cache.stride())
+            tail[self.capacity_at] = capacity
             plan.tail, plan.capacity = tail, capacity
-            if not ints_alike((*self.tail[i:i + 8], self.capacity), new):
-                # e.g. a capacity that stops (or starts) dividing by 16: the launcher of that specialisation
-                spec = (self.num_splits, int_specs(new))
-                split = self.launcher_memo.get(spec)
-                if split is None:
-                    split = self.launcher_memo[spec] = Launcher(_decode_split_kernel, self.split.grid,
-                                                                **self.split.options)
-                plan.split = split
+            spec = (self.num_splits, int_specs((*tail[i:i + 8], capacity)))
+            if spec != self.split_spec:  # e.g. a capacity that stops (or starts) dividing by 16
+                plan.split_spec = spec
+                plan.split = self.launcher_memo.get(spec)
+                if plan.split is None:
+                    plan.split = self.launcher_memo[spec] = Launcher(_decode_split_kernel, self.split.grid,
+                                                                     **self.split.options)
             return plan
-        plan._size(capacity, k_cache.stride(), v_cache.stride())
-        if plan.num_splits == self.num_splits:
-            plan.scratch = self.scratch  # the same shapes, the same stream
+        plan._size(capacity, k_cache.stride(), v_cache.stride())  # another split count: new buffers too
         # the same compiled kernel where the arguments that changed specialise as before
         if self.split.compiled is not None and plan.split.compiled is None \
                 and same_specialisation(self.split.kernel, self.tail, plan.tail):

@@ -115,16 +115,6 @@ def int_specs(args) -> tuple:
     return tuple(_int_spec(a) for a in args)
 
 
-def ints_alike(args: list, other: list) -> bool:
-    """Whether two lists of int arguments (not constexprs) specialise a kernel alike, element by element."""
-    if len(args) != len(other):
-        return False
-    for a, b in zip(args, other):
-        if a != b and _int_spec(a) != _int_spec(b):
-            return False
-    return True
-
-
 _CONSTEXPRS: dict = {}
 
 
@@ -190,4 +180,4 @@ class Launcher:
                 _SHARED[key] = compiled
 
 
-__all__ = ["Launcher", "current_stream", "int_specs", "ints_alike", "same_specialisation", "tensor_key"]
+__all__ = ["Launcher", "current_stream", "int_specs", "same_specialisation", "tensor_key"]
