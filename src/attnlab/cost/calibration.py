@@ -7,7 +7,8 @@ the rate its bytes in flight allow (Little's law), several programs share an SM,
 saturates smoothly, and each split and wave costs a little fixed time. ``calibrated_split_time``
 models that with the constants of a ``DecodeCalibration``; ``calibrated_num_splits`` picks a split
 count from it; ``calibration_for`` looks up a measured calibration; ``scaled_calibration`` predicts
-one for another kernel configuration, and ``calibration_for_config`` does so for a narrower head dim. ``calibration_fit.py`` fits the constants to measured sweeps.
+one for another kernel configuration, and ``calibration_for_config`` does so for a narrower head dim.
+``calibration_fit.py`` fits the constants to measured sweeps.
 
 A kernel configuration is a plain tuple ``(block_n, block_d, num_warps, num_stages)``.
 """

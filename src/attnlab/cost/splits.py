@@ -125,8 +125,9 @@ def decode_num_splits(*, batch: int, kv_heads: int, seq: int, head_dim: int, gpu
 
     ``config``: the kernel configuration ``(block_n, block_d, num_warps, num_stages)``, or None. Where
     ``calibration_for_config(gpu.name, config)`` has a ``DecodeCalibration`` (measured, or scaled from the
-    same tile at a wider head dim): ``calibrated_num_splits`` on it. Elsewhere the lecture's wave model, ``best_num_splits`` with the merge's launch charged and
-    every split at least ``block_n`` keys (1 without a config), at most 64 splits.
+    same tile at a wider head dim): ``calibrated_num_splits`` on it. Elsewhere the lecture's wave model,
+    ``best_num_splits`` with the merge's launch charged and every split at least ``block_n`` keys (1
+    without a config), at most 64 splits.
     """
     B, Hkv, N, D = pos_int(batch, "batch"), pos_int(kv_heads, "kv_heads"), pos_int(seq, "seq"), \
         pos_int(head_dim, "head_dim")
