@@ -63,7 +63,6 @@ def _variants_module():
 
 
 def sweep(Ds, variants, passes) -> list[dict]:
-    import triton
 
     from attnlab.gpu import config as gc
 
@@ -96,25 +95,16 @@ def sweep(Ds, variants, passes) -> list[dict]:
                         cands.insert(0, ("bwd", bwd0))
                 for kind, c in cands:
                     gc.set_config(D, True, length="long", **{kind: c})
-                    row = dict(D=D, variant=variant, pass_=pass_, config=str(c),
-                               current=c == (ran if kind == "fwd" else bwd0))
-                    t0 = time.perf_counter()
-                    try:
-                        fn = vb.provider_attnlab(cfg, "cuda")
-                        ms = triton.testing.do_bench(fn, warmup=25, rep=100)
-                        row.update(ms=ms, tflops=flops / (ms * 1e-3) / 1e12)
-                    except Exception as e:  # a configuration that does not compile or fit
-                        row.update(error=f"{type(e).__name__}: {str(e)[:120]}")
-                    row["seconds"] = time.perf_counter() - t0
-                    rows.append(row)
-                    print(json.dumps(row), flush=True)
-                    torch.cuda.empty_cache()
+                    rows.append(_time_row(vb, cfg, flops, dict(D=D, variant=variant, pass_=pass_, config=str(c),
+                                                               current=c == (ran if kind == "fwd" else bwd0))))
                 gc.set_config(D, True, length="long", fwd=fwd0_triton, bwd=bwd0)  # both tables as they were
                 gc.set_config(D, True, length="long", fwd=fwd0)
     return rows
 
 
 def _time_row(vb, cfg, flops, row) -> dict:
+    """``row`` with attnlab's time for ``cfg`` under the installed table entries (``do_bench`` median) and
+    TFLOP/s over ``flops``, or the error of a configuration that does not compile or fit; printed as JSON."""
     import triton
 
     t0 = time.perf_counter()

@@ -1,7 +1,9 @@
 """Helpers shared by the attention tests: inputs, references and error measures (import as
 ``from tests.helpers import ...``; pytest puts the repository root on the path)."""
 
+import importlib.util
 import math
+from pathlib import Path
 
 import torch
 
@@ -20,6 +22,16 @@ SHAPES = [
     (1, 2, 1, 1, 1025, 59),
 ]
 BLOCKS = [(64, 64), (48, 40)]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_script(relative: str):
+    """A script of the repository (``benchmarks/variants.py``, say) loaded as a module by its path."""
+    path = ROOT / relative
+    spec = importlib.util.spec_from_file_location(f"script_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def shape_id(s) -> str:

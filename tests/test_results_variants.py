@@ -4,22 +4,13 @@ file or a retyped number fails here."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _variants_bench():
-    spec = importlib.util.spec_from_file_location("variants_bench", ROOT / "benchmarks" / "variants.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from tests.helpers import ROOT, load_script
 
 
 def test_results_varlen_rows_are_the_recorded_runs():
-    vb = _variants_bench()
+    vb = load_script("benchmarks/variants.py")
     results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
     for run in (8, 9):
         rows = json.loads((ROOT / "benchmarks" / "data" / f"variants-h200-d128-varlen-run{run}.json").read_text())["rows"]

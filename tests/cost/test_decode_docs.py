@@ -3,23 +3,13 @@ run they name (benchmarks/data/decode-host-h200-run6.json): a changed file or a 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
+
+from tests.helpers import ROOT, load_script
 
 from attnlab.cost import GPUS
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _roofline_columns():
-    spec = importlib.util.spec_from_file_location("roofline_columns", ROOT / "benchmarks" / "roofline_columns.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-_cols = _roofline_columns()
+_cols = load_script("benchmarks/roofline_columns.py")
 decode_roofline_ms, percent = _cols.decode_roofline_ms, _cols.percent
 
 
