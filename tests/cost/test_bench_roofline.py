@@ -281,6 +281,19 @@ def test_decode_host_report_of_the_h200_run(capsys, tmp_path):
         assert e.value.code == 2
 
 
+def test_decode_host_report_shows_the_pdl_rounds(capsys):
+    """Run 8's A/B of the merge kernel's launch: every round of every shape, each way, as recorded."""
+    host = _load("decode_host")
+    path = DATA / "decode-host-h200-run8.json"
+    assert host.main(["--report", str(path)]) == 0
+    out = capsys.readouterr().out
+    rows = json.loads(path.read_text())["pdl"]
+    assert len(rows) == 16 and {r["pdl"] for r in rows} == {False, True}
+    for r in rows:
+        assert (f"| {r['B']} | {r['H']}/{r['Hkv']} | {r['L']} | {r['D']} | {'yes' if r['pdl'] else 'no'} | "
+                f"{r['round'] + 1} | {r['graph_us']:.1f} | {r['eager_us']:.1f} |") in out
+
+
 # -- variants.py -----------------------------------------------------------------------------------
 
 

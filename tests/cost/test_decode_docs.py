@@ -44,3 +44,16 @@ def test_results_table_is_run_6():
         assert cells[6:] == [f"{c['graph_us']:.1f}", f"{c['graph_us'] / a['graph_us']:.2f}", f"{a['eager_us']:.1f}",
                              f"{c['eager_us']:.1f}", f"{a['eager_over_graph']:.2f}", f"{roof:.1f}",
                              percent(roof / a["graph_us"]), percent(roof / c["graph_us"])], line
+
+
+def test_results_pdl_paragraph_is_run_8():
+    """RESULTS.md's run 8 paragraph: per shape, the PDL launch's two rounds against the plain launch's."""
+    rows = json.loads((ROOT / "benchmarks" / "data" / "decode-host-h200-run8.json").read_text())["pdl"]
+    text = " ".join((ROOT / "benchmarks" / "RESULTS.md").read_text().split())
+    shapes = sorted({(r["H"], r["Hkv"], r["L"], r["D"]) for r in rows}, key=lambda s: (s[3] != 128, -s[2]))
+    assert len(shapes) == 4
+    for shape in shapes:
+        g = {(r["pdl"], r["round"]): r["graph_us"] for r in rows if (r["H"], r["Hkv"], r["L"], r["D"]) == shape}
+        cell = f"{g[True, 0]:.1f} / {g[True, 1]:.1f} against {g[False, 0]:.1f} / {g[False, 1]:.1f}"
+        assert cell in text, (shape, cell)
+        assert g[True, 0] > g[False, 0] and g[True, 1] > g[False, 1]  # "slower everywhere", as the text says
