@@ -339,11 +339,10 @@ def sweep_rows() -> list[dict]:
     return rows
 
 
-def with_roofline(result: dict) -> dict:
+def with_roofline(result: dict, gpu) -> dict:
     """Every speed row of ``result`` with ``roofline_ms`` (``attnlab.cost.decode.decode_roofline`` of its
-    shape on the preset matching the run's GPU), ``of_roofline`` (eager) and ``graph_of_roofline`` (CUDA
-    graph): the share of the physical limit each call reaches. A run on a GPU without a preset: unchanged."""
-    gpu = preset_for(result.get("gpu"))
+    shape on ``gpu``, the preset matching the run's GPU), ``of_roofline`` (eager) and ``graph_of_roofline``
+    (CUDA graph): the share of the physical limit each call reaches. ``gpu`` None (no preset): unchanged."""
     if gpu is not None:
         for r in result["speed"]:
             r.setdefault("ms", r["eager_us"] * 1e-3)
@@ -356,8 +355,8 @@ def with_roofline(result: dict) -> dict:
 
 
 def markdown(result: dict) -> str:
-    result = with_roofline(result)
     gpu = preset_for(result.get("gpu"))
+    result = with_roofline(result, gpu)
     lines = [f"{result['gpu']}, torch {result['torch']}, triton {result['triton']}, bf16", "",
              "| floor | host µs/call |", "|---|---|"]
     lines += [f"| {k} | {v:.1f} |" for k, v in result["floors"].items()]
