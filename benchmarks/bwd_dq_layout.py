@@ -1,14 +1,21 @@
-"""The Gluon backward with its float32 dQ staging tile in other shared-memory swizzles (H200).
+"""The Gluon backward's float32 dQ staging tile in other orders and swizzles, against cuDNN (H200).
 
 ``ncu`` on transformers' training-step shape (benchmarks/device_ncu_bwd.sh) counted 17.6 M shared-store
-bank conflicts in attnlab's Gluon backward against 1.3 M in cuDNN's, for the same 70 M store wavefronts.
-The dQ tile is staged in shared memory once per step before its TMA reduction; this script builds the
-kernel with that tile (and its descriptor) swizzled on 128 bytes (Triton's default), 64, 32 or not at all
-(``prefill_gluon_bwd.DQ_SWIZZLE``), checks the gradients against the default build's, and times the
-backward (``torch.autograd.grad`` of one ``flash_attention`` call, ``do_bench`` median) on the step's shape
-(GQA 32/8, D = 64, causal, 8K tokens, the model's layout) and at D = 128 (16 heads, 16K, causal).
+bank conflicts in attnlab's Gluon backward against 1.3 M in cuDNN's, for the same 70 M store wavefronts,
+and 8.5 M shared-store instructions against 4.8 M. The dQ tile is staged in shared memory once per step
+before its TMA reduction. Layouts timed here:
 
-    python benchmarks/bwd_dq_layout.py [--json out.json]
+* ``tiles`` (the default, ``prefill_gluon_bwd.DQ_PERMUTED``): the tile in the accumulator's register order,
+  each thread storing 16 contiguous bytes at a time, no bank conflicts, one TMA reduction per tile;
+* ``rows`` (row-major, 128-byte swizzle: the layout before) and ``rows-32`` (row-major, 32-byte swizzle:
+  conflict-free, narrower TMA boxes; ``prefill_gluon_bwd.DQ_SWIZZLE``);
+* ``cudnn``: SDPA's cuDNN backward of the same call, the peer.
+
+Each build's gradients are compared with the default build's; the backward (``torch.autograd.grad`` of one
+call, ``do_bench`` median) is timed in ``--rounds`` alternating rounds on transformers' step shape (GQA 32/8,
+D = 64, causal, 8K tokens, the model's layout) and at 16K tokens with D = 64 and 128, causal and not.
+
+    python benchmarks/bwd_dq_layout.py [--rounds 2] [--json out.json]
 """
 
 from __future__ import annotations
@@ -20,11 +27,14 @@ from pathlib import Path
 
 import torch
 
-SHAPES = [  # (B, H, Hkv, N, D, model layout)
-    (1, 32, 8, 8192, 64, True),
-    (1, 16, 16, 16384, 128, False),
+SHAPES = [  # (B, H, Hkv, N, D, causal, model layout)
+    (1, 32, 8, 8192, 64, True, True),
+    (1, 32, 32, 16384, 64, True, False),
+    (1, 32, 32, 16384, 64, False, False),
+    (1, 16, 16, 16384, 128, True, False),
+    (1, 16, 16, 16384, 128, False, False),
 ]
-SWIZZLES = (None, 64, 32, 0)
+LAYOUTS = {"tiles": (True, None), "rows": (False, None), "rows-32": (False, 32)}  # (DQ_PERMUTED, DQ_SWIZZLE)
 
 
 def inputs(B, H, Hkv, N, D, model_layout, seed=0):
@@ -39,56 +49,91 @@ def inputs(B, H, Hkv, N, D, model_layout, seed=0):
     return q, k, v, make(H)
 
 
+def _backward(q, k, v, do, causal, provider):
+    import attnlab
+
+    if provider == "cudnn":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                                   enable_gqa=q.shape[1] != k.shape[1])
+    else:
+        out = attnlab.flash_attention(q, k, v, causal=causal)
+
+    def bwd():
+        return torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
+
+    return bwd
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", type=Path, help="write the rows here (refuses an existing file)")
+    ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of every layout (default 2)")
+    ap.add_argument("--layouts", nargs="+", default=[*LAYOUTS, "cudnn"], choices=[*LAYOUTS, "cudnn"])
     args = ap.parse_args(argv)
     if args.json is not None and args.json.exists():
         ap.error(f"{args.json} exists; not overwriting it")
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     if not torch.cuda.is_available():
         print("bwd_dq_layout: needs a CUDA GPU (sm_90)", file=sys.stderr)
         return 2
+    import datetime
+
     import triton
 
-    import attnlab
     from attnlab.gpu import prefill_gluon_bwd as gb
 
     rows = []
     for shape in SHAPES:
-        q, k, v, do = inputs(*shape)
-        B, H, Hkv, N, D, _ = shape
-        flops = 2.5 * 4 * B * H * D * N * (N + 1) / 2  # the backward's standard count, causal
+        B, H, Hkv, N, D, causal, model = shape
+        q, k, v, do = inputs(B, H, Hkv, N, D, model)
+        flops = 2.5 * 4 * B * H * D * N * N * (0.5 if causal else 1.0)  # the backward's standard count
         ref = None
-        for sw in SWIZZLES:
-            gb.DQ_SWIZZLE = sw
-            try:
-                out = attnlab.flash_attention(q, k, v, causal=True)
-
-                def bwd(out=out, q=q, k=k, v=v, do=do):
-                    return torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
-
-                grads = bwd()
-                if ref is None:
-                    ref = grads
-                err = max(((a.float() - b.float()).abs().max() / b.float().abs().max()).item() for a, b in zip(grads, ref))
-                ms = triton.testing.do_bench(bwd, warmup=25, rep=200)
-                row = dict(B=B, H=H, Hkv=Hkv, N=N, D=D, swizzle=sw, ms=ms, tflops=flops / ms / 1e9, rel_diff=err)
-            except Exception as e:  # a build the descriptor or the compiler refuses
-                row = dict(B=B, H=H, Hkv=Hkv, N=N, D=D, swizzle=sw, error=f"{type(e).__name__}: {str(e)[:200]}")
-            finally:
-                gb.DQ_SWIZZLE = None
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-    print("| D | H/Hkv | N | dQ swizzle | backward ms | TFLOP/s | rel. diff to default |")
-    print("|---|---|---|---|---|---|---|")
+        for rnd in range(args.rounds):
+            for name in args.layouts:
+                perm, sw = LAYOUTS.get(name, (True, None))
+                gb.DQ_PERMUTED, gb.DQ_SWIZZLE = perm, sw
+                try:
+                    bwd = _backward(q, k, v, do, causal, name)
+                    grads = bwd()
+                    if ref is None and name == "tiles":
+                        ref = grads
+                    err = None if ref is None else max(
+                        ((a.float() - b.float()).abs().max() / b.float().abs().max()).item() for a, b in zip(grads, ref))
+                    ms = triton.testing.do_bench(bwd, warmup=25, rep=200)
+                    row = dict(B=B, H=H, Hkv=Hkv, N=N, D=D, causal=causal, layout=name, round=rnd, ms=ms,
+                               tflops=flops / ms / 1e9, rel_diff=err)
+                except Exception as e:  # a build the descriptor or the compiler refuses
+                    row = dict(B=B, H=H, Hkv=Hkv, N=N, D=D, causal=causal, layout=name, round=rnd,
+                               error=f"{type(e).__name__}: {str(e)[:200]}")
+                finally:
+                    gb.DQ_PERMUTED, gb.DQ_SWIZZLE = True, None
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    print("| D | H/Hkv | N | causal | layout | backward ms by round | TFLOP/s (best) | rel. diff to tiles |")
+    print("|---|---|---|---|---|---|---|---|")
+    keys = []
     for r in rows:
-        sw = "default (128)" if r["swizzle"] is None else r["swizzle"]
-        if "ms" in r:
-            print(f"| {r['D']} | {r['H']}/{r['Hkv']} | {r['N']} | {sw} | {r['ms']:.3f} | {r['tflops']:.0f} | {r['rel_diff']:.1e} |")
-        else:
-            print(f"| {r['D']} | {r['H']}/{r['Hkv']} | {r['N']} | {sw} | {r['error']} | | |")
+        key = (r["D"], r["H"], r["Hkv"], r["N"], r["causal"], r["layout"])
+        if key not in keys:
+            keys.append(key)
+    for key in keys:
+        rs = [r for r in rows if (r["D"], r["H"], r["Hkv"], r["N"], r["causal"], r["layout"]) == key]
+        ok = [r for r in rs if "ms" in r]
+        D, H, Hkv, N, causal, name = key
+        if not ok:
+            print(f"| {D} | {H}/{Hkv} | {N} | {causal} | {name} | {rs[0]['error']} | | |")
+            continue
+        diff = max((r["rel_diff"] for r in ok if r["rel_diff"] is not None), default=None)
+        times = " / ".join(f"{r['ms']:.3f}" for r in ok)
+        diff = "—" if diff is None or name == "cudnn" else f"{diff:.1e}"
+        print(f"| {D} | {H}/{Hkv} | {N} | {causal} | {name} | {times} | {max(r['tflops'] for r in ok):.0f} | {diff} |")
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+        args.json.write_text(json.dumps(dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(),
+                                             torch=torch.__version__, triton=triton.__version__, rows=rows), indent=1))
     return 0
 
 

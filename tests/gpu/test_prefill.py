@@ -298,6 +298,45 @@ def test_store_dq_writes_the_scaled_sum_in_any_layout(layout, scale):
     assert (dq.is_contiguous() if layout == "contiguous" else dq.transpose(1, 2).is_contiguous())
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "model"])
+@pytest.mark.parametrize("Nq,D,split_d", [(1, 64, 64), (70, 64, 64), (129, 128, 64), (37, 64, 32), (64, 128, 128)])
+def test_store_dq_tiles_puts_register_order_back_in_rows(layout, Nq, D, split_d):
+    """The Gluon backward's dQ buffer holds 64-row tiles in the wgmma accumulator's register order:
+    element (row 16w + 8a + l // 4, column 8i + 2(l % 4) + e) of a tile at ((i·128 + 32w + l)·2 + a)·2 + e.
+    ``dq_to_tiles`` (PyTorch) lays a dQ out so — checked element by element against that formula — and
+    ``store_dq_tiles`` (the kernel on the backward's way out) puts it back, scaled, in either layout, with
+    the padding rows of a head's last block dropped."""
+    from attnlab.gpu.layout import dq_tiles_shape, dq_to_tiles, store_dq_tiles
+
+    gen = torch.Generator(device=DEV).manual_seed(Nq + D)
+    B, H = 2, 3
+    acc = torch.randn(B, H, Nq, D, device=DEV, generator=gen)
+    tiles = dq_to_tiles(acc, split_d)
+    assert tuple(tiles.shape) == dq_tiles_shape(B, H, Nq, D, split_d)
+    flat, nb = tiles.view(-1).cpu(), -(-Nq // 64)
+    for b, h, m, d in [(0, 0, 0, 0), (1, 2, Nq - 1, D - 1), (1, 1, Nq // 2, D // 3), (0, 2, min(Nq - 1, 17), 9)]:
+        r, c = m % 64, d % split_d
+        w, a, lh, i, ll, e = r // 16, (r // 8) % 2, r % 8, c // 8, (c // 2) % 4, c % 2
+        tile = ((b * H + h) * nb + m // 64) * (D // split_d) + d // split_d
+        assert flat[tile * 64 * split_d + ((i * 128 + 32 * w + 4 * lh + ll) * 2 + a) * 2 + e] == acc[b, h, m, d].cpu()
+    assert float(tiles.abs().sum()) == pytest.approx(float(acc.abs().sum()), rel=1e-5)  # the padding is zero
+    dq = torch.full((B, H, Nq, D), float("nan"), dtype=torch.bfloat16, device=DEV)
+    if layout == "model":
+        dq = torch.full((B, Nq, H, D), float("nan"), dtype=torch.bfloat16, device=DEV).transpose(1, 2)
+    store_dq_tiles(tiles, dq, split_d, scale=0.125)
+    assert torch.equal(dq, (acc * 0.125).to(torch.bfloat16))
+
+
+def test_store_dq_tiles_refuses_tiles_of_another_shape():
+    from attnlab.gpu.layout import dq_to_tiles, store_dq_tiles
+
+    tiles = dq_to_tiles(torch.randn(1, 2, 70, 64, device=DEV), 64)
+    dq = torch.zeros(1, 2, 129, 64, dtype=torch.bfloat16, device=DEV)  # three blocks of rows, the tiles hold two
+    with pytest.raises(ValueError, match="do not hold"):
+        store_dq_tiles(tiles, dq, 64)
+    assert not dq.any()  # nothing written
+
+
 def test_fake_outputs_have_the_real_layouts():
     """torch.compile plans with the registered ops' fake outputs: their strides must be those the
     kernels' launchers really allocate (else compiled code would read the output wrongly)."""

@@ -77,6 +77,26 @@ def test_builds_for_sm90_as_one_pass():
             assert rep["stack"] == 0, (case, rep)
 
 
+def test_dq_tiles_in_register_order_store_sixteen_bytes_per_thread():
+    """The default dQ staging (``DQ_PERMUTED``: tiles in the accumulator's register order) stores each
+    thread's float32 dQ values four at a time (st.shared.v4): half the store instructions of the row-major
+    tile (st.shared.v2; the compiler counts one excess access per wavefront there:
+    ``benchmarks/bwd_bank_conflicts.py``), at the same shared memory and TMA reductions, and without
+    spilling more (the table's builds: D = 64 with the lagged dQ, D = 128 with shared products)."""
+    cases = [dict(D=64, causal=True, dq_lag=2), dict(D=64, causal=False, dq_lag=1),
+             dict(D=128, causal=True, dq_shared=True)]
+    builds = [dict(c, dtype="bfloat16", dq_perm=p) for c in cases for p in (True, False)]
+    reps = sm90_reports("prefill_gluon_bwd", [dict(b) for b in builds])
+    for case, perm, rows in zip(cases, reps[::2], reps[1::2]):
+        v2 = rows["shared_stores"].get("v2.b32", 0) - perm["shared_stores"].get("v2.b32", 0)
+        v4 = perm["shared_stores"].get("v4.b32", 0) - rows["shared_stores"].get("v4.b32", 0)
+        assert v4 > 0 and v2 == 2 * v4, (case, perm, rows)  # the dQ tile's pairs became half as many quads
+        assert perm["shared_stores"].get("v2.b32", 0) <= 3, (case, perm)  # (the bookkeeping's few words)
+        assert (perm["smem_kb"], perm["tma_reduces"]) == (rows["smem_kb"], rows["tma_reduces"]), (case, perm, rows)
+        if perm.get("stack") is not None:
+            assert perm["stack"] <= rows["stack"], (case, perm, rows)
+
+
 def test_programs_go_head_first_only_for_uneven_walks_on_a_small_grid():
     """The measured sides of the rule (H200, 132 SMs): a causal GQA 32/8 layer at 8K (64 key blocks x 8
     K/V heads) goes head first; causal MHA at 16K (128 x 16) and at 4K with 4 sequences (32 x 128) go key
@@ -291,6 +311,26 @@ def test_gpu_gluon_backward_matches_reference(B, H, Hkv, Nq, Nk, D, causal, dtyp
     prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale,
                      config=_gluon_cfg(stages, dq_split, dq_atomic, dq_shared, dq_lag), dq=grads[0], dk=grads[1],
                      dv=grads[2])
+    _check_grads(q, k, v, do, grads, causal, scale)
+
+
+@pytest.mark.gpu
+@on_hopper
+@pytest.mark.parametrize("dq_split,dq_shared,dq_lag", [(1, False, 2), (1, True, 0), (2, False, 0)])
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,causal,dtype", [GLUON_CASES[i] for i in (0, 2, 3, 4)])
+def test_gpu_row_major_dq_tiles_still_hold_the_criterion(B, H, Hkv, Nq, Nk, D, causal, dtype, dq_split, dq_shared,
+                                                         dq_lag, monkeypatch):
+    """``DQ_PERMUTED = False`` (the row-major dQ staging the measurements compare against) still gives
+    gradients within the criterion."""
+    if GB.smem_bytes(D, 2, dq_split, False, dq_lag) > GB.SMEM_LIMIT:
+        pytest.skip("more shared memory than a block has (the lagged dQ ring is D = 64's)")
+    monkeypatch.setattr(GB, "DQ_PERMUTED", False)
+    q, k, v, do = _gpu_inputs(B, H, Hkv, Nq, Nk, D, dtype, Nq * 5 + Nk)
+    mask, scale = Mask(-1, 0 if causal else -1), D ** -0.5
+    out, lse = _forward(q, k, v, mask, scale)
+    grads = [torch.full(t.shape, float("nan"), dtype=dtype, device=DEV) for t in (q, k, v)]
+    prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale,
+                     config=_gluon_cfg(2, dq_split, False, dq_shared, dq_lag), dq=grads[0], dk=grads[1], dv=grads[2])
     _check_grads(q, k, v, do, grads, causal, scale)
 
 

@@ -1,6 +1,7 @@
 """Where the prefill kernels' outputs live in memory: allocated in their inputs' order, so that a model's
 (B, N, H, D) projections seen as (B, H, N, D) get an output and gradients it can reshape without copies
-(``empty_like_layout``), and dQ stored from its float32 accumulator into such a gradient (``store_dq``).
+(``empty_like_layout``), and dQ stored from its float32 accumulator into such a gradient (``store_dq``; from
+the Gluon backward's accumulator, tiles in register order, ``store_dq_tiles``).
 Used by the launchers (``prefill_fwd``, ``prefill_bwd``, ``prefill_gluon_bwd``) and by the registered
 ops' fake implementations, which must give the strides the launchers give."""
 
@@ -66,4 +67,72 @@ def store_dq(dq_acc: torch.Tensor, dq: torch.Tensor, scale: float = 1.0) -> None
                                                  BLOCK_M=BLOCK_M, BLOCK_D=next_pow2(max(D, 16)), num_warps=4)
 
 
-__all__ = ["empty_like_layout", "store_dq"]
+# -- dQ in tiles of register order (the Gluon backward's float32 accumulator) ----------------------------------
+#
+# A tile is 64 query rows × ``split_d`` columns of one (batch, head) as a Hopper wgmma accumulator holds it across
+# 4 warps: warp w, lane l holds rows 16w + 8a + l // 4 and columns 8i + 2(l % 4) + e (a, e in {0, 1},
+# i < split_d / 8). In the buffer, element (row, column) of a tile sits at position ((i·128 + 32w + l)·2 + a)·2 + e:
+# a thread's four values of one i are contiguous, and a warp's 32 threads write 512 contiguous bytes.
+
+
+def dq_tiles_shape(B: int, H: int, Nq: int, D: int, split_d: int) -> tuple[int, int]:
+    """The float32 buffer of dQ in tiles, as rows of 32: tile (b, h, query block, column slice) in that
+    order, each 64·split_d values (2·split_d rows); the last query block of a head is padded to 64 rows."""
+    n_blocks = -(-Nq // 64)
+    return B * H * n_blocks * (D // split_d) * 2 * split_d, 32
+
+
+def dq_to_tiles(dq: torch.Tensor, split_d: int) -> torch.Tensor:
+    """(B, H, Nq, D) -> the tiles of ``dq_tiles_shape`` (float32, rows past Nq zero): the order the Gluon
+    backward writes in, in PyTorch (tests; the kernel never calls it)."""
+    B, H, Nq, D = dq.shape
+    nb = -(-Nq // 64)
+    x = torch.zeros((B, H, nb * 64, D), dtype=torch.float32, device=dq.device)
+    x[:, :, :Nq] = dq
+    # rows (block, w, a, lh), columns (slice, i, ll, e) -> (b, h, block, slice, i, w, lh, ll, a, e)
+    x = x.view(B, H, nb, 4, 2, 8, D // split_d, split_d // 8, 4, 2)
+    x = x.permute(0, 1, 2, 6, 7, 3, 5, 8, 4, 9)
+    return x.reshape(dq_tiles_shape(B, H, Nq, D, split_d))
+
+
+@triton.jit
+def _dq_store_tiles(SRC, DST, scale, H, Nq, stride_db, stride_dh, stride_dn,
+                    HEAD_D: tl.constexpr, SPLIT_D: tl.constexpr):
+    """DST rows 64·pid_m.. of head (b, h) <- scale · their tiles of SRC (``dq_tiles_shape``), put back in row order."""
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    NS: tl.constexpr = HEAD_D // SPLIT_D
+    tile0 = (bh.to(tl.int64) * tl.cdiv(Nq, 64) + pid_m) * NS
+    offs_m = pid_m * 64 + tl.arange(0, 64)
+    dst = DST + b.to(tl.int64) * stride_db + h.to(tl.int64) * stride_dh + offs_m[:, None].to(tl.int64) * stride_dn
+    for c in tl.static_range(NS):
+        x = tl.load(SRC + (tile0 + c) * (64 * SPLIT_D) + tl.arange(0, 64 * SPLIT_D))
+        # (i, w, lh, ll, a, e) -> rows (w, a, lh), columns (i, ll, e)
+        x = tl.reshape(x, (SPLIT_D // 8, 4, 8, 4, 2, 2))
+        x = tl.reshape(tl.permute(x, (1, 4, 2, 0, 3, 5)), (64, SPLIT_D))
+        offs_d = c * SPLIT_D + tl.arange(0, SPLIT_D)
+        tl.store(dst + offs_d[None, :], (x * scale).to(DST.dtype.element_ty), mask=offs_m[:, None] < Nq)
+
+
+def store_dq_tiles(tiles: torch.Tensor, dq: torch.Tensor, split_d: int, scale: float = 1.0) -> None:
+    """dq (B, H, Nq, D), any layout with unit stride along D, <- ``scale`` · the float32 tiles of
+    ``dq_tiles_shape`` (the Gluon backward's accumulator), back in row order: one read and one write
+    of each element."""
+    B, H, Nq, D = dq.shape
+    if tuple(tiles.shape) != dq_tiles_shape(B, H, Nq, D, split_d) or D % split_d or split_d % 8:
+        raise ValueError(f"store_dq_tiles: tiles of shape {tuple(tiles.shape)} do not hold a {tuple(dq.shape)} dQ "
+                         f"in column slices of {split_d}")
+    if B * H * Nq == 0:
+        return
+    if dq.stride(-1) != 1:  # (a caller's own dq; the launchers allocate none such)
+        tmp = torch.empty(dq.shape, dtype=dq.dtype, device=dq.device)
+        store_dq_tiles(tiles, tmp, split_d, scale)
+        dq.copy_(tmp)
+        return
+    _dq_store_tiles[(-(-Nq // 64), B * H)](tiles, dq, float(scale), H, Nq, *dq.stride()[:3], HEAD_D=D,
+                                           SPLIT_D=split_d, num_warps=4)
+
+
+__all__ = ["dq_tiles_shape", "dq_to_tiles", "empty_like_layout", "store_dq", "store_dq_tiles"]

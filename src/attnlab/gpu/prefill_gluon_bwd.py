@@ -46,6 +46,7 @@ from __future__ import annotations
 import torch
 
 from .._runtime import LOG2E
+from .layout import dq_tiles_shape, store_dq, store_dq_tiles
 from .prefill_gluon import HAVE_GLUON, NO_WINDOW
 
 HAVE_TMA_REDUCE = False  # set below where this triton has the reduction
@@ -86,6 +87,11 @@ BWD_BLOCK_M = 64  # query rows per step (the wgmma M of dQ, the N of Sᵀ)
 # the swizzle (bytes) of the float32 dQ staging tile in shared memory and of its TMA reduction: None takes
 # Triton's default for the tile (128 bytes); a measurement hook (benchmarks/bwd_dq_layout.py)
 DQ_SWIZZLE: int | None = None
+# dQ staged and added in the accumulator's register order (``layout.dq_tiles_shape``): every thread stores 16
+# contiguous bytes at a time, a warp 512 in a row — half the store instructions of the row-major tile, and no
+# bank conflicts (the row-major tile under a 128-byte swizzle: one excess access per wavefront); the sum is put
+# back in row order on its way to dq (``layout.store_dq_tiles``). False: the row-major tile (measurements)
+DQ_PERMUTED = True
 BWD_SUB_N = 64  # keys per consumer warp group
 # registers per thread of the second consumer warp group (setmaxnreg); the loader's warp group keeps 24 and
 # the first consumer takes the rest of the register file (248 at 232: the sm_90 PTX). At 240 the two
@@ -125,7 +131,7 @@ if HAVE_GLUON:
     @gluon.jit
     def _bwd_dq(u, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, m_lo, n_m, rot, Nq, sm_scale,
                 PART: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ATOMIC: gl.constexpr, DQ_SHARED: gl.constexpr,
-                ABLATE: gl.constexpr):
+                ABLATE: gl.constexpr, DQ_PERM: gl.constexpr):
         """Step u's dQᵢ = dS K over all 128 keys of the block, by warp group u % 2 (they take turns) or by
         both, half of D's columns each (DQ_SHARED): one addition per element per key block (rows past Nq
         add exact zeros: their Pᵀ is 0). Waits for both halves of step u's dSᵀ and frees its slot."""
@@ -180,10 +186,22 @@ if HAVE_GLUON:
                             tma.store_wait(0)
                             _warps_barrier()
                     if ABLATE != 7:  # (measurement only: 7 adds the stale tile)
-                        dq_stage.store(dq)  # unscaled: gluon_backward scales the sum once, on its way to dq
+                        # unscaled: gluon_backward scales the sum once, on its way to dq
+                        if DQ_PERM:  # rows 16w + 8a + l // 4, columns 8i + 2(l % 4) + e of the wgmma accumulator
+                            # (warp w, lane l, register (i, a, e)) to position ((i·128 + 32w + l)·2 + a)·2 + e: each
+                            # thread's four registers of one i are 16 contiguous bytes, a warp's 512 in a row
+                            dq_stage.store(dq.reshape([4, 2, 8, SPLIT_D // 8, 4, 2]).permute((3, 0, 2, 4, 1, 5))
+                                           .reshape([2 * SPLIT_D, 32]))
+                        else:
+                            dq_stage.store(dq)
                         fence_async_shared()
                         _warps_barrier()
-                    if ABLATE != 6:  # (measurement only: 6 stages the tile but adds nothing)
+                    if ABLATE != 6 and DQ_PERM:  # (measurement only: 6 stages the tile but adds nothing)
+                        # tile (b, h, query block, column slice) of the buffer: 2·SPLIT_D rows of 32
+                        tile = (((b * H + h) * gl.cdiv(Nq, BLOCK_M) + m0 // BLOCK_M) * (HEAD_D // SPLIT_D)
+                                + COL0 // SPLIT_D + j)
+                        _tma_add(desc_dq, [tile * (2 * SPLIT_D), 0], dq_stage)
+                    elif ABLATE != 6:
                         _tma_add(desc_dq, [(row0 + m0).to(gl.int32), COL0 + j * SPLIT_D], dq_stage)
                     if ABLATE == 5:  # measurement only: wait for the read at once (the old way)
                         tma.store_wait(0)
@@ -216,6 +234,7 @@ if HAVE_GLUON:
                                 + (flags.shape[2] >= 128))  # log2 of the third dimension
         DQ_LAG: gl.constexpr = (flags.shape[3] >= 2) + (flags.shape[3] >= 4)  # log2 of the fourth
         ALIBI: gl.constexpr = flags.shape[4] == 2  # the ALiBi bias on the scores
+        DQ_PERM: gl.constexpr = flags.shape[5] == 2  # dQ tiles in the accumulator's register order
         EXCHANGE: gl.constexpr = not (ABLATE == 3 or ABLATE == 4)  # (measurement only: 3, 4 have none)
         dtype: gl.constexpr = desc_dk.dtype
         # Sᵀ, dPᵀ: (SUB_N keys, BLOCK_M queries); dK, dV: (SUB_N, D); dQ: (BLOCK_M, D) — SUB_N = BLOCK_M = 64
@@ -323,15 +342,15 @@ if HAVE_GLUON:
             # -- the dQ product of step t − DQ_LAG (its other half of dSᵀ has had DQ_LAG steps to arrive)
             if EXCHANGE and DQ_LAG == 0:
                 _bwd_dq(t, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, m_lo, n_m, rot, Nq, sm_scale,
-                        PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE)
+                        PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM)
             elif EXCHANGE:
                 if t >= DQ_LAG:
                     _bwd_dq(t - DQ_LAG, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, m_lo, n_m, rot,
-                            Nq, sm_scale, PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE)
+                            Nq, sm_scale, PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM)
         if EXCHANGE and DQ_LAG > 0:  # the last DQ_LAG steps' products
             for u in range(gl.maximum(n_steps - DQ_LAG, 0), n_steps):
                 _bwd_dq(u, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, m_lo, n_m, rot, Nq, sm_scale,
-                        PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE)
+                        PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM)
 
         # -- epilogue: dK·scale and dV through this warp group's K and V buffers, once the last dQ products
         #    (the other warp group's too) have read K: the last use of every ring slot is freed
@@ -393,12 +412,14 @@ if HAVE_GLUON:
                            HEAD_D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                            CONSUMER_REGS: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ATOMIC: gl.constexpr,
                            DQ_SHARED: gl.constexpr, ROTATE: gl.constexpr, HEADS_FIRST: gl.constexpr = False,
-                           DQ_LAG: gl.constexpr = 0, ABLATE: gl.constexpr = 0, ALIBI: gl.constexpr = False):
+                           DQ_LAG: gl.constexpr = 0, ABLATE: gl.constexpr = 0, ALIBI: gl.constexpr = False,
+                           DQ_PERM: gl.constexpr = False):
         """Grid (key blocks of 128, B·Hkv), or the reverse with HEADS_FIRST. Descriptors over
         (B, H|Hkv, N, D) with blocks [1, 1, 64, D]; DQ (B, H, Nq, D) float32, zeroed by the caller; LSE2,
         DELTA (B, H, Nq) from the preprocessing kernel. ALIBI: SLOPES float32, head h of batch b's slope at
-        b·stride_sb + h·stride_sh (else the three are None). Two consumer warp groups of 4 warps (64 keys
-        each) and one loader warp."""
+        b·stride_sb + h·stride_sh (else the three are None). DQ_PERM: desc_dq is over the float32 buffer of
+        ``layout.dq_tiles_shape`` (dQ in tiles, each in the accumulator's register order), zeroed by the
+        caller. Two consumer warp groups of 4 warps (64 keys each) and one loader warp."""
         NC: gl.constexpr = 2
         SUB_N: gl.constexpr = 64
         BLOCK_M: gl.constexpr = 64
@@ -437,13 +458,17 @@ if HAVE_GLUON:
         kv_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
         if DQ_ATOMIC:  # (unused: the compiler drops it)
             dq_smem = gl.allocate_shared_memory(gl.float32, [NC, 8, HEAD_D], desc_dq.layout)
+        elif DQ_PERM:  # the same tiles in register order: (BLOCK_M · columns / 32) rows of 32
+            dq_smem = gl.allocate_shared_memory(gl.float32, [NC * DQ_SPLIT * (1 + DQ_SHARED),
+                                                             2 * HEAD_D // (DQ_SPLIT * (1 + DQ_SHARED)), 32],
+                                                desc_dq.layout)
         else:  # each warp group's dQ tile (in DQ_SPLIT column slices) on its way to the TMA reduction
             dq_smem = gl.allocate_shared_memory(gl.float32, [NC * DQ_SPLIT * (1 + DQ_SHARED), BLOCK_M,
                                                              HEAD_D // (DQ_SPLIT * (1 + DQ_SHARED))],
                                                 desc_dq.layout)
         flags = gl.allocate_shared_memory(gl.int8, [DQ_SPLIT, (1 + DQ_ATOMIC) << (2 * DQ_SHARED), 1 << ABLATE,
-                                                    1 << DQ_LAG, 1 + ALIBI],
-                                          gl.SwizzledSharedLayout(1, 1, 1, [4, 3, 2, 1, 0]))
+                                                    1 << DQ_LAG, 1 + ALIBI, 1 + (DQ_PERM and not DQ_ATOMIC)],
+                                          gl.SwizzledSharedLayout(1, 1, 1, [5, 4, 3, 2, 1, 0]))
         q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         q_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -559,10 +584,18 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         layout = gl.NVMMASharedLayout.get_default_for([1, 1, BWD_BLOCK_M, D], el)
         return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 1, BWD_BLOCK_M, D], layout)
 
-    dq_acc = torch.zeros((B, H, Nq, D), device=q.device, dtype=torch.float32)
-    dq_rows = dq_acc.view(B * H * Nq, D)  # a block past a head's last row adds exact zeros to the next head's
-    dq_block = [BWD_BLOCK_M, D // (dq_split * (1 + dq_shared))]
-    desc_dq = TensorDescriptor(dq_rows, list(dq_rows.shape), list(dq_rows.stride()), dq_block, _dq_layout(dq_block))
+    split_d = D // (dq_split * (1 + dq_shared))  # columns of one dQ tile
+    perm = DQ_PERMUTED and not dq_atomic
+    if perm:  # tiles in the accumulator's register order (layout.dq_tiles_shape); rows past Nq add into padding
+        dq_acc = torch.zeros(dq_tiles_shape(B, H, Nq, D, split_d), device=q.device, dtype=torch.float32)
+        dq_block = [2 * split_d, 32]
+        desc_dq = TensorDescriptor(dq_acc, list(dq_acc.shape), list(dq_acc.stride()), dq_block,
+                                   _dq_layout(dq_block, perm=True))
+    else:
+        dq_acc = torch.zeros((B, H, Nq, D), device=q.device, dtype=torch.float32)
+        dq_rows = dq_acc.view(B * H * Nq, D)  # a block past a head's last row adds exact zeros to the next head's
+        dq_block = [BWD_BLOCK_M, split_d]
+        desc_dq = TensorDescriptor(dq_rows, list(dq_rows.shape), list(dq_rows.stride()), dq_block, _dq_layout(dq_block))
     grid = (-(-Nk // (2 * BWD_SUB_N)), B * Hkv)
     if heads_first is None:
         from .decode_config import _device_sms
@@ -587,15 +620,18 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale, *alibi,
         HEAD_D=D, STAGES=stages, CAUSAL=causal_off is not None, CONSUMER_REGS=consumer_regs, DQ_SPLIT=dq_split,
         DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, HEADS_FIRST=heads_first, DQ_LAG=dq_lag,
-        ABLATE=_ablate, ALIBI=slopes is not None, num_warps=4)
-    from .layout import store_dq
+        ABLATE=_ablate, ALIBI=slopes is not None, DQ_PERM=perm, num_warps=4)
+    # the kernel adds dS K unscaled: one multiply per element, not per key block
+    if perm:
+        store_dq_tiles(dq_acc, dq, split_d, scale=scale)
+    else:
+        store_dq(dq_acc, dq, scale=scale)
 
-    store_dq(dq_acc, dq, scale=scale)  # the kernel adds dS K unscaled: one multiply per element, not per key block
 
-
-def _dq_layout(block: list[int]):
-    """The shared layout of the float32 dQ staging tile (and its descriptor): ``DQ_SWIZZLE`` or the default."""
-    if DQ_SWIZZLE is None:
+def _dq_layout(block: list[int], perm: bool = False):
+    """The shared layout of the float32 dQ staging tile (and its descriptor): ``DQ_SWIZZLE`` or the default
+    (``perm``, the tiles in register order in rows of 32: Triton's default, 128 bytes, whatever the hook)."""
+    if DQ_SWIZZLE is None or perm:
         return gl.NVMMASharedLayout.get_default_for(block, gl.float32)
     return gl.NVMMASharedLayout(swizzle_byte_width=DQ_SWIZZLE, element_bitwidth=32, rank=2)
 
@@ -603,10 +639,11 @@ def _dq_layout(block: list[int]):
 def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.dtype = torch.bfloat16,
                  dq_split: int = 1, dq_atomic: bool = False, dq_shared: bool = False, rotate: bool = True,
                  heads_first: bool = False, regs: int = BWD_CONSUMER_REGS, dq_lag: int = 0, alibi: bool = False,
-                 _ablate: int = 0):
+                 dq_perm: bool | None = None, _ablate: int = 0):
     """Build the Gluon backward for Hopper (sm_90) on any machine, GPU or not, as
     ``prefill_gluon.compile_sm90`` does for the forward. ``alibi``: the build for ALiBi slopes, with
-    the slopes' head stride 1 (a launch specialises it so: (H,), (B, H) and (H,) expanded to (B, H))."""
+    the slopes' head stride 1 (a launch specialises it so: (H,), (B, H) and (H,) expanded to (B, H)).
+    ``dq_perm``: dQ tiles in register order (None: ``DQ_PERMUTED``, as a launch; never with atomics)."""
     if not HAVE_GLUON:
         raise RuntimeError("this triton has no Gluon (triton >= 3.5 needed)")
     import triton
@@ -622,14 +659,17 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     const = dict(HEAD_D=head_dim, STAGES=stages, CAUSAL=causal, CONSUMER_REGS=regs, DQ_SPLIT=dq_split,
                  DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, HEADS_FIRST=heads_first, DQ_LAG=dq_lag,
                  ABLATE=_ablate, ALIBI=alibi)
+    perm = (DQ_PERMUTED if dq_perm is None else dq_perm) and not dq_atomic
+    const["DQ_PERM"] = perm
     if alibi:
         const["stride_sh"] = 1
     else:  # as a launch without slopes: constexpr None
         const.update(SLOPES=None, stride_sb=None, stride_sh=None)
     ptrs = ("DQ", "LSE2", "DELTA")
     dq_cols = head_dim // (dq_split * (1 + dq_shared))
-    dq_layout = _dq_layout([BWD_BLOCK_M, dq_cols])
-    desc_dq = f"tensordesc<fp32[{BWD_BLOCK_M},{dq_cols}],{dq_layout!r}>"
+    dq_block = [2 * dq_cols, 32] if perm else [BWD_BLOCK_M, dq_cols]
+    dq_layout = _dq_layout(dq_block, perm)
+    desc_dq = f"tensordesc<fp32[{dq_block[0]},{dq_block[1]}],{dq_layout!r}>"
     sig = {n: ("constexpr" if n in const else desc_dq if n == "desc_dq" else desc if n.startswith("desc_")
                else "*fp32" if n in ptrs or n == "SLOPES"
                else "fp32" if n in ("qk_scale", "sm_scale") else "i32") for n in fn.arg_names}
@@ -640,10 +680,11 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
 
 def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int = 1, dq_atomic: bool = False,
                 dq_shared: bool = False, dtype: torch.dtype = torch.bfloat16, dq_lag: int = 0, alibi: bool = False,
-                _ablate: int = 0) -> dict:
+                dq_perm: bool | None = None, _ablate: int = 0) -> dict:
     """``prefill_gluon.kernel_report`` of one sm_90 build of the backward: shared memory, registers, spill
     stack, wgmma waits, TMA loads, float32 atomics. Needs a process without TRITON_INTERPRET."""
     from .prefill_gluon import kernel_report
 
     return kernel_report(compile_sm90(head_dim, causal=causal, stages=stages, dq_split=dq_split, dq_atomic=dq_atomic,
-                                      dq_shared=dq_shared, dtype=dtype, dq_lag=dq_lag, alibi=alibi, _ablate=_ablate))
+                                      dq_shared=dq_shared, dtype=dtype, dq_lag=dq_lag, alibi=alibi, dq_perm=dq_perm,
+                                      _ablate=_ablate))
