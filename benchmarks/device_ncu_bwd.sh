@@ -4,6 +4,8 @@
 # by ncu in `benchmarks/hf_step_probe.py --phases pair`: shared-memory store/load instructions, wavefronts
 # and bank conflicts (the dQ staging tile and the dSᵀ ring go through shared memory), and the warp
 # stall breakdown. Run from the repository root on a CUDA machine; reports go to $OUT/ncu.
+# SOURCE=1: instead, the Gluon backward's source page (SASS, the sampled stall reasons of every instruction)
+# as CSV, reduced to a ledger by benchmarks/ncu_stalls.py.
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-out-ncu}
@@ -13,6 +15,18 @@ METRICS=gpu__time_duration.sum,smsp__inst_executed_op_shared_st.sum,smsp__inst_e
 METRICS=$METRICS,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum
 METRICS=$METRICS,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum
 METRICS=$METRICS,smsp__inst_executed.sum,sm__cycles_elapsed.avg
+if [ "${SOURCE:-0}" = 1 ]; then
+    timeout ${NCU_S:-240} "$NCU" --clock-control none --kernel-name "regex:_attn_bwd_gluon_ws" --launch-skip 3 \
+        --launch-count 1 --import-source yes --section SourceCounters --section WarpStateStats \
+        -o "$OUT/ncu/gluon-source" -f python3 benchmarks/hf_step_probe.py --phases pair > "$OUT/ncu/gluon-source.log" 2>&1
+    echo "== source collection: exit $?"; tail -n 3 "$OUT/ncu/gluon-source.log"
+    "$NCU" -i "$OUT/ncu/gluon-source.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu/gluon-sass.csv" 2>&1
+    echo "== source page: exit $?"; head -c 600 "$OUT/ncu/gluon-sass.csv"; echo
+    "$NCU" -i "$OUT/ncu/gluon-source.ncu-rep" --section WarpStateStats --print-details all > "$OUT/ncu/gluon-warpstate.txt" 2>&1
+    grep -E "Stall|Warp Cycles|Issued" "$OUT/ncu/gluon-warpstate.txt" | head -30
+    python3 benchmarks/ncu_stalls.py "$OUT/ncu/gluon-sass.csv" --json "$OUT/ncu/gluon-stalls.json" | head -90
+    exit 0
+fi
 for name in _attn_bwd_gluon_ws flash_bprop; do
     timeout ${NCU_S:-200} "$NCU" --clock-control none --kernel-name "regex:$name" --launch-skip 3 --launch-count 1 \
         --metrics "$METRICS" --section WarpStateStats --print-units base \
