@@ -5,10 +5,14 @@ bank conflicts in attnlab's Gluon backward against 1.3 M in cuDNN's, for the sam
 and 8.5 M shared-store instructions against 4.8 M. The dQ tile is staged in shared memory once per step
 before its TMA reduction. Layouts timed here:
 
-* ``tiles`` (the default, ``prefill_gluon_bwd.DQ_PERMUTED``): the tile in the accumulator's register order,
-  each thread storing 16 contiguous bytes at a time, no bank conflicts, one TMA reduction per tile;
-* ``rows`` (row-major, 128-byte swizzle: the layout before) and ``rows-32`` (row-major, 32-byte swizzle:
-  conflict-free, narrower TMA boxes; ``prefill_gluon_bwd.DQ_SWIZZLE``);
+* ``default``: the library's build — the tile in the accumulator's register order
+  (``prefill_gluon_bwd.DQ_PERMUTED``: each thread stores 16 contiguous bytes at a time, no bank
+  conflicts, one TMA reduction per tile), and each step's rows of L₂ and Dᵢ brought by the loader's TMA
+  (``LSE_BY_TMA``);
+* ``tiles``: the same tile, L₂ and Dᵢ loaded by the consumers from global memory;
+* ``rows`` (row-major, 128-byte swizzle, L₂ and Dᵢ loaded: the build before both) and ``rows-32``
+  (row-major, 32-byte swizzle: conflict-free, narrower TMA boxes; ``prefill_gluon_bwd.DQ_SWIZZLE``; not in
+  the default list);
 * ``cudnn``: SDPA's cuDNN backward of the same call, the peer.
 
 Each build's gradients are compared with the default build's; the backward (``torch.autograd.grad`` of one
@@ -34,7 +38,9 @@ SHAPES = [  # (B, H, Hkv, N, D, causal, model layout)
     (1, 16, 16, 16384, 128, True, False),
     (1, 16, 16, 16384, 128, False, False),
 ]
-LAYOUTS = {"tiles": (True, None), "rows": (False, None), "rows-32": (False, 32)}  # (DQ_PERMUTED, DQ_SWIZZLE)
+# (DQ_PERMUTED, DQ_SWIZZLE, LSE_BY_TMA)
+LAYOUTS = {"default": (True, None, True), "tiles": (True, None, False), "rows": (False, None, False),
+           "rows-32": (False, 32, False)}
 
 
 def inputs(B, H, Hkv, N, D, model_layout, seed=0):
@@ -71,7 +77,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", type=Path, help="write the rows here (refuses an existing file)")
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of every layout (default 2)")
-    ap.add_argument("--layouts", nargs="+", default=[*LAYOUTS, "cudnn"], choices=[*LAYOUTS, "cudnn"])
+    ap.add_argument("--layouts", nargs="+", default=["default", "tiles", "rows", "cudnn"], choices=[*LAYOUTS, "cudnn"])
     args = ap.parse_args(argv)
     if args.json is not None and args.json.exists():
         ap.error(f"{args.json} exists; not overwriting it")
@@ -94,12 +100,12 @@ def main(argv=None) -> int:
         ref = None
         for rnd in range(args.rounds):
             for name in args.layouts:
-                perm, sw = LAYOUTS.get(name, (True, None))
-                gb.DQ_PERMUTED, gb.DQ_SWIZZLE = perm, sw
+                perm, sw, lse = LAYOUTS.get(name, (True, None, True))
+                gb.DQ_PERMUTED, gb.DQ_SWIZZLE, gb.LSE_BY_TMA = perm, sw, lse
                 try:
                     bwd = _backward(q, k, v, do, causal, name)
                     grads = bwd()
-                    if ref is None and name == "tiles":
+                    if ref is None and name == "default":
                         ref = grads
                     err = None if ref is None else max(
                         ((a.float() - b.float()).abs().max() / b.float().abs().max()).item() for a, b in zip(grads, ref))
@@ -110,10 +116,10 @@ def main(argv=None) -> int:
                     row = dict(B=B, H=H, Hkv=Hkv, N=N, D=D, causal=causal, layout=name, round=rnd,
                                error=f"{type(e).__name__}: {str(e)[:200]}")
                 finally:
-                    gb.DQ_PERMUTED, gb.DQ_SWIZZLE = True, None
+                    gb.DQ_PERMUTED, gb.DQ_SWIZZLE, gb.LSE_BY_TMA = True, None, True
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    print("| D | H/Hkv | N | causal | layout | backward ms by round | TFLOP/s (best) | rel. diff to tiles |")
+    print("| D | H/Hkv | N | causal | layout | backward ms by round | TFLOP/s (best) | rel. diff to default |")
     print("|---|---|---|---|---|---|---|---|")
     keys = []
     for r in rows:

@@ -704,8 +704,8 @@ def sm90_report(head_dim: int, *, causal: bool, block_m: int = 128, block_n: int
 
 def kernel_report(kernel) -> dict:
     """Shared memory (KB), setmaxnreg values, wgmma waits and counts, TMA loads, float32 global atomics
-    (``atomics``), TMA bulk reductions (``tma_reduces``) and shared-memory store instructions by width
-    (``shared_stores``, e.g. ``{"v4.b32": 32}``) of a compiled sm_90 kernel, with registers and spill stack
+    (``atomics``), TMA bulk reductions (``tma_reduces``), shared-memory store instructions by width
+    (``shared_stores``, e.g. ``{"v4.b32": 32}``) and global loads (``global_loads``) of a compiled sm_90 kernel, with registers and spill stack
     per thread from its cubin where Triton ships cuobjdump."""
     import re
     import subprocess
@@ -723,7 +723,8 @@ def kernel_report(kernel) -> dict:
                wgmma=len(re.findall(r"wgmma\.mma_async", ptx)),
                atomics=len(re.findall(r"(?:atom|red)\.global\.\S*add\S*f32", ptx)),
                tma_reduces=len(re.findall(r"cp\.reduce\.async\.bulk\.tensor", ptx)),
-               shared_stores=dict(sorted(Counter(re.findall(r"st\.shared\.([\w.]+)", ptx)).items())))
+               shared_stores=dict(sorted(Counter(re.findall(r"st\.shared\.([\w.]+)", ptx)).items())),
+               global_loads=len(re.findall(r"ld\.global", ptx)))
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     if tool.exists():
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:

@@ -92,6 +92,10 @@ DQ_SWIZZLE: int | None = None
 # bank conflicts (the row-major tile under a 128-byte swizzle: one excess access per wavefront); the sum is put
 # back in row order on its way to dq (``layout.store_dq_tiles``). False: the row-major tile (measurements)
 DQ_PERMUTED = True
+# each step's rows of L₂ and Dᵢ brought by the loader's TMA into the Q/dO ring, instead of loaded from global
+# memory by every consumer thread as the step begins (ncu's stall sampling at transformers' step shape put
+# ~11 % of the consumers' samples on waits for those loads: ``benchmarks/ncu_stalls.py``). False: the loads
+LSE_BY_TMA = True
 BWD_SUB_N = 64  # keys per consumer warp group
 # registers per thread of the second consumer warp group (setmaxnreg); the loader's warp group keeps 24 and
 # the first consumer takes the rest of the register file (248 at 232: the sm_90 PTX). At 240 the two
@@ -102,14 +106,16 @@ BWD_MAX_CONSUMER_REGS = 240
 if HAVE_GLUON:
 
     @gluon.jit
-    def _bwd_loader(desc_q, desc_do, desc_k, desc_v, k_smem, v_smem, q_smem, do_smem,
-                    kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, G, start_n, m_lo, n_m, rot):
+    def _bwd_loader(desc_q, desc_do, desc_k, desc_v, desc_lse, desc_dl, k_smem, v_smem, q_smem, do_smem, lse_smem,
+                    dl_smem, kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, G, H, Nq, start_n, m_lo, n_m, rot):
         """One warp: the consumers' K and V slices once, then (Qᵢ, dOᵢ) for step t = (head g, block) into
-        ring slot t % STAGES, each slot refilled once both consumers have released it."""
+        ring slot t % STAGES, each slot refilled once both consumers have released it; with LSE_TMA (a
+        64-row lse_smem) the rows' L₂ and Dᵢ beside Qᵢ and dOᵢ (rows past Nq: the next head's, or zeros)."""
         NC: gl.constexpr = k_smem.shape[0]
         SUB_N: gl.constexpr = k_smem.shape[3]
         BLOCK_M: gl.constexpr = q_smem.shape[3]
         STAGES: gl.constexpr = q_smem.shape[0]
+        LSE_TMA: gl.constexpr = lse_smem.shape[1] == BLOCK_M
         bar = kv_bar.index(0)
         mbarrier.expect(bar, NC * (desc_k.block_type.nbytes + desc_v.block_type.nbytes))
         for c in gl.static_range(NC):
@@ -121,11 +127,20 @@ if HAVE_GLUON:
             m0 = m_lo + ((t % n_m + rot) % n_m) * BLOCK_M  # each key block starts at its own query block
             if t >= STAGES:
                 mbarrier.wait(q_empty.index(slot), ((t // STAGES) - 1) & 1)
-            mbarrier.expect(q_ready.index(slot), desc_q.block_type.nbytes)
+            row = (b * H + h) * Nq + m0  # this block's first row of L₂ and D
+            if LSE_TMA:
+                mbarrier.expect(q_ready.index(slot), desc_q.block_type.nbytes + desc_lse.block_type.nbytes)
+                _tma_load(desc_lse, [row], q_ready.index(slot), lse_smem.index(slot))
+            else:
+                mbarrier.expect(q_ready.index(slot), desc_q.block_type.nbytes)
             _tma_load(desc_q, [b, h, m0, 0], q_ready.index(slot), q_smem.index(slot))
             if t >= STAGES:
                 mbarrier.wait(do_empty.index(slot), ((t // STAGES) - 1) & 1)
-            mbarrier.expect(do_ready.index(slot), desc_do.block_type.nbytes)
+            if LSE_TMA:
+                mbarrier.expect(do_ready.index(slot), desc_do.block_type.nbytes + desc_dl.block_type.nbytes)
+                _tma_load(desc_dl, [row], do_ready.index(slot), dl_smem.index(slot))
+            else:
+                mbarrier.expect(do_ready.index(slot), desc_do.block_type.nbytes)
             _tma_load(desc_do, [b, h, m0, 0], do_ready.index(slot), do_smem.index(slot))
 
     @gluon.jit
@@ -211,7 +226,7 @@ if HAVE_GLUON:
                                   sem="relaxed")
 
     @gluon.jit
-    def _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
+    def _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                       SLOPES, stride_sb, stride_sh, PART: gl.constexpr, CAUSAL: gl.constexpr):
@@ -235,6 +250,7 @@ if HAVE_GLUON:
         DQ_LAG: gl.constexpr = (flags.shape[3] >= 2) + (flags.shape[3] >= 4)  # log2 of the fourth
         ALIBI: gl.constexpr = flags.shape[4] == 2  # the ALiBi bias on the scores
         DQ_PERM: gl.constexpr = flags.shape[5] == 2  # dQ tiles in the accumulator's register order
+        LSE_TMA: gl.constexpr = lse_smem.shape[1] == BLOCK_M  # L₂ and Dᵢ in the ring (else loaded here)
         EXCHANGE: gl.constexpr = not (ABLATE == 3 or ABLATE == 4)  # (measurement only: 3, 4 have none)
         dtype: gl.constexpr = desc_dk.dtype
         # Sᵀ, dPᵀ: (SUB_N keys, BLOCK_M queries); dK, dV: (SUB_N, D); dQ: (BLOCK_M, D) — SUB_N = BLOCK_M = 64
@@ -277,7 +293,10 @@ if HAVE_GLUON:
             do = do_smem.index(slot).reshape([BLOCK_M, HEAD_D])
             dp_tok = warpgroup_mma(v, do.permute((1, 0)), s_zero, use_acc=False, is_async=True)
             # -- Pᵀ from L while dPᵀ is still in flight; mask before exp2 (a hidden score may exceed L)
-            lse2 = gl.load(LSE2 + row0 + offs_q, mask=offs_q < Nq, other=float("inf"))  # past Nq: P = 0
+            if LSE_TMA:  # in the ring slot beside Qᵢ (the loader's TMA): no global load to wait for here
+                lse2 = gl.where(offs_q < Nq, lse_smem.index(slot).load(col_s), float("inf"))  # past Nq: P = 0
+            else:
+                lse2 = gl.load(LSE2 + row0 + offs_q, mask=offs_q < Nq, other=float("inf"))
             sT = warpgroup_mma_wait(1, deps=(s_tok, ))
             masked = (kc0 + SUB_N > Nk) | (kc0 < m0 + BLOCK_M - 1 + win_off)
             if CAUSAL:
@@ -318,7 +337,10 @@ if HAVE_GLUON:
             else:
                 pT = gl.exp2(sT)
             p_op = gl.convert_layout(pT.to(dtype), op_layout)
-            di = gl.load(DELTA + row0 + offs_q, mask=offs_q < Nq, other=0.0)
+            if LSE_TMA:  # (rows past Nq hold another head's finite Dᵢ or zeros: their Pᵀ is 0)
+                di = dl_smem.index(slot).load(col_s)
+            else:
+                di = gl.load(DELTA + row0 + offs_q, mask=offs_q < Nq, other=0.0)
             dpT = warpgroup_mma_wait(0, deps=(dp_tok, ))
             # -- dV += Pᵀ dOᵢ (issued first: it needs only Pᵀ), dSᵀ = Pᵀ ∘ (dPᵀ − Dᵢ), dK += dSᵀ Qᵢ
             dv_tok = warpgroup_mma(p_op, do, dv, is_async=True)
@@ -367,59 +389,61 @@ if HAVE_GLUON:
         tma.store_wait(0)
 
     @gluon.jit
-    def _bwd_consumer_0_causal(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
+    def _bwd_consumer_0_causal(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                                kv_bar, q_ready, do_ready, q_empty, do_empty,
                                b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                                SLOPES, stride_sb, stride_sh):
-        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
+        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                       SLOPES, stride_sb, stride_sh, 0, True)
 
     @gluon.jit
-    def _bwd_consumer_0_full(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
+    def _bwd_consumer_0_full(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                              kv_bar, q_ready, do_ready, q_empty, do_empty,
                              b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                              SLOPES, stride_sb, stride_sh):
-        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
+        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                       SLOPES, stride_sb, stride_sh, 0, False)
 
     @gluon.jit
-    def _bwd_consumer_1_causal(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
+    def _bwd_consumer_1_causal(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                                kv_bar, q_ready, do_ready, q_empty, do_empty,
                                b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                                SLOPES, stride_sb, stride_sh):
-        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
+        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                       SLOPES, stride_sb, stride_sh, 1, True)
 
     @gluon.jit
-    def _bwd_consumer_1_full(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
+    def _bwd_consumer_1_full(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                              kv_bar, q_ready, do_ready, q_empty, do_empty,
                              b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                              SLOPES, stride_sb, stride_sh):
-        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
+        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                       SLOPES, stride_sb, stride_sh, 1, False)
 
     @gluon.jit
-    def _attn_bwd_gluon_ws(desc_q, desc_do, desc_k, desc_v, desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA,
+    def _attn_bwd_gluon_ws(desc_q, desc_do, desc_k, desc_v, desc_dk, desc_dv, desc_dq, desc_lse, desc_dl, DQ, LSE2, DELTA,
                            H, G, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, SLOPES, stride_sb, stride_sh,
                            HEAD_D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                            CONSUMER_REGS: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ATOMIC: gl.constexpr,
                            DQ_SHARED: gl.constexpr, ROTATE: gl.constexpr, HEADS_FIRST: gl.constexpr = False,
                            DQ_LAG: gl.constexpr = 0, ABLATE: gl.constexpr = 0, ALIBI: gl.constexpr = False,
-                           DQ_PERM: gl.constexpr = False):
+                           DQ_PERM: gl.constexpr = False, LSE_TMA: gl.constexpr = False):
         """Grid (key blocks of 128, B·Hkv), or the reverse with HEADS_FIRST. Descriptors over
         (B, H|Hkv, N, D) with blocks [1, 1, 64, D]; DQ (B, H, Nq, D) float32, zeroed by the caller; LSE2,
         DELTA (B, H, Nq) from the preprocessing kernel. ALIBI: SLOPES float32, head h of batch b's slope at
         b·stride_sb + h·stride_sh (else the three are None). DQ_PERM: desc_dq is over the float32 buffer of
         ``layout.dq_tiles_shape`` (dQ in tiles, each in the accumulator's register order), zeroed by the
-        caller. Two consumer warp groups of 4 warps (64 keys each) and one loader warp."""
+        caller. LSE_TMA: the loader brings each step's rows of LSE2 and DELTA by TMA into the ring beside Qᵢ
+        and dOᵢ (desc_lse, desc_dl: 1-D descriptors over them, blocks of 64). Two consumer warp groups of 4
+        warps (64 keys each) and one loader warp."""
         NC: gl.constexpr = 2
         SUB_N: gl.constexpr = 64
         BLOCK_M: gl.constexpr = 64
@@ -451,6 +475,12 @@ if HAVE_GLUON:
         v_smem = gl.allocate_shared_memory(dtype, [NC, 1, 1, SUB_N, HEAD_D], desc_v.layout)
         q_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_D], desc_q.layout)
         do_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_D], desc_do.layout)
+        if LSE_TMA:  # each ring slot's L₂ and Dᵢ rows
+            lse_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], desc_lse.layout)
+            dl_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], desc_dl.layout)
+        else:  # (unused, but for their shape: LSE_TMA's flag)
+            lse_smem = gl.allocate_shared_memory(gl.float32, [1, 4], desc_lse.layout)
+            dl_smem = lse_smem
         ds_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
         NSLOT: gl.constexpr = 2 + 2 * (DQ_LAG > 0)  # the dSᵀ ring: two steps, or four with a lagged dQ
         ds_smem = gl.allocate_shared_memory(dtype, [NSLOT, NC * SUB_N, BLOCK_M], ds_layout)
@@ -486,12 +516,12 @@ if HAVE_GLUON:
             mbarrier.init(q_empty.index(i), count=NC)  # one arrival per consumer warp group
             mbarrier.init(do_empty.index(i), count=NC)
 
-        consumer_args = (desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
+        consumer_args = (desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                          kv_bar, q_ready, do_ready, q_empty, do_empty,
                          b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                          SLOPES, stride_sb, stride_sh)  # (None without ALiBi: no arguments of the partitions)
-        loader_args = (desc_q, desc_do, desc_k, desc_v, k_smem, v_smem, q_smem, do_smem,
-                       kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, G, start_n, m_lo, n_m, rot)
+        loader_args = (desc_q, desc_do, desc_k, desc_v, desc_lse, desc_dl, k_smem, v_smem, q_smem, do_smem, lse_smem,
+                       dl_smem, kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, G, H, Nq, start_n, m_lo, n_m, rot)
         # a partition's arguments lose their constexpr-ness: the key slice and the mask are baked into wrappers
         if CAUSAL:
             gl.warp_specialize([(_bwd_consumer_0_causal, consumer_args), (_bwd_consumer_1_causal, consumer_args),
@@ -515,13 +545,16 @@ def heads_first_default(uneven: bool, programs: int, sms: int) -> bool:
     return uneven and programs < HEADS_FIRST_WAVES * sms
 
 
-def smem_bytes(head_dim: int, stages: int, dq_split: int = 1, dq_atomic: bool = False, dq_lag: int = 0) -> int:
-    """Shared memory of the backward: K and V of the block, the Q/dO ring, the dSᵀ ring (two tiles, four
-    with a lagged dQ) and (dQ by TMA reduction) each consumer's float32 dQ tile."""
+def smem_bytes(head_dim: int, stages: int, dq_split: int = 1, dq_atomic: bool = False, dq_lag: int = 0,
+               lse_tma: bool | None = None) -> int:
+    """Shared memory of the backward: K and V of the block, the Q/dO ring (with ``lse_tma``, default
+    ``LSE_BY_TMA``, each slot's float32 L₂ and Dᵢ rows), the dSᵀ ring (two tiles, four with a lagged dQ)
+    and (dQ by TMA reduction) each consumer's float32 dQ tile."""
     D = head_dim
     ds_slots = 2 if dq_lag == 0 else 4
+    lse = (LSE_BY_TMA if lse_tma is None else lse_tma) * 2 * stages * BWD_BLOCK_M * 4
     return (2 * 2 * BWD_SUB_N * D * 2 + 2 * stages * BWD_BLOCK_M * D * 2 + ds_slots * 2 * BWD_SUB_N * BWD_BLOCK_M * 2
-            + (0 if dq_atomic else 2 * BWD_BLOCK_M * D * 4))
+            + (0 if dq_atomic else 2 * BWD_BLOCK_M * D * 4) + lse)
 
 
 def _check_tiles(head_dim: int, stages: int, dq_split: int, dq_atomic: bool = False,
@@ -596,6 +629,11 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         dq_rows = dq_acc.view(B * H * Nq, D)  # a block past a head's last row adds exact zeros to the next head's
         dq_block = [BWD_BLOCK_M, split_d]
         desc_dq = TensorDescriptor(dq_rows, list(dq_rows.shape), list(dq_rows.stride()), dq_block, _dq_layout(dq_block))
+    lse_tma = LSE_BY_TMA
+    lse2, delta = lse2.contiguous(), delta.contiguous()  # (as the preprocessing kernel makes them: no copy)
+    row_layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1)
+    desc_lse, desc_dl = (TensorDescriptor(x.view(-1), [x.numel()], [1], [BWD_BLOCK_M], row_layout)
+                         for x in (lse2, delta))
     grid = (-(-Nk // (2 * BWD_SUB_N)), B * Hkv)
     if heads_first is None:
         from .decode_config import _device_sms
@@ -615,12 +653,12 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
             pos = (torch.arange(Nq, device=q.device) % BWD_BLOCK_M).to(torch.float32)
             lse2 = lse2 + (sl * LOG2E)[:, :, None] * pos
     _attn_bwd_gluon_ws[grid](
-        desc(q), desc(do), desc(k), desc(v), desc(dk), desc(dv), desc_dq, dq_acc, lse2, delta,
+        desc(q), desc(do), desc(k), desc(v), desc(dk), desc(dv), desc_dq, desc_lse, desc_dl, dq_acc, lse2, delta,
         H, H // Hkv, Nq, Nk, causal_off if causal_off is not None else 0,
         NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale, *alibi,
         HEAD_D=D, STAGES=stages, CAUSAL=causal_off is not None, CONSUMER_REGS=consumer_regs, DQ_SPLIT=dq_split,
         DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, HEADS_FIRST=heads_first, DQ_LAG=dq_lag,
-        ABLATE=_ablate, ALIBI=slopes is not None, DQ_PERM=perm, num_warps=4)
+        ABLATE=_ablate, ALIBI=slopes is not None, DQ_PERM=perm, LSE_TMA=lse_tma, num_warps=4)
     # the kernel adds dS K unscaled: one multiply per element, not per key block
     if perm:
         store_dq_tiles(dq_acc, dq, split_d, scale=scale)
@@ -639,11 +677,12 @@ def _dq_layout(block: list[int], perm: bool = False):
 def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.dtype = torch.bfloat16,
                  dq_split: int = 1, dq_atomic: bool = False, dq_shared: bool = False, rotate: bool = True,
                  heads_first: bool = False, regs: int = BWD_CONSUMER_REGS, dq_lag: int = 0, alibi: bool = False,
-                 dq_perm: bool | None = None, _ablate: int = 0):
+                 dq_perm: bool | None = None, lse_tma: bool | None = None, _ablate: int = 0):
     """Build the Gluon backward for Hopper (sm_90) on any machine, GPU or not, as
     ``prefill_gluon.compile_sm90`` does for the forward. ``alibi``: the build for ALiBi slopes, with
     the slopes' head stride 1 (a launch specialises it so: (H,), (B, H) and (H,) expanded to (B, H)).
-    ``dq_perm``: dQ tiles in register order (None: ``DQ_PERMUTED``, as a launch; never with atomics)."""
+    ``dq_perm``: dQ tiles in register order (None: ``DQ_PERMUTED``, as a launch; never with atomics);
+    ``lse_tma``: L₂ and Dᵢ by TMA (None: ``LSE_BY_TMA``)."""
     if not HAVE_GLUON:
         raise RuntimeError("this triton has no Gluon (triton >= 3.5 needed)")
     import triton
@@ -661,6 +700,7 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
                  ABLATE=_ablate, ALIBI=alibi)
     perm = (DQ_PERMUTED if dq_perm is None else dq_perm) and not dq_atomic
     const["DQ_PERM"] = perm
+    const["LSE_TMA"] = LSE_BY_TMA if lse_tma is None else lse_tma
     if alibi:
         const["stride_sh"] = 1
     else:  # as a launch without slopes: constexpr None
@@ -670,7 +710,10 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     dq_block = [2 * dq_cols, 32] if perm else [BWD_BLOCK_M, dq_cols]
     dq_layout = _dq_layout(dq_block, perm)
     desc_dq = f"tensordesc<fp32[{dq_block[0]},{dq_block[1]}],{dq_layout!r}>"
-    sig = {n: ("constexpr" if n in const else desc_dq if n == "desc_dq" else desc if n.startswith("desc_")
+    row_layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1)
+    desc_row = f"tensordesc<fp32[{BWD_BLOCK_M}],{row_layout!r}>"
+    sig = {n: ("constexpr" if n in const else desc_dq if n == "desc_dq" else desc_row if n in ("desc_lse", "desc_dl")
+               else desc if n.startswith("desc_")
                else "*fp32" if n in ptrs or n == "SLOPES"
                else "fp32" if n in ("qk_scale", "sm_scale") else "i32") for n in fn.arg_names}
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in ptrs}
@@ -680,11 +723,11 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
 
 def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int = 1, dq_atomic: bool = False,
                 dq_shared: bool = False, dtype: torch.dtype = torch.bfloat16, dq_lag: int = 0, alibi: bool = False,
-                dq_perm: bool | None = None, _ablate: int = 0) -> dict:
+                dq_perm: bool | None = None, lse_tma: bool | None = None, _ablate: int = 0) -> dict:
     """``prefill_gluon.kernel_report`` of one sm_90 build of the backward: shared memory, registers, spill
     stack, wgmma waits, TMA loads, float32 atomics. Needs a process without TRITON_INTERPRET."""
     from .prefill_gluon import kernel_report
 
     return kernel_report(compile_sm90(head_dim, causal=causal, stages=stages, dq_split=dq_split, dq_atomic=dq_atomic,
                                       dq_shared=dq_shared, dtype=dtype, dq_lag=dq_lag, alibi=alibi, dq_perm=dq_perm,
-                                      _ablate=_ablate))
+                                      lse_tma=lse_tma, _ablate=_ablate))
