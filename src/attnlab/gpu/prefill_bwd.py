@@ -53,7 +53,7 @@ _LOG2E = tl.constexpr(LOG2E)  # a jit function reads module globals only as cons
 def _attn_bwd_prep(O, DO, LSE, DLSE, DELTA, LSE2,
                    stride_ob, stride_oh, stride_on,
                    stride_dob, stride_doh, stride_don,
-                   H, Nq,
+                   H, Nq, ROWS,
                    HEAD_D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
                    HAS_DLSE: tl.constexpr):
     pid_m = tl.program_id(0)
@@ -73,8 +73,9 @@ def _attn_bwd_prep(O, DO, LSE, DLSE, DELTA, LSE2,
         delta -= tl.load(DLSE + row, mask=row_ok, other=0.0)
     lse = tl.load(LSE + row, mask=row_ok, other=0.0)
     lse2 = tl.where(lse == float("-inf"), float("inf"), lse * _LOG2E)
-    tl.store(DELTA + row, delta, mask=row_ok)
-    tl.store(LSE2 + row, lse2, mask=row_ok)
+    out_row = bh.to(tl.int64) * ROWS + offs_m  # DELTA, LSE2: ROWS >= Nq rows per head (padded for the Gluon kernel)
+    tl.store(DELTA + out_row, delta, mask=row_ok)
+    tl.store(LSE2 + out_row, lse2, mask=row_ok)
 
 
 # -- dK, dV (key/value block outer) -------------------------------------------------------------
@@ -418,13 +419,20 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
         cfg = dataclasses.replace(cfg, dq_atomic=False)
     BLOCK_D = next_pow2(max(D, 16))
     lse = lse.contiguous()
-    delta = torch.empty(lse.shape, device=q.device, dtype=torch.float32)  # D_i = rowsum(dO ∘ O) − dL_i
-    lse2 = torch.empty_like(delta)  # L in log2 units, +inf for empty rows
+    # D_i = rowsum(dO ∘ O) − dL_i and L in log2 units (+inf for empty rows), (B, H, Nq); for the Gluon kernel
+    # each head's rows padded to whole query blocks (its loader brings them by TMA, 64 rows at a time)
+    rows = Nq
+    if cfg.gluon:
+        from .prefill_gluon_bwd import lse_rows
+
+        rows = lse_rows(Nq)
+    delta_rows = torch.empty((*lse.shape[:2], rows), device=q.device, dtype=torch.float32)
+    delta, lse2 = delta_rows[..., :Nq], torch.empty_like(delta_rows)[..., :Nq]
     has_dlse = dlse is not None
     PRE_M = 64 if q.device.type == "cuda" else 16
     _attn_bwd_prep[(triton.cdiv(Nq, PRE_M), q.shape[0] * H)](
         out, do, lse, dlse.contiguous() if has_dlse else lse, delta, lse2,
-        *_s3(out), *_s3(do), H, Nq,
+        *_s3(out), *_s3(do), H, Nq, rows,
         HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=PRE_M, HAS_DLSE=has_dlse, num_warps=4)
     if cfg.gluon:  # bottom-right aligned, as in the forward (ALiBi's offset too: Nk − Nq)
         from .prefill_gluon_bwd import gluon_backward

@@ -110,7 +110,7 @@ if HAVE_GLUON:
                     dl_smem, kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, G, H, Nq, start_n, m_lo, n_m, rot):
         """One warp: the consumers' K and V slices once, then (Qᵢ, dOᵢ) for step t = (head g, block) into
         ring slot t % STAGES, each slot refilled once both consumers have released it; with LSE_TMA (a
-        64-row lse_smem) the rows' L₂ and Dᵢ beside Qᵢ and dOᵢ (rows past Nq: the next head's, or zeros)."""
+        64-row lse_smem) the rows' L₂ and Dᵢ beside Qᵢ and dOᵢ, from buffers of whole query blocks per head."""
         NC: gl.constexpr = k_smem.shape[0]
         SUB_N: gl.constexpr = k_smem.shape[3]
         BLOCK_M: gl.constexpr = q_smem.shape[3]
@@ -127,7 +127,7 @@ if HAVE_GLUON:
             m0 = m_lo + ((t % n_m + rot) % n_m) * BLOCK_M  # each key block starts at its own query block
             if t >= STAGES:
                 mbarrier.wait(q_empty.index(slot), ((t // STAGES) - 1) & 1)
-            row = (b * H + h) * Nq + m0  # this block's first row of L₂ and D
+            row = (b * H + h) * (gl.cdiv(Nq, BLOCK_M) * BLOCK_M) + m0  # this block's first row of L₂ and D
             if LSE_TMA:
                 mbarrier.expect(q_ready.index(slot), desc_q.block_type.nbytes + desc_lse.block_type.nbytes)
                 _tma_load(desc_lse, [row], q_ready.index(slot), lse_smem.index(slot))
@@ -337,8 +337,8 @@ if HAVE_GLUON:
             else:
                 pT = gl.exp2(sT)
             p_op = gl.convert_layout(pT.to(dtype), op_layout)
-            if LSE_TMA:  # (rows past Nq hold another head's finite Dᵢ or zeros: their Pᵀ is 0)
-                di = dl_smem.index(slot).load(col_s)
+            if LSE_TMA:  # (rows past Nq: padding, maybe not finite; their Pᵀ is 0 and 0·(dPᵀ − 0) too)
+                di = gl.where(offs_q < Nq, dl_smem.index(slot).load(col_s), 0.0)
             else:
                 di = gl.load(DELTA + row0 + offs_q, mask=offs_q < Nq, other=0.0)
             dpT = warpgroup_mma_wait(0, deps=(dp_tok, ))
@@ -442,7 +442,8 @@ if HAVE_GLUON:
         b·stride_sb + h·stride_sh (else the three are None). DQ_PERM: desc_dq is over the float32 buffer of
         ``layout.dq_tiles_shape`` (dQ in tiles, each in the accumulator's register order), zeroed by the
         caller. LSE_TMA: the loader brings each step's rows of LSE2 and DELTA by TMA into the ring beside Qᵢ
-        and dOᵢ (desc_lse, desc_dl: 1-D descriptors over them, blocks of 64). Two consumer warp groups of 4
+        and dOᵢ (desc_lse, desc_dl: 1-D descriptors over them, blocks of 64, each head's rows padded to a
+        multiple of 64: ``lse_rows``; else LSE2 and DELTA are (B, H, Nq) contiguous). Two consumer warp groups of 4
         warps (64 keys each) and one loader warp."""
         NC: gl.constexpr = 2
         SUB_N: gl.constexpr = 64
@@ -539,6 +540,27 @@ SMEM_LIMIT = 227 * 1024  # shared memory of one Hopper thread block
 HEADS_FIRST_WAVES = 8
 
 
+def lse_rows(Nq: int) -> int:
+    """Rows per head of the L₂ and Dᵢ buffers the kernel reads: Nq rounded up to whole query blocks where
+    its loader brings them by TMA (``LSE_BY_TMA``: every block's 64 rows at a 16-byte aligned start, none
+    past the buffer), else Nq."""
+    return -(-Nq // BWD_BLOCK_M) * BWD_BLOCK_M if LSE_BY_TMA else Nq
+
+
+def _rows_of(x: torch.Tensor, rows: int) -> torch.Tensor:
+    """x (B, H, Nq) float32 as a (B, H, rows) buffer whose first Nq rows per head are x's: the buffer x is a
+    view of (``prefill_backward`` allocates so), or else a padded copy (rows past Nq left unset)."""
+    B, H, Nq = x.shape
+    if rows == Nq:
+        return x.contiguous()
+    if (x.stride() == (H * rows, rows, 1) and x.storage_offset() == 0
+            and x.untyped_storage().nbytes() >= B * H * rows * x.element_size()):
+        return x.as_strided((B, H, rows), (H * rows, rows, 1))
+    buf = torch.empty((B, H, rows), dtype=x.dtype, device=x.device)
+    buf[..., :Nq] = x
+    return buf
+
+
 def heads_first_default(uneven: bool, programs: int, sms: int) -> bool:
     """Number the programs head first? Only where the walks are uneven (causal or windowed calls) and
     there are fewer than ``HEADS_FIRST_WAVES`` programs per SM: then the longest walks must not start last."""
@@ -586,7 +608,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
                    consumer_regs: int = BWD_CONSUMER_REGS, dq_lag: int = 0, slopes: torch.Tensor | None = None,
                    _ablate: int = 0) -> None:
     """Run the Gluon backward: q, do (B, H, Nq, D); k, v (B, Hkv, Nk, D); ``lse2``, ``delta`` (B, H, Nq)
-    float32 from ``prefill_bwd``'s preprocessing kernel (L in log2 units, +inf on empty rows; D_i). Writes
+    float32 from ``prefill_bwd``'s preprocessing kernel (L in log2 units, +inf on empty rows; D_i), read
+    without a copy where they are views of (B, H, ``lse_rows(Nq)``) buffers, as that kernel writes them. Writes
     dq (like q), dk, dv (like k, v; contiguous) in place. ``causal_off``/``win_off`` as in
     ``prefill_gluon.gluon_forward``. ``stages``: depth of the Q/dO ring. dQ by TMA bulk reductions, or by
     float32 atomics with ``dq_atomic``; ``dq_split`` > 1: the dQ product in that many column slices, each
@@ -630,7 +653,10 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         dq_block = [BWD_BLOCK_M, split_d]
         desc_dq = TensorDescriptor(dq_rows, list(dq_rows.shape), list(dq_rows.stride()), dq_block, _dq_layout(dq_block))
     lse_tma = LSE_BY_TMA
-    lse2, delta = lse2.contiguous(), delta.contiguous()  # (as the preprocessing kernel makes them: no copy)
+    # each head's rows of L₂ and Dᵢ padded to whole query blocks for the TMA loads (no copy where the
+    # preprocessing kernel wrote into such buffers), contiguous rows otherwise
+    rows = lse_rows(Nq)
+    lse2, delta = _rows_of(lse2, rows), _rows_of(delta, rows)
     row_layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1)
     desc_lse, desc_dl = (TensorDescriptor(x.view(-1), [x.numel()], [1], [BWD_BLOCK_M], row_layout)
                          for x in (lse2, delta))
@@ -650,8 +676,9 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
             # the bias's query term, slope·log2e·(i − m0) with m0 = i rounded down to BWD_BLOCK_M, folded into
             # L₂ once (a new tensor: the caller's is left as it was); the kernel adds the key term
             sl = slopes.to(torch.float32).expand(B, H)  # (H,) or (B, H)
-            pos = (torch.arange(Nq, device=q.device) % BWD_BLOCK_M).to(torch.float32)
+            pos = (torch.arange(rows, device=q.device) % BWD_BLOCK_M).to(torch.float32)
             lse2 = lse2 + (sl * LOG2E)[:, :, None] * pos
+            desc_lse = TensorDescriptor(lse2.view(-1), [lse2.numel()], [1], [BWD_BLOCK_M], row_layout)
     _attn_bwd_gluon_ws[grid](
         desc(q), desc(do), desc(k), desc(v), desc(dk), desc(dv), desc_dq, desc_lse, desc_dl, dq_acc, lse2, delta,
         H, H // Hkv, Nq, Nk, causal_off if causal_off is not None else 0,
