@@ -217,9 +217,9 @@ def _forward(q, k, v, mask, scale, slopes=None):
 
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_a_gluon_config_falls_back_to_the_triton_kernels_where_gluon_cannot_run(deterministic):
-    """On the CPU (the interpreter), for softcap, and for deterministic calls (atomics add in arrival order),
-    a configuration that asks for the Gluon backward still gives the right gradients, through the Triton
-    kernels."""
+    """On the CPU (the interpreter) and for softcap, a configuration that asks for the Gluon backward still
+    gives the right gradients, through the Triton kernels; deterministic calls give bit-identical gradients
+    on either path."""
     gen = torch.Generator(device=DEV).manual_seed(1)
     D, causal = 64, True
     q, k, v, do = (torch.randn(1, 2, 45, D, dtype=torch.float16, device=DEV, generator=gen) for _ in range(4))
@@ -228,7 +228,7 @@ def test_a_gluon_config_falls_back_to_the_triton_kernels_where_gluon_cannot_run(
     grads = prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, config=_gluon_cfg(),
                              deterministic=deterministic)
     _check_grads(q, k, v, do, grads, causal, scale)
-    if deterministic:  # the Triton kernels without atomics: bit-identical
+    if deterministic:  # the Triton kernels without atomics, or the Gluon kernel's ordered additions: bit-identical
         again = prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, config=_gluon_cfg(),
                                  deterministic=True)
         assert all(torch.equal(a, b) for a, b in zip(grads, again))
@@ -242,7 +242,8 @@ def test_a_gluon_config_falls_back_to_the_triton_kernels_where_gluon_cannot_run(
 def test_alibi_calls_take_the_gluon_backward_where_it_runs(monkeypatch):
     """With Gluon available (here pretended: the kernel is a stub that records its arguments), ALiBi calls
     take the Gluon backward, dense, causal or windowed, with the slopes as given ((B, H), or (H,) expanded:
-    a zero batch stride); softcap, packed and deterministic calls (ALiBi or not) keep the Triton kernels."""
+    a zero batch stride), deterministic calls too (its ordered dQ additions; the Triton kernels with
+    ``DETERMINISTIC = False``); softcap and packed calls (ALiBi or not) keep the Triton kernels."""
     calls = []
 
     def stub(q, k, v, do, lse2, delta, dq, dk, dv, **kw):
@@ -275,8 +276,15 @@ def test_alibi_calls_take_the_gluon_backward_where_it_runs(monkeypatch):
     calls.clear()
     prefill_backward(do, q, k, v, out, lse, mask=Mask(-1, 0), scale=0.125, slopes=per_batch, softcap=5.0,
                      config=_gluon_cfg())
-    prefill_backward(do, q, k, v, out, lse, mask=Mask(-1, 0), scale=0.125, slopes=per_batch, deterministic=True,
-                     config=_gluon_cfg())
+    assert calls == []
+    for ordered in (True, False):  # deterministic calls: the Gluon kernel's ordered dQ additions, or the Triton kernels
+        monkeypatch.setattr(GB, "DETERMINISTIC", ordered)
+        prefill_backward(do, q, k, v, out, lse, mask=Mask(-1, 0), scale=0.125, slopes=per_batch, deterministic=True,
+                         config=_gluon_cfg(dq_atomic=True))
+        assert [c["deterministic"] for c in calls] == ([True] if ordered else []), calls
+        if ordered:
+            assert calls[0]["dq_atomic"] is False  # atomics add in arrival order: never with deterministic
+        calls.clear()
     packed = [t[:1].transpose(1, 2).squeeze(0) for t in (q, k, v, out, do)]  # (N, heads, D), one sequence
     cu = tuple(torch.tensor([0, n], dtype=torch.int32, device=DEV) for n in (Nq, Nk))
     pq, pk, pv, pout, pdo = packed
@@ -347,6 +355,43 @@ def test_gpu_gluon_backward_matches_reference(B, H, Hkv, Nq, Nk, D, causal, dtyp
                      config=_gluon_cfg(stages, dq_split, dq_atomic, dq_shared, dq_lag), dq=grads[0], dk=grads[1],
                      dv=grads[2])
     _check_grads(q, k, v, do, grads, causal, scale)
+
+
+@pytest.mark.gpu
+@on_hopper
+@pytest.mark.parametrize("dq_shared,dq_lag", [(False, 0), (False, 2), (True, 0)])
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,causal,window,dtype", [
+    c[:6] + (c[6], None, c[7]) for c in GLUON_CASES] + [
+    c[:6] + (True, c[6], torch.bfloat16) for c in GLUON_WINDOW_CASES])
+def test_gpu_deterministic_gluon_backward_is_bit_identical(B, H, Hkv, Nq, Nk, D, causal, window, dtype, dq_shared,
+                                                           dq_lag, monkeypatch):
+    """``deterministic``: each dQ tile takes its additions in key block order, so three runs give the same
+    bits (dQ, dK, dV), within the criterion, and no ordered wait gave up (the counters' slot 0)."""
+    if GB.smem_bytes(D, 2, 1, False, dq_lag) > GB.SMEM_LIMIT:
+        pytest.skip("more shared memory than a block has (the lagged dQ ring is D = 64's)")
+    q, k, v, do = _gpu_inputs(B, H, Hkv, Nq, Nk, D, dtype, Nq * 3 + Nk)
+    if window is not None:
+        mask, causal = Mask(*window), window[1] == 0
+    else:
+        mask = Mask(-1, 0 if causal else -1)
+    scale = D ** -0.5
+    out, lse = _forward(q, k, v, mask, scale)
+    runs, sems = [], []
+    kernel = GB.gluon_backward
+    monkeypatch.setattr(GB, "gluon_backward", lambda *a, **kw: kernel(*a, **kw, _sem_out=sems))  # the counters
+    for _ in range(3):
+        grads = [torch.full(t.shape, float("nan"), dtype=dtype, device=DEV) for t in (q, k, v)]
+        prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, deterministic=True,
+                         config=_gluon_cfg(dq_shared=dq_shared, dq_lag=dq_lag), dq=grads[0], dk=grads[1], dv=grads[2])
+        runs.append(grads)
+    assert len(sems) == 3  # the Gluon kernel ran, deterministic
+    assert all(int(c[0]) == 0 for c in sems), [int(c[0]) for c in sems]  # no wait gave up
+    for other in runs[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(runs[0], other))
+    if window is None:
+        _check_grads(q, k, v, do, runs[0], causal, scale)
+    else:
+        _check_grads(q, k, v, do, runs[0], causal, scale, window=window)
 
 
 @pytest.mark.gpu

@@ -409,7 +409,8 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
         from . import prefill_gluon_bwd
         from .prefill_gluon import gluon_supported
 
-        plain = (cu_seqlens is None and softcap is None and not deterministic
+        plain = (cu_seqlens is None and softcap is None
+                 and not (deterministic and not prefill_gluon_bwd.DETERMINISTIC)  # ordered dQ additions
                  and not (slopes is not None and mask.right > 0)  # ALiBi: a causal edge at the diagonal or none
                  and q.shape[0] * q.shape[1] * q.shape[2] < 2**31 - 64  # dQ's TMA rows are 32-bit
                  and (cfg.dq_atomic or prefill_gluon_bwd.HAVE_TMA_REDUCE))
@@ -440,7 +441,8 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
         gluon_backward(q, k, v, do, lse2, delta, dq, dk, dv, scale=scale, stages=cfg.stages1, dq_split=cfg.dq_split,
                        dq_atomic=cfg.dq_atomic, dq_shared=cfg.dq_shared, dq_lag=cfg.dq_lag,
                        causal_off=Nk - Nq + mask.right if mask.right >= 0 else None,
-                       win_off=Nk - Nq - mask.left if mask.left >= 0 else None, slopes=slopes)
+                       win_off=Nk - Nq - mask.left if mask.left >= 0 else None, slopes=slopes,
+                       deterministic=deterministic)
         return dq, dk, dv
     G = H // Hkv
     common = (H, G, Nq, Nk)

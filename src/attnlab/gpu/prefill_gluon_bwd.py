@@ -18,10 +18,18 @@ The loader warp fills a ring of ``STAGES`` (Qᵢ, dOᵢ) slots by TMA; a slot is
 consumers have released it. The consumers meet only at the shared dSᵀ tile (two of them, so that one
 step's tile is read while the next is written), so one's exponentials run under the other's matrix
 products. dQᵢ is added to a float32 buffer once per key block — by TMA bulk reductions (the default) or
-by per-thread float32 atomics (``dq_atomic``, ``dq_split``) — and summed in arrival order: this kernel
-is not bit-reproducible run to run, and ``deterministic`` calls keep the Triton kernels. With TMA
-reductions, key block j starts its walk at query block j mod n (``rotate``), so that the blocks of one
-head do not all add into the same rows at once.
+by per-thread float32 atomics (``dq_atomic``, ``dq_split``) — and summed in arrival order, so the sum is
+not bit-reproducible run to run. With TMA reductions, key block j starts its walk at query block j mod n
+(``rotate``), so that the blocks of one head do not all add into the same rows at once. A
+``deterministic`` call keeps a counter per dQ tile instead: key block j waits until the key blocks
+before it have added into the tile, adds, waits for its addition to finish, and counts it (FlashAttention-3's
+deterministic backward); every key block walks the query blocks in the same order, so the turns come
+soon after one another.
+
+The dQ tile goes through shared memory in the wgmma accumulator's register order (``DQ_PERMUTED``: each
+thread stores 16 contiguous bytes at a time, no bank conflicts), and so into the float32 buffer; the
+sum is put back in row order on its way to dq. The loader brings each step's rows of L₂ and Dᵢ by TMA
+with Qᵢ and dOᵢ (``LSE_BY_TMA``), so the consumers never wait for a global load.
 
 Where the time goes (``benchmarks/bwd_gluon_ablation.py``, H200): the dQ additions are about 40 % of it
 at D = 128; without them the loop runs at 720 TFLOP/s of the standard count. The reduction is issued by
@@ -36,8 +44,8 @@ slope_h·log2e·|i + Nk − Nq − j|, with each step's query head's slope (one 
 its group); dSᵀ's formula is unchanged. In a block wholly on one side of that diagonal the bias is a term
 per query (folded into L₂) plus one per key; the element mask's blocks and those across the diagonal
 take |·| per element. Dense, causal and sliding-window calls, with or without ALiBi, MHA/GQA/MQA,
-D = 64 or 128, float16/bfloat16, on sm_90; everything else (softcap, packed batches, deterministic
-calls) runs the Triton kernels. The Triton interpreter cannot run Gluon: the CPU tests build this kernel
+D = 64 or 128, float16/bfloat16, on sm_90, deterministic or not; everything else (softcap, packed batches)
+runs the Triton kernels. The Triton interpreter cannot run Gluon: the CPU tests build this kernel
 for sm_90 and the GPU tests check it.
 """
 
@@ -83,6 +91,44 @@ if HAVE_GLUON:
         coord = _semantic._convert_to_ir_values(coord, require_i64=False)
         _semantic.builder.create_async_tma_reduce(_ir.DESCRIPTOR_REDUCE_KIND.ADD, desc.handle, coord, src.handle)
 
+if HAVE_GLUON:
+
+    @gluon.jit
+    def _sem_wait(ptr, turn, timeouts):
+        """Wait (every thread) until the counter at ptr reads ``turn`` (acquire, GPU scope). A wait that
+        outlasts SEM_SPINS polls gives up and adds 1 at ``timeouts``: the order of the additions was not
+        kept (the call stays correct, not reproducible); none is expected, and the tests count them."""
+        seen = gl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l", [ptr], dtype=gl.int32,
+                                         is_pure=False, pack=1)
+        n = 0
+        while (seen != turn) & (n < _SEM_SPINS):
+            seen = gl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l", [ptr], dtype=gl.int32,
+                                             is_pure=False, pack=1)
+            n += 1
+        if seen != turn:
+            _first_thread_adds(timeouts)
+
+    @gluon.jit
+    def _first_thread_adds(ptr):
+        """The warp group's first thread adds 1 at ptr (release, GPU scope)."""
+        gl.inline_asm_elementwise("{ .reg .pred p; .reg .b32 t; mov.u32 t, %tid.x; and.b32 t, t, 127; "
+                                  "setp.eq.u32 p, t, 0; @p red.release.gpu.global.add.s32 [$1], 1; mov.u32 $0, 0; }",
+                                  "=r,l", [ptr], dtype=gl.int32, is_pure=False, pack=1)
+
+    @gluon.jit
+    def _sem_release(ptr):
+        """After a TMA reduction: wait until it is done (its writes, not only its read of shared memory),
+        make them visible past the async proxy, meet the warp group, then its first thread adds 1 at ptr."""
+        gl.inline_asm_elementwise("cp.async.bulk.wait_group 0; fence.proxy.async.global; mov.u32 $0, 0;", "=r", [],
+                                  dtype=gl.int32, is_pure=False, pack=1)
+        _warps_barrier()
+        _first_thread_adds(ptr)
+
+
+SEM_SPINS = 1 << 22  # polls of one ordered wait before it gives up (a few seconds: never, unless something is wrong)
+if HAVE_GLUON:
+    _SEM_SPINS = gl.constexpr(SEM_SPINS)
+
 BWD_BLOCK_M = 64  # query rows per step (the wgmma M of dQ, the N of Sᵀ)
 # the swizzle (bytes) of the float32 dQ staging tile in shared memory and of its TMA reduction: None takes
 # Triton's default for the tile (128 bytes); a measurement hook (benchmarks/bwd_dq_layout.py)
@@ -96,6 +142,9 @@ DQ_PERMUTED = True
 # memory by every consumer thread as the step begins (ncu's stall sampling at transformers' step shape put
 # ~11 % of the consumers' samples on waits for those loads: ``benchmarks/ncu_stalls.py``). False: the loads
 LSE_BY_TMA = True
+# deterministic calls take this kernel, each dQ tile's additions made in key block order (a counter per tile);
+# False: they take the Triton kernels (no atomics: a second pass makes dQ)
+DETERMINISTIC = True
 BWD_SUB_N = 64  # keys per consumer warp group
 # registers per thread of the second consumer warp group (setmaxnreg); the loader's warp group keeps 24 and
 # the first consumer takes the rest of the register file (248 at 232: the sm_90 PTX). At 240 the two
@@ -144,9 +193,10 @@ if HAVE_GLUON:
             _tma_load(desc_do, [b, h, m0, 0], do_ready.index(slot), do_smem.index(slot))
 
     @gluon.jit
-    def _bwd_dq(u, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, m_lo, n_m, rot, Nq, sm_scale,
+    def _bwd_dq(u, desc_dq, DQ, SEM, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n, win_off, m_lo, n_m, rot,
+                Nq, sm_scale,
                 PART: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ATOMIC: gl.constexpr, DQ_SHARED: gl.constexpr,
-                ABLATE: gl.constexpr, DQ_PERM: gl.constexpr):
+                ABLATE: gl.constexpr, DQ_PERM: gl.constexpr, DET: gl.constexpr):
         """Step u's dQᵢ = dS K over all 128 keys of the block, by warp group u % 2 (they take turns) or by
         both, half of D's columns each (DQ_SHARED): one addition per element per key block (rows past Nq
         add exact zeros: their Pᵀ is 0). Waits for both halves of step u's dSᵀ and frees its slot."""
@@ -215,7 +265,14 @@ if HAVE_GLUON:
                         # tile (b, h, query block, column slice) of the buffer: 2·SPLIT_D rows of 32
                         tile = (((b * H + h) * gl.cdiv(Nq, BLOCK_M) + m0 // BLOCK_M) * (HEAD_D // SPLIT_D)
                                 + COL0 // SPLIT_D + j)
+                        if DET:  # the key blocks add into a tile in their order: wait for this one's turn
+                            # (the first key block to see query block m0 is the window's, else block 0)
+                            # (SEM[0] counts waits that gave up: none, unless the order could not be kept)
+                            _sem_wait(SEM + 1 + tile, start_n // (2 * SUB_N) - gl.maximum((m0 + win_off) // (2 * SUB_N), 0),
+                                      SEM)
                         _tma_add(desc_dq, [tile * (2 * SPLIT_D), 0], dq_stage)
+                        if DET:  # the addition done (not only its read of the tile), then the next key block's turn
+                            _sem_release(SEM + 1 + tile)
                     elif ABLATE != 6:
                         _tma_add(desc_dq, [(row0 + m0).to(gl.int32), COL0 + j * SPLIT_D], dq_stage)
                     if ABLATE == 5:  # measurement only: wait for the read at once (the old way)
@@ -226,7 +283,7 @@ if HAVE_GLUON:
                                   sem="relaxed")
 
     @gluon.jit
-    def _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
+    def _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                       SLOPES, stride_sb, stride_sh, PART: gl.constexpr, CAUSAL: gl.constexpr):
@@ -249,7 +306,8 @@ if HAVE_GLUON:
                                 + (flags.shape[2] >= 128))  # log2 of the third dimension
         DQ_LAG: gl.constexpr = (flags.shape[3] >= 2) + (flags.shape[3] >= 4)  # log2 of the fourth
         ALIBI: gl.constexpr = flags.shape[4] == 2  # the ALiBi bias on the scores
-        DQ_PERM: gl.constexpr = flags.shape[5] == 2  # dQ tiles in the accumulator's register order
+        DQ_PERM: gl.constexpr = flags.shape[5] >= 2  # dQ tiles in the accumulator's register order
+        DET: gl.constexpr = flags.shape[5] == 4  # key blocks add into each dQ tile in their order (SEM)
         LSE_TMA: gl.constexpr = lse_smem.shape[1] == BLOCK_M  # L₂ and Dᵢ in the ring (else loaded here)
         EXCHANGE: gl.constexpr = not (ABLATE == 3 or ABLATE == 4)  # (measurement only: 3, 4 have none)
         dtype: gl.constexpr = desc_dk.dtype
@@ -363,16 +421,19 @@ if HAVE_GLUON:
             mbarrier.arrive(do_empty.index(slot), count=1)
             # -- the dQ product of step t − DQ_LAG (its other half of dSᵀ has had DQ_LAG steps to arrive)
             if EXCHANGE and DQ_LAG == 0:
-                _bwd_dq(t, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, m_lo, n_m, rot, Nq, sm_scale,
-                        PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM)
+                _bwd_dq(t, desc_dq, DQ, SEM, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n, win_off, m_lo, n_m,
+                        rot, Nq, sm_scale,
+                        PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM, DET)
             elif EXCHANGE:
                 if t >= DQ_LAG:
-                    _bwd_dq(t - DQ_LAG, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, m_lo, n_m, rot,
-                            Nq, sm_scale, PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM)
+                    _bwd_dq(t - DQ_LAG, desc_dq, DQ, SEM, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n, win_off,
+                            m_lo, n_m, rot,
+                            Nq, sm_scale, PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM, DET)
         if EXCHANGE and DQ_LAG > 0:  # the last DQ_LAG steps' products
             for u in range(gl.maximum(n_steps - DQ_LAG, 0), n_steps):
-                _bwd_dq(u, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, m_lo, n_m, rot, Nq, sm_scale,
-                        PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM)
+                _bwd_dq(u, desc_dq, DQ, SEM, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n, win_off, m_lo, n_m,
+                        rot, Nq, sm_scale,
+                        PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM, DET)
 
         # -- epilogue: dK·scale and dV through this warp group's K and V buffers, once the last dQ products
         #    (the other warp group's too) have read K: the last use of every ring slot is freed
@@ -389,53 +450,54 @@ if HAVE_GLUON:
         tma.store_wait(0)
 
     @gluon.jit
-    def _bwd_consumer_0_causal(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
+    def _bwd_consumer_0_causal(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                                kv_bar, q_ready, do_ready, q_empty, do_empty,
                                b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                                SLOPES, stride_sb, stride_sh):
-        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
+        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                       SLOPES, stride_sb, stride_sh, 0, True)
 
     @gluon.jit
-    def _bwd_consumer_0_full(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
+    def _bwd_consumer_0_full(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                              kv_bar, q_ready, do_ready, q_empty, do_empty,
                              b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                              SLOPES, stride_sb, stride_sh):
-        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
+        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                       SLOPES, stride_sb, stride_sh, 0, False)
 
     @gluon.jit
-    def _bwd_consumer_1_causal(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
+    def _bwd_consumer_1_causal(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                                kv_bar, q_ready, do_ready, q_empty, do_empty,
                                b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                                SLOPES, stride_sb, stride_sh):
-        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
+        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                       SLOPES, stride_sb, stride_sh, 1, True)
 
     @gluon.jit
-    def _bwd_consumer_1_full(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
+    def _bwd_consumer_1_full(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                              kv_bar, q_ready, do_ready, q_empty, do_empty,
                              b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                              SLOPES, stride_sb, stride_sh):
-        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
+        _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                       SLOPES, stride_sb, stride_sh, 1, False)
 
     @gluon.jit
-    def _attn_bwd_gluon_ws(desc_q, desc_do, desc_k, desc_v, desc_dk, desc_dv, desc_dq, desc_lse, desc_dl, DQ, LSE2, DELTA,
+    def _attn_bwd_gluon_ws(desc_q, desc_do, desc_k, desc_v, desc_dk, desc_dv, desc_dq, desc_lse, desc_dl, DQ, SEM, LSE2,
+                           DELTA,
                            H, G, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, SLOPES, stride_sb, stride_sh,
                            HEAD_D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                            CONSUMER_REGS: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ATOMIC: gl.constexpr,
                            DQ_SHARED: gl.constexpr, ROTATE: gl.constexpr, HEADS_FIRST: gl.constexpr = False,
                            DQ_LAG: gl.constexpr = 0, ABLATE: gl.constexpr = 0, ALIBI: gl.constexpr = False,
-                           DQ_PERM: gl.constexpr = False, LSE_TMA: gl.constexpr = False):
+                           DQ_PERM: gl.constexpr = False, LSE_TMA: gl.constexpr = False, DET: gl.constexpr = False):
         """Grid (key blocks of 128, B·Hkv), or the reverse with HEADS_FIRST. Descriptors over
         (B, H|Hkv, N, D) with blocks [1, 1, 64, D]; DQ (B, H, Nq, D) float32, zeroed by the caller; LSE2,
         DELTA (B, H, Nq) from the preprocessing kernel. ALIBI: SLOPES float32, head h of batch b's slope at
@@ -443,7 +505,9 @@ if HAVE_GLUON:
         ``layout.dq_tiles_shape`` (dQ in tiles, each in the accumulator's register order), zeroed by the
         caller. LSE_TMA: the loader brings each step's rows of LSE2 and DELTA by TMA into the ring beside Qᵢ
         and dOᵢ (desc_lse, desc_dl: 1-D descriptors over them, blocks of 64, each head's rows padded to a
-        multiple of 64: ``lse_rows``; else LSE2 and DELTA are (B, H, Nq) contiguous). Two consumer warp groups of 4
+        multiple of 64: ``lse_rows``; else LSE2 and DELTA are (B, H, Nq) contiguous). DET (with DQ_PERM): SEM is
+        int32, 1 + one counter per dQ tile, zeroed by the caller; each tile's additions are made in key block
+        order (the deterministic backward; ROTATE off). Two consumer warp groups of 4
         warps (64 keys each) and one loader warp."""
         NC: gl.constexpr = 2
         SUB_N: gl.constexpr = 64
@@ -498,7 +562,8 @@ if HAVE_GLUON:
                                                              HEAD_D // (DQ_SPLIT * (1 + DQ_SHARED))],
                                                 desc_dq.layout)
         flags = gl.allocate_shared_memory(gl.int8, [DQ_SPLIT, (1 + DQ_ATOMIC) << (2 * DQ_SHARED), 1 << ABLATE,
-                                                    1 << DQ_LAG, 1 + ALIBI, 1 + (DQ_PERM and not DQ_ATOMIC)],
+                                                    1 << DQ_LAG, 1 + ALIBI,
+                                                    (1 + (DQ_PERM and not DQ_ATOMIC)) * (1 + (DET and DQ_PERM and not DQ_ATOMIC))],
                                           gl.SwizzledSharedLayout(1, 1, 1, [5, 4, 3, 2, 1, 0]))
         q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -517,7 +582,7 @@ if HAVE_GLUON:
             mbarrier.init(q_empty.index(i), count=NC)  # one arrival per consumer warp group
             mbarrier.init(do_empty.index(i), count=NC)
 
-        consumer_args = (desc_dk, desc_dv, desc_dq, DQ, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
+        consumer_args = (desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                          kv_bar, q_ready, do_ready, q_empty, do_empty,
                          b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                          SLOPES, stride_sb, stride_sh)  # (None without ALiBi: no arguments of the partitions)
@@ -606,7 +671,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
                    dq_atomic: bool = False, dq_shared: bool = False, rotate: bool | None = None,
                    heads_first: bool | None = None, win_off: int | None = None,
                    consumer_regs: int = BWD_CONSUMER_REGS, dq_lag: int = 0, slopes: torch.Tensor | None = None,
-                   _ablate: int = 0) -> None:
+                   deterministic: bool = False, _ablate: int = 0, _sem_out: list | None = None) -> None:
     """Run the Gluon backward: q, do (B, H, Nq, D); k, v (B, Hkv, Nk, D); ``lse2``, ``delta`` (B, H, Nq)
     float32 from ``prefill_bwd``'s preprocessing kernel (L in log2 units, +inf on empty rows; D_i), read
     without a copy where they are views of (B, H, ``lse_rows(Nq)``) buffers, as that kernel writes them. Writes
@@ -623,7 +688,10 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     warp group never waits for the other's half of the current step (sweep 16: +2 to +8 % at D = 64 non-causal). ``slopes``:
     ALiBi, (H,) or (B, H) float32 on q's device: head h's scores lose slope_h·|i + Nk − Nq − j| (bottom-right,
     as the masks; the forward's ``lse`` must include the bias; the slopes get no gradient); with a causal
-    right edge only at the diagonal (``causal_off == Nk − Nq``). ``_ablate`` (measurement only, wrong gradients): leave stages out, as
+    right edge only at the diagonal (``causal_off == Nk − Nq``). ``deterministic``: every dQ tile takes its
+    additions in key block order (a counter per tile: each key block waits for its turn), so the gradients
+    are bit-identical run to run (with the register-order dQ tiles, ``DQ_PERMUTED``, and TMA reductions;
+    ``_sem_out``, a list, receives the counters: [0] counts waits that gave up). ``_ablate`` (measurement only, wrong gradients): leave stages out, as
     ``benchmarks/bwd_gluon_ablation.py`` lists. No input checks beyond the tiles (``gluon_supported`` and
     the public entry points do them)."""
     B, H, Nq, D = q.shape
@@ -631,6 +699,11 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         raise ValueError("the Gluon backward takes ALiBi with a causal right edge at the diagonal only "
                          f"(causal_off {causal_off}, Nk − Nq {k.shape[2] - Nq}): a band past it runs the Triton kernels")
     _check_tiles(D, stages, dq_split, dq_atomic, dq_shared, consumer_regs, dq_lag)
+    if deterministic and (dq_atomic or not DQ_PERMUTED):
+        raise ValueError("the Gluon backward is deterministic with dQ by TMA reductions of register-order tiles only "
+                         "(dq_atomic=False, DQ_PERMUTED)")
+    if deterministic:
+        rotate = False  # every key block walks the query blocks in the same order: short waits for each turn
     if rotate is None:  # measured (benchmarks/bwd_gluon_ablation.py): staggered starts help the TMA reductions
         rotate = not dq_atomic  # (+10 % causal at D = 128) and cost the atomics 2-3 % at D = 64
     Hkv, Nk = k.shape[1], k.shape[2]
@@ -642,8 +715,13 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
 
     split_d = D // (dq_split * (1 + dq_shared))  # columns of one dQ tile
     perm = DQ_PERMUTED and not dq_atomic
+    sem = None
     if perm:  # tiles in the accumulator's register order (layout.dq_tiles_shape); rows past Nq add into padding
         dq_acc = torch.zeros(dq_tiles_shape(B, H, Nq, D, split_d), device=q.device, dtype=torch.float32)
+        if deterministic:  # a counter per tile (and one of waits that gave up)
+            sem = torch.zeros(1 + dq_acc.shape[0] // (2 * split_d), device=q.device, dtype=torch.int32)
+            if _sem_out is not None:
+                _sem_out.append(sem)
         dq_block = [2 * split_d, 32]
         desc_dq = TensorDescriptor(dq_acc, list(dq_acc.shape), list(dq_acc.stride()), dq_block,
                                    _dq_layout(dq_block, perm=True))
@@ -680,12 +758,12 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
             lse2 = lse2 + (sl * LOG2E)[:, :, None] * pos
             desc_lse = TensorDescriptor(lse2.view(-1), [lse2.numel()], [1], [BWD_BLOCK_M], row_layout)
     _attn_bwd_gluon_ws[grid](
-        desc(q), desc(do), desc(k), desc(v), desc(dk), desc(dv), desc_dq, desc_lse, desc_dl, dq_acc, lse2, delta,
+        desc(q), desc(do), desc(k), desc(v), desc(dk), desc(dv), desc_dq, desc_lse, desc_dl, dq_acc, sem, lse2, delta,
         H, H // Hkv, Nq, Nk, causal_off if causal_off is not None else 0,
         NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale, *alibi,
         HEAD_D=D, STAGES=stages, CAUSAL=causal_off is not None, CONSUMER_REGS=consumer_regs, DQ_SPLIT=dq_split,
         DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, HEADS_FIRST=heads_first, DQ_LAG=dq_lag,
-        ABLATE=_ablate, ALIBI=slopes is not None, DQ_PERM=perm, LSE_TMA=lse_tma, num_warps=4)
+        ABLATE=_ablate, ALIBI=slopes is not None, DQ_PERM=perm, LSE_TMA=lse_tma, DET=deterministic, num_warps=4)
     # the kernel adds dS K unscaled: one multiply per element, not per key block
     if perm:
         store_dq_tiles(dq_acc, dq, split_d, scale=scale)
@@ -704,12 +782,13 @@ def _dq_layout(block: list[int], perm: bool = False):
 def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.dtype = torch.bfloat16,
                  dq_split: int = 1, dq_atomic: bool = False, dq_shared: bool = False, rotate: bool = True,
                  heads_first: bool = False, regs: int = BWD_CONSUMER_REGS, dq_lag: int = 0, alibi: bool = False,
-                 dq_perm: bool | None = None, lse_tma: bool | None = None, _ablate: int = 0):
+                 dq_perm: bool | None = None, lse_tma: bool | None = None, deterministic: bool = False,
+                 _ablate: int = 0):
     """Build the Gluon backward for Hopper (sm_90) on any machine, GPU or not, as
     ``prefill_gluon.compile_sm90`` does for the forward. ``alibi``: the build for ALiBi slopes, with
     the slopes' head stride 1 (a launch specialises it so: (H,), (B, H) and (H,) expanded to (B, H)).
     ``dq_perm``: dQ tiles in register order (None: ``DQ_PERMUTED``, as a launch; never with atomics);
-    ``lse_tma``: L₂ and Dᵢ by TMA (None: ``LSE_BY_TMA``)."""
+    ``lse_tma``: L₂ and Dᵢ by TMA (None: ``LSE_BY_TMA``); ``deterministic``: the ordered dQ additions."""
     if not HAVE_GLUON:
         raise RuntimeError("this triton has no Gluon (triton >= 3.5 needed)")
     import triton
@@ -728,6 +807,9 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     perm = (DQ_PERMUTED if dq_perm is None else dq_perm) and not dq_atomic
     const["DQ_PERM"] = perm
     const["LSE_TMA"] = LSE_BY_TMA if lse_tma is None else lse_tma
+    const["DET"] = deterministic
+    if not deterministic:
+        const["SEM"] = None
     if alibi:
         const["stride_sh"] = 1
     else:  # as a launch without slopes: constexpr None
@@ -741,7 +823,7 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     desc_row = f"tensordesc<fp32[{BWD_BLOCK_M}],{row_layout!r}>"
     sig = {n: ("constexpr" if n in const else desc_dq if n == "desc_dq" else desc_row if n in ("desc_lse", "desc_dl")
                else desc if n.startswith("desc_")
-               else "*fp32" if n in ptrs or n == "SLOPES"
+               else "*fp32" if n in ptrs or n == "SLOPES" else "*i32" if n == "SEM"
                else "fp32" if n in ("qk_scale", "sm_scale") else "i32") for n in fn.arg_names}
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in ptrs}
     src = GluonASTSource(fn, sig, const, attrs)
@@ -750,11 +832,12 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
 
 def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int = 1, dq_atomic: bool = False,
                 dq_shared: bool = False, dtype: torch.dtype = torch.bfloat16, dq_lag: int = 0, alibi: bool = False,
-                dq_perm: bool | None = None, lse_tma: bool | None = None, _ablate: int = 0) -> dict:
+                dq_perm: bool | None = None, lse_tma: bool | None = None, deterministic: bool = False,
+                _ablate: int = 0) -> dict:
     """``prefill_gluon.kernel_report`` of one sm_90 build of the backward: shared memory, registers, spill
     stack, wgmma waits, TMA loads, float32 atomics. Needs a process without TRITON_INTERPRET."""
     from .prefill_gluon import kernel_report
 
     return kernel_report(compile_sm90(head_dim, causal=causal, stages=stages, dq_split=dq_split, dq_atomic=dq_atomic,
                                       dq_shared=dq_shared, dtype=dtype, dq_lag=dq_lag, alibi=alibi, dq_perm=dq_perm,
-                                      lse_tma=lse_tma, _ablate=_ablate))
+                                      lse_tma=lse_tma, deterministic=deterministic, _ablate=_ablate))
