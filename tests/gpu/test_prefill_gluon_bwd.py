@@ -377,6 +377,7 @@ def test_gpu_deterministic_gluon_backward_is_bit_identical(B, H, Hkv, Nq, Nk, D,
     scale = D ** -0.5
     out, lse = _forward(q, k, v, mask, scale)
     runs, sems = [], []
+    monkeypatch.setattr(GB, "DETERMINISTIC", True)  # (off by default: slower than the Triton kernels)
     kernel = GB.gluon_backward
     monkeypatch.setattr(GB, "gluon_backward", lambda *a, **kw: kernel(*a, **kw, _sem_out=sems))  # the counters
     for _ in range(3):
