@@ -20,6 +20,7 @@ call, ``do_bench`` median) is timed in ``--rounds`` alternating rounds on transf
 D = 64, causal, 8K tokens, the model's layout) and at 16K tokens with D = 64 and 128, causal and not.
 
     python benchmarks/bwd_dq_layout.py [--rounds 2] [--json out.json]
+    python benchmarks/bwd_dq_layout.py --report benchmarks/data/bwd-dq-layout-h200-run3.json
 """
 
 from __future__ import annotations
@@ -73,12 +74,51 @@ def _backward(q, k, v, do, causal, provider):
     return bwd
 
 
+def table(rows: list[dict]) -> list[str]:
+    """The markdown table of a run's rows: per shape and layout, the backward's ms in each round, the best
+    round's TFLOP/s and the largest relative difference of the gradients to the default build's."""
+    out = ["| D | H/Hkv | N | causal | layout | backward ms by round | TFLOP/s (best) | rel. diff to default |",
+           "|---|---|---|---|---|---|---|---|"]
+    # (run 1's rows: causal only, one row-major tile per swizzle)
+    rows = [r if "layout" in r else dict(r, causal=True, layout="rows" if r.get("swizzle") is None
+                                         else f"rows-{r['swizzle']}") for r in rows]
+    keys = []
+    for r in rows:
+        key = (r["D"], r["H"], r["Hkv"], r["N"], r["causal"], r["layout"])
+        if key not in keys:
+            keys.append(key)
+    for key in keys:
+        rs = [r for r in rows if (r["D"], r["H"], r["Hkv"], r["N"], r["causal"], r["layout"]) == key]
+        ok = [r for r in rs if "ms" in r]
+        D, H, Hkv, N, causal, name = key
+        if not ok:
+            out.append(f"| {D} | {H}/{Hkv} | {N} | {causal} | {name} | {rs[0]['error']} | | |")
+            continue
+        diff = max((r["rel_diff"] for r in ok if r["rel_diff"] is not None), default=None)
+        times = " / ".join(f"{r['ms']:.3f}" for r in ok)
+        diff = "—" if diff is None or name == "cudnn" else f"{diff:.1e}"
+        out.append(f"| {D} | {H}/{Hkv} | {N} | {causal} | {name} | {times} | {max(r['tflops'] for r in ok):.0f} | {diff} |")
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", type=Path, help="write the rows here (refuses an existing file)")
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of every layout (default 2)")
     ap.add_argument("--layouts", nargs="+", default=["default", "tiles", "rows", "cudnn"], choices=[*LAYOUTS, "cudnn"])
+    ap.add_argument("--report", type=Path, help="print the table of a run's JSON (no GPU needed)")
     args = ap.parse_args(argv)
+    if args.report is not None:
+        try:
+            data = json.loads(args.report.read_text())
+            lines = table(data["rows"] if isinstance(data, dict) else data)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"bwd_dq_layout: cannot read {args.report}: {e}", file=sys.stderr)
+            return 2
+        if isinstance(data, dict):
+            print(f"{data.get('date')}, {data.get('gpu')}, torch {data.get('torch')}, triton {data.get('triton')}")
+        print("\n".join(lines))
+        return 0
     if args.json is not None and args.json.exists():
         ap.error(f"{args.json} exists; not overwriting it")
     if args.rounds < 1:
@@ -119,24 +159,7 @@ def main(argv=None) -> int:
                     gb.DQ_PERMUTED, gb.DQ_SWIZZLE, gb.LSE_BY_TMA = True, None, True
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    print("| D | H/Hkv | N | causal | layout | backward ms by round | TFLOP/s (best) | rel. diff to default |")
-    print("|---|---|---|---|---|---|---|---|")
-    keys = []
-    for r in rows:
-        key = (r["D"], r["H"], r["Hkv"], r["N"], r["causal"], r["layout"])
-        if key not in keys:
-            keys.append(key)
-    for key in keys:
-        rs = [r for r in rows if (r["D"], r["H"], r["Hkv"], r["N"], r["causal"], r["layout"]) == key]
-        ok = [r for r in rs if "ms" in r]
-        D, H, Hkv, N, causal, name = key
-        if not ok:
-            print(f"| {D} | {H}/{Hkv} | {N} | {causal} | {name} | {rs[0]['error']} | | |")
-            continue
-        diff = max((r["rel_diff"] for r in ok if r["rel_diff"] is not None), default=None)
-        times = " / ".join(f"{r['ms']:.3f}" for r in ok)
-        diff = "—" if diff is None or name == "cudnn" else f"{diff:.1e}"
-        print(f"| {D} | {H}/{Hkv} | {N} | {causal} | {name} | {times} | {max(r['tflops'] for r in ok):.0f} | {diff} |")
+    print("\n".join(table(rows)))
     if args.json:
         args.json.write_text(json.dumps(dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(),
                                              torch=torch.__version__, triton=triton.__version__, rows=rows), indent=1))

@@ -10,7 +10,8 @@ CSV (``ncu -i REPORT --page source --csv --print-source sass``). This script rea
 * the instructions holding the most samples, each with its two largest reasons, until ``--cover`` of all
   samples is listed (at most ``--top`` rows).
 
-    python benchmarks/ncu_stalls.py SOURCE.csv [--cover 0.8] [--top 40] [--json out.json]
+    python benchmarks/ncu_stalls.py SOURCE.csv[.gz] [--cover 0.8] [--top 40] [--json out.json]
+    python benchmarks/ncu_stalls.py benchmarks/data/ncu-bwd-sass-h200-run1.csv.gz   # the recorded page
 
 Column names differ between ncu versions: the sample columns are found by their text ("Warp Stall
 Sampling (All Samples)", "stall_*" reasons); a CSV without them is refused with the columns it has.
@@ -37,7 +38,13 @@ def _num(x: str) -> float:
 
 def read_source_csv(path: Path) -> tuple[list[str], list[dict]]:
     """The header and rows of an ncu source-page CSV (lines before the header, e.g. ncu's own notes, skipped)."""
-    lines = path.read_text(errors="replace").splitlines()
+    if path.suffix == ".gz":
+        import gzip
+
+        with gzip.open(path, "rt", errors="replace") as f:
+            lines = f.read().splitlines()
+    else:
+        lines = path.read_text(errors="replace").splitlines()
     start = next((i for i, ln in enumerate(lines) if ln.startswith('"#"') or ln.startswith('"Address"')
                   or '"Source"' in ln), None)
     if start is None:
@@ -78,7 +85,7 @@ def ledger(header: list[str], rows: list[dict]) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("csv", type=Path, help="ncu --page source --csv --print-source sass output")
+    ap.add_argument("csv", type=Path, help="ncu --page source --csv --print-source sass output (or .gz)")
     ap.add_argument("--cover", type=float, default=0.8, help="list instructions until this share of samples")
     ap.add_argument("--top", type=int, default=40, help="at most this many instructions")
     ap.add_argument("--json", type=Path, help="write the ledger here (refuses an existing file)")

@@ -1,0 +1,136 @@
+"""The backward numbers benchmarks/RESULTS.md quotes for prefill run 18 are the recorded runs' (the dQ layout
+runs 2–4, the prefill run 18 table, the ncu stall ledger, variants runs 10–12): a changed file or a retyped
+number fails here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.helpers import ROOT, load_script
+
+DATA = ROOT / "benchmarks" / "data"
+
+
+def _results() -> str:
+    return (ROOT / "benchmarks" / "RESULTS.md").read_text()
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _best(run: int) -> dict:
+    """(shape) -> {layout: best ms over the rounds} of a bwd_dq_layout run."""
+    out: dict = {}
+    for r in json.loads((DATA / f"bwd-dq-layout-h200-run{run}.json").read_text())["rows"]:
+        if "ms" in r:
+            by = out.setdefault((r["D"], r["H"], r["Hkv"], r["N"], r["causal"]), {})
+            by[r["layout"]] = min(by.get(r["layout"], float("inf")), r["ms"])
+    return out
+
+
+def test_dq_layout_table_and_ranges_are_runs_2_to_4():
+    mod = load_script("benchmarks/bwd_dq_layout.py")
+    results = _results()
+    data = json.loads((DATA / "bwd-dq-layout-h200-run3.json").read_text())
+    for line in mod.table(data["rows"])[2:]:
+        assert line in results, line
+    best = {n: _best(n) for n in (2, 3, 4)}
+
+    def span(pairs, pct):
+        v = [a / b for a, b in pairs]
+        lo, hi = min(v), max(v)
+        return f"{(lo - 1) * 100:.1f}–{(hi - 1) * 100:.1f} %" if pct else f"{lo:.2f}–{hi:.2f}×"
+
+    tiles = span([(x["rows"], x["tiles"]) for n in (2, 3, 4) for x in best[n].values()], True)
+    lse = span([(x["tiles"], x["default"]) for n in (3, 4) for x in best[n].values()], True)
+    vs_tiles = span([(x["cudnn"], x["tiles"]) for n in (2, 3) for x in best[n].values()], False)
+    vs_default = span([(x["cudnn"], x["default"]) for n in (3, 4) for x in best[n].values()], False)
+    text = _flat(results)
+    assert f"the register-order tile alone is {tiles} faster than the row-major one (runs 2–4)" in text
+    assert f"L₂ and Dᵢ by TMA another {lse} (runs 3, 4)" in text
+    assert f"the `tiles` build ran at {vs_tiles} its speed (runs 2, 3), the default at **{vs_default}** (runs 3, 4)" in text
+
+
+def test_prefill_run_18_table_is_the_recorded_run():
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "prefill.py"), "report",
+                          str(DATA / "prefill-h200-run18.json")], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    rows = [ln for ln in res.stdout.splitlines() if ln.startswith("| 64 ") or ln.startswith("| 128 ")]
+    assert len(rows) == 16
+    results = _results()
+    for line in rows:
+        assert line in results, line
+
+
+def test_stall_ledger_numbers_are_the_recorded_page():
+    mod = load_script("benchmarks/ncu_stalls.py")
+    led = mod.ledger(*mod.read_source_csv(DATA / "ncu-bwd-sass-h200-run1.csv.gz"))
+    ins = led["instructions"]
+    nops = [d["samples"] for d in ins if d["source"].split()[0] == "NOP"][:2]
+    loader = next(d["samples"] for d in ins if "BRA" in d["source"])  # the largest branch: the loader's wait
+    ffma = [d["samples"] for d in ins if d["source"].startswith("FFMA")][:2]
+    fence = [d["samples"] for d in ins if d["source"].startswith("FENCE")][:4]
+    text = _flat(_results())
+    assert f"{led['total']:,.0f} stall samples. {sum(nops):,.0f} of them are idle warps" in text
+    assert f"and {loader:,.0f} the loader warp waiting for a free ring slot" in text
+    assert f"({ffma[0]:,.0f} and {ffma[1]:,.0f} samples, long scoreboard" in text
+    assert (f"`FENCE.VIEW.ASYNC.S`: {fence[0]:,.0f}, {fence[1]:,.0f}, {fence[2]:,.0f} and {fence[3]:,.0f} samples"
+            in text)
+    warp = (DATA / "ncu-bwd-warpstate-h200-run1.txt").read_text()
+    cycles = next(ln.split()[-1] for ln in warp.splitlines() if "Warp Cycles Per Issued Instruction" in ln)
+    assert f"the warp cycles per issued instruction were {cycles}" in text
+
+
+def test_variants_runs_10_to_12_rows_are_the_recorded_runs():
+    vb = load_script("benchmarks/variants.py")
+    results = _results()
+    for tag, run in (("run10", 10), ("run11", 11), ("det-gluon-run12", 12)):
+        rows = json.loads((DATA / f"variants-h200-window-alibi-{tag}.json").read_text())["rows"]
+        body = vb.report(rows).splitlines()[2:]
+        assert len(body) == 4
+        for line in body:
+            assert line.replace("| fwd_bwd |", f"| fwd_bwd (run {run}) |", 1) in results, line
+
+
+def test_variants_runs_10_to_12_ranges_in_the_text():
+    vb = load_script("benchmarks/variants.py")
+
+    def cols(tag):  # (D, variant) -> (×flex, det./default) as the report prints them
+        rows = json.loads((DATA / f"variants-h200-window-alibi-{tag}.json").read_text())["rows"]
+        out = {}
+        for line in vb.report(rows).splitlines()[2:]:
+            c = [x.strip() for x in line.strip("|").split("|")]
+            out[(c[0], c[1])] = (float(c[7]), float(c[9]))
+        return out
+
+    r10, r11, r12 = cols("run10"), cols("run11"), cols("det-gluon-run12")
+
+    def span(values):
+        return f"{min(values):.2f}–{max(values):.2f}×"
+
+    text = _flat(_results())
+    windows = [r[(d, "window")][0] for r in (r11, r12) for d in ("64", "128")]
+    alibi128 = [r[("128", "alibi")][0] for r in (r11, r12)]
+    assert f"**windows met at both head dims** in runs 11 and 12 ({span(windows)};" in text
+    assert f"ALiBi's forward+backward at D = 128 too ({span(alibi128)};" in text
+    det = {n: span([v[1] for v in r.values()]) for n, r in ((10, r10), (11, r11), (12, r12))}
+    assert f"deterministic backward runs at {det[11]} the default (run 11; {det[10]} in run 10" in text
+    assert f"the ordered Gluon kernel (run 12) at {det[12]}." in text
+
+
+def test_deterministic_gluon_sentence_is_runs_11_and_12():
+    vb = load_script("benchmarks/variants.py")
+
+    def det(tag):
+        rows = json.loads((DATA / f"variants-h200-window-alibi-{tag}.json").read_text())["rows"]
+        vals = [float(ln.strip("|").split("|")[4]) for ln in vb.report(rows).splitlines()[2:]]
+        return f"{min(vals):.0f}–{max(vals):.0f}"
+
+    text = _flat(_results())
+    assert (f"It ran at {det('det-gluon-run12')} TFLOP/s forward+backward on the window and ALiBi rows at 16K "
+            f"(variants run 12, below), against {det('run11')} for the Triton kernels' deterministic backward") in text
+    src = _flat((ROOT / "src" / "attnlab" / "gpu" / "prefill_gluon_bwd.py").read_text())
+    assert f"ran at {det('det-gluon-run12')} TFLOP/s against the Triton kernels' {det('run11')}" in src.replace("# ", "")
