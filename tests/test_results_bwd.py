@@ -134,3 +134,39 @@ def test_deterministic_gluon_sentence_is_runs_11_and_12():
             f"(variants run 12, below), against {det('run11')} for the Triton kernels' deterministic backward") in text
     src = _flat((ROOT / "src" / "attnlab" / "gpu" / "prefill_gluon_bwd.py").read_text())
     assert f"ran at {det('det-gluon-run12')} TFLOP/s against the Triton kernels' {det('run11')}" in src.replace("# ", "")
+
+
+def test_docs_variants_quote_run_11():
+    vb = load_script("benchmarks/variants.py")
+    rows = json.loads((DATA / "variants-h200-window-alibi-run11.json").read_text())["rows"]
+    c = {}
+    for line in vb.report(rows).splitlines()[2:]:
+        x = [v.strip() for v in line.strip("|").split("|")]
+        c[(x[0], x[1])] = (x[3], x[7])
+    doc = _flat((ROOT / "docs" / "variants.md").read_text())
+    w64, w128, a64, a128 = c[("64", "window")], c[("128", "window")], c[("64", "alibi")], c[("128", "alibi")]
+    assert (f"windows forward+backward {w64[0]} and {w128[0]} TFLOP/s, {w64[1]}× and {w128[1]}× FlexAttention; "
+            f"ALiBi {a64[0]} and {a128[0]}, {a64[1]}× and {a128[1]}×.") in doc
+
+
+def test_readme_quotes_prefill_run_18_and_hf_runs_15_16():
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "prefill.py"), "report",
+                          str(DATA / "prefill-h200-run18.json")], capture_output=True, text=True, timeout=300)
+    cols = [[c.strip() for c in ln.strip("|").split("|")] for ln in res.stdout.splitlines()
+            if ln.startswith("| 64 ") or ln.startswith("| 128 ")]
+
+    def span(pass_, i):
+        v = [float(c[i]) for c in cols if c[3] == pass_]
+        return f"{min(v):.2f}–{max(v):.2f}×"
+
+    readme = _flat((ROOT / "README.md").read_text())
+    assert (f"the prefill forward runs at {span('fwd', 7)} PyTorch's SDPA flash backend and forward+backward at "
+            f"{span('fwd+bwd', 7)} for N ≥ 4K (D = 64 and 128), which is {span('fwd', 8)} and "
+            f"{span('fwd+bwd', 8)[:-1]}× cuDNN's (prefill run 18;") in readme
+    steps = []
+    for n in (15, 16):
+        t = json.loads((DATA / f"hf-h200-run{n}.json").read_text())["train"]
+        steps.append(f"{t['attnlab']['step_ms'] / t['sdpa']['step_ms']:.3f}×")
+    assert f"the training step takes {steps[0]} and {steps[1]} SDPA's time (hf runs 15 and 16)" in readme
+    b = _best(3)[(64, 32, 8, 8192, True)]
+    assert f"the attention backward alone runs at {b['cudnn'] / b['default']:.2f}× cuDNN's speed" in readme

@@ -86,3 +86,22 @@ def test_docs_later_calls_are_runs_11_to_13():
     assert f"Training step {steps} SDPA" in doc
     for r in runs.values():
         assert r["checks"]["train"]["ok"] and r["checks"]["padded"]["ok"] and r["checks"]["generate"]["ok"]
+
+
+def test_docs_backward_calls_are_runs_14_to_16():
+    runs = {n: json.loads((ROOT / "benchmarks" / "data" / f"hf-h200-run{n}.json").read_text()) for n in (14, 15, 16)}
+    doc = " ".join((ROOT / "docs" / "hf.md").read_text().split())
+    step = {n: r["train"]["attnlab"]["step_ms"] / r["train"]["sdpa"]["step_ms"] for n, r in runs.items()}
+    assert f"(run 14) the training step took {step[14]:.3f}× SDPA's time" in doc
+    assert f"{step[15]:.3f}× (run 15) and {step[16]:.3f}× (run 16)" in doc
+    lay = {n: r["layer"] for n, r in runs.items()}
+    a, s_ = lay[15]["attnlab"], lay[15]["sdpa"]
+    b, t = lay[16]["attnlab"], lay[16]["sdpa"]
+    assert (f"One layer's forward + backward {a['train_fwd_bwd_ms']:.2f} against {s_['train_fwd_bwd_ms']:.2f} ms "
+            f"(run 15), {b['train_fwd_bwd_ms']:.2f} against {t['train_fwd_bwd_ms']:.2f} (run 16); the model's layout "
+            f"{a['train_fwd_bwd_model_layout_ms']:.2f} against {s_['train_fwd_bwd_model_layout_ms']:.2f} and "
+            f"{b['train_fwd_bwd_model_layout_ms']:.2f} against {t['train_fwd_bwd_model_layout_ms']:.2f}.") in doc
+    pre = [r["generate"]["attnlab"]["prefill_ms"] / r["generate"]["sdpa"]["prefill_ms"] for r in (runs[15], runs[16])]
+    assert f"Prefill {pre[0]:.3f}× and {pre[1]:.3f}×." in doc
+    for r in runs.values():
+        assert r["checks"]["train"]["ok"] and r["checks"]["padded"]["ok"] and r["checks"]["generate"]["ok"]
