@@ -13,6 +13,8 @@ before its TMA reduction. Layouts timed here:
 * ``rows`` (row-major, 128-byte swizzle, L₂ and Dᵢ loaded: the build before both) and ``rows-32``
   (row-major, 32-byte swizzle: conflict-free, narrower TMA boxes; ``prefill_gluon_bwd.DQ_SWIZZLE``; not in
   the default list);
+* ``det-gluon`` / ``det-triton`` (not in the default list): ``deterministic=True`` calls, on the Gluon
+  kernel's ordered dQ additions (``prefill_gluon_bwd.DETERMINISTIC`` on) or on the Triton kernels;
 * ``cudnn``: SDPA's cuDNN backward of the same call, the peer.
 
 Each build's gradients are compared with the default build's; the backward (``torch.autograd.grad`` of one
@@ -42,6 +44,8 @@ SHAPES = [  # (B, H, Hkv, N, D, causal, model layout)
 # (DQ_PERMUTED, DQ_SWIZZLE, LSE_BY_TMA)
 LAYOUTS = {"default": (True, None, True), "tiles": (True, None, False), "rows": (False, None, False),
            "rows-32": (False, 32, False)}
+# deterministic calls: the Gluon kernel's ordered dQ additions (DETERMINISTIC on), or the Triton kernels
+DETERMINISTIC = {"det-gluon": True, "det-triton": False}
 
 
 def inputs(B, H, Hkv, N, D, model_layout, seed=0):
@@ -58,6 +62,7 @@ def inputs(B, H, Hkv, N, D, model_layout, seed=0):
 
 def _backward(q, k, v, do, causal, provider):
     import attnlab
+    from attnlab.gpu import prefill_gluon_bwd as gb
 
     if provider == "cudnn":
         from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -66,9 +71,15 @@ def _backward(q, k, v, do, causal, provider):
             out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,
                                                                    enable_gqa=q.shape[1] != k.shape[1])
     else:
-        out = attnlab.flash_attention(q, k, v, causal=causal)
+        out = attnlab.flash_attention(q, k, v, causal=causal, deterministic=provider in DETERMINISTIC)
 
     def bwd():
+        if provider in DETERMINISTIC:  # (the switch is read as the backward runs)
+            before, gb.DETERMINISTIC = gb.DETERMINISTIC, DETERMINISTIC[provider]
+            try:
+                return torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
+            finally:
+                gb.DETERMINISTIC = before
         return torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
 
     return bwd
@@ -105,7 +116,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", type=Path, help="write the rows here (refuses an existing file)")
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of every layout (default 2)")
-    ap.add_argument("--layouts", nargs="+", default=["default", "tiles", "rows", "cudnn"], choices=[*LAYOUTS, "cudnn"])
+    ap.add_argument("--layouts", nargs="+", default=["default", "tiles", "rows", "cudnn"],
+                    choices=[*LAYOUTS, *DETERMINISTIC, "cudnn"])
     ap.add_argument("--report", type=Path, help="print the table of a run's JSON (no GPU needed)")
     args = ap.parse_args(argv)
     if args.report is not None:

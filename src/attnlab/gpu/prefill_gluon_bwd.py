@@ -196,13 +196,16 @@ if HAVE_GLUON:
             _tma_load(desc_do, [b, h, m0, 0], do_ready.index(slot), do_smem.index(slot))
 
     @gluon.jit
-    def _bwd_dq(u, desc_dq, DQ, SEM, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n, win_off, m_lo, n_m, rot,
-                Nq, sm_scale,
+    def _bwd_dq(u, desc_dq, DQ, SEM, pending, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n, win_off, m_lo,
+                n_m, rot, Nq, sm_scale,
                 PART: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ATOMIC: gl.constexpr, DQ_SHARED: gl.constexpr,
                 ABLATE: gl.constexpr, DQ_PERM: gl.constexpr, DET: gl.constexpr):
         """Step u's dQᵢ = dS K over all 128 keys of the block, by warp group u % 2 (they take turns) or by
         both, half of D's columns each (DQ_SHARED): one addition per element per key block (rows past Nq
-        add exact zeros: their Pᵀ is 0). Waits for both halves of step u's dSᵀ and frees its slot."""
+        add exact zeros: their Pᵀ is 0). Waits for both halves of step u's dSᵀ and frees its slot. DET:
+        ``pending`` is this warp group's last tile added and not yet counted (−1: none); before its next
+        addition the warp group waits for that one to complete (by then it has) and counts it, so the
+        consumer never waits for its own addition's round trip; returns the new pending tile."""
         NC: gl.constexpr = k_smem.shape[0]
         SUB_N: gl.constexpr = k_smem.shape[3]
         HEAD_D: gl.constexpr = k_smem.shape[4]
@@ -214,6 +217,7 @@ if HAVE_GLUON:
                                                              instr_shape=[16, SPLIT_D, 16])
         slot = u % NSLOT
         parity = u % 2
+        out = pending
         h = hk * G + u // n_m
         m0 = m_lo + ((u % n_m + rot) % n_m) * BLOCK_M
         row0 = (b * H + h).to(gl.int64) * Nq
@@ -268,14 +272,17 @@ if HAVE_GLUON:
                         # tile (b, h, query block, column slice) of the buffer: 2·SPLIT_D rows of 32
                         tile = (((b * H + h) * gl.cdiv(Nq, BLOCK_M) + m0 // BLOCK_M) * (HEAD_D // SPLIT_D)
                                 + COL0 // SPLIT_D + j)
-                        if DET:  # the key blocks add into a tile in their order: wait for this one's turn
-                            # (the first key block to see query block m0 is the window's, else block 0)
-                            # (SEM[0] counts waits that gave up: none, unless the order could not be kept)
+                        if DET:  # the key blocks add into a tile in their order: count the last addition (done
+                            # by now: it is complete, not only read), then wait for this one's turn (the first key
+                            # block to see query block m0 is the window's, else block 0; SEM[0] counts waits that
+                            # gave up: none, unless the order could not be kept)
+                            if out >= 0:
+                                _sem_release(SEM + 1 + out)
                             _sem_wait(SEM + 1 + tile, start_n // (2 * SUB_N) - gl.maximum((m0 + win_off) // (2 * SUB_N), 0),
                                       SEM)
                         _tma_add(desc_dq, [tile * (2 * SPLIT_D), 0], dq_stage)
-                        if DET:  # the addition done (not only its read of the tile), then the next key block's turn
-                            _sem_release(SEM + 1 + tile)
+                        if DET:
+                            out = tile
                     elif ABLATE != 6:
                         _tma_add(desc_dq, [(row0 + m0).to(gl.int32), COL0 + j * SPLIT_D], dq_stage)
                     if ABLATE == 5:  # measurement only: wait for the read at once (the old way)
@@ -284,6 +291,7 @@ if HAVE_GLUON:
                     dq_ptrs = DQ + row0 * HEAD_D + rows[:, None] * HEAD_D + (COL0 + j * SPLIT_D + offs_ds)[None, :]
                     gl.atomic_add(dq_ptrs, dq, mask=(rows[:, None] < Nq) & (offs_ds[None, :] < SPLIT_D),
                                   sem="relaxed")
+        return out
 
     @gluon.jit
     def _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
@@ -339,6 +347,7 @@ if HAVE_GLUON:
         mbarrier.wait(kv_bar.index(0), 0)
 
         n_steps = G * n_m
+        pending = gl.to_tensor(-1)  # (DET) this warp group's last dQ tile added and not yet counted
         for t in range(n_steps):
             slot = t % STAGES
             phase = (t // STAGES) & 1
@@ -424,20 +433,23 @@ if HAVE_GLUON:
             mbarrier.arrive(do_empty.index(slot), count=1)
             # -- the dQ product of step t − DQ_LAG (its other half of dSᵀ has had DQ_LAG steps to arrive)
             if EXCHANGE and DQ_LAG == 0:
-                _bwd_dq(t, desc_dq, DQ, SEM, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n, win_off, m_lo, n_m,
+                pending = _bwd_dq(t, desc_dq, DQ, SEM, pending, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n, win_off, m_lo, n_m,
                         rot, Nq, sm_scale,
                         PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM, DET)
             elif EXCHANGE:
                 if t >= DQ_LAG:
-                    _bwd_dq(t - DQ_LAG, desc_dq, DQ, SEM, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n, win_off,
+                    pending = _bwd_dq(t - DQ_LAG, desc_dq, DQ, SEM, pending, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n, win_off,
                             m_lo, n_m, rot,
                             Nq, sm_scale, PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM, DET)
         if EXCHANGE and DQ_LAG > 0:  # the last DQ_LAG steps' products
             for u in range(gl.maximum(n_steps - DQ_LAG, 0), n_steps):
-                _bwd_dq(u, desc_dq, DQ, SEM, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n, win_off, m_lo, n_m,
+                pending = _bwd_dq(u, desc_dq, DQ, SEM, pending, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n, win_off, m_lo, n_m,
                         rot, Nq, sm_scale,
                         PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM, DET)
 
+        if DET:  # the last addition counted
+            if pending >= 0:
+                _sem_release(SEM + 1 + pending)
         # -- epilogue: dK·scale and dV through this warp group's K and V buffers, once the last dQ products
         #    (the other warp group's too) have read K: the last use of every ring slot is freed
         if EXCHANGE:
