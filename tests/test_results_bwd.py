@@ -170,3 +170,17 @@ def test_readme_quotes_prefill_run_18_and_hf_runs_15_16():
     assert f"the training step takes {steps[0]} and {steps[1]} SDPA's time (hf runs 15 and 16)" in readme
     b = _best(3)[(64, 32, 8, 8192, True)]
     assert f"the attention backward alone runs at {b['cudnn'] / b['default']:.2f}× cuDNN's speed" in readme
+
+
+def test_deterministic_backward_alone_is_run_5():
+    mod = load_script("benchmarks/bwd_dq_layout.py")
+    results = _results()
+    rows = json.loads((DATA / "bwd-dq-layout-h200-run5.json").read_text())["rows"]
+    for line in mod.table(rows)[2:]:
+        assert line in results, line
+    b = _best(5)[(64, 32, 32, 16384, False)]
+    assert (f"level with the Triton deterministic backward at D = 64 ({b['det-gluon']:.2f} against "
+            f"{b['det-triton']:.2f} ms)") in _flat(results)
+    for shape, t in _best(5).items():  # causal: the ordered kernel takes about twice the Triton kernels' time
+        if shape[4]:
+            assert 1.15 < t["det-gluon"] / t["det-triton"] < 2.2, shape
