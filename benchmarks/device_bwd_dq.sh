@@ -4,15 +4,10 @@
 # transformers' model (benchmarks/hf.py, no profiled step) unless HF=0. Run from the repository root on a
 # CUDA machine; logs and JSON go to $OUT/bwd (default ./out-bwd-dq/bwd). Each phase is cut off by `timeout`.
 set -uo pipefail
-export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-out-bwd-dq}
 D="$OUT/bwd"
 RUN=${RUN:-x}
-mkdir -p "$D"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv > "$D/gpu.txt" 2>&1
-python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' | tee -a "$D/gpu.txt"
-XDIST=""
-python3 -c 'import xdist' 2>/dev/null && XDIST="-n 8"
+source "$(dirname "$0")/device_env.sh"
 t0=$(date +%s)
 timeout ${TEST_S:-200} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu/test_prefill_gluon_bwd.py \
     tests/gpu/test_prefill.py tests/test_api.py > "$D/tests.log" 2>&1
