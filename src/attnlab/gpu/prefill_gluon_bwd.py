@@ -433,19 +433,19 @@ if HAVE_GLUON:
             mbarrier.arrive(do_empty.index(slot), count=1)
             # -- the dQ product of step t − DQ_LAG (its other half of dSᵀ has had DQ_LAG steps to arrive)
             if EXCHANGE and DQ_LAG == 0:
-                pending = _bwd_dq(t, desc_dq, DQ, SEM, pending, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n, win_off, m_lo, n_m,
-                        rot, Nq, sm_scale,
-                        PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM, DET)
+                pending = _bwd_dq(t, desc_dq, DQ, SEM, pending, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n,
+                                  win_off, m_lo, n_m, rot, Nq, sm_scale,
+                                  PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM, DET)
             elif EXCHANGE:
                 if t >= DQ_LAG:
-                    pending = _bwd_dq(t - DQ_LAG, desc_dq, DQ, SEM, pending, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n, win_off,
-                            m_lo, n_m, rot,
-                            Nq, sm_scale, PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM, DET)
+                    pending = _bwd_dq(t - DQ_LAG, desc_dq, DQ, SEM, pending, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H,
+                                      start_n, win_off, m_lo, n_m, rot, Nq, sm_scale,
+                                      PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM, DET)
         if EXCHANGE and DQ_LAG > 0:  # the last DQ_LAG steps' products
             for u in range(gl.maximum(n_steps - DQ_LAG, 0), n_steps):
-                pending = _bwd_dq(u, desc_dq, DQ, SEM, pending, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n, win_off, m_lo, n_m,
-                        rot, Nq, sm_scale,
-                        PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM, DET)
+                pending = _bwd_dq(u, desc_dq, DQ, SEM, pending, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n,
+                                  win_off, m_lo, n_m, rot, Nq, sm_scale,
+                                  PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM, DET)
 
         if DET:  # the last addition counted
             if pending >= 0:
@@ -520,10 +520,10 @@ if HAVE_GLUON:
         ``layout.dq_tiles_shape`` (dQ in tiles, each in the accumulator's register order), zeroed by the
         caller. LSE_TMA: the loader brings each step's rows of LSE2 and DELTA by TMA into the ring beside Qᵢ
         and dOᵢ (desc_lse, desc_dl: 1-D descriptors over them, blocks of 64, each head's rows padded to a
-        multiple of 64: ``lse_rows``; else LSE2 and DELTA are (B, H, Nq) contiguous). DET (with DQ_PERM): SEM is
-        int32, 1 + one counter per dQ tile, zeroed by the caller; each tile's additions are made in key block
-        order (the deterministic backward; ROTATE off). Two consumer warp groups of 4
-        warps (64 keys each) and one loader warp."""
+        multiple of 64: ``lse_rows``; else LSE2 and DELTA are (B, H, Nq) contiguous). DET (with DQ_PERM): SEM
+        is int32, 1 + one counter per dQ tile, zeroed by the caller; each tile's additions are made in key
+        block order (the deterministic backward; ROTATE off). Two consumer warp groups of 4 warps (64 keys
+        each) and one loader warp."""
         NC: gl.constexpr = 2
         SUB_N: gl.constexpr = 64
         BLOCK_M: gl.constexpr = 64
