@@ -52,6 +52,8 @@ def test_dq_layout_table_and_ranges_are_runs_2_to_4():
     assert f"the register-order tile alone is {tiles} faster than the row-major one (runs 2–4)" in text
     assert f"L₂ and Dᵢ by TMA another {lse} (runs 3, 4)" in text
     assert f"the `tiles` build ran at {vs_tiles} its speed (runs 2, 3), the default at **{vs_default}** (runs 3, 4)" in text
+    gpu_doc = _flat((ROOT / "docs" / "gpu.md").read_text())
+    assert f"took the backward from {vs_tiles} cuDNN's speed to {vs_default}" in gpu_doc
 
 
 def test_prefill_run_18_table_is_the_recorded_run():
