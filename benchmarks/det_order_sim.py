@@ -1,0 +1,140 @@
+"""The deterministic Gluon backward's turn order, simulated (no GPU): why the ordered dQ additions cost a
+causal call twice the Triton kernels' time, and which order would not (``benchmarks/NOTES-prefill.md``, v9).
+
+Model: one head; key block n (128 keys, one program, all resident) walks its query blocks (64 rows) in
+the kernel's order, one step per time unit; with ordered additions each dQ tile (one query block) takes
+its additions from the key blocks that see it in a fixed order, and a program whose turn has not come
+waits. Orders:
+
+* ``none``: no order (the default backward, not reproducible);
+* ``ascending``: key block order, the kernel's (turn = n − first key block that sees the tile);
+* ``descending``: reverse key block order (turn = last key block that sees the tile − n): a causal key
+  block starts its walk at its diagonal, so the last key block reaches a tile first;
+* ``arrival``: the order in which the unordered walks reach each tile (any walk, rotated or not).
+
+Prints, per shape and order, the steps the slowest program needs (the makespan) and how much longer
+than without an order.
+
+    python benchmarks/det_order_sim.py [--tokens 2048 8192 16384] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+BLOCK_N, BLOCK_M = 128, 64
+ORDERS = ("none", "ascending", "descending", "arrival")
+
+
+def walks(n_tokens: int, causal: bool, rotate: bool = False) -> list[list[int]]:
+    """Each key block's query blocks in the kernel's walk order (Nq = Nk = n_tokens, no window): causal,
+    from the block holding its first key's diagonal (m_lo) to the end; ``rotate``: starting at block
+    n mod (its count) of that range and wrapping, as the default (unordered) kernel does."""
+    nb, nm = -(-n_tokens // BLOCK_N), -(-n_tokens // BLOCK_M)
+    out = []
+    for n in range(nb):
+        lo = (n * BLOCK_N // BLOCK_M) if causal else 0
+        blocks = list(range(lo, nm))
+        if rotate and blocks:
+            r = n % len(blocks)
+            blocks = blocks[r:] + blocks[:r]
+        out.append(blocks)
+    return out
+
+
+def turns(walk: list[list[int]], order: str) -> dict[tuple[int, int], int]:
+    """(key block, query block) -> its turn at that tile (0 first) under ``order`` ("none": all 0)."""
+    visitors: dict[int, list[int]] = {}
+    for n, blocks in enumerate(walk):
+        for m in blocks:
+            visitors.setdefault(m, []).append(n)
+    if order == "arrival":  # when each key block reaches each tile without any order
+        reach = {(n, m): i for n, blocks in enumerate(walk) for i, m in enumerate(blocks)}
+    out = {}
+    for m, ns in visitors.items():
+        if order == "none":
+            ranked = {n: 0 for n in ns}
+        elif order == "ascending":
+            ranked = {n: n - min(ns) for n in ns}
+        elif order == "descending":
+            ranked = {n: max(ns) - n for n in ns}
+        elif order == "arrival":
+            ranked = {n: i for i, n in enumerate(sorted(ns, key=lambda n: (reach[n, m], n)))}
+        else:
+            raise ValueError(f"unknown order {order!r}; one of {', '.join(ORDERS)}")
+        for n, t in ranked.items():
+            out[n, m] = t
+    return out
+
+
+def makespan(walk: list[list[int]], order: str) -> int:
+    """Time units until the last program finishes: a step ends one unit after the program's previous step
+    and, with an order, one unit after the tile's previous turn has added. Raises on a deadlock."""
+    turn = turns(walk, order)
+    pred = {}  # (m, t) -> the key block whose turn t is at tile m
+    for (n, m), t in turn.items():
+        pred[m, t] = n
+    done: dict[tuple[int, int], int] = {}
+    pos = [0] * len(walk)  # next step of each program
+    last = [0] * len(walk)  # end time of its previous step
+    remaining = sum(len(b) for b in walk)
+    while remaining:
+        moved = False
+        for n, blocks in enumerate(walk):
+            while pos[n] < len(blocks):
+                m = blocks[pos[n]]
+                t = turn[n, m]
+                ready = last[n]
+                if order != "none" and t > 0:
+                    before = done.get((pred[m, t - 1], m))
+                    if before is None:
+                        break  # waits for its turn
+                    ready = max(ready, before)
+                last[n] = ready + 1
+                done[n, m] = last[n]
+                pos[n] += 1
+                remaining -= 1
+                moved = True
+        if not moved:
+            raise RuntimeError(f"deadlock under the {order} order")
+    return max(last)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tokens", type=int, nargs="+", default=[2048, 8192, 16384])
+    ap.add_argument("--json", type=Path, help="write the rows here (refuses an existing file)")
+    args = ap.parse_args(argv)
+    if args.json is not None and args.json.exists():
+        ap.error(f"{args.json} exists; not overwriting it")
+    if any(t < 1 for t in args.tokens):
+        ap.error("--tokens must be positive")
+    rows = []
+    for n_tokens in args.tokens:
+        for causal in (True, False):
+            for rotate in (False, True):
+                walk = walks(n_tokens, causal, rotate)
+                base = makespan(walk, "none")
+                for order in ORDERS:
+                    try:
+                        steps = makespan(walk, order)
+                    except RuntimeError as e:
+                        print(f"det_order_sim: {e} ({n_tokens} tokens, causal={causal}, rotate={rotate})",
+                              file=sys.stderr)
+                        return 1
+                    rows.append(dict(tokens=n_tokens, causal=causal, rotate=rotate, order=order, steps=steps,
+                                     vs_none=steps / base))
+    print("| tokens | causal | rotated walks | order | makespan (steps) | × no order |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['tokens']} | {r['causal']} | {r['rotate']} | {r['order']} | {r['steps']} | {r['vs_none']:.2f} |")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

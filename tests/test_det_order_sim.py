@@ -1,0 +1,51 @@
+"""benchmarks/det_order_sim.py: the deterministic backward's turn orders, simulated. Every order gives the
+key blocks that see a tile distinct turns 0..k−1 (a programme a kernel can follow); the kernel's ascending
+order costs a causal walk about half its time again in this model, the descending order nothing."""
+
+import subprocess
+import sys
+
+import pytest
+from tests.helpers import ROOT, load_script
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("rotate", [True, False])
+def test_turns_number_each_tiles_visitors_from_zero(causal, rotate):
+    sim = load_script("benchmarks/det_order_sim.py")
+    walk = sim.walks(1000, causal, rotate)  # ragged: 8 key blocks, 16 query blocks
+    visitors = {}
+    for n, blocks in enumerate(walk):
+        assert len(set(blocks)) == len(blocks)
+        for m in blocks:
+            visitors.setdefault(m, set()).add(n)
+    for order in ("ascending", "descending", "arrival"):
+        t = sim.turns(walk, order)
+        for m, ns in visitors.items():
+            assert sorted(t[n, m] for n in ns) == list(range(len(ns))), (order, m)
+    if causal:  # key block n starts at its diagonal's query block, 2n
+        assert [b[0] for b in sim.walks(1024, True)] == [2 * n for n in range(8)]
+
+
+def test_makespans_say_which_order_costs_nothing():
+    sim = load_script("benchmarks/det_order_sim.py")
+    causal = sim.walks(8192, True)
+    none = sim.makespan(causal, "none")
+    assert none == 8192 // 64  # key block 0 walks every query block
+    assert sim.makespan(causal, "descending") == none  # the last key block reaches each tile first
+    assert 1.4 < sim.makespan(causal, "ascending") / none < 1.6  # the kernel's order: turns at block 0's pace
+    rotated = sim.walks(8192, False, rotate=True)
+    assert sim.makespan(rotated, "arrival") == sim.makespan(rotated, "none")
+
+
+def test_cli_table_and_refusals(tmp_path):
+    script = str(ROOT / "benchmarks" / "det_order_sim.py")
+    res = subprocess.run([sys.executable, script, "--tokens", "1024"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "| 1024 | True | False | descending | 16 | 1.00 |" in res.stdout
+    kept = tmp_path / "rows.json"
+    kept.write_text("mine")
+    res = subprocess.run([sys.executable, script, "--json", str(kept)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and kept.read_text() == "mine"
+    res = subprocess.run([sys.executable, script, "--tokens", "0"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2
