@@ -190,6 +190,17 @@ def host_rows(calls: int) -> list[dict]:
     add("attnlab.flash_decode, window (plan kept)",
         lambda: attnlab.flash_decode(q, k, v, cache_seqlens=lens, window=(128, 0)))
     add("flash_decode_triton (plan kept)", lambda: decode.flash_decode_triton(q, k, v, cache_seqlens=lens))
+    from attnlab.gpu import decode_plan
+
+    slab = decode_plan.SLAB_BYTES
+    try:  # the same call on a plan made with no output slabs: two torch.empty per call, as before them
+        decode_plan.SLAB_BYTES = 0
+        decode.clear_plans()
+        add("flash_decode_triton (plan kept), outputs by torch.empty",
+            lambda: decode.flash_decode_triton(q, k, v, cache_seqlens=lens))
+    finally:
+        decode_plan.SLAB_BYTES = slab
+        decode.clear_plans()
 
     add("  of which: decode.plan_key",
         lambda: decode.plan_key(q, k, v, lens, None, None, True, None, None, None, None))

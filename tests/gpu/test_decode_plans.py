@@ -266,6 +266,37 @@ def test_a_resized_plan_still_refuses_what_the_checks_refuse():
     _same(decode.flash_decode_triton(q, ks, vs), _fresh(q, ks.contiguous(), vs.contiguous()))
 
 
+def test_kept_plans_hand_out_outputs_no_later_call_overwrites():
+    """A kept plan's outputs come from slabs (one allocation for the next calls' pairs): every call's
+    (out, lse) is a tensor of its own, still its own call's answer after many more calls, slabs grow from
+    4 pairs, and each is released to the allocator only with the last of its outputs."""
+    from attnlab.gpu import decode_plan
+
+    q, k, v = _cache()
+    decode.clear_plans()
+    qs = [torch.randn_like(q) for _ in range(14)]
+    got = [decode.flash_decode_triton(x, k, v) for x in qs]
+    (plan,) = decode_plan._PLANS.values()
+    assert plan.outputs.size == min(32, plan.outputs.limit)  # slabs of 4, 8 and 16 opened, 32 next
+    pointers = {t.data_ptr() for pair in got for t in pair}
+    assert len(pointers) == 2 * len(got)
+    assert got[1][0]._base is got[2][0]._base and got[1][0]._base.shape[0] == 4
+    for x, pair in zip(qs, got):
+        _same(pair, _fresh(x, k, v))
+
+
+def test_outputs_too_large_for_a_slab_are_allocated_per_call(monkeypatch):
+    from attnlab.gpu import decode_plan
+
+    monkeypatch.setattr(decode_plan, "SLAB_BYTES", 3 * 2 * H * (D * 2 + 4))  # under 4 pairs of B = 2
+    q, k, v = _cache()
+    decode.clear_plans()
+    got = [decode.flash_decode_triton(q, k, v) for _ in range(3)]
+    assert all(t._base is None for pair in got for t in pair)
+    for pair in got:
+        _same(pair, got[0])
+
+
 def test_model_seq_rounds_up_by_at_most_a_32nd():
     from attnlab.gpu.decode_config import model_seq
 

@@ -10,6 +10,10 @@ a plan for a checked call, runs it, and keeps it. A cache that grows by a few ke
 (transformers' DynamicCache) changes only the capacity: its plan is derived from the plan of the
 same cache one size smaller (``DecodePlan.resized``) instead of being made from scratch: while the
 split count stays, that is a copy with new strides and capacity, sharing the compiled kernels.
+
+A kept plan hands out its outputs from slabs (``OutputSlab``): one allocation and one ``unbind`` make the
+(out, lse) pairs of the next calls, each a view of its own part of the slab, so a call pays a list pop
+where two ``torch.empty`` calls cost several µs of host time.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import triton
 from .._runtime import LOG2E, interpret_mode
 from .decode_config import DecodeConfig, _config_for, choose_num_splits, model_seq, streamed_keys
 from .decode_kernels import _decode_merge_kernel, _decode_split_kernel
-from .launch import Launcher, current_stream, int_specs, same_specialisation, tensor_key
+from .launch import Launcher, current_stream, hooks_set, int_specs, same_specialisation, tensor_key
 
 _COUNTERS: dict = {}
 _SPARE: dict = {}
@@ -58,6 +62,50 @@ def _spare(device) -> torch.Tensor:
     return _SPARE[key]
 
 
+# Bytes of outputs a plan allocates at once for its next calls (``OutputSlab``), and the most pairs in one slab;
+# outputs larger than a quarter of the slab take ``torch.empty`` per call.
+SLAB_BYTES = 256 * 1024
+SLAB_MAX = 64
+
+
+class OutputSlab:
+    """The (out, lse) pairs of a plan's next calls, allocated a slab at a time.
+
+    A decode call's host time is a few µs of Python per tensor it makes, and ``torch.empty`` on a CUDA
+    device is among the dearest of them. A slab is one (n, B, H, Nq, D) and one (n, B, H, Nq) allocation,
+    unbound into n pairs of views (``unbind``: one call for all n); each pair is handed out once and never
+    again, so every output is a tensor of its own (a view of its own part of the slab: the slab's memory
+    returns to PyTorch's allocator once all n of them are gone). Slabs start at 4 pairs and double up to
+    ``SLAB_MAX`` and ``SLAB_BYTES``, so a plan called once allocates little. ``take(capturing)``: a pair;
+    while a CUDA graph is being captured, a pair of the graph's own (``torch.empty``), as before slabs."""
+
+    __slots__ = ("shape", "dtype", "device", "pairs", "size", "limit")
+
+    def __init__(self, shape: tuple, dtype: torch.dtype, device: torch.device):
+        self.shape, self.dtype, self.device = shape, dtype, device
+        B, H, Nq, D = shape
+        pair_bytes = B * H * Nq * (D * dtype.itemsize + 4)
+        self.limit = min(SLAB_MAX, SLAB_BYTES // max(pair_bytes, 1))
+        self.size = 4 if self.limit >= 4 else 0
+        self.pairs: list = []
+
+    def _single(self):
+        return (torch.empty(self.shape, dtype=self.dtype, device=self.device),
+                torch.empty(self.shape[:3], dtype=torch.float32, device=self.device))
+
+    def take(self, capturing: bool = False):
+        if self.pairs and not capturing:
+            return self.pairs.pop()
+        if capturing or not self.size:
+            return self._single()
+        n = self.size
+        self.size = min(2 * n, self.limit)
+        outs = torch.empty((n, *self.shape), dtype=self.dtype, device=self.device).unbind(0)
+        lses = torch.empty((n, *self.shape[:3]), dtype=torch.float32, device=self.device).unbind(0)
+        self.pairs = list(zip(outs[:0:-1], lses[:0:-1]))  # popped in slab order, the first handed out now
+        return outs[0], lses[0]
+
+
 class DecodePlan:
     """Everything a decode call derives from its signature — the inputs' shapes, strides, dtypes and
     device, the variant, the split count, the configuration — computed once: the grid, the scalar
@@ -81,6 +129,7 @@ class DecodePlan:
         if self.cast_table:
             block_table = block_table.to(torch.int32).contiguous()
         self.has_slopes = slopes is not None
+        self.outputs = OutputSlab(self.shape, q.dtype, dev)  # shared by the resized plans (one output shape)
         self.spare = _spare(dev)
         self.spare_ptr = self.spare.data_ptr()
         self.on_cuda = dev.type == "cuda"
@@ -190,16 +239,15 @@ class DecodePlan:
     def __call__(self, q, k_cache, v_cache, cache_seqlens, block_table, slopes, stream: int | None = None):
         """Launch on tensors of the plan's signature (``slopes`` the (H,) or (B, H) tensor or its (B, H)
         view) on ``stream`` (a raw handle; None: the current stream); returns (out, lse)."""
-        B, H, Nq, D = self.shape
-        dev = self.device
-        out = torch.empty(self.shape, dtype=self.dtype, device=dev)  # (B, H, Nq, D)
-        lse = torch.empty((B, H, Nq), dtype=torch.float32, device=dev)  # (B, H, Nq), natural log
+        capturing = self.on_cuda and torch.cuda.is_current_stream_capturing()
+        out, lse = self.outputs.take(capturing)  # (B, H, Nq, D), and (B, H, Nq) float32, natural log
         if self.cast_seqlens:
             cache_seqlens = cache_seqlens.to(torch.int32).contiguous()
         if self.cast_table:
             block_table = block_table.to(torch.int32).contiguous()
-        if stream is not None and self.split.direct() and (self.merge != 1 or self.merge_launch.direct()):
-            o_part, lse_part = self._partials()
+        if stream is not None and self.split.compiled is not None and (self.merge != 1 or self.merge_launch.compiled
+                                                                       is not None) and not hooks_set():
+            o_part, lse_part = self._partials(capturing)
             self.split.launch([q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
                                cache_seqlens.data_ptr() if self.has_seqlens else self.spare_ptr,
                                block_table.data_ptr() if self.paged else self.spare_ptr,
@@ -209,7 +257,7 @@ class DecodePlan:
                 self.merge_launch.launch([o_part, lse_part, out.data_ptr(), lse.data_ptr(), *self.merge_tail], stream)
             return out, lse
         spare = self.spare
-        o_part, lse_part = self._partials(as_tensors=True)
+        o_part, lse_part = self._partials(capturing, as_tensors=True)
         self.split([q, k_cache, v_cache, cache_seqlens if self.has_seqlens else spare,
                     block_table if self.paged else spare, o_part, lse_part, out, lse, self.counters,
                     slopes if self.has_slopes else spare, *self.tail], stream)
@@ -217,20 +265,21 @@ class DecodePlan:
             self.merge_launch([o_part, lse_part, out, lse, *self.merge_tail], stream)
         return out, lse
 
-    def _partials(self, as_tensors: bool = False):
+    def _partials(self, capturing: bool, as_tensors: bool = False):
         """The partial outputs and lse of the splits (float32 (B, H, Nq, S, D) and (B, H, Nq, S)):
         the plan's own scratch — calls queued on one stream run in order, and a plan belongs to one
         stream — except while a CUDA graph is being captured: a graph gets buffers of its own, which
-        live as long as it does. As data pointers unless ``as_tensors``; the spare tensor without splits."""
+        live as long as it does (``capturing``). As data pointers unless ``as_tensors``; the spare tensor
+        without splits."""
         if not self.merge:
             return (self.spare, self.spare) if as_tensors else (self.spare_ptr, self.spare_ptr)
         parts = self.scratch
-        if parts is None or (self.on_cuda and torch.cuda.is_current_stream_capturing()):
+        if parts is None or capturing:
             B, H, Nq, D = self.shape
             parts = (torch.empty((B, H, Nq, self.num_splits, D), dtype=torch.float32, device=self.device),
                      torch.empty((B, H, Nq, self.num_splits), dtype=torch.float32, device=self.device))
             nbytes = 4 * B * H * Nq * self.num_splits * (D + 1)
-            if self.scratch is None and not (self.on_cuda and torch.cuda.is_current_stream_capturing()) \
+            if self.scratch is None and not capturing \
                     and _STATS["scratch_bytes"] + nbytes <= SCRATCH_BUDGET:
                 self.scratch = parts  # kept while the plans fit the budget; beyond it, allocated per call
                 _STATS["scratch_bytes"] += nbytes
@@ -344,4 +393,4 @@ def decode_fn(q, k_cache, v_cache, dims, *, cache_seqlens, block_table, num_spli
     return result
 
 
-__all__ = ["SCRATCH_BUDGET", "DecodePlan", "clear_plans", "decode_fn", "family_key", "plan_key", "plan_stats", "run_planned"]
+__all__ = ["SCRATCH_BUDGET", "SLAB_BYTES", "SLAB_MAX", "DecodePlan", "OutputSlab", "clear_plans", "decode_fn", "family_key", "plan_key", "plan_stats", "run_planned"]

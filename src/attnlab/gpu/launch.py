@@ -45,7 +45,7 @@ def current_stream(device: torch.device) -> int:
 _KNOBS: list = []
 
 
-def _hooks_set() -> bool:
+def hooks_set() -> bool:
     """Whether a Triton launch hook (a profiler's) is installed: then launches go through Triton."""
     if not _KNOBS:
         try:
@@ -153,7 +153,7 @@ class Launcher:
         self.compiled = None
 
     def direct(self) -> bool:
-        return self.compiled is not None and not _hooks_set()
+        return self.compiled is not None and not hooks_set()
 
     def launch(self, args: list, stream: int) -> None:
         """Launch the kept compiled kernel (``direct()`` must be true) on ``stream``."""
@@ -167,7 +167,7 @@ class Launcher:
         on_gpu = isinstance(args[0], torch.Tensor) and args[0].is_cuda
         spec = _specialisation(self.kernel, args) if on_gpu else None
         key = None if spec is None else (self.kernel, tuple(self.options.values()), torch.cuda.current_device(), spec)
-        if key is not None and key in _SHARED and not _hooks_set():
+        if key is not None and key in _SHARED and not hooks_set():
             self.compiled = _SHARED[key]
             if stream is None:
                 stream = current_stream(args[0].device)
@@ -180,4 +180,4 @@ class Launcher:
                 _SHARED[key] = compiled
 
 
-__all__ = ["Launcher", "current_stream", "int_specs", "same_specialisation", "tensor_key"]
+__all__ = ["Launcher", "current_stream", "hooks_set", "int_specs", "same_specialisation", "tensor_key"]
