@@ -2,8 +2,9 @@
 # One GPU call for the decode kernel's merge and the host path of a growing cache (lecture §8.4):
 # the decode GPU tests, then decode_host.py (host floors, eager against CUDA graphs, the batch-1 split
 # sweep with the merge kernel beside it, a cache one key longer every call), then transformers' model
-# (benchmarks/hf.py, no profiled step) unless HF=0. Run from the repository root on a CUDA machine; logs
-# and JSON go to $OUT/dh (default ./out-decode-host/dh). Each phase is cut off by `timeout`.
+# (benchmarks/hf.py, no profiled step) unless HF=0; SWEEP=0 leaves the split sweep out. Run from the
+# repository root on a CUDA machine; logs and JSON go to $OUT/dh (default ./out-decode-host/dh). Each
+# phase is cut off by `timeout`.
 set -uo pipefail
 OUT=${OUT:-out-decode-host}
 D="$OUT/dh"
@@ -14,7 +15,9 @@ timeout ${TEST_S:-150} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu
     tests/gpu/test_decode_variants.py tests/gpu/test_launch.py tests/kvcache > "$D/tests.log" 2>&1
 echo "tests: exit $? in $(( $(date +%s) - t0 ))s"; tail -n 5 "$D/tests.log"
 t0=$(date +%s)
-timeout ${HOST_S:-240} python3 benchmarks/decode_host.py --sweep --profile --json "$D/decode-host-h200-run$RUN.json" \
+SWEEP_FLAG=--sweep
+[ "${SWEEP:-1}" = 1 ] || SWEEP_FLAG=""
+timeout ${HOST_S:-240} python3 benchmarks/decode_host.py $SWEEP_FLAG --profile --json "$D/decode-host-h200-run$RUN.json" \
     --md "$D/decode-host-h200-run$RUN.md" > "$D/host.log" 2>&1
 echo "decode_host: exit $? in $(( $(date +%s) - t0 ))s"
 cat "$D/decode-host-h200-run$RUN.md" 2>/dev/null || tail -n 30 "$D/host.log"

@@ -11,7 +11,7 @@ Variants (all causal, bfloat16, 16K tokens, H·D = 2048, D ∈ {64, 128}):
 Providers:
 
 * ``attnlab`` / ``attnlab-det``: ``attnlab.flash_attention`` (``flash_attention_varlen`` for varlen), the
-  second with ``deterministic=True`` (fwd+bwd only);
+  second with ``deterministic=True`` (fwd+bwd only; ``--det-kernel`` picks its backward for a run);
 * ``flex``: ``torch.compile(flex_attention)`` with a block mask (window, causal, documents) made
   beforehand and a ``score_mod`` (softcap, ALiBi);
 * ``sdpa-*``: ``scaled_dot_product_attention``'s best routes: a boolean mask (window) or a float bias
@@ -295,6 +295,11 @@ def bench(args) -> list[dict]:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float16
     gpu = preset_for(torch.cuda.get_device_name() if device == "cuda" else None, args.gpu)
+    det_kernel = getattr(args, "det_kernel", "library")
+    if det_kernel != "library":  # the switch deterministic backward calls read as they run
+        from attnlab.gpu import prefill_gluon_bwd
+
+        prefill_gluon_bwd.DETERMINISTIC = det_kernel == "gluon"
     rows = []
     for cfg in grid(args.D, args.variants, args.passes, args.quick):
         cfg["dtype"] = dtype
@@ -305,6 +310,8 @@ def bench(args) -> list[dict]:
                 continue
             row = {k: v for k, v in cfg.items() if k not in ("dtype", "lengths", "notes")}
             row.update(provider=prov, pairs=pairs)
+            if prov == "attnlab-det":
+                row["det_kernel"] = det_kernel
             try:
                 fn = PROVIDERS[prov](cfg, device)
                 row["ms"] = time_fn(fn, device=device)
@@ -457,6 +464,9 @@ def main(argv=None) -> int:
     b.add_argument("--gpu", type=str.upper, choices=list(GPUS), default=None,
                    help="the attnlab.cost preset of the roofline columns (default: the one the device's name "
                         "names; none on the CPU)")
+    b.add_argument("--det-kernel", choices=["library", "gluon", "triton"], default="library",
+                   help="the backward of deterministic calls (attnlab-det): the library's choice, the Gluon "
+                        "kernel's ordered dQ additions, or the Triton kernels")
     r = sub.add_parser("report")
     r.add_argument("files", nargs="+")
     args = p.parse_args(argv)

@@ -142,6 +142,57 @@ def test_programs_go_head_first_only_for_uneven_walks_on_a_small_grid():
     assert GB.heads_first_default(True, 7 * 132, 132) and not GB.heads_first_default(True, 8 * 132, 132)
 
 
+def _c_div(a: int, b: int) -> int:
+    """Integer division as the kernel's (C: toward zero)."""
+    return -(-a // b) if a < 0 else a // b
+
+
+def _kernel_walks_and_turns(Nq, Nk, causal_off, win_off):
+    """The deterministic kernel's walks and turns, written as its code computes them (``_attn_bwd_gluon_ws``'s
+    m_lo, m_end, n_m with ROTATE off; ``_turn``): {query block start: [(key block, step, turn)]}."""
+    BM, BN = GB.BWD_BLOCK_M, 2 * GB.BWD_SUB_N
+    win = -(1 << 30) if win_off is None else win_off
+    tiles: dict = {}
+    for n in range(-(-Nk // BN)):
+        start_n = n * BN
+        m_lo = (max(start_n - causal_off, 0) // BM) * BM if causal_off is not None else 0
+        m_end = min(max(start_n + BN - win, 0), Nq)
+        for step in range(max(-(-(m_end - m_lo) // BM), 0)):
+            m0 = m_lo + step * BM
+            if causal_off is not None:
+                turn = min(_c_div(m0 + BM - 1 + causal_off, BN), -(-Nk // BN) - 1) - n
+            else:
+                turn = n - max(_c_div(m0 + win, BN), 0)
+            tiles.setdefault(m0, []).append((n, step, turn))
+    return tiles
+
+
+@pytest.mark.parametrize("Nq,Nk,window", [
+    (1000, 1000, (-1, 0)), (257, 1030, (-1, 0)), (700, 300, (-1, 0)), (4096, 4096, (-1, 0)), (129, 129, (-1, -1)),
+    (3000, 4099, (-1, -1)), (1000, 1000, (255, 0)), (700, 1300, (100, 0)), (513, 513, (64, -1)), (900, 400, (300, 0)),
+    (4096, 4096, (1023, 0)), (64, 5000, (-1, 0)), (5000, 64, (-1, 0)), (1, 1, (-1, -1))])
+def test_deterministic_turns_are_each_tiles_arrival_order(Nq, Nk, window):
+    """The ordered dQ additions of the deterministic kernel: at every tile its key blocks' turns are 0, 1, ...
+    (a permutation: a missing turn would leave a wait to give up), in the order the walks get there, and
+    (causal) descending, matching the grid that launches key blocks last first — so no turn waits for a
+    program launched after the waiting one."""
+    left, right = window
+    causal_off = Nk - Nq + right if right >= 0 else None
+    win_off = Nk - Nq - left if left >= 0 else None
+    tiles = _kernel_walks_and_turns(Nq, Nk, causal_off, win_off)
+    assert tiles
+    for m0, visits in tiles.items():
+        turns = sorted(t for _, _, t in visits)
+        assert turns == list(range(len(visits))), (m0, visits)
+        by_turn = [n for n, _, _ in sorted(visits, key=lambda v: v[2])]
+        if causal_off is not None:
+            assert by_turn == sorted(by_turn, reverse=True)  # launched (and arriving) first goes first
+            steps = [st for _, st, _ in sorted(visits, key=lambda v: v[2])]
+            assert steps == sorted(steps)  # each reaches the tile no sooner into its walk than the one before
+        else:
+            assert by_turn == sorted(by_turn)
+
+
 @needs_gluon
 def test_measurement_variants_leave_out_what_they_name():
     """``benchmarks/bwd_gluon_ablation.py``'s variants (``_ablate``) as sm_90 builds: the ones that add dQ

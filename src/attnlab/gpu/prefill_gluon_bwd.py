@@ -21,11 +21,13 @@ products. dQᵢ is added to a float32 buffer once per key block — by TMA bulk 
 by per-thread float32 atomics (``dq_atomic``, ``dq_split``) — and summed in arrival order, so the sum is
 not bit-reproducible run to run. With TMA reductions, key block j starts its walk at query block j mod n
 (``rotate``), so that the blocks of one head do not all add into the same rows at once. A
-``deterministic`` run of this kernel keeps a counter per dQ tile instead: key block j waits until the
-key blocks before it have added into the tile, adds, waits for its addition to finish, and counts it
-(FlashAttention-3's deterministic backward); every key block walks the query blocks in the same order.
-It is bit-reproducible but slower than the Triton kernels (the consumer warp group waits for each
-addition), so ``deterministic`` calls take those unless ``DETERMINISTIC`` is set.
+``deterministic`` run of this kernel keeps a counter per dQ tile instead: each key block waits for its
+turn at the tile, adds, and counts its addition once it is complete (FlashAttention-3's deterministic
+backward), early in its next step. The turns follow the order in which the walks reach a tile: under a
+causal mask descending (key block j starts at its diagonal, so the last key block that sees a tile gets
+there first; the grid launches key blocks last first, so no turn waits for a program not yet started),
+otherwise ascending (every walk starts at the first query block; no rotation). ``deterministic`` calls
+take this kernel only where ``DETERMINISTIC`` is set, else the Triton kernels.
 
 The dQ tile goes through shared memory in the wgmma accumulator's register order (``DQ_PERMUTED``: each
 thread stores 16 contiguous bytes at a time, no bank conflicts), and so into the float32 buffer; the
@@ -196,16 +198,30 @@ if HAVE_GLUON:
             _tma_load(desc_do, [b, h, m0, 0], do_ready.index(slot), do_smem.index(slot))
 
     @gluon.jit
+    def _turn(n, m0, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, causal_off, win_off, Nk, CAUSAL: gl.constexpr):
+        """Key block n's turn (0 first) at the dQ tile of query block m0 in the deterministic backward, in the
+        order the key blocks reach it. Causal: descending — key block n walks from its diagonal's query block
+        on, so the last key block that sees m0 (min((m0 + BLOCK_M − 1 + causal_off) // BLOCK_N, blocks − 1))
+        reaches it first, each block before it two steps later (and the grid launches key blocks last first,
+        so a turn never waits for a program not yet started). Otherwise ascending from the first key block
+        that sees m0 (the window's, else 0): every walk starts at the first query block."""
+        if CAUSAL:
+            return gl.minimum((m0 + BLOCK_M - 1 + causal_off) // BLOCK_N, gl.cdiv(Nk, BLOCK_N) - 1) - n
+        else:
+            return n - gl.maximum((m0 + win_off) // BLOCK_N, 0)
+
+    @gluon.jit
     def _bwd_dq(u, desc_dq, DQ, SEM, pending, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n, win_off, m_lo,
-                n_m, rot, Nq, sm_scale,
+                n_m, rot, Nq, sm_scale, causal_off, Nk,
                 PART: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ATOMIC: gl.constexpr, DQ_SHARED: gl.constexpr,
-                ABLATE: gl.constexpr, DQ_PERM: gl.constexpr, DET: gl.constexpr):
+                ABLATE: gl.constexpr, DQ_PERM: gl.constexpr, DET: gl.constexpr, CAUSAL: gl.constexpr):
         """Step u's dQᵢ = dS K over all 128 keys of the block, by warp group u % 2 (they take turns) or by
         both, half of D's columns each (DQ_SHARED): one addition per element per key block (rows past Nq
         add exact zeros: their Pᵀ is 0). Waits for both halves of step u's dSᵀ and frees its slot. DET:
-        ``pending`` is this warp group's last tile added and not yet counted (−1: none); before its next
-        addition the warp group waits for that one to complete (by then it has) and counts it, so the
-        consumer never waits for its own addition's round trip; returns the new pending tile."""
+        ``pending`` is this warp group's last tile added and not yet counted (−1: none; the consumer counts
+        it early in its next step, when the addition has had time to complete), counted here before the
+        next addition if it is still pending; then this tile's turn (``_turn``) is waited for; returns the
+        new pending tile."""
         NC: gl.constexpr = k_smem.shape[0]
         SUB_N: gl.constexpr = k_smem.shape[3]
         HEAD_D: gl.constexpr = k_smem.shape[4]
@@ -272,14 +288,13 @@ if HAVE_GLUON:
                         # tile (b, h, query block, column slice) of the buffer: 2·SPLIT_D rows of 32
                         tile = (((b * H + h) * gl.cdiv(Nq, BLOCK_M) + m0 // BLOCK_M) * (HEAD_D // SPLIT_D)
                                 + COL0 // SPLIT_D + j)
-                        if DET:  # the key blocks add into a tile in their order: count the last addition (done
-                            # by now: it is complete, not only read), then wait for this one's turn (the first key
-                            # block to see query block m0 is the window's, else block 0; SEM[0] counts waits that
-                            # gave up: none, unless the order could not be kept)
+                        if DET:  # the key blocks add into a tile in their order: count the last addition if the
+                            # consumer has not (it is complete, not only read), then wait for this one's turn (SEM[0]
+                            # counts waits that gave up: none, unless the order could not be kept)
                             if out >= 0:
                                 _sem_release(SEM + 1 + out)
-                            _sem_wait(SEM + 1 + tile, start_n // (2 * SUB_N) - gl.maximum((m0 + win_off) // (2 * SUB_N), 0),
-                                      SEM)
+                            _sem_wait(SEM + 1 + tile, _turn(start_n // (2 * SUB_N), m0, BLOCK_M, 2 * SUB_N, causal_off,
+                                                            win_off, Nk, CAUSAL), SEM)
                         _tma_add(desc_dq, [tile * (2 * SPLIT_D), 0], dq_stage)
                         if DET:
                             out = tile
@@ -362,6 +377,11 @@ if HAVE_GLUON:
             mbarrier.wait(do_ready.index(slot), phase)
             do = do_smem.index(slot).reshape([BLOCK_M, HEAD_D])
             dp_tok = warpgroup_mma(v, do.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            if DET:  # count the last dQ addition while the products run: the key block after this one at that
+                # tile waits for it (half a step after it was issued, it is done or nearly)
+                if pending >= 0:
+                    _sem_release(SEM + 1 + pending)
+                pending = gl.to_tensor(-1)
             # -- Pᵀ from L while dPᵀ is still in flight; mask before exp2 (a hidden score may exceed L)
             if LSE_TMA:  # in the ring slot beside Qᵢ (the loader's TMA): no global load to wait for here
                 lse2 = gl.where(offs_q < Nq, lse_smem.index(slot).load(col_s), float("inf"))  # past Nq: P = 0
@@ -434,18 +454,18 @@ if HAVE_GLUON:
             # -- the dQ product of step t − DQ_LAG (its other half of dSᵀ has had DQ_LAG steps to arrive)
             if EXCHANGE and DQ_LAG == 0:
                 pending = _bwd_dq(t, desc_dq, DQ, SEM, pending, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n,
-                                  win_off, m_lo, n_m, rot, Nq, sm_scale,
-                                  PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM, DET)
+                                  win_off, m_lo, n_m, rot, Nq, sm_scale, causal_off, Nk,
+                                  PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM, DET, CAUSAL)
             elif EXCHANGE:
                 if t >= DQ_LAG:
                     pending = _bwd_dq(t - DQ_LAG, desc_dq, DQ, SEM, pending, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H,
-                                      start_n, win_off, m_lo, n_m, rot, Nq, sm_scale,
-                                      PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM, DET)
+                                      start_n, win_off, m_lo, n_m, rot, Nq, sm_scale, causal_off, Nk,
+                                      PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM, DET, CAUSAL)
         if EXCHANGE and DQ_LAG > 0:  # the last DQ_LAG steps' products
             for u in range(gl.maximum(n_steps - DQ_LAG, 0), n_steps):
                 pending = _bwd_dq(u, desc_dq, DQ, SEM, pending, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n,
-                                  win_off, m_lo, n_m, rot, Nq, sm_scale,
-                                  PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM, DET)
+                                  win_off, m_lo, n_m, rot, Nq, sm_scale, causal_off, Nk,
+                                  PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM, DET, CAUSAL)
 
         if DET:  # the last addition counted
             if pending >= 0:
@@ -535,6 +555,8 @@ if HAVE_GLUON:
         else:
             pid_n = gl.program_id(0)
             bhk = gl.program_id(1)
+        if DET and CAUSAL:  # key blocks last first: a causal dQ tile takes its additions in descending order
+            pid_n = gl.cdiv(Nk, BLOCK_N) - 1 - pid_n
         Hkv = H // G
         b = bhk // Hkv
         hk = bhk % Hkv
@@ -754,6 +776,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     desc_lse, desc_dl = (TensorDescriptor(x.view(-1), [x.numel()], [1], [BWD_BLOCK_M], row_layout)
                          for x in (lse2, delta))
     grid = (-(-Nk // (2 * BWD_SUB_N)), B * Hkv)
+    if heads_first is None and deterministic and causal_off is not None:
+        heads_first = True  # key blocks launch last first (descending turns): a wave of every head's, not one head's
     if heads_first is None:
         from .decode_config import _device_sms
 
