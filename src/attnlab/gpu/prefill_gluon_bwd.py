@@ -109,23 +109,28 @@ if HAVE_GLUON:
                                              is_pure=False, pack=1)
             n += 1
         if seen != turn:
-            _first_thread_adds(timeouts)
+            _lane0_adds(timeouts)
 
     @gluon.jit
-    def _first_thread_adds(ptr):
-        """The warp group's first thread adds 1 at ptr (release, GPU scope)."""
-        gl.inline_asm_elementwise("{ .reg .pred p; .reg .b32 t; mov.u32 t, %tid.x; and.b32 t, t, 127; "
+    def _lane0_adds(ptr):
+        """Lane 0 of the calling warp adds 1 at ptr (release, GPU scope)."""
+        gl.inline_asm_elementwise("{ .reg .pred p; .reg .b32 t; mov.u32 t, %laneid; "
                                   "setp.eq.u32 p, t, 0; @p red.release.gpu.global.add.s32 [$1], 1; mov.u32 $0, 0; }",
                                   "=r,l", [ptr], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
-    def _sem_release(ptr):
-        """After a TMA reduction: wait until it is done (its writes, not only its read of shared memory),
-        make them visible past the async proxy, meet the warp group, then its first thread adds 1 at ptr."""
-        gl.inline_asm_elementwise("cp.async.bulk.wait_group 0; fence.proxy.async.global; mov.u32 $0, 0;", "=r", [],
-                                  dtype=gl.int32, is_pure=False, pack=1)
-        _warps_barrier()
-        _first_thread_adds(ptr)
+    def _adds_complete(KEEP: gl.constexpr):
+        """Wait until this warp's TMA reductions but the last KEEP are done (their writes, not only their
+        reads of shared memory), make them visible past the async proxy, and meet the warp's lanes."""
+        if KEEP == 0:
+            gl.inline_asm_elementwise("cp.async.bulk.wait_group 0; fence.proxy.async.global; bar.warp.sync -1; "
+                                      "mov.u32 $0, 0;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+        elif KEEP == 1:
+            gl.inline_asm_elementwise("cp.async.bulk.wait_group 1; fence.proxy.async.global; bar.warp.sync -1; "
+                                      "mov.u32 $0, 0;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+        else:
+            gl.inline_asm_elementwise("cp.async.bulk.wait_group 2; fence.proxy.async.global; bar.warp.sync -1; "
+                                      "mov.u32 $0, 0;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
 
 
 SEM_SPINS = 1 << 22  # polls of one ordered wait before it gives up (a few seconds: never, unless something is wrong)
@@ -211,17 +216,15 @@ if HAVE_GLUON:
             return n - gl.maximum((m0 + win_off) // BLOCK_N, 0)
 
     @gluon.jit
-    def _bwd_dq(u, desc_dq, DQ, SEM, pending, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n, win_off, m_lo,
-                n_m, rot, Nq, sm_scale, causal_off, Nk,
+    def _bwd_dq(u, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n, win_off, m_lo,
+                n_m, rot, Nq, sm_scale,
                 PART: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ATOMIC: gl.constexpr, DQ_SHARED: gl.constexpr,
-                ABLATE: gl.constexpr, DQ_PERM: gl.constexpr, DET: gl.constexpr, CAUSAL: gl.constexpr):
+                ABLATE: gl.constexpr, DQ_PERM: gl.constexpr, DET: gl.constexpr):
         """Step u's dQᵢ = dS K over all 128 keys of the block, by warp group u % 2 (they take turns) or by
         both, half of D's columns each (DQ_SHARED): one addition per element per key block (rows past Nq
-        add exact zeros: their Pᵀ is 0). Waits for both halves of step u's dSᵀ and frees its slot. DET:
-        ``pending`` is this warp group's last tile added and not yet counted (−1: none; the consumer counts
-        it early in its next step, when the addition has had time to complete), counted here before the
-        next addition if it is still pending; then this tile's turn (``_turn``) is waited for; returns the
-        new pending tile."""
+        add exact zeros: their Pᵀ is 0). Waits for both halves of step u's dSᵀ and frees its slot. DET: the
+        staged tile goes to the dQ writer warp (``_bwd_dq_writer``) through a pair of barriers per staging
+        buffer (full, empty) after the dSᵀ ring's in ``ds_bars``; the writer adds it in its turn."""
         NC: gl.constexpr = k_smem.shape[0]
         SUB_N: gl.constexpr = k_smem.shape[3]
         HEAD_D: gl.constexpr = k_smem.shape[4]
@@ -233,7 +236,7 @@ if HAVE_GLUON:
                                                              instr_shape=[16, SPLIT_D, 16])
         slot = u % NSLOT
         parity = u % 2
-        out = pending
+        NBUF: gl.constexpr = dq_smem.shape[0]  # staging buffers
         h = hk * G + u // n_m
         m0 = m_lo + ((u % n_m + rot) % n_m) * BLOCK_M
         row0 = (b * H + h).to(gl.int64) * Nq
@@ -265,14 +268,19 @@ if HAVE_GLUON:
                     # the additions made from it two steps ago, and add it asynchronously (shared dQ
                     # products: a tile per step parity, the last step's addition may still be reading)
                     if DQ_SHARED:
-                        dq_stage = dq_smem.index(PART * 2 + parity)
+                        buf = PART * 2 + parity
+                    else:
+                        buf = PART * DQ_SPLIT + j
+                    dq_stage = dq_smem.index(buf)
+                    if DET:  # the writer has added this buffer's last tile (two steps ago) into global memory
+                        if u >= 2:
+                            mbarrier.wait(ds_bars.index(2 * NSLOT + NBUF + buf), ((u // 2) - 1) & 1)
+                    elif DQ_SHARED:
                         tma.store_wait(1)
                         _warps_barrier()
-                    else:
-                        dq_stage = dq_smem.index(PART * DQ_SPLIT + j)
-                        if j == 0:
-                            tma.store_wait(0)
-                            _warps_barrier()
+                    elif j == 0:
+                        tma.store_wait(0)
+                        _warps_barrier()
                     if ABLATE != 7:  # (measurement only: 7 adds the stale tile)
                         # unscaled: gluon_backward scales the sum once, on its way to dq
                         if DQ_PERM:  # rows 16w + 8a + l // 4, columns 8i + 2(l % 4) + e of the wgmma accumulator
@@ -284,20 +292,13 @@ if HAVE_GLUON:
                             dq_stage.store(dq)
                         fence_async_shared()
                         _warps_barrier()
-                    if ABLATE != 6 and DQ_PERM:  # (measurement only: 6 stages the tile but adds nothing)
+                    if DET:  # staged: the writer's
+                        mbarrier.arrive(ds_bars.index(2 * NSLOT + buf), count=1)
+                    elif ABLATE != 6 and DQ_PERM:  # (measurement only: 6 stages the tile but adds nothing)
                         # tile (b, h, query block, column slice) of the buffer: 2·SPLIT_D rows of 32
                         tile = (((b * H + h) * gl.cdiv(Nq, BLOCK_M) + m0 // BLOCK_M) * (HEAD_D // SPLIT_D)
                                 + COL0 // SPLIT_D + j)
-                        if DET:  # the key blocks add into a tile in their order: count the last addition if the
-                            # consumer has not (it is complete, not only read), then wait for this one's turn (SEM[0]
-                            # counts waits that gave up: none, unless the order could not be kept)
-                            if out >= 0:
-                                _sem_release(SEM + 1 + out)
-                            _sem_wait(SEM + 1 + tile, _turn(start_n // (2 * SUB_N), m0, BLOCK_M, 2 * SUB_N, causal_off,
-                                                            win_off, Nk, CAUSAL), SEM)
                         _tma_add(desc_dq, [tile * (2 * SPLIT_D), 0], dq_stage)
-                        if DET:
-                            out = tile
                     elif ABLATE != 6:
                         _tma_add(desc_dq, [(row0 + m0).to(gl.int32), COL0 + j * SPLIT_D], dq_stage)
                     if ABLATE == 5:  # measurement only: wait for the read at once (the old way)
@@ -306,7 +307,65 @@ if HAVE_GLUON:
                     dq_ptrs = DQ + row0 * HEAD_D + rows[:, None] * HEAD_D + (COL0 + j * SPLIT_D + offs_ds)[None, :]
                     gl.atomic_add(dq_ptrs, dq, mask=(rows[:, None] < Nq) & (offs_ds[None, :] < SPLIT_D),
                                   sem="relaxed")
-        return out
+
+    @gluon.jit
+    def _bwd_dq_writer(desc_dq, SEM, dq_smem, ds_smem, ds_bars, b, hk, G, H, Nq, Nk, start_n, m_lo, n_m, causal_off,
+                       win_off, CAUSAL: gl.constexpr):
+        """One warp (deterministic builds): adds the consumers' staged dQ tiles into the float32 buffer, each in
+        its turn (``_turn``), so the consumers never wait for a turn or an addition's round trip. Per step: for
+        each staged tile (one, or two with DQ_SHARED: a column half per warp group) wait until it is staged,
+        wait for its turn at the tile's counter, add it by TMA; once the copy engine has read the step's tiles,
+        free their buffers; then count the previous step's additions, complete by then or nearly (the next key
+        block at a tile comes two steps later). A wait that gives up counts itself in SEM[0]."""
+        NSLOT: gl.constexpr = ds_smem.shape[0]
+        BLOCK_N: gl.constexpr = ds_smem.shape[1]
+        BLOCK_M: gl.constexpr = ds_smem.shape[2]
+        NBUF: gl.constexpr = dq_smem.shape[0]
+        ROWS: gl.constexpr = dq_smem.shape[1]  # rows of 32 floats per tile
+        SLICES: gl.constexpr = 1 + (NBUF == 4)  # tiles per (head, query block): DQ_SHARED's column halves
+        n = start_n // BLOCK_N
+        prev = gl.to_tensor(-1)  # the previous step's first tile, added and not yet counted
+        for u in range(G * n_m):
+            h = hk * G + u // n_m
+            m0 = m_lo + (u % n_m) * BLOCK_M
+            base = ((b * H + h) * gl.cdiv(Nq, BLOCK_M) + m0 // BLOCK_M) * SLICES
+            turn = _turn(n, m0, BLOCK_M, BLOCK_N, causal_off, win_off, Nk, CAUSAL)
+            for p in gl.static_range(SLICES):
+                if SLICES == 2:
+                    buf = p * 2 + u % 2
+                else:
+                    buf = u % 2
+                mbarrier.wait(ds_bars.index(2 * NSLOT + buf), (u // 2) & 1)
+                _sem_wait(SEM + 1 + base + p, turn, SEM)
+                _tma_add(desc_dq, [(base + p) * ROWS, 0], dq_smem.index(buf))
+            tma.store_wait(0)  # read: the buffers may be staged into again
+            for p in gl.static_range(SLICES):
+                if SLICES == 2:
+                    buf = p * 2 + u % 2
+                else:
+                    buf = u % 2
+                mbarrier.arrive(ds_bars.index(2 * NSLOT + NBUF + buf), count=1)
+            if prev >= 0:
+                _adds_complete(SLICES)  # every addition but this step's
+                for p in gl.static_range(SLICES):
+                    _lane0_adds(SEM + 1 + prev + p)
+            prev = base
+        if prev >= 0:
+            _adds_complete(0)
+            for p in gl.static_range(SLICES):
+                _lane0_adds(SEM + 1 + prev + p)
+
+    @gluon.jit
+    def _bwd_dq_writer_causal(desc_dq, SEM, dq_smem, ds_smem, ds_bars, b, hk, G, H, Nq, Nk, start_n, m_lo, n_m,
+                              causal_off, win_off):
+        _bwd_dq_writer(desc_dq, SEM, dq_smem, ds_smem, ds_bars, b, hk, G, H, Nq, Nk, start_n, m_lo, n_m, causal_off,
+                       win_off, True)
+
+    @gluon.jit
+    def _bwd_dq_writer_full(desc_dq, SEM, dq_smem, ds_smem, ds_bars, b, hk, G, H, Nq, Nk, start_n, m_lo, n_m,
+                            causal_off, win_off):
+        _bwd_dq_writer(desc_dq, SEM, dq_smem, ds_smem, ds_bars, b, hk, G, H, Nq, Nk, start_n, m_lo, n_m, causal_off,
+                       win_off, False)
 
     @gluon.jit
     def _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
@@ -362,7 +421,6 @@ if HAVE_GLUON:
         mbarrier.wait(kv_bar.index(0), 0)
 
         n_steps = G * n_m
-        pending = gl.to_tensor(-1)  # (DET) this warp group's last dQ tile added and not yet counted
         for t in range(n_steps):
             slot = t % STAGES
             phase = (t // STAGES) & 1
@@ -377,11 +435,6 @@ if HAVE_GLUON:
             mbarrier.wait(do_ready.index(slot), phase)
             do = do_smem.index(slot).reshape([BLOCK_M, HEAD_D])
             dp_tok = warpgroup_mma(v, do.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-            if DET:  # count the last dQ addition while the products run: the key block after this one at that
-                # tile waits for it (half a step after it was issued, it is done or nearly)
-                if pending >= 0:
-                    _sem_release(SEM + 1 + pending)
-                pending = gl.to_tensor(-1)
             # -- Pᵀ from L while dPᵀ is still in flight; mask before exp2 (a hidden score may exceed L)
             if LSE_TMA:  # in the ring slot beside Qᵢ (the loader's TMA): no global load to wait for here
                 lse2 = gl.where(offs_q < Nq, lse_smem.index(slot).load(col_s), float("inf"))  # past Nq: P = 0
@@ -453,23 +506,18 @@ if HAVE_GLUON:
             mbarrier.arrive(do_empty.index(slot), count=1)
             # -- the dQ product of step t − DQ_LAG (its other half of dSᵀ has had DQ_LAG steps to arrive)
             if EXCHANGE and DQ_LAG == 0:
-                pending = _bwd_dq(t, desc_dq, DQ, SEM, pending, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n,
-                                  win_off, m_lo, n_m, rot, Nq, sm_scale, causal_off, Nk,
-                                  PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM, DET, CAUSAL)
+                _bwd_dq(t, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n,
+                        win_off, m_lo, n_m, rot, Nq, sm_scale, PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM, DET)
             elif EXCHANGE:
                 if t >= DQ_LAG:
-                    pending = _bwd_dq(t - DQ_LAG, desc_dq, DQ, SEM, pending, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H,
-                                      start_n, win_off, m_lo, n_m, rot, Nq, sm_scale, causal_off, Nk,
-                                      PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM, DET, CAUSAL)
+                    _bwd_dq(t - DQ_LAG, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H,
+                            start_n, win_off, m_lo, n_m, rot, Nq, sm_scale,
+                            PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM, DET)
         if EXCHANGE and DQ_LAG > 0:  # the last DQ_LAG steps' products
             for u in range(gl.maximum(n_steps - DQ_LAG, 0), n_steps):
-                pending = _bwd_dq(u, desc_dq, DQ, SEM, pending, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n,
-                                  win_off, m_lo, n_m, rot, Nq, sm_scale, causal_off, Nk,
-                                  PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM, DET, CAUSAL)
+                _bwd_dq(u, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n,
+                        win_off, m_lo, n_m, rot, Nq, sm_scale, PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM, DET)
 
-        if DET:  # the last addition counted
-            if pending >= 0:
-                _sem_release(SEM + 1 + pending)
         # -- epilogue: dK·scale and dV through this warp group's K and V buffers, once the last dQ products
         #    (the other warp group's too) have read K: the last use of every ring slot is freed
         if EXCHANGE:
@@ -586,7 +634,9 @@ if HAVE_GLUON:
         ds_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
         NSLOT: gl.constexpr = 2 + 2 * (DQ_LAG > 0)  # the dSᵀ ring: two steps, or four with a lagged dQ
         ds_smem = gl.allocate_shared_memory(dtype, [NSLOT, NC * SUB_N, BLOCK_M], ds_layout)
-        ds_bars = gl.allocate_shared_memory(gl.int64, [2 * NSLOT, 1], mbarrier.MBarrierLayout())  # ready, free
+        NBUF: gl.constexpr = NC * DQ_SPLIT * (1 + DQ_SHARED)  # dQ staging tiles
+        # ready, free (the dSᵀ ring); DET: full, empty (the dQ staging tiles, between consumers and writer)
+        ds_bars = gl.allocate_shared_memory(gl.int64, [2 * NSLOT + 2 * NBUF * DET, 1], mbarrier.MBarrierLayout())
         kv_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
         if DQ_ATOMIC:  # (unused: the compiler drops it)
             dq_smem = gl.allocate_shared_memory(gl.float32, [NC, 8, HEAD_D], desc_dq.layout)
@@ -613,6 +663,9 @@ if HAVE_GLUON:
                 mbarrier.init(ds_bars.index(NSLOT + i), count=NC)
             else:
                 mbarrier.init(ds_bars.index(NSLOT + i), count=1)
+        if DET:
+            for i in gl.static_range(2 * NBUF):
+                mbarrier.init(ds_bars.index(2 * NSLOT + i), count=1)
         for i in gl.static_range(STAGES):
             mbarrier.init(q_ready.index(i), count=1)
             mbarrier.init(do_ready.index(i), count=1)
@@ -625,8 +678,18 @@ if HAVE_GLUON:
                          SLOPES, stride_sb, stride_sh)  # (None without ALiBi: no arguments of the partitions)
         loader_args = (desc_q, desc_do, desc_k, desc_v, desc_lse, desc_dl, k_smem, v_smem, q_smem, do_smem, lse_smem,
                        dl_smem, kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, G, H, Nq, start_n, m_lo, n_m, rot)
+        writer_args = (desc_dq, SEM, dq_smem, ds_smem, ds_bars, b, hk, G, H, Nq, Nk, start_n, m_lo, n_m, causal_off,
+                       win_off)
         # a partition's arguments lose their constexpr-ness: the key slice and the mask are baked into wrappers
-        if CAUSAL:
+        if DET and CAUSAL:  # a fourth partition: the dQ writer warp
+            gl.warp_specialize([(_bwd_consumer_0_causal, consumer_args), (_bwd_consumer_1_causal, consumer_args),
+                                (_bwd_loader, loader_args), (_bwd_dq_writer_causal, writer_args)], [4, 1, 1],
+                               [CONSUMER_REGS, 24, 48])
+        elif DET:
+            gl.warp_specialize([(_bwd_consumer_0_full, consumer_args), (_bwd_consumer_1_full, consumer_args),
+                                (_bwd_loader, loader_args), (_bwd_dq_writer_full, writer_args)], [4, 1, 1],
+                               [CONSUMER_REGS, 24, 48])
+        elif CAUSAL:
             gl.warp_specialize([(_bwd_consumer_0_causal, consumer_args), (_bwd_consumer_1_causal, consumer_args),
                                 (_bwd_loader, loader_args)], [4, 1], [CONSUMER_REGS, 24])
         else:
@@ -736,9 +799,9 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         raise ValueError("the Gluon backward takes ALiBi with a causal right edge at the diagonal only "
                          f"(causal_off {causal_off}, Nk − Nq {k.shape[2] - Nq}): a band past it runs the Triton kernels")
     _check_tiles(D, stages, dq_split, dq_atomic, dq_shared, consumer_regs, dq_lag)
-    if deterministic and (dq_atomic or not DQ_PERMUTED):
-        raise ValueError("the Gluon backward is deterministic with dQ by TMA reductions of register-order tiles only "
-                         "(dq_atomic=False, DQ_PERMUTED)")
+    if deterministic and (dq_atomic or dq_split != 1 or _ablate or not DQ_PERMUTED):
+        raise ValueError("the Gluon backward is deterministic with dQ by TMA reductions of whole register-order tiles "
+                         "only (dq_atomic=False, dq_split=1, DQ_PERMUTED, no ablation)")
     if deterministic:
         rotate = False  # every key block walks the query blocks in the same order: short waits for each turn
     if rotate is None:  # measured (benchmarks/bwd_gluon_ablation.py): staggered starts help the TMA reductions
