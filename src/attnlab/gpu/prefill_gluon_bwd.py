@@ -119,18 +119,11 @@ if HAVE_GLUON:
                                   "=r,l", [ptr], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
-    def _adds_complete(KEEP: gl.constexpr):
-        """Wait until this warp's TMA reductions but the last KEEP are done (their writes, not only their
-        reads of shared memory), make them visible past the async proxy, and meet the warp's lanes."""
-        if KEEP == 0:
-            gl.inline_asm_elementwise("cp.async.bulk.wait_group 0; fence.proxy.async.global; bar.warp.sync -1; "
-                                      "mov.u32 $0, 0;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
-        elif KEEP == 1:
-            gl.inline_asm_elementwise("cp.async.bulk.wait_group 1; fence.proxy.async.global; bar.warp.sync -1; "
-                                      "mov.u32 $0, 0;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
-        else:
-            gl.inline_asm_elementwise("cp.async.bulk.wait_group 2; fence.proxy.async.global; bar.warp.sync -1; "
-                                      "mov.u32 $0, 0;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+    def _adds_complete():
+        """Wait until this warp's TMA reductions are done (their writes, not only their reads of shared
+        memory), make them visible past the async proxy, and meet the warp's lanes."""
+        gl.inline_asm_elementwise("cp.async.bulk.wait_group 0; fence.proxy.async.global; bar.warp.sync -1; "
+                                  "mov.u32 $0, 0;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
 
 
 SEM_SPINS = 1 << 22  # polls of one ordered wait before it gives up (a few seconds: never, unless something is wrong)
@@ -313,10 +306,12 @@ if HAVE_GLUON:
                        win_off, CAUSAL: gl.constexpr):
         """One warp (deterministic builds): adds the consumers' staged dQ tiles into the float32 buffer, each in
         its turn (``_turn``), so the consumers never wait for a turn or an addition's round trip. Per step: for
-        each staged tile (one, or two with DQ_SHARED: a column half per warp group) wait until it is staged,
-        wait for its turn at the tile's counter, add it by TMA; once the copy engine has read the step's tiles,
-        free their buffers; then count the previous step's additions, complete by then or nearly (the next key
-        block at a tile comes two steps later). A wait that gives up counts itself in SEM[0]."""
+        each staged tile (one, or two with DQ_SHARED: a column half per warp group) wait until it is staged;
+        before the step's first turn, count the previous step's additions once they are complete (issued a
+        step ago: done by now, or nearly; the next key block at a tile comes two steps later, and its turn
+        never waits for this program's next one); wait for the tile's turn at its counter and add it by TMA;
+        once the copy engine has read the step's tiles, free their buffers. A wait that gives up counts itself
+        in SEM[0]."""
         NSLOT: gl.constexpr = ds_smem.shape[0]
         BLOCK_N: gl.constexpr = ds_smem.shape[1]
         BLOCK_M: gl.constexpr = ds_smem.shape[2]
@@ -336,6 +331,11 @@ if HAVE_GLUON:
                 else:
                     buf = u % 2
                 mbarrier.wait(ds_bars.index(2 * NSLOT + buf), (u // 2) & 1)
+                if p == 0:
+                    if prev >= 0:
+                        _adds_complete()
+                        for q in gl.static_range(SLICES):
+                            _lane0_adds(SEM + 1 + prev + q)
                 _sem_wait(SEM + 1 + base + p, turn, SEM)
                 _tma_add(desc_dq, [(base + p) * ROWS, 0], dq_smem.index(buf))
             tma.store_wait(0)  # read: the buffers may be staged into again
@@ -345,13 +345,9 @@ if HAVE_GLUON:
                 else:
                     buf = u % 2
                 mbarrier.arrive(ds_bars.index(2 * NSLOT + NBUF + buf), count=1)
-            if prev >= 0:
-                _adds_complete(SLICES)  # every addition but this step's
-                for p in gl.static_range(SLICES):
-                    _lane0_adds(SEM + 1 + prev + p)
             prev = base
         if prev >= 0:
-            _adds_complete(0)
+            _adds_complete()
             for p in gl.static_range(SLICES):
                 _lane0_adds(SEM + 1 + prev + p)
 
