@@ -186,3 +186,25 @@ def test_deterministic_backward_alone_is_run_5():
     for shape, t in _best(5).items():  # causal: the ordered kernel takes about twice the Triton kernels' time
         if shape[4]:
             assert 1.15 < t["det-gluon"] / t["det-triton"] < 2.2, shape
+
+
+def test_deterministic_turns_in_walk_order_are_run_6_and_variants_run_13():
+    mod = load_script("benchmarks/bwd_dq_layout.py")
+    vb = load_script("benchmarks/variants.py")
+    results = _results()
+    for line in mod.table(json.loads((DATA / "bwd-dq-layout-h200-run6.json").read_text())["rows"])[2:]:
+        assert line in results, line
+    vrows = json.loads((DATA / "variants-h200-window-alibi-det-gluon-run13.json").read_text())["rows"]
+    assert {r["det_kernel"] for r in vrows if r["provider"] == "attnlab-det"} == {"gluon"}
+    for line in vb.report(vrows).splitlines()[2:]:
+        assert line in results, line
+    b5, b6 = _best(5), _best(6)
+    c64, c128, gqa = (64, 32, 32, 16384, True), (128, 16, 16, 16384, True), (64, 32, 8, 8192, True)
+    text = _flat(results)
+    assert (f"took the causal calls from {b5[c64]['det-gluon']:.2f} to {b6[c64]['det-gluon']:.2f} ms at D = 64 and "
+            f"from {b5[c128]['det-gluon']:.2f} to {b6[c128]['det-gluon']:.2f} ms at D = 128 (run 5), but not near the "
+            f"default ({b6[c64]['default']:.2f} and {b6[c128]['default']:.2f} ms)") in text
+    assert f"the GQA layer at 8K got slower ({b5[gqa]['det-gluon']:.2f} → {b6[gqa]['det-gluon']:.2f} ms)" in text
+    for shape, t in b6.items():  # "still under the Triton kernels' deterministic backward on every causal row"
+        if shape[4]:
+            assert t["det-gluon"] > t["det-triton"], shape

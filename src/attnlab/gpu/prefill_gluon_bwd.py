@@ -146,7 +146,9 @@ LSE_BY_TMA = True
 # deterministic calls take this kernel with each dQ tile's additions made in key block order (a counter per
 # tile), or (False, the default) the Triton kernels (no atomics: a second pass makes dQ). Measured (variants
 # run 12, H200, window and ALiBi forward+backward at 16K): the ordered additions ran at 154–237 TFLOP/s
-# against the Triton kernels' 365–449 — a consumer warp group waits for its addition to complete every step
+# against the Triton kernels' 365–449 — turns in ascending key block order, a consumer warp group waiting for
+# its additions; with causal turns in the walks' order (run 13) 285–345. The current build
+# hands the additions to a writer warp; it has not run on a GPU yet, so the Triton kernels stay the default.
 DETERMINISTIC = False
 BWD_SUB_N = 64  # keys per consumer warp group
 # registers per thread of the second consumer warp group (setmaxnreg); the loader's warp group keeps 24 and
