@@ -57,3 +57,35 @@ def test_results_pdl_paragraph_is_run_8():
         cell = f"{g[True, 0]:.1f} / {g[True, 1]:.1f} against {g[False, 0]:.1f} / {g[False, 1]:.1f}"
         assert cell in text, (shape, cell)
         assert g[True, 0] > g[False, 0] and g[True, 1] > g[False, 1]  # "slower everywhere", as the text says
+
+
+def test_results_slab_section_is_run_9():
+    """RESULTS.md's decode-host run 9 section: the host rows it quotes and the ratios it draws from them."""
+    r = json.loads((ROOT / "benchmarks" / "data" / "decode-host-h200-run9.json").read_text())
+    host = {x["call"]: x["host_us"] for x in r["host"]}
+    floors = r["floors"]
+    text = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    section = " ".join(text[text.index("### Decode-host run 9"):text.index("### Decode-host runs 4–7")].split())
+    slab, per_call = host["flash_decode_triton (plan kept)"], host["flash_decode_triton (plan kept), outputs by torch.empty"]
+    api = [host["attnlab.flash_decode (plan kept)"], host["attnlab.flash_decode, window (plan kept)"]]
+    empty1, cudnn = floors["triton_empty_1_arg, kernel[grid]"], host["SDPA cudnn"]
+    for label, v in (("(outputs from slabs)", slab), ("per-call `torch.empty` outputs", per_call),
+                     ("`attnlab.flash_decode`, plan kept", api[0]), ("window, plan kept", api[1]),
+                     ("SDPA, cuDNN backend", cudnn), ("SDPA, flash backend", host["SDPA flash"]),
+                     ("(`kernel[grid]`)", empty1),
+                     ("integer pointers", floors["triton_empty_54_args, compiled launcher, int pointers"])):
+        assert f"{label} | {v:.1f} |" in section, label
+    calls = [slab, *api]
+    assert f"took {per_call - slab:.1f} µs ({(1 - slab / per_call) * 100:.0f} %) off the kept plan's call" in section
+    assert (f"cost {min(calls) / empty1:.1f}–{max(calls) / empty1:.1f}× an empty Triton launch and "
+            f"{min(calls) / cudnn:.2f}–{max(calls) / cudnn:.2f}× SDPA's cuDNN call") in section
+    missed = host["  of which: the kept plan's allocations and launch"]
+    assert f"{missed:.1f} µs, timed a lookup" in section
+    speed = {(x["B"], x["H"], x["Hkv"], x["L"], x["D"], x["provider"]): x for x in r["speed"]}
+    ones = [k for k in speed if k[0] == 1 and k[5] == "attnlab"]
+    ours = ", ".join(f"{speed[k]['graph_us']:.1f}" for k in ones[:-1]) + f" and {speed[ones[-1]]['graph_us']:.1f}"
+    theirs = ", ".join(f"{speed[k[:5] + ('sdpa-cudnn',)]['graph_us']:.1f}" for k in ones[:-1])
+    theirs += f" and {speed[ones[-1][:5] + ('sdpa-cudnn',)]['graph_us']:.1f}"
+    assert f"batch-1 calls are as in run 6: {ours} µs against cuDNN's {theirs}" in section
+    at32k = speed[(1, 32, 8, 32768, 128, "attnlab")]
+    assert f"eager at 32K took {at32k['eager_over_graph']:.2f}× its graph time" in section
