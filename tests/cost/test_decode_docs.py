@@ -89,3 +89,13 @@ def test_results_slab_section_is_run_9():
     assert f"batch-1 calls are as in run 6: {ours} µs against cuDNN's {theirs}" in section
     at32k = speed[(1, 32, 8, 32768, 128, "attnlab")]
     assert f"eager at 32K took {at32k['eager_over_graph']:.2f}× its graph time" in section
+
+
+def test_docs_decode_quotes_run_9():
+    host = {x["call"]: x["host_us"] for x in json.loads(
+        (ROOT / "benchmarks" / "data" / "decode-host-h200-run9.json").read_text())["host"]}
+    floors = json.loads((ROOT / "benchmarks" / "data" / "decode-host-h200-run9.json").read_text())["floors"]
+    doc = " ".join((ROOT / "docs" / "decode.md").read_text().split())
+    assert (f"an empty one-argument launch {floors['triton_empty_1_arg, kernel[grid]']:.1f} µs) took a kept plan's "
+            f"call from {host['flash_decode_triton (plan kept), outputs by torch.empty']:.1f} to "
+            f"{host['flash_decode_triton (plan kept)']:.1f} µs in one process") in doc
