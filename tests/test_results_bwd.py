@@ -208,3 +208,19 @@ def test_deterministic_turns_in_walk_order_are_run_6_and_variants_run_13():
     for shape, t in b6.items():  # "still under the Triton kernels' deterministic backward on every causal row"
         if shape[4]:
             assert t["det-gluon"] > t["det-triton"], shape
+
+
+def test_docs_quote_variants_run_13():
+    vb = load_script("benchmarks/variants.py")
+
+    def span(tag):  # det./default over a run's rows, as the report prints them
+        rows = json.loads((DATA / f"variants-h200-window-alibi-{tag}.json").read_text())["rows"]
+        vals = [float(ln.strip("|").split("|")[9]) for ln in vb.report(rows).splitlines()[2:]]
+        return f"{min(vals):.2f}–{max(vals):.2f}×"
+
+    r11, r12, r13 = span("run11"), span("det-gluon-run12"), span("det-gluon-run13")
+    assert (f"{r12} the default backward's speed, the Triton kernels {r11} (variants runs 11 and 12); "
+            f"with causal turns in the order the walks reach a tile, {r13} (variants run 13)") in _flat(
+               (ROOT / "docs" / "gpu.md").read_text())
+    variants = _flat((ROOT / "docs" / "variants.md").read_text())
+    assert f"{r12} with turns in key block order (run 12), {r13} with causal turns in descending order" in variants
