@@ -23,11 +23,12 @@ not bit-reproducible run to run. With TMA reductions, key block j starts its wal
 (``rotate``), so that the blocks of one head do not all add into the same rows at once. A
 ``deterministic`` run of this kernel keeps a counter per dQ tile instead: each key block waits for its
 turn at the tile, adds, and counts its addition once it is complete (FlashAttention-3's deterministic
-backward), early in its next step. The turns follow the order in which the walks reach a tile: under a
-causal mask descending (key block j starts at its diagonal, so the last key block that sees a tile gets
-there first; the grid launches key blocks last first, so no turn waits for a program not yet started),
-otherwise ascending (every walk starts at the first query block; no rotation). ``deterministic`` calls
-take this kernel only where ``DETERMINISTIC`` is set, else the Triton kernels.
+backward). A writer warp of its own does that (a fourth partition: the consumers stage each tile and go
+on; the writer waits for the turn, adds, and counts). The turns follow the order in which the walks
+reach a tile: under a causal mask descending (key block j starts at its diagonal, so the last key block
+that sees a tile gets there first; the grid launches key blocks last first, so no turn waits for a
+program not yet started), otherwise ascending (every walk starts at the first query block; no rotation).
+``deterministic`` calls take this kernel only where ``DETERMINISTIC`` is set, else the Triton kernels.
 
 The dQ tile goes through shared memory in the wgmma accumulator's register order (``DQ_PERMUTED``: each
 thread stores 16 contiguous bytes at a time, no bank conflicts), and so into the float32 buffer; the
@@ -588,8 +589,8 @@ if HAVE_GLUON:
         and dOᵢ (desc_lse, desc_dl: 1-D descriptors over them, blocks of 64, each head's rows padded to a
         multiple of 64: ``lse_rows``; else LSE2 and DELTA are (B, H, Nq) contiguous). DET (with DQ_PERM): SEM
         is int32, 1 + one counter per dQ tile, zeroed by the caller; each tile's additions are made in key
-        block order (the deterministic backward; ROTATE off). Two consumer warp groups of 4 warps (64 keys
-        each) and one loader warp."""
+        block order (the deterministic backward; ROTATE off), by a dQ writer warp. Two consumer warp groups of
+        4 warps (64 keys each), one loader warp and (DET) one writer warp."""
         NC: gl.constexpr = 2
         SUB_N: gl.constexpr = 64
         BLOCK_M: gl.constexpr = 64
