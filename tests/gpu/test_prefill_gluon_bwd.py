@@ -247,6 +247,37 @@ def test_gluon_backward_refuses_bad_tiles_before_any_work(bad):
     assert all((g == 7).all() for g in grads)  # nothing written
 
 
+@needs_gluon
+def test_deterministic_gluon_backward_refuses_split_dq_tiles_before_any_work():
+    q = torch.zeros(1, 1, 8, 128, dtype=torch.float16)
+    grads = [torch.full_like(q, 7.0) for _ in range(3)]
+    stats = torch.zeros(1, 1, 8)
+    with pytest.raises(ValueError, match="deterministic with dQ by TMA reductions of whole register-order tiles"):
+        GB.gluon_backward(q, q, q, q, stats, stats, *grads, causal_off=None, scale=0.1, dq_split=2,
+                          deterministic=True)
+    assert all((g == 7).all() for g in grads)  # nothing written
+
+
+@needs_gluon
+def test_deterministic_builds_add_dq_from_a_writer_warp():
+    """The deterministic sm_90 builds (the table's options: D = 64 with dQ one or two steps behind, D = 128 with
+    dQ shared, causal or not): the consumers hand their tiles over, so the only TMA reductions are the writer
+    warp's — one per staged tile of a step (two column halves with dQ shared, one tile otherwise; the plain
+    builds issue one per warp group, twice over with a lagged dQ) — and the writer is a fifth register budget
+    (setmaxnreg) beside the plain build's; same wgmmas, within the shared memory of a block, no spill at D = 64."""
+    cases = [dict(D=64, causal=c, dtype="bfloat16", dq_lag=lag) for c in (True, False) for lag in (1, 2)]
+    cases += [dict(D=128, causal=c, dtype="bfloat16", dq_shared=True) for c in (True, False)]
+    reps = sm90_reports("prefill_gluon_bwd", [dict(c, deterministic=True) for c in cases] + cases)
+    for case, det, plain in zip(cases, reps[:len(cases)], reps[len(cases):]):
+        assert det["tma_reduces"] == (2 if case.get("dq_shared") else 1), (case, det)
+        assert plain["tma_reduces"] == 2 * (2 if case.get("dq_lag") else 1), (case, plain)
+        assert det["wgmma"] == plain["wgmma"] and det["atomics"] == 0, (case, det, plain)
+        assert len(set(det["setmaxnreg"]) - set(plain["setmaxnreg"])) >= 1, (case, det, plain)
+        assert det["smem_kb"] <= 227, (case, det)
+        if case["D"] == 64 and det.get("stack") is not None:
+            assert det["stack"] <= 16, (case, det)
+
+
 def _ref_grads(q, k, v, do, causal, scale, dtype, window=None, slopes=None):
     q, k, v = (t.detach().to(dtype).requires_grad_(True) for t in (q, k, v))
     out, _ = attention_ref(q, k, v, causal=causal, scale=scale, window=window, alibi_slopes=slopes)

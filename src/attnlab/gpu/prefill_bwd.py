@@ -410,7 +410,8 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
         from .prefill_gluon import gluon_supported
 
         plain = (cu_seqlens is None and softcap is None
-                 and not (deterministic and not prefill_gluon_bwd.DETERMINISTIC)  # ordered dQ additions
+                 # ordered dQ additions: whole tiles (dq_split 1), where DETERMINISTIC is set
+                 and not (deterministic and (not prefill_gluon_bwd.DETERMINISTIC or cfg.dq_split != 1))
                  and not (slopes is not None and mask.right > 0)  # ALiBi: a causal edge at the diagonal or none
                  and q.shape[0] * q.shape[1] * q.shape[2] < 2**31 - 64  # dQ's TMA rows are 32-bit
                  and (cfg.dq_atomic or prefill_gluon_bwd.HAVE_TMA_REDUCE))
