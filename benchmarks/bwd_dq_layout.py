@@ -85,6 +85,36 @@ def _backward(q, k, v, do, causal, provider):
     return bwd
 
 
+def _wait_stats(bwd) -> dict:
+    """One more backward of a det-gluon call with the ordered waits' counters read back
+    (``prefill_gluon_bwd.sem_stats``): additions, waits that polled, their polls, waits given up."""
+    from attnlab.gpu import prefill_gluon_bwd as gb
+
+    sems, kernel = [], gb.gluon_backward
+    gb.gluon_backward = lambda *a, **kw: kernel(*a, **kw, _sem_out=sems)
+    try:
+        bwd()
+    finally:
+        gb.gluon_backward = kernel
+    return gb.sem_stats(sems[0]) if sems else {}
+
+
+def wait_table(rows: list[dict]) -> list[str]:
+    """The ordered waits of the det-gluon rows that read them (one per shape: the first round's)."""
+    out = ["| D | H/Hkv | N | causal | dQ tile additions | waits that polled | polls | polls per addition | given up |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    seen = set()
+    for r in rows:
+        key = (r["D"], r["H"], r["Hkv"], r["N"], r["causal"])
+        if "additions" not in r or key in seen:
+            continue
+        seen.add(key)
+        per = r["polls"] / r["additions"] if r["additions"] else 0.0
+        out.append(f"| {r['D']} | {r['H']}/{r['Hkv']} | {r['N']} | {r['causal']} | {r['additions']} | {r['waits']} | "
+                   f"{r['polls']} | {per:.2f} | {r['given_up']} |")
+    return out if len(out) > 2 else []
+
+
 def table(rows: list[dict]) -> list[str]:
     """The markdown table of a run's rows: per shape and layout, the backward's ms in each round, the best
     round's TFLOP/s and the largest relative difference of the gradients to the default build's."""
@@ -130,6 +160,9 @@ def main(argv=None) -> int:
         if isinstance(data, dict):
             print(f"{data.get('date')}, {data.get('gpu')}, torch {data.get('torch')}, triton {data.get('triton')}")
         print("\n".join(lines))
+        waits = wait_table(data["rows"] if isinstance(data, dict) else data)
+        if waits:
+            print("\n" + "\n".join(waits))
         return 0
     if args.json is not None and args.json.exists():
         ap.error(f"{args.json} exists; not overwriting it")
@@ -164,6 +197,8 @@ def main(argv=None) -> int:
                     ms = triton.testing.do_bench(bwd, warmup=25, rep=200)
                     row = dict(B=B, H=H, Hkv=Hkv, N=N, D=D, causal=causal, layout=name, round=rnd, ms=ms,
                                tflops=flops / ms / 1e9, rel_diff=err)
+                    if name == "det-gluon" and rnd == 0:  # where the ordered additions waited, and how long
+                        row.update(_wait_stats(bwd))
                 except Exception as e:  # a build the descriptor or the compiler refuses
                     row = dict(B=B, H=H, Hkv=Hkv, N=N, D=D, causal=causal, layout=name, round=rnd,
                                error=f"{type(e).__name__}: {str(e)[:200]}")
@@ -172,6 +207,7 @@ def main(argv=None) -> int:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     print("\n".join(table(rows)))
+    print("\n".join(wait_table(rows)))
     if args.json:
         args.json.write_text(json.dumps(dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(),
                                              torch=torch.__version__, triton=triton.__version__, rows=rows), indent=1))

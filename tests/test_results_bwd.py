@@ -224,3 +224,19 @@ def test_docs_quote_variants_run_13():
                (ROOT / "docs" / "gpu.md").read_text())
     variants = _flat((ROOT / "docs" / "variants.md").read_text())
     assert f"{r12} with turns in key block order (run 12), {r13} with causal turns in descending order" in variants
+
+
+def test_wait_table_reads_each_shapes_first_det_gluon_round():
+    """bwd_dq_layout.py's table of the ordered waits: one row per shape from the round that read the counters,
+    polls per addition computed; nothing for runs without them (runs 1–6)."""
+    mod = load_script("benchmarks/bwd_dq_layout.py")
+    base = dict(H=16, Hkv=16, N=16384, layout="det-gluon", ms=1.0, tflops=1.0, rel_diff=0.0)
+    rows = [dict(base, D=128, causal=True, round=0, additions=400, waits=40, polls=1000, given_up=0),
+            dict(base, D=128, causal=True, round=1),
+            dict(base, D=64, causal=False, round=0, additions=0, waits=0, polls=0, given_up=0)]
+    lines = mod.wait_table(rows)
+    assert lines[2:] == ["| 128 | 16/16 | 16384 | True | 400 | 40 | 1000 | 2.50 | 0 |",
+                         "| 64 | 16/16 | 16384 | False | 0 | 0 | 0 | 0.00 | 0 |"]
+    for run in range(1, 7):
+        data = json.loads((DATA / f"bwd-dq-layout-h200-run{run}.json").read_text())
+        assert mod.wait_table(data["rows"] if isinstance(data, dict) else data) == []

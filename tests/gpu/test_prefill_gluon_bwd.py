@@ -468,7 +468,12 @@ def test_gpu_deterministic_gluon_backward_is_bit_identical(B, H, Hkv, Nq, Nk, D,
                          config=_gluon_cfg(dq_shared=dq_shared, dq_lag=dq_lag), dq=grads[0], dk=grads[1], dv=grads[2])
         runs.append(grads)
     assert len(sems) == 3  # the Gluon kernel ran, deterministic
-    assert all(int(c[0]) == 0 for c in sems), [int(c[0]) for c in sems]  # no wait gave up
+    stats = [GB.sem_stats(c) for c in sems]
+    assert all(st["given_up"] == 0 for st in stats), stats  # no wait gave up
+    walks = _kernel_walks_and_turns(Nq, Nk, Nk - Nq + mask.right if mask.right >= 0 else None,
+                                    Nk - Nq - mask.left if mask.left >= 0 else None)
+    additions = B * H * (1 + dq_shared) * sum(len(v) for v in walks.values())  # each visit adds its tile(s) once
+    assert all(st["additions"] == additions for st in stats), (stats, additions)
     for other in runs[1:]:
         assert all(torch.equal(a, b) for a, b in zip(runs[0], other))
     if window is None:

@@ -98,10 +98,11 @@ if HAVE_GLUON:
 if HAVE_GLUON:
 
     @gluon.jit
-    def _sem_wait(ptr, turn, timeouts):
+    def _sem_wait(ptr, turn, stats):
         """Wait (every thread) until the counter at ptr reads ``turn`` (acquire, GPU scope). A wait that
-        outlasts SEM_SPINS polls gives up and adds 1 at ``timeouts``: the order of the additions was not
-        kept (the call stays correct, not reproducible); none is expected, and the tests count them."""
+        outlasts SEM_SPINS polls gives up and adds 1 at ``stats``: the order of the additions was not kept
+        (the call stays correct, not reproducible); none is expected, and the tests count them. A wait that
+        had to poll adds its polls at stats + 1 and 1 at stats + 2 (where the order waited, and how long)."""
         seen = gl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l", [ptr], dtype=gl.int32,
                                          is_pure=False, pack=1)
         n = 0
@@ -110,7 +111,10 @@ if HAVE_GLUON:
                                              is_pure=False, pack=1)
             n += 1
         if seen != turn:
-            _lane0_adds(timeouts)
+            _lane0_adds(stats)
+        if n > 0:
+            _lane0_adds_n(stats + 1, n)
+            _lane0_adds(stats + 2)
 
     @gluon.jit
     def _lane0_adds(ptr):
@@ -118,6 +122,13 @@ if HAVE_GLUON:
         gl.inline_asm_elementwise("{ .reg .pred p; .reg .b32 t; mov.u32 t, %laneid; "
                                   "setp.eq.u32 p, t, 0; @p red.release.gpu.global.add.s32 [$1], 1; mov.u32 $0, 0; }",
                                   "=r,l", [ptr], dtype=gl.int32, is_pure=False, pack=1)
+
+    @gluon.jit
+    def _lane0_adds_n(ptr, n):
+        """Lane 0 of the calling warp adds n at ptr (relaxed: a statistic)."""
+        gl.inline_asm_elementwise("{ .reg .pred p; .reg .b32 t; mov.u32 t, %laneid; "
+                                  "setp.eq.u32 p, t, 0; @p red.relaxed.gpu.global.add.s32 [$1], $2; mov.u32 $0, 0; }",
+                                  "=r,l,r", [ptr, n], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
     def _adds_complete():
@@ -128,8 +139,12 @@ if HAVE_GLUON:
 
 
 SEM_SPINS = 1 << 22  # polls of one ordered wait before it gives up (a few seconds: never, unless something is wrong)
+# the deterministic backward's int32 counters: waits given up, polls of the waits that polled, those waits; then
+# one counter per dQ tile (its additions so far)
+SEM_GIVEN_UP, SEM_POLLS, SEM_WAITS, SEM_TILE0 = 0, 1, 2, 3
 if HAVE_GLUON:
     _SEM_SPINS = gl.constexpr(SEM_SPINS)
+    _SEM_TILE0 = gl.constexpr(SEM_TILE0)
 
 BWD_BLOCK_M = 64  # query rows per step (the wgmma M of dQ, the N of Sᵀ)
 # the swizzle (bytes) of the float32 dQ staging tile in shared memory and of its TMA reduction: None takes
@@ -314,7 +329,8 @@ if HAVE_GLUON:
         step ago: done by now, or nearly; the next key block at a tile comes two steps later, and its turn
         never waits for this program's next one); wait for the tile's turn at its counter and add it by TMA;
         once the copy engine has read the step's tiles, free their buffers. A wait that gives up counts itself
-        in SEM[0]."""
+        in SEM[0]; waits that polled, in SEM[1] (polls) and SEM[2] (waits); the tiles' counters follow."""
+        SEM_TILE0: gl.constexpr = _SEM_TILE0
         NSLOT: gl.constexpr = ds_smem.shape[0]
         BLOCK_N: gl.constexpr = ds_smem.shape[1]
         BLOCK_M: gl.constexpr = ds_smem.shape[2]
@@ -338,8 +354,8 @@ if HAVE_GLUON:
                     if prev >= 0:
                         _adds_complete()
                         for q in gl.static_range(SLICES):
-                            _lane0_adds(SEM + 1 + prev + q)
-                _sem_wait(SEM + 1 + base + p, turn, SEM)
+                            _lane0_adds(SEM + SEM_TILE0 + prev + q)
+                _sem_wait(SEM + SEM_TILE0 + base + p, turn, SEM)
                 _tma_add(desc_dq, [(base + p) * ROWS, 0], dq_smem.index(buf))
             tma.store_wait(0)  # read: the buffers may be staged into again
             for p in gl.static_range(SLICES):
@@ -352,7 +368,7 @@ if HAVE_GLUON:
         if prev >= 0:
             _adds_complete()
             for p in gl.static_range(SLICES):
-                _lane0_adds(SEM + 1 + prev + p)
+                _lane0_adds(SEM + SEM_TILE0 + prev + p)
 
     @gluon.jit
     def _bwd_dq_writer_causal(desc_dq, SEM, dq_smem, ds_smem, ds_bars, b, hk, G, H, Nq, Nk, start_n, m_lo, n_m,
@@ -704,6 +720,16 @@ SMEM_LIMIT = 227 * 1024  # shared memory of one Hopper thread block
 HEADS_FIRST_WAVES = 8
 
 
+def sem_stats(sem: torch.Tensor) -> dict[str, int]:
+    """What the deterministic backward's counters (``gluon_backward(..., _sem_out=)``) say about a call: waits
+    that gave up (``given_up``: 0 unless the order could not be kept), waits that had to poll for their
+    turn (``waits``) and their polls together (``polls``; one poll is a round trip to L2, under a µs), and
+    the dQ tile additions made (``additions``, each tile's counter ends at its number of key blocks)."""
+    c = sem.to("cpu", torch.int64)
+    return {"given_up": int(c[SEM_GIVEN_UP]), "waits": int(c[SEM_WAITS]), "polls": int(c[SEM_POLLS]),
+            "additions": int(c[SEM_TILE0:].sum())}
+
+
 def lse_rows(Nq: int) -> int:
     """Rows per head of the L₂ and Dᵢ buffers the kernel reads: Nq rounded up to whole query blocks where
     its loader brings them by TMA (``LSE_BY_TMA``: every block's 64 rows at a 16-byte aligned start, none
@@ -790,7 +816,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     right edge only at the diagonal (``causal_off == Nk − Nq``). ``deterministic``: every dQ tile takes its
     additions in key block order (a counter per tile: each key block waits for its turn), so the gradients
     are bit-identical run to run (with the register-order dQ tiles, ``DQ_PERMUTED``, and TMA reductions;
-    ``_sem_out``, a list, receives the counters: [0] counts waits that gave up). ``_ablate`` (measurement only, wrong gradients): leave stages out, as
+    ``_sem_out``, a list, receives the counters: ``sem_stats`` reads them). ``_ablate`` (measurement only, wrong gradients): leave stages out, as
     ``benchmarks/bwd_gluon_ablation.py`` lists. No input checks beyond the tiles (``gluon_supported`` and
     the public entry points do them)."""
     B, H, Nq, D = q.shape
@@ -817,8 +843,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     sem = None
     if perm:  # tiles in the accumulator's register order (layout.dq_tiles_shape); rows past Nq add into padding
         dq_acc = torch.zeros(dq_tiles_shape(B, H, Nq, D, split_d), device=q.device, dtype=torch.float32)
-        if deterministic:  # a counter per tile (and one of waits that gave up)
-            sem = torch.zeros(1 + dq_acc.shape[0] // (2 * split_d), device=q.device, dtype=torch.int32)
+        if deterministic:  # a counter per tile, after three of the waits (``sem_stats``)
+            sem = torch.zeros(SEM_TILE0 + dq_acc.shape[0] // (2 * split_d), device=q.device, dtype=torch.int32)
             if _sem_out is not None:
                 _sem_out.append(sem)
         dq_block = [2 * split_d, 32]
