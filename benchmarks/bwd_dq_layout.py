@@ -105,8 +105,10 @@ def wait_table(rows: list[dict]) -> list[str]:
            "|---|---|---|---|---|---|---|---|---|"]
     seen = set()
     for r in rows:
+        if "additions" not in r:
+            continue
         key = (r["D"], r["H"], r["Hkv"], r["N"], r["causal"])
-        if "additions" not in r or key in seen:
+        if key in seen:
             continue
         seen.add(key)
         per = r["polls"] / r["additions"] if r["additions"] else 0.0
