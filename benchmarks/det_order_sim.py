@@ -13,7 +13,10 @@ waits. Orders:
 * ``arrival``: the order in which the unordered walks reach each tile (any walk, rotated or not).
 
 Prints, per shape and order, the steps the slowest program needs (the makespan) and how much longer
-than without an order.
+than without an order; then (``makespan_timed``) the kernel's orders with a latency between a tile's turns
+(an addition completes and is counted before the next may add), for the two ways the kernel has counted:
+by the consumer warp group itself, which holds its next step (v10's first build), or by a writer warp of
+its own (the second).
 
     python benchmarks/det_order_sim.py [--tokens 2048 8192 16384] [--json out.json]
 """
@@ -103,6 +106,73 @@ def makespan(walk: list[list[int]], order: str) -> int:
     return max(last)
 
 
+SCHEMES = ("consumer", "writer")
+
+
+def makespan_timed(walk: list[list[int]], order: str, scheme: str, count: float, stall: float = 0.0) -> float:
+    """Makespan (step units) with the additions' latency, for the kernel's two ways of counting them.
+
+    A step computes for 1 unit and ends with its dQ tile's addition; the tile's next turn may add ``count``
+    units after this one was issued (the addition completes, is counted, the count is seen). ``consumer``:
+    the program itself waits for its turn before adding, and counting its addition holds its next step for
+    ``stall`` units (v10's first build: the warp group waits for completion early in its next step).
+    ``writer``: a warp of its own waits for the turns and adds; the program's steps run on unless the writer
+    is two steps behind (the staging buffers), and nothing stalls them (v10's second build)."""
+    if scheme not in SCHEMES:
+        raise ValueError(f"unknown scheme {scheme!r}; one of {', '.join(SCHEMES)}")
+    turn = turns(walk, order)
+    pred = {(m, t): n for (n, m), t in turn.items()}
+    added: dict[tuple[int, int], float] = {}  # (key block, tile) -> when its addition was issued
+    end = [[0.0] * len(b) for b in walk]  # each step's end (its tile staged)
+    issue = [[0.0] * len(b) for b in walk]  # each step's addition issued
+    pos = [0] * len(walk)
+    remaining = sum(len(b) for b in walk)
+    while remaining:
+        moved = False
+        for n, blocks in enumerate(walk):
+            while pos[n] < len(blocks):
+                k, m = pos[n], blocks[pos[n]]
+                t = turn[n, m]
+                free = 0.0
+                if order != "none" and t > 0:
+                    before = added.get((pred[m, t - 1], m))
+                    if before is None:
+                        break  # its turn waits for a program that has not got there yet
+                    free = before + count
+                prev_end = end[n][k - 1] if k else 0.0
+                if scheme == "consumer":
+                    start = issue[n][k - 1] + (stall if k else 0.0) if k else 0.0
+                    end[n][k] = max(start, prev_end) + 1.0
+                    issue[n][k] = max(end[n][k], free)
+                else:
+                    buffer_free = issue[n][k - 2] if k >= 2 else 0.0
+                    end[n][k] = max(prev_end, buffer_free) + 1.0
+                    issue[n][k] = max(end[n][k], issue[n][k - 1] if k else 0.0, free)
+                added[n, m] = issue[n][k]
+                pos[n] += 1
+                remaining -= 1
+                moved = True
+        if not moved:
+            raise RuntimeError(f"deadlock under the {order} order")
+    return max(max(i) for i in issue if i)
+
+
+def latency_rows(n_tokens: int, counts=(0.25, 0.5, 1.0, 2.0, 3.0), stall: float = 0.5) -> list[dict]:
+    """Per walk (causal; non-causal unrotated), scheme and latency of a count, the makespan against the
+    unordered walks (descending turns for causal walks, ascending otherwise: the kernel's)."""
+    rows = []
+    for causal in (True, False):
+        walk = walks(n_tokens, causal)
+        order = "descending" if causal else "ascending"
+        base = makespan_timed(walk, "none", "writer", 0.0)
+        for scheme in SCHEMES:
+            for c in counts:
+                t = makespan_timed(walk, order, scheme, c, stall if scheme == "consumer" else 0.0)
+                rows.append(dict(tokens=n_tokens, causal=causal, order=order, scheme=scheme, count=c,
+                                 stall=stall if scheme == "consumer" else 0.0, vs_none=t / base))
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tokens", type=int, nargs="+", default=[2048, 8192, 16384])
@@ -131,8 +201,16 @@ def main(argv=None) -> int:
     print("|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['tokens']} | {r['causal']} | {r['rotate']} | {r['order']} | {r['steps']} | {r['vs_none']:.2f} |")
+    timed = latency_rows(max(args.tokens))
+    print("\nWith the additions' latency (a tile's next turn adds `count` steps after the last was issued), the "
+          "kernel's orders, for its two ways of counting:\n")
+    print("| tokens | causal | order | scheme | count (steps) | stall (steps) | × no order |")
+    print("|---|---|---|---|---|---|---|")
+    for r in timed:
+        print(f"| {r['tokens']} | {r['causal']} | {r['order']} | {r['scheme']} | {r['count']:g} | {r['stall']:g} | "
+              f"{r['vs_none']:.2f} |")
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+        args.json.write_text(json.dumps({"orders": rows, "latency": timed}, indent=1))
     return 0
 
 

@@ -49,3 +49,23 @@ def test_cli_table_and_refusals(tmp_path):
     assert res.returncode == 2 and kept.read_text() == "mine"
     res = subprocess.run([sys.executable, script, "--tokens", "0"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 2
+
+
+def test_latency_model_separates_the_two_ways_of_counting():
+    """makespan_timed: with no order it is the unordered makespan whatever the latency; causal walks in
+    descending order cost nothing with a writer warp while a tile's turns are under two steps apart, and
+    the consumer's own stall stretches every step; non-causal walks queue, the more the longer a count."""
+    sim = load_script("benchmarks/det_order_sim.py")
+    causal, plain = sim.walks(4096, True), sim.walks(4096, False)
+    base = sim.makespan(causal, "none")
+    assert sim.makespan_timed(causal, "none", "writer", 5.0) == base
+    for c in (0.25, 1.0, 1.9):
+        assert sim.makespan_timed(causal, "descending", "writer", c) == base
+    assert sim.makespan_timed(causal, "descending", "writer", 3.0) > 1.3 * base
+    assert sim.makespan_timed(causal, "descending", "consumer", 0.5, stall=0.5) == pytest.approx(1.5 * base, rel=0.01)
+    q = [sim.makespan_timed(plain, "ascending", "writer", c) for c in (0.25, 1.0, 2.0)]
+    assert base < q[0] < q[1] < q[2]
+    with pytest.raises(ValueError, match="unknown scheme"):
+        sim.makespan_timed(causal, "descending", "warp", 1.0)
+    rows = sim.latency_rows(1024, counts=(1.0,))
+    assert {(r["causal"], r["scheme"]) for r in rows} == {(c, s) for c in (True, False) for s in sim.SCHEMES}
