@@ -99,3 +99,14 @@ def test_docs_decode_quotes_run_9():
     assert (f"an empty one-argument launch {floors['triton_empty_1_arg, kernel[grid]']:.1f} µs) took a kept plan's "
             f"call from {host['flash_decode_triton (plan kept), outputs by torch.empty']:.1f} to "
             f"{host['flash_decode_triton (plan kept)']:.1f} µs in one process") in doc
+
+
+def test_readme_host_time_is_run_9():
+    r = json.loads((ROOT / "benchmarks" / "data" / "decode-host-h200-run9.json").read_text())
+    host = {x["call"]: x["host_us"] for x in r["host"]}
+    calls = [host["flash_decode_triton (plan kept)"], host["attnlab.flash_decode (plan kept)"],
+             host["attnlab.flash_decode, window (plan kept)"]]
+    empty = r["floors"]["triton_empty_1_arg, kernel[grid]"]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert (f"costs {min(calls) / empty:.1f}–{max(calls) / empty:.1f}× the host time of an empty Triton kernel launch "
+            f"(decode-host run 9: {min(calls):.1f}–{max(calls):.1f} against {empty:.1f} µs;") in readme
