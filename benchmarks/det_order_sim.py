@@ -141,7 +141,7 @@ def makespan_timed(walk: list[list[int]], order: str, scheme: str, count: float,
                     free = before + count
                 prev_end = end[n][k - 1] if k else 0.0
                 if scheme == "consumer":
-                    start = issue[n][k - 1] + (stall if k else 0.0) if k else 0.0
+                    start = issue[n][k - 1] + stall if k else 0.0
                     end[n][k] = max(start, prev_end) + 1.0
                     issue[n][k] = max(end[n][k], free)
                 else:

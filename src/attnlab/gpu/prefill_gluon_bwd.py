@@ -320,6 +320,15 @@ if HAVE_GLUON:
                                   sem="relaxed")
 
     @gluon.jit
+    def _staging_buf(p, u, SLICES: gl.constexpr):
+        """The staging buffer of step u's tile p, as ``_bwd_dq`` stages it: warp group p's buffer of u's
+        parity when both make every step's product (SLICES 2), else warp group u % 2's own."""
+        if SLICES == 2:
+            return p * 2 + u % 2
+        else:
+            return u % 2
+
+    @gluon.jit
     def _bwd_dq_writer(desc_dq, SEM, dq_smem, ds_smem, ds_bars, b, hk, G, H, Nq, Nk, start_n, m_lo, n_m, causal_off,
                        win_off, CAUSAL: gl.constexpr):
         """One warp (deterministic builds): adds the consumers' staged dQ tiles into the float32 buffer, each in
@@ -345,10 +354,7 @@ if HAVE_GLUON:
             base = ((b * H + h) * gl.cdiv(Nq, BLOCK_M) + m0 // BLOCK_M) * SLICES
             turn = _turn(n, m0, BLOCK_M, BLOCK_N, causal_off, win_off, Nk, CAUSAL)
             for p in gl.static_range(SLICES):
-                if SLICES == 2:
-                    buf = p * 2 + u % 2
-                else:
-                    buf = u % 2
+                buf = _staging_buf(p, u, SLICES)
                 mbarrier.wait(ds_bars.index(2 * NSLOT + buf), (u // 2) & 1)
                 if p == 0:
                     if prev >= 0:
@@ -359,11 +365,7 @@ if HAVE_GLUON:
                 _tma_add(desc_dq, [(base + p) * ROWS, 0], dq_smem.index(buf))
             tma.store_wait(0)  # read: the buffers may be staged into again
             for p in gl.static_range(SLICES):
-                if SLICES == 2:
-                    buf = p * 2 + u % 2
-                else:
-                    buf = u % 2
-                mbarrier.arrive(ds_bars.index(2 * NSLOT + NBUF + buf), count=1)
+                mbarrier.arrive(ds_bars.index(2 * NSLOT + NBUF + _staging_buf(p, u, SLICES)), count=1)
             prev = base
         if prev >= 0:
             _adds_complete()
@@ -604,8 +606,9 @@ if HAVE_GLUON:
         caller. LSE_TMA: the loader brings each step's rows of LSE2 and DELTA by TMA into the ring beside Qᵢ
         and dOᵢ (desc_lse, desc_dl: 1-D descriptors over them, blocks of 64, each head's rows padded to a
         multiple of 64: ``lse_rows``; else LSE2 and DELTA are (B, H, Nq) contiguous). DET (with DQ_PERM): SEM
-        is int32, 1 + one counter per dQ tile, zeroed by the caller; each tile's additions are made in key
-        block order (the deterministic backward; ROTATE off), by a dQ writer warp. Two consumer warp groups of
+        is int32, SEM_TILE0 counters of the waits and one per dQ tile, zeroed by the caller; each tile's
+        additions are made in a fixed order (``_turn``; the deterministic backward; ROTATE off), by a dQ writer
+        warp. Two consumer warp groups of
         4 warps (64 keys each), one loader warp and (DET) one writer warp."""
         NC: gl.constexpr = 2
         SUB_N: gl.constexpr = 64
@@ -814,7 +817,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     ALiBi, (H,) or (B, H) float32 on q's device: head h's scores lose slope_h·|i + Nk − Nq − j| (bottom-right,
     as the masks; the forward's ``lse`` must include the bias; the slopes get no gradient); with a causal
     right edge only at the diagonal (``causal_off == Nk − Nq``). ``deterministic``: every dQ tile takes its
-    additions in key block order (a counter per tile: each key block waits for its turn), so the gradients
+    additions in a fixed order (a counter per tile: each key block waits for its turn), so the gradients
     are bit-identical run to run (with the register-order dQ tiles, ``DQ_PERMUTED``, and TMA reductions;
     ``_sem_out``, a list, receives the counters: ``sem_stats`` reads them). ``_ablate`` (measurement only, wrong gradients): leave stages out, as
     ``benchmarks/bwd_gluon_ablation.py`` lists. No input checks beyond the tiles (``gluon_supported`` and
