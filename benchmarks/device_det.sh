@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One GPU call for the deterministic Gluon backward (ordered dQ additions): its GPU tests, the backward alone
+# One GPU call for the deterministic Gluon backward (ordered dQ additions): a first small call (the script
+# stops if it fails or hangs), its GPU tests, the backward alone
 # against the default, the Triton kernels' deterministic backward and cuDNN (bwd_dq_layout.py), then the
 # variants' forward+backward with deterministic calls on the Gluon kernel (variants.py --det-kernel gluon).
 # Run from the repository root on a CUDA machine; logs and JSON go to $OUT/det (default ./out-det/det).
@@ -9,6 +10,24 @@ OUT=${OUT:-out-det}
 D="$OUT/det"
 RUN=${RUN:-x}
 source "$(dirname "$0")/device_env.sh"
+t0=$(date +%s)
+# a first deterministic call on a small shape, cut off early: a build that hangs stops the script here
+timeout ${SMOKE_S:-90} python3 - > "$D/smoke.log" 2>&1 <<'PY'
+import torch
+import attnlab
+from attnlab.gpu import prefill_gluon_bwd as gb
+gb.DETERMINISTIC = True
+sems, kernel = [], gb.gluon_backward
+gb.gluon_backward = lambda *a, **kw: kernel(*a, **kw, _sem_out=sems)
+for causal, D in ((True, 64), (True, 128), (False, 64), (False, 128)):
+    q, k, v = (torch.randn(1, 4, 1000, D, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    attnlab.flash_attention(q, k, v, causal=causal, deterministic=True).sum().backward()
+    torch.cuda.synchronize()
+    print("smoke", causal, D, gb.sem_stats(sems[-1]) if sems else "not the Gluon kernel", flush=True)
+PY
+rc=$?
+echo "smoke: exit $rc in $(( $(date +%s) - t0 ))s"; cat "$D/smoke.log" | tail -n 6
+[ "$rc" = 0 ] || { echo "the deterministic build failed or hung on a small call: stopping"; exit 1; }
 t0=$(date +%s)
 timeout ${TEST_S:-200} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu/test_prefill_gluon_bwd.py \
     -k "deterministic or falls_back or alibi_calls" > "$D/tests.log" 2>&1
