@@ -285,6 +285,23 @@ def test_kept_plans_hand_out_outputs_no_later_call_overwrites():
         _same(pair, _fresh(x, k, v))
 
 
+def test_slab_outputs_are_the_kind_of_tensor_the_call_would_make():
+    """A slab made under inference mode holds inference tensors: a call outside it gets a tensor it may update
+    in place, as torch.empty would have given it (and the other way round)."""
+    q, k, v = _cache()
+    decode.clear_plans()
+    with torch.inference_mode():
+        inside = decode.flash_decode_triton(q, k, v)
+    assert inside[0].is_inference()
+    outside = decode.flash_decode_triton(q, k, v)  # the same plan, another mode: a new slab
+    assert not outside[0].is_inference() and not outside[1].is_inference()
+    outside[0].add_(1)  # an inference tensor would refuse this here
+    with torch.inference_mode():
+        again = decode.flash_decode_triton(q, k, v)
+    assert again[0].is_inference()
+    _same(again, _fresh(q, k, v))
+
+
 def test_outputs_too_large_for_a_slab_are_allocated_per_call(monkeypatch):
     from attnlab.gpu import decode_plan
 

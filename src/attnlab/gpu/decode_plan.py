@@ -77,9 +77,11 @@ class OutputSlab:
     again, so every output is a tensor of its own (a view of its own part of the slab: the slab's memory
     returns to PyTorch's allocator once all n of them are gone). Slabs start at 4 pairs and double up to
     ``SLAB_MAX`` and ``SLAB_BYTES``, so a plan called once allocates little. ``take(capturing)``: a pair;
-    while a CUDA graph is being captured, a pair of the graph's own (``torch.empty``), as before slabs."""
+    while a CUDA graph is being captured, a pair of the graph's own (``torch.empty``), as before slabs. A
+    slab made under ``torch.inference_mode`` holds inference tensors: a call in the other mode makes a new
+    slab, so every output is the kind of tensor ``torch.empty`` would have made in that call."""
 
-    __slots__ = ("shape", "dtype", "device", "pairs", "size", "limit")
+    __slots__ = ("shape", "dtype", "device", "pairs", "size", "limit", "inference")
 
     def __init__(self, shape: tuple, dtype: torch.dtype, device: torch.device):
         self.shape, self.dtype, self.device = shape, dtype, device
@@ -88,16 +90,19 @@ class OutputSlab:
         self.limit = min(SLAB_MAX, SLAB_BYTES // max(pair_bytes, 1))
         self.size = 4 if self.limit >= 4 else 0
         self.pairs: list = []
+        self.inference = False  # whether the pairs are inference tensors
 
     def _single(self):
         return (torch.empty(self.shape, dtype=self.dtype, device=self.device),
                 torch.empty(self.shape[:3], dtype=torch.float32, device=self.device))
 
     def take(self, capturing: bool = False):
-        if self.pairs and not capturing:
+        inference = torch.is_inference_mode_enabled()
+        if self.pairs and not capturing and inference == self.inference:
             return self.pairs.pop()
         if capturing or not self.size:
             return self._single()
+        self.inference = inference
         n = self.size
         self.size = min(2 * n, self.limit)
         outs = torch.empty((n, *self.shape), dtype=self.dtype, device=self.device).unbind(0)
