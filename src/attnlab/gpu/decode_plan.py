@@ -98,8 +98,11 @@ class OutputSlab:
 
     def take(self, capturing: bool = False):
         inference = torch.is_inference_mode_enabled()
-        if self.pairs and not capturing and inference == self.inference:
-            return self.pairs.pop()
+        if not capturing and inference == self.inference:
+            try:
+                return self.pairs.pop()  # (one call: another thread cannot take the pair in between)
+            except IndexError:
+                pass
         if capturing or not self.size:
             return self._single()
         self.inference = inference
