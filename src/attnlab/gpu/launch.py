@@ -12,7 +12,7 @@ compiled kernel and launch it directly:
   launches that compiled kernel with the same positional arguments (every parameter, constexprs
   included, in the kernel's order; pointers may be passed as ints) straight through its C launcher
   on a given stream — unless a launch hook (a profiler's) is installed, which only Triton's path
-  calls (``direct()`` says which).
+  calls (``hooks_set()`` says whether one is).
 * ``tensor_key(t)`` — what Triton specialises a tensor argument on (and what the checks of a call
   read): shape, strides, dtype, device and whether the address is a multiple of 16.
 
@@ -137,9 +137,9 @@ class Launcher:
     """One Triton kernel on one grid, launched first through Triton's JIT and then from its compiled
     kernel directly. ``args`` are all of the kernel's parameters in order, constexprs included.
 
-    ``direct()`` says whether the next launch can skip Triton (a compiled kernel is kept and no launch
-    hook is installed); ``launch(args, stream)`` then takes the pointers as ints (``data_ptr()``) or
-    tensors, and the raw stream handle."""
+    The next launch can skip Triton where a compiled kernel is kept (``compiled``) and no launch hook is
+    installed (``hooks_set()``, asked once for all of a call's launchers); ``launch(args, stream)`` then
+    takes the pointers as ints (``data_ptr()``) or tensors, and the raw stream handle."""
 
     __slots__ = ("kernel", "grid", "options", "compiled")
 
@@ -152,11 +152,8 @@ class Launcher:
             self.options["launch_pdl"] = True
         self.compiled = None
 
-    def direct(self) -> bool:
-        return self.compiled is not None and not hooks_set()
-
     def launch(self, args: list, stream: int) -> None:
-        """Launch the kept compiled kernel (``direct()`` must be true) on ``stream``."""
+        """Launch the kept compiled kernel (``compiled`` set, no launch hook) on ``stream``."""
         c = self.compiled
         c.run(*self.grid, stream, c.function, c.packed_metadata, None, None, None, *args)
 
