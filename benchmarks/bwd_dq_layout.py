@@ -15,6 +15,8 @@ before its TMA reduction. Layouts timed here:
   the default list);
 * ``det-gluon`` / ``det-triton`` (not in the default list): ``deterministic=True`` calls, on the Gluon
   kernel's ordered dQ additions (``prefill_gluon_bwd.DETERMINISTIC`` on) or on the Triton kernels;
+  ``det-gluon-hf`` / ``det-gluon-hm``: det-gluon with the programs numbered head first (a wave holds every
+  head's key blocks) or head by head, whichever the library would pick;
 * ``cudnn``: SDPA's cuDNN backward of the same call, the peer.
 
 Each build's gradients are compared with the default build's; the backward (``torch.autograd.grad`` of one
@@ -45,7 +47,9 @@ SHAPES = [  # (B, H, Hkv, N, D, causal, model layout)
 LAYOUTS = {"default": (True, None, True), "tiles": (True, None, False), "rows": (False, None, False),
            "rows-32": (False, 32, False)}
 # deterministic calls: the Gluon kernel's ordered dQ additions (DETERMINISTIC on), or the Triton kernels
-DETERMINISTIC = {"det-gluon": True, "det-triton": False}
+DETERMINISTIC = {"det-gluon": True, "det-triton": False, "det-gluon-hf": True, "det-gluon-hm": True}
+# det-gluon with the programs numbered head first (True) or head by head (False), whatever the library picks
+HEADS_FIRST = {"det-gluon-hf": True, "det-gluon-hm": False}
 
 
 def inputs(B, H, Hkv, N, D, model_layout, seed=0):
@@ -76,10 +80,13 @@ def _backward(q, k, v, do, causal, provider):
     def bwd():
         if provider in DETERMINISTIC:  # (the switch is read as the backward runs)
             before, gb.DETERMINISTIC = gb.DETERMINISTIC, DETERMINISTIC[provider]
+            kernel = gb.gluon_backward
+            if provider in HEADS_FIRST:
+                gb.gluon_backward = lambda *a, **kw: kernel(*a, **{**kw, "heads_first": HEADS_FIRST[provider]})
             try:
                 return torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
             finally:
-                gb.DETERMINISTIC = before
+                gb.DETERMINISTIC, gb.gluon_backward = before, kernel
         return torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
 
     return bwd
@@ -100,19 +107,20 @@ def _wait_stats(bwd) -> dict:
 
 
 def wait_table(rows: list[dict]) -> list[str]:
-    """The ordered waits of the det-gluon rows that read them (one per shape: the first round's)."""
-    out = ["| D | H/Hkv | N | causal | dQ tile additions | waits that polled | polls | polls per addition | given up |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    """The ordered waits of the det-gluon rows that read them (one per shape and layout: the first round's)."""
+    out = ["| D | H/Hkv | N | causal | layout | dQ tile additions | waits that polled | polls | polls per addition "
+           "| given up |", "|---|---|---|---|---|---|---|---|---|---|"]
     seen = set()
     for r in rows:
         if "additions" not in r:
             continue
-        key = (r["D"], r["H"], r["Hkv"], r["N"], r["causal"])
+        key = (r["D"], r["H"], r["Hkv"], r["N"], r["causal"], r["layout"])
         if key in seen:
             continue
         seen.add(key)
         per = r["polls"] / r["additions"] if r["additions"] else 0.0
-        out.append(f"| {r['D']} | {r['H']}/{r['Hkv']} | {r['N']} | {r['causal']} | {r['additions']} | {r['waits']} | "
+        out.append(f"| {r['D']} | {r['H']}/{r['Hkv']} | {r['N']} | {r['causal']} | {r['layout']} | {r['additions']} | "
+                   f"{r['waits']} | "
                    f"{r['polls']} | {per:.2f} | {r['given_up']} |")
     return out if len(out) > 2 else []
 
@@ -199,7 +207,7 @@ def main(argv=None) -> int:
                     ms = triton.testing.do_bench(bwd, warmup=25, rep=200)
                     row = dict(B=B, H=H, Hkv=Hkv, N=N, D=D, causal=causal, layout=name, round=rnd, ms=ms,
                                tflops=flops / ms / 1e9, rel_diff=err)
-                    if name == "det-gluon" and rnd == 0:  # where the ordered additions waited, and how long
+                    if name.startswith("det-gluon") and rnd == 0:  # where the ordered additions waited, and how long
                         row.update(_wait_stats(bwd))
                 except Exception as e:  # a build the descriptor or the compiler refuses
                     row = dict(B=B, H=H, Hkv=Hkv, N=N, D=D, causal=causal, layout=name, round=rnd,

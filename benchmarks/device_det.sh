@@ -35,7 +35,7 @@ timeout ${TEST_S:-200} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu
 echo "tests: exit $? in $(( $(date +%s) - t0 ))s"; tail -n 5 "$D/tests.log"
 t0=$(date +%s)
 timeout ${LAYOUT_S:-200} python3 benchmarks/bwd_dq_layout.py --rounds ${ROUNDS:-2} \
-    --layouts default det-gluon det-triton cudnn --json "$D/bwd-dq-layout-h200-run$RUN.json" > "$D/layout.log" 2>&1
+    --layouts ${LAYOUTS:-default det-gluon det-triton cudnn} --json "$D/bwd-dq-layout-h200-run$RUN.json" > "$D/layout.log" 2>&1
 echo "bwd_dq_layout: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/layout.log" || tail -n 20 "$D/layout.log"
 t0=$(date +%s)
 timeout ${VARIANTS_S:-150} python3 benchmarks/variants.py bench --variants ${VARIANTS:-window alibi} --passes fwd_bwd \

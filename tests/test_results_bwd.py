@@ -235,8 +235,8 @@ def test_wait_table_reads_each_shapes_first_det_gluon_round():
             dict(base, D=128, causal=True, round=1),
             dict(base, D=64, causal=False, round=0, additions=0, waits=0, polls=0, given_up=0)]
     lines = mod.wait_table(rows)
-    assert lines[2:] == ["| 128 | 16/16 | 16384 | True | 400 | 40 | 1000 | 2.50 | 0 |",
-                         "| 64 | 16/16 | 16384 | False | 0 | 0 | 0 | 0.00 | 0 |"]
+    assert lines[2:] == ["| 128 | 16/16 | 16384 | True | det-gluon | 400 | 40 | 1000 | 2.50 | 0 |",
+                         "| 64 | 16/16 | 16384 | False | det-gluon | 0 | 0 | 0 | 0.00 | 0 |"]
     for run in range(1, 7):
         data = json.loads((DATA / f"bwd-dq-layout-h200-run{run}.json").read_text())
         assert mod.wait_table(data["rows"] if isinstance(data, dict) else data) == []

@@ -867,8 +867,6 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     desc_lse, desc_dl = (TensorDescriptor(x.view(-1), [x.numel()], [1], [BWD_BLOCK_M], row_layout)
                          for x in (lse2, delta))
     grid = (-(-Nk // (2 * BWD_SUB_N)), B * Hkv)
-    if heads_first is None and deterministic and causal_off is not None:
-        heads_first = True  # key blocks launch last first (descending turns): a wave of every head's, not one head's
     if heads_first is None:
         from .decode_config import _device_sms
 
