@@ -2,7 +2,7 @@
 # One GPU call for the deterministic Gluon backward (ordered dQ additions): a first small call (the script
 # stops if it fails or hangs), its GPU tests, the backward alone
 # against the default, the Triton kernels' deterministic backward and cuDNN (bwd_dq_layout.py), then the
-# variants' forward+backward with deterministic calls on the Gluon kernel (variants.py --det-kernel gluon).
+# variants' forward+backward, deterministic and not (variants.py; DET_KERNEL picks the deterministic backward).
 # Run from the repository root on a CUDA machine; logs and JSON go to $OUT/det (default ./out-det/det).
 # Each phase is cut off by `timeout`.
 set -uo pipefail
@@ -30,8 +30,8 @@ rc=$?
 echo "smoke: exit $rc in $(( $(date +%s) - t0 ))s"; cat "$D/smoke.log" | tail -n 6
 [ "$rc" = 0 ] || { echo "the deterministic build failed or hung on a small call: stopping"; exit 1; }
 t0=$(date +%s)
-timeout ${TEST_S:-200} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu/test_prefill_gluon_bwd.py \
-    -k "deterministic or falls_back or alibi_calls" > "$D/tests.log" 2>&1
+timeout ${TEST_S:-200} python3 -m pytest -q -p no:cacheprovider $XDIST ${TESTS:-tests/gpu/test_prefill_gluon_bwd.py \
+    -k "deterministic or falls_back or alibi_calls"} > "$D/tests.log" 2>&1
 echo "tests: exit $? in $(( $(date +%s) - t0 ))s"; tail -n 5 "$D/tests.log"
 t0=$(date +%s)
 timeout ${LAYOUT_S:-200} python3 benchmarks/bwd_dq_layout.py --rounds ${ROUNDS:-2} \
@@ -39,6 +39,6 @@ timeout ${LAYOUT_S:-200} python3 benchmarks/bwd_dq_layout.py --rounds ${ROUNDS:-
 echo "bwd_dq_layout: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/layout.log" || tail -n 20 "$D/layout.log"
 t0=$(date +%s)
 timeout ${VARIANTS_S:-150} python3 benchmarks/variants.py bench --variants ${VARIANTS:-window alibi} --passes fwd_bwd \
-    --providers attnlab attnlab-det --det-kernel gluon --json "$D/variants-h200-det-gluon-run$RUN.json" \
+    --providers attnlab attnlab-det --det-kernel ${DET_KERNEL:-library} --json "$D/variants-h200-det-gluon-run$RUN.json" \
     > "$D/variants.log" 2>&1
 echo "variants: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/variants.log" || tail -n 20 "$D/variants.log"

@@ -28,7 +28,9 @@ on; the writer waits for the turn, adds, and counts). The turns follow the order
 reach a tile: under a causal mask descending (key block j starts at its diagonal, so the last key block
 that sees a tile gets there first; the grid launches key blocks last first, so no turn waits for a
 program not yet started), otherwise ascending (every walk starts at the first query block; no rotation).
-``deterministic`` calls take this kernel only where ``DETERMINISTIC`` is set, else the Triton kernels.
+The programs are numbered head by head, so the dQ tiles a wave adds into are those of one or two heads,
+held in L2 while each writer waits for its additions' round trips. ``deterministic`` calls take this kernel
+where ``DETERMINISTIC`` is set (the default), else the Triton kernels.
 
 The dQ tile goes through shared memory in the wgmma accumulator's register order (``DQ_PERMUTED``: each
 thread stores 16 contiguous bytes at a time, no bank conflicts), and so into the float32 buffer; the
@@ -48,8 +50,8 @@ slope_h·log2e·|i + Nk − Nq − j|, with each step's query head's slope (one 
 its group); dSᵀ's formula is unchanged. In a block wholly on one side of that diagonal the bias is a term
 per query (folded into L₂) plus one per key; the element mask's blocks and those across the diagonal
 take |·| per element. Dense, causal and sliding-window calls, with or without ALiBi, MHA/GQA/MQA,
-D = 64 or 128, float16/bfloat16, on sm_90; everything else (softcap, packed batches, deterministic calls
-unless ``DETERMINISTIC``) runs the Triton kernels. The Triton interpreter cannot run Gluon: the CPU tests build this kernel
+D = 64 or 128, float16/bfloat16, on sm_90, deterministic or not; everything else (softcap, packed
+batches) runs the Triton kernels. The Triton interpreter cannot run Gluon: the CPU tests build this kernel
 for sm_90 and the GPU tests check it.
 """
 
@@ -159,13 +161,12 @@ DQ_PERMUTED = True
 # memory by every consumer thread as the step begins (ncu's stall sampling at transformers' step shape put
 # ~11 % of the consumers' samples on waits for those loads: ``benchmarks/ncu_stalls.py``). False: the loads
 LSE_BY_TMA = True
-# deterministic calls take this kernel with each dQ tile's additions made in key block order (a counter per
-# tile), or (False, the default) the Triton kernels (no atomics: a second pass makes dQ). Measured (variants
-# run 12, H200, window and ALiBi forward+backward at 16K): the ordered additions ran at 154–237 TFLOP/s
-# against the Triton kernels' 365–449 — turns in ascending key block order, a consumer warp group waiting for
-# its additions; with causal turns in the walks' order (run 13) 285–345. The current build
-# hands the additions to a writer warp; it has not run on a GPU yet, so the Triton kernels stay the default.
-DETERMINISTIC = False
+# deterministic calls take this kernel with each dQ tile's additions made in a fixed order (a counter per
+# tile, added by a writer warp, programs numbered head by head), or (False) the Triton kernels (no atomics: a
+# second pass makes dQ). Measured (H200, backward alone, bwd-dq-layout run 8): 0.78-0.96x the default
+# backward's speed and faster than the Triton kernels' deterministic backward on every row but GQA 8K (level);
+# numbered head first, a wave held every head's dQ tiles: 0.57-0.69x on the causal rows, 0.82-0.88x on the others.
+DETERMINISTIC = True
 BWD_SUB_N = 64  # keys per consumer warp group
 # registers per thread of the second consumer warp group (setmaxnreg); the loader's warp group keeps 24 and
 # the first consumer takes the rest of the register file (248 at 232: the sm_90 PTX). At 240 the two
@@ -754,10 +755,13 @@ def _rows_of(x: torch.Tensor, rows: int) -> torch.Tensor:
     return buf
 
 
-def heads_first_default(uneven: bool, programs: int, sms: int) -> bool:
+def heads_first_default(uneven: bool, programs: int, sms: int, deterministic: bool = False) -> bool:
     """Number the programs head first? Only where the walks are uneven (causal or windowed calls) and
-    there are fewer than ``HEADS_FIRST_WAVES`` programs per SM: then the longest walks must not start last."""
-    return uneven and programs < HEADS_FIRST_WAVES * sms
+    there are fewer than ``HEADS_FIRST_WAVES`` programs per SM: then the longest walks must not start last.
+    Never for deterministic calls: each writer waits for its additions' round trips, and numbered head
+    first a wave adds into every head's dQ tiles, more than L2 holds (bwd-dq-layout run 8: 0.57-0.69x the
+    default backward on the causal rows head first, 0.78-0.94x head by head)."""
+    return not deterministic and uneven and programs < HEADS_FIRST_WAVES * sms
 
 
 def smem_bytes(head_dim: int, stages: int, dq_split: int = 1, dq_atomic: bool = False, dq_lag: int = 0,
@@ -871,7 +875,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         from .decode_config import _device_sms
 
         heads_first = heads_first_default(causal_off is not None or win_off is not None, grid[0] * grid[1],
-                                          _device_sms(q.device))
+                                          _device_sms(q.device), deterministic)
     if heads_first:
         grid = grid[::-1]
     if slopes is None:  # constexpr None: the non-ALiBi build takes no slope arguments
