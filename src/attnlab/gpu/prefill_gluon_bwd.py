@@ -163,9 +163,9 @@ DQ_PERMUTED = True
 LSE_BY_TMA = True
 # deterministic calls take this kernel with each dQ tile's additions made in a fixed order (a counter per
 # tile, added by a writer warp, programs numbered head by head), or (False) the Triton kernels (no atomics: a
-# second pass makes dQ). Measured (H200, backward alone, bwd-dq-layout run 8): 0.78-0.96x the default
-# backward's speed and faster than the Triton kernels' deterministic backward on every row but GQA 8K (level);
-# numbered head first, a wave held every head's dQ tiles: 0.57-0.69x on the causal rows, 0.82-0.88x on the others.
+# second pass makes dQ). Measured (H200, the backward alone, bwd-dq-layout run 9): 0.79-0.96x the default
+# backward's speed, the Triton kernels 0.75-0.82x; numbered head first, a wave held every head's dQ tiles
+# (run 8: 0.57-0.69x on the causal rows, 0.82-0.88x on the others).
 DETERMINISTIC = True
 BWD_SUB_N = 64  # keys per consumer warp group
 # registers per thread of the second consumer warp group (setmaxnreg); the loader's warp group keeps 24 and
