@@ -382,7 +382,9 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
     (``cu_seqlens``, ``max_seqlen`` as in ``prefill_forward``; q, k, v, out, do then (total, H, D));
     ``dlse`` its incoming gradient when the caller's loss used it (dS gains P ∘ dL). ``mask``, ``softcap``,
     ``slopes`` as in ``prefill_forward``. ``deterministic``: never the dQ-atomics variant, so the gradients are
-    bit-identical run after run (the default configurations never use atomics). No input checks here.
+    bit-identical run after run (the default configurations never use atomics); where the Gluon backward
+    runs, its ordered build (``prefill_gluon_bwd.DETERMINISTIC``: each dQ tile's additions in a fixed order),
+    else the Triton kernels. No input checks here.
     """
     D = q.shape[-1]
     do, q, k, v, out = (_last_dim_contiguous(t) for t in (do, q, k, v, out))
