@@ -16,7 +16,10 @@ before its TMA reduction. Layouts timed here:
 * ``det-gluon`` / ``det-triton`` (not in the default list): ``deterministic=True`` calls, on the Gluon
   kernel's ordered dQ additions (``prefill_gluon_bwd.DETERMINISTIC`` on) or on the Triton kernels;
   ``det-gluon-hf`` / ``det-gluon-hm``: det-gluon with the programs numbered head first (a wave holds every
-  head's key blocks) or head by head, whichever the library would pick;
+  head's key blocks) or head by head, whichever the library would pick; ``det-gluon-lpt``: head by head with
+  causal key blocks launched first first (the longest walks first; a turn may then wait for a program
+  launched after it: measurement only, on shapes whose key blocks of one head fit on the GPU at once);
+  ``default-hm`` / ``default-hf``: the default build numbered head by head or head first;
 * ``cudnn``: SDPA's cuDNN backward of the same call, the peer.
 
 Each build's gradients are compared with the default build's; the backward (``torch.autograd.grad`` of one
@@ -47,9 +50,13 @@ SHAPES = [  # (B, H, Hkv, N, D, causal, model layout)
 LAYOUTS = {"default": (True, None, True), "tiles": (True, None, False), "rows": (False, None, False),
            "rows-32": (False, 32, False)}
 # deterministic calls: the Gluon kernel's ordered dQ additions (DETERMINISTIC on), or the Triton kernels
-DETERMINISTIC = {"det-gluon": True, "det-triton": False, "det-gluon-hf": True, "det-gluon-hm": True}
-# det-gluon with the programs numbered head first (True) or head by head (False), whatever the library picks
-HEADS_FIRST = {"det-gluon-hf": True, "det-gluon-hm": False}
+DETERMINISTIC = {"det-gluon": True, "det-triton": False, "det-gluon-hf": True, "det-gluon-hm": True,
+                 "det-gluon-lpt": True}
+# the Gluon kernel's programs numbered head first or head by head, whatever the library picks; det-gluon-lpt:
+# head by head with causal key blocks launched first first (longest walks first; measurement only)
+GLUON_ARGS = {"det-gluon-hf": dict(heads_first=True), "det-gluon-hm": dict(heads_first=False),
+              "det-gluon-lpt": dict(heads_first=False, _det_last_first=False),
+              "default-hm": dict(heads_first=False), "default-hf": dict(heads_first=True)}
 
 
 def inputs(B, H, Hkv, N, D, model_layout, seed=0):
@@ -78,16 +85,15 @@ def _backward(q, k, v, do, causal, provider):
         out = attnlab.flash_attention(q, k, v, causal=causal, deterministic=provider in DETERMINISTIC)
 
     def bwd():
+        before, kernel = gb.DETERMINISTIC, gb.gluon_backward
         if provider in DETERMINISTIC:  # (the switch is read as the backward runs)
-            before, gb.DETERMINISTIC = gb.DETERMINISTIC, DETERMINISTIC[provider]
-            kernel = gb.gluon_backward
-            if provider in HEADS_FIRST:
-                gb.gluon_backward = lambda *a, **kw: kernel(*a, **{**kw, "heads_first": HEADS_FIRST[provider]})
-            try:
-                return torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
-            finally:
-                gb.DETERMINISTIC, gb.gluon_backward = before, kernel
-        return torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
+            gb.DETERMINISTIC = DETERMINISTIC[provider]
+        if provider in GLUON_ARGS:
+            gb.gluon_backward = lambda *a, **kw: kernel(*a, **{**kw, **GLUON_ARGS[provider]})
+        try:
+            return torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
+        finally:
+            gb.DETERMINISTIC, gb.gluon_backward = before, kernel
 
     return bwd
 
@@ -157,7 +163,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path, help="write the rows here (refuses an existing file)")
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of every layout (default 2)")
     ap.add_argument("--layouts", nargs="+", default=["default", "tiles", "rows", "cudnn"],
-                    choices=[*LAYOUTS, *DETERMINISTIC, "cudnn"])
+                    choices=[*LAYOUTS, *DETERMINISTIC, *GLUON_ARGS, "cudnn"])
     ap.add_argument("--report", type=Path, help="print the table of a run's JSON (no GPU needed)")
     args = ap.parse_args(argv)
     if args.report is not None:

@@ -331,3 +331,24 @@ def test_variants_runs_14_to_16_spans():
     assert (f"det./default {r14}; run 15 (`…-run15.json`, head by head): {r15}; run 16 "
             f"(`data/variants-h200-det-run16.json`, the library as shipped, every variant): "
             f"{span('variants-h200-det-run16.json')}, the issue's 15 % met on every row") in text
+
+
+def test_run_10_says_what_the_gqa_rows_gap_is():
+    mod = load_script("benchmarks/bwd_dq_layout.py")
+    results = _results()
+    rows = json.loads((DATA / "bwd-dq-layout-h200-run10.json").read_text())["rows"]
+    for line in mod.table(rows)[2:] + mod.wait_table(rows)[2:]:
+        assert line in results, line
+    b = _best(10)
+    g, c64, c128 = b[(64, 32, 8, 8192, True)], b[(64, 32, 32, 16384, True)], b[(128, 16, 16, 16384, True)]
+    text = _flat(results)
+    assert (f"the default backward itself takes {g['default-hm']:.2f} ms on the GQA layer against {g['default']:.2f} "
+            f"ms head first: the order costs that row most of its gap, and the writer's ordered additions the rest "
+            f"({g['det-gluon']:.2f} against {g['default-hm']:.2f} ms)") in text
+    assert g["default-hm"] - g["default"] > g["det-gluon"] - g["default-hm"] > 0  # "most of its gap", "the rest"
+    assert (f"(GQA {g['det-gluon-lpt']:.2f}, 16K {c64['det-gluon-lpt']:.2f} ms against {g['det-gluon']:.2f} and "
+            f"{c64['det-gluon']:.2f} ms); at D = 128 it ties") in text
+    assert abs(c128["det-gluon-lpt"] / c128["det-gluon"] - 1) < 0.02
+    polls = {(r["D"], r["N"]): r["polls"] / r["additions"] for r in rows
+             if r["layout"] == "det-gluon-lpt" and "additions" in r and r["causal"]}
+    assert all(0.9 < polls[(64, n)] < 1.2 for n in (8192, 16384))  # "about once per addition"

@@ -598,7 +598,8 @@ if HAVE_GLUON:
                            CONSUMER_REGS: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ATOMIC: gl.constexpr,
                            DQ_SHARED: gl.constexpr, ROTATE: gl.constexpr, HEADS_FIRST: gl.constexpr = False,
                            DQ_LAG: gl.constexpr = 0, ABLATE: gl.constexpr = 0, ALIBI: gl.constexpr = False,
-                           DQ_PERM: gl.constexpr = False, LSE_TMA: gl.constexpr = False, DET: gl.constexpr = False):
+                           DQ_PERM: gl.constexpr = False, LSE_TMA: gl.constexpr = False, DET: gl.constexpr = False,
+                           DET_LAST_FIRST: gl.constexpr = True):
         """Grid (key blocks of 128, B·Hkv), or the reverse with HEADS_FIRST. Descriptors over
         (B, H|Hkv, N, D) with blocks [1, 1, 64, D]; DQ (B, H, Nq, D) float32, zeroed by the caller; LSE2,
         DELTA (B, H, Nq) from the preprocessing kernel. ALIBI: SLOPES float32, head h of batch b's slope at
@@ -622,8 +623,8 @@ if HAVE_GLUON:
         else:
             pid_n = gl.program_id(0)
             bhk = gl.program_id(1)
-        if DET and CAUSAL:  # key blocks last first: a causal dQ tile takes its additions in descending order
-            pid_n = gl.cdiv(Nk, BLOCK_N) - 1 - pid_n
+        if DET and CAUSAL and DET_LAST_FIRST:  # key blocks last first: a causal dQ tile takes its additions in
+            pid_n = gl.cdiv(Nk, BLOCK_N) - 1 - pid_n  # descending order (off: measurement only, see gluon_backward)
         Hkv = H // G
         b = bhk // Hkv
         hk = bhk % Hkv
@@ -803,7 +804,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
                    dq_atomic: bool = False, dq_shared: bool = False, rotate: bool | None = None,
                    heads_first: bool | None = None, win_off: int | None = None,
                    consumer_regs: int = BWD_CONSUMER_REGS, dq_lag: int = 0, slopes: torch.Tensor | None = None,
-                   deterministic: bool = False, _ablate: int = 0, _sem_out: list | None = None) -> None:
+                   deterministic: bool = False, _ablate: int = 0, _sem_out: list | None = None,
+                   _det_last_first: bool = True) -> None:
     """Run the Gluon backward: q, do (B, H, Nq, D); k, v (B, Hkv, Nk, D); ``lse2``, ``delta`` (B, H, Nq)
     float32 from ``prefill_bwd``'s preprocessing kernel (L in log2 units, +inf on empty rows; D_i), read
     without a copy where they are views of (B, H, ``lse_rows(Nq)``) buffers, as that kernel writes them. Writes
@@ -823,7 +825,9 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     right edge only at the diagonal (``causal_off == Nk − Nq``). ``deterministic``: every dQ tile takes its
     additions in a fixed order (a counter per tile: each key block waits for its turn), so the gradients
     are bit-identical run to run (with the register-order dQ tiles, ``DQ_PERMUTED``, and TMA reductions;
-    ``_sem_out``, a list, receives the counters: ``sem_stats`` reads them). ``_ablate`` (measurement only, wrong gradients): leave stages out, as
+    ``_sem_out``, a list, receives the counters: ``sem_stats`` reads them; ``_det_last_first`` False,
+    measurement only: causal key blocks launched first first, so a turn may wait for a program launched
+    after it, which is safe only while one head's key blocks all fit on the GPU at once). ``_ablate`` (measurement only, wrong gradients): leave stages out, as
     ``benchmarks/bwd_gluon_ablation.py`` lists. No input checks beyond the tiles (``gluon_supported`` and
     the public entry points do them)."""
     B, H, Nq, D = q.shape
@@ -895,7 +899,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale, *alibi,
         HEAD_D=D, STAGES=stages, CAUSAL=causal_off is not None, CONSUMER_REGS=consumer_regs, DQ_SPLIT=dq_split,
         DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, HEADS_FIRST=heads_first, DQ_LAG=dq_lag,
-        ABLATE=_ablate, ALIBI=slopes is not None, DQ_PERM=perm, LSE_TMA=lse_tma, DET=deterministic, num_warps=4)
+        ABLATE=_ablate, ALIBI=slopes is not None, DQ_PERM=perm, LSE_TMA=lse_tma, DET=deterministic,
+        DET_LAST_FIRST=_det_last_first, num_warps=4)
     # the kernel adds dS K unscaled: one multiply per element, not per key block
     if perm:
         store_dq_tiles(dq_acc, dq, split_d, scale=scale)
