@@ -193,10 +193,11 @@ if HAVE_GLUON:
         STAGES: gl.constexpr = q_smem.shape[0]
         LSE_TMA: gl.constexpr = lse_smem.shape[1] == BLOCK_M
         bar = kv_bar.index(0)
-        mbarrier.expect(bar, NC * (desc_k.block_type.nbytes + desc_v.block_type.nbytes))
-        for c in gl.static_range(NC):
-            _tma_load(desc_k, [b, hk, start_n + c * SUB_N, 0], bar, k_smem.index(c))
-            _tma_load(desc_v, [b, hk, start_n + c * SUB_N, 0], bar, v_smem.index(c))
+        if n_m > 0:  # (no step, no use of K and V: the consumers do not wait for them)
+            mbarrier.expect(bar, NC * (desc_k.block_type.nbytes + desc_v.block_type.nbytes))
+            for c in gl.static_range(NC):
+                _tma_load(desc_k, [b, hk, start_n + c * SUB_N, 0], bar, k_smem.index(c))
+                _tma_load(desc_v, [b, hk, start_n + c * SUB_N, 0], bar, v_smem.index(c))
         for t in range(G * n_m):
             slot = t % STAGES
             h = hk * G + t // n_m
@@ -443,9 +444,10 @@ if HAVE_GLUON:
         # (ALiBi) the bias's diagonal is key j = row i + off, off = Nk − Nq (bottom-right, as the masks)
         kd = kc0 - (Nk - Nq)
         koff = offs_k - (Nk - Nq)  # j − off
-        mbarrier.wait(kv_bar.index(0), 0)
-
         n_steps = G * n_m
+        if n_steps > 0:  # (none: dK = dV = 0, and the loader brought no K, V)
+            mbarrier.wait(kv_bar.index(0), 0)
+
         for t in range(n_steps):
             slot = t % STAGES
             phase = (t // STAGES) & 1
@@ -661,9 +663,6 @@ if HAVE_GLUON:
             q_base = 0
             k_base = 0
         start_n = k_base + pid_n * BLOCK_N
-        if VARLEN:
-            if start_n >= Nk:  # past this sequence's keys (the grid is sized by the longest)
-                return
         # -- query rows that see some key of this block: [m_lo, m_end), in steps of BLOCK_M from q_base
         if CAUSAL:
             m_lo = q_base + (gl.maximum(start_n - causal_off - q_base, 0) // BLOCK_M) * BLOCK_M
@@ -671,6 +670,8 @@ if HAVE_GLUON:
             m_lo = q_base
         m_end = gl.minimum(gl.maximum(start_n + BLOCK_N - win_off, 0), Nq)  # NO_WINDOW: Nq
         n_m = gl.maximum(gl.cdiv(m_end - m_lo, BLOCK_M), 0)
+        if VARLEN:  # past this sequence's keys (the grid is sized by the longest): no step, no load, no store
+            n_m = gl.where(start_n < Nk, n_m, 0)
         if ROTATE:  # key blocks start their walk at different query blocks: their dQ additions spread out
             rot = pid_n % gl.maximum(n_m, 1)
         else:
