@@ -12,24 +12,29 @@ source "$(dirname "$0")/device_env.sh"
 t0=$(date +%s)
 timeout ${SMOKE_S:-90} python3 - > "$D/smoke.log" 2>&1 <<'PY'
 import torch
+import triton
 from attnlab.gpu import prefill_backward, prefill_forward
 from attnlab.gpu import prefill_gluon_bwd as gb
 from attnlab.variants import Mask
-lens = [1000, 257, 1792, 63, 700, 1]
+lens = [1000, 257, 1792, 63, 700, 1, 1500, 900, 1200, 400, 1024, 1100, 800, 600, 1300, 1280]
 cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
 for causal in (True, False):
     for D in (64, 128):
-        q, k, v, do = (torch.randn(sum(lens), 8, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+        q, k, v, do = (torch.randn(sum(lens), 2048 // D, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
         mask = Mask(-1, 0 if causal else -1)
         out, lse = prefill_forward(q, k, v, mask=mask, scale=D ** -0.5, cu_seqlens=(cu, cu), max_seqlen=(1792, 1792))
-        grads = {}
+        grads, ms = {}, {}
         for packed in (True, False):
             gb.PACKED = packed
-            grads[packed] = prefill_backward(do, q, k, v, out, lse, mask=mask, scale=D ** -0.5, cu_seqlens=(cu, cu),
-                                             max_seqlen=(1792, 1792))
-        torch.cuda.synchronize()
+            call = lambda: prefill_backward(do, q, k, v, out, lse, mask=mask, scale=D ** -0.5, cu_seqlens=(cu, cu),
+                                            max_seqlen=(1792, 1792))
+            grads[packed] = call()
+            torch.cuda.synchronize()
+            ms[packed] = triton.testing.do_bench(call, warmup=10, rep=60)
+        gb.PACKED = True
         rel = [((a.float() - b.float()).abs().max() / b.float().abs().max()).item() for a, b in zip(grads[True], grads[False])]
-        print("smoke causal", causal, "D", D, "max rel. diff gluon/triton (dq, dk, dv)", [f"{r:.1e}" for r in rel], flush=True)
+        print("smoke causal", causal, "D", D, "max rel. diff gluon/triton (dq, dk, dv)", [f"{r:.1e}" for r in rel],
+              f"backward ms: library {ms[True]:.3f}, Triton kernels {ms[False]:.3f}", flush=True)
 PY
 rc=$?
 echo "smoke: exit $rc in $(( $(date +%s) - t0 ))s"; tail -n 6 "$D/smoke.log"
