@@ -2,7 +2,9 @@
 # One GPU call for the Gluon backward on packed batches (cu_seqlens): a first packed call per head dim and
 # mask against the Triton kernels' gradients (cut off early: a build that hangs stops the script), the GPU
 # tests of packed batches, then the varlen rows of variants.py against FlexAttention and SDPA, and the same
-# rows with the Triton backward (--packed-kernel triton), attnlab alone.
+# rows with the Triton backward (--packed-kernel triton), attnlab alone. (The build is off by default,
+# prefill_gluon_bwd.PACKED: the smoke call and the benchmark switch it on. Start with
+# `python benchmarks/packed_probe.py` while its first calls fail.)
 # Run from the repository root on a CUDA machine; logs and JSON go to $OUT/packed (default ./out-packed/packed).
 set -uo pipefail
 OUT=${OUT:-out-packed}
@@ -44,7 +46,7 @@ timeout ${TEST_S:-150} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu
     > "$D/tests.log" 2>&1
 echo "tests: exit $? in $(( $(date +%s) - t0 ))s"; tail -n 4 "$D/tests.log"
 t0=$(date +%s)
-timeout ${BENCH_S:-240} python3 benchmarks/variants.py bench --variants varlen --D ${DIMS:-128 64} \
+timeout ${BENCH_S:-240} python3 benchmarks/variants.py bench --variants varlen --D ${DIMS:-128 64} --packed-kernel gluon \
     --json "$D/variants-h200-varlen-run$RUN.json" > "$D/bench.log" 2>&1
 echo "bench: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/bench.log" || tail -n 20 "$D/bench.log"
 t0=$(date +%s)

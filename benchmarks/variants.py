@@ -305,7 +305,7 @@ def bench(args) -> list[dict]:
     if packed_kernel != "library":  # the switch packed batches' backward calls read as they run
         from attnlab.gpu import prefill_gluon_bwd
 
-        prefill_gluon_bwd.PACKED = False
+        prefill_gluon_bwd.PACKED = packed_kernel == "gluon"
     rows = []
     for cfg in grid(args.D, args.variants, args.passes, args.quick):
         cfg["dtype"] = dtype
@@ -475,9 +475,9 @@ def main(argv=None) -> int:
     b.add_argument("--det-kernel", choices=["library", "gluon", "triton"], default="library",
                    help="the backward of deterministic calls (attnlab-det): the library's choice, the Gluon "
                         "kernel's ordered dQ additions, or the Triton kernels")
-    b.add_argument("--packed-kernel", choices=["library", "triton"], default="library",
-                   help="the backward of packed batches (varlen): the library's choice (the Gluon kernel on "
-                        "Hopper) or the Triton kernels")
+    b.add_argument("--packed-kernel", choices=["library", "gluon", "triton"], default="library",
+                   help="the backward of packed batches (varlen): the library's choice, the Gluon kernel's "
+                        "packed build (Hopper), or the Triton kernels")
     r = sub.add_parser("report")
     r.add_argument("files", nargs="+")
     args = p.parse_args(argv)

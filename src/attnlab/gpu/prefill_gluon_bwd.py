@@ -167,9 +167,11 @@ LSE_BY_TMA = True
 # backward's speed, the Triton kernels 0.75-0.82x; numbered head first, a wave held every head's dQ tiles
 # (run 8: 0.57-0.69x on the causal rows, 0.82-0.88x on the others).
 DETERMINISTIC = True
-# packed batches (cu_seqlens) take this kernel too, causal or not (no window, ALiBi or deterministic calls:
-# those run the Triton kernels); False: the Triton kernels for every packed batch
-PACKED = True
+# packed batches (cu_seqlens) on this kernel, causal or not (no window, ALiBi or deterministic calls: those run
+# the Triton kernels). Off: on an H200 its first calls (D = 128, causal, dQ shared) stopped on an illegal
+# instruction, before any gradient could be compared; benchmarks/packed_probe.py runs the cases that tell its
+# parts apart, each in a process of its own. Until it passes there, packed batches run the Triton kernels.
+PACKED = False
 BWD_SUB_N = 64  # keys per consumer warp group
 # registers per thread of the second consumer warp group (setmaxnreg); the loader's warp group keeps 24 and
 # the first consumer takes the rest of the register file (248 at 232: the sm_90 PTX). At 240 the two
