@@ -126,8 +126,7 @@ def wait_table(rows: list[dict]) -> list[str]:
         seen.add(key)
         per = r["polls"] / r["additions"] if r["additions"] else 0.0
         out.append(f"| {r['D']} | {r['H']}/{r['Hkv']} | {r['N']} | {r['causal']} | {r['layout']} | {r['additions']} | "
-                   f"{r['waits']} | "
-                   f"{r['polls']} | {per:.2f} | {r['given_up']} |")
+                   f"{r['waits']} | {r['polls']} | {per:.2f} | {r['given_up']} |")
     return out if len(out) > 2 else []
 
 
