@@ -16,7 +16,8 @@ Prints, per shape and order, the steps the slowest program needs (the makespan) 
 than without an order; then (``makespan_timed``) the kernel's orders with a latency between a tile's turns
 (an addition completes and is counted before the next may add), for the two ways the kernel has counted:
 by the consumer warp group itself, which holds its next step (v10's first build), or by a writer warp of
-its own (the second).
+its own (the second); and (``grid_makespan``) the causal grid alone as a list schedule, by the order its
+programs start in.
 
     python benchmarks/det_order_sim.py [--tokens 2048 8192 16384] [--json out.json]
 """
@@ -173,6 +174,43 @@ def latency_rows(n_tokens: int, counts=(0.25, 0.5, 1.0, 2.0, 3.0), stall: float 
     return rows
 
 
+GRID_SHAPES = [  # (name, K/V heads, tokens, query heads per K/V head): bwd_dq_layout.py's causal shapes
+    ("GQA 32/8, 8K", 8, 8192, 4), ("MHA 32, 16K (D = 64)", 32, 16384, 1), ("MHA 16, 16K (D = 128)", 16, 16384, 1)]
+GRID_ORDERS = ("head by head, last first", "head first, last first", "head by head, first first",
+               "head first, first first")
+
+
+def grid_makespan(heads: int, n_tokens: int, group: int, order: str, sms: int = 132) -> float:
+    """The causal backward's grid as a list schedule (no turns, no latency): programs (K/V head, key block)
+    of ``group`` query heads each, a key block's walk ``group``·(its query blocks) steps, started in
+    ``order`` on whichever of ``sms`` SMs (one program each) frees first. Returns the makespan over a
+    perfect balance (total steps / sms). Orders: "head by head, last first" (the deterministic kernel's:
+    inside a head, key blocks last first), "head first, last first" (every head's last key block first),
+    "head by head, first first" (the longest walks first: the default kernel's order on large grids) and
+    "head first, first first" (the default kernel's order on small ones, ``heads_first_default``)."""
+    import heapq
+
+    lengths = [group * len(b) for b in walks(n_tokens, True)]
+    nb = len(lengths)
+    if order == GRID_ORDERS[0]:
+        seq = [(h, n) for h in range(heads) for n in reversed(range(nb))]
+    elif order == GRID_ORDERS[1]:
+        seq = [(h, n) for n in reversed(range(nb)) for h in range(heads)]
+    elif order == GRID_ORDERS[2]:
+        seq = [(h, n) for h in range(heads) for n in range(nb)]
+    elif order == GRID_ORDERS[3]:
+        seq = [(h, n) for n in range(nb) for h in range(heads)]
+    else:
+        raise ValueError(f"grid_makespan takes an order of {GRID_ORDERS}, got {order!r}")
+    free = [0.0] * sms
+    end = 0.0
+    for _, n in seq:
+        t = heapq.heappop(free)
+        end = max(end, t + lengths[n])
+        heapq.heappush(free, t + lengths[n])
+    return end / (heads * sum(lengths) / sms)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tokens", type=int, nargs="+", default=[2048, 8192, 16384])
@@ -209,8 +247,16 @@ def main(argv=None) -> int:
     for r in timed:
         print(f"| {r['tokens']} | {r['causal']} | {r['order']} | {r['scheme']} | {r['count']:g} | {r['stall']:g} | "
               f"{r['vs_none']:.2f} |")
+    grid = [dict(shape=name, order=o, vs_balance=grid_makespan(h, n, g, o))
+            for name, h, n, g in GRID_SHAPES for o in GRID_ORDERS]
+    print("\nThe grid alone (causal walks, one program per SM on 132 SMs, no turns): makespan over a perfect "
+          "balance, by the order the programs start in:\n")
+    print("| shape | order | × balance |")
+    print("|---|---|---|")
+    for r in grid:
+        print(f"| {r['shape']} | {r['order']} | {r['vs_balance']:.3f} |")
     if args.json:
-        args.json.write_text(json.dumps({"orders": rows, "latency": timed}, indent=1))
+        args.json.write_text(json.dumps({"orders": rows, "latency": timed, "grid": grid}, indent=1))
     return 0
 
 
