@@ -96,5 +96,9 @@ def test_grid_model_and_the_notes_quote_it():
         if r["Hkv"] == 8 and "ms" in r:
             best[r["layout"]] = min(best.get(r["layout"], float("inf")), r["ms"])
     assert f"(measured {best['default-hm'] / best['default']:.2f}×)" in notes
+    split = [sim.grid_makespan(h, 8192, g, sim.GRID_ORDERS[0]) / sim.grid_makespan(h, 8192, g, sim.GRID_ORDERS[3])
+             for h, g in ((16, 2), (32, 1))]
+    assert (f"the deterministic order's makespan falls from {det / hf_lpt:.2f}× to {split[0]:.2f}× the default's; "
+            f"one query head per program, {split[1]:.2f}×") in notes
     with pytest.raises(ValueError, match="order"):
         sim.grid_makespan(8, 8192, 4, "random")
