@@ -11,7 +11,8 @@ Variants (all causal, bfloat16, 16K tokens, H·D = 2048, D ∈ {64, 128}):
 Providers:
 
 * ``attnlab`` / ``attnlab-det``: ``attnlab.flash_attention`` (``flash_attention_varlen`` for varlen), the
-  second with ``deterministic=True`` (fwd+bwd only; ``--det-kernel`` picks its backward for a run);
+  second with ``deterministic=True`` (fwd+bwd only; ``--det-kernel`` picks its backward for a run,
+  ``--packed-kernel`` the backward of packed batches);
 * ``flex``: ``torch.compile(flex_attention)`` with a block mask (window, causal, documents) made
   beforehand and a ``score_mod`` (softcap, ALiBi);
 * ``sdpa-*``: ``scaled_dot_product_attention``'s best routes: a boolean mask (window) or a float bias
@@ -300,6 +301,11 @@ def bench(args) -> list[dict]:
         from attnlab.gpu import prefill_gluon_bwd
 
         prefill_gluon_bwd.DETERMINISTIC = det_kernel == "gluon"
+    packed_kernel = getattr(args, "packed_kernel", "library")
+    if packed_kernel != "library":  # the switch packed batches' backward calls read as they run
+        from attnlab.gpu import prefill_gluon_bwd
+
+        prefill_gluon_bwd.PACKED = packed_kernel == "gluon"
     rows = []
     for cfg in grid(args.D, args.variants, args.passes, args.quick):
         cfg["dtype"] = dtype
@@ -312,6 +318,8 @@ def bench(args) -> list[dict]:
             row.update(provider=prov, pairs=pairs)
             if prov == "attnlab-det":
                 row["det_kernel"] = det_kernel
+            if cfg["variant"] == "varlen" and prov.startswith("attnlab"):
+                row["packed_kernel"] = packed_kernel
             try:
                 fn = PROVIDERS[prov](cfg, device)
                 row["ms"] = time_fn(fn, device=device)
@@ -467,6 +475,9 @@ def main(argv=None) -> int:
     b.add_argument("--det-kernel", choices=["library", "gluon", "triton"], default="library",
                    help="the backward of deterministic calls (attnlab-det): the library's choice, the Gluon "
                         "kernel's ordered dQ additions, or the Triton kernels")
+    b.add_argument("--packed-kernel", choices=["library", "gluon", "triton"], default="library",
+                   help="the backward of packed batches (varlen): the library's choice, the Gluon kernel's "
+                        "packed build (Hopper), or the Triton kernels")
     r = sub.add_parser("report")
     r.add_argument("files", nargs="+")
     args = p.parse_args(argv)

@@ -626,6 +626,106 @@ def test_gpu_alibi_autograd_takes_the_gluon_backward_by_default(B, H, Hkv, N, D,
     _check_grads(q, k, v, do, grads, causal, D ** -0.5, slopes=slopes)
 
 
+PACKED_CASES = [  # lens_q, lens_k, H, Hkv, D, causal: empty sequences, one query, len_q != len_k, 64/128 edges
+    ([0, 17, 333, 1, 200, 129], [5, 17, 200, 0, 400, 129], 4, 2, 128, True),
+    ([64, 1000, 63, 65, 1], [64, 1000, 63, 65, 1], 4, 4, 128, True),
+    ([300, 1, 0, 700, 128], [120, 200, 90, 700, 256], 2, 1, 64, False),
+    ([257, 1792, 511], [257, 1792, 511], 4, 1, 64, True),
+]
+
+
+@pytest.mark.gpu
+@on_hopper
+@pytest.mark.parametrize("dq_shared,dq_lag,stages", [(False, 0, 2), (True, 0, 2), (False, 1, 2), (False, 0, 3)])
+@pytest.mark.parametrize("lens_q,lens_k,H,Hkv,D,causal", PACKED_CASES)
+def test_gpu_gluon_backward_packed_batch(lens_q, lens_k, H, Hkv, D, causal, dq_shared, dq_lag, stages, monkeypatch):
+    """A packed batch (cu_seqlens) on the Gluon backward (which must be the kernel that ran): each sequence's
+    gradients as the oracle's on that sequence alone, every element written (the outputs start as NaN), none
+    of a sequence's keys or rows touched by another's programs; int64 lengths give the same bits."""
+    from attnlab.reference import attention_ref_varlen
+
+    if GB.smem_bytes(D, stages, 1, False, dq_lag) > GB.SMEM_LIMIT:
+        pytest.skip("more shared memory than a block has")
+    gen = torch.Generator(device=DEV).manual_seed(sum(lens_q) * 3 + D)
+    dtype = torch.bfloat16
+    q = torch.randn(sum(lens_q), H, D, dtype=dtype, device=DEV, generator=gen)
+    k, v = (torch.randn(sum(lens_k), Hkv, D, dtype=dtype, device=DEV, generator=gen) for _ in range(2))
+    do = torch.randn(q.shape, dtype=dtype, device=DEV, generator=gen)
+    cu = [torch.tensor([0] + torch.tensor(n).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
+          for n in (lens_q, lens_k)]
+    mask, scale = Mask(-1, 0 if causal else -1), D ** -0.5
+    max_seqlen = (max(lens_q), max(lens_k))
+    out, lse = prefill_forward(q, k, v, mask=mask, scale=scale, cu_seqlens=cu, max_seqlen=max_seqlen)
+    monkeypatch.setattr(GB, "PACKED", True)  # (off by default until this test passes on a GPU)
+    calls = []
+    real = GB.gluon_backward
+    monkeypatch.setattr(GB, "gluon_backward", lambda *a, **kw: calls.append(kw["cu_seqlens"]) or real(*a, **kw))
+    runs = []
+    for cu_run in (cu, [c.long() for c in cu]):
+        grads = [torch.full_like(t, float("nan")) for t in (q, k, v)]
+        prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, cu_seqlens=cu_run, max_seqlen=max_seqlen,
+                         config=_gluon_cfg(stages, 1, False, dq_shared, dq_lag), dq=grads[0], dk=grads[1], dv=grads[2])
+        runs.append(grads)
+    assert len(calls) == 2 and all(c is not None for c in calls), "the Gluon backward did not take the packed batch"
+    refs = []
+    for dt in (torch.float64, dtype):
+        qq, kk, vv = (t.detach().to(dt).requires_grad_() for t in (q, k, v))
+        o, _ = attention_ref_varlen(qq, kk, vv, *cu, causal=causal, scale=scale)
+        refs.append(torch.autograd.grad(o, (qq, kk, vv), do.to(dt)))
+    for name, g, r64, same in zip(("dq", "dk", "dv"), runs[0], *refs):
+        assert not torch.isnan(g).any(), f"{name}: NaN (an element was not written)"
+        e, e_ref = _err(g, r64), _err(same, r64)
+        assert within_criterion(e, e_ref, r64, g.dtype), (name, e, e_ref)
+    for a, b in zip(*runs):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+@needs_gluon
+def test_packed_batches_build_for_sm90_and_route_to_the_gluon_backward(monkeypatch):
+    """The packed-batch build (VARLEN) compiles for sm_90 with the dense build's TMA loads, wgmmas and register
+    split, and without spills at D = 64; ``prefill_backward`` sends a packed causal or non-causal batch to it
+    (with cu_seqlens and the longest sequence's keys) where ``PACKED`` is set, and windows, ALiBi, softcap and
+    deterministic packed calls to the Triton kernels; ``PACKED`` off (the default until the build has run on a
+    GPU) sends every packed batch there."""
+    dense, packed = sm90_reports("prefill_gluon_bwd", [dict(D=64, dtype="bfloat16", causal=True, dq_perm=False, lse_tma=False),
+                                                       dict(D=64, dtype="bfloat16", causal=True, varlen=True)])
+    for key in ("tma_loads", "wgmma", "tma_reduces", "setmaxnreg", "smem_kb"):
+        assert packed[key] == dense[key], key
+    assert packed.get("stack") in (0, None)
+    calls = []
+
+    def stub(q, k, v, do, lse2, delta, dq, dk, dv, **kw):
+        calls.append(kw)
+        for g in (dq, dk, dv):
+            g.zero_()
+
+    monkeypatch.setattr(GB, "gluon_backward", stub)
+    monkeypatch.setattr(GB, "HAVE_TMA_REDUCE", True)
+    monkeypatch.setattr(G, "gluon_supported", lambda *a: True)
+    monkeypatch.setattr(PB, "tma_ok", lambda *a: True)
+    monkeypatch.setattr(GB, "PACKED", True)
+    gen = torch.Generator(device=DEV).manual_seed(5)
+    lens = [3, 0, 20, 9]
+    cu = torch.tensor([0, 3, 3, 23, 32], dtype=torch.int32, device=DEV)
+    q, do, out = (torch.randn(sum(lens), 4, 64, dtype=torch.float16, device=DEV, generator=gen) for _ in range(3))
+    k, v = (torch.randn(sum(lens), 2, 64, dtype=torch.float16, device=DEV, generator=gen) for _ in range(2))
+    lse = torch.randn(4, sum(lens), device=DEV, generator=gen)
+    common = dict(scale=0.125, cu_seqlens=(cu, cu), max_seqlen=(20, 20), config=_gluon_cfg(dq_shared=True))
+    for mask, right in ((Mask(-1, 0), 0), (Mask(-1, -1), None), (Mask(-1, 3), 3)):
+        calls.clear()
+        prefill_backward(do, q, k, v, out, lse, mask=mask, **common)
+        assert len(calls) == 1 and calls[0]["causal_off"] == right and calls[0]["max_seqlen_k"] == 20
+        assert calls[0]["cu_seqlens"][0] is cu and calls[0].get("win_off") is None
+    for extra in (dict(mask=Mask(5, 0)), dict(mask=Mask(-1, 0), softcap=3.0), dict(mask=Mask(-1, 0), deterministic=True),
+                  dict(mask=Mask(-1, 0), slopes=torch.rand(4, 4, device=DEV))):
+        calls.clear()
+        prefill_backward(do, q, k, v, out, lse, **extra, **common)
+        assert calls == [], extra
+    monkeypatch.setattr(GB, "PACKED", False)
+    prefill_backward(do, q, k, v, out, lse, mask=Mask(-1, 0), **common)
+    assert calls == [] and GB.PACKED is False
+
+
 @pytest.mark.gpu
 @on_hopper
 @pytest.mark.parametrize("D", [64, 128])

@@ -411,7 +411,10 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
         from . import prefill_gluon_bwd
         from .prefill_gluon import gluon_supported
 
-        plain = (cu_seqlens is None and softcap is None
+        packed_ok = cu_seqlens is None or (prefill_gluon_bwd.PACKED and mask.left < 0 and slopes is None
+                                           and not deterministic  # packed batches: causal or not
+                                           and max(B * Hkv, -(-n_keys // 128)) <= 65535)  # (the grid's axes)
+        plain = (packed_ok and softcap is None
                  # ordered dQ additions: whole tiles (dq_split 1), where DETERMINISTIC is set
                  and not (deterministic and (not prefill_gluon_bwd.DETERMINISTIC or cfg.dq_split != 1))
                  and not (slopes is not None and mask.right > 0)  # ALiBi: a causal edge at the diagonal or none
@@ -426,7 +429,7 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
     # D_i = rowsum(dO ∘ O) − dL_i and L in log2 units (+inf for empty rows), (B, H, Nq); for the Gluon kernel
     # each head's rows padded to whole query blocks (its loader brings them by TMA, 64 rows at a time)
     rows = Nq
-    if cfg.gluon:
+    if cfg.gluon and cu_seqlens is None:  # (packed batches: the Gluon kernel loads them without TMA)
         from .prefill_gluon_bwd import lse_rows
 
         rows = lse_rows(Nq)
@@ -441,6 +444,12 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
     if cfg.gluon:  # bottom-right aligned, as in the forward (ALiBi's offset too: Nk − Nq)
         from .prefill_gluon_bwd import gluon_backward
 
+        if cu_seqlens is not None:  # each sequence's diagonal: the kernel adds its len_k − len_q to the edge
+            gluon_backward(q, k, v, do, lse2, delta, dq, dk, dv, scale=scale, stages=cfg.stages1,
+                           dq_split=cfg.dq_split, dq_atomic=cfg.dq_atomic, dq_shared=cfg.dq_shared, dq_lag=cfg.dq_lag,
+                           causal_off=mask.right if mask.right >= 0 else None, cu_seqlens=(cu_q, cu_k),
+                           max_seqlen_k=n_keys)
+            return _unpack(dq, dk, dv, cu_seqlens)
         gluon_backward(q, k, v, do, lse2, delta, dq, dk, dv, scale=scale, stages=cfg.stages1, dq_split=cfg.dq_split,
                        dq_atomic=cfg.dq_atomic, dq_shared=cfg.dq_shared, dq_lag=cfg.dq_lag,
                        causal_off=Nk - Nq + mask.right if mask.right >= 0 else None,

@@ -167,6 +167,11 @@ LSE_BY_TMA = True
 # backward's speed, the Triton kernels 0.75-0.82x; numbered head first, a wave held every head's dQ tiles
 # (run 8: 0.57-0.69x on the causal rows, 0.82-0.88x on the others).
 DETERMINISTIC = True
+# packed batches (cu_seqlens) on this kernel, causal or not (no window, ALiBi or deterministic calls: those run
+# the Triton kernels). Off: on an H200 its first calls (D = 128, causal, dQ shared) stopped on an illegal
+# instruction, before any gradient could be compared; benchmarks/packed_probe.py runs the cases that tell its
+# parts apart, each in a process of its own. Until it passes there, packed batches run the Triton kernels.
+PACKED = False
 BWD_SUB_N = 64  # keys per consumer warp group
 # registers per thread of the second consumer warp group (setmaxnreg); the loader's warp group keeps 24 and
 # the first consumer takes the rest of the register file (248 at 232: the sm_90 PTX). At 240 the two
@@ -178,27 +183,30 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _bwd_loader(desc_q, desc_do, desc_k, desc_v, desc_lse, desc_dl, k_smem, v_smem, q_smem, do_smem, lse_smem,
-                    dl_smem, kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, G, H, Nq, start_n, m_lo, n_m, rot):
+                    dl_smem, kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, G, H, nq_rows, start_n, m_lo, n_m,
+                    rot):
         """One warp: the consumers' K and V slices once, then (Qᵢ, dOᵢ) for step t = (head g, block) into
         ring slot t % STAGES, each slot refilled once both consumers have released it; with LSE_TMA (a
-        64-row lse_smem) the rows' L₂ and Dᵢ beside Qᵢ and dOᵢ, from buffers of whole query blocks per head."""
+        64-row lse_smem) the rows' L₂ and Dᵢ beside Qᵢ and dOᵢ, from buffers of whole query blocks per head
+        (``nq_rows``: a head's rows, Nq, or the packed batch's total)."""
         NC: gl.constexpr = k_smem.shape[0]
         SUB_N: gl.constexpr = k_smem.shape[3]
         BLOCK_M: gl.constexpr = q_smem.shape[3]
         STAGES: gl.constexpr = q_smem.shape[0]
         LSE_TMA: gl.constexpr = lse_smem.shape[1] == BLOCK_M
         bar = kv_bar.index(0)
-        mbarrier.expect(bar, NC * (desc_k.block_type.nbytes + desc_v.block_type.nbytes))
-        for c in gl.static_range(NC):
-            _tma_load(desc_k, [b, hk, start_n + c * SUB_N, 0], bar, k_smem.index(c))
-            _tma_load(desc_v, [b, hk, start_n + c * SUB_N, 0], bar, v_smem.index(c))
+        if n_m > 0:  # (no step, no use of K and V: the consumers do not wait for them)
+            mbarrier.expect(bar, NC * (desc_k.block_type.nbytes + desc_v.block_type.nbytes))
+            for c in gl.static_range(NC):
+                _tma_load(desc_k, [b, hk, start_n + c * SUB_N, 0], bar, k_smem.index(c))
+                _tma_load(desc_v, [b, hk, start_n + c * SUB_N, 0], bar, v_smem.index(c))
         for t in range(G * n_m):
             slot = t % STAGES
             h = hk * G + t // n_m
             m0 = m_lo + ((t % n_m + rot) % n_m) * BLOCK_M  # each key block starts at its own query block
             if t >= STAGES:
                 mbarrier.wait(q_empty.index(slot), ((t // STAGES) - 1) & 1)
-            row = (b * H + h) * (gl.cdiv(Nq, BLOCK_M) * BLOCK_M) + m0  # this block's first row of L₂ and D
+            row = (b * H + h) * (gl.cdiv(nq_rows, BLOCK_M) * BLOCK_M) + m0  # this block's first row of L₂ and D
             if LSE_TMA:
                 mbarrier.expect(q_ready.index(slot), desc_q.block_type.nbytes + desc_lse.block_type.nbytes)
                 _tma_load(desc_lse, [row], q_ready.index(slot), lse_smem.index(slot))
@@ -229,7 +237,7 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _bwd_dq(u, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n, win_off, m_lo,
-                n_m, rot, Nq, sm_scale,
+                n_m, rot, Nq, nq_rows, sm_scale,
                 PART: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ATOMIC: gl.constexpr, DQ_SHARED: gl.constexpr,
                 ABLATE: gl.constexpr, DQ_PERM: gl.constexpr, DET: gl.constexpr):
         """Step u's dQᵢ = dS K over all 128 keys of the block, by warp group u % 2 (they take turns) or by
@@ -251,7 +259,7 @@ if HAVE_GLUON:
         NBUF: gl.constexpr = dq_smem.shape[0]  # staging buffers
         h = hk * G + u // n_m
         m0 = m_lo + ((u % n_m + rot) % n_m) * BLOCK_M
-        row0 = (b * H + h).to(gl.int64) * Nq
+        row0 = (b * H + h).to(gl.int64) * nq_rows
         my_turn = parity == PART
         if DQ_SHARED:
             my_turn = parity < 2
@@ -389,7 +397,8 @@ if HAVE_GLUON:
     def _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
-                      SLOPES, stride_sb, stride_sh, PART: gl.constexpr, CAUSAL: gl.constexpr):
+                      SLOPES, stride_sb, stride_sh, nq_rows, DK, DV, stride_dkh, stride_dkn, PART: gl.constexpr,
+                      CAUSAL: gl.constexpr):
         """One warp group: keys start_n + PART·64 .. +63. Accumulates dK, dV of its keys over every step,
         shares each step's dSᵀ with the other warp group through a ring of NSLOT tiles and makes its share
         of the dQ products (``_bwd_dq``), DQ_LAG steps behind its own dSᵀ; writes dK·scale, dV by TMA.
@@ -411,6 +420,7 @@ if HAVE_GLUON:
         ALIBI: gl.constexpr = flags.shape[4] == 2  # the ALiBi bias on the scores
         DQ_PERM: gl.constexpr = flags.shape[5] >= 2  # dQ tiles in the accumulator's register order
         DET: gl.constexpr = flags.shape[5] == 4  # key blocks add into each dQ tile in their order (SEM)
+        VARLEN: gl.constexpr = flags.shape[6] == 2  # a packed batch: this program's sequence ends at Nq, Nk
         LSE_TMA: gl.constexpr = lse_smem.shape[1] == BLOCK_M  # L₂ and Dᵢ in the ring (else loaded here)
         EXCHANGE: gl.constexpr = not (ABLATE == 3 or ABLATE == 4)  # (measurement only: 3, 4 have none)
         dtype: gl.constexpr = desc_dk.dtype
@@ -436,15 +446,16 @@ if HAVE_GLUON:
         # (ALiBi) the bias's diagonal is key j = row i + off, off = Nk − Nq (bottom-right, as the masks)
         kd = kc0 - (Nk - Nq)
         koff = offs_k - (Nk - Nq)  # j − off
-        mbarrier.wait(kv_bar.index(0), 0)
-
         n_steps = G * n_m
+        if n_steps > 0:  # (none: dK = dV = 0, and the loader brought no K, V)
+            mbarrier.wait(kv_bar.index(0), 0)
+
         for t in range(n_steps):
             slot = t % STAGES
             phase = (t // STAGES) & 1
             h = hk * G + t // n_m
             m0 = m_lo + ((t % n_m + rot) % n_m) * BLOCK_M  # each key block starts at its own query block
-            row0 = (b * H + h).to(gl.int64) * Nq  # this head's rows of L₂ and D
+            row0 = (b * H + h).to(gl.int64) * nq_rows  # this head's rows of L₂ and D
             offs_q = m0 + offs_qs
             # -- Sᵀ = K_c Qᵢᵀ and dPᵀ = V_c dOᵢᵀ, both in flight
             mbarrier.wait(q_ready.index(slot), phase)
@@ -525,16 +536,18 @@ if HAVE_GLUON:
             # -- the dQ product of step t − DQ_LAG (its other half of dSᵀ has had DQ_LAG steps to arrive)
             if EXCHANGE and DQ_LAG == 0:
                 _bwd_dq(t, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n,
-                        win_off, m_lo, n_m, rot, Nq, sm_scale, PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM, DET)
+                        win_off, m_lo, n_m, rot, Nq, nq_rows, sm_scale, PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE,
+                        DQ_PERM, DET)
             elif EXCHANGE:
                 if t >= DQ_LAG:
                     _bwd_dq(t - DQ_LAG, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H,
-                            start_n, win_off, m_lo, n_m, rot, Nq, sm_scale,
+                            start_n, win_off, m_lo, n_m, rot, Nq, nq_rows, sm_scale,
                             PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM, DET)
         if EXCHANGE and DQ_LAG > 0:  # the last DQ_LAG steps' products
             for u in range(gl.maximum(n_steps - DQ_LAG, 0), n_steps):
                 _bwd_dq(u, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n,
-                        win_off, m_lo, n_m, rot, Nq, sm_scale, PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM, DET)
+                        win_off, m_lo, n_m, rot, Nq, nq_rows, sm_scale, PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE,
+                        DQ_PERM, DET)
 
         # -- epilogue: dK·scale and dV through this warp group's K and V buffers, once the last dQ products
         #    (the other warp group's too) have read K: the last use of every ring slot is freed
@@ -543,63 +556,74 @@ if HAVE_GLUON:
                 if n_steps >= i + 1:
                     u = n_steps - 1 - i
                     mbarrier.wait(ds_bars.index(NSLOT + u % NSLOT), (u // NSLOT) & 1)
-        k.store((dk * sm_scale).to(dtype))
-        v.store(dv.to(dtype))
-        fence_async_shared()
-        _tma_store(desc_dk, [b, hk, kc0, 0], k_tile)  # rows past Nk are clipped
-        _tma_store(desc_dv, [b, hk, kc0, 0], v_tile)
-        tma.store_wait(0)
+        # the sequence's last key block (a TMA box would write into the next one's rows), decided for the whole
+        # block, so that both consumer warp groups take the same path (the dense kernel never splits them)
+        if VARLEN and start_n + 2 * SUB_N > Nk:
+            rk = kc0 + gl.arange(0, SUB_N, layout=gl.SliceLayout(1, acc_layout))
+            cd = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, acc_layout))
+            offs = hk * stride_dkh + rk[:, None].to(gl.int64) * stride_dkn + cd[None, :]
+            keep = (rk[:, None] < Nk) & (cd[None, :] < HEAD_D)
+            gl.store(DK + offs, (dk * sm_scale).to(dtype), mask=keep)
+            gl.store(DV + offs, dv.to(dtype), mask=keep)
+        else:
+            k.store((dk * sm_scale).to(dtype))
+            v.store(dv.to(dtype))
+            fence_async_shared()
+            _tma_store(desc_dk, [b, hk, kc0, 0], k_tile)  # rows past Nk are clipped
+            _tma_store(desc_dv, [b, hk, kc0, 0], v_tile)
+            tma.store_wait(0)
 
     @gluon.jit
     def _bwd_consumer_0_causal(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                                kv_bar, q_ready, do_ready, q_empty, do_empty,
                                b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
-                               SLOPES, stride_sb, stride_sh):
+                               SLOPES, stride_sb, stride_sh, nq_rows, DK, DV, stride_dkh, stride_dkn):
         _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
-                      SLOPES, stride_sb, stride_sh, 0, True)
+                      SLOPES, stride_sb, stride_sh, nq_rows, DK, DV, stride_dkh, stride_dkn, 0, True)
 
     @gluon.jit
     def _bwd_consumer_0_full(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                              kv_bar, q_ready, do_ready, q_empty, do_empty,
                              b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
-                             SLOPES, stride_sb, stride_sh):
+                             SLOPES, stride_sb, stride_sh, nq_rows, DK, DV, stride_dkh, stride_dkn):
         _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
-                      SLOPES, stride_sb, stride_sh, 0, False)
+                      SLOPES, stride_sb, stride_sh, nq_rows, DK, DV, stride_dkh, stride_dkn, 0, False)
 
     @gluon.jit
     def _bwd_consumer_1_causal(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                                kv_bar, q_ready, do_ready, q_empty, do_empty,
                                b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
-                               SLOPES, stride_sb, stride_sh):
+                               SLOPES, stride_sb, stride_sh, nq_rows, DK, DV, stride_dkh, stride_dkn):
         _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
-                      SLOPES, stride_sb, stride_sh, 1, True)
+                      SLOPES, stride_sb, stride_sh, nq_rows, DK, DV, stride_dkh, stride_dkn, 1, True)
 
     @gluon.jit
     def _bwd_consumer_1_full(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                              kv_bar, q_ready, do_ready, q_empty, do_empty,
                              b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
-                             SLOPES, stride_sb, stride_sh):
+                             SLOPES, stride_sb, stride_sh, nq_rows, DK, DV, stride_dkh, stride_dkn):
         _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
-                      SLOPES, stride_sb, stride_sh, 1, False)
+                      SLOPES, stride_sb, stride_sh, nq_rows, DK, DV, stride_dkh, stride_dkn, 1, False)
 
     @gluon.jit
     def _attn_bwd_gluon_ws(desc_q, desc_do, desc_k, desc_v, desc_dk, desc_dv, desc_dq, desc_lse, desc_dl, DQ, SEM, LSE2,
                            DELTA,
                            H, G, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, SLOPES, stride_sb, stride_sh,
+                           CU_Q, CU_K, DK, DV, stride_dkh, stride_dkn,
                            HEAD_D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                            CONSUMER_REGS: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ATOMIC: gl.constexpr,
                            DQ_SHARED: gl.constexpr, ROTATE: gl.constexpr, HEADS_FIRST: gl.constexpr = False,
                            DQ_LAG: gl.constexpr = 0, ABLATE: gl.constexpr = 0, ALIBI: gl.constexpr = False,
                            DQ_PERM: gl.constexpr = False, LSE_TMA: gl.constexpr = False, DET: gl.constexpr = False,
-                           DET_LAST_FIRST: gl.constexpr = True):
+                           DET_LAST_FIRST: gl.constexpr = True, VARLEN: gl.constexpr = False):
         """Grid (key blocks of 128, B·Hkv), or the reverse with HEADS_FIRST. Descriptors over
         (B, H|Hkv, N, D) with blocks [1, 1, 64, D]; DQ (B, H, Nq, D) float32, zeroed by the caller; LSE2,
         DELTA (B, H, Nq) from the preprocessing kernel. ALIBI: SLOPES float32, head h of batch b's slope at
@@ -610,8 +634,12 @@ if HAVE_GLUON:
         multiple of 64: ``lse_rows``; else LSE2 and DELTA are (B, H, Nq) contiguous). DET (with DQ_PERM): SEM
         is int32, SEM_TILE0 counters of the waits and one per dQ tile, zeroed by the caller; each tile's
         additions are made in a fixed order (``_turn``; the deterministic backward; ROTATE off), by a dQ writer
-        warp. Two consumer warp groups of
-        4 warps (64 keys each), one loader warp and (DET) one writer warp."""
+        warp. VARLEN: a packed batch — q, do (1, H, total_q, D), k, v, dk, dv (1, Hkv, total_k, D), CU_Q, CU_K the
+        int32 cumulative lengths, program (key block, sequence · Hkv); Nq, Nk the totals, causal_off the mask's
+        right edge (each sequence's diagonal is bottom-right aligned on its own); the last key block of a
+        sequence stores dK, dV by masked stores into DK, DV (strides stride_dkh, stride_dkn; else None). LSE_TMA off
+        (a sequence's query blocks start at any row: 1-D TMA boxes must start 16-byte aligned).
+        Two consumer warp groups of 4 warps (64 keys each), one loader warp and (DET) one writer warp."""
         NC: gl.constexpr = 2
         SUB_N: gl.constexpr = 64
         BLOCK_M: gl.constexpr = 64
@@ -628,14 +656,27 @@ if HAVE_GLUON:
         Hkv = H // G
         b = bhk // Hkv
         hk = bhk % Hkv
-        start_n = pid_n * BLOCK_N
-        # -- query rows that see some key of this block: [m_lo, m_end), in steps of BLOCK_M
-        if CAUSAL:
-            m_lo = (gl.maximum(start_n - causal_off, 0) // BLOCK_M) * BLOCK_M
+        nq_rows = Nq  # a head's rows of L₂, D and the dQ buffer
+        if VARLEN:  # sequence b: rows [q_base, Nq) and keys [k_base, Nk) of the packed tensors (batch 0)
+            q_base = gl.load(CU_Q + b)
+            k_base = gl.load(CU_K + b)
+            Nq = gl.load(CU_Q + b + 1)
+            Nk = gl.load(CU_K + b + 1)
+            causal_off = causal_off + Nk - Nq  # key j sees row i iff j − k_base <= i − q_base + right + len_k − len_q
+            b = 0
         else:
-            m_lo = 0
+            q_base = 0
+            k_base = 0
+        start_n = k_base + pid_n * BLOCK_N
+        # -- query rows that see some key of this block: [m_lo, m_end), in steps of BLOCK_M from q_base
+        if CAUSAL:
+            m_lo = q_base + (gl.maximum(start_n - causal_off - q_base, 0) // BLOCK_M) * BLOCK_M
+        else:
+            m_lo = q_base
         m_end = gl.minimum(gl.maximum(start_n + BLOCK_N - win_off, 0), Nq)  # NO_WINDOW: Nq
         n_m = gl.maximum(gl.cdiv(m_end - m_lo, BLOCK_M), 0)
+        if VARLEN:  # past this sequence's keys (the grid is sized by the longest): no step, no load, no store
+            n_m = gl.where(start_n < Nk, n_m, 0)
         if ROTATE:  # key blocks start their walk at different query blocks: their dQ additions spread out
             rot = pid_n % gl.maximum(n_m, 1)
         else:
@@ -670,8 +711,9 @@ if HAVE_GLUON:
                                                 desc_dq.layout)
         flags = gl.allocate_shared_memory(gl.int8, [DQ_SPLIT, (1 + DQ_ATOMIC) << (2 * DQ_SHARED), 1 << ABLATE,
                                                     1 << DQ_LAG, 1 + ALIBI,
-                                                    (1 + (DQ_PERM and not DQ_ATOMIC)) * (1 + (DET and DQ_PERM and not DQ_ATOMIC))],
-                                          gl.SwizzledSharedLayout(1, 1, 1, [5, 4, 3, 2, 1, 0]))
+                                                    (1 + (DQ_PERM and not DQ_ATOMIC)) * (1 + (DET and DQ_PERM and not DQ_ATOMIC)),
+                                                    1 + VARLEN],
+                                          gl.SwizzledSharedLayout(1, 1, 1, [6, 5, 4, 3, 2, 1, 0]))
         q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         q_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -695,9 +737,11 @@ if HAVE_GLUON:
         consumer_args = (desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                          kv_bar, q_ready, do_ready, q_empty, do_empty,
                          b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
-                         SLOPES, stride_sb, stride_sh)  # (None without ALiBi: no arguments of the partitions)
+                         SLOPES, stride_sb, stride_sh,  # (None without ALiBi: no arguments of the partitions)
+                         nq_rows, DK, DV, stride_dkh, stride_dkn)  # (the last four None unless VARLEN)
         loader_args = (desc_q, desc_do, desc_k, desc_v, desc_lse, desc_dl, k_smem, v_smem, q_smem, do_smem, lse_smem,
-                       dl_smem, kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, G, H, Nq, start_n, m_lo, n_m, rot)
+                       dl_smem, kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, G, H, nq_rows, start_n, m_lo, n_m,
+                       rot)
         writer_args = (desc_dq, SEM, dq_smem, ds_smem, ds_bars, b, hk, G, H, Nq, Nk, start_n, m_lo, n_m, causal_off,
                        win_off)
         # a partition's arguments lose their constexpr-ness: the key slice and the mask are baked into wrappers
@@ -804,7 +848,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
                    dq_atomic: bool = False, dq_shared: bool = False, rotate: bool | None = None,
                    heads_first: bool | None = None, win_off: int | None = None,
                    consumer_regs: int = BWD_CONSUMER_REGS, dq_lag: int = 0, slopes: torch.Tensor | None = None,
-                   deterministic: bool = False, _ablate: int = 0, _sem_out: list | None = None,
+                   deterministic: bool = False, cu_seqlens: tuple[torch.Tensor, torch.Tensor] | None = None,
+                   max_seqlen_k: int | None = None, _ablate: int = 0, _sem_out: list | None = None,
                    _det_last_first: bool = True) -> None:
     """Run the Gluon backward: q, do (B, H, Nq, D); k, v (B, Hkv, Nk, D); ``lse2``, ``delta`` (B, H, Nq)
     float32 from ``prefill_bwd``'s preprocessing kernel (L in log2 units, +inf on empty rows; D_i), read
@@ -827,7 +872,12 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     are bit-identical run to run (with the register-order dQ tiles, ``DQ_PERMUTED``, and TMA reductions;
     ``_sem_out``, a list, receives the counters: ``sem_stats`` reads them; ``_det_last_first`` False,
     measurement only: causal key blocks launched first first, so a turn may wait for a program launched
-    after it, which is safe only while one head's key blocks all fit on the GPU at once). ``_ablate`` (measurement only, wrong gradients): leave stages out, as
+    after it, which is safe only while one head's key blocks all fit on the GPU at once). ``cu_seqlens``: a
+    packed batch, (cu_q, cu_k) int32 cumulative lengths on q's device, with q, do (1, H, total_q, D) and k, v,
+    dk, dv (1, Hkv, total_k, D) (``prefill_bwd.packed_as_bhnd`` views), ``max_seqlen_k`` the longest
+    sequence's keys (the grid), ``causal_off`` the mask's right edge (None: no causal mask; each sequence's
+    diagonal bottom-right aligned on its own); no window, ALiBi or ``deterministic``; dQ in row order.
+    ``_ablate`` (measurement only, wrong gradients): leave stages out, as
     ``benchmarks/bwd_gluon_ablation.py`` lists. No input checks beyond the tiles (``gluon_supported`` and
     the public entry points do them)."""
     B, H, Nq, D = q.shape
@@ -835,6 +885,12 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         raise ValueError("the Gluon backward takes ALiBi with a causal right edge at the diagonal only "
                          f"(causal_off {causal_off}, Nk − Nq {k.shape[2] - Nq}): a band past it runs the Triton kernels")
     _check_tiles(D, stages, dq_split, dq_atomic, dq_shared, consumer_regs, dq_lag)
+    if cu_seqlens is not None:
+        if deterministic or slopes is not None or win_off is not None or B != 1:
+            raise ValueError("the Gluon backward takes packed batches (cu_seqlens) as (1, H, total, D) views without "
+                             "a window, ALiBi or deterministic; those run the Triton kernels")
+        if max_seqlen_k is None or dk.stride() != dv.stride():
+            raise ValueError("the Gluon backward's packed batches need max_seqlen_k and dk, dv of one layout")
     if deterministic and (dq_atomic or dq_split != 1 or _ablate or not DQ_PERMUTED):
         raise ValueError("the Gluon backward is deterministic with dQ by TMA reductions of whole register-order tiles "
                          "only (dq_atomic=False, dq_split=1, DQ_PERMUTED, no ablation)")
@@ -850,7 +906,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 1, BWD_BLOCK_M, D], layout)
 
     split_d = D // (dq_split * (1 + dq_shared))  # columns of one dQ tile
-    perm = DQ_PERMUTED and not dq_atomic
+    perm = DQ_PERMUTED and not dq_atomic and cu_seqlens is None  # (a sequence's query blocks start anywhere)
     sem = None
     if perm:  # tiles in the accumulator's register order (layout.dq_tiles_shape); rows past Nq add into padding
         dq_acc = torch.zeros(dq_tiles_shape(B, H, Nq, D, split_d), device=q.device, dtype=torch.float32)
@@ -866,15 +922,25 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         dq_rows = dq_acc.view(B * H * Nq, D)  # a block past a head's last row adds exact zeros to the next head's
         dq_block = [BWD_BLOCK_M, split_d]
         desc_dq = TensorDescriptor(dq_rows, list(dq_rows.shape), list(dq_rows.stride()), dq_block, _dq_layout(dq_block))
-    lse_tma = LSE_BY_TMA
+    # packed batches: the consumers load L₂ and Dᵢ themselves. A 1-D TMA box must start 16-byte aligned, and a
+    # sequence's query blocks start at any row (on an H200 such loads stopped on an illegal instruction)
+    lse_tma = LSE_BY_TMA and cu_seqlens is None
     # each head's rows of L₂ and Dᵢ padded to whole query blocks for the TMA loads (no copy where the
-    # preprocessing kernel wrote into such buffers), contiguous rows otherwise
-    rows = lse_rows(Nq)
+    # preprocessing kernel wrote into such buffers), contiguous rows otherwise (the kernel's stride: Nq)
+    rows = lse_rows(Nq) if lse_tma else Nq
     lse2, delta = _rows_of(lse2, rows), _rows_of(delta, rows)
     row_layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1)
     desc_lse, desc_dl = (TensorDescriptor(x.view(-1), [x.numel()], [1], [BWD_BLOCK_M], row_layout)
                          for x in (lse2, delta))
-    grid = (-(-Nk // (2 * BWD_SUB_N)), B * Hkv)
+    if cu_seqlens is None:
+        grid = (-(-Nk // (2 * BWD_SUB_N)), B * Hkv)
+        varlen = (None,) * 6
+    else:  # (key blocks of the longest sequence, sequence · K/V head): programs past a sequence's keys return
+        cu_q, cu_k = (c if c.dtype == torch.int32 else c.to(torch.int32) for c in cu_seqlens)
+        grid = (-(-max_seqlen_k // (2 * BWD_SUB_N)), (cu_q.numel() - 1) * Hkv)
+        if max(grid) > 65535:
+            raise ValueError(f"the Gluon backward's grid {grid} for this packed batch has an axis past 65,535")
+        varlen = (cu_q, cu_k, dk, dv, dk.stride(1), dk.stride(2))
     if heads_first is None:
         from .decode_config import _device_sms
 
@@ -896,11 +962,11 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     _attn_bwd_gluon_ws[grid](
         desc(q), desc(do), desc(k), desc(v), desc(dk), desc(dv), desc_dq, desc_lse, desc_dl, dq_acc, sem, lse2, delta,
         H, H // Hkv, Nq, Nk, causal_off if causal_off is not None else 0,
-        NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale, *alibi,
+        NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale, *alibi, *varlen,
         HEAD_D=D, STAGES=stages, CAUSAL=causal_off is not None, CONSUMER_REGS=consumer_regs, DQ_SPLIT=dq_split,
         DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, HEADS_FIRST=heads_first, DQ_LAG=dq_lag,
         ABLATE=_ablate, ALIBI=slopes is not None, DQ_PERM=perm, LSE_TMA=lse_tma, DET=deterministic,
-        DET_LAST_FIRST=_det_last_first, num_warps=4)
+        DET_LAST_FIRST=_det_last_first, VARLEN=cu_seqlens is not None, num_warps=4)
     # the kernel adds dS K unscaled: one multiply per element, not per key block
     if perm:
         store_dq_tiles(dq_acc, dq, split_d, scale=scale)
@@ -920,12 +986,13 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
                  dq_split: int = 1, dq_atomic: bool = False, dq_shared: bool = False, rotate: bool = True,
                  heads_first: bool = False, regs: int = BWD_CONSUMER_REGS, dq_lag: int = 0, alibi: bool = False,
                  dq_perm: bool | None = None, lse_tma: bool | None = None, deterministic: bool = False,
-                 _ablate: int = 0):
+                 varlen: bool = False, _ablate: int = 0):
     """Build the Gluon backward for Hopper (sm_90) on any machine, GPU or not, as
     ``prefill_gluon.compile_sm90`` does for the forward. ``alibi``: the build for ALiBi slopes, with
     the slopes' head stride 1 (a launch specialises it so: (H,), (B, H) and (H,) expanded to (B, H)).
     ``dq_perm``: dQ tiles in register order (None: ``DQ_PERMUTED``, as a launch; never with atomics);
-    ``lse_tma``: L₂ and Dᵢ by TMA (None: ``LSE_BY_TMA``); ``deterministic``: the ordered dQ additions."""
+    ``lse_tma``: L₂ and Dᵢ by TMA (None: ``LSE_BY_TMA``); ``deterministic``: the ordered dQ additions;
+    ``varlen``: the packed-batch build (dQ in row order)."""
     if not HAVE_GLUON:
         raise RuntimeError("this triton has no Gluon (triton >= 3.5 needed)")
     import triton
@@ -941,9 +1008,12 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     const = dict(HEAD_D=head_dim, STAGES=stages, CAUSAL=causal, CONSUMER_REGS=regs, DQ_SPLIT=dq_split,
                  DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, HEADS_FIRST=heads_first, DQ_LAG=dq_lag,
                  ABLATE=_ablate, ALIBI=alibi)
-    perm = (DQ_PERMUTED if dq_perm is None else dq_perm) and not dq_atomic
+    perm = (DQ_PERMUTED if dq_perm is None else dq_perm) and not dq_atomic and not varlen
     const["DQ_PERM"] = perm
-    const["LSE_TMA"] = LSE_BY_TMA if lse_tma is None else lse_tma
+    const["VARLEN"] = varlen
+    if not varlen:  # as a launch without cu_seqlens: constexpr None
+        const.update(CU_Q=None, CU_K=None, DK=None, DV=None, stride_dkh=None, stride_dkn=None)
+    const["LSE_TMA"] = (LSE_BY_TMA and not varlen) if lse_tma is None else lse_tma
     const["DET"] = deterministic
     if not deterministic:
         const["SEM"] = None
@@ -960,7 +1030,8 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     desc_row = f"tensordesc<fp32[{BWD_BLOCK_M}],{row_layout!r}>"
     sig = {n: ("constexpr" if n in const else desc_dq if n == "desc_dq" else desc_row if n in ("desc_lse", "desc_dl")
                else desc if n.startswith("desc_")
-               else "*fp32" if n in ptrs or n == "SLOPES" else "*i32" if n == "SEM"
+               else "*fp32" if n in ptrs or n == "SLOPES" else "*i32" if n in ("SEM", "CU_Q", "CU_K")
+               else f"*{name}" if n in ("DK", "DV")
                else "fp32" if n in ("qk_scale", "sm_scale") else "i32") for n in fn.arg_names}
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in ptrs}
     src = GluonASTSource(fn, sig, const, attrs)
@@ -970,11 +1041,11 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
 def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int = 1, dq_atomic: bool = False,
                 dq_shared: bool = False, dtype: torch.dtype = torch.bfloat16, dq_lag: int = 0, alibi: bool = False,
                 dq_perm: bool | None = None, lse_tma: bool | None = None, deterministic: bool = False,
-                _ablate: int = 0) -> dict:
+                varlen: bool = False, _ablate: int = 0) -> dict:
     """``prefill_gluon.kernel_report`` of one sm_90 build of the backward: shared memory, registers, spill
     stack, wgmma waits, TMA loads, float32 atomics. Needs a process without TRITON_INTERPRET."""
     from .prefill_gluon import kernel_report
 
     return kernel_report(compile_sm90(head_dim, causal=causal, stages=stages, dq_split=dq_split, dq_atomic=dq_atomic,
                                       dq_shared=dq_shared, dtype=dtype, dq_lag=dq_lag, alibi=alibi, dq_perm=dq_perm,
-                                      lse_tma=lse_tma, deterministic=deterministic, _ablate=_ablate))
+                                      lse_tma=lse_tma, deterministic=deterministic, varlen=varlen, _ablate=_ablate))
