@@ -3,6 +3,12 @@ illegal instruction ends the CUDA context), against the Triton kernels' gradient
 
     python benchmarks/packed_probe.py            # every case, 40 s each
     python benchmarks/packed_probe.py --case one-sequence-whole-blocks
+    python benchmarks/packed_probe.py --timing --json out.json   # where the packed build's time goes
+
+``--timing`` times the backward alone (do_bench medians, bf16, H·D = 2048, causal and not) on the same work
+laid out four ways: dense (16, H, 1024, D) on the Gluon kernel as shipped; the same with L₂, Dᵢ loaded by the
+consumers and dQ in row order (what the packed build does); 16 packed sequences of 1,024 on the packed build
+and on the Triton kernels; and a mixed packed batch (256–1,792) on both.
 """
 
 from __future__ import annotations
@@ -47,11 +53,76 @@ def run_case(name: str) -> None:
     print(f"{name}: ran; max rel. diff to the Triton kernels (dq, dk, dv) {[f'{r:.1e}' for r in rel]}", flush=True)
 
 
+MIXED = [1000, 257, 1792, 63, 700, 1, 1500, 900, 1200, 400, 1024, 1100, 800, 600, 1300, 1280]
+
+
+def timing(D: int, causal: bool) -> list[dict]:
+    """The backward's time on one head dim and mask, every layout of the module docstring."""
+    from functools import partial
+
+    import torch
+    import triton
+
+    from attnlab.gpu import prefill_backward, prefill_forward
+    from attnlab.gpu import prefill_gluon_bwd as gb
+    from attnlab.gpu.config import default_bwd_config
+    from attnlab.variants import Mask
+
+    H, scale, mask = 2048 // D, D ** -0.5, Mask(-1, 0 if causal else -1)
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    rows = []
+
+    def bench(name, call, flops):
+        call()
+        torch.cuda.synchronize()
+        ms = triton.testing.do_bench(call, warmup=10, rep=80)
+        rows.append(dict(D=D, causal=causal, layout=name, ms=ms, tflops=flops / ms * 1e-9))
+        print(f"| {D} | {causal} | {name} | {ms:.3f} | {rows[-1]['tflops']:.0f} |", flush=True)
+
+    def pairs(lens):  # visible (row, key) pairs, causal bottom-right
+        return sum(n * (n + 1) // 2 if causal else n * n for n in lens)
+
+    dense = [torch.randn(16, H, 1024, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(4)]
+    q, k, v, do = dense
+    out, lse = prefill_forward(q, k, v, mask=mask, scale=scale)
+    cfg = default_bwd_config(D, causal, q.device, 1024)
+    flops = 2.5 * 4 * pairs([1024] * 16) * D * H
+    keep = (gb.LSE_BY_TMA, gb.DQ_PERMUTED)
+    for name, lse_tma, perm in (("dense, as shipped", True, True), ("dense, L2 loaded, dQ rows", False, False)):
+        gb.LSE_BY_TMA, gb.DQ_PERMUTED = lse_tma, perm
+        bench(name, partial(prefill_backward, do, q, k, v, out, lse, mask=mask, scale=scale, config=cfg), flops)
+    gb.LSE_BY_TMA, gb.DQ_PERMUTED = keep
+    for label, lens in (("16 x 1024", [1024] * 16), ("mixed", MIXED)):
+        cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
+        q, k, v, do = (torch.randn(sum(lens), H, D, device="cuda", dtype=torch.bfloat16, generator=gen)
+                       for _ in range(4))
+        ms_ = (max(lens), max(lens))
+        out, lse = prefill_forward(q, k, v, mask=mask, scale=scale, cu_seqlens=(cu, cu), max_seqlen=ms_)
+        for kernel, packed in (("packed Gluon", True), ("Triton kernels", False)):
+            gb.PACKED = packed
+            bench(f"{label}, {kernel}", partial(prefill_backward, do, q, k, v, out, lse, mask=mask, scale=scale,
+                                                cu_seqlens=(cu, cu), max_seqlen=ms_), 2.5 * 4 * pairs(lens) * D * H)
+    gb.PACKED = False
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--case", choices=list(CASES))
     ap.add_argument("--timeout", type=float, default=40.0)
+    ap.add_argument("--timing", action="store_true", help="time the layouts of the module docstring")
+    ap.add_argument("--D", type=int, nargs="+", default=[128, 64])
+    ap.add_argument("--json", help="write the --timing rows here")
     args = ap.parse_args(argv)
+    if args.timing:
+        import json
+
+        print("| D | causal | layout | backward ms | TFLOP/s |\n|---|---|---|---|---|", flush=True)
+        rows = [r for D in args.D for causal in (True, False) for r in timing(D, causal)]
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
+        return 0
     if args.case:
         run_case(args.case)
         return 0

@@ -641,7 +641,8 @@ PACKED_CASES = [  # lens_q, lens_k, H, Hkv, D, causal: empty sequences, one quer
 def test_gpu_gluon_backward_packed_batch(lens_q, lens_k, H, Hkv, D, causal, dq_shared, dq_lag, stages, monkeypatch):
     """A packed batch (cu_seqlens) on the Gluon backward (which must be the kernel that ran): each sequence's
     gradients as the oracle's on that sequence alone, every element written (the outputs start as NaN), none
-    of a sequence's keys or rows touched by another's programs; int64 lengths give the same bits."""
+    of a sequence's keys or rows touched by another's programs; int64 lengths give the same gradients (up to
+    the rounding of dQ's additions, which land in any order)."""
     from attnlab.reference import attention_ref_varlen
 
     if GB.smem_bytes(D, stages, 1, False, dq_lag) > GB.SMEM_LIMIT:
@@ -676,8 +677,8 @@ def test_gpu_gluon_backward_packed_batch(lens_q, lens_k, H, Hkv, D, causal, dq_s
         assert not torch.isnan(g).any(), f"{name}: NaN (an element was not written)"
         e, e_ref = _err(g, r64), _err(same, r64)
         assert within_criterion(e, e_ref, r64, g.dtype), (name, e, e_ref)
-    for a, b in zip(*runs):
-        torch.testing.assert_close(a, b, atol=0, rtol=0)
+    for a, b in zip(*runs):  # (dQ's additions land in any order: equal up to rounding, not bit for bit)
+        torch.testing.assert_close(a, b)
 
 
 @needs_gluon
