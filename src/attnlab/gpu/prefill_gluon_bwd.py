@@ -558,22 +558,16 @@ if HAVE_GLUON:
                     mbarrier.wait(ds_bars.index(NSLOT + u % NSLOT), (u // NSLOT) & 1)
         # the sequence's last key block (a TMA box would write into the next one's rows), decided for the whole
         # block, so that both consumer warp groups take the same path (the dense kernel never splits them)
-        k.store((dk * sm_scale).to(dtype))
-        v.store(dv.to(dtype))
-        if VARLEN and start_n + 2 * SUB_N > Nk:  # from shared memory by masked stores, 8 rows at a time (offsets
-            # of the whole 64 x D tile in registers spilled at D = 128)
-            _warps_barrier()  # every thread's rows are in shared memory
-            ROWS: gl.constexpr = 8
-            rows_layout: gl.constexpr = gl.BlockedLayout([1, HEAD_D // 16], [2, 16], [4, 1], [1, 0])
-            rr = gl.arange(0, ROWS, layout=gl.SliceLayout(1, rows_layout))
-            cd = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, rows_layout))
-            for r in gl.static_range(0, SUB_N, ROWS):
-                rk = kc0 + r + rr
-                offs = hk * stride_dkh + rk[:, None].to(gl.int64) * stride_dkn + cd[None, :]
-                keep = (rk[:, None] < Nk) & (cd[None, :] < HEAD_D)
-                gl.store(DK + offs, k.slice(r, ROWS, dim=0).load(rows_layout), mask=keep)
-                gl.store(DV + offs, v.slice(r, ROWS, dim=0).load(rows_layout), mask=keep)
+        if VARLEN and start_n + 2 * SUB_N > Nk:
+            rk = kc0 + gl.arange(0, SUB_N, layout=gl.SliceLayout(1, acc_layout))
+            cd = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, acc_layout))
+            offs = hk * stride_dkh + rk[:, None].to(gl.int64) * stride_dkn + cd[None, :]
+            keep = (rk[:, None] < Nk) & (cd[None, :] < HEAD_D)
+            gl.store(DK + offs, (dk * sm_scale).to(dtype), mask=keep)
+            gl.store(DV + offs, dv.to(dtype), mask=keep)
         else:
+            k.store((dk * sm_scale).to(dtype))
+            v.store(dv.to(dtype))
             fence_async_shared()
             _tma_store(desc_dk, [b, hk, kc0, 0], k_tile)  # rows past Nk are clipped
             _tma_store(desc_dv, [b, hk, kc0, 0], v_tile)
