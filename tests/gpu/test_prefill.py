@@ -327,6 +327,50 @@ def test_store_dq_tiles_puts_register_order_back_in_rows(layout, Nq, D, split_d)
     assert torch.equal(dq, (acc * 0.125).to(torch.bfloat16))
 
 
+@pytest.mark.parametrize("lens", [[1, 64, 0, 130, 63], [200], [0, 0, 5]])
+def test_packed_rows_and_the_packed_store(lens):
+    """A packed batch in the Gluon backward's buffers: ``packed_rows`` starts each sequence at a multiple of 64
+    (within ``padded_rows_bound``), the preprocessing kernel writes each sequence's L₂ and Dᵢ from there, and
+    ``store_dq_tiles`` puts each sequence's tiles back into its packed rows (nothing written past them)."""
+    from attnlab.gpu.layout import dq_to_tiles, packed_rows, padded_rows_bound, store_dq_tiles
+    from attnlab.gpu.prefill_bwd import _attn_bwd_prep
+
+    gen = torch.Generator(device=DEV).manual_seed(len(lens) + sum(lens))
+    H, D, split_d = 2, 64, 32
+    total, B = sum(lens), len(lens)
+    cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
+    cu_p = packed_rows(cu)
+    rows = padded_rows_bound(total, B)
+    starts = [0]
+    for n in lens:
+        starts.append(starts[-1] + -(-n // 64) * 64)
+    assert cu_p.tolist() == starts and cu_p.dtype == torch.int32 and rows % 64 == 0 and starts[-1] <= rows
+    # dQ: each sequence's rows at their padded place in (1, H, rows, D), as tiles, back into (1, H, total, D)
+    acc = torch.zeros(1, H, rows, D, device=DEV)
+    ref = torch.randn(total, H, D, device=DEV, generator=gen)
+    for s, n in enumerate(lens):
+        acc[0, :, starts[s]:starts[s] + n] = ref[cu[s]:cu[s] + n].transpose(0, 1)
+    dq = torch.full((total + 3, H, D), float("nan"), dtype=torch.bfloat16, device=DEV)  # 3 rows past the batch
+    store_dq_tiles(dq_to_tiles(acc, split_d), dq[:total].transpose(0, 1).unsqueeze(0), split_d, scale=0.5,
+                   packed=(cu, cu_p, rows, max(lens)))
+    assert torch.equal(dq[:total], (ref * 0.5).to(torch.bfloat16)) and dq[total:].isnan().all()
+    # L₂ and Dᵢ: row r of sequence s at padded row cu_p[s] + r − cu[s] of its head
+    out, do = (torch.randn(total, H, D, device=DEV, generator=gen) for _ in range(2))
+    lse = torch.randn(1, H, total, device=DEV, generator=gen)
+    delta = torch.full((1, H, rows), float("nan"), device=DEV)
+    lse2 = delta.clone()
+    o4, do4 = (t.transpose(0, 1).unsqueeze(0) for t in (out, do))
+    if B * H and max(lens):
+        _attn_bwd_prep[(-(-max(lens) // 16), B * H)](o4, do4, lse, lse, delta, lse2, *o4.stride()[:3],
+                                                      *do4.stride()[:3], H, total, rows, HEAD_D=D, BLOCK_D=D,
+                                                      BLOCK_M=16, HAS_DLSE=False, CU_Q=cu, CU_P=cu_p)
+    want = (out * do).sum(-1).transpose(0, 1)  # (H, total)
+    for s, n in enumerate(lens):
+        torch.testing.assert_close(delta[0, :, starts[s]:starts[s] + n], want[:, cu[s]:cu[s] + n])
+        torch.testing.assert_close(lse2[0, :, starts[s]:starts[s] + n], lse[0, :, cu[s]:cu[s] + n] * 1.4426950408889634)
+        assert delta[0, :, starts[s] + n:starts[s + 1]].isnan().all()  # padding rows untouched
+
+
 def test_store_dq_tiles_refuses_tiles_of_another_shape():
     from attnlab.gpu.layout import dq_to_tiles, store_dq_tiles
 

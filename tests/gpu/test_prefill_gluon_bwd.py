@@ -683,12 +683,13 @@ def test_gpu_gluon_backward_packed_batch(lens_q, lens_k, H, Hkv, D, causal, dq_s
 
 @needs_gluon
 def test_packed_batches_build_for_sm90_and_route_to_the_gluon_backward(monkeypatch):
-    """The packed-batch build (VARLEN) compiles for sm_90 with the dense build's TMA loads, wgmmas and register
-    split, and without spills at D = 64; ``prefill_backward`` sends a packed causal or non-causal batch to it
+    """The packed-batch build (VARLEN) compiles for sm_90 with the dense build's TMA loads (L₂ and Dᵢ too: each
+    sequence's rows start at a multiple of 64), wgmmas, dQ reductions and register split, and without spills
+    at D = 64; ``prefill_backward`` sends a packed causal or non-causal batch to it
     (with cu_seqlens and the longest sequence's keys) where ``PACKED`` is set, and windows, ALiBi, softcap and
     deterministic packed calls to the Triton kernels; ``PACKED`` off (the default until the build has run on a
     GPU) sends every packed batch there."""
-    dense, packed = sm90_reports("prefill_gluon_bwd", [dict(D=64, dtype="bfloat16", causal=True, dq_perm=False, lse_tma=False),
+    dense, packed = sm90_reports("prefill_gluon_bwd", [dict(D=64, dtype="bfloat16", causal=True),
                                                        dict(D=64, dtype="bfloat16", causal=True, varlen=True)])
     for key in ("tma_loads", "wgmma", "tma_reduces", "setmaxnreg", "smem_kb"):
         assert packed[key] == dense[key], key
@@ -717,6 +718,7 @@ def test_packed_batches_build_for_sm90_and_route_to_the_gluon_backward(monkeypat
         prefill_backward(do, q, k, v, out, lse, mask=mask, **common)
         assert len(calls) == 1 and calls[0]["causal_off"] == right and calls[0]["max_seqlen_k"] == 20
         assert calls[0]["cu_seqlens"][0] is cu and calls[0].get("win_off") is None
+        assert calls[0]["max_seqlen_q"] == 20 and calls[0]["cu_rows"].tolist() == [0, 64, 64, 128, 192]
     for extra in (dict(mask=Mask(5, 0)), dict(mask=Mask(-1, 0), softcap=3.0), dict(mask=Mask(-1, 0), deterministic=True),
                   dict(mask=Mask(-1, 0), slopes=torch.rand(4, 4, device=DEV))):
         calls.clear()

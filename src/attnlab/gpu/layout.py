@@ -97,15 +97,25 @@ def dq_to_tiles(dq: torch.Tensor, split_d: int) -> torch.Tensor:
 
 @triton.jit
 def _dq_store_tiles(SRC, DST, scale, H, Nq, stride_db, stride_dh, stride_dn,
-                    HEAD_D: tl.constexpr, SPLIT_D: tl.constexpr):
-    """DST rows 64·pid_m.. of head (b, h) <- scale · their tiles of SRC (``dq_tiles_shape``), put back in row order."""
+                    HEAD_D: tl.constexpr, SPLIT_D: tl.constexpr, CU_Q=None, CU_P=None):
+    """DST rows 64·pid_m.. of head (b, h) <- scale · their tiles of SRC (``dq_tiles_shape``), put back in row order.
+    With CU_Q, CU_P (a packed batch, B = 1, Nq the padded rows per head of SRC): program (query block of the
+    longest sequence, sequence · H); sequence s's rows CU_Q[s].. of DST from its tiles at padded row CU_P[s]."""
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
     h = bh % H
     NS: tl.constexpr = HEAD_D // SPLIT_D
-    tile0 = (bh.to(tl.int64) * tl.cdiv(Nq, 64) + pid_m) * NS
-    offs_m = pid_m * 64 + tl.arange(0, 64)
+    if CU_Q is not None:
+        q0 = tl.load(CU_Q + b)
+        n_rows = tl.load(CU_Q + b + 1)
+        tile0 = (h.to(tl.int64) * tl.cdiv(Nq, 64) + tl.load(CU_P + b) // 64 + pid_m) * NS
+        offs_m = q0 + pid_m * 64 + tl.arange(0, 64)
+        b = 0
+    else:
+        n_rows = Nq
+        tile0 = (bh.to(tl.int64) * tl.cdiv(Nq, 64) + pid_m) * NS
+        offs_m = pid_m * 64 + tl.arange(0, 64)
     dst = DST + b.to(tl.int64) * stride_db + h.to(tl.int64) * stride_dh + offs_m[:, None].to(tl.int64) * stride_dn
     for c in tl.static_range(NS):
         x = tl.load(SRC + (tile0 + c) * (64 * SPLIT_D) + tl.arange(0, 64 * SPLIT_D))
@@ -113,14 +123,44 @@ def _dq_store_tiles(SRC, DST, scale, H, Nq, stride_db, stride_dh, stride_dn,
         x = tl.reshape(x, (SPLIT_D // 8, 4, 8, 4, 2, 2))
         x = tl.reshape(tl.permute(x, (1, 4, 2, 0, 3, 5)), (64, SPLIT_D))
         offs_d = c * SPLIT_D + tl.arange(0, SPLIT_D)
-        tl.store(dst + offs_d[None, :], (x * scale).to(DST.dtype.element_ty), mask=offs_m[:, None] < Nq)
+        tl.store(dst + offs_d[None, :], (x * scale).to(DST.dtype.element_ty), mask=offs_m[:, None] < n_rows)
 
 
-def store_dq_tiles(tiles: torch.Tensor, dq: torch.Tensor, split_d: int, scale: float = 1.0) -> None:
+def packed_rows(cu_seqlens: torch.Tensor) -> torch.Tensor:
+    """A packed batch's rows as the Gluon backward's buffers hold them: (B + 1,) int32 cumulative lengths,
+    each sequence's padded to a multiple of 64 (so its query blocks start at whole tiles), on the device
+    of ``cu_seqlens`` (no copy to the host)."""
+    lens = cu_seqlens[1:].long() - cu_seqlens[:-1].long()
+    cu = torch.zeros_like(cu_seqlens, dtype=torch.int32)
+    cu[1:] = torch.cumsum((lens + 63) // 64 * 64, 0)
+    return cu
+
+
+def padded_rows_bound(total: int, n_seqs: int) -> int:
+    """Rows per head that hold any packed batch of ``total`` rows in ``n_seqs`` sequences padded as
+    ``packed_rows`` does (a multiple of 64, known without reading the lengths)."""
+    return -(-(total + 63 * n_seqs) // 64) * 64
+
+
+def store_dq_tiles(tiles: torch.Tensor, dq: torch.Tensor, split_d: int, scale: float = 1.0,
+                   packed: tuple[torch.Tensor, torch.Tensor, int, int] | None = None) -> None:
     """dq (B, H, Nq, D), any layout with unit stride along D, <- ``scale`` · the float32 tiles of
     ``dq_tiles_shape`` (the Gluon backward's accumulator), back in row order: one read and one write
-    of each element."""
+    of each element. ``packed`` = (cu_q, cu_p, rows, max_q): dq is a packed batch's (1, H, total, D) view and
+    the tiles hold each sequence's rows from cu_p (``packed_rows``) in ``rows`` padded rows per head."""
     B, H, Nq, D = dq.shape
+    if packed is not None:
+        cu_q, cu_p, rows, max_q = packed
+        if tuple(tiles.shape) != dq_tiles_shape(1, H, rows, D, split_d) or B != 1 or rows % 64 or D % split_d \
+                or split_d % 8 or dq.stride(-1) != 1:
+            raise ValueError(f"store_dq_tiles: tiles of shape {tuple(tiles.shape)} do not hold a packed "
+                             f"{tuple(dq.shape)} dQ in {rows} rows per head, column slices of {split_d}")
+        n_seqs = cu_q.numel() - 1
+        if n_seqs * H and max_q:
+            _dq_store_tiles[(-(-max_q // 64), n_seqs * H)](tiles, dq, float(scale), H, rows, *dq.stride()[:3],
+                                                           HEAD_D=D, SPLIT_D=split_d, CU_Q=cu_q, CU_P=cu_p,
+                                                           num_warps=4)
+        return
     if tuple(tiles.shape) != dq_tiles_shape(B, H, Nq, D, split_d) or D % split_d or split_d % 8:
         raise ValueError(f"store_dq_tiles: tiles of shape {tuple(tiles.shape)} do not hold a {tuple(dq.shape)} dQ "
                          f"in column slices of {split_d}")
@@ -135,4 +175,5 @@ def store_dq_tiles(tiles: torch.Tensor, dq: torch.Tensor, split_d: int, scale: f
                                            SPLIT_D=split_d, num_warps=4)
 
 
-__all__ = ["dq_tiles_shape", "dq_to_tiles", "empty_like_layout", "store_dq", "store_dq_tiles"]
+__all__ = ["dq_tiles_shape", "dq_to_tiles", "empty_like_layout", "packed_rows", "padded_rows_bound", "store_dq",
+           "store_dq_tiles"]

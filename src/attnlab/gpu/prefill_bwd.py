@@ -31,7 +31,7 @@ import triton.language as tl
 
 from .._runtime import LOG2E
 from .config import BwdConfig, default_bwd_config, next_pow2, tma_ok, varlen_bounds, varlen_grid
-from .layout import empty_like_layout, store_dq
+from .layout import empty_like_layout, packed_rows, padded_rows_bound, store_dq
 from .prefill_fwd import (
     _key_range,
     _last_dim_contiguous,
@@ -55,14 +55,26 @@ def _attn_bwd_prep(O, DO, LSE, DLSE, DELTA, LSE2,
                    stride_dob, stride_doh, stride_don,
                    H, Nq, ROWS,
                    HEAD_D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-                   HAS_DLSE: tl.constexpr):
+                   HAS_DLSE: tl.constexpr, CU_Q=None, CU_P=None):
+    """D_i and L₂ of rows BLOCK_M·pid_m.. of head (b, h) into DELTA, LSE2 (ROWS rows per head). With CU_Q, CU_P
+    (a packed batch, B = 1): grid (query blocks of the longest sequence, sequence · H); sequence s's rows
+    CU_Q[s].. go to rows CU_P[s].. of its head's ROWS (each sequence's rows start at a multiple of 64 there)."""
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
     h = bh % H
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    row_ok = offs_m < Nq
+    out_m = offs_m
+    if CU_Q is not None:  # sequence b's rows, in the packed rows of batch 0
+        q0 = tl.load(CU_Q + b)
+        row_ok = offs_m < tl.load(CU_Q + b + 1) - q0
+        out_m = tl.load(CU_P + b) + offs_m
+        offs_m = q0 + offs_m
+        bh = h
+        b = 0
+    else:
+        row_ok = offs_m < Nq
     o = _load_tile(O + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
                    + offs_m[:, None] * stride_on + offs_d[None, :], offs_m, Nq, offs_d, HEAD_D, BLOCK_D, True)
     do = _load_tile(DO + b.to(tl.int64) * stride_dob + h.to(tl.int64) * stride_doh
@@ -73,7 +85,7 @@ def _attn_bwd_prep(O, DO, LSE, DLSE, DELTA, LSE2,
         delta -= tl.load(DLSE + row, mask=row_ok, other=0.0)
     lse = tl.load(LSE + row, mask=row_ok, other=0.0)
     lse2 = tl.where(lse == float("-inf"), float("inf"), lse * _LOG2E)
-    out_row = bh.to(tl.int64) * ROWS + offs_m  # DELTA, LSE2: ROWS >= Nq rows per head (padded for the Gluon kernel)
+    out_row = bh.to(tl.int64) * ROWS + out_m  # DELTA, LSE2: ROWS >= Nq rows per head (padded for the Gluon kernel)
     tl.store(DELTA + out_row, delta, mask=row_ok)
     tl.store(LSE2 + out_row, lse2, mask=row_ok)
 
@@ -413,6 +425,7 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
 
         packed_ok = cu_seqlens is None or (prefill_gluon_bwd.PACKED and mask.left < 0 and slopes is None
                                            and not deterministic  # packed batches: causal or not
+                                           and not cfg.dq_atomic and prefill_gluon_bwd.DQ_PERMUTED
                                            and max(B * Hkv, -(-n_keys // 128)) <= 65535)  # (the grid's axes)
         plain = (packed_ok and softcap is None
                  # ordered dQ additions: whole tiles (dq_split 1), where DETERMINISTIC is set
@@ -428,19 +441,26 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
     lse = lse.contiguous()
     # D_i = rowsum(dO ∘ O) − dL_i and L in log2 units (+inf for empty rows), (B, H, Nq); for the Gluon kernel
     # each head's rows padded to whole query blocks (its loader brings them by TMA, 64 rows at a time)
-    rows = Nq
-    if cfg.gluon and cu_seqlens is None:  # (packed batches: the Gluon kernel loads them without TMA)
+    # (a packed batch on the Gluon kernel: each sequence's rows from a multiple of 64, layout.packed_rows)
+    rows, grid_pre, packed_rows_ = Nq, None, {}
+    PRE_M = 64 if q.device.type == "cuda" else 16
+    if cfg.gluon and cu_seqlens is None:
         from .prefill_gluon_bwd import lse_rows
 
         rows = lse_rows(Nq)
-    delta_rows = torch.empty((*lse.shape[:2], rows), device=q.device, dtype=torch.float32)
-    delta, lse2 = delta_rows[..., :Nq], torch.empty_like(delta_rows)[..., :Nq]
+    elif cfg.gluon:
+        cu_p = packed_rows(cu_q)
+        rows, grid_pre, packed_rows_ = padded_rows_bound(Nq, B), (triton.cdiv(max_q, PRE_M), B * H), dict(CU_Q=cu_q,
+                                                                                                          CU_P=cu_p)
+    delta, lse2 = (torch.empty((*lse.shape[:2], rows), device=q.device, dtype=torch.float32) for _ in range(2))
+    if not packed_rows_:  # (packed: the whole padded buffers; the kernels find each sequence's rows in them)
+        delta, lse2 = delta[..., :Nq], lse2[..., :Nq]
     has_dlse = dlse is not None
-    PRE_M = 64 if q.device.type == "cuda" else 16
-    _attn_bwd_prep[(triton.cdiv(Nq, PRE_M), q.shape[0] * H)](
-        out, do, lse, dlse.contiguous() if has_dlse else lse, delta, lse2,
-        *_s3(out), *_s3(do), H, Nq, rows,
-        HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=PRE_M, HAS_DLSE=has_dlse, num_warps=4)
+    if grid_pre is None or grid_pre[0]:
+        _attn_bwd_prep[grid_pre or (triton.cdiv(Nq, PRE_M), q.shape[0] * H)](
+            out, do, lse, dlse.contiguous() if has_dlse else lse, delta, lse2,
+            *_s3(out), *_s3(do), H, Nq, rows,
+            HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=PRE_M, HAS_DLSE=has_dlse, num_warps=4, **packed_rows_)
     if cfg.gluon:  # bottom-right aligned, as in the forward (ALiBi's offset too: Nk − Nq)
         from .prefill_gluon_bwd import gluon_backward
 
@@ -448,7 +468,7 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
             gluon_backward(q, k, v, do, lse2, delta, dq, dk, dv, scale=scale, stages=cfg.stages1,
                            dq_split=cfg.dq_split, dq_atomic=cfg.dq_atomic, dq_shared=cfg.dq_shared, dq_lag=cfg.dq_lag,
                            causal_off=mask.right if mask.right >= 0 else None, cu_seqlens=(cu_q, cu_k),
-                           max_seqlen_k=n_keys)
+                           max_seqlen_k=n_keys, max_seqlen_q=max_q, cu_rows=cu_p)
             return _unpack(dq, dk, dv, cu_seqlens)
         gluon_backward(q, k, v, do, lse2, delta, dq, dk, dv, scale=scale, stages=cfg.stages1, dq_split=cfg.dq_split,
                        dq_atomic=cfg.dq_atomic, dq_shared=cfg.dq_shared, dq_lag=cfg.dq_lag,

@@ -168,9 +168,10 @@ LSE_BY_TMA = True
 # (run 8: 0.57-0.69x on the causal rows, 0.82-0.88x on the others).
 DETERMINISTIC = True
 # packed batches (cu_seqlens) on this kernel, causal or not (no window, ALiBi or deterministic calls: those run
-# the Triton kernels). Off: on an H200 its first calls (D = 128, causal, dQ shared) stopped on an illegal
-# instruction, before any gradient could be compared; benchmarks/packed_probe.py runs the cases that tell its
-# parts apart, each in a process of its own. Until it passes there, packed batches run the Triton kernels.
+# the Triton kernels). Each sequence's rows of L₂, Dᵢ and the dQ tiles start at a multiple of 64 in padded
+# buffers (``layout.packed_rows``): a 1-D TMA box at an unaligned row stopped the first build on an illegal
+# instruction, and the build that loaded them without TMA, dQ in row order, spilled and ran at half the dense
+# kernel's speed (benchmarks/packed_probe.py --timing). Off until the padded build is measured on a GPU.
 PACKED = False
 BWD_SUB_N = 64  # keys per consumer warp group
 # registers per thread of the second consumer warp group (setmaxnreg); the loader's warp group keeps 24 and
@@ -183,12 +184,13 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _bwd_loader(desc_q, desc_do, desc_k, desc_v, desc_lse, desc_dl, k_smem, v_smem, q_smem, do_smem, lse_smem,
-                    dl_smem, kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, G, H, nq_rows, start_n, m_lo, n_m,
-                    rot):
+                    dl_smem, kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, G, H, nq_rows, pad, start_n, m_lo,
+                    n_m, rot):
         """One warp: the consumers' K and V slices once, then (Qᵢ, dOᵢ) for step t = (head g, block) into
         ring slot t % STAGES, each slot refilled once both consumers have released it; with LSE_TMA (a
         64-row lse_smem) the rows' L₂ and Dᵢ beside Qᵢ and dOᵢ, from buffers of whole query blocks per head
-        (``nq_rows``: a head's rows, Nq, or the packed batch's total)."""
+        (``nq_rows``: a head's rows, Nq, or a packed batch's padded rows; ``pad``: where a packed sequence's rows
+        start in them, less where they start in the packed tensors; 0 for dense calls)."""
         NC: gl.constexpr = k_smem.shape[0]
         SUB_N: gl.constexpr = k_smem.shape[3]
         BLOCK_M: gl.constexpr = q_smem.shape[3]
@@ -206,7 +208,7 @@ if HAVE_GLUON:
             m0 = m_lo + ((t % n_m + rot) % n_m) * BLOCK_M  # each key block starts at its own query block
             if t >= STAGES:
                 mbarrier.wait(q_empty.index(slot), ((t // STAGES) - 1) & 1)
-            row = (b * H + h) * (gl.cdiv(nq_rows, BLOCK_M) * BLOCK_M) + m0  # this block's first row of L₂ and D
+            row = (b * H + h) * (gl.cdiv(nq_rows, BLOCK_M) * BLOCK_M) + m0 + pad  # the block's first row of L₂, D
             if LSE_TMA:
                 mbarrier.expect(q_ready.index(slot), desc_q.block_type.nbytes + desc_lse.block_type.nbytes)
                 _tma_load(desc_lse, [row], q_ready.index(slot), lse_smem.index(slot))
@@ -237,7 +239,7 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _bwd_dq(u, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n, win_off, m_lo,
-                n_m, rot, Nq, nq_rows, sm_scale,
+                n_m, rot, Nq, nq_rows, pad, sm_scale,
                 PART: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ATOMIC: gl.constexpr, DQ_SHARED: gl.constexpr,
                 ABLATE: gl.constexpr, DQ_PERM: gl.constexpr, DET: gl.constexpr):
         """Step u's dQᵢ = dS K over all 128 keys of the block, by warp group u % 2 (they take turns) or by
@@ -316,15 +318,15 @@ if HAVE_GLUON:
                         mbarrier.arrive(ds_bars.index(2 * NSLOT + buf), count=1)
                     elif ABLATE != 6 and DQ_PERM:  # (measurement only: 6 stages the tile but adds nothing)
                         # tile (b, h, query block, column slice) of the buffer: 2·SPLIT_D rows of 32
-                        tile = (((b * H + h) * gl.cdiv(Nq, BLOCK_M) + m0 // BLOCK_M) * (HEAD_D // SPLIT_D)
+                        tile = (((b * H + h) * gl.cdiv(nq_rows, BLOCK_M) + (m0 + pad) // BLOCK_M) * (HEAD_D // SPLIT_D)
                                 + COL0 // SPLIT_D + j)
                         _tma_add(desc_dq, [tile * (2 * SPLIT_D), 0], dq_stage)
                     elif ABLATE != 6:
-                        _tma_add(desc_dq, [(row0 + m0).to(gl.int32), COL0 + j * SPLIT_D], dq_stage)
+                        _tma_add(desc_dq, [(row0 + m0 + pad).to(gl.int32), COL0 + j * SPLIT_D], dq_stage)
                     if ABLATE == 5:  # measurement only: wait for the read at once (the old way)
                         tma.store_wait(0)
                 elif ABLATE != 1:
-                    dq_ptrs = DQ + row0 * HEAD_D + rows[:, None] * HEAD_D + (COL0 + j * SPLIT_D + offs_ds)[None, :]
+                    dq_ptrs = DQ + (row0 + pad) * HEAD_D + rows[:, None] * HEAD_D + (COL0 + j * SPLIT_D + offs_ds)[None, :]
                     gl.atomic_add(dq_ptrs, dq, mask=(rows[:, None] < Nq) & (offs_ds[None, :] < SPLIT_D),
                                   sem="relaxed")
 
@@ -397,7 +399,7 @@ if HAVE_GLUON:
     def _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
-                      SLOPES, stride_sb, stride_sh, nq_rows, DK, DV, stride_dkh, stride_dkn, PART: gl.constexpr,
+                      SLOPES, stride_sb, stride_sh, nq_rows, pad, DK, DV, stride_dkh, stride_dkn, PART: gl.constexpr,
                       CAUSAL: gl.constexpr):
         """One warp group: keys start_n + PART·64 .. +63. Accumulates dK, dV of its keys over every step,
         shares each step's dSᵀ with the other warp group through a ring of NSLOT tiles and makes its share
@@ -468,7 +470,7 @@ if HAVE_GLUON:
             if LSE_TMA:  # in the ring slot beside Qᵢ (the loader's TMA): no global load to wait for here
                 lse2 = gl.where(offs_q < Nq, lse_smem.index(slot).load(col_s), float("inf"))  # past Nq: P = 0
             else:
-                lse2 = gl.load(LSE2 + row0 + offs_q, mask=offs_q < Nq, other=float("inf"))
+                lse2 = gl.load(LSE2 + row0 + pad + offs_q, mask=offs_q < Nq, other=float("inf"))
             sT = warpgroup_mma_wait(1, deps=(s_tok, ))
             masked = (kc0 + SUB_N > Nk) | (kc0 < m0 + BLOCK_M - 1 + win_off)
             if CAUSAL:
@@ -512,7 +514,7 @@ if HAVE_GLUON:
             if LSE_TMA:  # (rows past Nq: padding, maybe not finite; their Pᵀ is 0 and 0·(dPᵀ − 0) too)
                 di = gl.where(offs_q < Nq, dl_smem.index(slot).load(col_s), 0.0)
             else:
-                di = gl.load(DELTA + row0 + offs_q, mask=offs_q < Nq, other=0.0)
+                di = gl.load(DELTA + row0 + pad + offs_q, mask=offs_q < Nq, other=0.0)
             dpT = warpgroup_mma_wait(0, deps=(dp_tok, ))
             # -- dV += Pᵀ dOᵢ (issued first: it needs only Pᵀ), dSᵀ = Pᵀ ∘ (dPᵀ − Dᵢ), dK += dSᵀ Qᵢ
             dv_tok = warpgroup_mma(p_op, do, dv, is_async=True)
@@ -536,17 +538,17 @@ if HAVE_GLUON:
             # -- the dQ product of step t − DQ_LAG (its other half of dSᵀ has had DQ_LAG steps to arrive)
             if EXCHANGE and DQ_LAG == 0:
                 _bwd_dq(t, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n,
-                        win_off, m_lo, n_m, rot, Nq, nq_rows, sm_scale, PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE,
+                        win_off, m_lo, n_m, rot, Nq, nq_rows, pad, sm_scale, PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE,
                         DQ_PERM, DET)
             elif EXCHANGE:
                 if t >= DQ_LAG:
                     _bwd_dq(t - DQ_LAG, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H,
-                            start_n, win_off, m_lo, n_m, rot, Nq, nq_rows, sm_scale,
+                            start_n, win_off, m_lo, n_m, rot, Nq, nq_rows, pad, sm_scale,
                             PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM, DET)
         if EXCHANGE and DQ_LAG > 0:  # the last DQ_LAG steps' products
             for u in range(gl.maximum(n_steps - DQ_LAG, 0), n_steps):
                 _bwd_dq(u, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n,
-                        win_off, m_lo, n_m, rot, Nq, nq_rows, sm_scale, PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE,
+                        win_off, m_lo, n_m, rot, Nq, nq_rows, pad, sm_scale, PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE,
                         DQ_PERM, DET)
 
         # -- epilogue: dK·scale and dV through this warp group's K and V buffers, once the last dQ products
@@ -577,47 +579,47 @@ if HAVE_GLUON:
     def _bwd_consumer_0_causal(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                                kv_bar, q_ready, do_ready, q_empty, do_empty,
                                b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
-                               SLOPES, stride_sb, stride_sh, nq_rows, DK, DV, stride_dkh, stride_dkn):
+                               SLOPES, stride_sb, stride_sh, nq_rows, pad, DK, DV, stride_dkh, stride_dkn):
         _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
-                      SLOPES, stride_sb, stride_sh, nq_rows, DK, DV, stride_dkh, stride_dkn, 0, True)
+                      SLOPES, stride_sb, stride_sh, nq_rows, pad, DK, DV, stride_dkh, stride_dkn, 0, True)
 
     @gluon.jit
     def _bwd_consumer_0_full(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                              kv_bar, q_ready, do_ready, q_empty, do_empty,
                              b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
-                             SLOPES, stride_sb, stride_sh, nq_rows, DK, DV, stride_dkh, stride_dkn):
+                             SLOPES, stride_sb, stride_sh, nq_rows, pad, DK, DV, stride_dkh, stride_dkn):
         _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
-                      SLOPES, stride_sb, stride_sh, nq_rows, DK, DV, stride_dkh, stride_dkn, 0, False)
+                      SLOPES, stride_sb, stride_sh, nq_rows, pad, DK, DV, stride_dkh, stride_dkn, 0, False)
 
     @gluon.jit
     def _bwd_consumer_1_causal(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                                kv_bar, q_ready, do_ready, q_empty, do_empty,
                                b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
-                               SLOPES, stride_sb, stride_sh, nq_rows, DK, DV, stride_dkh, stride_dkn):
+                               SLOPES, stride_sb, stride_sh, nq_rows, pad, DK, DV, stride_dkh, stride_dkn):
         _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
-                      SLOPES, stride_sb, stride_sh, nq_rows, DK, DV, stride_dkh, stride_dkn, 1, True)
+                      SLOPES, stride_sb, stride_sh, nq_rows, pad, DK, DV, stride_dkh, stride_dkn, 1, True)
 
     @gluon.jit
     def _bwd_consumer_1_full(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                              kv_bar, q_ready, do_ready, q_empty, do_empty,
                              b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
-                             SLOPES, stride_sb, stride_sh, nq_rows, DK, DV, stride_dkh, stride_dkn):
+                             SLOPES, stride_sb, stride_sh, nq_rows, pad, DK, DV, stride_dkh, stride_dkn):
         _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
                       kv_bar, q_ready, do_ready, q_empty, do_empty,
                       b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
-                      SLOPES, stride_sb, stride_sh, nq_rows, DK, DV, stride_dkh, stride_dkn, 1, False)
+                      SLOPES, stride_sb, stride_sh, nq_rows, pad, DK, DV, stride_dkh, stride_dkn, 1, False)
 
     @gluon.jit
     def _attn_bwd_gluon_ws(desc_q, desc_do, desc_k, desc_v, desc_dk, desc_dv, desc_dq, desc_lse, desc_dl, DQ, SEM, LSE2,
                            DELTA,
                            H, G, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, SLOPES, stride_sb, stride_sh,
-                           CU_Q, CU_K, DK, DV, stride_dkh, stride_dkn,
+                           CU_Q, CU_K, CU_P, DK, DV, stride_dkh, stride_dkn,
                            HEAD_D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                            CONSUMER_REGS: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ATOMIC: gl.constexpr,
                            DQ_SHARED: gl.constexpr, ROTATE: gl.constexpr, HEADS_FIRST: gl.constexpr = False,
@@ -635,10 +637,11 @@ if HAVE_GLUON:
         is int32, SEM_TILE0 counters of the waits and one per dQ tile, zeroed by the caller; each tile's
         additions are made in a fixed order (``_turn``; the deterministic backward; ROTATE off), by a dQ writer
         warp. VARLEN: a packed batch — q, do (1, H, total_q, D), k, v, dk, dv (1, Hkv, total_k, D), CU_Q, CU_K the
-        int32 cumulative lengths, program (key block, sequence · Hkv); Nq, Nk the totals, causal_off the mask's
-        right edge (each sequence's diagonal is bottom-right aligned on its own); the last key block of a
-        sequence stores dK, dV by masked stores into DK, DV (strides stride_dkh, stride_dkn; else None). LSE_TMA off
-        (a sequence's query blocks start at any row: 1-D TMA boxes must start 16-byte aligned).
+        int32 cumulative lengths, program (key block, sequence · Hkv); Nk the total keys, causal_off the mask's
+        right edge (each sequence's diagonal is bottom-right aligned on its own); LSE2, DELTA and the dQ tiles
+        hold each sequence's rows from CU_P[s], a multiple of 64 (``layout.packed_rows``), in Nq rows per head
+        (so a query block's L₂ box and dQ tiles start 16-byte aligned, as TMA needs); the last key block of a
+        sequence stores dK, dV by masked stores into DK, DV (strides stride_dkh, stride_dkn; else None).
         Two consumer warp groups of 4 warps (64 keys each), one loader warp and (DET) one writer warp."""
         NC: gl.constexpr = 2
         SUB_N: gl.constexpr = 64
@@ -656,10 +659,11 @@ if HAVE_GLUON:
         Hkv = H // G
         b = bhk // Hkv
         hk = bhk % Hkv
-        nq_rows = Nq  # a head's rows of L₂, D and the dQ buffer
+        nq_rows = Nq  # a head's rows of L₂, D and the dQ buffer (packed batches: padded, as CU_P sets out)
         if VARLEN:  # sequence b: rows [q_base, Nq) and keys [k_base, Nk) of the packed tensors (batch 0)
             q_base = gl.load(CU_Q + b)
             k_base = gl.load(CU_K + b)
+            pad = gl.load(CU_P + b) - q_base  # its rows of L₂, D and dQ tiles start at CU_P[b] (a multiple of 64)
             Nq = gl.load(CU_Q + b + 1)
             Nk = gl.load(CU_K + b + 1)
             causal_off = causal_off + Nk - Nq  # key j sees row i iff j − k_base <= i − q_base + right + len_k − len_q
@@ -667,6 +671,7 @@ if HAVE_GLUON:
         else:
             q_base = 0
             k_base = 0
+            pad = 0
         start_n = k_base + pid_n * BLOCK_N
         # -- query rows that see some key of this block: [m_lo, m_end), in steps of BLOCK_M from q_base
         if CAUSAL:
@@ -738,10 +743,10 @@ if HAVE_GLUON:
                          kv_bar, q_ready, do_ready, q_empty, do_empty,
                          b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                          SLOPES, stride_sb, stride_sh,  # (None without ALiBi: no arguments of the partitions)
-                         nq_rows, DK, DV, stride_dkh, stride_dkn)  # (the last four None unless VARLEN)
+                         nq_rows, pad, DK, DV, stride_dkh, stride_dkn)  # (the last four None unless VARLEN)
         loader_args = (desc_q, desc_do, desc_k, desc_v, desc_lse, desc_dl, k_smem, v_smem, q_smem, do_smem, lse_smem,
-                       dl_smem, kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, G, H, nq_rows, start_n, m_lo, n_m,
-                       rot)
+                       dl_smem, kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, G, H, nq_rows, pad, start_n, m_lo,
+                       n_m, rot)
         writer_args = (desc_dq, SEM, dq_smem, ds_smem, ds_bars, b, hk, G, H, Nq, Nk, start_n, m_lo, n_m, causal_off,
                        win_off)
         # a partition's arguments lose their constexpr-ness: the key slice and the mask are baked into wrappers
@@ -849,7 +854,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
                    heads_first: bool | None = None, win_off: int | None = None,
                    consumer_regs: int = BWD_CONSUMER_REGS, dq_lag: int = 0, slopes: torch.Tensor | None = None,
                    deterministic: bool = False, cu_seqlens: tuple[torch.Tensor, torch.Tensor] | None = None,
-                   max_seqlen_k: int | None = None, _ablate: int = 0, _sem_out: list | None = None,
+                   max_seqlen_k: int | None = None, max_seqlen_q: int | None = None, cu_rows: torch.Tensor | None = None,
+                   _ablate: int = 0, _sem_out: list | None = None,
                    _det_last_first: bool = True) -> None:
     """Run the Gluon backward: q, do (B, H, Nq, D); k, v (B, Hkv, Nk, D); ``lse2``, ``delta`` (B, H, Nq)
     float32 from ``prefill_bwd``'s preprocessing kernel (L in log2 units, +inf on empty rows; D_i), read
@@ -874,9 +880,12 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     measurement only: causal key blocks launched first first, so a turn may wait for a program launched
     after it, which is safe only while one head's key blocks all fit on the GPU at once). ``cu_seqlens``: a
     packed batch, (cu_q, cu_k) int32 cumulative lengths on q's device, with q, do (1, H, total_q, D) and k, v,
-    dk, dv (1, Hkv, total_k, D) (``prefill_bwd.packed_as_bhnd`` views), ``max_seqlen_k`` the longest
-    sequence's keys (the grid), ``causal_off`` the mask's right edge (None: no causal mask; each sequence's
-    diagonal bottom-right aligned on its own); no window, ALiBi or ``deterministic``; dQ in row order.
+    dk, dv (1, Hkv, total_k, D) (``prefill_bwd.packed_as_bhnd`` views), ``max_seqlen_q``, ``max_seqlen_k`` the
+    longest sequence's rows and keys (the grids), ``causal_off`` the mask's right edge (None: no causal mask;
+    each sequence's diagonal bottom-right aligned on its own), ``cu_rows`` the sequences' padded row starts
+    (``layout.packed_rows``), lse2 and delta (1, H, rows) with each sequence's rows from there (rows a
+    multiple of 64, as ``prefill_bwd``'s preprocessing kernel writes them); no window, ALiBi, dQ atomics or
+    ``deterministic``.
     ``_ablate`` (measurement only, wrong gradients): leave stages out, as
     ``benchmarks/bwd_gluon_ablation.py`` lists. No input checks beyond the tiles (``gluon_supported`` and
     the public entry points do them)."""
@@ -889,8 +898,13 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         if deterministic or slopes is not None or win_off is not None or B != 1:
             raise ValueError("the Gluon backward takes packed batches (cu_seqlens) as (1, H, total, D) views without "
                              "a window, ALiBi or deterministic; those run the Triton kernels")
-        if max_seqlen_k is None or dk.stride() != dv.stride():
-            raise ValueError("the Gluon backward's packed batches need max_seqlen_k and dk, dv of one layout")
+        if max_seqlen_k is None or max_seqlen_q is None or cu_rows is None or dk.stride() != dv.stride():
+            raise ValueError("the Gluon backward's packed batches need max_seqlen_q, max_seqlen_k, cu_rows and dk, dv "
+                             "of one layout")
+        if dq_atomic or not DQ_PERMUTED or lse2.shape[-1] % BWD_BLOCK_M or lse2.shape != delta.shape \
+                or not (lse2.is_contiguous() and delta.is_contiguous()):
+            raise ValueError("the Gluon backward's packed batches add dQ in register-order tiles (no dq_atomic) from "
+                             "padded contiguous (1, H, rows) L₂ and D buffers, rows a multiple of 64")
     if deterministic and (dq_atomic or dq_split != 1 or _ablate or not DQ_PERMUTED):
         raise ValueError("the Gluon backward is deterministic with dQ by TMA reductions of whole register-order tiles "
                          "only (dq_atomic=False, dq_split=1, DQ_PERMUTED, no ablation)")
@@ -906,10 +920,13 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 1, BWD_BLOCK_M, D], layout)
 
     split_d = D // (dq_split * (1 + dq_shared))  # columns of one dQ tile
-    perm = DQ_PERMUTED and not dq_atomic and cu_seqlens is None  # (a sequence's query blocks start anywhere)
+    perm = DQ_PERMUTED and not dq_atomic
+    # packed batches: L₂, D and dQ's tiles hold each sequence's rows from a multiple of 64 (cu_rows), in this
+    # many padded rows per head; the kernel's Nq
+    n_rows = Nq if cu_seqlens is None else lse2.shape[-1]
     sem = None
     if perm:  # tiles in the accumulator's register order (layout.dq_tiles_shape); rows past Nq add into padding
-        dq_acc = torch.zeros(dq_tiles_shape(B, H, Nq, D, split_d), device=q.device, dtype=torch.float32)
+        dq_acc = torch.zeros(dq_tiles_shape(B, H, n_rows, D, split_d), device=q.device, dtype=torch.float32)
         if deterministic:  # a counter per tile, after three of the waits (``sem_stats``)
             sem = torch.zeros(SEM_TILE0 + dq_acc.shape[0] // (2 * split_d), device=q.device, dtype=torch.int32)
             if _sem_out is not None:
@@ -922,25 +939,29 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         dq_rows = dq_acc.view(B * H * Nq, D)  # a block past a head's last row adds exact zeros to the next head's
         dq_block = [BWD_BLOCK_M, split_d]
         desc_dq = TensorDescriptor(dq_rows, list(dq_rows.shape), list(dq_rows.stride()), dq_block, _dq_layout(dq_block))
-    # packed batches: the consumers load L₂ and Dᵢ themselves. A 1-D TMA box must start 16-byte aligned, and a
-    # sequence's query blocks start at any row (on an H200 such loads stopped on an illegal instruction)
-    lse_tma = LSE_BY_TMA and cu_seqlens is None
+    lse_tma = LSE_BY_TMA
     # each head's rows of L₂ and Dᵢ padded to whole query blocks for the TMA loads (no copy where the
-    # preprocessing kernel wrote into such buffers), contiguous rows otherwise (the kernel's stride: Nq)
-    rows = lse_rows(Nq) if lse_tma else Nq
-    lse2, delta = _rows_of(lse2, rows), _rows_of(delta, rows)
+    # preprocessing kernel wrote into such buffers), contiguous rows otherwise (the kernel's stride: Nq). A 1-D
+    # TMA box must start 16-byte aligned (one that did not stopped an H200 on an illegal instruction): packed
+    # batches come padded per sequence
+    if cu_seqlens is None:
+        rows = lse_rows(Nq) if lse_tma else Nq
+        lse2, delta = _rows_of(lse2, rows), _rows_of(delta, rows)
+    else:
+        rows = n_rows
     row_layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1)
     desc_lse, desc_dl = (TensorDescriptor(x.view(-1), [x.numel()], [1], [BWD_BLOCK_M], row_layout)
                          for x in (lse2, delta))
     if cu_seqlens is None:
         grid = (-(-Nk // (2 * BWD_SUB_N)), B * Hkv)
-        varlen = (None,) * 6
+        varlen = (None,) * 7
     else:  # (key blocks of the longest sequence, sequence · K/V head): programs past a sequence's keys return
         cu_q, cu_k = (c if c.dtype == torch.int32 else c.to(torch.int32) for c in cu_seqlens)
         grid = (-(-max_seqlen_k // (2 * BWD_SUB_N)), (cu_q.numel() - 1) * Hkv)
         if max(grid) > 65535:
             raise ValueError(f"the Gluon backward's grid {grid} for this packed batch has an axis past 65,535")
-        varlen = (cu_q, cu_k, dk, dv, dk.stride(1), dk.stride(2))
+        cu_p = cu_rows if cu_rows.dtype == torch.int32 else cu_rows.to(torch.int32)
+        varlen = (cu_q, cu_k, cu_p, dk, dv, dk.stride(1), dk.stride(2))
     if heads_first is None:
         from .decode_config import _device_sms
 
@@ -961,14 +982,16 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
             desc_lse = TensorDescriptor(lse2.view(-1), [lse2.numel()], [1], [BWD_BLOCK_M], row_layout)
     _attn_bwd_gluon_ws[grid](
         desc(q), desc(do), desc(k), desc(v), desc(dk), desc(dv), desc_dq, desc_lse, desc_dl, dq_acc, sem, lse2, delta,
-        H, H // Hkv, Nq, Nk, causal_off if causal_off is not None else 0,
+        H, H // Hkv, n_rows, Nk, causal_off if causal_off is not None else 0,
         NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale, *alibi, *varlen,
         HEAD_D=D, STAGES=stages, CAUSAL=causal_off is not None, CONSUMER_REGS=consumer_regs, DQ_SPLIT=dq_split,
         DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, HEADS_FIRST=heads_first, DQ_LAG=dq_lag,
         ABLATE=_ablate, ALIBI=slopes is not None, DQ_PERM=perm, LSE_TMA=lse_tma, DET=deterministic,
         DET_LAST_FIRST=_det_last_first, VARLEN=cu_seqlens is not None, num_warps=4)
     # the kernel adds dS K unscaled: one multiply per element, not per key block
-    if perm:
+    if cu_seqlens is not None:
+        store_dq_tiles(dq_acc, dq, split_d, scale=scale, packed=(cu_q, cu_p, n_rows, max_seqlen_q))
+    elif perm:
         store_dq_tiles(dq_acc, dq, split_d, scale=scale)
     else:
         store_dq(dq_acc, dq, scale=scale)
@@ -992,7 +1015,7 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     the slopes' head stride 1 (a launch specialises it so: (H,), (B, H) and (H,) expanded to (B, H)).
     ``dq_perm``: dQ tiles in register order (None: ``DQ_PERMUTED``, as a launch; never with atomics);
     ``lse_tma``: L₂ and Dᵢ by TMA (None: ``LSE_BY_TMA``); ``deterministic``: the ordered dQ additions;
-    ``varlen``: the packed-batch build (dQ in row order)."""
+    ``varlen``: the packed-batch build."""
     if not HAVE_GLUON:
         raise RuntimeError("this triton has no Gluon (triton >= 3.5 needed)")
     import triton
@@ -1008,12 +1031,12 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     const = dict(HEAD_D=head_dim, STAGES=stages, CAUSAL=causal, CONSUMER_REGS=regs, DQ_SPLIT=dq_split,
                  DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, HEADS_FIRST=heads_first, DQ_LAG=dq_lag,
                  ABLATE=_ablate, ALIBI=alibi)
-    perm = (DQ_PERMUTED if dq_perm is None else dq_perm) and not dq_atomic and not varlen
+    perm = (DQ_PERMUTED if dq_perm is None else dq_perm) and not dq_atomic
     const["DQ_PERM"] = perm
     const["VARLEN"] = varlen
     if not varlen:  # as a launch without cu_seqlens: constexpr None
-        const.update(CU_Q=None, CU_K=None, DK=None, DV=None, stride_dkh=None, stride_dkn=None)
-    const["LSE_TMA"] = (LSE_BY_TMA and not varlen) if lse_tma is None else lse_tma
+        const.update(CU_Q=None, CU_K=None, CU_P=None, DK=None, DV=None, stride_dkh=None, stride_dkn=None)
+    const["LSE_TMA"] = LSE_BY_TMA if lse_tma is None else lse_tma
     const["DET"] = deterministic
     if not deterministic:
         const["SEM"] = None
@@ -1030,7 +1053,7 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     desc_row = f"tensordesc<fp32[{BWD_BLOCK_M}],{row_layout!r}>"
     sig = {n: ("constexpr" if n in const else desc_dq if n == "desc_dq" else desc_row if n in ("desc_lse", "desc_dl")
                else desc if n.startswith("desc_")
-               else "*fp32" if n in ptrs or n == "SLOPES" else "*i32" if n in ("SEM", "CU_Q", "CU_K")
+               else "*fp32" if n in ptrs or n == "SLOPES" else "*i32" if n in ("SEM", "CU_Q", "CU_K", "CU_P")
                else f"*{name}" if n in ("DK", "DV")
                else "fp32" if n in ("qk_scale", "sm_scale") else "i32") for n in fn.arg_names}
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in ptrs}
