@@ -53,7 +53,7 @@ if [ "${PHASES:-all}" != "bench" ]; then  # (PHASES=bench: the smoke call, then 
     echo "tests: exit $? in $(( $(date +%s) - t0 ))s"; tail -n 4 "$D/tests.log"
     t0=$(date +%s)  # the dense backward, as bwd-dq-layout runs 9 and 10 measured it
     timeout ${LAYOUT_S:-120} python3 benchmarks/bwd_dq_layout.py --rounds 1 --layouts default cudnn \
-        --json "$D/bwd-dq-layout-h200-run$RUN.json" > "$D/layout.log" 2>&1
+        --json "$D/bwd-dq-layout-h200-run${LAYOUT_RUN:-$RUN}.json" > "$D/layout.log" 2>&1
     echo "bwd_dq_layout: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/layout.log" || tail -n 20 "$D/layout.log"
 fi
 [ "${PHASES:-all}" = "check" ] && exit 0
