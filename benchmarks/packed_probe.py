@@ -7,7 +7,8 @@ illegal instruction ends the CUDA context), against the Triton kernels' gradient
 
 ``--timing`` times the backward alone (do_bench medians, bf16, H·D = 2048, causal and not) on the same work
 laid out four ways: dense (16, H, 1024, D) on the Gluon kernel as shipped; the same with L₂, Dᵢ loaded by the
-consumers and dQ in row order (what the packed build does); 16 packed sequences of 1,024 on the packed build
+consumers and dQ in row order (the packed build's first version); the same in a model's (B, N, H, D) layout
+(rows H·D apart, as in packed tensors); 16 packed sequences of 1,024 on the packed build
 and on the Triton kernels; and a mixed packed batch (256–1,792) on both.
 """
 
@@ -92,6 +93,11 @@ def timing(D: int, causal: bool) -> list[dict]:
         gb.LSE_BY_TMA, gb.DQ_PERMUTED = lse_tma, perm
         bench(name, partial(prefill_backward, do, q, k, v, out, lse, mask=mask, scale=scale, config=cfg), flops)
     gb.LSE_BY_TMA, gb.DQ_PERMUTED = keep
+    # the same dense call on a model's (B, N, H, D) projections, strided as packed tensors are (rows H·D apart)
+    q, k, v, do = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in dense)
+    out, lse = prefill_forward(q, k, v, mask=mask, scale=scale)
+    bench("dense, model layout", partial(prefill_backward, do, q, k, v, out, lse, mask=mask, scale=scale, config=cfg),
+          flops)
     for label, lens in (("16 x 1024", [1024] * 16), ("mixed", MIXED)):
         cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
         q, k, v, do = (torch.randn(sum(lens), H, D, device="cuda", dtype=torch.bfloat16, generator=gen)
