@@ -104,10 +104,21 @@ def timing(D: int, causal: bool) -> list[dict]:
                        for _ in range(4))
         ms_ = (max(lens), max(lens))
         out, lse = prefill_forward(q, k, v, mask=mask, scale=scale, cu_seqlens=(cu, cu), max_seqlen=ms_)
+        grads = {}
         for kernel, packed in (("packed Gluon", True), ("Triton kernels", False)):
             gb.PACKED = packed
-            bench(f"{label}, {kernel}", partial(prefill_backward, do, q, k, v, out, lse, mask=mask, scale=scale,
-                                                cu_seqlens=(cu, cu), max_seqlen=ms_), 2.5 * 4 * pairs(lens) * D * H)
+            call = partial(prefill_backward, do, q, k, v, out, lse, mask=mask, scale=scale, cu_seqlens=(cu, cu),
+                           max_seqlen=ms_)
+            ran, real = [], gb.gluon_backward
+            gb.gluon_backward = lambda *a, _ran=ran, _real=real, **kw: _ran.append(1) or _real(*a, **kw)
+            grads[packed] = call()
+            gb.gluon_backward = real
+            bench(f"{label}, {kernel}", call, 2.5 * 4 * pairs(lens) * D * H)
+            rows[-1]["gluon_ran"] = bool(ran)
+        rows[-2]["max_rel_diff"] = max(((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
+                                       for a, b in zip(grads[True], grads[False]))
+        print(f"  ({label}: the Gluon kernel ran {rows[-2]['gluon_ran']}, the Triton row's {rows[-1]['gluon_ran']}; "
+              f"max rel. diff of the gradients {rows[-2]['max_rel_diff']:.1e})", flush=True)
     gb.PACKED = False
     return rows
 
