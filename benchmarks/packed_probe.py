@@ -59,6 +59,7 @@ MIXED = [1000, 257, 1792, 63, 700, 1, 1500, 900, 1200, 400, 1024, 1100, 800, 600
 
 def timing(D: int, causal: bool) -> list[dict]:
     """The backward's time on one head dim and mask, every layout of the module docstring."""
+    import time
     from functools import partial
 
     import torch
@@ -77,8 +78,16 @@ def timing(D: int, causal: bool) -> list[dict]:
         call()
         torch.cuda.synchronize()
         ms = triton.testing.do_bench(call, warmup=10, rep=80)
-        rows.append(dict(D=D, causal=causal, layout=name, ms=ms, tflops=flops / ms * 1e-9))
-        print(f"| {D} | {causal} | {name} | {ms:.3f} | {rows[-1]['tflops']:.0f} |", flush=True)
+        # the host's time per call: 20 calls queued without waiting (a host slower than the GPU shows here, and
+        # in do_bench's time too)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(20):
+            call()
+        host = (time.perf_counter() - t0) / 20 * 1e3
+        torch.cuda.synchronize()
+        rows.append(dict(D=D, causal=causal, layout=name, ms=ms, tflops=flops / ms * 1e-9, host_ms=host))
+        print(f"| {D} | {causal} | {name} | {ms:.3f} | {rows[-1]['tflops']:.0f} | {host:.3f} |", flush=True)
 
     def pairs(lens):  # visible (row, key) pairs, causal bottom-right
         return sum(n * (n + 1) // 2 if causal else n * n for n in lens)
@@ -134,7 +143,7 @@ def main(argv=None) -> int:
     if args.timing:
         import json
 
-        print("| D | causal | layout | backward ms | TFLOP/s |\n|---|---|---|---|---|", flush=True)
+        print("| D | causal | layout | backward ms | TFLOP/s | host ms per call |\n|---|---|---|---|---|---|", flush=True)
         rows = [r for D in args.D for causal in (True, False) for r in timing(D, causal)]
         if args.json:
             with open(args.json, "w") as f:
