@@ -27,3 +27,50 @@ def _kernel(X, n, m, scale, B: tl.constexpr, FLAG: tl.constexpr):
 def test_same_specialisation(a, b, same):
     assert same_specialisation(_kernel, a, b) is same
     assert same_specialisation(_kernel, b, a) is same
+
+
+@triton.jit
+def _store_args(OUT, a, b, C: tl.constexpr = 3, EXTRA=None):
+    tl.store(OUT, a)
+    tl.store(OUT + 1, b)
+    tl.store(OUT + 2, C)
+    if EXTRA is not None:
+        tl.store(OUT + 3, 1)
+
+
+def test_launch_kept_orders_the_arguments_and_takes_the_defaults():
+    """``launch_kept`` takes every argument by name (in any order), the kernel's defaults for the rest, and
+    refuses a call that leaves out an argument without a default (before anything runs)."""
+    import torch
+
+    from attnlab.gpu.launch import launch_kept
+
+    out = torch.zeros(4, dtype=torch.int32)
+    launch_kept(_store_args, (1,), dict(b=7, a=5, OUT=out), num_warps=1)
+    assert out.tolist() == [5, 7, 3, 0]
+    launch_kept(_store_args, (1,), dict(OUT=out, a=1, b=2, C=9, EXTRA=out), num_warps=1)
+    assert out.tolist() == [1, 2, 9, 1]
+    out.zero_()
+    with pytest.raises(TypeError, match=r"no value for \['b'\]"):
+        launch_kept(_store_args, (1,), dict(OUT=out, a=1), num_warps=1)
+    assert not out.any()
+
+
+def test_descriptors_and_none_specialise_by_kind_not_by_address():
+    """Tensor descriptors key a kept compiled kernel by dtype, block shape and layout (not by their tensor's
+    address or extent); None is an argument like any other."""
+    import torch
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from attnlab.gpu.launch import _specialisation
+
+    def desc(rows, dtype=torch.float16, block=(16, 32)):
+        x = torch.zeros(rows, 32, dtype=dtype)
+        return TensorDescriptor(x, list(x.shape), list(x.stride()), list(block))
+
+    a = _specialisation(_kernel, [desc(64), 7, 9, 0.5, 16, True])
+    assert a is not None and a == _specialisation(_kernel, [desc(128), 7, 9, 0.5, 16, True])
+    assert a != _specialisation(_kernel, [desc(64, block=(32, 32)), 7, 9, 0.5, 16, True])
+    assert a != _specialisation(_kernel, [desc(64, dtype=torch.bfloat16), 7, 9, 0.5, 16, True])
+    assert _specialisation(_kernel, [None, 7, 9, 0.5, 16, True]) is not None
+    assert _specialisation(_kernel, [object(), 7, 9, 0.5, 16, True]) is None

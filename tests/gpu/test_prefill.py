@@ -371,6 +371,20 @@ def test_packed_rows_and_the_packed_store(lens):
         assert delta[0, :, starts[s] + n:starts[s + 1]].isnan().all()  # padding rows untouched
 
 
+def test_packed_rows_are_kept_for_the_same_unchanged_lengths():
+    """``packed_rows`` keeps its last result for the same tensor while it is unchanged, and computes anew for
+    another tensor or after the lengths changed in place."""
+    from attnlab.gpu.layout import packed_rows
+
+    cu = torch.tensor([0, 3, 70], dtype=torch.int32, device=DEV)
+    first = packed_rows(cu)
+    assert packed_rows(cu) is first and first.tolist() == [0, 64, 192]
+    other = cu.clone()
+    assert packed_rows(other) is not first and packed_rows(other).tolist() == [0, 64, 192]
+    cu[2] = 200  # in place: a new version of the same tensor
+    assert packed_rows(cu).tolist() == [0, 64, 320]
+
+
 def test_store_dq_tiles_refuses_tiles_of_another_shape():
     from attnlab.gpu.layout import dq_to_tiles, store_dq_tiles
 

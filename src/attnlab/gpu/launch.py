@@ -71,11 +71,17 @@ def _int_spec(a: int) -> tuple:
     return (a == 1, a % 16 == 0, -_I32 <= a < _I32, -_I64 <= a < _I64)
 
 
+def _is_descriptor(a) -> bool:
+    """A host-side TMA tensor descriptor (Triton's or Gluon's: a base tensor, a block shape)."""
+    return hasattr(a, "block_shape") and type(getattr(a, "base", None)) is torch.Tensor
+
+
 def _specialisation(kernel, args: list) -> tuple | None:
     """What Triton's choice of compiled kernel can depend on, for ``args`` of ``kernel``: constexprs
     by value; ints by whether they equal 1, divide by 16 and fit 32 or 64 bits; floats as floats;
-    tensors by dtype and 16-byte alignment. A superset of what Triton specialises on, so equal
-    tuples mean the same compiled kernel. None for an argument of another kind."""
+    tensors by dtype and 16-byte alignment; None as None; tensor descriptors by their kind, base dtype,
+    block shape, layout and padding. A superset of what Triton specialises on, so equal tuples mean the
+    same compiled kernel. None for an argument of another kind."""
     const = _constexprs(kernel)
     key = []
     for a, is_const in zip(args, const):
@@ -88,6 +94,11 @@ def _specialisation(kernel, args: list) -> tuple | None:
             key.append(float)
         elif t is torch.Tensor:
             key.append((a.dtype, a.data_ptr() % 16 == 0))
+        elif a is None:
+            key.append(None)
+        elif _is_descriptor(a):
+            key.append((t, a.base.dtype, tuple(a.block_shape), getattr(a, "layout", None),
+                        getattr(a, "padding", None)))
         else:
             return None
     return tuple(key)
@@ -143,11 +154,13 @@ class Launcher:
 
     __slots__ = ("kernel", "grid", "options", "compiled")
 
-    def __init__(self, kernel, grid: tuple[int, int, int], *, num_warps: int, num_stages: int,
+    def __init__(self, kernel, grid: tuple[int, int, int], *, num_warps: int, num_stages: int | None,
                  launch_pdl: bool = False):
         self.kernel = kernel
         self.grid = grid
-        self.options = {"num_warps": num_warps, "num_stages": num_stages}
+        self.options = {"num_warps": num_warps}
+        if num_stages is not None:  # (None: the compiler's default)
+            self.options["num_stages"] = num_stages
         if launch_pdl:  # a programmatic dependent launch (Hopper): a compile option Triton keeps in the kernel
             self.options["launch_pdl"] = True
         self.compiled = None
@@ -161,13 +174,14 @@ class Launcher:
         """Launch ``args`` (tensors as tensors) — with the compiled kernel of an earlier Launcher of this
         kernel whose arguments had the same specialisation (``_specialisation``), else through Triton's
         JIT (compiling if needed) — and keep the compiled kernel."""
-        on_gpu = isinstance(args[0], torch.Tensor) and args[0].is_cuda
+        first = args[0].base if _is_descriptor(args[0]) else args[0]
+        on_gpu = isinstance(first, torch.Tensor) and first.is_cuda
         spec = _specialisation(self.kernel, args) if on_gpu else None
         key = None if spec is None else (self.kernel, tuple(self.options.values()), torch.cuda.current_device(), spec)
         if key is not None and key in _SHARED and not hooks_set():
             self.compiled = _SHARED[key]
             if stream is None:
-                stream = current_stream(args[0].device)
+                stream = current_stream(first.device)
             self.launch([a.data_ptr() if type(a) is torch.Tensor else a for a in args], stream)
             return
         compiled = self.kernel[self.grid](*args, **self.options)
@@ -177,4 +191,26 @@ class Launcher:
                 _SHARED[key] = compiled
 
 
-__all__ = ["Launcher", "current_stream", "hooks_set", "int_specs", "same_specialisation", "tensor_key"]
+_PARAMS: dict = {}
+
+
+def launch_kept(kernel, grid: tuple, kwargs: dict, *, num_warps: int, num_stages: int | None = None) -> None:
+    """``kernel[grid](**kwargs, num_warps=num_warps)`` — every parameter by name, those left out taking
+    their defaults — through a ``Launcher``: after the first call of a specialisation, the kept compiled
+    kernel is launched directly (Triton's binding of a Gluon kernel's forty-odd arguments, nine of them
+    tensor descriptors, costs more host time than a short call's GPU time). Positional order from the
+    kernel's signature."""
+    params = _PARAMS.get(kernel)
+    if params is None:
+        sig = inspect.signature(kernel.fn)
+        params = _PARAMS[kernel] = tuple((n, p.default) for n, p in sig.parameters.items())
+    args = [kwargs[n] if n in kwargs else d for n, d in params]
+    if any(a is inspect.Parameter.empty for a in args):
+        missing = [n for (n, _), a in zip(params, args) if a is inspect.Parameter.empty]
+        raise TypeError(f"launch_kept: no value for {missing}")
+    grid = tuple(grid) + (1,) * (3 - len(grid))
+    Launcher(kernel, grid, num_warps=num_warps, num_stages=num_stages)(args)
+
+
+__all__ = ["Launcher", "current_stream", "hooks_set", "int_specs", "launch_kept", "same_specialisation",
+           "tensor_key"]

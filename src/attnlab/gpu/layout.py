@@ -7,6 +7,8 @@ ops' fake implementations, which must give the strides the launchers give."""
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 import triton
 import triton.language as tl
@@ -126,13 +128,24 @@ def _dq_store_tiles(SRC, DST, scale, H, Nq, stride_db, stride_dh, stride_dn,
         tl.store(dst + offs_d[None, :], (x * scale).to(DST.dtype.element_ty), mask=offs_m[:, None] < n_rows)
 
 
+_PACKED_ROWS: list = [None, -1, None]  # the last call's (weak reference to cu_seqlens, its version, result)
+
+
 def packed_rows(cu_seqlens: torch.Tensor) -> torch.Tensor:
     """A packed batch's rows as the Gluon backward's buffers hold them: (B + 1,) int32 cumulative lengths,
     each sequence's padded to a multiple of 64 (so its query blocks start at whole tiles), on the device
-    of ``cu_seqlens`` (no copy to the host)."""
+    of ``cu_seqlens`` (no copy to the host). Every layer's backward of a step passes the same tensor: the
+    last result is kept while that tensor lives unchanged (its version counter), except while a CUDA graph
+    is being captured (the graph must compute it from the tensor's values at each replay)."""
+    ref, version, kept = _PACKED_ROWS
+    capturing = cu_seqlens.is_cuda and torch.cuda.is_current_stream_capturing()
+    if ref is not None and ref() is cu_seqlens and cu_seqlens._version == version and not capturing:
+        return kept
     lens = cu_seqlens[1:].long() - cu_seqlens[:-1].long()
     cu = torch.zeros_like(cu_seqlens, dtype=torch.int32)
     cu[1:] = torch.cumsum((lens + 63) // 64 * 64, 0)
+    if not capturing:
+        _PACKED_ROWS[:] = [weakref.ref(cu_seqlens), cu_seqlens._version, cu]
     return cu
 
 

@@ -37,9 +37,12 @@ tests check them against the reference.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .._runtime import LN2, LOG2E
+from .launch import launch_kept
 
 try:  # Gluon ships with triton >= 3.5; older tritons run the Triton kernel only
     from triton.experimental import gluon
@@ -64,6 +67,19 @@ except ImportError:  # pragma: no cover - depends on the installed triton
 
 GLUON_HEAD_DIMS = (64, 128)
 NO_WINDOW = -(1 << 30)  # win_off of a call without a left edge: every key is right of it
+
+
+@functools.lru_cache(maxsize=64)
+def nvmma_layout(block: tuple[int, ...], dtype):
+    """The default shared layout of a TMA block (``gl.NVMMASharedLayout.get_default_for``), made once per
+    block shape and element type: ~15 µs of Python each time, and every launch needs several."""
+    return gl.NVMMASharedLayout.get_default_for(list(block), dtype)
+
+
+@functools.lru_cache(maxsize=8)
+def row_layout():
+    """The unswizzled shared layout of a 1-D float32 TMA block (L₂ and Dᵢ rows)."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1)
 
 if HAVE_GLUON:
     _LN2 = gl.constexpr(LN2)
@@ -633,8 +649,7 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     el = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
 
     def desc(x, rows):
-        layout = gl.NVMMASharedLayout.get_default_for([1, 1, rows, D], el)
-        return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 1, rows, D], layout)
+        return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 1, rows, D], nvmma_layout((1, 1, rows, D), el))
 
     q_rows = 64 if warp_spec else block_m
     grid = (-(-Nq // block_m), B * H)
@@ -647,10 +662,10 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         args_alibi = dict(SLOPES=slopes, stride_sb=stride_sb, stride_sh=stride_sh, alibi_off=Nk - Nq)
     else:
         args_alibi = {}
-    if warp_spec:
+    if warp_spec:  # (the kept compiled kernel after a specialisation's first call: launch.launch_kept)
         args = args[:-1] + (NO_WINDOW if win_off is None else win_off, args[-1])
-        _attn_fwd_gluon_ws[grid](*args, **args_alibi, **const, CONSUMER_REGS=consumer_regs(block_m),
-                                 num_warps=num_warps)
+        launch_kept(_attn_fwd_gluon_ws, grid, dict(zip(_attn_fwd_gluon_ws.arg_names, args)) | args_alibi | const
+                    | dict(CONSUMER_REGS=consumer_regs(block_m)), num_warps=num_warps)
     else:
         _attn_fwd_gluon[grid](*args, **args_alibi, **const, num_warps=num_warps)
 

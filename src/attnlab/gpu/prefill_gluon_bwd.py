@@ -60,6 +60,7 @@ from __future__ import annotations
 import torch
 
 from .._runtime import LOG2E
+from .launch import launch_kept
 from .layout import dq_tiles_shape, store_dq, store_dq_tiles
 from .prefill_gluon import HAVE_GLUON, NO_WINDOW
 
@@ -80,7 +81,7 @@ if HAVE_GLUON:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from .prefill_gluon import _tma_load, _tma_store, _warps_barrier
+    from .prefill_gluon import _tma_load, _tma_store, _warps_barrier, nvmma_layout, row_layout
 
     _LOG2E = gl.constexpr(LOG2E)  # a jit function reads module globals only as constexprs
 
@@ -916,8 +917,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     el = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
 
     def desc(x):
-        layout = gl.NVMMASharedLayout.get_default_for([1, 1, BWD_BLOCK_M, D], el)
-        return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 1, BWD_BLOCK_M, D], layout)
+        return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 1, BWD_BLOCK_M, D],
+                                nvmma_layout((1, 1, BWD_BLOCK_M, D), el))
 
     split_d = D // (dq_split * (1 + dq_shared))  # columns of one dQ tile
     perm = DQ_PERMUTED and not dq_atomic
@@ -949,8 +950,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         lse2, delta = _rows_of(lse2, rows), _rows_of(delta, rows)
     else:
         rows = n_rows
-    row_layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1)
-    desc_lse, desc_dl = (TensorDescriptor(x.view(-1), [x.numel()], [1], [BWD_BLOCK_M], row_layout)
+    desc_lse, desc_dl = (TensorDescriptor(x.view(-1), [x.numel()], [1], [BWD_BLOCK_M], row_layout())
                          for x in (lse2, delta))
     if cu_seqlens is None:
         grid = (-(-Nk // (2 * BWD_SUB_N)), B * Hkv)
@@ -979,15 +979,17 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
             sl = slopes.to(torch.float32).expand(B, H)  # (H,) or (B, H)
             pos = (torch.arange(rows, device=q.device) % BWD_BLOCK_M).to(torch.float32)
             lse2 = lse2 + (sl * LOG2E)[:, :, None] * pos
-            desc_lse = TensorDescriptor(lse2.view(-1), [lse2.numel()], [1], [BWD_BLOCK_M], row_layout)
-    _attn_bwd_gluon_ws[grid](
-        desc(q), desc(do), desc(k), desc(v), desc(dk), desc(dv), desc_dq, desc_lse, desc_dl, dq_acc, sem, lse2, delta,
-        H, H // Hkv, n_rows, Nk, causal_off if causal_off is not None else 0,
-        NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale, *alibi, *varlen,
+            desc_lse = TensorDescriptor(lse2.view(-1), [lse2.numel()], [1], [BWD_BLOCK_M], row_layout())
+    args = (desc(q), desc(do), desc(k), desc(v), desc(dk), desc(dv), desc_dq, desc_lse, desc_dl, dq_acc, sem, lse2,
+            delta, H, H // Hkv, n_rows, Nk, causal_off if causal_off is not None else 0,
+            NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale, *alibi, *varlen)
+    # (the kept compiled kernel after a specialisation's first call: Triton's binding of these arguments took
+    # more host time than a short call's GPU time; launch.launch_kept)
+    launch_kept(_attn_bwd_gluon_ws, grid, dict(zip(_attn_bwd_gluon_ws.arg_names, args)) | dict(
         HEAD_D=D, STAGES=stages, CAUSAL=causal_off is not None, CONSUMER_REGS=consumer_regs, DQ_SPLIT=dq_split,
         DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, HEADS_FIRST=heads_first, DQ_LAG=dq_lag,
         ABLATE=_ablate, ALIBI=slopes is not None, DQ_PERM=perm, LSE_TMA=lse_tma, DET=deterministic,
-        DET_LAST_FIRST=_det_last_first, VARLEN=cu_seqlens is not None, num_warps=4)
+        DET_LAST_FIRST=_det_last_first, VARLEN=cu_seqlens is not None), num_warps=4)
     # the kernel adds dS K unscaled: one multiply per element, not per key block
     if cu_seqlens is not None:
         store_dq_tiles(dq_acc, dq, split_d, scale=scale, packed=(cu_q, cu_p, n_rows, max_seqlen_q))
@@ -1001,7 +1003,7 @@ def _dq_layout(block: list[int], perm: bool = False):
     """The shared layout of the float32 dQ staging tile (and its descriptor): ``DQ_SWIZZLE`` or the default
     (``perm``, the tiles in register order in rows of 32: Triton's default, 128 bytes, whatever the hook)."""
     if DQ_SWIZZLE is None or perm:
-        return gl.NVMMASharedLayout.get_default_for(block, gl.float32)
+        return nvmma_layout(tuple(block), gl.float32)
     return gl.NVMMASharedLayout(swizzle_byte_width=DQ_SWIZZLE, element_bitwidth=32, rank=2)
 
 
