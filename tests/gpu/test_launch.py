@@ -40,16 +40,19 @@ def _store_args(OUT, a, b, C: tl.constexpr = 3, EXTRA=None):
 
 def test_launch_kept_orders_the_arguments_and_takes_the_defaults():
     """``launch_kept`` takes every argument by name (in any order), the kernel's defaults for the rest, and
-    refuses a call that leaves out an argument without a default (before anything runs)."""
+    refuses a call that leaves out an argument without a default (before anything runs); on the GPU, the
+    second call of a specialisation takes the kept compiled kernel."""
     import torch
 
     from attnlab.gpu.launch import launch_kept
 
-    out = torch.zeros(4, dtype=torch.int32)
+    out = torch.zeros(4, dtype=torch.int32, device="cuda" if torch.cuda.is_available() else "cpu")
     launch_kept(_store_args, (1,), dict(b=7, a=5, OUT=out), num_warps=1)
     assert out.tolist() == [5, 7, 3, 0]
     launch_kept(_store_args, (1,), dict(OUT=out, a=1, b=2, C=9, EXTRA=out), num_warps=1)
     assert out.tolist() == [1, 2, 9, 1]
+    launch_kept(_store_args, (1,), dict(OUT=out, a=4, b=2, C=9, EXTRA=out), num_warps=1)  # (kept, on a GPU)
+    assert out.tolist() == [4, 2, 9, 1]
     out.zero_()
     with pytest.raises(TypeError, match=r"no value for \['b'\]"):
         launch_kept(_store_args, (1,), dict(OUT=out, a=1), num_warps=1)
