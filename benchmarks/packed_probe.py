@@ -4,6 +4,7 @@ illegal instruction ends the CUDA context), against the Triton kernels' gradient
     python benchmarks/packed_probe.py            # every case, 40 s each
     python benchmarks/packed_probe.py --case one-sequence-whole-blocks
     python benchmarks/packed_probe.py --timing --json out.json   # where the packed build's time goes
+    python benchmarks/packed_probe.py --report out.json          # its table again
 
 ``--timing`` times the backward alone (do_bench medians, bf16, H·D = 2048, causal and not) on the same work
 laid out four ways: dense (16, H, 1024, D) on the Gluon kernel as shipped; the same with L₂, Dᵢ loaded by the
@@ -132,6 +133,17 @@ def timing(D: int, causal: bool) -> list[dict]:
     return rows
 
 
+def report(rows: list[dict]) -> str:
+    """The --timing table of recorded rows (the host column where the run measured it)."""
+    host = any("host_ms" in r for r in rows)
+    lines = ["| D | causal | layout | backward ms | TFLOP/s |" + (" host ms per call |" if host else ""),
+             "|---|---|---|---|---|" + ("---|" if host else "")]
+    for r in rows:
+        line = f"| {r['D']} | {r['causal']} | {r['layout']} | {r['ms']:.3f} | {r['tflops']:.0f} |"
+        lines.append(line + (f" {r['host_ms']:.3f} |" if host else ""))
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--case", choices=list(CASES))
@@ -139,7 +151,14 @@ def main(argv=None) -> int:
     ap.add_argument("--timing", action="store_true", help="time the layouts of the module docstring")
     ap.add_argument("--D", type=int, nargs="+", default=[128, 64])
     ap.add_argument("--json", help="write the --timing rows here")
+    ap.add_argument("--report", metavar="JSON", help="print the table of a recorded --timing run")
     args = ap.parse_args(argv)
+    if args.report:
+        import json
+
+        with open(args.report) as f:
+            print(report(json.load(f)))
+        return 0
     if args.timing:
         import json
 

@@ -28,3 +28,34 @@ def test_docs_varlen_numbers_are_run_9():
     fwd, fb = tf["fwd", "attnlab"], tf["fwd_bwd", "attnlab"]
     assert (f"forward {fwd:.0f} TFLOP/s, {fwd / tf['fwd', 'flex']:.2f}× FlexAttention with a document mask; "
             f"forward+backward {fb:.0f}, {fb / tf['fwd_bwd', 'flex']:.2f}×.") in doc
+
+
+def test_results_packed_gluon_runs_are_the_recorded_ones():
+    """RESULTS.md's varlen runs 11 and 12 (the packed-batch Gluon backward) and its packed_probe tables are what
+    the scripts render from the recorded files."""
+    vb = load_script("benchmarks/variants.py")
+    probe = load_script("benchmarks/packed_probe.py")
+    results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    data = ROOT / "benchmarks" / "data"
+    for name, tag in (("variants-h200-varlen-run11", "run 11, Gluon"), ("variants-h200-varlen-triton-run11",
+                                                                       "run 11, Triton"),
+                      ("variants-h200-varlen-run12", "run 12, Gluon")):
+        rows = json.loads((data / f"{name}.json").read_text())["rows"]
+        for line in vb.report(rows).splitlines()[2:]:
+            assert line.replace("| varlen |", f"| varlen ({tag}) |", 1) in results, line
+    for run in (1, 5, 6, 7):
+        table = probe.report(json.loads((data / f"packed-probe-h200-run{run}.json").read_text()))
+        assert table in results, run
+
+
+def test_results_dense_backward_unchanged_by_the_packed_build():
+    """The ranges RESULTS.md quotes for the dense backward after the packed build (bwd-dq-layout runs 11–13) are
+    the recorded files' default rows, shape by shape."""
+    results = " ".join((ROOT / "benchmarks" / "RESULTS.md").read_text().split())
+    by_shape: dict = {}
+    for run in (11, 12, 13):
+        for r in json.loads((ROOT / "benchmarks" / "data" / f"bwd-dq-layout-h200-run{run}.json").read_text())["rows"]:
+            if r["layout"] == "default":
+                by_shape.setdefault((r["D"], r["H"], r["Hkv"], r["N"], r["causal"]), []).append(r["ms"])
+    ranges = ", ".join(f"{min(v):.2f}–{max(v):.2f}" for v in by_shape.values())
+    assert f"`-run13.json`: {ranges} ms against run 9's" in results
