@@ -51,7 +51,11 @@ def test_launch_kept_orders_the_arguments_and_takes_the_defaults():
     assert out.tolist() == [5, 7, 3, 0]
     launch_kept(_store_args, (1,), dict(OUT=out, a=1, b=2, C=9, EXTRA=out), num_warps=1)
     assert out.tolist() == [1, 2, 9, 1]
-    launch_kept(_store_args, (1,), dict(OUT=out, a=4, b=2, C=9, EXTRA=out), num_warps=1)  # (kept, on a GPU)
+    if out.is_cuda:  # the compiled kernel is kept, and the next call of the same specialisation launches it
+        from attnlab.gpu import launch
+
+        assert any(key[0] is _store_args for key in launch._SHARED)
+    launch_kept(_store_args, (1,), dict(OUT=out, a=4, b=2, C=9, EXTRA=out), num_warps=1)
     assert out.tolist() == [4, 2, 9, 1]
     out.zero_()
     with pytest.raises(TypeError, match=r"no value for \['b'\]"):
