@@ -23,6 +23,8 @@ def empty_like_layout(x: torch.Tensor, shape=None, dtype: torch.dtype | None = N
     gradients in that layout too, and the model's transpose back and reshape to (B, N, H·D) are views, not
     copies (cuDNN's SDPA lays out its output the same way). Contiguous inputs give contiguous tensors."""
     shape = tuple(x.shape) if shape is None else tuple(shape)
+    if x.is_contiguous():  # (the common case, without sorting: a size-1 dimension's place changes no address)
+        return torch.empty(shape, device=x.device, dtype=dtype or x.dtype)
     strides = x.stride()
     order = sorted(range(x.dim()), key=lambda i: (-strides[i] if strides[i] else -float("inf"), i))
     if order == list(range(x.dim())):
