@@ -31,6 +31,7 @@ import triton.language as tl
 
 from .._runtime import LOG2E
 from .config import BwdConfig, default_bwd_config, next_pow2, tma_ok, varlen_bounds, varlen_grid
+from .launch import launch_kept
 from .layout import empty_like_layout, packed_rows, padded_rows_bound, store_dq
 from .prefill_fwd import (
     _key_range,
@@ -457,10 +458,11 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
         delta, lse2 = delta[..., :Nq], lse2[..., :Nq]
     has_dlse = dlse is not None
     if grid_pre is None or grid_pre[0]:
-        _attn_bwd_prep[grid_pre or (triton.cdiv(Nq, PRE_M), q.shape[0] * H)](
-            out, do, lse, dlse.contiguous() if has_dlse else lse, delta, lse2,
-            *_s3(out), *_s3(do), H, Nq, rows,
-            HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=PRE_M, HAS_DLSE=has_dlse, num_warps=4, **packed_rows_)
+        # (the kept compiled kernel after a specialisation's first call: launch.launch_kept)
+        args = (out, do, lse, dlse.contiguous() if has_dlse else lse, delta, lse2, *_s3(out), *_s3(do), H, Nq, rows)
+        launch_kept(_attn_bwd_prep, grid_pre or (triton.cdiv(Nq, PRE_M), q.shape[0] * H),
+                    dict(zip(_attn_bwd_prep.arg_names, args)) | dict(HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=PRE_M,
+                                                                    HAS_DLSE=has_dlse) | packed_rows_, num_warps=4)
     if cfg.gluon:  # bottom-right aligned, as in the forward (ALiBi's offset too: Nk − Nq)
         from .prefill_gluon_bwd import gluon_backward
 
