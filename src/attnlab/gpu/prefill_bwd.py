@@ -489,11 +489,11 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
     else:
         var_kv, grid_kv, even_m = var, (triton.cdiv(Nk, cfg.block_n1), B * Hkv), Nq % cfg.block_m1 == 0
     if grid_kv[0] and grid_kv[1]:
-        _attn_bwd_dkdv[grid_kv](
-            q, k, v, do, lse2, delta, dk, dv, dq_acc,
-            *_s3(q), *_s3(k), *_s3(v), *_s3(do), *_s3(dk), *_s3(dv), *_s3(dq_acc), *common,
-            HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
-            EVEN_M=even_m, DQ_ATOMIC=cfg.dq_atomic, num_warps=cfg.warps1, num_stages=cfg.stages1, **var_kv)
+        args = (q, k, v, do, lse2, delta, dk, dv, dq_acc,
+                *_s3(q), *_s3(k), *_s3(v), *_s3(do), *_s3(dk), *_s3(dv), *_s3(dq_acc), *common)
+        launch_kept(_attn_bwd_dkdv, grid_kv, dict(zip(_attn_bwd_dkdv.arg_names, args)) | var_kv | dict(
+            HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1, EVEN_M=even_m,
+            DQ_ATOMIC=cfg.dq_atomic), num_warps=cfg.warps1, num_stages=cfg.stages1)
     if cfg.dq_atomic:
         store_dq(dq_acc, dq)
         return _unpack(dq, dk, dv, cu_seqlens)
@@ -503,11 +503,10 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
     else:
         var_q, grid_q = var, (triton.cdiv(Nq, cfg.block_m2), B * H)
     if grid_q[0] and grid_q[1]:
-        _attn_bwd_dq[grid_q](
-            q, k, v, do, lse2, delta, dq,
-            *_s3(q), *_s3(k), *_s3(v), *_s3(do), *_s3(dq), *common,
-            HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2,
-            num_warps=cfg.warps2, num_stages=cfg.stages2, **var_q)
+        args = (q, k, v, do, lse2, delta, dq, *_s3(q), *_s3(k), *_s3(v), *_s3(do), *_s3(dq), *common)
+        launch_kept(_attn_bwd_dq, grid_q, dict(zip(_attn_bwd_dq.arg_names, args)) | var_q | dict(
+            HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2),
+            num_warps=cfg.warps2, num_stages=cfg.stages2)
     return _unpack(dq, dk, dv, cu_seqlens)
 
 
