@@ -194,12 +194,13 @@ class Launcher:
 _PARAMS: dict = {}
 
 
-def launch_kept(kernel, grid: tuple, kwargs: dict, *, num_warps: int, num_stages: int | None = None) -> None:
+def launch_kept(kernel, grid: tuple, kwargs: dict, *, num_warps: int, num_stages: int | None = None,
+                **options) -> None:
     """``kernel[grid](**kwargs, num_warps=num_warps)`` — every parameter by name, those left out taking
     their defaults — through a ``Launcher``: after the first call of a specialisation, the kept compiled
     kernel is launched directly (Triton's binding of a Gluon kernel's forty-odd arguments, nine of them
     tensor descriptors, costs more host time than a short call's GPU time). Positional order from the
-    kernel's signature."""
+    kernel's signature; ``options``: further compile options (``maxnreg``)."""
     params = _PARAMS.get(kernel)
     if params is None:
         sig = inspect.signature(kernel.fn)
@@ -209,7 +210,9 @@ def launch_kept(kernel, grid: tuple, kwargs: dict, *, num_warps: int, num_stages
         missing = [n for (n, _), a in zip(params, args) if a is inspect.Parameter.empty]
         raise TypeError(f"launch_kept: no value for {missing}")
     grid = tuple(grid) + (1,) * (3 - len(grid))
-    Launcher(kernel, grid, num_warps=num_warps, num_stages=num_stages)(args)
+    launcher = Launcher(kernel, grid, num_warps=num_warps, num_stages=num_stages)
+    launcher.options.update(options)
+    launcher(args)
 
 
 __all__ = ["Launcher", "current_stream", "hooks_set", "int_specs", "launch_kept", "same_specialisation",

@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from .config import next_pow2
+from .launch import launch_kept
 
 
 def empty_like_layout(x: torch.Tensor, shape=None, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -172,9 +173,9 @@ def store_dq_tiles(tiles: torch.Tensor, dq: torch.Tensor, split_d: int, scale: f
                              f"{tuple(dq.shape)} dQ in {rows} rows per head, column slices of {split_d}")
         n_seqs = cu_q.numel() - 1
         if n_seqs * H and max_q:
-            _dq_store_tiles[(-(-max_q // 64), n_seqs * H)](tiles, dq, float(scale), H, rows, *dq.stride()[:3],
-                                                           HEAD_D=D, SPLIT_D=split_d, CU_Q=cu_q, CU_P=cu_p,
-                                                           num_warps=4)
+            launch_kept(_dq_store_tiles, (-(-max_q // 64), n_seqs * H),
+                        dict(zip(_dq_store_tiles.arg_names, (tiles, dq, float(scale), H, rows, *dq.stride()[:3])))
+                        | dict(HEAD_D=D, SPLIT_D=split_d, CU_Q=cu_q, CU_P=cu_p), num_warps=4)
         return
     if tuple(tiles.shape) != dq_tiles_shape(B, H, Nq, D, split_d) or D % split_d or split_d % 8:
         raise ValueError(f"store_dq_tiles: tiles of shape {tuple(tiles.shape)} do not hold a {tuple(dq.shape)} dQ "
@@ -186,8 +187,10 @@ def store_dq_tiles(tiles: torch.Tensor, dq: torch.Tensor, split_d: int, scale: f
         store_dq_tiles(tiles, tmp, split_d, scale)
         dq.copy_(tmp)
         return
-    _dq_store_tiles[(-(-Nq // 64), B * H)](tiles, dq, float(scale), H, Nq, *dq.stride()[:3], HEAD_D=D,
-                                           SPLIT_D=split_d, num_warps=4)
+    # (the kept compiled kernel after a specialisation's first call: launch.launch_kept)
+    launch_kept(_dq_store_tiles, (-(-Nq // 64), B * H),
+                dict(zip(_dq_store_tiles.arg_names, (tiles, dq, float(scale), H, Nq, *dq.stride()[:3])))
+                | dict(HEAD_D=D, SPLIT_D=split_d), num_warps=4)
 
 
 __all__ = ["dq_tiles_shape", "dq_to_tiles", "empty_like_layout", "packed_rows", "padded_rows_bound", "store_dq",

@@ -31,6 +31,7 @@ import triton.language as tl
 
 from .._runtime import LOG2E
 from .config import BwdConfig, default_bwd_config, next_pow2, tma_ok, varlen_bounds, varlen_grid
+from .launch import launch_kept
 from .layout import empty_like_layout, packed_rows, padded_rows_bound, store_dq
 from .prefill_fwd import (
     _key_range,
@@ -457,10 +458,11 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
         delta, lse2 = delta[..., :Nq], lse2[..., :Nq]
     has_dlse = dlse is not None
     if grid_pre is None or grid_pre[0]:
-        _attn_bwd_prep[grid_pre or (triton.cdiv(Nq, PRE_M), q.shape[0] * H)](
-            out, do, lse, dlse.contiguous() if has_dlse else lse, delta, lse2,
-            *_s3(out), *_s3(do), H, Nq, rows,
-            HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=PRE_M, HAS_DLSE=has_dlse, num_warps=4, **packed_rows_)
+        # (the kept compiled kernel after a specialisation's first call: launch.launch_kept)
+        args = (out, do, lse, dlse.contiguous() if has_dlse else lse, delta, lse2, *_s3(out), *_s3(do), H, Nq, rows)
+        launch_kept(_attn_bwd_prep, grid_pre or (triton.cdiv(Nq, PRE_M), q.shape[0] * H),
+                    dict(zip(_attn_bwd_prep.arg_names, args)) | dict(HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=PRE_M,
+                                                                    HAS_DLSE=has_dlse) | packed_rows_, num_warps=4)
     if cfg.gluon:  # bottom-right aligned, as in the forward (ALiBi's offset too: Nk − Nq)
         from .prefill_gluon_bwd import gluon_backward
 
@@ -487,11 +489,11 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
     else:
         var_kv, grid_kv, even_m = var, (triton.cdiv(Nk, cfg.block_n1), B * Hkv), Nq % cfg.block_m1 == 0
     if grid_kv[0] and grid_kv[1]:
-        _attn_bwd_dkdv[grid_kv](
-            q, k, v, do, lse2, delta, dk, dv, dq_acc,
-            *_s3(q), *_s3(k), *_s3(v), *_s3(do), *_s3(dk), *_s3(dv), *_s3(dq_acc), *common,
-            HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
-            EVEN_M=even_m, DQ_ATOMIC=cfg.dq_atomic, num_warps=cfg.warps1, num_stages=cfg.stages1, **var_kv)
+        args = (q, k, v, do, lse2, delta, dk, dv, dq_acc,
+                *_s3(q), *_s3(k), *_s3(v), *_s3(do), *_s3(dk), *_s3(dv), *_s3(dq_acc), *common)
+        launch_kept(_attn_bwd_dkdv, grid_kv, dict(zip(_attn_bwd_dkdv.arg_names, args)) | var_kv | dict(
+            HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1, EVEN_M=even_m,
+            DQ_ATOMIC=cfg.dq_atomic), num_warps=cfg.warps1, num_stages=cfg.stages1)
     if cfg.dq_atomic:
         store_dq(dq_acc, dq)
         return _unpack(dq, dk, dv, cu_seqlens)
@@ -501,11 +503,10 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
     else:
         var_q, grid_q = var, (triton.cdiv(Nq, cfg.block_m2), B * H)
     if grid_q[0] and grid_q[1]:
-        _attn_bwd_dq[grid_q](
-            q, k, v, do, lse2, delta, dq,
-            *_s3(q), *_s3(k), *_s3(v), *_s3(do), *_s3(dq), *common,
-            HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2,
-            num_warps=cfg.warps2, num_stages=cfg.stages2, **var_q)
+        args = (q, k, v, do, lse2, delta, dq, *_s3(q), *_s3(k), *_s3(v), *_s3(do), *_s3(dq), *common)
+        launch_kept(_attn_bwd_dq, grid_q, dict(zip(_attn_bwd_dq.arg_names, args)) | var_q | dict(
+            HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2),
+            num_warps=cfg.warps2, num_stages=cfg.stages2)
     return _unpack(dq, dk, dv, cu_seqlens)
 
 

@@ -35,6 +35,7 @@ from .config import (
     varlen_bounds,
     varlen_grid,
 )
+from .launch import launch_kept
 from .layout import empty_like_layout
 
 _LN2 = tl.constexpr(LN2)  # a jit function reads module globals only as constexprs
@@ -457,15 +458,9 @@ def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask, 
         grid = (triton.cdiv(Nq, cfg.block_m), B * H)
     if grid[1] == 0:  # a packed batch whose longest query sequence is empty
         return out, lse
-    _attn_fwd[grid](
-        *args, lse,
-        q4.stride(0), q4.stride(1), q4.stride(2),
-        k4.stride(0), k4.stride(1), k4.stride(2),
-        v4.stride(0), v4.stride(1), v4.stride(2),
-        o4.stride(0), o4.stride(1), o4.stride(2),
-        H, H // Hkv, Nq, Nk,
-        HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        USE_TMA=use_tma, WARP_SPEC=cfg.warp_spec and use_tma,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **var, **extra,
-    )
+    # (the kept compiled kernel after a specialisation's first call: launch.launch_kept)
+    args = (*args, lse, *q4.stride()[:3], *k4.stride()[:3], *v4.stride()[:3], *o4.stride()[:3], H, H // Hkv, Nq, Nk)
+    launch_kept(_attn_fwd, grid, dict(zip(_attn_fwd.arg_names, args)) | var | dict(
+        HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, USE_TMA=use_tma,
+        WARP_SPEC=cfg.warp_spec and use_tma), num_warps=cfg.num_warps, num_stages=cfg.num_stages, **extra)
     return out, lse
