@@ -208,7 +208,16 @@ def host_rows(calls: int) -> list[dict]:
     finally:
         decode_plan.SLAB_BYTES = slab
         decode.clear_plans()
-    # the slab row again, after the other: the host's speed drifts within a process
+    raw = decode_plan.RAW_LAUNCH
+    try:  # the same call launched by Triton's C launcher, as before the driver's own launch (RawLaunch)
+        decode_plan.RAW_LAUNCH = False
+        decode.clear_plans()
+        add("flash_decode_triton (plan kept), Triton's launcher",
+            lambda: decode.flash_decode_triton(q, k, v, cache_seqlens=lens))
+    finally:
+        decode_plan.RAW_LAUNCH = raw
+        decode.clear_plans()
+    # the default row again, after the others: the host's speed drifts within a process
     add("flash_decode_triton (plan kept), again", lambda: decode.flash_decode_triton(q, k, v, cache_seqlens=lens))
 
     def replanned():

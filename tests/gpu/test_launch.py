@@ -81,3 +81,47 @@ def test_descriptors_and_none_specialise_by_kind_not_by_address():
     assert a != _specialisation(_kernel, [desc(64, dtype=torch.bfloat16), 7, 9, 0.5, 16, True])
     assert _specialisation(_kernel, [None, 7, 9, 0.5, 16, True]) is not None
     assert _specialisation(_kernel, [object(), 7, 9, 0.5, 16, True]) is None
+
+
+def test_raw_launch_packs_what_tritons_launcher_would(monkeypatch):
+    """``RawLaunch`` lays out the parameters as Triton's C launcher does — every non-constexpr argument in
+    order, at its width (pointers 64-bit, fp32 as float32 bits), then two null scratch pointers — rewrites
+    only the head arguments per call, passes grid, block (32·num_warps), shared memory and stream through,
+    and declines the kernels it does not handle."""
+    import ctypes
+    from types import SimpleNamespace
+
+    from attnlab.gpu import launch
+
+    calls = []
+
+    def fake_launch(function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        ptrs = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))
+        kinds = (ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32, ctypes.c_float, ctypes.c_int64, ctypes.c_uint64,
+                 ctypes.c_uint64)
+        values = [ctypes.cast(ptrs[i], ctypes.POINTER(kind)).contents.value for i, kind in enumerate(kinds)]
+        calls.append((function, (gx, gy, gz), (bx, by, bz), shared, stream, values, extra))
+        return 0
+
+    monkeypatch.setattr(launch, "_LIBCUDA", [fake_launch])
+    md = SimpleNamespace(num_warps=4, shared=2048, num_ctas=1, launch_pdl=False, launch_cooperative_grid=False,
+                         global_scratch_size=0, profile_scratch_size=0)
+    sig = {"X": "*fp32", "Y": "*bf16", "n": "i32", "s": "fp32", "B": "constexpr", "m": "i64"}
+    compiled = SimpleNamespace(src=SimpleNamespace(signature=sig), metadata=md)
+    raw = launch.RawLaunch.make(compiled, (3, 2, 1), [1000, 2000, 7, 0.5, 64, 2**40], head=2)
+    assert raw is not None
+    raw(77, [4096, 8192], 99)
+    raw(77, [16, 32], 99)
+    assert calls[0] == (77, (3, 2, 1), (128, 1, 1), 2048, 99, [4096, 8192, 7, 0.5, 2**40, 0, 0], None)
+    assert calls[1][5] == [16, 32, 7, 0.5, 2**40, 0, 0]
+    for change in (dict(num_ctas=2), dict(launch_pdl=True), dict(global_scratch_size=8)):
+        other = SimpleNamespace(src=compiled.src, metadata=SimpleNamespace(**(vars(md) | change)))
+        assert launch.RawLaunch.make(other, (1, 1, 1), [1000, 2000, 7, 0.5, 64, 1], head=2) is None, change
+    half = SimpleNamespace(src=SimpleNamespace(signature=sig | {"s": "fp16"}), metadata=md)
+    assert launch.RawLaunch.make(half, (1, 1, 1), [1000, 2000, 7, 0.5, 64, 1], head=2) is None
+    assert launch.RawLaunch.make(compiled, (1, 1, 1), [1000, 2000], head=2) is None  # another length
+    monkeypatch.setattr(launch, "_LIBCUDA", [lambda *a: 1])  # the driver's error code comes back as an error
+    with pytest.raises(RuntimeError, match="CUDA error 1"):
+        launch.RawLaunch.make(compiled, (1, 1, 1), [1000, 2000, 7, 0.5, 64, 1], head=2)(77, [1, 2], 99)
+    monkeypatch.setattr(launch, "_LIBCUDA", [None])  # no driver library
+    assert launch.RawLaunch.make(compiled, (1, 1, 1), [1000, 2000, 7, 0.5, 64, 1], head=2) is None

@@ -24,7 +24,7 @@ import triton
 from .._runtime import LOG2E, interpret_mode
 from .decode_config import DecodeConfig, _config_for, choose_num_splits, model_seq, streamed_keys
 from .decode_kernels import _decode_merge_kernel, _decode_split_kernel
-from .launch import Launcher, current_stream, hooks_set, int_specs, same_specialisation, tensor_key
+from .launch import Launcher, RawLaunch, current_stream, hooks_set, int_specs, same_specialisation, tensor_key
 
 _COUNTERS: dict = {}
 _SPARE: dict = {}
@@ -44,6 +44,9 @@ def _counters(device, n: int) -> torch.Tensor:
 # Launch the merge kernel as a programmatic dependent launch (Hopper and newer). Off: on an H200 under CUDA
 # graphs it was 0.1-0.4 µs slower on every batch-1 shape, two rounds each (decode-host run 8).
 MERGE_PDL = False
+# a kept plan's launches straight through the CUDA driver (``launch.RawLaunch``: a parameter block per plan, of
+# which a call rewrites the pointers) instead of Triton's C launcher, which parses all 54 arguments per call
+RAW_LAUNCH = True
 
 
 def merge_pdl(device) -> bool:
@@ -193,6 +196,7 @@ class DecodePlan:
         self.counters = _counters(self.device, B * Hkv) if self.merge == 2 else self.spare
         self.counters_ptr = self.counters.data_ptr()
         self.scratch = None
+        self.raw: dict = {}  # compiled kernel -> its RawLaunch with this plan's constant arguments (or False)
         self.tail = [*self.q_args, *k_strides, *v_strides, *self.mid_args, capacity, dims.num_pages or 1, S,
                      *self.const_args, self.merge, *self.end_args]
         assert len(self.tail) + 11 == len(_decode_split_kernel.arg_names)
@@ -220,6 +224,7 @@ class DecodePlan:
         capacity = k_cache.shape[2]
         plan = DecodePlan.__new__(DecodePlan)  # a shallow copy (copy.copy's machinery costs µs here)
         plan.__dict__.update(self.__dict__)
+        plan.raw = {}  # (its parameter blocks hold this plan's strides and capacity)
         if self._splits_for(capacity) == self.num_splits:
             tail = self.tail.copy()
             i = len(self.q_args)
@@ -256,13 +261,31 @@ class DecodePlan:
         if stream is not None and self.split.compiled is not None and (self.merge != 1 or self.merge_launch.compiled
                                                                        is not None) and not hooks_set():
             o_part, lse_part = self._partials(capturing)
-            self.split.launch([q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
-                               cache_seqlens.data_ptr() if self.has_seqlens else self.spare_ptr,
-                               block_table.data_ptr() if self.paged else self.spare_ptr,
-                               o_part, lse_part, out.data_ptr(), lse.data_ptr(), self.counters_ptr,
-                               slopes.data_ptr() if self.has_slopes else self.spare_ptr, *self.tail], stream)
+            head = [q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
+                    cache_seqlens.data_ptr() if self.has_seqlens else self.spare_ptr,
+                    block_table.data_ptr() if self.paged else self.spare_ptr,
+                    o_part, lse_part, out.data_ptr(), lse.data_ptr(), self.counters_ptr,
+                    slopes.data_ptr() if self.has_slopes else self.spare_ptr]
+            compiled = self.split.compiled
+            raw = self.raw.get(compiled)
+            if raw is None:  # (False: this kernel keeps Triton's launcher)
+                raw = self.raw[compiled] = RAW_LAUNCH and RawLaunch.make(compiled, self.split.grid, head + self.tail,
+                                                                         len(head)) or False
+            if raw:
+                raw(compiled.function, head, stream)
+            else:
+                self.split.launch(head + self.tail, stream)
             if self.merge == 1:
-                self.merge_launch.launch([o_part, lse_part, out.data_ptr(), lse.data_ptr(), *self.merge_tail], stream)
+                head = [o_part, lse_part, head[7], head[8]]
+                compiled = self.merge_launch.compiled
+                raw = self.raw.get(compiled)
+                if raw is None:
+                    raw = self.raw[compiled] = RAW_LAUNCH and RawLaunch.make(compiled, self.merge_launch.grid,
+                                                                             head + self.merge_tail, 4) or False
+                if raw:
+                    raw(compiled.function, head, stream)
+                else:
+                    self.merge_launch.launch(head + self.merge_tail, stream)
             return out, lse
         spare = self.spare
         o_part, lse_part = self._partials(capturing, as_tensors=True)

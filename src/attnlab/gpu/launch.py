@@ -191,6 +191,91 @@ class Launcher:
                 _SHARED[key] = compiled
 
 
+_CTYPES = {"i1": "c_int8", "i8": "c_int8", "i16": "c_int16", "i32": "c_int32", "i64": "c_int64", "u1": "c_uint8",
+           "u8": "c_uint8", "u16": "c_uint16", "u32": "c_uint32", "u64": "c_uint64", "fp32": "c_float",
+           "f32": "c_float", "fp64": "c_double"}
+_LIBCUDA: list = []
+
+
+def _cu_launch():
+    """The CUDA driver's cuLaunchKernel through ctypes, or None where there is no driver library."""
+    if not _LIBCUDA:
+        import ctypes
+
+        try:
+            fn = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
+            fn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+            fn.restype = ctypes.c_int
+        except (OSError, AttributeError):
+            fn = None
+        _LIBCUDA.append(fn)
+    return _LIBCUDA[0]
+
+
+class RawLaunch:
+    """One compiled Triton kernel's launch as the CUDA driver takes it: a parameter block built once from
+    its signature (what Triton's C launcher would pass: every non-constexpr argument in order, then the two
+    scratch pointers), of which a call rewrites only the first ``head`` arguments (the pointers that change
+    from call to call) before ``cuLaunchKernel``. Triton's launcher parses every argument on every call;
+    for a decode call's 54 arguments that is most of its host time.
+
+    ``RawLaunch.make(compiled, grid, args, head)`` returns None where the kernel needs what this path does
+    not do (clusters, a programmatic dependent or cooperative launch, global or profile scratch, half-float
+    or descriptor arguments, a signature of another length, no driver library): the caller keeps Triton's
+    launcher then."""
+
+    __slots__ = ("fn", "grid", "block", "shared", "slots", "params", "head")
+
+    @classmethod
+    def make(cls, compiled, grid: tuple, args: list, head: int) -> RawLaunch | None:
+        import ctypes
+
+        fn = _cu_launch()
+        md = getattr(compiled, "metadata", None)
+        sig = list(getattr(getattr(compiled, "src", None), "signature", {}).values())
+        if fn is None or md is None or len(sig) != len(args):
+            return None
+        if (getattr(md, "num_ctas", 1) != 1 or getattr(md, "launch_pdl", False)
+                or getattr(md, "launch_cooperative_grid", False) or getattr(md, "global_scratch_size", 0)
+                or getattr(md, "profile_scratch_size", 0)):
+            return None
+        slots, head_slots = [], []
+        for i, (ty, a) in enumerate(zip(sig, args)):
+            if ty == "constexpr":
+                if i < head:
+                    return None
+                continue
+            if not isinstance(ty, str):
+                return None
+            ctype = ctypes.c_uint64 if ty.startswith("*") else getattr(ctypes, _CTYPES.get(ty, ""), None)
+            if ctype is None:
+                return None
+            slot = ctype(a.data_ptr() if hasattr(a, "data_ptr") else a)
+            slots.append(slot)
+            if i < head:
+                head_slots.append(slot)
+        slots += [ctypes.c_uint64(0), ctypes.c_uint64(0)]  # global and profile scratch: none
+        self = cls.__new__(cls)
+        self.fn = fn
+        self.grid = tuple(grid)
+        self.block = 32 * md.num_warps
+        self.shared = md.shared
+        self.slots = slots
+        self.params = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(x) for x in slots])
+        self.head = head_slots
+        return self
+
+    def __call__(self, function: int, values, stream: int) -> None:
+        """Launch ``function`` (the compiled kernel's handle) with the first arguments set to ``values``
+        (ints: pointers as data_ptr()) on the raw ``stream``."""
+        for slot, v in zip(self.head, values):
+            slot.value = v
+        gx, gy, gz = self.grid
+        err = self.fn(function, gx, gy, gz, self.block, 1, 1, self.shared, stream, self.params, None)
+        if err:
+            raise RuntimeError(f"cuLaunchKernel failed with CUDA error {err}")
+
+
 _PARAMS: dict = {}
 
 
@@ -215,5 +300,5 @@ def launch_kept(kernel, grid: tuple, kwargs: dict, *, num_warps: int, num_stages
     launcher(args)
 
 
-__all__ = ["Launcher", "current_stream", "hooks_set", "int_specs", "launch_kept", "same_specialisation",
+__all__ = ["Launcher", "RawLaunch", "current_stream", "hooks_set", "int_specs", "launch_kept", "same_specialisation",
            "tensor_key"]
