@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One GPU call for the host-time changes (kept launches of the prefill kernels, decode plans launched through
+# the CUDA driver): PHASES=tests runs the GPU tests of every kernel whose launch changed; PHASES=bench the
+# backward's host and GPU time (packed_probe.py --timing), the varlen rows against FlexAttention and SDPA
+# (variants.py) and the decode host table (decode_host.py). Default: both (about nine minutes).
+# Run from the repository root on a CUDA machine; logs and JSON go to $OUT/candidate (default
+# ./out-candidate/candidate), the JSON files numbered by RUN (packed-probe), VARLEN_RUN and DECODE_RUN.
+set -uo pipefail
+OUT=${OUT:-out-candidate}
+D="$OUT/candidate"
+RUN=${RUN:-x}
+source "$(dirname "$0")/device_env.sh"
+if [ "${PHASES:-tests bench}" != "bench" ]; then
+    t0=$(date +%s)
+    timeout ${TEST_S:-330} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu/test_launch.py \
+        tests/gpu/test_decode*.py tests/gpu/test_prefill.py tests/gpu/test_prefill_variants.py \
+        tests/gpu/test_prefill_gluon.py tests/gpu/test_prefill_gluon_bwd.py > "$D/tests.log" 2>&1
+    rc=$?
+    echo "tests: exit $rc in $(( $(date +%s) - t0 ))s"; tail -n 3 "$D/tests.log"; grep "^FAILED" "$D/tests.log" | head
+    [ "$rc" = 0 ] || { echo "GPU tests failed: no benchmarks"; exit 1; }
+fi
+[ "${PHASES:-tests bench}" = "tests" ] && exit 0
+t0=$(date +%s)
+timeout ${PROBE_S:-90} python3 benchmarks/packed_probe.py --timing --D 128 --json "$D/packed-probe-h200-run$RUN.json" \
+    > "$D/probe.log" 2>&1
+echo "packed_probe: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/probe.log" || tail -n 20 "$D/probe.log"
+t0=$(date +%s)
+timeout ${BENCH_S:-150} python3 benchmarks/variants.py bench --variants varlen --D 128 64 \
+    --json "$D/variants-h200-varlen-run${VARLEN_RUN:-x}.json" > "$D/bench.log" 2>&1
+echo "varlen: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/bench.log" || tail -n 20 "$D/bench.log"
+t0=$(date +%s)
+timeout ${DECODE_S:-150} python3 benchmarks/decode_host.py --json "$D/decode-host-h200-run${DECODE_RUN:-x}.json" \
+    > "$D/decode.log" 2>&1
+echo "decode_host: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/decode.log" | head -40 || tail -n 20 "$D/decode.log"
