@@ -13,6 +13,9 @@ compiled kernel and launch it directly:
   included, in the kernel's order; pointers may be passed as ints) straight through its C launcher
   on a given stream — unless a launch hook (a profiler's) is installed, which only Triton's path
   calls (``hooks_set()`` says whether one is).
+* ``launch_kept(kernel, grid, kwargs, num_warps=)`` — ``kernel[grid](**kwargs)`` through a ``Launcher``:
+  every parameter by name (defaults for the rest), the kept compiled kernel after a specialisation's
+  first call (tensor descriptors and None included in the specialisation). The Gluon kernels launch so.
 * ``tensor_key(t)`` — what Triton specialises a tensor argument on (and what the checks of a call
   read): shape, strides, dtype, device and whether the address is a multiple of 16.
 
