@@ -2,7 +2,8 @@
 # One GPU call for the host-time changes (kept launches of the prefill kernels, decode plans launched through
 # the CUDA driver): PHASES=tests runs the GPU tests of every kernel whose launch changed; PHASES=bench the
 # backward's host and GPU time (packed_probe.py --timing), the varlen rows against FlexAttention and SDPA
-# (variants.py) and the decode host table (decode_host.py). Default: both (about nine minutes).
+# (variants.py) and the decode host table (decode_host.py). Default: both (about nine minutes). PHASES=hf:
+# transformers' training and decode steps against SDPA (hf.py), where a step's many short calls meet the host.
 # Run from the repository root on a CUDA machine; logs and JSON go to $OUT/candidate (default
 # ./out-candidate/candidate), the JSON files numbered by RUN (packed-probe), VARLEN_RUN and DECODE_RUN.
 set -uo pipefail
@@ -10,6 +11,11 @@ OUT=${OUT:-out-candidate}
 D="$OUT/candidate"
 RUN=${RUN:-x}
 source "$(dirname "$0")/device_env.sh"
+if [ "${PHASES:-tests bench}" = "hf" ]; then
+    timeout ${HF_S:-300} python3 benchmarks/hf.py --no-profile --json "$D/hf-h200-run${HF_RUN:-x}.json" > "$D/hf.log" 2>&1
+    echo "hf: exit $?"; grep "^|" "$D/hf.log" | head -30 || tail -n 20 "$D/hf.log"
+    exit 0
+fi
 if [ "${PHASES:-tests bench}" != "bench" ]; then
     t0=$(date +%s)
     timeout ${TEST_S:-330} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu/test_launch.py \
