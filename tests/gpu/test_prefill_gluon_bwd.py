@@ -323,11 +323,9 @@ def test_a_gluon_config_falls_back_to_the_triton_kernels_where_gluon_cannot_run(
         torch.testing.assert_close(a, b, atol=0, rtol=0)
 
 
-def test_alibi_calls_take_the_gluon_backward_where_it_runs(monkeypatch):
-    """With Gluon available (here pretended: the kernel is a stub that records its arguments), ALiBi calls
-    take the Gluon backward, dense, causal or windowed, with the slopes as given ((B, H), or (H,) expanded:
-    a zero batch stride), deterministic calls too (its ordered dQ additions, by default; the Triton kernels
-    with ``DETERMINISTIC = False``); softcap and packed calls (ALiBi or not) keep the Triton kernels."""
+def _stub_gluon_backward(monkeypatch) -> list:
+    """Gluon pretended available, its backward a stub that zeroes the gradients and records its keyword
+    arguments in the list returned."""
     calls = []
 
     def stub(q, k, v, do, lse2, delta, dq, dk, dv, **kw):
@@ -339,6 +337,15 @@ def test_alibi_calls_take_the_gluon_backward_where_it_runs(monkeypatch):
     monkeypatch.setattr(GB, "HAVE_TMA_REDUCE", True)
     monkeypatch.setattr(G, "gluon_supported", lambda *a: True)
     monkeypatch.setattr(PB, "tma_ok", lambda *a: True)
+    return calls
+
+
+def test_alibi_calls_take_the_gluon_backward_where_it_runs(monkeypatch):
+    """With Gluon available (here pretended: the kernel is a stub that records its arguments), ALiBi calls
+    take the Gluon backward, dense, causal or windowed, with the slopes as given ((B, H), or (H,) expanded:
+    a zero batch stride), deterministic calls too (its ordered dQ additions, by default; the Triton kernels
+    with ``DETERMINISTIC = False``); softcap and packed calls (ALiBi or not) keep the Triton kernels."""
+    calls = _stub_gluon_backward(monkeypatch)
     gen = torch.Generator(device=DEV).manual_seed(3)
     B, H, Hkv, Nq, Nk, D = 2, 4, 2, 24, 40, 64
     q, do, out = (torch.randn(B, H, Nq, D, dtype=torch.float16, device=DEV, generator=gen) for _ in range(3))
@@ -657,7 +664,7 @@ def test_gpu_gluon_backward_packed_batch(lens_q, lens_k, H, Hkv, D, causal, dq_s
     mask, scale = Mask(-1, 0 if causal else -1), D ** -0.5
     max_seqlen = (max(lens_q), max(lens_k))
     out, lse = prefill_forward(q, k, v, mask=mask, scale=scale, cu_seqlens=cu, max_seqlen=max_seqlen)
-    monkeypatch.setattr(GB, "PACKED", True)  # (off by default until this test passes on a GPU)
+    monkeypatch.setattr(GB, "PACKED", True)  # (off by default: see prefill_gluon_bwd.PACKED)
     calls = []
     real = GB.gluon_backward
     monkeypatch.setattr(GB, "gluon_backward", lambda *a, **kw: calls.append(kw["cu_seqlens"]) or real(*a, **kw))
@@ -687,24 +694,14 @@ def test_packed_batches_build_for_sm90_and_route_to_the_gluon_backward(monkeypat
     sequence's rows start at a multiple of 64), wgmmas, dQ reductions and register split, and without spills
     at D = 64; ``prefill_backward`` sends a packed causal or non-causal batch to it
     (with cu_seqlens and the longest sequence's keys) where ``PACKED`` is set, and windows, ALiBi, softcap and
-    deterministic packed calls to the Triton kernels; ``PACKED`` off (the default until the build has run on a
-    GPU) sends every packed batch there."""
+    deterministic packed calls to the Triton kernels; ``PACKED`` off (the default: on an H200 the
+    packed build is faster on the GPU but its host time outweighs it) sends every packed batch there."""
     dense, packed = sm90_reports("prefill_gluon_bwd", [dict(D=64, dtype="bfloat16", causal=True),
                                                        dict(D=64, dtype="bfloat16", causal=True, varlen=True)])
     for key in ("tma_loads", "wgmma", "tma_reduces", "setmaxnreg", "smem_kb"):
         assert packed[key] == dense[key], key
     assert packed.get("stack") in (0, None)
-    calls = []
-
-    def stub(q, k, v, do, lse2, delta, dq, dk, dv, **kw):
-        calls.append(kw)
-        for g in (dq, dk, dv):
-            g.zero_()
-
-    monkeypatch.setattr(GB, "gluon_backward", stub)
-    monkeypatch.setattr(GB, "HAVE_TMA_REDUCE", True)
-    monkeypatch.setattr(G, "gluon_supported", lambda *a: True)
-    monkeypatch.setattr(PB, "tma_ok", lambda *a: True)
+    calls = _stub_gluon_backward(monkeypatch)
     monkeypatch.setattr(GB, "PACKED", True)
     gen = torch.Generator(device=DEV).manual_seed(5)
     lens = [3, 0, 20, 9]

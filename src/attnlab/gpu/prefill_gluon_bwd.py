@@ -172,7 +172,9 @@ DETERMINISTIC = True
 # the Triton kernels). Each sequence's rows of L₂, Dᵢ and the dQ tiles start at a multiple of 64 in padded
 # buffers (``layout.packed_rows``): a 1-D TMA box at an unaligned row stopped the first build on an illegal
 # instruction, and the build that loaded them without TMA, dQ in row order, spilled and ran at half the dense
-# kernel's speed (benchmarks/packed_probe.py --timing). Off until the padded build is measured on a GPU.
+# kernel's speed (benchmarks/packed_probe.py --timing). Off: measured, the padded build is 1.15-1.37x the Triton
+# kernels on the GPU, but its host time per call (0.58-0.67 ms) outweighs that on short calls, and varlen
+# forward+backward came out slower (RESULTS.md, variants runs 11 and 12).
 PACKED = False
 BWD_SUB_N = 64  # keys per consumer warp group
 # registers per thread of the second consumer warp group (setmaxnreg); the loader's warp group keeps 24 and
