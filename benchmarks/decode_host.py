@@ -129,6 +129,7 @@ def floors(calls: int) -> dict:
     import triton
 
     from attnlab.gpu.decode_kernels import _decode_split_kernel
+    from attnlab.gpu.launch import RawLaunch
 
     @triton.jit
     def empty1(X):
@@ -155,7 +156,8 @@ def floors(calls: int) -> dict:
     stream = torch.cuda.current_stream().cuda_stream
     int_args = [x.data_ptr()] * 11 + scalars
     q = torch.empty(1, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
-    return {
+    raw = RawLaunch.make(compiled, (1, 1, 1), int_args, 11)
+    rows = {
         "triton_empty_1_arg, kernel[grid]": host_us(lambda: empty1[(1,)](x), calls=calls),
         f"triton_empty_{n}_args, kernel[grid]": host_us(lambda: emptyn[(1,)](*args), calls=calls),
         f"triton_empty_{n}_args, compiled runner": host_us(lambda: runner(*args, stream=stream), calls=calls),
@@ -163,6 +165,8 @@ def floors(calls: int) -> dict:
             lambda: run(1, 1, 1, stream, fn, meta, None, None, None, *args), calls=calls),
         f"triton_empty_{n}_args, compiled launcher, int pointers": host_us(
             lambda: run(1, 1, 1, stream, fn, meta, None, None, None, *int_args), calls=calls),
+        f"triton_empty_{n}_args, cuLaunchKernel (RawLaunch), int pointers": host_us(
+            lambda: raw(fn, int_args[:11], stream), calls=calls) if raw else None,
         "torch.empty": host_us(lambda: torch.empty(4096, device="cuda"), calls=calls),
         "tensor.data_ptr()": host_us(lambda: q.data_ptr(), calls=calls),
         "tensor shape+stride+dtype+device": host_us(lambda: (q.shape, q.stride(), q.dtype, q.device), calls=calls),
@@ -174,6 +178,7 @@ def floors(calls: int) -> dict:
                                                           calls=calls),
         "torch.cuda.current_device()": host_us(torch.cuda.current_device, calls=calls),
     }
+    return {k: v for k, v in rows.items() if v is not None}
 
 
 def host_rows(calls: int) -> list[dict]:
@@ -228,6 +233,71 @@ def host_rows(calls: int) -> list[dict]:
     for backend in ("CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION"):
         add(f"SDPA {backend.split('_')[0].lower()}", sdpa_call(q, k, v, backend))
     return rows
+
+
+def breakdown(calls: int, rounds: int = 7) -> dict:
+    """Where a kept plan's call spends its host time, at ``TINY``: the whole call at each layer
+    (``attnlab.flash_decode``, ``flash_decode_triton``, ``run_planned``, the plan itself) and each step
+    of the plan alone (the key, the capture check, the outputs, the launch through the driver and through
+    Triton's launcher), timed in interleaved rounds (every step once per round, best round kept), so a
+    drift of the host's speed moves all of them alike. Also which launch the plan took and, if it kept
+    Triton's launcher, why (``RawLaunch.decline``)."""
+    from attnlab.gpu import decode, decode_plan
+    from attnlab.gpu.launch import RawLaunch, hooks_set
+
+    q, k, v, lens = inputs(TINY)
+    decode.clear_plans()
+    decode.flash_decode_triton(q, k, v, cache_seqlens=lens)
+    key = decode.plan_key(q, k, v, lens, None, None, True, None, None, None, None)
+    plan = decode_plan._PLANS[key]
+    stream = key[-1]
+    compiled = plan.split.compiled
+    head = [q.data_ptr(), k.data_ptr(), v.data_ptr(), lens.data_ptr(), plan.spare_ptr, *plan._partials(False),
+            *(t.data_ptr() for t in plan.outputs.take()), plan.counters_ptr, plan.spare_ptr]
+    raw = plan.raw.get(compiled)
+    steps = {
+        "attnlab.flash_decode": lambda: attnlab.flash_decode(q, k, v, cache_seqlens=lens),
+        "flash_decode_triton": lambda: decode.flash_decode_triton(q, k, v, cache_seqlens=lens),
+        "decode.plan_key": lambda: decode.plan_key(q, k, v, lens, None, None, True, None, None, None, None),
+        "run_planned": lambda: decode.run_planned(key, q, k, v, lens, None, None),
+        "the plan's __call__": lambda: plan(q, k, v, lens, None, None, stream),
+        "torch.cuda.is_current_stream_capturing": torch.cuda.is_current_stream_capturing,
+        "outputs.take": lambda: plan.outputs.take(False),
+        "hooks_set": hooks_set,
+        "the head's data_ptr() calls": lambda: [q.data_ptr(), k.data_ptr(), v.data_ptr(), lens.data_ptr()],
+        "split launch, Triton's launcher": lambda: plan.split.launch(head + plan.tail, stream),
+    }
+    if raw:
+        steps["split launch, cuLaunchKernel (RawLaunch)"] = lambda: raw(compiled.function, head, stream)
+    best = dict.fromkeys(steps, float("inf"))
+    for _ in range(rounds):
+        for name, fn in steps.items():
+            best[name] = min(best[name], host_us(fn, calls=calls, rounds=1))
+    torch.cuda.synchronize()
+    return {"shape": list(TINY), "merge": plan.merge, "splits": plan.num_splits,
+            "launch": "RawLaunch" if raw else "Triton's launcher",
+            "declined": None if raw else RawLaunch.decline(compiled, plan.split.grid, head + plan.tail, len(head)),
+            "steps": [{"step": n, "host_us": us} for n, us in best.items()]}
+
+
+def profile_planned(calls: int, top: int = 20) -> str:
+    """cProfile of ``calls`` calls of ``attnlab.flash_decode`` with a kept plan, at ``TINY``."""
+    import cProfile
+    import io
+    import pstats
+
+    q, k, v, lens = inputs(TINY)
+    for _ in range(20):
+        attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+    prof.disable()
+    torch.cuda.synchronize()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(top)
+    return buf.getvalue()
 
 
 def profile_miss(calls: int, top: int = 25, shape=None) -> str:
@@ -427,6 +497,9 @@ def main(argv=None) -> int:
                     help="also time the batch-1 shapes with the merge kernel launched plainly and as a PDL launch")
     ap.add_argument("--report", type=Path, metavar="JSON",
                     help="print the tables of a recorded run (with the roofline columns; no GPU needed) and exit")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="only the steps of a kept plan's call, each timed alone in interleaved rounds, and a "
+                         "cProfile of planned calls (no floors, no speed rows)")
     ap.add_argument("--profile", action="store_true",
                     help="also print a cProfile of calls that find no plan (a cache that grows every call)")
     args = ap.parse_args(argv)
@@ -451,6 +524,20 @@ def main(argv=None) -> int:
         return 2
     import triton
 
+    if args.breakdown:
+        result = {"gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
+                  "torch": torch.__version__, "triton": triton.__version__, "breakdown": breakdown(args.calls)}
+        b = result["breakdown"]
+        print(f"{result['gpu']}, torch {result['torch']}, triton {result['triton']}; shape {b['shape']}, "
+              f"splits {b['splits']}, merge {b['merge']}, launch: {b['launch']}"
+              + (f" (declined: {b['declined']})" if b["declined"] else ""))
+        print("\n| step | host µs/call |\n|---|---|")
+        for r in b["steps"]:
+            print(f"| {r['step']} | {r['host_us']:.1f} |")
+        print(profile_planned(args.calls))
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=1))
+        return 0
     result = {"gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
               "triton": triton.__version__,
               "floors": floors(args.calls), "host": host_rows(args.calls), "speed": speed_rows(args.calls)}

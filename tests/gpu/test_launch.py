@@ -117,9 +117,14 @@ def test_raw_launch_packs_what_tritons_launcher_would(monkeypatch):
     for change in (dict(num_ctas=2), dict(launch_pdl=True), dict(global_scratch_size=8)):
         other = SimpleNamespace(src=compiled.src, metadata=SimpleNamespace(**(vars(md) | change)))
         assert launch.RawLaunch.make(other, (1, 1, 1), [1000, 2000, 7, 0.5, 64, 1], head=2) is None, change
+        assert next(iter(change)) in launch.RawLaunch.decline(other, (1, 1, 1), [1000, 2000, 7, 0.5, 64, 1], 2)
     half = SimpleNamespace(src=SimpleNamespace(signature=sig | {"s": "fp16"}), metadata=md)
     assert launch.RawLaunch.make(half, (1, 1, 1), [1000, 2000, 7, 0.5, 64, 1], head=2) is None
+    assert "argument 3 has type 'fp16'" in launch.RawLaunch.decline(half, (1, 1, 1), [1000, 2000, 7, 0.5, 64, 1], 2)
     assert launch.RawLaunch.make(compiled, (1, 1, 1), [1000, 2000], head=2) is None  # another length
+    assert "6 arguments for 2" in launch.RawLaunch.decline(compiled, (1, 1, 1), [1000, 2000], 2)
+    assert "constexpr" in launch.RawLaunch.decline(compiled, (1, 1, 1), [1000, 2000, 7, 0.5, 64, 1], 5)
+    assert launch.RawLaunch.decline(compiled, (1, 1, 1), [1000, 2000, 7, 0.5, 64, 1], 2) is None
     monkeypatch.setattr(launch, "_LIBCUDA", [lambda *a: 1])  # the driver's error code comes back as an error
     with pytest.raises(RuntimeError, match="CUDA error 1"):
         launch.RawLaunch.make(compiled, (1, 1, 1), [1000, 2000, 7, 0.5, 64, 1], head=2)(77, [1, 2], 99)

@@ -229,37 +229,52 @@ class RawLaunch:
 
     __slots__ = ("fn", "grid", "block", "shared", "slots", "params", "head")
 
+    @staticmethod
+    def decline(compiled, grid: tuple, args: list, head: int) -> str | None:
+        """Why ``make`` would return None for these arguments (a few words), or None if it would not."""
+        import ctypes
+
+        md = getattr(compiled, "metadata", None)
+        sig = list(getattr(getattr(compiled, "src", None), "signature", {}).values())
+        if _cu_launch() is None:
+            return "no CUDA driver library"
+        if md is None:
+            return "no metadata"
+        if len(sig) != len(args):
+            return f"a signature of {len(sig)} arguments for {len(args)}"
+        for name in ("num_ctas", "launch_pdl", "launch_cooperative_grid", "global_scratch_size",
+                     "profile_scratch_size"):
+            if getattr(md, name, 1 if name == "num_ctas" else 0) != (1 if name == "num_ctas" else 0):
+                return f"{name} = {getattr(md, name)}"
+        for i, ty in enumerate(sig):
+            if ty == "constexpr":
+                if i < head:
+                    return f"argument {i} (one of the rewritten ones) is a constexpr"
+                continue
+            if not isinstance(ty, str) or not (ty.startswith("*") or hasattr(ctypes, _CTYPES.get(ty, "-"))):
+                return f"argument {i} has type {ty!r}"
+        return None
+
     @classmethod
     def make(cls, compiled, grid: tuple, args: list, head: int) -> RawLaunch | None:
         import ctypes
 
-        fn = _cu_launch()
-        md = getattr(compiled, "metadata", None)
-        sig = list(getattr(getattr(compiled, "src", None), "signature", {}).values())
-        if fn is None or md is None or len(sig) != len(args):
+        if cls.decline(compiled, grid, args, head) is not None:
             return None
-        if (getattr(md, "num_ctas", 1) != 1 or getattr(md, "launch_pdl", False)
-                or getattr(md, "launch_cooperative_grid", False) or getattr(md, "global_scratch_size", 0)
-                or getattr(md, "profile_scratch_size", 0)):
-            return None
+        md = compiled.metadata
+        sig = list(compiled.src.signature.values())
         slots, head_slots = [], []
         for i, (ty, a) in enumerate(zip(sig, args)):
             if ty == "constexpr":
-                if i < head:
-                    return None
                 continue
-            if not isinstance(ty, str):
-                return None
-            ctype = ctypes.c_uint64 if ty.startswith("*") else getattr(ctypes, _CTYPES.get(ty, ""), None)
-            if ctype is None:
-                return None
+            ctype = ctypes.c_uint64 if ty.startswith("*") else getattr(ctypes, _CTYPES[ty])
             slot = ctype(a.data_ptr() if hasattr(a, "data_ptr") else a)
             slots.append(slot)
             if i < head:
                 head_slots.append(slot)
         slots += [ctypes.c_uint64(0), ctypes.c_uint64(0)]  # global and profile scratch: none
         self = cls.__new__(cls)
-        self.fn = fn
+        self.fn = _cu_launch()
         self.grid = tuple(grid)
         self.block = 32 * md.num_warps
         self.shared = md.shared
