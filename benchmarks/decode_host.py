@@ -247,7 +247,8 @@ def breakdown(calls: int, rounds: int = 7) -> dict:
 
     q, k, v, lens = inputs(TINY)
     decode.clear_plans()
-    decode.flash_decode_triton(q, k, v, cache_seqlens=lens)
+    for _ in range(2):  # the first call plans and compiles, the second makes the plan's launches
+        decode.flash_decode_triton(q, k, v, cache_seqlens=lens)
     key = decode.plan_key(q, k, v, lens, None, None, True, None, None, None, None)
     plan = decode_plan._PLANS[key]
     stream = key[-1]
@@ -450,7 +451,8 @@ def with_roofline(result: dict, gpu) -> dict:
 def markdown(result: dict) -> str:
     gpu = preset_for(result.get("gpu"))
     result = with_roofline(result, gpu)
-    lines = [f"{result['gpu']}, torch {result['torch']}, triton {result['triton']}, bf16", "",
+    merged = ", splits merged inside the split kernel" if result.get("fused_merge") else ""
+    lines = [f"{result['gpu']}, torch {result['torch']}, triton {result['triton']}, bf16{merged}", "",
              "| floor | host µs/call |", "|---|---|"]
     lines += [f"| {k} | {v:.1f} |" for k, v in result["floors"].items()]
     B, H, Hkv, L, D = TINY
@@ -497,6 +499,9 @@ def main(argv=None) -> int:
                     help="also time the batch-1 shapes with the merge kernel launched plainly and as a PDL launch")
     ap.add_argument("--report", type=Path, metavar="JSON",
                     help="print the tables of a recorded run (with the roofline columns; no GPU needed) and exit")
+    ap.add_argument("--fused-merge", action="store_true",
+                    help="run with the splits merged inside the split kernel by default (one launch per call; "
+                         "decode_config.FUSED_MERGE) instead of by the merge kernel")
     ap.add_argument("--breakdown", action="store_true",
                     help="only the steps of a kept plan's call, each timed alone in interleaved rounds, and a "
                          "cProfile of planned calls (no floors, no speed rows)")
@@ -519,6 +524,11 @@ def main(argv=None) -> int:
     for path in (args.json, args.md):
         if path is not None and path.exists():
             ap.error(f"{path} exists; not overwriting it")
+    if args.fused_merge:
+        from attnlab.gpu import decode_config
+
+        decode_config.FUSED_MERGE = True
+        decode_config._decode_configs.cache_clear()
     if not torch.cuda.is_available():
         print("decode_host: needs a CUDA GPU (host time per launch means nothing in the interpreter)", file=sys.stderr)
         return 2
@@ -526,7 +536,8 @@ def main(argv=None) -> int:
 
     if args.breakdown:
         result = {"gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
-                  "torch": torch.__version__, "triton": triton.__version__, "breakdown": breakdown(args.calls)}
+                  "torch": torch.__version__, "triton": triton.__version__, "fused_merge": args.fused_merge,
+                  "breakdown": breakdown(args.calls)}
         b = result["breakdown"]
         print(f"{result['gpu']}, torch {result['torch']}, triton {result['triton']}; shape {b['shape']}, "
               f"splits {b['splits']}, merge {b['merge']}, launch: {b['launch']}"
@@ -539,7 +550,7 @@ def main(argv=None) -> int:
             args.json.write_text(json.dumps(result, indent=1))
         return 0
     result = {"gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
-              "triton": triton.__version__,
+              "triton": triton.__version__, "fused_merge": args.fused_merge,
               "floors": floors(args.calls), "host": host_rows(args.calls), "speed": speed_rows(args.calls)}
     if args.sweep:
         result["sweep"] = sweep_rows()

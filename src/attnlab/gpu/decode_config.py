@@ -55,12 +55,17 @@ def decode_configs(head_dim: int) -> dict[str, DecodeConfig]:
     return dict(_decode_configs(check_positive_int(head_dim, "head_dim")))
 
 
+# whether the GPU configurations merge the splits inside the split kernel (one launch per call) or in the
+# merge kernel (``DecodeConfig.fused_merge``); ``_decode_configs.cache_clear()`` after changing it
+FUSED_MERGE = False
+
+
 @functools.cache
 def _decode_configs(head_dim: int) -> dict[str, DecodeConfig]:
     block_d = triton.next_power_of_2(head_dim)
     halve = 1 if block_d <= 128 else 2
-    return {"small": DecodeConfig(block_n=64 // halve, block_d=block_d),
-            "large": DecodeConfig(block_n=128 // halve, block_d=block_d)}
+    return {"small": DecodeConfig(block_n=64 // halve, block_d=block_d, fused_merge=FUSED_MERGE),
+            "large": DecodeConfig(block_n=128 // halve, block_d=block_d, fused_merge=FUSED_MERGE)}
 
 
 def kernel_config(head_dim: int, *, batch_heads: int = 1, sms: int = 132, page_size: int | None = None) -> DecodeConfig:

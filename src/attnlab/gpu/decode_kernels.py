@@ -59,6 +59,7 @@ def _decode_split_kernel(
     HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, MERGE: tl.constexpr, DOT_F32: tl.constexpr,
     EVICT: tl.constexpr,  # cache policy of the K/V loads ("" or "evict_first": each byte is read once)
     HAS_SEQLENS: tl.constexpr,  # False: every sequence holds CAPACITY keys (SEQLENS is not read)
+    BLOCK_S: tl.constexpr = 1,  # NUM_SPLITS padded to a power of two (read only with MERGE = 2)
 ):
     split = tl.program_id(0)
     hkv = tl.program_id(1)
@@ -182,26 +183,43 @@ def _decode_split_kernel(
             cnt = COUNTERS + b * tl.num_programs(1) + hkv
             done = tl.atomic_add(cnt, 1, sem="acq_rel")
             if done == NUM_SPLITS - 1:
-                # -- ⊕ over the splits, one at a time: (m, den, acc) rescaled to each new max
-                m = tl.full([BLOCK_M], float("-inf"), tl.float32)
-                den = tl.zeros([BLOCK_M], tl.float32)
-                acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-                for s in range(0, NUM_SPLITS):
-                    lse_s = tl.load(LSE_PART + row + s, mask=row_ok, other=float("-inf"), cache_modifier=".cg")
-                    o_s = tl.load(O_PART + (row + s)[:, None] * D + offs_d[None, :], mask=out_mask, other=0.0,
-                                  cache_modifier=".cg")
-                    m_new = tl.maximum(m, lse_s)
-                    base = tl.where(m_new == float("-inf"), 0.0, m_new)
-                    a = tl.exp(m - base)
-                    w = tl.exp(lse_s - base)
-                    acc = acc * a[:, None] + w[:, None] * o_s
-                    den = den * a + w
-                    m = m_new
-                empty = den == 0.0
-                den_safe = tl.where(empty, 1.0, den)
-                tl.store(o_ptrs, (acc / den_safe[:, None]).to(OUT.dtype.element_ty), mask=out_mask)
-                tl.store(lse_ptrs, tl.where(empty, float("-inf"), m + tl.log(den_safe)), mask=row_ok)
+                # -- ⊕ over the splits, one query row at a time with all its splits loaded at once (one
+                # round trip per row, not one per split): the merge kernel's arithmetic, row for row
+                row0 = ((b * H + hkv * G) * NQ).to(tl.int64)  # the group's rows are consecutive
+                out_b = OUT + b.to(tl.int64) * stride_ob
+                if G * NQ <= 16:  # unrolled: the rows' loads need not wait for each other
+                    for r in tl.static_range(G * NQ):
+                        _merge_row(O_PART, LSE_PART, out_b, LSE, row0 + r, hkv * G + r // NQ, r % NQ,
+                                   stride_oh, stride_om, stride_od, D, NUM_SPLITS, BLOCK_S, BLOCK_D)
+                else:
+                    for r in range(0, G * NQ):
+                        _merge_row(O_PART, LSE_PART, out_b, LSE, row0 + r, hkv * G + r // NQ, r % NQ,
+                                   stride_oh, stride_om, stride_od, D, NUM_SPLITS, BLOCK_S, BLOCK_D)
                 tl.atomic_xchg(cnt, 0)  # ready for the next call on this stream
+
+
+@triton.jit
+def _merge_row(O_PART, LSE_PART, OUT_B, LSE, row, head, qi, stride_oh, stride_om, stride_od, D, NUM_SPLITS,
+               BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
+    """⊕ of one query row's splits (``row``: (b·H + head)·NQ + qi), all of them loaded at once — the merge
+    kernel's arithmetic — stored to out[b, head, qi] (``OUT_B``: out of sequence b) and lse[row]."""
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, BLOCK_D)
+    s_ok = offs_s < NUM_SPLITS
+    d_ok = offs_d < D
+    lse_s = tl.load(LSE_PART + row * NUM_SPLITS + offs_s, mask=s_ok, other=float("-inf"), cache_modifier=".cg")
+    o_s = tl.load(O_PART + (row * NUM_SPLITS + offs_s)[:, None] * D + offs_d[None, :],
+                  mask=s_ok[:, None] & d_ok[None, :], other=0.0, cache_modifier=".cg")
+    m = tl.max(lse_s, 0)
+    m_base = tl.where(m == float("-inf"), 0.0, m)
+    w = tl.exp(lse_s - m_base)
+    denom = tl.sum(w, 0)
+    empty = denom == 0.0
+    o = tl.sum(w[:, None] * o_s, 0) / tl.where(empty, 1.0, denom)
+    lse = tl.where(empty, float("-inf"), m_base + tl.log(tl.where(empty, 1.0, denom)))
+    tl.store(OUT_B + head * stride_oh + qi * stride_om + offs_d * stride_od, o.to(OUT_B.dtype.element_ty),
+             mask=d_ok)
+    tl.store(LSE + row, lse)
 
 
 @triton.jit
@@ -214,25 +232,7 @@ def _decode_merge_kernel(
 ):
     row = tl.program_id(0)  # (b·H + head)·NQ + qi
     b = row // (H * NQ)
-    head = (row // NQ) % H
-    qi = row % NQ
-    offs_s = tl.arange(0, BLOCK_S)
-    offs_d = tl.arange(0, BLOCK_D)
-    s_ok = offs_s < NUM_SPLITS
-    d_ok = offs_d < D
     if PDL:  # this program may start while the split kernel's last programs run: its partials come after
         gdc_wait()
-    # -- ⊕ over the splits: weights e^(lse_s - max); empty splits have lse_s = -inf, weight 0
-    lse_s = tl.load(LSE_PART + row.to(tl.int64) * NUM_SPLITS + offs_s, mask=s_ok, other=float("-inf"))
-    m = tl.max(lse_s, 0)
-    m_base = tl.where(m == float("-inf"), 0.0, m)
-    w = tl.exp(lse_s - m_base)
-    denom = tl.sum(w, 0)
-    o_s = tl.load(O_PART + (row.to(tl.int64) * NUM_SPLITS + offs_s)[:, None] * D + offs_d[None, :],
-                  mask=s_ok[:, None] & d_ok[None, :], other=0.0)  # (BLOCK_S, BLOCK_D)
-    empty = denom == 0.0
-    o = tl.sum(w[:, None] * o_s, 0) / tl.where(empty, 1.0, denom)
-    lse = tl.where(empty, float("-inf"), m_base + tl.log(tl.where(empty, 1.0, denom)))
-    o_ptrs = OUT + b.to(tl.int64) * stride_ob + head * stride_oh + qi * stride_om + offs_d * stride_od
-    tl.store(o_ptrs, o.to(OUT.dtype.element_ty), mask=d_ok)
-    tl.store(LSE + row, lse)
+    _merge_row(O_PART, LSE_PART, OUT + b.to(tl.int64) * stride_ob, LSE, row.to(tl.int64), (row // NQ) % H,
+               row % NQ, stride_oh, stride_om, stride_od, D, NUM_SPLITS, BLOCK_S, BLOCK_D)

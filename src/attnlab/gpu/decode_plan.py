@@ -198,7 +198,7 @@ class DecodePlan:
         self.scratch = None
         self.raw: dict = {}  # compiled kernel -> its RawLaunch with this plan's constant arguments (or False)
         self.tail = [*self.q_args, *k_strides, *v_strides, *self.mid_args, capacity, dims.num_pages or 1, S,
-                     *self.const_args, self.merge, *self.end_args]
+                     *self.const_args, self.merge, *self.end_args, triton.next_power_of_2(S)]  # BLOCK_S
         assert len(self.tail) + 11 == len(_decode_split_kernel.arg_names)
         self.split_spec = (S, int_specs((*k_strides, *v_strides, capacity)))  # what picks the compiled kernel
         self.split = self.launcher_memo.get(self.split_spec)
