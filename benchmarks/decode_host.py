@@ -129,7 +129,6 @@ def floors(calls: int) -> dict:
     import triton
 
     from attnlab.gpu.decode_kernels import _decode_split_kernel
-    from attnlab.gpu.launch import RawLaunch
 
     @triton.jit
     def empty1(X):
@@ -156,7 +155,6 @@ def floors(calls: int) -> dict:
     stream = torch.cuda.current_stream().cuda_stream
     int_args = [x.data_ptr()] * 11 + scalars
     q = torch.empty(1, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
-    raw = RawLaunch.make(compiled, (1, 1, 1), int_args, 11)
     rows = {
         "triton_empty_1_arg, kernel[grid]": host_us(lambda: empty1[(1,)](x), calls=calls),
         f"triton_empty_{n}_args, kernel[grid]": host_us(lambda: emptyn[(1,)](*args), calls=calls),
@@ -165,8 +163,6 @@ def floors(calls: int) -> dict:
             lambda: run(1, 1, 1, stream, fn, meta, None, None, None, *args), calls=calls),
         f"triton_empty_{n}_args, compiled launcher, int pointers": host_us(
             lambda: run(1, 1, 1, stream, fn, meta, None, None, None, *int_args), calls=calls),
-        f"triton_empty_{n}_args, cuLaunchKernel (RawLaunch), int pointers": host_us(
-            lambda: raw(fn, int_args[:11], stream), calls=calls) if raw else None,
         "torch.empty": host_us(lambda: torch.empty(4096, device="cuda"), calls=calls),
         "tensor.data_ptr()": host_us(lambda: q.data_ptr(), calls=calls),
         "tensor shape+stride+dtype+device": host_us(lambda: (q.shape, q.stride(), q.dtype, q.device), calls=calls),
@@ -213,14 +209,14 @@ def host_rows(calls: int) -> list[dict]:
     finally:
         decode_plan.SLAB_BYTES = slab
         decode.clear_plans()
-    raw = decode_plan.RAW_LAUNCH
-    try:  # the same call launched by Triton's C launcher, as before the driver's own launch (RawLaunch)
-        decode_plan.RAW_LAUNCH = False
+    below = decode_plan.EAGER_FUSED_BELOW_US
+    try:  # the same call with the merge kernel launched on every call (two launches), as before in-kernel merges
+        decode_plan.EAGER_FUSED_BELOW_US = 0.0
         decode.clear_plans()
-        add("flash_decode_triton (plan kept), Triton's launcher",
+        add("flash_decode_triton (plan kept), merge kernel every call",
             lambda: decode.flash_decode_triton(q, k, v, cache_seqlens=lens))
     finally:
-        decode_plan.RAW_LAUNCH = raw
+        decode_plan.EAGER_FUSED_BELOW_US = below
         decode.clear_plans()
     # the default row again, after the others: the host's speed drifts within a process
     add("flash_decode_triton (plan kept), again", lambda: decode.flash_decode_triton(q, k, v, cache_seqlens=lens))
@@ -238,12 +234,11 @@ def host_rows(calls: int) -> list[dict]:
 def breakdown(calls: int, rounds: int = 7) -> dict:
     """Where a kept plan's call spends its host time, at ``TINY``: the whole call at each layer
     (``attnlab.flash_decode``, ``flash_decode_triton``, ``run_planned``, the plan itself) and each step
-    of the plan alone (the key, the capture check, the outputs, the launch through the driver and through
-    Triton's launcher), timed in interleaved rounds (every step once per round, best round kept), so a
-    drift of the host's speed moves all of them alike. Also which launch the plan took and, if it kept
-    Triton's launcher, why (``RawLaunch.decline``)."""
+    of the plan alone (the key, the capture check, the outputs, the kernels' launches), timed in
+    interleaved rounds (every step once per round, best round kept), so a drift of the host's speed
+    moves all of them alike."""
     from attnlab.gpu import decode, decode_plan
-    from attnlab.gpu.launch import RawLaunch, hooks_set
+    from attnlab.gpu.launch import hooks_set
 
     q, k, v, lens = inputs(TINY)
     decode.clear_plans()
@@ -252,10 +247,8 @@ def breakdown(calls: int, rounds: int = 7) -> dict:
     key = decode.plan_key(q, k, v, lens, None, None, True, None, None, None, None)
     plan = decode_plan._PLANS[key]
     stream = key[-1]
-    compiled = plan.split.compiled
     head = [q.data_ptr(), k.data_ptr(), v.data_ptr(), lens.data_ptr(), plan.spare_ptr, *plan._partials(False),
             *(t.data_ptr() for t in plan.outputs.take()), plan.counters_ptr, plan.spare_ptr]
-    raw = plan.raw.get(compiled)
     steps = {
         "attnlab.flash_decode": lambda: attnlab.flash_decode(q, k, v, cache_seqlens=lens),
         "flash_decode_triton": lambda: decode.flash_decode_triton(q, k, v, cache_seqlens=lens),
@@ -266,18 +259,17 @@ def breakdown(calls: int, rounds: int = 7) -> dict:
         "outputs.take": lambda: plan.outputs.take(False),
         "hooks_set": hooks_set,
         "the head's data_ptr() calls": lambda: [q.data_ptr(), k.data_ptr(), v.data_ptr(), lens.data_ptr()],
-        "split launch, Triton's launcher": lambda: plan.split.launch(head + plan.tail, stream),
+        "the split kernel's launch": (lambda: plan.fused_split.launch(head + plan.fused_tail, stream)) if plan.fused
+        else (lambda: plan.split.launch(head + plan.tail, stream)),
     }
-    if raw:
-        steps["split launch, cuLaunchKernel (RawLaunch)"] = lambda: raw(compiled.function, head, stream)
+    if plan.merge == 1 and not plan.fused:
+        steps["the merge kernel's launch"] = lambda: plan.merge_launch.launch([*head[5:9], *plan.merge_tail], stream)
     best = dict.fromkeys(steps, float("inf"))
     for _ in range(rounds):
         for name, fn in steps.items():
             best[name] = min(best[name], host_us(fn, calls=calls, rounds=1))
     torch.cuda.synchronize()
-    return {"shape": list(TINY), "merge": plan.merge, "splits": plan.num_splits,
-            "launch": "RawLaunch" if raw else "Triton's launcher",
-            "declined": None if raw else RawLaunch.decline(compiled, plan.split.grid, head + plan.tail, len(head)),
+    return {"shape": list(TINY), "merge": plan.merge, "splits": plan.num_splits, "eager_fused": plan.fused,
             "steps": [{"step": n, "host_us": us} for n, us in best.items()]}
 
 
@@ -452,6 +444,9 @@ def markdown(result: dict) -> str:
     gpu = preset_for(result.get("gpu"))
     result = with_roofline(result, gpu)
     merged = ", splits merged inside the split kernel" if result.get("fused_merge") else ""
+    if "eager_fused_below_us" in result:
+        merged += (f", eager calls reading K/V in under {result['eager_fused_below_us']:g} µs merge inside the split "
+                   "kernel" if result["eager_fused_below_us"] > 0 else ", eager calls launch the merge kernel")
     lines = [f"{result['gpu']}, torch {result['torch']}, triton {result['triton']}, bf16{merged}", "",
              "| floor | host µs/call |", "|---|---|"]
     lines += [f"| {k} | {v:.1f} |" for k, v in result["floors"].items()]
@@ -488,6 +483,12 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _eager_fused_below() -> float:
+    from attnlab.gpu import decode_plan
+
+    return decode_plan.EAGER_FUSED_BELOW_US
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--calls", type=int, default=2000, help="calls per timed loop (default 2000)")
@@ -502,6 +503,9 @@ def main(argv=None) -> int:
     ap.add_argument("--fused-merge", action="store_true",
                     help="run with the splits merged inside the split kernel by default (one launch per call; "
                          "decode_config.FUSED_MERGE) instead of by the merge kernel")
+    ap.add_argument("--eager-fused-below", type=float, metavar="US",
+                    help="decode_plan.EAGER_FUSED_BELOW_US for this run: eager calls whose K/V read takes less "
+                         "than US µs at the GPU's bandwidth merge in the split kernel (0: never)")
     ap.add_argument("--breakdown", action="store_true",
                     help="only the steps of a kept plan's call, each timed alone in interleaved rounds, and a "
                          "cProfile of planned calls (no floors, no speed rows)")
@@ -524,6 +528,12 @@ def main(argv=None) -> int:
     for path in (args.json, args.md):
         if path is not None and path.exists():
             ap.error(f"{path} exists; not overwriting it")
+    if args.eager_fused_below is not None:
+        if not args.eager_fused_below >= 0:
+            ap.error(f"--eager-fused-below must be >= 0, got {args.eager_fused_below}")
+        from attnlab.gpu import decode_plan
+
+        decode_plan.EAGER_FUSED_BELOW_US = args.eager_fused_below
     if args.fused_merge:
         from attnlab.gpu import decode_config
 
@@ -537,11 +547,10 @@ def main(argv=None) -> int:
     if args.breakdown:
         result = {"gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
                   "torch": torch.__version__, "triton": triton.__version__, "fused_merge": args.fused_merge,
-                  "breakdown": breakdown(args.calls)}
+                  "eager_fused_below_us": _eager_fused_below(), "breakdown": breakdown(args.calls)}
         b = result["breakdown"]
         print(f"{result['gpu']}, torch {result['torch']}, triton {result['triton']}; shape {b['shape']}, "
-              f"splits {b['splits']}, merge {b['merge']}, launch: {b['launch']}"
-              + (f" (declined: {b['declined']})" if b["declined"] else ""))
+              f"splits {b['splits']}, merge {b['merge']}, eager calls merge in the split kernel: {b['eager_fused']}")
         print("\n| step | host µs/call |\n|---|---|")
         for r in b["steps"]:
             print(f"| {r['step']} | {r['host_us']:.1f} |")
@@ -551,6 +560,7 @@ def main(argv=None) -> int:
         return 0
     result = {"gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
               "triton": triton.__version__, "fused_merge": args.fused_merge,
+              "eager_fused_below_us": _eager_fused_below(),
               "floors": floors(args.calls), "host": host_rows(args.calls), "speed": speed_rows(args.calls)}
     if args.sweep:
         result["sweep"] = sweep_rows()

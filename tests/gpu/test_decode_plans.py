@@ -380,3 +380,94 @@ def test_merge_pdl_is_off_by_default_and_never_off_cuda(monkeypatch):
     assert Launcher(_decode_merge_kernel, (1, 1, 1), num_warps=4, num_stages=3, launch_pdl=True).options == \
         {"num_warps": 4, "num_stages": 3, "launch_pdl": True}
     assert "launch_pdl" not in Launcher(_decode_merge_kernel, (1, 1, 1), num_warps=4, num_stages=3).options
+
+
+class _Counted:
+    """A Launcher that counts its launches (through JIT or directly) and is otherwise the Launcher."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, 0
+
+    def __call__(self, *a, **kw):
+        self.calls += 1
+        return self.inner(*a, **kw)
+
+    def launch(self, *a, **kw):
+        self.calls += 1
+        return self.inner.launch(*a, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_eager_calls_of_a_small_plan_merge_in_the_split_kernel_and_give_the_same_bits(monkeypatch):
+    """A plan marked ``fused`` (K/V read below ``EAGER_FUSED_BELOW_US``; forced here, as no interpreter run
+    is ever marked) runs the split and merge kernels on its first call, then one launch per call whose
+    in-kernel merge is the merge kernel's arithmetic: every call's output and lse equal, to the bit, those
+    of a plan that always launches the merge kernel — splits empty for the short sequence included."""
+    from attnlab.gpu import decode_plan
+
+    q, k, v = _cache(L=100)
+    lens = torch.tensor([100, 9], dtype=torch.int32, device=DEV)
+    monkeypatch.setattr(decode_plan, "EAGER_FUSED_BELOW_US", 0.0)
+    want = _fresh(q, k, v, cache_seqlens=lens, num_splits=4)
+    assert not any(p.fused for p in decode_plan._PLANS.values())
+    decode.clear_plans()
+    monkeypatch.setattr(decode_plan, "eager_fused", lambda nbytes, device: True)
+    first = decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=4)
+    (plan,) = decode_plan._PLANS.values()
+    assert plan.fused and plan.merge == 1 and plan.pair_ran
+    plan.split, plan.fused_split, plan.merge_launch = (_Counted(plan.split), _Counted(plan.fused_split),
+                                                       _Counted(plan.merge_launch))
+    outs = [decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=4) for _ in range(3)]
+    assert (plan.split.calls, plan.fused_split.calls, plan.merge_launch.calls) == (0, 3, 0)
+    for got in (first, *outs):
+        _same(got, want)
+    decode.clear_plans()
+
+
+def test_eager_fused_takes_small_reads_on_cuda_only(monkeypatch):
+    """``eager_fused``: the K/V bytes at the preset's bandwidth against ``EAGER_FUSED_BELOW_US``; never
+    off CUDA or in the interpreter, and never with the threshold at 0."""
+    from attnlab.gpu import decode_plan
+
+    assert decode_plan.EAGER_FUSED_BELOW_US > 0
+    assert not decode_plan.eager_fused(1.0, torch.device("cpu"))
+    if torch.cuda.is_available() and not decode_plan.interpret_mode():
+        dev = torch.device("cuda", torch.cuda.current_device())
+        bw = decode_plan.gpu_for_device(dev.index).hbm_bw
+        us = decode_plan.EAGER_FUSED_BELOW_US
+        assert decode_plan.eager_fused(0.9 * us * 1e-6 * bw, dev)
+        assert not decode_plan.eager_fused(1.1 * us * 1e-6 * bw, dev)
+        monkeypatch.setattr(decode_plan, "EAGER_FUSED_BELOW_US", 0.0)
+        assert not decode_plan.eager_fused(1.0, dev)
+
+
+@pytest.mark.gpu
+def test_a_fused_plan_is_captured_with_the_merge_kernel_and_gives_eager_bits():
+    """On the GPU a small decode call is ``fused``: eager calls launch once, a CUDA graph captured after
+    them holds the split and merge kernels, and the replay equals the eager call to the bit."""
+    from attnlab.gpu import decode_plan
+
+    q, k, v = _cache(L=512, D=128)
+    lens = torch.tensor([512, 300], dtype=torch.int32, device=DEV)
+    decode.clear_plans()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            attnlab.flash_decode(q, k, v, cache_seqlens=lens, num_splits=4)
+    torch.cuda.current_stream().wait_stream(s)
+    (plan,) = decode_plan._PLANS.values()
+    assert plan.fused and plan.pair_ran
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        out, lse = attnlab.flash_decode(q, k, v, cache_seqlens=lens, num_splits=4)
+    q.copy_(torch.randn_like(q))
+    g.replay()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(s):
+        want = attnlab.flash_decode(q, k, v, cache_seqlens=lens, num_splits=4)
+    torch.cuda.synchronize()
+    _same((out, lse), want)
+    decode.clear_plans()

@@ -14,6 +14,12 @@ split count stays, that is a copy with new strides and capacity, sharing the com
 A kept plan hands out its outputs from slabs (``OutputSlab``): one allocation and one ``unbind`` make the
 (out, lse) pairs of the next calls, each a view of its own part of the slab, so a call pays a list pop
 where two ``torch.empty`` calls cost several µs of host time.
+
+A launch is the dearest step left (~6-9 µs of host time on an H200's host, as much through the CUDA
+driver directly as through Triton's launcher). A call with several splits launches two kernels, the
+split kernel and the merge kernel; a small call's eager launches instead merge inside the split kernel
+(the group's last program, with the merge kernel's arithmetic: the same bits), one launch per call,
+while CUDA graphs, where launches cost no host time, keep the merge kernel (``EAGER_FUSED_BELOW_US``).
 """
 
 from __future__ import annotations
@@ -22,9 +28,16 @@ import torch
 import triton
 
 from .._runtime import LOG2E, interpret_mode
-from .decode_config import DecodeConfig, _config_for, choose_num_splits, model_seq, streamed_keys
+from .decode_config import (
+    DecodeConfig,
+    _config_for,
+    choose_num_splits,
+    gpu_for_device,
+    model_seq,
+    streamed_keys,
+)
 from .decode_kernels import _decode_merge_kernel, _decode_split_kernel
-from .launch import Launcher, RawLaunch, current_stream, hooks_set, int_specs, same_specialisation, tensor_key
+from .launch import Launcher, current_stream, hooks_set, int_specs, same_specialisation, tensor_key
 
 _COUNTERS: dict = {}
 _SPARE: dict = {}
@@ -44,9 +57,24 @@ def _counters(device, n: int) -> torch.Tensor:
 # Launch the merge kernel as a programmatic dependent launch (Hopper and newer). Off: on an H200 under CUDA
 # graphs it was 0.1-0.4 µs slower on every batch-1 shape, two rounds each (decode-host run 8).
 MERGE_PDL = False
-# a kept plan's launches straight through the CUDA driver (``launch.RawLaunch``: a parameter block per plan, of
-# which a call rewrites the pointers) instead of Triton's C launcher, which parses all 54 arguments per call
-RAW_LAUNCH = True
+
+
+# Eager calls of a plan whose K/V read takes less than this many µs at the GPU preset's bandwidth merge the
+# splits inside the split kernel (one launch instead of two, ``_merge_row`` in both: the same numbers to the
+# bit), while a CUDA graph being captured takes the merge kernel. A launch costs a call ~6-9 µs of host
+# time, while the in-kernel merge costs 3-8 µs of GPU time on these shapes: on an H200 (decode-host runs
+# 12 and 13) eager calls ran 20.8 against 23.0 µs at 64/8 heads over 8K keys (7.0 µs roofline) and 20.9
+# against 23.2 at 28/4 over 20,000 (8.5 µs), but 27.3 against 25.5 at 32/8 over 32K, D = 64 (14 µs). 0: off.
+EAGER_FUSED_BELOW_US = 10.0
+
+
+def eager_fused(plan_bytes: float, device) -> bool:
+    """Whether eager calls reading ``plan_bytes`` of K/V on ``device`` merge inside the split kernel:
+    ``EAGER_FUSED_BELOW_US`` against the bytes at the bandwidth of the device's preset; never off CUDA."""
+    if device.type != "cuda" or interpret_mode() or EAGER_FUSED_BELOW_US <= 0:
+        return False
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return plan_bytes / gpu_for_device(index).hbm_bw * 1e6 < EAGER_FUSED_BELOW_US
 
 
 def merge_pdl(device) -> bool:
@@ -193,10 +221,13 @@ class DecodePlan:
         self.capacity = capacity
         self.num_splits = S = self._splits_for(capacity)
         self.merge = 0 if S == 1 else (2 if cfg.fused_merge else 1)
-        self.counters = _counters(self.device, B * Hkv) if self.merge == 2 else self.spare
+        keys = capacity if self.mask.left < 0 else streamed_keys(capacity=capacity, queries=Nq, mask=self.mask)
+        # eager calls merge in the split kernel (``eager_fused``): their own tail and launcher (MERGE = 2)
+        self.fused = self.merge == 1 and eager_fused(2 * B * Hkv * keys * D * self.dtype.itemsize, self.device)
+        self.pair_ran = False  # whether the split and merge kernels of this split count have run (compiled)
+        self.counters = _counters(self.device, B * Hkv) if self.merge == 2 or self.fused else self.spare
         self.counters_ptr = self.counters.data_ptr()
         self.scratch = None
-        self.raw: dict = {}  # compiled kernel -> its RawLaunch with this plan's constant arguments (or False)
         self.tail = [*self.q_args, *k_strides, *v_strides, *self.mid_args, capacity, dims.num_pages or 1, S,
                      *self.const_args, self.merge, *self.end_args, triton.next_power_of_2(S)]  # BLOCK_S
         assert len(self.tail) + 11 == len(_decode_split_kernel.arg_names)
@@ -208,8 +239,23 @@ class DecodePlan:
         if self.merge == 1:
             pdl = merge_pdl(self.device)
             self.merge_tail = [H * Nq * D, Nq * D, D, 1, H, D, S, Nq, triton.next_power_of_2(S), cfg.block_d, pdl]
-            self.merge_launch = Launcher(_decode_merge_kernel, (B * H * Nq, 1, 1), num_warps=4 if D >= 128 else 2,
+            # the split kernel's warps: its in-kernel merge (``fused``) then reduces in the same order, bit for bit
+            self.merge_launch = Launcher(_decode_merge_kernel, (B * H * Nq, 1, 1), num_warps=cfg.num_warps,
                                          num_stages=3, launch_pdl=pdl)
+        self._fused_launcher()
+
+    def _fused_launcher(self) -> None:
+        """With ``fused``: ``tail`` with MERGE = 2 (``fused_tail``) and the launcher of that build."""
+        if not self.fused:
+            return
+        tail = self.tail.copy()
+        tail[len(tail) - len(self.end_args) - 2] = 2  # MERGE (before DOT_F32, EVICT, HAS_SEQLENS and BLOCK_S)
+        self.fused_tail = tail
+        spec = (*self.split_spec, "fused")
+        self.fused_split = self.launcher_memo.get(spec)
+        if self.fused_split is None:
+            self.fused_split = self.launcher_memo[spec] = Launcher(_decode_split_kernel, self.split.grid,
+                                                                   **self.split.options)
 
     def resized(self, k_cache, v_cache) -> DecodePlan:
         """This plan for a contiguous cache of another capacity (``k_cache``, ``v_cache``: (B, Hkv, L, D)
@@ -224,7 +270,6 @@ class DecodePlan:
         capacity = k_cache.shape[2]
         plan = DecodePlan.__new__(DecodePlan)  # a shallow copy (copy.copy's machinery costs µs here)
         plan.__dict__.update(self.__dict__)
-        plan.raw = {}  # (its parameter blocks hold this plan's strides and capacity)
         if self._splits_for(capacity) == self.num_splits:
             tail = self.tail.copy()
             i = len(self.q_args)
@@ -238,6 +283,7 @@ class DecodePlan:
                 if plan.split is None:
                     plan.split = self.launcher_memo[spec] = Launcher(_decode_split_kernel, self.split.grid,
                                                                      **self.split.options)
+            plan._fused_launcher()
             return plan
         plan._size(capacity, k_cache.stride(), v_cache.stride())  # another split count: new buffers too
         # the same compiled kernel where the arguments that changed specialise as before
@@ -258,42 +304,31 @@ class DecodePlan:
             cache_seqlens = cache_seqlens.to(torch.int32).contiguous()
         if self.cast_table:
             block_table = block_table.to(torch.int32).contiguous()
-        if stream is not None and self.split.compiled is not None and (self.merge != 1 or self.merge_launch.compiled
-                                                                       is not None) and not hooks_set():
+        # eager calls of a ``fused`` plan merge in the split kernel once the merge kernel's pair has run (the
+        # first call compiles it, so a graph captured after it compiles nothing)
+        fused = self.fused and not capturing and self.pair_ran
+        split, tail = (self.fused_split, self.fused_tail) if fused else (self.split, self.tail)
+        if stream is not None and split.compiled is not None and (self.merge != 1 or fused or self.merge_launch.compiled
+                                                                  is not None) and not hooks_set():
             o_part, lse_part = self._partials(capturing)
-            head = [q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
-                    cache_seqlens.data_ptr() if self.has_seqlens else self.spare_ptr,
-                    block_table.data_ptr() if self.paged else self.spare_ptr,
-                    o_part, lse_part, out.data_ptr(), lse.data_ptr(), self.counters_ptr,
-                    slopes.data_ptr() if self.has_slopes else self.spare_ptr]
-            compiled = self.split.compiled
-            raw = self.raw.get(compiled)
-            if raw is None:  # (False: this kernel keeps Triton's launcher)
-                raw = self.raw[compiled] = RAW_LAUNCH and RawLaunch.make(compiled, self.split.grid, head + self.tail,
-                                                                         len(head)) or False
-            if raw:
-                raw(compiled.function, head, stream)
-            else:
-                self.split.launch(head + self.tail, stream)
-            if self.merge == 1:
-                head = [o_part, lse_part, head[7], head[8]]
-                compiled = self.merge_launch.compiled
-                raw = self.raw.get(compiled)
-                if raw is None:
-                    raw = self.raw[compiled] = RAW_LAUNCH and RawLaunch.make(compiled, self.merge_launch.grid,
-                                                                             head + self.merge_tail, 4) or False
-                if raw:
-                    raw(compiled.function, head, stream)
-                else:
-                    self.merge_launch.launch(head + self.merge_tail, stream)
+            out_ptr, lse_ptr = out.data_ptr(), lse.data_ptr()
+            split.launch([q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
+                          cache_seqlens.data_ptr() if self.has_seqlens else self.spare_ptr,
+                          block_table.data_ptr() if self.paged else self.spare_ptr,
+                          o_part, lse_part, out_ptr, lse_ptr, self.counters_ptr,
+                          slopes.data_ptr() if self.has_slopes else self.spare_ptr, *tail], stream)
+            if self.merge == 1 and not fused:
+                self.merge_launch.launch([o_part, lse_part, out_ptr, lse_ptr, *self.merge_tail], stream)
+                self.pair_ran = True
             return out, lse
         spare = self.spare
         o_part, lse_part = self._partials(capturing, as_tensors=True)
-        self.split([q, k_cache, v_cache, cache_seqlens if self.has_seqlens else spare,
-                    block_table if self.paged else spare, o_part, lse_part, out, lse, self.counters,
-                    slopes if self.has_slopes else spare, *self.tail], stream)
-        if self.merge == 1:
+        split([q, k_cache, v_cache, cache_seqlens if self.has_seqlens else spare,
+               block_table if self.paged else spare, o_part, lse_part, out, lse, self.counters,
+               slopes if self.has_slopes else spare, *tail], stream)
+        if self.merge == 1 and not fused:
             self.merge_launch([o_part, lse_part, out, lse, *self.merge_tail], stream)
+            self.pair_ran = True
         return out, lse
 
     def _partials(self, capturing: bool, as_tensors: bool = False):

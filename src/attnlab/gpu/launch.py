@@ -194,106 +194,6 @@ class Launcher:
                 _SHARED[key] = compiled
 
 
-_CTYPES = {"i1": "c_int8", "i8": "c_int8", "i16": "c_int16", "i32": "c_int32", "i64": "c_int64", "u1": "c_uint8",
-           "u8": "c_uint8", "u16": "c_uint16", "u32": "c_uint32", "u64": "c_uint64", "fp32": "c_float",
-           "f32": "c_float", "fp64": "c_double"}
-_LIBCUDA: list = []
-
-
-def _cu_launch():
-    """The CUDA driver's cuLaunchKernel through ctypes, or None where there is no driver library."""
-    if not _LIBCUDA:
-        import ctypes
-
-        try:
-            fn = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
-            fn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
-            fn.restype = ctypes.c_int
-        except (OSError, AttributeError):
-            fn = None
-        _LIBCUDA.append(fn)
-    return _LIBCUDA[0]
-
-
-class RawLaunch:
-    """One compiled Triton kernel's launch as the CUDA driver takes it: a parameter block built once from
-    its signature (what Triton's C launcher would pass: every non-constexpr argument in order, then the two
-    scratch pointers), of which a call rewrites only the first ``head`` arguments (the pointers that change
-    from call to call) before ``cuLaunchKernel``. Triton's launcher parses every argument on every call;
-    for a decode call's 54 arguments that is most of its host time.
-
-    ``RawLaunch.make(compiled, grid, args, head)`` returns None where the kernel needs what this path does
-    not do (clusters, a programmatic dependent or cooperative launch, global or profile scratch, half-float
-    or descriptor arguments, a signature of another length, no driver library): the caller keeps Triton's
-    launcher then."""
-
-    __slots__ = ("fn", "grid", "block", "shared", "slots", "params", "head")
-
-    @staticmethod
-    def decline(compiled, grid: tuple, args: list, head: int) -> str | None:
-        """Why ``make`` would return None for these arguments (a few words), or None if it would not."""
-        import ctypes
-
-        md = getattr(compiled, "metadata", None)
-        sig = list(getattr(getattr(compiled, "src", None), "signature", {}).values())
-        if _cu_launch() is None:
-            return "no CUDA driver library"
-        if md is None:
-            return "no metadata"
-        if len(sig) != len(args):
-            return f"a signature of {len(sig)} arguments for {len(args)}"
-        for name in ("num_ctas", "launch_pdl", "launch_cooperative_grid", "global_scratch_size",
-                     "profile_scratch_size"):
-            if getattr(md, name, 1 if name == "num_ctas" else 0) != (1 if name == "num_ctas" else 0):
-                return f"{name} = {getattr(md, name)}"
-        for i, ty in enumerate(sig):
-            if ty == "constexpr":
-                if i < head:
-                    return f"argument {i} (one of the rewritten ones) is a constexpr"
-                continue
-            if not isinstance(ty, str) or not (ty.startswith("*") or hasattr(ctypes, _CTYPES.get(ty, "-"))):
-                return f"argument {i} has type {ty!r}"
-        return None
-
-    @classmethod
-    def make(cls, compiled, grid: tuple, args: list, head: int) -> RawLaunch | None:
-        import ctypes
-
-        if cls.decline(compiled, grid, args, head) is not None:
-            return None
-        md = compiled.metadata
-        sig = list(compiled.src.signature.values())
-        slots, head_slots = [], []
-        for i, (ty, a) in enumerate(zip(sig, args)):
-            if ty == "constexpr":
-                continue
-            ctype = ctypes.c_uint64 if ty.startswith("*") else getattr(ctypes, _CTYPES[ty])
-            slot = ctype(a.data_ptr() if hasattr(a, "data_ptr") else a)
-            slots.append(slot)
-            if i < head:
-                head_slots.append(slot)
-        slots += [ctypes.c_uint64(0), ctypes.c_uint64(0)]  # global and profile scratch: none
-        self = cls.__new__(cls)
-        self.fn = _cu_launch()
-        self.grid = tuple(grid)
-        self.block = 32 * md.num_warps
-        self.shared = md.shared
-        self.slots = slots
-        self.params = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(x) for x in slots])
-        self.head = head_slots
-        return self
-
-    def __call__(self, function: int, values, stream: int) -> None:
-        """Launch ``function`` (the compiled kernel's handle) with the first arguments set to ``values``
-        (ints: pointers as data_ptr()) on the raw ``stream``."""
-        for slot, v in zip(self.head, values):
-            slot.value = v
-        gx, gy, gz = self.grid
-        err = self.fn(function, gx, gy, gz, self.block, 1, 1, self.shared, stream, self.params, None)
-        if err:
-            raise RuntimeError(f"cuLaunchKernel failed with CUDA error {err}")
-
-
 _PARAMS: dict = {}
 
 
@@ -318,5 +218,5 @@ def launch_kept(kernel, grid: tuple, kwargs: dict, *, num_warps: int, num_stages
     launcher(args)
 
 
-__all__ = ["Launcher", "RawLaunch", "current_stream", "hooks_set", "int_specs", "launch_kept", "same_specialisation",
+__all__ = ["Launcher", "current_stream", "hooks_set", "int_specs", "launch_kept", "same_specialisation",
            "tensor_key"]
