@@ -407,8 +407,8 @@ def test_eager_calls_of_a_small_plan_merge_in_the_split_kernel_and_give_the_same
     of a plan that always launches the merge kernel — splits empty for the short sequence included."""
     from attnlab.gpu import decode_plan
 
-    q, k, v = _cache(L=100)
-    lens = torch.tensor([100, 9], dtype=torch.int32, device=DEV)
+    q, k, v = _cache(L=600)  # 4 splits of whole tiles (16 keys in the interpreter, 128 on a GPU)
+    lens = torch.tensor([600, 9], dtype=torch.int32, device=DEV)
     monkeypatch.setattr(decode_plan, "EAGER_FUSED_BELOW_US", 0.0)
     want = _fresh(q, k, v, cache_seqlens=lens, num_splits=4)
     assert not any(p.fused for p in decode_plan._PLANS.values())
