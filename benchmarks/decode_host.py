@@ -391,6 +391,39 @@ def pdl_rows(calls: int) -> list[dict]:
     return rows
 
 
+def eager_ab_rows(calls: int, rounds: int = 3) -> list[dict]:
+    """Eager µs of the library's default call on the batch-1 shapes and host µs at ``TINY``, with eager
+    calls of small reads merging in the split kernel (``decode_plan.EAGER_FUSED_BELOW_US`` as set) and with
+    the merge kernel on every call (0), alternating in ``rounds`` rounds in one process: the host's drift
+    between processes is larger than the difference."""
+    from attnlab.gpu import decode, decode_plan
+
+    below = decode_plan.EAGER_FUSED_BELOW_US
+    rows = []
+    shapes = [s for s in SHAPES if s[0] == 1] + [TINY]
+    try:
+        for shape in shapes:
+            B, H, Hkv, L, D = shape
+            q, k, v, lens = inputs(shape)
+
+            def fn(q=q, k=k, v=v, lens=lens):
+                return attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+
+            for rnd in range(rounds):
+                for on in (True, False):
+                    decode_plan.EAGER_FUSED_BELOW_US = below if on else 0.0
+                    decode.clear_plans()
+                    fn()
+                    fused = next(iter(decode_plan._PLANS.values())).fused
+                    us = host_us(fn, calls=calls) if shape == TINY else eager_us(fn, calls=calls // 10)
+                    rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "eager_fused": on, "fused": fused,
+                                 "round": rnd, "measure": "host_us" if shape == TINY else "eager_us", "us": us})
+    finally:
+        decode_plan.EAGER_FUSED_BELOW_US = below
+        decode.clear_plans()
+    return rows
+
+
 def sweep_rows() -> list[dict]:
     """CUDA-graph µs of the small-batch shapes for each configuration and split count, beside the
     split count the model picks: is a gap to cuDNN the kernel or the choice?"""
@@ -471,6 +504,18 @@ def markdown(result: dict) -> str:
                   "| B | H/Hkv | L | D | PDL | round | graph µs | eager µs |", "|---|---|---|---|---|---|---|---|"]
         lines += [f"| {r['B']} | {r['H']}/{r['Hkv']} | {r['L']} | {r['D']} | {'yes' if r['pdl'] else 'no'} | "
                   f"{r['round'] + 1} | {r['graph_us']:.1f} | {r['eager_us']:.1f} |" for r in result["pdl"]]
+    if result.get("eager_ab"):
+        lines += ["", "Eager calls merging in the split kernel where the read is small (on) and with the merge kernel on "
+                      "every call (off), alternating; µs per call by round (host µs at the tiny shape):", "",
+                  "| B | H/Hkv | L | D | fused when on | on | off |", "|---|---|---|---|---|---|---|"]
+        groups: dict = {}
+        for r in result["eager_ab"]:
+            groups.setdefault((r["B"], r["H"], r["Hkv"], r["L"], r["D"]), []).append(r)
+        for (B, H, Hkv, L, D), rs in groups.items():
+            on = " / ".join(f"{r['us']:.1f}" for r in rs if r["eager_fused"])
+            off = " / ".join(f"{r['us']:.1f}" for r in rs if not r["eager_fused"])
+            fused = any(r["fused"] for r in rs if r["eager_fused"])
+            lines.append(f"| {B} | {H}/{Hkv} | {L} | {D} | {'yes' if fused else 'no'} | {on} | {off} |")
     if result.get("sweep"):
         lines += ["", "CUDA-graph µs per split count and configuration (* the model's pick):", ""]
         groups: dict = {}
@@ -498,6 +543,8 @@ def main(argv=None) -> int:
                     help="also time every configuration and split count on the batch-1 shapes (CUDA graphs)")
     ap.add_argument("--pdl-ab", action="store_true",
                     help="also time the batch-1 shapes with the merge kernel launched plainly and as a PDL launch")
+    ap.add_argument("--eager-ab", action="store_true",
+                    help="also time eager calls with and without the in-kernel merge for small reads, alternating")
     ap.add_argument("--report", type=Path, metavar="JSON",
                     help="print the tables of a recorded run (with the roofline columns; no GPU needed) and exit")
     ap.add_argument("--fused-merge", action="store_true",
@@ -566,6 +613,8 @@ def main(argv=None) -> int:
         result["sweep"] = sweep_rows()
     if args.pdl_ab:
         result["pdl"] = pdl_rows(args.calls)
+    if args.eager_ab:
+        result["eager_ab"] = eager_ab_rows(args.calls)
     if args.profile:
         from attnlab.gpu import decode
 
