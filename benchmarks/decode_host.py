@@ -16,6 +16,10 @@ of eager decoding. Three parts, each printed as a table and written to ``--json`
    a loop of eager calls (one sync at the end) against the per-call time of the same calls captured
    in one CUDA graph, for attnlab and SDPA cuDNN; and TB/s over the K/V bytes read.
 
+4. With ``--eager-ab``: eager calls of the batch-1 shapes with and without the in-kernel merge of small
+   reads (``decode_plan.EAGER_FUSED_BELOW_US``), alternating in rounds in one process. ``--breakdown``
+   instead times each step of a kept plan's call alone (the key, the outputs, the launches).
+
     python benchmarks/decode_host.py [--calls 2000] [--json out.json] [--md out.md]
     python benchmarks/decode_host.py --report benchmarks/data/decode-host-h200-run6.json   # a recorded run
 
