@@ -2,7 +2,7 @@
 
 A decode step reads a few MB; on an H200 that is a few µs to tens of µs of GPU time, so the Python
 and launch work of one call (checks, Triton's argument binding, allocations) can decide the speed
-of eager decoding. Three parts, each printed as a table and written to ``--json``:
+of eager decoding. Three parts (a fourth with ``--eager-ab``), each printed as a table and written to ``--json``:
 
 1. **Floors** (µs of host time per call): an empty Triton kernel launched through ``kernel[grid]``
    (Triton's own per-call work for one pointer), ``torch.empty`` (one allocation), and an empty

@@ -59,3 +59,29 @@ def test_results_dense_backward_unchanged_by_the_packed_build():
                 by_shape.setdefault((r["D"], r["H"], r["Hkv"], r["N"], r["causal"]), []).append(r["ms"])
     ranges = ", ".join(f"{min(v):.2f}–{max(v):.2f}" for v in by_shape.values())
     assert f"`-run13.json`: {ranges} ms against run 9's" in results
+
+
+def test_results_run_13_is_the_recorded_one():
+    """RESULTS.md's variants run 13 (the packed Triton kernels from kept compiled kernels): its varlen table and
+    packed_probe table as the scripts render them, and the host-time ranges it compares (runs 7 and 8)."""
+    vb = load_script("benchmarks/variants.py")
+    probe = load_script("benchmarks/packed_probe.py")
+    results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    section = results[results.index("### Run 13: the packed Triton kernels"):results.index("### Runs 11 and 12: varlen")]
+    data = ROOT / "benchmarks" / "data"
+    rows = json.loads((data / "variants-h200-varlen-run13.json").read_text())["rows"]
+    for line in vb.report(rows).splitlines()[2:]:
+        assert line.replace("| varlen |", "| varlen (run 13) |", 1) in section, line
+    runs = {r: json.loads((data / f"packed-probe-h200-run{r}.json").read_text()) for r in (7, 8)}
+    assert probe.report(runs[8]) in section
+    tri = {r: [x["host_ms"] for x in v if "Triton" in x["layout"]] for r, v in runs.items()}
+    text = " ".join(section.split())
+    assert (f"was {min(tri[8]):.2f}–{max(tri[8]):.2f} ms against {min(tri[7]):.2f}–{max(tri[7]):.2f} in run 7"
+            in text)
+    tf = {(r["D"], r["pass_"], r["provider"]): r["tflops"] for r in rows if "tflops" in r}
+    assert (f"{tf[128, 'fwd_bwd', 'attnlab']:.0f} and {tf[128, 'fwd_bwd', 'attnlab-det']:.0f} TFLOP/s "
+            f"forward+backward at D = 128") in text
+    assert f"still {tf[128, 'fwd_bwd', 'attnlab'] / tf[128, 'fwd_bwd', 'flex']:.2f}× FlexAttention" in text
+    floors = json.loads((data / "decode-host-h200-run12.json").read_text())["floors"]
+    assert (f"{floors['triton_empty_55_args, kernel[grid]']:.1f} µs through `kernel[grid]`, "
+            f"{floors['triton_empty_55_args, compiled launcher']:.1f} through the compiled launcher") in text
