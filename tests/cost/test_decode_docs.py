@@ -150,9 +150,13 @@ def test_results_eager_merge_section_is_runs_10_to_18():
         for shape in ((64, 8, 8192, 128), (28, 4, 20000, 128), (32, 8, 256, 128)):
             rs = [x for x in rows if (x["H"], x["Hkv"], x["L"], x["D"]) == shape]
             assert len(rs) == 6 and all(x["fused"] for x in rs if x["eager_fused"])
-            on = " / ".join(f"{x['us']:.1f}" for x in rs if x["eager_fused"])
-            off = " / ".join(f"{x['us']:.1f}" for x in rs if not x["eager_fused"])
-            assert f"| {run} | {shape[0]}/{shape[1]} | {shape[2]} | {shape[3]} | {on} | {off} |" in raw
+            on = [x["us"] for x in rs if x["eager_fused"]]
+            off = [x["us"] for x in rs if not x["eager_fused"]]
+            roof = decode_roofline_ms(batch=1, heads=shape[0], kv_heads=shape[1], seq=shape[2], head_dim=shape[3],
+                                      gpu=GPUS["H200"]) * 1e3
+            assert (f"| {run} | {shape[0]}/{shape[1]} | {shape[2]} | {shape[3]} | "
+                    f"{' / '.join(f'{v:.1f}' for v in on)} | {' / '.join(f'{v:.1f}' for v in off)} | {roof:.2f} | "
+                    f"{percent(roof / min(on))} / {percent(roof / min(off))} |") in raw
     kept = [_host(r)[c] for r in (14, 16, 18) for c in ("flash_decode_triton (plan kept)",
                                                          "flash_decode_triton (plan kept), again")]
     two = [_host(r)["flash_decode_triton (plan kept), merge kernel every call"] for r in (14, 16, 18)]
@@ -166,9 +170,11 @@ def test_results_eager_merge_section_is_runs_10_to_18():
     assert min(x["us"] for x in _run(17)["eager_ab"] if x["L"] == 256) > 20  # "no call came under it"
     for (B, H, Hkv, L, D), v in _speed(18).items():
         a, c = v["attnlab"], v["sdpa-cudnn"]
+        roof = decode_roofline_ms(batch=B, heads=H, kv_heads=Hkv, seq=L, head_dim=D, gpu=GPUS["H200"]) * 1e3
         assert (f"| {B} | {H}/{Hkv} | {L} | {D} | {a['graph_us']:.1f} | {c['graph_us']:.1f} | "
                 f"{c['graph_us'] / a['graph_us']:.2f} | {a['eager_us']:.1f} | {c['eager_us']:.1f} | "
-                f"{a['eager_over_graph']:.2f} |") in raw
+                f"{a['eager_over_graph']:.2f} | {roof:.1f} | {percent(roof / a['graph_us'])} | "
+                f"{percent(roof / a['eager_us'])} | {percent(roof / c['graph_us'])} |") in raw
 
 
 def test_docs_decode_quotes_the_eager_merge_runs():
