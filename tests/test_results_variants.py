@@ -85,3 +85,7 @@ def test_results_run_13_is_the_recorded_one():
     floors = json.loads((data / "decode-host-h200-run12.json").read_text())["floors"]
     assert (f"{floors['triton_empty_55_args, kernel[grid]']:.1f} µs through `kernel[grid]`, "
             f"{floors['triton_empty_55_args, compiled launcher']:.1f} through the compiled launcher") in text
+    gpu_doc = " ".join((ROOT / "docs" / "gpu.md").read_text().split())
+    assert (f"{floors['triton_empty_55_args, kernel[grid]']:.1f} µs through `kernel[grid]`, "
+            f"{floors['triton_empty_55_args, compiled launcher']:.1f} through the kept compiled launcher, "
+            "decode-host run 12") in gpu_doc
