@@ -62,9 +62,10 @@ MERGE_PDL = False
 # Eager calls of a plan whose K/V read takes less than this many µs at the GPU preset's bandwidth merge the
 # splits inside the split kernel (one launch instead of two, ``_merge_row`` in both: the same numbers to the
 # bit), while a CUDA graph being captured takes the merge kernel. A launch costs a call ~6-9 µs of host
-# time, while the in-kernel merge costs 3-8 µs of GPU time on these shapes: on an H200 (decode-host runs
-# 12 and 13) eager calls ran 20.8 against 23.0 µs at 64/8 heads over 8K keys (7.0 µs roofline) and 20.9
-# against 23.2 at 28/4 over 20,000 (8.5 µs), but 27.3 against 25.5 at 32/8 over 32K, D = 64 (14 µs). 0: off.
+# time, while the in-kernel merge costs 3-8 µs of GPU time on these shapes. On an H200, the two ways
+# alternating in one process (decode-host runs 17 and 18), eager calls took 21.0-35.0 against 25.8-44.6 µs
+# at 64/8 heads over 8K keys (7.0 µs roofline) and 28/4 over 20,000 (8.5 µs); at 32/8 over 32K, D = 64
+# (14 µs), the in-kernel merge ran 27.3 against 25.5 µs (runs 13 and 12). 0: off.
 EAGER_FUSED_BELOW_US = 10.0
 
 
