@@ -14,7 +14,9 @@ of eager decoding. Three parts (a fourth with ``--eager-ab``), each printed as a
    ``flash_decode_triton``, and SDPA's backends. Mean over ``--calls`` calls, best of 5 rounds.
 3. **Eager vs CUDA graph** on the decode shapes of the benchmarks (batch 1, GQA): per-call time of
    a loop of eager calls (one sync at the end) against the per-call time of the same calls captured
-   in one CUDA graph, for attnlab and SDPA cuDNN; and TB/s over the K/V bytes read.
+   in one CUDA graph, for attnlab and SDPA cuDNN; and TB/s over the K/V bytes read. ``attnlab`` passes
+   the lengths (``cache_seqlens``, all full), as a server does; ``attnlab-full`` passes none, the work SDPA
+   does (the kernel then reads no lengths before it knows its keys).
 
 4. With ``--eager-ab``: eager calls of the batch-1 shapes with and without the in-kernel merge of small
    reads (``decode_plan.EAGER_FUSED_BELOW_US``), alternating in rounds in one process. ``--breakdown``
@@ -358,7 +360,11 @@ def speed_rows(calls: int) -> list[dict]:
         def mine(q=q, k=k, v=v, lens=lens):
             return attnlab.flash_decode(q, k, v, cache_seqlens=lens)
 
-        for name, fn in (("attnlab", mine), ("sdpa-cudnn", sdpa_call(q, k, v, "CUDNN_ATTENTION"))):
+        def full(q=q, k=k, v=v):  # no lengths: every sequence holds the whole cache, SDPA's own work
+            return attnlab.flash_decode(q, k, v)
+
+        for name, fn in (("attnlab", mine), ("attnlab-full", full),
+                         ("sdpa-cudnn", sdpa_call(q, k, v, "CUDNN_ATTENTION"))):
             if fn is None:
                 continue
             eager, graph = eager_us(fn, calls=calls // 10), graph_us(fn, calls=50)
