@@ -191,3 +191,29 @@ def test_docs_decode_quotes_the_eager_merge_runs():
     kept = [_host(r)[c] for r in (14, 16, 18) for c in ("flash_decode_triton (plan kept)",
                                                          "flash_decode_triton (plan kept), again")]
     assert f"call at 256 keys to {min(kept):.1f}–{max(kept):.1f} µs" in doc
+
+
+def test_results_full_cache_section_is_runs_19_and_20():
+    """RESULTS.md's decode-host runs 19 and 20: every row (graph µs with and without lengths, cuDNN's, the ratios,
+    the roofline and its shares) and the ranges the text draws from the batch-1 rows."""
+    text = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    raw = text[text.index("### Decode-host runs 19 and 20"):text.index("### Decode-host runs 10–18")]
+    diff, full, lens, worst = [], [], [], []
+    for run in (19, 20):
+        for (B, H, Hkv, L, D), v in _speed(run).items():
+            a, f, c = v["attnlab"], v["attnlab-full"], v["sdpa-cudnn"]
+            roof = decode_roofline_ms(batch=B, heads=H, kv_heads=Hkv, seq=L, head_dim=D, gpu=GPUS["H200"]) * 1e3
+            assert (f"| {run} | {B} | {H}/{Hkv} | {L} | {D} | {a['graph_us']:.1f} | {f['graph_us']:.1f} | "
+                    f"{c['graph_us']:.1f} | {c['graph_us'] / a['graph_us']:.2f} | {c['graph_us'] / f['graph_us']:.2f} | "
+                    f"{roof:.1f} | {percent(roof / f['graph_us'])} | {percent(roof / c['graph_us'])} |") in raw
+            if B == 1:
+                d = round(a["graph_us"], 1) - round(f["graph_us"], 1)
+                diff.append(d)
+                worst.append((d, H))
+                full.append(c["graph_us"] / f["graph_us"])
+                lens.append(c["graph_us"] / a["graph_us"])
+    section = " ".join(raw.split())
+    assert f"{min(diff):.1f}–{max(diff):.1f} µs a call at batch 1 (the most at 64/8 heads" in section
+    assert all(h == 64 for d, h in worst if d == max(diff))
+    assert (f"attnlab runs at {min(full):.2f}–{max(full):.2f}× cuDNN's speed under CUDA graphs on the four batch-1 "
+            f"shapes; with lengths {min(lens):.2f}–{max(lens):.2f}×") in section
