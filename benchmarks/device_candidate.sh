@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One GPU call for the host-time changes (kept launches of the prefill kernels, decode plans launched through
-# the CUDA driver): PHASES=tests runs the GPU tests of every kernel whose launch changed; PHASES=bench the
+# One GPU call for changes to the host path (how the prefill and decode kernels are launched): PHASES=tests
+# runs the GPU tests of the launch paths and of every kernel launched through them; PHASES=bench the
 # backward's host and GPU time (packed_probe.py --timing), the varlen rows against FlexAttention and SDPA
 # (variants.py) and the decode host table (decode_host.py). Default: both (about nine minutes). PHASES=hf:
 # transformers' training and decode steps against SDPA (hf.py), where a step's many short calls meet the host.
