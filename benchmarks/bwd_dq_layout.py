@@ -20,6 +20,8 @@ before its TMA reduction. Layouts timed here:
   causal key blocks launched first first (the longest walks first; a turn may then wait for a program
   launched after it: measurement only, on shapes whose key blocks of one head fit on the GPU at once);
   ``default-hm`` / ``default-hf``: the default build numbered head by head or head first;
+  ``det-gluon-kv2`` / ``det-gluon-kv4``: det-gluon with each K/V head seen as 2 or 4 heads (``kv_split``:
+  K, V copied, fewer query heads per program, the copies' dK, dV summed; GQA shapes only);
 * ``cudnn``: SDPA's cuDNN backward of the same call, the peer.
 
 Each build's gradients are compared with the default build's; the backward (``torch.autograd.grad`` of one
@@ -51,11 +53,12 @@ LAYOUTS = {"default": (True, None, True), "tiles": (True, None, False), "rows": 
            "rows-32": (False, 32, False)}
 # deterministic calls: the Gluon kernel's ordered dQ additions (DETERMINISTIC on), or the Triton kernels
 DETERMINISTIC = {"det-gluon": True, "det-triton": False, "det-gluon-hf": True, "det-gluon-hm": True,
-                 "det-gluon-lpt": True}
+                 "det-gluon-lpt": True, "det-gluon-kv2": True, "det-gluon-kv4": True}
 # the Gluon kernel's programs numbered head first or head by head, whatever the library picks; det-gluon-lpt:
 # head by head with causal key blocks launched first first (longest walks first; measurement only)
 GLUON_ARGS = {"det-gluon-hf": dict(heads_first=True), "det-gluon-hm": dict(heads_first=False),
               "det-gluon-lpt": dict(heads_first=False, _det_last_first=False),
+              "det-gluon-kv2": dict(kv_split=2), "det-gluon-kv4": dict(kv_split=4),
               "default-hm": dict(heads_first=False), "default-hf": dict(heads_first=True)}
 
 
@@ -163,8 +166,12 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of every layout (default 2)")
     ap.add_argument("--layouts", nargs="+", default=["default", "tiles", "rows", "cudnn"],
                     choices=[*LAYOUTS, *DETERMINISTIC, *GLUON_ARGS, "cudnn"])
+    ap.add_argument("--shapes", nargs="+", type=int, metavar="I",
+                    help=f"only these of the shapes, by index (0-{len(SHAPES) - 1}; default all): {SHAPES}")
     ap.add_argument("--report", type=Path, help="print the table of a run's JSON (no GPU needed)")
     args = ap.parse_args(argv)
+    if args.shapes is not None and any(not 0 <= i < len(SHAPES) for i in args.shapes):
+        ap.error(f"--shapes takes indices 0-{len(SHAPES) - 1}, got {args.shapes}")
     if args.report is not None:
         try:
             data = json.loads(args.report.read_text())
@@ -193,7 +200,7 @@ def main(argv=None) -> int:
     from attnlab.gpu import prefill_gluon_bwd as gb
 
     rows = []
-    for shape in SHAPES:
+    for shape in (SHAPES if args.shapes is None else [SHAPES[i] for i in args.shapes]):
         B, H, Hkv, N, D, causal, model = shape
         q, k, v, do = inputs(B, H, Hkv, N, D, model)
         flops = 2.5 * 4 * B * H * D * N * N * (0.5 if causal else 1.0)  # the backward's standard count

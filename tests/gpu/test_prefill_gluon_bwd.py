@@ -340,6 +340,72 @@ def _stub_gluon_backward(monkeypatch) -> list:
     return calls
 
 
+@needs_gluon
+@pytest.mark.parametrize("kv_split", [2, 4])
+def test_kv_split_sees_each_kv_head_as_several_and_sums_their_gradients(kv_split, monkeypatch):
+    """``kv_split``: the kernel (here the float64 reference in its place) gets K and V with each head repeated
+    ``kv_split`` times, query head h on copy h // (G / kv_split); the copies' dK, dV summed come out as the
+    GQA call's own dK, dV (and dQ is the kernel's as it wrote it), into strided outputs too."""
+    gen = torch.Generator().manual_seed(5)
+    B, H, Hkv, Nq, Nk, D = 2, 8, 2, 11, 13, 16
+    q, do = (torch.randn(B, H, Nq, D, dtype=torch.float64, generator=gen) for _ in range(2))
+    k, v = (torch.randn(B, Hkv, Nk, D, dtype=torch.float64, generator=gen) for _ in range(2))
+    seen = []
+
+    def reference(q, k, v, do, lse2, delta, dq, dk, dv, **kw):  # the kernel's contract, by autograd
+        seen.append((tuple(k.shape), kw))
+        qq, kk, vv = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        out = attention_ref(qq, kk, vv, causal=True)[0]
+        for g, d in zip((dq, dk, dv), torch.autograd.grad(out, (qq, kk, vv), do)):
+            g.copy_(d)
+
+    real = GB.gluon_backward
+    monkeypatch.setattr(GB, "gluon_backward", reference)
+    dq = torch.empty_like(q)
+    dk, dv = (torch.empty(B, Nk, Hkv, D, dtype=torch.float64).transpose(1, 2) for _ in range(2))  # strided
+    real(q, k, v, do, None, None, dq, dk, dv, causal_off=Nk - Nq, scale=D ** -0.5, deterministic=True,
+         kv_split=kv_split)
+    assert [s for s, _ in seen] == [(B, Hkv * kv_split, Nk, D)]
+    assert seen[0][1]["deterministic"] is True and seen[0][1].get("kv_split", 1) == 1
+    qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
+    want = torch.autograd.grad(attention_ref(qq, kk, vv, causal=True)[0], (qq, kk, vv), do)
+    for got, w in zip((dq, dk, dv), want):
+        torch.testing.assert_close(got, w, rtol=1e-12, atol=1e-12)
+
+
+@needs_gluon
+@pytest.mark.parametrize("bad", [3, 0, -2, 2.0])
+def test_kv_split_must_divide_the_group(bad):
+    """A kv_split that does not divide the query heads per K/V head (4 here), or is not a positive int, is
+    refused before any work, and so is any split of a packed batch."""
+    q = torch.zeros(1, 8, 8, 64, dtype=torch.bfloat16)
+    k = torch.zeros(1, 2, 8, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="kv_split must be a positive int dividing the 4 query heads"):
+        GB.gluon_backward(q, k, k, q, None, None, q, k, k, causal_off=0, scale=0.125, kv_split=bad)
+    cu = torch.tensor([0, 8], dtype=torch.int32)
+    with pytest.raises(ValueError, match="without packed batches"):
+        GB.gluon_backward(q, k, k, q, None, None, q, k, k, causal_off=0, scale=0.125, kv_split=2, cu_seqlens=(cu, cu))
+
+
+def test_deterministic_gqa_calls_take_the_kv_split_set(monkeypatch):
+    """Deterministic calls pass ``det_kv_split(H / Hkv)``: the largest divisor of the group up to
+    ``DET_KV_SPLIT`` (1, no split, by default); calls that are not deterministic never split."""
+    calls = _stub_gluon_backward(monkeypatch)
+    gen = torch.Generator(device=DEV).manual_seed(3)
+    B, H, Hkv, N, D = 1, 12, 2, 24, 64
+    q, do, out = (torch.randn(B, H, N, D, dtype=torch.float16, device=DEV, generator=gen) for _ in range(3))
+    k, v = (torch.randn(B, Hkv, N, D, dtype=torch.float16, device=DEV, generator=gen) for _ in range(2))
+    lse = torch.randn(B, H, N, device=DEV, generator=gen)
+    assert GB.DET_KV_SPLIT == 1 and GB.det_kv_split(6) == 1
+    for split, want in ((1, 1), (2, 2), (4, 3), (8, 6)):
+        monkeypatch.setattr(GB, "DET_KV_SPLIT", split)
+        for det in (True, False):
+            calls.clear()
+            prefill_backward(do, q, k, v, out, lse, mask=Mask(-1, 0), scale=0.125, deterministic=det,
+                             config=_gluon_cfg())
+            assert [c["kv_split"] for c in calls] == [want if det else 1], (split, det, calls)
+
+
 def test_alibi_calls_take_the_gluon_backward_where_it_runs(monkeypatch):
     """With Gluon available (here pretended: the kernel is a stub that records its arguments), ALiBi calls
     take the Gluon backward, dense, causal or windowed, with the slopes as given ((B, H), or (H,) expanded:
@@ -489,6 +555,35 @@ def test_gpu_deterministic_gluon_backward_is_bit_identical(B, H, Hkv, Nq, Nk, D,
         _check_grads(q, k, v, do, runs[0], causal, scale)
     else:
         _check_grads(q, k, v, do, runs[0], causal, scale, window=window)
+
+
+@pytest.mark.gpu
+@on_hopper
+@pytest.mark.parametrize("kv_split", [2, 4])
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,causal,dtype", [
+    (1, 8, 2, 257, 1030, 128, True, torch.bfloat16), (2, 8, 2, 1000, 1000, 64, True, torch.bfloat16),
+    (1, 12, 3, 700, 700, 64, False, torch.float16), (1, 32, 8, 2048, 2048, 64, True, torch.bfloat16)])
+def test_gpu_deterministic_kv_split_is_bit_identical(B, H, Hkv, Nq, Nk, D, causal, dtype, kv_split, monkeypatch):
+    """The deterministic Gluon backward with each K/V head split ``kv_split`` ways: three runs give the same bits,
+    within the criterion, no ordered wait gave up."""
+    q, k, v, do = _gpu_inputs(B, H, Hkv, Nq, Nk, D, dtype, Nq * 5 + Nk)
+    mask = Mask(-1, 0 if causal else -1)
+    scale = D ** -0.5
+    out, lse = _forward(q, k, v, mask, scale)
+    monkeypatch.setattr(GB, "DETERMINISTIC", True)
+    monkeypatch.setattr(GB, "DET_KV_SPLIT", kv_split)
+    sems, kernel = [], GB.gluon_backward
+    monkeypatch.setattr(GB, "gluon_backward", lambda *a, **kw: kernel(*a, **kw, _sem_out=sems))
+    runs = []
+    for _ in range(3):
+        grads = [torch.full(t.shape, float("nan"), dtype=dtype, device=DEV) for t in (q, k, v)]
+        prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, deterministic=True, config=_gluon_cfg(),
+                         dq=grads[0], dk=grads[1], dv=grads[2])
+        runs.append(grads)
+    assert len(sems) == 3 and all(GB.sem_stats(c)["given_up"] == 0 for c in sems)
+    for other in runs[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(runs[0], other))
+    _check_grads(q, k, v, do, runs[0], causal, scale)
 
 
 @pytest.mark.gpu

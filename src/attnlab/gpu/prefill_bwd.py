@@ -476,7 +476,8 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
                        dq_atomic=cfg.dq_atomic, dq_shared=cfg.dq_shared, dq_lag=cfg.dq_lag,
                        causal_off=Nk - Nq + mask.right if mask.right >= 0 else None,
                        win_off=Nk - Nq - mask.left if mask.left >= 0 else None, slopes=slopes,
-                       deterministic=deterministic)
+                       deterministic=deterministic,
+                       kv_split=prefill_gluon_bwd.det_kv_split(H // Hkv) if deterministic else 1)
         return dq, dk, dv
     G = H // Hkv
     common = (H, G, Nq, Nk)

@@ -176,6 +176,12 @@ DETERMINISTIC = True
 # kernels on the GPU, but its host time per call (0.58-0.67 ms) outweighs that on short calls, and varlen
 # forward+backward came out slower (RESULTS.md, variants runs 11 and 12).
 PACKED = False
+# deterministic GQA calls with K/V heads of G query heads: each K/V head seen as this many heads (K, V copied
+# once), G / DET_KV_SPLIT query heads each, and their dK, dV summed in a fixed order afterwards (``kv_split``).
+# Shorter walks, more programs per wave: the grid model puts the ordered walks' makespan at 1.16x a perfect
+# balance for two query heads per program, against 1.32x for four (benchmarks/det_order_sim.py, GQA 32/8 at
+# 8K). 1: off (not measured on a GPU yet).
+DET_KV_SPLIT = 1
 BWD_SUB_N = 64  # keys per consumer warp group
 # registers per thread of the second consumer warp group (setmaxnreg); the loader's warp group keeps 24 and
 # the first consumer takes the rest of the register file (248 at 232: the sm_90 PTX). At 240 the two
@@ -808,6 +814,12 @@ def _rows_of(x: torch.Tensor, rows: int) -> torch.Tensor:
     return buf
 
 
+def det_kv_split(group: int) -> int:
+    """``kv_split`` for a deterministic call with ``group`` query heads per K/V head: the largest divisor of
+    ``group`` up to ``DET_KV_SPLIT`` (1: no split)."""
+    return max(s for s in range(1, max(DET_KV_SPLIT, 1) + 1) if group % s == 0)
+
+
 def heads_first_default(uneven: bool, programs: int, sms: int, deterministic: bool = False) -> bool:
     """Number the programs head first? Only where the walks are uneven (causal or windowed calls) and
     there are fewer than ``HEADS_FIRST_WAVES`` programs per SM: then the longest walks must not start last.
@@ -858,7 +870,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
                    consumer_regs: int = BWD_CONSUMER_REGS, dq_lag: int = 0, slopes: torch.Tensor | None = None,
                    deterministic: bool = False, cu_seqlens: tuple[torch.Tensor, torch.Tensor] | None = None,
                    max_seqlen_k: int | None = None, max_seqlen_q: int | None = None, cu_rows: torch.Tensor | None = None,
-                   _ablate: int = 0, _sem_out: list | None = None,
+                   kv_split: int = 1, _ablate: int = 0, _sem_out: list | None = None,
                    _det_last_first: bool = True) -> None:
     """Run the Gluon backward: q, do (B, H, Nq, D); k, v (B, Hkv, Nk, D); ``lse2``, ``delta`` (B, H, Nq)
     float32 from ``prefill_bwd``'s preprocessing kernel (L in log2 units, +inf on empty rows; D_i), read
@@ -888,11 +900,29 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     each sequence's diagonal bottom-right aligned on its own), ``cu_rows`` the sequences' padded row starts
     (``layout.packed_rows``), lse2 and delta (1, H, rows) with each sequence's rows from there (rows a
     multiple of 64, as ``prefill_bwd``'s preprocessing kernel writes them); no window, ALiBi, dQ atomics or
-    ``deterministic``.
+    ``deterministic``. ``kv_split`` > 1 (dividing H / Hkv; not with packed batches): each K/V head seen as that
+    many heads of H / (Hkv · kv_split) query heads, K and V copied once, the copies' dK, dV summed in a fixed
+    order into dk, dv (so shorter walks, twice or more the programs; bit-identical run to run with
+    ``deterministic``; dK, dV rounded twice, once per copy and once for the sum).
     ``_ablate`` (measurement only, wrong gradients): leave stages out, as
     ``benchmarks/bwd_gluon_ablation.py`` lists. No input checks beyond the tiles (``gluon_supported`` and
     the public entry points do them)."""
     B, H, Nq, D = q.shape
+    if kv_split != 1:
+        Hkv = k.shape[1]
+        if type(kv_split) is not int or kv_split < 1 or (H // Hkv) % kv_split or cu_seqlens is not None:
+            raise ValueError(f"the Gluon backward's kv_split must be a positive int dividing the {H // Hkv} query heads "
+                             f"per K/V head, without packed batches; got {kv_split!r}")
+        k2, v2 = (x.repeat_interleave(kv_split, dim=1) for x in (k, v))  # (B, Hkv·kv_split, Nk, D), contiguous
+        dk2, dv2 = torch.empty_like(k2), torch.empty_like(v2)
+        gluon_backward(q, k2, v2, do, lse2, delta, dq, dk2, dv2, causal_off=causal_off, scale=scale, stages=stages,
+                       dq_split=dq_split, dq_atomic=dq_atomic, dq_shared=dq_shared, rotate=rotate,
+                       heads_first=heads_first, win_off=win_off, consumer_regs=consumer_regs, dq_lag=dq_lag,
+                       slopes=slopes, deterministic=deterministic, _ablate=_ablate, _sem_out=_sem_out,
+                       _det_last_first=_det_last_first)
+        for dx, dx2 in ((dk, dk2), (dv, dv2)):  # (a float32 sum over each head's copies, rounded once)
+            dx.copy_(dx2.unflatten(1, (Hkv, kv_split)).sum(2, dtype=torch.promote_types(dx2.dtype, torch.float32)))
+        return
     if slopes is not None and causal_off is not None and causal_off != k.shape[2] - Nq:
         raise ValueError("the Gluon backward takes ALiBi with a causal right edge at the diagonal only "
                          f"(causal_off {causal_off}, Nk − Nq {k.shape[2] - Nq}): a band past it runs the Triton kernels")
