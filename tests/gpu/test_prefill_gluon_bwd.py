@@ -387,22 +387,29 @@ def test_kv_split_must_divide_the_group(bad):
 
 
 def test_deterministic_gqa_calls_take_the_kv_split_set(monkeypatch):
-    """Deterministic calls pass ``det_kv_split(H / Hkv)``: the largest divisor of the group up to
-    ``DET_KV_SPLIT`` (1, no split, by default); calls that are not deterministic never split."""
+    """Deterministic plain causal calls pass ``det_kv_split``: the largest divisor of the group up to
+    ``DET_KV_SPLIT`` (4 by default) whose copies fit ``DET_KV_SPLIT_BYTES``; non-causal, windowed, ALiBi and
+    non-deterministic calls never split."""
     calls = _stub_gluon_backward(monkeypatch)
     gen = torch.Generator(device=DEV).manual_seed(3)
     B, H, Hkv, N, D = 1, 12, 2, 24, 64
     q, do, out = (torch.randn(B, H, N, D, dtype=torch.float16, device=DEV, generator=gen) for _ in range(3))
     k, v = (torch.randn(B, Hkv, N, D, dtype=torch.float16, device=DEV, generator=gen) for _ in range(2))
     lse = torch.randn(B, H, N, device=DEV, generator=gen)
-    assert GB.DET_KV_SPLIT == 1 and GB.det_kv_split(6) == 1
-    for split, want in ((1, 1), (2, 2), (4, 3), (8, 6)):
+    assert GB.DET_KV_SPLIT == 4 and GB.det_kv_split(6) == 3 and GB.det_kv_split(8) == 4 and GB.det_kv_split(1) == 1
+    assert GB.det_kv_split(4, causal=False) == 1
+    kv_bytes = k.numel() * k.element_size()
+    for split, budget, want in ((1, 1 << 30, 1), (2, 1 << 30, 2), (4, 1 << 30, 3), (8, 1 << 30, 6),
+                                (8, 4 * 3 * kv_bytes, 3), (8, 4 * 2 * kv_bytes, 2), (8, 0, 1)):
         monkeypatch.setattr(GB, "DET_KV_SPLIT", split)
+        monkeypatch.setattr(GB, "DET_KV_SPLIT_BYTES", budget)
         for det in (True, False):
-            calls.clear()
-            prefill_backward(do, q, k, v, out, lse, mask=Mask(-1, 0), scale=0.125, deterministic=det,
-                             config=_gluon_cfg())
-            assert [c["kv_split"] for c in calls] == [want if det else 1], (split, det, calls)
+            for mask, slopes, plain in ((Mask(-1, 0), None, True), (Mask(-1, -1), None, False),
+                                        (Mask(7, 0), None, False), (Mask(-1, 0), torch.rand(H, device=DEV), False)):
+                calls.clear()
+                prefill_backward(do, q, k, v, out, lse, mask=mask, scale=0.125, deterministic=det, slopes=slopes,
+                                 config=_gluon_cfg())
+                assert [c["kv_split"] for c in calls] == [want if det and plain else 1], (split, det, mask, calls)
 
 
 def test_alibi_calls_take_the_gluon_backward_where_it_runs(monkeypatch):
@@ -563,16 +570,17 @@ def test_gpu_deterministic_gluon_backward_is_bit_identical(B, H, Hkv, Nq, Nk, D,
     (1, 8, 2, 257, 1030, 128, True, torch.bfloat16), (2, 8, 2, 1000, 1000, 64, True, torch.bfloat16),
     (1, 12, 3, 700, 700, 64, False, torch.float16), (1, 32, 8, 2048, 2048, 64, True, torch.bfloat16)])
 def test_gpu_deterministic_kv_split_is_bit_identical(B, H, Hkv, Nq, Nk, D, causal, dtype, kv_split, monkeypatch):
-    """The deterministic Gluon backward with each K/V head split ``kv_split`` ways: three runs give the same bits,
-    within the criterion, no ordered wait gave up."""
+    """The deterministic Gluon backward with each K/V head split ``kv_split`` ways (asked for explicitly: the
+    library splits plain causal calls only): three runs give the same bits, within the criterion, no ordered
+    wait gave up."""
     q, k, v, do = _gpu_inputs(B, H, Hkv, Nq, Nk, D, dtype, Nq * 5 + Nk)
     mask = Mask(-1, 0 if causal else -1)
     scale = D ** -0.5
     out, lse = _forward(q, k, v, mask, scale)
     monkeypatch.setattr(GB, "DETERMINISTIC", True)
-    monkeypatch.setattr(GB, "DET_KV_SPLIT", kv_split)
     sems, kernel = [], GB.gluon_backward
-    monkeypatch.setattr(GB, "gluon_backward", lambda *a, **kw: kernel(*a, **kw, _sem_out=sems))
+    monkeypatch.setattr(GB, "gluon_backward", lambda *a, **kw: kernel(*a, **{**kw, "kv_split": kv_split},
+                                                                       _sem_out=sems))
     runs = []
     for _ in range(3):
         grads = [torch.full(t.shape, float("nan"), dtype=dtype, device=DEV) for t in (q, k, v)]

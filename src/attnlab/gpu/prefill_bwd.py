@@ -477,7 +477,9 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
                        causal_off=Nk - Nq + mask.right if mask.right >= 0 else None,
                        win_off=Nk - Nq - mask.left if mask.left >= 0 else None, slopes=slopes,
                        deterministic=deterministic,
-                       kv_split=prefill_gluon_bwd.det_kv_split(H // Hkv) if deterministic else 1)
+                       kv_split=prefill_gluon_bwd.det_kv_split(
+                           H // Hkv, mask.left < 0 and mask.right == 0 and slopes is None, k.numel() * k.element_size())
+                       if deterministic else 1)
         return dq, dk, dv
     G = H // Hkv
     common = (H, G, Nq, Nk)

@@ -176,12 +176,15 @@ DETERMINISTIC = True
 # kernels on the GPU, but its host time per call (0.58-0.67 ms) outweighs that on short calls, and varlen
 # forward+backward came out slower (RESULTS.md, variants runs 11 and 12).
 PACKED = False
-# deterministic GQA calls with K/V heads of G query heads: each K/V head seen as this many heads (K, V copied
-# once), G / DET_KV_SPLIT query heads each, and their dK, dV summed in a fixed order afterwards (``kv_split``).
-# Shorter walks, more programs per wave: the grid model puts the ordered walks' makespan at 1.16x a perfect
-# balance for two query heads per program, against 1.32x for four (benchmarks/det_order_sim.py, GQA 32/8 at
-# 8K). 1: off (not measured on a GPU yet).
-DET_KV_SPLIT = 1
+# deterministic causal GQA calls: each K/V head seen as up to this many heads (K, V copied once), fewer query
+# heads per program, and the copies' dK, dV summed in a fixed order afterwards (``kv_split``, ``det_kv_split``):
+# shorter ordered walks, more programs per wave. The grid model put the causal walks' makespan at 1.16x a
+# perfect balance for two query heads per program and 1.08x for one, against 1.32x for four
+# (benchmarks/det_order_sim.py, GQA 32/8 at 8K). Measured (H200, the backward alone at that shape, D = 64,
+# bwd-dq-layout run 15): 2.10 ms unsplit, 2.00 split two ways, 1.93-1.94 four ways, against the default
+# backward's 1.62-1.63. 1: off. Never where the copies (K, V, dK, dV) would take more than DET_KV_SPLIT_BYTES.
+DET_KV_SPLIT = 4
+DET_KV_SPLIT_BYTES = 1 << 30
 BWD_SUB_N = 64  # keys per consumer warp group
 # registers per thread of the second consumer warp group (setmaxnreg); the loader's warp group keeps 24 and
 # the first consumer takes the rest of the register file (248 at 232: the sm_90 PTX). At 240 the two
@@ -814,10 +817,16 @@ def _rows_of(x: torch.Tensor, rows: int) -> torch.Tensor:
     return buf
 
 
-def det_kv_split(group: int) -> int:
-    """``kv_split`` for a deterministic call with ``group`` query heads per K/V head: the largest divisor of
-    ``group`` up to ``DET_KV_SPLIT`` (1: no split)."""
-    return max(s for s in range(1, max(DET_KV_SPLIT, 1) + 1) if group % s == 0)
+def det_kv_split(group: int, causal: bool = True, kv_bytes: int = 0) -> int:
+    """``kv_split`` for a deterministic call with ``group`` query heads per K/V head and K of ``kv_bytes``
+    bytes: for plain causal calls (no window, no ALiBi: what the split was measured and tested on), the largest
+    divisor of ``group`` up to ``DET_KV_SPLIT`` whose copies (K, V, dK, dV, that many times each) fit in
+    ``DET_KV_SPLIT_BYTES``; 1 (no split) otherwise (non-causal walks are even: the ordered additions cost them
+    4-9 %, not the copies' worth)."""
+    if not causal:
+        return 1
+    return max(s for s in range(1, max(DET_KV_SPLIT, 1) + 1)
+               if group % s == 0 and (s == 1 or 4 * s * kv_bytes <= DET_KV_SPLIT_BYTES))
 
 
 def heads_first_default(uneven: bool, programs: int, sms: int, deterministic: bool = False) -> bool:
