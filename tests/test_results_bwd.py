@@ -352,3 +352,26 @@ def test_run_10_says_what_the_gqa_rows_gap_is():
     polls = {(r["D"], r["N"]): r["polls"] / r["additions"] for r in rows
              if r["layout"] == "det-gluon-lpt" and "additions" in r and r["causal"]}
     assert all(0.9 < polls[(64, n)] < 1.2 for n in (8192, 16384))  # "about once per addition"
+
+
+def test_kv_split_section_and_docs_are_run_15():
+    """RESULTS.md's bwd-dq-layout runs 14 and 15 section (its table as the script renders run 15, the ratios
+    and differences it quotes), docs/variants.md's and docs/gpu.md's ratios, and run 14's error rows."""
+    mod = load_script("benchmarks/bwd_dq_layout.py")
+    results = _results()
+    section = results[results.index("### bwd-dq-layout runs 14 and 15"):results.index("### Run 18: the backward")]
+    rows = json.loads((DATA / "bwd-dq-layout-h200-run15.json").read_text())["rows"]
+    for line in mod.table(rows)[2:]:
+        assert line in section, line
+    (best,) = _best(15).values()
+    diff = {r["layout"]: r["rel_diff"] for r in rows if r["round"] == 0}
+    unsplit, four = best["default"] / best["det-gluon"], best["default"] / best["det-gluon-kv4"]
+    assert best["det-gluon-kv4"] < best["det-gluon-kv2"] < best["det-gluon"]  # "four ways" is the split kept
+    text = _flat(section)
+    assert f"from {unsplit:.2f}× to {four:.2f}× the default's speed in the same process" in text
+    assert f"grows from {diff['det-gluon']:.1e} to {diff['det-gluon-kv4']:.1e} of the largest gradient" in text
+    assert f"{four:.2f}× the default alone on that row, against {unsplit:.2f}× unsplit" in _flat(
+        (ROOT / "docs" / "variants.md").read_text())
+    assert f"went from {unsplit:.2f}× to {four:.2f}× (bwd-dq-layout run 15)" in _flat((ROOT / "docs" / "gpu.md").read_text())
+    first = json.loads((DATA / "bwd-dq-layout-h200-run14.json").read_text())["rows"]
+    assert {r["layout"] for r in first if "error" in r} == {"det-gluon-kv2", "det-gluon-kv4"}
