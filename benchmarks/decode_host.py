@@ -206,24 +206,21 @@ def host_rows(calls: int) -> list[dict]:
 
     from attnlab.gpu import decode_plan
 
-    slab = decode_plan.SLAB_BYTES
-    try:  # the same call on a plan made with no output slabs: two torch.empty per call, as before them
-        decode_plan.SLAB_BYTES = 0
-        decode.clear_plans()
-        add("flash_decode_triton (plan kept), outputs by torch.empty",
-            lambda: decode.flash_decode_triton(q, k, v, cache_seqlens=lens))
-    finally:
-        decode_plan.SLAB_BYTES = slab
-        decode.clear_plans()
-    below = decode_plan.EAGER_FUSED_BELOW_US
-    try:  # the same call with the merge kernel launched on every call (two launches), as before in-kernel merges
-        decode_plan.EAGER_FUSED_BELOW_US = 0.0
-        decode.clear_plans()
-        add("flash_decode_triton (plan kept), merge kernel every call",
-            lambda: decode.flash_decode_triton(q, k, v, cache_seqlens=lens))
-    finally:
-        decode_plan.EAGER_FUSED_BELOW_US = below
-        decode.clear_plans()
+    def knob_row(label: str, knob: str, value) -> None:
+        """The same call on plans made with ``decode_plan.<knob>`` set to ``value`` (restored after)."""
+        saved = getattr(decode_plan, knob)
+        try:
+            setattr(decode_plan, knob, value)
+            decode.clear_plans()
+            add(label, lambda: decode.flash_decode_triton(q, k, v, cache_seqlens=lens))
+        finally:
+            setattr(decode_plan, knob, saved)
+            decode.clear_plans()
+
+    # no output slabs: two torch.empty per call, as before them; the merge kernel on every call: two launches,
+    # as before eager calls merged in the split kernel
+    knob_row("flash_decode_triton (plan kept), outputs by torch.empty", "SLAB_BYTES", 0)
+    knob_row("flash_decode_triton (plan kept), merge kernel every call", "EAGER_FUSED_BELOW_US", 0.0)
     # the default row again, after the others: the host's speed drifts within a process
     add("flash_decode_triton (plan kept), again", lambda: decode.flash_decode_triton(q, k, v, cache_seqlens=lens))
 
