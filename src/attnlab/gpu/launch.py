@@ -15,7 +15,7 @@ compiled kernel and launch it directly:
   calls (``hooks_set()`` says whether one is).
 * ``launch_kept(kernel, grid, kwargs, num_warps=)`` — ``kernel[grid](**kwargs)`` through a ``Launcher``:
   every parameter by name (defaults for the rest), the kept compiled kernel after a specialisation's
-  first call (tensor descriptors and None included in the specialisation). The Gluon kernels launch so.
+  first call (tensor descriptors and None included in the specialisation). The prefill kernels launch so.
 * ``tensor_key(t)`` — what Triton specialises a tensor argument on (and what the checks of a call
   read): shape, strides, dtype, device and whether the address is a multiple of 16.
 
