@@ -193,13 +193,18 @@ class DecodePlan:
         self.launcher_memo: dict = {}  # (splits, the strides' and capacity's specialisation) -> Launcher, shared too
         self._size(dims.capacity, k_cache.stride(), v_cache.stride())
 
+    def _keys(self, capacity: int) -> int:
+        """The keys a call streams from a cache of ``capacity`` (with a window, about the window)."""
+        return capacity if self.mask.left < 0 else streamed_keys(capacity=capacity, queries=self.shape[2],
+                                                                 mask=self.mask)
+
     def _splits_for(self, capacity: int) -> int:
         """The split count for a cache of ``capacity`` keys: the caller's, or the split model's for the keys
         the call streams (kept per ``model_seq`` of them on a GPU, where the model is evaluated there), and
         never more than one split per tile of keys."""
         cfg, mask = self.cfg, self.mask
         B, H, Nq, D = self.shape
-        keys = capacity if mask.left < 0 else streamed_keys(capacity=capacity, queries=Nq, mask=mask)
+        keys = self._keys(capacity)
         num_splits = self.user_splits
         if num_splits is None:
             memo_key = model_seq(keys) if self.on_cuda else keys
@@ -222,7 +227,7 @@ class DecodePlan:
         self.capacity = capacity
         self.num_splits = S = self._splits_for(capacity)
         self.merge = 0 if S == 1 else (2 if cfg.fused_merge else 1)
-        keys = capacity if self.mask.left < 0 else streamed_keys(capacity=capacity, queries=Nq, mask=self.mask)
+        keys = self._keys(capacity)
         # eager calls merge in the split kernel (``eager_fused``): their own tail and launcher (MERGE = 2)
         self.fused = self.merge == 1 and eager_fused(2 * B * Hkv * keys * D * self.dtype.itemsize, self.device)
         self.pair_ran = False  # whether the split and merge kernels of this split count have run (compiled)
