@@ -19,9 +19,10 @@ before its TMA reduction. Layouts timed here:
   head's key blocks) or head by head, whichever the library would pick; ``det-gluon-lpt``: head by head with
   causal key blocks launched first first (the longest walks first; a turn may then wait for a program
   launched after it: measurement only, on shapes whose key blocks of one head fit on the GPU at once);
-  ``default-hm`` / ``default-hf``: the default build numbered head by head or head first;
-  ``det-gluon-kv2`` / ``det-gluon-kv4``: det-gluon with each K/V head seen as 2 or 4 heads (``kv_split``:
-  K, V copied, fewer query heads per program, the copies' dK, dV summed; GQA shapes only);
+  ``default-hm`` / ``default-hf``: the default build numbered head by head or head first; ``default-kv2`` /
+  ``default-kv4``: the default build with each K/V head read by 2 or 4 programs (GQA shapes only);
+  ``det-gluon-kv1`` / ``kv2`` / ``kv4``: det-gluon with each K/V head read by 1, 2 or 4 programs (``kv_split``:
+  fewer query heads per program, their dK, dV summed; GQA shapes only; ``det-gluon`` is the library's pick);
 * ``cudnn``: SDPA's cuDNN backward of the same call, the peer.
 
 Each build's gradients are compared with the default build's; the backward (``torch.autograd.grad`` of one
@@ -53,13 +54,14 @@ LAYOUTS = {"default": (True, None, True), "tiles": (True, None, False), "rows": 
            "rows-32": (False, 32, False)}
 # deterministic calls: the Gluon kernel's ordered dQ additions (DETERMINISTIC on), or the Triton kernels
 DETERMINISTIC = {"det-gluon": True, "det-triton": False, "det-gluon-hf": True, "det-gluon-hm": True,
-                 "det-gluon-lpt": True, "det-gluon-kv2": True, "det-gluon-kv4": True}
+                 "det-gluon-lpt": True, "det-gluon-kv1": True, "det-gluon-kv2": True, "det-gluon-kv4": True}
 # the Gluon kernel's programs numbered head first or head by head, whatever the library picks; det-gluon-lpt:
 # head by head with causal key blocks launched first first (longest walks first; measurement only)
 GLUON_ARGS = {"det-gluon-hf": dict(heads_first=True), "det-gluon-hm": dict(heads_first=False),
               "det-gluon-lpt": dict(heads_first=False, _det_last_first=False),
-              "det-gluon-kv2": dict(kv_split=2), "det-gluon-kv4": dict(kv_split=4),
-              "default-hm": dict(heads_first=False), "default-hf": dict(heads_first=True)}
+              "det-gluon-kv1": dict(kv_split=1), "det-gluon-kv2": dict(kv_split=2), "det-gluon-kv4": dict(kv_split=4),
+              "default-hm": dict(heads_first=False), "default-hf": dict(heads_first=True),
+              "default-kv2": dict(kv_split=2), "default-kv4": dict(kv_split=4)}
 
 
 def inputs(B, H, Hkv, N, D, model_layout, seed=0):

@@ -3,6 +3,7 @@
 # stops if it fails or hangs), its GPU tests, the backward alone
 # against the default, the Triton kernels' deterministic backward and cuDNN (bwd_dq_layout.py), then the
 # variants' forward+backward, deterministic and not (variants.py; DET_KERNEL picks the deterministic backward).
+# SHAPES: bwd_dq_layout.py's shape indices (default all); VARIANTS=none: no variants phase.
 # Run from the repository root on a CUDA machine; logs and JSON go to $OUT/det (default ./out-det/det).
 # Each phase is cut off by `timeout`.
 set -uo pipefail
@@ -34,9 +35,10 @@ timeout ${TEST_S:-200} python3 -m pytest -q -p no:cacheprovider $XDIST ${TESTS:-
     -k "deterministic or falls_back or alibi_calls"} > "$D/tests.log" 2>&1
 echo "tests: exit $? in $(( $(date +%s) - t0 ))s"; tail -n 5 "$D/tests.log"
 t0=$(date +%s)
-timeout ${LAYOUT_S:-200} python3 benchmarks/bwd_dq_layout.py --rounds ${ROUNDS:-2} \
+timeout ${LAYOUT_S:-200} python3 benchmarks/bwd_dq_layout.py --rounds ${ROUNDS:-2} ${SHAPES:+--shapes $SHAPES} \
     --layouts ${LAYOUTS:-default det-gluon det-triton cudnn} --json "$D/bwd-dq-layout-h200-run$RUN.json" > "$D/layout.log" 2>&1
 echo "bwd_dq_layout: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/layout.log" || tail -n 20 "$D/layout.log"
+[ "${VARIANTS:-}" = none ] && exit 0
 t0=$(date +%s)
 timeout ${VARIANTS_S:-150} python3 benchmarks/variants.py bench --variants ${VARIANTS:-window alibi} --passes fwd_bwd \
     --providers attnlab attnlab-det --det-kernel ${DET_KERNEL:-library} --json "$D/variants-h200-det-gluon-run$RUN.json" \

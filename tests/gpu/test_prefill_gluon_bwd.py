@@ -22,6 +22,7 @@ from attnlab.gpu import BwdConfig, prefill_backward, prefill_forward  # noqa: E4
 from attnlab.gpu import prefill_bwd as PB  # noqa: E402
 from attnlab.gpu import prefill_gluon as G  # noqa: E402
 from attnlab.gpu import prefill_gluon_bwd as GB  # noqa: E402
+from attnlab.gpu.layout import sum_head_copies  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 HOPPER = DEV == "cuda" and torch.cuda.get_device_capability() == (9, 0)
@@ -342,10 +343,11 @@ def _stub_gluon_backward(monkeypatch) -> list:
 
 @needs_gluon
 @pytest.mark.parametrize("kv_split", [2, 4])
-def test_kv_split_sees_each_kv_head_as_several_and_sums_their_gradients(kv_split, monkeypatch):
-    """``kv_split``: the kernel (here the float64 reference in its place) gets K and V with each head repeated
-    ``kv_split`` times, query head h on copy h // (G / kv_split); the copies' dK, dV summed come out as the
-    GQA call's own dK, dV (and dQ is the kernel's as it wrote it), into strided outputs too."""
+def test_kv_split_reads_each_kv_head_from_several_programs_and_sums_their_gradients(kv_split, monkeypatch):
+    """``kv_split``: the kernel (here the float64 reference in its place, under the kernel's contract for
+    ``_kv_div``) gets K and V as they are and dK, dV buffers of ``kv_split`` heads per K/V head, head h' made
+    from K/V head h' // kv_split and query heads h'·G' to (h' + 1)·G' − 1; the buffers' heads summed come out
+    as the GQA call's own dK, dV (and dQ is the kernel's as it wrote it), into strided outputs too."""
     gen = torch.Generator().manual_seed(5)
     B, H, Hkv, Nq, Nk, D = 2, 8, 2, 11, 13, 16
     q, do = (torch.randn(B, H, Nq, D, dtype=torch.float64, generator=gen) for _ in range(2))
@@ -353,8 +355,10 @@ def test_kv_split_sees_each_kv_head_as_several_and_sums_their_gradients(kv_split
     seen = []
 
     def reference(q, k, v, do, lse2, delta, dq, dk, dv, **kw):  # the kernel's contract, by autograd
-        seen.append((tuple(k.shape), kw))
-        qq, kk, vv = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        seen.append((tuple(k.shape), tuple(dk.shape), kw))
+        s = kw["_kv_div"]
+        qq = q.detach().clone().requires_grad_()
+        kk, vv = (t.repeat_interleave(s, dim=1).requires_grad_() for t in (k, v))  # program head h' reads h' // s
         out = attention_ref(qq, kk, vv, causal=True)[0]
         for g, d in zip((dq, dk, dv), torch.autograd.grad(out, (qq, kk, vv), do)):
             g.copy_(d)
@@ -364,12 +368,35 @@ def test_kv_split_sees_each_kv_head_as_several_and_sums_their_gradients(kv_split
     dk, dv = (torch.empty(B, Nk, Hkv, D, dtype=torch.float64).transpose(1, 2) for _ in range(2))  # strided
     GB.gluon_backward(q, k, v, do, None, None, dq, dk, dv, causal_off=Nk - Nq, scale=D ** -0.5, deterministic=True,
                       kv_split=kv_split)
-    assert [s for s, _ in seen] == [(B, Hkv * kv_split, Nk, D)]
-    assert seen[0][1]["deterministic"] is True and "kv_split" not in seen[0][1]
+    assert [(s, t) for s, t, _ in seen] == [((B, Hkv, Nk, D), (B, Hkv * kv_split, Nk, D))]
+    assert seen[0][2]["deterministic"] is True and seen[0][2]["_kv_div"] == kv_split and "kv_split" not in seen[0][2]
     qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
     want = torch.autograd.grad(attention_ref(qq, kk, vv, causal=True)[0], (qq, kk, vv), do)
     for got, w in zip((dq, dk, dv), want):
         torch.testing.assert_close(got, w, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("B,H,N,D,split", [(2, 3, 13, 16, 2), (1, 2, 70, 64, 4), (1, 1, 1, 128, 3), (2, 2, 5, 96, 1)])
+def test_sum_head_copies_adds_each_heads_copies_in_order_and_rounds_once(B, H, N, D, split, dtype):
+    """``layout.sum_head_copies`` (the kv split's dK, dV): each head's ``split`` consecutive heads added in
+    float32 (float64 for float64) in head order and rounded once, the same bits as that sum in PyTorch,
+    into a contiguous or a (B, N, H, D)-strided output; shapes or dtypes that do not match are refused."""
+    gen = torch.Generator().manual_seed(B * 1000 + N)
+    x = torch.randn(B, H * split, N, D, generator=gen).to(dtype).to(DEV)
+    acc_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+    parts = x.unflatten(1, (H, split)).to(acc_dtype)
+    want = parts[:, :, 0].clone()
+    for s in range(1, split):
+        want += parts[:, :, s]
+    for out in (torch.full((B, H, N, D), float("nan"), dtype=dtype, device=DEV),
+                torch.full((B, N, H, D), float("nan"), dtype=dtype, device=DEV).transpose(1, 2)):
+        sum_head_copies(x, out, split)
+        assert torch.equal(out, want.to(dtype))
+    with pytest.raises(ValueError, match="must be a contiguous"):
+        sum_head_copies(x, torch.empty(B, H + 1, N, D, dtype=dtype, device=DEV), split)
+    with pytest.raises(ValueError, match="must be a contiguous"):
+        sum_head_copies(x.to(acc_dtype if dtype != acc_dtype else torch.float16), out, split)
 
 
 @needs_gluon
@@ -388,7 +415,7 @@ def test_kv_split_must_divide_the_group(bad):
 
 def test_deterministic_gqa_calls_take_the_kv_split_set(monkeypatch):
     """Deterministic plain causal calls pass ``det_kv_split``: the largest divisor of the group up to
-    ``DET_KV_SPLIT`` (4 by default) whose copies fit ``DET_KV_SPLIT_BYTES``; non-causal, windowed, ALiBi and
+    ``DET_KV_SPLIT`` (4 by default) whose programs' dK, dV fit ``DET_KV_SPLIT_BYTES``; non-causal, windowed, ALiBi and
     non-deterministic calls never split."""
     calls = _stub_gluon_backward(monkeypatch)
     gen = torch.Generator(device=DEV).manual_seed(3)
@@ -400,7 +427,7 @@ def test_deterministic_gqa_calls_take_the_kv_split_set(monkeypatch):
     assert GB.det_kv_split(4, causal=False) == 1
     kv_bytes = k.numel() * k.element_size()
     for split, budget, want in ((1, 1 << 30, 1), (2, 1 << 30, 2), (4, 1 << 30, 3), (8, 1 << 30, 6),
-                                (8, 4 * 3 * kv_bytes, 3), (8, 4 * 2 * kv_bytes, 2), (8, 0, 1)):
+                                (8, 2 * 3 * kv_bytes, 3), (8, 2 * 2 * kv_bytes, 2), (8, 0, 1)):
         monkeypatch.setattr(GB, "DET_KV_SPLIT", split)
         monkeypatch.setattr(GB, "DET_KV_SPLIT_BYTES", budget)
         for det in (True, False):

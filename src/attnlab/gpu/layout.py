@@ -13,6 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._runtime import interpret_mode
 from .config import next_pow2
 from .launch import launch_kept
 
@@ -70,6 +71,61 @@ def store_dq(dq_acc: torch.Tensor, dq: torch.Tensor, scale: float = 1.0) -> None
     BLOCK_M = 64 if dq.is_cuda else 16
     _dq_store[(triton.cdiv(Nq, BLOCK_M), B * H)](dq_acc, dq, float(scale), H, Nq, *dq.stride()[:3], HEAD_D=D,
                                                  BLOCK_M=BLOCK_M, BLOCK_D=next_pow2(max(D, 16)), num_warps=4)
+
+
+# -- the gradients of K/V heads read by several programs (the deterministic backward's ``kv_split``) ---------------
+
+
+@triton.jit
+def _head_copies_sum(SRC, DST, H, N, stride_db, stride_dh, stride_dn,
+                     S: tl.constexpr, HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+                     F64: tl.constexpr):
+    """DST (B, H, N, D) in its dtype and layout <- the sum over s of SRC[b, h·S + s], SRC (B, H·S, N, D)
+    contiguous: in float32 (F64: float64), s = 0 to S − 1 in that order, rounded once."""
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    ok = (offs_m[:, None] < N) & (offs_d[None, :] < HEAD_D)
+    base = SRC + bh.to(tl.int64) * S * N * HEAD_D + offs_d[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float64 if F64 else tl.float32)
+    for s in tl.static_range(S):
+        acc += tl.load(base + (offs_m[:, None] + s * N).to(tl.int64) * HEAD_D, mask=ok).to(acc.dtype)
+    tl.store(DST + b.to(tl.int64) * stride_db + h.to(tl.int64) * stride_dh + offs_m[:, None].to(tl.int64) * stride_dn
+             + offs_d[None, :], acc.to(DST.dtype.element_ty), mask=ok)
+
+
+def sum_head_copies(copies: torch.Tensor, out: torch.Tensor, split: int) -> None:
+    """out (B, H, N, D), any layout with unit stride along D, <- the sum of each head's ``split`` consecutive
+    heads of ``copies`` (B, H·split, N, D) contiguous, in float32 (float64 for float64) in head order, rounded
+    once to out's dtype:
+    the same bits on every call (one read of ``copies``, one write of ``out``). The Gluon backward's dK, dV
+    where each K/V head was read by ``split`` programs (``kv_split``)."""
+    B, H, N, D = out.shape
+    if tuple(copies.shape) != (B, H * split, N, D) or not copies.is_contiguous() or copies.dtype != out.dtype:
+        raise ValueError(f"sum_head_copies: copies {tuple(copies.shape)} ({copies.dtype}) must be a contiguous "
+                         f"{(B, H * split, N, D)} tensor of out's dtype {out.dtype}")
+    if B * H * N * D == 0:
+        return
+    if not (out.is_cuda or interpret_mode()):  # (CPU tensors with no interpreter: the same sum in PyTorch)
+        parts = copies.unflatten(1, (H, split))
+        acc = parts[:, :, 0].to(torch.promote_types(out.dtype, torch.float32), copy=True)
+        for s in range(1, split):
+            acc += parts[:, :, s]
+        out.copy_(acc)
+        return
+    if out.stride(-1) != 1:  # (a caller's own gradient; the launchers allocate none such)
+        tmp = torch.empty(out.shape, dtype=out.dtype, device=out.device)
+        sum_head_copies(copies, tmp, split)
+        out.copy_(tmp)
+        return
+    BLOCK_M = 64 if out.is_cuda else 16
+    launch_kept(_head_copies_sum, (-(-N // BLOCK_M), B * H),
+                dict(zip(_head_copies_sum.arg_names, (copies, out, H, N, *out.stride()[:3])))
+                | dict(S=split, HEAD_D=D, BLOCK_M=BLOCK_M, BLOCK_D=next_pow2(max(D, 16)), F64=out.dtype == torch.float64),
+                num_warps=4)
 
 
 # -- dQ in tiles of register order (the Gluon backward's float32 accumulator) ----------------------------------
@@ -194,4 +250,4 @@ def store_dq_tiles(tiles: torch.Tensor, dq: torch.Tensor, split_d: int, scale: f
 
 
 __all__ = ["dq_tiles_shape", "dq_to_tiles", "empty_like_layout", "packed_rows", "padded_rows_bound", "store_dq",
-           "store_dq_tiles"]
+           "store_dq_tiles", "sum_head_copies"]

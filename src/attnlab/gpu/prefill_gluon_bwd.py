@@ -61,7 +61,7 @@ import torch
 
 from .._runtime import LOG2E
 from .launch import launch_kept
-from .layout import dq_tiles_shape, store_dq, store_dq_tiles
+from .layout import dq_tiles_shape, store_dq, store_dq_tiles, sum_head_copies
 from .prefill_gluon import HAVE_GLUON, NO_WINDOW
 
 HAVE_TMA_REDUCE = False  # set below where this triton has the reduction
@@ -176,13 +176,14 @@ DETERMINISTIC = True
 # kernels on the GPU, but its host time per call (0.58-0.67 ms) outweighs that on short calls, and varlen
 # forward+backward came out slower (RESULTS.md, variants runs 11 and 12).
 PACKED = False
-# deterministic causal GQA calls: each K/V head seen as up to this many heads (K, V copied once), fewer query
-# heads per program, and the copies' dK, dV summed in a fixed order afterwards (``kv_split``, ``det_kv_split``):
+# deterministic causal GQA calls: each K/V head read by up to this many programs, fewer query heads per
+# program, and their dK, dV summed in a fixed order afterwards (``kv_split``, ``det_kv_split``):
 # shorter ordered walks, more programs per wave. The grid model put the causal walks' makespan at 1.16x a
 # perfect balance for two query heads per program and 1.08x for one, against 1.32x for four
 # (benchmarks/det_order_sim.py, GQA 32/8 at 8K). Measured (H200, the backward alone at that shape, D = 64,
-# bwd-dq-layout run 15): 2.10 ms unsplit, 2.00 split two ways, 1.93-1.94 four ways, against the default
-# backward's 1.62-1.63. 1: off. Never where the copies (K, V, dK, dV) would take more than DET_KV_SPLIT_BYTES.
+# bwd-dq-layout run 16): 2.10 ms unsplit, 1.90 split two ways, 1.81 four ways, against the default backward's
+# 1.65-1.66 (run 15's build, which copied K and V per program head: 1.93 four ways).
+# 1: off. Never where the programs' dK, dV would take more than DET_KV_SPLIT_BYTES.
 DET_KV_SPLIT = 4
 DET_KV_SPLIT_BYTES = 1 << 30
 BWD_SUB_N = 64  # keys per consumer warp group
@@ -196,9 +197,10 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _bwd_loader(desc_q, desc_do, desc_k, desc_v, desc_lse, desc_dl, k_smem, v_smem, q_smem, do_smem, lse_smem,
-                    dl_smem, kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, G, H, nq_rows, pad, start_n, m_lo,
-                    n_m, rot):
-        """One warp: the consumers' K and V slices once, then (Qᵢ, dOᵢ) for step t = (head g, block) into
+                    dl_smem, kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, hkv, G, H, nq_rows, pad, start_n,
+                    m_lo, n_m, rot):
+        """One warp: the consumers' K and V slices once (of K/V head ``hkv``: the program's head ``hk`` of dK, dV
+        divided by ``KV_DIV``), then (Qᵢ, dOᵢ) for step t = (head g, block) into
         ring slot t % STAGES, each slot refilled once both consumers have released it; with LSE_TMA (a
         64-row lse_smem) the rows' L₂ and Dᵢ beside Qᵢ and dOᵢ, from buffers of whole query blocks per head
         (``nq_rows``: a head's rows, Nq, or a packed batch's padded rows; ``pad``: where a packed sequence's rows
@@ -212,8 +214,8 @@ if HAVE_GLUON:
         if n_m > 0:  # (no step, no use of K and V: the consumers do not wait for them)
             mbarrier.expect(bar, NC * (desc_k.block_type.nbytes + desc_v.block_type.nbytes))
             for c in gl.static_range(NC):
-                _tma_load(desc_k, [b, hk, start_n + c * SUB_N, 0], bar, k_smem.index(c))
-                _tma_load(desc_v, [b, hk, start_n + c * SUB_N, 0], bar, v_smem.index(c))
+                _tma_load(desc_k, [b, hkv, start_n + c * SUB_N, 0], bar, k_smem.index(c))
+                _tma_load(desc_v, [b, hkv, start_n + c * SUB_N, 0], bar, v_smem.index(c))
         for t in range(G * n_m):
             slot = t % STAGES
             h = hk * G + t // n_m
@@ -631,7 +633,7 @@ if HAVE_GLUON:
     def _attn_bwd_gluon_ws(desc_q, desc_do, desc_k, desc_v, desc_dk, desc_dv, desc_dq, desc_lse, desc_dl, DQ, SEM, LSE2,
                            DELTA,
                            H, G, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, SLOPES, stride_sb, stride_sh,
-                           CU_Q, CU_K, CU_P, DK, DV, stride_dkh, stride_dkn,
+                           CU_Q, CU_K, CU_P, DK, DV, stride_dkh, stride_dkn, KV_DIV,
                            HEAD_D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                            CONSUMER_REGS: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ATOMIC: gl.constexpr,
                            DQ_SHARED: gl.constexpr, ROTATE: gl.constexpr, HEADS_FIRST: gl.constexpr = False,
@@ -654,6 +656,8 @@ if HAVE_GLUON:
         hold each sequence's rows from CU_P[s], a multiple of 64 (``layout.packed_rows``), in Nq rows per head
         (so a query block's L₂ box and dQ tiles start 16-byte aligned, as TMA needs); the last key block of a
         sequence stores dK, dV by masked stores into DK, DV (strides stride_dkh, stride_dkn; else None).
+        KV_DIV: programs per K/V head (``kv_split``): H // G heads of dK, dV, program head hk reading K, V head
+        hk // KV_DIV of desc_k, desc_v (1: the same heads).
         Two consumer warp groups of 4 warps (64 keys each), one loader warp and (DET) one writer warp."""
         NC: gl.constexpr = 2
         SUB_N: gl.constexpr = 64
@@ -757,8 +761,8 @@ if HAVE_GLUON:
                          SLOPES, stride_sb, stride_sh,  # (None without ALiBi: no arguments of the partitions)
                          nq_rows, pad, DK, DV, stride_dkh, stride_dkn)  # (the last four None unless VARLEN)
         loader_args = (desc_q, desc_do, desc_k, desc_v, desc_lse, desc_dl, k_smem, v_smem, q_smem, do_smem, lse_smem,
-                       dl_smem, kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, G, H, nq_rows, pad, start_n, m_lo,
-                       n_m, rot)
+                       dl_smem, kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, hk // KV_DIV, G, H, nq_rows, pad,
+                       start_n, m_lo, n_m, rot)
         writer_args = (desc_dq, SEM, dq_smem, ds_smem, ds_bars, b, hk, G, H, Nq, Nk, start_n, m_lo, n_m, causal_off,
                        win_off)
         # a partition's arguments lose their constexpr-ness: the key slice and the mask are baked into wrappers
@@ -820,13 +824,13 @@ def _rows_of(x: torch.Tensor, rows: int) -> torch.Tensor:
 def det_kv_split(group: int, causal: bool = True, kv_bytes: int = 0) -> int:
     """``kv_split`` for a deterministic call with ``group`` query heads per K/V head and K of ``kv_bytes``
     bytes: for plain causal calls (no window, no ALiBi: what the split was measured and tested on), the largest
-    divisor of ``group`` up to ``DET_KV_SPLIT`` whose copies (K, V, dK, dV, that many times each) fit in
+    divisor of ``group`` up to ``DET_KV_SPLIT`` whose programs' dK, dV (that many per K/V head) fit in
     ``DET_KV_SPLIT_BYTES``; 1 (no split) otherwise (non-causal walks are even: the ordered additions cost them
     4-9 %, not the copies' worth)."""
     if not causal:
         return 1
     return max(s for s in range(1, max(DET_KV_SPLIT, 1) + 1)
-               if group % s == 0 and (s == 1 or 4 * s * kv_bytes <= DET_KV_SPLIT_BYTES))
+               if group % s == 0 and (s == 1 or 2 * s * kv_bytes <= DET_KV_SPLIT_BYTES))
 
 
 def heads_first_default(uneven: bool, programs: int, sms: int, deterministic: bool = False) -> bool:
@@ -880,7 +884,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
                    deterministic: bool = False, cu_seqlens: tuple[torch.Tensor, torch.Tensor] | None = None,
                    max_seqlen_k: int | None = None, max_seqlen_q: int | None = None, cu_rows: torch.Tensor | None = None,
                    kv_split: int = 1, _ablate: int = 0, _sem_out: list | None = None,
-                   _det_last_first: bool = True) -> None:
+                   _det_last_first: bool = True, _kv_div: int = 1) -> None:
     """Run the Gluon backward: q, do (B, H, Nq, D); k, v (B, Hkv, Nk, D); ``lse2``, ``delta`` (B, H, Nq)
     float32 from ``prefill_bwd``'s preprocessing kernel (L in log2 units, +inf on empty rows; D_i), read
     without a copy where they are views of (B, H, ``lse_rows(Nq)``) buffers, as that kernel writes them. Writes
@@ -909,10 +913,12 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     each sequence's diagonal bottom-right aligned on its own), ``cu_rows`` the sequences' padded row starts
     (``layout.packed_rows``), lse2 and delta (1, H, rows) with each sequence's rows from there (rows a
     multiple of 64, as ``prefill_bwd``'s preprocessing kernel writes them); no window, ALiBi, dQ atomics or
-    ``deterministic``. ``kv_split`` > 1 (dividing H / Hkv; not with packed batches): each K/V head seen as that
-    many heads of H / (Hkv · kv_split) query heads, K and V copied once, the copies' dK, dV summed in a fixed
-    order into dk, dv (so shorter walks, twice or more the programs; bit-identical run to run with
-    ``deterministic``; dK, dV rounded twice, once per copy and once for the sum).
+    ``deterministic``. ``kv_split`` > 1 (dividing H / Hkv; not with packed batches): each K/V head read by that
+    many programs of H / (Hkv · kv_split) query heads each, their dK, dV summed in a fixed order into dk, dv
+    (so shorter walks, twice or more the programs; bit-identical run to run with ``deterministic``; dK, dV
+    rounded twice, once per program and once for the sum: ``layout.sum_head_copies``). ``_kv_div`` (what a split
+    call runs): dk, dv have ``_kv_div`` heads per head of k, v, and head h of dk, dv is made from K/V head
+    h // ``_kv_div`` and query heads h·G' to (h + 1)·G' − 1, G' = H / dk's heads.
     ``_ablate`` (measurement only, wrong gradients): leave stages out, as
     ``benchmarks/bwd_gluon_ablation.py`` lists. No input checks beyond the tiles (``gluon_supported`` and
     the public entry points do them)."""
@@ -922,15 +928,16 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         if type(kv_split) is not int or kv_split < 1 or (H // Hkv) % kv_split or cu_seqlens is not None:
             raise ValueError(f"the Gluon backward's kv_split must be a positive int dividing the {H // Hkv} query heads "
                              f"per K/V head, without packed batches; got {kv_split!r}")
-        k2, v2 = (x.repeat_interleave(kv_split, dim=1) for x in (k, v))  # (B, Hkv·kv_split, Nk, D), contiguous
-        dk2, dv2 = torch.empty_like(k2), torch.empty_like(v2)
-        _split_kernel(q, k2, v2, do, lse2, delta, dq, dk2, dv2, causal_off=causal_off, scale=scale, stages=stages,
+        # each K/V head read in place by kv_split programs of G / kv_split query heads each (``_kv_div``), their
+        # dK, dV into kv_split heads each, summed per head in a fixed order, in float32, rounded once more
+        dk2, dv2 = (torch.empty((B, Hkv * kv_split, *x.shape[2:]), dtype=x.dtype, device=x.device) for x in (dk, dv))
+        _split_kernel(q, k, v, do, lse2, delta, dq, dk2, dv2, causal_off=causal_off, scale=scale, stages=stages,
                       dq_split=dq_split, dq_atomic=dq_atomic, dq_shared=dq_shared, rotate=rotate,
                       heads_first=heads_first, win_off=win_off, consumer_regs=consumer_regs, dq_lag=dq_lag,
                       slopes=slopes, deterministic=deterministic, _ablate=_ablate, _sem_out=_sem_out,
-                      _det_last_first=_det_last_first)
-        for dx, dx2 in ((dk, dk2), (dv, dv2)):  # (a float32 sum over each head's copies, rounded once)
-            dx.copy_(dx2.unflatten(1, (Hkv, kv_split)).sum(2, dtype=torch.promote_types(dx2.dtype, torch.float32)))
+                      _det_last_first=_det_last_first, _kv_div=kv_split)
+        sum_head_copies(dk2, dk, kv_split)
+        sum_head_copies(dv2, dv, kv_split)
         return
     if slopes is not None and causal_off is not None and causal_off != k.shape[2] - Nq:
         raise ValueError("the Gluon backward takes ALiBi with a causal right edge at the diagonal only "
@@ -954,7 +961,10 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         rotate = False  # every key block walks the query blocks in the same order: short waits for each turn
     if rotate is None:  # measured (benchmarks/bwd_gluon_ablation.py): staggered starts help the TMA reductions
         rotate = not dq_atomic  # (+10 % causal at D = 128) and cost the atomics 2-3 % at D = 64
-    Hkv, Nk = k.shape[1], k.shape[2]
+    Hkv, Nk = dk.shape[1], k.shape[2]  # (the programs' K/V heads: ``_kv_div`` per head of k, v)
+    if dk.shape[1] != k.shape[1] * _kv_div:
+        raise ValueError(f"the Gluon backward's dk has {dk.shape[1]} heads for {k.shape[1]} K/V heads split {_kv_div} "
+                         "ways")
     el = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
 
     def desc(x):
@@ -1023,7 +1033,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
             desc_lse = TensorDescriptor(lse2.view(-1), [lse2.numel()], [1], [BWD_BLOCK_M], row_layout())
     args = (desc(q), desc(do), desc(k), desc(v), desc(dk), desc(dv), desc_dq, desc_lse, desc_dl, dq_acc, sem, lse2,
             delta, H, H // Hkv, n_rows, Nk, causal_off if causal_off is not None else 0,
-            NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale, *alibi, *varlen)
+            NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale, *alibi, *varlen, _kv_div)
     # (the kept compiled kernel after a specialisation's first call: Triton's binding of these arguments took
     # more host time than a short call's GPU time; launch.launch_kept)
     launch_kept(_attn_bwd_gluon_ws, grid, dict(zip(_attn_bwd_gluon_ws.arg_names, args)) | dict(
