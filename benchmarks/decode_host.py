@@ -76,10 +76,17 @@ def host_us(fn, *, calls: int, rounds: int = 5) -> float:
     return best
 
 
+EAGER_WARMUP_S = 0.05
+
+
 def eager_us(fn, *, calls: int, rounds: int = 5) -> float:
-    """Per-call µs of eager calls with the GPU's work included: the loop is timed to its final sync."""
-    for _ in range(10):
-        fn()
+    """Per-call µs of eager calls with the GPU's work included: the loop is timed to its final sync. First
+    ``EAGER_WARMUP_S`` of calls untimed (run 21's table had the D = 64 shape's eager calls at 33.0 µs after
+    ten calls of warm-up, its A/B rounds 24.6 µs on the same call later in the same process)."""
+    t_end = time.perf_counter() + EAGER_WARMUP_S
+    while time.perf_counter() < t_end:
+        for _ in range(10):
+            fn()
     torch.cuda.synchronize()
     times = []
     for _ in range(rounds):
@@ -241,7 +248,7 @@ def breakdown(calls: int, rounds: int = 7) -> dict:
     interleaved rounds (every step once per round, best round kept), so a drift of the host's speed
     moves all of them alike."""
     from attnlab.gpu import decode, decode_plan
-    from attnlab.gpu.launch import hooks_set
+    from attnlab.gpu.launch import current_stream, hooks_set, tensor_key
 
     q, k, v, lens = inputs(TINY)
     decode.clear_plans()
@@ -256,9 +263,14 @@ def breakdown(calls: int, rounds: int = 7) -> dict:
         "attnlab.flash_decode": lambda: attnlab.flash_decode(q, k, v, cache_seqlens=lens),
         "flash_decode_triton": lambda: decode.flash_decode_triton(q, k, v, cache_seqlens=lens),
         "decode.plan_key": lambda: decode.plan_key(q, k, v, lens, None, None, True, None, None, None, None),
+        # the key as it was built before (decode-breakdown run 1: 5.8 µs), beside the one above, same rounds
+        "the key from tensor_key tuples (before)": lambda: (
+            tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(lens), None, None, None, True, None, None, None,
+            None, torch.cuda.current_device(), current_stream(q.device)),
         "run_planned": lambda: decode.run_planned(key, q, k, v, lens, None, None),
         "the plan's __call__": lambda: plan(q, k, v, lens, None, None, stream),
         "torch.cuda.is_current_stream_capturing": torch.cuda.is_current_stream_capturing,
+        "the capture check the plan makes": decode_plan._capturing,
         "outputs.take": lambda: plan.outputs.take(False),
         "hooks_set": hooks_set,
         "the head's data_ptr() calls": lambda: [q.data_ptr(), k.data_ptr(), v.data_ptr(), lens.data_ptr()],
@@ -371,9 +383,13 @@ def speed_rows(calls: int) -> list[dict]:
     return rows
 
 
+PDL_NAMES = {False: "no", "eager": "eager only", True: "yes"}
+
+
 def pdl_rows(calls: int) -> list[dict]:
-    """The merge kernel launched plainly and as a programmatic dependent launch (``decode_plan.MERGE_PDL``),
-    on the batch-1 shapes: CUDA-graph and eager µs of the library's default call, each way, in turn."""
+    """The merge kernel launched plainly and as a programmatic dependent launch (``decode_plan.MERGE_PDL``:
+    False, "eager" — eager calls only, the default since run 22 — and True), on the batch-1 shapes: CUDA-graph
+    and eager µs of the library's default call, each way, in turn."""
     from attnlab.gpu import decode, decode_plan
 
     rows = []
@@ -384,7 +400,7 @@ def pdl_rows(calls: int) -> list[dict]:
             continue
         q, k, v, lens = inputs(shape)
         for rnd in range(2):  # two rounds, the two ways alternating: drift shows up as a round-to-round change
-            for pdl in (False, True):
+            for pdl in (False, "eager", True):
                 decode_plan.MERGE_PDL = pdl
                 decode.clear_plans()
                 try:
@@ -509,7 +525,7 @@ def markdown(result: dict) -> str:
     if result.get("pdl"):
         lines += ["", "The merge kernel launched plainly and as a programmatic dependent launch (PDL), two rounds:", "",
                   "| B | H/Hkv | L | D | PDL | round | graph µs | eager µs |", "|---|---|---|---|---|---|---|---|"]
-        lines += [f"| {r['B']} | {r['H']}/{r['Hkv']} | {r['L']} | {r['D']} | {'yes' if r['pdl'] else 'no'} | "
+        lines += [f"| {r['B']} | {r['H']}/{r['Hkv']} | {r['L']} | {r['D']} | {PDL_NAMES[r['pdl']]} | "
                   f"{r['round'] + 1} | {r['graph_us']:.1f} | {r['eager_us']:.1f} |" for r in result["pdl"]]
     if result.get("eager_ab"):
         lines += ["", "Eager calls merging in the split kernel where the read is small (on) and with the merge kernel on "

@@ -217,3 +217,56 @@ def test_results_full_cache_section_is_runs_19_and_20():
     assert all(h == 64 for d, h in worst if d == max(diff))
     assert (f"attnlab runs at {min(full):.2f}–{max(full):.2f}× cuDNN's speed under CUDA graphs on the four batch-1 "
             f"shapes; with lengths {min(lens):.2f}–{max(lens):.2f}×") in section
+
+
+def test_results_pdl_eager_section_is_runs_21_to_23():
+    """RESULTS.md's decode-host runs 21–23 section: breakdown run 4's table and the figures drawn from it, the PDL
+    table of runs 22 and 23 row by row with the counts and ranges of its text, and the eager/graph ranges."""
+    text = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    raw = text[text.index("### Decode-host runs 21–23"):text.index("### Decode-host runs 19 and 20")]
+    section = " ".join(raw.split())
+    steps = {x["step"]: x["host_us"] for x in json.loads(
+        (ROOT / "benchmarks" / "data" / "decode-breakdown-h200-run4.json").read_text())["breakdown"]["steps"]}
+    for name, us in steps.items():
+        assert f"| {name} | {us:.1f} |" in raw, name
+    assert f"a kept call takes {steps['attnlab.flash_decode']:.1f} µs through `attnlab.flash_decode`" in section
+    assert steps["attnlab.flash_decode"] < 20
+    assert (f"{steps['decode.plan_key']:.1f} against {steps['the key from tensor_key tuples (before)']:.1f} µs "
+            "for the key as it was built before") in section
+    launch = steps["the split kernel's launch"]
+    assert f"The launch ({launch:.1f} µs)" in section
+    faster, slower, graph_slower = [], [], 0
+    for run, mode in ((22, True), (23, "eager")):
+        rows = [r for r in _run(run)["pdl"] if r["L"] == 32768]
+        for D in (128, 64):
+            for rnd in (0, 1):
+                g = {r["pdl"]: r for r in rows if r["D"] == D and r["round"] == rnd}
+                assert (f"| {run} | 32/8 | 32768 | {D} | {rnd + 1} | {g[False]['eager_us']:.1f} | "
+                        f"{g[mode]['eager_us']:.1f} | {g[False]['graph_us']:.1f} | {g[True]['graph_us']:.1f} |") in raw
+                d = round(g[False]["eager_us"], 1) - round(g[mode]["eager_us"], 1)
+                (faster if d > 0 else slower).append(d)
+                graph_slower += g[True]["graph_us"] > g[False]["graph_us"]
+    assert len(faster) == 7 and len(slower) == 1 and graph_slower == 8
+    assert f"faster eagerly in 7 of the 8 pairs, by {min(faster):.1f}–{max(faster):.1f} µs" in section
+    ratio = {run: {s[4]: v["attnlab"]["eager_over_graph"] for s, v in _speed(run).items() if s[:4] == (1, 32, 8, 32768)}
+             for run in (21, 22, 23)}
+    d128, d64 = [ratio[r][128] for r in ratio], [ratio[r][64] for r in ratio]
+    assert f"eager/graph ratio is {min(d128):.2f}–{max(d128):.2f} (runs 21–23)" in section
+    assert f"tables say {min(d64):.2f}–{max(d64):.2f}" in section
+    ab = [x["us"] for x in _run(21)["eager_ab"] if x["L"] == 32768 and x["D"] == 64]
+    assert f"took {min(ab):.1f}–{max(ab):.1f} µs (run 21, six rounds; its graph " \
+           f"{_speed(21)[1, 32, 8, 32768, 64]['attnlab']['graph_us']:.1f})" in section
+    p22 = {r["round"]: [x["eager_us"] for x in _run(22)["pdl"] if x["D"] == 64 and x["round"] == r["round"]]
+           for r in _run(22)["pdl"]}
+    assert (f"{min(p22[0]):.1f}–{max(p22[0]):.1f} in run 22's first round and {min(p22[1]):.1f}–{max(p22[1]):.1f} "
+            "in its second") in section
+    p23 = [x["eager_us"] for x in _run(23)["pdl"] if x["D"] == 64]
+    assert f"{min(p23):.1f}–{max(p23):.1f} in run 23" in section
+    kept = [_host(r)[c] for r in (21, 22, 23) for c in ("flash_decode_triton (plan kept)",
+                                                         "flash_decode_triton (plan kept), again")]
+    assert f"{min(kept):.1f}–{max(kept):.1f} µs of host time in runs 21–23" in section
+    doc = " ".join((ROOT / "docs" / "decode.md").read_text().split())
+    assert (f"a kept call took {steps['attnlab.flash_decode']:.1f} µs through `attnlab.flash_decode`, "
+            f"{launch:.1f} of them the launch and "
+            f"{steps['decode.plan_key']:.1f} the plan key (breakdown run 4)") in doc
+    assert f"faster in 7 of 8 eager pairs at 32K, by {min(faster):.1f}–{max(faster):.1f} µs" in doc

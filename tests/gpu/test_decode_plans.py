@@ -366,17 +366,24 @@ def test_the_host_time_benchmark_refuses_what_it_cannot_do(tmp_path):
     assert r.returncode == 2 and "needs a CUDA GPU" in r.stderr
 
 
-def test_merge_pdl_is_off_by_default_and_never_off_cuda(monkeypatch):
-    """The merge kernel's programmatic dependent launch: off by default (slower on an H200, decode-host run
-    8), never without CUDA; a Launcher asked for it carries Triton's ``launch_pdl`` compile option."""
+def test_merge_pdl_is_eager_by_default_and_never_off_cuda(monkeypatch):
+    """The merge kernel's programmatic dependent launch: for eager calls only by default (under graphs it was
+    slower on an H200, decode-host runs 8 and 22), never without CUDA; a Launcher asked for it carries
+    Triton's ``launch_pdl`` compile option."""
     from attnlab.gpu import decode_plan
     from attnlab.gpu.decode_kernels import _decode_merge_kernel
     from attnlab.gpu.launch import Launcher
 
-    assert decode_plan.MERGE_PDL is False
-    assert not decode_plan.merge_pdl(torch.device("cpu"))
-    monkeypatch.setattr(decode_plan, "MERGE_PDL", True)
-    assert not decode_plan.merge_pdl(torch.device("cpu"))
+    assert decode_plan.MERGE_PDL == "eager"
+    for mode in ("eager", True, False):
+        monkeypatch.setattr(decode_plan, "MERGE_PDL", mode)
+        assert not decode_plan.merge_pdl(torch.device("cpu")) and not decode_plan.merge_pdl(torch.device("cpu"), True)
+    if torch.cuda.is_available() and not decode_plan.interpret_mode():
+        dev = torch.device("cuda", torch.cuda.current_device())
+        hopper = torch.cuda.get_device_capability(dev)[0] >= 9
+        for mode, graph, eager in (("eager", False, hopper), (True, hopper, hopper), (False, False, False)):
+            monkeypatch.setattr(decode_plan, "MERGE_PDL", mode)
+            assert (decode_plan.merge_pdl(dev), decode_plan.merge_pdl(dev, eager=True)) == (graph, eager)
     assert Launcher(_decode_merge_kernel, (1, 1, 1), num_warps=4, num_stages=3, launch_pdl=True).options == \
         {"num_warps": 4, "num_stages": 3, "launch_pdl": True}
     assert "launch_pdl" not in Launcher(_decode_merge_kernel, (1, 1, 1), num_warps=4, num_stages=3).options
@@ -426,6 +433,43 @@ def test_eager_calls_of_a_small_plan_merge_in_the_split_kernel_and_give_the_same
     decode.clear_plans()
 
 
+def test_eager_calls_take_the_dependent_merge_launch_after_the_first_call(monkeypatch):
+    """With the merge kernel's eager launch a programmatic dependent one (``merge_pdl(..., eager=True)``,
+    pretended here; the interpreter runs no such launch, so the eager Launcher is the plain kernel, counted):
+    a plan's first call launches the plain merge (what a graph captured later takes, compiled), every later
+    eager call the eager Launcher, with the same bits; with both plain they are one Launcher."""
+    from attnlab.gpu import decode_plan
+
+    q, k, v = _cache(L=600)
+    lens = torch.tensor([600, 9], dtype=torch.int32, device=DEV)
+    monkeypatch.setattr(decode_plan, "eager_fused", lambda nbytes, device: False)  # (a GPU would merge in-kernel)
+    want = _fresh(q, k, v, cache_seqlens=lens, num_splits=4)
+    monkeypatch.setattr(decode_plan, "merge_pdl", lambda device, eager=False: eager)
+    counted = {}
+
+    class Plan(decode_plan.DecodePlan):
+        def _merge_launcher(self, pdl):
+            tail, launcher = super()._merge_launcher(False)  # the plain kernel in the eager one's place
+            counted[pdl] = _Counted(launcher)
+            return tail, counted[pdl]
+
+    monkeypatch.setattr(decode_plan, "DecodePlan", Plan)
+    first = decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=4)
+    (plan,) = decode_plan._PLANS.values()
+    assert plan.merge == 1 and not plan.fused and plan.pdl_launch is counted[True] is not plan.merge_launch
+    assert (counted[False].calls, counted[True].calls) == (1, 0)
+    outs = [decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=4) for _ in range(3)]
+    assert (counted[False].calls, counted[True].calls) == (1, 3)
+    for got in (first, *outs):
+        _same(got, want)
+    decode.clear_plans()
+    monkeypatch.setattr(decode_plan, "merge_pdl", lambda device, eager=False: False)
+    decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=4)
+    (plan,) = decode_plan._PLANS.values()
+    assert plan.pdl_launch is plan.merge_launch and plan.pdl_tail is plan.merge_tail
+    decode.clear_plans()
+
+
 def test_eager_fused_takes_small_reads_on_cuda_only(monkeypatch):
     """``eager_fused``: the K/V bytes at the preset's bandwidth against ``EAGER_FUSED_BELOW_US``; never
     off CUDA or in the interpreter, and never with the threshold at 0."""
@@ -468,6 +512,43 @@ def test_a_fused_plan_is_captured_with_the_merge_kernel_and_gives_eager_bits():
     torch.cuda.synchronize()
     with torch.cuda.stream(s):
         want = attnlab.flash_decode(q, k, v, cache_seqlens=lens, num_splits=4)
+    torch.cuda.synchronize()
+    _same((out, lse), want)
+    decode.clear_plans()
+
+
+@pytest.mark.gpu
+def test_eager_dependent_merge_launches_and_a_graph_give_the_same_bits():
+    """On the GPU a decode call too large to merge in its split kernel launches the merge kernel plainly on its
+    first call and, on Hopper, as a programmatic dependent launch on later eager calls (``MERGE_PDL``); a
+    CUDA graph captured after them takes the plain launch, and its replay equals the eager call to the bit."""
+    from attnlab.gpu import decode_plan
+
+    q = torch.randn(1, 32, 1, 128, dtype=torch.bfloat16, device=DEV)
+    k, v = (torch.randn(1, 8, 32768, 128, dtype=torch.bfloat16, device=DEV) for _ in range(2))
+    lens = torch.tensor([30001], dtype=torch.int32, device=DEV)
+    decode.clear_plans()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+    torch.cuda.current_stream().wait_stream(s)
+    (plan,) = decode_plan._PLANS.values()
+    assert plan.merge == 1 and not plan.fused and plan.pair_ran
+    hopper = torch.cuda.get_device_capability()[0] >= 9
+    assert plan.pdl_launch.options.get("launch_pdl", False) == hopper
+    assert "launch_pdl" not in plan.merge_launch.options
+    if hopper:
+        assert plan.pdl_launch.compiled is not None and plan.pdl_launch is not plan.merge_launch
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        out, lse = attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+    q.copy_(torch.randn_like(q))
+    g.replay()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(s):
+        want = attnlab.flash_decode(q, k, v, cache_seqlens=lens)
     torch.cuda.synchronize()
     _same((out, lse), want)
     decode.clear_plans()

@@ -7,8 +7,8 @@
                            and its lse (float32); with S = 1 it writes the final output directly;
                            with MERGE = 2 the group's last program to finish merges all splits.
     _decode_merge_kernel   grid (B·H·Nq,): out = Σ_s e^(lse_s − lse)·o_s with lse = log Σ_s e^lse_s.
-                           With ``PDL`` (``decode_plan.MERGE_PDL``, off by default: measured slower on
-                           an H200) it is launched as a programmatic dependent launch: its programs may
+                           With ``PDL`` (``decode_plan.MERGE_PDL``: eager calls on Hopper, faster there
+                           on an H200, slower under graphs) it is a programmatic dependent launch: its programs may
                            start as the split kernel ends and wait (``griddepcontrol.wait``) for its writes.
 
 Query i of sequence b sits at position pos = cache_seqlens[b] − Nq + i (bottom-right). The variants

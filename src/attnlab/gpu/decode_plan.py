@@ -39,6 +39,13 @@ from .decode_config import (
 from .decode_kernels import _decode_merge_kernel, _decode_split_kernel
 from .launch import Launcher, current_stream, hooks_set, int_specs, same_specialisation, tensor_key
 
+_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_GET_DEVICE = getattr(torch._C, "_cuda_getDevice", None)
+# whether the current stream is capturing a CUDA graph: the binding itself (``torch.cuda``'s wrapper asks
+# first whether CUDA is initialised, which a plan on a CUDA device already says), a fraction of a µs less
+_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) or torch.cuda.is_current_stream_capturing
+
+
 _COUNTERS: dict = {}
 _SPARE: dict = {}
 
@@ -54,9 +61,12 @@ def _counters(device, n: int) -> torch.Tensor:
     return buf
 
 
-# Launch the merge kernel as a programmatic dependent launch (Hopper and newer). Off: on an H200 under CUDA
-# graphs it was 0.1-0.4 µs slower on every batch-1 shape, two rounds each (decode-host run 8).
-MERGE_PDL = False
+# Launch the merge kernel as a programmatic dependent launch (Hopper and newer): its programs start as the split
+# kernel's end, and wait for its writes. "eager": eager calls only, after a plan's first call (which compiles
+# the plain pair a graph takes); True: graphs too; False: never. On an H200 under CUDA graphs it was 0.1-0.4 µs
+# slower on every batch-1 shape (decode-host runs 8 and 22); eager, on a host fast enough that the GPU's queue
+# stays full, it was 0.8-1.5 µs faster on the 32K shapes in every round but one of a host's stalls (run 22).
+MERGE_PDL: bool | str = "eager"
 
 
 # Eager calls of a plan whose K/V read takes less than this many µs at the GPU preset's bandwidth merge the
@@ -78,10 +88,11 @@ def eager_fused(plan_bytes: float, device) -> bool:
     return plan_bytes / gpu_for_device(index).hbm_bw * 1e6 < EAGER_FUSED_BELOW_US
 
 
-def merge_pdl(device) -> bool:
-    """Whether the merge kernel is launched as a programmatic dependent launch on ``device``: ``MERGE_PDL``
-    and a CUDA GPU of compute capability 9.0 or newer (Hopper); never in the interpreter."""
-    if not MERGE_PDL or device.type != "cuda" or interpret_mode():
+def merge_pdl(device, eager: bool = False) -> bool:
+    """Whether the merge kernel is launched as a programmatic dependent launch on ``device`` — by eager calls
+    (``eager``) where ``MERGE_PDL`` is True or "eager", by graphs where it is True — on a CUDA GPU of compute
+    capability 9.0 or newer (Hopper); never in the interpreter."""
+    if not (MERGE_PDL is True or (eager and MERGE_PDL == "eager")) or device.type != "cuda" or interpret_mode():
         return False
     return torch.cuda.get_device_capability(device)[0] >= 9
 
@@ -243,12 +254,23 @@ class DecodePlan:
             self.split = self.launcher_memo[self.split_spec] = Launcher(
                 _decode_split_kernel, (S, Hkv, B), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         if self.merge == 1:
-            pdl = merge_pdl(self.device)
-            self.merge_tail = [H * Nq * D, Nq * D, D, 1, H, D, S, Nq, triton.next_power_of_2(S), cfg.block_d, pdl]
-            # the split kernel's warps: its in-kernel merge (``fused``) then reduces in the same order, bit for bit
-            self.merge_launch = Launcher(_decode_merge_kernel, (B * H * Nq, 1, 1), num_warps=cfg.num_warps,
-                                         num_stages=3, launch_pdl=pdl)
+            # the plain launch (graphs, and a plan's first call) and the eager one (``merge_pdl``; the same
+            # Launcher where both are plain); the split kernel's warps: its in-kernel merge (``fused``) then
+            # reduces in the same order, bit for bit
+            plain, eager = merge_pdl(self.device), merge_pdl(self.device, eager=True)
+            self.merge_tail, self.merge_launch = self._merge_launcher(plain)
+            self.pdl_tail, self.pdl_launch = self._merge_launcher(eager) if eager != plain \
+                else (self.merge_tail, self.merge_launch)
         self._fused_launcher()
+
+    def _merge_launcher(self, pdl: bool) -> tuple[list, Launcher]:
+        """The merge kernel's arguments after its four pointers, and its Launcher, launched as a programmatic
+        dependent launch with ``pdl`` (a compile option: a compiled kernel of its own)."""
+        B, H, Nq, D = self.shape
+        S, cfg = self.num_splits, self.cfg
+        tail = [H * Nq * D, Nq * D, D, 1, H, D, S, Nq, triton.next_power_of_2(S), cfg.block_d, pdl]
+        return tail, Launcher(_decode_merge_kernel, (B * H * Nq, 1, 1), num_warps=cfg.num_warps, num_stages=3,
+                              launch_pdl=pdl)
 
     def _fused_launcher(self) -> None:
         """With ``fused``: ``tail`` with MERGE = 2 (``fused_tail``) and the launcher of that build."""
@@ -296,15 +318,17 @@ class DecodePlan:
         if self.split.compiled is not None and plan.split.compiled is None \
                 and same_specialisation(self.split.kernel, self.tail, plan.tail):
             plan.split.compiled = self.split.compiled
-            if plan.merge == 1 and self.merge == 1 and self.merge_launch.compiled is not None \
-                    and same_specialisation(self.merge_launch.kernel, self.merge_tail, plan.merge_tail):
-                plan.merge_launch.compiled = self.merge_launch.compiled
+            if plan.merge == 1 and self.merge == 1 and same_specialisation(self.merge_launch.kernel, self.merge_tail,
+                                                                           plan.merge_tail):
+                for name in ("merge_launch", "pdl_launch"):
+                    if getattr(plan, name).compiled is None:
+                        getattr(plan, name).compiled = getattr(self, name).compiled
         return plan
 
     def __call__(self, q, k_cache, v_cache, cache_seqlens, block_table, slopes, stream: int | None = None):
         """Launch on tensors of the plan's signature (``slopes`` the (H,) or (B, H) tensor or its (B, H)
         view) on ``stream`` (a raw handle; None: the current stream); returns (out, lse)."""
-        capturing = self.on_cuda and torch.cuda.is_current_stream_capturing()
+        capturing = self.on_cuda and _capturing()
         out, lse = self.outputs.take(capturing)  # (B, H, Nq, D), and (B, H, Nq) float32, natural log
         if self.cast_seqlens:
             cache_seqlens = cache_seqlens.to(torch.int32).contiguous()
@@ -314,8 +338,14 @@ class DecodePlan:
         # first call compiles it, so a graph captured after it compiles nothing)
         fused = self.fused and not capturing and self.pair_ran
         split, tail = (self.fused_split, self.fused_tail) if fused else (self.split, self.tail)
-        if stream is not None and split.compiled is not None and (self.merge != 1 or fused or self.merge_launch.compiled
-                                                                  is not None) and not hooks_set():
+        # eager calls launch the merge kernel as a programmatic dependent launch (``MERGE_PDL``) once the plain pair
+        # has run (compiled); graphs take the plain launch
+        merge = merge_tail = None
+        if self.merge == 1 and not fused:
+            merge, merge_tail = (self.pdl_launch, self.pdl_tail) if self.pair_ran and not capturing \
+                else (self.merge_launch, self.merge_tail)
+        if stream is not None and split.compiled is not None and (merge is None or merge.compiled is not None) \
+                and not hooks_set():
             o_part, lse_part = self._partials(capturing)
             out_ptr, lse_ptr = out.data_ptr(), lse.data_ptr()
             split.launch([q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
@@ -323,8 +353,8 @@ class DecodePlan:
                           block_table.data_ptr() if self.paged else self.spare_ptr,
                           o_part, lse_part, out_ptr, lse_ptr, self.counters_ptr,
                           slopes.data_ptr() if self.has_slopes else self.spare_ptr, *tail], stream)
-            if self.merge == 1 and not fused:
-                self.merge_launch.launch([o_part, lse_part, out_ptr, lse_ptr, *self.merge_tail], stream)
+            if merge is not None:
+                merge.launch([o_part, lse_part, out_ptr, lse_ptr, *merge_tail], stream)
                 self.pair_ran = True
             return out, lse
         spare = self.spare
@@ -332,8 +362,8 @@ class DecodePlan:
         split([q, k_cache, v_cache, cache_seqlens if self.has_seqlens else spare,
                block_table if self.paged else spare, o_part, lse_part, out, lse, self.counters,
                slopes if self.has_slopes else spare, *tail], stream)
-        if self.merge == 1 and not fused:
-            self.merge_launch([o_part, lse_part, out, lse, *self.merge_tail], stream)
+        if merge is not None:
+            merge([o_part, lse_part, out, lse, *merge_tail], stream)
             self.pair_ran = True
         return out, lse
 
@@ -362,33 +392,49 @@ _PLANS: dict = {}
 _MAX_PLANS = 256
 
 
-def plan_key(q, k_cache, v_cache, cache_seqlens, block_table, num_splits, causal, window, softcap, alibi_slopes,
-             scale, config=None) -> tuple | None:
-    """A key that determines a decode call's plan — every tensor's ``tensor_key``, the variant, the
-    split count, the configuration, the current CUDA device and stream — or None where it cannot say
-    (a list for a tensor, a window given as a list, anything of an unexpected type): such calls take
-    the checked path every time. Equal keys mean equal checks, so a plan made by a checked call
-    serves every later call with its key."""
-    if not (type(q) is torch.Tensor and type(causal) is bool
-            and (num_splits is None or type(num_splits) is int)
+def _scalars_keyable(num_splits, causal, window, softcap, scale) -> bool:
+    """Whether a call's scalar arguments are of the types a plan key takes (``plan_key``)."""
+    return (type(causal) is bool and (num_splits is None or type(num_splits) is int)
             and (softcap is None or type(softcap) in (int, float))
             and (scale is None or type(scale) in (int, float))
             and (window is None or (type(window) is tuple and len(window) == 2
-                                    and type(window[0]) is int and type(window[1]) is int))):
+                                    and type(window[0]) is int and type(window[1]) is int)))
+
+
+
+
+def plan_key(q, k_cache, v_cache, cache_seqlens, block_table, num_splits, causal, window, softcap, alibi_slopes,
+             scale, config=None) -> tuple | None:
+    """A key that determines a decode call's plan — every tensor's shape, strides, dtype, device and
+    16-byte alignment (``tensor_key``'s facts), the variant, the split count, the configuration, the current
+    CUDA device and stream — or None where it cannot say (a list for a tensor, a window given as a list,
+    anything of an unexpected type): such calls take the checked path every time. Equal keys mean equal
+    checks, so a plan made by a checked call serves every later call with its key. A few µs of host time
+    per call, the dearest step of a kept plan's call after the launch: built inline from the tensors'
+    attributes, the scalars' types checked only where they are not the defaults."""
+    if type(q) is not torch.Tensor or not (causal is True and num_splits is None and window is None
+                                           and softcap is None and scale is None) \
+            and not _scalars_keyable(num_splits, causal, window, softcap, scale):
         return None
     if q.is_cuda:
-        where = (torch.cuda.current_device(), current_stream(q.device))
+        if _RAW_STREAM is None or _GET_DEVICE is None:
+            where = (torch.cuda.current_device(), current_stream(q.device))
+        else:
+            where = (_GET_DEVICE(), _RAW_STREAM(q.get_device()))
     elif interpret_mode():
         where = (None, None)
     else:
         return None
     try:
-        return (tensor_key(q), tensor_key(k_cache), tensor_key(v_cache),
-                None if cache_seqlens is None else tensor_key(cache_seqlens),
+        return ((q.shape, q.stride(), q.dtype, q.get_device(), q.data_ptr() % 16 == 0),
+                (k_cache.shape, k_cache.stride(), k_cache.dtype, k_cache.get_device(), k_cache.data_ptr() % 16 == 0),
+                (v_cache.shape, v_cache.stride(), v_cache.dtype, v_cache.get_device(), v_cache.data_ptr() % 16 == 0),
+                None if cache_seqlens is None else (cache_seqlens.shape, cache_seqlens.stride(), cache_seqlens.dtype,
+                                                    cache_seqlens.get_device(), cache_seqlens.data_ptr() % 16 == 0),
                 None if block_table is None else tensor_key(block_table),
                 None if alibi_slopes is None else tensor_key(alibi_slopes),
                 num_splits, causal, window, softcap, scale, config, *where)
-    except AttributeError:  # not a tensor
+    except (AttributeError, TypeError):  # not a tensor
         return None
 
 

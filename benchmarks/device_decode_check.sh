@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# One GPU call for the decode host path: the GPU tests of the decode kernels, plans and launches, then
+# decode_host.py's breakdown of a kept plan's call (each step alone, interleaved rounds: the key beside the
+# key as it was built before) and its eager A/B (one launch against two, alternating in one process).
+# Run from the repository root on a CUDA machine; logs and JSON go to $OUT/decode (default
+# ./out-decode/decode): decode-breakdown-h200-run$RUN.json and decode-host-h200-run$RUN.json.
+set -uo pipefail
+OUT=${OUT:-out-decode}
+D="$OUT/decode"
+RUN=${RUN:-x}
+source "$(dirname "$0")/device_env.sh"
+t0=$(date +%s)
+timeout ${TEST_S:-240} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu/test_launch.py \
+    tests/gpu/test_decode.py tests/gpu/test_decode_plans.py tests/gpu/test_decode_variants.py > "$D/tests.log" 2>&1
+rc=$?
+echo "tests: exit $rc in $(( $(date +%s) - t0 ))s"; tail -n 2 "$D/tests.log"; grep "^FAILED" "$D/tests.log" | head
+[ "$rc" = 0 ] || { echo "GPU tests failed: no benchmarks"; exit 1; }
+t0=$(date +%s)
+timeout ${BENCH_S:-120} python3 benchmarks/decode_host.py --breakdown --calls 1000 \
+    --json "$D/decode-breakdown-h200-run$RUN.json" > "$D/breakdown.log" 2>&1
+echo "breakdown: exit $? in $(( $(date +%s) - t0 ))s"; head -n 24 "$D/breakdown.log"
+t0=$(date +%s)
+timeout ${BENCH_S:-120} python3 benchmarks/decode_host.py --eager-ab --json "$D/decode-host-h200-run$RUN.json" \
+    > "$D/eager-ab.log" 2>&1
+echo "eager-ab: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/eager-ab.log" | head -n 30
