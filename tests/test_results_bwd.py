@@ -410,3 +410,23 @@ def test_kv_split_in_place_section_docs_and_source_are_run_16():
             f"{min(ms['det-gluon-kv4']):.2f} four ways, against the default backward's # "
             f"{min(ms['default']):.2f}-{max(ms['default']):.2f} (run 15's build, which copied K and V per program "
             f"head: {before['det-gluon-kv4']:.2f} four ways)") in source
+
+
+def test_default_split_and_mha_check_are_runs_17_and_18():
+    """RESULTS.md's runs 17 and 18 (inside the run 16 section): their tables as the script renders them, the
+    default build's split slower than unsplit (not taken), and the deterministic/default ratios against run 9's."""
+    mod = load_script("benchmarks/bwd_dq_layout.py")
+    results = _results()
+    section = results[results.index("### bwd-dq-layout run 16"):results.index("### bwd-dq-layout runs 14 and 15")]
+    for run in (17, 18):
+        for line in mod.table(json.loads((DATA / f"bwd-dq-layout-h200-run{run}.json").read_text())["rows"])[2:]:
+            assert line in section, (run, line)
+    (g,) = _best(17).values()
+    assert min(g["default-kv2"], g["default-kv4"]) > g["default"]  # "it does not"
+    text = _flat(section)
+    assert f"The deterministic build ran at {g['default'] / g['det-gluon']:.2f}× here" in text
+    b18, b9 = _best(18), _best(9)
+    r18 = [b18[k]["default"] / b18[k]["det-gluon"] for k in ((64, 32, 32, 16384, True), (128, 16, 16, 16384, True))]
+    r9 = [b9[k]["default"] / b9[k]["det-gluon"] for k in ((64, 32, 32, 16384, True), (128, 16, 16, 16384, True))]
+    assert (f"Deterministic against default {r18[0]:.2f}× at D = 64 and {r18[1]:.2f}× at D = 128, as in run 9 "
+            f"({r9[0]:.2f}×, {r9[1]:.2f}×)") in text
