@@ -451,12 +451,13 @@ def best_configs(rows, fwd_cands, bwd_cands) -> dict:
 
 
 def short(cfg) -> str:
-    """A configuration in a few characters: 128x64w8s3[tma][+ws] or m64n128w8s2/m128n64w8s2[+atomic]."""
+    """A configuration in a few characters: 128x64w8s3[tma][+ws][+gl][+p] or m64n128w8s2/m128n64w8s2[+atomic]."""
     if hasattr(cfg, "block_m"):
         return (f"{cfg.block_m}x{cfg.block_n}w{cfg.num_warps}s{cfg.num_stages}" + ("tma" if cfg.tma else "")
                 + ("+ws" if getattr(cfg, "warp_spec", False) else "")
                 + (f"r{cfg.maxnreg}" if getattr(cfg, "maxnreg", None) else "")
-                + ("+gl" if getattr(cfg, "gluon", False) else ""))
+                + ("+gl" if getattr(cfg, "gluon", False) else "")
+                + ("+p" if getattr(cfg, "persistent", False) else ""))
     if getattr(cfg, "gluon", False):
         return (f"gluon-s{cfg.stages1}" + ("-atomic" if cfg.dq_atomic else "-tma")
                 + (f"-dq/{cfg.dq_split}" if cfg.dq_split > 1 else "") + ("-dqsh" if cfg.dq_shared else "")

@@ -149,9 +149,9 @@ def test_docs_variants_quote_run_11():
             f"ALiBi {a64[0]} and {a128[0]}, {a64[1]}× and {a128[1]}×.") in doc
 
 
-def test_readme_quotes_prefill_run_18_and_hf_runs_15_16():
+def test_readme_quotes_prefill_run_19_and_hf_runs_15_16():
     res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "prefill.py"), "report",
-                          str(DATA / "prefill-h200-run18.json")], capture_output=True, text=True, timeout=300)
+                          str(DATA / "prefill-h200-run19.json")], capture_output=True, text=True, timeout=300)
     cols = [[c.strip() for c in ln.strip("|").split("|")] for ln in res.stdout.splitlines()
             if ln.startswith("| 64 ") or ln.startswith("| 128 ")]
 
@@ -162,7 +162,7 @@ def test_readme_quotes_prefill_run_18_and_hf_runs_15_16():
     readme = _flat((ROOT / "README.md").read_text())
     assert (f"the prefill forward runs at {span('fwd', 7)} PyTorch's SDPA flash backend and forward+backward at "
             f"{span('fwd+bwd', 7)} for N ≥ 4K (D = 64 and 128), which is {span('fwd', 8)} and "
-            f"{span('fwd+bwd', 8)[:-1]}× cuDNN's (prefill run 18;") in readme
+            f"{span('fwd+bwd', 8)[:-1]}× cuDNN's (prefill run 19;") in readme
     steps = []
     for n in (15, 16):
         t = json.loads((DATA / f"hf-h200-run{n}.json").read_text())["train"]
@@ -430,3 +430,69 @@ def test_default_split_and_mha_check_are_runs_17_and_18():
     r9 = [b9[k]["default"] / b9[k]["det-gluon"] for k in ((64, 32, 32, 16384, True), (128, 16, 16, 16384, True))]
     assert (f"Deterministic against default {r18[0]:.2f}× at D = 64 and {r18[1]:.2f}× at D = 128, as in run 9 "
             f"({r9[0]:.2f}×, {r9[1]:.2f}×)") in text
+
+
+def test_persistent_forward_section_is_fwd_persistent_runs_1_2_and_prefill_run_19():
+    """RESULTS.md's prefill run 19 section: fwd-persistent run 2's table as the script renders it, the gains and
+    losses its text draws from runs 1 and 2, run 19's table as prefill.py reports it, and its ranges against
+    cuDNN beside run 18's."""
+    mod = load_script("benchmarks/fwd_persistent.py")
+    results = _results()
+    section = results[results.index("### Run 19 and fwd-persistent"):results.index("### bwd-dq-layout run 16")]
+    runs = {n: json.loads((DATA / f"fwd-persistent-h200-run{n}.json").read_text())["rows"] for n in (1, 2)}
+    for line in mod.table(runs[2])[2:]:
+        assert line in section, line
+    assert all(r["same_bits"] for rows in runs.values() for r in rows if r["build"].startswith("persistent"))
+
+    def by_row(rows, causal):
+        best = {}
+        for r in rows:
+            key = (r["D"], r["causal"], r["N"], r["build"])
+            best[key] = min(best.get(key, float("inf")), r["ms"])
+        return {(D, N): best[D, c, N, "grid"] / ms for (D, c, N, b), ms in best.items()
+                if b == "persistent" and c == causal}
+
+    def gains(rows, causal):
+        return list(by_row(rows, causal).values())
+
+    text = _flat(section)
+    g1, g2 = gains(runs[1], False), gains(runs[2], False)
+    assert (f"by {100 * (min(g2) - 1):.1f}–{100 * (max(g2) - 1):.1f} % here and {100 * (min(g1) - 1):.1f}–"
+            f"{100 * (max(g1) - 1):.1f} % in run 1") in text
+    c1, c2 = gains(runs[1], True), gains(runs[2], True)
+    worst = by_row(runs[1], True)
+    assert f"{worst[64, 4096]:.2f}× at D = 64, 4K and {worst[128, 16384]:.2f}× at D = 128, 16K" in text
+    assert sorted(c1)[:2] == sorted([worst[64, 4096], worst[128, 16384]])  # the two worst rows
+    assert f"still {min(c2):.2f}–{max(c2):.2f}×" in text and max(c2) < 1
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "prefill.py"), "report",
+                          str(DATA / "prefill-h200-run19.json")], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("| 64 ") or ln.startswith("| 128 ")]
+    assert len(lines) == 16
+    for line in lines:
+        assert line in section, line
+
+    def vs_cudnn(run):
+        rows = json.loads((DATA / f"prefill-h200-run{run}.json").read_text())["rows"]
+        t = {(r["D"], r["causal"], r["N"], r["pass_"], r["provider"]): r["tflops"] for r in rows if "tflops" in r}
+        return {k[:4]: v / t[(*k[:4], "sdpa-cudnn")] for k, v in t.items() if k[4] == "attnlab"}
+
+    r19, r18 = vs_cudnn(19), vs_cudnn(18)
+    fwd19 = sorted(v for k, v in r19.items() if k[3] == "fwd")
+    assert fwd19[0] == r19[64, True, 4096, "fwd"] and fwd19[1] >= 1.005  # "7 of the 8 rows"
+    assert f"{fwd19[1]:.2f}–{fwd19[-1]:.2f}× on 7 of the 8 rows, and still {fwd19[0]:.2f}× at D = 64 causal 4K" in text
+    fwd18 = [v for k, v in r18.items() if k[3] == "fwd"]
+    assert f"(run 18: {min(fwd18):.2f}–{max(fwd18):.2f}×" in text
+    both19 = [v for k, v in r19.items() if k[3] == "fwd_bwd"]
+    both18 = [v for k, v in r18.items() if k[3] == "fwd_bwd"]
+    assert f"Forward+backward {min(both19):.2f}–{max(both19):.2f}× (run 18: {min(both18):.2f}–{max(both18):.2f}×)" in text
+    doc = _flat((ROOT / "docs" / "gpu.md").read_text())
+    g = g1 + g2
+    assert (f"({100 * (min(g) - 1):.1f}–{100 * (max(g) - 1):.1f} % faster than the grid kernel on every such row" in doc
+            and f"ran at {min(c2):.2f}–{max(c2):.2f}× there" in doc)
+    rows = json.loads((DATA / "prefill-h200-run19.json").read_text())["rows"]
+    top = max((r for r in rows if r["provider"] == "attnlab" and r["pass_"] == "fwd" and r["D"] == 128),
+              key=lambda r: r["tflops"])
+    assert f"(up to {top['tflops']:.0f} TFLOP/s at D = 128, {100 * top['of_roofline']:.0f} % of the roofline)" in doc
+    assert (f"{fwd19[0]:.2f}–{fwd19[-1]:.2f}× cuDNN" in doc and f"{min(both19):.2f}–{max(both19):.2f}× cuDNN" in doc
+            and f"D = 64 causal at 4K ({fwd19[0]:.2f}×)" in doc)

@@ -223,6 +223,10 @@ def test_the_table_takes_gluon_for_long_calls_and_set_config_can_replace_it():
     cuda = torch.device("cuda")  # the table is keyed by device type only: no GPU needed to read it
     entry = default_fwd_config(128, False, cuda, SHORT_KEYS)
     assert entry.gluon and entry.warp_spec and (entry.block_m, entry.num_warps) == (128, 4)
+    # calls without a causal mask run the persistent build, causal ones the grid (fwd-persistent runs 1 and 2)
+    for D in (64, 128):
+        assert default_fwd_config(D, False, cuda, SHORT_KEYS).persistent
+        assert not default_fwd_config(D, True, cuda, SHORT_KEYS).persistent
     triton_entry = default_fwd_config(128, False, cuda, SHORT_KEYS, gluon=False)
     assert not triton_entry.gluon
     try:
@@ -256,6 +260,79 @@ def test_gpu_gluon_sliding_window(B, H, Hkv, Nq, Nk, D, window, block_m, block_n
     cfg = FwdConfig(block_m, block_n, 4, 2, tma=True, warp_spec=True, gluon=True)
     out2, lse2 = prefill_forward(q, k, v, mask=Mask(left, right), scale=scale, config=cfg)
     assert torch.equal(out2, out) and torch.equal(lse2, lse)
+
+
+@needs_gluon
+def test_persistent_builds_for_sm90_with_an_output_buffer_and_the_same_schedule():
+    """The persistent forward's sm_90 builds (D 64 and 128, causal or not, two and three consumer warp groups):
+    the softmax still under the P·V product (wgmma.wait_group 1), registers moved to the consumers, shared
+    memory the non-persistent build's plus one O buffer per consumer (64 rows × D), within the H200's 227 KB;
+    no spill with two consumer warp groups. ALiBi and a persistent build without warp specialisation are
+    refused."""
+    cases = [dict(D=D, causal=c, block_m=bm, num_warps=4, warp_spec=True, dtype="bfloat16")
+             for D, bm in ((128, 128), (64, 128), (64, 192)) for c in (False, True)]
+    plain = sm90_reports("prefill_gluon", [dict(c) for c in cases])
+    pers = sm90_reports("prefill_gluon", [dict(c, persistent=True) for c in cases])
+    for case, rep, base in zip(cases, pers, plain):
+        assert 1 in rep["wait_groups"] and rep["wgmma"] > 0 and rep["tma_loads"] > 0, (case, rep)
+        assert 24 in rep["setmaxnreg"], (case, rep)
+        assert rep["smem_kb"] == pytest.approx(base["smem_kb"] + case["block_m"] * case["D"] * 2 / 1024, abs=1.0)
+        assert rep["smem_kb"] <= 227, (case, rep)
+        if rep.get("stack") is not None and case["block_m"] == 128:
+            assert rep["stack"] == 0, (case, rep)
+    with pytest.raises(ValueError, match="persistent"):
+        G.compile_sm90(64, causal=True, num_warps=4, warp_spec=True, alibi=True, persistent=True)
+    with pytest.raises(ValueError, match="persistent"):
+        G.compile_sm90(64, causal=True, persistent=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
+@pytest.mark.parametrize("block_m,block_n", [(128, 128), (192, 128), (128, 64)])
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,causal,dtype", GLUON_CASES + [
+    (2, 16, 4, 4200, 4200, 128, True, torch.bfloat16), (1, 24, 24, 3000, 2900, 64, False, torch.float16)])  # > 132 tiles
+def test_gpu_persistent_gluon_matches_reference_and_the_grid_kernel(B, H, Hkv, Nq, Nk, D, causal, dtype, block_m,
+                                                                    block_n):
+    """The persistent forward (one program per SM at most, tiles in turn) within the criterion, and equal to
+    the non-persistent kernel's output and lse to the bit (each tile's arithmetic is the same), also when
+    there are more tiles than SMs and when fewer."""
+    gen = torch.Generator(device=DEV).manual_seed(Nq * 11 + Nk)
+    q = torch.randn(B, H, Nq, D, dtype=dtype, device=DEV, generator=gen)
+    k, v = (torch.randn(B, Hkv, Nk, D, dtype=dtype, device=DEV, generator=gen) for _ in range(2))
+    scale = D ** -0.5
+    outs = []
+    for persistent in (False, True):
+        out = torch.full_like(q, float("nan"))
+        lse = torch.full((B, H, Nq), float("nan"), device=DEV)
+        G.gluon_forward(q, k, v, out, lse, causal_off=Nk - Nq if causal else None, scale=scale, block_m=block_m,
+                        block_n=block_n, stages=2, num_warps=4, warp_spec=True, persistent=persistent)
+        outs.append((out, lse))
+    _ref_check(q, k, v, *outs[1], causal, scale)
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,window", GLUON_WINDOW_CASES)
+def test_gpu_persistent_gluon_sliding_window_and_the_dispatch(B, H, Hkv, Nq, Nk, D, window):
+    """The persistent forward with a window's left edge, through prefill_forward's dispatch (a persistent
+    Gluon configuration), equal to the non-persistent kernel's to the bit; an ALiBi call given the persistent
+    configuration runs the non-persistent kernel."""
+    gen = torch.Generator(device=DEV).manual_seed(Nq + Nk + window[0] + 1)
+    q = torch.randn(B, H, Nq, D, dtype=torch.bfloat16, device=DEV, generator=gen)
+    k, v = (torch.randn(B, Hkv, Nk, D, dtype=torch.bfloat16, device=DEV, generator=gen) for _ in range(2))
+    scale = D ** -0.5
+    cfg = FwdConfig(128, 128, 4, 2, tma=True, warp_spec=True, gluon=True)
+    pcfg = FwdConfig(128, 128, 4, 2, tma=True, warp_spec=True, gluon=True, persistent=True)
+    mask = Mask(*window)
+    want = prefill_forward(q, k, v, mask=mask, scale=scale, config=cfg)
+    got = prefill_forward(q, k, v, mask=mask, scale=scale, config=pcfg)
+    _ref_check(q, k, v, *got, window[1] == 0, scale, window=window)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    slopes = torch.rand(H, device=DEV)
+    a = prefill_forward(q, k, v, mask=mask, scale=scale, config=pcfg, slopes=slopes)
+    b = prefill_forward(q, k, v, mask=mask, scale=scale, config=cfg, slopes=slopes)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
 
 
 @needs_gluon

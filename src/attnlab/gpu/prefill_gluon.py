@@ -327,11 +327,15 @@ if HAVE_GLUON:
     @gluon.jit
     def _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                      b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale,
-                     HALF: gl.constexpr, CAUSAL: gl.constexpr, ALIBI: gl.constexpr = False, slope2=0.0, alibi_off=0):
+                     HALF: gl.constexpr, CAUSAL: gl.constexpr, ALIBI: gl.constexpr = False, slope2=0.0, alibi_off=0,
+                     it0=0, q_phase=0, q_empty=None, o_smem=None):
         """One warp group: HALF_M query rows (half HALF of the block), the same schedule as the
         single-program kernel, releasing each K and V slot as soon as its wgmma has completed. Tile
         sizes come from the buffers' shapes (partitions take no constexpr arguments). ALIBI: the scores
-        less slope2·|i + alibi_off − j| (``_softmax_alibi``)."""
+        less slope2·|i + alibi_off − j| (``_softmax_alibi``). One tile of a persistent program (``q_empty``
+        and ``o_smem`` given): its key blocks are the ring's uses it0, it0 + 1, ... (slot and phase from there),
+        its Q slice arrives in phase ``q_phase`` and is released on ``q_empty`` once its last Q·Kᵀ is done,
+        and O leaves through ``o_smem``, whose previous store is waited for first and this one's later."""
         HALF_M: gl.constexpr = q_smem.shape[3]
         HEAD_D: gl.constexpr = q_smem.shape[4]
         BLOCK_N: gl.constexpr = k_smem.shape[3]
@@ -365,14 +369,18 @@ if HAVE_GLUON:
         s_zero = gl.zeros([HALF_M, BLOCK_N], gl.float32, layout=s_layout)
         q_tile = q_smem.index(HALF)
         q = q_tile.reshape([HALF_M, HEAD_D])
-        mbarrier.wait(q_bars.index(HALF), 0)
+        mbarrier.wait(q_bars.index(HALF), q_phase)
 
         if n_blocks > 0:
-            mbarrier.wait(k_ready.index(0), 0)
-            s_tok = warpgroup_mma(q, k_smem.index(0).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
+            slot0 = it0 % STAGES
+            mbarrier.wait(k_ready.index(slot0), (it0 // STAGES) & 1)
+            s_tok = warpgroup_mma(q, k_smem.index(slot0).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
                                   use_acc=False, is_async=True)
             s = warpgroup_mma_wait(0, deps=(s_tok, ))
-            mbarrier.arrive(k_empty.index(0), count=1)
+            mbarrier.arrive(k_empty.index(slot0), count=1)
+            if q_empty is not None:
+                if n_blocks == 1:  # the tile's last product that reads Q: the loader may bring the next tile's
+                    mbarrier.arrive(q_empty.index(HALF), count=1)
             if ALIBI:
                 p, alpha, m_i, l_i = _softmax_alibi(s, m_i, l_i, start0, row0, offs_m, offs_n, Nk, causal_off, win_off,
                                                     alibi_off, qk_scale, slope2, c,
@@ -382,15 +390,19 @@ if HAVE_GLUON:
                                               (start0 < lo_full) | (start0 >= full), CAUSAL)
             p_op = gl.convert_layout(p.to(dtype), p_layout)
             for t in range(1, n_blocks):
-                slot = t % STAGES
-                prev = (t - 1) % STAGES
-                mbarrier.wait(k_ready.index(slot), (t // STAGES) & 1)
+                u = it0 + t  # this block's use of the ring
+                slot = u % STAGES
+                prev = (u - 1) % STAGES
+                mbarrier.wait(k_ready.index(slot), (u // STAGES) & 1)
                 s_tok = warpgroup_mma(q, k_smem.index(slot).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
                                       use_acc=False, is_async=True)
-                mbarrier.wait(v_ready.index(prev), ((t - 1) // STAGES) & 1)
+                mbarrier.wait(v_ready.index(prev), ((u - 1) // STAGES) & 1)
                 acc_tok = warpgroup_mma(p_op, v_smem.index(prev).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
                 s = warpgroup_mma_wait(1, deps=(s_tok, ))
                 mbarrier.arrive(k_empty.index(slot), count=1)
+                if q_empty is not None:
+                    if t == n_blocks - 1:
+                        mbarrier.arrive(q_empty.index(HALF), count=1)
                 start_n = start0 + t * BLOCK_N
                 if ALIBI:
                     p, alpha, m_i, l_i = _softmax_alibi(s, m_i, l_i, start_n, row0, offs_m, offs_n, Nk, causal_off,
@@ -403,21 +415,31 @@ if HAVE_GLUON:
                 mbarrier.arrive(v_empty.index(prev), count=1)
                 acc = acc * gl.convert_layout(alpha, row_o)[:, None]
                 p_op = gl.convert_layout(p.to(dtype), p_layout)
-            last = (n_blocks - 1) % STAGES
-            mbarrier.wait(v_ready.index(last), ((n_blocks - 1) // STAGES) & 1)
+            last = (it0 + n_blocks - 1) % STAGES
+            mbarrier.wait(v_ready.index(last), ((it0 + n_blocks - 1) // STAGES) & 1)
             acc_tok = warpgroup_mma(p_op, v_smem.index(last).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
             mbarrier.arrive(v_empty.index(last), count=1)
+        if q_empty is not None:
+            if n_blocks == 0:  # (no product read this Q slice)
+                mbarrier.arrive(q_empty.index(HALF), count=1)
 
         empty = l_i == 0.0
         l_safe = gl.where(empty, 1.0, l_i)
         lse = gl.where(empty, float("-inf"), (m_i + gl.log2(l_safe)) * _LN2)
         gl.store(LSE + bh.to(gl.int64) * Nq + offs_m, lse, mask=offs_m < Nq)
         out = acc * gl.convert_layout(1.0 / l_safe, row_o)[:, None]
-        q.store(out.to(dtype))  # this half's Q buffer is free: its wgmmas have completed
-        fence_async_shared()
-        _tma_store(desc_o, [b, h, row0, 0], q_tile)  # rows past Nq are clipped
-        tma.store_wait(0)
+        if o_smem is None:
+            q.store(out.to(dtype))  # this half's Q buffer is free: its wgmmas have completed
+            fence_async_shared()
+            _tma_store(desc_o, [b, h, row0, 0], q_tile)  # rows past Nq are clipped
+            tma.store_wait(0)
+        else:  # a buffer of its own: the previous tile's store from it read out first, this one's waited for later
+            o_tile = o_smem.index(HALF)
+            tma.store_wait(0)
+            o_tile.reshape([HALF_M, HEAD_D]).store(out.to(dtype))
+            fence_async_shared()
+            _tma_store(desc_o, [b, h, row0, 0], o_tile)
 
     @gluon.jit
     def _ws_consumer_0_causal(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
@@ -596,6 +618,198 @@ if HAVE_GLUON:
                 gl.warp_specialize([(_ws_consumer_0_full, consumer_args), (_ws_consumer_1_full, consumer_args),
                                     (_ws_loader, loader_args)], [4, 1], [CONSUMER_REGS, 24])
 
+    # -- persistent: one program per SM takes tiles in turn, the next tile's loads under this one's epilogue ----
+
+    @gluon.jit
+    def _wsp_tile(tile, n_m, n_tiles, H, G, Nk, causal_off, win_off, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                  CAUSAL: gl.constexpr):
+        """Tile ``tile`` of a persistent program: (b, h, b·H + h, K/V head, first row, first key block, key
+        blocks). Without a causal mask head by head, as the non-persistent grid launches its programs; with one,
+        the longest walks first over all heads (every head's last query block, then every head's one before)."""
+        if CAUSAL:
+            BH = n_tiles // n_m
+            bh = tile % BH
+            pid_m = n_m - 1 - tile // BH
+        else:
+            bh = tile // n_m
+            pid_m = tile % n_m
+        b = bh // H
+        h = bh % H
+        start_m = pid_m * BLOCK_M
+        if CAUSAL:
+            hi = gl.maximum(gl.minimum(Nk, start_m + BLOCK_M + causal_off), 0)
+        else:
+            hi = Nk
+        lo_blk = gl.maximum(start_m + win_off, 0) // BLOCK_N
+        n_blocks = gl.maximum(gl.cdiv(hi, BLOCK_N) - lo_blk, 0)
+        return b, h, bh, h // G, start_m, lo_blk, n_blocks
+
+    @gluon.jit
+    def _wsp_turn(i):
+        """Round ``i``'s tile of this program: the rounds of ``num_programs`` tiles run forward and back in turn
+        (program p takes tile p of even rounds and tile P − 1 − p of odd ones), so that with tiles in descending
+        length (causal) no program takes the longest tile of every round."""
+        P = gl.num_programs(0)
+        p = gl.program_id(0)
+        return i * P + gl.where(i % 2 == 0, p, P - 1 - p)
+
+    @gluon.jit
+    def _wsp_loader(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                    v_empty, H, G, Nk, causal_off, win_off, n_m, n_tiles, CAUSAL: gl.constexpr):
+        """``_ws_loader`` for every tile of a persistent program: a tile's Q slices once their consumers have
+        released the previous tile's (``q_empty``), its key blocks into the ring where the last tile's left off."""
+        HALF_M: gl.constexpr = q_smem.shape[3]
+        NC: gl.constexpr = q_smem.shape[0]
+        BLOCK_N: gl.constexpr = k_smem.shape[3]
+        STAGES: gl.constexpr = k_smem.shape[0]
+        it = 0
+        ti = 0
+        for r in range(gl.cdiv(n_tiles, gl.num_programs(0))):
+            tile = _wsp_turn(r)
+            if tile < n_tiles:  # (the last round may hold fewer tiles than programs)
+                b, h, bh, hk, start_m, lo_blk, n_blocks = _wsp_tile(tile, n_m, n_tiles, H, G, Nk, causal_off,
+                                                                    win_off, NC * HALF_M, BLOCK_N, CAUSAL)
+                for i in gl.static_range(NC):
+                    if ti > 0:
+                        mbarrier.wait(q_empty.index(i), (ti - 1) & 1)
+                    mbarrier.expect(q_bars.index(i), desc_q.block_type.nbytes)
+                    _tma_load(desc_q, [b, h, start_m + i * HALF_M, 0], q_bars.index(i), q_smem.index(i))
+                for t in range(n_blocks):
+                    u = it + t
+                    slot = u % STAGES
+                    if u >= STAGES:
+                        mbarrier.wait(k_empty.index(slot), ((u // STAGES) - 1) & 1)
+                    mbarrier.expect(k_ready.index(slot), desc_k.block_type.nbytes)
+                    _tma_load(desc_k, [b, hk, (lo_blk + t) * BLOCK_N, 0], k_ready.index(slot), k_smem.index(slot))
+                    if u >= STAGES:
+                        mbarrier.wait(v_empty.index(slot), ((u // STAGES) - 1) & 1)
+                    mbarrier.expect(v_ready.index(slot), desc_v.block_type.nbytes)
+                    _tma_load(desc_v, [b, hk, (lo_blk + t) * BLOCK_N, 0], v_ready.index(slot), v_smem.index(slot))
+                it += n_blocks
+                ti += 1
+
+    @gluon.jit
+    def _wsp_loader_causal(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+                           k_empty, v_empty, H, G, Nk, causal_off, win_off, n_m, n_tiles):
+        _wsp_loader(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                    v_empty, H, G, Nk, causal_off, win_off, n_m, n_tiles, True)
+
+    @gluon.jit
+    def _wsp_loader_full(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+                         k_empty, v_empty, H, G, Nk, causal_off, win_off, n_m, n_tiles):
+        _wsp_loader(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                    v_empty, H, G, Nk, causal_off, win_off, n_m, n_tiles, False)
+
+    @gluon.jit
+    def _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                      v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_tiles, HALF: gl.constexpr,
+                      CAUSAL: gl.constexpr):
+        """``_ws_consumer`` for every tile of a persistent program, counting the ring's uses across tiles."""
+        HALF_M: gl.constexpr = q_smem.shape[3]
+        NC: gl.constexpr = q_smem.shape[0]
+        BLOCK_N: gl.constexpr = k_smem.shape[3]
+        it = 0
+        ti = 0
+        for r in range(gl.cdiv(n_tiles, gl.num_programs(0))):
+            tile = _wsp_turn(r)
+            if tile < n_tiles:
+                b, h, bh, hk, start_m, lo_blk, n_blocks = _wsp_tile(tile, n_m, n_tiles, H, G, Nk, causal_off,
+                                                                    win_off, NC * HALF_M, BLOCK_N, CAUSAL)
+                _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                             b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, HALF, CAUSAL,
+                             False, 0.0, 0, it, ti & 1, q_empty, o_smem)
+                it += n_blocks
+                ti += 1
+        tma.store_wait(0)
+
+    @gluon.jit
+    def _wsp_consumer_0_causal(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+                               k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_tiles):
+        _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
+                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_tiles, 0, True)
+
+    @gluon.jit
+    def _wsp_consumer_0_full(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+                             k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_tiles):
+        _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
+                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_tiles, 0, False)
+
+    @gluon.jit
+    def _wsp_consumer_1_causal(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+                               k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_tiles):
+        _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
+                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_tiles, 1, True)
+
+    @gluon.jit
+    def _wsp_consumer_1_full(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+                             k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_tiles):
+        _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
+                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_tiles, 1, False)
+
+    @gluon.jit
+    def _wsp_consumer_2_causal(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+                               k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_tiles):
+        _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
+                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_tiles, 2, True)
+
+    @gluon.jit
+    def _wsp_consumer_2_full(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+                             k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_tiles):
+        _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
+                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_tiles, 2, False)
+
+    @gluon.jit
+    def _attn_fwd_gluon_wsp(desc_q, desc_k, desc_v, desc_o, LSE, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m,
+                            n_tiles, HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                            STAGES: gl.constexpr, CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+        """``_attn_fwd_gluon_ws`` as a persistent kernel (no ALiBi): a grid of at most one program per SM, each
+        taking one tile (query block, batch · head) of every round of ``num_programs`` (``_wsp_turn``) of the
+        ``n_tiles`` = ``n_m`` · B·H in ``_wsp_tile``'s order. The K/V ring runs on across tiles, so the loader brings the next
+        tile's Q (once its consumers' last Q·Kᵀ is done) and key blocks while the consumers finish this one;
+        O leaves through buffers of its own, the TMA store waited for only before the buffer's next use."""
+        HALF_M: gl.constexpr = 64
+        NC: gl.constexpr = BLOCK_M // HALF_M
+        dtype: gl.constexpr = desc_q.dtype
+        q_smem = gl.allocate_shared_memory(dtype, [NC, 1, 1, HALF_M, HEAD_D], desc_q.layout)
+        o_smem = gl.allocate_shared_memory(dtype, [NC, 1, 1, HALF_M, HEAD_D], desc_o.layout)
+        k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], desc_k.layout)
+        v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], desc_v.layout)
+        q_bars = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
+        q_empty = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
+        k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(NC):
+            mbarrier.init(q_bars.index(i), count=1)
+            mbarrier.init(q_empty.index(i), count=1)
+        for i in gl.static_range(STAGES):
+            mbarrier.init(k_ready.index(i), count=1)
+            mbarrier.init(v_ready.index(i), count=1)
+            mbarrier.init(k_empty.index(i), count=NC)  # one arrival per consumer warp group
+            mbarrier.init(v_empty.index(i), count=NC)
+        consumer_args = (desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                         v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_tiles)
+        loader_args = (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                       v_empty, H, G, Nk, causal_off, win_off, n_m, n_tiles)
+        if NC == 3:
+            if CAUSAL:
+                gl.warp_specialize([(_wsp_consumer_0_causal, consumer_args), (_wsp_consumer_1_causal, consumer_args),
+                                    (_wsp_consumer_2_causal, consumer_args), (_wsp_loader_causal, loader_args)],
+                                   [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
+            else:
+                gl.warp_specialize([(_wsp_consumer_0_full, consumer_args), (_wsp_consumer_1_full, consumer_args),
+                                    (_wsp_consumer_2_full, consumer_args), (_wsp_loader_full, loader_args)],
+                                   [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
+        else:
+            if CAUSAL:
+                gl.warp_specialize([(_wsp_consumer_0_causal, consumer_args), (_wsp_consumer_1_causal, consumer_args),
+                                    (_wsp_loader_causal, loader_args)], [4, 1], [CONSUMER_REGS, 24])
+            else:
+                gl.warp_specialize([(_wsp_consumer_0_full, consumer_args), (_wsp_consumer_1_full, consumer_args),
+                                    (_wsp_loader_full, loader_args)], [4, 1], [CONSUMER_REGS, 24])
+
+
 def gluon_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     """True when the Gluon kernel can take this call: Hopper (sm_90), float16/bfloat16, D = 64 or 128,
     last dims contiguous and 16-byte aligned for tensor descriptors. Variants are the caller's check."""
@@ -631,7 +845,7 @@ def consumer_regs(block_m: int) -> int:
 def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, *,
                   causal_off: int | None, scale: float, block_m: int, block_n: int, stages: int,
                   num_warps: int = 8, warp_spec: bool = False, win_off: int | None = None,
-                  slopes: torch.Tensor | None = None) -> None:
+                  slopes: torch.Tensor | None = None, persistent: bool = False) -> None:
     """Run the Gluon forward: q (B, H, Nq, D), k/v (B, Hkv, Nk, D), out like q, lse (B, H, Nq) float32,
     written in place. ``causal_off`` None: no right edge; else row i sees keys j <= i + causal_off.
     ``win_off`` None: no left edge; else row i sees keys j >= i + win_off (a sliding window; the
@@ -639,11 +853,14 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     ``slopes``: ALiBi, (H,) or (B, H) float32 on q's device (any strides): every score less
     slope·|i + Nk − Nq − j| (bottom-right aligned, as the Triton kernel's), before the mask.
     ``warp_spec``: the kernel with a loader warp and two or three consumer warp groups (block_m 128 or
-    192, num_warps 4 per group); else one program of num_warps warps. No input checks (the public entry points and
-    ``gluon_supported`` do them)."""
+    192, num_warps 4 per group); else one program of num_warps warps. ``persistent`` (with ``warp_spec``, no
+    ALiBi): one program per SM at most, taking the tiles in turn (``_attn_fwd_gluon_wsp``). No input checks (the
+    public entry points and ``gluon_supported`` do them)."""
     _check_tiles(block_m, block_n, stages, num_warps, warp_spec)
     if win_off is not None and not warp_spec:
         raise ValueError("a window's left edge needs the warp-specialised Gluon forward (warp_spec=True)")
+    if persistent and (not warp_spec or slopes is not None):
+        raise ValueError("the persistent Gluon forward is the warp-specialised kernel without ALiBi")
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     el = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
@@ -662,7 +879,16 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         args_alibi = dict(SLOPES=slopes, stride_sb=stride_sb, stride_sh=stride_sh, alibi_off=Nk - Nq)
     else:
         args_alibi = {}
-    if warp_spec:  # (the kept compiled kernel after a specialisation's first call: launch.launch_kept)
+    if persistent:
+        from .decode_config import _device_sms
+
+        n_m = grid[0]
+        n_tiles = n_m * B * H
+        args = args[:-1] + (NO_WINDOW if win_off is None else win_off, args[-1], n_m, n_tiles)
+        launch_kept(_attn_fwd_gluon_wsp, (max(1, min(n_tiles, _device_sms(q.device))),),
+                    dict(zip(_attn_fwd_gluon_wsp.arg_names, args)) | const
+                    | dict(CONSUMER_REGS=consumer_regs(block_m)), num_warps=num_warps)
+    elif warp_spec:  # (the kept compiled kernel after a specialisation's first call: launch.launch_kept)
         args = args[:-1] + (NO_WINDOW if win_off is None else win_off, args[-1])
         launch_kept(_attn_fwd_gluon_ws, grid, dict(zip(_attn_fwd_gluon_ws.arg_names, args)) | args_alibi | const
                     | dict(CONSUMER_REGS=consumer_regs(block_m)), num_warps=num_warps)
@@ -671,11 +897,12 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
 
 def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: int = 128, stages: int = 2,
                  num_warps: int = 8, dtype: torch.dtype = torch.bfloat16, warp_spec: bool = False,
-                 alibi: bool = False):
+                 alibi: bool = False, persistent: bool = False):
     """Build the Gluon forward for Hopper (sm_90) on any machine, GPU or not (Triton's own ptxas): the
     compiled kernel, whose ``asm`` holds the PTX and cubin and ``metadata`` the shared memory. What the
     CPU tests and ``benchmarks/prefill.py aot`` read: registers, spills, and the wgmma waits. ``alibi``:
-    the ALiBi build (float32 slopes, run-time strides); without it the ALiBi arguments are None."""
+    the ALiBi build (float32 slopes, run-time strides); without it the ALiBi arguments are None.
+    ``persistent``: the persistent warp-specialised kernel (``_attn_fwd_gluon_wsp``; no ALiBi)."""
     if not HAVE_GLUON:
         raise RuntimeError("this triton has no Gluon (triton >= 3.5 needed)")
     import triton
@@ -691,10 +918,13 @@ def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: in
 
     _check_tiles(block_m, block_n, stages, num_warps, warp_spec)
     const = dict(HEAD_D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal)
-    fn = _attn_fwd_gluon_ws if warp_spec else _attn_fwd_gluon
+    if persistent and (not warp_spec or alibi):
+        raise ValueError("the persistent Gluon forward is the warp-specialised kernel without ALiBi")
+    fn = _attn_fwd_gluon_wsp if persistent else _attn_fwd_gluon_ws if warp_spec else _attn_fwd_gluon
     const |= dict(CONSUMER_REGS=consumer_regs(block_m)) if warp_spec else dict(num_warps=num_warps)
-    const |= dict(ALIBI=True) if alibi else dict(SLOPES=None, stride_sb=None, stride_sh=None, alibi_off=None,
-                                                 ALIBI=False)
+    if not persistent:
+        const |= dict(ALIBI=True) if alibi else dict(SLOPES=None, stride_sb=None, stride_sh=None, alibi_off=None,
+                                                     ALIBI=False)
     q_rows = 64 if warp_spec else block_m
     sig = {}
     for n in fn.arg_names:
@@ -707,13 +937,13 @@ def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: in
 
 def sm90_report(head_dim: int, *, causal: bool, block_m: int = 128, block_n: int = 128, stages: int = 2,
                 num_warps: int = 8, dtype: torch.dtype = torch.bfloat16, warp_spec: bool = False,
-                alibi: bool = False) -> dict:
+                alibi: bool = False, persistent: bool = False) -> dict:
     """What the compiler made of one sm_90 build (``compile_sm90``): shared memory (KB), registers and
     spill stack per thread (from the cubin, where Triton ships cuobjdump), and the PTX's wgmma waits
     (``wait_groups``: the distinct N of ``wgmma.wait_group N``; 1 is the wait that leaves P·V in flight).
     Needs a process without TRITON_INTERPRET (the interpreter replaces the jit functions Gluon calls)."""
     kernel = compile_sm90(head_dim, causal=causal, block_m=block_m, block_n=block_n, stages=stages,
-                          num_warps=num_warps, dtype=dtype, warp_spec=warp_spec, alibi=alibi)
+                          num_warps=num_warps, dtype=dtype, warp_spec=warp_spec, alibi=alibi, persistent=persistent)
     return kernel_report(kernel)
 
 

@@ -1,0 +1,155 @@
+"""The Gluon forward as a persistent kernel against the grid kernel, and cuDNN, on the prefill table's shapes.
+
+The warp-specialised Gluon forward (``attnlab.gpu.prefill_gluon``) launches one program per (query block,
+batch · head): each program loads its Q block, walks its key blocks and stores O, and at 4K tokens a causal
+program walks 16 key blocks on average, so a program's start (Q and the first K/V loads) and end (O's
+normalisation and store) are a larger share of its time than at 16K. The persistent build
+(``FwdConfig.persistent``, ``_attn_fwd_gluon_wsp``) runs at most one program per SM, each taking tiles in
+turn: the loader brings the next tile's Q and key blocks while the consumers finish the current tile, and O
+leaves through a buffer of its own.
+
+For each row (bfloat16, 16K tokens, H·D = 2048, as ``benchmarks/prefill.py``'s grid; N = 4K and 16K, D = 64
+and 128, causal or not) the script times, alternating in ``--rounds`` rounds in one process
+(``triton.testing.do_bench`` medians, forward only): the table's Gluon entry (``grid``), the same entry
+persistent (``persistent``), at D = 64 also both with 128-row tiles, and SDPA's cuDNN forward (``cudnn``).
+Each attnlab build's output is compared with the grid kernel's: the persistent build must give the same bits
+(each tile's arithmetic is unchanged). TFLOP/s by ``attnlab.cost.attention_flops``.
+
+    python benchmarks/fwd_persistent.py [--rounds 2] [--json out.json]
+    python benchmarks/fwd_persistent.py --report benchmarks/data/fwd-persistent-h200-run1.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+TOKENS, WIDTH = 16384, 2048
+ROWS = [(D, causal, N) for D in (64, 128) for causal in (True, False) for N in (4096, 16384)]
+
+
+def builds(D: int, causal: bool):
+    """(name, FwdConfig) of the attnlab builds timed for a row: the table's Gluon entry and its persistent twin,
+    and at D = 64 (whose entry has 192-row tiles) the 128-row pair too."""
+    from attnlab.gpu.config import FwdConfig, default_fwd_config
+
+    entry = default_fwd_config(D, causal, torch.device("cuda"))
+    out = [("grid", entry), ("persistent", dataclasses.replace(entry, persistent=True))]
+    if entry.block_m != 128:
+        e128 = FwdConfig(128, entry.block_n, entry.num_warps, entry.num_stages, tma=True, warp_spec=True, gluon=True)
+        out += [("grid-128", e128), ("persistent-128", dataclasses.replace(e128, persistent=True))]
+    return out
+
+
+def row(D: int, causal: bool, N: int, rounds: int) -> list[dict]:
+    """The timed rows of one shape: every build and cuDNN, alternating in ``rounds`` rounds."""
+    import triton
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    from attnlab.cost import attention_flops
+    from attnlab.gpu import prefill_forward
+    from attnlab.variants import Mask
+
+    B, H = TOKENS // N, WIDTH // D
+    g = torch.Generator(device="cuda").manual_seed(N + D)
+    q, k, v = (torch.randn(B, H, N, D, generator=g, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    mask, scale = Mask(-1, 0 if causal else -1), D ** -0.5
+    fl = attention_flops(batch=B, heads=H, seq_q=N, head_dim=D, causal=causal, pass_="fwd")
+    fns, outs = {}, {}
+    for name, cfg in builds(D, causal):
+        def fn(cfg=cfg):
+            return prefill_forward(q, k, v, mask=mask, scale=scale, config=cfg)
+        fns[name], outs[name] = fn, fn()
+    # each persistent build against its grid twin (the same tiles: the same arithmetic, the same bits)
+    same = {name: bool(torch.equal(o[0], outs[twin][0]) and torch.equal(o[1], outs[twin][1]))
+            for name, o in outs.items() if name.startswith("persistent")
+            for twin in [name.replace("persistent", "grid")]}
+
+    def cudnn():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return sdpa(q, k, v, is_causal=causal)
+    fns["cudnn"] = cudnn
+    rows = []
+    for rnd in range(rounds):
+        for name, fn in fns.items():
+            ms = triton.testing.do_bench(fn, warmup=25, rep=100)
+            rows.append({"D": D, "causal": causal, "N": N, "B": B, "H": H, "build": name, "round": rnd, "ms": ms,
+                         "tflops": fl / ms / 1e9, "same_bits": same.get(name)})
+    return rows
+
+
+def run(rounds: int) -> list[dict]:
+    rows = []
+    for D, causal, N in ROWS:
+        rows += row(D, causal, N, rounds)
+        print(f"fwd_persistent: D = {D}, causal {causal}, N = {N} done", file=sys.stderr, flush=True)
+    return rows
+
+
+def table(rows: list[dict]) -> list[str]:
+    """Markdown: one line per (row, build), ms by round, best TFLOP/s, × the grid kernel and × cuDNN (best
+    rounds), and whether the build's bits equal its grid twin's."""
+    out = ["| D | causal | N | build | ms by round | TFLOP/s (best) | × grid | × cuDNN | same bits |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    keys = []
+    for r in rows:
+        key = (r["D"], r["causal"], r["N"])
+        if key not in keys:
+            keys.append(key)
+    for key in keys:
+        rs = [r for r in rows if (r["D"], r["causal"], r["N"]) == key]
+        names = []
+        for r in rs:
+            if r["build"] not in names:
+                names.append(r["build"])
+        best = {n: min(r["ms"] for r in rs if r["build"] == n) for n in names}
+        for n in names:
+            mine = [r for r in rs if r["build"] == n]
+            twin = n.replace("persistent", "grid")
+            bits = mine[0]["same_bits"]
+            ms = " / ".join(f"{r['ms']:.3f}" for r in mine)
+            vs_grid = "—" if n == "cudnn" else f"{best[twin] / best[n]:.3f}"
+            same = "—" if bits is None else "yes" if bits else "NO"
+            out.append(f"| {key[0]} | {key[1]} | {key[2]} | {n} | {ms} | {max(r['tflops'] for r in mine):.0f} | "
+                       f"{vs_grid} | {best['cudnn'] / best[n]:.2f} | {same} |")
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of every build (default 2)")
+    ap.add_argument("--json", type=Path, help="write the rows here (refuses an existing file)")
+    ap.add_argument("--report", type=Path, help="print the table of a run's JSON (no GPU needed)")
+    args = ap.parse_args(argv)
+    if args.report is not None:
+        print("\n".join(table(json.loads(args.report.read_text())["rows"])))
+        return 0
+    if args.rounds < 1:
+        print("fwd_persistent: --rounds must be at least 1", file=sys.stderr)
+        return 2
+    if args.json is not None and args.json.exists():
+        print(f"fwd_persistent: {args.json} exists; not overwriting it", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("fwd_persistent: needs a CUDA GPU (Hopper, for the Gluon kernels)", file=sys.stderr)
+        return 2
+    import triton
+
+    rows = run(args.rounds)
+    print("\n".join(table(rows)))
+    if args.json is not None:
+        args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "gpu": torch.cuda.get_device_name(),
+                                         "torch": torch.__version__, "triton": triton.__version__, "rows": rows},
+                                        indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
