@@ -64,8 +64,9 @@ def _counters(device, n: int) -> torch.Tensor:
 # Launch the merge kernel as a programmatic dependent launch (Hopper and newer): its programs start as the split
 # kernel's end, and wait for its writes. "eager": eager calls only, after a plan's first call (which compiles
 # the plain pair a graph takes); True: graphs too; False: never. On an H200 under CUDA graphs it was 0.1-0.4 µs
-# slower on every batch-1 shape (decode-host runs 8 and 22); eager, on a host fast enough that the GPU's queue
-# stays full, it was 0.8-1.5 µs faster on the 32K shapes in every round but one of a host's stalls (run 22).
+# slower on every batch-1 shape (decode-host runs 8, 22 and 23); eager, on the 32K shapes (the smaller ones merge
+# in the split kernel when eager), it was faster in 7 of 8 pairs by 0.1-2.0 µs, slower in one round where the
+# host, not the GPU, set the pace (runs 22 and 23).
 MERGE_PDL: bool | str = "eager"
 
 
