@@ -9,12 +9,7 @@ OUT=${OUT:-out-decode}
 D="$OUT/decode"
 RUN=${RUN:-x}
 source "$(dirname "$0")/device_env.sh"
-t0=$(date +%s)
-timeout ${TEST_S:-240} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu/test_launch.py \
-    tests/gpu/test_decode.py tests/gpu/test_decode_plans.py tests/gpu/test_decode_variants.py > "$D/tests.log" 2>&1
-rc=$?
-echo "tests: exit $rc in $(( $(date +%s) - t0 ))s"; tail -n 2 "$D/tests.log"; grep "^FAILED" "$D/tests.log" | head
-[ "$rc" = 0 ] || { echo "GPU tests failed: no benchmarks"; exit 1; }
+decode_gpu_tests || { echo "GPU tests failed: no benchmarks"; exit 1; }
 t0=$(date +%s)
 timeout ${BENCH_S:-120} python3 benchmarks/decode_host.py --breakdown --calls 1000 \
     --json "$D/decode-breakdown-h200-run$RUN.json" > "$D/breakdown.log" 2>&1

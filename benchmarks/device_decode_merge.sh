@@ -17,12 +17,7 @@ if [ "${PHASES:-}" = "sweep" ]; then
     echo "decode_host --sweep: exit $?"; grep "^|" "$D/decode.log"
     exit 0
 fi
-t0=$(date +%s)
-timeout ${TEST_S:-240} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu/test_launch.py \
-    tests/gpu/test_decode.py tests/gpu/test_decode_plans.py tests/gpu/test_decode_variants.py > "$D/tests.log" 2>&1
-rc=$?
-echo "tests: exit $rc in $(( $(date +%s) - t0 ))s"; tail -n 2 "$D/tests.log"; grep "^FAILED" "$D/tests.log" | head
-[ "$rc" = 0 ] || { echo "GPU tests failed: no benchmarks"; exit 1; }
+decode_gpu_tests || { echo "GPU tests failed: no benchmarks"; exit 1; }
 n=$RUN
 for flags in "" "--eager-fused-below 0" ""; do
     t0=$(date +%s)
