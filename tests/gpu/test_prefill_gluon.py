@@ -9,6 +9,7 @@ run, ALiBi calls reach the Gluon kernel) and the refusals. On a Hopper GPU the k
 the float64 criterion of the other kernels on awkward shapes.
 """
 
+import dataclasses
 
 import pytest
 import torch
@@ -286,29 +287,132 @@ def test_persistent_builds_for_sm90_with_an_output_buffer_and_the_same_schedule(
         G.compile_sm90(64, causal=True, persistent=True)
 
 
+# the warp-specialised builds that must give the plain grid kernel's bits: persistent, the part query block first,
+# the longest walks first over groups of heads (grid and persistent schedule), and all of them together
+SAME_BITS_BUILDS = [dict(persistent=True), dict(part_first=True), dict(head_chunk=8), dict(head_chunk=3),
+                    dict(part_first=True, head_chunk=8, persistent=True), dict(part_first=True, head_chunk=3,
+                                                                               persistent=True)]
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
 @pytest.mark.parametrize("block_m,block_n", [(128, 128), (192, 128), (128, 64)])
 @pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,causal,dtype", GLUON_CASES + [
-    (2, 16, 4, 4200, 4200, 128, True, torch.bfloat16), (1, 24, 24, 3000, 2900, 64, False, torch.float16)])  # > 132 tiles
+    (2, 16, 4, 4200, 4200, 128, True, torch.bfloat16), (1, 24, 24, 3000, 2900, 64, False, torch.float16),  # > 132 tiles
+    (4, 8, 2, 4096, 4096, 64, True, torch.bfloat16),  # 192-row blocks: a part block of 64 rows
+    (1, 5, 5, 1000, 1100, 64, True, torch.float16)])  # a part block of 40 rows past 64-row slices, Nq < Nk
 def test_gpu_persistent_gluon_matches_reference_and_the_grid_kernel(B, H, Hkv, Nq, Nk, D, causal, dtype, block_m,
                                                                     block_n):
-    """The persistent forward (one program per SM at most, tiles in turn) within the criterion, and equal to
-    the non-persistent kernel's output and lse to the bit (each tile's arithmetic is the same), also when
-    there are more tiles than SMs and when fewer."""
+    """The persistent forward (one program per SM at most, tiles in turn), the part query block first and the
+    longest walks first over groups of heads, within the criterion, and each equal to the plain grid kernel's
+    output and lse to the bit (each row's arithmetic is the same), also when there are more tiles than SMs and
+    when fewer."""
     gen = torch.Generator(device=DEV).manual_seed(Nq * 11 + Nk)
     q = torch.randn(B, H, Nq, D, dtype=dtype, device=DEV, generator=gen)
     k, v = (torch.randn(B, Hkv, Nk, D, dtype=dtype, device=DEV, generator=gen) for _ in range(2))
     scale = D ** -0.5
     outs = []
-    for persistent in (False, True):
+    for build in [{}] + SAME_BITS_BUILDS:
         out = torch.full_like(q, float("nan"))
         lse = torch.full((B, H, Nq), float("nan"), device=DEV)
         G.gluon_forward(q, k, v, out, lse, causal_off=Nk - Nq if causal else None, scale=scale, block_m=block_m,
-                        block_n=block_n, stages=2, num_warps=4, warp_spec=True, persistent=persistent)
-        outs.append((out, lse))
-    _ref_check(q, k, v, *outs[1], causal, scale)
-    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+                        block_n=block_n, stages=2, num_warps=4, warp_spec=True, **build)
+        outs.append((build, out, lse))
+    _ref_check(q, k, v, *outs[-1][1:], causal, scale)
+    for build, out, lse in outs[1:]:
+        assert torch.equal(outs[0][1], out) and torch.equal(outs[0][2], lse), build
+
+
+def _half_walks(Nq, Nk, block_m, block_n, causal_off, win_off, m_shift):
+    """For every (query block, 64-row slice) of the warp-specialised kernels, the key blocks it walks with the
+    kernel's masked flag each: ``_wsp_tile``'s bounds and ``_ws_consumer``'s ``full`` and ``lo_full``."""
+    walks = G.tile_walks(Nq, Nk, block_m, block_n, causal_off, win_off, m_shift)
+    out = []
+    for m, n in enumerate(walks):
+        start = max(m * block_m - m_shift, 0)
+        lo_blk = max(start + (G.NO_WINDOW if win_off is None else win_off), 0) // block_n
+        for half in range(block_m // 64):
+            row0 = start + 64 * half
+            full = Nk if causal_off is None else max(min(Nk, row0 + 1 + causal_off), 0)
+            full = full // block_n * block_n
+            lo_full = max(row0 + 63 + (G.NO_WINDOW if win_off is None else win_off), 0)
+            lo_full = -(-lo_full // block_n) * block_n
+            blocks = [(j, j * block_n < lo_full or j * block_n >= full) for j in range(lo_blk, lo_blk + n)]
+            out.append((row0, blocks))
+    return out
+
+
+@pytest.mark.parametrize("Nq,Nk,block_m,block_n,right,left", [
+    (4096, 4096, 192, 128, 0, -1), (1000, 1000, 192, 128, 0, -1), (1000, 1100, 192, 64, 0, -1),
+    (700, 300, 192, 128, 0, -1), (4096, 4096, 192, 128, 0, 1023), (900, 400, 192, 64, 0, 300),
+    (4160, 4200, 192, 128, 3, -1), (4096, 4096, 128, 128, 0, -1), (200, 200, 192, 128, 0, -1)])
+def test_the_part_block_first_walks_every_row_as_before(Nq, Nk, block_m, block_n, right, left):
+    """``part_first_shift``: the last query block ends at Nq (less than 64 rows after it), block 1 starts after
+    row 0, every row is in some block, and the shift keeps every 64-row slice on a multiple of 64. The same-bits
+    claim, on the kernels' own bounds (``tile_walks``) and masked flags: a row made by two blocks sees the same
+    key blocks with the same flags in both, and a block of either walk that the other lacks shows it no key
+    (wholly right of its diagonal or left of its window), so adds nothing."""
+    causal_off = Nk - Nq + right
+    win_off = Nk - Nq - left if left >= 0 else None
+    shift = G.part_first_shift(Nq, block_m)
+    n_m = -(-Nq // block_m)
+    assert shift % 64 == 0 and 0 <= shift < block_m
+    if n_m >= 2:
+        assert 0 < block_m - shift and Nq <= (n_m * block_m - shift) < Nq + 64
+    else:
+        assert shift == 0
+    seen: dict[int, list] = {}
+    for row0, blocks in _half_walks(Nq, Nk, block_m, block_n, causal_off, win_off, shift):
+        for r in range(row0, min(row0 + 64, Nq)):
+            lo = r + (win_off if win_off is not None else -(1 << 30))
+            visible = [(j, flag) for j, flag in blocks
+                       if max(j * block_n, lo) <= min(j * block_n + block_n - 1, Nk - 1, r + causal_off)]
+            if r in seen:
+                assert visible == seen[r], (r, visible, seen[r])
+            seen[r] = visible
+    assert sorted(seen) == list(range(Nq))
+    # and the unshifted blocks walk each row the same way too (the kernels' arithmetic for a row is its walk's)
+    plain = {}
+    for row0, blocks in _half_walks(Nq, Nk, block_m, block_n, causal_off, win_off, 0):
+        for r in range(row0, min(row0 + 64, Nq)):
+            lo = r + (win_off if win_off is not None else -(1 << 30))
+            plain[r] = [(j, flag) for j, flag in blocks
+                        if max(j * block_n, lo) <= min(j * block_n + block_n - 1, Nk - 1, r + causal_off)]
+    assert plain == seen
+
+
+def test_the_part_block_first_saves_the_products_of_the_longest_walk():
+    """At 4K rows in 192-row blocks (the D = 64 causal entry) the part block holds 64 rows; first instead of last,
+    its walk is 2 key blocks, not 32: the blocks' walks sum to 364 key blocks a head instead of 384."""
+    assert sum(G.tile_walks(4096, 4096, 192, 128, 0, None)) == 384
+    assert sum(G.tile_walks(4096, 4096, 192, 128, 0, None, G.part_first_shift(4096, 192))) == 364
+
+
+@pytest.mark.parametrize("n_m,bh,programs,chunk", [(22, 128, 132, 8), (32, 64, 132, 4), (3, 5, 132, 8),
+                                                   (86, 32, 132, 16), (7, 9, 4, 2), (1, 1, 1, 1)])
+def test_persistent_schedules_take_every_tile_once_and_balance_causal_walks(n_m, bh, programs, chunk):
+    """Every tile once. Without walks: the rounds forward and back (program p takes tile p of round 0 and
+    programs − 1 − p of round 1). With a causal mask's walks: each group of ``chunk`` heads' tiles longest first,
+    and no program's work (walks plus TILE_COST a tile) more than the longest tile above the average."""
+    rows = G.persistent_schedule(n_m, bh, programs)
+    assert sorted(t for r in rows for t in r) == list(range(n_m * bh))
+    if n_m * bh >= 2 * programs:
+        assert rows[0][:2] == [0, 2 * programs - 1] and rows[-1][:2] == [programs - 1, programs]
+    Nq = n_m * 192 - 64  # n_m query blocks, the last of 128 rows
+    walks = G.tile_walks(Nq, Nq, 192, 128, 0, None, G.part_first_shift(Nq, 192))
+    rows = G.persistent_schedule(n_m, bh, programs, walks, chunk)
+    flat = [t for r in rows for t in r]
+    assert sorted(flat) == list(range(n_m * bh))
+    cost = [sum(walks[t % n_m] + G.TILE_COST for t in r) for r in rows]
+    longest = max(walks) + G.TILE_COST
+    assert max(cost) - sum(cost) / programs <= longest
+    for r in rows:  # a program's tiles in the order of the groups, and longest first inside one
+        keys = [((t // n_m) // chunk, -walks[t % n_m]) for t in r]
+        assert keys == sorted(keys)
+    with pytest.raises(ValueError, match="walks"):
+        G.persistent_schedule(n_m, bh, programs, walks[:-1] + [0, 0], chunk)
+    with pytest.raises(ValueError, match="positive"):
+        G.persistent_schedule(n_m, bh, programs, walks, 0)
 
 
 @pytest.mark.gpu
@@ -329,6 +433,11 @@ def test_gpu_persistent_gluon_sliding_window_and_the_dispatch(B, H, Hkv, Nq, Nk,
     got = prefill_forward(q, k, v, mask=mask, scale=scale, config=pcfg)
     _ref_check(q, k, v, *got, window[1] == 0, scale, window=window)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    for build in SAME_BITS_BUILDS:  # the part block first, groups of heads: the same bits with a window too
+        for base in (cfg, FwdConfig(192, 128, 4, 2, tma=True, warp_spec=True, gluon=True)):
+            ref = want if base is cfg else prefill_forward(q, k, v, mask=mask, scale=scale, config=base)
+            got = prefill_forward(q, k, v, mask=mask, scale=scale, config=dataclasses.replace(base, **build))
+            assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1]), (build, base.block_m)
     slopes = torch.rand(H, device=DEV)
     a = prefill_forward(q, k, v, mask=mask, scale=scale, config=pcfg, slopes=slopes)
     b = prefill_forward(q, k, v, mask=mask, scale=scale, config=cfg, slopes=slopes)

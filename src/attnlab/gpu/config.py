@@ -38,6 +38,8 @@ class FwdConfig:
     # with warp_spec: a loader warp and two 64-row consumer warp groups (block_m 128, num_warps 4 per group)
     persistent: bool = False  # Gluon, warp_spec: one program per SM taking the tiles in turn (not with ALiBi, which
     # takes the non-persistent kernel)
+    head_chunk: int = 1  # Gluon, warp_spec, causal: the longest walks first over this many heads at a time
+    part_first: bool = False  # Gluon, warp_spec, causal: the part query block first (the shortest walk), not last
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ tests check them against the reference.
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 
@@ -529,25 +530,30 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _attn_fwd_gluon_ws(desc_q, desc_k, desc_v, desc_o, LSE, H, G, Nq, Nk, causal_off, win_off, qk_scale,
-                           HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                           m_shift, chunk, HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                            STAGES: gl.constexpr, CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                            SLOPES=None, stride_sb=None, stride_sh=None, alibi_off=None, ALIBI: gl.constexpr = False):
-        """Grid (query blocks, B·H); BLOCK_M / 64 consumer warp groups (2 or 3) of 4 warps, 64 query rows
-        each, and one loader warp. Descriptors as ``_attn_fwd_gluon``'s, Q and O with blocks of 64 rows.
+        """Grid (query blocks · chunk, B·H / chunk); BLOCK_M / 64 consumer warp groups (2 or 3) of 4 warps, 64
+        query rows each, and one loader warp. Descriptors as ``_attn_fwd_gluon``'s, Q and O with blocks of 64 rows.
         The consumers share the K/V ring but wait only on barriers, never on each other, so one's
         softmax falls under another's wgmmas (FlashAttention-3's producer / consumers). ALIBI and its
-        four arguments as in ``_attn_fwd_gluon``: the slope is loaded once here and handed to the consumers."""
+        four arguments as in ``_attn_fwd_gluon``: the slope is loaded once here and handed to the consumers.
+        Causal: the programs of each group of ``chunk`` heads (of B·H) start the longest walks first, and query
+        block m > 0 starts ``m_shift`` rows early (``query_block_start``); without a mask chunk = 1, m_shift = 0."""
         HALF_M: gl.constexpr = 64
         NC: gl.constexpr = BLOCK_M // HALF_M
         dtype: gl.constexpr = desc_q.dtype
         pid_m = gl.program_id(0)
-        if CAUSAL:
-            pid_m = gl.num_programs(0) - 1 - pid_m
         bh = gl.program_id(1)
+        if CAUSAL:  # the longest walks first, over `chunk` heads at a time
+            bh = bh * chunk + pid_m % chunk
+            pid_m = gl.num_programs(0) // chunk - 1 - pid_m // chunk
+            start_m = gl.maximum(pid_m * BLOCK_M - m_shift, 0)
+        else:
+            start_m = pid_m * BLOCK_M
         b = bh // H
         h = bh % H
         hk = h // G
-        start_m = pid_m * BLOCK_M
         if CAUSAL:
             hi = gl.maximum(gl.minimum(Nk, start_m + BLOCK_M + causal_off), 0)
         else:
@@ -621,21 +627,16 @@ if HAVE_GLUON:
     # -- persistent: one program per SM takes tiles in turn, the next tile's loads under this one's epilogue ----
 
     @gluon.jit
-    def _wsp_tile(tile, n_m, n_tiles, H, G, Nk, causal_off, win_off, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+    def _wsp_tile(tile, n_m, H, G, Nk, causal_off, win_off, m_shift, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   CAUSAL: gl.constexpr):
-        """Tile ``tile`` of a persistent program: (b, h, b·H + h, K/V head, first row, first key block, key
-        blocks). Without a causal mask head by head, as the non-persistent grid launches its programs; with one,
-        the longest walks first over all heads (every head's last query block, then every head's one before)."""
-        if CAUSAL:
-            BH = n_tiles // n_m
-            bh = tile % BH
-            pid_m = n_m - 1 - tile // BH
-        else:
-            bh = tile // n_m
-            pid_m = tile % n_m
+        """Tile ``tile`` = (b·H + h)·n_m + query block of a persistent program: (b, h, b·H + h, K/V head, first
+        row, first key block, key blocks). Causal: query block m > 0 starts ``m_shift`` rows early, as in the grid
+        kernel."""
+        bh = tile // n_m
+        pid_m = tile % n_m
         b = bh // H
         h = bh % H
-        start_m = pid_m * BLOCK_M
+        start_m = gl.maximum(pid_m * BLOCK_M - m_shift, 0)
         if CAUSAL:
             hi = gl.maximum(gl.minimum(Nk, start_m + BLOCK_M + causal_off), 0)
         else:
@@ -645,30 +646,24 @@ if HAVE_GLUON:
         return b, h, bh, h // G, start_m, lo_blk, n_blocks
 
     @gluon.jit
-    def _wsp_turn(i):
-        """Round ``i``'s tile of this program: the rounds of ``num_programs`` tiles run forward and back in turn
-        (program p takes tile p of even rounds and tile P − 1 − p of odd ones), so that with tiles in descending
-        length (causal) no program takes the longest tile of every round."""
-        P = gl.num_programs(0)
-        p = gl.program_id(0)
-        return i * P + gl.where(i % 2 == 0, p, P - 1 - p)
-
-    @gluon.jit
     def _wsp_loader(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
-                    v_empty, H, G, Nk, causal_off, win_off, n_m, n_tiles, CAUSAL: gl.constexpr):
+                    v_empty, H, G, Nk, causal_off, win_off, n_m, SCHED, n_turns, m_shift, CAUSAL: gl.constexpr):
         """``_ws_loader`` for every tile of a persistent program: a tile's Q slices once their consumers have
-        released the previous tile's (``q_empty``), its key blocks into the ring where the last tile's left off."""
+        released the previous tile's (``q_empty``), its key blocks into the ring where the last tile's left off.
+        The program's tiles: row ``program_id`` of the schedule SCHED (``n_turns`` int32 tile ids, −1 past its
+        last; ``persistent_schedule``)."""
         HALF_M: gl.constexpr = q_smem.shape[3]
         NC: gl.constexpr = q_smem.shape[0]
         BLOCK_N: gl.constexpr = k_smem.shape[3]
         STAGES: gl.constexpr = k_smem.shape[0]
         it = 0
         ti = 0
-        for r in range(gl.cdiv(n_tiles, gl.num_programs(0))):
-            tile = _wsp_turn(r)
-            if tile < n_tiles:  # (the last round may hold fewer tiles than programs)
-                b, h, bh, hk, start_m, lo_blk, n_blocks = _wsp_tile(tile, n_m, n_tiles, H, G, Nk, causal_off,
-                                                                    win_off, NC * HALF_M, BLOCK_N, CAUSAL)
+        row = SCHED + gl.program_id(0) * n_turns
+        for r in range(n_turns):
+            tile = gl.load(row + r)
+            if tile >= 0:  # (a program may hold fewer tiles than the longest row)
+                b, h, bh, hk, start_m, lo_blk, n_blocks = _wsp_tile(tile, n_m, H, G, Nk, causal_off, win_off,
+                                                                    m_shift, NC * HALF_M, BLOCK_N, CAUSAL)
                 for i in gl.static_range(NC):
                     if ti > 0:
                         mbarrier.wait(q_empty.index(i), (ti - 1) & 1)
@@ -690,31 +685,33 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _wsp_loader_causal(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
-                           k_empty, v_empty, H, G, Nk, causal_off, win_off, n_m, n_tiles):
+                           k_empty, v_empty, H, G, Nk, causal_off, win_off, n_m, SCHED, n_turns, m_shift):
         _wsp_loader(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
-                    v_empty, H, G, Nk, causal_off, win_off, n_m, n_tiles, True)
+                    v_empty, H, G, Nk, causal_off, win_off, n_m, SCHED, n_turns, m_shift, True)
 
     @gluon.jit
     def _wsp_loader_full(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
-                         k_empty, v_empty, H, G, Nk, causal_off, win_off, n_m, n_tiles):
+                         k_empty, v_empty, H, G, Nk, causal_off, win_off, n_m, SCHED, n_turns, m_shift):
         _wsp_loader(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
-                    v_empty, H, G, Nk, causal_off, win_off, n_m, n_tiles, False)
+                    v_empty, H, G, Nk, causal_off, win_off, n_m, SCHED, n_turns, m_shift, False)
 
     @gluon.jit
     def _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
-                      v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_tiles, HALF: gl.constexpr,
-                      CAUSAL: gl.constexpr):
-        """``_ws_consumer`` for every tile of a persistent program, counting the ring's uses across tiles."""
+                      v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift,
+                      HALF: gl.constexpr, CAUSAL: gl.constexpr):
+        """``_ws_consumer`` for every tile of a persistent program (the loader's), counting the ring's uses
+        across tiles."""
         HALF_M: gl.constexpr = q_smem.shape[3]
         NC: gl.constexpr = q_smem.shape[0]
         BLOCK_N: gl.constexpr = k_smem.shape[3]
         it = 0
         ti = 0
-        for r in range(gl.cdiv(n_tiles, gl.num_programs(0))):
-            tile = _wsp_turn(r)
-            if tile < n_tiles:
-                b, h, bh, hk, start_m, lo_blk, n_blocks = _wsp_tile(tile, n_m, n_tiles, H, G, Nk, causal_off,
-                                                                    win_off, NC * HALF_M, BLOCK_N, CAUSAL)
+        row = SCHED + gl.program_id(0) * n_turns
+        for r in range(n_turns):
+            tile = gl.load(row + r)
+            if tile >= 0:
+                b, h, bh, hk, start_m, lo_blk, n_blocks = _wsp_tile(tile, n_m, H, G, Nk, causal_off, win_off,
+                                                                    m_shift, NC * HALF_M, BLOCK_N, CAUSAL)
                 _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                              b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, HALF, CAUSAL,
                              False, 0.0, 0, it, ti & 1, q_empty, o_smem)
@@ -724,49 +721,57 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _wsp_consumer_0_causal(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
-                               k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_tiles):
+                               k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
+                               n_turns, m_shift):
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
-                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_tiles, 0, True)
+                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 0, True)
 
     @gluon.jit
     def _wsp_consumer_0_full(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
-                             k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_tiles):
+                             k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
+                               n_turns, m_shift):
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
-                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_tiles, 0, False)
+                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 0, False)
 
     @gluon.jit
     def _wsp_consumer_1_causal(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
-                               k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_tiles):
+                               k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
+                               n_turns, m_shift):
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
-                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_tiles, 1, True)
+                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 1, True)
 
     @gluon.jit
     def _wsp_consumer_1_full(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
-                             k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_tiles):
+                             k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
+                               n_turns, m_shift):
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
-                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_tiles, 1, False)
+                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 1, False)
 
     @gluon.jit
     def _wsp_consumer_2_causal(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
-                               k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_tiles):
+                               k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
+                               n_turns, m_shift):
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
-                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_tiles, 2, True)
+                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 2, True)
 
     @gluon.jit
     def _wsp_consumer_2_full(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
-                             k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_tiles):
+                             k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
+                               n_turns, m_shift):
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
-                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_tiles, 2, False)
+                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 2, False)
 
     @gluon.jit
     def _attn_fwd_gluon_wsp(desc_q, desc_k, desc_v, desc_o, LSE, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m,
-                            n_tiles, HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                            STAGES: gl.constexpr, CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr):
-        """``_attn_fwd_gluon_ws`` as a persistent kernel (no ALiBi): a grid of at most one program per SM, each
-        taking one tile (query block, batch · head) of every round of ``num_programs`` (``_wsp_turn``) of the
-        ``n_tiles`` = ``n_m`` · B·H in ``_wsp_tile``'s order. The K/V ring runs on across tiles, so the loader brings the next
-        tile's Q (once its consumers' last Q·Kᵀ is done) and key blocks while the consumers finish this one;
-        O leaves through buffers of its own, the TMA store waited for only before the buffer's next use."""
+                            SCHED, n_turns, m_shift, HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr,
+                            BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                            CONSUMER_REGS: gl.constexpr):
+        """``_attn_fwd_gluon_ws`` as a persistent kernel (no ALiBi): a grid of at most one program per SM, program
+        p taking the tiles of row p of the schedule SCHED (int32, ``n_turns`` a row, −1 past a program's last
+        tile; tile = (b·H + h)·``n_m`` + query block; ``persistent_schedule`` makes it). The K/V ring runs on
+        across tiles, so the loader brings the next tile's Q (once its consumers' last Q·Kᵀ is done) and key
+        blocks while the consumers finish this one; O leaves through buffers of its own, the TMA store waited for
+        only before the buffer's next use. ``m_shift`` as in the grid kernel."""
         HALF_M: gl.constexpr = 64
         NC: gl.constexpr = BLOCK_M // HALF_M
         dtype: gl.constexpr = desc_q.dtype
@@ -789,9 +794,9 @@ if HAVE_GLUON:
             mbarrier.init(k_empty.index(i), count=NC)  # one arrival per consumer warp group
             mbarrier.init(v_empty.index(i), count=NC)
         consumer_args = (desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
-                         v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_tiles)
+                         v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift)
         loader_args = (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
-                       v_empty, H, G, Nk, causal_off, win_off, n_m, n_tiles)
+                       v_empty, H, G, Nk, causal_off, win_off, n_m, SCHED, n_turns, m_shift)
         if NC == 3:
             if CAUSAL:
                 gl.warp_specialize([(_wsp_consumer_0_causal, consumer_args), (_wsp_consumer_1_causal, consumer_args),
@@ -842,10 +847,93 @@ def consumer_regs(block_m: int) -> int:
     return 232 if block_m == 128 else 160
 
 
+TILE_COST = 2  # a persistent tile's start and end in key blocks' worth: the causal schedule's cost model
+_SCHEDULES: dict = {}  # kept schedules (device tensors), at most _SCHEDULES_KEPT
+_SCHEDULES_KEPT = 64
+
+
+def part_first_shift(Nq: int, block_m: int) -> int:
+    """Rows by which query blocks m > 0 of a causal call start early (``part_first``): the padding of the last
+    block, in whole 64-row warp-group slices, so that the last block ends at Nq (or less than 64 rows after it)
+    and the part block is the first, whose walk is the shortest. Its rows past the second block's start are the
+    second block's first rows, made again with the same bits (a row's walk differs only by key blocks wholly
+    right of its diagonal, which change nothing, and its 64-row slice starts at the same row in both blocks)."""
+    n_m = -(-Nq // block_m)
+    return 0 if n_m < 2 else ((n_m * block_m - Nq) // 64) * 64
+
+
+def tile_walks(Nq: int, Nk: int, block_m: int, block_n: int, causal_off: int | None, win_off: int | None,
+               m_shift: int = 0) -> list[int]:
+    """Key blocks each query block walks in the warp-specialised kernels (``_wsp_tile``'s count, the grid
+    kernel's too): a causal call's blocks up to the diagonal, a window's from its left edge."""
+    out = []
+    for m in range(-(-Nq // block_m)):
+        start = max(m * block_m - m_shift, 0)
+        hi = Nk if causal_off is None else max(min(Nk, start + block_m + causal_off), 0)
+        lo = max(start + (NO_WINDOW if win_off is None else win_off), 0) // block_n
+        out.append(max(-(-hi // block_n) - lo, 0))
+    return out
+
+
+def persistent_schedule(n_m: int, bh: int, programs: int, walks: list[int] | None = None,
+                        chunk: int = 1) -> list[list[int]]:
+    """The tiles (tile = head·n_m + query block, head of the B·H) each of ``programs`` persistent programs takes,
+    in order. ``walks`` None (calls without a causal mask, every walk alike): rounds of ``programs`` tiles head
+    by head, run forward and back in turn (program p takes tile p of even rounds, ``programs`` − 1 − p of odd
+    ones). ``walks`` (key blocks of each query block): the tiles of each group of ``chunk`` heads longest first,
+    each to the program with the least work so far (a walk plus ``TILE_COST``), as the GPU's own scheduler
+    hands a grid's next program to the first SM free; a group's heads share the L2 while it runs."""
+    import heapq
+
+    if n_m < 1 or bh < 1 or programs < 1 or chunk < 1:
+        raise ValueError(f"persistent_schedule takes positive sizes, got n_m={n_m}, bh={bh}, programs={programs}, "
+                         f"chunk={chunk}")
+    rows: list[list[int]] = [[] for _ in range(programs)]
+    n_tiles = n_m * bh
+    if walks is None:
+        for r in range(-(-n_tiles // programs)):
+            for p in range(programs):
+                t = r * programs + (p if r % 2 == 0 else programs - 1 - p)
+                if t < n_tiles:
+                    rows[p].append(t)
+        return rows
+    if len(walks) != n_m:
+        raise ValueError(f"persistent_schedule: {len(walks)} walks for {n_m} query blocks")
+    order = sorted(range(n_m), key=lambda m: (-walks[m], -m))
+    free = [(0, p) for p in range(programs)]
+    for h0 in range(0, bh, chunk):
+        for m in order:
+            for h in range(h0, min(bh, h0 + chunk)):
+                load, p = heapq.heappop(free)
+                rows[p].append(h * n_m + m)
+                heapq.heappush(free, (load + walks[m] + TILE_COST, p))
+    return rows
+
+
+def _schedule_tensor(device: torch.device, n_m: int, bh: int, programs: int, walks: list[int] | None,
+                     chunk: int) -> torch.Tensor:
+    """``persistent_schedule`` as an int32 (programs, turns) tensor on ``device``, −1 past a program's last tile;
+    kept per arguments."""
+    key = (device, n_m, bh, programs, None if walks is None else tuple(walks), chunk)
+    t = _SCHEDULES.get(key)
+    if t is None:
+        rows = persistent_schedule(n_m, bh, programs, walks, chunk)
+        turns = max(len(r) for r in rows)
+        t = torch.full((programs, turns), -1, dtype=torch.int32)
+        for p, r in enumerate(rows):
+            t[p, :len(r)] = torch.tensor(r, dtype=torch.int32)
+        t = t.to(device)
+        if len(_SCHEDULES) >= _SCHEDULES_KEPT:
+            _SCHEDULES.pop(next(iter(_SCHEDULES)))
+        _SCHEDULES[key] = t
+    return t
+
+
 def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, *,
                   causal_off: int | None, scale: float, block_m: int, block_n: int, stages: int,
                   num_warps: int = 8, warp_spec: bool = False, win_off: int | None = None,
-                  slopes: torch.Tensor | None = None, persistent: bool = False) -> None:
+                  slopes: torch.Tensor | None = None, persistent: bool = False, head_chunk: int = 1,
+                  part_first: bool = False) -> None:
     """Run the Gluon forward: q (B, H, Nq, D), k/v (B, Hkv, Nk, D), out like q, lse (B, H, Nq) float32,
     written in place. ``causal_off`` None: no right edge; else row i sees keys j <= i + causal_off.
     ``win_off`` None: no left edge; else row i sees keys j >= i + win_off (a sliding window; the
@@ -854,13 +942,17 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     slope·|i + Nk − Nq − j| (bottom-right aligned, as the Triton kernel's), before the mask.
     ``warp_spec``: the kernel with a loader warp and two or three consumer warp groups (block_m 128 or
     192, num_warps 4 per group); else one program of num_warps warps. ``persistent`` (with ``warp_spec``, no
-    ALiBi): one program per SM at most, taking the tiles in turn (``_attn_fwd_gluon_wsp``). No input checks (the
-    public entry points and ``gluon_supported`` do them)."""
+    ALiBi): one program per SM at most, taking the tiles of ``persistent_schedule`` (``_attn_fwd_gluon_wsp``).
+    With a causal mask and ``warp_spec``: ``head_chunk``, the longest walks first over that many heads at a time
+    (the grid kernel's programs, or the persistent schedule's groups); ``part_first``, the part query block
+    first (``part_first_shift``). No input checks (the public entry points and ``gluon_supported`` do them)."""
     _check_tiles(block_m, block_n, stages, num_warps, warp_spec)
     if win_off is not None and not warp_spec:
         raise ValueError("a window's left edge needs the warp-specialised Gluon forward (warp_spec=True)")
     if persistent and (not warp_spec or slopes is not None):
         raise ValueError("the persistent Gluon forward is the warp-specialised kernel without ALiBi")
+    if not (isinstance(head_chunk, int) and head_chunk >= 1):
+        raise ValueError(f"head_chunk must be an int >= 1, got {head_chunk!r}")
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     el = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
@@ -869,28 +961,33 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 1, rows, D], nvmma_layout((1, 1, rows, D), el))
 
     q_rows = 64 if warp_spec else block_m
-    grid = (-(-Nq // block_m), B * H)
+    n_m = -(-Nq // block_m)
+    grid = (n_m, B * H)
+    causal = causal_off is not None
     args = (desc(q, q_rows), desc(k, block_n), desc(v, block_n), desc(out, q_rows), lse,
-            H, H // Hkv, Nq, Nk, causal_off if causal_off is not None else 0, scale * LOG2E)
-    const = dict(HEAD_D=D, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal_off is not None)
+            H, H // Hkv, Nq, Nk, causal_off if causal else 0, scale * LOG2E)
+    const = dict(HEAD_D=D, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal)
     if slopes is not None:  # (H,) is (B, H) with a batch stride of 0; without slopes the ALiBi arguments are None
         stride_sb, stride_sh = (0, slopes.stride(0)) if slopes.dim() == 1 else slopes.stride()
         const |= dict(ALIBI=True)
         args_alibi = dict(SLOPES=slopes, stride_sb=stride_sb, stride_sh=stride_sh, alibi_off=Nk - Nq)
     else:
         args_alibi = {}
+    m_shift = part_first_shift(Nq, block_m) if causal and part_first and warp_spec else 0
     if persistent:
         from .decode_config import _device_sms
 
-        n_m = grid[0]
-        n_tiles = n_m * B * H
-        args = args[:-1] + (NO_WINDOW if win_off is None else win_off, args[-1], n_m, n_tiles)
-        launch_kept(_attn_fwd_gluon_wsp, (max(1, min(n_tiles, _device_sms(q.device))),),
-                    dict(zip(_attn_fwd_gluon_wsp.arg_names, args)) | const
+        programs = max(1, min(n_m * B * H, _device_sms(q.device)))
+        walks = tile_walks(Nq, Nk, block_m, block_n, causal_off, win_off, m_shift) if causal else None
+        sched = _schedule_tensor(q.device, n_m, B * H, programs, walks, head_chunk if causal else 1)
+        args = args[:-1] + (NO_WINDOW if win_off is None else win_off, args[-1], n_m, sched, sched.shape[1], m_shift)
+        launch_kept(_attn_fwd_gluon_wsp, (programs,), dict(zip(_attn_fwd_gluon_wsp.arg_names, args)) | const
                     | dict(CONSUMER_REGS=consumer_regs(block_m)), num_warps=num_warps)
     elif warp_spec:  # (the kept compiled kernel after a specialisation's first call: launch.launch_kept)
-        args = args[:-1] + (NO_WINDOW if win_off is None else win_off, args[-1])
-        launch_kept(_attn_fwd_gluon_ws, grid, dict(zip(_attn_fwd_gluon_ws.arg_names, args)) | args_alibi | const
+        chunk = math.gcd(head_chunk, B * H) if causal else 1
+        args = args[:-1] + (NO_WINDOW if win_off is None else win_off, args[-1], m_shift, chunk)
+        launch_kept(_attn_fwd_gluon_ws, (n_m * chunk, B * H // chunk),
+                    dict(zip(_attn_fwd_gluon_ws.arg_names, args)) | args_alibi | const
                     | dict(CONSUMER_REGS=consumer_regs(block_m)), num_warps=num_warps)
     else:
         _attn_fwd_gluon[grid](*args, **args_alibi, **const, num_warps=num_warps)
@@ -930,7 +1027,7 @@ def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: in
     for n in fn.arg_names:
         sig[n] = ("constexpr" if n in const else desc(q_rows) if n in ("desc_q", "desc_o")
                   else desc(block_n) if n in ("desc_k", "desc_v") else "*fp32" if n in ("LSE", "SLOPES")
-                  else "fp32" if n == "qk_scale" else "i32")
+                  else "*i32" if n == "SCHED" else "fp32" if n == "qk_scale" else "i32")
     src = GluonASTSource(fn, sig, const, {(fn.arg_names.index("LSE"),): [["tt.divisibility", 16]]})
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps))
 
