@@ -32,6 +32,25 @@ import torch
 
 TOKENS, WIDTH = 16384, 2048
 ROWS = [(D, causal, N) for D in (64, 128) for causal in (True, False) for N in (4096, 16384)]
+SWEEP_ROWS = [(D, True, N) for D in (64, 128) for N in (4096, 8192, 16384)]
+
+
+def sweep_builds(D: int, causal: bool, chunks=(1, 2, 4, 8)):
+    """``--sweep`` (causal rows): the grid kernel plain and with the part block first, and the persistent build
+    with the part block first and schedules of ``chunks`` heads at a time; at D = 64 the 128-row grid and
+    persistent builds too."""
+    from attnlab.gpu.config import FwdConfig, default_fwd_config
+
+    entry = default_fwd_config(D, causal, torch.device("cuda"))
+    base = dataclasses.replace(entry, persistent=False, head_chunk=1, part_first=False)
+    out = [("grid", base), ("grid-pf", dataclasses.replace(base, part_first=True))]
+    out += [(f"persistent-pf-c{c}", dataclasses.replace(base, part_first=True, head_chunk=c, persistent=True))
+            for c in chunks]
+    if base.block_m != 128:
+        e128 = FwdConfig(128, base.block_n, base.num_warps, base.num_stages, tma=True, warp_spec=True, gluon=True)
+        out.append(("grid-128", e128))
+        out += [(f"persistent-128-c{c}", dataclasses.replace(e128, head_chunk=c, persistent=True)) for c in chunks]
+    return out
 
 
 def builds(D: int, causal: bool):
@@ -69,8 +88,9 @@ def base_of(name: str) -> str:
     return "grid-128" if "-128" in name else "grid"
 
 
-def row(D: int, causal: bool, N: int, rounds: int) -> list[dict]:
-    """The timed rows of one shape: every build and cuDNN, alternating in ``rounds`` rounds."""
+def row(D: int, causal: bool, N: int, rounds: int, sweep: bool = False) -> list[dict]:
+    """The timed rows of one shape: every build (``builds``, or ``sweep_builds``) and cuDNN, alternating in
+    ``rounds`` rounds."""
     import triton
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
@@ -85,7 +105,7 @@ def row(D: int, causal: bool, N: int, rounds: int) -> list[dict]:
     mask, scale = Mask(-1, 0 if causal else -1), D ** -0.5
     fl = attention_flops(batch=B, heads=H, seq_q=N, head_dim=D, causal=causal, pass_="fwd")
     fns, outs = {}, {}
-    for name, cfg in builds(D, causal):
+    for name, cfg in (sweep_builds if sweep else builds)(D, causal):
         def fn(cfg=cfg):
             return prefill_forward(q, k, v, mask=mask, scale=scale, config=cfg)
         fns[name], outs[name] = fn, fn()
@@ -106,10 +126,10 @@ def row(D: int, causal: bool, N: int, rounds: int) -> list[dict]:
     return rows
 
 
-def run(rounds: int) -> list[dict]:
+def run(rounds: int, sweep: bool = False) -> list[dict]:
     rows = []
-    for D, causal, N in ROWS:
-        rows += row(D, causal, N, rounds)
+    for D, causal, N in (SWEEP_ROWS if sweep else ROWS):
+        rows += row(D, causal, N, rounds, sweep)
         print(f"fwd_persistent: D = {D}, causal {causal}, N = {N} done", file=sys.stderr, flush=True)
     return rows
 
@@ -133,8 +153,9 @@ def table(rows: list[dict]) -> list[str]:
         best = {n: min(r["ms"] for r in rs if r["build"] == n) for n in names}
         for n in names:
             mine = [r for r in rs if r["build"] == n]
-            # (runs 1 and 2 named each persistent build after its grid twin)
-            twin = n.replace("persistent", "grid") if n.replace("persistent", "grid") in best else base_of(n)
+            # (runs 1 and 2 had one persistent build per grid build, named after it)
+            old_names = not any("-pf" in m or "-c" in m for m in names)
+            twin = n.replace("persistent", "grid") if old_names else base_of(n)
             bits = mine[0]["same_bits"]
             ms = " / ".join(f"{r['ms']:.3f}" for r in mine)
             vs_grid = "—" if n == "cudnn" else f"{best[twin] / best[n]:.3f}"
@@ -148,6 +169,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of every build (default 2)")
     ap.add_argument("--json", type=Path, help="write the rows here (refuses an existing file)")
+    ap.add_argument("--sweep", action="store_true",
+                    help="causal rows at 4K, 8K and 16K: persistent schedules of 1, 2, 4 and 8 heads at a time")
     ap.add_argument("--report", type=Path, help="print the table of a run's JSON (no GPU needed)")
     args = ap.parse_args(argv)
     if args.report is not None:
@@ -164,7 +187,7 @@ def main(argv=None) -> int:
         return 2
     import triton
 
-    rows = run(args.rounds)
+    rows = run(args.rounds, args.sweep)
     print("\n".join(table(rows)))
     if args.json is not None:
         args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "gpu": torch.cuda.get_device_name(),
