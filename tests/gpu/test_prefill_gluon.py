@@ -165,6 +165,53 @@ def test_alibi_calls_reach_the_gluon_forward_with_their_slopes(monkeypatch):
     assert calls == [] and len(launches) == 1 and launches[0]["ALIBI"] and launches[0]["SOFTCAP"]
 
 
+def test_causal_calls_reach_the_gluon_forward_with_the_schedule_of_their_length(monkeypatch):
+    """The table's causal entries, seen on the CPU by standing in for the Gluon kernel: the part block first and
+    groups of heads by K/V bytes (head_chunk 0) on every causal call; persistent at D = 128, and at D = 64 below
+    8K keys only; ALiBi calls the grid kernel."""
+    from attnlab.gpu import config as C
+    from attnlab.gpu import prefill_fwd as F
+
+    calls = []
+    monkeypatch.setattr(G, "gluon_supported", lambda *a: True)
+    monkeypatch.setattr(G, "gluon_forward", lambda *a, **kw: calls.append(kw))
+    monkeypatch.setattr(F, "default_fwd_config", lambda D, causal, device, n_keys=None, gluon=True:
+                        C._GLUON_FWD_TABLE[D, causal, "long"])
+    for D, Nk, slopes, want in ((64, 8191, None, True), (64, 8192, None, False), (128, 20000, None, True),
+                                (128, 4096, torch.ones(2), False)):
+        calls.clear()
+        q = torch.zeros(1, 2, 8, D, dtype=torch.float16)
+        k = torch.zeros(1, 2, Nk, D, dtype=torch.float16)
+        prefill_forward(q, k, k, mask=Mask(-1, 0), scale=0.1, slopes=slopes)
+        assert len(calls) == 1 and calls[0]["persistent"] is want, (D, Nk)
+        assert calls[0]["part_first"] and calls[0]["head_chunk"] == 0
+
+
+def test_auto_head_chunk_is_the_group_run_4_measured_fastest():
+    """``auto_head_chunk`` (8 MB of K and V a group): on each causal row of fwd-persistent run 4 its persistent
+    build is the fastest of the groups of 1, 2, 4 and 8 heads or within 1 % of it, as its docstring says; the
+    group of 8 heads at D = 128, 16K (eight times the bytes) 7 % slower. GQA groups count K/V heads once."""
+    import json
+    from pathlib import Path
+
+    rows = json.loads((Path(__file__).resolve().parents[2] / "benchmarks" / "data"
+                       / "fwd-persistent-h200-run4.json").read_text())["rows"]
+    best = {}
+    for r in rows:
+        key = (r["D"], r["N"], r["build"])
+        best[key] = min(best.get(key, float("inf")), r["ms"])
+    shapes = sorted({(D, N) for D, N, _ in best})
+    assert len(shapes) == 6
+    for D, N in shapes:
+        mine = best[D, N, f"persistent-pf-c{G.auto_head_chunk(N, D, 1, 2)}"]
+        fastest = min(best[D, N, f"persistent-pf-c{c}"] for c in (1, 2, 4, 8))
+        assert mine <= 1.01 * fastest, (D, N)
+    assert G.auto_head_chunk(16384, 128, 1, 2) == 1
+    assert best[128, 16384, "persistent-pf-c8"] / best[128, 16384, "persistent-pf-c1"] == pytest.approx(1.07, abs=0.01)
+    assert G.auto_head_chunk(4096, 64, 1, 2) == 8 and G.auto_head_chunk(4096, 64, 4, 2) == 32
+    assert G.auto_head_chunk(1 << 20, 128, 1, 2) == 1
+
+
 def test_gluon_alibi_config_takes_two_consumer_warp_groups():
     from attnlab.gpu import config as C
 
@@ -224,10 +271,13 @@ def test_the_table_takes_gluon_for_long_calls_and_set_config_can_replace_it():
     cuda = torch.device("cuda")  # the table is keyed by device type only: no GPU needed to read it
     entry = default_fwd_config(128, False, cuda, SHORT_KEYS)
     assert entry.gluon and entry.warp_spec and (entry.block_m, entry.num_warps) == (128, 4)
-    # calls without a causal mask run the persistent build, causal ones the grid (fwd-persistent runs 1 and 2)
+    # every long call runs the persistent build (fwd-persistent runs 1-4), causal ones with the part block first
+    # and the host's schedule of groups of heads; at D = 64 causal calls of 8K keys or more take the grid kernel
     for D in (64, 128):
         assert default_fwd_config(D, False, cuda, SHORT_KEYS).persistent
-        assert not default_fwd_config(D, True, cuda, SHORT_KEYS).persistent
+        causal = default_fwd_config(D, True, cuda, SHORT_KEYS)
+        assert causal.persistent and causal.part_first and causal.head_chunk == 0
+        assert causal.persistent_below == (8192 if D == 64 else None)
     triton_entry = default_fwd_config(128, False, cuda, SHORT_KEYS, gluon=False)
     assert not triton_entry.gluon
     try:

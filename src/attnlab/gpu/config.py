@@ -38,8 +38,11 @@ class FwdConfig:
     # with warp_spec: a loader warp and two 64-row consumer warp groups (block_m 128, num_warps 4 per group)
     persistent: bool = False  # Gluon, warp_spec: one program per SM taking the tiles in turn (not with ALiBi, which
     # takes the non-persistent kernel)
-    head_chunk: int = 1  # Gluon, warp_spec, causal: the longest walks first over this many heads at a time
+    head_chunk: int = 1  # Gluon, warp_spec, causal: the longest walks first over this many heads at a time (0: as
+    # many as share 8 MB of K and V, prefill_gluon.auto_head_chunk)
     part_first: bool = False  # Gluon, warp_spec, causal: the part query block first (the shortest walk), not last
+    persistent_below: int | None = None  # persistent only for calls with fewer keys than this (None: every call);
+    # longer ones run the grid kernel
 
 
 @dataclass(frozen=True)
@@ -102,16 +105,23 @@ _FWD_TABLE = {
 # causal, windowed and ALiBi calls, not softcap or packed batches); everywhere else the Triton entry above
 # for the same key runs.
 # At D = 64, runs 8 and 9 (three consumer warp groups, 192-row blocks) replaced run 5's entries
-# (prefill-best-h200-run9.json). Calls without a causal mask run the persistent build (one program per SM taking
-# the tiles in turn, the next tile's loads under this one's epilogue): 1.3-4.0 % faster than the grid kernel on
-# every non-causal row in two runs (benchmarks/fwd_persistent.py, fwd-persistent-h200-run{1,2}.json), the same
-# bits; causal calls keep the grid, 1.6-5.7 % faster than the persistent build with its tiles longest first (run 2).
+# (prefill-best-h200-run9.json). Every long entry runs the persistent build (one program per SM taking the
+# tiles in turn, the next tile's loads under this one's epilogue; the same bits as the grid kernel): without a
+# causal mask 1.3-4.0 % faster than the grid kernel on every row in two runs (benchmarks/fwd_persistent.py,
+# fwd-persistent-h200-run{1,2}.json). With one, its schedule made on the host (the walks of each group of heads
+# sharing 8 MB of K/V longest first, each to the least loaded program) and the part query block first, not last
+# (fwd-persistent runs 3 and 4): at 4K keys 7.2 % (D = 64) and 5.8 % (D = 128) faster than the grid kernel,
+# at 8K 0.5 % and 5.7 % faster, at 16K 1.9 % slower and 1.5 % faster (run 4, the groups of 8 MB). At D = 64 the
+# grid kernel with the part block first was the faster of the two from 8K keys on (0.7 % and 1.9 %; 2.8 % at 16K
+# in run 3), so calls with 8K keys or more take it there. ALiBi calls take the grid kernel with the same groups and
+# part block first.
 _GLUON_LONG = _F(128, 128, 4, 2, tma=True, warp_spec=True, gluon=True)
 _GLUON_192 = _F(192, 128, 4, 2, tma=True, warp_spec=True, gluon=True)
+_CAUSAL_SCHEDULE = dict(persistent=True, part_first=True, head_chunk=0)
 _GLUON_FWD_TABLE = {(64, False, "long"): dataclasses.replace(_GLUON_192, persistent=True),
-                    (64, True, "long"): _GLUON_192,
+                    (64, True, "long"): dataclasses.replace(_GLUON_192, **_CAUSAL_SCHEDULE, persistent_below=8192),
                     (128, False, "long"): dataclasses.replace(_GLUON_LONG, persistent=True),
-                    (128, True, "long"): _GLUON_LONG}
+                    (128, True, "long"): dataclasses.replace(_GLUON_LONG, **_CAUSAL_SCHEDULE)}
 _BWD_64_SMALL = _B(64, 64, 4, 3, 64, 64, 4, 3)
 _BWD_RUN1 = _B(64, 128, 8, 3, 128, 64, 8, 3)  # run 1's winner for every shape
 _BWD_TABLE = {
