@@ -10,7 +10,8 @@ leaves through a buffer of its own.
 
 For each row (bfloat16, 16K tokens, H·D = 2048, as ``benchmarks/prefill.py``'s grid; N = 4K and 16K, D = 64
 and 128, causal or not) the script times, alternating in ``--rounds`` rounds in one process
-(``triton.testing.do_bench`` medians, forward only): the table's Gluon entry (``grid``), the same entry
+(``triton.testing.do_bench``'s times, forward only: ``ms`` their median, ``ms_mean`` and ``ms_p90``
+beside it; runs 1-4 recorded do_bench's default, the mean, as ``ms``): the table's Gluon entry (``grid``), the same entry
 persistent (``persistent``), at D = 64 also both with 128-row tiles, and SDPA's cuDNN forward (``cudnn``).
 Each attnlab build's output is compared with the grid kernel's: the persistent build must give the same bits
 (each tile's arithmetic is unchanged). TFLOP/s by ``attnlab.cost.attention_flops``.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -56,29 +58,22 @@ def sweep_builds(D: int, causal: bool, chunks=(1, 2, 4, 8)):
 def builds(D: int, causal: bool):
     """(name, FwdConfig) of the attnlab builds timed for a row. Every build's bits must equal the first's
     (``grid``: the table's Gluon entry as a grid of programs, heads one after another, the part query block
-    last). Without a causal mask: its persistent twin. With one: the part block first (``-pf``), the longest
-    walks first over 8 heads at a time (``-c8``), and the persistent build with the schedule of 8 or 16 heads
-    at a time. At D = 64 (whose entry has 192-row tiles) 128-row builds too (no part block at these N)."""
+    last). Without a causal mask: its persistent twin (the table's entry). With one: the part block first
+    (``grid-pf``) and the table's entry (``table``: the persistent build with the host's schedule, or at D = 64
+    from 8K keys the grid kernel, both with the part block first). At D = 64 (whose entry has 192-row tiles) the
+    128-row grid and persistent builds too."""
     from attnlab.gpu.config import FwdConfig, default_fwd_config
 
     entry = default_fwd_config(D, causal, torch.device("cuda"))
-    base = dataclasses.replace(entry, persistent=False, head_chunk=1, part_first=False)
+    base = dataclasses.replace(entry, persistent=False, head_chunk=1, part_first=False, persistent_below=None)
     out = [("grid", base)]
     if not causal:
         out.append(("persistent", dataclasses.replace(base, persistent=True)))
     else:
-        out += [("grid-pf", dataclasses.replace(base, part_first=True)),
-                ("grid-pf-c8", dataclasses.replace(base, part_first=True, head_chunk=8)),
-                ("persistent-pf-c8", dataclasses.replace(base, part_first=True, head_chunk=8, persistent=True)),
-                ("persistent-pf-c16", dataclasses.replace(base, part_first=True, head_chunk=16, persistent=True))]
+        out += [("grid-pf", dataclasses.replace(base, part_first=True)), ("table", entry)]
     if base.block_m != 128:
         e128 = FwdConfig(128, base.block_n, base.num_warps, base.num_stages, tma=True, warp_spec=True, gluon=True)
-        out.append(("grid-128", e128))
-        if causal:
-            out += [("grid-128-c8", dataclasses.replace(e128, head_chunk=8)),
-                    ("persistent-128-c8", dataclasses.replace(e128, head_chunk=8, persistent=True))]
-        else:
-            out.append(("persistent-128", dataclasses.replace(e128, persistent=True)))
+        out += [("grid-128", e128), ("persistent-128", dataclasses.replace(e128, persistent=True, head_chunk=0))]
     return out
 
 
@@ -120,8 +115,10 @@ def row(D: int, causal: bool, N: int, rounds: int, sweep: bool = False) -> list[
     rows = []
     for rnd in range(rounds):
         for name, fn in fns.items():
-            ms = triton.testing.do_bench(fn, warmup=25, rep=100)
+            times = sorted(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="all"))
+            ms = statistics.median(times)
             rows.append({"D": D, "causal": causal, "N": N, "B": B, "H": H, "build": name, "round": rnd, "ms": ms,
+                         "ms_mean": statistics.fmean(times), "ms_p90": times[int(0.9 * (len(times) - 1))],
                          "tflops": fl / ms / 1e9, "same_bits": same.get(name)})
     return rows
 

@@ -920,14 +920,16 @@ def persistent_schedule(n_m: int, bh: int, programs: int, walks: list[int] | Non
     return rows
 
 
-def _schedule_tensor(device: torch.device, n_m: int, bh: int, programs: int, walks: list[int] | None,
-                     chunk: int) -> torch.Tensor:
+def _schedule_tensor(device: torch.device, bh: int, programs: int, chunk: int, shape: tuple) -> torch.Tensor:
     """``persistent_schedule`` as an int32 (programs, turns) tensor on ``device``, −1 past a program's last tile;
-    kept per arguments."""
-    key = (device, n_m, bh, programs, None if walks is None else tuple(walks), chunk)
+    kept per arguments. ``shape``: (Nq, Nk, block_m, block_n, causal_off, win_off, m_shift), ``tile_walks``'s
+    (causal_off None: no walks)."""
+    key = (device, bh, programs, chunk, shape)
     t = _SCHEDULES.get(key)
     if t is None:
-        rows = persistent_schedule(n_m, bh, programs, walks, chunk)
+        Nq, Nk, block_m, block_n, causal_off, win_off, m_shift = shape
+        walks = None if causal_off is None else tile_walks(Nq, Nk, block_m, block_n, causal_off, win_off, m_shift)
+        rows = persistent_schedule(-(-Nq // block_m), bh, programs, walks, chunk)
         turns = max(len(r) for r in rows)
         t = torch.full((programs, turns), -1, dtype=torch.int32)
         for p, r in enumerate(rows):
@@ -991,8 +993,8 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         from .decode_config import _device_sms
 
         programs = max(1, min(n_m * B * H, _device_sms(q.device)))
-        walks = tile_walks(Nq, Nk, block_m, block_n, causal_off, win_off, m_shift) if causal else None
-        sched = _schedule_tensor(q.device, n_m, B * H, programs, walks, head_chunk if causal else 1)
+        sched = _schedule_tensor(q.device, B * H, programs, head_chunk if causal else 1,
+                                 (Nq, Nk, block_m, block_n, causal_off, win_off, m_shift))
         args = args[:-1] + (NO_WINDOW if win_off is None else win_off, args[-1], n_m, sched, sched.shape[1], m_shift)
         launch_kept(_attn_fwd_gluon_wsp, (programs,), dict(zip(_attn_fwd_gluon_wsp.arg_names, args)) | const
                     | dict(CONSUMER_REGS=consumer_regs(block_m)), num_warps=num_warps)
