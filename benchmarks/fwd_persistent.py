@@ -55,22 +55,22 @@ def sweep_builds(D: int, causal: bool, chunks=(1, 2, 4, 8)):
     return out
 
 
-def builds(D: int, causal: bool):
+def builds(D: int, causal: bool, N: int = 16384):
     """(name, FwdConfig) of the attnlab builds timed for a row. Every build's bits must equal the first's
-    (``grid``: the table's Gluon entry as a grid of programs, heads one after another, the part query block
+    (``grid``: the table's long Gluon entry as a grid of programs, heads one after another, the part query block
     last). Without a causal mask: its persistent twin (the table's entry). With one: the part block first
-    (``grid-pf``) and the table's entry (``table``: the persistent build with the host's schedule, or at D = 64
-    from 8K keys the grid kernel, both with the part block first). At D = 64 (whose entry has 192-row tiles) the
-    128-row grid and persistent builds too."""
+    (``grid-pf``) and the table's entry for N keys (``table``). At D = 64 (whose long entry has 192-row tiles)
+    the 128-row grid and persistent builds too."""
     from attnlab.gpu.config import FwdConfig, default_fwd_config
 
     entry = default_fwd_config(D, causal, torch.device("cuda"))
-    base = dataclasses.replace(entry, persistent=False, head_chunk=1, part_first=False, persistent_below=None)
+    base = dataclasses.replace(entry, persistent=False, head_chunk=1, part_first=False)
     out = [("grid", base)]
     if not causal:
         out.append(("persistent", dataclasses.replace(base, persistent=True)))
     else:
-        out += [("grid-pf", dataclasses.replace(base, part_first=True)), ("table", entry)]
+        out += [("grid-pf", dataclasses.replace(base, part_first=True)),
+                ("table", default_fwd_config(D, causal, torch.device("cuda"), N))]
     if base.block_m != 128:
         e128 = FwdConfig(128, base.block_n, base.num_warps, base.num_stages, tma=True, warp_spec=True, gluon=True)
         out += [("grid-128", e128), ("persistent-128", dataclasses.replace(e128, persistent=True, head_chunk=0))]
@@ -100,7 +100,7 @@ def row(D: int, causal: bool, N: int, rounds: int, sweep: bool = False) -> list[
     mask, scale = Mask(-1, 0 if causal else -1), D ** -0.5
     fl = attention_flops(batch=B, heads=H, seq_q=N, head_dim=D, causal=causal, pass_="fwd")
     fns, outs = {}, {}
-    for name, cfg in (sweep_builds if sweep else builds)(D, causal):
+    for name, cfg in (sweep_builds(D, causal) if sweep else builds(D, causal, N)):
         def fn(cfg=cfg):
             return prefill_forward(q, k, v, mask=mask, scale=scale, config=cfg)
         fns[name], outs[name] = fn, fn()

@@ -555,44 +555,57 @@ def test_block_size_table_is_the_measured_sweep_winners():
     assert len(gluon) == 4
     gluon |= json.loads((data / "prefill-best-h200-run9.json").read_text())  # run 9: D = 64 re-swept
     # non-causal calls run the winner's persistent build, faster on every non-causal row of fwd-persistent runs
-    # 1 and 2 (benchmarks/fwd_persistent.py); causal calls the persistent build with the host's schedule (groups
-    # of heads sharing 8 MB of K/V) and the part block first, or at D = 64 from 8K keys the grid kernel with the
-    # part block first: of those two, the faster on every causal row of runs 3 and 4 that timed both
-    faster = []
-    for run in (1, 2):
-        rows = json.loads((data / f"fwd-persistent-h200-run{run}.json").read_text())["rows"]
-        best = {}
-        for r in rows:
-            key = (r["D"], r["causal"], r["N"], r["build"])
-            best[key] = min(best.get(key, float("inf")), r["ms"])
-        faster += [best[D, causal, N, "grid"] > ms for (D, causal, N, build), ms in best.items()
-                   if build == "persistent" and not causal]
-    assert all(faster) and len(faster) == 8
-    from attnlab.gpu import prefill_gluon as G
-
-    chosen_causal = []
-    for run in (3, 4):
+    # 1 and 2 (benchmarks/fwd_persistent.py)
+    def best_of(run):
         best = {}
         for r in json.loads((data / f"fwd-persistent-h200-run{run}.json").read_text())["rows"]:
-            key = (r["D"], r["N"], r["build"])
+            key = (r["D"], r["causal"], r["N"], r["build"])
             best[key] = min(best.get(key, float("inf")), r["ms"])
-        for D, N in sorted({(k[0], k[1]) for k in best}):
-            entry = default_fwd_config(D, True, cuda, N)
-            assert entry.part_first and entry.head_chunk == 0 and entry.persistent
-            pers = N < (entry.persistent_below or N + 1)
-            chunk = G.auto_head_chunk(N, D, 1, 2)
-            if (D, N, f"persistent-pf-c{chunk}") not in best:  # (run 3 timed groups of 8 and 16 heads only)
+        return best
+
+    faster = [best[D, c, N, "grid"] > ms for best in (best_of(1), best_of(2))
+              for (D, c, N, build), ms in best.items() if build == "persistent" and not c]
+    assert all(faster) and len(faster) == 8
+    # causal calls: the part block first and groups of heads by K/V bytes; at D = 128 the persistent build, at
+    # D = 64 from 8K keys the 192-row grid kernel, below 8K the 128-row persistent build: each the faster of the
+    # two on every causal row of runs 3-5 that timed both (run 5 has the 192-row build as "table" at 4K)
+    from attnlab.gpu import prefill_gluon as G
+
+    won = []
+    for run in (3, 4, 5):
+        best = best_of(run)
+        for D, c, N, build in list(best):
+            if not c or build != "grid":
                 continue
-            mine, other = f"persistent-pf-c{chunk}", "grid-pf"
-            if not pers:
-                mine, other = other, mine
-            chosen_causal.append((run, D, N, best[D, N, mine] < best[D, N, other]))
-    assert all(ok for *_, ok in chosen_causal) and len(chosen_causal) == 7, chosen_causal
+            auto = G.auto_head_chunk(N, D, 1, 2)
+            entry = default_fwd_config(D, True, cuda, N)
+            assert entry.part_first and entry.head_chunk == 0
+            pf = {3: f"persistent-pf-c{auto}", 4: f"persistent-pf-c{auto}", 5: "table"}[run]
+            p128 = {3: f"persistent-128-c{auto}", 4: f"persistent-128-c{auto}", 5: "persistent-128"}[run]
+            if D == 128:
+                assert entry.persistent and entry.block_m == 128
+                mine, other = pf, "grid-pf"
+            elif N >= 8192:
+                assert not entry.persistent and entry.block_m == 192
+                mine, other = "grid-pf", pf
+            else:
+                assert entry.persistent and entry.block_m == 128
+                mine, other = p128, pf
+            if run == 5 and (D, N) != (64, 4096):  # run 5's "table" there is the entry itself
+                continue
+            if (D, True, N, mine) in best and (D, True, N, other) in best:
+                won.append((run, D, N, best[D, True, N, mine] < best[D, True, N, other]))
+    assert all(ok for *_, ok in won) and len(won) == 8, won
     for key, entry in gluon.items():
         D, causal, length = key.split(",")
         n_keys = SHORT_KEYS - 1 if length == "short" else SHORT_KEYS
-        sched = dict(part_first=True, head_chunk=0, persistent_below=8192 if D == "64" else None)
-        want = dataclasses.replace(FwdConfig(**entry["fwd"]), persistent=True, **(sched if causal == "True" else {}))
+        want = dataclasses.replace(FwdConfig(**entry["fwd"]), persistent=causal == "False" or D == "128")
+        if causal == "True":
+            want = dataclasses.replace(want, part_first=True, head_chunk=0)
+            if D == "64":  # below MID_KEYS: 128-row persistent
+                assert default_fwd_config(64, True, cuda, 8191) == dataclasses.replace(
+                    want, block_m=128, persistent=True)
+            n_keys = 8192
         assert default_fwd_config(int(D), causal == "True", cuda, n_keys) == want, key
     gluon_bwd = json.loads((data / "prefill-best-h200-run16.json").read_text())  # sweep 16: the Gluon backward
     assert len(gluon_bwd) == 8  # both length classes

@@ -168,22 +168,23 @@ def test_alibi_calls_reach_the_gluon_forward_with_their_slopes(monkeypatch):
 def test_causal_calls_reach_the_gluon_forward_with_the_schedule_of_their_length(monkeypatch):
     """The table's causal entries, seen on the CPU by standing in for the Gluon kernel: the part block first and
     groups of heads by K/V bytes (head_chunk 0) on every causal call; persistent at D = 128, and at D = 64 below
-    8K keys only; ALiBi calls the grid kernel."""
+    8K keys only (with 128-row tiles); ALiBi calls the grid kernel."""
     from attnlab.gpu import config as C
     from attnlab.gpu import prefill_fwd as F
 
     calls = []
     monkeypatch.setattr(G, "gluon_supported", lambda *a: True)
     monkeypatch.setattr(G, "gluon_forward", lambda *a, **kw: calls.append(kw))
+    real = C.default_fwd_config
     monkeypatch.setattr(F, "default_fwd_config", lambda D, causal, device, n_keys=None, gluon=True:
-                        C._GLUON_FWD_TABLE[D, causal, "long"])
-    for D, Nk, slopes, want in ((64, 8191, None, True), (64, 8192, None, False), (128, 20000, None, True),
-                                (128, 4096, torch.ones(2), False)):
+                        real(D, causal, torch.device("cuda"), n_keys, gluon=gluon))
+    for D, Nk, slopes, want, rows in ((64, 8191, None, True, 128), (64, 8192, None, False, 192),
+                                      (128, 20000, None, True, 128), (128, 4096, torch.ones(2), False, 128)):
         calls.clear()
         q = torch.zeros(1, 2, 8, D, dtype=torch.float16)
         k = torch.zeros(1, 2, Nk, D, dtype=torch.float16)
         prefill_forward(q, k, k, mask=Mask(-1, 0), scale=0.1, slopes=slopes)
-        assert len(calls) == 1 and calls[0]["persistent"] is want, (D, Nk)
+        assert len(calls) == 1 and calls[0]["persistent"] is want and calls[0]["block_m"] == rows, (D, Nk)
         assert calls[0]["part_first"] and calls[0]["head_chunk"] == 0
 
 
@@ -271,13 +272,19 @@ def test_the_table_takes_gluon_for_long_calls_and_set_config_can_replace_it():
     cuda = torch.device("cuda")  # the table is keyed by device type only: no GPU needed to read it
     entry = default_fwd_config(128, False, cuda, SHORT_KEYS)
     assert entry.gluon and entry.warp_spec and (entry.block_m, entry.num_warps) == (128, 4)
-    # every long call runs the persistent build (fwd-persistent runs 1-4), causal ones with the part block first
-    # and the host's schedule of groups of heads; at D = 64 causal calls of 8K keys or more take the grid kernel
+    # long calls run the persistent build (fwd-persistent runs 1-5), causal ones with the part block first and
+    # groups of heads; at D = 64 causal calls of 8K keys or more take the 192-row grid kernel, shorter ones the
+    # 128-row persistent build
+    from attnlab.gpu.config import MID_KEYS
+
     for D in (64, 128):
         assert default_fwd_config(D, False, cuda, SHORT_KEYS).persistent
-        causal = default_fwd_config(D, True, cuda, SHORT_KEYS)
-        assert causal.persistent and causal.part_first and causal.head_chunk == 0
-        assert causal.persistent_below == (8192 if D == 64 else None)
+        assert default_fwd_config(D, False, cuda, MID_KEYS - 1) == default_fwd_config(D, False, cuda, MID_KEYS)
+        for n in (SHORT_KEYS, MID_KEYS - 1, MID_KEYS, None):
+            causal = default_fwd_config(D, True, cuda, n)
+            assert causal.part_first and causal.head_chunk == 0
+            long = n is None or n >= MID_KEYS
+            assert causal.persistent == (D == 128 or not long) and causal.block_m == (192 if D == 64 and long else 128)
     triton_entry = default_fwd_config(128, False, cuda, SHORT_KEYS, gluon=False)
     assert not triton_entry.gluon
     try:
@@ -289,6 +296,18 @@ def test_the_table_takes_gluon_for_long_calls_and_set_config_can_replace_it():
         set_config(128, False, fwd=entry, length="long")
     assert default_fwd_config(128, False, cuda, SHORT_KEYS) == entry
     assert default_fwd_config(128, False, cuda, SHORT_KEYS, gluon=False) == triton_entry
+    # a long entry given to set_config runs below MID_KEYS too (the mid entry is dropped)
+    from attnlab.gpu import config as C
+
+    saved = (dict(C._GLUON_FWD_MID), C._GLUON_FWD_TABLE[64, True, "long"])
+    try:
+        marker = FwdConfig(192, 64, 4, 2, tma=True, warp_spec=True, gluon=True)
+        set_config(64, True, fwd=marker, length="long")
+        assert default_fwd_config(64, True, cuda, SHORT_KEYS) is marker
+    finally:
+        C._GLUON_FWD_MID.update(saved[0])
+        C._GLUON_FWD_TABLE[64, True, "long"] = saved[1]
+    assert default_fwd_config(64, True, cuda, SHORT_KEYS).block_m == 128
 
 
 @pytest.mark.gpu

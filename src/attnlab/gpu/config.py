@@ -41,8 +41,6 @@ class FwdConfig:
     head_chunk: int = 1  # Gluon, warp_spec, causal: the longest walks first over this many heads at a time (0: as
     # many as share 8 MB of K and V, prefill_gluon.auto_head_chunk)
     part_first: bool = False  # Gluon, warp_spec, causal: the part query block first (the shortest walk), not last
-    persistent_below: int | None = None  # persistent only for calls with fewer keys than this (None: every call);
-    # longer ones run the grid kernel
 
 
 @dataclass(frozen=True)
@@ -105,23 +103,27 @@ _FWD_TABLE = {
 # causal, windowed and ALiBi calls, not softcap or packed batches); everywhere else the Triton entry above
 # for the same key runs.
 # At D = 64, runs 8 and 9 (three consumer warp groups, 192-row blocks) replaced run 5's entries
-# (prefill-best-h200-run9.json). Every long entry runs the persistent build (one program per SM taking the
-# tiles in turn, the next tile's loads under this one's epilogue; the same bits as the grid kernel): without a
-# causal mask 1.3-4.0 % faster than the grid kernel on every row in two runs (benchmarks/fwd_persistent.py,
-# fwd-persistent-h200-run{1,2}.json). With one, its schedule made on the host (the walks of each group of heads
-# sharing 8 MB of K/V longest first, each to the least loaded program) and the part query block first, not last
-# (fwd-persistent runs 3 and 4): at 4K keys 7.2 % (D = 64) and 5.8 % (D = 128) faster than the grid kernel,
-# at 8K 0.5 % and 5.7 % faster, at 16K 1.9 % slower and 1.5 % faster (run 4, the groups of 8 MB). At D = 64 the
-# grid kernel with the part block first was the faster of the two from 8K keys on (0.7 % and 1.9 %; 2.8 % at 16K
-# in run 3), so calls with 8K keys or more take it there. ALiBi calls take the grid kernel with the same groups and
-# part block first.
+# (prefill-best-h200-run9.json). Long entries run the persistent build (one program per SM taking the tiles in
+# turn, the next tile's loads under this one's epilogue; the same bits as the grid kernel): without a causal mask
+# 1.3-4.0 % faster than the grid kernel on every row in two runs (benchmarks/fwd_persistent.py,
+# fwd-persistent-h200-run{1,2}.json). Causal entries take the part query block first, not last, and the longest
+# walks first over groups of heads sharing 8 MB of K/V (``head_chunk`` 0): in the persistent build a schedule
+# made on the host (each tile to the least loaded program); fwd-persistent runs 3-5. At D = 128 the persistent
+# build: 5.8 % and 6.7 % faster than the grid kernel at 4K keys (runs 4 and 5), 5.7 % at 8K, 1.5 % and 0.7 % at
+# 16K. At D = 64 the grid kernel with the part block first from 8K keys on (faster than the persistent build by
+# 0.7 % at 8K and 1.9 % at 16K, run 4; 2.8 % at 16K in run 3), and below 8K keys (``MID_KEYS``,
+# ``_GLUON_FWD_MID``) the persistent build with 128-row tiles: at 4K 1.6-3.0 % faster than the 192-row one in
+# runs 3-5 (and 5.1 % faster than the 128-row grid kernel in run 5). ALiBi calls take the grid kernel with the
+# same groups and part block first.
 _GLUON_LONG = _F(128, 128, 4, 2, tma=True, warp_spec=True, gluon=True)
 _GLUON_192 = _F(192, 128, 4, 2, tma=True, warp_spec=True, gluon=True)
-_CAUSAL_SCHEDULE = dict(persistent=True, part_first=True, head_chunk=0)
+_CAUSAL_ORDER = dict(part_first=True, head_chunk=0)
 _GLUON_FWD_TABLE = {(64, False, "long"): dataclasses.replace(_GLUON_192, persistent=True),
-                    (64, True, "long"): dataclasses.replace(_GLUON_192, **_CAUSAL_SCHEDULE, persistent_below=8192),
+                    (64, True, "long"): dataclasses.replace(_GLUON_192, **_CAUSAL_ORDER),
                     (128, False, "long"): dataclasses.replace(_GLUON_LONG, persistent=True),
-                    (128, True, "long"): dataclasses.replace(_GLUON_LONG, **_CAUSAL_SCHEDULE)}
+                    (128, True, "long"): dataclasses.replace(_GLUON_LONG, persistent=True, **_CAUSAL_ORDER)}
+MID_KEYS = 8192  # long calls with fewer keys than this take the _GLUON_FWD_MID entry where there is one
+_GLUON_FWD_MID = {(64, True): dataclasses.replace(_GLUON_LONG, persistent=True, **_CAUSAL_ORDER)}
 _BWD_64_SMALL = _B(64, 64, 4, 3, 64, 64, 4, 3)
 _BWD_RUN1 = _B(64, 128, 8, 3, 128, 64, 8, 3)  # run 1's winner for every shape
 _BWD_TABLE = {
@@ -179,6 +181,8 @@ def default_fwd_config(D: int, causal: bool, device: torch.device, n_keys: int |
         return _INTERP_FWD
     key = (_head_bucket(D), bool(causal), length_class(n_keys))
     if gluon and key in _GLUON_FWD_TABLE:
+        if key[2] == "long" and n_keys is not None and n_keys < MID_KEYS and key[:2] in _GLUON_FWD_MID:
+            return _GLUON_FWD_MID[key[:2]]
         return _GLUON_FWD_TABLE[key]
     return _FWD_TABLE[key]
 
@@ -250,11 +254,14 @@ def set_config(D: int, causal: bool, *, fwd: FwdConfig | None = None, bwd: BwdCo
                length: str | None = None) -> None:
     """Replace the table entries that head dim ``D`` uses, for one length class ("short", "long")
     or both (a tuning hook for benchmarks/prefill.py). A Gluon configuration goes to the Gluon table; a
-    Triton one replaces the Triton entry and drops the key's Gluon entry, so that it is what runs."""
+    Triton one replaces the Triton entry and drops the key's Gluon entry, so that it is what runs. A new
+    forward for the long class also drops the Gluon entry of calls below ``MID_KEYS``."""
     if length not in (None, "short", "long"):
         raise ValueError(f"length must be 'short', 'long' or None, got {length!r}")
     for n in (length,) if length else ("short", "long"):
         key = (_head_bucket(D), bool(causal), n)
+        if fwd is not None and n == "long":
+            _GLUON_FWD_MID.pop(key[:2], None)
         if fwd is not None and fwd.gluon:
             _GLUON_FWD_TABLE[key] = fwd
         elif fwd is not None:
