@@ -191,7 +191,7 @@ def test_causal_calls_reach_the_gluon_forward_with_the_schedule_of_their_length(
 def test_auto_head_chunk_is_the_group_run_4_measured_fastest():
     """``auto_head_chunk`` (8 MB of K and V a group): on each causal row of fwd-persistent run 4 its persistent
     build is the fastest of the groups of 1, 2, 4 and 8 heads or within 1 % of it, as its docstring says; the
-    group of 8 heads at D = 128, 16K (eight times the bytes) 7 % slower. GQA groups count K/V heads once."""
+    group of 8 heads at D = 128, 16K (eight times the bytes) 8 % slower. GQA groups count K/V heads once."""
     import json
     from pathlib import Path
 
@@ -208,7 +208,7 @@ def test_auto_head_chunk_is_the_group_run_4_measured_fastest():
         fastest = min(best[D, N, f"persistent-pf-c{c}"] for c in (1, 2, 4, 8))
         assert mine <= 1.01 * fastest, (D, N)
     assert G.auto_head_chunk(16384, 128, 1, 2) == 1
-    assert best[128, 16384, "persistent-pf-c8"] / best[128, 16384, "persistent-pf-c1"] == pytest.approx(1.07, abs=0.01)
+    assert best[128, 16384, "persistent-pf-c8"] / best[128, 16384, "persistent-pf-c1"] == pytest.approx(1.08, abs=0.005)
     assert G.auto_head_chunk(4096, 64, 1, 2) == 8 and G.auto_head_chunk(4096, 64, 4, 2) == 32
     assert G.auto_head_chunk(1 << 20, 128, 1, 2) == 1
 

@@ -855,7 +855,7 @@ def auto_head_chunk(Nk: int, D: int, group: int, itemsize: int) -> int:
     """``head_chunk`` 0's group of heads: as many query heads as read ``CHUNK_KV_BYTES`` of K and V between them
     (a group of ``group`` query heads reads one K/V head), at least 1. On an H200 (fwd-persistent run 4, causal,
     D 64 and 128, 4K-16K keys) the group of 8 MB was the fastest of groups of 1, 2, 4 and 8 heads or within 1 % of
-    it on each of 6 rows; one of eight times that (8 heads at D = 128, 16K) ran 7 % slower."""
+    it on each of 6 rows; one of eight times that (8 heads at D = 128, 16K) ran 8 % slower."""
     per_head = 2 * Nk * D * itemsize / max(1, group)
     return max(1, int(CHUNK_KV_BYTES // per_head))
 _SCHEDULES: dict = {}  # kept schedules (device tensors), at most _SCHEDULES_KEPT
