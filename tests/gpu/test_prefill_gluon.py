@@ -511,6 +511,9 @@ def test_gpu_persistent_gluon_sliding_window_and_the_dispatch(B, H, Hkv, Nq, Nk,
     a = prefill_forward(q, k, v, mask=mask, scale=scale, config=pcfg, slopes=slopes)
     b = prefill_forward(q, k, v, mask=mask, scale=scale, config=cfg, slopes=slopes)
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    for build in SAME_BITS_BUILDS:  # ALiBi: the grid kernel, its order and part block first give the same bits
+        a = prefill_forward(q, k, v, mask=mask, scale=scale, config=dataclasses.replace(cfg, **build), slopes=slopes)
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]), build
 
 
 @needs_gluon
