@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU call for the Gluon forward's schedules: a first small call of every new build (the script stops if
-# one fails or hangs), the GPU tests of TESTS (default the Gluon forward's file), then
+# one fails or hangs), the GPU tests of TESTS (default the Gluon forward's file; KEXPR: pytest's -k), then
 # benchmarks/fwd_persistent.py (grid, part block first, groups of heads, persistent schedules, cuDNN; alternating
 # rounds in one process; SWEEP=1: its --sweep; FWD_BENCH=0: not run) into fwd-persistent-h200-run$RUN.json.
 # PREFILL_RUN set: the library's table after it (benchmarks/prefill.py bench against SDPA's flash and cuDNN
@@ -30,7 +30,7 @@ echo "smoke: exit $rc in $(( $(date +%s) - t0 ))s"; tail -n 6 "$D/smoke.log"
 [ "$rc" = 0 ] || { echo "a build failed or hung on a small call: stopping"; exit 1; }
 t0=$(date +%s)
 timeout ${TEST_S:-240} python3 -m pytest -q -p no:cacheprovider $XDIST ${TESTS:-tests/gpu/test_prefill_gluon.py} \
-    > "$D/tests.log" 2>&1
+    ${KEXPR:+-k "$KEXPR"} > "$D/tests.log" 2>&1
 echo "tests: exit $? in $(( $(date +%s) - t0 ))s"; tail -n 3 "$D/tests.log"; grep "^FAILED" "$D/tests.log" | head
 if [ "${FWD_BENCH:-1}" != 0 ]; then
     t0=$(date +%s)
