@@ -14,13 +14,18 @@ rows of one (batch, head) does, per key block t:
 
 so the exponentials of block t are computed while the tensor cores work on block t − 1.
 
-Two kernels:
+Three kernels:
 
 * ``_attn_fwd_gluon_ws`` (the table's): warp-specialised. One loader warp issues every TMA load into
   a ring of ``STAGES`` K and V buffers; two or three consumer warp groups (BLOCK_M = 128 or 192) share
   the ring, release each slot through an "empty" mbarrier once their wgmma on it has completed, and
   never wait on each other, so one's softmax also falls under another's matrix products. Dense,
   causal and sliding-window calls, with or without ALiBi.
+* ``_attn_fwd_gluon_wsp``: the warp-specialised kernel as a persistent one, at most one program per SM taking
+  the tiles of its row of a schedule made on the host (``persistent_schedule``), the next tile's loads under
+  this one's end. Causal calls of either kernel can take the part query block first (``part_first_shift``) and
+  their longest walks first over groups of heads (``head_chunk``, ``auto_head_chunk``); every order gives the
+  same bits.
 * ``_attn_fwd_gluon``: one program of ``num_warps`` warps that refills the ring itself. The refills
   need CTA-wide barriers, which keep its warp groups in lockstep; measured no faster than the Triton
   kernel and kept as a sweep candidate (dense and causal only, with or without ALiBi).
@@ -910,13 +915,14 @@ def persistent_schedule(n_m: int, bh: int, programs: int, walks: list[int] | Non
     if len(walks) != n_m:
         raise ValueError(f"persistent_schedule: {len(walks)} walks for {n_m} query blocks")
     order = sorted(range(n_m), key=lambda m: (-walks[m], -m))
-    free = [(0, p) for p in range(programs)]
+    free = [(0, p) for p in range(programs)]  # (work so far, program): a heap
     for h0 in range(0, bh, chunk):
         for m in order:
-            for h in range(h0, min(bh, h0 + chunk)):
-                load, p = heapq.heappop(free)
-                rows[p].append(h * n_m + m)
-                heapq.heappush(free, (load + walks[m] + TILE_COST, p))
+            cost = walks[m] + TILE_COST
+            for t in range(h0 * n_m + m, min(bh, h0 + chunk) * n_m, n_m):
+                load, p = free[0]
+                rows[p].append(t)
+                heapq.heapreplace(free, (load + cost, p))
     return rows
 
 
