@@ -25,6 +25,18 @@ BLOCKS = [(64, 64), (48, 40)]
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def fwd_persistent_best(run: int) -> dict:
+    """benchmarks/data/fwd-persistent-h200-run{run}.json's best time (ms) of each (D, causal, N, build) over its
+    rounds."""
+    import json
+
+    best = {}
+    for r in json.loads((ROOT / "benchmarks" / "data" / f"fwd-persistent-h200-run{run}.json").read_text())["rows"]:
+        key = (r["D"], r["causal"], r["N"], r["build"])
+        best[key] = min(best.get(key, float("inf")), r["ms"])
+    return best
+
+
 def load_script(relative: str):
     """A script of the repository (``benchmarks/variants.py``, say) loaded as a module by its path."""
     path = ROOT / relative

@@ -8,7 +8,7 @@ import json
 import subprocess
 import sys
 
-from tests.helpers import ROOT, load_script
+from tests.helpers import ROOT, fwd_persistent_best, load_script
 
 DATA = ROOT / "benchmarks" / "data"
 
@@ -492,14 +492,6 @@ def test_persistent_forward_section_is_fwd_persistent_runs_1_2_and_prefill_run_1
             and f"({min(c2):.2f}–{max(c2):.2f}× the grid kernel, run 2)" in doc)
 
 
-def _fwd_best(run):
-    best = {}
-    for r in json.loads((DATA / f"fwd-persistent-h200-run{run}.json").read_text())["rows"]:
-        key = (r["D"], r["causal"], r["N"], r["build"])
-        best[key] = min(best.get(key, float("inf")), r["ms"])
-    return best
-
-
 def test_causal_schedule_section_is_fwd_persistent_runs_3_5_and_prefill_run_21():
     """RESULTS.md's run 21 section: fwd-persistent runs 4 and 5 and prefill run 21 as their scripts render them,
     every build's bits equal to the grid kernel's, the gains its text and docs/gpu.md draw from runs 3-5, and
@@ -513,7 +505,7 @@ def test_causal_schedule_section_is_fwd_persistent_runs_3_5_and_prefill_run_21()
         for line in mod.table(rows[n])[2:]:
             assert _flat(line) in section, line
     assert all(r["same_bits"] for rs in rows.values() for r in rs if r["same_bits"] is not None)
-    b = {n: _fwd_best(n) for n in (3, 4, 5)}
+    b = {n: fwd_persistent_best(n) for n in (3, 4, 5)}
 
     def pct(v):
         return f"{100 * (min(v) - 1):.1f}–{100 * (max(v) - 1):.1f} %"

@@ -17,7 +17,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.helpers import abs_err as _err
-from tests.helpers import within_criterion
+from tests.helpers import fwd_persistent_best, within_criterion
 
 import attnlab
 from attnlab.reference import attention_ref
@@ -556,14 +556,7 @@ def test_block_size_table_is_the_measured_sweep_winners():
     gluon |= json.loads((data / "prefill-best-h200-run9.json").read_text())  # run 9: D = 64 re-swept
     # non-causal calls run the winner's persistent build, faster on every non-causal row of fwd-persistent runs
     # 1 and 2 (benchmarks/fwd_persistent.py)
-    def best_of(run):
-        best = {}
-        for r in json.loads((data / f"fwd-persistent-h200-run{run}.json").read_text())["rows"]:
-            key = (r["D"], r["causal"], r["N"], r["build"])
-            best[key] = min(best.get(key, float("inf")), r["ms"])
-        return best
-
-    faster = [best[D, c, N, "grid"] > ms for best in (best_of(1), best_of(2))
+    faster = [best[D, c, N, "grid"] > ms for best in (fwd_persistent_best(1), fwd_persistent_best(2))
               for (D, c, N, build), ms in best.items() if build == "persistent" and not c]
     assert all(faster) and len(faster) == 8
     # causal calls: the part block first and groups of heads by K/V bytes; at D = 128 the persistent build, at
@@ -573,7 +566,7 @@ def test_block_size_table_is_the_measured_sweep_winners():
 
     won = []
     for run in (3, 4, 5):
-        best = best_of(run)
+        best = fwd_persistent_best(run)
         for D, c, N, build in list(best):
             if not c or build != "grid":
                 continue
