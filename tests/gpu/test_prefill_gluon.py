@@ -392,6 +392,32 @@ def test_gpu_persistent_gluon_matches_reference_and_the_grid_kernel(B, H, Hkv, N
         assert torch.equal(outs[0][1], out) and torch.equal(outs[0][2], lse), build
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_persistent_gluon_under_cuda_graph_capture(causal):
+    """A persistent call whose schedule is not kept yet, first made while a CUDA graph is captured, runs the grid
+    kernel (the schedule's copy to the GPU cannot be captured) and replays with the grid kernel's bits; once the
+    schedule is kept, a captured call takes the persistent kernel, the same bits again."""
+    gen = torch.Generator(device=DEV).manual_seed(7 + causal)
+    q, k, v = (torch.randn(2, 6, 1100, 64, dtype=torch.bfloat16, device=DEV, generator=gen) for _ in range(3))
+    mask = Mask(-1, 0 if causal else -1)
+    base = FwdConfig(128, 128, 4, 2, tma=True, warp_spec=True, gluon=True)
+    pcfg = dataclasses.replace(base, persistent=True, part_first=causal, head_chunk=0 if causal else 1)
+    want = prefill_forward(q, k, v, mask=mask, scale=0.125, config=base)
+    G._SCHEDULES.clear()
+    for kept in (False, True):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out, lse = prefill_forward(q, k, v, mask=mask, scale=0.125, config=pcfg)
+        assert bool(G._SCHEDULES) is kept
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, want[0]) and torch.equal(lse, want[1]), kept
+        if not kept:
+            prefill_forward(q, k, v, mask=mask, scale=0.125, config=pcfg)  # an eager call keeps the schedule
+
+
 def _half_walks(Nq, Nk, block_m, block_n, causal_off, win_off, m_shift):
     """For every (query block, 64-row slice) of the warp-specialised kernels, the key blocks it walks with the
     kernel's masked flag each: ``_wsp_tile``'s bounds and ``_ws_consumer``'s ``full`` and ``lo_full``."""

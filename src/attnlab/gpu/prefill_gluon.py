@@ -727,42 +727,42 @@ if HAVE_GLUON:
     @gluon.jit
     def _wsp_consumer_0_causal(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
-                               n_turns, m_shift):
+                             n_turns, m_shift):
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
                       H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 0, True)
 
     @gluon.jit
     def _wsp_consumer_0_full(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                              k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
-                               n_turns, m_shift):
+                             n_turns, m_shift):
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
                       H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 0, False)
 
     @gluon.jit
     def _wsp_consumer_1_causal(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
-                               n_turns, m_shift):
+                             n_turns, m_shift):
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
                       H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 1, True)
 
     @gluon.jit
     def _wsp_consumer_1_full(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                              k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
-                               n_turns, m_shift):
+                             n_turns, m_shift):
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
                       H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 1, False)
 
     @gluon.jit
     def _wsp_consumer_2_causal(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
-                               n_turns, m_shift):
+                             n_turns, m_shift):
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
                       H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 2, True)
 
     @gluon.jit
     def _wsp_consumer_2_full(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                              k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
-                               n_turns, m_shift):
+                             n_turns, m_shift):
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
                       H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 2, False)
 
@@ -863,6 +863,8 @@ def auto_head_chunk(Nk: int, D: int, group: int, itemsize: int) -> int:
     it on each of 6 rows; one of eight times that (8 heads at D = 128, 16K) ran 8 % slower."""
     per_head = 2 * Nk * D * itemsize / max(1, group)
     return max(1, int(CHUNK_KV_BYTES // per_head))
+
+
 _SCHEDULES: dict = {}  # kept schedules (device tensors), at most _SCHEDULES_KEPT
 _SCHEDULES_KEPT = 64
 
@@ -926,13 +928,16 @@ def persistent_schedule(n_m: int, bh: int, programs: int, walks: list[int] | Non
     return rows
 
 
-def _schedule_tensor(device: torch.device, bh: int, programs: int, chunk: int, shape: tuple) -> torch.Tensor:
+def _schedule_tensor(device: torch.device, bh: int, programs: int, chunk: int, shape: tuple) -> torch.Tensor | None:
     """``persistent_schedule`` as an int32 (programs, turns) tensor on ``device``, −1 past a program's last tile;
     kept per arguments. ``shape``: (Nq, Nk, block_m, block_n, causal_off, win_off, m_shift), ``tile_walks``'s
-    (causal_off None: no walks)."""
+    (causal_off None: no walks). None when it is not kept yet and the stream is capturing a CUDA graph (the
+    schedule's copy to the device cannot be captured)."""
     key = (device, bh, programs, chunk, shape)
     t = _SCHEDULES.get(key)
     if t is None:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return None
         Nq, Nk, block_m, block_n, causal_off, win_off, m_shift = shape
         walks = None if causal_off is None else tile_walks(Nq, Nk, block_m, block_n, causal_off, win_off, m_shift)
         rows = persistent_schedule(-(-Nq // block_m), bh, programs, walks, chunk)
@@ -995,12 +1000,14 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     else:
         args_alibi = {}
     m_shift = part_first_shift(Nq, block_m) if causal and part_first and warp_spec else 0
-    if persistent:
+    sched = None
+    if persistent:  # (a schedule not kept yet while a CUDA graph is captured: the grid kernel, the same bits)
         from .decode_config import _device_sms
 
         programs = max(1, min(n_m * B * H, _device_sms(q.device)))
         sched = _schedule_tensor(q.device, B * H, programs, head_chunk if causal else 1,
                                  (Nq, Nk, block_m, block_n, causal_off, win_off, m_shift))
+    if sched is not None:
         args = args[:-1] + (NO_WINDOW if win_off is None else win_off, args[-1], n_m, sched, sched.shape[1], m_shift)
         launch_kept(_attn_fwd_gluon_wsp, (programs,), dict(zip(_attn_fwd_gluon_wsp.arg_names, args)) | const
                     | dict(CONSUMER_REGS=consumer_regs(block_m)), num_warps=num_warps)
