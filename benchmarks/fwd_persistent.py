@@ -1,23 +1,26 @@
-"""The Gluon forward as a persistent kernel against the grid kernel, and cuDNN, on the prefill table's shapes.
+"""The Gluon forward's schedules against the grid kernel, and cuDNN, on the prefill table's shapes.
 
 The warp-specialised Gluon forward (``attnlab.gpu.prefill_gluon``) launches one program per (query block,
 batch · head): each program loads its Q block, walks its key blocks and stores O, and at 4K tokens a causal
 program walks 16 key blocks on average, so a program's start (Q and the first K/V loads) and end (O's
 normalisation and store) are a larger share of its time than at 16K. The persistent build
-(``FwdConfig.persistent``, ``_attn_fwd_gluon_wsp``) runs at most one program per SM, each taking tiles in
-turn: the loader brings the next tile's Q and key blocks while the consumers finish the current tile, and O
-leaves through a buffer of its own.
+(``FwdConfig.persistent``, ``_attn_fwd_gluon_wsp``) runs at most one program per SM, each taking the tiles of
+its row of a schedule made on the host: the loader brings the next tile's Q and key blocks while the consumers
+finish the current tile, and O leaves through a buffer of its own. Causal calls can also take the part query
+block first (``part_first``) and their longest walks first over groups of heads (``head_chunk``).
 
 For each row (bfloat16, 16K tokens, H·D = 2048, as ``benchmarks/prefill.py``'s grid; N = 4K and 16K, D = 64
 and 128, causal or not) the script times, alternating in ``--rounds`` rounds in one process
-(``triton.testing.do_bench``'s times, forward only: ``ms`` their median, ``ms_mean`` and ``ms_p90``
-beside it; runs 1-4 recorded do_bench's default, the mean, as ``ms``): the table's Gluon entry (``grid``), the same entry
-persistent (``persistent``), at D = 64 also both with 128-row tiles, and SDPA's cuDNN forward (``cudnn``).
-Each attnlab build's output is compared with the grid kernel's: the persistent build must give the same bits
-(each tile's arithmetic is unchanged). TFLOP/s by ``attnlab.cost.attention_flops``.
+(``triton.testing.do_bench``'s times, forward only: ``ms`` their median, ``ms_mean`` and ``ms_p90`` beside it;
+runs 1-4 recorded do_bench's default, the mean, as ``ms``) the builds of ``builds``: the table's long entry as
+a plain grid (``grid``), its persistent twin or (causal) the part block first and the table's own entry for the
+row, at D = 64 the 128-row builds, and SDPA's cuDNN forward (``cudnn``). ``--sweep`` times causal rows at 4K, 8K
+and 16K with persistent schedules of 1, 2, 4 and 8 heads at a time instead (``sweep_builds``). Each attnlab
+build's output is compared with its base's (``base_of``): every build must give the same bits (each row's
+arithmetic is unchanged). TFLOP/s by ``attnlab.cost.attention_flops``.
 
-    python benchmarks/fwd_persistent.py [--rounds 2] [--json out.json]
-    python benchmarks/fwd_persistent.py --report benchmarks/data/fwd-persistent-h200-run1.json
+    python benchmarks/fwd_persistent.py [--rounds 2] [--sweep] [--json out.json]
+    python benchmarks/fwd_persistent.py --report benchmarks/data/fwd-persistent-h200-run5.json
 """
 
 from __future__ import annotations
