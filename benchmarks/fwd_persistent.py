@@ -9,12 +9,17 @@ its row of a schedule made on the host: the loader brings the next tile's Q and 
 finish the current tile, and O leaves through a buffer of its own. Causal calls can also take the part query
 block first (``part_first``) and their longest walks first over groups of heads (``head_chunk``).
 
+The consumers of the persistent build can also issue each step's two products in turns (``pingpong``,
+FlashAttention-3's scheduler barrier), so that one warp group's softmax runs while the next one's products hold
+the tensor cores.
+
 For each row (bfloat16, 16K tokens, H·D = 2048, as ``benchmarks/prefill.py``'s grid; N = 4K and 16K, D = 64
 and 128, causal or not) the script times, alternating in ``--rounds`` rounds in one process
 (``triton.testing.do_bench``'s times, forward only: ``ms`` their median, ``ms_mean`` and ``ms_p90`` beside it;
 runs 1-4 recorded do_bench's default, the mean, as ``ms``) the builds of ``builds``: the table's long entry as
 a plain grid (``grid``), its persistent twin or (causal) the part block first and the table's own entry for the
-row, at D = 64 the 128-row builds, and SDPA's cuDNN forward (``cudnn``). ``--sweep`` times causal rows at 4K, 8K
+row, at D = 64 the 128-row builds, each persistent build with turns (``…-pp``), and SDPA's cuDNN forward
+(``cudnn``). ``--sweep`` times causal rows at 4K, 8K
 and 16K with persistent schedules of 1, 2, 4 and 8 heads at a time instead (``sweep_builds``). Each attnlab
 build's output is compared with its base's (``base_of``): every build must give the same bits (each row's
 arithmetic is unchanged). TFLOP/s by ``attnlab.cost.attention_flops``.
@@ -62,8 +67,10 @@ def builds(D: int, causal: bool, N: int = 16384):
     """(name, FwdConfig) of the attnlab builds timed for a row. Every build's bits must equal the first's
     (``grid``: the table's long Gluon entry as a grid of programs, heads one after another, the part query block
     last). Without a causal mask: its persistent twin (the table's entry). With one: the part block first
-    (``grid-pf``) and the table's entry for N keys (``table``). At D = 64 (whose long entry has 192-row tiles)
-    the 128-row grid and persistent builds too."""
+    (``grid-pf``), the table's entry for N keys (``table``) and the persistent build with the part block first and
+    the 8 MB groups (``persistent-pf``). At D = 64 (whose long entry has 192-row tiles) the 128-row grid and
+    persistent builds too. Each persistent build also with its consumers' products in turns (``…-pp``,
+    ``FwdConfig.pingpong``)."""
     from attnlab.gpu.config import FwdConfig, default_fwd_config
 
     entry = default_fwd_config(D, causal, torch.device("cuda"))
@@ -73,16 +80,22 @@ def builds(D: int, causal: bool, N: int = 16384):
         out.append(("persistent", dataclasses.replace(base, persistent=True)))
     else:
         out += [("grid-pf", dataclasses.replace(base, part_first=True)),
-                ("table", default_fwd_config(D, causal, torch.device("cuda"), N))]
+                ("table", default_fwd_config(D, causal, torch.device("cuda"), N)),
+                ("persistent-pf", dataclasses.replace(base, part_first=True, head_chunk=0, persistent=True))]
     if base.block_m != 128:
         e128 = FwdConfig(128, base.block_n, base.num_warps, base.num_stages, tma=True, warp_spec=True, gluon=True)
-        out += [("grid-128", e128), ("persistent-128", dataclasses.replace(e128, persistent=True, head_chunk=0))]
+        out += [("grid-128", e128), ("persistent-128", dataclasses.replace(e128, persistent=True, head_chunk=0,
+                                                                           part_first=causal))]
+    out += [(f"{name}-pp", dataclasses.replace(cfg, pingpong=True)) for name, cfg in out
+            if name.startswith("persistent")]
     return out
 
 
 def base_of(name: str) -> str:
-    """The build a build is compared with, for speed and bits: ``grid-128`` for the 128-row builds, else
-    ``grid``."""
+    """The build a build is compared with, for speed and bits: for ``…-pp`` the same build without turns, else
+    ``grid-128`` for the 128-row builds and ``grid`` for the others."""
+    if name.endswith("-pp"):
+        return name[:-3]
     return "grid-128" if "-128" in name else "grid"
 
 
@@ -135,10 +148,12 @@ def run(rounds: int, sweep: bool = False) -> list[dict]:
 
 
 def table(rows: list[dict]) -> list[str]:
-    """Markdown: one line per (row, build), ms by round, best TFLOP/s, × the grid kernel and × cuDNN (best
-    rounds), and whether the build's bits equal its grid twin's."""
-    out = ["| D | causal | N | build | ms by round | TFLOP/s (best) | × grid | × cuDNN | same bits |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    """Markdown: one line per (row, build), ms by round, best TFLOP/s, × its base (``base_of``: the grid kernel,
+    or for a ``…-pp`` build its twin without turns; the column says "× grid" where no run's build has turns) and
+    × cuDNN (best rounds), and whether the build's bits equal its base's."""
+    turns = any(r["build"].endswith("-pp") for r in rows)
+    out = [f"| D | causal | N | build | ms by round | TFLOP/s (best) | {'× base' if turns else '× grid'} | × cuDNN | "
+           "same bits |", "|---|---|---|---|---|---|---|---|---|"]
     keys = []
     for r in rows:
         key = (r["D"], r["causal"], r["N"])
@@ -154,7 +169,7 @@ def table(rows: list[dict]) -> list[str]:
         for n in names:
             mine = [r for r in rs if r["build"] == n]
             # (runs 1 and 2 had one persistent build per grid build, named after it)
-            old_names = not any("-pf" in m or "-c" in m for m in names)
+            old_names = not any("-pf" in m or "-c" in m or m.endswith("-pp") for m in names)
             twin = n.replace("persistent", "grid") if old_names else base_of(n)
             bits = mine[0]["same_bits"]
             ms = " / ".join(f"{r['ms']:.3f}" for r in mine)
