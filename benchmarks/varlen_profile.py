@@ -1,0 +1,166 @@
+"""Where a packed (varlen) forward+backward's time goes: the GPU's kernels, or the host between them.
+
+The variants benchmark (``benchmarks/variants.py``) times ``flash_attention_varlen`` forward+backward on 16K tokens
+of documents of 256–1792 (causal inside each, bfloat16, H·D = 2048) with ``triton.testing.do_bench``: the time
+from an event before the call to one after it, so a host that issues the kernels more slowly than the GPU runs
+them shows up in it. This script times the same call four ways, in one process:
+
+* ``eager``: do_bench's median, as the variants table;
+* ``graph``: the same call captured once in a CUDA graph and replayed (GPU time with no host in between);
+* ``host``: 20 calls issued back to back, timed on the host without waiting for the GPU (the host's time per call,
+  as long as the GPU's queue does not fill);
+* ``kernels``: torch.profiler over 10 calls: each kernel's GPU time per call, and their sum.
+
+If ``eager`` is close to ``kernels`` and ``graph``, the kernels set the pace; if it is close to ``host``, the host does.
+
+    python benchmarks/varlen_profile.py [--D 64 128] [--packed library gluon triton] [--top 25] [--json out.json]
+    python benchmarks/varlen_profile.py --report benchmarks/data/varlen-profile-h200-run1.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def measure(D: int, packed: str = "library", top: int = 0) -> dict:
+    """One D's row: eager, graph, host and kernel times of the varlen forward+backward; ``packed``: the backward
+    of packed batches (the library's choice, or ``gluon`` / ``triton``, ``prefill_gluon_bwd.PACKED``); ``top``:
+    also cProfile's top entries by own time over 20 calls (µs per call; the profiler's own cost included)."""
+    from attnlab.gpu import prefill_gluon_bwd
+
+    kept = prefill_gluon_bwd.PACKED
+    if packed != "library":
+        prefill_gluon_bwd.PACKED = packed == "gluon"
+    try:
+        return _measure(D, packed, top)
+    finally:
+        prefill_gluon_bwd.PACKED = kept
+
+
+def _measure(D: int, packed: str, top: int) -> dict:
+    import cProfile
+    import pstats
+
+    import triton
+    from variants import TOKENS, WIDTH, doc_lengths, provider_attnlab
+
+    cfg = dict(variant="varlen", H=WIDTH // D, N=TOKENS, D=D, dtype=torch.bfloat16, pass_="fwd_bwd",
+               lengths=doc_lengths(TOKENS))
+    fn = provider_attnlab(cfg, "cuda")
+    fn()
+    torch.cuda.synchronize()
+    eager = triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
+
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(20):
+        fn()
+    host = (time.perf_counter() - t0) / 20 * 1e3
+    torch.cuda.synchronize()
+
+    from torch.profiler import ProfilerActivity, profile
+
+    calls = 10
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    kernels: dict[str, float] = {}
+    for ev in prof.key_averages():
+        us = getattr(ev, "self_device_time_total", None)
+        if us is None:
+            us = getattr(ev, "self_cuda_time_total", 0.0)
+        if us > 0:
+            kernels[ev.key] = kernels.get(ev.key, 0.0) + us / calls
+    graph = None
+    try:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        graph = triton.testing.do_bench(g.replay, warmup=25, rep=200, return_mode="median")
+    except Exception as e:  # (a capture the call does not allow: reported, not fatal)
+        print(f"varlen_profile: D = {D}: no CUDA graph ({type(e).__name__}: {e})", file=sys.stderr)
+
+    hot = []
+    if top:
+        torch.cuda.synchronize()
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(20):
+            fn()
+        prof.disable()
+        torch.cuda.synchronize()
+        st = pstats.Stats(prof)
+        entries = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:top]  # (file, line, name): (cc, nc, tt, ct, _)
+        hot = [dict(fn=f"{Path(f).name}:{line}({name})", calls=nc / 20, own_us=tt / 20 * 1e6, cum_us=ct / 20 * 1e6)
+               for (f, line, name), (cc, nc, tt, ct, _) in entries]
+    return dict(D=D, H=cfg["H"], packed=packed, lengths=cfg["lengths"], eager_ms=eager, graph_ms=graph, host_ms=host,
+                hot=hot,
+                kernels_ms=sum(kernels.values()) / 1e3,
+                kernels={k: round(v, 2) for k, v in sorted(kernels.items(), key=lambda kv: -kv[1])})
+
+
+def table(rows: list[dict]) -> list[str]:
+    out = ["| D | backward | eager ms (do_bench) | graph ms | host ms per call | kernels ms (sum) | eager − kernels |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        graph = "—" if r["graph_ms"] is None else f"{r['graph_ms']:.3f}"
+        out.append(f"| {r['D']} | {r.get('packed', 'library')} | {r['eager_ms']:.3f} | {graph} | {r['host_ms']:.3f} | "
+                   f"{r['kernels_ms']:.3f} | {r['eager_ms'] - r['kernels_ms']:.3f} |")
+    for r in rows:
+        out += ["", f"D = {r['D']}, backward {r.get('packed', 'library')}, GPU µs per call by kernel:", "",
+                "| kernel | µs |", "|---|---|"]
+        out += [f"| {k[:90]} | {v:.1f} |" for k, v in r["kernels"].items()]
+        if r.get("hot"):
+            out += ["", f"D = {r['D']}, backward {r.get('packed', 'library')}, host: cProfile's top entries by own "
+                    "time (µs per call, profiled):", "", "| function | calls | own µs | cumulative µs |",
+                    "|---|---|---|---|"]
+            out += [f"| {h['fn'][:80]} | {h['calls']:.0f} | {h['own_us']:.1f} | {h['cum_us']:.1f} |" for h in r["hot"]]
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--D", type=int, nargs="+", default=[64, 128], choices=[64, 128])
+    ap.add_argument("--packed", nargs="+", default=["library"], choices=["library", "gluon", "triton"],
+                    help="the packed backward(s) to time: the library's choice, the Gluon kernel, the Triton kernels")
+    ap.add_argument("--top", type=int, default=0, help="also cProfile's top N host entries by own time")
+    ap.add_argument("--json", type=Path, help="write the rows here (refuses an existing file)")
+    ap.add_argument("--report", type=Path, help="print the tables of a run's JSON (no GPU needed)")
+    args = ap.parse_args(argv)
+    if args.report is not None:
+        print("\n".join(table(json.loads(args.report.read_text())["rows"])))
+        return 0
+    if args.json is not None and args.json.exists():
+        print(f"varlen_profile: {args.json} exists; not overwriting it", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("varlen_profile: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    import triton
+
+    rows = [measure(D, packed, args.top) for D in args.D for packed in args.packed]
+    print("\n".join(table(rows)))
+    if args.json is not None:
+        args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "gpu": torch.cuda.get_device_name(),
+                                         "torch": torch.__version__, "triton": triton.__version__, "rows": rows},
+                                        indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
