@@ -9,17 +9,12 @@ its row of a schedule made on the host: the loader brings the next tile's Q and 
 finish the current tile, and O leaves through a buffer of its own. Causal calls can also take the part query
 block first (``part_first``) and their longest walks first over groups of heads (``head_chunk``).
 
-The consumers of the persistent build can also issue each step's two products in turns (``pingpong``,
-FlashAttention-3's scheduler barrier), so that one warp group's softmax runs while the next one's products hold
-the tensor cores.
-
 For each row (bfloat16, 16K tokens, H·D = 2048, as ``benchmarks/prefill.py``'s grid; N = 4K and 16K, D = 64
 and 128, causal or not) the script times, alternating in ``--rounds`` rounds in one process
 (``triton.testing.do_bench``'s times, forward only: ``ms`` their median, ``ms_mean`` and ``ms_p90`` beside it;
 runs 1-4 recorded do_bench's default, the mean, as ``ms``) the builds of ``builds``: the table's long entry as
 a plain grid (``grid``), its persistent twin or (causal) the part block first and the table's own entry for the
-row, at D = 64 the 128-row builds, each persistent build with turns (``…-pp``), and SDPA's cuDNN forward
-(``cudnn``). ``--sweep`` times causal rows at 4K, 8K
+row, at D = 64 the 128-row builds, and SDPA's cuDNN forward (``cudnn``). ``--sweep`` times causal rows at 4K, 8K
 and 16K with persistent schedules of 1, 2, 4 and 8 heads at a time instead (``sweep_builds``). Each attnlab
 build's output is compared with its base's (``base_of``): every build must give the same bits (each row's
 arithmetic is unchanged). TFLOP/s by ``attnlab.cost.attention_flops``.
@@ -69,8 +64,8 @@ def builds(D: int, causal: bool, N: int = 16384):
     last). Without a causal mask: its persistent twin (the table's entry). With one: the part block first
     (``grid-pf``), the table's entry for N keys (``table``) and the persistent build with the part block first and
     the 8 MB groups (``persistent-pf``). At D = 64 (whose long entry has 192-row tiles) the 128-row grid and
-    persistent builds too. Each persistent build also with its consumers' products in turns (``…-pp``,
-    ``FwdConfig.pingpong``)."""
+    persistent builds too. (Run 6 also timed each persistent build with its consumers' products in turns,
+    ``…-pp``: a build measured there and not kept, NOTES-prefill v19.)"""
     from attnlab.gpu.config import FwdConfig, default_fwd_config
 
     entry = default_fwd_config(D, causal, torch.device("cuda"))
@@ -86,8 +81,6 @@ def builds(D: int, causal: bool, N: int = 16384):
         e128 = FwdConfig(128, base.block_n, base.num_warps, base.num_stages, tma=True, warp_spec=True, gluon=True)
         out += [("grid-128", e128), ("persistent-128", dataclasses.replace(e128, persistent=True, head_chunk=0,
                                                                            part_first=causal))]
-    out += [(f"{name}-pp", dataclasses.replace(cfg, pingpong=True)) for name, cfg in out
-            if name.startswith("persistent")]
     return out
 
 

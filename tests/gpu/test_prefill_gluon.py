@@ -356,39 +356,11 @@ def test_persistent_builds_for_sm90_with_an_output_buffer_and_the_same_schedule(
         G.compile_sm90(64, causal=True, persistent=True)
 
 
-@needs_gluon
-def test_pingpong_builds_for_sm90_take_turns_and_nothing_else():
-    """The persistent forward with its consumers' products in turns (``pingpong``): per consumer warp group one
-    turn barrier more in shared memory (8 bytes), the same wgmma products and waits and registers as the build
-    without turns, at most a few words more spill stack, and more mbarrier waits and arrivals (the turns); refused
-    without the persistent kernel."""
-    cases = [dict(D=D, causal=c, block_m=bm, num_warps=4, warp_spec=True, dtype="bfloat16", persistent=True)
-             for D, bm in ((128, 128), (64, 128), (64, 192)) for c in (False, True)]
-    plain = sm90_reports("prefill_gluon", cases)
-    pp = sm90_reports("prefill_gluon", [dict(c, pingpong=True) for c in cases])
-    for case, rep, base in zip(cases, pp, plain):
-        assert rep["smem_kb"] == pytest.approx(base["smem_kb"] + 8 * case["block_m"] // 64 / 1024, abs=0.15), case
-        for key in ("wgmma", "wait_groups", "tma_loads", "setmaxnreg", "regs"):
-            assert rep.get(key) == base.get(key), (case, key, rep, base)
-        if base.get("stack") is not None:  # (triton 3.6, the device's: the same stack; 3.9: 32 bytes at D = 128 causal)
-            assert rep["stack"] <= base["stack"] + 32, (case, rep, base)
-        assert rep["mbarrier_waits"] > base["mbarrier_waits"] and rep["mbarrier_arrives"] > base["mbarrier_arrives"]
-    with pytest.raises(ValueError, match="pingpong"):
-        G.compile_sm90(64, causal=True, num_warps=4, warp_spec=True, pingpong=True)
-    q = torch.zeros(1, 1, 128, 64, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="pingpong"):
-        G.gluon_forward(q, q, q, q.clone(), torch.zeros(1, 1, 128), causal_off=0, scale=0.125, block_m=128,
-                        block_n=128, stages=2, num_warps=4, warp_spec=True, pingpong=True)
-
-
 # the warp-specialised builds that must give the plain grid kernel's bits: persistent, the part query block first,
-# the longest walks first over groups of heads (grid and persistent schedule), the consumers' products in turns,
-# and all of them together
+# the longest walks first over groups of heads (grid and persistent schedule), and all of them together
 SAME_BITS_BUILDS = [dict(persistent=True), dict(part_first=True), dict(head_chunk=8), dict(head_chunk=3),
                     dict(part_first=True, head_chunk=8, persistent=True), dict(part_first=True, head_chunk=3,
-                                                                               persistent=True),
-                    dict(persistent=True, pingpong=True), dict(part_first=True, head_chunk=3, persistent=True,
-                                                               pingpong=True)]
+                                                                               persistent=True)]
 
 
 @pytest.mark.gpu

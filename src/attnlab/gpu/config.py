@@ -41,7 +41,6 @@ class FwdConfig:
     head_chunk: int = 1  # Gluon, warp_spec, causal: the longest walks first over this many heads at a time (0: as
     # many as share 8 MB of K and V, prefill_gluon.auto_head_chunk)
     part_first: bool = False  # Gluon, warp_spec, causal: the part query block first (the shortest walk), not last
-    pingpong: bool = False  # Gluon, persistent: the consumer warp groups issue each step's products in turns
 
 
 @dataclass(frozen=True)

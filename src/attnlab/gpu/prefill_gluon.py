@@ -334,21 +334,16 @@ if HAVE_GLUON:
     def _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                      b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale,
                      HALF: gl.constexpr, CAUSAL: gl.constexpr, ALIBI: gl.constexpr = False, slope2=0.0, alibi_off=0,
-                     it0=0, q_phase=0, q_empty=None, o_smem=None, turns=None, turn0=0):
+                     it0=0, q_phase=0, q_empty=None, o_smem=None):
         """One warp group: HALF_M query rows (half HALF of the block), the same schedule as the
         single-program kernel, releasing each K and V slot as soon as its wgmma has completed. Tile
         sizes come from the buffers' shapes (partitions take no constexpr arguments). ALIBI: the scores
         less slope2·|i + alibi_off − j| (``_softmax_alibi``). One tile of a persistent program (``q_empty``
         and ``o_smem`` given): its key blocks are the ring's uses it0, it0 + 1, ... (slot and phase from there),
         its Q slice arrives in phase ``q_phase`` and is released on ``q_empty`` once its last Q·Kᵀ is done,
-        and O leaves through ``o_smem``, whose previous store is waited for first and this one's later.
-        ``turns`` (one mbarrier per consumer; ``turn0`` the turns this warp group took before this tile): the
-        warp groups issue each step's two products in turns, warp group HALF after HALF − 1 and the first after
-        the last (FlashAttention-3's scheduler barrier), so one's softmax runs while the next one's products
-        take the tensor cores; a tile's first Q·Kᵀ and last P̃V take no turn. The same products, the same bits."""
+        and O leaves through ``o_smem``, whose previous store is waited for first and this one's later."""
         HALF_M: gl.constexpr = q_smem.shape[3]
         HEAD_D: gl.constexpr = q_smem.shape[4]
-        NC: gl.constexpr = q_smem.shape[0]
         BLOCK_N: gl.constexpr = k_smem.shape[3]
         STAGES: gl.constexpr = k_smem.shape[0]
         dtype: gl.constexpr = desc_o.dtype
@@ -405,23 +400,10 @@ if HAVE_GLUON:
                 slot = u % STAGES
                 prev = (u - 1) % STAGES
                 mbarrier.wait(k_ready.index(slot), (u // STAGES) & 1)
-                if turns is None:
-                    s_tok = warpgroup_mma(q, k_smem.index(slot).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
-                                          use_acc=False, is_async=True)
-                    mbarrier.wait(v_ready.index(prev), ((u - 1) // STAGES) & 1)
-                    acc_tok = warpgroup_mma(p_op, v_smem.index(prev).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
-                else:  # this warp group's turn k: the first waits for the last one's turn k − 1, the others for
-                    # the previous one's turn k (a fresh barrier's phase "1" counts as done: the first turn is free)
-                    mbarrier.wait(v_ready.index(prev), ((u - 1) // STAGES) & 1)
-                    k_turn = turn0 + t - 1
-                    if HALF == 0:
-                        mbarrier.wait(turns.index(0), (k_turn & 1) ^ 1)
-                    else:
-                        mbarrier.wait(turns.index(HALF), k_turn & 1)
-                    s_tok = warpgroup_mma(q, k_smem.index(slot).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
-                                          use_acc=False, is_async=True)
-                    acc_tok = warpgroup_mma(p_op, v_smem.index(prev).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
-                    mbarrier.arrive(turns.index((HALF + 1) % NC), count=1)
+                s_tok = warpgroup_mma(q, k_smem.index(slot).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
+                                      use_acc=False, is_async=True)
+                mbarrier.wait(v_ready.index(prev), ((u - 1) // STAGES) & 1)
+                acc_tok = warpgroup_mma(p_op, v_smem.index(prev).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
                 s = warpgroup_mma_wait(1, deps=(s_tok, ))
                 mbarrier.arrive(k_empty.index(slot), count=1)
                 if q_empty is not None:
@@ -720,16 +702,15 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
-                      v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, turns,
+                      v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift,
                       HALF: gl.constexpr, CAUSAL: gl.constexpr):
         """``_ws_consumer`` for every tile of a persistent program (the loader's), counting the ring's uses
-        across tiles, and with ``turns`` (None: none) the warp groups' turns."""
+        across tiles."""
         HALF_M: gl.constexpr = q_smem.shape[3]
         NC: gl.constexpr = q_smem.shape[0]
         BLOCK_N: gl.constexpr = k_smem.shape[3]
         it = 0
         ti = 0
-        turn = 0
         row = SCHED + gl.program_id(0) * n_turns
         for r in range(n_turns):
             tile = gl.load(row + r)
@@ -738,11 +719,9 @@ if HAVE_GLUON:
                                                                     m_shift, NC * HALF_M, BLOCK_N, CAUSAL)
                 _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                              b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, HALF, CAUSAL,
-                             False, 0.0, 0, it, ti & 1, q_empty, o_smem, turns, turn)
+                             False, 0.0, 0, it, ti & 1, q_empty, o_smem)
                 it += n_blocks
                 ti += 1
-                if turns is not None:
-                    turn += gl.maximum(n_blocks - 1, 0)
         tma.store_wait(0)
 
     @gluon.jit
@@ -750,99 +729,54 @@ if HAVE_GLUON:
                                k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
                              n_turns, m_shift):
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
-                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, None, 0, True)
+                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 0, True)
 
     @gluon.jit
     def _wsp_consumer_0_full(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                              k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
                              n_turns, m_shift):
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
-                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, None, 0, False)
+                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 0, False)
 
     @gluon.jit
     def _wsp_consumer_1_causal(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
                              n_turns, m_shift):
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
-                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, None, 1, True)
+                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 1, True)
 
     @gluon.jit
     def _wsp_consumer_1_full(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                              k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
                              n_turns, m_shift):
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
-                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, None, 1, False)
+                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 1, False)
 
     @gluon.jit
     def _wsp_consumer_2_causal(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
                              n_turns, m_shift):
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
-                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, None, 2, True)
+                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 2, True)
 
     @gluon.jit
     def _wsp_consumer_2_full(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                              k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
                              n_turns, m_shift):
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
-                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, None, 2, False)
-
-    # -- the same, the products in turns (PINGPONG)
-
-    @gluon.jit
-    def _wsp_consumer_0_causal_pp(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
-                                     k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
-                                n_turns, m_shift, turns):
-        _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
-                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, turns, 0, True)
-
-    @gluon.jit
-    def _wsp_consumer_0_full_pp(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
-                                k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
-                                n_turns, m_shift, turns):
-        _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
-                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, turns, 0, False)
-
-    @gluon.jit
-    def _wsp_consumer_1_causal_pp(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
-                                     k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
-                                n_turns, m_shift, turns):
-        _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
-                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, turns, 1, True)
-
-    @gluon.jit
-    def _wsp_consumer_1_full_pp(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
-                                k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
-                                n_turns, m_shift, turns):
-        _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
-                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, turns, 1, False)
-
-    @gluon.jit
-    def _wsp_consumer_2_causal_pp(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
-                                     k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
-                                n_turns, m_shift, turns):
-        _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
-                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, turns, 2, True)
-
-    @gluon.jit
-    def _wsp_consumer_2_full_pp(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
-                                k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
-                                n_turns, m_shift, turns):
-        _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
-                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, turns, 2, False)
+                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 2, False)
 
     @gluon.jit
     def _attn_fwd_gluon_wsp(desc_q, desc_k, desc_v, desc_o, LSE, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m,
                             SCHED, n_turns, m_shift, HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr,
                             BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                            CONSUMER_REGS: gl.constexpr, PINGPONG: gl.constexpr = False):
+                            CONSUMER_REGS: gl.constexpr):
         """``_attn_fwd_gluon_ws`` as a persistent kernel (no ALiBi): a grid of at most one program per SM, program
         p taking the tiles of row p of the schedule SCHED (int32, ``n_turns`` a row, −1 past a program's last
         tile; tile = (b·H + h)·``n_m`` + query block; ``persistent_schedule`` makes it). The K/V ring runs on
         across tiles, so the loader brings the next tile's Q (once its consumers' last Q·Kᵀ is done) and key
         blocks while the consumers finish this one; O leaves through buffers of its own, the TMA store waited for
-        only before the buffer's next use. ``m_shift`` as in the grid kernel. PINGPONG: the consumers issue each
-        step's products in turns (``_ws_consumer``'s ``turns``)."""
+        only before the buffer's next use. ``m_shift`` as in the grid kernel."""
         HALF_M: gl.constexpr = 64
         NC: gl.constexpr = BLOCK_M // HALF_M
         dtype: gl.constexpr = desc_q.dtype
@@ -868,28 +802,7 @@ if HAVE_GLUON:
                          v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift)
         loader_args = (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
                        v_empty, H, G, Nk, causal_off, win_off, n_m, SCHED, n_turns, m_shift)
-        if PINGPONG:  # (a partition's arguments cannot hold None: the turns' barriers go to wrappers of their own)
-            turns = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
-            for i in gl.static_range(NC):
-                mbarrier.init(turns.index(i), count=1)
-            pp_args = consumer_args + (turns, )
-            if NC == 3:
-                if CAUSAL:
-                    gl.warp_specialize([(_wsp_consumer_0_causal_pp, pp_args), (_wsp_consumer_1_causal_pp, pp_args),
-                                        (_wsp_consumer_2_causal_pp, pp_args), (_wsp_loader_causal, loader_args)],
-                                       [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
-                else:
-                    gl.warp_specialize([(_wsp_consumer_0_full_pp, pp_args), (_wsp_consumer_1_full_pp, pp_args),
-                                        (_wsp_consumer_2_full_pp, pp_args), (_wsp_loader_full, loader_args)],
-                                       [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
-            else:
-                if CAUSAL:
-                    gl.warp_specialize([(_wsp_consumer_0_causal_pp, pp_args), (_wsp_consumer_1_causal_pp, pp_args),
-                                        (_wsp_loader_causal, loader_args)], [4, 1], [CONSUMER_REGS, 24])
-                else:
-                    gl.warp_specialize([(_wsp_consumer_0_full_pp, pp_args), (_wsp_consumer_1_full_pp, pp_args),
-                                        (_wsp_loader_full, loader_args)], [4, 1], [CONSUMER_REGS, 24])
-        elif NC == 3:
+        if NC == 3:
             if CAUSAL:
                 gl.warp_specialize([(_wsp_consumer_0_causal, consumer_args), (_wsp_consumer_1_causal, consumer_args),
                                     (_wsp_consumer_2_causal, consumer_args), (_wsp_loader_causal, loader_args)],
@@ -1043,7 +956,7 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
                   causal_off: int | None, scale: float, block_m: int, block_n: int, stages: int,
                   num_warps: int = 8, warp_spec: bool = False, win_off: int | None = None,
                   slopes: torch.Tensor | None = None, persistent: bool = False, head_chunk: int = 1,
-                  part_first: bool = False, pingpong: bool = False) -> None:
+                  part_first: bool = False) -> None:
     """Run the Gluon forward: q (B, H, Nq, D), k/v (B, Hkv, Nk, D), out like q, lse (B, H, Nq) float32,
     written in place. ``causal_off`` None: no right edge; else row i sees keys j <= i + causal_off.
     ``win_off`` None: no left edge; else row i sees keys j >= i + win_off (a sliding window; the
@@ -1055,16 +968,13 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     ALiBi): one program per SM at most, taking the tiles of ``persistent_schedule`` (``_attn_fwd_gluon_wsp``).
     With a causal mask and ``warp_spec``: ``head_chunk``, the longest walks first over that many heads at a time
     (the grid kernel's programs, or the persistent schedule's groups; 0: ``auto_head_chunk``); ``part_first``,
-    the part query block first (``part_first_shift``). ``pingpong`` (persistent calls): the consumer warp groups
-    issue each step's products in turns (``_ws_consumer``'s ``turns``); the same bits. No input checks (the public
-    entry points and ``gluon_supported`` do them)."""
+    the part query block first (``part_first_shift``). No input checks (the public entry points and
+    ``gluon_supported`` do them)."""
     _check_tiles(block_m, block_n, stages, num_warps, warp_spec)
     if win_off is not None and not warp_spec:
         raise ValueError("a window's left edge needs the warp-specialised Gluon forward (warp_spec=True)")
     if persistent and (not warp_spec or slopes is not None):
         raise ValueError("the persistent Gluon forward is the warp-specialised kernel without ALiBi")
-    if pingpong and not persistent:
-        raise ValueError("pingpong is a build of the persistent Gluon forward (persistent=True)")
     if not (isinstance(head_chunk, int) and head_chunk >= 0):
         raise ValueError(f"head_chunk must be an int >= 0 (0: auto_head_chunk), got {head_chunk!r}")
     B, H, Nq, D = q.shape
@@ -1100,7 +1010,7 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     if sched is not None:
         args = args[:-1] + (NO_WINDOW if win_off is None else win_off, args[-1], n_m, sched, sched.shape[1], m_shift)
         launch_kept(_attn_fwd_gluon_wsp, (programs,), dict(zip(_attn_fwd_gluon_wsp.arg_names, args)) | const
-                    | dict(CONSUMER_REGS=consumer_regs(block_m), PINGPONG=bool(pingpong)), num_warps=num_warps)
+                    | dict(CONSUMER_REGS=consumer_regs(block_m)), num_warps=num_warps)
     elif warp_spec:  # (the kept compiled kernel after a specialisation's first call: launch.launch_kept)
         chunk = math.gcd(head_chunk, B * H) if causal else 1
         args = args[:-1] + (NO_WINDOW if win_off is None else win_off, args[-1], m_shift, chunk)
@@ -1112,13 +1022,12 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
 
 def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: int = 128, stages: int = 2,
                  num_warps: int = 8, dtype: torch.dtype = torch.bfloat16, warp_spec: bool = False,
-                 alibi: bool = False, persistent: bool = False, pingpong: bool = False):
+                 alibi: bool = False, persistent: bool = False):
     """Build the Gluon forward for Hopper (sm_90) on any machine, GPU or not (Triton's own ptxas): the
     compiled kernel, whose ``asm`` holds the PTX and cubin and ``metadata`` the shared memory. What the
     CPU tests and ``benchmarks/prefill.py aot`` read: registers, spills, and the wgmma waits. ``alibi``:
     the ALiBi build (float32 slopes, run-time strides); without it the ALiBi arguments are None.
-    ``persistent``: the persistent warp-specialised kernel (``_attn_fwd_gluon_wsp``; no ALiBi), ``pingpong``
-    its consumers' products in turns."""
+    ``persistent``: the persistent warp-specialised kernel (``_attn_fwd_gluon_wsp``; no ALiBi)."""
     if not HAVE_GLUON:
         raise RuntimeError("this triton has no Gluon (triton >= 3.5 needed)")
     import triton
@@ -1136,10 +1045,6 @@ def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: in
     const = dict(HEAD_D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal)
     if persistent and (not warp_spec or alibi):
         raise ValueError("the persistent Gluon forward is the warp-specialised kernel without ALiBi")
-    if pingpong and not persistent:
-        raise ValueError("pingpong is a build of the persistent Gluon forward (persistent=True)")
-    if persistent:
-        const |= dict(PINGPONG=pingpong)
     fn = _attn_fwd_gluon_wsp if persistent else _attn_fwd_gluon_ws if warp_spec else _attn_fwd_gluon
     const |= dict(CONSUMER_REGS=consumer_regs(block_m)) if warp_spec else dict(num_warps=num_warps)
     if not persistent:
@@ -1157,22 +1062,20 @@ def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: in
 
 def sm90_report(head_dim: int, *, causal: bool, block_m: int = 128, block_n: int = 128, stages: int = 2,
                 num_warps: int = 8, dtype: torch.dtype = torch.bfloat16, warp_spec: bool = False,
-                alibi: bool = False, persistent: bool = False, pingpong: bool = False) -> dict:
+                alibi: bool = False, persistent: bool = False) -> dict:
     """What the compiler made of one sm_90 build (``compile_sm90``): shared memory (KB), registers and
     spill stack per thread (from the cubin, where Triton ships cuobjdump), and the PTX's wgmma waits
     (``wait_groups``: the distinct N of ``wgmma.wait_group N``; 1 is the wait that leaves P·V in flight).
     Needs a process without TRITON_INTERPRET (the interpreter replaces the jit functions Gluon calls)."""
     kernel = compile_sm90(head_dim, causal=causal, block_m=block_m, block_n=block_n, stages=stages,
-                          num_warps=num_warps, dtype=dtype, warp_spec=warp_spec, alibi=alibi, persistent=persistent,
-                          pingpong=pingpong)
+                          num_warps=num_warps, dtype=dtype, warp_spec=warp_spec, alibi=alibi, persistent=persistent)
     return kernel_report(kernel)
 
 
 def kernel_report(kernel) -> dict:
     """Shared memory (KB), setmaxnreg values, wgmma waits and counts, TMA loads, float32 global atomics
     (``atomics``), TMA bulk reductions (``tma_reduces``), shared-memory store instructions by width
-    (``shared_stores``, e.g. ``{"v4.b32": 32}``), global loads (``global_loads``) and mbarrier waits and arrivals
-    (``mbarrier_waits``, ``mbarrier_arrives``: PTX sites) of a compiled sm_90 kernel, with registers and spill stack
+    (``shared_stores``, e.g. ``{"v4.b32": 32}``) and global loads (``global_loads``) of a compiled sm_90 kernel, with registers and spill stack
     per thread from its cubin where Triton ships cuobjdump."""
     import re
     import subprocess
@@ -1191,9 +1094,7 @@ def kernel_report(kernel) -> dict:
                atomics=len(re.findall(r"(?:atom|red)\.global\.\S*add\S*f32", ptx)),
                tma_reduces=len(re.findall(r"cp\.reduce\.async\.bulk\.tensor", ptx)),
                shared_stores=dict(sorted(Counter(re.findall(r"st\.shared\.([\w.]+)", ptx)).items())),
-               global_loads=len(re.findall(r"ld\.global", ptx)),
-               mbarrier_waits=len(re.findall(r"mbarrier\.try_wait", ptx)),
-               mbarrier_arrives=len(re.findall(r"mbarrier\.arrive", ptx)))
+               global_loads=len(re.findall(r"ld\.global", ptx)))
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     if tool.exists():
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
