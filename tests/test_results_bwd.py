@@ -579,3 +579,69 @@ def attention_tflops(ms, D, N):
     from attnlab.cost import attention_flops
 
     return attention_flops(batch=16384 // N, heads=2048 // D, seq_q=N, head_dim=D, causal=True, pass_="fwd") / ms / 1e9
+
+
+def test_turns_and_rings_section_is_fwd_persistent_runs_6_7():
+    """RESULTS.md's fwd-persistent runs 6-7 section: both runs' tables as the script renders them, every compared
+    build's bits equal to its base's, and the ratios its text and NOTES-prefill v19 draw from them."""
+    mod = load_script("benchmarks/fwd_persistent.py")
+    results = _results()
+    section = _flat(results[results.index("### Fwd-persistent runs 6 and 7"):results.index("### Run 21 and fwd-persistent")])
+    notes = _flat((ROOT / "benchmarks" / "NOTES-prefill.md").read_text().split("## v19")[1])
+    for n in (6, 7):
+        rows = json.loads((DATA / f"fwd-persistent-h200-run{n}.json").read_text())["rows"]
+        for line in mod.table(rows)[2:]:
+            assert _flat(line) in section, line
+        assert all(r["same_bits"] for r in rows if r["same_bits"] is not None)
+    b6, b7 = fwd_persistent_best(6), fwd_persistent_best(7)
+    pp = {k: b6[(*k[:3], k[3][:-3])] / v for k, v in b6.items() if k[3].endswith("-pp")}
+    lo, hi = min(pp.values()), max(pp.values())
+    assert f"Turns: {lo:.2f}–{hi:.2f}× the same build without them" in section
+    assert f"{lo:.2f}–{hi:.2f}× the same build without turns" in notes
+    up = [100 * (pp[64, True, N, "persistent-pf-pp"] - 1) for N in (4096, 16384)]
+    assert f"+{up[0]:.1f} % and +{up[1]:.1f} % for the 192-row causal build" in section
+    assert f"+{up[0]:.1f} % at 4K, +{up[1]:.1f} % at 16K" in notes
+    down = [100 * (1 - pp[64, c, N, "persistent-128-pp"]) for c in (True, False) for N in (4096, 16384)]
+    assert f"{min(down):.0f}–{max(down):.0f} % slower for the 128-row builds" in section
+    assert b6[64, True, 16384, "table"] < b6[64, True, 16384, "persistent-pf-pp"]  # "still trails the table's entry"
+    d128 = [100 * (v - 1) for k, v in pp.items() if k[0] == 128]
+    assert f"moved D = 128 by −{-min(d128):.1f} to +{max(d128):.1f} %" in notes
+    s3 = [b7[64, True, N, "persistent-128"] / b7[64, True, N, "persistent-128-s3"] for N in (4096, 16384)]
+    n64 = [b7[64, True, N, "persistent-128"] / b7[64, True, N, "persistent-128-n64"] for N in (4096, 16384)]
+    assert f"Three stages: {min(s3):.2f}–{max(s3):.2f}× two; 64-key blocks: {min(n64):.2f}–{max(n64):.2f}×" in section
+    assert f"{s3[0]:.2f}× at 4K, {s3[1]:.2f}× at 16K" in notes and f"{n64[0]:.2f}× and {n64[1]:.2f}×" in notes
+    vs = [b[64, True, 4096, "cudnn"] / b[64, True, 4096, "table"] for b in (b6, b7)]
+    assert f"{vs[0]:.2f}× (run 6) and {vs[1]:.2f}× (run 7)" in section and f"{vs[0]:.2f}× (run 6) and {vs[1]:.2f}× (run 7)" in notes
+
+
+def test_varlen_profile_section_is_its_runs_and_variants_run_13():
+    """RESULTS.md's varlen-profile section: runs 1 and 2 as the script renders them, and the times its text and
+    NOTES-prefill v19 quote: the library's route bound by its kernels, the Gluon route bound by its host, the bar
+    from FlexAttention's time in variants run 13."""
+    mod = load_script("benchmarks/varlen_profile.py")
+    results = _results()
+    section = _flat(results[results.index("### Varlen-profile runs 1 and 2"):results.index("### Run 13: the packed")])
+    notes = _flat((ROOT / "benchmarks" / "NOTES-prefill.md").read_text().split("## v19")[1])
+    runs = {n: json.loads((DATA / f"varlen-profile-h200-run{n}.json").read_text())["rows"] for n in (1, 2)}
+    for n, rows in runs.items():
+        for line in mod.table([dict(r, hot=[]) for r in rows]):  # (the host's cProfile entries stay in the file)
+            if line.startswith("| "):
+                assert _flat(line) in section, (n, line)
+    lib = [r for r in runs[1] if r["D"] == 128] + [r for r in runs[2] if r["packed"] == "triton"]
+    assert max(abs(r["eager_ms"] - r["kernels_ms"]) for r in lib) <= 0.03
+    assert f"took {lib[0]['host_ms']:.3f} ms a call in run 1 and {lib[1]['host_ms']:.3f} in run 2" in section
+    g = next(r for r in runs[2] if r["packed"] == "gluon")
+    assert f"save {lib[1]['kernels_ms'] - g['kernels_ms']:.2f} ms of GPU time" in section
+    assert (f"({g['host_ms']:.3f} ms) exceeds its GPU time ({g['graph_ms']:.3f} ms under a graph), so do_bench sees "
+            f"{g['eager_ms']:.3f} ms") in section
+    assert g["host_ms"] > g["graph_ms"] and g["eager_ms"] > lib[1]["eager_ms"]
+    flex = next(r["ms"] for r in json.loads((DATA / "variants-h200-varlen-run13.json").read_text())["rows"]
+                if r["D"] == 128 and r["pass_"] == "fwd_bwd" and r["provider"] == "flex")
+    assert f"1.3× FlexAttention's {flex:.3f} ms of variants run 13, so {flex / 1.3:.2f} ms" in section
+    assert f"FlexAttention took {flex:.3f} ms in run 13, so 1.3× is {flex / 1.3:.2f} ms" in notes
+    assert flex / 1.3 < g["graph_ms"]
+    r1 = next(r for r in runs[1] if r["D"] == 128)
+    assert (f"eager {r1['eager_ms']:.3f} ms, under a graph {r1['graph_ms']:.3f}, the kernels' sum "
+            f"{r1['kernels_ms']:.3f}") in notes
+    assert (f"its host time per call (1.533 ms) exceeds" in section and f"costs {g['host_ms']:.3f} ms of host time against the "
+            f"Triton route's {lib[1]['host_ms']:.3f}") in notes
