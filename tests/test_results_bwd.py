@@ -643,5 +643,5 @@ def test_varlen_profile_section_is_its_runs_and_variants_run_13():
     r1 = next(r for r in runs[1] if r["D"] == 128)
     assert (f"eager {r1['eager_ms']:.3f} ms, under a graph {r1['graph_ms']:.3f}, the kernels' sum "
             f"{r1['kernels_ms']:.3f}") in notes
-    assert (f"its host time per call (1.533 ms) exceeds" in section and f"costs {g['host_ms']:.3f} ms of host time against the "
-            f"Triton route's {lib[1]['host_ms']:.3f}") in notes
+    assert (f"costs {g['host_ms']:.3f} ms of host time against the Triton route's {lib[1]['host_ms']:.3f}"
+            in notes)
