@@ -64,9 +64,10 @@ def builds(D: int, causal: bool, N: int = 16384):
     last). Without a causal mask: its persistent twin (the table's entry). With one: the part block first
     (``grid-pf``), the table's entry for N keys (``table``) and the persistent build with the part block first and
     the 8 MB groups (``persistent-pf``). At D = 64 (whose long entry has 192-row tiles) the 128-row grid and
-    persistent builds too, and with a causal mask the 128-row persistent build on a ring of three K/V stages
-    (``persistent-128-s3``) and on 64-key blocks with four (``…-n64``). (Run 6 also timed each persistent build with its consumers' products in turns,
-    ``…-pp``: a build measured there and not kept, NOTES-prefill v19.)"""
+    persistent builds too. Every distinct 128-row persistent build also with its tiles overlapped (``…-x``,
+    ``FwdConfig.tile_overlap``). (Run 7 also timed the 128-row persistent build at D = 64 causal on three K/V
+    stages, ``persistent-128-s3``, and on 64-key blocks with four, ``…-n64``; run 6 each persistent build with its
+    consumers' products in turns, ``…-pp``: builds measured there and not kept, NOTES-prefill v19.)"""
     from attnlab.gpu.config import FwdConfig, default_fwd_config
 
     entry = default_fwd_config(D, causal, torch.device("cuda"))
@@ -82,21 +83,26 @@ def builds(D: int, causal: bool, N: int = 16384):
         e128 = FwdConfig(128, base.block_n, base.num_warps, base.num_stages, tma=True, warp_spec=True, gluon=True)
         p128 = dataclasses.replace(e128, persistent=True, head_chunk=0, part_first=causal)
         out += [("grid-128", e128), ("persistent-128", p128)]
-        if causal:  # a deeper K/V ring, and 64-key blocks (half the masked diagonal block) on a ring of four
-            out += [("persistent-128-s3", dataclasses.replace(p128, num_stages=3)),
-                    ("grid-128-n64", dataclasses.replace(e128, block_n=64, num_stages=4)),
-                    ("persistent-128-n64", dataclasses.replace(p128, block_n=64, num_stages=4))]
+    # the 128-row persistent builds with tiles overlapped (the 192-row one spills 240 bytes so)
+    seen = []
+    for name, cfg in list(out):
+        if cfg.persistent and cfg.block_m == 128 and cfg not in seen:
+            seen.append(cfg)
+            out.append((f"{name}-x", dataclasses.replace(cfg, tile_overlap=True)))
     return out
 
 
 def base_of(name: str) -> str:
     """The build a build is compared with, for speed and bits: for ``…-pp`` the same build without turns, for
-    ``persistent-128-n64`` the grid kernel with its blocks (``grid-128-n64``), else ``grid-128`` for the 128-row
-    builds and ``grid`` for the others (bits only between builds of one key block size)."""
+    ``…-x`` the same build without its tiles overlapped, for ``persistent-128-n64`` the grid kernel with its
+    blocks (``grid-128-n64``), else ``grid-128`` for the 128-row builds and ``grid`` for the others (bits only
+    between builds of one key block size)."""
     if name.endswith("-pp"):
         return name[:-3]
     if name == "persistent-128-n64":
         return "grid-128-n64"
+    if name.endswith("-x"):
+        return name[:-2]
     return "grid-128" if "-128" in name else "grid"
 
 
@@ -172,7 +178,7 @@ def table(rows: list[dict]) -> list[str]:
         for n in names:
             mine = [r for r in rs if r["build"] == n]
             # (runs 1 and 2 had one persistent build per grid build, named after it)
-            old_names = not any("-pf" in m or "-c" in m or m.endswith("-pp") for m in names)
+            old_names = not any("-pf" in m or "-c" in m or m.endswith("-pp") or m.endswith("-x") for m in names)
             twin = n.replace("persistent", "grid") if old_names else base_of(n)
             bits = mine[0]["same_bits"]
             ms = " / ".join(f"{r['ms']:.3f}" for r in mine)
