@@ -411,7 +411,7 @@ def test_gpu_persistent_gluon_matches_reference_and_the_grid_kernel(B, H, Hkv, N
     k, v = (torch.randn(B, Hkv, Nk, D, dtype=dtype, device=DEV, generator=gen) for _ in range(2))
     scale = D ** -0.5
     outs = []
-    for build in [{}] + SAME_BITS_BUILDS:
+    for build in [{}] + [b for b in SAME_BITS_BUILDS if block_m == 128 or not b.get("tile_overlap")]:
         out = torch.full_like(q, float("nan"))
         lse = torch.full((B, H, Nq), float("nan"), device=DEV)
         G.gluon_forward(q, k, v, out, lse, causal_off=Nk - Nq if causal else None, scale=scale, block_m=block_m,
@@ -560,6 +560,8 @@ def test_gpu_persistent_gluon_sliding_window_and_the_dispatch(B, H, Hkv, Nq, Nk,
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     for build in SAME_BITS_BUILDS:  # the part block first, groups of heads: the same bits with a window too
         for base in (cfg, FwdConfig(192, 128, 4, 2, tma=True, warp_spec=True, gluon=True)):
+            if build.get("tile_overlap") and base.block_m != 128:  # (tiles overlapped: 128-row tiles only)
+                continue
             ref = want if base is cfg else prefill_forward(q, k, v, mask=mask, scale=scale, config=base)
             got = prefill_forward(q, k, v, mask=mask, scale=scale, config=dataclasses.replace(base, **build))
             assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1]), (build, base.block_m)

@@ -1307,7 +1307,9 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     ALiBi): one program per SM at most, taking the tiles of ``persistent_schedule`` (``_attn_fwd_gluon_wsp``).
     With a causal mask and ``warp_spec``: ``head_chunk``, the longest walks first over that many heads at a time
     (the grid kernel's programs, or the persistent schedule's groups; 0: ``auto_head_chunk``); ``part_first``,
-    the part query block first (``part_first_shift``). ``tile_overlap`` (where the persistent kernel runs): each
+    the part query block first (``part_first_shift``). ``tile_overlap`` (where the persistent kernel runs, 128-row
+    tiles only: with three consumer warp groups the build spills, and triton 3.6 fails to build it for some
+    specialisations): each
     tile's last P̃V and O's store under the next tile's first Q·Kᵀ and softmax (``_attn_fwd_gluon_wspx``; the
     same bits). No input checks (the public entry points and ``gluon_supported`` do them)."""
     _check_tiles(block_m, block_n, stages, num_warps, warp_spec)
@@ -1315,8 +1317,9 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         raise ValueError("a window's left edge needs the warp-specialised Gluon forward (warp_spec=True)")
     if persistent and (not warp_spec or slopes is not None):
         raise ValueError("the persistent Gluon forward is the warp-specialised kernel without ALiBi")
-    if tile_overlap and not persistent:
-        raise ValueError("tile_overlap is a build of the persistent Gluon forward (persistent=True)")
+    if tile_overlap and not (persistent and block_m == 128):
+        raise ValueError("tile_overlap is a build of the persistent Gluon forward with 128-row tiles (persistent=True, "
+                         f"block_m=128; got persistent={persistent}, block_m={block_m})")
     if not (isinstance(head_chunk, int) and head_chunk >= 0):
         raise ValueError(f"head_chunk must be an int >= 0 (0: auto_head_chunk), got {head_chunk!r}")
     B, H, Nq, D = q.shape
@@ -1389,8 +1392,9 @@ def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: in
     const = dict(HEAD_D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal)
     if persistent and (not warp_spec or alibi):
         raise ValueError("the persistent Gluon forward is the warp-specialised kernel without ALiBi")
-    if tile_overlap and not persistent:
-        raise ValueError("tile_overlap is a build of the persistent Gluon forward (persistent=True)")
+    if tile_overlap and not (persistent and block_m == 128):
+        raise ValueError("tile_overlap is a build of the persistent Gluon forward with 128-row tiles (persistent=True, "
+                         f"block_m=128; got persistent={persistent}, block_m={block_m})")
     fn = (_attn_fwd_gluon_wspx if tile_overlap else _attn_fwd_gluon_wsp) if persistent else \
         _attn_fwd_gluon_ws if warp_spec else _attn_fwd_gluon
     const |= dict(CONSUMER_REGS=consumer_regs(block_m)) if warp_spec else dict(num_warps=num_warps)
