@@ -1267,12 +1267,13 @@ def persistent_schedule(n_m: int, bh: int, programs: int, walks: list[int] | Non
     return rows
 
 
-def _schedule_tensor(device: torch.device, bh: int, programs: int, chunk: int, shape: tuple) -> torch.Tensor | None:
-    """``persistent_schedule`` as an int32 (programs, turns) tensor on ``device``, −1 past a program's last tile;
-    kept per arguments. ``shape``: (Nq, Nk, block_m, block_n, causal_off, win_off, m_shift), ``tile_walks``'s
-    (causal_off None: no walks). None when it is not kept yet and the stream is capturing a CUDA graph (the
-    schedule's copy to the device cannot be captured)."""
-    key = (device, bh, programs, chunk, shape)
+def _schedule_tensor(device: torch.device, bh: int, programs: int, chunk: int, shape: tuple,
+                     min_turns: int = 1) -> torch.Tensor | None:
+    """``persistent_schedule`` as an int32 (programs, turns) tensor on ``device``, −1 past a program's last tile,
+    at least ``min_turns`` columns; kept per arguments. ``shape``: (Nq, Nk, block_m, block_n, causal_off, win_off,
+    m_shift), ``tile_walks``'s (causal_off None: no walks). None when it is not kept yet and the stream is
+    capturing a CUDA graph (the schedule's copy to the device cannot be captured)."""
+    key = (device, bh, programs, chunk, shape, min_turns)
     t = _SCHEDULES.get(key)
     if t is None:
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
@@ -1280,7 +1281,7 @@ def _schedule_tensor(device: torch.device, bh: int, programs: int, chunk: int, s
         Nq, Nk, block_m, block_n, causal_off, win_off, m_shift = shape
         walks = None if causal_off is None else tile_walks(Nq, Nk, block_m, block_n, causal_off, win_off, m_shift)
         rows = persistent_schedule(-(-Nq // block_m), bh, programs, walks, chunk)
-        turns = max(len(r) for r in rows)
+        turns = max(min_turns, max(len(r) for r in rows))
         t = torch.full((programs, turns), -1, dtype=torch.int32)
         for p, r in enumerate(rows):
             t[p, :len(r)] = torch.tensor(r, dtype=torch.int32)
@@ -1350,8 +1351,10 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         from .decode_config import _device_sms
 
         programs = max(1, min(n_m * B * H, _device_sms(q.device)))
+        # (tiles overlapped: at least two turns a program, since triton 3.6 fails to build that kernel with its
+        # turn count specialised to 1)
         sched = _schedule_tensor(q.device, B * H, programs, head_chunk if causal else 1,
-                                 (Nq, Nk, block_m, block_n, causal_off, win_off, m_shift))
+                                 (Nq, Nk, block_m, block_n, causal_off, win_off, m_shift), 2 if tile_overlap else 1)
     if sched is not None:
         args = args[:-1] + (NO_WINDOW if win_off is None else win_off, args[-1], n_m, sched, sched.shape[1], m_shift)
         kernel = _attn_fwd_gluon_wspx if tile_overlap else _attn_fwd_gluon_wsp
