@@ -64,10 +64,10 @@ def builds(D: int, causal: bool, N: int = 16384):
     last). Without a causal mask: its persistent twin (the table's entry). With one: the part block first
     (``grid-pf``), the table's entry for N keys (``table``) and the persistent build with the part block first and
     the 8 MB groups (``persistent-pf``). At D = 64 (whose long entry has 192-row tiles) the 128-row grid and
-    persistent builds too. Every distinct 128-row persistent build also with its tiles overlapped (``…-x``,
-    ``FwdConfig.tile_overlap``). (Run 7 also timed the 128-row persistent build at D = 64 causal on three K/V
-    stages, ``persistent-128-s3``, and on 64-key blocks with four, ``…-n64``; run 6 each persistent build with its
-    consumers' products in turns, ``…-pp``: builds measured there and not kept, NOTES-prefill v19.)"""
+    persistent builds too. (Builds measured once and not kept, NOTES-prefill v19 and v20: run 6 timed each
+    persistent build with its consumers' products in turns, ``…-pp``; run 7 the 128-row persistent build at D = 64
+    causal on three K/V stages, ``persistent-128-s3``, and on 64-key blocks with four, ``…-n64``; run 8 each
+    distinct 128-row persistent build with its tiles overlapped, ``…-x``.)"""
     from attnlab.gpu.config import FwdConfig, default_fwd_config
 
     entry = default_fwd_config(D, causal, torch.device("cuda"))
@@ -83,12 +83,6 @@ def builds(D: int, causal: bool, N: int = 16384):
         e128 = FwdConfig(128, base.block_n, base.num_warps, base.num_stages, tma=True, warp_spec=True, gluon=True)
         p128 = dataclasses.replace(e128, persistent=True, head_chunk=0, part_first=causal)
         out += [("grid-128", e128), ("persistent-128", p128)]
-    # the 128-row persistent builds with tiles overlapped (the 192-row one spills 240 bytes so)
-    seen = []
-    for name, cfg in list(out):
-        if cfg.persistent and cfg.block_m == 128 and cfg not in seen:
-            seen.append(cfg)
-            out.append((f"{name}-x", dataclasses.replace(cfg, tile_overlap=True)))
     return out
 
 
@@ -158,9 +152,10 @@ def run(rounds: int, sweep: bool = False) -> list[dict]:
 
 def table(rows: list[dict]) -> list[str]:
     """Markdown: one line per (row, build), ms by round, best TFLOP/s, × its base (``base_of``: the grid kernel,
-    or for a ``…-pp`` build its twin without turns; the column says "× grid" where no run's build has turns) and
+    or for a ``…-pp`` or ``…-x`` build its twin without turns or overlapped tiles; the column says "× grid" where
+    the run has no such build) and
     × cuDNN (best rounds), and whether the build's bits equal its base's."""
-    turns = any(r["build"].endswith("-pp") for r in rows)
+    turns = any(r["build"].endswith(("-pp", "-x")) for r in rows)
     out = [f"| D | causal | N | build | ms by round | TFLOP/s (best) | {'× base' if turns else '× grid'} | × cuDNN | "
            "same bits |", "|---|---|---|---|---|---|---|---|---|"]
     keys = []

@@ -581,14 +581,16 @@ def attention_tflops(ms, D, N):
     return attention_flops(batch=16384 // N, heads=2048 // D, seq_q=N, head_dim=D, causal=True, pass_="fwd") / ms / 1e9
 
 
-def test_turns_and_rings_section_is_fwd_persistent_runs_6_7():
-    """RESULTS.md's fwd-persistent runs 6-7 section: both runs' tables as the script renders them, every compared
-    build's bits equal to its base's, and the ratios its text and NOTES-prefill v19 draw from them."""
+def test_turns_rings_and_overlap_section_is_fwd_persistent_runs_6_8():
+    """RESULTS.md's fwd-persistent runs 6-8 section: the runs' tables as the script renders them, every compared
+    build's bits equal to its base's, and the ratios its text and NOTES-prefill v19 and v20 draw from them."""
     mod = load_script("benchmarks/fwd_persistent.py")
     results = _results()
-    section = _flat(results[results.index("### Fwd-persistent runs 6 and 7"):results.index("### Run 21 and fwd-persistent")])
-    notes = _flat((ROOT / "benchmarks" / "NOTES-prefill.md").read_text().split("## v19")[1])
-    for n in (6, 7):
+    section = _flat(results[results.index("### Fwd-persistent runs 6–8"):results.index("### Run 21 and fwd-persistent")])
+    notes_all = (ROOT / "benchmarks" / "NOTES-prefill.md").read_text()
+    notes = _flat(notes_all.split("## v19")[1].split("## v20")[0])
+    v20 = _flat(notes_all.split("## v20")[1])
+    for n in (6, 7, 8):
         rows = json.loads((DATA / f"fwd-persistent-h200-run{n}.json").read_text())["rows"]
         for line in mod.table(rows)[2:]:
             assert _flat(line) in section, line
@@ -612,6 +614,24 @@ def test_turns_and_rings_section_is_fwd_persistent_runs_6_7():
     assert f"{s3[0]:.2f}× at 4K, {s3[1]:.2f}× at 16K" in notes and f"{n64[0]:.2f}× and {n64[1]:.2f}×" in notes
     vs = [b[64, True, 4096, "cudnn"] / b[64, True, 4096, "table"] for b in (b6, b7)]
     assert f"{vs[0]:.2f}× (run 6) and {vs[1]:.2f}× (run 7)" in section and f"{vs[0]:.2f}× (run 6) and {vs[1]:.2f}× (run 7)" in notes
+    b8 = fwd_persistent_best(8)
+    x = {k: b8[(*k[:3], k[3][:-2])] / v for k, v in b8.items() if k[3].endswith("-x")}
+    d128 = [v for k, v in x.items() if k[0] == 128]
+    nc64 = [100 * (x[64, False, N, "persistent-128-x"] - 1) for N in (4096, 16384)]
+    assert (f"Tiles overlapped: {x[64, True, 4096, 'table-x']:.2f}× at D = 64 causal 4K, {min(d128):.2f}–{max(d128):.2f}× at "
+            f"D = 128, +{min(nc64):.1f}–{max(nc64):.1f} % only for the 128-row builds") in section
+    assert (f"D = 64 causal 4K, the row it was for: {x[64, True, 4096, 'table-x']:.2f}× (best "
+            f"{b8[64, True, 4096, 'table-x']:.3f} against {b8[64, True, 4096, 'table']:.3f} ms)") in v20
+    assert f"D = 64 causal 16K {x[64, True, 16384, 'persistent-128-x']:.2f}×" in v20
+    c128 = {f"{x[128, True, N, 'table-x']:.2f}" for N in (4096, 16384)}
+    n128 = {f"{x[128, False, N, 'persistent-x']:.2f}" for N in (4096, 16384)}
+    assert len(c128) == len(n128) == 1
+    assert f"D = 128 {c128.pop()}× (causal 4K and 16K), {n128.pop()}× without a mask" in v20
+    assert f"(+{nc64[0]:.1f} % and +{nc64[1]:.1f} %)" in v20
+    ahead = [100 * (b8[64, False, N, "persistent-128-x"] / b8[64, False, N, "persistent"] - 1) for N in (4096, 16384)]
+    assert f"192-row persistent build is {min(ahead):.0f}–{max(ahead):.0f} % ahead of them" in v20
+    vs8 = b8[64, True, 4096, "cudnn"] / b8[64, True, 4096, "table"]
+    assert f"against cuDNN in the same rounds: {vs8:.2f}×" in section and f"stays at {vs8:.2f}× cuDNN" in v20
 
 
 def test_varlen_profile_section_is_its_runs_and_variants_run_13():

@@ -356,43 +356,11 @@ def test_persistent_builds_for_sm90_with_an_output_buffer_and_the_same_schedule(
         G.compile_sm90(64, causal=True, persistent=True)
 
 
-@needs_gluon
-def test_overlapped_tiles_build_for_sm90_with_two_q_buffers():
-    """The persistent forward with its tiles overlapped (``tile_overlap``): the softmax still under the P·V
-    product, shared memory the persistent build's plus a second Q buffer (BLOCK_M × D), within the H200's 227 KB
-    at D = 128; no spill at D = 64 (at D = 128, 16 bytes with triton 3.6, the device's); refused without the
-    persistent kernel."""
-    cases = [dict(D=D, causal=c, block_m=128, num_warps=4, warp_spec=True, dtype="bfloat16", persistent=True)
-             for D in (64, 128) for c in (False, True)]
-    plain = sm90_reports("prefill_gluon", cases)
-    over = sm90_reports("prefill_gluon", [dict(c, tile_overlap=True) for c in cases])
-    for case, rep, base in zip(cases, over, plain):
-        assert 1 in rep["wait_groups"] and rep["wgmma"] > base["wgmma"], (case, rep)
-        assert rep["smem_kb"] == pytest.approx(base["smem_kb"] + 128 * case["D"] * 2 / 1024, abs=0.5), (case, rep)
-        assert rep["smem_kb"] <= 227, (case, rep)
-        if rep.get("stack") is not None and case["D"] == 64:
-            assert rep["stack"] == 0, (case, rep)
-    with pytest.raises(ValueError, match="tile_overlap"):
-        G.compile_sm90(64, causal=True, num_warps=4, warp_spec=True, tile_overlap=True)
-    # its schedules have two turns or more (triton 3.6 fails to build the kernel with the turn count specialised
-    # to 1), the padding −1
-    shape = (256, 256, 128, 128, None, None, 0)
-    one, two = (G._schedule_tensor(torch.device("cpu"), 4, 8, 1, shape, m) for m in (1, 2))
-    assert one.shape == (8, 1) and two.shape == (8, 2) and torch.equal(two[:, 0], one[:, 0]) and (two[:, 1] == -1).all()
-    q = torch.zeros(1, 1, 128, 64, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="tile_overlap"):
-        G.gluon_forward(q, q, q, q.clone(), torch.zeros(1, 1, 128), causal_off=0, scale=0.125, block_m=128,
-                        block_n=128, stages=2, num_warps=4, warp_spec=True, tile_overlap=True)
-
-
 # the warp-specialised builds that must give the plain grid kernel's bits: persistent, the part query block first,
-# the longest walks first over groups of heads (grid and persistent schedule), tiles overlapped, and all of them
-# together
+# the longest walks first over groups of heads (grid and persistent schedule), and all of them together
 SAME_BITS_BUILDS = [dict(persistent=True), dict(part_first=True), dict(head_chunk=8), dict(head_chunk=3),
                     dict(part_first=True, head_chunk=8, persistent=True), dict(part_first=True, head_chunk=3,
-                                                                               persistent=True),
-                    dict(persistent=True, tile_overlap=True), dict(part_first=True, head_chunk=3, persistent=True,
-                                                                   tile_overlap=True)]
+                                                                               persistent=True)]
 
 
 @pytest.mark.gpu
@@ -416,7 +384,7 @@ def test_gpu_persistent_gluon_matches_reference_and_the_grid_kernel(B, H, Hkv, N
     k, v = (torch.randn(B, Hkv, Nk, D, dtype=dtype, device=DEV, generator=gen) for _ in range(2))
     scale = D ** -0.5
     outs = []
-    for build in [{}] + [b for b in SAME_BITS_BUILDS if block_m == 128 or not b.get("tile_overlap")]:
+    for build in [{}] + SAME_BITS_BUILDS:
         out = torch.full_like(q, float("nan"))
         lse = torch.full((B, H, Nq), float("nan"), device=DEV)
         G.gluon_forward(q, k, v, out, lse, causal_off=Nk - Nq if causal else None, scale=scale, block_m=block_m,
@@ -565,8 +533,6 @@ def test_gpu_persistent_gluon_sliding_window_and_the_dispatch(B, H, Hkv, Nq, Nk,
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     for build in SAME_BITS_BUILDS:  # the part block first, groups of heads: the same bits with a window too
         for base in (cfg, FwdConfig(192, 128, 4, 2, tma=True, warp_spec=True, gluon=True)):
-            if build.get("tile_overlap") and base.block_m != 128:  # (tiles overlapped: 128-row tiles only)
-                continue
             ref = want if base is cfg else prefill_forward(q, k, v, mask=mask, scale=scale, config=base)
             got = prefill_forward(q, k, v, mask=mask, scale=scale, config=dataclasses.replace(base, **build))
             assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1]), (build, base.block_m)

@@ -41,8 +41,6 @@ class FwdConfig:
     head_chunk: int = 1  # Gluon, warp_spec, causal: the longest walks first over this many heads at a time (0: as
     # many as share 8 MB of K and V, prefill_gluon.auto_head_chunk)
     part_first: bool = False  # Gluon, warp_spec, causal: the part query block first (the shortest walk), not last
-    tile_overlap: bool = False  # Gluon, persistent: a tile's last P·V and O's store under the next tile's first
-    # Q·Kᵀ and softmax (two Q buffers; prefill_gluon._attn_fwd_gluon_wspx)
 
 
 @dataclass(frozen=True)

@@ -430,7 +430,7 @@ def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask, 
                       block_m=cfg.block_m, block_n=cfg.block_n, stages=cfg.num_stages, num_warps=cfg.num_warps,
                       warp_spec=cfg.warp_spec, win_off=Nk - Nq - mask.left if mask.left >= 0 else None,
                       slopes=slopes, persistent=cfg.persistent and slopes is None, head_chunk=cfg.head_chunk,
-                      part_first=cfg.part_first, tile_overlap=cfg.tile_overlap and slopes is None and cfg.block_m == 128)
+                      part_first=cfg.part_first)
         return out, lse
     if config is None:
         plain_packed = cu_seqlens is not None and softcap is None and slopes is None and mask.left < 0

@@ -819,345 +819,6 @@ if HAVE_GLUON:
                 gl.warp_specialize([(_wsp_consumer_0_full, consumer_args), (_wsp_consumer_1_full, consumer_args),
                                     (_wsp_loader_full, loader_args)], [4, 1], [CONSUMER_REGS, 24])
 
-    # -- persistent, tiles overlapped: the next tile's first Q·Kᵀ and softmax under this tile's last P̃V and O's store
-
-    @gluon.jit
-    def _wspx_loader(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
-                     v_empty, H, G, Nk, causal_off, win_off, n_m, SCHED, n_turns, m_shift, CAUSAL: gl.constexpr):
-        """``_wsp_loader`` with two Q buffers: tile ti's Q slices go to buffer ti % 2 once the consumers have
-        released that buffer's previous tile (``q_empty``), so the next tile's Q is in place before this one ends."""
-        HALF_M: gl.constexpr = q_smem.shape[3]
-        NC: gl.constexpr = q_smem.shape[0] // 2
-        BLOCK_N: gl.constexpr = k_smem.shape[3]
-        STAGES: gl.constexpr = k_smem.shape[0]
-        it = 0
-        ti = 0
-        row = SCHED + gl.program_id(0) * n_turns
-        for r in range(n_turns):
-            tile = gl.load(row + r)
-            if tile >= 0:
-                b, h, bh, hk, start_m, lo_blk, n_blocks = _wsp_tile(tile, n_m, H, G, Nk, causal_off, win_off,
-                                                                    m_shift, NC * HALF_M, BLOCK_N, CAUSAL)
-                qb = (ti % 2) * NC
-                for i in gl.static_range(NC):
-                    if ti >= 2:
-                        mbarrier.wait(q_empty.index(qb + i), ((ti // 2) - 1) & 1)
-                    mbarrier.expect(q_bars.index(qb + i), desc_q.block_type.nbytes)
-                    _tma_load(desc_q, [b, h, start_m + i * HALF_M, 0], q_bars.index(qb + i), q_smem.index(qb + i))
-                for t in range(n_blocks):
-                    u = it + t
-                    slot = u % STAGES
-                    if u >= STAGES:
-                        mbarrier.wait(k_empty.index(slot), ((u // STAGES) - 1) & 1)
-                    mbarrier.expect(k_ready.index(slot), desc_k.block_type.nbytes)
-                    _tma_load(desc_k, [b, hk, (lo_blk + t) * BLOCK_N, 0], k_ready.index(slot), k_smem.index(slot))
-                    if u >= STAGES:
-                        mbarrier.wait(v_empty.index(slot), ((u // STAGES) - 1) & 1)
-                    mbarrier.expect(v_ready.index(slot), desc_v.block_type.nbytes)
-                    _tma_load(desc_v, [b, hk, (lo_blk + t) * BLOCK_N, 0], v_ready.index(slot), v_smem.index(slot))
-                it += n_blocks
-                ti += 1
-
-    @gluon.jit
-    def _wspx_loader_causal(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
-                            k_empty, v_empty, H, G, Nk, causal_off, win_off, n_m, SCHED, n_turns, m_shift):
-        _wspx_loader(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
-                     v_empty, H, G, Nk, causal_off, win_off, n_m, SCHED, n_turns, m_shift, True)
-
-    @gluon.jit
-    def _wspx_loader_full(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
-                          k_empty, v_empty, H, G, Nk, causal_off, win_off, n_m, SCHED, n_turns, m_shift):
-        _wspx_loader(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
-                     v_empty, H, G, Nk, causal_off, win_off, n_m, SCHED, n_turns, m_shift, False)
-
-    @gluon.jit
-    def _wspx_rows(tile, n_m, H, G, Nk, causal_off, win_off, m_shift, HALF: gl.constexpr, HALF_M: gl.constexpr,
-                   NC: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
-        """``_wsp_tile`` and what one consumer warp group needs of it: (b, h, bh, first key block, key blocks, its
-        first row, the end of the keys every row sees unmasked (``full``), the first key every row sees
-        (``lo_full``)), as ``_ws_consumer`` computes them."""
-        b, h, bh, hk, start_m, lo_blk, n_blocks = _wsp_tile(tile, n_m, H, G, Nk, causal_off, win_off, m_shift,
-                                                            NC * HALF_M, BLOCK_N, CAUSAL)
-        row0 = start_m + HALF * HALF_M
-        if CAUSAL:
-            full = gl.maximum(gl.minimum(Nk, row0 + 1 + causal_off), 0)
-        else:
-            full = Nk
-        full = (full // BLOCK_N) * BLOCK_N
-        lo_full = gl.maximum(row0 + HALF_M - 1 + win_off, 0)
-        lo_full = gl.cdiv(lo_full, BLOCK_N) * BLOCK_N
-        return b, h, bh, lo_blk, n_blocks, row0, full, lo_full
-
-    @gluon.jit
-    def _wspx_store(acc, m_i, l_i, LSE, Nq, bh, offs_m, o_tile, desc_o, b, h, row0, row_o: gl.constexpr):
-        """A tile's end: L = (m + log2 l)·ln 2 and O = acc / l (empty rows: O = 0, L = −inf), O through this warp
-        group's buffer once its previous TMA store has read it out (``_ws_consumer``'s end)."""
-        HALF_M: gl.constexpr = o_tile.shape[2]
-        HEAD_D: gl.constexpr = o_tile.shape[3]
-        empty = l_i == 0.0
-        l_safe = gl.where(empty, 1.0, l_i)
-        lse = gl.where(empty, float("-inf"), (m_i + gl.log2(l_safe)) * _LN2)
-        gl.store(LSE + bh.to(gl.int64) * Nq + offs_m, lse, mask=offs_m < Nq)
-        out = acc * gl.convert_layout(1.0 / l_safe, row_o)[:, None]
-        tma.store_wait(0)
-        o_tile.reshape([HALF_M, HEAD_D]).store(out.to(desc_o.dtype))
-        fence_async_shared()
-        _tma_store(desc_o, [b, h, row0, 0], o_tile)
-
-    @gluon.jit
-    def _wspx_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
-                       v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift,
-                       HALF: gl.constexpr, CAUSAL: gl.constexpr):
-        """One consumer warp group of the persistent kernel with tiles overlapped: ``_ws_consumer``'s steps, but a
-        tile's last P̃V is issued together with the next tile's first Q·Kᵀ (from the other Q buffer), and the
-        next tile's first softmax runs while that P̃V does; then this tile's O is normalised and stored. The same
-        products and softmax steps per tile as the other kernels: the same bits. Where this tile or the next has
-        no key block, the two are not overlapped."""
-        HALF_M: gl.constexpr = q_smem.shape[3]
-        HEAD_D: gl.constexpr = q_smem.shape[4]
-        NC: gl.constexpr = q_smem.shape[0] // 2
-        BLOCK_N: gl.constexpr = k_smem.shape[3]
-        STAGES: gl.constexpr = k_smem.shape[0]
-        dtype: gl.constexpr = desc_o.dtype
-        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                           instr_shape=[16, BLOCK_N, 16])
-        o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                           instr_shape=[16, HEAD_D, 16])
-        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-        row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-        col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
-        row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-        offs_n = gl.arange(0, BLOCK_N, layout=col_s)
-        s_zero = gl.zeros([HALF_M, BLOCK_N], gl.float32, layout=s_layout)
-        o_zero = gl.zeros([HALF_M, HEAD_D], gl.float32, layout=o_layout)
-        m_none = gl.full([HALF_M], float("-inf"), gl.float32, layout=row_s)
-        l_none = gl.zeros([HALF_M], gl.float32, layout=row_s)
-        o_tile = o_smem.index(HALF)
-        row = SCHED + gl.program_id(0) * n_turns
-
-        # -- the first tile's first step (every program has a first tile)
-        b, h, bh, lo_blk, n_blocks, row0, full, lo_full = _wspx_rows(gl.load(row), n_m, H, G, Nk, causal_off,
-                                                                     win_off, m_shift, HALF, HALF_M, NC, BLOCK_N,
-                                                                     CAUSAL)
-        offs_m = row0 + gl.arange(0, HALF_M, layout=row_s)
-        acc = o_zero
-        m_i = m_none
-        l_i = l_none
-        p_op = gl.convert_layout(s_zero.to(dtype), p_layout)
-        mbarrier.wait(q_bars.index(HALF), 0)
-        if n_blocks > 0:
-            mbarrier.wait(k_ready.index(0), 0)
-            s_tok = warpgroup_mma(q_smem.index(HALF).reshape([HALF_M, HEAD_D]),
-                                  k_smem.index(0).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero, use_acc=False,
-                                  is_async=True)
-            s = warpgroup_mma_wait(0, deps=(s_tok, ))
-            mbarrier.arrive(k_empty.index(0), count=1)
-            if n_blocks == 1:
-                mbarrier.arrive(q_empty.index(HALF), count=1)
-            start0 = lo_blk * BLOCK_N
-            p, alpha, m_i, l_i = _softmax(s, m_i, l_i, start0, offs_m, offs_n, Nk, causal_off, win_off, qk_scale,
-                                          (start0 < lo_full) | (start0 >= full), CAUSAL)
-            p_op = gl.convert_layout(p.to(dtype), p_layout)
-        else:
-            mbarrier.arrive(q_empty.index(HALF), count=1)
-
-        it = 0  # the ring's uses before this tile
-        ti = 0  # this program's tiles before this one
-        live = n_turns > 0
-        for r in range(n_turns):
-            if live:
-                q = q_smem.index((ti % 2) * NC + HALF).reshape([HALF_M, HEAD_D])
-                # -- this tile's steps 1 .. n_blocks − 1, as ``_ws_consumer``'s
-                for t in range(1, n_blocks):
-                    u = it + t
-                    slot = u % STAGES
-                    prev = (u - 1) % STAGES
-                    mbarrier.wait(k_ready.index(slot), (u // STAGES) & 1)
-                    s_tok = warpgroup_mma(q, k_smem.index(slot).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
-                                          use_acc=False, is_async=True)
-                    mbarrier.wait(v_ready.index(prev), ((u - 1) // STAGES) & 1)
-                    acc_tok = warpgroup_mma(p_op, v_smem.index(prev).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
-                    s = warpgroup_mma_wait(1, deps=(s_tok, ))
-                    mbarrier.arrive(k_empty.index(slot), count=1)
-                    if t == n_blocks - 1:
-                        mbarrier.arrive(q_empty.index((ti % 2) * NC + HALF), count=1)
-                    start_n = (lo_blk + t) * BLOCK_N
-                    p, alpha, m_i, l_i = _softmax(s, m_i, l_i, start_n, offs_m, offs_n, Nk, causal_off, win_off,
-                                                  qk_scale, (start_n < lo_full) | (start_n >= full), CAUSAL)
-                    acc, p_op = warpgroup_mma_wait(0, deps=(acc_tok, p_op))
-                    mbarrier.arrive(v_empty.index(prev), count=1)
-                    acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-                    p_op = gl.convert_layout(p.to(dtype), p_layout)
-                # -- the next tile, if any
-                nxt = gl.load(row + gl.minimum(r + 1, n_turns - 1))
-                has_next = (r + 1 < n_turns) & (nxt >= 0)
-                nb, nh, nbh, nlo_blk, n_next, nrow0, nfull, nlo_full = _wspx_rows(
-                    gl.maximum(nxt, 0), n_m, H, G, Nk, causal_off, win_off, m_shift, HALF, HALF_M, NC, BLOCK_N,
-                    CAUSAL)
-                noffs_m = nrow0 + gl.arange(0, HALF_M, layout=row_s)
-                nq_idx = ((ti + 1) % 2) * NC + HALF
-                u_last = it + n_blocks - 1
-                u0 = it + n_blocks  # the next tile's first use of the ring
-                if has_next & (n_blocks > 0) & (n_next > 0):
-                    # the next tile's first Q·Kᵀ and this tile's last P̃V in flight together
-                    mbarrier.wait(q_bars.index(nq_idx), ((ti + 1) // 2) & 1)
-                    slot = u0 % STAGES
-                    prev = u_last % STAGES
-                    mbarrier.wait(k_ready.index(slot), (u0 // STAGES) & 1)
-                    s_tok = warpgroup_mma(q_smem.index(nq_idx).reshape([HALF_M, HEAD_D]),
-                                          k_smem.index(slot).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
-                                          use_acc=False, is_async=True)
-                    mbarrier.wait(v_ready.index(prev), (u_last // STAGES) & 1)
-                    acc_tok = warpgroup_mma(p_op, v_smem.index(prev).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
-                    s = warpgroup_mma_wait(1, deps=(s_tok, ))
-                    mbarrier.arrive(k_empty.index(slot), count=1)
-                    if n_next == 1:
-                        mbarrier.arrive(q_empty.index(nq_idx), count=1)
-                    nstart0 = nlo_blk * BLOCK_N
-                    p, alpha, m_n, l_n = _softmax(s, m_none, l_none, nstart0, noffs_m, offs_n, Nk, causal_off,
-                                                  win_off, qk_scale, (nstart0 < nlo_full) | (nstart0 >= nfull), CAUSAL)
-                    acc, p_op = warpgroup_mma_wait(0, deps=(acc_tok, p_op))
-                    mbarrier.arrive(v_empty.index(prev), count=1)
-                    _wspx_store(acc, m_i, l_i, LSE, Nq, bh, offs_m, o_tile, desc_o, b, h, row0, row_o)
-                    p_op = gl.convert_layout(p.to(dtype), p_layout)
-                    m_i = m_n
-                    l_i = l_n
-                else:
-                    if n_blocks > 0:  # this tile's last P̃V on its own
-                        prev = u_last % STAGES
-                        mbarrier.wait(v_ready.index(prev), (u_last // STAGES) & 1)
-                        acc_tok = warpgroup_mma(p_op, v_smem.index(prev).reshape([BLOCK_N, HEAD_D]), acc,
-                                                is_async=True)
-                        acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
-                        mbarrier.arrive(v_empty.index(prev), count=1)
-                    _wspx_store(acc, m_i, l_i, LSE, Nq, bh, offs_m, o_tile, desc_o, b, h, row0, row_o)
-                    m_i = m_none
-                    l_i = l_none
-                    if has_next:  # the next tile's first step on its own (or none: no key block)
-                        mbarrier.wait(q_bars.index(nq_idx), ((ti + 1) // 2) & 1)
-                        if n_next > 0:
-                            slot = u0 % STAGES
-                            mbarrier.wait(k_ready.index(slot), (u0 // STAGES) & 1)
-                            s_tok = warpgroup_mma(q_smem.index(nq_idx).reshape([HALF_M, HEAD_D]),
-                                                  k_smem.index(slot).reshape([BLOCK_N, HEAD_D]).permute((1, 0)),
-                                                  s_zero, use_acc=False, is_async=True)
-                            s = warpgroup_mma_wait(0, deps=(s_tok, ))
-                            mbarrier.arrive(k_empty.index(slot), count=1)
-                            if n_next == 1:
-                                mbarrier.arrive(q_empty.index(nq_idx), count=1)
-                            nstart0 = nlo_blk * BLOCK_N
-                            p, alpha, m_i, l_i = _softmax(s, m_i, l_i, nstart0, noffs_m, offs_n, Nk, causal_off,
-                                                          win_off, qk_scale,
-                                                          (nstart0 < nlo_full) | (nstart0 >= nfull), CAUSAL)
-                            p_op = gl.convert_layout(p.to(dtype), p_layout)
-                        else:
-                            mbarrier.arrive(q_empty.index(nq_idx), count=1)
-                acc = o_zero
-                it += n_blocks
-                ti += 1
-                live = has_next
-                b = nb
-                h = nh
-                bh = nbh
-                lo_blk = nlo_blk
-                n_blocks = n_next
-                row0 = nrow0
-                full = nfull
-                lo_full = nlo_full
-                offs_m = noffs_m
-        tma.store_wait(0)
-
-    @gluon.jit
-    def _wspx_consumer_0_causal(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
-                                k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns,
-                                m_shift):
-        _wspx_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
-                       v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 0, True)
-
-    @gluon.jit
-    def _wspx_consumer_0_full(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
-                              k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns,
-                              m_shift):
-        _wspx_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
-                       v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 0, False)
-
-    @gluon.jit
-    def _wspx_consumer_1_causal(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
-                                k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns,
-                                m_shift):
-        _wspx_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
-                       v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 1, True)
-
-    @gluon.jit
-    def _wspx_consumer_1_full(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
-                              k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns,
-                              m_shift):
-        _wspx_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
-                       v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 1, False)
-
-    @gluon.jit
-    def _wspx_consumer_2_causal(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
-                                k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns,
-                                m_shift):
-        _wspx_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
-                       v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 2, True)
-
-    @gluon.jit
-    def _wspx_consumer_2_full(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
-                              k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns,
-                              m_shift):
-        _wspx_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
-                       v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 2, False)
-
-    @gluon.jit
-    def _attn_fwd_gluon_wspx(desc_q, desc_k, desc_v, desc_o, LSE, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m,
-                             SCHED, n_turns, m_shift, HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr,
-                             BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                             CONSUMER_REGS: gl.constexpr):
-        """``_attn_fwd_gluon_wsp`` with its tiles overlapped (``_wspx_consumer``): the same schedule, arguments and
-        bits, two Q buffers (``_wspx_loader``)."""
-        HALF_M: gl.constexpr = 64
-        NC: gl.constexpr = BLOCK_M // HALF_M
-        dtype: gl.constexpr = desc_q.dtype
-        q_smem = gl.allocate_shared_memory(dtype, [2 * NC, 1, 1, HALF_M, HEAD_D], desc_q.layout)
-        o_smem = gl.allocate_shared_memory(dtype, [NC, 1, 1, HALF_M, HEAD_D], desc_o.layout)
-        k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], desc_k.layout)
-        v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], desc_v.layout)
-        q_bars = gl.allocate_shared_memory(gl.int64, [2 * NC, 1], mbarrier.MBarrierLayout())
-        q_empty = gl.allocate_shared_memory(gl.int64, [2 * NC, 1], mbarrier.MBarrierLayout())
-        k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(2 * NC):
-            mbarrier.init(q_bars.index(i), count=1)
-            mbarrier.init(q_empty.index(i), count=1)
-        for i in gl.static_range(STAGES):
-            mbarrier.init(k_ready.index(i), count=1)
-            mbarrier.init(v_ready.index(i), count=1)
-            mbarrier.init(k_empty.index(i), count=NC)  # one arrival per consumer warp group
-            mbarrier.init(v_empty.index(i), count=NC)
-        consumer_args = (desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
-                         v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift)
-        loader_args = (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
-                       v_empty, H, G, Nk, causal_off, win_off, n_m, SCHED, n_turns, m_shift)
-        if NC == 3:
-            if CAUSAL:
-                gl.warp_specialize([(_wspx_consumer_0_causal, consumer_args), (_wspx_consumer_1_causal, consumer_args),
-                                    (_wspx_consumer_2_causal, consumer_args), (_wspx_loader_causal, loader_args)],
-                                   [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
-            else:
-                gl.warp_specialize([(_wspx_consumer_0_full, consumer_args), (_wspx_consumer_1_full, consumer_args),
-                                    (_wspx_consumer_2_full, consumer_args), (_wspx_loader_full, loader_args)],
-                                   [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
-        else:
-            if CAUSAL:
-                gl.warp_specialize([(_wspx_consumer_0_causal, consumer_args), (_wspx_consumer_1_causal, consumer_args),
-                                    (_wspx_loader_causal, loader_args)], [4, 1], [CONSUMER_REGS, 24])
-            else:
-                gl.warp_specialize([(_wspx_consumer_0_full, consumer_args), (_wspx_consumer_1_full, consumer_args),
-                                    (_wspx_loader_full, loader_args)], [4, 1], [CONSUMER_REGS, 24])
-
 
 def gluon_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     """True when the Gluon kernel can take this call: Hopper (sm_90), float16/bfloat16, D = 64 or 128,
@@ -1267,13 +928,12 @@ def persistent_schedule(n_m: int, bh: int, programs: int, walks: list[int] | Non
     return rows
 
 
-def _schedule_tensor(device: torch.device, bh: int, programs: int, chunk: int, shape: tuple,
-                     min_turns: int = 1) -> torch.Tensor | None:
-    """``persistent_schedule`` as an int32 (programs, turns) tensor on ``device``, −1 past a program's last tile,
-    at least ``min_turns`` columns; kept per arguments. ``shape``: (Nq, Nk, block_m, block_n, causal_off, win_off,
-    m_shift), ``tile_walks``'s (causal_off None: no walks). None when it is not kept yet and the stream is
-    capturing a CUDA graph (the schedule's copy to the device cannot be captured)."""
-    key = (device, bh, programs, chunk, shape, min_turns)
+def _schedule_tensor(device: torch.device, bh: int, programs: int, chunk: int, shape: tuple) -> torch.Tensor | None:
+    """``persistent_schedule`` as an int32 (programs, turns) tensor on ``device``, −1 past a program's last tile;
+    kept per arguments. ``shape``: (Nq, Nk, block_m, block_n, causal_off, win_off, m_shift), ``tile_walks``'s
+    (causal_off None: no walks). None when it is not kept yet and the stream is capturing a CUDA graph (the
+    schedule's copy to the device cannot be captured)."""
+    key = (device, bh, programs, chunk, shape)
     t = _SCHEDULES.get(key)
     if t is None:
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
@@ -1281,7 +941,7 @@ def _schedule_tensor(device: torch.device, bh: int, programs: int, chunk: int, s
         Nq, Nk, block_m, block_n, causal_off, win_off, m_shift = shape
         walks = None if causal_off is None else tile_walks(Nq, Nk, block_m, block_n, causal_off, win_off, m_shift)
         rows = persistent_schedule(-(-Nq // block_m), bh, programs, walks, chunk)
-        turns = max(min_turns, max(len(r) for r in rows))
+        turns = max(len(r) for r in rows)
         t = torch.full((programs, turns), -1, dtype=torch.int32)
         for p, r in enumerate(rows):
             t[p, :len(r)] = torch.tensor(r, dtype=torch.int32)
@@ -1296,7 +956,7 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
                   causal_off: int | None, scale: float, block_m: int, block_n: int, stages: int,
                   num_warps: int = 8, warp_spec: bool = False, win_off: int | None = None,
                   slopes: torch.Tensor | None = None, persistent: bool = False, head_chunk: int = 1,
-                  part_first: bool = False, tile_overlap: bool = False) -> None:
+                  part_first: bool = False) -> None:
     """Run the Gluon forward: q (B, H, Nq, D), k/v (B, Hkv, Nk, D), out like q, lse (B, H, Nq) float32,
     written in place. ``causal_off`` None: no right edge; else row i sees keys j <= i + causal_off.
     ``win_off`` None: no left edge; else row i sees keys j >= i + win_off (a sliding window; the
@@ -1308,19 +968,13 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     ALiBi): one program per SM at most, taking the tiles of ``persistent_schedule`` (``_attn_fwd_gluon_wsp``).
     With a causal mask and ``warp_spec``: ``head_chunk``, the longest walks first over that many heads at a time
     (the grid kernel's programs, or the persistent schedule's groups; 0: ``auto_head_chunk``); ``part_first``,
-    the part query block first (``part_first_shift``). ``tile_overlap`` (where the persistent kernel runs, 128-row
-    tiles only: with three consumer warp groups the build spills, and triton 3.6 fails to build it for some
-    specialisations): each
-    tile's last P̃V and O's store under the next tile's first Q·Kᵀ and softmax (``_attn_fwd_gluon_wspx``; the
-    same bits). No input checks (the public entry points and ``gluon_supported`` do them)."""
+    the part query block first (``part_first_shift``). No input checks (the public entry points and
+    ``gluon_supported`` do them)."""
     _check_tiles(block_m, block_n, stages, num_warps, warp_spec)
     if win_off is not None and not warp_spec:
         raise ValueError("a window's left edge needs the warp-specialised Gluon forward (warp_spec=True)")
     if persistent and (not warp_spec or slopes is not None):
         raise ValueError("the persistent Gluon forward is the warp-specialised kernel without ALiBi")
-    if tile_overlap and not (persistent and block_m == 128):
-        raise ValueError("tile_overlap is a build of the persistent Gluon forward with 128-row tiles (persistent=True, "
-                         f"block_m=128; got persistent={persistent}, block_m={block_m})")
     if not (isinstance(head_chunk, int) and head_chunk >= 0):
         raise ValueError(f"head_chunk must be an int >= 0 (0: auto_head_chunk), got {head_chunk!r}")
     B, H, Nq, D = q.shape
@@ -1351,14 +1005,11 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         from .decode_config import _device_sms
 
         programs = max(1, min(n_m * B * H, _device_sms(q.device)))
-        # (tiles overlapped: at least two turns a program, since triton 3.6 fails to build that kernel with its
-        # turn count specialised to 1)
         sched = _schedule_tensor(q.device, B * H, programs, head_chunk if causal else 1,
-                                 (Nq, Nk, block_m, block_n, causal_off, win_off, m_shift), 2 if tile_overlap else 1)
+                                 (Nq, Nk, block_m, block_n, causal_off, win_off, m_shift))
     if sched is not None:
         args = args[:-1] + (NO_WINDOW if win_off is None else win_off, args[-1], n_m, sched, sched.shape[1], m_shift)
-        kernel = _attn_fwd_gluon_wspx if tile_overlap else _attn_fwd_gluon_wsp
-        launch_kept(kernel, (programs,), dict(zip(kernel.arg_names, args)) | const
+        launch_kept(_attn_fwd_gluon_wsp, (programs,), dict(zip(_attn_fwd_gluon_wsp.arg_names, args)) | const
                     | dict(CONSUMER_REGS=consumer_regs(block_m)), num_warps=num_warps)
     elif warp_spec:  # (the kept compiled kernel after a specialisation's first call: launch.launch_kept)
         chunk = math.gcd(head_chunk, B * H) if causal else 1
@@ -1371,13 +1022,12 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
 
 def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: int = 128, stages: int = 2,
                  num_warps: int = 8, dtype: torch.dtype = torch.bfloat16, warp_spec: bool = False,
-                 alibi: bool = False, persistent: bool = False, tile_overlap: bool = False):
+                 alibi: bool = False, persistent: bool = False):
     """Build the Gluon forward for Hopper (sm_90) on any machine, GPU or not (Triton's own ptxas): the
     compiled kernel, whose ``asm`` holds the PTX and cubin and ``metadata`` the shared memory. What the
     CPU tests and ``benchmarks/prefill.py aot`` read: registers, spills, and the wgmma waits. ``alibi``:
     the ALiBi build (float32 slopes, run-time strides); without it the ALiBi arguments are None.
-    ``persistent``: the persistent warp-specialised kernel (``_attn_fwd_gluon_wsp``; no ALiBi), with
-    ``tile_overlap`` its build with tiles overlapped (``_attn_fwd_gluon_wspx``)."""
+    ``persistent``: the persistent warp-specialised kernel (``_attn_fwd_gluon_wsp``; no ALiBi)."""
     if not HAVE_GLUON:
         raise RuntimeError("this triton has no Gluon (triton >= 3.5 needed)")
     import triton
@@ -1395,11 +1045,7 @@ def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: in
     const = dict(HEAD_D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal)
     if persistent and (not warp_spec or alibi):
         raise ValueError("the persistent Gluon forward is the warp-specialised kernel without ALiBi")
-    if tile_overlap and not (persistent and block_m == 128):
-        raise ValueError("tile_overlap is a build of the persistent Gluon forward with 128-row tiles (persistent=True, "
-                         f"block_m=128; got persistent={persistent}, block_m={block_m})")
-    fn = (_attn_fwd_gluon_wspx if tile_overlap else _attn_fwd_gluon_wsp) if persistent else \
-        _attn_fwd_gluon_ws if warp_spec else _attn_fwd_gluon
+    fn = _attn_fwd_gluon_wsp if persistent else _attn_fwd_gluon_ws if warp_spec else _attn_fwd_gluon
     const |= dict(CONSUMER_REGS=consumer_regs(block_m)) if warp_spec else dict(num_warps=num_warps)
     if not persistent:
         const |= dict(ALIBI=True) if alibi else dict(SLOPES=None, stride_sb=None, stride_sh=None, alibi_off=None,
@@ -1416,14 +1062,13 @@ def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: in
 
 def sm90_report(head_dim: int, *, causal: bool, block_m: int = 128, block_n: int = 128, stages: int = 2,
                 num_warps: int = 8, dtype: torch.dtype = torch.bfloat16, warp_spec: bool = False,
-                alibi: bool = False, persistent: bool = False, tile_overlap: bool = False) -> dict:
+                alibi: bool = False, persistent: bool = False) -> dict:
     """What the compiler made of one sm_90 build (``compile_sm90``): shared memory (KB), registers and
     spill stack per thread (from the cubin, where Triton ships cuobjdump), and the PTX's wgmma waits
     (``wait_groups``: the distinct N of ``wgmma.wait_group N``; 1 is the wait that leaves P·V in flight).
     Needs a process without TRITON_INTERPRET (the interpreter replaces the jit functions Gluon calls)."""
     kernel = compile_sm90(head_dim, causal=causal, block_m=block_m, block_n=block_n, stages=stages,
-                          num_warps=num_warps, dtype=dtype, warp_spec=warp_spec, alibi=alibi, persistent=persistent,
-                          tile_overlap=tile_overlap)
+                          num_warps=num_warps, dtype=dtype, warp_spec=warp_spec, alibi=alibi, persistent=persistent)
     return kernel_report(kernel)
 
 
