@@ -89,8 +89,8 @@ def builds(D: int, causal: bool, N: int = 16384):
 def base_of(name: str) -> str:
     """The build a build is compared with, for speed and bits: for ``…-pp`` the same build without turns, for
     ``…-x`` the same build without its tiles overlapped, for ``persistent-128-n64`` the grid kernel with its
-    blocks (``grid-128-n64``), else ``grid-128`` for the 128-row builds and ``grid`` for the others (bits only
-    between builds of one key block size)."""
+    blocks (``grid-128-n64``), else ``grid-128`` for the 128-row builds and ``grid`` for the others. (Run 7 compared
+    no bits between 64- and 128-key blocks, which round differently.)"""
     if name.endswith("-pp"):
         return name[:-3]
     if name == "persistent-128-n64":
@@ -122,10 +122,8 @@ def row(D: int, causal: bool, N: int, rounds: int, sweep: bool = False) -> list[
             return prefill_forward(q, k, v, mask=mask, scale=scale, config=cfg)
         fns[name], outs[name] = fn, fn()
     # each build against its base (the same rows' arithmetic: the same bits)
-    # (64-key blocks round differently from 128-key ones: no bits compared between them)
-    blocks = {name: cfg.block_n for name, cfg in (sweep_builds(D, causal) if sweep else builds(D, causal, N))}
     same = {name: bool(torch.equal(o[0], outs[twin][0]) and torch.equal(o[1], outs[twin][1]))
-            for name, o in outs.items() for twin in [base_of(name)] if twin != name and blocks[twin] == blocks[name]}
+            for name, o in outs.items() for twin in [base_of(name)] if twin != name}
 
     def cudnn():
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
@@ -153,10 +151,9 @@ def run(rounds: int, sweep: bool = False) -> list[dict]:
 def table(rows: list[dict]) -> list[str]:
     """Markdown: one line per (row, build), ms by round, best TFLOP/s, × its base (``base_of``: the grid kernel,
     or for a ``…-pp`` or ``…-x`` build its twin without turns or overlapped tiles; the column says "× grid" where
-    the run has no such build) and
-    × cuDNN (best rounds), and whether the build's bits equal its base's."""
-    turns = any(r["build"].endswith(("-pp", "-x")) for r in rows)
-    out = [f"| D | causal | N | build | ms by round | TFLOP/s (best) | {'× base' if turns else '× grid'} | × cuDNN | "
+    the run has no such build) and × cuDNN (best rounds), and whether the build's bits equal its base's."""
+    twins = any(r["build"].endswith(("-pp", "-x")) for r in rows)
+    out = [f"| D | causal | N | build | ms by round | TFLOP/s (best) | {'× base' if twins else '× grid'} | × cuDNN | "
            "same bits |", "|---|---|---|---|---|---|---|---|---|"]
     keys = []
     for r in rows:
