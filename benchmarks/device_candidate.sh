@@ -4,6 +4,7 @@
 # backward's host and GPU time (packed_probe.py --timing), the varlen rows against FlexAttention and SDPA
 # (variants.py) and the decode host table (decode_host.py). Default: both (about nine minutes). PHASES=hf:
 # transformers' training and decode steps against SDPA (hf.py), where a step's many short calls meet the host.
+# PHASES=plan: the Gluon backward's kept plans (below).
 # Run from the repository root on a CUDA machine; logs and JSON go to $OUT/candidate (default
 # ./out-candidate/candidate), the JSON files numbered by RUN (packed-probe), VARLEN_RUN and DECODE_RUN.
 set -uo pipefail
@@ -14,6 +15,28 @@ source "$(dirname "$0")/device_env.sh"
 if [ "${PHASES:-tests bench}" = "hf" ]; then
     timeout ${HF_S:-300} python3 benchmarks/hf.py --no-profile --json "$D/hf-h200-run${HF_RUN:-x}.json" > "$D/hf.log" 2>&1
     echo "hf: exit $?"; grep "^|" "$D/hf.log" | head -30 || tail -n 20 "$D/hf.log"
+    exit 0
+fi
+if [ "${PHASES:-tests bench}" = "plan" ]; then
+    # the Gluon backward's kept plans: their GPU tests and the kernels' they launch, then the packed batch's time
+    # by step on both backwards (varlen_profile.py --steps, numbered PROFILE_RUN) and the varlen rows at D = 128
+    # with each backward in one process (variants.py --packed-kernel, VARLEN_RUN and VARLEN_RUN-gluon)
+    t0=$(date +%s)
+    timeout ${TEST_S:-300} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu/test_launch.py \
+        tests/gpu/test_prefill_gluon_bwd.py tests/gpu/test_prefill_gluon.py > "$D/tests.log" 2>&1
+    rc=$?
+    echo "tests: exit $rc in $(( $(date +%s) - t0 ))s"; tail -n 3 "$D/tests.log"; grep "^FAILED" "$D/tests.log" | head
+    [ "$rc" = 0 ] || { echo "GPU tests failed: no benchmarks"; exit 1; }
+    t0=$(date +%s)
+    timeout ${PROFILE_S:-150} python3 benchmarks/varlen_profile.py --D 128 --packed triton gluon --steps \
+        --json "$D/varlen-profile-h200-run${PROFILE_RUN:-x}.json" > "$D/profile.log" 2>&1
+    echo "varlen_profile: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/profile.log" | head -90
+    for kernel in triton gluon; do
+        t0=$(date +%s)
+        timeout ${BENCH_S:-150} python3 benchmarks/variants.py bench --variants varlen --D 128 --packed-kernel $kernel \
+            --json "$D/variants-h200-varlen-run${VARLEN_RUN:-x}-$kernel.json" > "$D/bench-$kernel.log" 2>&1
+        echo "varlen, $kernel backward: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/bench-$kernel.log" || tail -n 20 "$D/bench-$kernel.log"
+    done
     exit 0
 fi
 if [ "${PHASES:-tests bench}" != "bench" ]; then

@@ -9,11 +9,14 @@ them shows up in it. This script times the same call four ways, in one process:
 * ``graph``: the same call captured once in a CUDA graph and replayed (GPU time with no host in between);
 * ``host``: 20 calls issued back to back, timed on the host without waiting for the GPU (the host's time per call,
   as long as the GPU's queue does not fill);
-* ``kernels``: torch.profiler over 10 calls: each kernel's GPU time per call, and their sum.
+* ``kernels``: torch.profiler over 10 calls: each kernel's GPU time per call, and their sum;
+* ``steps`` (``--steps``): the host's inclusive time in each of the library's steps (``STEPS``: the entry points,
+  the launchers, the checks, the allocations), per call: each step wrapped in a timer (a fraction of a µs each,
+  far less than cProfile adds to every Python call), over 20 calls issued back to back.
 
 If ``eager`` is close to ``kernels`` and ``graph``, the kernels set the pace; if it is close to ``host``, the host does.
 
-    python benchmarks/varlen_profile.py [--D 64 128] [--packed library gluon triton] [--top 25] [--json out.json]
+    python benchmarks/varlen_profile.py [--D 64 128] [--packed library gluon triton] [--top 25] [--steps] [--json out.json]
     python benchmarks/varlen_profile.py --report benchmarks/data/varlen-profile-h200-run1.json
 """
 
@@ -30,7 +33,77 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-def measure(D: int, packed: str = "library", top: int = 0) -> dict:
+# the steps ``--steps`` times: (module, attribute) — a function (replaced wherever an attnlab module holds it) or
+# "Class.method"
+STEPS = (
+    ("attnlab.api", "flash_attention_varlen"),
+    ("torch.Tensor", "backward"),
+    ("attnlab._checks", "check_varlen"),
+    ("attnlab.gpu.prefill", "unsupported"),
+    ("attnlab.gpu.prefill", "_forward"),
+    ("attnlab.gpu.prefill", "_backward_kernels"),
+    ("attnlab.gpu.prefill_fwd", "prefill_forward"),
+    ("attnlab.gpu.prefill_bwd", "prefill_backward"),
+    ("attnlab.gpu.prefill_gluon_bwd", "gluon_backward"),
+    ("attnlab.gpu.prefill_gluon", "gluon_supported"),
+    ("attnlab.gpu.config", "tma_ok"),
+    ("attnlab.gpu.config", "default_fwd_config"),
+    ("attnlab.gpu.config", "default_bwd_config"),
+    ("attnlab.gpu.layout", "store_dq_tiles"),
+    ("attnlab.gpu.layout", "empty_like_layout"),
+    ("attnlab.gpu.layout", "packed_rows"),
+    ("attnlab.gpu.launch", "launch_kept"),
+    ("attnlab.gpu.launch", "Launcher.__call__"),
+    ("attnlab.gpu.launch", "Launcher.launch"),
+    ("attnlab.gpu.launch", "_specialisation"),
+    ("attnlab.gpu.launch", "hooks_set"),
+    ("attnlab.gpu.launch", "current_stream"),
+    ("torch", "empty"),
+    ("torch", "zeros"),
+    ("torch.cuda", "get_device_capability"),
+    ("torch.cuda", "get_device_properties"),
+    ("triton.experimental.gluon.nvidia.hopper", "TensorDescriptor.__init__"),
+)
+
+
+def _wrapped_steps(acc: dict):
+    """Wrap each of ``STEPS`` in a timer adding (ns, calls) into ``acc``; returns the undo list."""
+    import importlib
+
+    undo = []
+    for mod_name, attr in STEPS:
+        try:
+            owner = importlib.import_module(mod_name) if mod_name != "torch.Tensor" else torch.Tensor
+        except ImportError:
+            continue
+        cls_name, _, name = attr.rpartition(".")
+        if cls_name:
+            owner = getattr(owner, cls_name, None)
+        orig = getattr(owner, name, None) if owner is not None else None
+        if orig is None:
+            continue
+        label = f"{mod_name.rsplit('.', 1)[-1]}.{attr}"
+        acc.setdefault(label, [0, 0])
+        cell = acc[label]
+
+        def timed(*a, _orig=orig, _cell=cell, **k):
+            t0 = time.perf_counter_ns()
+            try:
+                return _orig(*a, **k)
+            finally:
+                _cell[0] += time.perf_counter_ns() - t0
+                _cell[1] += 1
+
+        targets = [owner] if cls_name or not mod_name.startswith("attnlab") else [
+            m for n, m in list(sys.modules.items()) if n.startswith("attnlab") and m is not None]
+        for t in targets:
+            if getattr(t, name, None) is orig:
+                setattr(t, name, timed)
+                undo.append((t, name, orig))
+    return undo
+
+
+def measure(D: int, packed: str = "library", top: int = 0, steps: bool = False) -> dict:
     """One D's row: eager, graph, host and kernel times of the varlen forward+backward; ``packed``: the backward
     of packed batches (the library's choice, or ``gluon`` / ``triton``, ``prefill_gluon_bwd.PACKED``); ``top``:
     also cProfile's top entries by own time over 20 calls (µs per call; the profiler's own cost included)."""
@@ -40,12 +113,12 @@ def measure(D: int, packed: str = "library", top: int = 0) -> dict:
     if packed != "library":
         prefill_gluon_bwd.PACKED = packed == "gluon"
     try:
-        return _measure(D, packed, top)
+        return _measure(D, packed, top, steps)
     finally:
         prefill_gluon_bwd.PACKED = kept
 
 
-def _measure(D: int, packed: str, top: int) -> dict:
+def _measure(D: int, packed: str, top: int, steps: bool) -> dict:
     import cProfile
     import pstats
 
@@ -108,8 +181,27 @@ def _measure(D: int, packed: str, top: int) -> dict:
         entries = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:top]  # (file, line, name): (cc, nc, tt, ct, _)
         hot = [dict(fn=f"{Path(f).name}:{line}({name})", calls=nc / 20, own_us=tt / 20 * 1e6, cum_us=ct / 20 * 1e6)
                for (f, line, name), (cc, nc, tt, ct, _) in entries]
+    step_us = {}
+    if steps:
+        acc: dict = {}
+        undo = _wrapped_steps(acc)
+        try:
+            fn()  # (one call outside the count: the wrappers' first calls)
+            for cell in acc.values():
+                cell[:] = [0, 0]
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(20):
+                fn()
+            wrapped = (time.perf_counter() - t0) / 20 * 1e6
+            torch.cuda.synchronize()
+        finally:
+            for owner, name, orig in reversed(undo):
+                setattr(owner, name, orig)
+        step_us = {"(the call, steps wrapped)": [wrapped, 1.0]}
+        step_us |= {k: [ns / 20 / 1e3, n / 20] for k, (ns, n) in acc.items() if n}
     return dict(D=D, H=cfg["H"], packed=packed, lengths=cfg["lengths"], eager_ms=eager, graph_ms=graph, host_ms=host,
-                hot=hot,
+                hot=hot, steps=step_us,
                 kernels_ms=sum(kernels.values()) / 1e3,
                 kernels={k: round(v, 2) for k, v in sorted(kernels.items(), key=lambda kv: -kv[1])})
 
@@ -130,6 +222,10 @@ def table(rows: list[dict]) -> list[str]:
                     "time (µs per call, profiled):", "", "| function | calls | own µs | cumulative µs |",
                     "|---|---|---|---|"]
             out += [f"| {h['fn'][:80]} | {h['calls']:.0f} | {h['own_us']:.1f} | {h['cum_us']:.1f} |" for h in r["hot"]]
+        if r.get("steps"):
+            out += ["", f"D = {r['D']}, backward {r.get('packed', 'library')}, host: each step's inclusive time "
+                    "(µs per forward+backward call, steps wrapped in timers):", "", "| step | calls | µs |", "|---|---|---|"]
+            out += [f"| {k} | {n:g} | {us:.1f} |" for k, (us, n) in r["steps"].items()]
     return out
 
 
@@ -139,6 +235,7 @@ def main(argv=None) -> int:
     ap.add_argument("--packed", nargs="+", default=["library"], choices=["library", "gluon", "triton"],
                     help="the packed backward(s) to time: the library's choice, the Gluon kernel, the Triton kernels")
     ap.add_argument("--top", type=int, default=0, help="also cProfile's top N host entries by own time")
+    ap.add_argument("--steps", action="store_true", help="also the host's inclusive time in each step (STEPS)")
     ap.add_argument("--json", type=Path, help="write the rows here (refuses an existing file)")
     ap.add_argument("--report", type=Path, help="print the tables of a run's JSON (no GPU needed)")
     args = ap.parse_args(argv)
@@ -153,7 +250,7 @@ def main(argv=None) -> int:
         return 2
     import triton
 
-    rows = [measure(D, packed, args.top) for D in args.D for packed in args.packed]
+    rows = [measure(D, packed, args.top, args.steps) for D in args.D for packed in args.packed]
     print("\n".join(table(rows)))
     if args.json is not None:
         args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "gpu": torch.cuda.get_device_name(),

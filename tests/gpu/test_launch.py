@@ -81,3 +81,56 @@ def test_descriptors_and_none_specialise_by_kind_not_by_address():
     assert a != _specialisation(_kernel, [desc(64, dtype=torch.bfloat16), 7, 9, 0.5, 16, True])
     assert _specialisation(_kernel, [None, 7, 9, 0.5, 16, True]) is not None
     assert _specialisation(_kernel, [object(), 7, 9, 0.5, 16, True]) is None
+
+
+def test_recorded_launches_are_kept_with_each_tensor_named_and_launch_again_with_new_ones():
+    """``recording`` collects a block's ``launch_kept`` launches; ``KeptLaunch.make`` keeps one only where every
+    tensor (and descriptor) argument is named by the caller and is the object named, and only with a compiled
+    kernel (never under the interpreter); ``run`` passes each call's tensors as pointers, descriptors rebased
+    (``rebased``: a copy over another tensor, the template's tensor untouched), and everything else as recorded."""
+    import torch
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from attnlab.gpu.launch import KeptLaunch, Launcher, launch_kept, rebased, recording
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    out = torch.zeros(4, dtype=torch.int32, device=dev)
+    with recording() as launches:
+        launch_kept(_store_args, (1,), dict(OUT=out, a=5, b=7), num_warps=1)
+    launch_kept(_store_args, (1,), dict(OUT=out, a=1, b=1), num_warps=1)  # (outside the block: not recorded)
+    assert len(launches) == 1 and out.tolist() == [1, 1, 3, 0]
+    launcher, args = launches[0]
+    assert args[0] is out and args[1:] == [5, 7, 3, None]
+    if not out.is_cuda:  # the interpreter compiles nothing: nothing to keep
+        assert launcher.compiled is None and KeptLaunch.make(launcher, args, {"OUT": "out"}, {"out": out}) is None
+    else:
+        kept = KeptLaunch.make(launcher, args, {"OUT": "out"}, {"out": out})
+        other = torch.zeros(4, dtype=torch.int32, device=dev)
+        kept.run({"out": other}, torch.cuda.current_stream().cuda_stream)
+        assert other.tolist() == [5, 7, 3, 0] and out.tolist() == [1, 1, 3, 0]
+
+    class Compiled:  # what a launch hands the compiled kernel's launcher
+        function, packed_metadata = "fn", "meta"
+
+        def __init__(self):
+            self.calls = []
+
+        def run(self, *a):
+            self.calls.append(a)
+
+    fake = Launcher(_kernel, (2, 1, 1), num_warps=1, num_stages=None)
+    fake.compiled = Compiled()
+    x, y = torch.zeros(64, 32, dtype=torch.float16), torch.ones(64, 32, dtype=torch.float16)
+    d = TensorDescriptor(x, list(x.shape), list(x.stride()), [16, 32])
+    assert KeptLaunch.make(fake, [x, 7, 9, 0.5, 16, True], {}, {}) is None  # a tensor nobody named
+    assert KeptLaunch.make(fake, [x, 7, 9, 0.5, 16, True], {"X": "x"}, {"x": y}) is None  # named, another object
+    assert KeptLaunch.make(fake, [x, 7, 9, 0.5, 16, True], {"X": "x", "n": "x"}, {"x": x}) is None  # an int named
+    kept = KeptLaunch.make(fake, [d, 7, 9, 0.5, 16, True], {"X": "d"}, {"d": d})
+    assert kept is not None and kept.args[0] is None  # (no tensor of the first call kept alive)
+    d2 = rebased(d, y)
+    assert d2.base is y and d.base is x and (d2.shape, d2.strides, d2.block_shape) == (d.shape, d.strides, d.block_shape)
+    kept.run({"d": d2}, 11)
+    assert fake.compiled.calls == [(2, 1, 1, 11, "fn", "meta", None, None, None, d2, 7, 9, 0.5, 16, True)]
+    kept = KeptLaunch.make(fake, [x, 7, 9, 0.5, 16, True], {"X": "x"}, {"x": x})
+    kept.run({"x": y}, 3)
+    assert fake.compiled.calls[-1][9] == y.data_ptr()

@@ -817,6 +817,95 @@ def test_gpu_gluon_backward_packed_batch(lens_q, lens_k, H, Hkv, D, causal, dq_s
         torch.testing.assert_close(a, b)
 
 
+PLAN_CASES = [  # B, H, Hkv, Nq, Nk, D, mask (left, right), deterministic
+    (2, 4, 4, 1000, 1000, 64, (-1, 0), False),
+    (1, 8, 2, 257, 1030, 128, (-1, -1), False),
+    (1, 4, 2, 700, 900, 64, (300, 0), False),  # a window
+    (2, 4, 4, 129, 129, 128, (-1, 0), True),  # ordered dQ additions (their counters zeroed by the plan)
+    (1, 8, 2, 1000, 1000, 64, (-1, 0), True),  # split K/V heads (kv_split): the inner call keeps the plan
+]
+
+
+@pytest.mark.gpu
+@on_hopper
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,window,deterministic", PLAN_CASES)
+def test_gpu_a_kept_plan_gives_the_first_calls_gradients(B, H, Hkv, Nq, Nk, D, window, deterministic, monkeypatch):
+    """A backward call keeps a plan for its signature (``_BwdPlan``); the next call of the signature, on other
+    tensors, runs it: dK, dV bit for bit what the first path gives the same tensors (dQ too where deterministic;
+    otherwise its additions land in any order: equal up to rounding), and within the criterion."""
+    mask, scale, dtype = Mask(*window), D ** -0.5, torch.bfloat16
+    runs = [[], []]
+    monkeypatch.setattr(GB, "_PLANS", {})
+    ran = []
+    real_run = GB._BwdPlan.run
+    monkeypatch.setattr(GB._BwdPlan, "run", lambda self, *a: ran.append(1) or real_run(self, *a))
+    inputs = [_gpu_inputs(B, H, Hkv, Nq, Nk, D, dtype, seed) for seed in (Nq + 1, Nq + 2)]
+    for attempt in range(2):  # (attempt 0: a plan kept from the first inputs; attempt 1: none kept)
+        GB._PLANS.clear()
+        for q, k, v, do in inputs if attempt == 0 else inputs[1:]:
+            out, lse = prefill_forward(q, k, v, mask=mask, scale=scale)
+            grads = [torch.full(t.shape, float("nan"), dtype=dtype, device=DEV) for t in (q, k, v)]
+            prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, deterministic=deterministic,
+                             config=_gluon_cfg(), dq=grads[0], dk=grads[1], dv=grads[2])
+            runs[attempt].append(grads)
+        if attempt == 0:
+            assert len(GB._PLANS) == 1 and len(ran) == 1, "the second call did not run the kept plan"
+    assert len(ran) == 1
+    planned, first = runs[0][1], runs[1][0]
+    for name, a, b in zip(("dq", "dk", "dv"), planned, first):
+        if name == "dq" and not deterministic:
+            torch.testing.assert_close(a, b)
+        else:
+            assert torch.equal(a, b), name
+    q, k, v, do = inputs[1]
+    _check_grads(q, k, v, do, planned, window[1] == 0, scale, window=window if window[0] >= 0 else None)
+
+
+@pytest.mark.gpu
+@on_hopper
+@pytest.mark.parametrize("D,causal", [(128, True), (64, False)])
+def test_gpu_a_kept_packed_plan_takes_each_calls_lengths(D, causal, monkeypatch):
+    """A packed batch's plan takes each call's cumulative lengths (its key holds only their kind): kept from a
+    call whose cu_seqlens_q is cu_seqlens_k, it runs a call of the same totals with other lengths, a different
+    tensor for each, and gives what the first path gives that call."""
+    monkeypatch.setattr(GB, "PACKED", True)
+    monkeypatch.setattr(GB, "_PLANS", {})
+    dtype, H, Hkv = torch.bfloat16, 4, 2
+    mask, scale = Mask(-1, 0 if causal else -1), D ** -0.5
+    calls = [([100, 700, 200], [100, 700, 200]), ([300, 650, 50], [500, 20, 480])]
+    gen = torch.Generator(device=DEV).manual_seed(D)
+    q, do = (torch.randn(1000, H, D, dtype=dtype, device=DEV, generator=gen) for _ in range(2))
+    k, v = (torch.randn(1000, Hkv, D, dtype=dtype, device=DEV, generator=gen) for _ in range(2))
+
+    def backward(lens_q, lens_k):
+        cu_q, cu_k = (torch.tensor([0] + torch.tensor(n).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
+                      for n in (lens_q, lens_k))
+        if lens_q == lens_k:
+            cu_k = cu_q
+        cu, mx = (cu_q, cu_k), (700, 700)
+        out, lse = prefill_forward(q, k, v, mask=mask, scale=scale, cu_seqlens=cu, max_seqlen=mx)
+        return prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, cu_seqlens=cu, max_seqlen=mx,
+                                config=_gluon_cfg()), cu
+
+    backward(*calls[0])
+    assert len(GB._PLANS) == 1
+    planned, cu = backward(*calls[1])
+    GB._PLANS.clear()
+    first, _ = backward(*calls[1])
+    torch.testing.assert_close(planned[0], first[0])
+    assert torch.equal(planned[1], first[1]) and torch.equal(planned[2], first[2])
+    from attnlab.reference import attention_ref_varlen
+
+    refs = []
+    for dt in (torch.float64, dtype):
+        qq, kk, vv = (t.detach().to(dt).requires_grad_() for t in (q, k, v))
+        o, _ = attention_ref_varlen(qq, kk, vv, *cu, causal=causal, scale=scale)
+        refs.append(torch.autograd.grad(o, (qq, kk, vv), do.to(dt)))
+    for name, g, r64, same in zip(("dq", "dk", "dv"), planned, *refs):
+        e, e_ref = _err(g, r64), _err(same, r64)
+        assert within_criterion(e, e_ref, r64, g.dtype), (name, e, e_ref)
+
+
 @needs_gluon
 def test_packed_batches_build_for_sm90_and_route_to_the_gluon_backward(monkeypatch):
     """The packed-batch build (VARLEN) compiles for sm_90 with the dense build's TMA loads (L₂ and Dᵢ too: each

@@ -95,7 +95,9 @@ def merge_pdl(device, eager: bool = False) -> bool:
     capability 9.0 or newer (Hopper); never in the interpreter."""
     if not (MERGE_PDL is True or (eager and MERGE_PDL == "eager")) or device.type != "cuda" or interpret_mode():
         return False
-    return torch.cuda.get_device_capability(device)[0] >= 9
+    from .config import device_capability
+
+    return device_capability(device)[0] >= 9
 
 
 def _spare(device) -> torch.Tensor:

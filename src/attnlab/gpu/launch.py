@@ -18,6 +18,10 @@ compiled kernel and launch it directly:
   first call (tensor descriptors and None included in the specialisation). The prefill kernels launch so.
 * ``tensor_key(t)`` — what Triton specialises a tensor argument on (and what the checks of a call
   read): shape, strides, dtype, device and whether the address is a multiple of 16.
+* ``recording()`` and ``KeptLaunch`` — a call's ``launch_kept`` launches, recorded, and kept to be made again
+  with other tensors of the same signature: every tensor and tensor-descriptor argument named by the caller
+  (a kernel parameter -> a name the caller gives each call's tensor), everything else as recorded. A plan of
+  a whole call (``prefill_gluon_bwd``'s) is a list of these.
 
 Under ``TRITON_INTERPRET=1`` there is no compiled kernel: every call goes through ``kernel[grid]``.
 The caller's key must determine every argument Triton specialises on; ``tensor_key`` of each tensor
@@ -197,6 +201,74 @@ class Launcher:
 _PARAMS: dict = {}
 
 
+_RECORDING: list = []  # the recorders of ``recording()`` blocks open now (innermost last)
+
+
+class recording:
+    """``with recording() as launches:`` — every ``launch_kept`` call made inside appends its ``Launcher`` and
+    positional arguments to ``launches``, in launch order."""
+
+    def __enter__(self) -> list:
+        self.launches: list = []
+        _RECORDING.append(self.launches)
+        return self.launches
+
+    def __exit__(self, *exc) -> None:
+        _RECORDING.remove(self.launches)
+
+
+def rebased(desc, base: torch.Tensor):
+    """A copy of tensor descriptor ``desc`` over ``base`` (same shape, strides and dtype as its own base, and
+    16-byte aligned: the caller's key says so), without the constructor's checks (µs of Python each)."""
+    copy = object.__new__(type(desc))
+    copy.__dict__.update(desc.__dict__)
+    copy.base = base
+    return copy
+
+
+class KeptLaunch:
+    """One recorded launch (``recording``) to be made again: its compiled kernel, grid and arguments, with the
+    tensors and tensor descriptors in ``sources`` (kernel parameter -> the caller's name for the tensor) taken
+    from each call's ``tensors``. ``make`` refuses (None) a launch that had no compiled kernel (the
+    interpreter) or passed a tensor or descriptor ``sources`` does not name: its next call would reuse it."""
+
+    __slots__ = ("launcher", "args", "tensor_slots", "desc_slots")
+
+    def __init__(self, launcher: Launcher, args: list, tensor_slots: tuple, desc_slots: tuple):
+        self.launcher, self.args = launcher, args
+        self.tensor_slots, self.desc_slots = tensor_slots, desc_slots
+
+    @classmethod
+    def make(cls, launcher: Launcher, args: list, sources: dict[str, str], named: dict) -> KeptLaunch | None:
+        """``named``: the first call's tensors (and descriptors) by the caller's names, each checked to be
+        the object the launch passed for its parameter."""
+        if launcher.compiled is None:
+            return None
+        names = launcher.kernel.arg_names
+        tensor_slots, desc_slots = [], []
+        for i, (pname, a) in enumerate(zip(names, args)):
+            src = sources.get(pname)
+            if type(a) is torch.Tensor or _is_descriptor(a):
+                if src is None or named.get(src) is not a:
+                    return None
+                (desc_slots if _is_descriptor(a) else tensor_slots).append((i, src))
+            elif src is not None and a is not None:
+                return None
+        kept = list(args)
+        for i, _ in tensor_slots + desc_slots:
+            kept[i] = None
+        return cls(launcher, kept, tuple(tensor_slots), tuple(desc_slots))
+
+    def run(self, tensors: dict, stream: int) -> None:
+        """Launch with ``tensors`` (the caller's names -> this call's tensors and descriptors) on ``stream``."""
+        args = list(self.args)
+        for i, src in self.tensor_slots:
+            args[i] = tensors[src].data_ptr()
+        for i, src in self.desc_slots:
+            args[i] = tensors[src]
+        self.launcher.launch(args, stream)
+
+
 def launch_kept(kernel, grid: tuple, kwargs: dict, *, num_warps: int, num_stages: int | None = None,
                 **options) -> None:
     """``kernel[grid](**kwargs, num_warps=num_warps)`` — every parameter by name, those left out taking
@@ -216,7 +288,9 @@ def launch_kept(kernel, grid: tuple, kwargs: dict, *, num_warps: int, num_stages
     launcher = Launcher(kernel, grid, num_warps=num_warps, num_stages=num_stages)
     launcher.options.update(options)
     launcher(args)
+    if _RECORDING:
+        _RECORDING[-1].append((launcher, args))
 
 
-__all__ = ["Launcher", "current_stream", "hooks_set", "int_specs", "launch_kept", "same_specialisation",
-           "tensor_key"]
+__all__ = ["KeptLaunch", "Launcher", "current_stream", "hooks_set", "int_specs", "launch_kept", "rebased", "recording",
+           "same_specialisation", "tensor_key"]

@@ -23,7 +23,7 @@ from .._checks import (
 )
 from .._runtime import interpret_mode, triton_available
 from ..variants import Mask
-from .config import BWD_HEAD_DIMS, FWD_HEAD_DIMS, KERNEL_DTYPES
+from .config import BWD_HEAD_DIMS, FWD_HEAD_DIMS, KERNEL_DTYPES, device_capability
 
 _VARIANTS = "int left, int right, float scale, float? softcap, Tensor? slopes, bool deterministic"
 _VARLEN = "Tensor cu_q, Tensor cu_k, int max_q, int max_k"  # a packed batch: device lengths, longest sequences
@@ -181,7 +181,8 @@ def unsupported(q, dims, *, needs_grad: bool) -> tuple[str, str] | None:
         return "device", f"tensors on {q.device} (the kernels need CUDA, or TRITON_INTERPRET=1 on the CPU)"
     if not triton_available():
         return "triton", "triton is not installed (pip install 'attnlab[gpu]')"
-    if q.is_cuda and torch.cuda.get_device_properties(q.device).major < 8:  # (constant under torch.compile)
+    if q.is_cuda and (torch.cuda.get_device_properties(q.device).major if _is_compiling()  # (a constant there)
+                      else device_capability(q.device)[0]) < 8:
         return "gpu", f"GPU {torch.cuda.get_device_properties(q.device).name} is older than compute capability 8.0"
     if q.dtype not in KERNEL_DTYPES:
         return f"dtype-{q.dtype}", f"dtype {q.dtype} (the kernels take float16 and bfloat16)"

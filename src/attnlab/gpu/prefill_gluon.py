@@ -825,11 +825,12 @@ def gluon_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     last dims contiguous and 16-byte aligned for tensor descriptors. Variants are the caller's check."""
     if not HAVE_GLUON or not q.is_cuda or torch.version.hip is not None:
         return False
-    if torch.cuda.get_device_capability(q.device) != (9, 0):
+    from .config import device_capability, tma_ok
+
+    if device_capability(q.device) != (9, 0):
         return False
     if q.dtype not in (torch.float16, torch.bfloat16) or q.shape[-1] not in GLUON_HEAD_DIMS:
         return False
-    from .config import tma_ok
 
     return tma_ok(q, k, v)
 

@@ -60,7 +60,7 @@ from __future__ import annotations
 import torch
 
 from .._runtime import LOG2E
-from .launch import launch_kept
+from .launch import KeptLaunch, current_stream, hooks_set, launch_kept, rebased, recording, tensor_key
 from .layout import dq_tiles_shape, store_dq, store_dq_tiles, sum_head_copies
 from .prefill_gluon import HAVE_GLUON, NO_WINDOW
 
@@ -923,6 +923,18 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     ``benchmarks/bwd_gluon_ablation.py`` lists. No input checks beyond the tiles (``gluon_supported`` and
     the public entry points do them)."""
     B, H, Nq, D = q.shape
+    key = None
+    if kv_split == 1 and slopes is None and not _ablate and _sem_out is None and not dq_atomic and q.is_cuda:
+        key = (tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(do), tensor_key(lse2), tensor_key(delta),
+               tensor_key(dq), tensor_key(dk), tensor_key(dv), causal_off, scale, stages, dq_split, dq_shared, rotate,
+               heads_first, win_off, consumer_regs, dq_lag, deterministic, max_seqlen_k, max_seqlen_q,
+               _det_last_first, _kv_div, DQ_PERMUTED, LSE_BY_TMA, DQ_SWIZZLE, HEADS_FIRST_WAVES,
+               torch.cuda.current_device(),
+               None if cu_seqlens is None else (*map(tensor_key, cu_seqlens), tensor_key(cu_rows)))
+        plan = _PLANS.get(key)
+        if plan is not None and not hooks_set():
+            plan.run(q, k, v, do, lse2, delta, dq, dk, dv, cu_seqlens, cu_rows)
+            return
     if kv_split != 1:
         Hkv = k.shape[1]
         if type(kv_split) is not int or kv_split < 1 or (H // Hkv) % kv_split or cu_seqlens is not None:
@@ -1031,23 +1043,85 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
             pos = (torch.arange(rows, device=q.device) % BWD_BLOCK_M).to(torch.float32)
             lse2 = lse2 + (sl * LOG2E)[:, :, None] * pos
             desc_lse = TensorDescriptor(lse2.view(-1), [lse2.numel()], [1], [BWD_BLOCK_M], row_layout())
-    args = (desc(q), desc(do), desc(k), desc(v), desc(dk), desc(dv), desc_dq, desc_lse, desc_dl, dq_acc, sem, lse2,
-            delta, H, H // Hkv, n_rows, Nk, causal_off if causal_off is not None else 0,
+    descs = (desc(q), desc(do), desc(k), desc(v), desc(dk), desc(dv), desc_dq, desc_lse, desc_dl)
+    args = (*descs, dq_acc, sem, lse2, delta, H, H // Hkv, n_rows, Nk, causal_off if causal_off is not None else 0,
             NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale, *alibi, *varlen, _kv_div)
-    # (the kept compiled kernel after a specialisation's first call: Triton's binding of these arguments took
-    # more host time than a short call's GPU time; launch.launch_kept)
-    launch_kept(_attn_bwd_gluon_ws, grid, dict(zip(_attn_bwd_gluon_ws.arg_names, args)) | dict(
-        HEAD_D=D, STAGES=stages, CAUSAL=causal_off is not None, CONSUMER_REGS=consumer_regs, DQ_SPLIT=dq_split,
-        DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, HEADS_FIRST=heads_first, DQ_LAG=dq_lag,
-        ABLATE=_ablate, ALIBI=slopes is not None, DQ_PERM=perm, LSE_TMA=lse_tma, DET=deterministic,
-        DET_LAST_FIRST=_det_last_first, VARLEN=cu_seqlens is not None), num_warps=4)
-    # the kernel adds dS K unscaled: one multiply per element, not per key block
-    if cu_seqlens is not None:
-        store_dq_tiles(dq_acc, dq, split_d, scale=scale, packed=(cu_q, cu_p, n_rows, max_seqlen_q))
-    elif perm:
-        store_dq_tiles(dq_acc, dq, split_d, scale=scale)
-    else:
-        store_dq(dq_acc, dq, scale=scale)
+    with recording() as launches:
+        # (the kept compiled kernel after a specialisation's first call: Triton's binding of these arguments took
+        # more host time than a short call's GPU time; launch.launch_kept)
+        launch_kept(_attn_bwd_gluon_ws, grid, dict(zip(_attn_bwd_gluon_ws.arg_names, args)) | dict(
+            HEAD_D=D, STAGES=stages, CAUSAL=causal_off is not None, CONSUMER_REGS=consumer_regs, DQ_SPLIT=dq_split,
+            DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, HEADS_FIRST=heads_first, DQ_LAG=dq_lag,
+            ABLATE=_ablate, ALIBI=slopes is not None, DQ_PERM=perm, LSE_TMA=lse_tma, DET=deterministic,
+            DET_LAST_FIRST=_det_last_first, VARLEN=cu_seqlens is not None), num_warps=4)
+        # the kernel adds dS K unscaled: one multiply per element, not per key block
+        if cu_seqlens is not None:
+            store_dq_tiles(dq_acc, dq, split_d, scale=scale, packed=(cu_q, cu_p, n_rows, max_seqlen_q))
+        elif perm:
+            store_dq_tiles(dq_acc, dq, split_d, scale=scale)
+        else:
+            store_dq(dq_acc, dq, scale=scale)
+    if key is not None and perm:
+        named = dict(q=q, k=k, v=v, do=do, dk=dk, dv=dv, dq=dq, dq_acc=dq_acc, sem=sem, lse2=lse2, delta=delta,
+                     cu_q=varlen[0], cu_k=varlen[1], cu_p=varlen[2])
+        named |= zip(_DESC_BASES, descs)
+        plan = _BwdPlan.make(launches, named, dq_acc.shape, None if sem is None else sem.shape,
+                             rows if cu_seqlens is None else None, descs)
+        if plan is not None:
+            if len(_PLANS) >= MAX_PLANS:  # (the oldest first: a packed batch's signature changes with its lengths)
+                del _PLANS[next(iter(_PLANS))]
+            _PLANS[key] = plan
+
+
+# -- plans: a call's launches kept per signature -----------------------------------------------------------
+
+# each descriptor's name and the name of the tensor it is made over (``_BwdPlan.run`` rebases them)
+_DESC_BASES = {"desc_q": "q", "desc_do": "do", "desc_k": "k", "desc_v": "v", "desc_dk": "dk", "desc_dv": "dv",
+               "desc_dq": "dq_acc", "desc_lse": "lse2", "desc_dl": "delta"}
+# kernel parameter -> the plan's name for the tensor or descriptor it takes: the backward's, the dQ store's
+_SOURCES = dict({n: n for n in _DESC_BASES}, DQ="dq_acc", SEM="sem", LSE2="lse2", DELTA="delta", CU_Q="cu_q",
+                CU_K="cu_k", CU_P="cu_p", DK="dk", DV="dv", SRC="dq_acc", DST="dq")
+_PLANS: dict = {}
+MAX_PLANS = 64  # signatures kept (a plan holds no tensor: a few KB)
+
+
+class _BwdPlan:
+    """What a ``gluon_backward`` call derives from its signature (its key: every input's ``tensor_key``, the
+    options, the module's measurement switches), kept after the first call: the two launches (the backward,
+    the dQ store) with their compiled kernels and arguments, the dQ accumulator's shape, the descriptors'
+    shapes and layouts. A later call of the signature allocates the accumulator, rebases the descriptors
+    and launches: no checks, no configuration, no argument binding (on an H200's host the first path took
+    ~0.6 ms of host time a call, more than a short call's GPU time). Calls with ALiBi, ``kv_split``, dQ
+    atomics or the measurement-only arguments keep no plan."""
+
+    __slots__ = ("launches", "acc_shape", "sem_shape", "rows", "descs")
+
+    @classmethod
+    def make(cls, launches, named, acc_shape, sem_shape, rows, descs) -> _BwdPlan | None:
+        kept = [KeptLaunch.make(launcher, args, _SOURCES, named) for launcher, args in launches]
+        if len(kept) != 2 or any(k is None for k in kept):  # (the interpreter, or a launch the plan cannot redo)
+            return None
+        plan = cls()
+        plan.launches, plan.acc_shape, plan.sem_shape, plan.rows = kept, acc_shape, sem_shape, rows
+        # (the descriptors' shapes and layouts without their tensors: a plan keeps no call's memory alive)
+        plan.descs = tuple((name, rebased(d, None), _DESC_BASES[name]) for name, d in zip(_DESC_BASES, descs))
+        return plan
+
+    def run(self, q, k, v, do, lse2, delta, dq, dk, dv, cu_seqlens, cu_rows) -> None:
+        if self.rows is not None:  # (dense calls: L₂ and Dᵢ as the padded buffers the first call read)
+            lse2, delta = _rows_of(lse2, self.rows), _rows_of(delta, self.rows)
+        named = dict(q=q, k=k, v=v, do=do, dk=dk, dv=dv, dq=dq, lse2=lse2, delta=delta,
+                     dq_acc=torch.zeros(self.acc_shape, device=q.device, dtype=torch.float32))
+        if self.sem_shape is not None:
+            named["sem"] = torch.zeros(self.sem_shape, device=q.device, dtype=torch.int32)
+        if cu_seqlens is not None:
+            named["cu_q"], named["cu_k"], named["cu_p"] = (c if c.dtype == torch.int32 else c.to(torch.int32)
+                                                           for c in (*cu_seqlens, cu_rows))
+        for name, d, base in self.descs:
+            named[name] = rebased(d, named[base])
+        stream = current_stream(q.device)
+        for launch in self.launches:
+            launch.run(named, stream)
 
 
 # what a split call (``kv_split``) runs on the copies: this module's own ``gluon_backward`` as defined, never a
