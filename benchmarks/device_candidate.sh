@@ -18,11 +18,12 @@ if [ "${PHASES:-tests bench}" = "hf" ]; then
     exit 0
 fi
 if [ "${PHASES:-tests bench}" = "plan" ]; then
-    # the Gluon backward's kept plans: their GPU tests and the kernels' they launch, then the packed batch's time
-    # by step on both backwards (varlen_profile.py --steps, numbered PROFILE_RUN) and the varlen rows at D = 128
-    # with each backward in one process (variants.py --packed-kernel, VARLEN_RUN and VARLEN_RUN-gluon)
+    # the prefill calls' kept plans: their GPU tests and those of every prefill kernel they launch, then the packed
+    # batch's time by step on both backwards (varlen_profile.py --steps, numbered PROFILE_RUN) and the varlen rows
+    # with each backward, one process each (variants.py --packed-kernel: VARLEN_RUN-triton, VARLEN_RUN-gluon)
     t0=$(date +%s)
-    timeout ${TEST_S:-300} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu/test_launch.py \
+    timeout ${TEST_S:-420} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu/test_launch.py \
+        tests/gpu/test_prefill_plans.py tests/gpu/test_prefill.py tests/gpu/test_prefill_variants.py \
         tests/gpu/test_prefill_gluon_bwd.py tests/gpu/test_prefill_gluon.py > "$D/tests.log" 2>&1
     rc=$?
     echo "tests: exit $rc in $(( $(date +%s) - t0 ))s"; tail -n 3 "$D/tests.log"; grep "^FAILED" "$D/tests.log" | head
@@ -33,7 +34,7 @@ if [ "${PHASES:-tests bench}" = "plan" ]; then
     echo "varlen_profile: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/profile.log" | head -90
     for kernel in triton gluon; do
         t0=$(date +%s)
-        timeout ${BENCH_S:-150} python3 benchmarks/variants.py bench --variants varlen --D 128 --packed-kernel $kernel \
+        timeout ${BENCH_S:-150} python3 benchmarks/variants.py bench --variants varlen --D ${VARLEN_D:-128 64} --packed-kernel $kernel \
             --json "$D/variants-h200-varlen-run${VARLEN_RUN:-x}-$kernel.json" > "$D/bench-$kernel.log" 2>&1
         echo "varlen, $kernel backward: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/bench-$kernel.log" || tail -n 20 "$D/bench-$kernel.log"
     done

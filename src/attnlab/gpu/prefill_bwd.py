@@ -31,7 +31,7 @@ import triton.language as tl
 
 from .._runtime import LOG2E
 from .config import BwdConfig, default_bwd_config, next_pow2, tma_ok, varlen_bounds, varlen_grid
-from .launch import launch_kept
+from .launch import KeptLaunch, current_stream, hooks_set, launch_kept, recording, tensor_key
 from .layout import empty_like_layout, packed_rows, padded_rows_bound, store_dq
 from .prefill_fwd import (
     _key_range,
@@ -401,6 +401,7 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
     """
     D = q.shape[-1]
     do, q, k, v, out = (_last_dim_contiguous(t) for t in (do, q, k, v, out))
+    given = (dq, dk, dv)
     # the gradients laid out as their inputs are (a model's (B, N, H, D) projections: no copies on the way back)
     dq = empty_like_layout(q) if dq is None else dq
     dk = empty_like_layout(k) if dk is None else dk
@@ -408,11 +409,23 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
     if cu_seqlens is None:
         B, H, Nq, _ = q.shape
         Hkv, Nk = k.shape[1], k.shape[2]
-        n_keys = Nk
+        n_keys, cu_q, cu_k, max_q = Nk, None, None, Nq
     else:
         (Nq, H, _), (Nk, Hkv, _) = q.shape, k.shape  # Nq, Nk: total_q, total_k
         cu_q, cu_k, max_q, n_keys = varlen_bounds(cu_seqlens, max_seqlen)
         B = cu_q.shape[0] - 1
+    plan_key = None
+    if q.is_cuda and slopes is None:  # a kept plan of this signature (``_CallPlan``), or the key to keep one under
+        cfg = config or default_bwd_config(D, not mask.dense, q.device, n_keys)
+        plan_key = (tensor_key(do), tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(out), tensor_key(lse),
+                    None if dlse is None else tensor_key(dlse),
+                    tuple(None if t is None else tensor_key(t) for t in given), mask.left, mask.right, scale, softcap,
+                    deterministic, cfg, None if cu_q is None else (tensor_key(cu_q), tensor_key(cu_k), max_q, n_keys),
+                    _gluon_switches() if cfg.gluon else None, torch.cuda.current_device())
+        plan = _CALL_PLANS.get(plan_key)
+        if plan is not None and not hooks_set():
+            return plan.run(do, q, k, v, out, lse, dlse, cu_q, cu_k, dq, dk, dv)
+    if cu_seqlens is not None:
         do, q, k, v, out, dq, dk, dv = (packed_as_bhnd(t) for t in (do, q, k, v, out, dq, dk, dv))
         lse = lse.unsqueeze(0)  # (1, H, total_q)
         dlse = None if dlse is None else dlse.unsqueeze(0)
@@ -453,33 +466,41 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
         cu_p = packed_rows(cu_q)
         rows, grid_pre, packed_rows_ = padded_rows_bound(Nq, B), (triton.cdiv(max_q, PRE_M), B * H), dict(CU_Q=cu_q,
                                                                                                           CU_P=cu_p)
-    delta, lse2 = (torch.empty((*lse.shape[:2], rows), device=q.device, dtype=torch.float32) for _ in range(2))
+    rows_shape = (*lse.shape[:2], rows)
+    delta, lse2 = (torch.empty(rows_shape, device=q.device, dtype=torch.float32) for _ in range(2))
     if not packed_rows_:  # (packed: the whole padded buffers; the kernels find each sequence's rows in them)
         delta, lse2 = delta[..., :Nq], lse2[..., :Nq]
     has_dlse = dlse is not None
-    if grid_pre is None or grid_pre[0]:
-        # (the kept compiled kernel after a specialisation's first call: launch.launch_kept)
-        args = (out, do, lse, dlse.contiguous() if has_dlse else lse, delta, lse2, *_s3(out), *_s3(do), H, Nq, rows)
-        launch_kept(_attn_bwd_prep, grid_pre or (triton.cdiv(Nq, PRE_M), q.shape[0] * H),
-                    dict(zip(_attn_bwd_prep.arg_names, args)) | dict(HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=PRE_M,
-                                                                    HAS_DLSE=has_dlse) | packed_rows_, num_warps=4)
+    dlse_arg = dlse.contiguous() if has_dlse else lse
+    # what a kept plan names each call's tensors by (the kernels' parameters)
+    named = dict(O=out, DO=do, LSE=lse, DLSE=dlse_arg, DELTA=delta, LSE2=lse2, Q=q, K=k, V=v, DQ=dq, DK=dk, DV=dv,
+                 CU_Q=cu_q, CU_K=cu_k, CU_P=packed_rows_.get("CU_P"))
+    with recording() as launches:
+        if grid_pre is None or grid_pre[0]:
+            # (the kept compiled kernel after a specialisation's first call: launch.launch_kept)
+            args = (out, do, lse, dlse_arg, delta, lse2, *_s3(out), *_s3(do), H, Nq, rows)
+            launch_kept(_attn_bwd_prep, grid_pre or (triton.cdiv(Nq, PRE_M), q.shape[0] * H),
+                        dict(zip(_attn_bwd_prep.arg_names, args)) | dict(HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=PRE_M,
+                                                                        HAS_DLSE=has_dlse) | packed_rows_, num_warps=4)
     if cfg.gluon:  # bottom-right aligned, as in the forward (ALiBi's offset too: Nk − Nq)
         from .prefill_gluon_bwd import gluon_backward
 
         if cu_seqlens is not None:  # each sequence's diagonal: the kernel adds its len_k − len_q to the edge
-            gluon_backward(q, k, v, do, lse2, delta, dq, dk, dv, scale=scale, stages=cfg.stages1,
-                           dq_split=cfg.dq_split, dq_atomic=cfg.dq_atomic, dq_shared=cfg.dq_shared, dq_lag=cfg.dq_lag,
-                           causal_off=mask.right if mask.right >= 0 else None, cu_seqlens=(cu_q, cu_k),
-                           max_seqlen_k=n_keys, max_seqlen_q=max_q, cu_rows=cu_p)
+            inner = gluon_backward(q, k, v, do, lse2, delta, dq, dk, dv, scale=scale, stages=cfg.stages1,
+                                   dq_split=cfg.dq_split, dq_atomic=cfg.dq_atomic, dq_shared=cfg.dq_shared,
+                                   dq_lag=cfg.dq_lag, causal_off=mask.right if mask.right >= 0 else None,
+                                   cu_seqlens=(cu_q, cu_k), max_seqlen_k=n_keys, max_seqlen_q=max_q, cu_rows=cu_p)
+            _keep(plan_key, launches, named, inner, rows_shape, gluon=True, packed=True)
             return _unpack(dq, dk, dv, cu_seqlens)
-        gluon_backward(q, k, v, do, lse2, delta, dq, dk, dv, scale=scale, stages=cfg.stages1, dq_split=cfg.dq_split,
-                       dq_atomic=cfg.dq_atomic, dq_shared=cfg.dq_shared, dq_lag=cfg.dq_lag,
-                       causal_off=Nk - Nq + mask.right if mask.right >= 0 else None,
-                       win_off=Nk - Nq - mask.left if mask.left >= 0 else None, slopes=slopes,
-                       deterministic=deterministic,
-                       kv_split=prefill_gluon_bwd.det_kv_split(
-                           H // Hkv, mask.left < 0 and mask.right == 0 and slopes is None, k.numel() * k.element_size())
-                       if deterministic else 1)
+        inner = gluon_backward(q, k, v, do, lse2, delta, dq, dk, dv, scale=scale, stages=cfg.stages1,
+                               dq_split=cfg.dq_split, dq_atomic=cfg.dq_atomic, dq_shared=cfg.dq_shared,
+                               dq_lag=cfg.dq_lag, causal_off=Nk - Nq + mask.right if mask.right >= 0 else None,
+                               win_off=Nk - Nq - mask.left if mask.left >= 0 else None, slopes=slopes,
+                               deterministic=deterministic,
+                               kv_split=prefill_gluon_bwd.det_kv_split(
+                                   H // Hkv, mask.left < 0 and mask.right == 0 and slopes is None,
+                                   k.numel() * k.element_size()) if deterministic else 1)
+        _keep(plan_key, launches, named, inner, rows_shape, gluon=True, packed=False)
         return dq, dk, dv
     G = H // Hkv
     common = (H, G, Nq, Nk)
@@ -491,26 +512,88 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
         grid_kv, even_m = varlen_grid(B, Hkv, n_keys, cfg.block_n1), False
     else:
         var_kv, grid_kv, even_m = var, (triton.cdiv(Nk, cfg.block_n1), B * Hkv), Nq % cfg.block_m1 == 0
-    if grid_kv[0] and grid_kv[1]:
-        args = (q, k, v, do, lse2, delta, dk, dv, dq_acc,
-                *_s3(q), *_s3(k), *_s3(v), *_s3(do), *_s3(dk), *_s3(dv), *_s3(dq_acc), *common)
-        launch_kept(_attn_bwd_dkdv, grid_kv, dict(zip(_attn_bwd_dkdv.arg_names, args)) | var_kv | dict(
-            HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1, EVEN_M=even_m,
-            DQ_ATOMIC=cfg.dq_atomic), num_warps=cfg.warps1, num_stages=cfg.stages1)
-    if cfg.dq_atomic:
-        store_dq(dq_acc, dq)
-        return _unpack(dq, dk, dv, cu_seqlens)
-    if cu_seqlens is not None:  # (sequence, head) x query blocks of the longest sequence
-        var_q = var | dict(CU_Q=cu_q, CU_K=cu_k, VARLEN=True)
-        grid_q = varlen_grid(B, H, max_q, cfg.block_m2)
-    else:
-        var_q, grid_q = var, (triton.cdiv(Nq, cfg.block_m2), B * H)
-    if grid_q[0] and grid_q[1]:
-        args = (q, k, v, do, lse2, delta, dq, *_s3(q), *_s3(k), *_s3(v), *_s3(do), *_s3(dq), *common)
-        launch_kept(_attn_bwd_dq, grid_q, dict(zip(_attn_bwd_dq.arg_names, args)) | var_q | dict(
-            HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2),
-            num_warps=cfg.warps2, num_stages=cfg.stages2)
+    with recording() as more:
+        if grid_kv[0] and grid_kv[1]:
+            args = (q, k, v, do, lse2, delta, dk, dv, dq_acc,
+                    *_s3(q), *_s3(k), *_s3(v), *_s3(do), *_s3(dk), *_s3(dv), *_s3(dq_acc), *common)
+            launch_kept(_attn_bwd_dkdv, grid_kv, dict(zip(_attn_bwd_dkdv.arg_names, args)) | var_kv | dict(
+                HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1, EVEN_M=even_m,
+                DQ_ATOMIC=cfg.dq_atomic), num_warps=cfg.warps1, num_stages=cfg.stages1)
+        if cfg.dq_atomic:
+            store_dq(dq_acc, dq)
+            return _unpack(dq, dk, dv, cu_seqlens)
+        if cu_seqlens is not None:  # (sequence, head) x query blocks of the longest sequence
+            var_q = var | dict(CU_Q=cu_q, CU_K=cu_k, VARLEN=True)
+            grid_q = varlen_grid(B, H, max_q, cfg.block_m2)
+        else:
+            var_q, grid_q = var, (triton.cdiv(Nq, cfg.block_m2), B * H)
+        if grid_q[0] and grid_q[1]:
+            args = (q, k, v, do, lse2, delta, dq, *_s3(q), *_s3(k), *_s3(v), *_s3(do), *_s3(dq), *common)
+            launch_kept(_attn_bwd_dq, grid_q, dict(zip(_attn_bwd_dq.arg_names, args)) | var_q | dict(
+                HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2),
+                num_warps=cfg.warps2, num_stages=cfg.stages2)
+    _keep(plan_key, launches + more, named, None, rows_shape, gluon=False, packed=False)
     return _unpack(dq, dk, dv, cu_seqlens)
+
+
+# -- plans: a call's launches kept per signature ---------------------------------------------------------
+
+_CALL_PLANS: dict = {}
+MAX_CALL_PLANS = 64  # signatures kept (a plan holds no tensor)
+_NAMES = ("O", "DO", "LSE", "DLSE", "DELTA", "LSE2", "Q", "K", "V", "DQ", "DK", "DV", "CU_Q", "CU_K", "CU_P")
+_SOURCES = {n: n for n in _NAMES}
+
+
+def _gluon_switches() -> tuple:
+    """The Gluon backward's module switches a call's route and launches depend on (part of a plan's key)."""
+    from . import prefill_gluon_bwd as gb
+
+    return (gb.PACKED, gb.DETERMINISTIC, gb.HAVE_TMA_REDUCE, gb.DQ_PERMUTED, gb.LSE_BY_TMA, gb.DQ_SWIZZLE,
+            gb.HEADS_FIRST_WAVES, gb.DET_KV_SPLIT, gb.DET_KV_SPLIT_BYTES)
+
+
+class _CallPlan:
+    """What a ``prefill_backward`` call derives from its signature (its key: every input's ``tensor_key``, the
+    variant's scalars, the configuration, the Gluon backward's switches), kept after the first call: the
+    launches it made (the preprocessing kernel, then the Triton kernels or the Gluon backward's own plan)
+    with their compiled kernels and arguments, and the shape of the L₂ and Dᵢ buffers. A later call of the
+    signature allocates those and launches: no configuration, no gluon/TMA checks, no views, no argument
+    binding. Calls with ALiBi, dQ atomics or a Gluon backward that kept no plan of its own keep none."""
+
+    __slots__ = ("launches", "inner", "rows_shape", "packed_rows")
+
+    def run(self, do, q, k, v, out, lse, dlse, cu_q, cu_k, dq, dk, dv):
+        """The call's gradients, in the caller's layout (packed batches: (total, H, D))."""
+        packed = cu_q is not None
+        if packed:
+            lse = lse.unsqueeze(0)
+        lse = lse.contiguous()
+        delta, lse2 = (torch.empty(self.rows_shape, device=q.device, dtype=torch.float32) for _ in range(2))
+        cu_p = packed_rows(cu_q) if self.packed_rows else None
+        named = dict(O=out, DO=do, LSE=lse, DLSE=lse if dlse is None else dlse.contiguous(), DELTA=delta, LSE2=lse2,
+                     Q=q, K=k, V=v, DQ=dq, DK=dk, DV=dv, CU_Q=cu_q, CU_K=cu_k, CU_P=cu_p)
+        stream = current_stream(q.device)
+        for launch in self.launches:
+            launch.run(named, stream)
+        if self.inner is not None:  # (pointers only: the packed tensors, not their (1, H, total, D) views)
+            self.inner.run(q, k, v, do, lse2, delta, dq, dk, dv, (cu_q, cu_k) if packed else None, cu_p)
+        return dq, dk, dv
+
+
+def _keep(key, launches, named, inner, rows_shape, *, gluon: bool, packed: bool) -> None:
+    """Keep a plan under ``key`` for the launches a call made (``launches``: (launcher, arguments) in order)
+    and, on the Gluon route (``gluon``), the Gluon backward's own plan ``inner`` (None: it kept none, and so
+    neither does the call). ``rows_shape``: the L₂ and Dᵢ buffers' shape."""
+    if key is None or (inner is None if gluon else not launches):
+        return
+    kept = [KeptLaunch.make(launcher, args, _SOURCES, named) for launcher, args in launches]
+    if any(k is None for k in kept):
+        return
+    plan = _CallPlan()
+    plan.launches, plan.inner, plan.rows_shape, plan.packed_rows = kept, inner, tuple(rows_shape), gluon and packed
+    if len(_CALL_PLANS) >= MAX_CALL_PLANS:  # (the oldest first: a packed batch's signature changes with its lengths)
+        del _CALL_PLANS[next(iter(_CALL_PLANS))]
+    _CALL_PLANS[key] = plan
 
 
 def _unpack(dq, dk, dv, cu_seqlens):

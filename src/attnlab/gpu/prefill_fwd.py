@@ -35,7 +35,7 @@ from .config import (
     varlen_bounds,
     varlen_grid,
 )
-from .launch import launch_kept
+from .launch import KeptLaunch, current_stream, hooks_set, launch_kept, rebased, recording, tensor_key
 from .layout import empty_like_layout
 
 _LN2 = tl.constexpr(LN2)  # a jit function reads module globals only as constexprs
@@ -437,6 +437,15 @@ def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask, 
         cfg = (plain_packed and packed_fwd_config(D, causal, q.device, n_keys)) or variant_fwd_config(
             cfg, D, packed=cu_seqlens is not None, score_mod=softcap is not None or slopes is not None,
             window=mask.left >= 0)
+    plan_key = None
+    if q.is_cuda and slopes is None:  # a kept plan of this signature (``_FwdPlan``), or the key to keep one under
+        plan_key = (tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(out), tensor_key(lse), mask.left,
+                    mask.right, scale, softcap, cfg, None if cu_seqlens is None else (
+                        tensor_key(cu_q), tensor_key(cu_k), max_q, n_keys), torch.cuda.current_device())
+        plan = _PLANS.get(plan_key)
+        if plan is not None and not hooks_set():
+            plan.run(q, k, v, out, lse, None if cu_seqlens is None else (cu_q, cu_k))
+            return out, lse
     BLOCK_D = next_pow2(max(D, 16))
     extra = {"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}
     var = variant_args(mask, scale, softcap, slopes, Nk - Nq if cu_seqlens is None else 0, q.device)
@@ -459,9 +468,53 @@ def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask, 
         grid = (triton.cdiv(Nq, cfg.block_m), B * H)
     if grid[1] == 0:  # a packed batch whose longest query sequence is empty
         return out, lse
+    named = dict(zip("QKVO", args), LSE=lse, CU_Q=var.get("CU_Q"), CU_K=var.get("CU_K"))
     # (the kept compiled kernel after a specialisation's first call: launch.launch_kept)
     args = (*args, lse, *q4.stride()[:3], *k4.stride()[:3], *v4.stride()[:3], *o4.stride()[:3], H, H // Hkv, Nq, Nk)
-    launch_kept(_attn_fwd, grid, dict(zip(_attn_fwd.arg_names, args)) | var | dict(
-        HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, USE_TMA=use_tma,
-        WARP_SPEC=cfg.warp_spec and use_tma), num_warps=cfg.num_warps, num_stages=cfg.num_stages, **extra)
+    with recording() as launches:
+        launch_kept(_attn_fwd, grid, dict(zip(_attn_fwd.arg_names, args)) | var | dict(
+            HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, USE_TMA=use_tma,
+            WARP_SPEC=cfg.warp_spec and use_tma), num_warps=cfg.num_warps, num_stages=cfg.num_stages, **extra)
+    if plan_key is not None:
+        _FwdPlan.keep(plan_key, launches, named, use_tma)
     return out, lse
+
+
+# -- plans: a call's launch kept per signature -------------------------------------------------------------
+
+_PLANS: dict = {}
+MAX_PLANS = 64  # signatures kept (a plan holds no tensor)
+_SOURCES = {n: n for n in ("Q", "K", "V", "O", "LSE", "CU_Q", "CU_K")}
+
+
+class _FwdPlan:
+    """What a ``prefill_forward`` call on the Triton kernel derives from its signature (its key: every
+    tensor's ``tensor_key``, the variant's scalars, the configuration), kept after the first call: the launch
+    with its compiled kernel and arguments (tensor descriptors by their shapes and layouts). A later call of
+    the signature launches it with its own tensors: no variant arguments, views or argument binding.
+    Calls with ALiBi, and those of the Gluon kernel, keep none."""
+
+    __slots__ = ("launch", "descs")
+
+    @classmethod
+    def keep(cls, key, launches, named, use_tma: bool) -> None:
+        if len(launches) != 1:
+            return
+        kept = KeptLaunch.make(*launches[0], _SOURCES, named)
+        if kept is None:
+            return
+        plan = cls()
+        # (the descriptors' shapes and layouts without their tensors: a plan keeps no call's memory alive)
+        plan.launch, plan.descs = kept, tuple((n, rebased(named[n], None)) for n in "QKVO") if use_tma else ()
+        if len(_PLANS) >= MAX_PLANS:  # (the oldest first: a packed batch's signature changes with its lengths)
+            del _PLANS[next(iter(_PLANS))]
+        _PLANS[key] = plan
+
+    def run(self, q, k, v, out, lse, cu) -> None:
+        """Launch on this call's tensors (pointers only: a packed batch's tensors, not their views)."""
+        named = dict(Q=q, K=k, V=v, O=out, LSE=lse)
+        if cu is not None:
+            named["CU_Q"], named["CU_K"] = cu
+        for name, d in self.descs:
+            named[name] = rebased(d, named[name])
+        self.launch.run(named, current_stream(q.device))

@@ -884,7 +884,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
                    deterministic: bool = False, cu_seqlens: tuple[torch.Tensor, torch.Tensor] | None = None,
                    max_seqlen_k: int | None = None, max_seqlen_q: int | None = None, cu_rows: torch.Tensor | None = None,
                    kv_split: int = 1, _ablate: int = 0, _sem_out: list | None = None,
-                   _det_last_first: bool = True, _kv_div: int = 1) -> None:
+                   _det_last_first: bool = True, _kv_div: int = 1) -> _BwdPlan | None:
     """Run the Gluon backward: q, do (B, H, Nq, D); k, v (B, Hkv, Nk, D); ``lse2``, ``delta`` (B, H, Nq)
     float32 from ``prefill_bwd``'s preprocessing kernel (L in log2 units, +inf on empty rows; D_i), read
     without a copy where they are views of (B, H, ``lse_rows(Nq)``) buffers, as that kernel writes them. Writes
@@ -921,7 +921,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     h // ``_kv_div`` and query heads h·G' to (h + 1)·G' − 1, G' = H / dk's heads.
     ``_ablate`` (measurement only, wrong gradients): leave stages out, as
     ``benchmarks/bwd_gluon_ablation.py`` lists. No input checks beyond the tiles (``gluon_supported`` and
-    the public entry points do them)."""
+    the public entry points do them). Returns the call's kept plan (``_BwdPlan``: what a later call of the
+    same signature runs), or None where it keeps none."""
     B, H, Nq, D = q.shape
     key = None
     if kv_split == 1 and slopes is None and not _ablate and _sem_out is None and not dq_atomic and q.is_cuda:
@@ -934,7 +935,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         plan = _PLANS.get(key)
         if plan is not None and not hooks_set():
             plan.run(q, k, v, do, lse2, delta, dq, dk, dv, cu_seqlens, cu_rows)
-            return
+            return plan
     if kv_split != 1:
         Hkv = k.shape[1]
         if type(kv_split) is not int or kv_split < 1 or (H // Hkv) % kv_split or cu_seqlens is not None:
@@ -950,7 +951,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
                       _det_last_first=_det_last_first, _kv_div=kv_split)
         sum_head_copies(dk2, dk, kv_split)
         sum_head_copies(dv2, dv, kv_split)
-        return
+        return None
     if slopes is not None and causal_off is not None and causal_off != k.shape[2] - Nq:
         raise ValueError("the Gluon backward takes ALiBi with a causal right edge at the diagonal only "
                          f"(causal_off {causal_off}, Nk − Nq {k.shape[2] - Nq}): a band past it runs the Triton kernels")
@@ -1071,6 +1072,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
             if len(_PLANS) >= MAX_PLANS:  # (the oldest first: a packed batch's signature changes with its lengths)
                 del _PLANS[next(iter(_PLANS))]
             _PLANS[key] = plan
+            return plan
+    return None
 
 
 # -- plans: a call's launches kept per signature -----------------------------------------------------------
