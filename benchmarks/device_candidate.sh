@@ -22,9 +22,10 @@ if [ "${PHASES:-tests bench}" = "plan" ]; then
     # batch's time by step on both backwards (varlen_profile.py --steps, numbered PROFILE_RUN) and the varlen rows
     # with each backward, one process each (variants.py --packed-kernel: VARLEN_RUN-triton, VARLEN_RUN-gluon)
     t0=$(date +%s)
-    timeout ${TEST_S:-420} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu/test_launch.py \
+    # (PLAN_TESTS: other pytest arguments, e.g. a call that reruns only the tests a change touched)
+    timeout ${TEST_S:-420} python3 -m pytest -q -p no:cacheprovider $XDIST ${PLAN_TESTS:-tests/gpu/test_launch.py \
         tests/gpu/test_prefill_plans.py tests/gpu/test_prefill.py tests/gpu/test_prefill_variants.py \
-        tests/gpu/test_prefill_gluon_bwd.py tests/gpu/test_prefill_gluon.py > "$D/tests.log" 2>&1
+        tests/gpu/test_prefill_gluon_bwd.py tests/gpu/test_prefill_gluon.py} > "$D/tests.log" 2>&1
     rc=$?
     echo "tests: exit $rc in $(( $(date +%s) - t0 ))s"; tail -n 3 "$D/tests.log"; grep "^FAILED" "$D/tests.log" | head
     [ "$rc" = 0 ] || { echo "GPU tests failed: no benchmarks"; exit 1; }

@@ -834,14 +834,18 @@ def test_gpu_a_kept_plan_gives_the_first_calls_gradients(B, H, Hkv, Nq, Nk, D, w
     tensors, runs it: dK, dV bit for bit what the first path gives the same tensors (dQ too where deterministic;
     otherwise its additions land in any order: equal up to rounding), and within the criterion."""
     mask, scale, dtype = Mask(*window), D ** -0.5, torch.bfloat16
+    from attnlab.gpu import prefill_bwd
+
     runs = [[], []]
     monkeypatch.setattr(GB, "_PLANS", {})
+    monkeypatch.setattr(prefill_bwd, "_CALL_PLANS", {})  # (the whole call's plans, which hold the Gluon backward's)
     ran = []
     real_run = GB._BwdPlan.run
     monkeypatch.setattr(GB._BwdPlan, "run", lambda self, *a: ran.append(1) or real_run(self, *a))
     inputs = [_gpu_inputs(B, H, Hkv, Nq, Nk, D, dtype, seed) for seed in (Nq + 1, Nq + 2)]
     for attempt in range(2):  # (attempt 0: a plan kept from the first inputs; attempt 1: none kept)
         GB._PLANS.clear()
+        prefill_bwd._CALL_PLANS.clear()
         for q, k, v, do in inputs if attempt == 0 else inputs[1:]:
             out, lse = prefill_forward(q, k, v, mask=mask, scale=scale)
             grads = [torch.full(t.shape, float("nan"), dtype=dtype, device=DEV) for t in (q, k, v)]
@@ -868,8 +872,11 @@ def test_gpu_a_kept_packed_plan_takes_each_calls_lengths(D, causal, monkeypatch)
     """A packed batch's plan takes each call's cumulative lengths (its key holds only their kind): kept from a
     call whose cu_seqlens_q is cu_seqlens_k, it runs a call of the same totals with other lengths, a different
     tensor for each, and gives what the first path gives that call."""
+    from attnlab.gpu import prefill_bwd
+
     monkeypatch.setattr(GB, "PACKED", True)
     monkeypatch.setattr(GB, "_PLANS", {})
+    monkeypatch.setattr(prefill_bwd, "_CALL_PLANS", {})
     dtype, H, Hkv = torch.bfloat16, 4, 2
     mask, scale = Mask(-1, 0 if causal else -1), D ** -0.5
     calls = [([100, 700, 200], [100, 700, 200]), ([300, 650, 50], [500, 20, 480])]
@@ -891,6 +898,7 @@ def test_gpu_a_kept_packed_plan_takes_each_calls_lengths(D, causal, monkeypatch)
     assert len(GB._PLANS) == 1
     planned, cu = backward(*calls[1])
     GB._PLANS.clear()
+    prefill_bwd._CALL_PLANS.clear()
     first, _ = backward(*calls[1])
     torch.testing.assert_close(planned[0], first[0])
     assert torch.equal(planned[1], first[1]) and torch.equal(planned[2], first[2])

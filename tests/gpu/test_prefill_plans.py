@@ -185,7 +185,7 @@ def test_gpu_plans_are_keyed_by_what_the_launch_depends_on(monkeypatch):
     out, lse = prefill_forward(qt, k, v, **calls[0])
     prefill_backward(do, qt, k, v, out, lse, config=TRITON_BWD, **calls[0])
     assert len(PB._CALL_PLANS) == len(calls) + 1
-    slopes = torch.rand(4, device=DEV)
+    slopes = torch.rand(1, 4, device=DEV)  # (B, H), as the entry points pass them
     out, lse = prefill_forward(q, k, v, slopes=slopes, **calls[0])
     prefill_backward(do, q, k, v, out, lse, slopes=slopes, config=TRITON_BWD, **calls[0])
     assert len(PB._CALL_PLANS) == len(calls) + 1
