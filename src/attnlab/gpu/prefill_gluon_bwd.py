@@ -172,10 +172,11 @@ DETERMINISTIC = True
 # the Triton kernels). Each sequence's rows of L₂, Dᵢ and the dQ tiles start at a multiple of 64 in padded
 # buffers (``layout.packed_rows``): a 1-D TMA box at an unaligned row stopped the first build on an illegal
 # instruction, and the build that loaded them without TMA, dQ in row order, spilled and ran at half the dense
-# kernel's speed (benchmarks/packed_probe.py --timing). Off: measured, the padded build is 1.15-1.37x the Triton
-# kernels on the GPU, but its host time per call (0.58-0.67 ms) outweighs that on short calls, and varlen
-# forward+backward came out slower (RESULTS.md, variants runs 11 and 12).
-PACKED = False
+# kernel's speed (benchmarks/packed_probe.py --timing). The padded build is 1.15-1.37x the Triton kernels on the
+# GPU; its host time per call outweighed that (variants runs 11 and 12) until calls ran from kept plans
+# (``_BwdPlan``, ``prefill_bwd._CallPlan``): varlen forward+backward at 16K tokens then 292 against 252 TFLOP/s at
+# D = 128, 218 against 212 at D = 64 (variants run 15). False: the Triton kernels (measurements)
+PACKED = True
 # deterministic causal GQA calls: each K/V head read by up to this many programs, fewer query heads per
 # program, and their dK, dV summed in a fixed order afterwards (``kv_split``, ``det_kv_split``):
 # shorter ordered walks, more programs per wave. The grid model put the causal walks' makespan at 1.16x a
