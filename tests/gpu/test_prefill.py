@@ -386,6 +386,29 @@ def test_packed_rows_are_kept_for_the_same_unchanged_lengths():
     assert packed_rows(cu).tolist() == [0, 64, 320]
 
 
+@pytest.mark.parametrize("cu,total", [
+    ([0, 30, 10, 40], 40), ([-100, 5, -7, 40], 40), ([0, 1000, 2000, 2**31 - 1], 40), ([0, 5, 10, 20], 40),
+    ([-(2**40), 2**40, 3, 2**62], 40), ([0, 3, 3, 70], 70), ([], 0)])
+def test_packed_bounds_clamp_any_lengths_into_the_packed_tensors(cu, total):
+    """``packed_bounds``: each entry clamped into [0, total] and to at least the one before, int32 — the running
+    clamp written out here — so valid lengths pass unchanged and padded rows (``packed_rows``) stay within
+    ``padded_rows_bound``; kept for the same unchanged tensor."""
+    from attnlab.gpu.layout import packed_bounds, packed_rows, padded_rows_bound
+
+    t = torch.tensor(cu, dtype=torch.int64 if any(abs(x) >= 2**31 for x in cu) else torch.int32, device=DEV)
+    want, last = [], 0
+    for x in cu:
+        last = min(max(x, 0, last), total)
+        want.append(last)
+    got = packed_bounds(t, total)
+    assert got.dtype == torch.int32 and got.tolist() == want
+    assert packed_bounds(t, total) is got
+    if len(cu) > 1:
+        assert packed_rows(got)[-1].item() <= padded_rows_bound(total, len(cu) - 1)
+    if cu == [0, 3, 3, 70]:  # valid: unchanged
+        assert got.tolist() == cu
+
+
 def test_store_dq_tiles_refuses_tiles_of_another_shape():
     from attnlab.gpu.layout import dq_to_tiles, store_dq_tiles
 

@@ -434,7 +434,11 @@ def test_gpu_varlen_never_synchronises(variant):
     """flash_attention_varlen with max_seqlen_q/k on CUDA, forward and backward (the loss uses lse too),
     under torch.cuda.set_sync_debug_mode("error"): any device synchronisation raises; the profiler sees
     no copy between host and device. The gradients equal those of a call that reads the lengths on the
-    host (no max_seqlen), bit for bit."""
+    host (no max_seqlen), bit for bit — dQ up to rounding where the Gluon backward ran (a plain packed
+    batch on Hopper: its dQ additions land in any order)."""
+    from attnlab.gpu import prefill_gluon as G
+    from attnlab.gpu import prefill_gluon_bwd as GB
+
     lens_q = [0, 1, 300, 1000, 77, 2048, 513]
     lens_k = [5, 1, 300, 1200, 77, 2048, 600]
     H, Hkv, D = 8, 2, 128
@@ -463,7 +467,12 @@ def test_gpu_varlen_never_synchronises(variant):
         torch.cuda.synchronize()
     copies = [e.name for e in prof.events() if "HtoD" in e.name or "DtoH" in e.name]
     assert not copies, copies
-    assert all(torch.equal(a, b) for a, b in zip(want, got))
+    gluon = variant == dict(causal=True) and GB.PACKED and G.gluon_supported(q, k, v)
+    assert torch.equal(want[1], got[1]) and torch.equal(want[2], got[2])
+    if gluon:
+        torch.testing.assert_close(want[0], got[0])
+    else:
+        assert torch.equal(want[0], got[0])
 
 
 @pytest.mark.gpu

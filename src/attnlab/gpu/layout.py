@@ -187,25 +187,51 @@ def _dq_store_tiles(SRC, DST, scale, H, Nq, stride_db, stride_dh, stride_dn,
         tl.store(dst + offs_d[None, :], (x * scale).to(DST.dtype.element_ty), mask=offs_m[:, None] < n_rows)
 
 
-_PACKED_ROWS: list = [None, -1, None]  # the last call's (weak reference to cu_seqlens, its version, result)
+_KEPT: list = []  # the last few (kind, weak reference to the tensor, its version, extra, result)
+
+
+def _kept(kind: str, t: torch.Tensor, extra, compute):
+    """``compute()``, kept per (``kind``, tensor ``t``, ``extra``) while ``t`` lives unchanged (its version
+    counter): every layer's backward of a step passes the same cumulative lengths. Not while a CUDA graph is
+    being captured (the graph must compute the result from the tensor's values at each replay)."""
+    capturing = t.is_cuda and torch.cuda.is_current_stream_capturing()
+    if not capturing:
+        for entry in _KEPT:
+            if entry[0] == kind and entry[1]() is t and entry[2] == t._version and entry[3] == extra:
+                return entry[4]
+    result = compute()
+    if not capturing:
+        _KEPT.insert(0, (kind, weakref.ref(t), t._version, extra, result))
+        del _KEPT[8:]
+    return result
+
+
+def packed_bounds(cu_seqlens: torch.Tensor, total: int) -> torch.Tensor:
+    """(B + 1,) int32 cumulative lengths that the Gluon backward's packed build can take whatever
+    ``cu_seqlens`` holds: each entry clamped into [0, ``total``] and to at least the one before (a running
+    maximum), on the device (no copy to the host). Valid lengths come back unchanged; bad ones (negative,
+    decreasing, past the end, beyond int32) become sequences inside the packed tensors, so that a call
+    whose lengths the host never read gives wrong numbers, never an access out of bounds — what the
+    Triton kernels' own clamping gives them. Kept per tensor (``_kept``)."""
+    def compute():
+        c = cu_seqlens.to(torch.int64).clamp(0, total)
+        return torch.cummax(c, 0).values.to(torch.int32)
+
+    return _kept("bounds", cu_seqlens, total, compute)
 
 
 def packed_rows(cu_seqlens: torch.Tensor) -> torch.Tensor:
     """A packed batch's rows as the Gluon backward's buffers hold them: (B + 1,) int32 cumulative lengths,
     each sequence's padded to a multiple of 64 (so its query blocks start at whole tiles), on the device
-    of ``cu_seqlens`` (no copy to the host). Every layer's backward of a step passes the same tensor: the
-    last result is kept while that tensor lives unchanged (its version counter), except while a CUDA graph
-    is being captured (the graph must compute it from the tensor's values at each replay)."""
-    ref, version, kept = _PACKED_ROWS
-    capturing = cu_seqlens.is_cuda and torch.cuda.is_current_stream_capturing()
-    if ref is not None and ref() is cu_seqlens and cu_seqlens._version == version and not capturing:
-        return kept
-    lens = cu_seqlens[1:].long() - cu_seqlens[:-1].long()
-    cu = torch.zeros_like(cu_seqlens, dtype=torch.int32)
-    cu[1:] = torch.cumsum((lens + 63) // 64 * 64, 0)
-    if not capturing:
-        _PACKED_ROWS[:] = [weakref.ref(cu_seqlens), cu_seqlens._version, cu]
-    return cu
+    of ``cu_seqlens`` (no copy to the host); the lengths must be valid (``packed_bounds``). Kept per
+    tensor (``_kept``)."""
+    def compute():
+        lens = cu_seqlens[1:].long() - cu_seqlens[:-1].long()
+        cu = torch.zeros_like(cu_seqlens, dtype=torch.int32)
+        cu[1:] = torch.cumsum((lens + 63) // 64 * 64, 0)
+        return cu
+
+    return _kept("rows", cu_seqlens, None, compute)
 
 
 def padded_rows_bound(total: int, n_seqs: int) -> int:
@@ -249,5 +275,5 @@ def store_dq_tiles(tiles: torch.Tensor, dq: torch.Tensor, split_d: int, scale: f
                 | dict(HEAD_D=D, SPLIT_D=split_d), num_warps=4)
 
 
-__all__ = ["dq_tiles_shape", "dq_to_tiles", "empty_like_layout", "packed_rows", "padded_rows_bound", "store_dq",
+__all__ = ["dq_tiles_shape", "dq_to_tiles", "empty_like_layout", "packed_bounds", "packed_rows", "padded_rows_bound", "store_dq",
            "store_dq_tiles", "sum_head_copies"]

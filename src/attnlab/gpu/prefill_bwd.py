@@ -32,7 +32,7 @@ import triton.language as tl
 from .._runtime import LOG2E
 from .config import BwdConfig, default_bwd_config, next_pow2, tma_ok, varlen_bounds, varlen_grid
 from .launch import KeptLaunch, current_stream, hooks_set, launch_kept, recording, tensor_key
-from .layout import empty_like_layout, packed_rows, padded_rows_bound, store_dq
+from .layout import empty_like_layout, packed_bounds, packed_rows, padded_rows_bound, store_dq
 from .prefill_fwd import (
     _key_range,
     _last_dim_contiguous,
@@ -462,7 +462,8 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
         from .prefill_gluon_bwd import lse_rows
 
         rows = lse_rows(Nq)
-    elif cfg.gluon:
+    elif cfg.gluon:  # (the lengths clamped into the packed tensors first: the host may never have read them)
+        cu_q, cu_k = packed_bounds(cu_q, Nq), packed_bounds(cu_k, Nk)
         cu_p = packed_rows(cu_q)
         rows, grid_pre, packed_rows_ = padded_rows_bound(Nq, B), (triton.cdiv(max_q, PRE_M), B * H), dict(CU_Q=cu_q,
                                                                                                           CU_P=cu_p)
@@ -569,7 +570,10 @@ class _CallPlan:
             lse = lse.unsqueeze(0)
         lse = lse.contiguous()
         delta, lse2 = (torch.empty(self.rows_shape, device=q.device, dtype=torch.float32) for _ in range(2))
-        cu_p = packed_rows(cu_q) if self.packed_rows else None
+        cu_p = None
+        if self.packed_rows:  # (the Gluon backward's packed build: the lengths clamped, as the first call's were)
+            cu_q, cu_k = packed_bounds(cu_q, q.shape[0]), packed_bounds(cu_k, k.shape[0])
+            cu_p = packed_rows(cu_q)
         named = dict(O=out, DO=do, LSE=lse, DLSE=lse if dlse is None else dlse.contiguous(), DELTA=delta, LSE2=lse2,
                      Q=q, K=k, V=v, DQ=dq, DK=dk, DV=dv, CU_Q=cu_q, CU_K=cu_k, CU_P=cu_p)
         stream = current_stream(q.device)
