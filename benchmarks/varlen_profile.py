@@ -18,6 +18,7 @@ If ``eager`` is close to ``kernels`` and ``graph``, the kernels set the pace; if
 
     python benchmarks/varlen_profile.py [--D 64 128] [--packed library gluon triton] [--top 25] [--steps] [--json out.json]
     python benchmarks/varlen_profile.py --report benchmarks/data/varlen-profile-h200-run1.json
+    python benchmarks/varlen_profile.py --report benchmarks/data/varlen-profile-h200-run{3,4,5,6}.json
 """
 
 from __future__ import annotations
@@ -233,6 +234,30 @@ def table(rows: list[dict]) -> list[str]:
     return out
 
 
+def compare(runs: dict) -> list[str]:
+    """Several runs side by side (``runs``: run number -> its rows): every row's times with its run, then, for each
+    backward, each step's inclusive host µs per call by run (— where a run did not time the step)."""
+    out = ["| run | D | backward | eager ms (do_bench) | graph ms | host ms per call | kernels ms (sum) | eager − kernels |",
+           "|---|---|---|---|---|---|---|---|"]
+    for n, rows in runs.items():
+        for r in rows:
+            graph = "—" if r["graph_ms"] is None else f"{r['graph_ms']:.3f}"
+            out.append(f"| {n} | {r['D']} | {r.get('packed', 'library')} | {r['eager_ms']:.3f} | {graph} | "
+                       f"{r['host_ms']:.3f} | {r['kernels_ms']:.3f} | {r['eager_ms'] - r['kernels_ms']:.3f} |")
+    backwards = dict.fromkeys((r["D"], r.get("packed", "library")) for rows in runs.values() for r in rows
+                              if r.get("steps"))
+    for D, packed in backwards:
+        steps = {n: next((r["steps"] for r in rows if (r["D"], r.get("packed", "library")) == (D, packed)
+                          and r.get("steps")), {}) for n, rows in runs.items()}
+        names = dict.fromkeys(k for st in steps.values() for k in st)
+        out += ["", f"D = {D}, backward {packed}: each step's inclusive host µs per forward+backward call, by run:", "",
+                "| step | " + " | ".join(f"run {n}" for n in steps) + " |", "|---|" + "---|" * len(steps)]
+        for name in names:
+            out.append(f"| {name} | " + " | ".join("—" if name not in st else f"{st[name][0]:.1f}"
+                                                   for st in steps.values()) + " |")
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--D", type=int, nargs="+", default=[64, 128], choices=[64, 128])
@@ -241,10 +266,15 @@ def main(argv=None) -> int:
     ap.add_argument("--top", type=int, default=0, help="also cProfile's top N host entries by own time")
     ap.add_argument("--steps", action="store_true", help="also the host's inclusive time in each step (STEPS)")
     ap.add_argument("--json", type=Path, help="write the rows here (refuses an existing file)")
-    ap.add_argument("--report", type=Path, help="print the tables of a run's JSON (no GPU needed)")
+    ap.add_argument("--report", type=Path, nargs="+", help="print the tables of a run's JSON, or several runs' "
+                    "side by side (files named ...-runN.json; no GPU needed)")
     args = ap.parse_args(argv)
     if args.report is not None:
-        print("\n".join(table(json.loads(args.report.read_text())["rows"])))
+        if len(args.report) == 1:
+            print("\n".join(table(json.loads(args.report[0].read_text())["rows"])))
+        else:
+            print("\n".join(compare({int(f.stem.rsplit("run", 1)[-1]): json.loads(f.read_text())["rows"]
+                                     for f in args.report})))
         return 0
     if args.json is not None and args.json.exists():
         print(f"varlen_profile: {args.json} exists; not overwriting it", file=sys.stderr)

@@ -89,3 +89,100 @@ def test_results_run_13_is_the_recorded_one():
     assert (f"{floors['triton_empty_55_args, kernel[grid]']:.1f} µs through `kernel[grid]`, "
             f"{floors['triton_empty_55_args, compiled launcher']:.1f} through the kept compiled launcher, "
             "decode-host run 12") in gpu_doc
+
+
+def test_results_runs_14_to_16_are_the_recorded_ones():
+    """RESULTS.md's variants runs 14–16 and varlen-profile runs 3–6 (prefill calls from kept plans, packed batches
+    on the Gluon backward): the tables as the scripts render them from the recorded files, and every number its
+    text and NOTES-prefill v21 quote."""
+    vb = load_script("benchmarks/variants.py")
+    vp = load_script("benchmarks/varlen_profile.py")
+    results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    section = results[results.index("### Variants runs 14–16"):results.index("### Varlen-profile runs 1 and 2")]
+    text = " ".join(section.split())
+    notes = " ".join((ROOT / "benchmarks" / "NOTES-prefill.md").read_text().split("## v21")[1].split())
+    data = ROOT / "benchmarks" / "data"
+    prof = {n: json.loads((data / f"varlen-profile-h200-run{n}.json").read_text())["rows"] for n in (3, 4, 5, 6)}
+    assert "\n".join(vp.compare(prof)) in section
+    tf = {}
+    for run in (14, 15, 16):
+        for kern, tag in (("triton", "Triton"), ("gluon", "Gluon")):
+            rows = json.loads((data / f"variants-h200-varlen-run{run}-{kern}.json").read_text())["rows"]
+            for line in vb.report(rows).splitlines()[2:]:
+                assert line.replace("| varlen |", f"| varlen (run {run}, {tag}) |", 1) in section, line
+            tf[run, kern] = {(r["D"], r["pass_"], r["provider"]): r["tflops"] for r in rows if "tflops" in r}
+    row = {(n, r["packed"]): r for n, rows in prof.items() for r in rows}
+    step = {k: {s: v[0] for s, v in r["steps"].items()} for k, r in row.items()}
+    # host time
+    bwd = [step[n, "gluon"]["prefill_bwd.prefill_backward"] for n in (5, 6)]
+    assert f"took {step[3, 'gluon']['prefill_bwd.prefill_backward']:,.0f} µs of host time a call before" in text
+    assert f"and {min(bwd):.0f}–{max(bwd):.0f} µs from kept plans" in text
+    g_host = [row[n, "gluon"]["host_ms"] for n in (5, 6)]
+    t_host = [row[n, "triton"]["host_ms"] for n in (3, 4, 5, 6)]
+    assert (f"{row[3, 'gluon']['host_ms']:.3f} ms → {min(g_host):.3f}–{max(g_host):.3f} ms, against "
+            f"{min(t_host):.3f}–{max(t_host):.3f} ms on the Triton route") in text
+    assert (f"({row[5, 'gluon']['eager_ms']:.3f} and {row[6, 'gluon']['eager_ms']:.3f} ms against "
+            f"{row[5, 'gluon']['graph_ms']:.3f} and {row[6, 'gluon']['graph_ms']:.3f})") in text
+    ahead = [row[n, "triton"]["eager_ms"] - row[n, "gluon"]["eager_ms"] for n in (5, 6)]
+    assert f"{min(ahead):.2f}–{max(ahead):.2f} ms ahead of the Triton route" in text
+    assert all(abs(row[n, "gluon"]["eager_ms"] - row[n, "gluon"]["graph_ms"]) < 0.015 for n in (5, 6))
+    # the varlen rows
+    fb = {(run, kern, D): tf[run, kern][D, "fwd_bwd", "attnlab"] for run in (15, 16) for kern in ("triton", "gluon")
+          for D in (64, 128)}
+    flex = {(run, kern, D): tf[run, kern][D, "fwd_bwd", "flex"] for run in (15, 16) for kern in ("triton", "gluon")
+            for D in (64, 128)}
+    x = {k: fb[k] / flex[k] for k in fb}
+    assert (f"{fb[15, 'gluon', 128]:.0f} and {fb[16, 'gluon', 128]:.0f} TFLOP/s (runs 15 and 16) against "
+            f"{fb[15, 'triton', 128]:.0f} on the Triton kernels in both, so {x[15, 'gluon', 128]:.2f}× and "
+            f"{x[16, 'gluon', 128]:.2f}× FlexAttention, where the Triton route stays at {x[15, 'triton', 128]:.2f}×") in text
+    assert f"{fb[16, 'triton', 128]:.0f}" == f"{fb[15, 'triton', 128]:.0f}"
+    x64 = [x[r, k, 64] for r in (15, 16) for k in ("triton", "gluon")]
+    assert (f"D = 64: {fb[15, 'gluon', 64]:.0f} and {fb[16, 'gluon', 64]:.0f} against {fb[15, 'triton', 64]:.0f} and "
+            f"{fb[16, 'triton', 64]:.0f}, level within the runs' noise; {min(x64):.2f}–{max(x64):.2f}× FlexAttention") in text
+    det = [tf[r, "gluon"][128, "fwd_bwd", "attnlab-det"] / fb[r, "gluon", 128] for r in (15, 16)]
+    assert f"the deterministic backward is now {min(det):.2f}–{max(det):.2f}× the default's speed" in text
+    was = {f"{tf[r, 'triton'][128, 'fwd_bwd', 'attnlab-det'] / fb[r, 'triton', 128]:.2f}" for r in (15, 16)}
+    assert len(was) == 1 and f"(it was {was.pop()}× beside the Triton default)" in text
+    src = " ".join((ROOT / "src" / "attnlab" / "gpu" / "prefill_gluon_bwd.py").read_text().replace("#", "").split())
+    assert (f"then {fb[15, 'gluon', 128]:.0f} against {fb[15, 'triton', 128]:.0f} TFLOP/s at D = 128, "
+            f"{fb[15, 'gluon', 64]:.0f} against {fb[15, 'triton', 64]:.0f} at D = 64 (variants run 15); "
+            f"{fb[16, 'gluon', 128]:.0f} against {fb[16, 'triton', 128]:.0f} and {fb[16, 'gluon', 64]:.0f} against "
+            f"{fb[16, 'triton', 64]:.0f} (run 16)") in src
+    doc = " ".join((ROOT / "docs" / "variants.md").read_text().split())
+    assert (f"(variants runs 15 and 16): forward+backward {fb[15, 'gluon', 128]:.0f} and {fb[16, 'gluon', 128]:.0f} "
+            f"TFLOP/s, {x[15, 'gluon', 128]:.2f}× and {x[16, 'gluon', 128]:.2f}× FlexAttention") in doc
+    g = sorted((fb[15, "gluon", 128], fb[16, "gluon", 128]))
+    assert (f"{g[0]:.0f}–{g[1]:.0f} TFLOP/s forward+backward at D = 128 against {fb[15, 'triton', 128]:.0f} on the "
+            "Triton kernels, level at D = 64") in doc
+    gpu_doc = " ".join((ROOT / "docs" / "gpu.md").read_text().split())
+    assert (f"from {step[3, 'gluon']['prefill_gluon_bwd.gluon_backward']:.0f} to "
+            f"{step[4, 'gluon']['prefill_gluon_bwd.gluon_backward']:.0f} µs a call, a whole packed batch's backward "
+            f"from {step[3, 'gluon']['prefill_bwd.prefill_backward'] / 1e3:.2f} to {min(bwd) / 1e3:.2f}–"
+            f"{max(bwd) / 1e3:.2f} ms") in gpu_doc
+    # NOTES v21's quotes of the same files
+    assert (f"in the Gluon route's {step[3, 'gluon']['prefill_bwd.prefill_backward'] / 1e3:.3f} ms of `prefill_backward`, "
+            f"`gluon_backward` took {step[3, 'gluon']['prefill_gluon_bwd.gluon_backward']:.0f} µs") in notes
+    assert (f"`gluon_backward` {step[4, 'gluon']['prefill_gluon_bwd.gluon_backward']:.0f} µs "
+            f"({step[3, 'gluon']['prefill_gluon_bwd.gluon_backward']:.0f})") in notes
+    assert (f"the Gluon route's host loop {row[4, 'gluon']['host_ms']:.3f} ms a call "
+            f"({row[3, 'gluon']['host_ms']:.3f})") in notes
+    assert (f"The Gluon route's host loop {row[5, 'gluon']['host_ms']:.3f} ms a call ({row[4, 'gluon']['host_ms']:.3f} "
+            f"in run 4), below its kernels' {row[5, 'gluon']['kernels_ms']:.3f} ms, so do_bench "
+            f"{row[5, 'gluon']['eager_ms']:.3f} ms, its graph time ({row[5, 'gluon']['graph_ms']:.3f})") in notes
+    short = [100 * (1 - x[r, "gluon", 128] / 1.3) for r in (15, 16)]
+    assert f"missed by {short[0]:.0f} % (run 15) and {short[1]:.0f} % (run 16)" in notes
+    flex_ms = next(r["ms"] for r in json.loads((data / "variants-h200-varlen-run16-gluon.json").read_text())["rows"]
+                   if r["D"] == 128 and r["pass_"] == "fwd_bwd" and r["provider"] == "flex")
+    assert (f"the kernels sum to {row[6, 'gluon']['kernels_ms']:.3f} ms in run 6; the bar, 1.3× FlexAttention's "
+            f"{flex_ms:.3f} ms of run 16, is {flex_ms / 1.3:.3f} ms") in notes
+    assert (f"The Gluon route {row[6, 'gluon']['eager_ms']:.3f} ms do_bench and graph alike (the Triton route "
+            f"{row[6, 'triton']['eager_ms']:.3f})") in notes
+    assert f"{row[6, 'gluon']['graph_ms']:.3f}" == f"{row[6, 'gluon']['eager_ms']:.3f}"
+    assert (f"{fb[16, 'gluon', 128]:.0f} TFLOP/s against {fb[16, 'triton', 128]:.0f} at D = 128 "
+            f"({x[16, 'gluon', 128]:.2f}× FlexAttention; run 15's {fb[15, 'gluon', 128]:.0f}") in notes
+    assert (f"{fb[16, 'gluon', 64]:.0f} against {fb[16, 'triton', 64]:.0f} at D = 64 (run 15: {fb[15, 'gluon', 64]:.0f} "
+            f"against {fb[15, 'triton', 64]:.0f})") in notes
+    up = [100 * (fb[r, "gluon", 128] / fb[r, "triton", 128] - 1) for r in (15, 16)]
+    assert f"ahead by {min(up):.0f}–{max(up):.0f} % at D = 128" in notes
+    assert (f"D = 128 varlen forward+backward {fb[15, 'gluon', 128]:.0f} TFLOP/s on the Gluon backward against "
+            f"{fb[15, 'triton', 128]:.0f} on the Triton kernels, {x[15, 'gluon', 128]:.2f}× FlexAttention") in notes

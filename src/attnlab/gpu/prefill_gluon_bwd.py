@@ -175,7 +175,8 @@ DETERMINISTIC = True
 # kernel's speed (benchmarks/packed_probe.py --timing). The padded build is 1.15-1.37x the Triton kernels on the
 # GPU; its host time per call outweighed that (variants runs 11 and 12) until calls ran from kept plans
 # (``_BwdPlan``, ``prefill_bwd._CallPlan``): varlen forward+backward at 16K tokens then 292 against 252 TFLOP/s at
-# D = 128, 218 against 212 at D = 64 (variants run 15). False: the Triton kernels (measurements)
+# D = 128, 218 against 212 at D = 64 (variants run 15); 278 against 252 and 216 against 219 (run 16). Packed
+# lengths are clamped on the device first (``layout.packed_bounds``). False: the Triton kernels (measurements)
 PACKED = True
 # deterministic causal GQA calls: each K/V head read by up to this many programs, fewer query heads per
 # program, and their dK, dV summed in a fixed order afterwards (``kv_split``, ``det_kv_split``):
