@@ -3,7 +3,7 @@
 # mask against the Triton kernels' gradients (cut off early: a build that fails or hangs runs
 # benchmarks/packed_probe.py and stops the script), the kernel's GPU tests, dense and packed (PHASES=check
 # stops here), the dense backward alone against cuDNN (bwd_dq_layout.py), then the varlen rows of
-# variants.py against FlexAttention and SDPA, and the same rows with the Triton backward (--packed-kernel triton), attnlab alone. (The build is off by default,
+# variants.py against FlexAttention and SDPA, and the same rows with the Triton backward (--packed-kernel triton), attnlab alone. (The build was off by default then,
 # prefill_gluon_bwd.PACKED: the smoke call and the benchmark switch it on.)
 # Run from the repository root on a CUDA machine; logs and JSON go to $OUT/packed (default ./out-packed/packed).
 set -uo pipefail
