@@ -269,6 +269,17 @@ class KeptLaunch:
         self.launcher.launch(args, stream)
 
 
+PLANS_KEPT = 64  # signatures a prefill plan cache keeps (a plan holds no tensor: a few KB)
+
+
+def keep_plan(cache: dict, key, plan) -> None:
+    """``cache[key] = plan``, the oldest plan dropped past ``PLANS_KEPT`` (a packed batch's signature changes
+    with its lengths: a training run's caches would grow without end)."""
+    if len(cache) >= PLANS_KEPT:
+        del cache[next(iter(cache))]
+    cache[key] = plan
+
+
 def launch_kept(kernel, grid: tuple, kwargs: dict, *, num_warps: int, num_stages: int | None = None,
                 **options) -> None:
     """``kernel[grid](**kwargs, num_warps=num_warps)`` — every parameter by name, those left out taking
@@ -292,5 +303,5 @@ def launch_kept(kernel, grid: tuple, kwargs: dict, *, num_warps: int, num_stages
         _RECORDING[-1].append((launcher, args))
 
 
-__all__ = ["KeptLaunch", "Launcher", "current_stream", "hooks_set", "int_specs", "launch_kept", "rebased", "recording",
-           "same_specialisation", "tensor_key"]
+__all__ = ["KeptLaunch", "Launcher", "current_stream", "hooks_set", "int_specs", "keep_plan", "launch_kept", "rebased",
+           "recording", "same_specialisation", "tensor_key"]

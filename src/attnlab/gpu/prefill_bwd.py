@@ -31,7 +31,7 @@ import triton.language as tl
 
 from .._runtime import LOG2E
 from .config import BwdConfig, default_bwd_config, next_pow2, tma_ok, varlen_bounds, varlen_grid
-from .launch import KeptLaunch, current_stream, hooks_set, launch_kept, recording, tensor_key
+from .launch import KeptLaunch, current_stream, hooks_set, keep_plan, launch_kept, recording, tensor_key
 from .layout import empty_like_layout, packed_bounds, packed_rows, padded_rows_bound, store_dq
 from .prefill_fwd import (
     _key_range,
@@ -540,7 +540,6 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
 # -- plans: a call's launches kept per signature ---------------------------------------------------------
 
 _CALL_PLANS: dict = {}
-MAX_CALL_PLANS = 64  # signatures kept (a plan holds no tensor)
 _NAMES = ("O", "DO", "LSE", "DLSE", "DELTA", "LSE2", "Q", "K", "V", "DQ", "DK", "DV", "CU_Q", "CU_K", "CU_P")
 _SOURCES = {n: n for n in _NAMES}
 
@@ -595,9 +594,7 @@ def _keep(key, launches, named, inner, rows_shape, *, gluon: bool, packed: bool)
         return
     plan = _CallPlan()
     plan.launches, plan.inner, plan.rows_shape, plan.packed_rows = kept, inner, tuple(rows_shape), gluon and packed
-    if len(_CALL_PLANS) >= MAX_CALL_PLANS:  # (the oldest first: a packed batch's signature changes with its lengths)
-        del _CALL_PLANS[next(iter(_CALL_PLANS))]
-    _CALL_PLANS[key] = plan
+    keep_plan(_CALL_PLANS, key, plan)
 
 
 def _unpack(dq, dk, dv, cu_seqlens):

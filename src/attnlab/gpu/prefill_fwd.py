@@ -35,7 +35,16 @@ from .config import (
     varlen_bounds,
     varlen_grid,
 )
-from .launch import KeptLaunch, current_stream, hooks_set, launch_kept, rebased, recording, tensor_key
+from .launch import (
+    KeptLaunch,
+    current_stream,
+    hooks_set,
+    keep_plan,
+    launch_kept,
+    rebased,
+    recording,
+    tensor_key,
+)
 from .layout import empty_like_layout
 
 _LN2 = tl.constexpr(LN2)  # a jit function reads module globals only as constexprs
@@ -483,7 +492,6 @@ def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask, 
 # -- plans: a call's launch kept per signature -------------------------------------------------------------
 
 _PLANS: dict = {}
-MAX_PLANS = 64  # signatures kept (a plan holds no tensor)
 _SOURCES = {n: n for n in ("Q", "K", "V", "O", "LSE", "CU_Q", "CU_K")}
 
 
@@ -506,9 +514,7 @@ class _FwdPlan:
         plan = cls()
         # (the descriptors' shapes and layouts without their tensors: a plan keeps no call's memory alive)
         plan.launch, plan.descs = kept, tuple((n, rebased(named[n], None)) for n in "QKVO") if use_tma else ()
-        if len(_PLANS) >= MAX_PLANS:  # (the oldest first: a packed batch's signature changes with its lengths)
-            del _PLANS[next(iter(_PLANS))]
-        _PLANS[key] = plan
+        keep_plan(_PLANS, key, plan)
 
     def run(self, q, k, v, out, lse, cu) -> None:
         """Launch on this call's tensors (pointers only: a packed batch's tensors, not their views)."""

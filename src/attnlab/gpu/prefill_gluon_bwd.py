@@ -60,7 +60,16 @@ from __future__ import annotations
 import torch
 
 from .._runtime import LOG2E
-from .launch import KeptLaunch, current_stream, hooks_set, launch_kept, rebased, recording, tensor_key
+from .launch import (
+    KeptLaunch,
+    current_stream,
+    hooks_set,
+    keep_plan,
+    launch_kept,
+    rebased,
+    recording,
+    tensor_key,
+)
 from .layout import dq_tiles_shape, store_dq, store_dq_tiles, sum_head_copies
 from .prefill_gluon import HAVE_GLUON, NO_WINDOW
 
@@ -1071,9 +1080,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         plan = _BwdPlan.make(launches, named, dq_acc.shape, None if sem is None else sem.shape,
                              rows if cu_seqlens is None else None, descs)
         if plan is not None:
-            if len(_PLANS) >= MAX_PLANS:  # (the oldest first: a packed batch's signature changes with its lengths)
-                del _PLANS[next(iter(_PLANS))]
-            _PLANS[key] = plan
+            keep_plan(_PLANS, key, plan)
             return plan
     return None
 
@@ -1087,7 +1094,6 @@ _DESC_BASES = {"desc_q": "q", "desc_do": "do", "desc_k": "k", "desc_v": "v", "de
 _SOURCES = dict({n: n for n in _DESC_BASES}, DQ="dq_acc", SEM="sem", LSE2="lse2", DELTA="delta", CU_Q="cu_q",
                 CU_K="cu_k", CU_P="cu_p", DK="dk", DV="dv", SRC="dq_acc", DST="dq")
 _PLANS: dict = {}
-MAX_PLANS = 64  # signatures kept (a plan holds no tensor: a few KB)
 
 
 class _BwdPlan:
