@@ -154,6 +154,9 @@ def test_results_runs_14_to_16_are_the_recorded_ones():
     g = sorted((fb[15, "gluon", 128], fb[16, "gluon", 128]))
     assert (f"{g[0]:.0f}–{g[1]:.0f} TFLOP/s forward+backward at D = 128 against {fb[15, 'triton', 128]:.0f} on the "
             "Triton kernels, level at D = 64") in doc
+    run2 = next(r for r in json.loads((data / "varlen-profile-h200-run2.json").read_text())["rows"]
+                if r["packed"] == "gluon")
+    assert f"but needed {run2['host_ms']:.1f} ms of host time a call until prefill calls ran from plans" in doc
     gpu_doc = " ".join((ROOT / "docs" / "gpu.md").read_text().split())
     assert (f"from {step[3, 'gluon']['prefill_gluon_bwd.gluon_backward']:.0f} to "
             f"{step[4, 'gluon']['prefill_gluon_bwd.gluon_backward']:.0f} µs a call, a whole packed batch's backward "
