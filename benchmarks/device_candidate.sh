@@ -19,8 +19,10 @@ if [ "${PHASES:-tests bench}" = "hf" ]; then
 fi
 if [ "${PHASES:-tests bench}" = "plan" ]; then
     # the prefill calls' kept plans: their GPU tests and those of every prefill kernel they launch, then the packed
-    # batch's time by step on both backwards (varlen_profile.py --steps, numbered PROFILE_RUN) and the varlen rows
-    # with each backward, one process each (variants.py --packed-kernel: VARLEN_RUN-triton, VARLEN_RUN-gluon)
+    # batch's time by step on each backward and forward (varlen_profile.py --steps, numbered PROFILE_RUN;
+    # PROFILE_BWD, PROFILE_FWD) and the varlen rows with each ROUTES entry, backward:forward, one process each
+    # (variants.py --packed-kernel, --packed-fwd: VARLEN_RUN-<backward>, or VARLEN_RUN-<backward>-fwd-<forward>
+    # where the forward is named)
     t0=$(date +%s)
     # (PLAN_TESTS: other pytest arguments, e.g. a call that reruns only the tests a change touched)
     timeout ${TEST_S:-420} python3 -m pytest -q -p no:cacheprovider $XDIST ${PLAN_TESTS:-tests/gpu/test_launch.py \
@@ -30,14 +32,20 @@ if [ "${PHASES:-tests bench}" = "plan" ]; then
     echo "tests: exit $rc in $(( $(date +%s) - t0 ))s"; tail -n 3 "$D/tests.log"; grep "^FAILED" "$D/tests.log" | head
     [ "$rc" = 0 ] || { echo "GPU tests failed: no benchmarks"; exit 1; }
     t0=$(date +%s)
-    timeout ${PROFILE_S:-150} python3 benchmarks/varlen_profile.py --D 128 --packed triton gluon --steps \
-        --json "$D/varlen-profile-h200-run${PROFILE_RUN:-x}.json" > "$D/profile.log" 2>&1
+    timeout ${PROFILE_S:-150} python3 benchmarks/varlen_profile.py --D 128 --packed ${PROFILE_BWD:-triton gluon} \
+        --packed-fwd ${PROFILE_FWD:-library} --steps --json "$D/varlen-profile-h200-run${PROFILE_RUN:-x}.json" \
+        > "$D/profile.log" 2>&1
     echo "varlen_profile: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/profile.log" | head -90
-    for kernel in triton gluon; do
+    for route in ${ROUTES:-triton gluon}; do
+        kernel=${route%%:*}
+        fwd=library; name=$kernel
+        if [ "$route" != "$kernel" ]; then fwd=${route#*:}; name="$kernel-fwd-$fwd"; fi
         t0=$(date +%s)
-        timeout ${BENCH_S:-150} python3 benchmarks/variants.py bench --variants varlen --D ${VARLEN_D:-128 64} --packed-kernel $kernel \
-            --json "$D/variants-h200-varlen-run${VARLEN_RUN:-x}-$kernel.json" > "$D/bench-$kernel.log" 2>&1
-        echo "varlen, $kernel backward: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/bench-$kernel.log" || tail -n 20 "$D/bench-$kernel.log"
+        timeout ${BENCH_S:-150} python3 benchmarks/variants.py bench --variants varlen --D ${VARLEN_D:-128 64} \
+            --packed-kernel $kernel --packed-fwd $fwd --json "$D/variants-h200-varlen-run${VARLEN_RUN:-x}-$name.json" \
+            > "$D/bench-$name.log" 2>&1
+        echo "varlen, $kernel backward, $fwd forward: exit $? in $(( $(date +%s) - t0 ))s"
+        grep "^|" "$D/bench-$name.log" || tail -n 20 "$D/bench-$name.log"
     done
     exit 0
 fi

@@ -12,7 +12,7 @@ Providers:
 
 * ``attnlab`` / ``attnlab-det``: ``attnlab.flash_attention`` (``flash_attention_varlen`` for varlen), the
   second with ``deterministic=True`` (fwd+bwd only; ``--det-kernel`` picks its backward for a run,
-  ``--packed-kernel`` the backward of packed batches);
+  ``--packed-kernel`` the backward of packed batches, ``--packed-fwd`` their forward);
 * ``flex``: ``torch.compile(flex_attention)`` with a block mask (window, causal, documents) made
   beforehand and a ``score_mod`` (softcap, ALiBi);
 * ``sdpa-*``: ``scaled_dot_product_attention``'s best routes: a boolean mask (window) or a float bias
@@ -306,6 +306,11 @@ def bench(args) -> list[dict]:
         from attnlab.gpu import prefill_gluon_bwd
 
         prefill_gluon_bwd.PACKED = packed_kernel == "gluon"
+    packed_fwd = getattr(args, "packed_fwd", "library")
+    if packed_fwd != "library":  # and the one their forward calls read
+        from attnlab.gpu import prefill_gluon
+
+        prefill_gluon.PACKED = packed_fwd == "gluon"
     rows = []
     for cfg in grid(args.D, args.variants, args.passes, args.quick):
         cfg["dtype"] = dtype
@@ -320,6 +325,7 @@ def bench(args) -> list[dict]:
                 row["det_kernel"] = det_kernel
             if cfg["variant"] == "varlen" and prov.startswith("attnlab"):
                 row["packed_kernel"] = packed_kernel
+                row["packed_fwd"] = packed_fwd
             try:
                 fn = PROVIDERS[prov](cfg, device)
                 row["ms"] = time_fn(fn, device=device)
@@ -478,6 +484,9 @@ def main(argv=None) -> int:
     b.add_argument("--packed-kernel", choices=["library", "gluon", "triton"], default="library",
                    help="the backward of packed batches (varlen): the library's choice, the Gluon kernel's "
                         "packed build (Hopper), or the Triton kernels")
+    b.add_argument("--packed-fwd", choices=["library", "gluon", "triton"], default="library",
+                   help="the forward of packed batches (varlen): the library's choice, the Gluon kernel's packed "
+                        "build (Hopper), or the Triton kernel")
     r = sub.add_parser("report")
     r.add_argument("files", nargs="+")
     args = p.parse_args(argv)

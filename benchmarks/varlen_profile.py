@@ -108,19 +108,24 @@ def _wrapped_steps(acc: dict):
     return undo
 
 
-def measure(D: int, packed: str = "library", top: int = 0, steps: bool = False) -> dict:
+def measure(D: int, packed: str = "library", top: int = 0, steps: bool = False, packed_fwd: str = "library") -> dict:
     """One D's row: eager, graph, host and kernel times of the varlen forward+backward; ``packed``: the backward
-    of packed batches (the library's choice, or ``gluon`` / ``triton``, ``prefill_gluon_bwd.PACKED``); ``top``:
-    also cProfile's top entries by own time over 20 calls (µs per call; the profiler's own cost included)."""
-    from attnlab.gpu import prefill_gluon_bwd
+    of packed batches (the library's choice, or ``gluon`` / ``triton``, ``prefill_gluon_bwd.PACKED``),
+    ``packed_fwd`` their forward (``prefill_gluon.PACKED``); ``top``: also cProfile's top entries by own time
+    over 20 calls (µs per call; the profiler's own cost included)."""
+    from attnlab.gpu import prefill_gluon, prefill_gluon_bwd
 
-    kept = prefill_gluon_bwd.PACKED
+    kept = prefill_gluon_bwd.PACKED, prefill_gluon.PACKED
     if packed != "library":
         prefill_gluon_bwd.PACKED = packed == "gluon"
+    if packed_fwd != "library":
+        prefill_gluon.PACKED = packed_fwd == "gluon"
     try:
-        return _measure(D, packed, top, steps)
+        row = _measure(D, packed, top, steps)
+        row["packed_fwd"] = packed_fwd
+        return row
     finally:
-        prefill_gluon_bwd.PACKED = kept
+        prefill_gluon_bwd.PACKED, prefill_gluon.PACKED = kept
 
 
 def _measure(D: int, packed: str, top: int, steps: bool) -> dict:
@@ -211,24 +216,30 @@ def _measure(D: int, packed: str, top: int, steps: bool) -> dict:
                 kernels={k: round(v, 2) for k, v in sorted(kernels.items(), key=lambda kv: -kv[1])})
 
 
+def _route(r: dict) -> str:
+    """A row's kernels: the packed backward's (the library's, gluon, triton), and the forward's where it was set."""
+    fwd = r.get("packed_fwd", "library")
+    return r.get("packed", "library") + ("" if fwd == "library" else f", forward {fwd}")
+
+
 def table(rows: list[dict]) -> list[str]:
     out = ["| D | backward | eager ms (do_bench) | graph ms | host ms per call | kernels ms (sum) | eager − kernels |",
            "|---|---|---|---|---|---|---|"]
     for r in rows:
         graph = "—" if r["graph_ms"] is None else f"{r['graph_ms']:.3f}"
-        out.append(f"| {r['D']} | {r.get('packed', 'library')} | {r['eager_ms']:.3f} | {graph} | {r['host_ms']:.3f} | "
+        out.append(f"| {r['D']} | {_route(r)} | {r['eager_ms']:.3f} | {graph} | {r['host_ms']:.3f} | "
                    f"{r['kernels_ms']:.3f} | {r['eager_ms'] - r['kernels_ms']:.3f} |")
     for r in rows:
-        out += ["", f"D = {r['D']}, backward {r.get('packed', 'library')}, GPU µs per call by kernel:", "",
+        out += ["", f"D = {r['D']}, backward {_route(r)}, GPU µs per call by kernel:", "",
                 "| kernel | µs |", "|---|---|"]
         out += [f"| {k[:90]} | {v:.1f} |" for k, v in r["kernels"].items()]
         if r.get("hot"):
-            out += ["", f"D = {r['D']}, backward {r.get('packed', 'library')}, host: cProfile's top entries by own "
+            out += ["", f"D = {r['D']}, backward {_route(r)}, host: cProfile's top entries by own "
                     "time (µs per call, profiled):", "", "| function | calls | own µs | cumulative µs |",
                     "|---|---|---|---|"]
             out += [f"| {h['fn'][:80]} | {h['calls']:.0f} | {h['own_us']:.1f} | {h['cum_us']:.1f} |" for h in r["hot"]]
         if r.get("steps"):
-            out += ["", f"D = {r['D']}, backward {r.get('packed', 'library')}, host: each step's inclusive time "
+            out += ["", f"D = {r['D']}, backward {_route(r)}, host: each step's inclusive time "
                     "(µs per forward+backward call, steps wrapped in timers):", "", "| step | calls | µs |", "|---|---|---|"]
             out += [f"| {k} | {n:g} | {us:.1f} |" for k, (us, n) in r["steps"].items()]
     return out
@@ -242,12 +253,12 @@ def compare(runs: dict) -> list[str]:
     for n, rows in runs.items():
         for r in rows:
             graph = "—" if r["graph_ms"] is None else f"{r['graph_ms']:.3f}"
-            out.append(f"| {n} | {r['D']} | {r.get('packed', 'library')} | {r['eager_ms']:.3f} | {graph} | "
+            out.append(f"| {n} | {r['D']} | {_route(r)} | {r['eager_ms']:.3f} | {graph} | "
                        f"{r['host_ms']:.3f} | {r['kernels_ms']:.3f} | {r['eager_ms'] - r['kernels_ms']:.3f} |")
-    backwards = dict.fromkeys((r["D"], r.get("packed", "library")) for rows in runs.values() for r in rows
+    backwards = dict.fromkeys((r["D"], _route(r)) for rows in runs.values() for r in rows
                               if r.get("steps"))
     for D, packed in backwards:
-        steps = {n: next((r["steps"] for r in rows if (r["D"], r.get("packed", "library")) == (D, packed)
+        steps = {n: next((r["steps"] for r in rows if (r["D"], _route(r)) == (D, packed)
                           and r.get("steps")), {}) for n, rows in runs.items()}
         names = dict.fromkeys(k for st in steps.values() for k in st)
         out += ["", f"D = {D}, backward {packed}: each step's inclusive host µs per forward+backward call, by run:", "",
@@ -263,6 +274,9 @@ def main(argv=None) -> int:
     ap.add_argument("--D", type=int, nargs="+", default=[64, 128], choices=[64, 128])
     ap.add_argument("--packed", nargs="+", default=["library"], choices=["library", "gluon", "triton"],
                     help="the packed backward(s) to time: the library's choice, the Gluon kernel, the Triton kernels")
+    ap.add_argument("--packed-fwd", nargs="+", default=["library"], choices=["library", "gluon", "triton"],
+                    help="the packed forward(s) to time with each backward: the library's choice, the Gluon kernel, "
+                         "the Triton kernel")
     ap.add_argument("--top", type=int, default=0, help="also cProfile's top N host entries by own time")
     ap.add_argument("--steps", action="store_true", help="also the host's inclusive time in each step (STEPS)")
     ap.add_argument("--json", type=Path, help="write the rows here (refuses an existing file)")
@@ -284,7 +298,8 @@ def main(argv=None) -> int:
         return 2
     import triton
 
-    rows = [measure(D, packed, args.top, args.steps) for D in args.D for packed in args.packed]
+    rows = [measure(D, packed, args.top, args.steps, fwd) for D in args.D for packed in args.packed
+            for fwd in args.packed_fwd]
     print("\n".join(table(rows)))
     if args.json is not None:
         args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "gpu": torch.cuda.get_device_name(),

@@ -656,3 +656,138 @@ def test_gpu_alibi_through_flash_attention_takes_the_gluon_kernel(D, causal, kin
     assert len(gluon_calls) == 1, "the Gluon forward did not run"
     assert gluon_calls[0]["warp_spec"] and gluon_calls[0]["block_m"] == 128 and gluon_calls[0]["slopes"] is not None
     _ref_check(q, k, v, out, lse, causal, D ** -0.5, alibi_slopes=slopes)
+
+
+# -- packed batches (cu_seqlens) on the warp-specialised grid kernel -----------------------------------
+
+@needs_gluon
+def test_packed_builds_for_sm90_with_the_dense_schedule_and_no_spill():
+    """The packed-batch builds (D 64 and 128, causal or not): the dense warp-specialised build's schedule (the
+    one-group wait, as many wgmmas and TMA copies, the same setmaxnreg, shared memory within 0.5 KB), four
+    global loads more (a sequence's two cumulative lengths of q and of k) and no spill. ALiBi, a persistent
+    build and one without warp specialisation are refused."""
+    cases = [dict(D=D, causal=c, num_warps=4, warp_spec=True, dtype="bfloat16") for D in (64, 128)
+             for c in (False, True)]
+    reps = sm90_reports("prefill_gluon", [dict(c) for c in cases] + [dict(c, packed=True) for c in cases])
+    for case, plain, rep in zip(cases, reps[:len(cases)], reps[len(cases):]):
+        for key in ("wait_groups", "wgmma", "tma_loads", "setmaxnreg"):
+            assert rep[key] == plain[key], (case, key, plain, rep)
+        assert 1 in rep["wait_groups"], (case, rep)
+        assert rep["global_loads"] == plain["global_loads"] + 4, (case, plain, rep)
+        assert rep["smem_kb"] == pytest.approx(plain["smem_kb"], abs=0.5), (case, plain, rep)
+        if rep.get("stack") is not None:
+            assert rep["stack"] == 0 and rep["regs"] <= 255, (case, rep)
+    for bad in (dict(warp_spec=True, num_warps=4, alibi=True), dict(warp_spec=True, num_warps=4, persistent=True),
+                dict(num_warps=8)):
+        with pytest.raises(ValueError, match="packed"):
+            G.compile_sm90(64, causal=True, packed=True, **bad)
+
+
+def _packed(lens_q, lens_k, H, Hkv, D, dtype, gen, extra_q=0, extra_k=0):
+    """Random packed q (total_q, H, D), k, v (total_k, Hkv, D) and int32 cumulative lengths on DEV; ``extra_*``
+    rows past the last sequence (rows no sequence owns)."""
+    q = torch.randn(sum(lens_q) + extra_q, H, D, dtype=dtype, device=DEV, generator=gen)
+    k, v = (torch.randn(sum(lens_k) + extra_k, Hkv, D, dtype=dtype, device=DEV, generator=gen) for _ in range(2))
+    cu = [torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
+          for lens in (lens_q, lens_k)]
+    return q, k, v, cu
+
+
+def test_packed_calls_reach_the_gluon_forward_without_softcap_or_alibi(monkeypatch):
+    """The dispatch, seen on the CPU by standing in for the Gluon kernel: a plain packed batch (causal, windowed
+    or not) at D = 64 or 128 goes to ``gluon_forward`` with its lengths, the mask's edges as one sequence's
+    offsets (each adds its own Nk − Nq in the kernel) and the warp-specialised 128-row tiles; softcap, ALiBi,
+    another head dim and ``PACKED`` off go to the Triton kernel."""
+    from attnlab.gpu import prefill_fwd as F
+
+    calls, launches = [], []
+    monkeypatch.setattr(G, "gluon_supported", lambda *a: True)
+    monkeypatch.setattr(G, "gluon_forward", lambda *a, **kw: calls.append(kw))
+    monkeypatch.setattr(F, "launch_kept", lambda kernel, grid, kwargs, **options: launches.append(kwargs))
+    gen = torch.Generator().manual_seed(0)
+    for D in (64, 128):
+        q, k, v, cu = _packed([5, 0, 40], [9, 3, 30], 4, 2, D, torch.bfloat16, gen)
+        for mask, want in ((Mask(-1, 0), (0, None)), (Mask(-1, -1), (None, None)), (Mask(20, 3), (3, -20))):
+            calls.clear()
+            prefill_forward(q, k, v, mask=mask, scale=0.1, cu_seqlens=cu, max_seqlen=(40, 30))
+            assert len(calls) == 1 and (calls[0]["causal_off"], calls[0]["win_off"]) == want, (D, mask)
+            kw = calls[0]
+            assert kw["cu_seqlens"][0] is cu[0] and kw["cu_seqlens"][1] is cu[1] and kw["max_seqlen_q"] == 40
+            assert kw["warp_spec"] and (kw["block_m"], kw["block_n"], kw["num_warps"]) == (128, 128, 4)
+    calls.clear()
+    for extra in (dict(softcap=5.0), dict(slopes=torch.rand(3, 4))):
+        prefill_forward(q, k, v, mask=Mask(-1, 0), scale=0.1, cu_seqlens=cu, max_seqlen=(40, 30), **extra)
+    q32, k32, v32, cu32 = _packed([5, 0, 40], [9, 3, 30], 4, 2, 32, torch.bfloat16, gen)
+    prefill_forward(q32, k32, v32, mask=Mask(-1, 0), scale=0.1, cu_seqlens=cu32, max_seqlen=(40, 30))
+    monkeypatch.setattr(G, "PACKED", False)
+    prefill_forward(q, k, v, mask=Mask(-1, 0), scale=0.1, cu_seqlens=cu, max_seqlen=(40, 30))
+    assert calls == [] and len(launches) == 4 and all(kw["VARLEN"] for kw in launches)
+
+
+PACKED_CASES = [
+    # lens_q, lens_k, H, Hkv, D, (left, right), dtype
+    ([1, 0, 64, 65, 127, 128, 129, 300], [1, 5, 64, 65, 127, 128, 129, 300], 4, 4, 64, (-1, 0), torch.bfloat16),
+    ([700, 33, 0, 1000, 257], [900, 33, 7, 1000, 100], 8, 2, 128, (-1, 0), torch.bfloat16),  # Nq ≠ Nk: empty rows
+    ([700, 33, 0, 1000, 257], [900, 33, 7, 1000, 100], 6, 1, 64, (-1, -1), torch.float16),  # MQA, no mask
+    ([1792, 256, 1000, 513, 1100], [1792, 256, 1000, 513, 1100], 5, 5, 128, (200, 0), torch.bfloat16),  # window
+    ([300, 1500, 2], [300, 1700, 2], 4, 2, 64, (100, 50), torch.float16),  # a window reaching right
+    ([2048, 1, 191, 2047], [2048, 1, 191, 2047], 16, 4, 128, (-1, -1), torch.bfloat16),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
+@pytest.mark.parametrize("lens_q,lens_k,H,Hkv,D,window,dtype", PACKED_CASES)
+def test_gpu_packed_gluon_matches_reference_and_the_dense_kernel(lens_q, lens_k, H, Hkv, D, window, dtype):
+    """A packed batch on the Gluon forward (outputs poisoned with NaN, rows past the last sequence included):
+    within the criterion against the per-sequence oracle, empty rows out 0 and lse −inf, rows no sequence owns
+    left as they were, and each sequence equal to the bit to the dense grid kernel (the same tiles, no part
+    block first) run on that sequence alone; the public entry point gives the same bits."""
+    from attnlab import flash_attention_varlen
+    from attnlab.reference import attention_ref_varlen
+
+    gen = torch.Generator(device=DEV).manual_seed(sum(lens_q) + H)
+    q, k, v, cu = _packed(lens_q, lens_k, H, Hkv, D, dtype, gen, extra_q=70, extra_k=30)
+    left, right = window
+    mask, scale, nan = Mask(left, right), D ** -0.5, float("nan")
+    out, lse = torch.full_like(q, nan), torch.full((H, q.shape[0]), nan, device=DEV)
+    prefill_forward(q, k, v, mask=mask, scale=scale, cu_seqlens=cu, max_seqlen=(max(lens_q), max(lens_k)),
+                    out=out, lse=lse)
+    n = sum(lens_q)
+    assert out[n:].isnan().all() and lse[:, n:].isnan().all(), "rows no sequence owns were written"
+    out, lse = out[:n], lse[:, :n]
+    qs, ks, vs = q[:n], k[:sum(lens_k)], v[:sum(lens_k)]
+    kw = dict(causal=right == 0, scale=scale, window=window if left >= 0 or right > 0 else None)
+    o64, l64 = attention_ref_varlen(*(t.double() for t in (qs, ks, vs)), *cu, **kw)
+    o_same, _ = attention_ref_varlen(qs, ks, vs, *cu, **kw)
+    e, e_ref = _err(out, o64), _err(o_same, o64)
+    assert not out.isnan().any() and within_criterion(e, e_ref, o64, dtype), (e, e_ref)
+    seen = torch.isfinite(l64)
+    assert torch.equal(torch.isinf(lse), ~seen) and (out.transpose(0, 1)[~seen] == 0).all()
+    assert _err(lse[seen], l64[seen]) <= 1e-3 * max(1.0, l64[seen].abs().max().item())
+    for s, (q0, q1, k0, k1) in enumerate(zip(cu[0][:-1].tolist(), cu[0][1:].tolist(), cu[1][:-1].tolist(),
+                                             cu[1][1:].tolist())):
+        if q1 == q0 or k1 == k0:
+            continue
+        qd, kd, vd = (t.transpose(0, 1).unsqueeze(0).contiguous() for t in (q[q0:q1], k[k0:k1], v[k0:k1]))
+        od, ld = torch.empty_like(qd), torch.empty(1, H, q1 - q0, device=DEV)
+        off = (k1 - k0) - (q1 - q0)
+        G.gluon_forward(qd, kd, vd, od, ld, causal_off=off + right if right >= 0 else None, scale=scale, block_m=128,
+                        block_n=128, stages=2, num_warps=4, warp_spec=True, win_off=off - left if left >= 0 else None)
+        assert torch.equal(od[0].transpose(0, 1), out[q0:q1]) and torch.equal(ld[0], lse[:, q0:q1]), s
+    if left < 0 and right <= 0:
+        got = flash_attention_varlen(qs, ks, vs, *cu, causal=right == 0, scale=scale, return_lse=True)
+        assert torch.equal(got[0], out) and torch.equal(got[1], lse)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
+def test_gpu_packed_gluon_with_int64_lengths_and_an_upper_bound_max_seqlen():
+    """int64 cumulative lengths and a max_seqlen above the longest sequence (the extra programs return at once):
+    the same bits as int32 lengths with the exact bound."""
+    gen = torch.Generator(device=DEV).manual_seed(5)
+    q, k, v, cu = _packed([100, 1000, 3], [100, 1200, 3], 4, 2, 128, torch.bfloat16, gen)
+    want = prefill_forward(q, k, v, mask=Mask(-1, 0), scale=0.1, cu_seqlens=cu, max_seqlen=(1000, 1200))
+    got = prefill_forward(q, k, v, mask=Mask(-1, 0), scale=0.1, cu_seqlens=tuple(c.long() for c in cu),
+                          max_seqlen=(1700, 1900))
+    assert torch.equal(want[0], got[0]) and torch.equal(want[1], got[1])

@@ -2,7 +2,8 @@
 launches per signature, and the next call of the signature runs them on its own tensors.
 
 A plan is made only from compiled kernels, so the interpreter keeps none (checked on the CPU). On a GPU, for
-the Triton kernels (dense and packed, windows, softcap) and the Gluon backward (dense and packed), a call run
+the Triton kernels (dense and packed, windows, softcap), the Gluon forward of packed batches and the Gluon
+backward (dense and packed), a call run
 from its plan gives what the first path gives the same tensors: the same bits where the kernels are
 deterministic (dQ by TMA reductions lands in any order: equal up to rounding), and within the criterion.
 """
@@ -133,11 +134,12 @@ def test_gpu_a_dense_call_run_from_its_plan(B, H, Hkv, Nq, Nk, D, mask, route, m
 def test_gpu_a_packed_call_run_from_its_plan(D, causal, route, monkeypatch):
     """A packed batch's plans take each call's lengths: kept from a call whose cu_seqlens_q is cu_seqlens_k,
     they run a call of the same totals with other lengths, a tensor for each, and give what the first path
-    gives it (the forward always the Triton kernel; the backward either)."""
+    gives it (the Triton kernels, or the Gluon forward and backward)."""
     if route == "gluon" and not HOPPER:
-        pytest.skip("the Gluon backward needs a Hopper GPU")
+        pytest.skip("the Gluon kernels need a Hopper GPU")
     ran = _plans(monkeypatch)
     monkeypatch.setattr(GB, "PACKED", route == "gluon")
+    monkeypatch.setattr(G, "PACKED", route == "gluon")
     dtype, H, Hkv = torch.bfloat16, 4, 2
     mask, scale = Mask(-1, 0 if causal else -1), D ** -0.5
     cfg = TRITON_BWD if route == "triton" else GLUON_BWD

@@ -227,10 +227,11 @@ def _guarded(shape, fill, dtype):
     return buf[_GUARD:_GUARD + n].view(shape), buf
 
 
-def _run_bad_lengths(cu_q, cu_k, max_seqlen, *, total_q, total_k, H, Hkv, D, configs):
+def _run_bad_lengths(cu_q, cu_k, max_seqlen, *, total_q, total_k, H, Hkv, D, configs, plain=False):
     """Forward and backward with bad lengths. The inputs sit between NaN guards and the outputs (zeroed)
     between guards of 3.0: a program that read a guard would spread NaN into the outputs, one that wrote
-    outside its tensor would change a guard."""
+    outside its tensor would change a guard. ``plain``: a causal call without softcap, ALiBi or window (on
+    Hopper the Gluon kernels'); else all three."""
     nan, dtype = float("nan"), F16
     dt = torch.int64 if any(abs(x) >= 2**31 for x in cu_q + cu_k) else torch.int32
     cu = tuple(torch.tensor(c, dtype=dt, device=DEV) for c in (cu_q, cu_k))
@@ -245,6 +246,8 @@ def _run_bad_lengths(cu_q, cu_k, max_seqlen, *, total_q, total_k, H, Hkv, D, con
         t.zero_()
     (out, _), (lse, _), (dq, _), (dk, _), (dv, _) = outputs
     mask, var = Mask(9, 0), dict(scale=0.4, softcap=3.0, slopes=torch.rand(len(cu_q) - 1, H, device=DEV))
+    if plain:
+        mask, var = Mask(-1, 0), dict(scale=0.4)
     prefill_forward(q, k, v, mask=mask, cu_seqlens=cu, max_seqlen=max_seqlen, config=configs[0], out=out, lse=lse,
                     **var)
     prefill_backward(do, q, k, v, out, lse, mask=mask, cu_seqlens=cu, max_seqlen=max_seqlen, config=configs[1],
@@ -479,13 +482,15 @@ def test_gpu_varlen_never_synchronises(variant):
 @pytest.mark.parametrize("cu_q,cu_k,max_seqlen", BAD_CU)
 def test_gpu_bad_lengths_never_crash(cu_q, cu_k, max_seqlen):
     """Bad lengths on CUDA with max_seqlen given: the call is not checked (that would synchronise) and
-    the kernels clamp every sequence into the packed tensors. The table's configurations, guards round
-    every tensor, then the public entry point forward and backward, and the GPU still works after."""
+    the kernels clamp every sequence into the packed tensors. The table's configurations (with every variant,
+    and plain causal: the Gluon kernels on Hopper), guards round every tensor, then the public entry point
+    forward and backward, and the GPU still works after."""
     scale = 64  # the same patterns, 64 times longer
     cu_q, cu_k = ([x * scale if abs(x) < 2**30 else x for x in c] for c in (cu_q, cu_k))
     max_seqlen = tuple(m * scale for m in max_seqlen)
-    _run_bad_lengths(cu_q, cu_k, max_seqlen, total_q=40 * scale, total_k=50 * scale, H=4, Hkv=2, D=128,
-                     configs=(None, None))
+    for plain in (False, True):
+        _run_bad_lengths(cu_q, cu_k, max_seqlen, total_q=40 * scale, total_k=50 * scale, H=4, Hkv=2, D=128,
+                         configs=(None, None), plain=plain)
     dt = torch.int64 if any(abs(x) >= 2**31 for x in cu_q + cu_k) else torch.int32
     q = torch.randn(40 * scale, 4, 128, dtype=BF16, device=DEV, requires_grad=True)
     k, v = (torch.randn(50 * scale, 2, 128, dtype=BF16, device=DEV, requires_grad=True) for _ in range(2))

@@ -238,6 +238,17 @@ def variant_fwd_config(cfg: FwdConfig, D: int, *, packed: bool, score_mod: bool,
 _PACKED_FWD_TABLE = {(128, True, "short"): _F(128, 32, 8, 3)}
 
 
+# The Gluon forward of a packed batch (``prefill_gluon.PACKED``): the warp-specialised grid kernel with two
+# consumer warp groups (128-row blocks: a sequence's last block wastes fewer rows than with 192).
+_GLUON_PACKED_FWD = _GLUON_LONG
+
+
+def packed_gluon_fwd_config(D: int) -> FwdConfig | None:
+    """The Gluon forward's entry for a packed batch without softcap or ALiBi at head dim D, or None where the
+    Gluon kernel takes no such head dim."""
+    return _GLUON_PACKED_FWD if D in (64, 128) else None
+
+
 def packed_fwd_config(D: int, causal: bool, device: torch.device, n_keys: int | None) -> FwdConfig | None:
     """The forward of a plain packed batch (no window, softcap or ALiBi) with ``n_keys`` keys in its longest
     sequence where a packed batch's own sweep chose one, else None (then ``variant_fwd_config`` adapts the

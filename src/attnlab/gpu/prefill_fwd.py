@@ -30,6 +30,7 @@ from .config import (
     gluon_alibi_config,
     next_pow2,
     packed_fwd_config,
+    packed_gluon_fwd_config,
     tma_ok,
     variant_fwd_config,
     varlen_bounds,
@@ -398,8 +399,9 @@ def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask, 
     ``out``/``lse`` may be given preallocated (tests poison them to check every element is written).
     A ``config`` (or table entry) with ``gluon`` runs the Gluon forward (``prefill_gluon``) where it can:
     Hopper, D 64/128, dense, causal or a sliding window (warp-specialised), with or without ALiBi, tensor
-    descriptors, not softcap, not a packed batch; anywhere else the Triton table's entry runs. An ALiBi call
-    on a table entry of three consumer warp groups takes two (``gluon_alibi_config``).
+    descriptors, not softcap; a packed batch without ALiBi (warp-specialised; without a ``config``, the
+    ``packed_gluon_fwd_config`` entry while ``prefill_gluon.PACKED`` is on); anywhere else the Triton table's
+    entry runs. An ALiBi call on a table entry of three consumer warp groups takes two (``gluon_alibi_config``).
     """
     D = q.shape[-1]
     q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
@@ -424,14 +426,23 @@ def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask, 
         return out, lse
     causal = not mask.dense
     cfg = config or default_fwd_config(D, causal, q.device, n_keys)
-    if cfg.gluon:  # the Gluon kernel takes dense, causal, windowed and ALiBi calls on Hopper; Triton the rest
-        from .prefill_gluon import gluon_supported
+    if cu_seqlens is not None and config is None and softcap is None and slopes is None:
+        from . import prefill_gluon
 
-        plain = cu_seqlens is None and (mask.left < 0 or cfg.warp_spec) and softcap is None
+        if prefill_gluon.PACKED:
+            cfg = packed_gluon_fwd_config(D) or cfg
+    if cfg.gluon:  # the Gluon kernel takes dense, causal, windowed and ALiBi calls on Hopper, packed batches without
+        from .prefill_gluon import gluon_supported  # ALiBi (warp-specialised); Triton the rest
+
+        plain = (cu_seqlens is None or (cfg.warp_spec and slopes is None)) and (mask.left < 0 or cfg.warp_spec) \
+            and softcap is None
         if not (plain and gluon_supported(q, k, v) and tma_ok(out)):
             cfg = default_fwd_config(D, causal, q.device, n_keys, gluon=False)
         elif config is None and slopes is not None:
             cfg = gluon_alibi_config(cfg)
+    if cfg.gluon and cu_seqlens is not None:
+        _gluon_packed(q, k, v, out, lse, mask, scale, cfg, cu_q, cu_k, max_q)
+        return out, lse
     if cfg.gluon:  # bottom-right aligned: row i sees keys j <= i + (Nk − Nq) + right; ALiBi |i + (Nk − Nq) − j|
         from .prefill_gluon import gluon_forward
 
@@ -485,14 +496,41 @@ def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask, 
             HEAD_D=D, BLOCK_D=BLOCK_D, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, USE_TMA=use_tma,
             WARP_SPEC=cfg.warp_spec and use_tma), num_warps=cfg.num_warps, num_stages=cfg.num_stages, **extra)
     if plan_key is not None:
-        _FwdPlan.keep(plan_key, launches, named, use_tma)
+        _FwdPlan.keep(plan_key, launches, named, _SOURCES, _TRITON_DESCS if use_tma else ())
     return out, lse
+
+
+def _gluon_packed(q, k, v, out, lse, mask, scale: float, cfg: FwdConfig, cu_q, cu_k, max_q: int) -> None:
+    """A packed batch on the Gluon forward (``prefill_gluon.gluon_forward``), from a kept plan where one is."""
+    from .prefill_gluon import gluon_forward
+
+    key = ("gluon", tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(out), tensor_key(lse), tensor_key(cu_q),
+           tensor_key(cu_k), max_q, mask.left, mask.right, scale, cfg, q.is_cuda and torch.cuda.current_device())
+    plan = _PLANS.get(key)
+    if plan is not None and not hooks_set():
+        plan.run(q, k, v, out, lse, (cu_q, cu_k))
+        return
+    with recording() as launches:  # (sequence offsets: each adds its own Nk − Nq)
+        gluon_forward(q, k, v, out, lse, causal_off=mask.right if mask.right >= 0 else None, scale=scale,
+                      block_m=cfg.block_m, block_n=cfg.block_n, stages=cfg.num_stages, num_warps=cfg.num_warps,
+                      warp_spec=True, win_off=-mask.left if mask.left >= 0 else None, cu_seqlens=(cu_q, cu_k),
+                      max_seqlen_q=max_q)
+    if len(launches) == 1:
+        a = dict(zip(launches[0][0].kernel.arg_names, launches[0][1]))
+        named = dict(Q=q, K=k, V=v, O=out, LSE=lse, CU_Q=cu_q, CU_K=cu_k, Qd=a["desc_q"], Kd=a["desc_k"],
+                     Vd=a["desc_v"], Od=a["desc_o"])
+        _FwdPlan.keep(key, launches, named, _GLUON_SOURCES, _GLUON_DESCS)
 
 
 # -- plans: a call's launch kept per signature -------------------------------------------------------------
 
 _PLANS: dict = {}
 _SOURCES = {n: n for n in ("Q", "K", "V", "O", "LSE", "CU_Q", "CU_K")}
+_TRITON_DESCS = tuple((n, n) for n in "QKVO")  # (descriptor's name, its tensor's name) with tensor descriptors
+# the Gluon forward of a packed batch: its descriptors (over the packed tensors' (1, H, total, D) views: a
+# descriptor keeps its own shape and strides, and its launch reads only the base's address) and pointers
+_GLUON_SOURCES = dict(desc_q="Qd", desc_k="Kd", desc_v="Vd", desc_o="Od", LSE="LSE", CU_Q="CU_Q", CU_K="CU_K", O="O")
+_GLUON_DESCS = (("Qd", "Q"), ("Kd", "K"), ("Vd", "V"), ("Od", "O"))
 
 
 class _FwdPlan:
@@ -500,20 +538,22 @@ class _FwdPlan:
     tensor's ``tensor_key``, the variant's scalars, the configuration), kept after the first call: the launch
     with its compiled kernel and arguments (tensor descriptors by their shapes and layouts). A later call of
     the signature launches it with its own tensors: no variant arguments, views or argument binding.
-    Calls with ALiBi, and those of the Gluon kernel, keep none."""
+    A packed batch's Gluon forward (``_gluon_packed``) keeps one the same way; calls with ALiBi, and dense calls
+    of the Gluon kernel, keep none."""
 
     __slots__ = ("launch", "descs")
 
     @classmethod
-    def keep(cls, key, launches, named, use_tma: bool) -> None:
+    def keep(cls, key, launches, named, sources: dict, descs: tuple) -> None:
+        """``descs``: (descriptor's name, the name of the tensor it is made over) of each tensor descriptor."""
         if len(launches) != 1:
             return
-        kept = KeptLaunch.make(*launches[0], _SOURCES, named)
+        kept = KeptLaunch.make(*launches[0], sources, named)
         if kept is None:
             return
         plan = cls()
         # (the descriptors' shapes and layouts without their tensors: a plan keeps no call's memory alive)
-        plan.launch, plan.descs = kept, tuple((n, rebased(named[n], None)) for n in "QKVO") if use_tma else ()
+        plan.launch, plan.descs = kept, tuple((n, rebased(named[n], None), base) for n, base in descs)
         keep_plan(_PLANS, key, plan)
 
     def run(self, q, k, v, out, lse, cu) -> None:
@@ -521,6 +561,6 @@ class _FwdPlan:
         named = dict(Q=q, K=k, V=v, O=out, LSE=lse)
         if cu is not None:
             named["CU_Q"], named["CU_K"] = cu
-        for name, d in self.descs:
-            named[name] = rebased(d, named[name])
+        for name, d, base in self.descs:
+            named[name] = rebased(d, named[base])
         self.launch.run(named, current_stream(q.device))

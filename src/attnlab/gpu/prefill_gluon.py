@@ -20,7 +20,9 @@ Three kernels:
   a ring of ``STAGES`` K and V buffers; two or three consumer warp groups (BLOCK_M = 128 or 192) share
   the ring, release each slot through an "empty" mbarrier once their wgmma on it has completed, and
   never wait on each other, so one's softmax also falls under another's matrix products. Dense,
-  causal and sliding-window calls, with or without ALiBi.
+  causal and sliding-window calls, with or without ALiBi; packed batches (cu_seqlens) without ALiBi, one
+  program per (sequence, head, query block), each sequence's rows and keys found from the cumulative
+  lengths in the kernel and its last rows stored without TMA.
 * ``_attn_fwd_gluon_wsp``: the warp-specialised kernel as a persistent one, at most one program per SM taking
   the tiles of its row of a schedule made on the host (``persistent_schedule``), the next tile's loads under
   this one's end. Causal calls of either kernel can take the part query block first (``part_first_shift``) and
@@ -35,7 +37,7 @@ empty-row convention), one more rounding order. ALiBi subtracts slope·|i + Nk �
 visible score before the mask, as ``prefill_fwd``'s ``_score_mod`` does; it is a constexpr (``ALIBI``),
 so a build without it is the kernel it was before (``_softmax_alibi`` says how the bias is split into a
 row and a column term). MHA/GQA/MQA at D = 64 and 128 in float16/bfloat16 with tensor descriptors;
-everything else (softcap, packed batches, other head dims) runs on the Triton kernel. The Triton
+everything else (softcap, packed batches with ALiBi, other head dims) runs on the Triton kernel. The Triton
 interpreter cannot run Gluon: the CPU tests build these kernels for sm_90 (no GPU needed) and the GPU
 tests check them against the reference.
 """
@@ -72,6 +74,12 @@ except ImportError:  # pragma: no cover - depends on the installed triton
     HAVE_GLUON = False
 
 GLUON_HEAD_DIMS = (64, 128)
+# packed batches (cu_seqlens) without softcap or ALiBi on the warp-specialised grid kernel, causal, windowed or
+# not: each program's sequence read from the cumulative lengths, its last rows stored without TMA. A sequence's
+# last key block is loaded whole (its keys past the sequence's end masked), so a NaN or infinity in the next
+# sequence's first rows of V reaches this one's outputs (0 · NaN), which the Triton kernel's masked loads never
+# read. False: the Triton kernel (measurements)
+PACKED = True
 NO_WINDOW = -(1 << 30)  # win_off of a call without a left edge: every key is right of it
 
 
@@ -307,11 +315,12 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _ws_loader(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
-                   b, h, hk, start_m, lo_blk, n_blocks):
+                   b, h, hk, start_m, lo_blk, n_blocks, k_base):
         """One warp: the two halves of the Q block, then key blocks lo_blk .. lo_blk + n_blocks − 1 of K
         and V into the rings (block i of the walk in slot i % STAGES), each slot
         refilled once both consumers have released it (its empty barrier completed a phase). A worker
-        partition takes no constexpr arguments: the tile sizes come from the buffers' shapes."""
+        partition takes no constexpr arguments: the tile sizes come from the buffers' shapes. ``start_m``: the
+        block's first row in q; ``k_base``: the row of k and v where key 0 is (a packed batch's sequence; else 0)."""
         HALF_M: gl.constexpr = q_smem.shape[3]
         BLOCK_N: gl.constexpr = k_smem.shape[3]
         STAGES: gl.constexpr = k_smem.shape[0]
@@ -324,24 +333,28 @@ if HAVE_GLUON:
             if t >= STAGES:
                 mbarrier.wait(k_empty.index(slot), ((t // STAGES) - 1) & 1)
             mbarrier.expect(k_ready.index(slot), desc_k.block_type.nbytes)
-            _tma_load(desc_k, [b, hk, (lo_blk + t) * BLOCK_N, 0], k_ready.index(slot), k_smem.index(slot))
+            _tma_load(desc_k, [b, hk, k_base + (lo_blk + t) * BLOCK_N, 0], k_ready.index(slot), k_smem.index(slot))
             if t >= STAGES:
                 mbarrier.wait(v_empty.index(slot), ((t // STAGES) - 1) & 1)
             mbarrier.expect(v_ready.index(slot), desc_v.block_type.nbytes)
-            _tma_load(desc_v, [b, hk, (lo_blk + t) * BLOCK_N, 0], v_ready.index(slot), v_smem.index(slot))
+            _tma_load(desc_v, [b, hk, k_base + (lo_blk + t) * BLOCK_N, 0], v_ready.index(slot), v_smem.index(slot))
 
     @gluon.jit
     def _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                      b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale,
                      HALF: gl.constexpr, CAUSAL: gl.constexpr, ALIBI: gl.constexpr = False, slope2=0.0, alibi_off=0,
-                     it0=0, q_phase=0, q_empty=None, o_smem=None):
+                     it0=0, q_phase=0, q_empty=None, o_smem=None, q_base=0, O=None, stride_on=0):
         """One warp group: HALF_M query rows (half HALF of the block), the same schedule as the
         single-program kernel, releasing each K and V slot as soon as its wgmma has completed. Tile
         sizes come from the buffers' shapes (partitions take no constexpr arguments). ALIBI: the scores
         less slope2·|i + alibi_off − j| (``_softmax_alibi``). One tile of a persistent program (``q_empty``
         and ``o_smem`` given): its key blocks are the ring's uses it0, it0 + 1, ... (slot and phase from there),
         its Q slice arrives in phase ``q_phase`` and is released on ``q_empty`` once its last Q·Kᵀ is done,
-        and O leaves through ``o_smem``, whose previous store is waited for first and this one's later."""
+        and O leaves through ``o_smem``, whose previous store is waited for first and this one's later.
+        A packed batch's sequence (``O`` given): rows and keys counted from the sequence's first (Nq, Nk its
+        lengths), its rows of q and O from row ``q_base`` of the packed tensors, ``LSE`` and ``O`` (row stride
+        ``stride_on``) pointing at its first row; a slice that reaches past the sequence's last row is stored
+        by masked stores, not TMA (whose box would write into the next sequence's rows)."""
         HALF_M: gl.constexpr = q_smem.shape[3]
         HEAD_D: gl.constexpr = q_smem.shape[4]
         BLOCK_N: gl.constexpr = k_smem.shape[3]
@@ -433,9 +446,23 @@ if HAVE_GLUON:
         empty = l_i == 0.0
         l_safe = gl.where(empty, 1.0, l_i)
         lse = gl.where(empty, float("-inf"), (m_i + gl.log2(l_safe)) * _LN2)
-        gl.store(LSE + bh.to(gl.int64) * Nq + offs_m, lse, mask=offs_m < Nq)
+        if O is None:
+            gl.store(LSE + bh.to(gl.int64) * Nq + offs_m, lse, mask=offs_m < Nq)
+        else:
+            gl.store(LSE + offs_m, lse, mask=offs_m < Nq)
         out = acc * gl.convert_layout(1.0 / l_safe, row_o)[:, None]
-        if o_smem is None:
+        if O is not None:  # a packed batch's sequence
+            if row0 + HALF_M <= Nq:
+                q.store(out.to(dtype))
+                fence_async_shared()
+                _tma_store(desc_o, [b, h, q_base + row0, 0], q_tile)
+                tma.store_wait(0)
+            else:  # the sequence's last rows: a box would write into the next sequence's
+                rows = row0 + gl.arange(0, HALF_M, layout=row_o)
+                cols = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, o_layout))
+                ptrs = O + rows[:, None].to(gl.int64) * stride_on + cols[None, :]
+                gl.store(ptrs, out.to(dtype), mask=(rows[:, None] < Nq) & (cols[None, :] < HEAD_D))
+        elif o_smem is None:
             q.store(out.to(dtype))  # this half's Q buffer is free: its wgmmas have completed
             fence_async_shared()
             _tma_store(desc_o, [b, h, row0, 0], q_tile)  # rows past Nq are clipped
@@ -482,6 +509,56 @@ if HAVE_GLUON:
                               b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                      b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 2, False)
+
+    # -- a packed batch's sequence: three more arguments (``_ws_consumer``'s q_base, O, stride_on)
+
+    @gluon.jit
+    def _ws_consumer_0_causal_packed(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
+                                     v_empty, b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off,
+                                     qk_scale, q_base, O, stride_on):
+        _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 0, True,
+                     q_base=q_base, O=O, stride_on=stride_on)
+
+    @gluon.jit
+    def _ws_consumer_0_full_packed(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
+                                     v_empty, b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off,
+                                     qk_scale, q_base, O, stride_on):
+        _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 0, False,
+                     q_base=q_base, O=O, stride_on=stride_on)
+
+    @gluon.jit
+    def _ws_consumer_1_causal_packed(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
+                                     v_empty, b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off,
+                                     qk_scale, q_base, O, stride_on):
+        _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 1, True,
+                     q_base=q_base, O=O, stride_on=stride_on)
+
+    @gluon.jit
+    def _ws_consumer_1_full_packed(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
+                                     v_empty, b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off,
+                                     qk_scale, q_base, O, stride_on):
+        _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 1, False,
+                     q_base=q_base, O=O, stride_on=stride_on)
+
+    @gluon.jit
+    def _ws_consumer_2_causal_packed(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
+                                     v_empty, b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off,
+                                     qk_scale, q_base, O, stride_on):
+        _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 2, True,
+                     q_base=q_base, O=O, stride_on=stride_on)
+
+    @gluon.jit
+    def _ws_consumer_2_full_packed(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
+                                     v_empty, b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off,
+                                     qk_scale, q_base, O, stride_on):
+        _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 2, False,
+                     q_base=q_base, O=O, stride_on=stride_on)
 
     # -- the same with ALiBi: two more arguments, the slope in log2 units (slope2) and the bias's offset
 
@@ -537,26 +614,53 @@ if HAVE_GLUON:
     def _attn_fwd_gluon_ws(desc_q, desc_k, desc_v, desc_o, LSE, H, G, Nq, Nk, causal_off, win_off, qk_scale,
                            m_shift, chunk, HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                            STAGES: gl.constexpr, CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                           SLOPES=None, stride_sb=None, stride_sh=None, alibi_off=None, ALIBI: gl.constexpr = False):
+                           SLOPES=None, stride_sb=None, stride_sh=None, alibi_off=None, ALIBI: gl.constexpr = False,
+                           CU_Q=None, CU_K=None, O=None, stride_on=0, stride_oh=0, VARLEN: gl.constexpr = False):
         """Grid (query blocks · chunk, B·H / chunk); BLOCK_M / 64 consumer warp groups (2 or 3) of 4 warps, 64
         query rows each, and one loader warp. Descriptors as ``_attn_fwd_gluon``'s, Q and O with blocks of 64 rows.
         The consumers share the K/V ring but wait only on barriers, never on each other, so one's
         softmax falls under another's wgmmas (FlashAttention-3's producer / consumers). ALIBI and its
         four arguments as in ``_attn_fwd_gluon``: the slope is loaded once here and handed to the consumers.
         Causal: the programs of each group of ``chunk`` heads (of B·H) start the longest walks first, and query
-        block m > 0 starts ``m_shift`` rows early (``query_block_start``); without a mask chunk = 1, m_shift = 0."""
+        block m > 0 starts ``m_shift`` rows early (``query_block_start``); without a mask chunk = 1, m_shift = 0.
+        VARLEN: a packed batch, grid (sequences · H, query blocks of the longest sequence), the blocks dealt last
+        first (the longest causal walks first, the short sequences' blocks fill the tail); Nq, Nk are total_q,
+        total_k, descriptors over (1, H|Hkv, total, D) views, ``LSE`` (H, total_q), ``O`` the output's pointer
+        (row stride ``stride_on``, head stride ``stride_oh``) for the masked stores of a sequence's last rows.
+        Each program reads its sequence's bounds from CU_Q, CU_K (clamped into the packed tensors: bad lengths
+        give wrong numbers, never an access outside them), returns at once past the sequence's last row, and
+        adds the sequence's Nk − Nq to causal_off and win_off. No ALiBi, chunk = 1, m_shift = 0."""
         HALF_M: gl.constexpr = 64
         NC: gl.constexpr = BLOCK_M // HALF_M
         dtype: gl.constexpr = desc_q.dtype
-        pid_m = gl.program_id(0)
-        bh = gl.program_id(1)
-        if CAUSAL:  # the longest walks first, over `chunk` heads at a time
-            bh = bh * chunk + pid_m % chunk
-            pid_m = gl.num_programs(0) // chunk - 1 - pid_m // chunk
-            start_m = gl.maximum(pid_m * BLOCK_M - m_shift, 0)
-        else:
+        if VARLEN:
+            bh = gl.program_id(0)
+            pid_m = gl.num_programs(1) - 1 - gl.program_id(1)
+            b = bh // H
+            q_base = gl.minimum(gl.maximum(gl.load(CU_Q + b), 0), Nq).to(gl.int32)  # (int64 lengths: clamped first)
+            q_end = gl.minimum(gl.maximum(gl.load(CU_Q + b + 1), q_base), Nq).to(gl.int32)
+            k_base = gl.minimum(gl.maximum(gl.load(CU_K + b), 0), Nk).to(gl.int32)
+            k_end = gl.minimum(gl.maximum(gl.load(CU_K + b + 1), k_base), Nk).to(gl.int32)
+            lse_row = (bh % H).to(gl.int64) * Nq + q_base  # LSE (H, total_q): the sequence's first row
+            Nq = q_end - q_base
+            Nk = k_end - k_base
             start_m = pid_m * BLOCK_M
-        b = bh // H
+            if start_m >= Nq:  # the grid covers the longest sequence; this one is shorter
+                return
+            causal_off = causal_off + Nk - Nq
+            win_off = win_off + Nk - Nq
+        else:
+            pid_m = gl.program_id(0)
+            bh = gl.program_id(1)
+            if CAUSAL:  # the longest walks first, over `chunk` heads at a time
+                bh = bh * chunk + pid_m % chunk
+                pid_m = gl.num_programs(0) // chunk - 1 - pid_m // chunk
+                start_m = gl.maximum(pid_m * BLOCK_M - m_shift, 0)
+            else:
+                start_m = pid_m * BLOCK_M
+            b = bh // H
+            q_base = 0
+            k_base = 0
         h = bh % H
         hk = h // G
         if CAUSAL:
@@ -584,10 +688,38 @@ if HAVE_GLUON:
 
         consumer_args = (desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                          b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale)
-        loader_args = (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
-                       b, h, hk, start_m, lo_blk, n_blocks)
+        if VARLEN:  # the descriptors' batch 0, the sequence's rows from q_base and k_base
+            loader_args = (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
+                           v_empty, 0, h, hk, q_base + start_m, lo_blk, n_blocks, k_base)
+            packed_args = (desc_o, LSE + lse_row, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
+                           v_empty, 0, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale,
+                           q_base, O + q_base.to(gl.int64) * stride_on + h.to(gl.int64) * stride_oh, stride_on)
+        else:
+            loader_args = (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
+                           v_empty, b, h, hk, start_m, lo_blk, n_blocks, k_base)
         # a partition's arguments lose their constexpr-ness: the slices, the mask and ALiBi are baked into wrappers
-        if ALIBI:
+        if VARLEN:
+            if NC == 3:
+                if CAUSAL:
+                    gl.warp_specialize([(_ws_consumer_0_causal_packed, packed_args),
+                                        (_ws_consumer_1_causal_packed, packed_args),
+                                        (_ws_consumer_2_causal_packed, packed_args), (_ws_loader, loader_args)],
+                                       [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
+                else:
+                    gl.warp_specialize([(_ws_consumer_0_full_packed, packed_args),
+                                        (_ws_consumer_1_full_packed, packed_args),
+                                        (_ws_consumer_2_full_packed, packed_args), (_ws_loader, loader_args)],
+                                       [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
+            else:
+                if CAUSAL:
+                    gl.warp_specialize([(_ws_consumer_0_causal_packed, packed_args),
+                                        (_ws_consumer_1_causal_packed, packed_args), (_ws_loader, loader_args)],
+                                       [4, 1], [CONSUMER_REGS, 24])
+                else:
+                    gl.warp_specialize([(_ws_consumer_0_full_packed, packed_args),
+                                        (_ws_consumer_1_full_packed, packed_args), (_ws_loader, loader_args)],
+                                       [4, 1], [CONSUMER_REGS, 24])
+        elif ALIBI:
             slope2 = gl.load(SLOPES + b * stride_sb + h * stride_sh).to(gl.float32) * _LOG2E
             alibi_args = (desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                           b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale,
@@ -957,7 +1089,8 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
                   causal_off: int | None, scale: float, block_m: int, block_n: int, stages: int,
                   num_warps: int = 8, warp_spec: bool = False, win_off: int | None = None,
                   slopes: torch.Tensor | None = None, persistent: bool = False, head_chunk: int = 1,
-                  part_first: bool = False) -> None:
+                  part_first: bool = False, cu_seqlens: tuple[torch.Tensor, torch.Tensor] | None = None,
+                  max_seqlen_q: int = 0) -> None:
     """Run the Gluon forward: q (B, H, Nq, D), k/v (B, Hkv, Nk, D), out like q, lse (B, H, Nq) float32,
     written in place. ``causal_off`` None: no right edge; else row i sees keys j <= i + causal_off.
     ``win_off`` None: no left edge; else row i sees keys j >= i + win_off (a sliding window; the
@@ -969,15 +1102,24 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     ALiBi): one program per SM at most, taking the tiles of ``persistent_schedule`` (``_attn_fwd_gluon_wsp``).
     With a causal mask and ``warp_spec``: ``head_chunk``, the longest walks first over that many heads at a time
     (the grid kernel's programs, or the persistent schedule's groups; 0: ``auto_head_chunk``); ``part_first``,
-    the part query block first (``part_first_shift``). No input checks (the public entry points and
+    the part query block first (``part_first_shift``).
+    ``cu_seqlens`` = (cu_q, cu_k), int32 (B + 1,) on q's device: a packed batch (the warp-specialised grid kernel,
+    no ALiBi), q (total_q, H, D), k/v (total_k, Hkv, D), out like q, lse (H, total_q); ``causal_off`` and
+    ``win_off`` as for a sequence with as many keys as rows (each sequence adds its own Nk − Nq) and
+    ``max_seqlen_q`` at least its longest query sequence. No input checks (the public entry points and
     ``gluon_supported`` do them)."""
     _check_tiles(block_m, block_n, stages, num_warps, warp_spec)
+    if cu_seqlens is not None and (not warp_spec or persistent or slopes is not None):
+        raise ValueError("a packed batch takes the warp-specialised grid Gluon forward, without ALiBi")
     if win_off is not None and not warp_spec:
         raise ValueError("a window's left edge needs the warp-specialised Gluon forward (warp_spec=True)")
     if persistent and (not warp_spec or slopes is not None):
         raise ValueError("the persistent Gluon forward is the warp-specialised kernel without ALiBi")
     if not (isinstance(head_chunk, int) and head_chunk >= 0):
         raise ValueError(f"head_chunk must be an int >= 0 (0: auto_head_chunk), got {head_chunk!r}")
+    if cu_seqlens is not None:
+        return _packed_forward(q, k, v, out, lse, causal_off, win_off, scale, block_m, block_n, stages, num_warps,
+                               cu_seqlens, max_seqlen_q)
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     if head_chunk == 0:
@@ -1021,14 +1163,41 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     else:
         _attn_fwd_gluon[grid](*args, **args_alibi, **const, num_warps=num_warps)
 
+def _packed_forward(q, k, v, out, lse, causal_off, win_off, scale, block_m, block_n, stages, num_warps, cu_seqlens,
+                    max_seqlen_q) -> None:
+    """``gluon_forward`` of a packed batch (its arguments)."""
+    from .config import varlen_grid
+    from .prefill_fwd import packed_as_bhnd
+
+    (Nq, H, D), (Nk, Hkv, _) = q.shape, k.shape
+    cu_q, cu_k = cu_seqlens
+    grid = varlen_grid(cu_q.numel() - 1, H, max_seqlen_q, block_m)
+    if grid[0] == 0 or grid[1] == 0:
+        return
+    el = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
+
+    def desc(x, rows):
+        x = packed_as_bhnd(x)  # (1, H|Hkv, total, D)
+        return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 1, rows, D], nvmma_layout((1, 1, rows, D), el))
+
+    causal = causal_off is not None
+    args = (desc(q, 64), desc(k, block_n), desc(v, block_n), desc(out, 64), lse, H, H // Hkv, Nq, Nk,
+            causal_off if causal else 0, NO_WINDOW if win_off is None else win_off, scale * LOG2E, 0, 1)
+    launch_kept(_attn_fwd_gluon_ws, grid, dict(zip(_attn_fwd_gluon_ws.arg_names, args))
+                | dict(CU_Q=cu_q, CU_K=cu_k, O=out, stride_on=out.stride(0), stride_oh=out.stride(1), VARLEN=True,
+                       HEAD_D=D, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal,
+                       CONSUMER_REGS=consumer_regs(block_m)), num_warps=num_warps)
+
+
 def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: int = 128, stages: int = 2,
                  num_warps: int = 8, dtype: torch.dtype = torch.bfloat16, warp_spec: bool = False,
-                 alibi: bool = False, persistent: bool = False):
+                 alibi: bool = False, persistent: bool = False, packed: bool = False):
     """Build the Gluon forward for Hopper (sm_90) on any machine, GPU or not (Triton's own ptxas): the
     compiled kernel, whose ``asm`` holds the PTX and cubin and ``metadata`` the shared memory. What the
     CPU tests and ``benchmarks/prefill.py aot`` read: registers, spills, and the wgmma waits. ``alibi``:
     the ALiBi build (float32 slopes, run-time strides); without it the ALiBi arguments are None.
-    ``persistent``: the persistent warp-specialised kernel (``_attn_fwd_gluon_wsp``; no ALiBi)."""
+    ``persistent``: the persistent warp-specialised kernel (``_attn_fwd_gluon_wsp``; no ALiBi). ``packed``: the
+    packed-batch build of the warp-specialised grid kernel (no ALiBi)."""
     if not HAVE_GLUON:
         raise RuntimeError("this triton has no Gluon (triton >= 3.5 needed)")
     import triton
@@ -1048,28 +1217,34 @@ def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: in
         raise ValueError("the persistent Gluon forward is the warp-specialised kernel without ALiBi")
     fn = _attn_fwd_gluon_wsp if persistent else _attn_fwd_gluon_ws if warp_spec else _attn_fwd_gluon
     const |= dict(CONSUMER_REGS=consumer_regs(block_m)) if warp_spec else dict(num_warps=num_warps)
+    if packed and (not warp_spec or persistent or alibi):
+        raise ValueError("the packed Gluon forward is the warp-specialised grid kernel without ALiBi")
     if not persistent:
         const |= dict(ALIBI=True) if alibi else dict(SLOPES=None, stride_sb=None, stride_sh=None, alibi_off=None,
                                                      ALIBI=False)
+    if warp_spec and not persistent:
+        const |= dict(VARLEN=True) if packed else dict(CU_Q=None, CU_K=None, O=None, VARLEN=False)
     q_rows = 64 if warp_spec else block_m
     sig = {}
     for n in fn.arg_names:
         sig[n] = ("constexpr" if n in const else desc(q_rows) if n in ("desc_q", "desc_o")
                   else desc(block_n) if n in ("desc_k", "desc_v") else "*fp32" if n in ("LSE", "SLOPES")
-                  else "*i32" if n == "SCHED" else "fp32" if n == "qk_scale" else "i32")
+                  else "*i32" if n in ("SCHED", "CU_Q", "CU_K") else f"*{name}" if n == "O"
+                  else "fp32" if n == "qk_scale" else "i32")
     src = GluonASTSource(fn, sig, const, {(fn.arg_names.index("LSE"),): [["tt.divisibility", 16]]})
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps))
 
 
 def sm90_report(head_dim: int, *, causal: bool, block_m: int = 128, block_n: int = 128, stages: int = 2,
                 num_warps: int = 8, dtype: torch.dtype = torch.bfloat16, warp_spec: bool = False,
-                alibi: bool = False, persistent: bool = False) -> dict:
+                alibi: bool = False, persistent: bool = False, packed: bool = False) -> dict:
     """What the compiler made of one sm_90 build (``compile_sm90``): shared memory (KB), registers and
     spill stack per thread (from the cubin, where Triton ships cuobjdump), and the PTX's wgmma waits
     (``wait_groups``: the distinct N of ``wgmma.wait_group N``; 1 is the wait that leaves P·V in flight).
     Needs a process without TRITON_INTERPRET (the interpreter replaces the jit functions Gluon calls)."""
     kernel = compile_sm90(head_dim, causal=causal, block_m=block_m, block_n=block_n, stages=stages,
-                          num_warps=num_warps, dtype=dtype, warp_spec=warp_spec, alibi=alibi, persistent=persistent)
+                          num_warps=num_warps, dtype=dtype, warp_spec=warp_spec, alibi=alibi, persistent=persistent,
+                          packed=packed)
     return kernel_report(kernel)
 
 
