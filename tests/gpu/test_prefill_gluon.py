@@ -683,12 +683,12 @@ def test_packed_builds_for_sm90_with_the_dense_schedule_and_no_spill():
             G.compile_sm90(64, causal=True, packed=True, **bad)
 
 
-def _packed(lens_q, lens_k, H, Hkv, D, dtype, gen, extra_q=0, extra_k=0):
-    """Random packed q (total_q, H, D), k, v (total_k, Hkv, D) and int32 cumulative lengths on DEV; ``extra_*``
-    rows past the last sequence (rows no sequence owns)."""
-    q = torch.randn(sum(lens_q) + extra_q, H, D, dtype=dtype, device=DEV, generator=gen)
-    k, v = (torch.randn(sum(lens_k) + extra_k, Hkv, D, dtype=dtype, device=DEV, generator=gen) for _ in range(2))
-    cu = [torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
+def _packed(lens_q, lens_k, H, Hkv, D, dtype, gen, extra_q=0, extra_k=0, device=DEV):
+    """Random packed q (total_q, H, D), k, v (total_k, Hkv, D) and int32 cumulative lengths on ``device`` (``gen``
+    one of its generators); ``extra_*`` rows past the last sequence (rows no sequence owns)."""
+    q = torch.randn(sum(lens_q) + extra_q, H, D, dtype=dtype, device=device, generator=gen)
+    k, v = (torch.randn(sum(lens_k) + extra_k, Hkv, D, dtype=dtype, device=device, generator=gen) for _ in range(2))
+    cu = [torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device=device)
           for lens in (lens_q, lens_k)]
     return q, k, v, cu
 
@@ -706,7 +706,7 @@ def test_packed_calls_reach_the_gluon_forward_without_softcap_or_alibi(monkeypat
     monkeypatch.setattr(F, "launch_kept", lambda kernel, grid, kwargs, **options: launches.append(kwargs))
     gen = torch.Generator().manual_seed(0)
     for D in (64, 128):
-        q, k, v, cu = _packed([5, 0, 40], [9, 3, 30], 4, 2, D, torch.bfloat16, gen)
+        q, k, v, cu = _packed([5, 0, 40], [9, 3, 30], 4, 2, D, torch.bfloat16, gen, device="cpu")
         for mask, want in ((Mask(-1, 0), (0, None)), (Mask(-1, -1), (None, None)), (Mask(20, 3), (3, -20))):
             calls.clear()
             prefill_forward(q, k, v, mask=mask, scale=0.1, cu_seqlens=cu, max_seqlen=(40, 30))
@@ -717,7 +717,7 @@ def test_packed_calls_reach_the_gluon_forward_without_softcap_or_alibi(monkeypat
     calls.clear()
     for extra in (dict(softcap=5.0), dict(slopes=torch.rand(3, 4))):
         prefill_forward(q, k, v, mask=Mask(-1, 0), scale=0.1, cu_seqlens=cu, max_seqlen=(40, 30), **extra)
-    q32, k32, v32, cu32 = _packed([5, 0, 40], [9, 3, 30], 4, 2, 32, torch.bfloat16, gen)
+    q32, k32, v32, cu32 = _packed([5, 0, 40], [9, 3, 30], 4, 2, 32, torch.bfloat16, gen, device="cpu")
     prefill_forward(q32, k32, v32, mask=Mask(-1, 0), scale=0.1, cu_seqlens=cu32, max_seqlen=(40, 30))
     monkeypatch.setattr(G, "PACKED", False)
     prefill_forward(q, k, v, mask=Mask(-1, 0), scale=0.1, cu_seqlens=cu, max_seqlen=(40, 30))
