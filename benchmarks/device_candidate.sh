@@ -22,7 +22,8 @@ if [ "${PHASES:-tests bench}" = "plan" ]; then
     # batch's time by step on each backward and forward (varlen_profile.py --steps, numbered PROFILE_RUN;
     # PROFILE_BWD, PROFILE_FWD) and the varlen rows with each ROUTES entry, backward:forward, one process each
     # (variants.py --packed-kernel, --packed-fwd: VARLEN_RUN-<backward>, or VARLEN_RUN-<backward>-fwd-<forward>
-    # where the forward is named)
+    # where the forward is named). SWEEP_RUN: first the Gluon forward's packed entries (variants_sweep.py
+    # --packed-gluon); PROFILE_S=0: no profile.
     t0=$(date +%s)
     # (PLAN_TESTS: other pytest arguments, e.g. a call that reruns only the tests a change touched)
     timeout ${TEST_S:-420} python3 -m pytest -q -p no:cacheprovider $XDIST ${PLAN_TESTS:-tests/gpu/test_launch.py \
@@ -31,8 +32,14 @@ if [ "${PHASES:-tests bench}" = "plan" ]; then
     rc=$?
     echo "tests: exit $rc in $(( $(date +%s) - t0 ))s"; tail -n 3 "$D/tests.log"; grep "^FAILED" "$D/tests.log" | head
     [ "$rc" = 0 ] || { echo "GPU tests failed: no benchmarks"; exit 1; }
+    if [ -n "${SWEEP_RUN:-}" ]; then  # the Gluon forward's packed entries beside the Triton kernel's (forward only)
+        t0=$(date +%s)
+        timeout ${SWEEP_S:-240} python3 benchmarks/variants_sweep.py --variants varlen --passes fwd --packed-gluon \
+            --D ${VARLEN_D:-128 64} --json "$D/variants-sweep-h200-varlen-run$SWEEP_RUN.json" > "$D/sweep.log" 2>&1
+        echo "sweep: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/sweep.log" || tail -n 20 "$D/sweep.log"
+    fi
     t0=$(date +%s)
-    timeout ${PROFILE_S:-150} python3 benchmarks/varlen_profile.py --D 128 --packed ${PROFILE_BWD:-triton gluon} \
+    [ "${PROFILE_S:-150}" = 0 ] || timeout ${PROFILE_S:-150} python3 benchmarks/varlen_profile.py --D 128 --packed ${PROFILE_BWD:-triton gluon} \
         --packed-fwd ${PROFILE_FWD:-library} --steps --json "$D/varlen-profile-h200-run${PROFILE_RUN:-x}.json" \
         > "$D/profile.log" 2>&1
     echo "varlen_profile: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/profile.log" | head -90

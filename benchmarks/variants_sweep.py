@@ -9,7 +9,11 @@ visible pairs. The table's current choice is marked; ``--json`` keeps every row.
 
     python benchmarks/variants_sweep.py [--D 64 128] [--variants window alibi varlen] [--passes fwd fwd_bwd] [--json out.json]
 
-``varlen`` sweeps the packed batch's own table entry (its longest document sets the length class).
+``varlen`` sweeps the packed batch's own table entry (its longest document sets the length class);
+``--packed-gluon`` sweeps instead the Gluon forward's packed entries (``GLUON_PACKED_FWD_CANDIDATES``: grid or
+persistent, key blocks, ring depth) beside the Triton kernel's entry, the forward only.
+
+    python benchmarks/variants_sweep.py --variants varlen --passes fwd --packed-gluon --json out.json
 """
 
 from __future__ import annotations
@@ -45,6 +49,14 @@ VARLEN_BWD_EXTRA = [  # dQ by float32 atomics inside the dK/dV kernel: one kerne
     (32, 128, 4, 3, 128, 32, 4, 3, True),
     (64, 128, 8, 2, 128, 64, 8, 2, True),
 ]
+GLUON_PACKED_FWD_CANDIDATES = [  # (block_m, block_n, stages, persistent): the Gluon forward of a packed batch
+    (128, 128, 2, False),
+    (128, 128, 2, True),
+    (128, 64, 2, True),
+    (128, 64, 3, True),
+    (128, 64, 4, True),
+    (192, 128, 2, True),
+]
 BWD_CANDIDATES = [  # (block_m1, block_n1, warps1, stages1, block_m2, block_n2, warps2, stages2)
     (64, 64, 4, 3, 64, 64, 4, 3),
     (64, 128, 8, 3, 128, 64, 8, 3),
@@ -62,7 +74,7 @@ def _variants_module():
     return mod
 
 
-def sweep(Ds, variants, passes) -> list[dict]:
+def sweep(Ds, variants, passes, packed_gluon: bool = False) -> list[dict]:
 
     from attnlab.gpu import config as gc
 
@@ -72,7 +84,7 @@ def sweep(Ds, variants, passes) -> list[dict]:
         H = vb.WIDTH // D
         for variant in variants:
             if variant == "varlen":
-                rows += _sweep_varlen(vb, D, passes)
+                rows += _sweep_packed_gluon(vb, D) if packed_gluon else _sweep_varlen(vb, D, passes)
                 continue
             for pass_ in passes:
                 cfg = dict(variant=variant, H=H, N=vb.TOKENS, D=D, dtype=torch.bfloat16, pass_=pass_)
@@ -172,6 +184,41 @@ def _sweep_varlen(vb, D: int, passes) -> list[dict]:
     return rows
 
 
+def _sweep_packed_gluon(vb, D: int) -> list[dict]:
+    """The packed batch's forward on the Gluon kernel, each of ``GLUON_PACKED_FWD_CANDIDATES`` installed as the
+    head dim's entry (``config._GLUON_PACKED_FWD``), beside the Triton kernel's entry (``prefill_gluon.PACKED``
+    off). The entry and the switch are put back as they were."""
+    from attnlab.gpu import config as gc
+    from attnlab.gpu import prefill_gluon
+
+    dev = torch.device("cuda")
+    H = vb.WIDTH // D
+    lengths = vb.doc_lengths(vb.TOKENS)
+    cfg = dict(variant="varlen", H=H, N=vb.TOKENS, D=D, dtype=torch.bfloat16, pass_="fwd", lengths=lengths)
+    flops = 4 * H * vb.visible_pairs("varlen", vb.TOKENS, lengths) * D
+    saved, switch = gc._GLUON_PACKED_FWD.get(D), prefill_gluon.PACKED
+    triton_fwd = gc.packed_fwd_config(D, True, dev, max(lengths)) or gc.variant_fwd_config(
+        gc.default_fwd_config(D, True, dev, max(lengths), gluon=False), D, packed=True, score_mod=False)
+    rows = []
+    try:
+        prefill_gluon.PACKED = False
+        rows.append(_time_row(vb, cfg, flops, dict(D=D, variant="varlen", pass_="fwd", config=str(triton_fwd),
+                                                   kernel="triton", current=saved is None or not switch)))
+        prefill_gluon.PACKED = True
+        for bm, bn, st, pers in GLUON_PACKED_FWD_CANDIDATES:
+            c = gc.FwdConfig(bm, bn, 4, st, tma=True, warp_spec=True, gluon=True, persistent=pers)
+            gc._GLUON_PACKED_FWD[D] = c
+            rows.append(_time_row(vb, cfg, flops, dict(D=D, variant="varlen", pass_="fwd", config=str(c),
+                                                       kernel="gluon", current=switch and c == saved)))
+    finally:
+        prefill_gluon.PACKED = switch
+        if saved is None:
+            gc._GLUON_PACKED_FWD.pop(D, None)
+        else:
+            gc._GLUON_PACKED_FWD[D] = saved
+    return rows
+
+
 def markdown(rows) -> str:
     lines = ["| D | variant | pass | config | TFLOP/s |", "|---|---|---|---|---|"]
     for r in rows:
@@ -188,13 +235,15 @@ def main(argv=None) -> int:
                     choices=["window", "alibi", "softcap", "varlen"])
     ap.add_argument("--passes", nargs="+", default=["fwd", "fwd_bwd"], choices=["fwd", "fwd_bwd"])
     ap.add_argument("--json", type=Path, help="write every row here (refuses an existing file)")
+    ap.add_argument("--packed-gluon", action="store_true",
+                    help="varlen: sweep the Gluon forward's packed entries beside the Triton kernel's (forward only)")
     args = ap.parse_args(argv)
     if args.json is not None and args.json.exists():
         ap.error(f"{args.json} exists; not overwriting it")
     if not torch.cuda.is_available():
         print("variants_sweep: needs a CUDA GPU", file=sys.stderr)
         return 2
-    rows = sweep(args.D, args.variants, args.passes)
+    rows = sweep(args.D, args.variants, args.passes, args.packed_gluon)
     print(markdown(rows))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))

@@ -238,15 +238,16 @@ def variant_fwd_config(cfg: FwdConfig, D: int, *, packed: bool, score_mod: bool,
 _PACKED_FWD_TABLE = {(128, True, "short"): _F(128, 32, 8, 3)}
 
 
-# The Gluon forward of a packed batch (``prefill_gluon.PACKED``): the warp-specialised grid kernel with two
+# The Gluon forward of a packed batch (``prefill_gluon.PACKED``), by head dim: the warp-specialised kernel with two
 # consumer warp groups (128-row blocks: a sequence's last block wastes fewer rows than with 192).
-_GLUON_PACKED_FWD = _GLUON_LONG
+_GLUON_PACKED_FWD = {64: dataclasses.replace(_GLUON_LONG, persistent=True),
+                     128: dataclasses.replace(_GLUON_LONG, persistent=True)}
 
 
 def packed_gluon_fwd_config(D: int) -> FwdConfig | None:
-    """The Gluon forward's entry for a packed batch without softcap or ALiBi at head dim D, or None where the
-    Gluon kernel takes no such head dim."""
-    return _GLUON_PACKED_FWD if D in (64, 128) else None
+    """The Gluon forward's entry for a packed batch without softcap or ALiBi at head dim D, or None where it has
+    none (the Triton kernel runs)."""
+    return _GLUON_PACKED_FWD.get(D)
 
 
 def packed_fwd_config(D: int, causal: bool, device: torch.device, n_keys: int | None) -> FwdConfig | None:

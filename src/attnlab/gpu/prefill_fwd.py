@@ -514,7 +514,7 @@ def _gluon_packed(q, k, v, out, lse, mask, scale: float, cfg: FwdConfig, cu_q, c
         gluon_forward(q, k, v, out, lse, causal_off=mask.right if mask.right >= 0 else None, scale=scale,
                       block_m=cfg.block_m, block_n=cfg.block_n, stages=cfg.num_stages, num_warps=cfg.num_warps,
                       warp_spec=True, win_off=-mask.left if mask.left >= 0 else None, cu_seqlens=(cu_q, cu_k),
-                      max_seqlen_q=max_q)
+                      max_seqlen_q=max_q, persistent=cfg.persistent)
     if len(launches) == 1:
         a = dict(zip(launches[0][0].kernel.arg_names, launches[0][1]))
         named = dict(Q=q, K=k, V=v, O=out, LSE=lse, CU_Q=cu_q, CU_K=cu_k, Qd=a["desc_q"], Kd=a["desc_k"],

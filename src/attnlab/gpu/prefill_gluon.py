@@ -453,10 +453,17 @@ if HAVE_GLUON:
         out = acc * gl.convert_layout(1.0 / l_safe, row_o)[:, None]
         if O is not None:  # a packed batch's sequence
             if row0 + HALF_M <= Nq:
-                q.store(out.to(dtype))
-                fence_async_shared()
-                _tma_store(desc_o, [b, h, q_base + row0, 0], q_tile)
-                tma.store_wait(0)
+                if o_smem is None:
+                    q.store(out.to(dtype))
+                    fence_async_shared()
+                    _tma_store(desc_o, [b, h, q_base + row0, 0], q_tile)
+                    tma.store_wait(0)
+                else:
+                    o_tile = o_smem.index(HALF)
+                    tma.store_wait(0)
+                    o_tile.reshape([HALF_M, HEAD_D]).store(out.to(dtype))
+                    fence_async_shared()
+                    _tma_store(desc_o, [b, h, q_base + row0, 0], o_tile)
             else:  # the sequence's last rows: a box would write into the next sequence's
                 rows = row0 + gl.arange(0, HALF_M, layout=row_o)
                 cols = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, o_layout))
@@ -898,17 +905,180 @@ if HAVE_GLUON:
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
                       H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 2, False)
 
+    # -- the persistent kernel for a packed batch: tiles dealt in turns, each program's found in the kernel -------
+
+    @gluon.jit
+    def _wspv_tile(p, r, programs, n_m, n_bh, H, G, Nq, Nk, causal_off, win_off, CU_Q, CU_K,
+                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+        """Turn r of persistent program p over a packed batch's tiles, numbered query block last first and (sequence,
+        head) within a block: tile r·programs + p on even turns, r·programs + programs − 1 − p on odd ones (causal
+        walks grow with the query block, so every turn deals tiles of one size, the largest first, back and forth).
+        Returns (whether the tile holds rows of its sequence, head, K/V head, first row and key block and key blocks
+        in the sequence's own numbering, the sequence's first row of q and of k, its lengths, its causal_off and
+        win_off). ``Nq``, ``Nk``: the packed totals, which clamp the lengths as the grid kernel does."""
+        odd = r % 2
+        t = r * programs + p + odd * (programs - 1 - 2 * p)
+        m = n_m - 1 - t // n_bh
+        bh = t % n_bh
+        b = bh // H
+        h = bh % H
+        q_base = gl.minimum(gl.maximum(gl.load(CU_Q + b), 0), Nq).to(gl.int32)
+        q_end = gl.minimum(gl.maximum(gl.load(CU_Q + b + 1), q_base), Nq).to(gl.int32)
+        k_base = gl.minimum(gl.maximum(gl.load(CU_K + b), 0), Nk).to(gl.int32)
+        k_end = gl.minimum(gl.maximum(gl.load(CU_K + b + 1), k_base), Nk).to(gl.int32)
+        n_q = q_end - q_base
+        n_k = k_end - k_base
+        start_m = m * BLOCK_M
+        valid = (m >= 0) & (start_m < n_q)
+        c_off = causal_off + n_k - n_q
+        w_off = win_off + n_k - n_q
+        if CAUSAL:
+            hi = gl.maximum(gl.minimum(n_k, start_m + BLOCK_M + c_off), 0)
+        else:
+            hi = n_k
+        lo_blk = gl.maximum(start_m + w_off, 0) // BLOCK_N
+        n_blocks = gl.maximum(gl.cdiv(hi, BLOCK_N) - lo_blk, 0)
+        return valid, h, h // G, start_m, lo_blk, n_blocks, q_base, k_base, n_q, n_k, c_off, w_off
+
+    @gluon.jit
+    def _wspv_loader(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                     v_empty, H, G, Nq, Nk, causal_off, win_off, n_m, n_bh, n_turns, CU_Q, CU_K, CAUSAL: gl.constexpr):
+        """``_wsp_loader`` over a packed batch's tiles (``_wspv_tile``): rows and keys from the sequence's first."""
+        HALF_M: gl.constexpr = q_smem.shape[3]
+        NC: gl.constexpr = q_smem.shape[0]
+        BLOCK_N: gl.constexpr = k_smem.shape[3]
+        STAGES: gl.constexpr = k_smem.shape[0]
+        it = 0
+        ti = 0
+        p = gl.program_id(0)
+        programs = gl.num_programs(0)
+        for r in range(n_turns):
+            valid, h, hk, start_m, lo_blk, n_blocks, q_base, k_base, n_q, n_k, c_off, w_off = _wspv_tile(
+                p, r, programs, n_m, n_bh, H, G, Nq, Nk, causal_off, win_off, CU_Q, CU_K, NC * HALF_M, BLOCK_N,
+                CAUSAL)
+            if valid:
+                for i in gl.static_range(NC):
+                    if ti > 0:
+                        mbarrier.wait(q_empty.index(i), (ti - 1) & 1)
+                    mbarrier.expect(q_bars.index(i), desc_q.block_type.nbytes)
+                    _tma_load(desc_q, [0, h, q_base + start_m + i * HALF_M, 0], q_bars.index(i), q_smem.index(i))
+                for t in range(n_blocks):
+                    u = it + t
+                    slot = u % STAGES
+                    if u >= STAGES:
+                        mbarrier.wait(k_empty.index(slot), ((u // STAGES) - 1) & 1)
+                    mbarrier.expect(k_ready.index(slot), desc_k.block_type.nbytes)
+                    _tma_load(desc_k, [0, hk, k_base + (lo_blk + t) * BLOCK_N, 0], k_ready.index(slot),
+                              k_smem.index(slot))
+                    if u >= STAGES:
+                        mbarrier.wait(v_empty.index(slot), ((u // STAGES) - 1) & 1)
+                    mbarrier.expect(v_ready.index(slot), desc_v.block_type.nbytes)
+                    _tma_load(desc_v, [0, hk, k_base + (lo_blk + t) * BLOCK_N, 0], v_ready.index(slot),
+                              v_smem.index(slot))
+                it += n_blocks
+                ti += 1
+
+    @gluon.jit
+    def _wspv_loader_causal(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+                            k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, n_m, n_bh, n_turns, CU_Q, CU_K):
+        _wspv_loader(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                     v_empty, H, G, Nq, Nk, causal_off, win_off, n_m, n_bh, n_turns, CU_Q, CU_K, True)
+
+    @gluon.jit
+    def _wspv_loader_full(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+                          k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, n_m, n_bh, n_turns, CU_Q, CU_K):
+        _wspv_loader(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                     v_empty, H, G, Nq, Nk, causal_off, win_off, n_m, n_bh, n_turns, CU_Q, CU_K, False)
+
+    @gluon.jit
+    def _wspv_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                       v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns, CU_Q, CU_K, O,
+                       stride_on, stride_oh, HALF: gl.constexpr, CAUSAL: gl.constexpr):
+        """``_wsp_consumer`` over a packed batch's tiles (the loader's): each tile's LSE and O from its sequence's
+        first row (``LSE`` (H, total_q), ``O`` the output, row stride ``stride_on``, head stride ``stride_oh``)."""
+        HALF_M: gl.constexpr = q_smem.shape[3]
+        NC: gl.constexpr = q_smem.shape[0]
+        BLOCK_N: gl.constexpr = k_smem.shape[3]
+        it = 0
+        ti = 0
+        p = gl.program_id(0)
+        programs = gl.num_programs(0)
+        for r in range(n_turns):
+            valid, h, hk, start_m, lo_blk, n_blocks, q_base, k_base, n_q, n_k, c_off, w_off = _wspv_tile(
+                p, r, programs, n_m, n_bh, H, G, Nq, Nk, causal_off, win_off, CU_Q, CU_K, NC * HALF_M, BLOCK_N,
+                CAUSAL)
+            if valid:
+                _ws_consumer(desc_o, LSE + (h.to(gl.int64) * Nq + q_base), q_smem, k_smem, v_smem, q_bars, k_ready,
+                             v_ready, k_empty, v_empty, 0, h, 0, start_m, lo_blk, n_blocks, n_q, n_k, c_off, w_off,
+                             qk_scale, HALF, CAUSAL, False, 0.0, 0, it, ti & 1, q_empty, o_smem, q_base,
+                             O + q_base.to(gl.int64) * stride_on + h.to(gl.int64) * stride_oh, stride_on)
+                it += n_blocks
+                ti += 1
+        tma.store_wait(0)
+
+    @gluon.jit
+    def _wspv_consumer_0_causal(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+                                 k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns,
+                                 CU_Q, CU_K, O, stride_on, stride_oh):
+        _wspv_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                       v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns, CU_Q, CU_K, O,
+                       stride_on, stride_oh, 0, True)
+
+    @gluon.jit
+    def _wspv_consumer_0_full(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+                                 k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns,
+                                 CU_Q, CU_K, O, stride_on, stride_oh):
+        _wspv_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                       v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns, CU_Q, CU_K, O,
+                       stride_on, stride_oh, 0, False)
+
+    @gluon.jit
+    def _wspv_consumer_1_causal(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+                                 k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns,
+                                 CU_Q, CU_K, O, stride_on, stride_oh):
+        _wspv_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                       v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns, CU_Q, CU_K, O,
+                       stride_on, stride_oh, 1, True)
+
+    @gluon.jit
+    def _wspv_consumer_1_full(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+                                 k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns,
+                                 CU_Q, CU_K, O, stride_on, stride_oh):
+        _wspv_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                       v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns, CU_Q, CU_K, O,
+                       stride_on, stride_oh, 1, False)
+
+    @gluon.jit
+    def _wspv_consumer_2_causal(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+                                 k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns,
+                                 CU_Q, CU_K, O, stride_on, stride_oh):
+        _wspv_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                       v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns, CU_Q, CU_K, O,
+                       stride_on, stride_oh, 2, True)
+
+    @gluon.jit
+    def _wspv_consumer_2_full(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+                                 k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns,
+                                 CU_Q, CU_K, O, stride_on, stride_oh):
+        _wspv_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                       v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns, CU_Q, CU_K, O,
+                       stride_on, stride_oh, 2, False)
+
     @gluon.jit
     def _attn_fwd_gluon_wsp(desc_q, desc_k, desc_v, desc_o, LSE, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m,
                             SCHED, n_turns, m_shift, HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr,
                             BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                            CONSUMER_REGS: gl.constexpr):
+                            CONSUMER_REGS: gl.constexpr, CU_Q=None, CU_K=None, O=None, stride_on=0, stride_oh=0,
+                            n_bh=0, VARLEN: gl.constexpr = False):
         """``_attn_fwd_gluon_ws`` as a persistent kernel (no ALiBi): a grid of at most one program per SM, program
         p taking the tiles of row p of the schedule SCHED (int32, ``n_turns`` a row, −1 past a program's last
         tile; tile = (b·H + h)·``n_m`` + query block; ``persistent_schedule`` makes it). The K/V ring runs on
         across tiles, so the loader brings the next tile's Q (once its consumers' last Q·Kᵀ is done) and key
         blocks while the consumers finish this one; O leaves through buffers of its own, the TMA store waited for
-        only before the buffer's next use. ``m_shift`` as in the grid kernel."""
+        only before the buffer's next use. ``m_shift`` as in the grid kernel.
+        VARLEN: a packed batch as the grid kernel takes one (its arguments), SCHED None and m_shift 0: the tiles of
+        ``n_m`` query blocks of ``n_bh`` (sequence, head) pairs dealt to the programs in ``n_turns`` turns
+        (``_wspv_tile``), a tile past its sequence's last row skipped."""
         HALF_M: gl.constexpr = 64
         NC: gl.constexpr = BLOCK_M // HALF_M
         dtype: gl.constexpr = desc_q.dtype
@@ -934,7 +1104,30 @@ if HAVE_GLUON:
                          v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift)
         loader_args = (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
                        v_empty, H, G, Nk, causal_off, win_off, n_m, SCHED, n_turns, m_shift)
-        if NC == 3:
+        if VARLEN:
+            packed_args = (desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                           v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns, CU_Q, CU_K, O,
+                           stride_on, stride_oh)
+            packed_loader = (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+                             k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, n_m, n_bh, n_turns, CU_Q, CU_K)
+            if NC == 3:
+                if CAUSAL:
+                    gl.warp_specialize([(_wspv_consumer_0_causal, packed_args), (_wspv_consumer_1_causal, packed_args),
+                                        (_wspv_consumer_2_causal, packed_args),
+                                        (_wspv_loader_causal, packed_loader)],
+                                       [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
+                else:
+                    gl.warp_specialize([(_wspv_consumer_0_full, packed_args), (_wspv_consumer_1_full, packed_args),
+                                        (_wspv_consumer_2_full, packed_args), (_wspv_loader_full, packed_loader)],
+                                       [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
+            else:
+                if CAUSAL:
+                    gl.warp_specialize([(_wspv_consumer_0_causal, packed_args), (_wspv_consumer_1_causal, packed_args),
+                                        (_wspv_loader_causal, packed_loader)], [4, 1], [CONSUMER_REGS, 24])
+                else:
+                    gl.warp_specialize([(_wspv_consumer_0_full, packed_args), (_wspv_consumer_1_full, packed_args),
+                                        (_wspv_loader_full, packed_loader)], [4, 1], [CONSUMER_REGS, 24])
+        elif NC == 3:
             if CAUSAL:
                 gl.warp_specialize([(_wsp_consumer_0_causal, consumer_args), (_wsp_consumer_1_causal, consumer_args),
                                     (_wsp_consumer_2_causal, consumer_args), (_wsp_loader_causal, loader_args)],
@@ -1103,14 +1296,14 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     With a causal mask and ``warp_spec``: ``head_chunk``, the longest walks first over that many heads at a time
     (the grid kernel's programs, or the persistent schedule's groups; 0: ``auto_head_chunk``); ``part_first``,
     the part query block first (``part_first_shift``).
-    ``cu_seqlens`` = (cu_q, cu_k), int32 (B + 1,) on q's device: a packed batch (the warp-specialised grid kernel,
-    no ALiBi), q (total_q, H, D), k/v (total_k, Hkv, D), out like q, lse (H, total_q); ``causal_off`` and
+    ``cu_seqlens`` = (cu_q, cu_k), int32 (B + 1,) on q's device: a packed batch (the warp-specialised kernel, grid
+    or persistent, no ALiBi), q (total_q, H, D), k/v (total_k, Hkv, D), out like q, lse (H, total_q); ``causal_off`` and
     ``win_off`` as for a sequence with as many keys as rows (each sequence adds its own Nk − Nq) and
     ``max_seqlen_q`` at least its longest query sequence. No input checks (the public entry points and
     ``gluon_supported`` do them)."""
     _check_tiles(block_m, block_n, stages, num_warps, warp_spec)
-    if cu_seqlens is not None and (not warp_spec or persistent or slopes is not None):
-        raise ValueError("a packed batch takes the warp-specialised grid Gluon forward, without ALiBi")
+    if cu_seqlens is not None and (not warp_spec or slopes is not None):
+        raise ValueError("a packed batch takes the warp-specialised Gluon forward, without ALiBi")
     if win_off is not None and not warp_spec:
         raise ValueError("a window's left edge needs the warp-specialised Gluon forward (warp_spec=True)")
     if persistent and (not warp_spec or slopes is not None):
@@ -1119,7 +1312,7 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         raise ValueError(f"head_chunk must be an int >= 0 (0: auto_head_chunk), got {head_chunk!r}")
     if cu_seqlens is not None:
         return _packed_forward(q, k, v, out, lse, causal_off, win_off, scale, block_m, block_n, stages, num_warps,
-                               cu_seqlens, max_seqlen_q)
+                               cu_seqlens, max_seqlen_q, persistent)
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     if head_chunk == 0:
@@ -1164,8 +1357,9 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         _attn_fwd_gluon[grid](*args, **args_alibi, **const, num_warps=num_warps)
 
 def _packed_forward(q, k, v, out, lse, causal_off, win_off, scale, block_m, block_n, stages, num_warps, cu_seqlens,
-                    max_seqlen_q) -> None:
-    """``gluon_forward`` of a packed batch (its arguments)."""
+                    max_seqlen_q, persistent) -> None:
+    """``gluon_forward`` of a packed batch (its arguments): the grid kernel, or the persistent one (at most a
+    program per SM, the tiles dealt in turns by ``_wspv_tile``)."""
     from .config import varlen_grid
     from .prefill_fwd import packed_as_bhnd
 
@@ -1182,11 +1376,21 @@ def _packed_forward(q, k, v, out, lse, causal_off, win_off, scale, block_m, bloc
 
     causal = causal_off is not None
     args = (desc(q, 64), desc(k, block_n), desc(v, block_n), desc(out, 64), lse, H, H // Hkv, Nq, Nk,
-            causal_off if causal else 0, NO_WINDOW if win_off is None else win_off, scale * LOG2E, 0, 1)
-    launch_kept(_attn_fwd_gluon_ws, grid, dict(zip(_attn_fwd_gluon_ws.arg_names, args))
-                | dict(CU_Q=cu_q, CU_K=cu_k, O=out, stride_on=out.stride(0), stride_oh=out.stride(1), VARLEN=True,
-                       HEAD_D=D, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal,
-                       CONSUMER_REGS=consumer_regs(block_m)), num_warps=num_warps)
+            causal_off if causal else 0, NO_WINDOW if win_off is None else win_off, scale * LOG2E)
+    const = dict(CU_Q=cu_q, CU_K=cu_k, O=out, stride_on=out.stride(0), stride_oh=out.stride(1), VARLEN=True, HEAD_D=D,
+                 BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal, CONSUMER_REGS=consumer_regs(block_m))
+    if persistent:
+        from .decode_config import _device_sms
+
+        n_bh, n_m = grid
+        programs = max(1, min(n_m * n_bh, _device_sms(q.device)))
+        args += (n_m, None, -(-(n_m * n_bh) // programs), 0)
+        launch_kept(_attn_fwd_gluon_wsp, (programs,), dict(zip(_attn_fwd_gluon_wsp.arg_names, args)) | const
+                    | dict(n_bh=n_bh), num_warps=num_warps)
+    else:
+        args += (0, 1)
+        launch_kept(_attn_fwd_gluon_ws, grid, dict(zip(_attn_fwd_gluon_ws.arg_names, args)) | const,
+                    num_warps=num_warps)
 
 
 def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: int = 128, stages: int = 2,
@@ -1197,7 +1401,7 @@ def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: in
     CPU tests and ``benchmarks/prefill.py aot`` read: registers, spills, and the wgmma waits. ``alibi``:
     the ALiBi build (float32 slopes, run-time strides); without it the ALiBi arguments are None.
     ``persistent``: the persistent warp-specialised kernel (``_attn_fwd_gluon_wsp``; no ALiBi). ``packed``: the
-    packed-batch build of the warp-specialised grid kernel (no ALiBi)."""
+    packed-batch build of either warp-specialised kernel (no ALiBi)."""
     if not HAVE_GLUON:
         raise RuntimeError("this triton has no Gluon (triton >= 3.5 needed)")
     import triton
@@ -1217,13 +1421,15 @@ def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: in
         raise ValueError("the persistent Gluon forward is the warp-specialised kernel without ALiBi")
     fn = _attn_fwd_gluon_wsp if persistent else _attn_fwd_gluon_ws if warp_spec else _attn_fwd_gluon
     const |= dict(CONSUMER_REGS=consumer_regs(block_m)) if warp_spec else dict(num_warps=num_warps)
-    if packed and (not warp_spec or persistent or alibi):
-        raise ValueError("the packed Gluon forward is the warp-specialised grid kernel without ALiBi")
+    if packed and (not warp_spec or alibi):
+        raise ValueError("the packed Gluon forward is the warp-specialised kernel without ALiBi")
     if not persistent:
         const |= dict(ALIBI=True) if alibi else dict(SLOPES=None, stride_sb=None, stride_sh=None, alibi_off=None,
                                                      ALIBI=False)
-    if warp_spec and not persistent:
+    if warp_spec:
         const |= dict(VARLEN=True) if packed else dict(CU_Q=None, CU_K=None, O=None, VARLEN=False)
+        if persistent and packed:
+            const |= dict(SCHED=None, m_shift=0)
     q_rows = 64 if warp_spec else block_m
     sig = {}
     for n in fn.arg_names:
