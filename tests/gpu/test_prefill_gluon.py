@@ -788,15 +788,17 @@ def test_gpu_packed_gluon_matches_reference_and_the_dense_kernel(lens_q, lens_k,
                         block_m=block_m, block_n=block_n, stages=stages, num_warps=4, warp_spec=True,
                         win_off=off - left if left >= 0 else None)
         assert torch.equal(od[0].transpose(0, 1), out[q0:q1]) and torch.equal(ld[0], lse[:, q0:q1]), s
-    if left < 0 and right <= 0:
-        saved = C._GLUON_PACKED_FWD.get(D)
-        C._GLUON_PACKED_FWD[D] = FwdConfig(block_m, block_n, 4, stages, tma=True, warp_spec=True, gluon=True,
-                                           persistent=persistent)
-        try:
-            got = flash_attention_varlen(qs, ks, vs, *cu, causal=right == 0, scale=scale, return_lse=True)
-        finally:
-            C._GLUON_PACKED_FWD[D] = saved
-        assert torch.equal(got[0], out) and torch.equal(got[1], lse)
+    saved = C._GLUON_PACKED_FWD.get(D)
+    C._GLUON_PACKED_FWD[D] = FwdConfig(block_m, block_n, 4, stages, tma=True, warp_spec=True, gluon=True,
+                                       persistent=persistent)
+    try:
+        got = [prefill_forward(qs, ks, vs, mask=mask, scale=scale, cu_seqlens=cu, max_seqlen=(max(lens_q), 1))]
+        if left < 0 and right <= 0:
+            got.append(flash_attention_varlen(qs, ks, vs, *cu, causal=right == 0, scale=scale, return_lse=True))
+    finally:
+        C._GLUON_PACKED_FWD[D] = saved
+    for o, lse_got in got:
+        assert torch.equal(o, out) and torch.equal(lse_got, lse)
 
 
 @pytest.mark.gpu
