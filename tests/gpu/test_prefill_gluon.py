@@ -792,7 +792,8 @@ def test_gpu_packed_gluon_matches_reference_and_the_dense_kernel(lens_q, lens_k,
     C._GLUON_PACKED_FWD[D] = FwdConfig(block_m, block_n, 4, stages, tma=True, warp_spec=True, gluon=True,
                                        persistent=persistent)
     try:
-        got = [prefill_forward(qs, ks, vs, mask=mask, scale=scale, cu_seqlens=cu, max_seqlen=(max(lens_q), max(lens_k)))]
+        got = [prefill_forward(qs, ks, vs, mask=mask, scale=scale, cu_seqlens=cu,
+                               max_seqlen=(max(lens_q), max(lens_k)))]
         if left < 0 and right <= 0:
             got.append(flash_attention_varlen(qs, ks, vs, *cu, causal=right == 0, scale=scale, return_lse=True))
     finally:
