@@ -696,16 +696,17 @@ def _packed(lens_q, lens_k, H, Hkv, D, dtype, gen, extra_q=0, extra_k=0, device=
 
 
 def test_packed_calls_reach_the_gluon_forward_without_softcap_or_alibi(monkeypatch):
-    """The dispatch, seen on the CPU by standing in for the Gluon kernel: a plain packed batch (causal, windowed
-    or not) at D = 64 or 128 goes to ``gluon_forward`` with its lengths, the mask's edges as one sequence's
-    offsets (each adds its own Nk − Nq in the kernel) and the warp-specialised 128-row tiles; softcap, ALiBi,
-    another head dim and ``PACKED`` off go to the Triton kernel."""
+    """The dispatch, seen on the CPU by standing in for the Gluon kernel: with ``PACKED`` on, a plain packed batch
+    (causal, windowed or not) at D = 64 or 128 goes to ``gluon_forward`` with its lengths, the mask's edges as one
+    sequence's offsets (each adds its own Nk − Nq in the kernel) and the grid kernel's 128-row tiles; softcap,
+    ALiBi, another head dim and ``PACKED`` off (the default) go to the Triton kernel."""
     from attnlab.gpu import prefill_fwd as F
 
     calls, launches = [], []
     monkeypatch.setattr(G, "gluon_supported", lambda *a: True)
     monkeypatch.setattr(G, "gluon_forward", lambda *a, **kw: calls.append(kw))
     monkeypatch.setattr(F, "launch_kept", lambda kernel, grid, kwargs, **options: launches.append(kwargs))
+    monkeypatch.setattr(G, "PACKED", True)
     gen = torch.Generator().manual_seed(0)
     for D in (64, 128):
         q, k, v, cu = _packed([5, 0, 40], [9, 3, 30], 4, 2, D, torch.bfloat16, gen, device="cpu")
@@ -716,12 +717,16 @@ def test_packed_calls_reach_the_gluon_forward_without_softcap_or_alibi(monkeypat
             kw = calls[0]
             assert kw["cu_seqlens"][0] is cu[0] and kw["cu_seqlens"][1] is cu[1] and kw["max_seqlen_q"] == 40
             assert kw["warp_spec"] and (kw["block_m"], kw["block_n"], kw["num_warps"]) == (128, 128, 4)
+            assert not kw["persistent"]
     calls.clear()
     for extra in (dict(softcap=5.0), dict(slopes=torch.rand(3, 4))):
         prefill_forward(q, k, v, mask=Mask(-1, 0), scale=0.1, cu_seqlens=cu, max_seqlen=(40, 30), **extra)
     q32, k32, v32, cu32 = _packed([5, 0, 40], [9, 3, 30], 4, 2, 32, torch.bfloat16, gen, device="cpu")
     prefill_forward(q32, k32, v32, mask=Mask(-1, 0), scale=0.1, cu_seqlens=cu32, max_seqlen=(40, 30))
-    monkeypatch.setattr(G, "PACKED", False)
+    monkeypatch.undo()  # the default
+    monkeypatch.setattr(G, "gluon_supported", lambda *a: True)
+    monkeypatch.setattr(G, "gluon_forward", lambda *a, **kw: calls.append(kw))
+    monkeypatch.setattr(F, "launch_kept", lambda kernel, grid, kwargs, **options: launches.append(kwargs))
     prefill_forward(q, k, v, mask=Mask(-1, 0), scale=0.1, cu_seqlens=cu, max_seqlen=(40, 30))
     assert calls == [] and len(launches) == 4 and all(kw["VARLEN"] for kw in launches)
 
@@ -746,7 +751,7 @@ PACKED_TILES = [  # block_m, block_n, stages, persistent
 @pytest.mark.parametrize("block_m,block_n,stages,persistent", PACKED_TILES)
 @pytest.mark.parametrize("lens_q,lens_k,H,Hkv,D,window,dtype", PACKED_CASES)
 def test_gpu_packed_gluon_matches_reference_and_the_dense_kernel(lens_q, lens_k, H, Hkv, D, window, dtype, block_m,
-                                                                 block_n, stages, persistent):
+                                                                 block_n, stages, persistent, monkeypatch):
     """A packed batch on the Gluon forward, grid or persistent (outputs poisoned with NaN, rows past the last
     sequence included): within the criterion against the per-sequence oracle, empty rows out 0 and lse −inf, rows
     no sequence owns left as they were, and each sequence equal to the bit to the dense grid kernel of the same
@@ -788,25 +793,22 @@ def test_gpu_packed_gluon_matches_reference_and_the_dense_kernel(lens_q, lens_k,
                         block_m=block_m, block_n=block_n, stages=stages, num_warps=4, warp_spec=True,
                         win_off=off - left if left >= 0 else None)
         assert torch.equal(od[0].transpose(0, 1), out[q0:q1]) and torch.equal(ld[0], lse[:, q0:q1]), s
-    saved = C._GLUON_PACKED_FWD.get(D)
-    C._GLUON_PACKED_FWD[D] = FwdConfig(block_m, block_n, 4, stages, tma=True, warp_spec=True, gluon=True,
-                                       persistent=persistent)
-    try:
-        got = [prefill_forward(qs, ks, vs, mask=mask, scale=scale, cu_seqlens=cu,
-                               max_seqlen=(max(lens_q), max(lens_k)))]
-        if left < 0 and right <= 0:
-            got.append(flash_attention_varlen(qs, ks, vs, *cu, causal=right == 0, scale=scale, return_lse=True))
-    finally:
-        C._GLUON_PACKED_FWD[D] = saved
+    monkeypatch.setattr(G, "PACKED", True)
+    monkeypatch.setitem(C._GLUON_PACKED_FWD, D, FwdConfig(block_m, block_n, 4, stages, tma=True, warp_spec=True,
+                                                          gluon=True, persistent=persistent))
+    got = [prefill_forward(qs, ks, vs, mask=mask, scale=scale, cu_seqlens=cu, max_seqlen=(max(lens_q), max(lens_k)))]
+    if left < 0 and right <= 0:
+        got.append(flash_attention_varlen(qs, ks, vs, *cu, causal=right == 0, scale=scale, return_lse=True))
     for o, lse_got in got:
         assert torch.equal(o, out) and torch.equal(lse_got, lse)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
-def test_gpu_packed_gluon_with_int64_lengths_and_an_upper_bound_max_seqlen():
+def test_gpu_packed_gluon_with_int64_lengths_and_an_upper_bound_max_seqlen(monkeypatch):
     """int64 cumulative lengths and a max_seqlen above the longest sequence (the extra programs return at once):
     the same bits as int32 lengths with the exact bound."""
+    monkeypatch.setattr(G, "PACKED", True)
     gen = torch.Generator(device=DEV).manual_seed(5)
     q, k, v, cu = _packed([100, 1000, 3], [100, 1200, 3], 4, 2, 128, torch.bfloat16, gen)
     want = prefill_forward(q, k, v, mask=Mask(-1, 0), scale=0.1, cu_seqlens=cu, max_seqlen=(1000, 1200))

@@ -483,14 +483,16 @@ def test_gpu_varlen_never_synchronises(variant):
 def test_gpu_bad_lengths_never_crash(cu_q, cu_k, max_seqlen):
     """Bad lengths on CUDA with max_seqlen given: the call is not checked (that would synchronise) and
     the kernels clamp every sequence into the packed tensors. The table's configurations (with every variant,
-    and plain causal: the Gluon kernels on Hopper), guards round every tensor, then the public entry point
-    forward and backward, and the GPU still works after."""
+    and plain causal: the Gluon backward on Hopper), the Gluon forward's packed entry, guards round every tensor,
+    then the public entry point forward and backward, and the GPU still works after."""
     scale = 64  # the same patterns, 64 times longer
     cu_q, cu_k = ([x * scale if abs(x) < 2**30 else x for x in c] for c in (cu_q, cu_k))
     max_seqlen = tuple(m * scale for m in max_seqlen)
-    for plain in (False, True):
+    from attnlab.gpu.config import packed_gluon_fwd_config
+
+    for plain, fwd in ((False, None), (True, None), (True, packed_gluon_fwd_config(128))):
         _run_bad_lengths(cu_q, cu_k, max_seqlen, total_q=40 * scale, total_k=50 * scale, H=4, Hkv=2, D=128,
-                         configs=(None, None), plain=plain)
+                         configs=(fwd, None), plain=plain)
     dt = torch.int64 if any(abs(x) >= 2**31 for x in cu_q + cu_k) else torch.int32
     q = torch.randn(40 * scale, 4, 128, dtype=BF16, device=DEV, requires_grad=True)
     k, v = (torch.randn(50 * scale, 2, 128, dtype=BF16, device=DEV, requires_grad=True) for _ in range(2))

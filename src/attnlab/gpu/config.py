@@ -238,10 +238,11 @@ def variant_fwd_config(cfg: FwdConfig, D: int, *, packed: bool, score_mod: bool,
 _PACKED_FWD_TABLE = {(128, True, "short"): _F(128, 32, 8, 3)}
 
 
-# The Gluon forward of a packed batch (``prefill_gluon.PACKED``), by head dim: the warp-specialised kernel with two
-# consumer warp groups (128-row blocks: a sequence's last block wastes fewer rows than with 192).
-_GLUON_PACKED_FWD = {64: dataclasses.replace(_GLUON_LONG, persistent=True),
-                     128: dataclasses.replace(_GLUON_LONG, persistent=True)}
+# The Gluon forward of a packed batch (while ``prefill_gluon.PACKED`` is on; off by default), by head dim: the
+# best of the packed sweep's Gluon builds at either head dim (benchmarks/variants_sweep.py --packed-gluon,
+# data/variants-sweep-h200-varlen-run5.json): the warp-specialised grid kernel with two consumer warp groups
+# (the persistent build, 64-key blocks and 192-row blocks ran slower).
+_GLUON_PACKED_FWD = {64: _GLUON_LONG, 128: _GLUON_LONG}
 
 
 def packed_gluon_fwd_config(D: int) -> FwdConfig | None:

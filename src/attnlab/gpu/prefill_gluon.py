@@ -74,12 +74,17 @@ except ImportError:  # pragma: no cover - depends on the installed triton
     HAVE_GLUON = False
 
 GLUON_HEAD_DIMS = (64, 128)
-# packed batches (cu_seqlens) without softcap or ALiBi on the warp-specialised grid kernel, causal, windowed or
-# not: each program's sequence read from the cumulative lengths, its last rows stored without TMA. A sequence's
-# last key block is loaded whole (its keys past the sequence's end masked), so a NaN or infinity in the next
-# sequence's first rows of V reaches this one's outputs (0 · NaN), which the Triton kernel's masked loads never
-# read. False: the Triton kernel (measurements)
-PACKED = True
+# packed batches (cu_seqlens) without softcap or ALiBi on the warp-specialised kernel (``config._GLUON_PACKED_FWD``),
+# causal, windowed or not: each program's sequence read from the cumulative lengths, its last rows stored without
+# TMA. A sequence's last key block is loaded whole (its keys past the sequence's end masked), so a NaN or infinity
+# in the next sequence's first rows of V reaches this one's outputs (0 · NaN), which the Triton kernel's masked
+# loads never read. Off: on an H200 (16K tokens of documents of 256–1792, causal, the forward alone) the grid
+# kernel ran level with the Triton kernel at D = 128 (308 against 307 TFLOP/s, variants-sweep varlen run 5; 319
+# against 305 and 293 against 298 forward+backward in variants run 17) and 12 % behind at D = 64 (218 against 249);
+# the persistent build, tiles dealt in fixed turns, 15 % behind the grid kernel at D = 128. A document's walks
+# are a few key blocks long, and a program's start and end (barriers, the first loads, the last store), which the
+# Triton kernel's two programs per SM hide under each other, are not hidden here. True: a plain packed call takes it
+PACKED = False
 NO_WINDOW = -(1 << 30)  # win_off of a call without a left edge: every key is right of it
 
 
