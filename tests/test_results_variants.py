@@ -189,3 +189,90 @@ def test_results_runs_14_to_16_are_the_recorded_ones():
     assert f"ahead by {min(up):.0f}–{max(up):.0f} % at D = 128" in notes
     assert (f"D = 128 varlen forward+backward {fb[15, 'gluon', 128]:.0f} TFLOP/s on the Gluon backward against "
             f"{fb[15, 'triton', 128]:.0f} on the Triton kernels, {x[15, 'gluon', 128]:.2f}× FlexAttention") in notes
+
+
+def test_results_runs_17_and_18_are_the_recorded_ones():
+    """RESULTS.md's variants runs 17 and 18, variants-sweep varlen run 5 and varlen-profile run 7 (the packed Gluon
+    forward): the tables as the scripts render them from the recorded files, and every number the text, NOTES-prefill
+    v22, docs/variants.md and the ``PACKED`` comment quote."""
+    import math
+
+    vb = load_script("benchmarks/variants.py")
+    vp = load_script("benchmarks/varlen_profile.py")
+    vs = load_script("benchmarks/variants_sweep.py")
+    results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    section = results[results.index("### Variants runs 17 and 18"):results.index("### Variants runs 14–16")]
+    text = " ".join(section.split())
+    notes = " ".join((ROOT / "benchmarks" / "NOTES-prefill.md").read_text().split("## v22")[1].split())
+    doc = " ".join((ROOT / "docs" / "variants.md").read_text().split())
+    src = " ".join((ROOT / "src" / "attnlab" / "gpu" / "prefill_gluon.py").read_text().replace("#", "").split())
+    data = ROOT / "benchmarks" / "data"
+    tf = {}
+    for run in (17, 18):
+        for fwd, tag in (("triton", "Triton"), ("gluon", "Gluon")):
+            rows = json.loads((data / f"variants-h200-varlen-run{run}-gluon-fwd-{fwd}.json").read_text())["rows"]
+            assert all(r["packed_fwd"] == fwd and r["packed_kernel"] == "gluon" for r in rows if "packed_fwd" in r)
+            for line in vb.report(rows).splitlines()[2:]:
+                assert line.replace("| varlen |", f"| varlen (run {run}, {tag} forward) |", 1) in section, line
+            tf[run, fwd] = {(r["D"], r["pass_"], r["provider"]): r["tflops"] for r in rows if "tflops" in r}
+    sweep = json.loads((data / "variants-sweep-h200-varlen-run5.json").read_text())
+    assert vs.markdown(sweep).rstrip("\n") in section
+    prof = json.loads((data / "varlen-profile-h200-run7.json").read_text())["rows"]
+    assert "\n".join(vp.table(prof)) in section
+    # the sweep: the Triton entry, the Gluon grid kernel, the persistent build, at each head dim
+    sw = {}
+    for r in sweep:
+        c = r["config"]
+        kind = ("triton" if r["kernel"] == "triton" else "persistent" if "persistent=True" in c else "grid")
+        if "block_m=128, block_n=128" in c or kind == "triton":
+            sw[r["D"], kind] = r["tflops"]
+    slow = {D: [r["tflops"] for r in sweep if r["D"] == D and ("block_n=64" in r["config"] or "block_m=192"
+                                                                in r["config"]) and r["kernel"] == "gluon"]
+            for D in (64, 128)}
+    assert all(max(slow[D]) < sw[D, "persistent"] < sw[D, "grid"] for D in (64, 128))  # "slower still"
+    k = {r["packed_fwd"]: r["kernels"] for r in prof}
+    kt, kg = k["triton"]["_attn_fwd"], k["gluon"]["_attn_fwd_gluon_ws"]
+    host = {r["packed_fwd"]: r["steps"]["prefill_fwd._FwdPlan.run"][0] for r in prof}
+    fb = {(run, D): tf[run, "triton"][D, "fwd_bwd", "attnlab"] for run in (17, 18) for D in (64, 128)}
+    x = {key: fb[key] / tf[key[0], "triton"][key[1], "fwd_bwd", "flex"] for key in fb}
+    f17 = {(fwd, D): tf[17, fwd][D, "fwd", "attnlab"] for fwd in ("triton", "gluon") for D in (64, 128)}
+    assert (f"level with the Triton kernel at D = 128 ({sw[128, 'grid']:.0f} against {sw[128, 'triton']:.0f} TFLOP/s "
+            f"in the sweep; {kg:.1f} against {kt:.1f} µs of GPU time in run 7; {f17['gluon', 128]:.0f} against "
+            f"{f17['triton', 128]:.0f} in run 17's varlen rows, one process each) and behind it at D = 64 "
+            f"({sw[64, 'grid']:.0f} against {sw[64, 'triton']:.0f} in the sweep, {f17['gluon', 64]:.0f} against "
+            f"{f17['triton', 64]:.0f} in run 17)") in text
+    assert (f"ran at {sw[128, 'persistent']:.0f} TFLOP/s against the grid kernel's {sw[128, 'grid']:.0f} at D = 128 and "
+            f"{sw[64, 'persistent']:.0f} against {sw[64, 'grid']:.0f} at D = 64") in text
+    assert (f"ran at {fb[17, 128]:.0f} and {fb[18, 128]:.0f} TFLOP/s at D = 128 ({x[17, 128]:.2f}× FlexAttention in "
+            f"both runs) and {fb[17, 64]:.0f} and {fb[18, 64]:.0f} at D = 64 ({x[17, 64]:.2f}× and {x[18, 64]:.2f}×)") in text
+    assert f"{x[17, 128]:.2f}" == f"{x[18, 128]:.2f}"
+    assert f"took {host['gluon']:.1f} µs of host time on the Gluon kernel" in text and f"against {host['triton']:.1f} on" in text
+    # NOTES v22
+    doc_lengths = vb.doc_lengths(vb.TOKENS)
+    H = vb.WIDTH // 128
+    grid = H * len(doc_lengths) * math.ceil(max(doc_lengths) / 128)
+    empty = grid - H * sum(math.ceil(n / 128) for n in doc_lengths)
+    assert f"({empty:,} of {grid:,} at D = 128) lie past their sequence's end and return at once" in notes
+    assert (f"The Gluon forward's kernel ran {kg:.1f} µs against the Triton kernel's {kt:.1f}, level" in notes)
+    assert (f"the varlen rows {f17['gluon', 128]:.0f} against {f17['triton', 128]:.0f} TFLOP/s for the forward alone at "
+            f"D = 128") in notes and f"and {f17['gluon', 64]:.0f} against {f17['triton', 64]:.0f} at D = 64" in notes
+    assert (f"Forward+backward {tf[17, 'gluon'][128, 'fwd_bwd', 'attnlab']:.0f} against {fb[17, 128]:.0f} at "
+            "D = 128") in notes
+    assert (f"{sw[128, 'persistent']:.0f} against the grid kernel's {sw[128, 'grid']:.0f} TFLOP/s at D = 128, "
+            f"{sw[64, 'persistent']:.0f} against {sw[64, 'grid']:.0f} at D = 64") in notes
+    s128 = sorted(r["tflops"] for r in sweep if r["D"] == 128 and "block_n=64" in r["config"])
+    big = [r["tflops"] for r in sweep if r["D"] == 128 and "block_m=192" in r["config"]]
+    assert f"64-key blocks ({s128[0]:.0f}–{s128[-1]:.0f} at D = 128, any ring depth) and 192-row blocks ({big[0]:.0f})" in notes
+    assert (f"{fb[17, 128]:.0f} and {fb[18, 128]:.0f} TFLOP/s at D = 128, {x[17, 128]:.2f}× FlexAttention in both "
+            "runs") in notes
+    # docs and the switch's comment
+    assert f"in variants runs 17 and 18, {fb[17, 128]:.0f} and {fb[18, 128]:.0f}, {x[17, 128]:.2f}× in both" in doc
+    assert (f"D = 128 ({sw[128, 'grid']:.0f} against {sw[128, 'triton']:.0f} TFLOP/s, the forward alone) and behind it "
+            f"at D = 64 ({sw[64, 'grid']:.0f} against {sw[64, 'triton']:.0f})") in doc
+    behind64 = round(100 * (1 - sw[64, "grid"] / sw[64, "triton"]))
+    behind_p = round(100 * (1 - sw[128, "persistent"] / sw[128, "grid"]))
+    assert (f"at D = 128 ({sw[128, 'grid']:.0f} against {sw[128, 'triton']:.0f} TFLOP/s, variants-sweep varlen run 5; "
+            f"{f17['gluon', 128]:.0f} against {f17['triton', 128]:.0f} and {tf[17, 'gluon'][128, 'fwd_bwd', 'attnlab']:.0f}"
+            f" against {fb[17, 128]:.0f} forward+backward in variants run 17) and {behind64} % behind at D = 64 "
+            f"({sw[64, 'grid']:.0f} against {sw[64, 'triton']:.0f}); the persistent build, tiles dealt in fixed turns, "
+            f"{behind_p} % behind the grid kernel at D = 128") in src
