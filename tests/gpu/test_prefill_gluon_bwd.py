@@ -817,6 +817,56 @@ def test_gpu_gluon_backward_packed_batch(lens_q, lens_k, H, Hkv, D, causal, dq_s
         torch.testing.assert_close(a, b)
 
 
+@pytest.mark.gpu
+@on_hopper
+@pytest.mark.parametrize("lens_q,lens_k,H,Hkv,D,causal", PACKED_CASES)
+def test_gpu_gluon_backward_deterministic_packed_batch(lens_q, lens_k, H, Hkv, D, causal, monkeypatch):
+    """A deterministic packed batch on the Gluon backward's ordered build (the table's configuration): the same
+    bits in three runs, dK and dV the bits of the default packed build, dQ equal to it up to rounding, each within
+    the criterion against the oracle, every element written (the outputs start as NaN). The packed cases'
+    empty sequences, one-row sequences and len_q != len_k put turns at tiles of every shape."""
+    from attnlab.gpu.config import default_bwd_config
+    from attnlab.reference import attention_ref_varlen
+
+    monkeypatch.setattr(GB, "PACKED", True)
+    monkeypatch.setattr(GB, "PACKED_DET", True)
+    gen = torch.Generator(device=DEV).manual_seed(sum(lens_q) * 5 + D)
+    dtype = torch.bfloat16
+    q = torch.randn(sum(lens_q), H, D, dtype=dtype, device=DEV, generator=gen)
+    k, v = (torch.randn(sum(lens_k), Hkv, D, dtype=dtype, device=DEV, generator=gen) for _ in range(2))
+    do = torch.randn(q.shape, dtype=dtype, device=DEV, generator=gen)
+    cu = [torch.tensor([0] + torch.tensor(n).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
+          for n in (lens_q, lens_k)]
+    mask, scale = Mask(-1, 0 if causal else -1), D ** -0.5
+    max_seqlen = (max(lens_q), max(lens_k))
+    cfg = default_bwd_config(D, causal, torch.device("cuda"), max(lens_k))
+    assert cfg.gluon
+    out, lse = prefill_forward(q, k, v, mask=mask, scale=scale, cu_seqlens=cu, max_seqlen=max_seqlen)
+    calls = []
+    real = GB.gluon_backward
+    monkeypatch.setattr(GB, "gluon_backward", lambda *a, **kw: calls.append(kw["deterministic"]) or real(*a, **kw))
+    runs = []
+    for det in (True, True, True, False):
+        grads = [torch.full_like(t, float("nan")) for t in (q, k, v)]
+        prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, cu_seqlens=cu, max_seqlen=max_seqlen,
+                         deterministic=det, dq=grads[0], dk=grads[1], dv=grads[2])
+        runs.append(grads)
+    assert calls[0] is True and calls[-1] is False, "the Gluon backward did not take the deterministic packed batch"
+    for run in runs[1:3]:
+        assert all(torch.equal(a, b) for a, b in zip(runs[0], run)), "deterministic runs differ"
+    assert torch.equal(runs[0][1], runs[3][1]) and torch.equal(runs[0][2], runs[3][2])
+    torch.testing.assert_close(runs[0][0], runs[3][0])
+    refs = []
+    for dt in (torch.float64, dtype):
+        qq, kk, vv = (t.detach().to(dt).requires_grad_() for t in (q, k, v))
+        o, _ = attention_ref_varlen(qq, kk, vv, *cu, causal=causal, scale=scale)
+        refs.append(torch.autograd.grad(o, (qq, kk, vv), do.to(dt)))
+    for name, g, r64, same in zip(("dq", "dk", "dv"), runs[0], *refs):
+        assert not torch.isnan(g).any(), f"{name}: NaN (an element was not written)"
+        e, e_ref = _err(g, r64), _err(same, r64)
+        assert within_criterion(e, e_ref, r64, g.dtype), (name, e, e_ref)
+
+
 PLAN_CASES = [  # B, H, Hkv, Nq, Nk, D, mask (left, right), deterministic
     (2, 4, 4, 1000, 1000, 64, (-1, 0), False),
     (1, 8, 2, 257, 1030, 128, (-1, -1), False),
@@ -918,15 +968,18 @@ def test_gpu_a_kept_packed_plan_takes_each_calls_lengths(D, causal, monkeypatch)
 def test_packed_batches_build_for_sm90_and_route_to_the_gluon_backward(monkeypatch):
     """The packed-batch build (VARLEN) compiles for sm_90 with the dense build's TMA loads (L₂ and Dᵢ too: each
     sequence's rows start at a multiple of 64), wgmmas, dQ reductions and register split, and without spills
-    at D = 64; ``prefill_backward`` sends a packed causal or non-causal batch to it
-    (with cu_seqlens and the longest sequence's keys) where ``PACKED`` is set, and windows, ALiBi, softcap and
-    deterministic packed calls to the Triton kernels; ``PACKED`` off (a measurement switch: the default is on)
-    sends every packed batch there."""
-    dense, packed = sm90_reports("prefill_gluon_bwd", [dict(D=64, dtype="bfloat16", causal=True),
-                                                       dict(D=64, dtype="bfloat16", causal=True, varlen=True)])
+    at D = 64, its deterministic build likewise beside the dense one's; ``prefill_backward`` sends a packed causal
+    or non-causal batch to it (with cu_seqlens and the longest sequence's keys) where ``PACKED`` is set, a
+    deterministic one too where ``PACKED_DET`` is, and windows, ALiBi and softcap to the Triton kernels;
+    ``PACKED`` off (a measurement switch: the default is on) sends every packed batch there."""
+    dense, packed, dense_det, packed_det = sm90_reports("prefill_gluon_bwd", [
+        dict(D=64, dtype="bfloat16", causal=True), dict(D=64, dtype="bfloat16", causal=True, varlen=True),
+        dict(D=64, dtype="bfloat16", causal=True, deterministic=True),
+        dict(D=64, dtype="bfloat16", causal=True, varlen=True, deterministic=True)])
     for key in ("tma_loads", "wgmma", "tma_reduces", "setmaxnreg", "smem_kb"):
         assert packed[key] == dense[key], key
-    assert packed.get("stack") in (0, None)
+        assert packed_det[key] == dense_det[key], key
+    assert packed.get("stack") in (0, None) and packed_det.get("stack") in (0, None)
     calls = _stub_gluon_backward(monkeypatch)
     monkeypatch.setattr(GB, "PACKED", True)
     gen = torch.Generator(device=DEV).manual_seed(5)
@@ -942,6 +995,10 @@ def test_packed_batches_build_for_sm90_and_route_to_the_gluon_backward(monkeypat
         assert len(calls) == 1 and calls[0]["causal_off"] == right and calls[0]["max_seqlen_k"] == 20
         assert calls[0]["cu_seqlens"][0].tolist() == cu.tolist() and calls[0].get("win_off") is None
         assert calls[0]["max_seqlen_q"] == 20 and calls[0]["cu_rows"].tolist() == [0, 64, 64, 128, 192]
+    calls.clear()
+    prefill_backward(do, q, k, v, out, lse, mask=Mask(-1, 0), deterministic=True, **common)
+    assert len(calls) == 1 and calls[0]["deterministic"] and calls[0]["cu_seqlens"] is not None
+    monkeypatch.setattr(GB, "PACKED_DET", False)
     for extra in (dict(mask=Mask(5, 0)), dict(mask=Mask(-1, 0), softcap=3.0), dict(mask=Mask(-1, 0), deterministic=True),
                   dict(mask=Mask(-1, 0), slopes=torch.rand(4, 4, device=DEV))):
         calls.clear()

@@ -438,7 +438,7 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
         from .prefill_gluon import gluon_supported
 
         packed_ok = cu_seqlens is None or (prefill_gluon_bwd.PACKED and mask.left < 0 and slopes is None
-                                           and not deterministic  # packed batches: causal or not
+                                           and (prefill_gluon_bwd.PACKED_DET or not deterministic)
                                            and not cfg.dq_atomic and prefill_gluon_bwd.DQ_PERMUTED
                                            and max(B * Hkv, -(-n_keys // 128)) <= 65535)  # (the grid's axes)
         plain = (packed_ok and softcap is None
@@ -490,7 +490,8 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
             inner = gluon_backward(q, k, v, do, lse2, delta, dq, dk, dv, scale=scale, stages=cfg.stages1,
                                    dq_split=cfg.dq_split, dq_atomic=cfg.dq_atomic, dq_shared=cfg.dq_shared,
                                    dq_lag=cfg.dq_lag, causal_off=mask.right if mask.right >= 0 else None,
-                                   cu_seqlens=(cu_q, cu_k), max_seqlen_k=n_keys, max_seqlen_q=max_q, cu_rows=cu_p)
+                                   cu_seqlens=(cu_q, cu_k), max_seqlen_k=n_keys, max_seqlen_q=max_q, cu_rows=cu_p,
+                                   deterministic=deterministic)
             _keep(plan_key, launches, named, inner, rows_shape, gluon=True, packed=True)
             return _unpack(dq, dk, dv, cu_seqlens)
         inner = gluon_backward(q, k, v, do, lse2, delta, dq, dk, dv, scale=scale, stages=cfg.stages1,

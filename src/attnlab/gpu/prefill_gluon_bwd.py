@@ -177,8 +177,8 @@ LSE_BY_TMA = True
 # backward's speed, the Triton kernels 0.75-0.82x; numbered head first, a wave held every head's dQ tiles
 # (run 8: 0.57-0.69x on the causal rows, 0.82-0.88x on the others).
 DETERMINISTIC = True
-# packed batches (cu_seqlens) on this kernel, causal or not (no window, ALiBi or deterministic calls: those run
-# the Triton kernels). Each sequence's rows of L₂, Dᵢ and the dQ tiles start at a multiple of 64 in padded
+# packed batches (cu_seqlens) on this kernel, causal or not (no window or ALiBi: those run the Triton kernels;
+# deterministic ones where PACKED_DET is set). Each sequence's rows of L₂, Dᵢ and the dQ tiles start at a multiple of 64 in padded
 # buffers (``layout.packed_rows``): a 1-D TMA box at an unaligned row stopped the first build on an illegal
 # instruction, and the build that loaded them without TMA, dQ in row order, spilled and ran at half the dense
 # kernel's speed (benchmarks/packed_probe.py --timing). The padded build is 1.15-1.37x the Triton kernels on the
@@ -187,6 +187,10 @@ DETERMINISTIC = True
 # D = 128, 218 against 212 at D = 64 (variants run 15); 278 against 252 and 216 against 219 (run 16). Packed
 # lengths are clamped on the device first (``layout.packed_bounds``). False: the Triton kernels (measurements)
 PACKED = True
+# deterministic packed batches (with PACKED and DETERMINISTIC) on this kernel's ordered build: each sequence's key
+# blocks last first, their turns at a dQ tile counted in the sequence's own key blocks, the tiles its padded rows'.
+# False: the Triton kernels (measurements)
+PACKED_DET = True
 # deterministic causal GQA calls: each K/V head read by up to this many programs, fewer query heads per
 # program, and their dK, dV summed in a fixed order afterwards (``kv_split``, ``det_kv_split``):
 # shorter ordered walks, more programs per wave. The grid model put the causal walks' makespan at 1.16x a
@@ -681,8 +685,8 @@ if HAVE_GLUON:
         else:
             pid_n = gl.program_id(0)
             bhk = gl.program_id(1)
-        if DET and CAUSAL and DET_LAST_FIRST:  # key blocks last first: a causal dQ tile takes its additions in
-            pid_n = gl.cdiv(Nk, BLOCK_N) - 1 - pid_n  # descending order (off: measurement only, see gluon_backward)
+        if DET and CAUSAL and DET_LAST_FIRST and not VARLEN:  # key blocks last first: a causal dQ tile takes its
+            pid_n = gl.cdiv(Nk, BLOCK_N) - 1 - pid_n  # additions in descending order (off: measurement only)
         Hkv = H // G
         b = bhk // Hkv
         hk = bhk % Hkv
@@ -695,6 +699,9 @@ if HAVE_GLUON:
             Nk = gl.load(CU_K + b + 1)
             causal_off = causal_off + Nk - Nq  # key j sees row i iff j − k_base <= i − q_base + right + len_k − len_q
             b = 0
+            if DET and CAUSAL and DET_LAST_FIRST:  # the sequence's key blocks last first (programs past its last
+                rel = gl.cdiv(Nk - k_base, BLOCK_N) - 1 - pid_n  # key block stay past it: no step, no store)
+                pid_n = gl.where(rel >= 0, rel, pid_n)
         else:
             q_base = 0
             k_base = 0
@@ -774,8 +781,12 @@ if HAVE_GLUON:
         loader_args = (desc_q, desc_do, desc_k, desc_v, desc_lse, desc_dl, k_smem, v_smem, q_smem, do_smem, lse_smem,
                        dl_smem, kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, hk // KV_DIV, G, H, nq_rows, pad,
                        start_n, m_lo, n_m, rot)
-        writer_args = (desc_dq, SEM, dq_smem, ds_smem, ds_bars, b, hk, G, H, Nq, Nk, start_n, m_lo, n_m, causal_off,
-                       win_off)
+        if VARLEN:  # the writer in the sequence's own key blocks and the padded rows' tiles (m0 + pad, nq_rows)
+            writer_args = (desc_dq, SEM, dq_smem, ds_smem, ds_bars, 0, hk, G, H, nq_rows, Nk - k_base, start_n - k_base,
+                           m_lo + pad, n_m, causal_off - pad - k_base, win_off)
+        else:
+            writer_args = (desc_dq, SEM, dq_smem, ds_smem, ds_bars, b, hk, G, H, Nq, Nk, start_n, m_lo, n_m,
+                           causal_off, win_off)
         # a partition's arguments lose their constexpr-ness: the key slice and the mask are baked into wrappers
         if DET and CAUSAL:  # a fourth partition: the dQ writer warp
             gl.warp_specialize([(_bwd_consumer_0_causal, consumer_args), (_bwd_consumer_1_causal, consumer_args),
@@ -968,9 +979,10 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
                          f"(causal_off {causal_off}, Nk − Nq {k.shape[2] - Nq}): a band past it runs the Triton kernels")
     _check_tiles(D, stages, dq_split, dq_atomic, dq_shared, consumer_regs, dq_lag)
     if cu_seqlens is not None:
-        if deterministic or slopes is not None or win_off is not None or B != 1:
+        if slopes is not None or win_off is not None or B != 1 or (deterministic and not _det_last_first):
             raise ValueError("the Gluon backward takes packed batches (cu_seqlens) as (1, H, total, D) views without "
-                             "a window, ALiBi or deterministic; those run the Triton kernels")
+                             "a window or ALiBi (those run the Triton kernels), deterministic ones with their key "
+                             "blocks last first")
         if max_seqlen_k is None or max_seqlen_q is None or cu_rows is None or dk.stride() != dv.stride():
             raise ValueError("the Gluon backward's packed batches need max_seqlen_q, max_seqlen_k, cu_rows and dk, dv "
                              "of one layout")
