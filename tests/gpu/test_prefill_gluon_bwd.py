@@ -830,7 +830,7 @@ def test_gpu_gluon_backward_deterministic_packed_batch(lens_q, lens_k, H, Hkv, D
     from attnlab.reference import attention_ref_varlen
 
     monkeypatch.setattr(GB, "PACKED", True)
-    monkeypatch.setattr(GB, "PACKED_DET", True)
+    monkeypatch.setattr(GB, "PACKED_DET", (64, 128))  # (the default takes D = 128 only: the build at both)
     gen = torch.Generator(device=DEV).manual_seed(sum(lens_q) * 5 + D)
     dtype = torch.bfloat16
     q = torch.randn(sum(lens_q), H, D, dtype=dtype, device=DEV, generator=gen)
@@ -971,7 +971,7 @@ def test_packed_batches_build_for_sm90_and_route_to_the_gluon_backward(monkeypat
     sequence's rows start at a multiple of 64), wgmmas, dQ reductions and register split, and without spills
     at D = 64, its deterministic build likewise beside the dense one's; ``prefill_backward`` sends a packed causal
     or non-causal batch to it (with cu_seqlens and the longest sequence's keys) where ``PACKED`` is set, a
-    deterministic one too where ``PACKED_DET`` is, and windows, ALiBi and softcap to the Triton kernels;
+    deterministic one too at the head dims of ``PACKED_DET``, and windows, ALiBi and softcap to the Triton kernels;
     ``PACKED`` off (a measurement switch: the default is on) sends every packed batch there."""
     dense, packed, dense_det, packed_det = sm90_reports("prefill_gluon_bwd", [
         dict(D=64, dtype="bfloat16", causal=True), dict(D=64, dtype="bfloat16", causal=True, varlen=True),
@@ -997,9 +997,10 @@ def test_packed_batches_build_for_sm90_and_route_to_the_gluon_backward(monkeypat
         assert calls[0]["cu_seqlens"][0].tolist() == cu.tolist() and calls[0].get("win_off") is None
         assert calls[0]["max_seqlen_q"] == 20 and calls[0]["cu_rows"].tolist() == [0, 64, 64, 128, 192]
     calls.clear()
+    monkeypatch.setattr(GB, "PACKED_DET", (64, 128))
     prefill_backward(do, q, k, v, out, lse, mask=Mask(-1, 0), deterministic=True, **common)
     assert len(calls) == 1 and calls[0]["deterministic"] and calls[0]["cu_seqlens"] is not None
-    monkeypatch.setattr(GB, "PACKED_DET", False)
+    monkeypatch.setattr(GB, "PACKED_DET", (128,))  # (the default: these calls are at D = 64)
     for extra in (dict(mask=Mask(5, 0)), dict(mask=Mask(-1, 0), softcap=3.0), dict(mask=Mask(-1, 0), deterministic=True),
                   dict(mask=Mask(-1, 0), slopes=torch.rand(4, 4, device=DEV))):
         calls.clear()

@@ -18,6 +18,11 @@ from .config import next_pow2
 from .launch import launch_kept
 
 
+def packed_as_bhnd(x: torch.Tensor) -> torch.Tensor:
+    """A packed (total, H, D) tensor viewed as (1, H, total, D), the kernels' layout (no copy)."""
+    return x.unsqueeze(0).transpose(1, 2)  # (1, H, total, D)
+
+
 def empty_like_layout(x: torch.Tensor, shape=None, dtype: torch.dtype | None = None) -> torch.Tensor:
     """An uninitialised dense tensor of ``shape`` (default: x's) on x's device whose dimensions lie in memory
     in the order x's do: largest stride outermost, a broadcast (stride-0) dimension outermost, ties in

@@ -438,7 +438,7 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
         from .prefill_gluon import gluon_supported
 
         packed_ok = cu_seqlens is None or (prefill_gluon_bwd.PACKED and mask.left < 0 and slopes is None
-                                           and (prefill_gluon_bwd.PACKED_DET or not deterministic)
+                                           and (D in prefill_gluon_bwd.PACKED_DET or not deterministic)
                                            and not cfg.dq_atomic and prefill_gluon_bwd.DQ_PERMUTED
                                            and max(B * Hkv, -(-n_keys // 128)) <= 65535)  # (the grid's axes)
         plain = (packed_ok and softcap is None

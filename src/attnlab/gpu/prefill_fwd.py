@@ -46,7 +46,7 @@ from .launch import (
     recording,
     tensor_key,
 )
-from .layout import empty_like_layout
+from .layout import empty_like_layout, packed_as_bhnd
 
 _LN2 = tl.constexpr(LN2)  # a jit function reads module globals only as constexprs
 _LOG2E = tl.constexpr(LOG2E)
@@ -359,10 +359,6 @@ def _attn_fwd(Q, K, V, O, LSE,  # pointers, or tensor descriptors (B, H|Hkv, N, 
 def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
-
-def packed_as_bhnd(x: torch.Tensor) -> torch.Tensor:
-    """A packed (total, H, D) tensor viewed as (1, H, total, D), the kernels' layout (no copy)."""
-    return x.unsqueeze(0).transpose(1, 2)  # (1, H, total, D)
 
 
 def variant_args(mask, scale: float, softcap: float | None, slopes: torch.Tensor | None, off: int,

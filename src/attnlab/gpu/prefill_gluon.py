@@ -1366,7 +1366,7 @@ def _packed_forward(q, k, v, out, lse, causal_off, win_off, scale, block_m, bloc
     """``gluon_forward`` of a packed batch (its arguments): the grid kernel, or the persistent one (at most a
     program per SM, the tiles dealt in turns by ``_wspv_tile``)."""
     from .config import varlen_grid
-    from .prefill_fwd import packed_as_bhnd
+    from .layout import packed_as_bhnd
 
     (Nq, H, D), (Nk, Hkv, _) = q.shape, k.shape
     cu_q, cu_k = cu_seqlens

@@ -178,7 +178,7 @@ LSE_BY_TMA = True
 # (run 8: 0.57-0.69x on the causal rows, 0.82-0.88x on the others).
 DETERMINISTIC = True
 # packed batches (cu_seqlens) on this kernel, causal or not (no window or ALiBi: those run the Triton kernels;
-# deterministic ones where PACKED_DET is set). Each sequence's rows of L₂, Dᵢ and the dQ tiles start at a multiple of 64 in padded
+# deterministic ones at the head dims of PACKED_DET). Each sequence's rows of L₂, Dᵢ and the dQ tiles start at a multiple of 64 in padded
 # buffers (``layout.packed_rows``): a 1-D TMA box at an unaligned row stopped the first build on an illegal
 # instruction, and the build that loaded them without TMA, dQ in row order, spilled and ran at half the dense
 # kernel's speed (benchmarks/packed_probe.py --timing). The padded build is 1.15-1.37x the Triton kernels on the
@@ -187,10 +187,13 @@ DETERMINISTIC = True
 # D = 128, 218 against 212 at D = 64 (variants run 15); 278 against 252 and 216 against 219 (run 16). Packed
 # lengths are clamped on the device first (``layout.packed_bounds``). False: the Triton kernels (measurements)
 PACKED = True
-# deterministic packed batches (with PACKED and DETERMINISTIC) on this kernel's ordered build: each sequence's key
-# blocks last first, their turns at a dQ tile counted in the sequence's own key blocks, the tiles its padded rows'.
-# False: the Triton kernels (measurements)
-PACKED_DET = True
+# the head dims whose deterministic packed batches (with PACKED and DETERMINISTIC) take this kernel's ordered
+# build: each sequence's key blocks last first, their turns at a dQ tile counted in the sequence's own key blocks,
+# the tiles its padded rows'. Measured (H200, 16K tokens of documents of 256–1792, causal, variants run 19): at
+# D = 128 forward+backward 0.86x the default's speed, where the Triton kernels' ran 0.82-0.84x beside the Gluon
+# default (variants runs 17 and 18). D = 64, not measured on this build, keeps the Triton kernels (0.95-0.99x
+# there). (): every deterministic packed batch on the Triton kernels
+PACKED_DET = (128,)
 # deterministic causal GQA calls: each K/V head read by up to this many programs, fewer query heads per
 # program, and their dK, dV summed in a fixed order afterwards (``kv_split``, ``det_kv_split``):
 # shorter ordered walks, more programs per wave. The grid model put the causal walks' makespan at 1.16x a
