@@ -830,7 +830,7 @@ def test_gpu_gluon_backward_deterministic_packed_batch(lens_q, lens_k, H, Hkv, D
     from attnlab.reference import attention_ref_varlen
 
     monkeypatch.setattr(GB, "PACKED", True)
-    monkeypatch.setattr(GB, "PACKED_DET", (64, 128))  # (the default takes D = 128 only: the build at both)
+    monkeypatch.setattr(GB, "PACKED_DET", (64, 128))  # (off by default: the build at both head dims)
     gen = torch.Generator(device=DEV).manual_seed(sum(lens_q) * 5 + D)
     dtype = torch.bfloat16
     q = torch.randn(sum(lens_q), H, D, dtype=dtype, device=DEV, generator=gen)
@@ -1000,7 +1000,7 @@ def test_packed_batches_build_for_sm90_and_route_to_the_gluon_backward(monkeypat
     monkeypatch.setattr(GB, "PACKED_DET", (64, 128))
     prefill_backward(do, q, k, v, out, lse, mask=Mask(-1, 0), deterministic=True, **common)
     assert len(calls) == 1 and calls[0]["deterministic"] and calls[0]["cu_seqlens"] is not None
-    monkeypatch.setattr(GB, "PACKED_DET", (128,))  # (the default: these calls are at D = 64)
+    monkeypatch.setattr(GB, "PACKED_DET", (128,))  # (these calls are at D = 64)
     for extra in (dict(mask=Mask(5, 0)), dict(mask=Mask(-1, 0), softcap=3.0), dict(mask=Mask(-1, 0), deterministic=True),
                   dict(mask=Mask(-1, 0), slopes=torch.rand(4, 4, device=DEV))):
         calls.clear()

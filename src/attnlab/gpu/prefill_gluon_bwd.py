@@ -189,11 +189,11 @@ DETERMINISTIC = True
 PACKED = True
 # the head dims whose deterministic packed batches (with PACKED and DETERMINISTIC) take this kernel's ordered
 # build: each sequence's key blocks last first, their turns at a dQ tile counted in the sequence's own key blocks,
-# the tiles its padded rows'. Measured (H200, 16K tokens of documents of 256–1792, causal, variants run 19): at
-# D = 128 forward+backward 0.86x the default's speed, where the Triton kernels' ran 0.82-0.84x beside the Gluon
-# default (variants runs 17 and 18). D = 64, not measured on this build, keeps the Triton kernels (0.95-0.99x
-# there). (): every deterministic packed batch on the Triton kernels
-PACKED_DET = (128,)
+# the tiles its padded rows'. Measured (H200, 16K tokens of documents of 256–1792, causal, D = 128): forward+backward
+# 250 TFLOP/s (variants run 19, 0.86x that run's default) against 245 and 247 on the Triton kernels (runs 17
+# and 18, 0.82x and 0.83x theirs): a gain within what separate runs differ by, not yet repeated in one run, so
+# none is on (D = 64 not measured). (): every deterministic packed batch on the Triton kernels
+PACKED_DET: tuple[int, ...] = ()
 # deterministic causal GQA calls: each K/V head read by up to this many programs, fewer query heads per
 # program, and their dK, dV summed in a fixed order afterwards (``kv_split``, ``det_kv_split``):
 # shorter ordered walks, more programs per wave. The grid model put the causal walks' makespan at 1.16x a
