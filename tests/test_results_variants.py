@@ -276,3 +276,41 @@ def test_results_runs_17_and_18_are_the_recorded_ones():
             f" against {fb[17, 128]:.0f} forward+backward in variants run 17) and {behind64} % behind at D = 64 "
             f"({sw[64, 'grid']:.0f} against {sw[64, 'triton']:.0f}); the persistent build, tiles dealt in fixed turns, "
             f"{behind_p} % behind the grid kernel at D = 128") in src
+
+
+def test_results_run_19_is_the_recorded_one():
+    """RESULTS.md's variants run 19 (deterministic packed batches on the Gluon backward): the table as the script
+    renders it from the recorded file, and the numbers its text, NOTES-prefill v23, docs/variants.md and the
+    ``PACKED_DET`` comment quote, beside runs 17 and 18's."""
+    vb = load_script("benchmarks/variants.py")
+    results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    section = results[results.index("### Variants run 19"):results.index("### Variants runs 17 and 18")]
+    text = " ".join(section.split())
+    notes = " ".join((ROOT / "benchmarks" / "NOTES-prefill.md").read_text().split("## v23")[1].split())
+    doc = " ".join((ROOT / "docs" / "variants.md").read_text().split())
+    src = " ".join((ROOT / "src" / "attnlab" / "gpu" / "prefill_gluon_bwd.py").read_text().replace("#", "").split())
+    data = ROOT / "benchmarks" / "data"
+    rows = json.loads((data / "variants-h200-varlen-run19-gluon.json").read_text())["rows"]
+    for line in vb.report(rows).splitlines()[2:]:
+        assert line.replace("| varlen |", "| varlen (run 19) |", 1) in section, line
+    tf = {(r["pass_"], r["provider"]): r["tflops"] for r in rows if "tflops" in r and r["D"] == 128}
+    det, dflt = tf["fwd_bwd", "attnlab-det"], tf["fwd_bwd", "attnlab"]
+    old = {}
+    for run in (17, 18):
+        r = json.loads((data / f"variants-h200-varlen-run{run}-gluon-fwd-triton.json").read_text())["rows"]
+        t = {(x["pass_"], x["provider"]): x["tflops"] for x in r if "tflops" in x and x["D"] == 128}
+        old[run] = (t["fwd_bwd", "attnlab-det"], t["fwd_bwd", "attnlab"])
+    (d17, f17), (d18, f18) = old[17], old[18]
+    assert (f"ran at {det:.0f} TFLOP/s, {det / dflt:.2f}× this run's default ({dflt:.0f}); on the Triton kernels in "
+            f"runs 17 and 18 it ran at {d17:.0f} and {d18:.0f}, {d17 / f17:.2f}× and {d18 / f18:.2f}× theirs "
+            f"({f17:.0f} and {f18:.0f})") in text
+    moved = round(100 * (1 - dflt / min(f17, f18)))
+    assert f"(the default moved by {moved} % between them)" in text
+    assert (f"deterministic forward+backward {det:.0f} TFLOP/s, {det / dflt:.2f}× the same run's default ({dflt:.0f}), "
+            f"against {d17:.0f} and {d18:.0f} on the Triton kernels in runs 17 and 18 ({d17 / f17:.2f}× and "
+            f"{d18 / f18:.2f}× defaults of {f17:.0f} and {f18:.0f})") in notes
+    gain = sorted(100 * (det / d - 1) for d in (d17, d18))
+    assert f"{gain[0]:.0f}–{gain[1]:.0f} %, is within what the default moved between runs ({moved} %)" in notes
+    assert f"at D = 128 it ran at {det:.0f} TFLOP/s forward+backward against {d17:.0f}–{d18:.0f} on the Triton" in doc
+    assert (f"{det:.0f} TFLOP/s (variants run 19, {det / dflt:.2f}x that run's default) against {d17:.0f} and "
+            f"{d18:.0f} on the Triton kernels (runs 17 and 18, {d17 / f17:.2f}x and {d18 / f18:.2f}x theirs)") in src
