@@ -360,7 +360,6 @@ def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-
 def variant_args(mask, scale: float, softcap: float | None, slopes: torch.Tensor | None, off: int,
                  device: torch.device) -> dict:
     """The kernels' variant arguments for a call whose sequences have Nk − Nq = ``off`` (0 for a

@@ -178,10 +178,10 @@ LSE_BY_TMA = True
 # (run 8: 0.57-0.69x on the causal rows, 0.82-0.88x on the others).
 DETERMINISTIC = True
 # packed batches (cu_seqlens) on this kernel, causal or not (no window or ALiBi: those run the Triton kernels;
-# deterministic ones at the head dims of PACKED_DET). Each sequence's rows of L₂, Dᵢ and the dQ tiles start at a multiple of 64 in padded
-# buffers (``layout.packed_rows``): a 1-D TMA box at an unaligned row stopped the first build on an illegal
-# instruction, and the build that loaded them without TMA, dQ in row order, spilled and ran at half the dense
-# kernel's speed (benchmarks/packed_probe.py --timing). The padded build is 1.15-1.37x the Triton kernels on the
+# deterministic ones at the head dims of PACKED_DET). Each sequence's rows of L₂, Dᵢ and the dQ tiles start at a
+# multiple of 64 in padded buffers (``layout.packed_rows``): a 1-D TMA box at an unaligned row stopped the first
+# build on an illegal instruction, and the build that loaded them without TMA, dQ in row order, spilled and ran at
+# half the dense kernel's speed (benchmarks/packed_probe.py --timing). The padded build is 1.15-1.37x the Triton kernels on the
 # GPU; its host time per call outweighed that (variants runs 11 and 12) until calls ran from kept plans
 # (``_BwdPlan``, ``prefill_bwd._CallPlan``): varlen forward+backward at 16K tokens then 292 against 252 TFLOP/s at
 # D = 128, 218 against 212 at D = 64 (variants run 15); 278 against 252 and 216 against 219 (run 16). Packed
@@ -673,7 +673,8 @@ if HAVE_GLUON:
         right edge (each sequence's diagonal is bottom-right aligned on its own); LSE2, DELTA and the dQ tiles
         hold each sequence's rows from CU_P[s], a multiple of 64 (``layout.packed_rows``), in Nq rows per head
         (so a query block's L₂ box and dQ tiles start 16-byte aligned, as TMA needs); the last key block of a
-        sequence stores dK, dV by masked stores into DK, DV (strides stride_dkh, stride_dkn; else None).
+        sequence stores dK, dV by masked stores into DK, DV (strides stride_dkh, stride_dkn; else None). With DET
+        (causal) each sequence's key blocks run last first and the writer counts turns in them.
         KV_DIV: programs per K/V head (``kv_split``): H // G heads of dK, dV, program head hk reading K, V head
         hk // KV_DIV of desc_k, desc_v (1: the same heads).
         Two consumer warp groups of 4 warps (64 keys each), one loader warp and (DET) one writer warp."""
@@ -937,8 +938,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     longest sequence's rows and keys (the grids), ``causal_off`` the mask's right edge (None: no causal mask;
     each sequence's diagonal bottom-right aligned on its own), ``cu_rows`` the sequences' padded row starts
     (``layout.packed_rows``), lse2 and delta (1, H, rows) with each sequence's rows from there (rows a
-    multiple of 64, as ``prefill_bwd``'s preprocessing kernel writes them); no window, ALiBi, dQ atomics or
-    ``deterministic``. ``kv_split`` > 1 (dividing H / Hkv; not with packed batches): each K/V head read by that
+    multiple of 64, as ``prefill_bwd``'s preprocessing kernel writes them); no window, ALiBi or dQ atomics, and
+    ``deterministic`` with ``_det_last_first`` only. ``kv_split`` > 1 (dividing H / Hkv; not with packed batches): each K/V head read by that
     many programs of H / (Hkv · kv_split) query heads each, their dK, dV summed in a fixed order into dk, dv
     (so shorter walks, twice or more the programs; bit-identical run to run with ``deterministic``; dK, dV
     rounded twice, once per program and once for the sum: ``layout.sum_head_copies``). ``_kv_div`` (what a split
