@@ -20,10 +20,10 @@ fi
 if [ "${PHASES:-tests bench}" = "plan" ]; then
     # the prefill calls' kept plans: their GPU tests and those of every prefill kernel they launch, then the packed
     # batch's time by step on each backward and forward (varlen_profile.py --steps, numbered PROFILE_RUN;
-    # PROFILE_BWD, PROFILE_FWD) and the varlen rows with each ROUTES entry, backward:forward, one process each
-    # (variants.py --packed-kernel, --packed-fwd: VARLEN_RUN-<backward>, or VARLEN_RUN-<backward>-fwd-<forward>
-    # where the forward is named). SWEEP_RUN: first the Gluon forward's packed entries (variants_sweep.py
-    # --packed-gluon); PROFILE_S=0: no profile.
+    # PROFILE_BWD, PROFILE_FWD) and the varlen rows with each ROUTES entry, backward[:forward[:deterministic]],
+    # one process each (variants.py --packed-kernel, --packed-fwd, --packed-det: VARLEN_RUN-<backward>, then
+    # -fwd-<forward> and -det-<deterministic> for those named). SWEEP_RUN: first the Gluon forward's packed
+    # entries (variants_sweep.py --packed-gluon); PROFILE_S=0: no profile.
     t0=$(date +%s)
     # (PLAN_TESTS: other pytest arguments, e.g. a call that reruns only the tests a change touched)
     timeout ${TEST_S:-420} python3 -m pytest -q -p no:cacheprovider $XDIST ${PLAN_TESTS:-tests/gpu/test_launch.py \
@@ -44,14 +44,15 @@ if [ "${PHASES:-tests bench}" = "plan" ]; then
         > "$D/profile.log" 2>&1
     echo "varlen_profile: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/profile.log" | head -90
     for route in ${ROUTES:-triton gluon}; do
-        kernel=${route%%:*}
-        fwd=library; name=$kernel
-        if [ "$route" != "$kernel" ]; then fwd=${route#*:}; name="$kernel-fwd-$fwd"; fi
+        IFS=: read -r kernel fwd det <<< "$route"
+        name=$kernel
+        [ -n "$fwd" ] && name="$name-fwd-$fwd"
+        [ -n "$det" ] && name="$name-det-$det"
         t0=$(date +%s)
         timeout ${BENCH_S:-150} python3 benchmarks/variants.py bench --variants varlen --D ${VARLEN_D:-128 64} \
-            --packed-kernel $kernel --packed-fwd $fwd --json "$D/variants-h200-varlen-run${VARLEN_RUN:-x}-$name.json" \
-            > "$D/bench-$name.log" 2>&1
-        echo "varlen, $kernel backward, $fwd forward: exit $? in $(( $(date +%s) - t0 ))s"
+            --packed-kernel $kernel --packed-fwd ${fwd:-library} --packed-det ${det:-library} \
+            --json "$D/variants-h200-varlen-run${VARLEN_RUN:-x}-$name.json" > "$D/bench-$name.log" 2>&1
+        echo "varlen, $kernel backward, ${fwd:-library} forward, ${det:-library} deterministic: exit $? in $(( $(date +%s) - t0 ))s"
         grep "^|" "$D/bench-$name.log" || tail -n 20 "$D/bench-$name.log"
     done
     exit 0

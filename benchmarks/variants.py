@@ -12,7 +12,8 @@ Providers:
 
 * ``attnlab`` / ``attnlab-det``: ``attnlab.flash_attention`` (``flash_attention_varlen`` for varlen), the
   second with ``deterministic=True`` (fwd+bwd only; ``--det-kernel`` picks its backward for a run,
-  ``--packed-kernel`` the backward of packed batches, ``--packed-fwd`` their forward);
+  ``--packed-kernel`` the backward of packed batches, ``--packed-fwd`` their forward, ``--packed-det`` their
+  deterministic backward);
 * ``flex``: ``torch.compile(flex_attention)`` with a block mask (window, causal, documents) made
   beforehand and a ``score_mod`` (softcap, ALiBi);
 * ``sdpa-*``: ``scaled_dot_product_attention``'s best routes: a boolean mask (window) or a float bias
@@ -311,6 +312,11 @@ def bench(args) -> list[dict]:
         from attnlab.gpu import prefill_gluon
 
         prefill_gluon.PACKED = packed_fwd == "gluon"
+    packed_det = getattr(args, "packed_det", "library")
+    if packed_det != "library":  # and the head dims whose deterministic packed backward takes the Gluon kernel
+        from attnlab.gpu import prefill_gluon_bwd
+
+        prefill_gluon_bwd.PACKED_DET = (64, 128) if packed_det == "gluon" else ()
     rows = []
     for cfg in grid(args.D, args.variants, args.passes, args.quick):
         cfg["dtype"] = dtype
@@ -326,6 +332,8 @@ def bench(args) -> list[dict]:
             if cfg["variant"] == "varlen" and prov.startswith("attnlab"):
                 row["packed_kernel"] = packed_kernel
                 row["packed_fwd"] = packed_fwd
+                if prov == "attnlab-det":
+                    row["packed_det"] = packed_det
             try:
                 fn = PROVIDERS[prov](cfg, device)
                 row["ms"] = time_fn(fn, device=device)
@@ -484,6 +492,9 @@ def main(argv=None) -> int:
     b.add_argument("--packed-kernel", choices=["library", "gluon", "triton"], default="library",
                    help="the backward of packed batches (varlen): the library's choice, the Gluon kernel's "
                         "packed build (Hopper), or the Triton kernels")
+    b.add_argument("--packed-det", choices=["library", "gluon", "triton"], default="library",
+                   help="the deterministic backward of packed batches (varlen, attnlab-det): the library's choice, "
+                        "the Gluon kernel's ordered packed build, or the Triton kernels")
     b.add_argument("--packed-fwd", choices=["library", "gluon", "triton"], default="library",
                    help="the forward of packed batches (varlen): the library's choice, the Gluon kernel's packed "
                         "build (Hopper), or the Triton kernel")
