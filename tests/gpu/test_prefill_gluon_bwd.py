@@ -770,6 +770,33 @@ PACKED_CASES = [  # lens_q, lens_k, H, Hkv, D, causal: empty sequences, one quer
 ]
 
 
+def _packed_inputs(lens_q, lens_k, H, Hkv, D, seed, dtype=torch.bfloat16):
+    """Random packed q, k, v, dO ((total, heads, D) on the GPU) and int32 cumulative lengths [cu_q, cu_k]."""
+    gen = torch.Generator(device=DEV).manual_seed(seed)
+    q = torch.randn(sum(lens_q), H, D, dtype=dtype, device=DEV, generator=gen)
+    k, v = (torch.randn(sum(lens_k), Hkv, D, dtype=dtype, device=DEV, generator=gen) for _ in range(2))
+    do = torch.randn(q.shape, dtype=dtype, device=DEV, generator=gen)
+    cu = [torch.tensor([0] + torch.tensor(n).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
+          for n in (lens_q, lens_k)]
+    return q, k, v, do, cu
+
+
+def _check_packed_grads(q, k, v, do, cu, grads, causal, scale):
+    """A packed batch's (dq, dk, dv): every element written, within the criterion against the per-sequence oracle
+    in float64 (and the oracle's own error in q's dtype)."""
+    from attnlab.reference import attention_ref_varlen
+
+    refs = []
+    for dt in (torch.float64, q.dtype):
+        qq, kk, vv = (t.detach().to(dt).requires_grad_() for t in (q, k, v))
+        o, _ = attention_ref_varlen(qq, kk, vv, *cu, causal=causal, scale=scale)
+        refs.append(torch.autograd.grad(o, (qq, kk, vv), do.to(dt)))
+    for name, g, r64, same in zip(("dq", "dk", "dv"), grads, *refs):
+        assert not torch.isnan(g).any(), f"{name}: NaN (an element was not written)"
+        e, e_ref = _err(g, r64), _err(same, r64)
+        assert within_criterion(e, e_ref, r64, g.dtype), (name, e, e_ref)
+
+
 @pytest.mark.gpu
 @on_hopper
 @pytest.mark.parametrize("dq_shared,dq_lag,stages", [(False, 0, 2), (True, 0, 2), (False, 1, 2), (False, 0, 3)])
@@ -779,17 +806,9 @@ def test_gpu_gluon_backward_packed_batch(lens_q, lens_k, H, Hkv, D, causal, dq_s
     gradients as the oracle's on that sequence alone, every element written (the outputs start as NaN), none
     of a sequence's keys or rows touched by another's programs; int64 lengths give the same gradients (up to
     the rounding of dQ's additions, which land in any order)."""
-    from attnlab.reference import attention_ref_varlen
-
     if GB.smem_bytes(D, stages, 1, False, dq_lag) > GB.SMEM_LIMIT:
         pytest.skip("more shared memory than a block has")
-    gen = torch.Generator(device=DEV).manual_seed(sum(lens_q) * 3 + D)
-    dtype = torch.bfloat16
-    q = torch.randn(sum(lens_q), H, D, dtype=dtype, device=DEV, generator=gen)
-    k, v = (torch.randn(sum(lens_k), Hkv, D, dtype=dtype, device=DEV, generator=gen) for _ in range(2))
-    do = torch.randn(q.shape, dtype=dtype, device=DEV, generator=gen)
-    cu = [torch.tensor([0] + torch.tensor(n).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
-          for n in (lens_q, lens_k)]
+    q, k, v, do, cu = _packed_inputs(lens_q, lens_k, H, Hkv, D, sum(lens_q) * 3 + D)
     mask, scale = Mask(-1, 0 if causal else -1), D ** -0.5
     max_seqlen = (max(lens_q), max(lens_k))
     out, lse = prefill_forward(q, k, v, mask=mask, scale=scale, cu_seqlens=cu, max_seqlen=max_seqlen)
@@ -804,15 +823,7 @@ def test_gpu_gluon_backward_packed_batch(lens_q, lens_k, H, Hkv, D, causal, dq_s
                          config=_gluon_cfg(stages, 1, False, dq_shared, dq_lag), dq=grads[0], dk=grads[1], dv=grads[2])
         runs.append(grads)
     assert len(calls) == 2 and all(c is not None for c in calls), "the Gluon backward did not take the packed batch"
-    refs = []
-    for dt in (torch.float64, dtype):
-        qq, kk, vv = (t.detach().to(dt).requires_grad_() for t in (q, k, v))
-        o, _ = attention_ref_varlen(qq, kk, vv, *cu, causal=causal, scale=scale)
-        refs.append(torch.autograd.grad(o, (qq, kk, vv), do.to(dt)))
-    for name, g, r64, same in zip(("dq", "dk", "dv"), runs[0], *refs):
-        assert not torch.isnan(g).any(), f"{name}: NaN (an element was not written)"
-        e, e_ref = _err(g, r64), _err(same, r64)
-        assert within_criterion(e, e_ref, r64, g.dtype), (name, e, e_ref)
+    _check_packed_grads(q, k, v, do, cu, runs[0], causal, scale)
     for a, b in zip(*runs):  # (dQ's additions land in any order: equal up to rounding, not bit for bit)
         torch.testing.assert_close(a, b)
 
@@ -827,17 +838,10 @@ def test_gpu_gluon_backward_deterministic_packed_batch(lens_q, lens_k, H, Hkv, D
     oracle, every element written (the outputs start as NaN). The packed cases' empty sequences, one-row
     sequences and len_q != len_k put turns at tiles of every shape."""
     from attnlab.gpu.config import default_bwd_config
-    from attnlab.reference import attention_ref_varlen
 
     monkeypatch.setattr(GB, "PACKED", True)
     monkeypatch.setattr(GB, "PACKED_DET", (64, 128))  # (off by default: the build at both head dims)
-    gen = torch.Generator(device=DEV).manual_seed(sum(lens_q) * 5 + D)
-    dtype = torch.bfloat16
-    q = torch.randn(sum(lens_q), H, D, dtype=dtype, device=DEV, generator=gen)
-    k, v = (torch.randn(sum(lens_k), Hkv, D, dtype=dtype, device=DEV, generator=gen) for _ in range(2))
-    do = torch.randn(q.shape, dtype=dtype, device=DEV, generator=gen)
-    cu = [torch.tensor([0] + torch.tensor(n).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
-          for n in (lens_q, lens_k)]
+    q, k, v, do, cu = _packed_inputs(lens_q, lens_k, H, Hkv, D, sum(lens_q) * 5 + D)
     mask, scale = Mask(-1, 0 if causal else -1), D ** -0.5
     max_seqlen = (max(lens_q), max(lens_k))
     cfg = default_bwd_config(D, causal, torch.device("cuda"))
@@ -857,15 +861,7 @@ def test_gpu_gluon_backward_deterministic_packed_batch(lens_q, lens_k, H, Hkv, D
         assert all(torch.equal(a, b) for a, b in zip(runs[0], run)), "deterministic runs differ"
     for a, b in zip(runs[0], runs[3]):
         torch.testing.assert_close(a, b)
-    refs = []
-    for dt in (torch.float64, dtype):
-        qq, kk, vv = (t.detach().to(dt).requires_grad_() for t in (q, k, v))
-        o, _ = attention_ref_varlen(qq, kk, vv, *cu, causal=causal, scale=scale)
-        refs.append(torch.autograd.grad(o, (qq, kk, vv), do.to(dt)))
-    for name, g, r64, same in zip(("dq", "dk", "dv"), runs[0], *refs):
-        assert not torch.isnan(g).any(), f"{name}: NaN (an element was not written)"
-        e, e_ref = _err(g, r64), _err(same, r64)
-        assert within_criterion(e, e_ref, r64, g.dtype), (name, e, e_ref)
+    _check_packed_grads(q, k, v, do, cu, runs[0], causal, scale)
 
 
 PLAN_CASES = [  # B, H, Hkv, Nq, Nk, D, mask (left, right), deterministic
