@@ -34,6 +34,7 @@ preset of the device, ``--gpu`` to pick another) and ``of_roofline`` = roofline_
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import time
@@ -297,26 +298,16 @@ def bench(args) -> list[dict]:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float16
     gpu = preset_for(torch.cuda.get_device_name() if device == "cuda" else None, args.gpu)
-    det_kernel = getattr(args, "det_kernel", "library")
-    if det_kernel != "library":  # the switch deterministic backward calls read as they run
-        from attnlab.gpu import prefill_gluon_bwd
-
-        prefill_gluon_bwd.DETERMINISTIC = det_kernel == "gluon"
-    packed_kernel = getattr(args, "packed_kernel", "library")
-    if packed_kernel != "library":  # the switch packed batches' backward calls read as they run
-        from attnlab.gpu import prefill_gluon_bwd
-
-        prefill_gluon_bwd.PACKED = packed_kernel == "gluon"
-    packed_fwd = getattr(args, "packed_fwd", "library")
-    if packed_fwd != "library":  # and the one their forward calls read
-        from attnlab.gpu import prefill_gluon
-
-        prefill_gluon.PACKED = packed_fwd == "gluon"
-    packed_det = getattr(args, "packed_det", "library")
-    if packed_det != "library":  # and the head dims whose deterministic packed backward takes the Gluon kernel
-        from attnlab.gpu import prefill_gluon_bwd
-
-        prefill_gluon_bwd.PACKED_DET = (64, 128) if packed_det == "gluon" else ()
+    # the switches the library's calls read as they run: (argument, module, switch, its value for gluon / triton)
+    switches = (("det_kernel", "prefill_gluon_bwd", "DETERMINISTIC", True, False),  # deterministic backward
+                ("packed_kernel", "prefill_gluon_bwd", "PACKED", True, False),  # packed batches' backward
+                ("packed_fwd", "prefill_gluon", "PACKED", True, False),  # their forward
+                ("packed_det", "prefill_gluon_bwd", "PACKED_DET", (64, 128), ()))  # their deterministic backward
+    for arg, module, name, on, off in switches:
+        choice = getattr(args, arg, "library")
+        if choice != "library":
+            setattr(importlib.import_module(f"attnlab.gpu.{module}"), name, on if choice == "gluon" else off)
+    det_kernel, packed_kernel, packed_fwd, packed_det = (getattr(args, s[0], "library") for s in switches)
     rows = []
     for cfg in grid(args.D, args.variants, args.passes, args.quick):
         cfg["dtype"] = dtype
