@@ -306,8 +306,17 @@ def bench(args) -> list[dict]:
     for arg, module, name, on, off in switches:
         choice = getattr(args, arg, "library")
         if choice != "library":
-            setattr(importlib.import_module(f"attnlab.gpu.{module}"), name, on if choice == "gluon" else off)
+            setattr(importlib.import_module(f"attnlab.gpu.{module}"), name, off if choice == "triton" else on)
     det_kernel, packed_kernel, packed_fwd, packed_det = (getattr(args, s[0], "library") for s in switches)
+    if packed_fwd == "gluon-dynamic":  # the Gluon forward's persistent build taking its tiles from a counter
+        import dataclasses
+
+        from attnlab.gpu import config as gc
+        from attnlab.gpu import prefill_gluon
+
+        prefill_gluon.PACKED = True
+        for D in list(gc._GLUON_PACKED_FWD):
+            gc._GLUON_PACKED_FWD[D] = dataclasses.replace(gc._GLUON_PACKED_FWD[D], persistent=True, dynamic=True)
     rows = []
     for cfg in grid(args.D, args.variants, args.passes, args.quick):
         cfg["dtype"] = dtype
@@ -486,9 +495,9 @@ def main(argv=None) -> int:
     b.add_argument("--packed-det", choices=["library", "gluon", "triton"], default="library",
                    help="the deterministic backward of packed batches (varlen, attnlab-det): the library's choice, "
                         "the Gluon kernel's ordered packed build, or the Triton kernels")
-    b.add_argument("--packed-fwd", choices=["library", "gluon", "triton"], default="library",
+    b.add_argument("--packed-fwd", choices=["library", "gluon", "gluon-dynamic", "triton"], default="library",
                    help="the forward of packed batches (varlen): the library's choice, the Gluon kernel's packed "
-                        "build (Hopper), or the Triton kernel")
+                        "build (Hopper), its persistent build taking its tiles from a counter, or the Triton kernel")
     r = sub.add_parser("report")
     r.add_argument("files", nargs="+")
     args = p.parse_args(argv)

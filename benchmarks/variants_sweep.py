@@ -11,7 +11,8 @@ visible pairs. The table's current choice is marked; ``--json`` keeps every row.
 
 ``varlen`` sweeps the packed batch's own table entry (its longest document sets the length class);
 ``--packed-gluon`` sweeps instead the Gluon forward's packed entries (``GLUON_PACKED_FWD_CANDIDATES``: grid or
-persistent, key blocks, ring depth) beside the Triton kernel's entry, the forward only.
+persistent, its tiles dealt out or taken from a counter, key blocks, ring depth) beside the Triton kernel's entry,
+the forward only.
 
     python benchmarks/variants_sweep.py --variants varlen --passes fwd --packed-gluon --json out.json
 """
@@ -49,13 +50,14 @@ VARLEN_BWD_EXTRA = [  # dQ by float32 atomics inside the dK/dV kernel: one kerne
     (32, 128, 4, 3, 128, 32, 4, 3, True),
     (64, 128, 8, 2, 128, 64, 8, 2, True),
 ]
-GLUON_PACKED_FWD_CANDIDATES = [  # (block_m, block_n, stages, persistent): the Gluon forward of a packed batch
-    (128, 128, 2, False),
-    (128, 128, 2, True),
-    (128, 64, 2, True),
-    (128, 64, 3, True),
-    (128, 64, 4, True),
-    (192, 128, 2, True),
+GLUON_PACKED_FWD_CANDIDATES = [  # (block_m, block_n, stages, persistent, dynamic): the Gluon forward of a packed
+    (128, 128, 2, False, False),  # batch; dynamic: the persistent kernel taking its tiles from a counter
+    (128, 128, 2, True, False),
+    (128, 128, 2, True, True),
+    (128, 64, 2, True, True),
+    (128, 64, 3, True, True),
+    (192, 128, 2, True, True),
+    (192, 64, 2, True, True),
 ]
 BWD_CANDIDATES = [  # (block_m1, block_n1, warps1, stages1, block_m2, block_n2, warps2, stages2)
     (64, 64, 4, 3, 64, 64, 4, 3),
@@ -205,8 +207,8 @@ def _sweep_packed_gluon(vb, D: int) -> list[dict]:
         rows.append(_time_row(vb, cfg, flops, dict(D=D, variant="varlen", pass_="fwd", config=str(triton_fwd),
                                                    kernel="triton", current=saved is None or not switch)))
         prefill_gluon.PACKED = True
-        for bm, bn, st, pers in GLUON_PACKED_FWD_CANDIDATES:
-            c = gc.FwdConfig(bm, bn, 4, st, tma=True, warp_spec=True, gluon=True, persistent=pers)
+        for bm, bn, st, pers, dyn in GLUON_PACKED_FWD_CANDIDATES:
+            c = gc.FwdConfig(bm, bn, 4, st, tma=True, warp_spec=True, gluon=True, persistent=pers, dynamic=dyn)
             gc._GLUON_PACKED_FWD[D] = c
             rows.append(_time_row(vb, cfg, flops, dict(D=D, variant="varlen", pass_="fwd", config=str(c),
                                                        kernel="gluon", current=switch and c == saved)))

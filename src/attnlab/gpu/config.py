@@ -41,6 +41,8 @@ class FwdConfig:
     head_chunk: int = 1  # Gluon, warp_spec, causal: the longest walks first over this many heads at a time (0: as
     # many as share 8 MB of K and V, prefill_gluon.auto_head_chunk)
     part_first: bool = False  # Gluon, warp_spec, causal: the part query block first (the shortest walk), not last
+    dynamic: bool = False  # Gluon, persistent: the tiles taken from a counter as each program is ready for the next
+    # (in the schedule's order), not dealt out beforehand
 
 
 @dataclass(frozen=True)

@@ -445,7 +445,7 @@ def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask, 
                       block_m=cfg.block_m, block_n=cfg.block_n, stages=cfg.num_stages, num_warps=cfg.num_warps,
                       warp_spec=cfg.warp_spec, win_off=Nk - Nq - mask.left if mask.left >= 0 else None,
                       slopes=slopes, persistent=cfg.persistent and slopes is None, head_chunk=cfg.head_chunk,
-                      part_first=cfg.part_first)
+                      part_first=cfg.part_first, dynamic=cfg.persistent and slopes is None and cfg.dynamic)
         return out, lse
     if config is None:
         plain_packed = cu_seqlens is not None and softcap is None and slopes is None and mask.left < 0
@@ -500,7 +500,9 @@ def _gluon_packed(q, k, v, out, lse, mask, scale: float, cfg: FwdConfig, cu_q, c
     from .prefill_gluon import gluon_forward
 
     key = ("gluon", tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(out), tensor_key(lse), tensor_key(cu_q),
-           tensor_key(cu_k), max_q, mask.left, mask.right, scale, cfg, q.is_cuda and torch.cuda.current_device())
+           tensor_key(cu_k), max_q, mask.left, mask.right, scale, cfg, q.is_cuda and torch.cuda.current_device(),
+           # (the dynamic kernel's tile counter is the stream's own)
+           cfg.dynamic and q.is_cuda and current_stream(q.device))
     plan = _PLANS.get(key)
     if plan is not None and not hooks_set():
         plan.run(q, k, v, out, lse, (cu_q, cu_k))
@@ -509,12 +511,17 @@ def _gluon_packed(q, k, v, out, lse, mask, scale: float, cfg: FwdConfig, cu_q, c
         gluon_forward(q, k, v, out, lse, causal_off=mask.right if mask.right >= 0 else None, scale=scale,
                       block_m=cfg.block_m, block_n=cfg.block_n, stages=cfg.num_stages, num_warps=cfg.num_warps,
                       warp_spec=True, win_off=-mask.left if mask.left >= 0 else None, cu_seqlens=(cu_q, cu_k),
-                      max_seqlen_q=max_q, persistent=cfg.persistent)
+                      max_seqlen_q=max_q, persistent=cfg.persistent, dynamic=cfg.persistent and cfg.dynamic)
     if len(launches) == 1:
         a = dict(zip(launches[0][0].kernel.arg_names, launches[0][1]))
         named = dict(Q=q, K=k, V=v, O=out, LSE=lse, CU_Q=cu_q, CU_K=cu_k, Qd=a["desc_q"], Kd=a["desc_k"],
                      Vd=a["desc_v"], Od=a["desc_o"])
-        _FwdPlan.keep(key, launches, named, _GLUON_SOURCES, _GLUON_DESCS)
+        fixed = ()
+        if a.get("COUNTER") is not None:
+            named["COUNTER"], fixed = a["COUNTER"], ("COUNTER",)
+        elif cfg.persistent and cfg.dynamic:  # (the grid kernel stood in while a CUDA graph was captured: no plan)
+            return
+        _FwdPlan.keep(key, launches, named, _GLUON_SOURCES, _GLUON_DESCS, fixed)
 
 
 # -- plans: a call's launch kept per signature -------------------------------------------------------------
@@ -524,7 +531,8 @@ _SOURCES = {n: n for n in ("Q", "K", "V", "O", "LSE", "CU_Q", "CU_K")}
 _TRITON_DESCS = tuple((n, n) for n in "QKVO")  # (descriptor's name, its tensor's name) with tensor descriptors
 # the Gluon forward of a packed batch: its descriptors (over the packed tensors' (1, H, total, D) views: a
 # descriptor keeps its own shape and strides, and its launch reads only the base's address) and pointers
-_GLUON_SOURCES = dict(desc_q="Qd", desc_k="Kd", desc_v="Vd", desc_o="Od", LSE="LSE", CU_Q="CU_Q", CU_K="CU_K", O="O")
+_GLUON_SOURCES = dict(desc_q="Qd", desc_k="Kd", desc_v="Vd", desc_o="Od", LSE="LSE", CU_Q="CU_Q", CU_K="CU_K", O="O",
+                      COUNTER="COUNTER")
 _GLUON_DESCS = (("Qd", "Q"), ("Kd", "K"), ("Vd", "V"), ("Od", "O"))
 
 
@@ -536,11 +544,13 @@ class _FwdPlan:
     A packed batch's Gluon forward (``_gluon_packed``) keeps one the same way; calls with ALiBi, and dense calls
     of the Gluon kernel, keep none."""
 
-    __slots__ = ("launch", "descs")
+    __slots__ = ("launch", "descs", "fixed")
 
     @classmethod
-    def keep(cls, key, launches, named, sources: dict, descs: tuple) -> None:
-        """``descs``: (descriptor's name, the name of the tensor it is made over) of each tensor descriptor."""
+    def keep(cls, key, launches, named, sources: dict, descs: tuple, fixed: tuple = ()) -> None:
+        """``descs``: (descriptor's name, the name of the tensor it is made over) of each tensor descriptor;
+        ``fixed``: the names in ``named`` of tensors every call passes as they are (the dynamic persistent kernel's
+        tile counter), which the plan holds."""
         if len(launches) != 1:
             return
         kept = KeptLaunch.make(*launches[0], sources, named)
@@ -549,6 +559,7 @@ class _FwdPlan:
         plan = cls()
         # (the descriptors' shapes and layouts without their tensors: a plan keeps no call's memory alive)
         plan.launch, plan.descs = kept, tuple((n, rebased(named[n], None), base) for n, base in descs)
+        plan.fixed = {n: named[n] for n in fixed}
         keep_plan(_PLANS, key, plan)
 
     def run(self, q, k, v, out, lse, cu) -> None:
@@ -558,4 +569,6 @@ class _FwdPlan:
             named["CU_Q"], named["CU_K"] = cu
         for name, d, base in self.descs:
             named[name] = rebased(d, named[base])
+        if self.fixed:
+            named.update(self.fixed)
         self.launch.run(named, current_stream(q.device))

@@ -923,6 +923,12 @@ if HAVE_GLUON:
         win_off). ``Nq``, ``Nk``: the packed totals, which clamp the lengths as the grid kernel does."""
         odd = r % 2
         t = r * programs + p + odd * (programs - 1 - 2 * p)
+        return _wspv_tile_t(t, n_m, n_bh, H, G, Nq, Nk, causal_off, win_off, CU_Q, CU_K, BLOCK_M, BLOCK_N, CAUSAL)
+
+    @gluon.jit
+    def _wspv_tile_t(t, n_m, n_bh, H, G, Nq, Nk, causal_off, win_off, CU_Q, CU_K, BLOCK_M: gl.constexpr,
+                     BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+        """``_wspv_tile`` of tile number t (query block n_m − 1 − t // n_bh, (sequence, head) t % n_bh)."""
         m = n_m - 1 - t // n_bh
         bh = t % n_bh
         b = bh // H
@@ -1069,12 +1075,289 @@ if HAVE_GLUON:
                        v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns, CU_Q, CU_K, O,
                        stride_on, stride_oh, 2, False)
 
+    # -- the persistent kernel with tiles taken from a counter (dynamic): the GPU's own balance, the persistent overlap
+
+    @gluon.jit
+    def _wspd_publish(ids, id_ready, ti, ticket):
+        """The loader hands tile number ``ticket`` (−1: no more) to the consumers: slot ti % 2 of ``ids``."""
+        lay: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+        slot = ti % 2
+        ids.index(slot).store(gl.full([1], ticket, gl.int32, layout=lay))
+        mbarrier.arrive(id_ready.index(slot), count=1)
+
+    @gluon.jit
+    def _wspd_take(ids, id_ready, ti):
+        """A consumer warp group's ti-th tile number from the loader (−1: no more)."""
+        lay: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+        slot = ti % 2
+        mbarrier.wait(id_ready.index(slot), (ti // 2) & 1)
+        return gl.max(ids.index(slot).load(lay), 0)
+
+    @gluon.jit
+    def _wspd_loader(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                     v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, n_m, n_bh, n_tiles, SCHED, m_shift,
+                     CU_Q, CU_K, COUNTER, CAUSAL: gl.constexpr, VARLEN: gl.constexpr):
+        """``_wsp_loader`` with the tiles taken from a counter: program p starts with tile number p, and after
+        each tile's loads are issued takes the next number, programs + atomic_add(COUNTER, 1), until the numbers
+        run out; the program that takes the last number sets COUNTER back to 0 for the next call (every other
+        program has taken its last by then). Each tile number goes to the consumers through ``ids`` (two slots;
+        a slot is written again only after the consumers released the Q of the tile two back, so they have read
+        it). Dense calls: tile number i is tile ``SCHED[i]`` (``tile_order``); packed batches: ``_wspv_tile_t``'s
+        numbering, tiles past their sequence's end skipped here and never handed on."""
+        HALF_M: gl.constexpr = q_smem.shape[3]
+        NC: gl.constexpr = q_smem.shape[0]
+        BLOCK_N: gl.constexpr = k_smem.shape[3]
+        STAGES: gl.constexpr = k_smem.shape[0]
+        it = 0
+        ti = 0
+        programs = gl.num_programs(0)
+        ticket = gl.program_id(0)
+        while ticket < n_tiles:
+            if VARLEN:
+                valid, h, hk, start_m, lo_blk, n_blocks, q_base, k_base, n_q, n_k, c_off, w_off = _wspv_tile_t(
+                    ticket, n_m, n_bh, H, G, Nq, Nk, causal_off, win_off, CU_Q, CU_K, NC * HALF_M, BLOCK_N, CAUSAL)
+                b = 0
+            else:
+                b, h, bh, hk, start_m, lo_blk, n_blocks = _wsp_tile(gl.load(SCHED + ticket), n_m, H, G, Nk,
+                                                                    causal_off, win_off, m_shift, NC * HALF_M,
+                                                                    BLOCK_N, CAUSAL)
+                valid = True
+                q_base = 0
+                k_base = 0
+            if valid:
+                _wspd_publish(ids, id_ready, ti, ticket)
+                for i in gl.static_range(NC):
+                    if ti > 0:
+                        mbarrier.wait(q_empty.index(i), (ti - 1) & 1)
+                    mbarrier.expect(q_bars.index(i), desc_q.block_type.nbytes)
+                    _tma_load(desc_q, [b, h, q_base + start_m + i * HALF_M, 0], q_bars.index(i), q_smem.index(i))
+                for t in range(n_blocks):
+                    u = it + t
+                    slot = u % STAGES
+                    if u >= STAGES:
+                        mbarrier.wait(k_empty.index(slot), ((u // STAGES) - 1) & 1)
+                    mbarrier.expect(k_ready.index(slot), desc_k.block_type.nbytes)
+                    _tma_load(desc_k, [b, hk, k_base + (lo_blk + t) * BLOCK_N, 0], k_ready.index(slot),
+                              k_smem.index(slot))
+                    if u >= STAGES:
+                        mbarrier.wait(v_empty.index(slot), ((u // STAGES) - 1) & 1)
+                    mbarrier.expect(v_ready.index(slot), desc_v.block_type.nbytes)
+                    _tma_load(desc_v, [b, hk, k_base + (lo_blk + t) * BLOCK_N, 0], v_ready.index(slot),
+                              v_smem.index(slot))
+                it += n_blocks
+                ti += 1
+            c = gl.atomic_add(COUNTER, 1)
+            if c == n_tiles - 1:  # the last number of this call: every program has taken its last
+                gl.atomic_xchg(COUNTER, 0)
+            ticket = programs + c
+        _wspd_publish(ids, id_ready, ti, -1)
+
+    @gluon.jit
+    def _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                       v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED, m_shift,
+                       CU_Q, CU_K, O, stride_on, stride_oh, HALF: gl.constexpr, CAUSAL: gl.constexpr,
+                       VARLEN: gl.constexpr):
+        """``_wsp_consumer`` / ``_wspv_consumer`` over the tiles the loader hands on (``_wspd_loader``)."""
+        HALF_M: gl.constexpr = q_smem.shape[3]
+        NC: gl.constexpr = q_smem.shape[0]
+        BLOCK_N: gl.constexpr = k_smem.shape[3]
+        it = 0
+        ti = 0
+        ticket = _wspd_take(ids, id_ready, 0)
+        while ticket >= 0:
+            if VARLEN:
+                valid, h, hk, start_m, lo_blk, n_blocks, q_base, k_base, n_q, n_k, c_off, w_off = _wspv_tile_t(
+                    ticket, n_m, n_bh, H, G, Nq, Nk, causal_off, win_off, CU_Q, CU_K, NC * HALF_M, BLOCK_N, CAUSAL)
+                _ws_consumer(desc_o, LSE + (h.to(gl.int64) * Nq + q_base), q_smem, k_smem, v_smem, q_bars, k_ready,
+                             v_ready, k_empty, v_empty, 0, h, 0, start_m, lo_blk, n_blocks, n_q, n_k, c_off, w_off,
+                             qk_scale, HALF, CAUSAL, False, 0.0, 0, it, ti & 1, q_empty, o_smem, q_base,
+                             O + q_base.to(gl.int64) * stride_on + h.to(gl.int64) * stride_oh, stride_on)
+            else:
+                b, h, bh, hk, start_m, lo_blk, n_blocks = _wsp_tile(gl.load(SCHED + ticket), n_m, H, G, Nk,
+                                                                    causal_off, win_off, m_shift, NC * HALF_M,
+                                                                    BLOCK_N, CAUSAL)
+                _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+                             b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, HALF, CAUSAL,
+                             False, 0.0, 0, it, ti & 1, q_empty, o_smem)
+            it += n_blocks
+            ti += 1
+            ticket = _wspd_take(ids, id_ready, ti)
+        tma.store_wait(0)
+
+    @gluon.jit
+    def _wspd_consumer_0_causal(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                                v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED,
+                                m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
+        _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
+                       ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED, m_shift, CU_Q,
+                       CU_K, O, stride_on, stride_oh, 0, True, False)
+
+    @gluon.jit
+    def _wspd_consumer_1_causal(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                                v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED,
+                                m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
+        _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
+                       ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED, m_shift, CU_Q,
+                       CU_K, O, stride_on, stride_oh, 1, True, False)
+
+    @gluon.jit
+    def _wspd_consumer_2_causal(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                                v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED,
+                                m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
+        _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
+                       ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED, m_shift, CU_Q,
+                       CU_K, O, stride_on, stride_oh, 2, True, False)
+
+    @gluon.jit
+    def _wspd_loader_causal(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                            v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, n_m, n_bh, n_tiles, SCHED,
+                            m_shift, CU_Q, CU_K, COUNTER):
+        _wspd_loader(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                     v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, n_m, n_bh, n_tiles, SCHED, m_shift,
+                     CU_Q, CU_K, COUNTER, True, False)
+
+    @gluon.jit
+    def _wspd_consumer_0_full(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                              v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED,
+                              m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
+        _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
+                       ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED, m_shift, CU_Q,
+                       CU_K, O, stride_on, stride_oh, 0, False, False)
+
+    @gluon.jit
+    def _wspd_consumer_1_full(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                              v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED,
+                              m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
+        _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
+                       ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED, m_shift, CU_Q,
+                       CU_K, O, stride_on, stride_oh, 1, False, False)
+
+    @gluon.jit
+    def _wspd_consumer_2_full(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                              v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED,
+                              m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
+        _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
+                       ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED, m_shift, CU_Q,
+                       CU_K, O, stride_on, stride_oh, 2, False, False)
+
+    @gluon.jit
+    def _wspd_loader_full(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                          v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, n_m, n_bh, n_tiles, SCHED, m_shift,
+                          CU_Q, CU_K, COUNTER):
+        _wspd_loader(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                     v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, n_m, n_bh, n_tiles, SCHED, m_shift,
+                     CU_Q, CU_K, COUNTER, False, False)
+
+    @gluon.jit
+    def _wspd_consumer_0_causal_packed(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+                                       k_empty, v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale,
+                                       n_m, n_bh, SCHED, m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
+        _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
+                       ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED, m_shift, CU_Q,
+                       CU_K, O, stride_on, stride_oh, 0, True, True)
+
+    @gluon.jit
+    def _wspd_consumer_1_causal_packed(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+                                       k_empty, v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale,
+                                       n_m, n_bh, SCHED, m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
+        _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
+                       ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED, m_shift, CU_Q,
+                       CU_K, O, stride_on, stride_oh, 1, True, True)
+
+    @gluon.jit
+    def _wspd_consumer_2_causal_packed(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+                                       k_empty, v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale,
+                                       n_m, n_bh, SCHED, m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
+        _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
+                       ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED, m_shift, CU_Q,
+                       CU_K, O, stride_on, stride_oh, 2, True, True)
+
+    @gluon.jit
+    def _wspd_loader_causal_packed(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+                                   k_empty, v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, n_m, n_bh,
+                                   n_tiles, SCHED, m_shift, CU_Q, CU_K, COUNTER):
+        _wspd_loader(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                     v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, n_m, n_bh, n_tiles, SCHED, m_shift,
+                     CU_Q, CU_K, COUNTER, True, True)
+
+    @gluon.jit
+    def _wspd_consumer_0_full_packed(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+                                     k_empty, v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m,
+                                     n_bh, SCHED, m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
+        _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
+                       ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED, m_shift, CU_Q,
+                       CU_K, O, stride_on, stride_oh, 0, False, True)
+
+    @gluon.jit
+    def _wspd_consumer_1_full_packed(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+                                     k_empty, v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m,
+                                     n_bh, SCHED, m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
+        _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
+                       ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED, m_shift, CU_Q,
+                       CU_K, O, stride_on, stride_oh, 1, False, True)
+
+    @gluon.jit
+    def _wspd_consumer_2_full_packed(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+                                     k_empty, v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m,
+                                     n_bh, SCHED, m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
+        _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
+                       ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED, m_shift, CU_Q,
+                       CU_K, O, stride_on, stride_oh, 2, False, True)
+
+    @gluon.jit
+    def _wspd_loader_full_packed(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+                                 k_empty, v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, n_m, n_bh, n_tiles,
+                                 SCHED, m_shift, CU_Q, CU_K, COUNTER):
+        _wspd_loader(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                     v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, n_m, n_bh, n_tiles, SCHED, m_shift,
+                     CU_Q, CU_K, COUNTER, False, True)
+
+    @gluon.jit
+    def _wspd_specialize(dyn_c, dyn_l, NC: gl.constexpr, CAUSAL: gl.constexpr, VARLEN: gl.constexpr,
+                         CONSUMER_REGS: gl.constexpr):
+        """``gl.warp_specialize`` of the dynamic persistent kernel's partitions for NC consumer warp groups."""
+        if VARLEN:
+            if CAUSAL:
+                if NC == 3:
+                    gl.warp_specialize([(_wspd_consumer_0_causal_packed, dyn_c), (_wspd_consumer_1_causal_packed, dyn_c),
+                                        (_wspd_consumer_2_causal_packed, dyn_c), (_wspd_loader_causal_packed, dyn_l)],
+                                       [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
+                else:
+                    gl.warp_specialize([(_wspd_consumer_0_causal_packed, dyn_c), (_wspd_consumer_1_causal_packed, dyn_c),
+                                        (_wspd_loader_causal_packed, dyn_l)], [4, 1], [CONSUMER_REGS, 24])
+            else:
+                if NC == 3:
+                    gl.warp_specialize([(_wspd_consumer_0_full_packed, dyn_c), (_wspd_consumer_1_full_packed, dyn_c),
+                                        (_wspd_consumer_2_full_packed, dyn_c), (_wspd_loader_full_packed, dyn_l)],
+                                       [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
+                else:
+                    gl.warp_specialize([(_wspd_consumer_0_full_packed, dyn_c), (_wspd_consumer_1_full_packed, dyn_c),
+                                        (_wspd_loader_full_packed, dyn_l)], [4, 1], [CONSUMER_REGS, 24])
+        else:
+            if CAUSAL:
+                if NC == 3:
+                    gl.warp_specialize([(_wspd_consumer_0_causal, dyn_c), (_wspd_consumer_1_causal, dyn_c),
+                                        (_wspd_consumer_2_causal, dyn_c), (_wspd_loader_causal, dyn_l)],
+                                       [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
+                else:
+                    gl.warp_specialize([(_wspd_consumer_0_causal, dyn_c), (_wspd_consumer_1_causal, dyn_c),
+                                        (_wspd_loader_causal, dyn_l)], [4, 1], [CONSUMER_REGS, 24])
+            else:
+                if NC == 3:
+                    gl.warp_specialize([(_wspd_consumer_0_full, dyn_c), (_wspd_consumer_1_full, dyn_c),
+                                        (_wspd_consumer_2_full, dyn_c), (_wspd_loader_full, dyn_l)],
+                                       [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
+                else:
+                    gl.warp_specialize([(_wspd_consumer_0_full, dyn_c), (_wspd_consumer_1_full, dyn_c),
+                                        (_wspd_loader_full, dyn_l)], [4, 1], [CONSUMER_REGS, 24])
+
     @gluon.jit
     def _attn_fwd_gluon_wsp(desc_q, desc_k, desc_v, desc_o, LSE, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m,
                             SCHED, n_turns, m_shift, HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr,
                             BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                             CONSUMER_REGS: gl.constexpr, CU_Q=None, CU_K=None, O=None, stride_on=0, stride_oh=0,
-                            n_bh=0, VARLEN: gl.constexpr = False):
+                            n_bh=0, VARLEN: gl.constexpr = False, COUNTER=None, n_tiles=0,
+                            DYNAMIC: gl.constexpr = False):
         """``_attn_fwd_gluon_ws`` as a persistent kernel (no ALiBi): a grid of at most one program per SM, program
         p taking the tiles of row p of the schedule SCHED (int32, ``n_turns`` a row, −1 past a program's last
         tile; tile = (b·H + h)·``n_m`` + query block; ``persistent_schedule`` makes it). The K/V ring runs on
@@ -1083,7 +1366,11 @@ if HAVE_GLUON:
         only before the buffer's next use. ``m_shift`` as in the grid kernel.
         VARLEN: a packed batch as the grid kernel takes one (its arguments), SCHED None and m_shift 0: the tiles of
         ``n_m`` query blocks of ``n_bh`` (sequence, head) pairs dealt to the programs in ``n_turns`` turns
-        (``_wspv_tile``), a tile past its sequence's last row skipped."""
+        (``_wspv_tile``), a tile past its sequence's last row skipped.
+        DYNAMIC: the tiles taken from the int32 counter COUNTER (0 between calls) in the order of their numbers,
+        ``n_tiles`` of them, as each program's loader is ready for the next (``_wspd_loader``): dense calls' SCHED is
+        then ``tile_order``'s list (int32, ``n_tiles``), n_turns unused; a packed batch's numbers are
+        ``_wspv_tile_t``'s. The same products in the same order per tile: the same bits as the grid kernel."""
         HALF_M: gl.constexpr = 64
         NC: gl.constexpr = BLOCK_M // HALF_M
         dtype: gl.constexpr = desc_q.dtype
@@ -1105,6 +1392,19 @@ if HAVE_GLUON:
             mbarrier.init(v_ready.index(i), count=1)
             mbarrier.init(k_empty.index(i), count=NC)  # one arrival per consumer warp group
             mbarrier.init(v_empty.index(i), count=NC)
+        if DYNAMIC:
+            ids = gl.allocate_shared_memory(gl.int32, [2, 1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+            id_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+            for i in gl.static_range(2):
+                mbarrier.init(id_ready.index(i), count=1)
+            dyn_c = (desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
+                     ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED, m_shift, CU_Q, CU_K,
+                     O, stride_on, stride_oh)
+            dyn_l = (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                     v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, n_m, n_bh, n_tiles, SCHED, m_shift,
+                     CU_Q, CU_K, COUNTER)
+            _wspd_specialize(dyn_c, dyn_l, NC, CAUSAL, VARLEN, CONSUMER_REGS)
+            return
         consumer_args = (desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
                          v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift)
         loader_args = (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
@@ -1196,7 +1496,8 @@ def auto_head_chunk(Nk: int, D: int, group: int, itemsize: int) -> int:
     return max(1, int(CHUNK_KV_BYTES // per_head))
 
 
-_SCHEDULES: dict = {}  # kept schedules (device tensors), at most _SCHEDULES_KEPT
+_SCHEDULES: dict = {}  # kept schedules and tile orders (device tensors), at most _SCHEDULES_KEPT
+_COUNTERS: dict = {}  # the dynamic persistent kernel's tile counters, by (device, stream)
 _SCHEDULES_KEPT = 64
 
 
@@ -1238,6 +1539,8 @@ def persistent_schedule(n_m: int, bh: int, programs: int, walks: list[int] | Non
                          f"chunk={chunk}")
     rows: list[list[int]] = [[] for _ in range(programs)]
     n_tiles = n_m * bh
+    if walks is not None and len(walks) != n_m:
+        raise ValueError(f"persistent_schedule: {len(walks)} walks for {n_m} query blocks")
     if walks is None:
         for r in range(-(-n_tiles // programs)):
             for p in range(programs):
@@ -1245,37 +1548,69 @@ def persistent_schedule(n_m: int, bh: int, programs: int, walks: list[int] | Non
                 if t < n_tiles:
                     rows[p].append(t)
         return rows
-    if len(walks) != n_m:
-        raise ValueError(f"persistent_schedule: {len(walks)} walks for {n_m} query blocks")
-    order = sorted(range(n_m), key=lambda m: (-walks[m], -m))
     free = [(0, p) for p in range(programs)]  # (work so far, program): a heap
-    for h0 in range(0, bh, chunk):
-        for m in order:
-            cost = walks[m] + TILE_COST
-            for t in range(h0 * n_m + m, min(bh, h0 + chunk) * n_m, n_m):
-                load, p = free[0]
-                rows[p].append(t)
-                heapq.heapreplace(free, (load + cost, p))
+    for t in tile_order(n_m, bh, walks, chunk):
+        load, p = free[0]
+        rows[p].append(t)
+        heapq.heapreplace(free, (load + walks[t % n_m] + TILE_COST, p))
     return rows
 
 
-def _schedule_tensor(device: torch.device, bh: int, programs: int, chunk: int, shape: tuple) -> torch.Tensor | None:
+def tile_order(n_m: int, bh: int, walks: list[int] | None = None, chunk: int = 1) -> list[int]:
+    """Every tile (head·n_m + query block) once, in the order the persistent programs take them: head by head
+    without ``walks``; with them (key blocks of each query block), each group of ``chunk`` heads' tiles longest
+    walk first (the later query block first among equals). ``persistent_schedule`` deals them out in this order;
+    the dynamic persistent kernel takes them from a counter in this order (``_attn_fwd_gluon_wsp``, DYNAMIC)."""
+    if n_m < 1 or bh < 1 or chunk < 1:
+        raise ValueError(f"tile_order takes positive sizes, got n_m={n_m}, bh={bh}, chunk={chunk}")
+    if walks is None:
+        return list(range(n_m * bh))
+    if len(walks) != n_m:
+        raise ValueError(f"tile_order: {len(walks)} walks for {n_m} query blocks")
+    order = sorted(range(n_m), key=lambda m: (-walks[m], -m))
+    return [t for h0 in range(0, bh, chunk) for m in order for t in range(h0 * n_m + m, min(bh, h0 + chunk) * n_m, n_m)]
+
+
+def tile_counter(device: torch.device) -> torch.Tensor | None:
+    """The int32 counter the dynamic persistent kernel takes its tiles from on ``device``'s current stream (one per
+    stream, so calls on two streams at once never share one; zero between calls: the kernel's last taker sets it
+    back), kept; None when it is not made yet and the stream is capturing a CUDA graph (the dynamic kernel then
+    waits for an eager call, as the schedules do)."""
+    from .launch import current_stream
+
+    key = (device, current_stream(device) if device.type == "cuda" else 0)
+    c = _COUNTERS.get(key)
+    if c is None:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return None
+        c = torch.zeros(1, dtype=torch.int32, device=device)
+        if len(_COUNTERS) >= _SCHEDULES_KEPT:  # (a dropped counter stays alive in the plans that hold it)
+            _COUNTERS.pop(next(iter(_COUNTERS)))
+        _COUNTERS[key] = c
+    return c
+
+
+def _schedule_tensor(device: torch.device, bh: int, programs: int, chunk: int, shape: tuple,
+                     order: bool = False) -> torch.Tensor | None:
     """``persistent_schedule`` as an int32 (programs, turns) tensor on ``device``, −1 past a program's last tile;
     kept per arguments. ``shape``: (Nq, Nk, block_m, block_n, causal_off, win_off, m_shift), ``tile_walks``'s
     (causal_off None: no walks). None when it is not kept yet and the stream is capturing a CUDA graph (the
-    schedule's copy to the device cannot be captured)."""
-    key = (device, bh, programs, chunk, shape)
+    schedule's copy to the device cannot be captured). ``order``: ``tile_order``'s list instead, int32 (tiles,)."""
+    key = (device, bh, None if order else programs, chunk, shape, order)
     t = _SCHEDULES.get(key)
     if t is None:
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             return None
         Nq, Nk, block_m, block_n, causal_off, win_off, m_shift = shape
         walks = None if causal_off is None else tile_walks(Nq, Nk, block_m, block_n, causal_off, win_off, m_shift)
-        rows = persistent_schedule(-(-Nq // block_m), bh, programs, walks, chunk)
-        turns = max(len(r) for r in rows)
-        t = torch.full((programs, turns), -1, dtype=torch.int32)
-        for p, r in enumerate(rows):
-            t[p, :len(r)] = torch.tensor(r, dtype=torch.int32)
+        if order:
+            t = torch.tensor(tile_order(-(-Nq // block_m), bh, walks, chunk), dtype=torch.int32)
+        else:
+            rows = persistent_schedule(-(-Nq // block_m), bh, programs, walks, chunk)
+            turns = max(len(r) for r in rows)
+            t = torch.full((programs, turns), -1, dtype=torch.int32)
+            for p, r in enumerate(rows):
+                t[p, :len(r)] = torch.tensor(r, dtype=torch.int32)
         t = t.to(device)
         if len(_SCHEDULES) >= _SCHEDULES_KEPT:
             _SCHEDULES.pop(next(iter(_SCHEDULES)))
@@ -1288,7 +1623,7 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
                   num_warps: int = 8, warp_spec: bool = False, win_off: int | None = None,
                   slopes: torch.Tensor | None = None, persistent: bool = False, head_chunk: int = 1,
                   part_first: bool = False, cu_seqlens: tuple[torch.Tensor, torch.Tensor] | None = None,
-                  max_seqlen_q: int = 0) -> None:
+                  max_seqlen_q: int = 0, dynamic: bool = False) -> None:
     """Run the Gluon forward: q (B, H, Nq, D), k/v (B, Hkv, Nk, D), out like q, lse (B, H, Nq) float32,
     written in place. ``causal_off`` None: no right edge; else row i sees keys j <= i + causal_off.
     ``win_off`` None: no left edge; else row i sees keys j >= i + win_off (a sliding window; the
@@ -1297,7 +1632,8 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     slope·|i + Nk − Nq − j| (bottom-right aligned, as the Triton kernel's), before the mask.
     ``warp_spec``: the kernel with a loader warp and two or three consumer warp groups (block_m 128 or
     192, num_warps 4 per group); else one program of num_warps warps. ``persistent`` (with ``warp_spec``, no
-    ALiBi): one program per SM at most, taking the tiles of ``persistent_schedule`` (``_attn_fwd_gluon_wsp``).
+    ALiBi): one program per SM at most, taking the tiles of ``persistent_schedule`` (``_attn_fwd_gluon_wsp``);
+    with ``dynamic``, taking them from a counter in ``tile_order``'s order as each program is ready for the next.
     With a causal mask and ``warp_spec``: ``head_chunk``, the longest walks first over that many heads at a time
     (the grid kernel's programs, or the persistent schedule's groups; 0: ``auto_head_chunk``); ``part_first``,
     the part query block first (``part_first_shift``).
@@ -1313,11 +1649,13 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         raise ValueError("a window's left edge needs the warp-specialised Gluon forward (warp_spec=True)")
     if persistent and (not warp_spec or slopes is not None):
         raise ValueError("the persistent Gluon forward is the warp-specialised kernel without ALiBi")
+    if dynamic and not persistent:
+        raise ValueError("dynamic tiles are the persistent Gluon forward's (persistent=True)")
     if not (isinstance(head_chunk, int) and head_chunk >= 0):
         raise ValueError(f"head_chunk must be an int >= 0 (0: auto_head_chunk), got {head_chunk!r}")
     if cu_seqlens is not None:
         return _packed_forward(q, k, v, out, lse, causal_off, win_off, scale, block_m, block_n, stages, num_warps,
-                               cu_seqlens, max_seqlen_q, persistent)
+                               cu_seqlens, max_seqlen_q, persistent, dynamic)
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     if head_chunk == 0:
@@ -1346,8 +1684,18 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         from .decode_config import _device_sms
 
         programs = max(1, min(n_m * B * H, _device_sms(q.device)))
-        sched = _schedule_tensor(q.device, B * H, programs, head_chunk if causal else 1,
-                                 (Nq, Nk, block_m, block_n, causal_off, win_off, m_shift))
+        shape = (Nq, Nk, block_m, block_n, causal_off, win_off, m_shift)
+        if dynamic:
+            counter = tile_counter(q.device)
+            order = _schedule_tensor(q.device, B * H, programs, head_chunk if causal else 1, shape, order=True)
+            if counter is not None and order is not None:
+                args = args[:-1] + (NO_WINDOW if win_off is None else win_off, args[-1], n_m, order, 0, m_shift)
+                launch_kept(_attn_fwd_gluon_wsp, (programs,), dict(zip(_attn_fwd_gluon_wsp.arg_names, args)) | const
+                            | dict(CONSUMER_REGS=consumer_regs(block_m), COUNTER=counter, n_tiles=n_m * B * H,
+                                   DYNAMIC=True), num_warps=num_warps)
+                return
+        else:
+            sched = _schedule_tensor(q.device, B * H, programs, head_chunk if causal else 1, shape)
     if sched is not None:
         args = args[:-1] + (NO_WINDOW if win_off is None else win_off, args[-1], n_m, sched, sched.shape[1], m_shift)
         launch_kept(_attn_fwd_gluon_wsp, (programs,), dict(zip(_attn_fwd_gluon_wsp.arg_names, args)) | const
@@ -1362,9 +1710,10 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         _attn_fwd_gluon[grid](*args, **args_alibi, **const, num_warps=num_warps)
 
 def _packed_forward(q, k, v, out, lse, causal_off, win_off, scale, block_m, block_n, stages, num_warps, cu_seqlens,
-                    max_seqlen_q, persistent) -> None:
+                    max_seqlen_q, persistent, dynamic=False) -> None:
     """``gluon_forward`` of a packed batch (its arguments): the grid kernel, or the persistent one (at most a
-    program per SM, the tiles dealt in turns by ``_wspv_tile``)."""
+    program per SM, the tiles dealt in turns by ``_wspv_tile``, or with ``dynamic`` taken from a counter in
+    ``_wspv_tile_t``'s numbering; the grid kernel while a CUDA graph is captured before the counter is made)."""
     from .config import varlen_grid
     from .layout import packed_as_bhnd
 
@@ -1384,14 +1733,16 @@ def _packed_forward(q, k, v, out, lse, causal_off, win_off, scale, block_m, bloc
             causal_off if causal else 0, NO_WINDOW if win_off is None else win_off, scale * LOG2E)
     const = dict(CU_Q=cu_q, CU_K=cu_k, O=out, stride_on=out.stride(0), stride_oh=out.stride(1), VARLEN=True, HEAD_D=D,
                  BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal, CONSUMER_REGS=consumer_regs(block_m))
-    if persistent:
+    counter = tile_counter(q.device) if persistent and dynamic else None
+    if persistent and (counter is not None or not dynamic):
         from .decode_config import _device_sms
 
         n_bh, n_m = grid
         programs = max(1, min(n_m * n_bh, _device_sms(q.device)))
         args += (n_m, None, -(-(n_m * n_bh) // programs), 0)
+        dyn = dict(COUNTER=counter, n_tiles=n_m * n_bh, DYNAMIC=True) if dynamic else {}
         launch_kept(_attn_fwd_gluon_wsp, (programs,), dict(zip(_attn_fwd_gluon_wsp.arg_names, args)) | const
-                    | dict(n_bh=n_bh), num_warps=num_warps)
+                    | dict(n_bh=n_bh) | dyn, num_warps=num_warps)
     else:
         args += (0, 1)
         launch_kept(_attn_fwd_gluon_ws, grid, dict(zip(_attn_fwd_gluon_ws.arg_names, args)) | const,
@@ -1400,13 +1751,14 @@ def _packed_forward(q, k, v, out, lse, causal_off, win_off, scale, block_m, bloc
 
 def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: int = 128, stages: int = 2,
                  num_warps: int = 8, dtype: torch.dtype = torch.bfloat16, warp_spec: bool = False,
-                 alibi: bool = False, persistent: bool = False, packed: bool = False):
+                 alibi: bool = False, persistent: bool = False, packed: bool = False, dynamic: bool = False):
     """Build the Gluon forward for Hopper (sm_90) on any machine, GPU or not (Triton's own ptxas): the
     compiled kernel, whose ``asm`` holds the PTX and cubin and ``metadata`` the shared memory. What the
     CPU tests and ``benchmarks/prefill.py aot`` read: registers, spills, and the wgmma waits. ``alibi``:
     the ALiBi build (float32 slopes, run-time strides); without it the ALiBi arguments are None.
     ``persistent``: the persistent warp-specialised kernel (``_attn_fwd_gluon_wsp``; no ALiBi). ``packed``: the
-    packed-batch build of either warp-specialised kernel (no ALiBi)."""
+    packed-batch build of either warp-specialised kernel (no ALiBi). ``dynamic``: the persistent kernel taking its
+    tiles from a counter (``DYNAMIC``)."""
     if not HAVE_GLUON:
         raise RuntimeError("this triton has no Gluon (triton >= 3.5 needed)")
     import triton
@@ -1435,12 +1787,16 @@ def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: in
         const |= dict(VARLEN=True) if packed else dict(CU_Q=None, CU_K=None, O=None, VARLEN=False)
         if persistent and packed:
             const |= dict(SCHED=None, m_shift=0)
+        if persistent:
+            const |= dict(DYNAMIC=True) if dynamic else dict(COUNTER=None, n_tiles=0, DYNAMIC=False)
+        elif dynamic:
+            raise ValueError("dynamic tiles are the persistent kernel's (persistent=True)")
     q_rows = 64 if warp_spec else block_m
     sig = {}
     for n in fn.arg_names:
         sig[n] = ("constexpr" if n in const else desc(q_rows) if n in ("desc_q", "desc_o")
                   else desc(block_n) if n in ("desc_k", "desc_v") else "*fp32" if n in ("LSE", "SLOPES")
-                  else "*i32" if n in ("SCHED", "CU_Q", "CU_K") else f"*{name}" if n == "O"
+                  else "*i32" if n in ("SCHED", "CU_Q", "CU_K", "COUNTER") else f"*{name}" if n == "O"
                   else "fp32" if n == "qk_scale" else "i32")
     src = GluonASTSource(fn, sig, const, {(fn.arg_names.index("LSE"),): [["tt.divisibility", 16]]})
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps))
@@ -1448,20 +1804,20 @@ def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: in
 
 def sm90_report(head_dim: int, *, causal: bool, block_m: int = 128, block_n: int = 128, stages: int = 2,
                 num_warps: int = 8, dtype: torch.dtype = torch.bfloat16, warp_spec: bool = False,
-                alibi: bool = False, persistent: bool = False, packed: bool = False) -> dict:
+                alibi: bool = False, persistent: bool = False, packed: bool = False, dynamic: bool = False) -> dict:
     """What the compiler made of one sm_90 build (``compile_sm90``): shared memory (KB), registers and
     spill stack per thread (from the cubin, where Triton ships cuobjdump), and the PTX's wgmma waits
     (``wait_groups``: the distinct N of ``wgmma.wait_group N``; 1 is the wait that leaves P·V in flight).
     Needs a process without TRITON_INTERPRET (the interpreter replaces the jit functions Gluon calls)."""
     kernel = compile_sm90(head_dim, causal=causal, block_m=block_m, block_n=block_n, stages=stages,
                           num_warps=num_warps, dtype=dtype, warp_spec=warp_spec, alibi=alibi, persistent=persistent,
-                          packed=packed)
+                          packed=packed, dynamic=dynamic)
     return kernel_report(kernel)
 
 
 def kernel_report(kernel) -> dict:
     """Shared memory (KB), setmaxnreg values, wgmma waits and counts, TMA loads, float32 global atomics
-    (``atomics``), TMA bulk reductions (``tma_reduces``), shared-memory store instructions by width
+    (``atomics``), the integer atomics of a tile counter (``tile_atomics``: add and exchange), TMA bulk reductions (``tma_reduces``), shared-memory store instructions by width
     (``shared_stores``, e.g. ``{"v4.b32": 32}``) and global loads (``global_loads``) of a compiled sm_90 kernel, with registers and spill stack
     per thread from its cubin where Triton ships cuobjdump."""
     import re
@@ -1479,6 +1835,7 @@ def kernel_report(kernel) -> dict:
                tma_loads=len(re.findall(r"cp\.async\.bulk\.tensor", ptx)),
                wgmma=len(re.findall(r"wgmma\.mma_async", ptx)),
                atomics=len(re.findall(r"(?:atom|red)\.global\.\S*add\S*f32", ptx)),
+               tile_atomics=len(re.findall(r"atom\.global\S*\.(?:add\.u32|exch\.b32)", ptx)),
                tma_reduces=len(re.findall(r"cp\.reduce\.async\.bulk\.tensor", ptx)),
                shared_stores=dict(sorted(Counter(re.findall(r"st\.shared\.([\w.]+)", ptx)).items())),
                global_loads=len(re.findall(r"ld\.global", ptx)))

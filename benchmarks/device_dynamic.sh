@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One GPU call for the persistent Gluon forward that takes its tiles from a counter (FwdConfig.dynamic), by
+# PHASES (default "tests sweep"):
+#   tests   its GPU tests and those of the persistent and packed Gluon forward (stops the call when they fail);
+#   sweep   the packed batch's Gluon entries, the dynamic ones among them, beside the Triton kernel's
+#           (variants_sweep.py --packed-gluon, numbered SWEEP_RUN);
+#   dense   the prefill rows with each persistent build's dynamic twin (fwd_persistent.py --dynamic, numbered
+#           DENSE_RUN, ROUNDS rounds);
+#   routes  the varlen rows, one process per ROUTES entry backward[:forward[:deterministic]] (variants.py,
+#           numbered VARLEN_RUN: ...-<backward>[-fwd-<forward>][-det-<deterministic>]).
+# Run from the repository root on a CUDA machine; logs and JSON go to $OUT/dynamic (default ./out-dynamic/dynamic).
+set -uo pipefail
+OUT=${OUT:-out-dynamic}
+D="$OUT/dynamic"
+source "$(dirname "$0")/device_env.sh"
+for phase in ${PHASES:-tests sweep}; do
+    t0=$(date +%s)
+    case $phase in
+    tests)
+        timeout ${TEST_S:-240} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu/test_prefill_gluon_dynamic.py \
+            tests/gpu/test_prefill_gluon.py -k "dynamic or persistent or packed" > "$D/tests.log" 2>&1
+        rc=$?
+        echo "tests: exit $rc in $(( $(date +%s) - t0 ))s"; tail -n 3 "$D/tests.log"; grep "^FAILED" "$D/tests.log" | head
+        [ "$rc" = 0 ] || { echo "GPU tests failed: no benchmarks"; exit 1; } ;;
+    sweep)
+        timeout ${SWEEP_S:-200} python3 benchmarks/variants_sweep.py --variants varlen --passes fwd --packed-gluon \
+            --D ${VARLEN_D:-128 64} --json "$D/variants-sweep-h200-varlen-run${SWEEP_RUN:-x}.json" > "$D/sweep.log" 2>&1
+        echo "sweep: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/sweep.log" || tail -n 20 "$D/sweep.log" ;;
+    dense)
+        timeout ${DENSE_S:-240} python3 benchmarks/fwd_persistent.py --dynamic --rounds ${ROUNDS:-2} \
+            --json "$D/fwd-persistent-h200-run${DENSE_RUN:-x}.json" > "$D/dense.log" 2>&1
+        echo "fwd_persistent: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/dense.log" || tail -n 20 "$D/dense.log" ;;
+    routes)
+        for route in ${ROUTES:-gluon gluon:gluon-dynamic}; do
+            IFS=: read -r kernel fwd det <<< "$route"
+            name=$kernel
+            [ -n "$fwd" ] && name="$name-fwd-$fwd"
+            [ -n "$det" ] && name="$name-det-$det"
+            t1=$(date +%s)
+            timeout ${BENCH_S:-150} python3 benchmarks/variants.py bench --variants varlen --D ${VARLEN_D:-128 64} \
+                --packed-kernel $kernel --packed-fwd ${fwd:-library} --packed-det ${det:-library} \
+                --json "$D/variants-h200-varlen-run${VARLEN_RUN:-x}-$name.json" > "$D/bench-$name.log" 2>&1
+            echo "varlen, $kernel backward, ${fwd:-library} forward, ${det:-library} deterministic: exit $? in $(( $(date +%s) - t1 ))s"
+            grep "^|" "$D/bench-$name.log" || tail -n 20 "$D/bench-$name.log"
+        done ;;
+    *) echo "device_dynamic.sh: unknown phase $phase"; exit 2 ;;
+    esac
+done
