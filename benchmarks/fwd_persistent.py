@@ -157,9 +157,9 @@ def run(rounds: int, sweep: bool = False, dynamic: bool = False) -> list[dict]:
 
 def table(rows: list[dict]) -> list[str]:
     """Markdown: one line per (row, build), ms by round, best TFLOP/s, × its base (``base_of``: the grid kernel,
-    or for a ``…-pp`` or ``…-x`` build its twin without turns or overlapped tiles; the column says "× grid" where
+    or for a ``…-pp``, ``…-x`` or ``…-dyn`` build its twin without turns, overlapped tiles or the counter; the column says "× grid" where
     the run has no such build) and × cuDNN (best rounds), and whether the build's bits equal its base's."""
-    twins = any(r["build"].endswith(("-pp", "-x")) for r in rows)
+    twins = any(r["build"].endswith(("-pp", "-x", "-dyn")) for r in rows)
     out = [f"| D | causal | N | build | ms by round | TFLOP/s (best) | {'× base' if twins else '× grid'} | × cuDNN | "
            "same bits |", "|---|---|---|---|---|---|---|---|---|"]
     keys = []
@@ -177,7 +177,7 @@ def table(rows: list[dict]) -> list[str]:
         for n in names:
             mine = [r for r in rs if r["build"] == n]
             # (runs 1 and 2 had one persistent build per grid build, named after it)
-            old_names = not any("-pf" in m or "-c" in m or m.endswith("-pp") or m.endswith("-x") for m in names)
+            old_names = not any("-pf" in m or "-c" in m or m.endswith(("-pp", "-x", "-dyn")) for m in names)
             twin = n.replace("persistent", "grid") if old_names else base_of(n)
             bits = mine[0]["same_bits"]
             ms = " / ".join(f"{r['ms']:.3f}" for r in mine)
@@ -213,11 +213,11 @@ def main(argv=None) -> int:
     import triton
 
     rows = run(args.rounds, args.sweep, args.dynamic)
-    print("\n".join(table(rows)))
-    if args.json is not None:
+    if args.json is not None:  # (first: a table that fails to print loses no run)
         args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "gpu": torch.cuda.get_device_name(),
                                          "torch": torch.__version__, "triton": triton.__version__, "rows": rows},
                                         indent=1))
+    print("\n".join(table(rows)))
     return 0
 
 

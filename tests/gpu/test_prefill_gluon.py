@@ -696,39 +696,37 @@ def _packed(lens_q, lens_k, H, Hkv, D, dtype, gen, extra_q=0, extra_k=0, device=
 
 
 def test_packed_calls_reach_the_gluon_forward_without_softcap_or_alibi(monkeypatch):
-    """The dispatch, seen on the CPU by standing in for the Gluon kernel: with ``PACKED`` on, a plain packed batch
-    (causal, windowed or not) at D = 64 or 128 goes to ``gluon_forward`` with its lengths, the mask's edges as one
-    sequence's offsets (each adds its own Nk − Nq in the kernel) and the grid kernel's 128-row tiles; softcap,
-    ALiBi, another head dim and ``PACKED`` off (the default) go to the Triton kernel."""
+    """The dispatch, seen on the CPU by standing in for the Gluon kernel: with ``PACKED`` on (the default), a plain
+    packed batch (causal, windowed or not) at D = 128 goes to ``gluon_forward`` with its lengths, the mask's edges as
+    one sequence's offsets (each adds its own Nk − Nq in the kernel) and the table's entry, the persistent build with
+    two consumer warp groups taking its tiles from a counter; D = 64 (no entry: its Gluon builds ran behind the
+    Triton kernel), softcap, ALiBi, another head dim and ``PACKED`` off go to the Triton kernel."""
     from attnlab.gpu import prefill_fwd as F
 
     calls, launches = [], []
     monkeypatch.setattr(G, "gluon_supported", lambda *a: True)
     monkeypatch.setattr(G, "gluon_forward", lambda *a, **kw: calls.append(kw))
     monkeypatch.setattr(F, "launch_kept", lambda kernel, grid, kwargs, **options: launches.append(kwargs))
-    monkeypatch.setattr(G, "PACKED", True)
+    assert G.PACKED
     gen = torch.Generator().manual_seed(0)
-    for D in (64, 128):
-        q, k, v, cu = _packed([5, 0, 40], [9, 3, 30], 4, 2, D, torch.bfloat16, gen, device="cpu")
-        for mask, want in ((Mask(-1, 0), (0, None)), (Mask(-1, -1), (None, None)), (Mask(20, 3), (3, -20))):
-            calls.clear()
-            prefill_forward(q, k, v, mask=mask, scale=0.1, cu_seqlens=cu, max_seqlen=(40, 30))
-            assert len(calls) == 1 and (calls[0]["causal_off"], calls[0]["win_off"]) == want, (D, mask)
-            kw = calls[0]
-            assert kw["cu_seqlens"][0] is cu[0] and kw["cu_seqlens"][1] is cu[1] and kw["max_seqlen_q"] == 40
-            assert kw["warp_spec"] and (kw["block_m"], kw["block_n"], kw["num_warps"]) == (128, 128, 4)
-            assert not kw["persistent"]
+    q, k, v, cu = _packed([5, 0, 40], [9, 3, 30], 4, 2, 128, torch.bfloat16, gen, device="cpu")
+    for mask, want in ((Mask(-1, 0), (0, None)), (Mask(-1, -1), (None, None)), (Mask(20, 3), (3, -20))):
+        calls.clear()
+        prefill_forward(q, k, v, mask=mask, scale=0.1, cu_seqlens=cu, max_seqlen=(40, 30))
+        assert len(calls) == 1 and (calls[0]["causal_off"], calls[0]["win_off"]) == want, mask
+        kw = calls[0]
+        assert kw["cu_seqlens"][0] is cu[0] and kw["cu_seqlens"][1] is cu[1] and kw["max_seqlen_q"] == 40
+        assert kw["warp_spec"] and (kw["block_m"], kw["block_n"], kw["num_warps"]) == (128, 128, 4)
+        assert kw["persistent"] and kw["dynamic"]
     calls.clear()
     for extra in (dict(softcap=5.0), dict(slopes=torch.rand(3, 4))):
         prefill_forward(q, k, v, mask=Mask(-1, 0), scale=0.1, cu_seqlens=cu, max_seqlen=(40, 30), **extra)
-    q32, k32, v32, cu32 = _packed([5, 0, 40], [9, 3, 30], 4, 2, 32, torch.bfloat16, gen, device="cpu")
-    prefill_forward(q32, k32, v32, mask=Mask(-1, 0), scale=0.1, cu_seqlens=cu32, max_seqlen=(40, 30))
-    monkeypatch.undo()  # the default
-    monkeypatch.setattr(G, "gluon_supported", lambda *a: True)
-    monkeypatch.setattr(G, "gluon_forward", lambda *a, **kw: calls.append(kw))
-    monkeypatch.setattr(F, "launch_kept", lambda kernel, grid, kwargs, **options: launches.append(kwargs))
+    for D in (32, 64):
+        qd, kd, vd, cud = _packed([5, 0, 40], [9, 3, 30], 4, 2, D, torch.bfloat16, gen, device="cpu")
+        prefill_forward(qd, kd, vd, mask=Mask(-1, 0), scale=0.1, cu_seqlens=cud, max_seqlen=(40, 30))
+    monkeypatch.setattr(G, "PACKED", False)
     prefill_forward(q, k, v, mask=Mask(-1, 0), scale=0.1, cu_seqlens=cu, max_seqlen=(40, 30))
-    assert calls == [] and len(launches) == 4 and all(kw["VARLEN"] for kw in launches)
+    assert calls == [] and len(launches) == 5 and all(kw["VARLEN"] for kw in launches)
 
 
 PACKED_CASES = [

@@ -240,11 +240,13 @@ def variant_fwd_config(cfg: FwdConfig, D: int, *, packed: bool, score_mod: bool,
 _PACKED_FWD_TABLE = {(128, True, "short"): _F(128, 32, 8, 3)}
 
 
-# The Gluon forward of a packed batch (while ``prefill_gluon.PACKED`` is on; off by default), by head dim: the
-# best of the packed sweep's Gluon builds at either head dim (benchmarks/variants_sweep.py --packed-gluon,
-# data/variants-sweep-h200-varlen-run5.json): the warp-specialised grid kernel with two consumer warp groups
-# (the persistent build, 64-key blocks and 192-row blocks ran slower).
-_GLUON_PACKED_FWD = {64: _GLUON_LONG, 128: _GLUON_LONG}
+# The Gluon forward of a packed batch (while ``prefill_gluon.PACKED`` is on), by head dim: where the best of the
+# packed sweep's Gluon builds beat the Triton kernel's entry (benchmarks/variants_sweep.py --packed-gluon,
+# data/variants-sweep-h200-varlen-run6.json): at D = 128 the persistent build with two consumer warp groups taking
+# its tiles from a counter, 338 TFLOP/s against 312 for the grid kernel, 264 with its tiles dealt out in turns and
+# 309 for the Triton kernel (192×64 tiles: 341, within a sweep's noise, on three warp groups). At D = 64 the best
+# Gluon build (235) stayed behind the Triton kernel (251): no entry.
+_GLUON_PACKED_FWD = {128: dataclasses.replace(_GLUON_LONG, persistent=True, dynamic=True)}
 
 
 def packed_gluon_fwd_config(D: int) -> FwdConfig | None:

@@ -78,13 +78,13 @@ GLUON_HEAD_DIMS = (64, 128)
 # causal, windowed or not: each program's sequence read from the cumulative lengths, its last rows stored without
 # TMA. A sequence's last key block is loaded whole (its keys past the sequence's end masked), so a NaN or infinity
 # in the next sequence's first rows of V reaches this one's outputs (0 · NaN), which the Triton kernel's masked
-# loads never read. Off: on an H200 (16K tokens of documents of 256–1792, causal, the forward alone) the grid
-# kernel ran level with the Triton kernel at D = 128 (308 against 307 TFLOP/s, variants-sweep varlen run 5; 319
-# against 305 and 293 against 298 forward+backward in variants run 17) and 12 % behind at D = 64 (218 against 249);
-# the persistent build, tiles dealt in fixed turns, 15 % behind the grid kernel at D = 128. A document's walks
-# are a few key blocks long, and a program's start and end (barriers, the first loads, the last store), which the
-# Triton kernel's two programs per SM hide under each other, are not hidden here. True: a plain packed call takes it
-PACKED = False
+# loads never read. On an H200 (16K tokens of documents of 256–1792, causal, the forward alone) the grid kernel ran
+# level with the Triton kernel at D = 128 (308 against 307 TFLOP/s, variants-sweep varlen run 5) and 12 % behind at
+# D = 64; the persistent build with its tiles taken from a counter (``FwdConfig.dynamic``) ran 338 against 309 and
+# 312 for the grid kernel at D = 128 (sweep run 6; 337-345 against 308-309 in variants runs 20 and 21) and 235
+# against 251 at D = 64. So the table has a D = 128 entry only (D = 64 keeps the Triton kernel). False: every packed
+# batch on the Triton kernel
+PACKED = True
 NO_WINDOW = -(1 << 30)  # win_off of a call without a left edge: every key is right of it
 
 

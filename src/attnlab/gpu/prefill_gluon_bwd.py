@@ -189,11 +189,12 @@ DETERMINISTIC = True
 PACKED = True
 # the head dims whose deterministic packed batches (with PACKED and DETERMINISTIC) take this kernel's ordered
 # build: each sequence's key blocks last first, their turns at a dQ tile counted in the sequence's own key blocks,
-# the tiles its padded rows'. Measured (H200, 16K tokens of documents of 256–1792, causal, D = 128): forward+backward
-# 250 TFLOP/s (variants run 19, 0.86x that run's default) against 245 and 247 on the Triton kernels (runs 17
-# and 18, 0.82x and 0.83x theirs): a gain within what separate runs differ by, not yet repeated in one run, so
-# none is on (D = 64 not measured). (): every deterministic packed batch on the Triton kernels
-PACKED_DET: tuple[int, ...] = ()
+# the tiles its padded rows'. Measured (H200, 16K tokens of documents of 256–1792, causal, forward+backward): at
+# D = 128 250 TFLOP/s (variants run 19) against 245 and 247 on the Triton kernels (runs 17 and 18), then both
+# routes in each of two calls: 253 against 246 (run 20) and, with the packed forward taking its tiles from a
+# counter, 256 against 244 (run 21, 0.87x and 0.81x that route's default); at D = 64 208-209 either way (runs 20,
+# 21): on at D = 128. (): every deterministic packed batch on the Triton kernels
+PACKED_DET: tuple[int, ...] = (128,)
 # deterministic causal GQA calls: each K/V head read by up to this many programs, fewer query heads per
 # program, and their dK, dV summed in a fixed order afterwards (``kv_split``, ``det_kv_split``):
 # shorter ordered walks, more programs per wave. The grid model put the causal walks' makespan at 1.16x a
