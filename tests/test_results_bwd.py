@@ -665,3 +665,36 @@ def test_varlen_profile_section_is_its_runs_and_variants_run_13():
             f"{r1['kernels_ms']:.3f}") in notes
     assert (f"costs {g['host_ms']:.3f} ms of host time against the Triton route's {lib[1]['host_ms']:.3f}"
             in notes)
+
+
+def test_dynamic_tiles_section_is_fwd_persistent_run_9():
+    """RESULTS.md's fwd-persistent run 9 section (each persistent build beside its twin taking its tiles from a
+    counter): the table as the script renders it, every build's bits equal to its base's, and the ratios its text,
+    NOTES-prefill v24 and docs/gpu.md quote."""
+    mod = load_script("benchmarks/fwd_persistent.py")
+    results = _results()
+    section = _flat(results[results.index("### Fwd-persistent run 9"):results.index("### Fwd-persistent runs 6–8")])
+    notes = _flat((ROOT / "benchmarks" / "NOTES-prefill.md").read_text().split("## v24")[1])
+    doc = _flat((ROOT / "docs" / "gpu.md").read_text())
+    rows = json.loads((DATA / "fwd-persistent-h200-run9.json").read_text())["rows"]
+    for line in mod.table(rows)[2:]:
+        assert _flat(line) in section, line
+    assert all(r["same_bits"] for r in rows if r["same_bits"] is not None)
+    b = fwd_persistent_best(9)
+    dyn = {k: b[(*k[:3], k[3][:-4])] / v for k, v in b.items() if k[3].endswith("-dyn")}
+    assert len(dyn) == 15
+    span = f"{min(dyn.values()):.2f}–{max(dyn.values()):.2f}×"
+    assert f"The dynamic twins ran at {span} their static builds" in section
+    assert f"Dense calls: the prediction missed.** {span} the same build with its tiles dealt out" in notes
+    assert f"(fwd-persistent run 9: {span} the same build with its tiles dealt out)" in doc
+    nc = [v for k, v in dyn.items() if not k[1]]
+    c4 = [v for k, v in dyn.items() if k[1] and k[2] == 4096 and ("128" in k[3] or k[0] == 128 or k[3] == "table-dyn")]
+    c192 = dyn[64, True, 4096, "persistent-pf-dyn"]
+    assert (f"(non-causal {min(nc):.2f}–{max(nc):.2f}, causal 4K {min(c4):.2f}–{max(c4):.2f} with 128-row tiles, "
+            f"{c192:.2f} with 192-row ones)") in notes
+    table = {(D, c, N): "table" if c else "persistent" for D in (64, 128) for c in (True, False) for N in (4096, 16384)}
+    x = {k: b[(*k, "cudnn")] / b[(*k, n)] for k, n in table.items()}
+    x4 = sorted([x[64, True, 4096], b[64, True, 4096, "cudnn"] / b[64, True, 4096, "table-dyn"]])
+    rest = [v for k, v in x.items() if k != (64, True, 4096)]
+    assert (f"D = 64 causal 4K {x4[0]:.2f}–{x4[1]:.2f}× (table and table-dyn), every other row "
+            f"{min(rest):.2f}–{max(rest):.2f}× for the table's build") in section
