@@ -840,7 +840,7 @@ def test_gpu_gluon_backward_deterministic_packed_batch(lens_q, lens_k, H, Hkv, D
     from attnlab.gpu.config import default_bwd_config
 
     monkeypatch.setattr(GB, "PACKED", True)
-    monkeypatch.setattr(GB, "PACKED_DET", (64, 128))  # (off by default: the build at both head dims)
+    monkeypatch.setattr(GB, "PACKED_DET", (64, 128))  # (on by default at D = 128: the build at both head dims)
     q, k, v, do, cu = _packed_inputs(lens_q, lens_k, H, Hkv, D, sum(lens_q) * 5 + D)
     mask, scale = Mask(-1, 0 if causal else -1), D ** -0.5
     max_seqlen = (max(lens_q), max(lens_k))
