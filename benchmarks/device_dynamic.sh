@@ -7,7 +7,9 @@
 #   dense   the prefill rows with each persistent build's dynamic twin (fwd_persistent.py --dynamic, numbered
 #           DENSE_RUN, ROUNDS rounds);
 #   routes  the varlen rows, one process per ROUTES entry backward[:forward[:deterministic]] (variants.py,
-#           numbered VARLEN_RUN: ...-<backward>[-fwd-<forward>][-det-<deterministic>]).
+#           numbered VARLEN_RUN: ...-<backward>[-fwd-<forward>][-det-<deterministic>]);
+#   sanitize  the bad-lengths test's cases on the dynamic packed forward under compute-sanitizer's memcheck, then
+#           racecheck (bad_lengths_probe.py; SAN_S seconds each), then REPEAT rounds of them without it.
 # Run from the repository root on a CUDA machine; logs and JSON go to $OUT/dynamic (default ./out-dynamic/dynamic).
 set -uo pipefail
 OUT=${OUT:-out-dynamic}
@@ -43,6 +45,17 @@ for phase in ${PHASES:-tests sweep}; do
             echo "varlen, $kernel backward, ${fwd:-library} forward, ${det:-library} deterministic: exit $? in $(( $(date +%s) - t1 ))s"
             grep "^|" "$D/bench-$name.log" || tail -n 20 "$D/bench-$name.log"
         done ;;
+    sanitize)
+        for tool in memcheck racecheck; do
+            t1=$(date +%s)
+            timeout ${SAN_S:-150} compute-sanitizer --tool $tool --print-limit 20 python3 benchmarks/bad_lengths_probe.py \
+                --forward dynamic --rounds 1 > "$D/sanitize-$tool.log" 2>&1
+            echo "compute-sanitizer $tool: exit $? in $(( $(date +%s) - t1 ))s"; grep -v "^bad_lengths_probe: dynamic round" \
+                "$D/sanitize-$tool.log" | tail -n 25
+        done
+        timeout ${REPEAT_S:-60} python3 benchmarks/bad_lengths_probe.py --forward dynamic --rounds ${REPEAT:-300} \
+            > "$D/repeat.log" 2>&1
+        echo "repeat: exit $?"; tail -n 2 "$D/repeat.log" ;;
     *) echo "device_dynamic.sh: unknown phase $phase"; exit 2 ;;
     esac
 done
