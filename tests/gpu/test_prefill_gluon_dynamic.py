@@ -249,3 +249,17 @@ def test_gpu_dynamic_gluon_under_cuda_graphs_replayed_many_times(packed):
             if not made:
                 call(cfg)  # an eager call on the stream makes its counter (and the dense call's tile order)
     assert _counters_zero()
+
+
+@pytest.mark.skipif(DEV == "cuda", reason="the refusal of a machine without a GPU")
+def test_the_bad_lengths_probe_refuses_a_machine_without_a_gpu():
+    """``benchmarks/bad_lengths_probe.py`` (the bad-lengths test's cases for compute-sanitizer) says it needs a GPU and
+    exits 2, in a clean interpreter."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    res = subprocess.run([sys.executable, str(root / "benchmarks" / "bad_lengths_probe.py"), "--rounds", "2"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and "needs a CUDA GPU" in res.stderr
