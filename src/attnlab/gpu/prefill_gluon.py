@@ -25,9 +25,10 @@ Three kernels:
   lengths in the kernel and its last rows stored without TMA.
 * ``_attn_fwd_gluon_wsp``: the warp-specialised kernel as a persistent one, at most one program per SM taking
   the tiles of its row of a schedule made on the host (``persistent_schedule``), the next tile's loads under
-  this one's end. Causal calls of either kernel can take the part query block first (``part_first_shift``) and
-  their longest walks first over groups of heads (``head_chunk``, ``auto_head_chunk``); every order gives the
-  same bits.
+  this one's end; or (``DYNAMIC``) taking them from a counter in global memory in that order, each program's
+  loader asking for the next tile as it finishes loading the current one (packed batches too). Causal calls of
+  either kernel can take the part query block first (``part_first_shift``) and their longest walks first over
+  groups of heads (``head_chunk``, ``auto_head_chunk``); every order gives the same bits.
 * ``_attn_fwd_gluon``: one program of ``num_warps`` warps that refills the ring itself. The refills
   need CTA-wide barriers, which keep its warp groups in lockstep; measured no faster than the Triton
   kernel and kept as a sweep candidate (dense and causal only, with or without ALiBi).
