@@ -29,13 +29,15 @@ needs_hopper = pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a
 
 @needs_gluon
 def test_dynamic_builds_for_sm90_with_the_persistent_schedule_and_a_counter():
-    """Dense and packed, D 64 and 128, causal or not, two and three consumer warp groups: the dynamic build has the
+    """Dense and packed, D 64 and 128, causal or not, two and three consumer warp groups (six of their combinations,
+    each flag both ways): the dynamic build has the
     static persistent build's schedule (the same wgmma count and waits, the same setmaxnreg), shared memory within
     0.5 KB of it (two tile numbers and their barriers), the counter's add and exchange, which the static build
     lacks, and no more spill than the static build plus a word or two."""
     cases = [dict(D=D, causal=c, block_m=bm, num_warps=4, warp_spec=True, dtype="bfloat16", persistent=True,
-                  packed=pk) for D, bm in ((128, 128), (64, 128), (64, 192)) for c in (False, True)
-             for pk in (False, True)]
+                  packed=pk) for D, bm, c, pk in ((128, 128, False, False), (128, 128, True, True),
+                                                  (64, 128, True, False), (64, 128, False, True),
+                                                  (64, 192, True, True), (64, 192, False, False))]
     reps = sm90_reports("prefill_gluon", cases + [dict(c, dynamic=True) for c in cases])
     for case, static, dyn in zip(cases, reps[:len(cases)], reps[len(cases):]):
         for key in ("wait_groups", "wgmma", "setmaxnreg", "tma_loads"):
