@@ -799,6 +799,33 @@ if HAVE_GLUON:
         return b, h, bh, h // G, start_m, lo_blk, n_blocks
 
     @gluon.jit
+    def _wsp_load_tile(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+                       v_empty, b, h, hk, q_row, k_row, n_blocks, it, ti):
+        """A persistent loader's loads of its ti-th tile: the Q slices from row ``q_row`` of (b, h) once the
+        consumers released the previous tile's (``q_empty``), then ``n_blocks`` key blocks from row ``k_row`` of
+        (b, hk) into the K/V ring as its uses it, it + 1, ... (each slot refilled once both consumers released it)."""
+        HALF_M: gl.constexpr = q_smem.shape[3]
+        NC: gl.constexpr = q_smem.shape[0]
+        BLOCK_N: gl.constexpr = k_smem.shape[3]
+        STAGES: gl.constexpr = k_smem.shape[0]
+        for i in gl.static_range(NC):
+            if ti > 0:
+                mbarrier.wait(q_empty.index(i), (ti - 1) & 1)
+            mbarrier.expect(q_bars.index(i), desc_q.block_type.nbytes)
+            _tma_load(desc_q, [b, h, q_row + i * HALF_M, 0], q_bars.index(i), q_smem.index(i))
+        for t in range(n_blocks):
+            u = it + t
+            slot = u % STAGES
+            if u >= STAGES:
+                mbarrier.wait(k_empty.index(slot), ((u // STAGES) - 1) & 1)
+            mbarrier.expect(k_ready.index(slot), desc_k.block_type.nbytes)
+            _tma_load(desc_k, [b, hk, k_row + t * BLOCK_N, 0], k_ready.index(slot), k_smem.index(slot))
+            if u >= STAGES:
+                mbarrier.wait(v_empty.index(slot), ((u // STAGES) - 1) & 1)
+            mbarrier.expect(v_ready.index(slot), desc_v.block_type.nbytes)
+            _tma_load(desc_v, [b, hk, k_row + t * BLOCK_N, 0], v_ready.index(slot), v_smem.index(slot))
+
+    @gluon.jit
     def _wsp_loader(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
                     v_empty, H, G, Nk, causal_off, win_off, n_m, SCHED, n_turns, m_shift, CAUSAL: gl.constexpr):
         """``_ws_loader`` for every tile of a persistent program: a tile's Q slices once their consumers have
@@ -808,7 +835,6 @@ if HAVE_GLUON:
         HALF_M: gl.constexpr = q_smem.shape[3]
         NC: gl.constexpr = q_smem.shape[0]
         BLOCK_N: gl.constexpr = k_smem.shape[3]
-        STAGES: gl.constexpr = k_smem.shape[0]
         it = 0
         ti = 0
         row = SCHED + gl.program_id(0) * n_turns
@@ -817,22 +843,8 @@ if HAVE_GLUON:
             if tile >= 0:  # (a program may hold fewer tiles than the longest row)
                 b, h, bh, hk, start_m, lo_blk, n_blocks = _wsp_tile(tile, n_m, H, G, Nk, causal_off, win_off,
                                                                     m_shift, NC * HALF_M, BLOCK_N, CAUSAL)
-                for i in gl.static_range(NC):
-                    if ti > 0:
-                        mbarrier.wait(q_empty.index(i), (ti - 1) & 1)
-                    mbarrier.expect(q_bars.index(i), desc_q.block_type.nbytes)
-                    _tma_load(desc_q, [b, h, start_m + i * HALF_M, 0], q_bars.index(i), q_smem.index(i))
-                for t in range(n_blocks):
-                    u = it + t
-                    slot = u % STAGES
-                    if u >= STAGES:
-                        mbarrier.wait(k_empty.index(slot), ((u // STAGES) - 1) & 1)
-                    mbarrier.expect(k_ready.index(slot), desc_k.block_type.nbytes)
-                    _tma_load(desc_k, [b, hk, (lo_blk + t) * BLOCK_N, 0], k_ready.index(slot), k_smem.index(slot))
-                    if u >= STAGES:
-                        mbarrier.wait(v_empty.index(slot), ((u // STAGES) - 1) & 1)
-                    mbarrier.expect(v_ready.index(slot), desc_v.block_type.nbytes)
-                    _tma_load(desc_v, [b, hk, (lo_blk + t) * BLOCK_N, 0], v_ready.index(slot), v_smem.index(slot))
+                _wsp_load_tile(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+                               k_empty, v_empty, b, h, hk, start_m, lo_blk * BLOCK_N, n_blocks, it, ti)
                 it += n_blocks
                 ti += 1
 
@@ -962,7 +974,6 @@ if HAVE_GLUON:
         HALF_M: gl.constexpr = q_smem.shape[3]
         NC: gl.constexpr = q_smem.shape[0]
         BLOCK_N: gl.constexpr = k_smem.shape[3]
-        STAGES: gl.constexpr = k_smem.shape[0]
         it = 0
         ti = 0
         p = gl.program_id(0)
@@ -972,24 +983,9 @@ if HAVE_GLUON:
                 p, r, programs, n_m, n_bh, H, G, Nq, Nk, causal_off, win_off, CU_Q, CU_K, NC * HALF_M, BLOCK_N,
                 CAUSAL)
             if valid:
-                for i in gl.static_range(NC):
-                    if ti > 0:
-                        mbarrier.wait(q_empty.index(i), (ti - 1) & 1)
-                    mbarrier.expect(q_bars.index(i), desc_q.block_type.nbytes)
-                    _tma_load(desc_q, [0, h, q_base + start_m + i * HALF_M, 0], q_bars.index(i), q_smem.index(i))
-                for t in range(n_blocks):
-                    u = it + t
-                    slot = u % STAGES
-                    if u >= STAGES:
-                        mbarrier.wait(k_empty.index(slot), ((u // STAGES) - 1) & 1)
-                    mbarrier.expect(k_ready.index(slot), desc_k.block_type.nbytes)
-                    _tma_load(desc_k, [0, hk, k_base + (lo_blk + t) * BLOCK_N, 0], k_ready.index(slot),
-                              k_smem.index(slot))
-                    if u >= STAGES:
-                        mbarrier.wait(v_empty.index(slot), ((u // STAGES) - 1) & 1)
-                    mbarrier.expect(v_ready.index(slot), desc_v.block_type.nbytes)
-                    _tma_load(desc_v, [0, hk, k_base + (lo_blk + t) * BLOCK_N, 0], v_ready.index(slot),
-                              v_smem.index(slot))
+                _wsp_load_tile(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+                               k_empty, v_empty, 0, h, hk, q_base + start_m, k_base + lo_blk * BLOCK_N, n_blocks, it,
+                               ti)
                 it += n_blocks
                 ti += 1
 
@@ -1111,7 +1107,6 @@ if HAVE_GLUON:
         HALF_M: gl.constexpr = q_smem.shape[3]
         NC: gl.constexpr = q_smem.shape[0]
         BLOCK_N: gl.constexpr = k_smem.shape[3]
-        STAGES: gl.constexpr = k_smem.shape[0]
         it = 0
         ti = 0
         programs = gl.num_programs(0)
@@ -1130,24 +1125,9 @@ if HAVE_GLUON:
                 k_base = 0
             if valid:
                 _wspd_publish(ids, id_ready, ti, ticket)
-                for i in gl.static_range(NC):
-                    if ti > 0:
-                        mbarrier.wait(q_empty.index(i), (ti - 1) & 1)
-                    mbarrier.expect(q_bars.index(i), desc_q.block_type.nbytes)
-                    _tma_load(desc_q, [b, h, q_base + start_m + i * HALF_M, 0], q_bars.index(i), q_smem.index(i))
-                for t in range(n_blocks):
-                    u = it + t
-                    slot = u % STAGES
-                    if u >= STAGES:
-                        mbarrier.wait(k_empty.index(slot), ((u // STAGES) - 1) & 1)
-                    mbarrier.expect(k_ready.index(slot), desc_k.block_type.nbytes)
-                    _tma_load(desc_k, [b, hk, k_base + (lo_blk + t) * BLOCK_N, 0], k_ready.index(slot),
-                              k_smem.index(slot))
-                    if u >= STAGES:
-                        mbarrier.wait(v_empty.index(slot), ((u // STAGES) - 1) & 1)
-                    mbarrier.expect(v_ready.index(slot), desc_v.block_type.nbytes)
-                    _tma_load(desc_v, [b, hk, k_base + (lo_blk + t) * BLOCK_N, 0], v_ready.index(slot),
-                              v_smem.index(slot))
+                _wsp_load_tile(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+                               k_empty, v_empty, b, h, hk, q_base + start_m, k_base + lo_blk * BLOCK_N, n_blocks, it,
+                               ti)
                 it += n_blocks
                 ti += 1
             c = gl.atomic_add(COUNTER, 1)
