@@ -8,6 +8,8 @@
 #           DENSE_RUN, ROUNDS rounds);
 #   routes  the varlen rows, one process per ROUTES entry backward[:forward[:deterministic]] (variants.py,
 #           numbered VARLEN_RUN: ...-<backward>[-fwd-<forward>][-det-<deterministic>]);
+#   window  the window forward's Gluon builds (grid, persistent, tiles from a counter; 128- and 192-row tiles) beside
+#           the other forward candidates (variants_sweep.py --variants window --passes fwd, numbered WINDOW_RUN);
 #   sanitize  the bad-lengths test's cases on the dynamic packed forward under compute-sanitizer's memcheck, then
 #           racecheck (bad_lengths_probe.py; SAN_S seconds each), then REPEAT rounds of them without it.
 # Run from the repository root on a CUDA machine; logs and JSON go to $OUT/dynamic (default ./out-dynamic/dynamic).
@@ -45,6 +47,10 @@ for phase in ${PHASES:-tests sweep}; do
             echo "varlen, $kernel backward, ${fwd:-library} forward, ${det:-library} deterministic: exit $? in $(( $(date +%s) - t1 ))s"
             grep "^|" "$D/bench-$name.log" || tail -n 20 "$D/bench-$name.log"
         done ;;
+    window)
+        timeout ${WINDOW_S:-200} python3 benchmarks/variants_sweep.py --variants window --passes fwd --D ${WINDOW_D:-64 128} \
+            --json "$D/variants-sweep-h200-window-run${WINDOW_RUN:-x}.json" > "$D/window.log" 2>&1
+        echo "window sweep: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/window.log" || tail -n 20 "$D/window.log" ;;
     sanitize)
         for tool in memcheck racecheck; do
             t1=$(date +%s)

@@ -5,7 +5,9 @@ changes the work per query block (W/Bc key blocks with two masked edges instead 
 a score modification adds registers, so the best blocks may differ. For each variant, head dim and
 pass, every candidate configuration is installed with ``attnlab.gpu.config.set_config`` and timed
 on the shapes of ``benchmarks/variants.py`` (16K tokens, H·D = 2048, causal, bf16); TFLOP/s over the
-visible pairs. The table's current choice is marked; ``--json`` keeps every row.
+visible pairs. The table's current choice is marked; ``--json`` keeps every row. A window's forward also
+times the table's Gluon entry as a grid and as a persistent kernel, its tiles dealt out or taken from a
+counter, on 128- and 192-row tiles (``GLUON_WINDOW_FWD_CANDIDATES``).
 
     python benchmarks/variants_sweep.py [--D 64 128] [--variants window alibi varlen] [--passes fwd fwd_bwd] [--json out.json]
 
@@ -20,6 +22,7 @@ the forward only.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import sys
@@ -58,6 +61,14 @@ GLUON_PACKED_FWD_CANDIDATES = [  # (block_m, block_n, stages, persistent, dynami
     (128, 64, 3, True, True),
     (192, 128, 2, True, True),
     (192, 64, 2, True, True),
+]
+GLUON_WINDOW_FWD_CANDIDATES = [  # (block_m, persistent, dynamic): the table's Gluon entry for window forwards with
+    (128, False, False),  # these tiles, as a grid, a persistent kernel with its tiles dealt out, or taken from a
+    (192, False, False),  # counter (a window's walks are all about as long: W / block_n key blocks)
+    (128, True, False),
+    (192, True, False),
+    (128, True, True),
+    (192, True, True),
 ]
 BWD_CANDIDATES = [  # (block_m1, block_n1, warps1, stages1, block_m2, block_n2, warps2, stages2)
     (64, 64, 4, 3, 64, 64, 4, 3),
@@ -99,6 +110,9 @@ def sweep(Ds, variants, passes, packed_gluon: bool = False) -> list[dict]:
                              for bm, bn, w, s, t, ws, mr in FWD_CANDIDATES]
                     if variant in ("window", "alibi"):  # the warp-specialised Gluon forward takes these
                         cands.append(("fwd", gc.FwdConfig(128, 128, 4, 2, tma=True, warp_spec=True, gluon=True)))
+                    if variant == "window" and fwd0.gluon:
+                        cands += [("fwd", dataclasses.replace(fwd0, block_m=bm, persistent=p, dynamic=d))
+                                  for bm, p, d in GLUON_WINDOW_FWD_CANDIDATES]
                     # what the table's entry runs as (an ALiBi call takes two consumer warp groups, not three)
                     ran = gc.gluon_alibi_config(fwd0) if variant == "alibi" else fwd0
                     if not any(c == ran for _, c in cands):
