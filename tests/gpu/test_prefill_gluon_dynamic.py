@@ -13,7 +13,7 @@ import dataclasses
 
 import pytest
 import torch
-from tests.helpers import GLUON_CASES, sm90_reports
+from tests.helpers import GLUON_CASES, GLUON_WINDOW_CASES, sm90_reports
 
 from attnlab.variants import Mask
 
@@ -157,6 +157,25 @@ def test_gpu_dynamic_gluon_gives_the_grid_kernels_bits(B, H, Hkv, Nq, Nk, D, cau
             out, lse = torch.full_like(q, float("nan")), torch.full((B, H, Nq), float("nan"), device=DEV)
             G.gluon_forward(q, k, v, out, lse, **kw, **build)
             assert torch.equal(out, want[0]) and torch.equal(lse, want[1]), build
+    assert _counters_zero()
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,window", GLUON_WINDOW_CASES)
+@pytest.mark.parametrize("block_m", [128, 192])
+def test_gpu_dynamic_gluon_with_a_window_gives_the_grid_kernels_bits(B, H, Hkv, Nq, Nk, D, window, block_m):
+    """Dense calls with a window's left edge (causal or not) through the dispatch: the dynamic builds equal to the
+    grid kernel of the same tiles to the bit, the counter 0 after them."""
+    gen = torch.Generator(device=DEV).manual_seed(Nq + Nk + window[0] + 5)
+    q = torch.randn(B, H, Nq, D, dtype=torch.bfloat16, device=DEV, generator=gen)
+    k, v = (torch.randn(B, Hkv, Nk, D, dtype=torch.bfloat16, device=DEV, generator=gen) for _ in range(2))
+    mask, scale = Mask(*window), D ** -0.5
+    base = FwdConfig(block_m, 128, 4, 2, tma=True, warp_spec=True, gluon=True)
+    want = prefill_forward(q, k, v, mask=mask, scale=scale, config=base)
+    for build in DYN_BUILDS:
+        got = prefill_forward(q, k, v, mask=mask, scale=scale, config=dataclasses.replace(base, **build))
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), build
     assert _counters_zero()
 
 
