@@ -44,3 +44,34 @@ def test_script_prints_the_table_and_refuses_to_overwrite(tmp_path):
     again = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fwd_order_sim.py"), "--json", str(out)],
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 2 and "not overwriting" in again.stderr
+
+
+def test_packed_turns_against_a_list_and_the_notes_quote_them():
+    """``--packed``: every tile of the packed batch once (the documents' query blocks inside, the rest costing
+    nothing), both orders at least a balance, the fixed turns further from it than a list at both head dims, and the
+    numbers NOTES-prefill v24 quotes beside the measured ratio of sweep run 6."""
+    import json
+
+    sim = load_script("benchmarks/fwd_order_sim.py")
+    vb = load_script("benchmarks/variants.py")
+    lengths = vb.doc_lengths(vb.TOKENS)
+    rows = {r["D"]: r for r in sim.run_packed()}
+    for D, r in rows.items():
+        H = vb.WIDTH // D
+        assert r["tiles_in_documents"] == H * sum(-(-n // 128) for n in lengths)
+        assert r["tiles"] == H * len(lengths) * -(-max(lengths) // 128)
+        assert 1.0 <= r["list"] < r["turns"]
+    sweep = json.loads((ROOT / "benchmarks" / "data" / "variants-sweep-h200-varlen-run6.json").read_text())
+
+    def tf(D, dyn):
+        return next(x["tflops"] for x in sweep if x["D"] == D and "block_m=128, block_n=128" in x["config"]
+                    and "persistent=True" in x["config"] and f"dynamic={dyn}" in x["config"])
+
+    notes = " ".join((ROOT / "benchmarks" / "NOTES-prefill.md").read_text().split("## v24")[1].split())
+    assert (f"{rows[128]['turns']:.3f}× a perfect balance's key blocks at D = 128 and {rows[64]['turns']:.3f}× at D = 64 "
+            f"with the turns, {rows[128]['list']:.3f}× at both") in notes
+    assert f"{rows[64]['list']:.3f}" == f"{rows[128]['list']:.3f}"
+    assert (f"ran at {tf(128, False) / tf(128, True):.2f}× the dynamic one at D = 128 and "
+            f"{tf(64, False) / tf(64, True):.2f}× at D = 64") in notes
+    with pytest.raises(ValueError, match="order"):
+        sim.packed_makespan([1, None, 2], "spiral")
