@@ -1559,7 +1559,8 @@ def tile_counter(device: torch.device) -> torch.Tensor | None:
     """The int32 counter the dynamic persistent kernel takes its tiles from on ``device``'s current stream (one per
     stream, so calls on two streams at once never share one; zero between calls: the kernel's last taker sets it
     back), kept; None when it is not made yet and the stream is capturing a CUDA graph (the dynamic kernel then
-    waits for an eager call, as the schedules do)."""
+    waits for an eager call, as the schedules do). A captured graph keeps the counter of the stream it was captured
+    on: replayed on another stream, it must not run at the same time as dynamic calls on the capturing stream."""
     from .launch import current_stream
 
     key = (device, current_stream(device) if device.type == "cuda" else 0)
