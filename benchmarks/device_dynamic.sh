@@ -11,7 +11,9 @@
 #   window  the window forward's Gluon builds (grid, persistent, tiles from a counter; 128- and 192-row tiles) beside
 #           the other forward candidates (variants_sweep.py --variants window --passes fwd, numbered WINDOW_RUN);
 #   sanitize  the bad-lengths test's cases on the dynamic packed forward under compute-sanitizer's memcheck, then
-#           racecheck (bad_lengths_probe.py; SAN_S seconds each), then REPEAT rounds of them without it.
+#           racecheck (bad_lengths_probe.py; SAN_S seconds each), then REPEAT rounds of them without it;
+#   suite   the whole GPU suite SUITE_ROUNDS times (default 1) with prefill_gluon.PACKED switched on in this copy of
+#           the tree (put back after), so every packed batch's forward at D = 128 is the dynamic build.
 # Run from the repository root on a CUDA machine; logs and JSON go to $OUT/dynamic (default ./out-dynamic/dynamic).
 set -uo pipefail
 OUT=${OUT:-out-dynamic}
@@ -62,6 +64,19 @@ for phase in ${PHASES:-tests sweep}; do
         timeout ${REPEAT_S:-60} python3 benchmarks/bad_lengths_probe.py --forward dynamic --rounds ${REPEAT:-300} \
             > "$D/repeat.log" 2>&1
         echo "repeat: exit $?"; tail -n 2 "$D/repeat.log" ;;
+    suite)
+        f=src/attnlab/gpu/prefill_gluon.py
+        keep=$(mktemp)
+        cp "$f" "$keep"
+        sed -i 's/^PACKED = False$/PACKED = True/' "$f"
+        grep -q '^PACKED = True$' "$f" || { echo "suite: no 'PACKED = False' line to switch on"; cp "$keep" "$f"; exit 2; }
+        for r in $(seq ${SUITE_ROUNDS:-1}); do
+            t1=$(date +%s)
+            timeout ${SUITE_S:-400} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu > "$D/suite-$r.log" 2>&1
+            echo "suite round $r (PACKED on): exit $? in $(( $(date +%s) - t1 ))s"; tail -n 2 "$D/suite-$r.log"
+            grep -E "^FAILED|^ERROR|illegal" "$D/suite-$r.log" | head
+        done
+        cp "$keep" "$f"; rm -f "$keep" ;;
     *) echo "device_dynamic.sh: unknown phase $phase"; exit 2 ;;
     esac
 done
