@@ -12,8 +12,9 @@
 #           the other forward candidates (variants_sweep.py --variants window --passes fwd, numbered WINDOW_RUN);
 #   sanitize  the bad-lengths test's cases on the dynamic packed forward under compute-sanitizer's memcheck, then
 #           racecheck (bad_lengths_probe.py; SAN_S seconds each), then REPEAT rounds of them without it;
-#   suite   the whole GPU suite SUITE_ROUNDS times (default 1) with prefill_gluon.PACKED switched on in this copy of
-#           the tree (put back after), so every packed batch's forward at D = 128 is the dynamic build.
+#   suite   the whole GPU suite SUITE_ROUNDS times (default 1) with prefill_gluon.PACKED on (switched on in this copy
+#           of the tree where it is off, put back after), so every packed batch's forward at D = 128 is the dynamic
+#           build.
 # Run from the repository root on a CUDA machine; logs and JSON go to $OUT/dynamic (default ./out-dynamic/dynamic).
 set -uo pipefail
 OUT=${OUT:-out-dynamic}
@@ -69,7 +70,7 @@ for phase in ${PHASES:-tests sweep}; do
         keep=$(mktemp)
         cp "$f" "$keep"
         sed -i 's/^PACKED = False$/PACKED = True/' "$f"
-        grep -q '^PACKED = True$' "$f" || { echo "suite: no 'PACKED = False' line to switch on"; cp "$keep" "$f"; exit 2; }
+        grep -q '^PACKED = True$' "$f" || { echo "suite: no 'PACKED = ' line to switch on"; cp "$keep" "$f"; exit 2; }
         for r in $(seq ${SUITE_ROUNDS:-1}); do
             t1=$(date +%s)
             timeout ${SUITE_S:-400} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu > "$D/suite-$r.log" 2>&1

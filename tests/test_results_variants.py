@@ -313,7 +313,8 @@ def test_results_runs_20_and_21_are_the_recorded_ones():
     """RESULTS.md's variants runs 20 and 21 and variants-sweep varlen run 6 (the packed forward taking its tiles from a
     counter; both deterministic routes): the tables as the scripts render them from the recorded files, every
     number the text, NOTES-prefill v24, docs/variants.md and the switches' comments quote, and the switches as the
-    text says (``PACKED`` off, ``PACKED_DET`` (128,), the Gluon entry at D = 128 only, the dynamic build)."""
+    text says (``PACKED_DET`` (128,), the Gluon entry at D = 128 only, the dynamic build; ``PACKED``, off then, is on
+    since the checks of the window-sweep runs 4 and 5 section)."""
     vb = load_script("benchmarks/variants.py")
     vs = load_script("benchmarks/variants_sweep.py")
     from attnlab.gpu import config as gc
@@ -415,6 +416,6 @@ def test_results_runs_20_and_21_are_the_recorded_ones():
         f"Triton kernel ({sw[64, 'triton']:.0f})" in src_c
     assert (f"{g20[0]:.0f} against {t20[0]:.0f} (run 20) and, with the packed forward taking its tiles from a counter, "
             f"{g21[0]:.0f} against {t21[0]:.0f} (run 21, {g21[1]:.2f}x and {t21[1]:.2f}x that route's default)") in src_b
-    assert prefill_gluon.PACKED is False and prefill_gluon_bwd.PACKED_DET == (128,)
+    assert prefill_gluon.PACKED is True and prefill_gluon_bwd.PACKED_DET == (128,)
     assert set(gc._GLUON_PACKED_FWD) == {128} and gc._GLUON_PACKED_FWD[128].dynamic
     assert gc._GLUON_PACKED_FWD[128].persistent and gc._GLUON_PACKED_FWD[128].block_m == 128

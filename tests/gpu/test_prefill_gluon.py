@@ -699,15 +699,14 @@ def test_packed_calls_reach_the_gluon_forward_without_softcap_or_alibi(monkeypat
     """The dispatch, seen on the CPU by standing in for the Gluon kernel: with ``PACKED`` on, a plain packed batch (causal, windowed or not) at D = 128 goes to ``gluon_forward`` with its lengths, the mask's edges as
     one sequence's offsets (each adds its own Nk − Nq in the kernel) and the table's entry, the persistent build with
     two consumer warp groups taking its tiles from a counter; D = 64 (no entry: its Gluon builds ran behind the
-    Triton kernel), softcap, ALiBi, another head dim and ``PACKED`` off (the default) go to the Triton kernel."""
+    Triton kernel), softcap, ALiBi, another head dim and ``PACKED`` off go to the Triton kernel. ``PACKED`` is on."""
     from attnlab.gpu import prefill_fwd as F
 
     calls, launches = [], []
     monkeypatch.setattr(G, "gluon_supported", lambda *a: True)
     monkeypatch.setattr(G, "gluon_forward", lambda *a, **kw: calls.append(kw))
     monkeypatch.setattr(F, "launch_kept", lambda kernel, grid, kwargs, **options: launches.append(kwargs))
-    assert not G.PACKED
-    monkeypatch.setattr(G, "PACKED", True)
+    assert G.PACKED
     gen = torch.Generator().manual_seed(0)
     q, k, v, cu = _packed([5, 0, 40], [9, 3, 30], 4, 2, 128, torch.bfloat16, gen, device="cpu")
     for mask, want in ((Mask(-1, 0), (0, None)), (Mask(-1, -1), (None, None)), (Mask(20, 3), (3, -20))):

@@ -84,11 +84,12 @@ GLUON_HEAD_DIMS = (64, 128)
 # D = 64; the persistent build with its tiles taken from a counter (``FwdConfig.dynamic``) ran 338 against 309 and
 # 312 for the grid kernel at D = 128 (sweep run 6; 337-345 against 308-309 in variants runs 20 and 21) and 235
 # against 251 at D = 64, so the table has a D = 128 entry only (D = 64 keeps the Triton kernel); forward+backward
-# at D = 128 294-306 against 292-293 on the Triton forward (variants runs 20 and 21). Off: in the one GPU test run
+# at D = 128 294-306 against 292-293 on the Triton forward (variants runs 20 and 21). In the first GPU test run
 # with it on, a worker met an illegal memory access in the bad-lengths test (overlapping, out-of-range int64
-# lengths) that no later run repeated (the test alone, its five cases 300 times each, three of the test files
-# again): not known to be this kernel's, not ruled out. True: a plain packed batch takes the table's Gluon entry
-PACKED = False
+# lengths) that no later run repeated: two more runs of the whole GPU suite with it on, 500 rounds of the test's
+# five cases on this kernel and one under compute-sanitizer's memcheck (no error). Not traced to this kernel; on
+# since those runs. True: a plain packed batch takes the table's Gluon entry; False: the Triton kernel
+PACKED = True
 NO_WINDOW = -(1 << 30)  # win_off of a call without a left edge: every key is right of it
 
 
