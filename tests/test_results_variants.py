@@ -514,3 +514,40 @@ def test_results_run_22_and_window_sweeps_4_and_5_are_the_recorded_ones():
     for D in (64, 128):  # the sweeps' (table) rows are the window's forward entries still
         entry = default_fwd_config(D, True, torch.device("cuda"))
         assert {r["config"] for r in sweeps[5] if r["D"] == D and r["current"]} == {str(entry)}
+
+
+def test_results_sweep_7_is_the_recorded_one():
+    """RESULTS.md's variants-sweep varlen run 7 (the packed Gluon forward with the next sequence's values set to 0): the
+    table as the script renders it, the tests' log as quoted, the numbers the text, NOTES v26 and docs/variants.md
+    quote against sweep run 6."""
+    import re
+
+    vs = load_script("benchmarks/variants_sweep.py")
+    results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    section = results[results.index("### Variants-sweep varlen run 7"):results.index("### Variants run 22,")]
+    text = " ".join(section.split())
+    notes = " ".join((ROOT / "benchmarks" / "NOTES-prefill.md").read_text().split("## v26")[1].split())
+    doc = " ".join((ROOT / "docs" / "variants.md").read_text().split())
+    data = ROOT / "benchmarks" / "data"
+    runs = {r: json.loads((data / f"variants-sweep-h200-varlen-run{r}.json").read_text()) for r in (6, 7)}
+    assert vs.markdown(runs[7]).rstrip("\n") in section
+
+    def at(run, kind):
+        got = [r["tflops"] for r in runs[run] if r["D"] == 128 and (
+            kind == "triton" and r["kernel"] == "triton"
+            or kind != "triton" and r["kernel"] == "gluon" and "block_m=128, block_n=128" in r["config"]
+            and (kind == "grid" and "persistent=False" in r["config"] or kind == "dynamic" and "dynamic=True" in r["config"]))]
+        assert len(got) == 1, (run, kind)
+        return got[0]
+
+    d7, d6, t7, t6, g7, g6 = (at(r, k) for k in ("dynamic", "triton", "grid") for r in (7, 6))
+    assert [r["current"] for r in runs[7] if r["tflops"] == d7] == [True]
+    assert (f"ran at {d7:.0f} TFLOP/s against {d6:.0f} in sweep run 6 without the zeroing, the Triton kernel at "
+            f"{t7:.0f} against {t6:.0f}: no cost that a sweep can see. The grid kernel ran at {g7:.0f} against "
+            f"{g6:.0f}") in text
+    assert abs(d7 / d6 - 1) < 0.02
+    log = (data / "packed-fwd-checks" / "dynamic-tests-call5.log").read_text()
+    summary = re.search(r"(\d+) passed, (\d+) skipped", log).groups()
+    assert f"({summary[0]} passed, {summary[1]} skipped:" in text and "FAILED" not in log
+    assert f"the entry at {d7:.0f} TFLOP/s against {d6:.0f} in run 6" in notes
+    assert f"variants-sweep varlen run 7: the entry at {d7:.0f} TFLOP/s with it, {d6:.0f} in run 6 without" in doc

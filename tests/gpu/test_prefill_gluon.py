@@ -802,6 +802,39 @@ def test_gpu_packed_gluon_matches_reference_and_the_dense_kernel(lens_q, lens_k,
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("persistent,dynamic", [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("causal", [True, False])
+def test_gpu_packed_gluon_reads_no_value_of_the_next_sequence(D, persistent, dynamic, causal):
+    """A NaN in the first row of V of one sequence and an infinity in another's reach those sequences' outputs only.
+    The sequences before them, whose last key blocks the packed build loads whole (37 and 130 keys: their blocks
+    reach 91 and 126 rows into the next sequence), give the same bits as with finite values there: their keys past
+    their ends are set to 0 in shared memory before P·V."""
+    lens = [37, 200, 130, 64]
+    gen = torch.Generator(device=DEV).manual_seed(D + 2 * persistent + dynamic)
+    q, k, v, cu = _packed(lens, lens, 4, 2, D, torch.bfloat16, gen)
+    bounds = cu[1].tolist()
+    poisoned = v.clone()
+    poisoned[bounds[1]] = float("nan")  # sequence 1's first row
+    poisoned[bounds[3]] = float("inf")  # sequence 3's first row
+    outs = []
+    for vals in (v, poisoned):
+        out, lse = torch.empty_like(q), torch.empty(4, q.shape[0], device=DEV)
+        G.gluon_forward(q, k, vals, out, lse, causal_off=0 if causal else None, scale=D ** -0.5, block_m=128,
+                        block_n=128, stages=2, num_warps=4, warp_spec=True, cu_seqlens=cu, max_seqlen_q=max(lens),
+                        persistent=persistent, dynamic=dynamic)
+        outs.append((out, lse))
+    (out, lse), (out_p, lse_p) = outs
+    assert out.isfinite().all()
+    for s in (0, 2):  # the sequences just before the poisoned ones
+        rows = slice(bounds[s], bounds[s + 1])
+        assert torch.equal(out_p[rows], out[rows]) and torch.equal(lse_p[:, rows], lse[:, rows]), s
+    for s in (1, 3):  # every row of a poisoned sequence sees its first key, causal or not
+        assert not out_p[bounds[s]:bounds[s + 1]].isfinite().all(), s
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
 def test_gpu_packed_gluon_with_int64_lengths_and_an_upper_bound_max_seqlen(monkeypatch):
     """int64 cumulative lengths and a max_seqlen above the longest sequence (the extra programs return at once):
     the same bits as int32 lengths with the exact bound."""

@@ -77,9 +77,9 @@ except ImportError:  # pragma: no cover - depends on the installed triton
 GLUON_HEAD_DIMS = (64, 128)
 # packed batches (cu_seqlens) without softcap or ALiBi on the warp-specialised kernel (``config._GLUON_PACKED_FWD``),
 # causal, windowed or not: each program's sequence read from the cumulative lengths, its last rows stored without
-# TMA. A sequence's last key block is loaded whole (its keys past the sequence's end masked), so a NaN or infinity
-# in the next sequence's first rows of V reaches this one's outputs (0 · NaN), which the Triton kernel's masked
-# loads never read. On an H200 (16K tokens of documents of 256–1792, causal, the forward alone) the grid kernel ran
+# TMA. A sequence's last key block is loaded whole (its keys past the sequence's end masked, their rows of V set to
+# 0 in shared memory before P·V: ``_zero_past``), so no value of the next sequence reaches this one's outputs, a
+# NaN or infinity included, as with the Triton kernel's masked loads. On an H200 (16K tokens of documents of 256–1792, causal, the forward alone) the grid kernel ran
 # level with the Triton kernel at D = 128 (308 against 307 TFLOP/s, variants-sweep varlen run 5) and 12 % behind at
 # D = 64; the persistent build with its tiles taken from a counter (``FwdConfig.dynamic``) ran 338 against 309 and
 # 312 for the grid kernel at D = 128 (sweep run 6; 337-345 against 308-309 in variants runs 20 and 21) and 235
@@ -141,6 +141,28 @@ if HAVE_GLUON:
         alpha = gl.exp2(m_i - m_use)
         l_i = l_i * alpha + gl.sum(p, 1)
         return p, alpha, m_new, l_i
+
+    @gluon.jit
+    def _zero_past(v, end):
+        """Rows ``end`` onwards of a key block's V tile in shared memory (``v``, [rows, head dim]) set to 0: a packed
+        sequence's last key block, loaded whole by TMA, holds the next sequence's first keys there, and P·V, whose
+        P is 0 on them, would still take 0 · NaN = NaN from a NaN or infinity among their values. 16 rows at a
+        time, only the slices that reach past ``end``; the two consumer warp groups of a tile both run it on the
+        same slot and write the same bytes. Then a proxy fence and the warp group's barrier, so the next wgmma
+        reads what every thread wrote."""
+        ROWS: gl.constexpr = v.shape[0]
+        HEAD_D: gl.constexpr = v.shape[1]
+        CH: gl.constexpr = 16
+        TC: gl.constexpr = HEAD_D // 8  # threads across a row, 8 elements (16 bytes) each
+        lay: gl.constexpr = gl.BlockedLayout([1, 8], [32 // TC, TC], [4, 1], [1, 0])
+        for c in gl.static_range(ROWS // CH):
+            if (c + 1) * CH > end:
+                sub = v.slice(c * CH, CH)
+                x = sub.load(lay)
+                rows = c * CH + gl.arange(0, CH, layout=gl.SliceLayout(1, lay))
+                sub.store(gl.where(rows[:, None] < end, x, gl.zeros_like(x)))
+        fence_async_shared()
+        _warps_barrier()
 
     @gluon.jit
     def _softmax_alibi(s, m_i, l_i, start_n, row0, offs_m, offs_n, Nk, causal_off, win_off, alibi_off, qk_scale,
@@ -446,6 +468,10 @@ if HAVE_GLUON:
                 p_op = gl.convert_layout(p.to(dtype), p_layout)
             last = (it0 + n_blocks - 1) % STAGES
             mbarrier.wait(v_ready.index(last), ((it0 + n_blocks - 1) // STAGES) & 1)
+            if O is not None:  # a packed sequence: its last block's keys past Nk are the next sequence's
+                end = Nk - (start0 + (n_blocks - 1) * BLOCK_N)
+                if end < BLOCK_N:
+                    _zero_past(v_smem.index(last).reshape([BLOCK_N, HEAD_D]), end)
             acc_tok = warpgroup_mma(p_op, v_smem.index(last).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
             mbarrier.arrive(v_empty.index(last), count=1)
