@@ -76,19 +76,19 @@ except ImportError:  # pragma: no cover - depends on the installed triton
 
 GLUON_HEAD_DIMS = (64, 128)
 # packed batches (cu_seqlens) without softcap or ALiBi on the warp-specialised kernel (``config._GLUON_PACKED_FWD``),
-# causal, windowed or not: each program's sequence read from the cumulative lengths, its last rows stored without
-# TMA. A sequence's last key block is loaded whole (its keys past the sequence's end masked, their rows of V set to
-# 0 in shared memory before P·V: ``_zero_past``), so no value of the next sequence reaches this one's outputs, a
-# NaN or infinity included, as with the Triton kernel's masked loads. On an H200 (16K tokens of documents of 256–1792, causal, the forward alone) the grid kernel ran
-# level with the Triton kernel at D = 128 (308 against 307 TFLOP/s, variants-sweep varlen run 5) and 12 % behind at
-# D = 64; the persistent build with its tiles taken from a counter (``FwdConfig.dynamic``) ran 338 against 309 and
-# 312 for the grid kernel at D = 128 (sweep run 6; 337-345 against 308-309 in variants runs 20 and 21) and 235
-# against 251 at D = 64, so the table has a D = 128 entry only (D = 64 keeps the Triton kernel); forward+backward
-# at D = 128 294-306 against 292-293 on the Triton forward (variants runs 20 and 21). In the first GPU test run
-# with it on, a worker met an illegal memory access in the bad-lengths test (overlapping, out-of-range int64
-# lengths) that no later run repeated: two more runs of the whole GPU suite with it on, 500 rounds of the test's
-# five cases on this kernel and one under compute-sanitizer's memcheck (no error). Not traced to this kernel; on
-# since those runs. True: a plain packed batch takes the table's Gluon entry; False: the Triton kernel
+# causal, windowed or not: each program's sequence read from the cumulative lengths, its last rows stored without TMA. A
+# sequence's last key block is loaded whole (its keys past the sequence's end masked, their rows of V set to 0 in shared
+# memory before P·V: ``_zero_past``), so no value of the next sequence reaches this one's outputs, a NaN or infinity
+# included, as with the Triton kernel's masked loads. On an H200 (16K tokens of documents of 256–1792, causal, the
+# forward alone) the grid kernel ran level with the Triton kernel at D = 128 (308 against 307 TFLOP/s, variants-sweep
+# varlen run 5) and 12 % behind at D = 64; the persistent build with its tiles taken from a counter
+# (``FwdConfig.dynamic``) ran 338 against 309 and 312 for the grid kernel at D = 128 (sweep run 6; 337-345 against
+# 308-309 in variants runs 20 and 21) and 235 against 251 at D = 64, so the table has a D = 128 entry only (D = 64 keeps
+# the Triton kernel); forward+backward at D = 128 294-306 against 292-293 on the Triton forward (variants runs 20 and
+# 21). In the first GPU test run with it on, a worker met an illegal memory access in the bad-lengths test (overlapping,
+# out-of-range int64 lengths) that no later run repeated: two more runs of the whole GPU suite with it on, 500 rounds of
+# the test's five cases on this kernel and one under compute-sanitizer's memcheck (no error). Not traced to this kernel;
+# on since those runs. True: a plain packed batch takes the table's Gluon entry; False: the Triton kernel
 PACKED = True
 NO_WINDOW = -(1 << 30)  # win_off of a call without a left edge: every key is right of it
 
