@@ -665,8 +665,9 @@ def test_packed_builds_for_sm90_with_the_dense_schedule_and_no_spill():
     """The packed-batch builds (D 64 and 128, causal or not, grid and persistent): the dense warp-specialised
     build's schedule (the one-group wait, as many wgmmas, the same setmaxnreg, shared memory within 0.5 KB),
     global loads for the cumulative lengths (the grid kernel's four: a sequence's bounds in q and in k; the
-    persistent kernel's in the loader and each consumer) and, with triton 3.6 (the device's), no spill. ALiBi
-    and a build without warp specialisation are refused."""
+    persistent kernel's in the loader and each consumer), the shared stores that set a last block's rows of V past
+    the sequence to 0, and, with triton 3.6 (the device's), no spill. ALiBi and a build without warp specialisation
+    are refused."""
     cases = [dict(D=D, causal=c, num_warps=4, warp_spec=True, dtype="bfloat16", persistent=pers) for D in (64, 128)
              for c in (False, True) for pers in (False, True)]
     reps = sm90_reports("prefill_gluon", [dict(c) for c in cases] + [dict(c, packed=True) for c in cases])
@@ -676,6 +677,10 @@ def test_packed_builds_for_sm90_with_the_dense_schedule_and_no_spill():
         assert 1 in rep["wait_groups"], (case, rep)
         assert rep["global_loads"] >= plain["global_loads"] + 4, (case, plain, rep)
         assert rep["smem_kb"] == pytest.approx(plain["smem_kb"], abs=0.5), (case, plain, rep)
+        # _zero_past: each of the two consumer warp groups writes a last block's 128 rows of V, 16 at a time, in
+        # 16-byte stores (2 per thread and slice at D = 128, 1 at D = 64) the dense build has not
+        v4 = rep["shared_stores"].get("v4.b32", 0) - plain["shared_stores"].get("v4.b32", 0)
+        assert v4 >= 2 * (128 // 16) * (case["D"] // 64), (case, plain, rep)
         if rep.get("stack") is not None:
             import triton
             spill_free = not case["persistent"] or triton.__version__.startswith("3.6")  # (3.9: 80 bytes at D = 128)
