@@ -184,6 +184,44 @@ def test_varlen_matches_reference(lens_q, lens_k, H, Hkv, D, window, causal, sof
                    cu=(_cu(lens_q), _cu(lens_k)))
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the interpreter's NaN and inf
+def test_varlen_kernels_read_no_row_of_another_sequence():
+    """The Triton kernels' packed batches, forward and backward (16×16 blocks): a NaN in the first row of q, k, v and
+    dO of one sequence and an infinity in another's leave the sequences before them as they were (out, lse, dK, dV
+    bit for bit, dQ up to its additions' order), though their last blocks end 9 and 3 rows into the poisoned ones:
+    the masked loads read no row past a sequence's end. (The Gluon builds load whole blocks: test_prefill_gluon.py.)"""
+    lens, H, D, nan = [7, 20, 13, 9], 2, 32, float("nan")
+    gen = torch.Generator(device=DEV).manual_seed(11)
+    q, k, v, do = (torch.randn(sum(lens), H, D, dtype=F16, device=DEV, generator=gen) for _ in range(4))
+    cu = (_cu(lens), _cu(lens))
+    bounds = cu[0].tolist()
+
+    def run(q, k, v, do):
+        out, lse = torch.full_like(q, nan), torch.full((H, q.shape[0]), nan, device=DEV)
+        prefill_forward(q, k, v, mask=Mask(-1, 0), scale=0.3, cu_seqlens=cu, max_seqlen=_max_seqlen(cu),
+                        config=BLOCKS16[0], out=out, lse=lse)
+        grads = [torch.full_like(t, nan) for t in (q, k, v)]
+        prefill_backward(do, q, k, v, out, lse, mask=Mask(-1, 0), scale=0.3, cu_seqlens=cu,
+                         max_seqlen=_max_seqlen(cu), config=BLOCKS16[1], dq=grads[0], dk=grads[1], dv=grads[2])
+        return out, lse, *grads
+
+    clean = run(q, k, v, do)
+    poisoned = [t.clone() for t in (q, k, v, do)]
+    for t in poisoned:
+        t[bounds[1]] = nan
+        t[bounds[3]] = float("inf")
+    got = run(*poisoned)
+    assert all(t.isfinite().all() for t in clean)
+    for s in (0, 2):
+        rows = slice(bounds[s], bounds[s + 1])
+        (out, lse, dq, dk, dv), (out_p, lse_p, dq_p, dk_p, dv_p) = clean, got
+        assert torch.equal(out_p[rows], out[rows]) and torch.equal(lse_p[:, rows], lse[:, rows]), s
+        assert torch.equal(dk_p[rows], dk[rows]) and torch.equal(dv_p[rows], dv[rows]), s
+        torch.testing.assert_close(dq_p[rows], dq[rows])
+    for s in (1, 3):  # the poisoned sequences' own outputs do take their values
+        assert not got[0][bounds[s]:bounds[s + 1]].isfinite().all(), s
+
+
 def test_varlen_upper_bound_max_seqlen_gives_the_same_bits():
     """max_seqlen may be an upper bound (flash-attn's contract): the grids grow and the programs past a
     sequence's end return at once. Outputs poisoned with NaN, checked against the oracle, and equal bit
