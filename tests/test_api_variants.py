@@ -92,13 +92,28 @@ def test_varlen_max_seqlen_may_be_an_upper_bound():
 
 
 def test_varlen_never_mixes_documents():
-    """Changing one document's keys changes no other document's output."""
+    """Changing one document's keys changes no other document's output, and a NaN in one document's q, k, v or dO
+    stays out of the other's output and gradients."""
     q, k, v, cq, ck = _packed([6, 6], [6, 6], 2, 2, 8)
     a = flash_attention_varlen(q, k, v, cq, ck)
     k2 = k.clone()
     k2[6:] += torch.randn(6, 2, 8, dtype=F64)
     b = flash_attention_varlen(q, k2, v, cq, ck)
     assert torch.equal(a[:6], b[:6]) and not torch.allclose(a[6:], b[6:])
+    # nor does a NaN in one document's q, k, v or output gradient reach another's output or gradients
+    qn, kn, vn = (t.clone() for t in (q, k, v))
+    do = torch.randn_like(q)
+    don = do.clone()
+    for t in (qn, kn, vn, don):
+        t[6] = float("nan")
+
+    def run(q, k, v, do):
+        q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
+        out = flash_attention_varlen(q, k, v, cq, ck, causal=True)
+        return (out, *torch.autograd.grad(out, (q, k, v), do))
+
+    for clean, poisoned in zip(run(q, k, v, do), run(qn, kn, vn, don)):
+        assert torch.equal(clean[:6], poisoned[:6]) and poisoned[6:].isnan().any()
 
 
 def test_deterministic_backward_is_bit_identical():
