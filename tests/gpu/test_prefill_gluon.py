@@ -840,16 +840,22 @@ def test_gpu_packed_gluon_reads_no_value_of_the_next_sequence(D, persistent, dyn
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="the Gluon backward's packed build loads a sequence's last query and key blocks whole and "
-                          "multiplies the next sequence's rows by 0 (not yet set to 0 as the forward's are)")
+@pytest.mark.parametrize("zero_past", [
+    pytest.param(False, marks=pytest.mark.xfail(
+        strict=True, raises=AssertionError, reason="without ZERO_PAST the Gluon backward's packed build multiplies "
+        "the next sequence's rows by 0")),
+    True])
 @pytest.mark.parametrize("D", [64, 128])
-def test_gpu_packed_backward_reads_no_value_of_the_next_sequence(D):
+def test_gpu_packed_backward_reads_no_value_of_the_next_sequence(D, zero_past, monkeypatch):
     """The forward test above through the public entry point and autograd: a NaN in the first rows of q, k, v and
     dO of one sequence and an infinity in another's leave the gradients of the sequences before them as they were
-    (dK and dV bit for bit). Expected to fail on Hopper until the backward's packed build sets those rows to 0 too
-    (by reading its code: 0 · NaN in dV += Pᵀ·dO, dK += dSᵀ·Q and dQ += dS·K at a sequence's last blocks)."""
+    (dK and dV bit for bit), with ``prefill_gluon_bwd.ZERO_PAST`` on. Off (the default until this test has run on a
+    GPU), expected to fail, by reading the code: 0 · NaN in dV += Pᵀ·dO, dK += dSᵀ·Q and dQ += dS·K at a sequence's
+    last blocks."""
     from attnlab import flash_attention_varlen
+    from attnlab.gpu import prefill_gluon_bwd as GB
+
+    monkeypatch.setattr(GB, "ZERO_PAST", zero_past)
 
     lens = [37, 200, 130, 64]
     gen = torch.Generator(device=DEV).manual_seed(D)

@@ -1063,3 +1063,23 @@ def test_dq_swizzle_hook(monkeypatch):
         monkeypatch.setattr(GB, "DQ_SWIZZLE", sw)
         got = GB._dq_layout([GB.BWD_BLOCK_M, 64])
         assert (got.swizzle_byte_width, got.element_bitwidth, got.rank) == (sw, 32, 2)
+
+
+@needs_gluon
+def test_packed_builds_with_zero_past_for_sm90():
+    """``ZERO_PAST`` (off until it has run on a GPU): the packed builds that set a sequence's rows past its end to 0
+    in shared memory (k and v once, q and dO on a crossing step; 64 rows each, 8 at a time, one 16-byte store per
+    thread and slice, in each of the two consumer warp groups) build for sm_90 with the same shared memory and
+    within the register cap; the switch is off and a build without it has none of those stores."""
+    from attnlab.gpu import prefill_gluon_bwd as GB
+
+    assert GB.ZERO_PAST is False
+    cases = [dict(D=D, causal=c, dtype="bfloat16", varlen=True, deterministic=det) for D in (64, 128)
+             for c in (True, False) for det in (False, True)]
+    reps = sm90_reports("prefill_gluon_bwd", [dict(c) for c in cases] + [dict(c, zero_past=True) for c in cases])
+    for case, base, zero in zip(cases, reps[:len(cases)], reps[len(cases):]):
+        stores = zero["shared_stores"].get("v4.b32", 0) - base["shared_stores"].get("v4.b32", 0)
+        assert stores == 2 * 4 * (64 // 8), (case, base, zero)
+        assert zero["smem_kb"] == base["smem_kb"] and zero["setmaxnreg"] == base["setmaxnreg"], (case, base, zero)
+        if zero.get("regs") is not None:
+            assert zero["regs"] <= 255, (case, zero)

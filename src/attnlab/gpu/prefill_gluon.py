@@ -143,16 +143,15 @@ if HAVE_GLUON:
         return p, alpha, m_new, l_i
 
     @gluon.jit
-    def _zero_past(v, end):
-        """Rows ``end`` onwards of a key block's V tile in shared memory (``v``, [rows, head dim]) set to 0: a packed
-        sequence's last key block, loaded whole by TMA, holds the next sequence's first keys there, and P·V, whose
-        P is 0 on them, would still take 0 · NaN = NaN from a NaN or infinity among their values. 16 rows at a
-        time, only the slices that reach past ``end``; the two consumer warp groups of a tile both run it on the
-        same slot and write the same bytes. Then a proxy fence and the warp group's barrier, so the next wgmma
-        reads what every thread wrote."""
+    def _zero_past(v, end, CH: gl.constexpr = 16):
+        """Rows ``end`` onwards of a tile in shared memory (``v``, [rows, head dim]) set to 0: a packed sequence's last
+        block of keys (or, in the backward, of query rows), loaded whole by TMA, holds the next sequence's first
+        rows there, and a product whose other factor is 0 on them (P·V: P) would still take 0 · NaN = NaN from a
+        NaN or infinity among their values. ``CH`` rows at a time, only the slices that reach past ``end`` (all
+        of them where ``end`` <= 0); warp groups that share the tile may all run it: they write the same bytes.
+        Then a proxy fence and the warp group's barrier, so the next wgmma reads what every thread wrote."""
         ROWS: gl.constexpr = v.shape[0]
         HEAD_D: gl.constexpr = v.shape[1]
-        CH: gl.constexpr = 16
         TC: gl.constexpr = HEAD_D // 8  # threads across a row, 8 elements (16 bytes) each
         lay: gl.constexpr = gl.BlockedLayout([1, 8], [32 // TC, TC], [4, 1], [1, 0])
         for c in gl.static_range(ROWS // CH):

@@ -90,7 +90,7 @@ if HAVE_GLUON:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from .prefill_gluon import _tma_load, _tma_store, _warps_barrier, nvmma_layout, row_layout
+    from .prefill_gluon import _tma_load, _tma_store, _warps_barrier, _zero_past, nvmma_layout, row_layout
 
     _LOG2E = gl.constexpr(LOG2E)  # a jit function reads module globals only as constexprs
 
@@ -195,6 +195,14 @@ PACKED = True
 # counter, 256 against 244 (run 21, 0.87x and 0.81x that route's default); at D = 64 208-209 either way (runs 20,
 # 21): on at D = 128. (): every deterministic packed batch on the Triton kernels
 PACKED_DET: tuple[int, ...] = (128,)
+# packed batches: a program's key block and its query blocks are loaded whole by TMA, so a sequence's last ones hold
+# the next sequence's first keys and rows, whose Pᵀ is 0 but whose values still enter dV += Pᵀ·dO, dK += dSᵀ·Q and
+# dQ += dS·K as 0 · x: a NaN or infinity there reaches this sequence's gradients. True: the consumers set those rows
+# of k, v (once per program) and of q, dO (on each step whose query block crosses the sequence's end) to 0 in shared
+# memory first (``prefill_gluon._zero_past``), as the packed forward does. Built for sm_90 and checked on the CPU
+# (the builds without it unchanged); not yet run on a GPU, so off (the GPU test
+# ``test_gpu_packed_backward_reads_no_value_of_the_next_sequence`` runs both)
+ZERO_PAST = False
 # deterministic causal GQA calls: each K/V head read by up to this many programs, fewer query heads per
 # program, and their dK, dV summed in a fixed order afterwards (``kv_split``, ``det_kv_split``):
 # shorter ordered walks, more programs per wave. The grid model put the causal walks' makespan at 1.16x a
@@ -455,7 +463,8 @@ if HAVE_GLUON:
         ALIBI: gl.constexpr = flags.shape[4] == 2  # the ALiBi bias on the scores
         DQ_PERM: gl.constexpr = flags.shape[5] >= 2  # dQ tiles in the accumulator's register order
         DET: gl.constexpr = flags.shape[5] == 4  # key blocks add into each dQ tile in their order (SEM)
-        VARLEN: gl.constexpr = flags.shape[6] == 2  # a packed batch: this program's sequence ends at Nq, Nk
+        VARLEN: gl.constexpr = flags.shape[6] >= 2  # a packed batch: this program's sequence ends at Nq, Nk
+        ZERO: gl.constexpr = flags.shape[6] == 4  # (ZERO_PAST) its rows past them set to 0 before their products
         LSE_TMA: gl.constexpr = lse_smem.shape[1] == BLOCK_M  # L₂ and Dᵢ in the ring (else loaded here)
         EXCHANGE: gl.constexpr = not (ABLATE == 3 or ABLATE == 4)  # (measurement only: 3, 4 have none)
         dtype: gl.constexpr = desc_dk.dtype
@@ -484,6 +493,10 @@ if HAVE_GLUON:
         n_steps = G * n_m
         if n_steps > 0:  # (none: dK = dV = 0, and the loader brought no K, V)
             mbarrier.wait(kv_bar.index(0), 0)
+            if ZERO:  # this warp group's keys past the sequence's end are the next one's (the other group's dQ
+                if kc0 + SUB_N > Nk:  # products read them only after this group's first dSᵀ has arrived)
+                    _zero_past(k, Nk - kc0, 8)
+                    _zero_past(v, Nk - kc0, 8)
 
         for t in range(n_steps):
             slot = t % STAGES
@@ -495,9 +508,15 @@ if HAVE_GLUON:
             # -- Sᵀ = K_c Qᵢᵀ and dPᵀ = V_c dOᵢᵀ, both in flight
             mbarrier.wait(q_ready.index(slot), phase)
             q = q_smem.index(slot).reshape([BLOCK_M, HEAD_D])
+            if ZERO:  # a query block that crosses the sequence's end (both groups write the same bytes)
+                if m0 + BLOCK_M > Nq:
+                    _zero_past(q, Nq - m0, 8)
             s_tok = warpgroup_mma(k, q.permute((1, 0)), s_zero, use_acc=False, is_async=True)
             mbarrier.wait(do_ready.index(slot), phase)
             do = do_smem.index(slot).reshape([BLOCK_M, HEAD_D])
+            if ZERO:
+                if m0 + BLOCK_M > Nq:
+                    _zero_past(do, Nq - m0, 8)
             dp_tok = warpgroup_mma(v, do.permute((1, 0)), s_zero, use_acc=False, is_async=True)
             # -- Pᵀ from L while dPᵀ is still in flight; mask before exp2 (a hidden score may exceed L)
             if LSE_TMA:  # in the ring slot beside Qᵢ (the loader's TMA): no global load to wait for here
@@ -658,7 +677,8 @@ if HAVE_GLUON:
                            DQ_SHARED: gl.constexpr, ROTATE: gl.constexpr, HEADS_FIRST: gl.constexpr = False,
                            DQ_LAG: gl.constexpr = 0, ABLATE: gl.constexpr = 0, ALIBI: gl.constexpr = False,
                            DQ_PERM: gl.constexpr = False, LSE_TMA: gl.constexpr = False, DET: gl.constexpr = False,
-                           DET_LAST_FIRST: gl.constexpr = True, VARLEN: gl.constexpr = False):
+                           DET_LAST_FIRST: gl.constexpr = True, VARLEN: gl.constexpr = False,
+                           ZERO_PAST: gl.constexpr = False):
         """Grid (key blocks of 128, B·Hkv), or the reverse with HEADS_FIRST. Descriptors over
         (B, H|Hkv, N, D) with blocks [1, 1, 64, D]; DQ (B, H, Nq, D) float32, zeroed by the caller; LSE2,
         DELTA (B, H, Nq) from the preprocessing kernel. ALIBI: SLOPES float32, head h of batch b's slope at
@@ -756,7 +776,7 @@ if HAVE_GLUON:
         flags = gl.allocate_shared_memory(gl.int8, [DQ_SPLIT, (1 + DQ_ATOMIC) << (2 * DQ_SHARED), 1 << ABLATE,
                                                     1 << DQ_LAG, 1 + ALIBI,
                                                     (1 + (DQ_PERM and not DQ_ATOMIC)) * (1 + (DET and DQ_PERM and not DQ_ATOMIC)),
-                                                    1 + VARLEN],
+                                                    (1 + VARLEN) * (1 + (VARLEN and ZERO_PAST))],
                                           gl.SwizzledSharedLayout(1, 1, 1, [6, 5, 4, 3, 2, 1, 0]))
         q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -956,7 +976,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         key = (tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(do), tensor_key(lse2), tensor_key(delta),
                tensor_key(dq), tensor_key(dk), tensor_key(dv), causal_off, scale, stages, dq_split, dq_shared, rotate,
                heads_first, win_off, consumer_regs, dq_lag, deterministic, max_seqlen_k, max_seqlen_q,
-               _det_last_first, _kv_div, DQ_PERMUTED, LSE_BY_TMA, DQ_SWIZZLE, HEADS_FIRST_WAVES,
+               _det_last_first, _kv_div, DQ_PERMUTED, LSE_BY_TMA, DQ_SWIZZLE, HEADS_FIRST_WAVES, ZERO_PAST,
                torch.cuda.current_device(),
                None if cu_seqlens is None else (*map(tensor_key, cu_seqlens), tensor_key(cu_rows)))
         plan = _PLANS.get(key)
@@ -1082,7 +1102,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
             HEAD_D=D, STAGES=stages, CAUSAL=causal_off is not None, CONSUMER_REGS=consumer_regs, DQ_SPLIT=dq_split,
             DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, HEADS_FIRST=heads_first, DQ_LAG=dq_lag,
             ABLATE=_ablate, ALIBI=slopes is not None, DQ_PERM=perm, LSE_TMA=lse_tma, DET=deterministic,
-            DET_LAST_FIRST=_det_last_first, VARLEN=cu_seqlens is not None), num_warps=4)
+            DET_LAST_FIRST=_det_last_first, VARLEN=cu_seqlens is not None,
+            ZERO_PAST=ZERO_PAST and cu_seqlens is not None), num_warps=4)
         # the kernel adds dS K unscaled: one multiply per element, not per key block
         if cu_seqlens is not None:
             store_dq_tiles(dq_acc, dq, split_d, scale=scale, packed=(cu_q, cu_p, n_rows, max_seqlen_q))
@@ -1169,13 +1190,13 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
                  dq_split: int = 1, dq_atomic: bool = False, dq_shared: bool = False, rotate: bool = True,
                  heads_first: bool = False, regs: int = BWD_CONSUMER_REGS, dq_lag: int = 0, alibi: bool = False,
                  dq_perm: bool | None = None, lse_tma: bool | None = None, deterministic: bool = False,
-                 varlen: bool = False, _ablate: int = 0):
+                 varlen: bool = False, zero_past: bool | None = None, _ablate: int = 0):
     """Build the Gluon backward for Hopper (sm_90) on any machine, GPU or not, as
     ``prefill_gluon.compile_sm90`` does for the forward. ``alibi``: the build for ALiBi slopes, with
     the slopes' head stride 1 (a launch specialises it so: (H,), (B, H) and (H,) expanded to (B, H)).
     ``dq_perm``: dQ tiles in register order (None: ``DQ_PERMUTED``, as a launch; never with atomics);
     ``lse_tma``: L₂ and Dᵢ by TMA (None: ``LSE_BY_TMA``); ``deterministic``: the ordered dQ additions;
-    ``varlen``: the packed-batch build."""
+    ``varlen``: the packed-batch build; ``zero_past``: with its rows past a sequence set to 0 (None: ``ZERO_PAST``)."""
     if not HAVE_GLUON:
         raise RuntimeError("this triton has no Gluon (triton >= 3.5 needed)")
     import triton
@@ -1194,6 +1215,7 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     perm = (DQ_PERMUTED if dq_perm is None else dq_perm) and not dq_atomic
     const["DQ_PERM"] = perm
     const["VARLEN"] = varlen
+    const["ZERO_PAST"] = varlen and (ZERO_PAST if zero_past is None else zero_past)
     if not varlen:  # as a launch without cu_seqlens: constexpr None
         const.update(CU_Q=None, CU_K=None, CU_P=None, DK=None, DV=None, stride_dkh=None, stride_dkn=None)
     const["LSE_TMA"] = LSE_BY_TMA if lse_tma is None else lse_tma
@@ -1224,11 +1246,12 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
 def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int = 1, dq_atomic: bool = False,
                 dq_shared: bool = False, dtype: torch.dtype = torch.bfloat16, dq_lag: int = 0, alibi: bool = False,
                 dq_perm: bool | None = None, lse_tma: bool | None = None, deterministic: bool = False,
-                varlen: bool = False, _ablate: int = 0) -> dict:
+                varlen: bool = False, zero_past: bool | None = None, _ablate: int = 0) -> dict:
     """``prefill_gluon.kernel_report`` of one sm_90 build of the backward: shared memory, registers, spill
     stack, wgmma waits, TMA loads, float32 atomics. Needs a process without TRITON_INTERPRET."""
     from .prefill_gluon import kernel_report
 
     return kernel_report(compile_sm90(head_dim, causal=causal, stages=stages, dq_split=dq_split, dq_atomic=dq_atomic,
                                       dq_shared=dq_shared, dtype=dtype, dq_lag=dq_lag, alibi=alibi, dq_perm=dq_perm,
-                                      lse_tma=lse_tma, deterministic=deterministic, varlen=varlen, _ablate=_ablate))
+                                      lse_tma=lse_tma, deterministic=deterministic, varlen=varlen, zero_past=zero_past,
+                                      _ablate=_ablate))
