@@ -14,7 +14,10 @@
 #           racecheck (bad_lengths_probe.py; SAN_S seconds each), then REPEAT rounds of them without it;
 #   suite   the whole GPU suite SUITE_ROUNDS times (default 1) with prefill_gluon.PACKED on (switched on in this copy
 #           of the tree where it is off, put back after), so every packed batch's forward at D = 128 is the dynamic
-#           build.
+#           build;
+#   zeropast  the packed backward's rows past a sequence set to 0 (prefill_gluon_bwd.ZERO_PAST): the isolation tests
+#           both ways, then the varlen rows without and with it (variants.py, numbered VARLEN_RUN: ...-zero-off,
+#           ...-zero-on; the switch turned on in this copy of the tree for the second, put back after).
 # Run from the repository root on a CUDA machine; logs and JSON go to $OUT/dynamic (default ./out-dynamic/dynamic).
 set -uo pipefail
 OUT=${OUT:-out-dynamic}
@@ -76,6 +79,23 @@ for phase in ${PHASES:-tests sweep}; do
             timeout ${SUITE_S:-400} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu > "$D/suite-$r.log" 2>&1
             echo "suite round $r (PACKED on): exit $? in $(( $(date +%s) - t1 ))s"; tail -n 2 "$D/suite-$r.log"
             grep -E "^FAILED|^ERROR|illegal" "$D/suite-$r.log" | head
+        done
+        cp "$keep" "$f"; rm -f "$keep" ;;
+    zeropast)
+        timeout ${TEST_S:-240} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu/test_prefill_gluon.py \
+            tests/gpu/test_prefill_variants.py -k "reads_no_value or read_no_row or varlen" > "$D/zeropast-tests.log" 2>&1
+        echo "zero-past tests: exit $? in $(( $(date +%s) - t0 ))s"; tail -n 2 "$D/zeropast-tests.log"
+        grep -E "^FAILED|^XPASS|^ERROR" "$D/zeropast-tests.log" | head
+        f=src/attnlab/gpu/prefill_gluon_bwd.py
+        keep=$(mktemp)
+        cp "$f" "$keep"
+        for state in off on; do
+            [ "$state" = on ] && sed -i 's/^ZERO_PAST = False$/ZERO_PAST = True/' "$f"
+            t1=$(date +%s)
+            timeout ${BENCH_S:-150} python3 benchmarks/variants.py bench --variants varlen --D ${VARLEN_D:-128 64} \
+                --json "$D/variants-h200-varlen-run${VARLEN_RUN:-x}-zero-$state.json" > "$D/bench-zero-$state.log" 2>&1
+            echo "varlen rows, ZERO_PAST $state: exit $? in $(( $(date +%s) - t1 ))s"
+            grep "^|" "$D/bench-zero-$state.log" || tail -n 20 "$D/bench-zero-$state.log"
         done
         cp "$keep" "$f"; rm -f "$keep" ;;
     *) echo "device_dynamic.sh: unknown phase $phase"; exit 2 ;;
