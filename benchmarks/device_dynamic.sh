@@ -90,7 +90,10 @@ for phase in ${PHASES:-tests sweep}; do
         keep=$(mktemp)
         cp "$f" "$keep"
         for state in off on; do
-            [ "$state" = on ] && sed -i 's/^ZERO_PAST = False$/ZERO_PAST = True/' "$f"
+            if [ "$state" = on ]; then
+                sed -i 's/^ZERO_PAST = False$/ZERO_PAST = True/' "$f"
+                grep -q '^ZERO_PAST = True$' "$f" || { echo "zeropast: no 'ZERO_PAST = False' line to switch on"; break; }
+            fi
             t1=$(date +%s)
             timeout ${BENCH_S:-150} python3 benchmarks/variants.py bench --variants varlen --D ${VARLEN_D:-128 64} \
                 --json "$D/variants-h200-varlen-run${VARLEN_RUN:-x}-zero-$state.json" > "$D/bench-zero-$state.log" 2>&1
