@@ -23,6 +23,14 @@ set -uo pipefail
 OUT=${OUT:-out-dynamic}
 D="$OUT/dynamic"
 source "$(dirname "$0")/device_env.sh"
+# switch_on FILE NAME: the module switch NAME = True in this copy of FILE (a copy of the file kept for put_back)
+switch_on() {
+    KEEP=$(mktemp)
+    cp "$1" "$KEEP"
+    sed -i "s/^$2 = False\$/$2 = True/" "$1"
+    grep -q "^$2 = True\$" "$1" || { echo "$phase: no '$2 = ' line in $1 to switch on"; return 1; }
+}
+put_back() { cp "$KEEP" "$1"; rm -f "$KEEP"; }
 for phase in ${PHASES:-tests sweep}; do
     t0=$(date +%s)
     case $phase in
@@ -70,37 +78,29 @@ for phase in ${PHASES:-tests sweep}; do
         echo "repeat: exit $?"; tail -n 2 "$D/repeat.log" ;;
     suite)
         f=src/attnlab/gpu/prefill_gluon.py
-        keep=$(mktemp)
-        cp "$f" "$keep"
-        sed -i 's/^PACKED = False$/PACKED = True/' "$f"
-        grep -q '^PACKED = True$' "$f" || { echo "suite: no 'PACKED = ' line to switch on"; cp "$keep" "$f"; exit 2; }
+        switch_on "$f" PACKED || { put_back "$f"; exit 2; }
         for r in $(seq ${SUITE_ROUNDS:-1}); do
             t1=$(date +%s)
             timeout ${SUITE_S:-400} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu > "$D/suite-$r.log" 2>&1
             echo "suite round $r (PACKED on): exit $? in $(( $(date +%s) - t1 ))s"; tail -n 2 "$D/suite-$r.log"
             grep -E "^FAILED|^ERROR|illegal" "$D/suite-$r.log" | head
         done
-        cp "$keep" "$f"; rm -f "$keep" ;;
+        put_back "$f" ;;
     zeropast)
         timeout ${TEST_S:-240} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu/test_prefill_gluon.py \
             tests/gpu/test_prefill_variants.py -k "reads_no_value or read_no_row or varlen" > "$D/zeropast-tests.log" 2>&1
         echo "zero-past tests: exit $? in $(( $(date +%s) - t0 ))s"; tail -n 2 "$D/zeropast-tests.log"
         grep -E "^FAILED|^XPASS|^ERROR" "$D/zeropast-tests.log" | head
         f=src/attnlab/gpu/prefill_gluon_bwd.py
-        keep=$(mktemp)
-        cp "$f" "$keep"
         for state in off on; do
-            if [ "$state" = on ]; then
-                sed -i 's/^ZERO_PAST = False$/ZERO_PAST = True/' "$f"
-                grep -q '^ZERO_PAST = True$' "$f" || { echo "zeropast: no 'ZERO_PAST = False' line to switch on"; break; }
-            fi
+            [ "$state" = on ] && { switch_on "$f" ZERO_PAST || break; }
             t1=$(date +%s)
             timeout ${BENCH_S:-150} python3 benchmarks/variants.py bench --variants varlen --D ${VARLEN_D:-128 64} \
                 --json "$D/variants-h200-varlen-run${VARLEN_RUN:-x}-zero-$state.json" > "$D/bench-zero-$state.log" 2>&1
             echo "varlen rows, ZERO_PAST $state: exit $? in $(( $(date +%s) - t1 ))s"
             grep "^|" "$D/bench-zero-$state.log" || tail -n 20 "$D/bench-zero-$state.log"
         done
-        cp "$keep" "$f"; rm -f "$keep" ;;
+        [ -n "${KEEP:-}" ] && put_back "$f" ;;
     *) echo "device_dynamic.sh: unknown phase $phase"; exit 2 ;;
     esac
 done
