@@ -5,12 +5,22 @@ illegal instruction ends the CUDA context), against the Triton kernels' gradient
     python benchmarks/packed_probe.py --case one-sequence-whole-blocks
     python benchmarks/packed_probe.py --timing --json out.json   # where the packed build's time goes
     python benchmarks/packed_probe.py --report out.json          # its table again
+    python benchmarks/packed_probe.py --det --json out.json      # where the deterministic build's time goes
 
 ``--timing`` times the backward alone (do_bench medians, bf16, H·D = 2048, causal and not) on the same work
 laid out four ways: dense (16, H, 1024, D) on the Gluon kernel as shipped; the same with L₂, Dᵢ loaded by the
 consumers and dQ in row order (the packed build's first version); the same in a model's (B, N, H, D) layout
 (rows H·D apart, as in packed tensors); 16 packed sequences of 1,024 on the packed build
 and on the Triton kernels; and a mixed packed batch (256–1,792) on both.
+
+``--det`` times the backward alone (CUDA-graph replays, so no host time; bf16, causal, H·D = 2048) of a packed
+batch of 16K tokens in documents of 256–1,792 (the variants benchmark's) on the Gluon backward's packed build,
+taking apart what separates its deterministic build from the default one: the default (key blocks in staggered
+walks, ``rotate``), the default with unstaggered walks, the same with each sequence's key blocks last first (the
+deterministic build's launch order), the deterministic build, the same with its writer adding each tile without
+waiting for its turn (measurement only: right gradients in no fixed order), and the deterministic Triton kernels;
+besides, the default with ``ZERO_PAST`` on. The variants take turns, ``--rounds`` times; the table gives each one's
+median over the rounds and the deterministic build's counters (``sem_stats``: waits that polled, their polls).
 """
 
 from __future__ import annotations
@@ -134,6 +144,109 @@ def timing(D: int, causal: bool) -> list[dict]:
     return rows
 
 
+DET_VARIANTS = (  # name: (deterministic, gluon_backward keywords, module switches)
+    ("default", False, {}, {}),
+    ("default, unstaggered walks", False, dict(rotate=False), {}),
+    ("default, unstaggered, last first", False, dict(rotate=False, _last_first=True), {}),
+    ("deterministic", True, {}, {}),
+    ("deterministic, no turns (measurement)", True, dict(_ablate=8), {}),
+    ("deterministic, Triton kernels", True, {}, dict(PACKED_DET=())),
+    ("default, ZERO_PAST on", False, {}, dict(ZERO_PAST=True)),
+)
+
+
+def det_timing(D: int, rounds: int) -> list[dict]:
+    """The deterministic packed backward taken apart (the module docstring's --det)."""
+    import statistics
+    from functools import partial
+
+    import torch
+    import triton
+
+    from attnlab.gpu import prefill_backward, prefill_bwd, prefill_forward
+    from attnlab.gpu import prefill_gluon_bwd as gb
+    from attnlab.variants import Mask
+
+    H, scale, mask = 2048 // D, D ** -0.5, Mask(-1, 0)
+    from variants import doc_lengths  # (this folder's benchmark: its packed batch)
+
+    lens = doc_lengths(16384)
+    cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    q, k, v, do = (torch.randn(sum(lens), H, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(4))
+    ms_ = (max(lens), max(lens))
+    out, lse = prefill_forward(q, k, v, mask=mask, scale=scale, cu_seqlens=(cu, cu), max_seqlen=ms_)
+    flops = 2.5 * 4 * sum(n * (n + 1) // 2 for n in lens) * D * H
+    real = gb.gluon_backward
+    times = {name: [] for name, *_ in DET_VARIANTS}
+    extra = {}
+
+    def call(det):
+        return prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, cu_seqlens=(cu, cu), max_seqlen=ms_,
+                                deterministic=det)
+
+    for r in range(rounds):
+        for name, det, kw, switches in DET_VARIANTS:
+            kept = {n: getattr(gb, n) for n in switches}
+            ran = []
+            gb.gluon_backward = lambda *a, _kw=kw, _ran=ran, **k_: _ran.append(1) or real(*a, **(k_ | _kw))
+            for n, val in switches.items():
+                setattr(gb, n, val)
+            prefill_bwd._CALL_PLANS.clear(), gb._PLANS.clear()
+            try:
+                grads = call(det)
+                torch.cuda.synchronize()
+                try:  # GPU time only: the call replayed from a CUDA graph
+                    ms = triton.testing.do_bench_cudagraph(partial(call, det), rep=60)
+                    how = "graph"
+                except Exception:  # (a call that cannot be captured: timed as called)
+                    torch.cuda.synchronize()
+                    ms = triton.testing.do_bench(partial(call, det), warmup=10, rep=60)
+                    how = "eager"
+                times[name].append(ms)
+                if r == 0:
+                    ref = extra.setdefault("_ref", grads)
+                    extra[name] = dict(gluon_ran=bool(ran), timed=how, max_rel_diff=max(
+                        ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
+                        for a, b in zip(grads, ref)))
+                    if det and bool(ran) and not kw:  # the ordered build's counters, one untimed call
+                        sem = []
+                        gb.gluon_backward = lambda *a, _sem=sem, **k_: real(*a, **(k_ | dict(_sem_out=_sem)))
+                        call(det)
+                        torch.cuda.synchronize()
+                        extra[name]["sem"] = gb.sem_stats(sem[0])
+                        again = call(det)
+                        extra[name]["bit_identical"] = all(torch.equal(a, b) for a, b in zip(grads, again))
+            finally:
+                gb.gluon_backward = real
+                for n, val in kept.items():
+                    setattr(gb, n, val)
+                prefill_bwd._CALL_PLANS.clear(), gb._PLANS.clear()
+            print(f"  round {r + 1}: {name}: {times[name][-1]:.3f} ms", flush=True)
+    rows = []
+    base = statistics.median(times["default"])
+    for name, *_ in DET_VARIANTS:
+        ms = statistics.median(times[name])
+        rows.append(dict(D=D, variant=name, ms=ms, ms_rounds=times[name], tflops=flops / ms * 1e-9,
+                         x_default=base / ms, **extra.get(name, {})))
+    return rows
+
+
+def det_report(rows: list[dict]) -> str:
+    """The --det table of recorded rows."""
+    lines = ["| D | variant | backward ms (median) | rounds | TFLOP/s | × default | Gluon ran | timed | max rel. diff | "
+             "counters |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        sem = r.get("sem")
+        sem = f"{sem['waits']} waits, {sem['polls']} polls, {sem['given_up']} given up" if sem else ""
+        if "bit_identical" in r:
+            sem += f"; bit-identical {r['bit_identical']}"
+        lines.append(f"| {r['D']} | {r['variant']} | {r['ms']:.3f} | {' / '.join(f'{t:.3f}' for t in r['ms_rounds'])} "
+                     f"| {r['tflops']:.0f} | {r['x_default']:.3f} | {r.get('gluon_ran', '')} | {r.get('timed', '')} "
+                     f"| {r.get('max_rel_diff', float('nan')):.1e} | {sem} |")
+    return "\n".join(lines)
+
+
 def report(rows: list[dict]) -> str:
     """The --timing table of recorded rows (the host column where the run measured it)."""
     host = any("host_ms" in r for r in rows)
@@ -152,13 +265,25 @@ def main(argv=None) -> int:
     ap.add_argument("--timing", action="store_true", help="time the layouts of the module docstring")
     ap.add_argument("--D", type=int, nargs="+", default=[128, 64])
     ap.add_argument("--json", help="write the --timing rows here")
-    ap.add_argument("--report", metavar="JSON", help="print the table of a recorded --timing run")
+    ap.add_argument("--report", metavar="JSON", help="print the table of a recorded --timing or --det run")
+    ap.add_argument("--det", action="store_true", help="take the deterministic packed backward apart (docstring)")
+    ap.add_argument("--rounds", type=int, default=3, help="--det: rounds of every variant in turn")
     args = ap.parse_args(argv)
     if args.report:
         import json
 
         with open(args.report) as f:
-            print(report(json.load(f)))
+            rows = json.load(f)
+        print(det_report(rows) if rows and "variant" in rows[0] else report(rows))
+        return 0
+    if args.det:
+        import json
+
+        rows = [r for D in args.D for r in det_timing(D, args.rounds)]
+        print(det_report(rows), flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
         return 0
     if args.timing:
         import json

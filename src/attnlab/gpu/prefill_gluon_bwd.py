@@ -382,7 +382,7 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _bwd_dq_writer(desc_dq, SEM, dq_smem, ds_smem, ds_bars, b, hk, G, H, Nq, Nk, start_n, m_lo, n_m, causal_off,
-                       win_off, CAUSAL: gl.constexpr):
+                       win_off, flags, CAUSAL: gl.constexpr):
         """One warp (deterministic builds): adds the consumers' staged dQ tiles into the float32 buffer, each in
         its turn (``_turn``), so the consumers never wait for a turn or an addition's round trip. Per step: for
         each staged tile (one, or two with DQ_SHARED: a column half per warp group) wait until it is staged;
@@ -390,8 +390,10 @@ if HAVE_GLUON:
         step ago: done by now, or nearly; the next key block at a tile comes two steps later, and its turn
         never waits for this program's next one); wait for the tile's turn at its counter and add it by TMA;
         once the copy engine has read the step's tiles, free their buffers. A wait that gives up counts itself
-        in SEM[0]; waits that polled, in SEM[1] (polls) and SEM[2] (waits); the tiles' counters follow."""
+        in SEM[0]; waits that polled, in SEM[1] (polls) and SEM[2] (waits); the tiles' counters follow. ``flags``:
+        the consumers' (measurement only: ABLATE 8, its third dimension 256, adds each tile without its turn)."""
         SEM_TILE0: gl.constexpr = _SEM_TILE0
+        NO_TURNS: gl.constexpr = flags.shape[2] >= 256
         NSLOT: gl.constexpr = ds_smem.shape[0]
         BLOCK_N: gl.constexpr = ds_smem.shape[1]
         BLOCK_M: gl.constexpr = ds_smem.shape[2]
@@ -413,7 +415,8 @@ if HAVE_GLUON:
                         _adds_complete()
                         for q in gl.static_range(SLICES):
                             _lane0_adds(SEM + SEM_TILE0 + prev + q)
-                _sem_wait(SEM + SEM_TILE0 + base + p, turn, SEM)
+                if not NO_TURNS:
+                    _sem_wait(SEM + SEM_TILE0 + base + p, turn, SEM)
                 _tma_add(desc_dq, [(base + p) * ROWS, 0], dq_smem.index(buf))
             tma.store_wait(0)  # read: the buffers may be staged into again
             for p in gl.static_range(SLICES):
@@ -426,15 +429,15 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _bwd_dq_writer_causal(desc_dq, SEM, dq_smem, ds_smem, ds_bars, b, hk, G, H, Nq, Nk, start_n, m_lo, n_m,
-                              causal_off, win_off):
+                              causal_off, win_off, flags):
         _bwd_dq_writer(desc_dq, SEM, dq_smem, ds_smem, ds_bars, b, hk, G, H, Nq, Nk, start_n, m_lo, n_m, causal_off,
-                       win_off, True)
+                       win_off, flags, True)
 
     @gluon.jit
     def _bwd_dq_writer_full(desc_dq, SEM, dq_smem, ds_smem, ds_bars, b, hk, G, H, Nq, Nk, start_n, m_lo, n_m,
-                            causal_off, win_off):
+                            causal_off, win_off, flags):
         _bwd_dq_writer(desc_dq, SEM, dq_smem, ds_smem, ds_bars, b, hk, G, H, Nq, Nk, start_n, m_lo, n_m, causal_off,
-                       win_off, False)
+                       win_off, flags, False)
 
     @gluon.jit
     def _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
@@ -458,7 +461,7 @@ if HAVE_GLUON:
         DQ_SHARED: gl.constexpr = flags.shape[1] >= 4  # both warp groups every step, half of D's columns each
         ABLATE: gl.constexpr = ((flags.shape[2] >= 2) + (flags.shape[2] >= 4) + (flags.shape[2] >= 8)
                                 + (flags.shape[2] >= 16) + (flags.shape[2] >= 32) + (flags.shape[2] >= 64)
-                                + (flags.shape[2] >= 128))  # log2 of the third dimension
+                                + (flags.shape[2] >= 128) + (flags.shape[2] >= 256))  # log2 of the third dimension
         DQ_LAG: gl.constexpr = (flags.shape[3] >= 2) + (flags.shape[3] >= 4)  # log2 of the fourth
         ALIBI: gl.constexpr = flags.shape[4] == 2  # the ALiBi bias on the scores
         DQ_PERM: gl.constexpr = flags.shape[5] >= 2  # dQ tiles in the accumulator's register order
@@ -678,7 +681,7 @@ if HAVE_GLUON:
                            DQ_LAG: gl.constexpr = 0, ABLATE: gl.constexpr = 0, ALIBI: gl.constexpr = False,
                            DQ_PERM: gl.constexpr = False, LSE_TMA: gl.constexpr = False, DET: gl.constexpr = False,
                            DET_LAST_FIRST: gl.constexpr = True, VARLEN: gl.constexpr = False,
-                           ZERO_PAST: gl.constexpr = False):
+                           ZERO_PAST: gl.constexpr = False, LAST_FIRST: gl.constexpr = False):
         """Grid (key blocks of 128, B·Hkv), or the reverse with HEADS_FIRST. Descriptors over
         (B, H|Hkv, N, D) with blocks [1, 1, 64, D]; DQ (B, H, Nq, D) float32, zeroed by the caller; LSE2,
         DELTA (B, H, Nq) from the preprocessing kernel. ALIBI: SLOPES float32, head h of batch b's slope at
@@ -724,9 +727,9 @@ if HAVE_GLUON:
             Nk = gl.load(CU_K + b + 1)
             causal_off = causal_off + Nk - Nq  # key j sees row i iff j − k_base <= i − q_base + right + len_k − len_q
             b = 0
-            if DET and CAUSAL and DET_LAST_FIRST:  # the sequence's key blocks last first (programs past its last
-                rel = gl.cdiv(Nk - k_base, BLOCK_N) - 1 - pid_n  # key block stay past it: no step, no store)
-                pid_n = gl.where(rel >= 0, rel, pid_n)
+            if CAUSAL and ((DET and DET_LAST_FIRST) or LAST_FIRST):  # the sequence's key blocks last first
+                rel = gl.cdiv(Nk - k_base, BLOCK_N) - 1 - pid_n  # (programs past its last key block stay past it:
+                pid_n = gl.where(rel >= 0, rel, pid_n)  # no step, no store)
         else:
             q_base = 0
             k_base = 0
@@ -808,10 +811,10 @@ if HAVE_GLUON:
                        start_n, m_lo, n_m, rot)
         if VARLEN:  # the writer in the sequence's own key blocks and the padded rows' tiles (m0 + pad, nq_rows)
             writer_args = (desc_dq, SEM, dq_smem, ds_smem, ds_bars, 0, hk, G, H, nq_rows, Nk - k_base, start_n - k_base,
-                           m_lo + pad, n_m, causal_off - pad - k_base, win_off)
+                           m_lo + pad, n_m, causal_off - pad - k_base, win_off, flags)
         else:
             writer_args = (desc_dq, SEM, dq_smem, ds_smem, ds_bars, b, hk, G, H, Nq, Nk, start_n, m_lo, n_m,
-                           causal_off, win_off)
+                           causal_off, win_off, flags)
         # a partition's arguments lose their constexpr-ness: the key slice and the mask are baked into wrappers
         if DET and CAUSAL:  # a fourth partition: the dQ writer warp
             gl.warp_specialize([(_bwd_consumer_0_causal, consumer_args), (_bwd_consumer_1_causal, consumer_args),
@@ -931,7 +934,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
                    deterministic: bool = False, cu_seqlens: tuple[torch.Tensor, torch.Tensor] | None = None,
                    max_seqlen_k: int | None = None, max_seqlen_q: int | None = None, cu_rows: torch.Tensor | None = None,
                    kv_split: int = 1, _ablate: int = 0, _sem_out: list | None = None,
-                   _det_last_first: bool = True, _kv_div: int = 1) -> _BwdPlan | None:
+                   _det_last_first: bool = True, _kv_div: int = 1, _last_first: bool = False) -> _BwdPlan | None:
     """Run the Gluon backward: q, do (B, H, Nq, D); k, v (B, Hkv, Nk, D); ``lse2``, ``delta`` (B, H, Nq)
     float32 from ``prefill_bwd``'s preprocessing kernel (L in log2 units, +inf on empty rows; D_i), read
     without a copy where they are views of (B, H, ``lse_rows(Nq)``) buffers, as that kernel writes them. Writes
@@ -967,7 +970,9 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     call runs): dk, dv have ``_kv_div`` heads per head of k, v, and head h of dk, dv is made from K/V head
     h // ``_kv_div`` and query heads h·G' to (h + 1)·G' − 1, G' = H / dk's heads.
     ``_ablate`` (measurement only, wrong gradients): leave stages out, as
-    ``benchmarks/bwd_gluon_ablation.py`` lists. No input checks beyond the tiles (``gluon_supported`` and
+    ``benchmarks/bwd_gluon_ablation.py`` lists; 8 (deterministic builds): the writer adds each dQ tile without
+    waiting for its turn (right gradients, in no fixed order). ``_last_first`` (measurement only; packed causal
+    batches): each sequence's key blocks last first, as the deterministic build launches them. No input checks beyond the tiles (``gluon_supported`` and
     the public entry points do them). Returns the call's kept plan (``_BwdPlan``: what a later call of the
     same signature runs), or None where it keeps none."""
     B, H, Nq, D = q.shape
@@ -976,7 +981,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         key = (tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(do), tensor_key(lse2), tensor_key(delta),
                tensor_key(dq), tensor_key(dk), tensor_key(dv), causal_off, scale, stages, dq_split, dq_shared, rotate,
                heads_first, win_off, consumer_regs, dq_lag, deterministic, max_seqlen_k, max_seqlen_q,
-               _det_last_first, _kv_div, DQ_PERMUTED, LSE_BY_TMA, DQ_SWIZZLE, HEADS_FIRST_WAVES, ZERO_PAST,
+               _det_last_first, _kv_div, _last_first, DQ_PERMUTED, LSE_BY_TMA, DQ_SWIZZLE, HEADS_FIRST_WAVES, ZERO_PAST,
                torch.cuda.current_device(),
                None if cu_seqlens is None else (*map(tensor_key, cu_seqlens), tensor_key(cu_rows)))
         plan = _PLANS.get(key)
@@ -1015,7 +1020,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
                 or not (lse2.is_contiguous() and delta.is_contiguous()):
             raise ValueError("the Gluon backward's packed batches add dQ in register-order tiles (no dq_atomic) from "
                              "padded contiguous (1, H, rows) L₂ and D buffers, rows a multiple of 64")
-    if deterministic and (dq_atomic or dq_split != 1 or _ablate or not DQ_PERMUTED):
+    if deterministic and (dq_atomic or dq_split != 1 or _ablate not in (0, 8) or not DQ_PERMUTED):
         raise ValueError("the Gluon backward is deterministic with dQ by TMA reductions of whole register-order tiles "
                          "only (dq_atomic=False, dq_split=1, DQ_PERMUTED, no ablation)")
     if deterministic:
@@ -1103,7 +1108,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
             DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, HEADS_FIRST=heads_first, DQ_LAG=dq_lag,
             ABLATE=_ablate, ALIBI=slopes is not None, DQ_PERM=perm, LSE_TMA=lse_tma, DET=deterministic,
             DET_LAST_FIRST=_det_last_first, VARLEN=cu_seqlens is not None,
-            ZERO_PAST=ZERO_PAST and cu_seqlens is not None), num_warps=4)
+            ZERO_PAST=ZERO_PAST and cu_seqlens is not None,
+            LAST_FIRST=_last_first and cu_seqlens is not None), num_warps=4)
         # the kernel adds dS K unscaled: one multiply per element, not per key block
         if cu_seqlens is not None:
             store_dq_tiles(dq_acc, dq, split_d, scale=scale, packed=(cu_q, cu_p, n_rows, max_seqlen_q))
@@ -1216,6 +1222,7 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     const["DQ_PERM"] = perm
     const["VARLEN"] = varlen
     const["ZERO_PAST"] = varlen and (ZERO_PAST if zero_past is None else zero_past)
+    const["LAST_FIRST"] = False
     if not varlen:  # as a launch without cu_seqlens: constexpr None
         const.update(CU_Q=None, CU_K=None, CU_P=None, DK=None, DV=None, stride_dkh=None, stride_dkn=None)
     const["LSE_TMA"] = LSE_BY_TMA if lse_tma is None else lse_tma
