@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One GPU call taking the deterministic packed backward apart, by PHASES (default "tests probe"):
+#   tests   the packed isolation tests of the Gluon backward (both ways of prefill_gluon_bwd.ZERO_PAST);
+#   probe   benchmarks/packed_probe.py --det at D = 128 (ROUNDS rounds, default 3; numbered PROBE_RUN): the default
+#           build, its walks unstaggered, in the deterministic launch order, the deterministic build, its writer
+#           without turns, the deterministic Triton kernels, and the default with ZERO_PAST on;
+#   ncu     benchmarks/device_ncu_window.sh with SOURCE=1: the D = 64 window forward's stall ledger.
+# Run from the repository root on a CUDA machine; logs and JSON go to $OUT/det (default ./out-det/det).
+set -uo pipefail
+OUT=${OUT:-out-det}
+D="$OUT/det"
+source "$(dirname "$0")/device_env.sh"
+for phase in ${PHASES:-tests probe}; do
+    t0=$(date +%s)
+    case $phase in
+    tests)
+        timeout ${TEST_S:-120} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu/test_prefill_gluon.py \
+            -k "reads_no_value" > "$D/tests.log" 2>&1
+        echo "tests: exit $? in $(( $(date +%s) - t0 ))s"; tail -n 2 "$D/tests.log"
+        grep -E "^FAILED|^XPASS|^ERROR" "$D/tests.log" | head ;;
+    probe)
+        timeout ${PROBE_S:-280} python3 benchmarks/packed_probe.py --det --D 128 --rounds ${ROUNDS:-3} \
+            --json "$D/packed-det-probe-h200-run${PROBE_RUN:-x}.json" > "$D/probe.log" 2>&1
+        echo "probe: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/probe.log" || tail -n 20 "$D/probe.log" ;;
+    ncu)
+        OUT="$D" SOURCE=1 NCU_S=${NCU_S:-200} timeout $(( ${NCU_S:-200} + 60 )) bash "$(dirname "$0")/device_ncu_window.sh"
+        echo "ncu: exit $? in $(( $(date +%s) - t0 ))s" ;;
+    *) echo "device_packed_det.sh: unknown phase $phase"; exit 2 ;;
+    esac
+done
