@@ -18,7 +18,8 @@ batch of 16K tokens in documents of 256–1,792 (the variants benchmark's) on th
 taking apart what separates its deterministic build from the default one: the default (key blocks in staggered
 walks, ``rotate``), the default with unstaggered walks, the same with each sequence's key blocks last first (the
 deterministic build's launch order), the deterministic build, the same with its writer adding each tile without
-waiting for its turn (measurement only: right gradients in no fixed order), and the deterministic Triton kernels;
+waiting for its turn (measurement only: right gradients in no fixed order), the deterministic build with the default's
+staggered walks and turns in arrival order (``PACKED_DET_ROTATE``), and the deterministic Triton kernels;
 besides, the default with ``ZERO_PAST`` on. The variants take turns, ``--rounds`` times; the table gives each one's
 median over the rounds and the deterministic build's counters (``sem_stats``: waits that polled, their polls).
 """
@@ -150,13 +151,15 @@ DET_VARIANTS = (  # name: (deterministic, gluon_backward keywords, module switch
     ("default, unstaggered, last first", False, dict(rotate=False, _last_first=True), {}),
     ("deterministic", True, {}, {}),
     ("deterministic, no turns (measurement)", True, dict(_ablate=8), {}),
+    ("deterministic, staggered walks, turns in arrival order", True, {}, dict(PACKED_DET_ROTATE=True)),
     ("deterministic, Triton kernels", True, {}, dict(PACKED_DET=())),
     ("default, ZERO_PAST on", False, {}, dict(ZERO_PAST=True)),
 )
 
 
-def det_timing(D: int, rounds: int) -> list[dict]:
-    """The deterministic packed backward taken apart (the module docstring's --det)."""
+def det_timing(D: int, rounds: int, skip: tuple[str, ...] = ()) -> list[dict]:
+    """The deterministic packed backward taken apart (the module docstring's --det), but the variants whose names
+    hold one of ``skip``."""
     import statistics
     from functools import partial
 
@@ -178,7 +181,8 @@ def det_timing(D: int, rounds: int) -> list[dict]:
     out, lse = prefill_forward(q, k, v, mask=mask, scale=scale, cu_seqlens=(cu, cu), max_seqlen=ms_)
     flops = 2.5 * 4 * sum(n * (n + 1) // 2 for n in lens) * D * H
     real = gb.gluon_backward
-    times = {name: [] for name, *_ in DET_VARIANTS}
+    variants = [v for v in DET_VARIANTS if not any(x in v[0] for x in skip)]
+    times = {name: [] for name, *_ in variants}
     extra = {}
 
     def call(det):
@@ -186,7 +190,7 @@ def det_timing(D: int, rounds: int) -> list[dict]:
                                 deterministic=det)
 
     for r in range(rounds):
-        for name, det, kw, switches in DET_VARIANTS:
+        for name, det, kw, switches in variants:
             kept = {n: getattr(gb, n) for n in switches}
             ran = []
             gb.gluon_backward = lambda *a, _kw=kw, _ran=ran, **k_: _ran.append(1) or real(*a, **(k_ | _kw))
@@ -225,7 +229,7 @@ def det_timing(D: int, rounds: int) -> list[dict]:
             print(f"  round {r + 1}: {name}: {times[name][-1]:.3f} ms", flush=True)
     rows = []
     base = statistics.median(times["default"])
-    for name, *_ in DET_VARIANTS:
+    for name, *_ in variants:
         ms = statistics.median(times[name])
         rows.append(dict(D=D, variant=name, ms=ms, ms_rounds=times[name], tflops=flops / ms * 1e-9,
                          x_default=base / ms, **extra.get(name, {})))
@@ -268,6 +272,7 @@ def main(argv=None) -> int:
     ap.add_argument("--report", metavar="JSON", help="print the table of a recorded --timing or --det run")
     ap.add_argument("--det", action="store_true", help="take the deterministic packed backward apart (docstring)")
     ap.add_argument("--rounds", type=int, default=3, help="--det: rounds of every variant in turn")
+    ap.add_argument("--skip", nargs="*", default=[], help="--det: leave out the variants whose names hold these")
     args = ap.parse_args(argv)
     if args.report:
         import json
@@ -279,7 +284,7 @@ def main(argv=None) -> int:
     if args.det:
         import json
 
-        rows = [r for D in args.D for r in det_timing(D, args.rounds)]
+        rows = [r for D in args.D for r in det_timing(D, args.rounds, tuple(args.skip))]
         print(det_report(rows), flush=True)
         if args.json:
             with open(args.json, "w") as f:

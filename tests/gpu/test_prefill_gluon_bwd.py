@@ -11,7 +11,7 @@ to the float64 criterion of the other kernels on awkward shapes, with and withou
 
 import pytest
 import torch
-from tests.helpers import GLUON_CASES, GLUON_WINDOW_CASES, sm90_reports, within_criterion
+from tests.helpers import GLUON_CASES, GLUON_WINDOW_CASES, load_script, sm90_reports, within_criterion
 from tests.helpers import abs_err as _err
 
 from attnlab.reference import attention_ref
@@ -194,6 +194,77 @@ def test_deterministic_turns_are_each_tiles_arrival_order(Nq, Nk, window):
             assert steps == sorted(steps)  # each reaches the tile no sooner into its walk than the one before
         else:
             assert by_turn == sorted(by_turn)
+
+
+def _rotated_turns(len_q, len_k, p_base, G, right=0):
+    """The packed deterministic build with staggered walks (``PACKED_DET_ROTATE``), written as its code computes
+    them in the writer's coordinates (a sequence's rows from p_base, a multiple of 64; its own key blocks):
+    the kernel's m_lo, n_m and ``rot``, the writer's m0 and ``_turn_arrival``. {(head, m0): [(key block, step,
+    turn)]} and each key block's tiles in walk order."""
+    BM, BN = GB.BWD_BLOCK_M, 2 * GB.BWD_SUB_N
+    cw = len_k - len_q + right - p_base  # key j sees padded row i iff j <= i + cw (bottom-right)
+    q_end, blocks = p_base + len_q, -(-len_k // BN)
+
+    def geometry(n):
+        lo = p_base + (max(n * BN - cw - p_base, 0) // BM) * BM
+        return lo, max(-(-(q_end - lo) // BM), 0)
+
+    def turn_arrival(n, u, m0, hoff):  # _turn_arrival, line by line
+        last = min(_c_div(m0 + BM - 1 + cw, BN), blocks - 1)
+        turn = 0
+        for n2 in range(0, last + 1):
+            lo2 = p_base + (max(n2 * BN - cw - p_base, 0) // BM) * BM
+            nm2 = max(-(-(q_end - lo2) // BM), 1)
+            a2 = hoff * nm2 + ((m0 - lo2) // BM - n2 % nm2 + nm2) % nm2
+            turn += n2 != n and m0 >= lo2 and (a2 < u or (a2 == u and n2 < n))
+        return turn
+
+    tiles, walks = {}, {}
+    for n in range(blocks):
+        m_lo, n_m = geometry(n)
+        rot = n % max(n_m, 1)
+        for u in range(G * n_m):
+            m0 = m_lo + ((u % n_m + rot) % n_m) * BM
+            tiles.setdefault((u // n_m, m0), []).append((n, u, turn_arrival(n, u, m0, u // n_m)))
+            walks.setdefault(n, []).append((u // n_m, m0))
+    return tiles, walks
+
+
+@pytest.mark.parametrize("len_q,len_k,p_base,G", [
+    (1000, 1000, 0, 1), (1792, 1792, 64 * 37, 1), (256, 256, 128, 1), (1000, 1000, 0, 2), (257, 1030, 64, 1),
+    (700, 300, 0, 1), (63, 63, 64, 4), (1, 1, 0, 1), (1500, 1500, 640, 3), (4096, 4096, 0, 1)])
+def test_rotated_deterministic_turns_are_the_arrival_order_and_never_deadlock(len_q, len_k, p_base, G):
+    """``PACKED_DET_ROTATE``'s turns (``_turn_arrival``): at every tile 0, 1, ... (a permutation), in the order of
+    the steps at which the staggered walks reach it (ties to the lower key block); and with every program of the
+    sequence running and each addition waiting for the tile's previous turn, every program finishes (a program
+    may wait on one launched after it: the order of a tile's turns is that of (step, key block), which rises along
+    every walk, so no wait closes a cycle). For one head and p_base 0 it is the model's arrival order on the
+    model's rotated walks (``benchmarks/det_order_sim.py``)."""
+    tiles, walks = _rotated_turns(len_q, len_k, p_base, G)
+    for tile, visits in tiles.items():
+        assert sorted(t for *_, t in visits) == list(range(len(visits))), (tile, visits)
+        assert [n for n, u, t in sorted(visits, key=lambda v: v[2])] == [n for n, u, t in sorted(visits,
+                                                                                                  key=lambda v: v[1:])]
+    turn = {(n, *tile): t for tile, visits in tiles.items() for n, _, t in visits}
+    pred = {(tile, t): n for tile, visits in tiles.items() for n, _, t in visits}
+    done, pos, clock = {}, dict.fromkeys(walks, 0), dict.fromkeys(walks, 0)
+    left = sum(map(len, walks.values()))
+    while left:
+        moved = False
+        for n, walk in walks.items():
+            while pos[n] < len(walk):
+                tile = walk[pos[n]]
+                t = turn[(n, *tile)]
+                before = done.get((pred[tile, t - 1], tile)) if t else 0
+                if before is None:
+                    break
+                clock[n] = done[n, tile] = max(clock[n], before) + 1
+                pos[n], left, moved = pos[n] + 1, left - 1, True
+        assert moved, "deadlock"
+    if G == 1 and p_base == 0 and len_q == len_k:
+        sim = load_script("benchmarks/det_order_sim.py")
+        model = sim.turns(sim.walks(len_q, True, rotate=True), "arrival")
+        assert {(n, m0 // GB.BWD_BLOCK_M): t for (n, _, m0), t in turn.items()} == model
 
 
 @needs_gluon
@@ -830,16 +901,19 @@ def test_gpu_gluon_backward_packed_batch(lens_q, lens_k, H, Hkv, D, causal, dq_s
 
 @pytest.mark.gpu
 @on_hopper
+@pytest.mark.parametrize("rotate", [False, True])
 @pytest.mark.parametrize("lens_q,lens_k,H,Hkv,D,causal", PACKED_CASES)
-def test_gpu_gluon_backward_deterministic_packed_batch(lens_q, lens_k, H, Hkv, D, causal, monkeypatch):
+def test_gpu_gluon_backward_deterministic_packed_batch(lens_q, lens_k, H, Hkv, D, causal, rotate, monkeypatch):
     """A deterministic packed batch on the Gluon backward's ordered build (the table's configuration for long
     sequences): the same bits in three runs, equal to the default packed build's gradients up to rounding (the
     ordered build also walks every key block's query blocks in one order), within the criterion against the
-    oracle, every element written (the outputs start as NaN). The packed cases' empty sequences, one-row
-    sequences and len_q != len_k put turns at tiles of every shape."""
+    oracle, every element written (the outputs start as NaN), and no ordered wait given up. The packed cases'
+    empty sequences, one-row sequences and len_q != len_k put turns at tiles of every shape. ``rotate``: with
+    ``PACKED_DET_ROTATE`` (causal calls: staggered walks, turns in arrival order)."""
     from attnlab.gpu.config import default_bwd_config
 
     monkeypatch.setattr(GB, "PACKED", True)
+    monkeypatch.setattr(GB, "PACKED_DET_ROTATE", rotate)
     monkeypatch.setattr(GB, "PACKED_DET", (64, 128))  # (on by default at D = 128: the build at both head dims)
     q, k, v, do, cu = _packed_inputs(lens_q, lens_k, H, Hkv, D, sum(lens_q) * 5 + D)
     mask, scale = Mask(-1, 0 if causal else -1), D ** -0.5
@@ -862,6 +936,14 @@ def test_gpu_gluon_backward_deterministic_packed_batch(lens_q, lens_k, H, Hkv, D
     for a, b in zip(runs[0], runs[3]):
         torch.testing.assert_close(a, b)
     _check_packed_grads(q, k, v, do, cu, runs[0], causal, scale)
+    sem = []  # one more call with the counters read: no wait gave up, and it still gives the same bits
+    monkeypatch.setattr(PB, "_CALL_PLANS", {})  # (not the kept plan: this call goes through gluon_backward)
+    monkeypatch.setattr(GB, "gluon_backward", lambda *a, **kw: real(*a, **(kw | dict(_sem_out=sem))))
+    grads = [torch.full_like(t, float("nan")) for t in (q, k, v)]
+    prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, cu_seqlens=cu, max_seqlen=max_seqlen,
+                     deterministic=True, config=cfg, dq=grads[0], dk=grads[1], dv=grads[2])
+    assert sem and GB.sem_stats(sem[0])["given_up"] == 0
+    assert all(torch.equal(a, b) for a, b in zip(runs[0], grads))
 
 
 PLAN_CASES = [  # B, H, Hkv, Nq, Nk, D, mask (left, right), deterministic

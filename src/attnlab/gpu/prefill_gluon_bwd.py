@@ -203,6 +203,14 @@ PACKED_DET: tuple[int, ...] = (128,)
 # (the builds without it unchanged); not yet run on a GPU, so off (the GPU test
 # ``test_gpu_packed_backward_reads_no_value_of_the_next_sequence`` runs both)
 ZERO_PAST = False
+# deterministic packed batches (causal): the default build's staggered walks (``rotate``: key block n starts at query
+# block n mod its walk's length and wraps) with each dQ tile's turns in the order the walks reach it
+# (``_turn_arrival``: a key block's turn is the number of the sequence's key blocks whose walk reaches the tile at an
+# earlier step, or at the same step with a lower key block), counted by the writer; off: unstaggered walks, turns in
+# descending key block order (``_turn``). Turns in arrival order may wait on a program launched after the waiter,
+# which is safe while a sequence's key blocks (one row of the grid, launched together) fit on the GPU at once: only
+# where the longest sequence has at most as many key blocks as the GPU has SMs. Measurement switch, off until timed.
+PACKED_DET_ROTATE = False
 # deterministic causal GQA calls: each K/V head read by up to this many programs, fewer query heads per
 # program, and their dK, dV summed in a fixed order afterwards (``kv_split``, ``det_kv_split``):
 # shorter ordered walks, more programs per wave. The grid model put the causal walks' makespan at 1.16x a
@@ -277,6 +285,25 @@ if HAVE_GLUON:
             return gl.minimum((m0 + BLOCK_M - 1 + causal_off) // BLOCK_N, gl.cdiv(Nk, BLOCK_N) - 1) - n
         else:
             return n - gl.maximum((m0 + win_off) // BLOCK_N, 0)
+
+    @gluon.jit
+    def _turn_arrival(n, u, m0, hoff, p_base, q_end, causal_off, Nk, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+        """Key block n's turn (0 first) at the dQ tile of query block m0 of its sequence (causal, no window), with
+        staggered walks: key block n2 walks its query blocks from m_lo(n2) (its diagonal's, rows from the sequence's
+        first, p_base), n_m(n2) of them up to q_end, starting at the (n2 mod n_m(n2))-th and wrapping, head after head
+        (``hoff`` heads before this tile's), so it reaches m0 at step hoff·n_m(n2) + ((m0 − m_lo(n2)) / BLOCK_M −
+        n2 mod n_m(n2)) mod n_m(n2); this block reaches it at step u. The turn: the key blocks that see m0 and reach
+        it at an earlier step, or at the same step with a lower number (``benchmarks/det_order_sim.py``'s arrival
+        order). Coordinates as ``_turn``'s (the sequence's own key blocks, padded rows)."""
+        last = gl.minimum((m0 + BLOCK_M - 1 + causal_off) // BLOCK_N, gl.cdiv(Nk, BLOCK_N) - 1)
+        turn = 0
+        for n2 in range(0, last + 1):
+            lo2 = p_base + (gl.maximum(n2 * BLOCK_N - causal_off - p_base, 0) // BLOCK_M) * BLOCK_M
+            nm2 = gl.maximum(gl.cdiv(q_end - lo2, BLOCK_M), 1)
+            a2 = hoff * nm2 + ((m0 - lo2) // BLOCK_M - n2 % nm2 + nm2) % nm2
+            earlier = (a2 < u) | ((a2 == u) & (n2 < n))
+            turn += ((n2 != n) & (m0 >= lo2) & earlier).to(gl.int32)
+        return turn
 
     @gluon.jit
     def _bwd_dq(u, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n, win_off, m_lo,
@@ -382,7 +409,7 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _bwd_dq_writer(desc_dq, SEM, dq_smem, ds_smem, ds_bars, b, hk, G, H, Nq, Nk, start_n, m_lo, n_m, causal_off,
-                       win_off, flags, CAUSAL: gl.constexpr):
+                       win_off, flags, rot, p_base, q_end, CAUSAL: gl.constexpr):
         """One warp (deterministic builds): adds the consumers' staged dQ tiles into the float32 buffer, each in
         its turn (``_turn``), so the consumers never wait for a turn or an addition's round trip. Per step: for
         each staged tile (one, or two with DQ_SHARED: a column half per warp group) wait until it is staged;
@@ -391,9 +418,12 @@ if HAVE_GLUON:
         never waits for this program's next one); wait for the tile's turn at its counter and add it by TMA;
         once the copy engine has read the step's tiles, free their buffers. A wait that gives up counts itself
         in SEM[0]; waits that polled, in SEM[1] (polls) and SEM[2] (waits); the tiles' counters follow. ``flags``:
-        the consumers' (measurement only: ABLATE 8, its third dimension 256, adds each tile without its turn)."""
+        the consumers' (measurement only: ABLATE 8, its third dimension 256, adds each tile without its turn; its
+        sixth 8: staggered walks, ``rot`` this block's start, turns in arrival order, ``_turn_arrival``, with the
+        sequence's rows from p_base to q_end; else those three are unused)."""
         SEM_TILE0: gl.constexpr = _SEM_TILE0
         NO_TURNS: gl.constexpr = flags.shape[2] >= 256
+        ROT_TURNS: gl.constexpr = flags.shape[5] == 8
         NSLOT: gl.constexpr = ds_smem.shape[0]
         BLOCK_N: gl.constexpr = ds_smem.shape[1]
         BLOCK_M: gl.constexpr = ds_smem.shape[2]
@@ -404,9 +434,15 @@ if HAVE_GLUON:
         prev = gl.to_tensor(-1)  # the previous step's first tile, added and not yet counted
         for u in range(G * n_m):
             h = hk * G + u // n_m
-            m0 = m_lo + (u % n_m) * BLOCK_M
+            if ROT_TURNS:  # (causal, the consumers' staggered walks)
+                m0 = m_lo + ((u % n_m + rot) % n_m) * BLOCK_M
+            else:
+                m0 = m_lo + (u % n_m) * BLOCK_M
             base = ((b * H + h) * gl.cdiv(Nq, BLOCK_M) + m0 // BLOCK_M) * SLICES
-            turn = _turn(n, m0, BLOCK_M, BLOCK_N, causal_off, win_off, Nk, CAUSAL)
+            if ROT_TURNS:
+                turn = _turn_arrival(n, u, m0, u // n_m, p_base, q_end, causal_off, Nk, BLOCK_M, BLOCK_N)
+            else:
+                turn = _turn(n, m0, BLOCK_M, BLOCK_N, causal_off, win_off, Nk, CAUSAL)
             for p in gl.static_range(SLICES):
                 buf = _staging_buf(p, u, SLICES)
                 mbarrier.wait(ds_bars.index(2 * NSLOT + buf), (u // 2) & 1)
@@ -429,15 +465,15 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _bwd_dq_writer_causal(desc_dq, SEM, dq_smem, ds_smem, ds_bars, b, hk, G, H, Nq, Nk, start_n, m_lo, n_m,
-                              causal_off, win_off, flags):
+                              causal_off, win_off, flags, rot, p_base, q_end):
         _bwd_dq_writer(desc_dq, SEM, dq_smem, ds_smem, ds_bars, b, hk, G, H, Nq, Nk, start_n, m_lo, n_m, causal_off,
-                       win_off, flags, True)
+                       win_off, flags, rot, p_base, q_end, True)
 
     @gluon.jit
     def _bwd_dq_writer_full(desc_dq, SEM, dq_smem, ds_smem, ds_bars, b, hk, G, H, Nq, Nk, start_n, m_lo, n_m,
-                            causal_off, win_off, flags):
+                            causal_off, win_off, flags, rot, p_base, q_end):
         _bwd_dq_writer(desc_dq, SEM, dq_smem, ds_smem, ds_bars, b, hk, G, H, Nq, Nk, start_n, m_lo, n_m, causal_off,
-                       win_off, flags, False)
+                       win_off, flags, rot, p_base, q_end, False)
 
     @gluon.jit
     def _bwd_consumer(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags,
@@ -465,7 +501,7 @@ if HAVE_GLUON:
         DQ_LAG: gl.constexpr = (flags.shape[3] >= 2) + (flags.shape[3] >= 4)  # log2 of the fourth
         ALIBI: gl.constexpr = flags.shape[4] == 2  # the ALiBi bias on the scores
         DQ_PERM: gl.constexpr = flags.shape[5] >= 2  # dQ tiles in the accumulator's register order
-        DET: gl.constexpr = flags.shape[5] == 4  # key blocks add into each dQ tile in their order (SEM)
+        DET: gl.constexpr = flags.shape[5] >= 4  # key blocks add into each dQ tile in their order (SEM)
         VARLEN: gl.constexpr = flags.shape[6] >= 2  # a packed batch: this program's sequence ends at Nq, Nk
         ZERO: gl.constexpr = flags.shape[6] == 4  # (ZERO_PAST) its rows past them set to 0 before their products
         LSE_TMA: gl.constexpr = lse_smem.shape[1] == BLOCK_M  # L₂ and Dᵢ in the ring (else loaded here)
@@ -681,7 +717,8 @@ if HAVE_GLUON:
                            DQ_LAG: gl.constexpr = 0, ABLATE: gl.constexpr = 0, ALIBI: gl.constexpr = False,
                            DQ_PERM: gl.constexpr = False, LSE_TMA: gl.constexpr = False, DET: gl.constexpr = False,
                            DET_LAST_FIRST: gl.constexpr = True, VARLEN: gl.constexpr = False,
-                           ZERO_PAST: gl.constexpr = False, LAST_FIRST: gl.constexpr = False):
+                           ZERO_PAST: gl.constexpr = False, LAST_FIRST: gl.constexpr = False,
+                           DET_ROTATE: gl.constexpr = False):
         """Grid (key blocks of 128, B·Hkv), or the reverse with HEADS_FIRST. Descriptors over
         (B, H|Hkv, N, D) with blocks [1, 1, 64, D]; DQ (B, H, Nq, D) float32, zeroed by the caller; LSE2,
         DELTA (B, H, Nq) from the preprocessing kernel. ALIBI: SLOPES float32, head h of batch b's slope at
@@ -778,7 +815,8 @@ if HAVE_GLUON:
                                                 desc_dq.layout)
         flags = gl.allocate_shared_memory(gl.int8, [DQ_SPLIT, (1 + DQ_ATOMIC) << (2 * DQ_SHARED), 1 << ABLATE,
                                                     1 << DQ_LAG, 1 + ALIBI,
-                                                    (1 + (DQ_PERM and not DQ_ATOMIC)) * (1 + (DET and DQ_PERM and not DQ_ATOMIC)),
+                                                    (1 + (DQ_PERM and not DQ_ATOMIC)) * (1 + (DET and DQ_PERM and not DQ_ATOMIC))
+                                                    * (1 + (DET and DET_ROTATE)),
                                                     (1 + VARLEN) * (1 + (VARLEN and ZERO_PAST))],
                                           gl.SwizzledSharedLayout(1, 1, 1, [6, 5, 4, 3, 2, 1, 0]))
         q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -811,10 +849,10 @@ if HAVE_GLUON:
                        start_n, m_lo, n_m, rot)
         if VARLEN:  # the writer in the sequence's own key blocks and the padded rows' tiles (m0 + pad, nq_rows)
             writer_args = (desc_dq, SEM, dq_smem, ds_smem, ds_bars, 0, hk, G, H, nq_rows, Nk - k_base, start_n - k_base,
-                           m_lo + pad, n_m, causal_off - pad - k_base, win_off, flags)
+                           m_lo + pad, n_m, causal_off - pad - k_base, win_off, flags, rot, q_base + pad, Nq + pad)
         else:
             writer_args = (desc_dq, SEM, dq_smem, ds_smem, ds_bars, b, hk, G, H, Nq, Nk, start_n, m_lo, n_m,
-                           causal_off, win_off, flags)
+                           causal_off, win_off, flags, rot, 0, Nq)
         # a partition's arguments lose their constexpr-ness: the key slice and the mask are baked into wrappers
         if DET and CAUSAL:  # a fourth partition: the dQ writer warp
             gl.warp_specialize([(_bwd_consumer_0_causal, consumer_args), (_bwd_consumer_1_causal, consumer_args),
@@ -981,7 +1019,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         key = (tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(do), tensor_key(lse2), tensor_key(delta),
                tensor_key(dq), tensor_key(dk), tensor_key(dv), causal_off, scale, stages, dq_split, dq_shared, rotate,
                heads_first, win_off, consumer_regs, dq_lag, deterministic, max_seqlen_k, max_seqlen_q,
-               _det_last_first, _kv_div, _last_first, DQ_PERMUTED, LSE_BY_TMA, DQ_SWIZZLE, HEADS_FIRST_WAVES, ZERO_PAST,
+               _det_last_first, _kv_div, _last_first, PACKED_DET_ROTATE, DQ_PERMUTED, LSE_BY_TMA, DQ_SWIZZLE, HEADS_FIRST_WAVES, ZERO_PAST,
                torch.cuda.current_device(),
                None if cu_seqlens is None else (*map(tensor_key, cu_seqlens), tensor_key(cu_rows)))
         plan = _PLANS.get(key)
@@ -1023,8 +1061,14 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     if deterministic and (dq_atomic or dq_split != 1 or _ablate not in (0, 8) or not DQ_PERMUTED):
         raise ValueError("the Gluon backward is deterministic with dQ by TMA reductions of whole register-order tiles "
                          "only (dq_atomic=False, dq_split=1, DQ_PERMUTED, no ablation)")
-    if deterministic:
-        rotate = False  # every key block walks the query blocks in the same order: short waits for each turn
+    det_rotate = False
+    if deterministic:  # every key block walks the query blocks in the same order: short waits for each turn (or,
+        # PACKED_DET_ROTATE, staggered walks with turns in arrival order where a sequence's key blocks fit at once)
+        from .decode_config import _device_sms
+
+        det_rotate = (PACKED_DET_ROTATE and cu_seqlens is not None and causal_off is not None
+                      and -(-max_seqlen_k // (2 * BWD_SUB_N)) <= _device_sms(q.device))
+        rotate = det_rotate
     if rotate is None:  # measured (benchmarks/bwd_gluon_ablation.py): staggered starts help the TMA reductions
         rotate = not dq_atomic  # (+10 % causal at D = 128) and cost the atomics 2-3 % at D = 64
     Hkv, Nk = dk.shape[1], k.shape[2]  # (the programs' K/V heads: ``_kv_div`` per head of k, v)
@@ -1109,7 +1153,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
             ABLATE=_ablate, ALIBI=slopes is not None, DQ_PERM=perm, LSE_TMA=lse_tma, DET=deterministic,
             DET_LAST_FIRST=_det_last_first, VARLEN=cu_seqlens is not None,
             ZERO_PAST=ZERO_PAST and cu_seqlens is not None,
-            LAST_FIRST=_last_first and cu_seqlens is not None), num_warps=4)
+            LAST_FIRST=_last_first and cu_seqlens is not None, DET_ROTATE=det_rotate), num_warps=4)
         # the kernel adds dS K unscaled: one multiply per element, not per key block
         if cu_seqlens is not None:
             store_dq_tiles(dq_acc, dq, split_d, scale=scale, packed=(cu_q, cu_p, n_rows, max_seqlen_q))
@@ -1196,13 +1240,14 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
                  dq_split: int = 1, dq_atomic: bool = False, dq_shared: bool = False, rotate: bool = True,
                  heads_first: bool = False, regs: int = BWD_CONSUMER_REGS, dq_lag: int = 0, alibi: bool = False,
                  dq_perm: bool | None = None, lse_tma: bool | None = None, deterministic: bool = False,
-                 varlen: bool = False, zero_past: bool | None = None, _ablate: int = 0):
+                 varlen: bool = False, zero_past: bool | None = None, det_rotate: bool = False, _ablate: int = 0):
     """Build the Gluon backward for Hopper (sm_90) on any machine, GPU or not, as
     ``prefill_gluon.compile_sm90`` does for the forward. ``alibi``: the build for ALiBi slopes, with
     the slopes' head stride 1 (a launch specialises it so: (H,), (B, H) and (H,) expanded to (B, H)).
     ``dq_perm``: dQ tiles in register order (None: ``DQ_PERMUTED``, as a launch; never with atomics);
     ``lse_tma``: L₂ and Dᵢ by TMA (None: ``LSE_BY_TMA``); ``deterministic``: the ordered dQ additions;
-    ``varlen``: the packed-batch build; ``zero_past``: with its rows past a sequence set to 0 (None: ``ZERO_PAST``)."""
+    ``varlen``: the packed-batch build; ``zero_past``: with its rows past a sequence set to 0 (None: ``ZERO_PAST``);
+    ``det_rotate`` (deterministic, varlen, causal): staggered walks, turns in arrival order (``PACKED_DET_ROTATE``)."""
     if not HAVE_GLUON:
         raise RuntimeError("this triton has no Gluon (triton >= 3.5 needed)")
     import triton
@@ -1223,6 +1268,7 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     const["VARLEN"] = varlen
     const["ZERO_PAST"] = varlen and (ZERO_PAST if zero_past is None else zero_past)
     const["LAST_FIRST"] = False
+    const["DET_ROTATE"] = det_rotate
     if not varlen:  # as a launch without cu_seqlens: constexpr None
         const.update(CU_Q=None, CU_K=None, CU_P=None, DK=None, DV=None, stride_dkh=None, stride_dkn=None)
     const["LSE_TMA"] = LSE_BY_TMA if lse_tma is None else lse_tma
@@ -1253,7 +1299,7 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
 def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int = 1, dq_atomic: bool = False,
                 dq_shared: bool = False, dtype: torch.dtype = torch.bfloat16, dq_lag: int = 0, alibi: bool = False,
                 dq_perm: bool | None = None, lse_tma: bool | None = None, deterministic: bool = False,
-                varlen: bool = False, zero_past: bool | None = None, _ablate: int = 0) -> dict:
+                varlen: bool = False, zero_past: bool | None = None, det_rotate: bool = False, _ablate: int = 0) -> dict:
     """``prefill_gluon.kernel_report`` of one sm_90 build of the backward: shared memory, registers, spill
     stack, wgmma waits, TMA loads, float32 atomics. Needs a process without TRITON_INTERPRET."""
     from .prefill_gluon import kernel_report
@@ -1261,4 +1307,4 @@ def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int =
     return kernel_report(compile_sm90(head_dim, causal=causal, stages=stages, dq_split=dq_split, dq_atomic=dq_atomic,
                                       dq_shared=dq_shared, dtype=dtype, dq_lag=dq_lag, alibi=alibi, dq_perm=dq_perm,
                                       lse_tma=lse_tma, deterministic=deterministic, varlen=varlen, zero_past=zero_past,
-                                      _ablate=_ablate))
+                                      det_rotate=det_rotate, _ablate=_ablate))
