@@ -215,6 +215,7 @@ def det_timing(D: int, rounds: int, skip: tuple[str, ...] = ()) -> list[dict]:
                         for a, b in zip(grads, ref)))
                     if det and bool(ran) and not kw:  # the ordered build's counters, one untimed call
                         sem = []
+                        prefill_bwd._CALL_PLANS.clear(), gb._PLANS.clear()  # (through gluon_backward, not a plan)
                         gb.gluon_backward = lambda *a, _sem=sem, **k_: real(*a, **(k_ | dict(_sem_out=_sem)))
                         call(det)
                         torch.cuda.synchronize()

@@ -199,9 +199,10 @@ PACKED_DET: tuple[int, ...] = (128,)
 # the next sequence's first keys and rows, whose Pᵀ is 0 but whose values still enter dV += Pᵀ·dO, dK += dSᵀ·Q and
 # dQ += dS·K as 0 · x: a NaN or infinity there reaches this sequence's gradients. True: the consumers set those rows
 # of k, v (once per program) and of q, dO (on each step whose query block crosses the sequence's end) to 0 in shared
-# memory first (``prefill_gluon._zero_past``), as the packed forward does. Built for sm_90 and checked on the CPU
-# (the builds without it unchanged); not yet run on a GPU, so off (the GPU test
-# ``test_gpu_packed_backward_reads_no_value_of_the_next_sequence`` runs both)
+# memory first (``prefill_gluon._zero_past``), as the packed forward does. On an H200 (variants run 23) the GPU test
+# ``test_gpu_packed_backward_reads_no_value_of_the_next_sequence`` failed without it at D = 128 and passed with it,
+# but forward+backward of 16K tokens of documents of 256–1792 fell from 305 to 245 TFLOP/s: off (a NaN in one
+# document makes a training step's loss NaN anyway; the forward, which serving runs, is isolated)
 ZERO_PAST = False
 # deterministic packed batches (causal): the default build's staggered walks (``rotate``: key block n starts at query
 # block n mod its walk's length and wraps) with each dQ tile's turns in the order the walks reach it
