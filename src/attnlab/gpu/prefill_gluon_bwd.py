@@ -212,6 +212,11 @@ ZERO_PAST = False
 # which is safe while a sequence's key blocks (one row of the grid, launched together) fit on the GPU at once: only
 # where the longest sequence has at most as many key blocks as the GPU has SMs. Measurement switch, off until timed.
 PACKED_DET_ROTATE = False
+# the deterministic builds' dQ writer warp's registers. It shares a warp group with the loader warp, and a warp
+# group's warps must ask for the same count (``setmaxnreg``), so at 48 the loader took 48 too and the first
+# consumer warp group, which gets what is left, 224 against the default build's 248: the D = 128 builds' spill stack
+# 232 bytes against 128 (packed) and 200 against 104 (dense). At 24, as the loader: 248 and the default's stack.
+DET_WRITER_REGS = 24
 # deterministic causal GQA calls: each K/V head read by up to this many programs, fewer query heads per
 # program, and their dK, dV summed in a fixed order afterwards (``kv_split``, ``det_kv_split``):
 # shorter ordered walks, more programs per wave. The grid model put the causal walks' makespan at 1.16x a
@@ -719,7 +724,7 @@ if HAVE_GLUON:
                            DQ_PERM: gl.constexpr = False, LSE_TMA: gl.constexpr = False, DET: gl.constexpr = False,
                            DET_LAST_FIRST: gl.constexpr = True, VARLEN: gl.constexpr = False,
                            ZERO_PAST: gl.constexpr = False, LAST_FIRST: gl.constexpr = False,
-                           DET_ROTATE: gl.constexpr = False):
+                           DET_ROTATE: gl.constexpr = False, WRITER_REGS: gl.constexpr = 48):
         """Grid (key blocks of 128, B·Hkv), or the reverse with HEADS_FIRST. Descriptors over
         (B, H|Hkv, N, D) with blocks [1, 1, 64, D]; DQ (B, H, Nq, D) float32, zeroed by the caller; LSE2,
         DELTA (B, H, Nq) from the preprocessing kernel. ALIBI: SLOPES float32, head h of batch b's slope at
@@ -858,11 +863,11 @@ if HAVE_GLUON:
         if DET and CAUSAL:  # a fourth partition: the dQ writer warp
             gl.warp_specialize([(_bwd_consumer_0_causal, consumer_args), (_bwd_consumer_1_causal, consumer_args),
                                 (_bwd_loader, loader_args), (_bwd_dq_writer_causal, writer_args)], [4, 1, 1],
-                               [CONSUMER_REGS, 24, 48])
+                               [CONSUMER_REGS, 24, WRITER_REGS])
         elif DET:
             gl.warp_specialize([(_bwd_consumer_0_full, consumer_args), (_bwd_consumer_1_full, consumer_args),
                                 (_bwd_loader, loader_args), (_bwd_dq_writer_full, writer_args)], [4, 1, 1],
-                               [CONSUMER_REGS, 24, 48])
+                               [CONSUMER_REGS, 24, WRITER_REGS])
         elif CAUSAL:
             gl.warp_specialize([(_bwd_consumer_0_causal, consumer_args), (_bwd_consumer_1_causal, consumer_args),
                                 (_bwd_loader, loader_args)], [4, 1], [CONSUMER_REGS, 24])
@@ -1020,7 +1025,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         key = (tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(do), tensor_key(lse2), tensor_key(delta),
                tensor_key(dq), tensor_key(dk), tensor_key(dv), causal_off, scale, stages, dq_split, dq_shared, rotate,
                heads_first, win_off, consumer_regs, dq_lag, deterministic, max_seqlen_k, max_seqlen_q,
-               _det_last_first, _kv_div, _last_first, PACKED_DET_ROTATE, DQ_PERMUTED, LSE_BY_TMA, DQ_SWIZZLE, HEADS_FIRST_WAVES, ZERO_PAST,
+               _det_last_first, _kv_div, _last_first, PACKED_DET_ROTATE, DET_WRITER_REGS, DQ_PERMUTED, LSE_BY_TMA, DQ_SWIZZLE, HEADS_FIRST_WAVES, ZERO_PAST,
                torch.cuda.current_device(),
                None if cu_seqlens is None else (*map(tensor_key, cu_seqlens), tensor_key(cu_rows)))
         plan = _PLANS.get(key)
@@ -1071,7 +1076,9 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
                       and -(-max_seqlen_k // (2 * BWD_SUB_N)) <= _device_sms(q.device))
         rotate = det_rotate
     if rotate is None:  # measured (benchmarks/bwd_gluon_ablation.py): staggered starts help the TMA reductions
-        rotate = not dq_atomic  # (+10 % causal at D = 128) and cost the atomics 2-3 % at D = 64
+        # (+10 % causal at D = 128) and cost the atomics 2-3 % at D = 64; packed batches' short walks ran 4 % faster
+        # unstaggered (benchmarks/packed_probe.py --det, run 1: 0.751 against 0.781 ms, D = 128)
+        rotate = not dq_atomic and cu_seqlens is None
     Hkv, Nk = dk.shape[1], k.shape[2]  # (the programs' K/V heads: ``_kv_div`` per head of k, v)
     if dk.shape[1] != k.shape[1] * _kv_div:
         raise ValueError(f"the Gluon backward's dk has {dk.shape[1]} heads for {k.shape[1]} K/V heads split {_kv_div} "
@@ -1154,7 +1161,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
             ABLATE=_ablate, ALIBI=slopes is not None, DQ_PERM=perm, LSE_TMA=lse_tma, DET=deterministic,
             DET_LAST_FIRST=_det_last_first, VARLEN=cu_seqlens is not None,
             ZERO_PAST=ZERO_PAST and cu_seqlens is not None,
-            LAST_FIRST=_last_first and cu_seqlens is not None, DET_ROTATE=det_rotate), num_warps=4)
+            LAST_FIRST=_last_first and cu_seqlens is not None, DET_ROTATE=det_rotate,
+            WRITER_REGS=DET_WRITER_REGS), num_warps=4)
         # the kernel adds dS K unscaled: one multiply per element, not per key block
         if cu_seqlens is not None:
             store_dq_tiles(dq_acc, dq, split_d, scale=scale, packed=(cu_q, cu_p, n_rows, max_seqlen_q))
@@ -1241,14 +1249,16 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
                  dq_split: int = 1, dq_atomic: bool = False, dq_shared: bool = False, rotate: bool = True,
                  heads_first: bool = False, regs: int = BWD_CONSUMER_REGS, dq_lag: int = 0, alibi: bool = False,
                  dq_perm: bool | None = None, lse_tma: bool | None = None, deterministic: bool = False,
-                 varlen: bool = False, zero_past: bool | None = None, det_rotate: bool = False, _ablate: int = 0):
+                 varlen: bool = False, zero_past: bool | None = None, det_rotate: bool = False,
+                 writer_regs: int | None = None, _ablate: int = 0):
     """Build the Gluon backward for Hopper (sm_90) on any machine, GPU or not, as
     ``prefill_gluon.compile_sm90`` does for the forward. ``alibi``: the build for ALiBi slopes, with
     the slopes' head stride 1 (a launch specialises it so: (H,), (B, H) and (H,) expanded to (B, H)).
     ``dq_perm``: dQ tiles in register order (None: ``DQ_PERMUTED``, as a launch; never with atomics);
     ``lse_tma``: L₂ and Dᵢ by TMA (None: ``LSE_BY_TMA``); ``deterministic``: the ordered dQ additions;
     ``varlen``: the packed-batch build; ``zero_past``: with its rows past a sequence set to 0 (None: ``ZERO_PAST``);
-    ``det_rotate`` (deterministic, varlen, causal): staggered walks, turns in arrival order (``PACKED_DET_ROTATE``)."""
+    ``det_rotate`` (deterministic, varlen, causal): staggered walks, turns in arrival order (``PACKED_DET_ROTATE``);
+    ``writer_regs``: the dQ writer warp's registers (None: ``DET_WRITER_REGS``)."""
     if not HAVE_GLUON:
         raise RuntimeError("this triton has no Gluon (triton >= 3.5 needed)")
     import triton
@@ -1270,6 +1280,7 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     const["ZERO_PAST"] = varlen and (ZERO_PAST if zero_past is None else zero_past)
     const["LAST_FIRST"] = False
     const["DET_ROTATE"] = det_rotate
+    const["WRITER_REGS"] = DET_WRITER_REGS if writer_regs is None else writer_regs
     if not varlen:  # as a launch without cu_seqlens: constexpr None
         const.update(CU_Q=None, CU_K=None, CU_P=None, DK=None, DV=None, stride_dkh=None, stride_dkn=None)
     const["LSE_TMA"] = LSE_BY_TMA if lse_tma is None else lse_tma
@@ -1300,7 +1311,8 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
 def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int = 1, dq_atomic: bool = False,
                 dq_shared: bool = False, dtype: torch.dtype = torch.bfloat16, dq_lag: int = 0, alibi: bool = False,
                 dq_perm: bool | None = None, lse_tma: bool | None = None, deterministic: bool = False,
-                varlen: bool = False, zero_past: bool | None = None, det_rotate: bool = False, _ablate: int = 0) -> dict:
+                varlen: bool = False, zero_past: bool | None = None, det_rotate: bool = False,
+                writer_regs: int | None = None, _ablate: int = 0) -> dict:
     """``prefill_gluon.kernel_report`` of one sm_90 build of the backward: shared memory, registers, spill
     stack, wgmma waits, TMA loads, float32 atomics. Needs a process without TRITON_INTERPRET."""
     from .prefill_gluon import kernel_report
@@ -1308,4 +1320,4 @@ def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int =
     return kernel_report(compile_sm90(head_dim, causal=causal, stages=stages, dq_split=dq_split, dq_atomic=dq_atomic,
                                       dq_shared=dq_shared, dtype=dtype, dq_lag=dq_lag, alibi=alibi, dq_perm=dq_perm,
                                       lse_tma=lse_tma, deterministic=deterministic, varlen=varlen, zero_past=zero_past,
-                                      det_rotate=det_rotate, _ablate=_ablate))
+                                      det_rotate=det_rotate, writer_regs=writer_regs, _ablate=_ablate))
