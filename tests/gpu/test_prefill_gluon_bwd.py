@@ -337,8 +337,10 @@ def test_deterministic_builds_add_dq_from_a_writer_warp():
     """The deterministic sm_90 builds (the table's options: D = 64 with dQ one or two steps behind, D = 128 with
     dQ shared, causal or not): the consumers hand their tiles over, so the only TMA reductions are the writer
     warp's — one per staged tile of a step (two column halves with dQ shared, one tile otherwise; the plain
-    builds issue one per warp group, twice over with a lagged dQ) — and the writer is a fifth register budget
-    (setmaxnreg) beside the plain build's; same wgmmas, within the shared memory of a block, no spill at D = 64."""
+    builds issue one per warp group, twice over with a lagged dQ) — and the writer shares the loader's warp group
+    and its register budget, so the consumers keep the plain build's (setmaxnreg: at 48 registers the writer took
+    the first consumer warp group from 248 to 224, and the packed backward ran 13 % slower, packed_probe.py --det
+    run 2); same wgmmas, within the shared memory of a block, no spill at D = 64."""
     cases = [dict(D=64, causal=c, dtype="bfloat16", dq_lag=lag) for c in (True, False) for lag in (1, 2)]
     cases += [dict(D=128, causal=c, dtype="bfloat16", dq_shared=True) for c in (True, False)]
     reps = sm90_reports("prefill_gluon_bwd", [dict(c, deterministic=True) for c in cases] + cases)
@@ -346,7 +348,7 @@ def test_deterministic_builds_add_dq_from_a_writer_warp():
         assert det["tma_reduces"] == (2 if case.get("dq_shared") else 1), (case, det)
         assert plain["tma_reduces"] == 2 * (2 if case.get("dq_lag") else 1), (case, plain)
         assert det["wgmma"] == plain["wgmma"] and det["atomics"] == 0, (case, det, plain)
-        assert len(set(det["setmaxnreg"]) - set(plain["setmaxnreg"])) >= 1, (case, det, plain)
+        assert det["setmaxnreg"] == plain["setmaxnreg"], (case, det, plain)
         assert det["smem_kb"] <= 227, (case, det)
         if case["D"] == 64 and det.get("stack") is not None:
             assert det["stack"] <= 16, (case, det)
