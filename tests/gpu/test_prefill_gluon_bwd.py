@@ -916,6 +916,7 @@ def test_gpu_gluon_backward_deterministic_packed_batch(lens_q, lens_k, H, Hkv, D
 
     monkeypatch.setattr(GB, "PACKED", True)
     monkeypatch.setattr(GB, "PACKED_DET_ROTATE", rotate)
+    monkeypatch.setattr(PB, "_CALL_PLANS", {})  # (no plan another test kept: every call below takes its route)
     monkeypatch.setattr(GB, "PACKED_DET", (64, 128))  # (on by default at D = 128: the build at both head dims)
     q, k, v, do, cu = _packed_inputs(lens_q, lens_k, H, Hkv, D, sum(lens_q) * 5 + D)
     mask, scale = Mask(-1, 0 if causal else -1), D ** -0.5
