@@ -19,12 +19,14 @@ consumers have released it. The consumers meet only at the shared dSᵀ tile (tw
 step's tile is read while the next is written), so one's exponentials run under the other's matrix
 products. dQᵢ is added to a float32 buffer once per key block — by TMA bulk reductions (the default) or
 by per-thread float32 atomics (``dq_atomic``, ``dq_split``) — and summed in arrival order, so the sum is
-not bit-reproducible run to run. With TMA reductions, key block j starts its walk at query block j mod n
-(``rotate``), so that the blocks of one head do not all add into the same rows at once. A
+not bit-reproducible run to run. With TMA reductions, key block j of a dense call starts its walk at query block j mod n
+(``rotate``), so that the blocks of one head do not all add into the same rows at once (packed batches' short walks
+ran faster without). A
 ``deterministic`` run of this kernel keeps a counter per dQ tile instead: each key block waits for its
 turn at the tile, adds, and counts its addition once it is complete (FlashAttention-3's deterministic
 backward). A writer warp of its own does that (a fourth partition: the consumers stage each tile and go
-on; the writer waits for the turn, adds, and counts). The turns follow the order in which the walks
+on; the writer waits for the turn, adds, and counts), in the loader's warp group and at its register count, so the
+consumers keep the default build's registers. The turns follow the order in which the walks
 reach a tile: under a causal mask descending (key block j starts at its diagonal, so the last key block
 that sees a tile gets there first; the grid launches key blocks last first, so no turn waits for a
 program not yet started), otherwise ascending (every walk starts at the first query block; no rotation).
@@ -193,7 +195,9 @@ PACKED = True
 # D = 128 250 TFLOP/s (variants run 19) against 245 and 247 on the Triton kernels (runs 17 and 18), then both
 # routes in each of two calls: 253 against 246 (run 20) and, with the packed forward taking its tiles from a
 # counter, 256 against 244 (run 21, 0.87x and 0.81x that route's default); at D = 64 208-209 either way (runs 20,
-# 21): on at D = 128. (): every deterministic packed batch on the Triton kernels
+# 21): on at D = 128. With the dQ writer warp at the loader's registers (``DET_WRITER_REGS``): 286 against the
+# default's 306, 0.93x (variants run 24; the backward alone 0.822 against 0.933 ms with the writer at 48,
+# benchmarks/packed_probe.py --det run 2). (): every deterministic packed batch on the Triton kernels
 PACKED_DET: tuple[int, ...] = (128,)
 # packed batches: a program's key block and its query blocks are loaded whole by TMA, so a sequence's last ones hold
 # the next sequence's first keys and rows, whose Pᵀ is 0 but whose values still enter dV += Pᵀ·dO, dK += dSᵀ·Q and
@@ -210,12 +214,16 @@ ZERO_PAST = False
 # earlier step, or at the same step with a lower key block), counted by the writer; off: unstaggered walks, turns in
 # descending key block order (``_turn``). Turns in arrival order may wait on a program launched after the waiter,
 # which is safe while a sequence's key blocks (one row of the grid, launched together) fit on the GPU at once: only
-# where the longest sequence has at most as many key blocks as the GPU has SMs. Measurement switch, off until timed.
+# where the longest sequence has at most as many key blocks as the GPU has SMs. Measured (H200, D = 128, 16K tokens
+# of documents of 256–1792, the backward alone, benchmarks/packed_probe.py --det runs 1 and 2): 1.21-1.22 ms against
+# 0.93 and 0.82 unstaggered, thousands of waits polling: off (a measurement switch)
 PACKED_DET_ROTATE = False
 # the deterministic builds' dQ writer warp's registers. It shares a warp group with the loader warp, and a warp
 # group's warps must ask for the same count (``setmaxnreg``), so at 48 the loader took 48 too and the first
 # consumer warp group, which gets what is left, 224 against the default build's 248: the D = 128 builds' spill stack
-# 232 bytes against 128 (packed) and 200 against 104 (dense). At 24, as the loader: 248 and the default's stack.
+# 232 bytes against 128 (packed) and 200 against 104 (dense). At 24, as the loader: 248, and the stack 168 and 184
+# (the writer's own spills among them). Measured (H200, D = 128, packed, the backward alone, packed_probe.py --det
+# run 2): 0.822 ms against 0.933 at 48 in the same rounds
 DET_WRITER_REGS = 24
 # deterministic causal GQA calls: each K/V head read by up to this many programs, fewer query heads per
 # program, and their dK, dV summed in a fixed order afterwards (``kv_split``, ``det_kv_split``):
