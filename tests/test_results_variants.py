@@ -652,3 +652,15 @@ def test_results_runs_23_and_24_and_the_det_probes_are_the_recorded_ones():
     assert (f"the exponentials (`MUFU`, {pct['MUFU']} of samples) and the row maxima (`FMNMX`, {pct['FMNMX']}) "
             f"against {pct['HGMMA']} on the `HGMMA`s") in notes
     assert abs(share["MUFU"] + share["FMNMX"] - 1 / 3) < 0.02  # "together a third of all samples"
+    from collections import Counter
+
+    by_op = {}  # each instruction's three largest reasons (the ledger's), summed by opcode
+    for ins in led["instructions"]:
+        words = ins["source"].split()
+        op = (words[1] if words[0].startswith("@") else words[0]).split(".")[0]
+        by_op.setdefault(op, Counter()).update(ins["reasons"])
+    mufu, fmnmx = by_op["MUFU"], by_op["FMNMX"]
+    assert [k for k, _ in mufu.most_common(2)] == ["stall_wait", "stall_mio"] and fmnmx.most_common(1)[0][0] == "stall_wait"
+    assert (f"fixed-latency dependency ({mufu['stall_wait']:,.0f}: the exponent computed just before) and the MIO queue "
+            f"({mufu['stall_mio']:,.0f}: the exponentials' unit full), the `FMNMX`s' waits on their chain "
+            f"({fmnmx['stall_wait']:,.0f})") in notes
