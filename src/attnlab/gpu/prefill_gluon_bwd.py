@@ -19,14 +19,14 @@ consumers have released it. The consumers meet only at the shared dSᵀ tile (tw
 step's tile is read while the next is written), so one's exponentials run under the other's matrix
 products. dQᵢ is added to a float32 buffer once per key block — by TMA bulk reductions (the default) or
 by per-thread float32 atomics (``dq_atomic``, ``dq_split``) — and summed in arrival order, so the sum is
-not bit-reproducible run to run. With TMA reductions, key block j of a dense call starts its walk at query block j mod n
-(``rotate``), so that the blocks of one head do not all add into the same rows at once (packed batches' short walks
-ran faster without). A
+not bit-reproducible run to run. With TMA reductions, key block j of a dense call starts its walk at
+query block j mod n (``rotate``), so that the blocks of one head do not all add into the same rows at
+once (packed batches' short walks ran faster without). A
 ``deterministic`` run of this kernel keeps a counter per dQ tile instead: each key block waits for its
 turn at the tile, adds, and counts its addition once it is complete (FlashAttention-3's deterministic
 backward). A writer warp of its own does that (a fourth partition: the consumers stage each tile and go
-on; the writer waits for the turn, adds, and counts), in the loader's warp group and at its register count, so the
-consumers keep the default build's registers. The turns follow the order in which the walks
+on; the writer waits for the turn, adds, and counts), in the loader's warp group and at its register
+count, so the consumers keep the default build's registers. The turns follow the order in which the walks
 reach a tile: under a causal mask descending (key block j starts at its diagonal, so the last key block
 that sees a tile gets there first; the grid launches key blocks last first, so no turn waits for a
 program not yet started), otherwise ascending (every walk starts at the first query block; no rotation).
@@ -1024,8 +1024,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     ``_ablate`` (measurement only, wrong gradients): leave stages out, as
     ``benchmarks/bwd_gluon_ablation.py`` lists; 8 (deterministic builds): the writer adds each dQ tile without
     waiting for its turn (right gradients, in no fixed order). ``_last_first`` (measurement only; packed causal
-    batches): each sequence's key blocks last first, as the deterministic build launches them. No input checks beyond the tiles (``gluon_supported`` and
-    the public entry points do them). Returns the call's kept plan (``_BwdPlan``: what a later call of the
+    batches): each sequence's key blocks last first, as the deterministic build launches them. No input checks
+    beyond the tiles (``gluon_supported`` and the public entry points do them). Returns the call's kept plan (``_BwdPlan``: what a later call of the
     same signature runs), or None where it keeps none."""
     B, H, Nq, D = q.shape
     key = None
