@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # One GPU call taking the deterministic packed backward apart, by PHASES (default "tests probe"):
 #   tests   the packed isolation tests of the Gluon backward (both ways of prefill_gluon_bwd.ZERO_PAST) and its
-#           deterministic packed tests (both ways of PACKED_DET_ROTATE), or those TEST_K names in its test file;
+#           deterministic tests (PACKED_DET_ROTATE and DET_EARLY_TURN both ways), or those TEST_K names;
 #   probe   benchmarks/packed_probe.py --det at D = 128 (ROUNDS rounds, default 3; numbered PROBE_RUN): the default
 #           build, its walks unstaggered, in the deterministic launch order, the deterministic build, its writer
-#           without turns, with staggered walks (PACKED_DET_ROTATE), the deterministic Triton kernels, and the default
-#           with ZERO_PAST on;
+#           at 48 registers, waiting for its turns first (DET_EARLY_TURN), without turns, with staggered walks
+#           (PACKED_DET_ROTATE), the deterministic Triton kernels, and the default with ZERO_PAST on;
 #   bench   the library's varlen rows (variants.py, numbered VARLEN_RUN), then the window and ALiBi rows' forward+backward
 #           (the deterministic column: the dense calls' ordered build);
 #   ncu     benchmarks/device_ncu_window.sh with SOURCE=1: the D = 64 window forward's stall ledger.
@@ -20,13 +20,15 @@ for phase in ${PHASES:-tests probe}; do
     case $phase in
     tests)
         timeout ${TEST_S:-150} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu/test_prefill_gluon.py \
-            tests/gpu/test_prefill_gluon_bwd.py -k "${TEST_K:-reads_no_value or deterministic_packed or rotated}" \
+            tests/gpu/test_prefill_gluon_bwd.py -k "${TEST_K:-reads_no_value or deterministic or rotated or early}" \
             > "$D/tests.log" 2>&1
         rc=$?
         echo "tests: exit $rc in $(( $(date +%s) - t0 ))s"; tail -n 2 "$D/tests.log"
         grep -E "^FAILED|^XPASS|^ERROR" "$D/tests.log" | head
-        # a failing staggered build may wait out its turns: no timing of it then
-        grep -E "^FAILED.*(rotated|True\])" "$D/tests.log" | grep -q deterministic_packed && SKIP="staggered" ;;
+        # a failing ordered build may wait out its turns: no timing of it then
+        grep -E "^FAILED.*deterministic_packed.*-True-False\]" "$D/tests.log" && SKIP="$SKIP staggered"
+        grep -E "^FAILED.*(deterministic_packed.*-False-True\]|bit_identical.*-True\]|early_turn)" "$D/tests.log" \
+            && SKIP="$SKIP first" ;;
     probe)
         timeout ${PROBE_S:-280} python3 benchmarks/packed_probe.py --det --D 128 --rounds ${ROUNDS:-3} --skip ${SKIP:-} \
             --json "$D/packed-det-probe-h200-run${PROBE_RUN:-x}.json" > "$D/probe.log" 2>&1

@@ -19,10 +19,10 @@ taking apart what separates its deterministic build from the default one: the de
 from its first query block; the dense calls' walks start staggered, ``rotate``), with staggered walks, unstaggered,
 the same with each sequence's key blocks last first (the deterministic build's launch order), the deterministic
 build, the same with its dQ writer warp at 48 registers (as it was: the first consumer warp group then gets fewer),
-with its writer adding each tile without waiting for its turn (measurement only: right gradients in no fixed order),
+with its writer waiting for a step's turns before the tiles are staged (``DET_EARLY_TURN``), with its writer adding each tile without waiting for its turn (measurement only: right gradients in no fixed order),
 with the staggered walks and turns in arrival order (``PACKED_DET_ROTATE``), and the deterministic Triton kernels;
 besides, the default with ``ZERO_PAST`` on. ``--skip`` leaves variants out (run 1 predates the first, second and
-sixth names and the change of the default's walks: its "default" is the staggered one). The variants take turns, ``--rounds`` times; the table gives each one's
+sixth names and the change of the default's walks, run 2 the seventh: its "default" is the staggered one). The variants take turns, ``--rounds`` times; the table gives each one's
 median over the rounds and the deterministic build's counters (``sem_stats``: waits that polled, their polls).
 """
 
@@ -154,6 +154,7 @@ DET_VARIANTS = (  # name: (deterministic, gluon_backward keywords, module switch
     ("default, unstaggered, last first", False, dict(rotate=False, _last_first=True), {}),
     ("deterministic", True, {}, {}),
     ("deterministic, writer at 48 registers", True, {}, dict(DET_WRITER_REGS=48)),
+    ("deterministic, turns waited for first", True, {}, dict(DET_EARLY_TURN=True)),
     ("deterministic, no turns (measurement)", True, dict(_ablate=8), {}),
     ("deterministic, staggered walks, turns in arrival order", True, {}, dict(PACKED_DET_ROTATE=True)),
     ("deterministic, Triton kernels", True, {}, dict(PACKED_DET=())),

@@ -267,6 +267,71 @@ def test_rotated_deterministic_turns_are_the_arrival_order_and_never_deadlock(le
         assert {(n, m0 // GB.BWD_BLOCK_M): t for (n, _, m0), t in turn.items()} == model
 
 
+def _counts_finish(walks, turn):
+    """The writers with ``DET_EARLY_TURN``: program n, at each step, first waits until the tile's previous turn has
+    been counted, then adds, and counts that addition only once it has passed its next step's wait (or at its end).
+    True when every program finishes, False on a deadlock. ``walks``: {n: [tile, ...]}, ``turn``: {(n, tile): t}."""
+    pred = {(tile, t): n for (n, tile), t in turn.items()}
+    pos, counted = dict.fromkeys(walks, 0), set()
+    while True:
+        moved = False
+        for n, walk in walks.items():
+            while pos[n] < len(walk):
+                tile = walk[pos[n]]
+                t = turn[n, tile]
+                if t and (pred[tile, t - 1], tile) not in counted:
+                    break
+                if pos[n]:
+                    counted.add((n, walk[pos[n] - 1]))
+                pos[n] += 1
+                moved = True
+            if pos[n] == len(walk) and walk:
+                counted.add((n, walk[-1]))
+        if all(pos[n] == len(w) for n, w in walks.items()):
+            return True
+        if not moved:
+            return False
+
+
+@pytest.mark.parametrize("Nq,Nk,window", [
+    (1000, 1000, (-1, 0)), (257, 1030, (-1, 0)), (700, 300, (-1, 0)), (4096, 4096, (-1, 0)), (129, 129, (-1, -1)),
+    (3000, 4099, (-1, -1)), (1000, 1000, (255, 0)), (513, 513, (64, -1)), (64, 5000, (-1, 0))])
+def test_early_turns_never_deadlock_on_the_kernels_orders(Nq, Nk, window):
+    """``DET_EARLY_TURN`` counts a step's addition only after the next step's turn has come. On the kernel's own
+    walks and turns (one order of the key blocks at every tile) every program finishes; on staggered walks with turns
+    in arrival order (``PACKED_DET_ROTATE``, which the switch leaves alone) the model finds a deadlock."""
+    left, right = window
+    causal_off = Nk - Nq + right if right >= 0 else None
+    win_off = Nk - Nq - left if left >= 0 else None
+    tiles = _kernel_walks_and_turns(Nq, Nk, causal_off, win_off)
+    walks, turn = {}, {}
+    for m0, visits in tiles.items():
+        for n, step, t in visits:
+            walks.setdefault(n, []).append((step, m0))
+            turn[n, m0] = t
+    walks = {n: [m0 for _, m0 in sorted(w)] for n, w in walks.items()}
+    assert _counts_finish(walks, turn)
+
+
+def test_early_turns_would_deadlock_on_arrival_order():
+    tiles, walks = _rotated_turns(1792, 1792, 0, 1)
+    turn = {(n, tile): t for tile, visits in tiles.items() for n, _, t in visits}
+    assert not _counts_finish(walks, turn)
+
+
+@needs_gluon
+def test_early_turn_builds_keep_the_ordered_builds_structure():
+    """``DET_EARLY_TURN``'s sm_90 builds (packed causal at D = 128, dense at D = 64): the same registers, wgmmas, TMA
+    reductions and shared memory as the ordered build it reorders, the same number of ordered waits' polls (one
+    acquiring load in each wait, only moved), and different code."""
+    cases = [dict(D=128, causal=True, dtype="bfloat16", dq_shared=True, deterministic=True, varlen=True),
+             dict(D=64, causal=False, dtype="bfloat16", dq_lag=1, deterministic=True)]
+    reps = sm90_reports("prefill_gluon_bwd", [dict(c, early_turn=True) for c in cases] + cases)
+    for case, early, plain in zip(cases, reps[:len(cases)], reps[len(cases):]):
+        for key in ("setmaxnreg", "wgmma", "tma_reduces", "tma_loads", "smem_kb", "atomics"):
+            assert early[key] == plain[key], (case, key, early, plain)
+
+
 @needs_gluon
 def test_measurement_variants_leave_out_what_they_name():
     """``benchmarks/bwd_gluon_ablation.py``'s variants (``_ablate``) as sm_90 builds: the ones that add dQ
@@ -622,14 +687,17 @@ def test_gpu_gluon_backward_matches_reference(B, H, Hkv, Nq, Nk, D, causal, dtyp
 
 @pytest.mark.gpu
 @on_hopper
+@pytest.mark.parametrize("early", [False, True])
 @pytest.mark.parametrize("dq_shared,dq_lag", [(False, 0), (False, 2), (True, 0)])
 @pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,causal,window,dtype", [
     c[:6] + (c[6], None, c[7]) for c in GLUON_CASES] + [
     c[:6] + (True, c[6], torch.bfloat16) for c in GLUON_WINDOW_CASES])
 def test_gpu_deterministic_gluon_backward_is_bit_identical(B, H, Hkv, Nq, Nk, D, causal, window, dtype, dq_shared,
-                                                           dq_lag, monkeypatch):
+                                                           dq_lag, early, monkeypatch):
     """``deterministic``: each dQ tile takes its additions in key block order, so three runs give the same
-    bits (dQ, dK, dV), within the criterion, and no ordered wait gave up (the counters' slot 0)."""
+    bits (dQ, dK, dV), within the criterion, and no ordered wait gave up (the counters' slot 0). ``early``: with
+    ``DET_EARLY_TURN`` (the writer waits for a step's turns first), which adds in the same order: the same bits as
+    without it."""
     if GB.smem_bytes(D, 2, 1, False, dq_lag) > GB.SMEM_LIMIT:
         pytest.skip("more shared memory than a block has (the lagged dQ ring is D = 64's)")
     q, k, v, do = _gpu_inputs(B, H, Hkv, Nq, Nk, D, dtype, Nq * 3 + Nk)
@@ -641,6 +709,7 @@ def test_gpu_deterministic_gluon_backward_is_bit_identical(B, H, Hkv, Nq, Nk, D,
     out, lse = _forward(q, k, v, mask, scale)
     runs, sems = [], []
     monkeypatch.setattr(GB, "DETERMINISTIC", True)  # (the default; set so that this test keeps covering the kernel)
+    monkeypatch.setattr(GB, "DET_EARLY_TURN", early)
     kernel = GB.gluon_backward
     monkeypatch.setattr(GB, "gluon_backward", lambda *a, **kw: kernel(*a, **kw, _sem_out=sems))  # the counters
     for _ in range(3):
@@ -657,6 +726,12 @@ def test_gpu_deterministic_gluon_backward_is_bit_identical(B, H, Hkv, Nq, Nk, D,
     assert all(st["additions"] == additions for st in stats), (stats, additions)
     for other in runs[1:]:
         assert all(torch.equal(a, b) for a, b in zip(runs[0], other))
+    if early:  # the same additions in the same order as the build without the switch
+        monkeypatch.setattr(GB, "DET_EARLY_TURN", False)
+        grads = [torch.full(t.shape, float("nan"), dtype=dtype, device=DEV) for t in (q, k, v)]
+        prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, deterministic=True,
+                         config=_gluon_cfg(dq_shared=dq_shared, dq_lag=dq_lag), dq=grads[0], dk=grads[1], dv=grads[2])
+        assert all(torch.equal(a, b) for a, b in zip(runs[0], grads))
     if window is None:
         _check_grads(q, k, v, do, runs[0], causal, scale)
     else:
@@ -903,19 +978,21 @@ def test_gpu_gluon_backward_packed_batch(lens_q, lens_k, H, Hkv, D, causal, dq_s
 
 @pytest.mark.gpu
 @on_hopper
-@pytest.mark.parametrize("rotate", [False, True])
+@pytest.mark.parametrize("rotate,early", [(False, False), (True, False), (False, True)])
 @pytest.mark.parametrize("lens_q,lens_k,H,Hkv,D,causal", PACKED_CASES)
-def test_gpu_gluon_backward_deterministic_packed_batch(lens_q, lens_k, H, Hkv, D, causal, rotate, monkeypatch):
+def test_gpu_gluon_backward_deterministic_packed_batch(lens_q, lens_k, H, Hkv, D, causal, rotate, early, monkeypatch):
     """A deterministic packed batch on the Gluon backward's ordered build (the table's configuration for long
     sequences): the same bits in three runs, equal to the default packed build's gradients up to rounding (the
     ordered build also walks every key block's query blocks in one order), within the criterion against the
     oracle, every element written (the outputs start as NaN), and no ordered wait given up. The packed cases'
     empty sequences, one-row sequences and len_q != len_k put turns at tiles of every shape. ``rotate``: with
-    ``PACKED_DET_ROTATE`` (causal calls: staggered walks, turns in arrival order)."""
+    ``PACKED_DET_ROTATE`` (causal calls: staggered walks, turns in arrival order); ``early``: with
+    ``DET_EARLY_TURN``."""
     from attnlab.gpu.config import default_bwd_config
 
     monkeypatch.setattr(GB, "PACKED", True)
     monkeypatch.setattr(GB, "PACKED_DET_ROTATE", rotate)
+    monkeypatch.setattr(GB, "DET_EARLY_TURN", early)
     monkeypatch.setattr(PB, "_CALL_PLANS", {})  # (no plan another test kept: every call below takes its route)
     monkeypatch.setattr(GB, "PACKED_DET", (64, 128))  # (on by default at D = 128: the build at both head dims)
     q, k, v, do, cu = _packed_inputs(lens_q, lens_k, H, Hkv, D, sum(lens_q) * 5 + D)

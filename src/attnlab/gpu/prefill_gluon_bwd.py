@@ -225,6 +225,14 @@ PACKED_DET_ROTATE = False
 # (the writer's own spills among them). Measured (H200, D = 128, packed, the backward alone, packed_probe.py --det
 # run 2): 0.822 ms against 0.933 at 48 in the same rounds
 DET_WRITER_REGS = 24
+# the dQ writer waits for a step's turns before the consumers have staged its tiles, so that the counter's round
+# trip (an L2 load) overlaps their products instead of following them; it then counts its previous step's additions
+# after that wait, not before. Safe where every tile takes its turns in one order of the key blocks (``_turn``:
+# descending under a causal mask, ascending otherwise): a program waits only for programs earlier in that order, and
+# none of those waits for a later one, however late its counts; not with ``PACKED_DET_ROTATE``, whose orders differ
+# from tile to tile. The turns cost the packed ordered build 6 % of its backward (0.773 ms without them against
+# 0.822, benchmarks/packed_probe.py --det run 2). Built and its sm_90 build checked on the CPU; not yet timed: off
+DET_EARLY_TURN = False
 # deterministic causal GQA calls: each K/V head read by up to this many programs, fewer query heads per
 # program, and their dK, dV summed in a fixed order afterwards (``kv_split``, ``det_kv_split``):
 # shorter ordered walks, more programs per wave. The grid model put the causal walks' makespan at 1.16x a
@@ -434,10 +442,12 @@ if HAVE_GLUON:
         in SEM[0]; waits that polled, in SEM[1] (polls) and SEM[2] (waits); the tiles' counters follow. ``flags``:
         the consumers' (measurement only: ABLATE 8, its third dimension 256, adds each tile without its turn; its
         sixth 8: staggered walks, ``rot`` this block's start, turns in arrival order, ``_turn_arrival``, with the
-        sequence's rows from p_base to q_end; else those three are unused)."""
+        sequence's rows from p_base to q_end; else those three are unused; its sixth 16: each step's turns waited
+        for before its tiles are staged, ``DET_EARLY_TURN``)."""
         SEM_TILE0: gl.constexpr = _SEM_TILE0
         NO_TURNS: gl.constexpr = flags.shape[2] >= 256
         ROT_TURNS: gl.constexpr = flags.shape[5] == 8
+        EARLY: gl.constexpr = (flags.shape[5] == 16) and not NO_TURNS
         NSLOT: gl.constexpr = ds_smem.shape[0]
         BLOCK_N: gl.constexpr = ds_smem.shape[1]
         BLOCK_M: gl.constexpr = ds_smem.shape[2]
@@ -457,6 +467,9 @@ if HAVE_GLUON:
                 turn = _turn_arrival(n, u, m0, u // n_m, p_base, q_end, causal_off, Nk, BLOCK_M, BLOCK_N)
             else:
                 turn = _turn(n, m0, BLOCK_M, BLOCK_N, causal_off, win_off, Nk, CAUSAL)
+            if EARLY:  # (the turns in key block order at every tile: no wait here depends on this program's counts)
+                for p in gl.static_range(SLICES):
+                    _sem_wait(SEM + SEM_TILE0 + base + p, turn, SEM)
             for p in gl.static_range(SLICES):
                 buf = _staging_buf(p, u, SLICES)
                 mbarrier.wait(ds_bars.index(2 * NSLOT + buf), (u // 2) & 1)
@@ -465,7 +478,7 @@ if HAVE_GLUON:
                         _adds_complete()
                         for q in gl.static_range(SLICES):
                             _lane0_adds(SEM + SEM_TILE0 + prev + q)
-                if not NO_TURNS:
+                if not (NO_TURNS or EARLY):
                     _sem_wait(SEM + SEM_TILE0 + base + p, turn, SEM)
                 _tma_add(desc_dq, [(base + p) * ROWS, 0], dq_smem.index(buf))
             tma.store_wait(0)  # read: the buffers may be staged into again
@@ -732,7 +745,8 @@ if HAVE_GLUON:
                            DQ_PERM: gl.constexpr = False, LSE_TMA: gl.constexpr = False, DET: gl.constexpr = False,
                            DET_LAST_FIRST: gl.constexpr = True, VARLEN: gl.constexpr = False,
                            ZERO_PAST: gl.constexpr = False, LAST_FIRST: gl.constexpr = False,
-                           DET_ROTATE: gl.constexpr = False, WRITER_REGS: gl.constexpr = 48):
+                           DET_ROTATE: gl.constexpr = False, WRITER_REGS: gl.constexpr = 48,
+                           EARLY_TURN: gl.constexpr = False):
         """Grid (key blocks of 128, B·Hkv), or the reverse with HEADS_FIRST. Descriptors over
         (B, H|Hkv, N, D) with blocks [1, 1, 64, D]; DQ (B, H, Nq, D) float32, zeroed by the caller; LSE2,
         DELTA (B, H, Nq) from the preprocessing kernel. ALIBI: SLOPES float32, head h of batch b's slope at
@@ -830,7 +844,7 @@ if HAVE_GLUON:
         flags = gl.allocate_shared_memory(gl.int8, [DQ_SPLIT, (1 + DQ_ATOMIC) << (2 * DQ_SHARED), 1 << ABLATE,
                                                     1 << DQ_LAG, 1 + ALIBI,
                                                     (1 + (DQ_PERM and not DQ_ATOMIC)) * (1 + (DET and DQ_PERM and not DQ_ATOMIC))
-                                                    * (1 + (DET and DET_ROTATE)),
+                                                    * (1 + (DET and DET_ROTATE) + 3 * (DET and EARLY_TURN and not DET_ROTATE)),
                                                     (1 + VARLEN) * (1 + (VARLEN and ZERO_PAST))],
                                           gl.SwizzledSharedLayout(1, 1, 1, [6, 5, 4, 3, 2, 1, 0]))
         q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -1033,7 +1047,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         key = (tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(do), tensor_key(lse2), tensor_key(delta),
                tensor_key(dq), tensor_key(dk), tensor_key(dv), causal_off, scale, stages, dq_split, dq_shared, rotate,
                heads_first, win_off, consumer_regs, dq_lag, deterministic, max_seqlen_k, max_seqlen_q,
-               _det_last_first, _kv_div, _last_first, PACKED_DET_ROTATE, DET_WRITER_REGS, DQ_PERMUTED, LSE_BY_TMA, DQ_SWIZZLE, HEADS_FIRST_WAVES, ZERO_PAST,
+               _det_last_first, _kv_div, _last_first, PACKED_DET_ROTATE, DET_WRITER_REGS, DET_EARLY_TURN, DQ_PERMUTED, LSE_BY_TMA, DQ_SWIZZLE, HEADS_FIRST_WAVES, ZERO_PAST,
                torch.cuda.current_device(),
                None if cu_seqlens is None else (*map(tensor_key, cu_seqlens), tensor_key(cu_rows)))
         plan = _PLANS.get(key)
@@ -1170,7 +1184,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
             DET_LAST_FIRST=_det_last_first, VARLEN=cu_seqlens is not None,
             ZERO_PAST=ZERO_PAST and cu_seqlens is not None,
             LAST_FIRST=_last_first and cu_seqlens is not None, DET_ROTATE=det_rotate,
-            WRITER_REGS=DET_WRITER_REGS), num_warps=4)
+            WRITER_REGS=DET_WRITER_REGS, EARLY_TURN=DET_EARLY_TURN), num_warps=4)
         # the kernel adds dS K unscaled: one multiply per element, not per key block
         if cu_seqlens is not None:
             store_dq_tiles(dq_acc, dq, split_d, scale=scale, packed=(cu_q, cu_p, n_rows, max_seqlen_q))
@@ -1258,7 +1272,7 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
                  heads_first: bool = False, regs: int = BWD_CONSUMER_REGS, dq_lag: int = 0, alibi: bool = False,
                  dq_perm: bool | None = None, lse_tma: bool | None = None, deterministic: bool = False,
                  varlen: bool = False, zero_past: bool | None = None, det_rotate: bool = False,
-                 writer_regs: int | None = None, _ablate: int = 0):
+                 writer_regs: int | None = None, early_turn: bool | None = None, _ablate: int = 0):
     """Build the Gluon backward for Hopper (sm_90) on any machine, GPU or not, as
     ``prefill_gluon.compile_sm90`` does for the forward. ``alibi``: the build for ALiBi slopes, with
     the slopes' head stride 1 (a launch specialises it so: (H,), (B, H) and (H,) expanded to (B, H)).
@@ -1266,7 +1280,8 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     ``lse_tma``: L₂ and Dᵢ by TMA (None: ``LSE_BY_TMA``); ``deterministic``: the ordered dQ additions;
     ``varlen``: the packed-batch build; ``zero_past``: with its rows past a sequence set to 0 (None: ``ZERO_PAST``);
     ``det_rotate`` (deterministic, varlen, causal): staggered walks, turns in arrival order (``PACKED_DET_ROTATE``);
-    ``writer_regs``: the dQ writer warp's registers (None: ``DET_WRITER_REGS``)."""
+    ``writer_regs``: the dQ writer warp's registers (None: ``DET_WRITER_REGS``); ``early_turn``: the writer waits for
+    a step's turns before its tiles are staged (None: ``DET_EARLY_TURN``)."""
     if not HAVE_GLUON:
         raise RuntimeError("this triton has no Gluon (triton >= 3.5 needed)")
     import triton
@@ -1289,6 +1304,7 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     const["LAST_FIRST"] = False
     const["DET_ROTATE"] = det_rotate
     const["WRITER_REGS"] = DET_WRITER_REGS if writer_regs is None else writer_regs
+    const["EARLY_TURN"] = DET_EARLY_TURN if early_turn is None else early_turn
     if not varlen:  # as a launch without cu_seqlens: constexpr None
         const.update(CU_Q=None, CU_K=None, CU_P=None, DK=None, DV=None, stride_dkh=None, stride_dkn=None)
     const["LSE_TMA"] = LSE_BY_TMA if lse_tma is None else lse_tma
@@ -1320,7 +1336,7 @@ def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int =
                 dq_shared: bool = False, dtype: torch.dtype = torch.bfloat16, dq_lag: int = 0, alibi: bool = False,
                 dq_perm: bool | None = None, lse_tma: bool | None = None, deterministic: bool = False,
                 varlen: bool = False, zero_past: bool | None = None, det_rotate: bool = False,
-                writer_regs: int | None = None, _ablate: int = 0) -> dict:
+                writer_regs: int | None = None, early_turn: bool | None = None, _ablate: int = 0) -> dict:
     """``prefill_gluon.kernel_report`` of one sm_90 build of the backward: shared memory, registers, spill
     stack, wgmma waits, TMA loads, float32 atomics. Needs a process without TRITON_INTERPRET."""
     from .prefill_gluon import kernel_report
@@ -1328,4 +1344,5 @@ def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int =
     return kernel_report(compile_sm90(head_dim, causal=causal, stages=stages, dq_split=dq_split, dq_atomic=dq_atomic,
                                       dq_shared=dq_shared, dtype=dtype, dq_lag=dq_lag, alibi=alibi, dq_perm=dq_perm,
                                       lse_tma=lse_tma, deterministic=deterministic, varlen=varlen, zero_past=zero_past,
-                                      det_rotate=det_rotate, writer_regs=writer_regs, _ablate=_ablate))
+                                      det_rotate=det_rotate, writer_regs=writer_regs, early_turn=early_turn,
+                                      _ablate=_ablate))
