@@ -9,6 +9,16 @@ import json
 from tests.helpers import ROOT, load_script
 
 
+def _flat(text: str) -> str:
+    """The text with its line breaks and runs of spaces as single spaces (a quote may wrap anywhere)."""
+    return " ".join(text.split())
+
+
+def _notes(version: str) -> str:
+    """NOTES-prefill.md from its section ``## <version>`` on, flattened."""
+    return _flat((ROOT / "benchmarks" / "NOTES-prefill.md").read_text().split(f"## {version}")[1])
+
+
 def test_results_varlen_rows_are_the_recorded_runs():
     vb = load_script("benchmarks/variants.py")
     results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
@@ -24,7 +34,7 @@ def test_results_varlen_rows_are_the_recorded_runs():
 def test_docs_varlen_numbers_are_run_9():
     rows = json.loads((ROOT / "benchmarks" / "data" / "variants-h200-d128-varlen-run9.json").read_text())["rows"]
     tf = {(r["pass_"], r["provider"]): r["tflops"] for r in rows if "tflops" in r}
-    doc = " ".join((ROOT / "docs" / "variants.md").read_text().split())  # line breaks aside
+    doc = _flat((ROOT / "docs" / "variants.md").read_text())  # line breaks aside
     fwd, fb = tf["fwd", "attnlab"], tf["fwd_bwd", "attnlab"]
     assert (f"forward {fwd:.0f} TFLOP/s, {fwd / tf['fwd', 'flex']:.2f}× FlexAttention with a document mask; "
             f"forward+backward {fb:.0f}, {fb / tf['fwd_bwd', 'flex']:.2f}×.") in doc
@@ -75,7 +85,7 @@ def test_results_run_13_is_the_recorded_one():
     runs = {r: json.loads((data / f"packed-probe-h200-run{r}.json").read_text()) for r in (7, 8)}
     assert probe.report(runs[8]) in section
     tri = {r: [x["host_ms"] for x in v if "Triton" in x["layout"]] for r, v in runs.items()}
-    text = " ".join(section.split())
+    text = _flat(section)
     assert (f"was {min(tri[8]):.2f}–{max(tri[8]):.2f} ms against {min(tri[7]):.2f}–{max(tri[7]):.2f} in run 7"
             in text)
     tf = {(r["D"], r["pass_"], r["provider"]): r["tflops"] for r in rows if "tflops" in r}
@@ -99,8 +109,8 @@ def test_results_runs_14_to_16_are_the_recorded_ones():
     vp = load_script("benchmarks/varlen_profile.py")
     results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
     section = results[results.index("### Variants runs 14–16"):results.index("### Varlen-profile runs 1 and 2")]
-    text = " ".join(section.split())
-    notes = " ".join((ROOT / "benchmarks" / "NOTES-prefill.md").read_text().split("## v21")[1].split())
+    text = _flat(section)
+    notes = _notes("v21")
     data = ROOT / "benchmarks" / "data"
     prof = {n: json.loads((data / f"varlen-profile-h200-run{n}.json").read_text())["rows"] for n in (3, 4, 5, 6)}
     assert "\n".join(vp.compare(prof)) in section
@@ -148,7 +158,7 @@ def test_results_runs_14_to_16_are_the_recorded_ones():
             f"{fb[15, 'gluon', 64]:.0f} against {fb[15, 'triton', 64]:.0f} at D = 64 (variants run 15); "
             f"{fb[16, 'gluon', 128]:.0f} against {fb[16, 'triton', 128]:.0f} and {fb[16, 'gluon', 64]:.0f} against "
             f"{fb[16, 'triton', 64]:.0f} (run 16)") in src
-    doc = " ".join((ROOT / "docs" / "variants.md").read_text().split())
+    doc = _flat((ROOT / "docs" / "variants.md").read_text())
     assert (f"(variants runs 15 and 16): forward+backward {fb[15, 'gluon', 128]:.0f} and {fb[16, 'gluon', 128]:.0f} "
             f"TFLOP/s, {x[15, 'gluon', 128]:.2f}× and {x[16, 'gluon', 128]:.2f}× FlexAttention") in doc
     g = sorted((fb[15, "gluon", 128], fb[16, "gluon", 128]))
@@ -202,9 +212,9 @@ def test_results_runs_17_and_18_are_the_recorded_ones():
     vs = load_script("benchmarks/variants_sweep.py")
     results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
     section = results[results.index("### Variants runs 17 and 18"):results.index("### Variants runs 14–16")]
-    text = " ".join(section.split())
-    notes = " ".join((ROOT / "benchmarks" / "NOTES-prefill.md").read_text().split("## v22")[1].split())
-    doc = " ".join((ROOT / "docs" / "variants.md").read_text().split())
+    text = _flat(section)
+    notes = _notes("v22")
+    doc = _flat((ROOT / "docs" / "variants.md").read_text())
     src = " ".join((ROOT / "src" / "attnlab" / "gpu" / "prefill_gluon.py").read_text().replace("#", "").split())
     data = ROOT / "benchmarks" / "data"
     tf = {}
@@ -280,8 +290,8 @@ def test_results_run_19_is_the_recorded_one():
     vb = load_script("benchmarks/variants.py")
     results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
     section = results[results.index("### Variants run 19"):results.index("### Variants runs 17 and 18")]
-    text = " ".join(section.split())
-    notes = " ".join((ROOT / "benchmarks" / "NOTES-prefill.md").read_text().split("## v23")[1].split())
+    text = _flat(section)
+    notes = _notes("v23")
     src = " ".join((ROOT / "src" / "attnlab" / "gpu" / "prefill_gluon_bwd.py").read_text().replace("#", "").split())
     data = ROOT / "benchmarks" / "data"
     rows = json.loads((data / "variants-h200-varlen-run19-gluon.json").read_text())["rows"]
@@ -322,9 +332,9 @@ def test_results_runs_20_and_21_are_the_recorded_ones():
 
     results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
     section = results[results.index("### Variants runs 20 and 21"):results.index("### Variants run 19")]
-    text = " ".join(section.split())
-    notes = " ".join((ROOT / "benchmarks" / "NOTES-prefill.md").read_text().split("## v24")[1].split())
-    doc = " ".join((ROOT / "docs" / "variants.md").read_text().split())
+    text = _flat(section)
+    notes = _notes("v24")
+    doc = _flat((ROOT / "docs" / "variants.md").read_text())
     src_f = " ".join((ROOT / "src" / "attnlab" / "gpu" / "prefill_gluon.py").read_text().replace("#", "").split())
     src_b = " ".join((ROOT / "src" / "attnlab" / "gpu" / "prefill_gluon_bwd.py").read_text().replace("#", "").split())
     src_c = " ".join((ROOT / "src" / "attnlab" / "gpu" / "config.py").read_text().replace("#", "").split())
@@ -434,8 +444,8 @@ def test_results_run_22_and_window_sweeps_4_and_5_are_the_recorded_ones():
 
     results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
     section = results[results.index("### Variants run 22,"):results.index("### Variants runs 20 and 21")]
-    text = " ".join(section.split())
-    notes = " ".join((ROOT / "benchmarks" / "NOTES-prefill.md").read_text().split("## v25")[1].split())
+    text = _flat(section)
+    notes = _notes("v25")
     data = ROOT / "benchmarks" / "data"
     logs = data / "packed-fwd-checks"
     sweeps = {r: json.loads((data / f"variants-sweep-h200-window-run{r}.json").read_text()) for r in (4, 5)}
@@ -498,7 +508,7 @@ def test_results_run_22_and_window_sweeps_4_and_5_are_the_recorded_ones():
             if r["variant"] == "window" and r["pass_"] == "fwd" and r["provider"] == "flex"}
     assert f"1.3× FlexAttention's {flex[64]:.0f} in variants run 4 would be {1.3 * flex[64]:.0f}" in text
     assert max(r["tflops"] for r in sweeps[4] + sweeps[5] if r["D"] == 64) < 1.3 * flex[64]
-    doc = " ".join((ROOT / "docs" / "variants.md").read_text().split())
+    doc = _flat((ROOT / "docs" / "variants.md").read_text())
     assert (f"(variants run 22) packed batches at D = 128 ran forward at {tf[128, 'fwd', 'attnlab']:.0f} TFLOP/s and "
             f"forward+backward at {tf[128, 'fwd_bwd', 'attnlab']:.0f}, {x[128, 'fwd']:.2f}× and {x[128, 'fwd_bwd']:.2f}× "
             "FlexAttention") in doc
@@ -527,9 +537,9 @@ def test_results_sweep_7_is_the_recorded_one():
     vs = load_script("benchmarks/variants_sweep.py")
     results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
     section = results[results.index("### Variants-sweep varlen run 7"):results.index("### Variants run 22,")]
-    text = " ".join(section.split())
-    notes = " ".join((ROOT / "benchmarks" / "NOTES-prefill.md").read_text().split("## v26")[1].split())
-    doc = " ".join((ROOT / "docs" / "variants.md").read_text().split())
+    text = _flat(section)
+    notes = _notes("v26")
+    doc = _flat((ROOT / "docs" / "variants.md").read_text())
     data = ROOT / "benchmarks" / "data"
     runs = {r: json.loads((data / f"variants-sweep-h200-varlen-run{r}.json").read_text()) for r in (6, 7)}
     assert vs.markdown(runs[7]).rstrip("\n") in section
@@ -569,9 +579,9 @@ def test_results_runs_23_and_24_and_the_det_probes_are_the_recorded_ones():
 
     results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
     section = results[results.index("### Variants runs 23 and 24,"):results.index("### Variants-sweep varlen run 7")]
-    text = " ".join(section.split())
-    notes = " ".join((ROOT / "benchmarks" / "NOTES-prefill.md").read_text().split("## v27")[1].split())
-    doc = " ".join((ROOT / "docs" / "variants.md").read_text().split())
+    text = _flat(section)
+    notes = _notes("v27")
+    doc = _flat((ROOT / "docs" / "variants.md").read_text())
     src = " ".join((ROOT / "src" / "attnlab" / "gpu" / "prefill_gluon_bwd.py").read_text().replace("#", " ").split())
     data = ROOT / "benchmarks" / "data"
     runs = {name: json.loads((data / f"variants-h200-{name}.json").read_text())["rows"]
