@@ -903,3 +903,194 @@ def test_gpu_packed_gluon_with_int64_lengths_and_an_upper_bound_max_seqlen(monke
     got = prefill_forward(q, k, v, mask=Mask(-1, 0), scale=0.1, cu_seqlens=tuple(c.long() for c in cu),
                           max_seqlen=(1700, 1900))
     assert torch.equal(want[0], got[0]) and torch.equal(want[1], got[1])
+
+
+# -- the exponentials split between the exponentials' unit and a polynomial on the FMA pipe (EXP_POLY) ----------
+
+
+def test_exp2_polynomial_is_within_its_bound_and_exact_where_it_must_be():
+    """``exp2_poly_reference`` (the inline assembly's polynomial path, bit for bit): within 8.6e-5 relative of 2^x on
+    [−126, 0] (the module's stated bound; bfloat16's P̃ rounds at 2^-9), exactly 2^x at the integers, 0 at and below
+    −127 and at −∞, and its constants are ``EXP2_POLY`` as float32 bit patterns in the PTX."""
+    import struct
+
+    x = torch.cat([torch.linspace(-126.0, 0.0, 1_000_001), -126.0 * torch.rand(100_000, generator=torch.Generator()
+                                                                                .manual_seed(0))])
+    y = G.exp2_poly_reference(x)
+    rel = (y.double() / torch.exp2(x.double()) - 1).abs().max().item()
+    assert 1e-6 < rel <= 8.6e-5, rel  # (a polynomial, not ex2: it errs, and by no more than stated)
+    ints = torch.arange(-126, 1, dtype=torch.float32)
+    assert torch.equal(G.exp2_poly_reference(ints), torch.exp2(ints))
+    assert (G.exp2_poly_reference(torch.tensor([-127.0, -127.5, -300.0, float("-inf")])) == 0).all()
+    for c, hexed in zip(G.EXP2_POLY, G._EXP2_POLY_HEX):
+        assert hexed == f"0f{struct.unpack('<I', struct.pack('<f', c))[0]:08X}"
+    x1 = -(2 ** -20)  # f → 1 from below: the cubic near 2, within its bound of the next power
+    assert abs(G.exp2_poly_reference(torch.tensor([x1])).item() / 2 ** x1 - 1) <= 8.6e-5
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_exp2_poly_asm_takes_n_of_8_exponentials_off_the_unit(n):
+    """The inline assembly of ``_exp2_mixed``: 8 − n ``ex2.approx`` and n polynomial paths (each one clamp, one
+    rounding add, three FMAs and the exponent's integer multiply-add), every output written once, every input read."""
+    import re
+
+    asm = G.exp2_poly_asm(n)
+    assert len(re.findall(r"ex2\.approx\.f32", asm)) == 8 - n
+    assert len(re.findall(r"mad\.lo\.u32 pb, tb, 8388608, pb;", asm)) == n
+    assert len(re.findall(r"fma\.rn\.f32", asm)) == 3 * n and len(re.findall(r"add\.rm\.f32", asm)) == n
+    outs = re.findall(r"(?:ex2\.approx\.f32|mov\.b32) \$(\d+),", asm)
+    assert sorted(int(o) for o in outs) == list(range(8))
+    assert sorted(int(i) for i in re.findall(r"\$(\d+)", asm) if int(i) >= 8) == list(range(8, 16))
+    assert asm.count("{") == asm.count("}")
+
+
+@pytest.mark.parametrize("bad", [0, 5, -1])
+def test_exp2_poly_asm_refuses_a_split_outside_1_to_4(bad):
+    with pytest.raises(ValueError, match="1 to 4"):
+        G.exp2_poly_asm(bad)
+
+
+@pytest.mark.parametrize("bad", [5, -1, 2.0, True, "2"])
+def test_the_gluon_forward_refuses_a_bad_split_before_any_work(bad):
+    q = torch.zeros(1, 1, 64, 64)
+    out = q.clone()
+    with pytest.raises(ValueError, match="exp_poly must be 0 to 4"):
+        G.gluon_forward(q, q, q, out, torch.zeros(1, 1, 64), causal_off=None, scale=0.1, block_m=128, block_n=128,
+                        stages=2, num_warps=4, warp_spec=True, exp_poly=bad)
+    assert (out == 0).all()
+
+
+@needs_gluon
+def test_exp_poly_builds_for_sm90_keep_the_schedule_and_move_exponentials_to_the_fma_pipe():
+    """The sm_90 builds with ``exp_poly`` n (D = 64 and 128; the grid kernel at 128 and 192 rows, the persistent and
+    dynamic builds, a packed one): the same waits, products, loads, registers given and taken and shared memory as
+    with 0, and of the unmasked key blocks' exponentials (two ``_softmax`` sites per consumer warp group, 64·BLOCK_N/128
+    per thread each) n of every 8 moved to the polynomial: ``ex2.approx`` fewer by exactly the count of polynomial
+    paths. Spills depend on the ptxas: with triton 3.6's (the GPU's) none at 128 rows and 8 bytes for the 192-row
+    build's consumers (160 registers each); 3.9's spills more (192 bytes there, 40 in the D = 128 persistent build),
+    so the 128-row builds are held to none under 3.6 only. Builds with 0 have no polynomial path."""
+    import triton
+
+    base = [dict(D=64, causal=True, block_m=192, num_warps=4, warp_spec=True, dtype="bfloat16"),
+            dict(D=64, causal=True, num_warps=4, warp_spec=True, persistent=True, dynamic=True, dtype="bfloat16"),
+            dict(D=128, causal=False, num_warps=4, warp_spec=True, persistent=True, dtype="bfloat16"),
+            dict(D=128, causal=True, num_warps=4, warp_spec=True, packed=True, dtype="bfloat16"),
+            dict(D=64, causal=True, num_warps=4, warp_spec=True, block_n=64, dtype="bfloat16")]
+    splits = [2, 3, 1, 4, 2]
+    reps = sm90_reports("prefill_gluon", [dict(c) for c in base] + [dict(c, exp_poly=n) for c, n in zip(base, splits)])
+    for case, n, plain, rep in zip(base, splits, reps[:len(base)], reps[len(base):]):
+        assert plain["poly_exponentials"] == 0, (case, plain)
+        for key in ("wait_groups", "wgmma", "tma_loads", "setmaxnreg", "smem_kb", "atomics", "global_loads"):
+            assert rep[key] == plain[key], (case, key, plain, rep)
+        consumers = case.get("block_m", 128) // 64
+        per_thread = 64 * case.get("block_n", 128) // 128
+        moved = consumers * 2 * per_thread * n // 8
+        assert rep["poly_exponentials"] == moved, (case, n, rep)
+        assert plain["exponentials"] - rep["exponentials"] == moved, (case, n, plain, rep)
+        if rep.get("stack") is not None and consumers == 2 and triton.__version__.startswith("3.6."):
+            assert rep["stack"] == 0, (case, rep)
+
+
+if G.HAVE_GLUON:
+    @G.gluon.jit
+    def _exp2_mixed_probe(X, Y, N_POLY: G.gl.constexpr):
+        lay: G.gl.constexpr = G.gl.BlockedLayout([8], [32], [4], [0])  # 8 consecutive elements per thread
+        offs = G.gl.program_id(0) * 1024 + G.gl.arange(0, 1024, layout=lay)
+        G.gl.store(Y + offs, G._exp2_mixed(G.gl.load(X + offs), N_POLY))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 4])
+def test_gpu_exp2_mixed_is_the_polynomial_bit_for_bit_in_its_slots_and_ex2_elsewhere(n):
+    """``_exp2_mixed`` on the GPU, 8 consecutive elements per thread: in the pack's polynomial slots the outputs are
+    ``exp2_poly_reference``'s bits (the CPU model is the kernel's arithmetic), elsewhere ``gl.exp2``'s (the
+    exponentials' unit, 2 ulp of 2^x); with n = 0 every output is ``gl.exp2``'s."""
+    gen = torch.Generator(device=DEV).manual_seed(n)
+    x = -40.0 * torch.rand(64 * 1024, device=DEV, generator=gen)
+    x[:8] = torch.tensor([0.0, -1.0, -126.5, -127.0, -130.0, -0.5, -2.25, -3e-8], device=DEV)
+    y, y0 = torch.empty_like(x), torch.empty_like(x)
+    _exp2_mixed_probe[(64,)](x, y, n, num_warps=4)
+    _exp2_mixed_probe[(64,)](x, y0, 0, num_warps=4)
+    slot = torch.arange(x.numel(), device=DEV) % 8
+    poly = torch.zeros_like(slot, dtype=torch.bool)
+    for s in G._EXP2_POLY_SLOTS.get(n, ()):
+        poly |= slot == s
+    want = G.exp2_poly_reference(x.cpu()).to(DEV)
+    assert torch.equal(y[poly].view(torch.int32), want[poly].view(torch.int32))
+    assert torch.equal(y[~poly], y0[~poly])
+    torch.testing.assert_close(y0.double(), torch.exp2(x.double()), rtol=4e-7, atol=1e-38)
+
+
+EXP_POLY_CASES = [
+    # B, H, Hkv, Nq, Nk, D, (left, right)  (right −1: no causal edge)
+    (2, 4, 4, 1000, 1000, 64, (-1, 0)),  # causal, ragged
+    (1, 8, 2, 257, 1030, 128, (-1, 0)),  # GQA, Nq < Nk
+    (1, 4, 2, 3000, 4099, 128, (-1, -1)),  # no mask: every block unmasked but the last
+    (2, 4, 4, 700, 1300, 64, (100, 0)),  # a window narrower than a block
+    (1, 2, 2, 4096, 4096, 64, (1023, 0)),  # full blocks inside the window
+    (1, 6, 1, 700, 300, 64, (-1, 0)),  # MQA, Nq > Nk: empty rows
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
+@pytest.mark.parametrize("exp_poly", [1, 2, 4])
+@pytest.mark.parametrize("build", ["grid-128", "grid-192", "persistent", "dynamic"])
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,window", EXP_POLY_CASES)
+def test_gpu_exp_poly_forward_matches_reference(B, H, Hkv, Nq, Nk, D, window, build, exp_poly):
+    """Every warp-specialised build with n of every 8 exponentials by the polynomial: the float64 criterion of the
+    other tests (empty rows out 0, lse −∞), and no further from the build without it than bfloat16's rounding of P̃
+    could take it."""
+    gen = torch.Generator(device=DEV).manual_seed(Nq + Nk + exp_poly)
+    q = torch.randn(B, H, Nq, D, dtype=torch.bfloat16, device=DEV, generator=gen)
+    k, v = (torch.randn(B, Hkv, Nk, D, dtype=torch.bfloat16, device=DEV, generator=gen) for _ in range(2))
+    scale, (left, right) = D ** -0.5, window
+    kw = dict(causal_off=Nk - Nq + right if right >= 0 else None, scale=scale, stages=2, num_warps=4, warp_spec=True,
+              win_off=Nk - Nq - left if left >= 0 else None, block_m=192 if build == "grid-192" else 128,
+              block_n=128, persistent=build in ("persistent", "dynamic"), dynamic=build == "dynamic")
+    outs = []
+    for n in (exp_poly, 0):
+        out = torch.full_like(q, float("nan"))
+        lse = torch.full((B, H, Nq), float("nan"), device=DEV)
+        G.gluon_forward(q, k, v, out, lse, exp_poly=n, **kw)
+        outs.append((out, lse))
+    (out, lse), (out0, lse0) = outs
+    _ref_check(q, k, v, out, lse, right == 0, scale, window=window if left >= 0 else None)
+    assert (out.float() - out0.float()).abs().max() <= 2 ** -6 * out0.float().abs().max()
+    assert torch.equal(torch.isinf(lse), torch.isinf(lse0))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
+@pytest.mark.parametrize("persistent", [False, True])
+def test_gpu_exp_poly_packed_forward_and_the_switch(persistent, monkeypatch):
+    """A packed batch with ``exp_poly`` 3 within the criterion against the per-sequence oracle; and ``EXP_POLY``,
+    read at each call: the library's call with the switch set gives the bits of ``gluon_forward`` with that split,
+    and with it back at 0 the bits without (no kept plan stands in for another split)."""
+    from attnlab import flash_attention_varlen
+    from attnlab.gpu import config as C
+    from attnlab.reference import attention_ref_varlen
+
+    lens = [700, 33, 1000, 257, 1792]
+    gen = torch.Generator(device=DEV).manual_seed(11)
+    q, k, v, cu = _packed(lens, lens, 8, 2, 128, torch.bfloat16, gen)
+    scale = 128 ** -0.5
+    kw = dict(causal_off=0, scale=scale, block_m=128, block_n=128, stages=2, num_warps=4, warp_spec=True,
+              cu_seqlens=cu, max_seqlen_q=max(lens), persistent=persistent)
+    res = {}
+    for n in (3, 0):
+        out, lse = torch.empty_like(q), torch.empty(8, q.shape[0], device=DEV)
+        G.gluon_forward(q, k, v, out, lse, exp_poly=n, **kw)
+        res[n] = out
+    o64, _ = attention_ref_varlen(*(t.double() for t in (q, k, v)), *cu, causal=True, scale=scale)
+    o_same, _ = attention_ref_varlen(q, k, v, *cu, causal=True, scale=scale)
+    assert within_criterion(_err(res[3], o64), _err(o_same, o64), o64, torch.bfloat16)
+    monkeypatch.setattr(G, "PACKED", True)
+    monkeypatch.setitem(C._GLUON_PACKED_FWD, 128, FwdConfig(128, 128, 4, 2, tma=True, warp_spec=True, gluon=True,
+                                                            persistent=persistent))
+    for n in (3, 0, 3):
+        monkeypatch.setitem(G.EXP_POLY, 128, n)
+        got = flash_attention_varlen(q, k, v, *cu, max_seqlen_q=max(lens), max_seqlen_k=max(lens), causal=True,
+                                     scale=scale)
+        assert torch.equal(got, res[n]), n

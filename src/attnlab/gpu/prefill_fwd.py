@@ -497,10 +497,11 @@ def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask, 
 
 def _gluon_packed(q, k, v, out, lse, mask, scale: float, cfg: FwdConfig, cu_q, cu_k, max_q: int) -> None:
     """A packed batch on the Gluon forward (``prefill_gluon.gluon_forward``), from a kept plan where one is."""
-    from .prefill_gluon import gluon_forward
+    from .prefill_gluon import exp_poly_for, gluon_forward
 
     key = ("gluon", tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(out), tensor_key(lse), tensor_key(cu_q),
-           tensor_key(cu_k), max_q, mask.left, mask.right, scale, cfg, q.is_cuda and torch.cuda.current_device(),
+           tensor_key(cu_k), max_q, mask.left, mask.right, scale, cfg, exp_poly_for(q.shape[-1]),
+           q.is_cuda and torch.cuda.current_device(),
            # (the dynamic kernel's tile counter is the stream's own)
            cfg.dynamic and q.is_cuda and current_stream(q.device))
     plan = _PLANS.get(key)

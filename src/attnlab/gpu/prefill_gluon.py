@@ -90,6 +90,12 @@ GLUON_HEAD_DIMS = (64, 128)
 # the test's five cases on this kernel and one under compute-sanitizer's memcheck (no error). Not traced to this kernel;
 # on since those runs. True: a plain packed batch takes the table's Gluon entry; False: the Triton kernel
 PACKED = True
+# of every 8 exponentials of an unmasked key block, how many the warp-specialised kernels compute by a polynomial on
+# the FMA pipe (``exp2_poly_asm``) instead of the exponentials' unit, by head dim. At D = 64 a key block's products
+# are half of D = 128's for the same scores, and a profile of the window forward put the exponentials (22 % of its
+# stall samples, most waiting on their unit or their operands) between the tensor cores and more work
+# (benchmarks/NOTES-prefill.md v27). Built and its sm_90 builds checked on the CPU; not yet timed: 0 (off) for both
+EXP_POLY = {64: 0, 128: 0}
 NO_WINDOW = -(1 << 30)  # win_off of a call without a left edge: every key is right of it
 
 
@@ -100,12 +106,73 @@ def nvmma_layout(block: tuple[int, ...], dtype):
     return gl.NVMMASharedLayout.get_default_for(list(block), dtype)
 
 
+# 2^f on [0, 1) as 1 + f·(c1 + f·(c2 + f·c3)): minimax in relative error with p(0) = 1 (a linear programme over 4,001
+# points), at most 8.6e-5 evaluated in float32, against the 2^-9 of the bfloat16 P̃ it becomes (FlashAttention-4's
+# emulated exponentials, there on Blackwell's FMA units). As float32 bit patterns, for the PTX
+EXP2_POLY = (0.6951166391372681, 0.22764497995376587, 0.07706724107265472)
+_EXP2_POLY_HEX = ("0f3F31F32A", "0f3E691BC4", "0f3D9DD56E")
+# which of an inline-asm pack's 8 elements (a thread's 2 rows × 4 columns of a wgmma accumulator) take the polynomial
+_EXP2_POLY_SLOTS = {1: (7,), 2: (3, 7), 3: (1, 4, 7), 4: (1, 3, 5, 7)}
+
+
+def exp2_poly_asm(n_poly: int) -> str:
+    """The PTX of ``_exp2_mixed``'s inline assembly: 8 float32 exponents in ($8–$15), their powers of 2 out
+    ($0–$7), ``n_poly`` (1–4) of them computed on the FMA pipe, the rest by ``ex2.approx.f32`` (what ``gl.exp2``
+    lowers to). The polynomial path, per element: x clamped to ≥ −127 (``max``), t = x + 1.5·2²³ rounded down (its
+    low mantissa bits are ⌊x⌋), j = t − 1.5·2²³, f = x − j ∈ [0, 1), p = the cubic ``EXP2_POLY`` at f (3 FMAs), and
+    ⌊x⌋ added to p's exponent field by one integer multiply-add (bits(t)·2²³ ≡ ⌊x⌋·2²³ mod 2³²): 7 instructions, none
+    on the exponentials' unit. At or below −127 (−∞ too) it gives 0, from −127 to −126 a denormal near ex2's; NaN
+    counts as −127 (0, where ex2 gives NaN), so ``_softmax`` uses it on unmasked blocks only, whose scores are
+    finite.
+    ``exp2_poly_reference`` computes the same bits on the CPU."""
+    if n_poly not in _EXP2_POLY_SLOTS:
+        raise ValueError(f"n_poly must be 1 to 4 (of every 8 exponentials), got {n_poly!r}")
+    c1, c2, c3 = _EXP2_POLY_HEX
+    lines = ["{"]
+    for i in range(8):
+        if i not in _EXP2_POLY_SLOTS[n_poly]:
+            lines.append(f"ex2.approx.f32 ${i}, ${8 + i};")
+            continue
+        lines += ["{", ".reg .f32 x, t, j, f, p;", ".reg .b32 tb, pb;",
+                  f"max.f32 x, ${8 + i}, 0fC2FE0000;",  # −127
+                  "add.rm.f32 t, x, 0f4B400000;",  # 1.5·2²³: t's low bits hold ⌊x⌋
+                  "sub.f32 j, t, 0f4B400000;",
+                  "sub.f32 f, x, j;",
+                  f"fma.rn.f32 p, f, {c3}, {c2};",
+                  f"fma.rn.f32 p, p, f, {c1};",
+                  "fma.rn.f32 p, p, f, 0f3F800000;",
+                  "mov.b32 tb, t;", "mov.b32 pb, p;",
+                  "mad.lo.u32 pb, tb, 8388608, pb;",  # + ⌊x⌋·2²³: the exponent field
+                  f"mov.b32 ${i}, pb;", "}"]
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def exp2_poly_reference(x: torch.Tensor) -> torch.Tensor:
+    """``exp2_poly_asm``'s polynomial path on the CPU, bit for bit (float32 in, float32 out): the clamp, ⌊x⌋, the
+    three FMAs (each rounded once: the float64 product and sum are exact here) and the exponent's integer add."""
+    x = x.to(torch.float32).clamp_min(-127.0)
+    j = torch.floor(x)
+    f = (x - j).double()
+    c1, c2, c3 = (torch.tensor(c, dtype=torch.float32).double() for c in EXP2_POLY)
+    p = (f * c3 + c2).float().double()
+    p = (p * f + c1).float().double()
+    p = (p * f + 1.0).float()
+    bits = p.view(torch.int32).to(torch.int64) + j.to(torch.int64) * (1 << 23)
+    return bits.to(torch.int32).view(torch.float32)
+
+
 @functools.lru_cache(maxsize=8)
 def row_layout():
     """The unswizzled shared layout of a 1-D float32 TMA block (L₂ and Dᵢ rows)."""
     return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1)
 
 if HAVE_GLUON:
+    _EXP2_CONSTRAINTS = gl.constexpr(",".join(["=f"] * 8 + ["f"] * 8))
+    _EXP2_ASM_1 = gl.constexpr(exp2_poly_asm(1))
+    _EXP2_ASM_2 = gl.constexpr(exp2_poly_asm(2))
+    _EXP2_ASM_3 = gl.constexpr(exp2_poly_asm(3))
+    _EXP2_ASM_4 = gl.constexpr(exp2_poly_asm(4))
     _LN2 = gl.constexpr(LN2)
     _LOG2E = gl.constexpr(LOG2E)
     _NO_WINDOW = gl.constexpr(NO_WINDOW)
@@ -120,11 +187,30 @@ if HAVE_GLUON:
         _tma_load(desc, [b, hk, t * BLOCK_N, 0], bar, bufs.index(slot), pred=ok)
 
     @gluon.jit
+    def _exp2_mixed(x, EXP_POLY: gl.constexpr):
+        """2^x of finite float32 x: EXP_POLY of every 8 elements by ``exp2_poly_asm``'s polynomial on the FMA
+        pipe, the rest on the exponentials' unit (``ex2.approx``, as ``gl.exp2``); 0: ``gl.exp2`` alone."""
+        if EXP_POLY == 0:
+            y = gl.exp2(x)
+        elif EXP_POLY == 1:
+            y = gl.inline_asm_elementwise(_EXP2_ASM_1, _EXP2_CONSTRAINTS, [x], dtype=gl.float32, is_pure=True, pack=8)
+        elif EXP_POLY == 2:
+            y = gl.inline_asm_elementwise(_EXP2_ASM_2, _EXP2_CONSTRAINTS, [x], dtype=gl.float32, is_pure=True, pack=8)
+        elif EXP_POLY == 3:
+            y = gl.inline_asm_elementwise(_EXP2_ASM_3, _EXP2_CONSTRAINTS, [x], dtype=gl.float32, is_pure=True, pack=8)
+        else:
+            gl.static_assert(EXP_POLY == 4, "EXP_POLY: 0 to 4 of every 8 exponentials")
+            y = gl.inline_asm_elementwise(_EXP2_ASM_4, _EXP2_CONSTRAINTS, [x], dtype=gl.float32, is_pure=True, pack=8)
+        return y
+
+    @gluon.jit
     def _softmax(s, m_i, l_i, start_n, offs_m, offs_n, Nk, causal_off, win_off, qk_scale, masked,
-                 CAUSAL: gl.constexpr):
+                 CAUSAL: gl.constexpr, EXP_POLY: gl.constexpr = 0):
         """Online-softmax step on raw scores s (float32): (P̃ in float32, alpha, new m, new l).
         ``masked``: the block reaches past the diagonal (CAUSAL), before the window's left edge
-        (keys j < i + win_off; NO_WINDOW: none) or past the last key (element mask)."""
+        (keys j < i + win_off; NO_WINDOW: none) or past the last key (element mask). ``EXP_POLY``: of every 8
+        exponentials of an unmasked block, so many by a polynomial (``_exp2_mixed``); a masked block's, with its
+        −∞, all on the exponentials' unit."""
         if masked:
             cols = start_n + offs_n
             visible = (cols[None, :] < Nk) & (cols[None, :] >= offs_m[:, None] + win_off)
@@ -137,7 +223,7 @@ if HAVE_GLUON:
         else:
             m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
             m_use = m_new
-            p = gl.exp2(s * qk_scale - m_use[:, None])
+            p = _exp2_mixed(s * qk_scale - m_use[:, None], EXP_POLY)
         alpha = gl.exp2(m_i - m_use)
         l_i = l_i * alpha + gl.sum(p, 1)
         return p, alpha, m_new, l_i
@@ -374,7 +460,8 @@ if HAVE_GLUON:
     def _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                      b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale,
                      HALF: gl.constexpr, CAUSAL: gl.constexpr, ALIBI: gl.constexpr = False, slope2=0.0, alibi_off=0,
-                     it0=0, q_phase=0, q_empty=None, o_smem=None, q_base=0, O=None, stride_on=0):
+                     it0=0, q_phase=0, q_empty=None, o_smem=None, q_base=0, O=None, stride_on=0,
+                     EXP_POLY: gl.constexpr = 0):
         """One warp group: HALF_M query rows (half HALF of the block), the same schedule as the
         single-program kernel, releasing each K and V slot as soon as its wgmma has completed. Tile
         sizes come from the buffers' shapes (partitions take no constexpr arguments). ALIBI: the scores
@@ -437,7 +524,7 @@ if HAVE_GLUON:
                                                     (start0 < lo_full) | (start0 >= full), CAUSAL)
             else:
                 p, alpha, m_i, l_i = _softmax(s, m_i, l_i, start0, offs_m, offs_n, Nk, causal_off, win_off, qk_scale,
-                                              (start0 < lo_full) | (start0 >= full), CAUSAL)
+                                              (start0 < lo_full) | (start0 >= full), CAUSAL, EXP_POLY)
             p_op = gl.convert_layout(p.to(dtype), p_layout)
             for t in range(1, n_blocks):
                 u = it0 + t  # this block's use of the ring
@@ -460,7 +547,7 @@ if HAVE_GLUON:
                                                         (start_n < lo_full) | (start_n >= full), CAUSAL)
                 else:
                     p, alpha, m_i, l_i = _softmax(s, m_i, l_i, start_n, offs_m, offs_n, Nk, causal_off, win_off,
-                                                  qk_scale, (start_n < lo_full) | (start_n >= full), CAUSAL)
+                                                  qk_scale, (start_n < lo_full) | (start_n >= full), CAUSAL, EXP_POLY)
                 acc, p_op = warpgroup_mma_wait(0, deps=(acc_tok, p_op))
                 mbarrier.arrive(v_empty.index(prev), count=1)
                 acc = acc * gl.convert_layout(alpha, row_o)[:, None]
@@ -517,147 +604,154 @@ if HAVE_GLUON:
             _tma_store(desc_o, [b, h, row0, 0], o_tile)
 
     @gluon.jit
-    def _ws_consumer_0_causal(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+    def _ws_consumer_0_causal(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                               b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
-                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 0, True)
+                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 0, True,
+                     EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _ws_consumer_0_full(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+    def _ws_consumer_0_full(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                               b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
-                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 0, False)
+                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 0, False,
+                     EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _ws_consumer_1_causal(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+    def _ws_consumer_1_causal(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                               b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
-                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 1, True)
+                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 1, True,
+                     EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _ws_consumer_1_full(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+    def _ws_consumer_1_full(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                               b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
-                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 1, False)
+                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 1, False,
+                     EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _ws_consumer_2_causal(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+    def _ws_consumer_2_causal(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                               b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
-                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 2, True)
+                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 2, True,
+                     EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _ws_consumer_2_full(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+    def _ws_consumer_2_full(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                               b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
-                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 2, False)
+                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 2, False,
+                     EXP_POLY=EXP_POLY)
 
     # -- a packed batch's sequence: three more arguments (``_ws_consumer``'s q_base, O, stride_on)
 
     @gluon.jit
-    def _ws_consumer_0_causal_packed(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
+    def _ws_consumer_0_causal_packed(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
                                      v_empty, b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off,
                                      qk_scale, q_base, O, stride_on):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                      b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 0, True,
-                     q_base=q_base, O=O, stride_on=stride_on)
+                     q_base=q_base, O=O, stride_on=stride_on, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _ws_consumer_0_full_packed(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
+    def _ws_consumer_0_full_packed(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
                                      v_empty, b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off,
                                      qk_scale, q_base, O, stride_on):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                      b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 0, False,
-                     q_base=q_base, O=O, stride_on=stride_on)
+                     q_base=q_base, O=O, stride_on=stride_on, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _ws_consumer_1_causal_packed(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
+    def _ws_consumer_1_causal_packed(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
                                      v_empty, b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off,
                                      qk_scale, q_base, O, stride_on):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                      b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 1, True,
-                     q_base=q_base, O=O, stride_on=stride_on)
+                     q_base=q_base, O=O, stride_on=stride_on, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _ws_consumer_1_full_packed(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
+    def _ws_consumer_1_full_packed(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
                                      v_empty, b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off,
                                      qk_scale, q_base, O, stride_on):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                      b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 1, False,
-                     q_base=q_base, O=O, stride_on=stride_on)
+                     q_base=q_base, O=O, stride_on=stride_on, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _ws_consumer_2_causal_packed(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
+    def _ws_consumer_2_causal_packed(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
                                      v_empty, b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off,
                                      qk_scale, q_base, O, stride_on):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                      b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 2, True,
-                     q_base=q_base, O=O, stride_on=stride_on)
+                     q_base=q_base, O=O, stride_on=stride_on, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _ws_consumer_2_full_packed(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
+    def _ws_consumer_2_full_packed(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
                                      v_empty, b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off,
                                      qk_scale, q_base, O, stride_on):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                      b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 2, False,
-                     q_base=q_base, O=O, stride_on=stride_on)
+                     q_base=q_base, O=O, stride_on=stride_on, EXP_POLY=EXP_POLY)
 
     # -- the same with ALiBi: two more arguments, the slope in log2 units (slope2) and the bias's offset
 
     @gluon.jit
-    def _ws_consumer_0_causal_alibi(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+    def _ws_consumer_0_causal_alibi(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale,
                                     slope2, alibi_off):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                      b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 0, True, True,
-                     slope2, alibi_off)
+                     slope2, alibi_off, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _ws_consumer_0_full_alibi(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+    def _ws_consumer_0_full_alibi(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                                   b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale,
                                   slope2, alibi_off):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                      b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 0, False, True,
-                     slope2, alibi_off)
+                     slope2, alibi_off, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _ws_consumer_1_causal_alibi(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+    def _ws_consumer_1_causal_alibi(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale,
                                     slope2, alibi_off):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                      b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 1, True, True,
-                     slope2, alibi_off)
+                     slope2, alibi_off, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _ws_consumer_1_full_alibi(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+    def _ws_consumer_1_full_alibi(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                                   b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale,
                                   slope2, alibi_off):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                      b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 1, False, True,
-                     slope2, alibi_off)
+                     slope2, alibi_off, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _ws_consumer_2_causal_alibi(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+    def _ws_consumer_2_causal_alibi(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale,
                                     slope2, alibi_off):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                      b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 2, True, True,
-                     slope2, alibi_off)
+                     slope2, alibi_off, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _ws_consumer_2_full_alibi(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+    def _ws_consumer_2_full_alibi(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                                   b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale,
                                   slope2, alibi_off):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                      b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 2, False, True,
-                     slope2, alibi_off)
+                     slope2, alibi_off, EXP_POLY=EXP_POLY)
 
     @gluon.jit
     def _attn_fwd_gluon_ws(desc_q, desc_k, desc_v, desc_o, LSE, H, G, Nq, Nk, causal_off, win_off, qk_scale,
                            m_shift, chunk, HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                            STAGES: gl.constexpr, CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                            SLOPES=None, stride_sb=None, stride_sh=None, alibi_off=None, ALIBI: gl.constexpr = False,
-                           CU_Q=None, CU_K=None, O=None, stride_on=0, stride_oh=0, VARLEN: gl.constexpr = False):
+                           CU_Q=None, CU_K=None, O=None, stride_on=0, stride_oh=0, VARLEN: gl.constexpr = False,
+                           EXP_POLY: gl.constexpr = 0):
         """Grid (query blocks · chunk, B·H / chunk); BLOCK_M / 64 consumer warp groups (2 or 3) of 4 warps, 64
         query rows each, and one loader warp. Descriptors as ``_attn_fwd_gluon``'s, Q and O with blocks of 64 rows.
         The consumers share the K/V ring but wait only on barriers, never on each other, so one's
@@ -743,23 +837,27 @@ if HAVE_GLUON:
         if VARLEN:
             if NC == 3:
                 if CAUSAL:
-                    gl.warp_specialize([(_ws_consumer_0_causal_packed, packed_args),
-                                        (_ws_consumer_1_causal_packed, packed_args),
-                                        (_ws_consumer_2_causal_packed, packed_args), (_ws_loader, loader_args)],
+                    gl.warp_specialize([(_ws_consumer_0_causal_packed, (EXP_POLY,) + packed_args),
+                                        (_ws_consumer_1_causal_packed, (EXP_POLY,) + packed_args),
+                                        (_ws_consumer_2_causal_packed, (EXP_POLY,) + packed_args),
+                                        (_ws_loader, loader_args)],
                                        [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
                 else:
-                    gl.warp_specialize([(_ws_consumer_0_full_packed, packed_args),
-                                        (_ws_consumer_1_full_packed, packed_args),
-                                        (_ws_consumer_2_full_packed, packed_args), (_ws_loader, loader_args)],
+                    gl.warp_specialize([(_ws_consumer_0_full_packed, (EXP_POLY,) + packed_args),
+                                        (_ws_consumer_1_full_packed, (EXP_POLY,) + packed_args),
+                                        (_ws_consumer_2_full_packed, (EXP_POLY,) + packed_args),
+                                        (_ws_loader, loader_args)],
                                        [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
             else:
                 if CAUSAL:
-                    gl.warp_specialize([(_ws_consumer_0_causal_packed, packed_args),
-                                        (_ws_consumer_1_causal_packed, packed_args), (_ws_loader, loader_args)],
+                    gl.warp_specialize([(_ws_consumer_0_causal_packed, (EXP_POLY,) + packed_args),
+                                        (_ws_consumer_1_causal_packed, (EXP_POLY,) + packed_args),
+                                        (_ws_loader, loader_args)],
                                        [4, 1], [CONSUMER_REGS, 24])
                 else:
-                    gl.warp_specialize([(_ws_consumer_0_full_packed, packed_args),
-                                        (_ws_consumer_1_full_packed, packed_args), (_ws_loader, loader_args)],
+                    gl.warp_specialize([(_ws_consumer_0_full_packed, (EXP_POLY,) + packed_args),
+                                        (_ws_consumer_1_full_packed, (EXP_POLY,) + packed_args),
+                                        (_ws_loader, loader_args)],
                                        [4, 1], [CONSUMER_REGS, 24])
         elif ALIBI:
             slope2 = gl.load(SLOPES + b * stride_sb + h * stride_sh).to(gl.float32) * _LOG2E
@@ -768,39 +866,47 @@ if HAVE_GLUON:
                           slope2, alibi_off)
             if NC == 3:
                 if CAUSAL:
-                    gl.warp_specialize([(_ws_consumer_0_causal_alibi, alibi_args),
-                                        (_ws_consumer_1_causal_alibi, alibi_args),
-                                        (_ws_consumer_2_causal_alibi, alibi_args), (_ws_loader, loader_args)],
+                    gl.warp_specialize([(_ws_consumer_0_causal_alibi, (EXP_POLY,) + alibi_args),
+                                        (_ws_consumer_1_causal_alibi, (EXP_POLY,) + alibi_args),
+                                        (_ws_consumer_2_causal_alibi, (EXP_POLY,) + alibi_args),
+                                        (_ws_loader, loader_args)],
                                        [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
                 else:
-                    gl.warp_specialize([(_ws_consumer_0_full_alibi, alibi_args),
-                                        (_ws_consumer_1_full_alibi, alibi_args),
-                                        (_ws_consumer_2_full_alibi, alibi_args), (_ws_loader, loader_args)],
+                    gl.warp_specialize([(_ws_consumer_0_full_alibi, (EXP_POLY,) + alibi_args),
+                                        (_ws_consumer_1_full_alibi, (EXP_POLY,) + alibi_args),
+                                        (_ws_consumer_2_full_alibi, (EXP_POLY,) + alibi_args),
+                                        (_ws_loader, loader_args)],
                                        [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
             else:
                 if CAUSAL:
-                    gl.warp_specialize([(_ws_consumer_0_causal_alibi, alibi_args),
-                                        (_ws_consumer_1_causal_alibi, alibi_args), (_ws_loader, loader_args)],
+                    gl.warp_specialize([(_ws_consumer_0_causal_alibi, (EXP_POLY,) + alibi_args),
+                                        (_ws_consumer_1_causal_alibi, (EXP_POLY,) + alibi_args),
+                                        (_ws_loader, loader_args)],
                                        [4, 1], [CONSUMER_REGS, 24])
                 else:
-                    gl.warp_specialize([(_ws_consumer_0_full_alibi, alibi_args),
-                                        (_ws_consumer_1_full_alibi, alibi_args), (_ws_loader, loader_args)],
+                    gl.warp_specialize([(_ws_consumer_0_full_alibi, (EXP_POLY,) + alibi_args),
+                                        (_ws_consumer_1_full_alibi, (EXP_POLY,) + alibi_args),
+                                        (_ws_loader, loader_args)],
                                        [4, 1], [CONSUMER_REGS, 24])
         elif NC == 3:
             if CAUSAL:
-                gl.warp_specialize([(_ws_consumer_0_causal, consumer_args), (_ws_consumer_1_causal, consumer_args),
-                                    (_ws_consumer_2_causal, consumer_args), (_ws_loader, loader_args)],
+                gl.warp_specialize([(_ws_consumer_0_causal, (EXP_POLY,) + consumer_args),
+                                    (_ws_consumer_1_causal, (EXP_POLY,) + consumer_args),
+                                    (_ws_consumer_2_causal, (EXP_POLY,) + consumer_args), (_ws_loader, loader_args)],
                                    [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
             else:
-                gl.warp_specialize([(_ws_consumer_0_full, consumer_args), (_ws_consumer_1_full, consumer_args),
-                                    (_ws_consumer_2_full, consumer_args), (_ws_loader, loader_args)],
+                gl.warp_specialize([(_ws_consumer_0_full, (EXP_POLY,) + consumer_args),
+                                    (_ws_consumer_1_full, (EXP_POLY,) + consumer_args),
+                                    (_ws_consumer_2_full, (EXP_POLY,) + consumer_args), (_ws_loader, loader_args)],
                                    [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
         else:
             if CAUSAL:
-                gl.warp_specialize([(_ws_consumer_0_causal, consumer_args), (_ws_consumer_1_causal, consumer_args),
+                gl.warp_specialize([(_ws_consumer_0_causal, (EXP_POLY,) + consumer_args),
+                                    (_ws_consumer_1_causal, (EXP_POLY,) + consumer_args),
                                     (_ws_loader, loader_args)], [4, 1], [CONSUMER_REGS, 24])
             else:
-                gl.warp_specialize([(_ws_consumer_0_full, consumer_args), (_ws_consumer_1_full, consumer_args),
+                gl.warp_specialize([(_ws_consumer_0_full, (EXP_POLY,) + consumer_args),
+                                    (_ws_consumer_1_full, (EXP_POLY,) + consumer_args),
                                     (_ws_loader, loader_args)], [4, 1], [CONSUMER_REGS, 24])
 
     # -- persistent: one program per SM takes tiles in turn, the next tile's loads under this one's epilogue ----
@@ -889,7 +995,7 @@ if HAVE_GLUON:
     @gluon.jit
     def _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
                       v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift,
-                      HALF: gl.constexpr, CAUSAL: gl.constexpr):
+                      HALF: gl.constexpr, CAUSAL: gl.constexpr, EXP_POLY: gl.constexpr = 0):
         """``_ws_consumer`` for every tile of a persistent program (the loader's), counting the ring's uses
         across tiles."""
         HALF_M: gl.constexpr = q_smem.shape[3]
@@ -905,52 +1011,58 @@ if HAVE_GLUON:
                                                                     m_shift, NC * HALF_M, BLOCK_N, CAUSAL)
                 _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                              b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, HALF, CAUSAL,
-                             False, 0.0, 0, it, ti & 1, q_empty, o_smem)
+                             False, 0.0, 0, it, ti & 1, q_empty, o_smem, EXP_POLY=EXP_POLY)
                 it += n_blocks
                 ti += 1
         tma.store_wait(0)
 
     @gluon.jit
-    def _wsp_consumer_0_causal(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wsp_consumer_0_causal(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
                              n_turns, m_shift):
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
-                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 0, True)
+                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 0, True,
+                      EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wsp_consumer_0_full(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wsp_consumer_0_full(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                              k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
                              n_turns, m_shift):
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
-                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 0, False)
+                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 0, False,
+                      EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wsp_consumer_1_causal(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wsp_consumer_1_causal(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
                              n_turns, m_shift):
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
-                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 1, True)
+                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 1, True,
+                      EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wsp_consumer_1_full(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wsp_consumer_1_full(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                              k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
                              n_turns, m_shift):
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
-                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 1, False)
+                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 1, False,
+                      EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wsp_consumer_2_causal(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wsp_consumer_2_causal(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
                              n_turns, m_shift):
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
-                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 2, True)
+                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 2, True,
+                      EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wsp_consumer_2_full(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wsp_consumer_2_full(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                              k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
                              n_turns, m_shift):
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
-                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 2, False)
+                      H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift, 2, False,
+                      EXP_POLY=EXP_POLY)
 
     # -- the persistent kernel for a packed batch: tiles dealt in turns, each program's found in the kernel -------
 
@@ -1030,7 +1142,8 @@ if HAVE_GLUON:
     @gluon.jit
     def _wspv_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
                        v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns, CU_Q, CU_K, O,
-                       stride_on, stride_oh, HALF: gl.constexpr, CAUSAL: gl.constexpr):
+                       stride_on, stride_oh, HALF: gl.constexpr, CAUSAL: gl.constexpr,
+                       EXP_POLY: gl.constexpr = 0):
         """``_wsp_consumer`` over a packed batch's tiles (the loader's): each tile's LSE and O from its sequence's
         first row (``LSE`` (H, total_q), ``O`` the output, row stride ``stride_on``, head stride ``stride_oh``)."""
         HALF_M: gl.constexpr = q_smem.shape[3]
@@ -1048,58 +1161,59 @@ if HAVE_GLUON:
                 _ws_consumer(desc_o, LSE + (h.to(gl.int64) * Nq + q_base), q_smem, k_smem, v_smem, q_bars, k_ready,
                              v_ready, k_empty, v_empty, 0, h, 0, start_m, lo_blk, n_blocks, n_q, n_k, c_off, w_off,
                              qk_scale, HALF, CAUSAL, False, 0.0, 0, it, ti & 1, q_empty, o_smem, q_base,
-                             O + q_base.to(gl.int64) * stride_on + h.to(gl.int64) * stride_oh, stride_on)
+                             O + q_base.to(gl.int64) * stride_on + h.to(gl.int64) * stride_oh, stride_on,
+                             EXP_POLY=EXP_POLY)
                 it += n_blocks
                 ti += 1
         tma.store_wait(0)
 
     @gluon.jit
-    def _wspv_consumer_0_causal(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wspv_consumer_0_causal(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                  k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns,
                                  CU_Q, CU_K, O, stride_on, stride_oh):
         _wspv_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
                        v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns, CU_Q, CU_K, O,
-                       stride_on, stride_oh, 0, True)
+                       stride_on, stride_oh, 0, True, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wspv_consumer_0_full(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wspv_consumer_0_full(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                  k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns,
                                  CU_Q, CU_K, O, stride_on, stride_oh):
         _wspv_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
                        v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns, CU_Q, CU_K, O,
-                       stride_on, stride_oh, 0, False)
+                       stride_on, stride_oh, 0, False, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wspv_consumer_1_causal(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wspv_consumer_1_causal(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                  k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns,
                                  CU_Q, CU_K, O, stride_on, stride_oh):
         _wspv_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
                        v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns, CU_Q, CU_K, O,
-                       stride_on, stride_oh, 1, True)
+                       stride_on, stride_oh, 1, True, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wspv_consumer_1_full(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wspv_consumer_1_full(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                  k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns,
                                  CU_Q, CU_K, O, stride_on, stride_oh):
         _wspv_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
                        v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns, CU_Q, CU_K, O,
-                       stride_on, stride_oh, 1, False)
+                       stride_on, stride_oh, 1, False, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wspv_consumer_2_causal(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wspv_consumer_2_causal(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                  k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns,
                                  CU_Q, CU_K, O, stride_on, stride_oh):
         _wspv_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
                        v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns, CU_Q, CU_K, O,
-                       stride_on, stride_oh, 2, True)
+                       stride_on, stride_oh, 2, True, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wspv_consumer_2_full(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wspv_consumer_2_full(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                  k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns,
                                  CU_Q, CU_K, O, stride_on, stride_oh):
         _wspv_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
                        v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns, CU_Q, CU_K, O,
-                       stride_on, stride_oh, 2, False)
+                       stride_on, stride_oh, 2, False, EXP_POLY=EXP_POLY)
 
     # -- the persistent kernel with tiles taken from a counter (dynamic): the GPU's own balance, the persistent overlap
 
@@ -1166,7 +1280,7 @@ if HAVE_GLUON:
     def _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
                        v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED, m_shift,
                        CU_Q, CU_K, O, stride_on, stride_oh, HALF: gl.constexpr, CAUSAL: gl.constexpr,
-                       VARLEN: gl.constexpr):
+                       VARLEN: gl.constexpr, EXP_POLY: gl.constexpr = 0):
         """``_wsp_consumer`` / ``_wspv_consumer`` over the tiles the loader hands on (``_wspd_loader``)."""
         HALF_M: gl.constexpr = q_smem.shape[3]
         NC: gl.constexpr = q_smem.shape[0]
@@ -1181,42 +1295,43 @@ if HAVE_GLUON:
                 _ws_consumer(desc_o, LSE + (h.to(gl.int64) * Nq + q_base), q_smem, k_smem, v_smem, q_bars, k_ready,
                              v_ready, k_empty, v_empty, 0, h, 0, start_m, lo_blk, n_blocks, n_q, n_k, c_off, w_off,
                              qk_scale, HALF, CAUSAL, False, 0.0, 0, it, ti & 1, q_empty, o_smem, q_base,
-                             O + q_base.to(gl.int64) * stride_on + h.to(gl.int64) * stride_oh, stride_on)
+                             O + q_base.to(gl.int64) * stride_on + h.to(gl.int64) * stride_oh, stride_on,
+                             EXP_POLY=EXP_POLY)
             else:
                 b, h, bh, hk, start_m, lo_blk, n_blocks = _wsp_tile(gl.load(SCHED + ticket), n_m, H, G, Nk,
                                                                     causal_off, win_off, m_shift, NC * HALF_M,
                                                                     BLOCK_N, CAUSAL)
                 _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                              b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, HALF, CAUSAL,
-                             False, 0.0, 0, it, ti & 1, q_empty, o_smem)
+                             False, 0.0, 0, it, ti & 1, q_empty, o_smem, EXP_POLY=EXP_POLY)
             it += n_blocks
             ti += 1
             ticket = _wspd_take(ids, id_ready, ti)
         tma.store_wait(0)
 
     @gluon.jit
-    def _wspd_consumer_0_causal(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+    def _wspd_consumer_0_causal(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
                                 v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED,
                                 m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
         _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
                        ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED, m_shift, CU_Q,
-                       CU_K, O, stride_on, stride_oh, 0, True, False)
+                       CU_K, O, stride_on, stride_oh, 0, True, False, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wspd_consumer_1_causal(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+    def _wspd_consumer_1_causal(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
                                 v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED,
                                 m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
         _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
                        ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED, m_shift, CU_Q,
-                       CU_K, O, stride_on, stride_oh, 1, True, False)
+                       CU_K, O, stride_on, stride_oh, 1, True, False, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wspd_consumer_2_causal(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+    def _wspd_consumer_2_causal(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
                                 v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED,
                                 m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
         _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
                        ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED, m_shift, CU_Q,
-                       CU_K, O, stride_on, stride_oh, 2, True, False)
+                       CU_K, O, stride_on, stride_oh, 2, True, False, EXP_POLY=EXP_POLY)
 
     @gluon.jit
     def _wspd_loader_causal(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
@@ -1227,28 +1342,28 @@ if HAVE_GLUON:
                      CU_Q, CU_K, COUNTER, True, False)
 
     @gluon.jit
-    def _wspd_consumer_0_full(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+    def _wspd_consumer_0_full(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
                               v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED,
                               m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
         _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
                        ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED, m_shift, CU_Q,
-                       CU_K, O, stride_on, stride_oh, 0, False, False)
+                       CU_K, O, stride_on, stride_oh, 0, False, False, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wspd_consumer_1_full(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+    def _wspd_consumer_1_full(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
                               v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED,
                               m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
         _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
                        ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED, m_shift, CU_Q,
-                       CU_K, O, stride_on, stride_oh, 1, False, False)
+                       CU_K, O, stride_on, stride_oh, 1, False, False, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wspd_consumer_2_full(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+    def _wspd_consumer_2_full(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
                               v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED,
                               m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
         _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
                        ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED, m_shift, CU_Q,
-                       CU_K, O, stride_on, stride_oh, 2, False, False)
+                       CU_K, O, stride_on, stride_oh, 2, False, False, EXP_POLY=EXP_POLY)
 
     @gluon.jit
     def _wspd_loader_full(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
@@ -1259,28 +1374,28 @@ if HAVE_GLUON:
                      CU_Q, CU_K, COUNTER, False, False)
 
     @gluon.jit
-    def _wspd_consumer_0_causal_packed(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wspd_consumer_0_causal_packed(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                        k_empty, v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale,
                                        n_m, n_bh, SCHED, m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
         _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
                        ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED, m_shift, CU_Q,
-                       CU_K, O, stride_on, stride_oh, 0, True, True)
+                       CU_K, O, stride_on, stride_oh, 0, True, True, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wspd_consumer_1_causal_packed(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wspd_consumer_1_causal_packed(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                        k_empty, v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale,
                                        n_m, n_bh, SCHED, m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
         _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
                        ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED, m_shift, CU_Q,
-                       CU_K, O, stride_on, stride_oh, 1, True, True)
+                       CU_K, O, stride_on, stride_oh, 1, True, True, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wspd_consumer_2_causal_packed(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wspd_consumer_2_causal_packed(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                        k_empty, v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale,
                                        n_m, n_bh, SCHED, m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
         _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
                        ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED, m_shift, CU_Q,
-                       CU_K, O, stride_on, stride_oh, 2, True, True)
+                       CU_K, O, stride_on, stride_oh, 2, True, True, EXP_POLY=EXP_POLY)
 
     @gluon.jit
     def _wspd_loader_causal_packed(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
@@ -1291,28 +1406,28 @@ if HAVE_GLUON:
                      CU_Q, CU_K, COUNTER, True, True)
 
     @gluon.jit
-    def _wspd_consumer_0_full_packed(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wspd_consumer_0_full_packed(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                      k_empty, v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m,
                                      n_bh, SCHED, m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
         _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
                        ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED, m_shift, CU_Q,
-                       CU_K, O, stride_on, stride_oh, 0, False, True)
+                       CU_K, O, stride_on, stride_oh, 0, False, True, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wspd_consumer_1_full_packed(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wspd_consumer_1_full_packed(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                      k_empty, v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m,
                                      n_bh, SCHED, m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
         _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
                        ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED, m_shift, CU_Q,
-                       CU_K, O, stride_on, stride_oh, 1, False, True)
+                       CU_K, O, stride_on, stride_oh, 1, False, True, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wspd_consumer_2_full_packed(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wspd_consumer_2_full_packed(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                      k_empty, v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m,
                                      n_bh, SCHED, m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
         _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
                        ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED, m_shift, CU_Q,
-                       CU_K, O, stride_on, stride_oh, 2, False, True)
+                       CU_K, O, stride_on, stride_oh, 2, False, True, EXP_POLY=EXP_POLY)
 
     @gluon.jit
     def _wspd_loader_full_packed(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
@@ -1325,40 +1440,51 @@ if HAVE_GLUON:
     @gluon.jit
     def _wspd_specialize(dyn_c, dyn_l, NC: gl.constexpr, CAUSAL: gl.constexpr, VARLEN: gl.constexpr,
                          CONSUMER_REGS: gl.constexpr):
-        """``gl.warp_specialize`` of the dynamic persistent kernel's partitions for NC consumer warp groups."""
+        """``gl.warp_specialize`` of the dynamic persistent kernel's partitions for NC consumer warp groups
+        (``dyn_c`` begins with the consumers' EXP_POLY)."""
         if VARLEN:
             if CAUSAL:
                 if NC == 3:
-                    gl.warp_specialize([(_wspd_consumer_0_causal_packed, dyn_c), (_wspd_consumer_1_causal_packed, dyn_c),
-                                        (_wspd_consumer_2_causal_packed, dyn_c), (_wspd_loader_causal_packed, dyn_l)],
+                    gl.warp_specialize([(_wspd_consumer_0_causal_packed, dyn_c),
+                                        (_wspd_consumer_1_causal_packed, dyn_c),
+                                        (_wspd_consumer_2_causal_packed, dyn_c),
+                                        (_wspd_loader_causal_packed, dyn_l)],
                                        [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
                 else:
-                    gl.warp_specialize([(_wspd_consumer_0_causal_packed, dyn_c), (_wspd_consumer_1_causal_packed, dyn_c),
+                    gl.warp_specialize([(_wspd_consumer_0_causal_packed, dyn_c),
+                                        (_wspd_consumer_1_causal_packed, dyn_c),
                                         (_wspd_loader_causal_packed, dyn_l)], [4, 1], [CONSUMER_REGS, 24])
             else:
                 if NC == 3:
-                    gl.warp_specialize([(_wspd_consumer_0_full_packed, dyn_c), (_wspd_consumer_1_full_packed, dyn_c),
-                                        (_wspd_consumer_2_full_packed, dyn_c), (_wspd_loader_full_packed, dyn_l)],
+                    gl.warp_specialize([(_wspd_consumer_0_full_packed, dyn_c),
+                                        (_wspd_consumer_1_full_packed, dyn_c),
+                                        (_wspd_consumer_2_full_packed, dyn_c),
+                                        (_wspd_loader_full_packed, dyn_l)],
                                        [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
                 else:
-                    gl.warp_specialize([(_wspd_consumer_0_full_packed, dyn_c), (_wspd_consumer_1_full_packed, dyn_c),
+                    gl.warp_specialize([(_wspd_consumer_0_full_packed, dyn_c),
+                                        (_wspd_consumer_1_full_packed, dyn_c),
                                         (_wspd_loader_full_packed, dyn_l)], [4, 1], [CONSUMER_REGS, 24])
         else:
             if CAUSAL:
                 if NC == 3:
-                    gl.warp_specialize([(_wspd_consumer_0_causal, dyn_c), (_wspd_consumer_1_causal, dyn_c),
+                    gl.warp_specialize([(_wspd_consumer_0_causal, dyn_c),
+                                        (_wspd_consumer_1_causal, dyn_c),
                                         (_wspd_consumer_2_causal, dyn_c), (_wspd_loader_causal, dyn_l)],
                                        [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
                 else:
-                    gl.warp_specialize([(_wspd_consumer_0_causal, dyn_c), (_wspd_consumer_1_causal, dyn_c),
+                    gl.warp_specialize([(_wspd_consumer_0_causal, dyn_c),
+                                        (_wspd_consumer_1_causal, dyn_c),
                                         (_wspd_loader_causal, dyn_l)], [4, 1], [CONSUMER_REGS, 24])
             else:
                 if NC == 3:
-                    gl.warp_specialize([(_wspd_consumer_0_full, dyn_c), (_wspd_consumer_1_full, dyn_c),
+                    gl.warp_specialize([(_wspd_consumer_0_full, dyn_c),
+                                        (_wspd_consumer_1_full, dyn_c),
                                         (_wspd_consumer_2_full, dyn_c), (_wspd_loader_full, dyn_l)],
                                        [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
                 else:
-                    gl.warp_specialize([(_wspd_consumer_0_full, dyn_c), (_wspd_consumer_1_full, dyn_c),
+                    gl.warp_specialize([(_wspd_consumer_0_full, dyn_c),
+                                        (_wspd_consumer_1_full, dyn_c),
                                         (_wspd_loader_full, dyn_l)], [4, 1], [CONSUMER_REGS, 24])
 
     @gluon.jit
@@ -1367,7 +1493,7 @@ if HAVE_GLUON:
                             BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                             CONSUMER_REGS: gl.constexpr, CU_Q=None, CU_K=None, O=None, stride_on=0, stride_oh=0,
                             n_bh=0, VARLEN: gl.constexpr = False, COUNTER=None, n_tiles=0,
-                            DYNAMIC: gl.constexpr = False):
+                            DYNAMIC: gl.constexpr = False, EXP_POLY: gl.constexpr = 0):
         """``_attn_fwd_gluon_ws`` as a persistent kernel (no ALiBi): a grid of at most one program per SM, program
         p taking the tiles of row p of the schedule SCHED (int32, ``n_turns`` a row, −1 past a program's last
         tile; tile = (b·H + h)·``n_m`` + query block; ``persistent_schedule`` makes it). The K/V ring runs on
@@ -1407,13 +1533,14 @@ if HAVE_GLUON:
             id_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
             for i in gl.static_range(2):
                 mbarrier.init(id_ready.index(i), count=1)
-            dyn_c = (desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
-                     ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED, m_shift, CU_Q, CU_K,
-                     O, stride_on, stride_oh)
             dyn_l = (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
                      v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, n_m, n_bh, n_tiles, SCHED, m_shift,
                      CU_Q, CU_K, COUNTER)
-            _wspd_specialize(dyn_c, dyn_l, NC, CAUSAL, VARLEN, CONSUMER_REGS)
+            # (the consumers' tuple written out here: an assigned tuple's constexprs become run-time values)
+            _wspd_specialize((EXP_POLY, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+                              k_empty, v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh,
+                              SCHED, m_shift, CU_Q, CU_K, O, stride_on, stride_oh), dyn_l, NC, CAUSAL, VARLEN,
+                             CONSUMER_REGS)
             return
         consumer_args = (desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
                          v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED, n_turns, m_shift)
@@ -1427,36 +1554,47 @@ if HAVE_GLUON:
                              k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, n_m, n_bh, n_turns, CU_Q, CU_K)
             if NC == 3:
                 if CAUSAL:
-                    gl.warp_specialize([(_wspv_consumer_0_causal, packed_args), (_wspv_consumer_1_causal, packed_args),
-                                        (_wspv_consumer_2_causal, packed_args),
+                    gl.warp_specialize([(_wspv_consumer_0_causal, (EXP_POLY,) + packed_args),
+                                        (_wspv_consumer_1_causal, (EXP_POLY,) + packed_args),
+                                        (_wspv_consumer_2_causal, (EXP_POLY,) + packed_args),
                                         (_wspv_loader_causal, packed_loader)],
                                        [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
                 else:
-                    gl.warp_specialize([(_wspv_consumer_0_full, packed_args), (_wspv_consumer_1_full, packed_args),
-                                        (_wspv_consumer_2_full, packed_args), (_wspv_loader_full, packed_loader)],
+                    gl.warp_specialize([(_wspv_consumer_0_full, (EXP_POLY,) + packed_args),
+                                        (_wspv_consumer_1_full, (EXP_POLY,) + packed_args),
+                                        (_wspv_consumer_2_full, (EXP_POLY,) + packed_args),
+                                        (_wspv_loader_full, packed_loader)],
                                        [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
             else:
                 if CAUSAL:
-                    gl.warp_specialize([(_wspv_consumer_0_causal, packed_args), (_wspv_consumer_1_causal, packed_args),
+                    gl.warp_specialize([(_wspv_consumer_0_causal, (EXP_POLY,) + packed_args),
+                                        (_wspv_consumer_1_causal, (EXP_POLY,) + packed_args),
                                         (_wspv_loader_causal, packed_loader)], [4, 1], [CONSUMER_REGS, 24])
                 else:
-                    gl.warp_specialize([(_wspv_consumer_0_full, packed_args), (_wspv_consumer_1_full, packed_args),
+                    gl.warp_specialize([(_wspv_consumer_0_full, (EXP_POLY,) + packed_args),
+                                        (_wspv_consumer_1_full, (EXP_POLY,) + packed_args),
                                         (_wspv_loader_full, packed_loader)], [4, 1], [CONSUMER_REGS, 24])
         elif NC == 3:
             if CAUSAL:
-                gl.warp_specialize([(_wsp_consumer_0_causal, consumer_args), (_wsp_consumer_1_causal, consumer_args),
-                                    (_wsp_consumer_2_causal, consumer_args), (_wsp_loader_causal, loader_args)],
+                gl.warp_specialize([(_wsp_consumer_0_causal, (EXP_POLY,) + consumer_args),
+                                    (_wsp_consumer_1_causal, (EXP_POLY,) + consumer_args),
+                                    (_wsp_consumer_2_causal, (EXP_POLY,) + consumer_args),
+                                    (_wsp_loader_causal, loader_args)],
                                    [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
             else:
-                gl.warp_specialize([(_wsp_consumer_0_full, consumer_args), (_wsp_consumer_1_full, consumer_args),
-                                    (_wsp_consumer_2_full, consumer_args), (_wsp_loader_full, loader_args)],
+                gl.warp_specialize([(_wsp_consumer_0_full, (EXP_POLY,) + consumer_args),
+                                    (_wsp_consumer_1_full, (EXP_POLY,) + consumer_args),
+                                    (_wsp_consumer_2_full, (EXP_POLY,) + consumer_args),
+                                    (_wsp_loader_full, loader_args)],
                                    [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
         else:
             if CAUSAL:
-                gl.warp_specialize([(_wsp_consumer_0_causal, consumer_args), (_wsp_consumer_1_causal, consumer_args),
+                gl.warp_specialize([(_wsp_consumer_0_causal, (EXP_POLY,) + consumer_args),
+                                    (_wsp_consumer_1_causal, (EXP_POLY,) + consumer_args),
                                     (_wsp_loader_causal, loader_args)], [4, 1], [CONSUMER_REGS, 24])
             else:
-                gl.warp_specialize([(_wsp_consumer_0_full, consumer_args), (_wsp_consumer_1_full, consumer_args),
+                gl.warp_specialize([(_wsp_consumer_0_full, (EXP_POLY,) + consumer_args),
+                                    (_wsp_consumer_1_full, (EXP_POLY,) + consumer_args),
                                     (_wsp_loader_full, loader_args)], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -1634,7 +1772,7 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
                   num_warps: int = 8, warp_spec: bool = False, win_off: int | None = None,
                   slopes: torch.Tensor | None = None, persistent: bool = False, head_chunk: int = 1,
                   part_first: bool = False, cu_seqlens: tuple[torch.Tensor, torch.Tensor] | None = None,
-                  max_seqlen_q: int = 0, dynamic: bool = False) -> None:
+                  max_seqlen_q: int = 0, dynamic: bool = False, exp_poly: int | None = None) -> None:
     """Run the Gluon forward: q (B, H, Nq, D), k/v (B, Hkv, Nk, D), out like q, lse (B, H, Nq) float32,
     written in place. ``causal_off`` None: no right edge; else row i sees keys j <= i + causal_off.
     ``win_off`` None: no left edge; else row i sees keys j >= i + win_off (a sliding window; the
@@ -1651,8 +1789,9 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     ``cu_seqlens`` = (cu_q, cu_k), int32 (B + 1,) on q's device: a packed batch (the warp-specialised kernel, grid
     or persistent, no ALiBi), q (total_q, H, D), k/v (total_k, Hkv, D), out like q, lse (H, total_q); ``causal_off`` and
     ``win_off`` as for a sequence with as many keys as rows (each sequence adds its own Nk − Nq) and
-    ``max_seqlen_q`` at least its longest query sequence. No input checks (the public entry points and
-    ``gluon_supported`` do them)."""
+    ``max_seqlen_q`` at least its longest query sequence. ``exp_poly``: of every 8 exponentials of an unmasked key
+    block, so many (0–4) by a polynomial (the warp-specialised kernels; None: ``EXP_POLY`` for the head dim). No
+    input checks (the public entry points and ``gluon_supported`` do them)."""
     _check_tiles(block_m, block_n, stages, num_warps, warp_spec)
     if cu_seqlens is not None and (not warp_spec or slopes is not None):
         raise ValueError("a packed batch takes the warp-specialised Gluon forward, without ALiBi")
@@ -1664,9 +1803,12 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         raise ValueError("dynamic tiles are the persistent Gluon forward's (persistent=True)")
     if not (isinstance(head_chunk, int) and head_chunk >= 0):
         raise ValueError(f"head_chunk must be an int >= 0 (0: auto_head_chunk), got {head_chunk!r}")
+    exp_poly = exp_poly_for(q.shape[-1]) if exp_poly is None else exp_poly
+    if not isinstance(exp_poly, int) or isinstance(exp_poly, bool) or not 0 <= exp_poly <= 4:
+        raise ValueError(f"exp_poly must be 0 to 4 (of every 8 exponentials), got {exp_poly!r}")
     if cu_seqlens is not None:
         return _packed_forward(q, k, v, out, lse, causal_off, win_off, scale, block_m, block_n, stages, num_warps,
-                               cu_seqlens, max_seqlen_q, persistent, dynamic)
+                               cu_seqlens, max_seqlen_q, persistent, dynamic, exp_poly)
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     if head_chunk == 0:
@@ -1683,6 +1825,8 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     args = (desc(q, q_rows), desc(k, block_n), desc(v, block_n), desc(out, q_rows), lse,
             H, H // Hkv, Nq, Nk, causal_off if causal else 0, scale * LOG2E)
     const = dict(HEAD_D=D, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal)
+    if warp_spec:
+        const |= dict(EXP_POLY=exp_poly)
     if slopes is not None:  # (H,) is (B, H) with a batch stride of 0; without slopes the ALiBi arguments are None
         stride_sb, stride_sh = (0, slopes.stride(0)) if slopes.dim() == 1 else slopes.stride()
         const |= dict(ALIBI=True)
@@ -1720,8 +1864,13 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     else:
         _attn_fwd_gluon[grid](*args, **args_alibi, **const, num_warps=num_warps)
 
+def exp_poly_for(head_dim: int) -> int:
+    """``EXP_POLY``'s entry for this head dim (0 where it has none)."""
+    return EXP_POLY.get(head_dim, 0)
+
+
 def _packed_forward(q, k, v, out, lse, causal_off, win_off, scale, block_m, block_n, stages, num_warps, cu_seqlens,
-                    max_seqlen_q, persistent, dynamic=False) -> None:
+                    max_seqlen_q, persistent, dynamic=False, exp_poly=0) -> None:
     """``gluon_forward`` of a packed batch (its arguments): the grid kernel, or the persistent one (at most a
     program per SM, the tiles dealt in turns by ``_wspv_tile``, or with ``dynamic`` taken from a counter in
     ``_wspv_tile_t``'s numbering; the grid kernel while a CUDA graph is captured before the counter is made)."""
@@ -1743,7 +1892,8 @@ def _packed_forward(q, k, v, out, lse, causal_off, win_off, scale, block_m, bloc
     args = (desc(q, 64), desc(k, block_n), desc(v, block_n), desc(out, 64), lse, H, H // Hkv, Nq, Nk,
             causal_off if causal else 0, NO_WINDOW if win_off is None else win_off, scale * LOG2E)
     const = dict(CU_Q=cu_q, CU_K=cu_k, O=out, stride_on=out.stride(0), stride_oh=out.stride(1), VARLEN=True, HEAD_D=D,
-                 BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal, CONSUMER_REGS=consumer_regs(block_m))
+                 BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal, CONSUMER_REGS=consumer_regs(block_m),
+                 EXP_POLY=exp_poly)
     counter = tile_counter(q.device) if persistent and dynamic else None
     if persistent and (counter is not None or not dynamic):
         from .decode_config import _device_sms
@@ -1762,14 +1912,16 @@ def _packed_forward(q, k, v, out, lse, causal_off, win_off, scale, block_m, bloc
 
 def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: int = 128, stages: int = 2,
                  num_warps: int = 8, dtype: torch.dtype = torch.bfloat16, warp_spec: bool = False,
-                 alibi: bool = False, persistent: bool = False, packed: bool = False, dynamic: bool = False):
+                 alibi: bool = False, persistent: bool = False, packed: bool = False, dynamic: bool = False,
+                 exp_poly: int = 0):
     """Build the Gluon forward for Hopper (sm_90) on any machine, GPU or not (Triton's own ptxas): the
     compiled kernel, whose ``asm`` holds the PTX and cubin and ``metadata`` the shared memory. What the
     CPU tests and ``benchmarks/prefill.py aot`` read: registers, spills, and the wgmma waits. ``alibi``:
     the ALiBi build (float32 slopes, run-time strides); without it the ALiBi arguments are None.
     ``persistent``: the persistent warp-specialised kernel (``_attn_fwd_gluon_wsp``; no ALiBi). ``packed``: the
     packed-batch build of either warp-specialised kernel (no ALiBi). ``dynamic``: the persistent kernel taking its
-    tiles from a counter (``DYNAMIC``)."""
+    tiles from a counter (``DYNAMIC``). ``exp_poly``: of every 8 exponentials of an unmasked key block, so many
+    by a polynomial (``EXP_POLY``; the warp-specialised kernels)."""
     if not HAVE_GLUON:
         raise RuntimeError("this triton has no Gluon (triton >= 3.5 needed)")
     import triton
@@ -1788,7 +1940,7 @@ def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: in
     if persistent and (not warp_spec or alibi):
         raise ValueError("the persistent Gluon forward is the warp-specialised kernel without ALiBi")
     fn = _attn_fwd_gluon_wsp if persistent else _attn_fwd_gluon_ws if warp_spec else _attn_fwd_gluon
-    const |= dict(CONSUMER_REGS=consumer_regs(block_m)) if warp_spec else dict(num_warps=num_warps)
+    const |= dict(CONSUMER_REGS=consumer_regs(block_m), EXP_POLY=exp_poly) if warp_spec else dict(num_warps=num_warps)
     if packed and (not warp_spec or alibi):
         raise ValueError("the packed Gluon forward is the warp-specialised kernel without ALiBi")
     if not persistent:
@@ -1815,21 +1967,23 @@ def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: in
 
 def sm90_report(head_dim: int, *, causal: bool, block_m: int = 128, block_n: int = 128, stages: int = 2,
                 num_warps: int = 8, dtype: torch.dtype = torch.bfloat16, warp_spec: bool = False,
-                alibi: bool = False, persistent: bool = False, packed: bool = False, dynamic: bool = False) -> dict:
+                alibi: bool = False, persistent: bool = False, packed: bool = False, dynamic: bool = False,
+                exp_poly: int = 0) -> dict:
     """What the compiler made of one sm_90 build (``compile_sm90``): shared memory (KB), registers and
     spill stack per thread (from the cubin, where Triton ships cuobjdump), and the PTX's wgmma waits
     (``wait_groups``: the distinct N of ``wgmma.wait_group N``; 1 is the wait that leaves P·V in flight).
     Needs a process without TRITON_INTERPRET (the interpreter replaces the jit functions Gluon calls)."""
     kernel = compile_sm90(head_dim, causal=causal, block_m=block_m, block_n=block_n, stages=stages,
                           num_warps=num_warps, dtype=dtype, warp_spec=warp_spec, alibi=alibi, persistent=persistent,
-                          packed=packed, dynamic=dynamic)
+                          packed=packed, dynamic=dynamic, exp_poly=exp_poly)
     return kernel_report(kernel)
 
 
 def kernel_report(kernel) -> dict:
     """Shared memory (KB), setmaxnreg values, wgmma waits and counts, TMA loads, float32 global atomics
     (``atomics``), the integer atomics of a tile counter (``tile_atomics``: add and exchange), TMA bulk reductions (``tma_reduces``), shared-memory store instructions by width
-    (``shared_stores``, e.g. ``{"v4.b32": 32}``) and global loads (``global_loads``) of a compiled sm_90 kernel, with registers and spill stack
+    (``shared_stores``, e.g. ``{"v4.b32": 32}``), global loads (``global_loads``), ``ex2.approx`` instructions
+    (``exponentials``) and ``exp2_poly_asm``'s polynomial exponentials (``poly_exponentials``) of a compiled sm_90 kernel, with registers and spill stack
     per thread from its cubin where Triton ships cuobjdump."""
     import re
     import subprocess
@@ -1849,7 +2003,9 @@ def kernel_report(kernel) -> dict:
                tile_atomics=len(re.findall(r"atom\.global\S*\.(?:add\.u32|exch\.b32)", ptx)),
                tma_reduces=len(re.findall(r"cp\.reduce\.async\.bulk\.tensor", ptx)),
                shared_stores=dict(sorted(Counter(re.findall(r"st\.shared\.([\w.]+)", ptx)).items())),
-               global_loads=len(re.findall(r"ld\.global", ptx)))
+               global_loads=len(re.findall(r"ld\.global", ptx)),
+               exponentials=len(re.findall(r"ex2\.approx", ptx)),
+               poly_exponentials=len(re.findall(r"mad\.lo\.u32\s+\S+,\s*\S+,\s*8388608,", ptx)))
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     if tool.exists():
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
