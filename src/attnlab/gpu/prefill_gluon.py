@@ -94,7 +94,10 @@ PACKED = True
 # the FMA pipe (``exp2_poly_asm``) instead of the exponentials' unit, by head dim. At D = 64 a key block's products
 # are half of D = 128's for the same scores, and a profile of the window forward put the exponentials (22 % of its
 # stall samples, most waiting on their unit or their operands) between the tensor cores and more work
-# (benchmarks/NOTES-prefill.md v27). Built and its sm_90 builds checked on the CPU; not yet timed: 0 (off) for both
+# (benchmarks/NOTES-prefill.md v27). Measured (H200, benchmarks/exp_poly.py run 2, every split against none in the
+# same rounds): slower on every row, the D = 64 window forward 0.933x at 1 in 8 and 0.799x at 4, the dense D = 64 rows
+# 0.907-0.963x at 1, D = 128 0.98-1.01x at 1: each polynomial puts seven instructions where one went, and the consumers
+# pay for the issue slots more than the exponentials' unit saves. 0 (off) for both
 EXP_POLY = {64: 0, 128: 0}
 NO_WINDOW = -(1 << 30)  # win_off of a call without a left edge: every key is right of it
 
