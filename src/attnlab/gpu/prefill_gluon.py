@@ -122,13 +122,13 @@ def exp2_poly_asm(n_poly: int) -> str:
     """The PTX of ``_exp2_mixed``'s inline assembly: 8 float32 exponents in ($8–$15), their powers of 2 out
     ($0–$7), ``n_poly`` (1–4) of them computed on the FMA pipe, the rest by ``ex2.approx.ftz.f32`` (what
     ``gl.exp2`` lowers to: without ``.ftz``, ptxas wraps each in a denormal fix-up, and a first build that used it
-    ran 20 % slower at one polynomial in 8, exp_poly run 1). The polynomial path, per element: x clamped to ≥ −127 (``max``), t = x + 1.5·2²³ rounded down (its
-    low mantissa bits are ⌊x⌋), j = t − 1.5·2²³, f = x − j ∈ [0, 1), p = the cubic ``EXP2_POLY`` at f (3 FMAs), and
-    ⌊x⌋ added to p's exponent field by one integer multiply-add (bits(t)·2²³ ≡ ⌊x⌋·2²³ mod 2³²): 7 instructions, none
-    on the exponentials' unit. At or below −127 (−∞ too) it gives 0, from −127 to −126 a denormal near ex2's; NaN
-    counts as −127 (0, where ex2 gives NaN), so ``_softmax`` uses it on unmasked blocks only, whose scores are
-    finite.
-    ``exp2_poly_reference`` computes the same bits on the CPU."""
+    ran 20 % slower at one polynomial in 8, exp_poly run 1). The polynomial path, per element: x clamped to ≥ −127
+    (``max``), t = x + 1.5·2²³ rounded down (its low mantissa bits are ⌊x⌋), j = t − 1.5·2²³, f = x − j ∈ [0, 1),
+    p = the cubic ``EXP2_POLY`` at f (3 FMAs), and ⌊x⌋ added to p's exponent field by one integer multiply-add
+    (bits(t)·2²³ ≡ ⌊x⌋·2²³ mod 2³²): 7 instructions, none on the exponentials' unit. At or below −127 (−∞ too) it
+    gives 0, from −127 to −126 a denormal near ex2's; NaN counts as −127 (0, where ex2 gives NaN), so ``_softmax``
+    uses it on unmasked blocks only, whose scores are finite. ``exp2_poly_reference`` computes the same bits on the
+    CPU."""
     if n_poly not in _EXP2_POLY_SLOTS:
         raise ValueError(f"n_poly must be 1 to 4 (of every 8 exponentials), got {n_poly!r}")
     c1, c2, c3 = _EXP2_POLY_HEX
@@ -608,42 +608,48 @@ if HAVE_GLUON:
             _tma_store(desc_o, [b, h, row0, 0], o_tile)
 
     @gluon.jit
-    def _ws_consumer_0_causal(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+    def _ws_consumer_0_causal(EXP_POLY: gl.constexpr,
+                              desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                               b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                      b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 0, True,
                      EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _ws_consumer_0_full(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+    def _ws_consumer_0_full(EXP_POLY: gl.constexpr,
+                            desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                               b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                      b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 0, False,
                      EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _ws_consumer_1_causal(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+    def _ws_consumer_1_causal(EXP_POLY: gl.constexpr,
+                              desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                               b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                      b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 1, True,
                      EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _ws_consumer_1_full(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+    def _ws_consumer_1_full(EXP_POLY: gl.constexpr,
+                            desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                               b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                      b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 1, False,
                      EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _ws_consumer_2_causal(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+    def _ws_consumer_2_causal(EXP_POLY: gl.constexpr,
+                              desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                               b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                      b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 2, True,
                      EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _ws_consumer_2_full(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+    def _ws_consumer_2_full(EXP_POLY: gl.constexpr,
+                            desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                               b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                      b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale, 2, False,
@@ -652,7 +658,8 @@ if HAVE_GLUON:
     # -- a packed batch's sequence: three more arguments (``_ws_consumer``'s q_base, O, stride_on)
 
     @gluon.jit
-    def _ws_consumer_0_causal_packed(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
+    def _ws_consumer_0_causal_packed(EXP_POLY: gl.constexpr,
+                                     desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
                                      v_empty, b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off,
                                      qk_scale, q_base, O, stride_on):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
@@ -660,7 +667,8 @@ if HAVE_GLUON:
                      q_base=q_base, O=O, stride_on=stride_on, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _ws_consumer_0_full_packed(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
+    def _ws_consumer_0_full_packed(EXP_POLY: gl.constexpr,
+                                   desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
                                      v_empty, b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off,
                                      qk_scale, q_base, O, stride_on):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
@@ -668,7 +676,8 @@ if HAVE_GLUON:
                      q_base=q_base, O=O, stride_on=stride_on, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _ws_consumer_1_causal_packed(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
+    def _ws_consumer_1_causal_packed(EXP_POLY: gl.constexpr,
+                                     desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
                                      v_empty, b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off,
                                      qk_scale, q_base, O, stride_on):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
@@ -676,7 +685,8 @@ if HAVE_GLUON:
                      q_base=q_base, O=O, stride_on=stride_on, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _ws_consumer_1_full_packed(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
+    def _ws_consumer_1_full_packed(EXP_POLY: gl.constexpr,
+                                   desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
                                      v_empty, b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off,
                                      qk_scale, q_base, O, stride_on):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
@@ -684,7 +694,8 @@ if HAVE_GLUON:
                      q_base=q_base, O=O, stride_on=stride_on, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _ws_consumer_2_causal_packed(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
+    def _ws_consumer_2_causal_packed(EXP_POLY: gl.constexpr,
+                                     desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
                                      v_empty, b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off,
                                      qk_scale, q_base, O, stride_on):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
@@ -692,7 +703,8 @@ if HAVE_GLUON:
                      q_base=q_base, O=O, stride_on=stride_on, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _ws_consumer_2_full_packed(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
+    def _ws_consumer_2_full_packed(EXP_POLY: gl.constexpr,
+                                   desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
                                      v_empty, b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off,
                                      qk_scale, q_base, O, stride_on):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
@@ -702,7 +714,8 @@ if HAVE_GLUON:
     # -- the same with ALiBi: two more arguments, the slope in log2 units (slope2) and the bias's offset
 
     @gluon.jit
-    def _ws_consumer_0_causal_alibi(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+    def _ws_consumer_0_causal_alibi(EXP_POLY: gl.constexpr,
+                                    desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale,
                                     slope2, alibi_off):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
@@ -710,7 +723,8 @@ if HAVE_GLUON:
                      slope2, alibi_off, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _ws_consumer_0_full_alibi(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+    def _ws_consumer_0_full_alibi(EXP_POLY: gl.constexpr,
+                                  desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                                   b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale,
                                   slope2, alibi_off):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
@@ -718,7 +732,8 @@ if HAVE_GLUON:
                      slope2, alibi_off, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _ws_consumer_1_causal_alibi(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+    def _ws_consumer_1_causal_alibi(EXP_POLY: gl.constexpr,
+                                    desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale,
                                     slope2, alibi_off):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
@@ -726,7 +741,8 @@ if HAVE_GLUON:
                      slope2, alibi_off, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _ws_consumer_1_full_alibi(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+    def _ws_consumer_1_full_alibi(EXP_POLY: gl.constexpr,
+                                  desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                                   b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale,
                                   slope2, alibi_off):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
@@ -734,7 +750,8 @@ if HAVE_GLUON:
                      slope2, alibi_off, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _ws_consumer_2_causal_alibi(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+    def _ws_consumer_2_causal_alibi(EXP_POLY: gl.constexpr,
+                                    desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                                     b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale,
                                     slope2, alibi_off):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
@@ -742,7 +759,8 @@ if HAVE_GLUON:
                      slope2, alibi_off, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _ws_consumer_2_full_alibi(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+    def _ws_consumer_2_full_alibi(EXP_POLY: gl.constexpr,
+                                  desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                                   b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale,
                                   slope2, alibi_off):
         _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
@@ -837,7 +855,9 @@ if HAVE_GLUON:
         else:
             loader_args = (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
                            v_empty, b, h, hk, start_m, lo_blk, n_blocks, k_base)
-        # a partition's arguments lose their constexpr-ness: the slices, the mask and ALiBi are baked into wrappers
+        # a partition's arguments lose their constexpr-ness: the slices, the mask and ALiBi are baked into wrappers;
+        # EXP_POLY goes first, in a tuple added on the left (an assigned tuple makes a constexpr a run-time value, and
+        # one added on the right unwraps it into a bare int)
         if VARLEN:
             if NC == 3:
                 if CAUSAL:
@@ -1021,7 +1041,8 @@ if HAVE_GLUON:
         tma.store_wait(0)
 
     @gluon.jit
-    def _wsp_consumer_0_causal(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wsp_consumer_0_causal(EXP_POLY: gl.constexpr,
+                               desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
                              n_turns, m_shift):
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
@@ -1029,7 +1050,8 @@ if HAVE_GLUON:
                       EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wsp_consumer_0_full(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wsp_consumer_0_full(EXP_POLY: gl.constexpr,
+                             desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                              k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
                              n_turns, m_shift):
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
@@ -1037,7 +1059,8 @@ if HAVE_GLUON:
                       EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wsp_consumer_1_causal(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wsp_consumer_1_causal(EXP_POLY: gl.constexpr,
+                               desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
                              n_turns, m_shift):
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
@@ -1045,7 +1068,8 @@ if HAVE_GLUON:
                       EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wsp_consumer_1_full(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wsp_consumer_1_full(EXP_POLY: gl.constexpr,
+                             desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                              k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
                              n_turns, m_shift):
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
@@ -1053,7 +1077,8 @@ if HAVE_GLUON:
                       EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wsp_consumer_2_causal(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wsp_consumer_2_causal(EXP_POLY: gl.constexpr,
+                               desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
                              n_turns, m_shift):
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
@@ -1061,7 +1086,8 @@ if HAVE_GLUON:
                       EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wsp_consumer_2_full(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wsp_consumer_2_full(EXP_POLY: gl.constexpr,
+                             desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                              k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, SCHED,
                              n_turns, m_shift):
         _wsp_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
@@ -1172,7 +1198,8 @@ if HAVE_GLUON:
         tma.store_wait(0)
 
     @gluon.jit
-    def _wspv_consumer_0_causal(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wspv_consumer_0_causal(EXP_POLY: gl.constexpr,
+                                desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                  k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns,
                                  CU_Q, CU_K, O, stride_on, stride_oh):
         _wspv_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
@@ -1180,7 +1207,8 @@ if HAVE_GLUON:
                        stride_on, stride_oh, 0, True, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wspv_consumer_0_full(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wspv_consumer_0_full(EXP_POLY: gl.constexpr,
+                              desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                  k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns,
                                  CU_Q, CU_K, O, stride_on, stride_oh):
         _wspv_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
@@ -1188,7 +1216,8 @@ if HAVE_GLUON:
                        stride_on, stride_oh, 0, False, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wspv_consumer_1_causal(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wspv_consumer_1_causal(EXP_POLY: gl.constexpr,
+                                desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                  k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns,
                                  CU_Q, CU_K, O, stride_on, stride_oh):
         _wspv_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
@@ -1196,7 +1225,8 @@ if HAVE_GLUON:
                        stride_on, stride_oh, 1, True, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wspv_consumer_1_full(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wspv_consumer_1_full(EXP_POLY: gl.constexpr,
+                              desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                  k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns,
                                  CU_Q, CU_K, O, stride_on, stride_oh):
         _wspv_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
@@ -1204,7 +1234,8 @@ if HAVE_GLUON:
                        stride_on, stride_oh, 1, False, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wspv_consumer_2_causal(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wspv_consumer_2_causal(EXP_POLY: gl.constexpr,
+                                desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                  k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns,
                                  CU_Q, CU_K, O, stride_on, stride_oh):
         _wspv_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
@@ -1212,7 +1243,8 @@ if HAVE_GLUON:
                        stride_on, stride_oh, 2, True, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wspv_consumer_2_full(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wspv_consumer_2_full(EXP_POLY: gl.constexpr,
+                              desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                  k_empty, v_empty, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, n_turns,
                                  CU_Q, CU_K, O, stride_on, stride_oh):
         _wspv_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
@@ -1314,7 +1346,8 @@ if HAVE_GLUON:
         tma.store_wait(0)
 
     @gluon.jit
-    def _wspd_consumer_0_causal(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+    def _wspd_consumer_0_causal(EXP_POLY: gl.constexpr,
+                                desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
                                 v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED,
                                 m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
         _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
@@ -1322,7 +1355,8 @@ if HAVE_GLUON:
                        CU_K, O, stride_on, stride_oh, 0, True, False, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wspd_consumer_1_causal(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+    def _wspd_consumer_1_causal(EXP_POLY: gl.constexpr,
+                                desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
                                 v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED,
                                 m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
         _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
@@ -1330,7 +1364,8 @@ if HAVE_GLUON:
                        CU_K, O, stride_on, stride_oh, 1, True, False, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wspd_consumer_2_causal(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+    def _wspd_consumer_2_causal(EXP_POLY: gl.constexpr,
+                                desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
                                 v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED,
                                 m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
         _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
@@ -1346,7 +1381,8 @@ if HAVE_GLUON:
                      CU_Q, CU_K, COUNTER, True, False)
 
     @gluon.jit
-    def _wspd_consumer_0_full(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+    def _wspd_consumer_0_full(EXP_POLY: gl.constexpr,
+                              desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
                               v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED,
                               m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
         _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
@@ -1354,7 +1390,8 @@ if HAVE_GLUON:
                        CU_K, O, stride_on, stride_oh, 0, False, False, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wspd_consumer_1_full(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+    def _wspd_consumer_1_full(EXP_POLY: gl.constexpr,
+                              desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
                               v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED,
                               m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
         _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
@@ -1362,7 +1399,8 @@ if HAVE_GLUON:
                        CU_K, O, stride_on, stride_oh, 1, False, False, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wspd_consumer_2_full(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
+    def _wspd_consumer_2_full(EXP_POLY: gl.constexpr,
+                              desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
                               v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m, n_bh, SCHED,
                               m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
         _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
@@ -1378,7 +1416,8 @@ if HAVE_GLUON:
                      CU_Q, CU_K, COUNTER, False, False)
 
     @gluon.jit
-    def _wspd_consumer_0_causal_packed(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wspd_consumer_0_causal_packed(EXP_POLY: gl.constexpr,
+                                       desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                        k_empty, v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale,
                                        n_m, n_bh, SCHED, m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
         _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
@@ -1386,7 +1425,8 @@ if HAVE_GLUON:
                        CU_K, O, stride_on, stride_oh, 0, True, True, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wspd_consumer_1_causal_packed(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wspd_consumer_1_causal_packed(EXP_POLY: gl.constexpr,
+                                       desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                        k_empty, v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale,
                                        n_m, n_bh, SCHED, m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
         _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
@@ -1394,7 +1434,8 @@ if HAVE_GLUON:
                        CU_K, O, stride_on, stride_oh, 1, True, True, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wspd_consumer_2_causal_packed(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wspd_consumer_2_causal_packed(EXP_POLY: gl.constexpr,
+                                       desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                        k_empty, v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale,
                                        n_m, n_bh, SCHED, m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
         _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
@@ -1410,7 +1451,8 @@ if HAVE_GLUON:
                      CU_Q, CU_K, COUNTER, True, True)
 
     @gluon.jit
-    def _wspd_consumer_0_full_packed(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wspd_consumer_0_full_packed(EXP_POLY: gl.constexpr,
+                                     desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                      k_empty, v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m,
                                      n_bh, SCHED, m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
         _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
@@ -1418,7 +1460,8 @@ if HAVE_GLUON:
                        CU_K, O, stride_on, stride_oh, 0, False, True, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wspd_consumer_1_full_packed(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wspd_consumer_1_full_packed(EXP_POLY: gl.constexpr,
+                                     desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                      k_empty, v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m,
                                      n_bh, SCHED, m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
         _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
@@ -1426,7 +1469,8 @@ if HAVE_GLUON:
                        CU_K, O, stride_on, stride_oh, 1, False, True, EXP_POLY=EXP_POLY)
 
     @gluon.jit
-    def _wspd_consumer_2_full_packed(EXP_POLY: gl.constexpr, desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
+    def _wspd_consumer_2_full_packed(EXP_POLY: gl.constexpr,
+                                     desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready,
                                      k_empty, v_empty, ids, id_ready, H, G, Nq, Nk, causal_off, win_off, qk_scale, n_m,
                                      n_bh, SCHED, m_shift, CU_Q, CU_K, O, stride_on, stride_oh):
         _wspd_consumer(desc_o, LSE, q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty, v_empty,
@@ -1985,10 +2029,11 @@ def sm90_report(head_dim: int, *, causal: bool, block_m: int = 128, block_n: int
 
 def kernel_report(kernel) -> dict:
     """Shared memory (KB), setmaxnreg values, wgmma waits and counts, TMA loads, float32 global atomics
-    (``atomics``), the integer atomics of a tile counter (``tile_atomics``: add and exchange), TMA bulk reductions (``tma_reduces``), shared-memory store instructions by width
-    (``shared_stores``, e.g. ``{"v4.b32": 32}``), global loads (``global_loads``), ``ex2.approx`` instructions
-    (``exponentials``) and ``exp2_poly_asm``'s polynomial exponentials (``poly_exponentials``) of a compiled sm_90 kernel, with registers and spill stack
-    per thread from its cubin where Triton ships cuobjdump."""
+    (``atomics``), the integer atomics of a tile counter (``tile_atomics``: add and exchange), TMA bulk reductions
+    (``tma_reduces``), shared-memory store instructions by width (``shared_stores``, e.g. ``{"v4.b32": 32}``), global
+    loads (``global_loads``), ``ex2.approx`` instructions (``exponentials``) and ``exp2_poly_asm``'s polynomial
+    exponentials (``poly_exponentials``) of a compiled sm_90 kernel, with registers and spill stack per thread from
+    its cubin where Triton ships cuobjdump."""
     import re
     import subprocess
     import tempfile
