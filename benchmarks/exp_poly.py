@@ -136,7 +136,7 @@ def main(argv=None) -> int:
     ap.add_argument("--D", type=int, nargs="+", default=[64, 128], choices=[64, 128])
     ap.add_argument("--splits", type=int, nargs="+", default=[0, 1, 2, 3, 4], choices=range(5))
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--json", type=Path, help="write the rows here (refuses an existing file)")
     ap.add_argument("--report", metavar="JSON", help="print the table of a recorded run")
     args = ap.parse_args(argv)
     if args.report:
@@ -144,14 +144,16 @@ def main(argv=None) -> int:
         return 0
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
+    if args.json is not None and args.json.exists():
+        ap.error(f"{args.json} exists; not overwriting it")
     if not torch.cuda.is_available():
         print("exp_poly.py times the Gluon forward on a Hopper GPU; no CUDA device here", file=sys.stderr)
         return 2
     rows = measure(args.rows, args.D, args.splits, args.rounds)
     print(report(rows))
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"benchmark": "exp_poly", "environment": environment(), "rows": rows},
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"benchmark": "exp_poly", "environment": environment(), "rows": rows},
                                               indent=2, default=str))
     return 0
 

@@ -732,3 +732,21 @@ def test_results_det_probe_3_and_the_exp_poly_runs_are_the_recorded_ones():
     assert "88 passed" in (logs / "tests-run2.log").read_text().splitlines()[-1]
     assert "Its GPU tests: 84 passed and the 4 bit tests" in text and "88 GPU tests passed" in text
     assert "131 passed, 14 skipped, 1 xfailed" in (data / "packed-det-checks" / "tests-run3.log").read_text()
+
+
+def test_exp_poly_benchmark_refuses_to_overwrite_and_reprints_a_run(tmp_path, capsys):
+    """``benchmarks/exp_poly.py``: an existing ``--json`` file is refused before any work (exit 2, the file as it
+    was), bad rounds likewise; ``--report`` prints a recorded run's table as RESULTS.md holds it."""
+    import pytest
+
+    ep = load_script("benchmarks/exp_poly.py")
+    kept = tmp_path / "run.json"
+    kept.write_text("mine")
+    for argv in (["--json", str(kept)], ["--rounds", "0"]):
+        with pytest.raises(SystemExit) as e:
+            ep.main(argv)
+        assert e.value.code == 2
+    assert kept.read_text() == "mine"
+    capsys.readouterr()
+    assert ep.main(["--report", str(ROOT / "benchmarks" / "data" / "exp-poly-h200-run2.json")]) == 0
+    assert capsys.readouterr().out.strip() in (ROOT / "benchmarks" / "RESULTS.md").read_text()
