@@ -10,6 +10,7 @@ the float64 criterion of the other kernels on awkward shapes.
 """
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 import torch
@@ -1094,3 +1095,91 @@ def test_gpu_exp_poly_packed_forward_and_the_switch(persistent, monkeypatch):
         got = flash_attention_varlen(q, k, v, *cu, max_seqlen_q=max(lens), max_seqlen_k=max(lens), causal=True,
                                      scale=scale)
         assert torch.equal(got, res[n]), n
+
+
+ROW_MAX_BUILDS = [  # keyword arguments of compile_sm90 (D, causal and the tiles)
+    dict(D=64, causal=True, block_m=192, num_warps=4, warp_spec=True),
+    dict(D=64, causal=False, block_m=128, block_n=64, num_warps=4, warp_spec=True, persistent=True),
+    dict(D=128, causal=True, num_warps=4, warp_spec=True, persistent=True, packed=True, dynamic=True),
+    dict(D=128, causal=False, num_warps=8),
+]
+
+
+@needs_gluon
+def test_the_row_maximum_is_a_tree_of_the_same_instructions():
+    """``_row_max`` in the sm_90 builds: the longest chain of dependent maxima in the PTX is the tree's (at most 12:
+    log2(N/8) folds, the last 8 columns, the row's running maximum), where ``gl.max(s, 1)`` under triton 3.6 — the
+    chain copy ``benchmarks/row_max.py`` times it against — makes one of N/4 − 1 and more; and the two builds are
+    the same kernel otherwise: the same maxima, exponentials, products, loads and shared memory."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import triton
+
+    code = ("import json, sys; sys.path.insert(0, 'benchmarks'); import row_max; "
+            "from attnlab.gpu import prefill_gluon as pg; chain = row_max.chain_module(); "
+            "out = []\n"
+            "for c in json.loads(sys.argv[1]):\n"
+            "    D = c.pop('D')\n"
+            "    for mod in (pg, chain):\n"
+            "        k = mod.compile_sm90(D, **c)\n"
+            "        r = mod.kernel_report(k)\n"
+            "        r['maxima'] = k.asm['ptx'].count('max.f32') + k.asm['ptx'].count('max.NaN.f32')\n"
+            "        out.append(r)\n"
+            "print(json.dumps(out))")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-c", code, json.dumps(ROW_MAX_BUILDS)], capture_output=True, text=True,
+                         env=env, timeout=600, cwd=Path(__file__).resolve().parents[2])
+    assert res.returncode == 0, res.stderr[-3000:]
+    reps = json.loads(res.stdout.strip().splitlines()[-1])
+    for i, case in enumerate(ROW_MAX_BUILDS):
+        tree, chain = reps[2 * i], reps[2 * i + 1]
+        assert tree["max_chain"] <= 12, (case, tree)
+        if triton.__version__.startswith("3.6."):
+            assert chain["max_chain"] >= case.get("block_n", 128) // 4 - 1, (case, chain)
+        assert chain["max_chain"] >= tree["max_chain"], (case, tree, chain)
+        for key in ("maxima", "exponentials", "wgmma", "tma_loads", "smem_kb", "shared_stores", "wait_groups"):
+            assert tree[key] == chain[key], (case, key, tree[key], chain[key])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
+@pytest.mark.parametrize("build", ["grid-128", "grid-192", "grid-128x64", "persistent", "dynamic", "packed"])
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,window", EXP_POLY_CASES)
+def test_gpu_the_tree_row_maximum_gives_the_chains_bits(B, H, Hkv, Nq, Nk, D, window, build):
+    """A maximum is exact in any order: every build with ``_row_max``'s tree gives the same bits, output and lse, as
+    the chain copy of ``benchmarks/row_max.py`` (``gl.max(s, 1)``), on awkward shapes, windows and a packed batch;
+    and the float64 criterion of the other tests."""
+    from tests.helpers import load_script
+
+    rm = load_script("benchmarks/row_max.py")
+    chain = rm.chain_module()
+    gen = torch.Generator(device=DEV).manual_seed(Nq * 7 + Nk)
+    scale, (left, right) = D ** -0.5, window
+    kw = dict(causal_off=Nk - Nq + right if right >= 0 else None, scale=scale, stages=2, num_warps=4, warp_spec=True,
+              win_off=Nk - Nq - left if left >= 0 else None, block_m=192 if build == "grid-192" else 128,
+              block_n=64 if build == "grid-128x64" else 128, persistent=build in ("persistent", "dynamic"),
+              dynamic=build == "dynamic")
+    if build == "packed":
+        lens_q = [Nq, max(1, Nq // 3), 129][:B + 1]
+        lens_k = [Nk, max(1, Nk // 3), 129][:B + 1]
+        q, k, v, cu = _packed(lens_q, lens_k, H, Hkv, D, torch.bfloat16, gen)
+        kw |= dict(cu_seqlens=cu, max_seqlen_q=max(lens_q), causal_off=right if right >= 0 else None,
+                   win_off=-left if left >= 0 else None, persistent=True, dynamic=True)
+        lse_shape = (H, q.shape[0])
+    else:
+        q = torch.randn(B, H, Nq, D, dtype=torch.bfloat16, device=DEV, generator=gen)
+        k, v = (torch.randn(B, Hkv, Nk, D, dtype=torch.bfloat16, device=DEV, generator=gen) for _ in range(2))
+        lse_shape = (B, H, Nq)
+    outs = []
+    for mod in (G, chain):
+        out = torch.full_like(q, float("nan"))
+        lse = torch.full(lse_shape, float("nan"), device=DEV)
+        mod.gluon_forward(q, k, v, out, lse, **kw)
+        outs.append((out, lse))
+    (out, lse), (out_c, lse_c) = outs
+    assert torch.equal(out, out_c) and torch.equal(lse, lse_c)
+    if build != "packed":
+        _ref_check(q, k, v, out, lse, right == 0, scale, window=window if left >= 0 else None)

@@ -208,6 +208,24 @@ if HAVE_GLUON:
         return y
 
     @gluon.jit
+    def _row_max(s):
+        """gl.max(s, 1) of a wgmma accumulator (float32 [M, N], N = 64 or 128) as a tree: the columns in each
+        thread's registers folded in halves down to 8 (each fold one independent max per register left), then
+        gl.max over those 8 (two in each thread, four threads). The same instructions as gl.max, in a chain of
+        log2(N / 8) + 1 per row and thread instead of N / 4 − 1 (the N / 4 scores of a row that each thread holds,
+        taken in turn). No data moves: a fold's halves differ in a column bit that the layout keeps in registers."""
+        M: gl.constexpr = s.shape[0]
+        N: gl.constexpr = s.shape[1]
+        x = gl.max(gl.reshape(s, [M, 2, N // 2]), 1)
+        if N // 2 > 8:
+            x = gl.max(gl.reshape(x, [M, 2, N // 4]), 1)
+        if N // 4 > 8:
+            x = gl.max(gl.reshape(x, [M, 2, N // 8]), 1)
+        if N // 8 > 8:
+            x = gl.max(gl.reshape(x, [M, 2, N // 16]), 1)
+        return gl.convert_layout(gl.max(x, 1), gl.SliceLayout(1, s.type.layout))
+
+    @gluon.jit
     def _softmax(s, m_i, l_i, start_n, offs_m, offs_n, Nk, causal_off, win_off, qk_scale, masked,
                  CAUSAL: gl.constexpr, EXP_POLY: gl.constexpr = 0):
         """Online-softmax step on raw scores s (float32): (P̃ in float32, alpha, new m, new l).
@@ -221,11 +239,11 @@ if HAVE_GLUON:
             if CAUSAL:
                 visible = visible & (cols[None, :] <= offs_m[:, None] + causal_off)
             s = gl.where(visible, s * qk_scale, float("-inf"))
-            m_new = gl.maximum(m_i, gl.max(s, 1))
+            m_new = gl.maximum(m_i, _row_max(s))
             m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
             p = gl.exp2(s - m_use[:, None])
         else:
-            m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+            m_new = gl.maximum(m_i, _row_max(s) * qk_scale)
             m_use = m_new
             p = _exp2_mixed(s * qk_scale - m_use[:, None], EXP_POLY)
         alpha = gl.exp2(m_i - m_use)
@@ -2027,13 +2045,40 @@ def sm90_report(head_dim: int, *, causal: bool, block_m: int = 128, block_n: int
     return kernel_report(kernel)
 
 
+def max_chain(ptx: str) -> int:
+    """The longest chain of dependent ``max.f32`` instructions in a PTX listing, read in its textual order (a register
+    holds its last definition above; loop-carried values count once): a row maximum taken one score after another
+    makes a chain as long as the scores a thread holds in the row, a tree (``_row_max``) one of about their log2."""
+    import re
+
+    depth: dict[str, int] = {}
+    best = 0
+    for line in ptx.splitlines():
+        m = re.match(r"\s*(?:@!?%p\d+\s+)?([a-z][\w.]*)\s+(.*);", line)
+        if not m or m.group(1).startswith(("st.", "bra", "bar.", "ret")):
+            continue
+        op, rest = m.groups()
+        if rest.startswith("{"):  # several results (wgmma, vector loads): none continues a chain
+            for r in re.findall(r"%[a-z]+\d+", rest[:rest.index("}")]):
+                depth[r] = 0
+            continue
+        regs = re.findall(r"%[a-z]+\d+", rest)
+        if not regs:
+            continue
+        d = max((depth.get(r, 0) for r in regs[1:]), default=0) + (op.startswith("max.") and op.endswith(".f32"))
+        depth[regs[0]] = d
+        best = max(best, d)
+    return best
+
+
 def kernel_report(kernel) -> dict:
     """Shared memory (KB), setmaxnreg values, wgmma waits and counts, TMA loads, float32 global atomics
     (``atomics``), the integer atomics of a tile counter (``tile_atomics``: add and exchange), TMA bulk reductions
     (``tma_reduces``), shared-memory store instructions by width (``shared_stores``, e.g. ``{"v4.b32": 32}``), global
     loads (``global_loads``), ``ex2.approx`` instructions (``exponentials``) and ``exp2_poly_asm``'s polynomial
-    exponentials (``poly_exponentials``) of a compiled sm_90 kernel, with registers and spill stack per thread from
-    its cubin where Triton ships cuobjdump."""
+    exponentials (``poly_exponentials``), the longest chain of dependent float32 maxima (``max_chain``)
+    of a compiled sm_90 kernel, with registers and spill stack per thread from its cubin where Triton ships
+    cuobjdump."""
     import re
     import subprocess
     import tempfile
@@ -2054,7 +2099,8 @@ def kernel_report(kernel) -> dict:
                shared_stores=dict(sorted(Counter(re.findall(r"st\.shared\.([\w.]+)", ptx)).items())),
                global_loads=len(re.findall(r"ld\.global", ptx)),
                exponentials=len(re.findall(r"ex2\.approx", ptx)),
-               poly_exponentials=len(re.findall(r"mad\.lo\.u32\s+\S+,\s*\S+,\s*8388608,", ptx)))
+               poly_exponentials=len(re.findall(r"mad\.lo\.u32\s+\S+,\s*\S+,\s*8388608,", ptx)),
+               max_chain=max_chain(ptx))
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     if tool.exists():
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:

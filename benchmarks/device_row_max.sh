@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One GPU call for the Gluon forward's row maximum as a tree (prefill_gluon._row_max) against the chain build, by
+# PHASES (default "tests bench"):
+#   tests  the Gluon forward's GPU tests (tests/gpu/test_prefill_gluon.py, or those TEST_K names);
+#   bench  benchmarks/row_max.py on ROWS (default "window varlen causal full") at D (default "64 128"), the builds
+#          taking turns ROUNDS times (default 3), numbered RUN.
+# Run from the repository root on a CUDA machine; logs and JSON go to $OUT/rowmax (default ./out-rowmax/rowmax).
+set -uo pipefail
+OUT=${OUT:-out-rowmax}
+D="$OUT/rowmax"
+source "$(dirname "$0")/device_env.sh"
+for phase in ${PHASES:-tests bench}; do
+    t0=$(date +%s)
+    case $phase in
+    tests)
+        timeout ${TEST_S:-300} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu/test_prefill_gluon.py \
+            ${TEST_K:+-k "$TEST_K"} > "$D/tests.log" 2>&1
+        echo "tests: exit $? in $(( $(date +%s) - t0 ))s"; tail -n 2 "$D/tests.log"
+        grep -E "^FAILED|^ERROR" "$D/tests.log" | head ;;
+    bench)
+        timeout ${BENCH_S:-360} python3 benchmarks/row_max.py --rows ${ROWS:-window varlen causal full} \
+            --D ${DS:-64 128} --rounds ${ROUNDS:-3} --json "$D/row-max-h200-run${RUN:-x}.json" > "$D/bench.log" 2>&1
+        echo "bench: exit $? in $(( $(date +%s) - t0 ))s"; sed -n "/^| row |/,\$p" "$D/bench.log" | grep . || tail -n 20 "$D/bench.log" ;;
+    *) echo "device_row_max.sh: unknown phase $phase"; exit 2 ;;
+    esac
+done
