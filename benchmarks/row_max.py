@@ -1,11 +1,11 @@
-"""The Gluon forward's row maximum as a tree (``prefill_gluon._row_max``, shipped) against the same kernels taking it
-one score after another (``gl.max(s, 1)`` as triton 3.6 lowers it: a chain of N/4 − 1 dependent maxima per row and
-thread), in one process, against PyTorch's fastest route for the row in the same rounds.
+"""The Gluon forward's row maximum as a tree of folds (``prefill_gluon._row_max`` with ``ROW_MAX_TREE``) against
+``gl.max(s, 1)`` as triton 3.6 lowers it (the shipped build: a chain of N/4 − 1 dependent maxima per row and thread),
+in one process, against PyTorch's fastest route for the row in the same rounds.
 
-The chain build is a copy of ``prefill_gluon`` made at run time with ``_row_max``'s body replaced by
-``return gl.max(s, 1)`` (``chain_module``); its three forward kernels stand in for the library's own while that build
-is timed, so both go through the same dispatch, configuration and launch code. A maximum is exact whatever its order:
-the two builds' outputs must be bit-identical, and each row records whether they were (``identical``).
+The build the library does not ship is a copy of ``prefill_gluon`` made at run time with ``_ROW_MAX_TREE`` the other
+way (``other_module``); its three forward kernels stand in for the library's own while that build is timed, so both
+go through the same dispatch, configuration and launch code. A maximum is exact whatever its order: the two builds'
+outputs must be bit-identical, and each row records whether they were (``identical``).
 
 Rows (bfloat16, H·D = 2048): those of ``exp_poly.py`` (the variants benchmark's sliding window W = 4096 and packed
 batch at 16K tokens, causal; dense 4 × 4K causal and not), at D = 64 and 128; ``--rounds`` rounds in which the builds
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import re
 import statistics
 import sys
 import tempfile
@@ -38,31 +37,31 @@ from attnlab.bench import environment, time_fn  # noqa: E402
 
 BUILDS = ("tree", "chain")
 KERNELS = ("_attn_fwd_gluon", "_attn_fwd_gluon_ws", "_attn_fwd_gluon_wsp")
-_KEEP: list = []  # the chain copy's folder, alive while its kernels may compile (Triton reads their source)
+SWITCH = "    _ROW_MAX_TREE = gl.constexpr(ROW_MAX_TREE)\n"
+_KEEP: list = []  # the copy's folder, alive while its kernels may compile (Triton reads their source)
 
 
-def chain_source(src: str) -> str:
-    """``prefill_gluon``'s source with ``_row_max`` returning ``gl.max(s, 1)``; refuses a source without exactly one
-    ``_row_max`` of the expected form."""
-    pat = re.compile(r'(\n    def _row_max\(s\):\n        """.*?"""\n)(.*?)(?=\n\n    @gluon\.jit\n)', re.S)
-    found = pat.findall(src)
-    if len(found) != 1 or "gl.reshape" not in found[0][1]:
-        raise RuntimeError("prefill_gluon has no single tree _row_max to replace; the chain build cannot be made")
-    return pat.sub(lambda m: m.group(1) + "        return gl.max(s, 1)", src)
+def other_source(src: str, tree: bool) -> str:
+    """``prefill_gluon``'s source with the kernels' ``_ROW_MAX_TREE`` fixed to ``tree``; refuses a source without
+    exactly one such switch."""
+    if src.count(SWITCH) != 1:
+        raise RuntimeError("prefill_gluon has no single _ROW_MAX_TREE switch; the other build cannot be made")
+    return src.replace(SWITCH, f"    _ROW_MAX_TREE = gl.constexpr({tree})\n")
 
 
-def chain_module():
-    """The chain build: ``chain_source`` loaded as ``attnlab.gpu._prefill_gluon_chain`` (its relative imports the
-    library's own modules)."""
+def other_module():
+    """The build the library does not ship (the tree where ``ROW_MAX_TREE`` is off, the chain where it is on):
+    ``other_source`` loaded as ``attnlab.gpu._prefill_gluon_other`` (its relative imports the library's own
+    modules)."""
     from attnlab.gpu import prefill_gluon as pg
 
-    name = "attnlab.gpu._prefill_gluon_chain"
+    name = "attnlab.gpu._prefill_gluon_other"
     if name in sys.modules:
         return sys.modules[name]
     folder = tempfile.TemporaryDirectory(prefix="row-max-")
     _KEEP.append(folder)
-    path = Path(folder.name) / "_prefill_gluon_chain.py"
-    path.write_text(chain_source(Path(pg.__file__).read_text()))
+    path = Path(folder.name) / "_prefill_gluon_other.py"
+    path.write_text(other_source(Path(pg.__file__).read_text(), not pg.ROW_MAX_TREE))
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
@@ -70,9 +69,18 @@ def chain_module():
     return mod
 
 
+def build_modules() -> dict:
+    """{"tree": module, "chain": module}: ``prefill_gluon`` itself for the shipped build, ``other_module`` for the
+    other."""
+    from attnlab.gpu import prefill_gluon as pg
+
+    other = other_module()
+    return dict(tree=pg if pg.ROW_MAX_TREE else other, chain=other if pg.ROW_MAX_TREE else pg)
+
+
 class use_build:
-    """``with use_build("chain"):`` the library's Gluon forward runs the chain copy's kernels (kept launch plans
-    dropped on the way in and out); ``"tree"``: the library's own."""
+    """``with use_build("tree"):`` the library's Gluon forward runs that build's kernels (kept launch plans dropped
+    on the way in and out); the shipped build: the library's own."""
 
     def __init__(self, build: str):
         if build not in BUILDS:
@@ -84,10 +92,9 @@ class use_build:
         from attnlab.gpu import prefill_gluon as pg
 
         self.saved = {k: getattr(pg, k) for k in KERNELS}
-        if self.build == "chain":
-            mod = chain_module()
-            for k in KERNELS:
-                setattr(pg, k, getattr(mod, k))
+        mod = build_modules()[self.build]
+        for k in KERNELS:
+            setattr(pg, k, getattr(mod, k))
         prefill_fwd._PLANS.clear()
         return self
 

@@ -1106,11 +1106,12 @@ ROW_MAX_BUILDS = [  # keyword arguments of compile_sm90 (D, causal and the tiles
 
 
 @needs_gluon
-def test_the_row_maximum_is_a_tree_of_the_same_instructions():
-    """``_row_max`` in the sm_90 builds: the longest chain of dependent maxima in the PTX is the tree's (at most 12:
-    log2(N/8) folds, the last 8 columns, the row's running maximum), where ``gl.max(s, 1)`` under triton 3.6 — the
-    chain copy ``benchmarks/row_max.py`` times it against — makes one of N/4 − 1 and more; and the two builds are
-    the same kernel otherwise: the same maxima, exponentials, products, loads and shared memory."""
+def test_the_row_maximum_as_a_tree_is_the_same_instructions_in_a_shorter_chain():
+    """``_row_max`` in the sm_90 builds, with ``ROW_MAX_TREE`` each way (the library's build and the other of
+    ``benchmarks/row_max.py``): the tree's longest chain of dependent maxima in the PTX is at most 12 (log2(N/8)
+    folds, the last 8 columns, the row's running maximum), where ``gl.max(s, 1)`` under triton 3.6 makes one of
+    N/4 − 1 and more; and the two builds are the same kernel otherwise: the same maxima, exponentials, products,
+    loads and shared memory."""
     import json
     import os
     import subprocess
@@ -1119,14 +1120,14 @@ def test_the_row_maximum_is_a_tree_of_the_same_instructions():
     import triton
 
     code = ("import json, sys; sys.path.insert(0, 'benchmarks'); import row_max; "
-            "from attnlab.gpu import prefill_gluon as pg; chain = row_max.chain_module(); "
-            "out = []\n"
+            "mods = row_max.build_modules(); out = []\n"
             "for c in json.loads(sys.argv[1]):\n"
             "    D = c.pop('D')\n"
-            "    for mod in (pg, chain):\n"
-            "        k = mod.compile_sm90(D, **c)\n"
-            "        r = mod.kernel_report(k)\n"
+            "    for b in ('tree', 'chain'):\n"
+            "        k = mods[b].compile_sm90(D, **c)\n"
+            "        r = mods[b].kernel_report(k)\n"
             "        r['maxima'] = k.asm['ptx'].count('max.f32') + k.asm['ptx'].count('max.NaN.f32')\n"
+            "        r['shipped'] = mods[b].__name__ == 'attnlab.gpu.prefill_gluon'\n"
             "        out.append(r)\n"
             "print(json.dumps(out))")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -1136,6 +1137,7 @@ def test_the_row_maximum_is_a_tree_of_the_same_instructions():
     reps = json.loads(res.stdout.strip().splitlines()[-1])
     for i, case in enumerate(ROW_MAX_BUILDS):
         tree, chain = reps[2 * i], reps[2 * i + 1]
+        assert tree["shipped"] == G.ROW_MAX_TREE and chain["shipped"] != G.ROW_MAX_TREE
         assert tree["max_chain"] <= 12, (case, tree)
         if triton.__version__.startswith("3.6."):
             assert chain["max_chain"] >= case.get("block_n", 128) // 4 - 1, (case, chain)
@@ -1150,12 +1152,11 @@ def test_the_row_maximum_is_a_tree_of_the_same_instructions():
 @pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,window", EXP_POLY_CASES)
 def test_gpu_the_tree_row_maximum_gives_the_chains_bits(B, H, Hkv, Nq, Nk, D, window, build):
     """A maximum is exact in any order: every build with ``_row_max``'s tree gives the same bits, output and lse, as
-    the chain copy of ``benchmarks/row_max.py`` (``gl.max(s, 1)``), on awkward shapes, windows and a packed batch;
-    and the float64 criterion of the other tests."""
+    with ``gl.max(s, 1)`` (the library's build and the other of ``benchmarks/row_max.py``), on awkward shapes,
+    windows and a packed batch; and the float64 criterion of the other tests."""
     from tests.helpers import load_script
 
-    rm = load_script("benchmarks/row_max.py")
-    chain = rm.chain_module()
+    mods = load_script("benchmarks/row_max.py").build_modules()
     gen = torch.Generator(device=DEV).manual_seed(Nq * 7 + Nk)
     scale, (left, right) = D ** -0.5, window
     kw = dict(causal_off=Nk - Nq + right if right >= 0 else None, scale=scale, stages=2, num_warps=4, warp_spec=True,
@@ -1174,7 +1175,7 @@ def test_gpu_the_tree_row_maximum_gives_the_chains_bits(B, H, Hkv, Nq, Nk, D, wi
         k, v = (torch.randn(B, Hkv, Nk, D, dtype=torch.bfloat16, device=DEV, generator=gen) for _ in range(2))
         lse_shape = (B, H, Nq)
     outs = []
-    for mod in (G, chain):
+    for mod in (mods["tree"], mods["chain"]):
         out = torch.full_like(q, float("nan"))
         lse = torch.full(lse_shape, float("nan"), device=DEV)
         mod.gluon_forward(q, k, v, out, lse, **kw)

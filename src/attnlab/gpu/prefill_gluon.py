@@ -99,6 +99,13 @@ PACKED = True
 # 0.907-0.963x at 1, D = 128 0.98-1.01x at 1: each polynomial puts seven instructions where one went, and the consumers
 # pay for the issue slots more than the exponentials' unit saves. 0 (off) for both
 EXP_POLY = {64: 0, 128: 0}
+# the row maximum of a key block's scores as a tree of folds (``_row_max``) rather than gl.max's reduction, which
+# triton 3.6 lowers to one max after another (31 dependent maxima per row and thread at 128 keys; triton 3.9's is
+# already a tree). Same instructions, bit-identical outputs. Measured (H200, triton 3.6, benchmarks/row_max.py, both
+# builds in the same rounds): no faster where the softmax limits (the D = 64 window forward 1.00x) and slower on the
+# dense D = 64 non-causal 4K row (0.94x, every round), 0.98-1.02x elsewhere: the chain's latency is hidden by the
+# other row and warps. False (off); a compile-time switch (the kernels read ``_ROW_MAX_TREE``)
+ROW_MAX_TREE = False
 NO_WINDOW = -(1 << 30)  # win_off of a call without a left edge: every key is right of it
 
 
@@ -180,6 +187,7 @@ if HAVE_GLUON:
     _LN2 = gl.constexpr(LN2)
     _LOG2E = gl.constexpr(LOG2E)
     _NO_WINDOW = gl.constexpr(NO_WINDOW)
+    _ROW_MAX_TREE = gl.constexpr(ROW_MAX_TREE)
 
     @gluon.jit
     def _issue_kv(desc, bars, bufs, t, n_blocks, b, hk, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
@@ -209,11 +217,14 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _row_max(s):
-        """gl.max(s, 1) of a wgmma accumulator (float32 [M, N], N = 64 or 128) as a tree: the columns in each
-        thread's registers folded in halves down to 8 (each fold one independent max per register left), then
-        gl.max over those 8 (two in each thread, four threads). The same instructions as gl.max, in a chain of
-        log2(N / 8) + 1 per row and thread instead of N / 4 − 1 (the N / 4 scores of a row that each thread holds,
-        taken in turn). No data moves: a fold's halves differ in a column bit that the layout keeps in registers."""
+        """gl.max(s, 1) of a wgmma accumulator (float32 [M, N], N = 64 or 128); with ``_ROW_MAX_TREE`` as a tree: the
+        columns in each thread's registers folded in halves down to 8 (each fold one independent max per register
+        left), then gl.max over those 8 (two in each thread, four threads). The same instructions as gl.max, in a
+        chain of log2(N / 8) + 1 per row and thread instead of triton 3.6's N / 4 − 1 (the N / 4 scores of a row that
+        each thread holds, taken in turn). No data moves: a fold's halves differ in a column bit that the layout
+        keeps in registers."""
+        if not _ROW_MAX_TREE:
+            return gl.max(s, 1)
         M: gl.constexpr = s.shape[0]
         N: gl.constexpr = s.shape[1]
         x = gl.max(gl.reshape(s, [M, 2, N // 2]), 1)
