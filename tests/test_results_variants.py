@@ -750,3 +750,84 @@ def test_exp_poly_benchmark_refuses_to_overwrite_and_reprints_a_run(tmp_path, ca
     capsys.readouterr()
     assert ep.main(["--report", str(ROOT / "benchmarks" / "data" / "exp-poly-h200-run2.json")]) == 0
     assert capsys.readouterr().out.strip() in (ROOT / "benchmarks" / "RESULTS.md").read_text()
+
+
+def test_results_row_max_runs_are_the_recorded_ones():
+    """RESULTS.md's row-max runs 1 and 2 (the forward's row maximum as a tree, ``ROW_MAX_TREE``): the tables as
+    ``benchmarks/row_max.py`` renders them from the recorded files, bit-identical outputs on every row, every number
+    the text, NOTES-prefill v29, docs/variants.md and the switch's comment quote, the logs' test counts, and the
+    switch off."""
+    rm = load_script("benchmarks/row_max.py")
+    from attnlab.gpu import prefill_gluon as pg
+
+    results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    section = results[results.index("### Row-max runs 1 and 2"):results.index("### Packed-det probe run 3, exp-poly")]
+    text, notes, doc = _flat(section), _notes("v29"), _flat((ROOT / "docs" / "variants.md").read_text())
+    src = " ".join((ROOT / "src" / "attnlab" / "gpu" / "prefill_gluon.py").read_text().replace("#", " ").split())
+    data = ROOT / "benchmarks" / "data"
+    runs = {r: json.loads((data / f"row-max-h200-run{r}.json").read_text())["rows"] for r in (1, 2)}
+    T = {}
+    for r, rows in runs.items():
+        assert rm.report(rows) in section
+        assert all(x["identical"] for x in rows)
+        assert {x["build"] for x in rows} == {"tree", "chain"}
+        T |= {(r, x["row"], x["D"]): x["vs_chain"] for x in rows if x["build"] == "tree"}
+    w64, f64 = [T[r, "window", 64] for r in (1, 2)], [T[r, "full", 64] for r in (1, 2)]
+    noise = T[1, "varlen", 64]
+    rest = [v for (r, row, D), v in T.items() if (row, D) not in (("window", 64), ("full", 64), ("varlen", 64))]
+    assert max(w64) < 1.01 and max(f64) < 0.96 and noise > max(w64)
+    assert (f"its {noise:.3f}× in run 1 is the noise of these rows. The tree was no faster where the softmax limits, "
+            f"the D = 64 window forward ({w64[0]:.3f}× and {w64[1]:.3f}×), and slower on the dense D = 64 non-causal "
+            f"row in both runs ({f64[0]:.3f}× and {f64[1]:.3f}×, every round); the other Gluon rows "
+            f"{min(rest):.3f}–{max(rest):.3f}×") in text
+    for r in (1, 2):  # every round of the dense D = 64 row slower with the tree
+        full = {x["build"]: x for x in runs[r] if (x["row"], x["D"]) == ("full", 64)}
+        assert max(full["chain"]["rounds"]) < min(full["tree"]["rounds"])
+    r1_rest = [v for (r, row, D), v in T.items() if r == 1 and (row, D) not in (("window", 64), ("full", 64))]
+    r2_128 = [T[2, row, 128] for row in ("window", "causal", "full")]
+    assert (f"Run 1: the D = 64 window forward {w64[0]:.3f}×, dense D = 64 non-causal {f64[0]:.3f}×, the rest "
+            f"{min(r1_rest):.3f}–{max(r1_rest):.3f}× (the {noise:.3f} a row both builds run on the Triton kernel") in notes
+    assert (f"Run 2 repeated the window and dense rows: {w64[1]:.3f}× and {f64[1]:.3f}×, D = 128 "
+            f"{min(r2_128):.3f}–{max(r2_128):.3f}×") in notes
+    assert (f"the D = 64 window forward {min(w64):.2f}-{max(w64):.2f}x), slower on the dense D = 64 non-causal 4K row "
+            f"({f64[0]:.2f}x in both runs), the other Gluon rows {min(rest):.2f}-{max(rest):.2f}x") in src
+    assert round(f64[0], 2) == round(f64[1], 2)
+    assert (f"no faster on that row (row-max runs 1 and 2: {w64[0]:.3f}× and {w64[1]:.3f}×) and slower on the dense "
+            f"D = 64 row ({f64[0]:.3f}×, {f64[1]:.3f}×): off too") in doc
+    peers = [x["x_peer"] for rows in runs.values() for x in rows if (x["row"], x["D"], x["build"]) == ("window", 64, "chain")]
+    assert "(1.10–1.12× FlexAttention in these runs" in notes and 1.10 <= min(peers) and max(peers) < 1.125
+    dense = [x["tflops"] for rows in runs.values() for x in rows if (x["row"], x["D"], x["build"]) == ("full", 64, "chain")]
+    assert f"the shipped dense D = 64 non-causal {min(dense):.0f}–{max(dense):.0f})" in notes
+    logs = data / "row-max-checks"
+    assert "37 passed" in (logs / "tests-run1.log").read_text().splitlines()[-1]
+    assert "404 passed, 7 skipped, 1 xfailed" in (logs / "tests-run2.log").read_text().splitlines()[-1]
+    assert "37 passed" in text and "404 passed, 7 skipped, the expected failure" in text
+    assert pg.ROW_MAX_TREE is False
+
+
+def test_row_max_benchmark_refuses_to_overwrite_and_reprints_a_run(tmp_path, capsys):
+    """``benchmarks/row_max.py``: an existing ``--json`` file is refused before any work (exit 2, the file as it was),
+    bad rounds likewise; ``--report`` prints a recorded run's table as RESULTS.md holds it; the other build's source
+    is the library's with only the switch turned, and a source without exactly one switch is refused."""
+    import pytest
+
+    rm = load_script("benchmarks/row_max.py")
+    kept = tmp_path / "run.json"
+    kept.write_text("mine")
+    for argv in (["--json", str(kept)], ["--rounds", "0"]):
+        with pytest.raises(SystemExit) as e:
+            rm.main(argv)
+        assert e.value.code == 2
+    assert kept.read_text() == "mine"
+    capsys.readouterr()
+    assert rm.main(["--report", str(ROOT / "benchmarks" / "data" / "row-max-h200-run1.json")]) == 0
+    assert capsys.readouterr().out.strip() in (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    src = (ROOT / "src" / "attnlab" / "gpu" / "prefill_gluon.py").read_text()
+    other = rm.other_source(src, True)
+    diff = [(a, b) for a, b in zip(src.splitlines(), other.splitlines()) if a != b]
+    assert diff == [(rm.SWITCH.rstrip("\n"), "    _ROW_MAX_TREE = gl.constexpr(True)")]
+    for bad in (src.replace(rm.SWITCH, ""), src + rm.SWITCH):
+        with pytest.raises(RuntimeError, match="single _ROW_MAX_TREE switch"):
+            rm.other_source(bad, True)
+    with pytest.raises(ValueError, match="build must be one of"):
+        rm.use_build("fast")

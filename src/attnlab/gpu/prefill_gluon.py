@@ -101,10 +101,11 @@ PACKED = True
 EXP_POLY = {64: 0, 128: 0}
 # the row maximum of a key block's scores as a tree of folds (``_row_max``) rather than gl.max's reduction, which
 # triton 3.6 lowers to one max after another (31 dependent maxima per row and thread at 128 keys; triton 3.9's is
-# already a tree). Same instructions, bit-identical outputs. Measured (H200, triton 3.6, benchmarks/row_max.py, both
-# builds in the same rounds): no faster where the softmax limits (the D = 64 window forward 1.00x) and slower on the
-# dense D = 64 non-causal 4K row (0.94x, every round), 0.98-1.02x elsewhere: the chain's latency is hidden by the
-# other row and warps. False (off); a compile-time switch (the kernels read ``_ROW_MAX_TREE``)
+# already a tree). Same instructions, bit-identical outputs. Measured (H200, triton 3.6, benchmarks/row_max.py runs 1
+# and 2, both builds in the same rounds): no faster where the softmax limits (the D = 64 window forward 0.98-1.00x),
+# slower on the dense D = 64 non-causal 4K row (0.94x in both runs), the other Gluon rows 0.98-1.02x: the chain's
+# latency hides under the thread's other row and the other warps. False (off); a compile-time switch (the kernels
+# read ``_ROW_MAX_TREE``)
 ROW_MAX_TREE = False
 NO_WINDOW = -(1 << 30)  # win_off of a call without a left edge: every key is right of it
 
