@@ -1184,3 +1184,125 @@ def test_gpu_the_tree_row_maximum_gives_the_chains_bits(B, H, Hkv, Nq, Nk, D, wi
     assert torch.equal(out, out_c) and torch.equal(lse, lse_c)
     if build != "packed":
         _ref_check(q, k, v, out, lse, right == 0, scale, window=window if left >= 0 else None)
+
+
+def test_scale_rows_asm_branches_round_the_multiplies():
+    """``scale_rows_asm``: one test of the vote's value, a uniform branch, then each output (tied to its accumulator
+    input) times its row's alpha, every operand used once; the vote's assembly: both rows' alphas tested against
+    exactly 1, one vote across the full warp, −1 out where none moved. A pack below 1 is refused."""
+    import re
+
+    for n in (1, 32, 64):
+        asm = G.scale_rows_asm(n)
+        assert asm.count("bra.uni") == 1 and asm.count("setp") == 1 and f"setp.lt.f32 skip, ${2 * n}," in asm
+        muls = re.findall(r"mul\.f32 \$(\d+), \$(\d+), \$(\d+);", asm)
+        assert [(int(a), int(b), int(c)) for a, b, c in muls] == [(i, n + i, 2 * n + i) for i in range(n)]
+        assert asm.index("bra.uni") < asm.index("mul.f32") and asm.rstrip().endswith("SKIP:\n}")
+        cons = G.scale_rows_constraints(n).split(",")
+        assert cons == ["=f"] * n + [str(i) for i in range(n)] + ["f"] * n
+    with pytest.raises(ValueError, match="at least 1"):
+        G.scale_rows_asm(0)
+    vote = G.VOTE_ASM
+    assert vote.count("vote.sync.any.pred p, p, 0xffffffff") == 1 and "0f3F800000" in vote and "0fBF800000" in vote
+    assert "setp.neu.f32 p, $2" in vote and "setp.neu.f32 q, $3" in vote
+
+
+@needs_gluon
+def test_rescale_switch_builds_for_sm90_add_one_vote_and_branch_per_consumer():
+    """The builds with ``RESCALE_SKIP`` (and ``RESCALE_TAU``) made as ``benchmarks/fwd_switches.py`` makes them: one
+    vote and one branch round O's multiplies per consumer warp group, and the schedule of the shipped build (the
+    same waits, products, loads and shared memory, no spill); off, the library's builds have no vote."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = ("import json, sys; sys.path.insert(0, 'benchmarks'); import fwd_switches as fs; out = []\n"
+            "for b in ('shipped', 'skip', 'skip+tau8'):\n"
+            "    m = fs.build_module(b)\n"
+            "    for D, bm, kw in ((64, 192, {}), (128, 128, {'persistent': True, 'packed': True, 'dynamic': True}),\n"
+            "                      (128, 128, {'alibi': True})):\n"
+            "        k = m.compile_sm90(D, causal=True, warp_spec=True, block_m=bm, num_warps=4, **kw)\n"
+            "        r = m.kernel_report(k)\n"
+            "        r['votes'] = k.asm['ptx'].count('vote.sync.any.pred')\n"
+            "        r['build'], r['consumers'] = b, bm // 64\n"
+            "        out.append(r)\n"
+            "print(json.dumps(out))")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=900,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert res.returncode == 0, res.stderr[-3000:]
+    reps = json.loads(res.stdout.strip().splitlines()[-1])
+    shipped = reps[:3]
+    for i, r in enumerate(reps):
+        base = shipped[i % 3]
+        assert r["votes"] == (0 if r["build"] == "shipped" else r["consumers"]), r
+        for key in ("wgmma", "tma_loads", "smem_kb", "wait_groups", "exponentials"):
+            assert r[key] == base[key], (key, r, base)
+        if r.get("stack") is not None and base.get("stack") == 0:
+            assert r["stack"] == 0, r
+
+
+RESCALE_CASES = EXP_POLY_CASES + [
+    (1, 4, 2, 2000, 2000, 128, (-1, -1)),  # scores growing along the keys (see below): maxima move by more than 8
+    (2, 2, 2, 1500, 1500, 64, (-1, 0)),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
+@pytest.mark.parametrize("build", ["grid-128", "grid-192", "grid-128x64", "persistent", "dynamic", "packed"])
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,window", RESCALE_CASES)
+def test_gpu_rescale_switches_keep_the_bits_or_the_criterion(B, H, Hkv, Nq, Nk, D, window, build):
+    """``RESCALE_SKIP`` (the builds of ``benchmarks/fwd_switches.py``): the shipped build's bits, output and lse, on
+    every build and awkward shape (a multiply by exactly 1 skipped changes nothing); with ``RESCALE_TAU`` 8 as well,
+    the float64 criterion and the lse within float32 rounding of the shipped build's. The last two shapes' keys
+    grow along the sequence (k_j · (1 + 6j/Nk)), so rows' maxima move by more than the bound well after the first
+    block, and the stale-maximum path rescales."""
+    from tests.helpers import load_script
+
+    fs = load_script("benchmarks/fwd_switches.py")
+    mods = {b: fs.build_module(b) for b in ("shipped", "skip", "skip+tau8")}
+    gen = torch.Generator(device=DEV).manual_seed(Nq * 5 + Nk + D)
+    scale, (left, right) = D ** -0.5, window
+    kw = dict(causal_off=Nk - Nq + right if right >= 0 else None, scale=scale, stages=2, num_warps=4, warp_spec=True,
+              win_off=Nk - Nq - left if left >= 0 else None, block_m=192 if build == "grid-192" else 128,
+              block_n=64 if build == "grid-128x64" else 128, persistent=build in ("persistent", "dynamic"),
+              dynamic=build == "dynamic")
+    growing = (B, H, Hkv, Nq, Nk, D, window) in RESCALE_CASES[-2:]
+    if build == "packed":
+        lens_q = [Nq, max(1, Nq // 3), 129][:B + 1]
+        lens_k = [Nk, max(1, Nk // 3), 129][:B + 1]
+        q, k, v, cu = _packed(lens_q, lens_k, H, Hkv, D, torch.bfloat16, gen)
+        if growing:
+            k = (k.float() * (1 + 6 * torch.arange(k.shape[0], device=DEV) / k.shape[0])[:, None, None]).bfloat16()
+        kw |= dict(cu_seqlens=cu, max_seqlen_q=max(lens_q), causal_off=right if right >= 0 else None,
+                   win_off=-left if left >= 0 else None, persistent=True, dynamic=True)
+        lse_shape = (H, q.shape[0])
+    else:
+        q = torch.randn(B, H, Nq, D, dtype=torch.bfloat16, device=DEV, generator=gen)
+        k, v = (torch.randn(B, Hkv, Nk, D, dtype=torch.bfloat16, device=DEV, generator=gen) for _ in range(2))
+        if growing:
+            k = (k.float() * (1 + 6 * torch.arange(Nk, device=DEV) / Nk)[:, None]).bfloat16()
+        lse_shape = (B, H, Nq)
+    res = {}
+    for b, mod in mods.items():
+        out = torch.full_like(q, float("nan"))
+        lse = torch.full(lse_shape, float("nan"), device=DEV)
+        mod.gluon_forward(q, k, v, out, lse, **kw)
+        res[b] = (out, lse)
+    assert torch.equal(res["skip"][0], res["shipped"][0]) and torch.equal(res["skip"][1], res["shipped"][1])
+    out, lse = res["skip+tau8"]
+    lse0 = res["shipped"][1]
+    assert torch.equal(torch.isinf(lse), torch.isinf(lse0))
+    fin = torch.isfinite(lse0)
+    assert (lse[fin] - lse0[fin]).abs().max() <= 1e-5 * (1 + lse0[fin].abs().max())
+    if build != "packed":
+        _ref_check(q, k, v, out, lse, right == 0, scale, window=window if left >= 0 else None)
+    else:
+        from attnlab.reference import attention_ref_varlen
+
+        kw_ref = dict(causal=right == 0, scale=scale, window=window if left >= 0 else None)
+        o64, _ = attention_ref_varlen(*(t.double() for t in (q, k, v)), *cu, **kw_ref)
+        o_same, _ = attention_ref_varlen(q, k, v, *cu, **kw_ref)
+        assert within_criterion(_err(out, o64), _err(o_same, o64), o64, torch.bfloat16)

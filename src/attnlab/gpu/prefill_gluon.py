@@ -107,6 +107,14 @@ EXP_POLY = {64: 0, 128: 0}
 # latency hides under the thread's other row and the other warps. False (off); a compile-time switch (the kernels
 # read ``_ROW_MAX_TREE``)
 ROW_MAX_TREE = False
+# O's rescaling by alpha after each key block, skipped by a warp whose rows' alphas are all exactly 1 (no row's
+# maximum moved: the multiplies would change nothing, so the bits are the same): a vote across the warp, then a
+# uniform branch around the multiplies (``_scale_rows``). With ``RESCALE_TAU`` > 0 (log2 units), an unmasked block
+# moves a row's maximum only when it grows by more than that (FlashAttention-4's rule): P̃ of a stale maximum is at
+# most 2^RESCALE_TAU, and most blocks then skip. Compile-time switches (the kernels read ``_RESCALE_SKIP`` and
+# ``_RESCALE_TAU``)
+RESCALE_SKIP = False
+RESCALE_TAU = 0.0
 NO_WINDOW = -(1 << 30)  # win_off of a call without a left edge: every key is right of it
 
 
@@ -124,6 +132,27 @@ EXP2_POLY = (0.6951166391372681, 0.22764497995376587, 0.07706724107265472)
 _EXP2_POLY_HEX = ("0f3F31F32A", "0f3E691BC4", "0f3D9DD56E")
 # which of an inline-asm pack's 8 elements (a thread's 2 rows × 4 columns of a wgmma accumulator) take the polynomial
 _EXP2_POLY_SLOTS = {1: (7,), 2: (3, 7), 3: (1, 4, 7), 4: (1, 3, 5, 7)}
+
+
+# ``_scale_rows``'s vote (two rows' alphas a thread, pack 2): each output is its input if any alpha of the warp is not
+# exactly 1 (NaN included), else −1, the same in every lane of the warp
+VOTE_ASM = "\n".join([
+    "{", ".reg .pred p, q;", "setp.neu.f32 p, $2, 0f3F800000;", "setp.neu.f32 q, $3, 0f3F800000;", "or.pred p, p, q;",
+    "vote.sync.any.pred p, p, 0xffffffff;", "selp.f32 $0, $2, 0fBF800000, p;", "selp.f32 $1, $3, 0fBF800000, p;", "}"])
+
+
+def scale_rows_asm(n: int) -> str:
+    """The inline assembly of ``_scale_rows`` for packs of ``n`` accumulator elements (outputs $0..n−1, each tied to
+    its input $n+i; the vote's value for its row $2n+i): a uniform branch past the n multiplies where the vote says
+    −1 (every alpha of the warp exactly 1), else each element times its row's alpha."""
+    if n < 1:
+        raise ValueError(f"scale_rows_asm: a pack of at least 1 element, got {n}")
+    return "\n".join(["{", ".reg .pred skip;", f"setp.lt.f32 skip, ${2 * n}, 0f00000000;", "@skip bra.uni SKIP;"]
+                     + [f"mul.f32 ${i}, ${n + i}, ${2 * n + i};" for i in range(n)] + ["SKIP:", "}"])
+
+
+def scale_rows_constraints(n: int) -> str:
+    return ",".join(["=f"] * n + [str(i) for i in range(n)] + ["f"] * n)
 
 
 def exp2_poly_asm(n_poly: int) -> str:
@@ -180,6 +209,12 @@ def row_layout():
     return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1)
 
 if HAVE_GLUON:
+    _VOTE_ASM = gl.constexpr(VOTE_ASM)
+    _VOTE_CONSTRAINTS = gl.constexpr("=f,=f,f,f")
+    _SCALE_ASM_32 = gl.constexpr(scale_rows_asm(32))
+    _SCALE_CONSTRAINTS_32 = gl.constexpr(scale_rows_constraints(32))
+    _SCALE_ASM_64 = gl.constexpr(scale_rows_asm(64))
+    _SCALE_CONSTRAINTS_64 = gl.constexpr(scale_rows_constraints(64))
     _EXP2_CONSTRAINTS = gl.constexpr(",".join(["=f"] * 8 + ["f"] * 8))
     _EXP2_ASM_1 = gl.constexpr(exp2_poly_asm(1))
     _EXP2_ASM_2 = gl.constexpr(exp2_poly_asm(2))
@@ -189,6 +224,8 @@ if HAVE_GLUON:
     _LOG2E = gl.constexpr(LOG2E)
     _NO_WINDOW = gl.constexpr(NO_WINDOW)
     _ROW_MAX_TREE = gl.constexpr(ROW_MAX_TREE)
+    _RESCALE_SKIP = gl.constexpr(RESCALE_SKIP)
+    _RESCALE_TAU = gl.constexpr(RESCALE_TAU)
 
     @gluon.jit
     def _issue_kv(desc, bars, bufs, t, n_blocks, b, hk, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
@@ -238,6 +275,26 @@ if HAVE_GLUON:
         return gl.convert_layout(gl.max(x, 1), gl.SliceLayout(1, s.type.layout))
 
     @gluon.jit
+    def _scale_rows(acc, alpha):
+        """acc · alpha[:, None] (alpha a row tensor of the scores' layout); with ``_RESCALE_SKIP`` a warp whose rows'
+        alphas are all exactly 1 leaves its rows as they are, by a uniform branch (``VOTE_ASM``, ``scale_rows_asm``):
+        the same bits, without the multiplies. Each thread holds HEAD_D / 2 elements of its warp group's 64-row
+        accumulator (two rows), one pack."""
+        a = gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout))
+        if not _RESCALE_SKIP:
+            return acc * a[:, None]
+        enc = gl.inline_asm_elementwise(_VOTE_ASM, _VOTE_CONSTRAINTS, [a], dtype=gl.float32, is_pure=False, pack=2)
+        enc = gl.broadcast(enc[:, None], acc)[0]
+        if acc.shape[1] == 64:
+            out = gl.inline_asm_elementwise(_SCALE_ASM_32, _SCALE_CONSTRAINTS_32, [acc, enc], dtype=gl.float32,
+                                            is_pure=True, pack=32)
+        else:
+            gl.static_assert(acc.shape[1] == 128, "_scale_rows: head dim 64 or 128")
+            out = gl.inline_asm_elementwise(_SCALE_ASM_64, _SCALE_CONSTRAINTS_64, [acc, enc], dtype=gl.float32,
+                                            is_pure=True, pack=64)
+        return out
+
+    @gluon.jit
     def _softmax(s, m_i, l_i, start_n, offs_m, offs_n, Nk, causal_off, win_off, qk_scale, masked,
                  CAUSAL: gl.constexpr, EXP_POLY: gl.constexpr = 0):
         """Online-softmax step on raw scores s (float32): (P̃ in float32, alpha, new m, new l).
@@ -256,6 +313,8 @@ if HAVE_GLUON:
             p = gl.exp2(s - m_use[:, None])
         else:
             m_new = gl.maximum(m_i, _row_max(s) * qk_scale)
+            if _RESCALE_TAU > 0:  # keep a row's maximum unless it grows by more than the bound
+                m_new = gl.where(m_new > m_i + _RESCALE_TAU, m_new, m_i)
             m_use = m_new
             p = _exp2_mixed(s * qk_scale - m_use[:, None], EXP_POLY)
         alpha = gl.exp2(m_i - m_use)
@@ -584,7 +643,7 @@ if HAVE_GLUON:
                                                   qk_scale, (start_n < lo_full) | (start_n >= full), CAUSAL, EXP_POLY)
                 acc, p_op = warpgroup_mma_wait(0, deps=(acc_tok, p_op))
                 mbarrier.arrive(v_empty.index(prev), count=1)
-                acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+                acc = _scale_rows(acc, alpha)
                 p_op = gl.convert_layout(p.to(dtype), p_layout)
             last = (it0 + n_blocks - 1) % STAGES
             mbarrier.wait(v_ready.index(last), ((it0 + n_blocks - 1) // STAGES) & 1)

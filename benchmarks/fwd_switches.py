@@ -1,0 +1,215 @@
+"""The Gluon forward built with its compile-time switches set other ways (``prefill_gluon``'s ``RESCALE_SKIP``,
+``RESCALE_TAU``, ``ROW_MAX_TREE``), timed against the shipped build in one process, against PyTorch's fastest route
+for the row in the same rounds.
+
+A build other than the shipped one is a copy of ``prefill_gluon`` made at run time with the kernels' constexpr
+switches (``    _NAME = gl.constexpr(NAME)``) set to the build's values (``switched_source``); its three forward
+kernels stand in for the library's own while it is timed, so every build goes through the same dispatch,
+configuration and launch code. Each row records each build's largest difference from the first build's output
+(``max_diff``; 0 where a switch keeps the bits, as ``RESCALE_SKIP`` must).
+
+Builds (``--builds``, the first the baseline): ``shipped``; ``skip`` (O's rescaling skipped by warps whose
+alphas are all 1); ``skip+tau8`` (and a row's maximum kept unless it grows by more than 8, log2 units); ``tau8``;
+``tree`` (the row maximum as a tree). Rows: those of ``exp_poly.py`` (the variants benchmark's sliding window
+W = 4096 and packed batch at 16K tokens, causal; dense 4 × 4K causal and not), at D = 64 and 128; ``--rounds``
+rounds in which the builds and the peer take turns (``do_bench`` medians; the table gives each one's median).
+
+    python benchmarks/fwd_switches.py --json fwd-switches.json     # every row, both head dims, every build
+    python benchmarks/fwd_switches.py --rows window full --D 64 --builds shipped skip skip+tau8 --rounds 5
+    python benchmarks/fwd_switches.py --report fwd-switches.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from exp_poly import ROWS, row_call  # noqa: E402
+
+from attnlab.bench import environment, time_fn  # noqa: E402
+
+BUILDS = {
+    "shipped": {},
+    "skip": {"RESCALE_SKIP": True},
+    "skip+tau8": {"RESCALE_SKIP": True, "RESCALE_TAU": 8.0},
+    "tau8": {"RESCALE_TAU": 8.0},
+    "tree": {"ROW_MAX_TREE": True},
+}
+KERNELS = ("_attn_fwd_gluon", "_attn_fwd_gluon_ws", "_attn_fwd_gluon_wsp")
+_KEEP: list = []  # the copies' folder, alive while their kernels may compile (Triton reads their source)
+_MODULES: dict = {}
+
+
+def switched_source(src: str, values: dict) -> str:
+    """``prefill_gluon``'s source with the kernels' switches set to ``values`` ({name: bool or float}); refuses a name
+    without exactly one ``    _NAME = gl.constexpr(NAME)`` line, and a value of another type than the shipped one."""
+    for name, value in values.items():
+        line = f"    _{name} = gl.constexpr({name})\n"
+        if src.count(line) != 1:
+            raise RuntimeError(f"prefill_gluon has no single switch {name}; the build cannot be made")
+        src = src.replace(line, f"    _{name} = gl.constexpr({value!r})\n")
+    return src
+
+
+def build_values(build: str) -> dict:
+    """The build's switches, those equal to the library's own left out."""
+    from attnlab.gpu import prefill_gluon as pg
+
+    if build not in BUILDS:
+        raise ValueError(f"build must be one of {sorted(BUILDS)}, got {build!r}")
+    out = {}
+    for name, value in BUILDS[build].items():
+        shipped = getattr(pg, name)
+        if type(value) is not type(shipped):
+            raise TypeError(f"{name}: {value!r} is not a {type(shipped).__name__} like the library's {shipped!r}")
+        if value != shipped:
+            out[name] = value
+    return out
+
+
+def build_module(build: str):
+    """The module whose kernels run for ``build``: ``prefill_gluon`` itself where the build sets nothing the library
+    does not, else a copy (``switched_source``) loaded under ``attnlab.gpu`` (its relative imports the library's)."""
+    from attnlab.gpu import prefill_gluon as pg
+
+    values = build_values(build)
+    if not values:
+        return pg
+    key = tuple(sorted(values.items()))
+    if key in _MODULES:
+        return _MODULES[key]
+    if not _KEEP:
+        _KEEP.append(tempfile.TemporaryDirectory(prefix="fwd-switches-"))
+    name = f"_prefill_gluon_build{len(_MODULES)}"
+    path = Path(_KEEP[0].name) / f"{name}.py"
+    path.write_text(switched_source(Path(pg.__file__).read_text(), values))
+    spec = importlib.util.spec_from_file_location(f"attnlab.gpu.{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    _MODULES[key] = mod
+    return mod
+
+
+class use_build:
+    """``with use_build("skip"):`` the library's Gluon forward runs that build's kernels (kept launch plans dropped on
+    the way in and out)."""
+
+    def __init__(self, build: str):
+        self.mod = build_module(build)
+
+    def __enter__(self):
+        from attnlab.gpu import prefill_fwd
+        from attnlab.gpu import prefill_gluon as pg
+
+        self.saved = {k: getattr(pg, k) for k in KERNELS}
+        for k in KERNELS:
+            setattr(pg, k, getattr(self.mod, k))
+        prefill_fwd._PLANS.clear()
+        return self
+
+    def __exit__(self, *exc):
+        from attnlab.gpu import prefill_fwd
+        from attnlab.gpu import prefill_gluon as pg
+
+        for k, f in self.saved.items():
+            setattr(pg, k, f)
+        prefill_fwd._PLANS.clear()
+        return False
+
+
+def _out(x):
+    return x[0] if isinstance(x, tuple) else x
+
+
+def measure(rows, Ds, builds, rounds: int) -> list[dict]:
+    device = "cuda"
+    results = []
+    for D in Ds:
+        for name in rows:
+            lib, flops, peer_name, peer = row_call(name, D, device)
+            times = {b: [] for b in builds}
+            peer_times = []
+            diffs = {}
+            for _ in range(rounds):
+                first = None
+                for b in builds:
+                    with use_build(b):
+                        out = _out(lib()).float()
+                        times[b].append(time_fn(lib, device=device))
+                    if first is None:
+                        first = out
+                    diffs[b] = max(diffs.get(b, 0.0), (out - first).abs().max().item())
+                del first, out
+                if callable(peer):
+                    peer_times.append(time_fn(peer, device=device))
+            base = statistics.median(times[builds[0]])
+            for b in builds:
+                ms = statistics.median(times[b])
+                r = dict(row=name, D=D, build=b, switches=BUILDS[b], ms=ms, rounds=[round(t, 4) for t in times[b]],
+                         tflops=flops / ms / 1e9, vs_first=base / ms, max_diff=diffs[b])
+                if peer_times:
+                    r.update(peer=peer_name, peer_ms=statistics.median(peer_times),
+                             x_peer=statistics.median(peer_times) / ms)
+                elif not callable(peer):
+                    r.update(peer=peer_name, peer_skipped=f"{type(peer).__name__}: {peer}"[:120])
+                results.append(r)
+                print(_line(r), flush=True)
+            torch.cuda.empty_cache()
+    return results
+
+
+def _line(r) -> str:
+    peer = f" {r['x_peer']:.3f}× {r['peer']}" if "x_peer" in r else ""
+    return (f"| {r['row']} | {r['D']} | {r['build']} | {r['ms']:.3f} | {r['tflops']:.0f} | {r['vs_first']:.3f} |"
+            f"{peer} | {r['max_diff']:.1e} |")
+
+
+def report(rows) -> str:
+    first = rows[0]["build"] if rows else "first"
+    head = f"| row | D | build | ms (median) | TFLOP/s | × {first} | × peer | max diff from {first} |\n"
+    return head + "|---|---|---|---|---|---|---|---|\n" + "\n".join(_line(r) for r in rows)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", nargs="+", default=list(ROWS), choices=ROWS)
+    ap.add_argument("--D", type=int, nargs="+", default=[64, 128], choices=[64, 128])
+    ap.add_argument("--builds", nargs="+", default=["shipped", "skip", "skip+tau8"], choices=list(BUILDS))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--json", type=Path, help="write the rows here (refuses an existing file)")
+    ap.add_argument("--report", metavar="JSON", help="print the table of a recorded run")
+    args = ap.parse_args(argv)
+    if args.report:
+        print(report(json.loads(Path(args.report).read_text())["rows"]))
+        return 0
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
+    if len(set(args.builds)) != len(args.builds):
+        ap.error("--builds: each build once")
+    if args.json is not None and args.json.exists():
+        ap.error(f"{args.json} exists; not overwriting it")
+    if not torch.cuda.is_available():
+        print("fwd_switches.py times the Gluon forward on a Hopper GPU; no CUDA device here", file=sys.stderr)
+        return 2
+    rows = measure(args.rows, args.D, args.builds, args.rounds)
+    print(report(rows))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"benchmark": "fwd_switches", "environment": environment(), "rows": rows},
+                                        indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
