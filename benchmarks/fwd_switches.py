@@ -44,9 +44,6 @@ BUILDS = {
     "skip+tau8": {"RESCALE_SKIP": True, "RESCALE_TAU": 8.0},
     "tau8": {"RESCALE_TAU": 8.0},
     "tree": {"ROW_MAX_TREE": True},
-    "rowsum": {"ROWSUM_MMA": True},
-    "skip+rowsum": {"RESCALE_SKIP": True, "ROWSUM_MMA": True},
-    "skip+tau8+rowsum": {"RESCALE_SKIP": True, "RESCALE_TAU": 8.0, "ROWSUM_MMA": True},
 }
 KERNELS = ("_attn_fwd_gluon", "_attn_fwd_gluon_ws", "_attn_fwd_gluon_wsp")
 _KEEP: list = []  # the copies' folder, alive while their kernels may compile (Triton reads their source)

@@ -115,11 +115,6 @@ ROW_MAX_TREE = False
 # ``_RESCALE_TAU``)
 RESCALE_SKIP = False
 RESCALE_TAU = 0.0
-# the row sums of P̃ on the tensor cores: each consumer warp group keeps a [64, 8] accumulator l that a wgmma of P̃
-# (the bfloat16 operand of P̃V) by a [BLOCK_N, 8] tile of ones adds to after each key block, rescaled with O, in place
-# of the 32 (D = 64: 64 per thread and block at 128 keys) float32 adds of its row sums; the normaliser is then the
-# sum of the very P̃ that multiplied V. Compile-time switch (the kernels read ``_ROWSUM_MMA``)
-ROWSUM_MMA = False
 NO_WINDOW = -(1 << 30)  # win_off of a call without a left edge: every key is right of it
 
 
@@ -216,8 +211,6 @@ def row_layout():
 if HAVE_GLUON:
     _VOTE_ASM = gl.constexpr(VOTE_ASM)
     _VOTE_CONSTRAINTS = gl.constexpr("=f,=f,f,f")
-    _SCALE_ASM_4 = gl.constexpr(scale_rows_asm(4))
-    _SCALE_CONSTRAINTS_4 = gl.constexpr(scale_rows_constraints(4))
     _SCALE_ASM_32 = gl.constexpr(scale_rows_asm(32))
     _SCALE_CONSTRAINTS_32 = gl.constexpr(scale_rows_constraints(32))
     _SCALE_ASM_64 = gl.constexpr(scale_rows_asm(64))
@@ -233,7 +226,6 @@ if HAVE_GLUON:
     _ROW_MAX_TREE = gl.constexpr(ROW_MAX_TREE)
     _RESCALE_SKIP = gl.constexpr(RESCALE_SKIP)
     _RESCALE_TAU = gl.constexpr(RESCALE_TAU)
-    _ROWSUM_MMA = gl.constexpr(ROWSUM_MMA)
 
     @gluon.jit
     def _issue_kv(desc, bars, bufs, t, n_blocks, b, hk, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
@@ -293,23 +285,19 @@ if HAVE_GLUON:
             return acc * a[:, None]
         enc = gl.inline_asm_elementwise(_VOTE_ASM, _VOTE_CONSTRAINTS, [a], dtype=gl.float32, is_pure=False, pack=2)
         enc = gl.broadcast(enc[:, None], acc)[0]
-        if acc.shape[1] == 8:
-            out = gl.inline_asm_elementwise(_SCALE_ASM_4, _SCALE_CONSTRAINTS_4, [acc, enc], dtype=gl.float32,
-                                            is_pure=True, pack=4)
-        elif acc.shape[1] == 64:
+        if acc.shape[1] == 64:
             out = gl.inline_asm_elementwise(_SCALE_ASM_32, _SCALE_CONSTRAINTS_32, [acc, enc], dtype=gl.float32,
                                             is_pure=True, pack=32)
         else:
-            gl.static_assert(acc.shape[1] == 128, "_scale_rows: 8, 64 or 128 columns")
+            gl.static_assert(acc.shape[1] == 128, "_scale_rows: head dim 64 or 128")
             out = gl.inline_asm_elementwise(_SCALE_ASM_64, _SCALE_CONSTRAINTS_64, [acc, enc], dtype=gl.float32,
                                             is_pure=True, pack=64)
         return out
 
     @gluon.jit
     def _softmax(s, m_i, l_i, start_n, offs_m, offs_n, Nk, causal_off, win_off, qk_scale, masked,
-                 CAUSAL: gl.constexpr, EXP_POLY: gl.constexpr = 0, SUM_ON_MMA: gl.constexpr = False):
-        """Online-softmax step on raw scores s (float32): (P̃ in float32, alpha, new m, new l); ``SUM_ON_MMA``: l
-        returned as it came (the caller sums P̃ on the tensor cores).
+                 CAUSAL: gl.constexpr, EXP_POLY: gl.constexpr = 0):
+        """Online-softmax step on raw scores s (float32): (P̃ in float32, alpha, new m, new l).
         ``masked``: the block reaches past the diagonal (CAUSAL), before the window's left edge
         (keys j < i + win_off; NO_WINDOW: none) or past the last key (element mask). ``EXP_POLY``: of every 8
         exponentials of an unmasked block, so many by a polynomial (``_exp2_mixed``); a masked block's, with its
@@ -330,8 +318,7 @@ if HAVE_GLUON:
             m_use = m_new
             p = _exp2_mixed(s * qk_scale - m_use[:, None], EXP_POLY)
         alpha = gl.exp2(m_i - m_use)
-        if not SUM_ON_MMA:  # (else the consumer's wgmma of P̃ by ones)
-            l_i = l_i * alpha + gl.sum(p, 1)
+        l_i = l_i * alpha + gl.sum(p, 1)
         return p, alpha, m_new, l_i
 
     @gluon.jit
@@ -357,7 +344,7 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _softmax_alibi(s, m_i, l_i, start_n, row0, offs_m, offs_n, Nk, causal_off, win_off, alibi_off, qk_scale,
-                       slope2, c, masked, CAUSAL: gl.constexpr, SUM_ON_MMA: gl.constexpr = False):
+                       slope2, c, masked, CAUSAL: gl.constexpr):
         """``_softmax`` with ALiBi: the scores are s·qk_scale − slope2·|i + alibi_off − j| in log2 units
         (slope2 = slope·log2 e), the bias on every visible score, before the mask. ``row0``: the block's
         first row; ``c``: slope2·n for the block's columns n = 0 .. BLOCK_N − 1 (the same every block).
@@ -402,8 +389,7 @@ if HAVE_GLUON:
             m_use = m_new
             p = gl.exp2(t - (m_use + b)[:, None])
         alpha = gl.exp2(m_i - m_use)
-        if not SUM_ON_MMA:  # (else the consumer's wgmma of P̃ by ones)
-            l_i = l_i * alpha + gl.sum(p, 1)
+        l_i = l_i * alpha + gl.sum(p, 1)
         return p, alpha, m_new, l_i
 
     @gluon.jit
@@ -611,16 +597,6 @@ if HAVE_GLUON:
         l_i = gl.zeros([HALF_M], gl.float32, layout=row_s)
         acc = gl.zeros([HALF_M, HEAD_D], gl.float32, layout=o_layout)
         s_zero = gl.zeros([HALF_M, BLOCK_N], gl.float32, layout=s_layout)
-        if _ROWSUM_MMA:  # l in a [64, 8] accumulator (8 equal columns), P̃'s row sums added by a wgmma with ones
-            l_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                               instr_shape=[16, 8, 16])
-            ones = gl.allocate_shared_memory(dtype, [BLOCK_N, 8], gl.NVMMASharedLayout.get_default_for([BLOCK_N, 8],
-                                                                                                       dtype))
-            ones_lay: gl.constexpr = gl.BlockedLayout([1, 8], [32, 1], [4, 1], [1, 0])
-            ones.store(gl.full([BLOCK_N, 8], 1.0, dtype, layout=ones_lay))
-            fence_async_shared()
-            _warps_barrier()
-            l_acc = gl.zeros([HALF_M, 8], gl.float32, layout=l_layout)
         q_tile = q_smem.index(HALF)
         q = q_tile.reshape([HALF_M, HEAD_D])
         mbarrier.wait(q_bars.index(HALF), q_phase)
@@ -638,10 +614,10 @@ if HAVE_GLUON:
             if ALIBI:
                 p, alpha, m_i, l_i = _softmax_alibi(s, m_i, l_i, start0, row0, offs_m, offs_n, Nk, causal_off, win_off,
                                                     alibi_off, qk_scale, slope2, c,
-                                                    (start0 < lo_full) | (start0 >= full), CAUSAL, _ROWSUM_MMA)
+                                                    (start0 < lo_full) | (start0 >= full), CAUSAL)
             else:
                 p, alpha, m_i, l_i = _softmax(s, m_i, l_i, start0, offs_m, offs_n, Nk, causal_off, win_off, qk_scale,
-                                              (start0 < lo_full) | (start0 >= full), CAUSAL, EXP_POLY, _ROWSUM_MMA)
+                                              (start0 < lo_full) | (start0 >= full), CAUSAL, EXP_POLY)
             p_op = gl.convert_layout(p.to(dtype), p_layout)
             for t in range(1, n_blocks):
                 u = it0 + t  # this block's use of the ring
@@ -652,11 +628,7 @@ if HAVE_GLUON:
                                       use_acc=False, is_async=True)
                 mbarrier.wait(v_ready.index(prev), ((u - 1) // STAGES) & 1)
                 acc_tok = warpgroup_mma(p_op, v_smem.index(prev).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
-                if _ROWSUM_MMA:
-                    l_tok = warpgroup_mma(p_op, ones, l_acc, is_async=True)
-                    s = warpgroup_mma_wait(2, deps=(s_tok, ))
-                else:
-                    s = warpgroup_mma_wait(1, deps=(s_tok, ))
+                s = warpgroup_mma_wait(1, deps=(s_tok, ))
                 mbarrier.arrive(k_empty.index(slot), count=1)
                 if q_empty is not None:
                     if t == n_blocks - 1:
@@ -665,16 +637,11 @@ if HAVE_GLUON:
                 if ALIBI:
                     p, alpha, m_i, l_i = _softmax_alibi(s, m_i, l_i, start_n, row0, offs_m, offs_n, Nk, causal_off,
                                                         win_off, alibi_off, qk_scale, slope2, c,
-                                                        (start_n < lo_full) | (start_n >= full), CAUSAL, _ROWSUM_MMA)
+                                                        (start_n < lo_full) | (start_n >= full), CAUSAL)
                 else:
                     p, alpha, m_i, l_i = _softmax(s, m_i, l_i, start_n, offs_m, offs_n, Nk, causal_off, win_off,
-                                                  qk_scale, (start_n < lo_full) | (start_n >= full), CAUSAL, EXP_POLY,
-                                                  _ROWSUM_MMA)
-                if _ROWSUM_MMA:
-                    acc, p_op, l_acc = warpgroup_mma_wait(0, deps=(acc_tok, p_op, l_tok))
-                    l_acc = _scale_rows(l_acc, alpha)
-                else:
-                    acc, p_op = warpgroup_mma_wait(0, deps=(acc_tok, p_op))
+                                                  qk_scale, (start_n < lo_full) | (start_n >= full), CAUSAL, EXP_POLY)
+                acc, p_op = warpgroup_mma_wait(0, deps=(acc_tok, p_op))
                 mbarrier.arrive(v_empty.index(prev), count=1)
                 acc = _scale_rows(acc, alpha)
                 p_op = gl.convert_layout(p.to(dtype), p_layout)
@@ -685,17 +652,11 @@ if HAVE_GLUON:
                 if end < BLOCK_N:
                     _zero_past(v_smem.index(last).reshape([BLOCK_N, HEAD_D]), end)
             acc_tok = warpgroup_mma(p_op, v_smem.index(last).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
-            if _ROWSUM_MMA:
-                l_tok = warpgroup_mma(p_op, ones, l_acc, is_async=True)
-                acc, l_acc = warpgroup_mma_wait(0, deps=(acc_tok, l_tok))
-            else:
-                acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
+            acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
             mbarrier.arrive(v_empty.index(last), count=1)
         if q_empty is not None:
             if n_blocks == 0:  # (no product read this Q slice)
                 mbarrier.arrive(q_empty.index(HALF), count=1)
-        if _ROWSUM_MMA:
-            l_i = gl.convert_layout(gl.max(l_acc, 1), row_s)
 
         empty = l_i == 0.0
         l_safe = gl.where(empty, 1.0, l_i)
