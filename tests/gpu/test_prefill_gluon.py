@@ -1099,9 +1099,7 @@ def test_gpu_exp_poly_packed_forward_and_the_switch(persistent, monkeypatch):
 
 ROW_MAX_BUILDS = [  # keyword arguments of compile_sm90 (D, causal and the tiles)
     dict(D=64, causal=True, block_m=192, num_warps=4, warp_spec=True),
-    dict(D=64, causal=False, block_m=128, block_n=64, num_warps=4, warp_spec=True, persistent=True),
-    dict(D=128, causal=True, num_warps=4, warp_spec=True, persistent=True, packed=True, dynamic=True),
-    dict(D=128, causal=False, num_warps=8),
+    dict(D=128, causal=False, block_n=64, num_warps=4, warp_spec=True, persistent=True, packed=True, dynamic=True),
 ]
 
 
@@ -1220,8 +1218,7 @@ def test_rescale_switch_builds_for_sm90_add_one_vote_and_branch_per_consumer():
     code = ("import json, sys; sys.path.insert(0, 'benchmarks'); import fwd_switches as fs; out = []\n"
             "for b in ('shipped', 'skip', 'skip+tau8'):\n"
             "    m = fs.build_module(b)\n"
-            "    for D, bm, kw in ((64, 192, {}), (128, 128, {'persistent': True, 'packed': True, 'dynamic': True}),\n"
-            "                      (128, 128, {'alibi': True})):\n"
+            "    for D, bm, kw in ((64, 192, {}), (128, 128, {'persistent': True, 'packed': True, 'dynamic': True})):\n"
             "        k = m.compile_sm90(D, causal=True, warp_spec=True, block_m=bm, num_warps=4, **kw)\n"
             "        r = m.kernel_report(k)\n"
             "        r['votes'] = k.asm['ptx'].count('vote.sync.any.pred')\n"
@@ -1233,9 +1230,9 @@ def test_rescale_switch_builds_for_sm90_add_one_vote_and_branch_per_consumer():
                          cwd=Path(__file__).resolve().parents[2])
     assert res.returncode == 0, res.stderr[-3000:]
     reps = json.loads(res.stdout.strip().splitlines()[-1])
-    shipped = reps[:3]
+    shipped = reps[:2]
     for i, r in enumerate(reps):
-        base = shipped[i % 3]
+        base = shipped[i % 2]
         assert r["votes"] == (0 if r["build"] == "shipped" else r["consumers"]), r
         for key in ("wgmma", "tma_loads", "smem_kb", "wait_groups", "exponentials"):
             assert r[key] == base[key], (key, r, base)
