@@ -831,3 +831,53 @@ def test_row_max_benchmark_refuses_to_overwrite_and_reprints_a_run(tmp_path, cap
             rm.other_source(bad, True)
     with pytest.raises(ValueError, match="build must be one of"):
         rm.use_build("fast")
+
+
+def test_results_fwd_switches_runs_are_the_recorded_ones():
+    """RESCALE_SKIP / RESCALE_TAU measured (RESULTS.md's fwd-switches runs 1 and 2): the tables as
+    ``benchmarks/fwd_switches.py`` renders them from the recorded files, the skip's bits kept on every row, every range
+    the text, NOTES-prefill v30, docs/variants.md and the switches' comment quote, the logs' test counts, and the
+    switches off."""
+    fs = load_script("benchmarks/fwd_switches.py")
+    from attnlab.gpu import prefill_gluon as pg
+
+    results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    section = results[results.index("### Fwd-switches runs 1 and 2"):results.index("### Row-max runs 1 and 2")]
+    text, notes, doc = _flat(section), _notes("v30"), _flat((ROOT / "docs" / "variants.md").read_text())
+    src = " ".join((ROOT / "src" / "attnlab" / "gpu" / "prefill_gluon.py").read_text().replace("#", " ").split())
+    data = ROOT / "benchmarks" / "data"
+    runs = {r: json.loads((data / f"fwd-switches-h200-run{r}.json").read_text())["rows"] for r in (1, 2)}
+    X = {}
+    for r, rows in runs.items():
+        assert fs.report(rows) in section
+        X |= {(r, x["build"], x["row"], x["D"]): x["vs_first"] for x in rows}
+        assert all(x["max_diff"] == 0 for x in rows if x["build"] in ("shipped", "skip"))
+
+    def span(run, build, D=None, fmt=".3f", sep="–", unit="×"):
+        v = [x for (r, b, _, d), x in X.items() if r == run and b == build and (D is None or d == D)]
+        return f"{min(v):{fmt}}{sep}{max(v):{fmt}}{unit}"
+
+    skip, tau = span(1, "skip"), span(2, "tau8")
+    st128_2, st128_1 = span(2, "skip+tau8", 128), span(1, "skip+tau8", 128)
+    st64 = [x for (r, b, _, d), x in X.items() if b == "skip+tau8" and d == 64]
+    st64 = f"{min(st64):.3f}–{max(st64):.3f}×"
+    assert (f"kept the bits on every row and ran {skip}" in text and f"ran {tau}" in text
+            and f"the D = 128 rows ran {st128_2} in run 2 and {st128_1} in run 1, the D = 64 rows {st64}" in text)
+    assert (f"skip alone {skip} (bits kept), τ alone {tau}, skip + τ at D = 128 {st128_2} in run 2 (five rounds) and "
+            f"{st128_1} in run 1, at D = 64 {st64}") in notes
+    a = lambda s: s.replace("–", "-").replace("×", "x")  # noqa: E731
+    assert (f"the skip alone {a(skip)} (bits kept), the bound alone {a(tau)}, both with the bound 8 at D = 128 "
+            f"{a(st128_2)} (run 2) and {a(st128_1)} (run 1), at D = 64 {a(st64)}") in src
+    w64 = [X[r, "skip+tau8", "window", 64] for r in (1, 2)]
+    assert f"left that row at {w64[0]:.3f}× and {w64[1]:.3f}× (fwd-switches runs 1 and 2)" in doc
+    assert min(X[2, "skip+tau8", row, 128] for row in ("window", "causal", "full")) > 1.0
+    rs = {(row, D): x for (r, b, row, D), x in X.items() if b == "skip+tau8+rowsum"}
+    rest = [x for k, x in rs.items() if k != ("window", 64)]
+    assert (f"(the D = 64 window {rs['window', 64]:.3f}×; the other rows {min(rest):.3f}–{max(rest):.3f}×)"
+            in notes)
+    logs = data / "fwd-switches-checks"
+    log1 = (logs / "tests-run1.log").read_text()
+    assert "19 failed, 7 passed, 24 errors" in log1.splitlines()[-1]
+    assert log1.count("AssertionError: skip+tau8+rowsum") == 16 and "19 failed, 7 passed, 24 errors" in text
+    assert "50 passed" in (logs / "tests-run2.log").read_text().splitlines()[-1] and "(50 passed:" in text
+    assert pg.RESCALE_SKIP is False and pg.RESCALE_TAU == 0.0 and not hasattr(pg, "ROWSUM_MMA")

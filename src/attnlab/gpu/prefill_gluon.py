@@ -111,8 +111,10 @@ ROW_MAX_TREE = False
 # maximum moved: the multiplies would change nothing, so the bits are the same): a vote across the warp, then a
 # uniform branch around the multiplies (``_scale_rows``). With ``RESCALE_TAU`` > 0 (log2 units), an unmasked block
 # moves a row's maximum only when it grows by more than that (FlashAttention-4's rule): P̃ of a stale maximum is at
-# most 2^RESCALE_TAU, and most blocks then skip. Compile-time switches (the kernels read ``_RESCALE_SKIP`` and
-# ``_RESCALE_TAU``)
+# most 2^RESCALE_TAU, and most blocks then skip. Measured (H200, benchmarks/fwd_switches.py runs 1 and 2): the skip
+# alone 0.980-1.012x (bits kept), the bound alone 0.988-1.008x, both with the bound 8 at D = 128 1.014-1.026x (run 2)
+# and 1.008-1.067x (run 1), at D = 64 0.986-1.007x. Off until the whole GPU suite has run with them on. Compile-time
+# switches (the kernels read ``_RESCALE_SKIP`` and ``_RESCALE_TAU``)
 RESCALE_SKIP = False
 RESCALE_TAU = 0.0
 NO_WINDOW = -(1 << 30)  # win_off of a call without a left edge: every key is right of it
