@@ -10,7 +10,8 @@ configuration and launch code. Each row records each build's largest difference 
 
 Builds (``--builds``, the first the baseline): ``shipped``; ``skip`` (O's rescaling skipped by warps whose
 alphas are all 1); ``skip+tau8`` (and a row's maximum kept unless it grows by more than 8, log2 units); ``tau8``;
-``tree`` (the row maximum as a tree). Rows: those of ``exp_poly.py`` (the variants benchmark's sliding window
+``tree`` and ``chain`` (the row maximum as a tree or one
+score after another). Rows: those of ``exp_poly.py`` (the variants benchmark's sliding window
 W = 4096 and packed batch at 16K tokens, causal; dense 4 × 4K causal and not), at D = 64 and 128; ``--rounds``
 rounds in which the builds and the peer take turns (``do_bench`` medians; the table gives each one's median).
 
@@ -44,6 +45,7 @@ BUILDS = {
     "skip+tau8": {"RESCALE_SKIP": True, "RESCALE_TAU": 8.0},
     "tau8": {"RESCALE_TAU": 8.0},
     "tree": {"ROW_MAX_TREE": True},
+    "chain": {"ROW_MAX_TREE": False},
 }
 KERNELS = ("_attn_fwd_gluon", "_attn_fwd_gluon_ws", "_attn_fwd_gluon_wsp")
 _KEEP: list = []  # the copies' folder, alive while their kernels may compile (Triton reads their source)

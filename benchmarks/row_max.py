@@ -3,8 +3,8 @@
 in one process, against PyTorch's fastest route for the row in the same rounds.
 
 The build the library does not ship is a copy of ``prefill_gluon`` made at run time with ``_ROW_MAX_TREE`` the other
-way (``other_module``); its three forward kernels stand in for the library's own while that build is timed, so both
-go through the same dispatch, configuration and launch code. A maximum is exact whatever its order: the two builds'
+way (``fwd_switches.build_module``); its three forward kernels stand in for the library's own while that build is
+timed, so both go through the same dispatch, configuration and launch code. A maximum is exact whatever its order: the two builds'
 outputs must be bit-identical, and each row records whether they were (``identical``).
 
 Rows (bfloat16, H·D = 2048): those of ``exp_poly.py`` (the variants benchmark's sliding window W = 4096 and packed
@@ -19,11 +19,9 @@ and the peer take turns (``do_bench`` medians; the table gives each one's median
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
@@ -31,81 +29,25 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import fwd_switches as fs  # noqa: E402
 from exp_poly import ROWS, row_call  # noqa: E402
 
 from attnlab.bench import environment, time_fn  # noqa: E402
 
 BUILDS = ("tree", "chain")
-KERNELS = ("_attn_fwd_gluon", "_attn_fwd_gluon_ws", "_attn_fwd_gluon_wsp")
-SWITCH = "    _ROW_MAX_TREE = gl.constexpr(ROW_MAX_TREE)\n"
-_KEEP: list = []  # the copy's folder, alive while its kernels may compile (Triton reads their source)
-
-
-def other_source(src: str, tree: bool) -> str:
-    """``prefill_gluon``'s source with the kernels' ``_ROW_MAX_TREE`` fixed to ``tree``; refuses a source without
-    exactly one such switch."""
-    if src.count(SWITCH) != 1:
-        raise RuntimeError("prefill_gluon has no single _ROW_MAX_TREE switch; the other build cannot be made")
-    return src.replace(SWITCH, f"    _ROW_MAX_TREE = gl.constexpr({tree})\n")
-
-
-def other_module():
-    """The build the library does not ship (the tree where ``ROW_MAX_TREE`` is off, the chain where it is on):
-    ``other_source`` loaded as ``attnlab.gpu._prefill_gluon_other`` (its relative imports the library's own
-    modules)."""
-    from attnlab.gpu import prefill_gluon as pg
-
-    name = "attnlab.gpu._prefill_gluon_other"
-    if name in sys.modules:
-        return sys.modules[name]
-    folder = tempfile.TemporaryDirectory(prefix="row-max-")
-    _KEEP.append(folder)
-    path = Path(folder.name) / "_prefill_gluon_other.py"
-    path.write_text(other_source(Path(pg.__file__).read_text(), not pg.ROW_MAX_TREE))
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def build_modules() -> dict:
-    """{"tree": module, "chain": module}: ``prefill_gluon`` itself for the shipped build, ``other_module`` for the
-    other."""
-    from attnlab.gpu import prefill_gluon as pg
-
-    other = other_module()
-    return dict(tree=pg if pg.ROW_MAX_TREE else other, chain=other if pg.ROW_MAX_TREE else pg)
+    """{"tree": module, "chain": module}: ``prefill_gluon`` itself for the shipped build, a copy with the switch the
+    other way for the other (``fwd_switches.build_module``)."""
+    return {b: fs.build_module(b) for b in BUILDS}
 
 
-class use_build:
-    """``with use_build("tree"):`` the library's Gluon forward runs that build's kernels (kept launch plans dropped
-    on the way in and out); the shipped build: the library's own."""
-
-    def __init__(self, build: str):
-        if build not in BUILDS:
-            raise ValueError(f"build must be one of {BUILDS}, got {build!r}")
-        self.build = build
-
-    def __enter__(self):
-        from attnlab.gpu import prefill_fwd
-        from attnlab.gpu import prefill_gluon as pg
-
-        self.saved = {k: getattr(pg, k) for k in KERNELS}
-        mod = build_modules()[self.build]
-        for k in KERNELS:
-            setattr(pg, k, getattr(mod, k))
-        prefill_fwd._PLANS.clear()
-        return self
-
-    def __exit__(self, *exc):
-        from attnlab.gpu import prefill_fwd
-        from attnlab.gpu import prefill_gluon as pg
-
-        for k, f in self.saved.items():
-            setattr(pg, k, f)
-        prefill_fwd._PLANS.clear()
-        return False
+def use_build(build: str):
+    """``with use_build("tree"):`` the library's Gluon forward runs that build's kernels (``fwd_switches.use_build``)."""
+    if build not in BUILDS:
+        raise ValueError(f"build must be one of {BUILDS}, got {build!r}")
+    return fs.use_build(build)
 
 
 def _out(x):

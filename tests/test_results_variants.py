@@ -808,7 +808,8 @@ def test_results_row_max_runs_are_the_recorded_ones():
 def test_row_max_benchmark_refuses_to_overwrite_and_reprints_a_run(tmp_path, capsys):
     """``benchmarks/row_max.py``: an existing ``--json`` file is refused before any work (exit 2, the file as it was),
     bad rounds likewise; ``--report`` prints a recorded run's table as RESULTS.md holds it; the other build's source
-    is the library's with only the switch turned, and a source without exactly one switch is refused."""
+    (``fwd_switches.switched_source``) is the library's with only the switch turned, a source without exactly one switch
+is refused, and so is a switch value of another type than the library's."""
     import pytest
 
     rm = load_script("benchmarks/row_max.py")
@@ -822,13 +823,22 @@ def test_row_max_benchmark_refuses_to_overwrite_and_reprints_a_run(tmp_path, cap
     capsys.readouterr()
     assert rm.main(["--report", str(ROOT / "benchmarks" / "data" / "row-max-h200-run1.json")]) == 0
     assert capsys.readouterr().out.strip() in (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    fs = load_script("benchmarks/fwd_switches.py")
     src = (ROOT / "src" / "attnlab" / "gpu" / "prefill_gluon.py").read_text()
-    other = rm.other_source(src, True)
+    other = fs.switched_source(src, {"ROW_MAX_TREE": True})
     diff = [(a, b) for a, b in zip(src.splitlines(), other.splitlines()) if a != b]
-    assert diff == [(rm.SWITCH.rstrip("\n"), "    _ROW_MAX_TREE = gl.constexpr(True)")]
-    for bad in (src.replace(rm.SWITCH, ""), src + rm.SWITCH):
-        with pytest.raises(RuntimeError, match="single _ROW_MAX_TREE switch"):
-            rm.other_source(bad, True)
+    assert diff == [("    _ROW_MAX_TREE = gl.constexpr(ROW_MAX_TREE)", "    _ROW_MAX_TREE = gl.constexpr(True)")]
+    switch = "    _ROW_MAX_TREE = gl.constexpr(ROW_MAX_TREE)\n"
+    for bad in (src.replace(switch, ""), src + switch):
+        with pytest.raises(RuntimeError, match="no single switch ROW_MAX_TREE"):
+            fs.switched_source(bad, {"ROW_MAX_TREE": True})
+    assert fs.build_values("chain") == {} and fs.build_values("tree") == {"ROW_MAX_TREE": True}
+    with pytest.raises(TypeError, match="RESCALE_TAU"):
+        fs.BUILDS["bad"] = {"RESCALE_TAU": 8}
+        try:
+            fs.build_values("bad")
+        finally:
+            del fs.BUILDS["bad"]
     with pytest.raises(ValueError, match="build must be one of"):
         rm.use_build("fast")
 
