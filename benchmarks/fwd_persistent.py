@@ -17,9 +17,10 @@ a plain grid (``grid``), its persistent twin or (causal) the part block first an
 row, at D = 64 the 128-row builds, and SDPA's cuDNN forward (``cudnn``). ``--sweep`` times causal rows at 4K, 8K
 and 16K with persistent schedules of 1, 2, 4 and 8 heads at a time instead (``sweep_builds``). Each attnlab
 build's output is compared with its base's (``base_of``): every build must give the same bits (each row's
-arithmetic is unchanged). TFLOP/s by ``attnlab.cost.attention_flops``.
+arithmetic is unchanged). ``--long-keys`` times the D = 64 rows only, with the 128-row builds on 256-key blocks
+beside them. TFLOP/s by ``attnlab.cost.attention_flops``.
 
-    python benchmarks/fwd_persistent.py [--rounds 2] [--sweep] [--dynamic] [--json out.json]
+    python benchmarks/fwd_persistent.py [--rounds 2] [--sweep] [--dynamic] [--long-keys] [--json out.json]
     python benchmarks/fwd_persistent.py --report benchmarks/data/fwd-persistent-h200-run5.json
 """
 
@@ -58,7 +59,7 @@ def sweep_builds(D: int, causal: bool, chunks=(1, 2, 4, 8)):
     return out
 
 
-def builds(D: int, causal: bool, N: int = 16384, dynamic: bool = False):
+def builds(D: int, causal: bool, N: int = 16384, dynamic: bool = False, long_keys: bool = False):
     """(name, FwdConfig) of the attnlab builds timed for a row. Every build's bits must equal the first's
     (``grid``: the table's long Gluon entry as a grid of programs, heads one after another, the part query block
     last). Without a causal mask: its persistent twin (the table's entry). With one: the part block first
@@ -68,7 +69,8 @@ def builds(D: int, causal: bool, N: int = 16384, dynamic: bool = False):
     persistent build with its consumers' products in turns, ``…-pp``; run 7 the 128-row persistent build at D = 64
     causal on three K/V stages, ``persistent-128-s3``, and on 64-key blocks with four, ``…-n64``; run 8 each
     distinct 128-row persistent build with its tiles overlapped, ``…-x``.) ``dynamic``: each persistent build's
-    twin taking its tiles from a counter (``FwdConfig.dynamic``), ``…-dyn``, after it."""
+    twin taking its tiles from a counter (``FwdConfig.dynamic``), ``…-dyn``, after it. ``long_keys`` (D = 64): the
+    128-row grid and persistent builds on 256-key blocks too (``grid-128-n256``, ``persistent-128-n256``)."""
     from attnlab.gpu.config import FwdConfig, default_fwd_config
 
     entry = default_fwd_config(D, causal, torch.device("cuda"))
@@ -84,6 +86,10 @@ def builds(D: int, causal: bool, N: int = 16384, dynamic: bool = False):
         e128 = FwdConfig(128, base.block_n, base.num_warps, base.num_stages, tma=True, warp_spec=True, gluon=True)
         p128 = dataclasses.replace(e128, persistent=True, head_chunk=0, part_first=causal)
         out += [("grid-128", e128), ("persistent-128", p128)]
+    if long_keys and D == 64:
+        e256 = FwdConfig(128, 256, 4, 2, tma=True, warp_spec=True, gluon=True)
+        out += [("grid-128-n256", e256),
+                ("persistent-128-n256", dataclasses.replace(e256, persistent=True, head_chunk=0, part_first=causal))]
     if dynamic:
         out = [b for name, cfg in out for b in [(name, cfg)] + ([(f"{name}-dyn", dataclasses.replace(
             cfg, dynamic=True))] if cfg.persistent else [])]
@@ -93,21 +99,24 @@ def builds(D: int, causal: bool, N: int = 16384, dynamic: bool = False):
 def base_of(name: str) -> str:
     """The build a build is compared with, for speed and bits: for ``…-pp`` the same build without turns, for
     ``…-x`` the same build without its tiles overlapped, for ``…-dyn`` the same build with its tiles dealt out
-    beforehand, for ``persistent-128-n64`` the grid kernel with its
-    blocks (``grid-128-n64``), else ``grid-128`` for the 128-row builds and ``grid`` for the others. (Run 7 compared
-    no bits between 64- and 128-key blocks, which round differently.)"""
+    beforehand, for ``persistent-128-n64`` and ``…-n256`` the grid kernel with its blocks (``grid-128-n64``,
+    ``grid-128-n256``, which is its own base), else ``grid-128`` for the 128-row builds and ``grid`` for the others.
+    (Run 7 compared no bits between 64- and 128-key blocks, which round differently.)"""
     if name.endswith("-pp"):
         return name[:-3]
     if name.endswith("-dyn"):
         return name[:-4]
-    if name == "persistent-128-n64":
-        return "grid-128-n64"
+    if name in ("persistent-128-n64", "persistent-128-n256"):
+        return name.replace("persistent", "grid")
+    if name == "grid-128-n256":  # (no bits compared between 128- and 256-key blocks: they round differently)
+        return name
     if name.endswith("-x"):
         return name[:-2]
     return "grid-128" if "-128" in name else "grid"
 
 
-def row(D: int, causal: bool, N: int, rounds: int, sweep: bool = False, dynamic: bool = False) -> list[dict]:
+def row(D: int, causal: bool, N: int, rounds: int, sweep: bool = False, dynamic: bool = False,
+        long_keys: bool = False) -> list[dict]:
     """The timed rows of one shape: every build (``builds``, or ``sweep_builds``) and cuDNN, alternating in
     ``rounds`` rounds."""
     import triton
@@ -124,7 +133,7 @@ def row(D: int, causal: bool, N: int, rounds: int, sweep: bool = False, dynamic:
     mask, scale = Mask(-1, 0 if causal else -1), D ** -0.5
     fl = attention_flops(batch=B, heads=H, seq_q=N, head_dim=D, causal=causal, pass_="fwd")
     fns, outs = {}, {}
-    for name, cfg in (sweep_builds(D, causal) if sweep else builds(D, causal, N, dynamic)):
+    for name, cfg in (sweep_builds(D, causal) if sweep else builds(D, causal, N, dynamic, long_keys)):
         def fn(cfg=cfg):
             return prefill_forward(q, k, v, mask=mask, scale=scale, config=cfg)
         fns[name], outs[name] = fn, fn()
@@ -147,10 +156,12 @@ def row(D: int, causal: bool, N: int, rounds: int, sweep: bool = False, dynamic:
     return rows
 
 
-def run(rounds: int, sweep: bool = False, dynamic: bool = False) -> list[dict]:
+def run(rounds: int, sweep: bool = False, dynamic: bool = False, long_keys: bool = False) -> list[dict]:
     rows = []
     for D, causal, N in (SWEEP_ROWS if sweep else ROWS):
-        rows += row(D, causal, N, rounds, sweep, dynamic)
+        if long_keys and D != 64:
+            continue
+        rows += row(D, causal, N, rounds, sweep, dynamic, long_keys)
         print(f"fwd_persistent: D = {D}, causal {causal}, N = {N} done", file=sys.stderr, flush=True)
     return rows
 
@@ -196,8 +207,13 @@ def main(argv=None) -> int:
                     help="causal rows at 4K, 8K and 16K: persistent schedules of 1, 2, 4 and 8 heads at a time")
     ap.add_argument("--dynamic", action="store_true",
                     help="each persistent build's twin taking its tiles from a counter (…-dyn) beside it")
+    ap.add_argument("--long-keys", action="store_true",
+                    help="the D = 64 rows only, with the 128-row builds on 256-key blocks (…-n256) beside them")
     ap.add_argument("--report", type=Path, help="print the table of a run's JSON (no GPU needed)")
     args = ap.parse_args(argv)
+    if args.long_keys and args.sweep:
+        print("fwd_persistent: --long-keys times the table's rows, not --sweep's", file=sys.stderr)
+        return 2
     if args.report is not None:
         print("\n".join(table(json.loads(args.report.read_text())["rows"])))
         return 0
@@ -212,7 +228,7 @@ def main(argv=None) -> int:
         return 2
     import triton
 
-    rows = run(args.rounds, args.sweep, args.dynamic)
+    rows = run(args.rounds, args.sweep, args.dynamic, args.long_keys)
     if args.json is not None:  # (first: a table that fails to print loses no run)
         args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "gpu": torch.cuda.get_device_name(),
                                          "torch": torch.__version__, "triton": triton.__version__, "rows": rows},

@@ -11,7 +11,8 @@ configuration and launch code. Each row records each build's largest difference 
 Builds (``--builds``, the first the baseline): ``shipped``; ``skip`` (O's rescaling skipped by warps whose
 alphas are all 1); ``skip+tau8`` (and a row's maximum kept unless it grows by more than 8, log2 units); ``tau8``;
 ``tree`` and ``chain`` (the row maximum as a tree or one
-score after another). Rows: those of ``exp_poly.py`` (the variants benchmark's sliding window
+score after another); ``n256`` and ``n256p``, D = 64 only: the shipped kernels on 128 × 256 tiles (every D = 64 entry of
+the Gluon forward's table so replaced while the build runs, ``TILE_BUILDS``), as a grid or persistent. Rows: those of ``exp_poly.py`` (the variants benchmark's sliding window
 W = 4096 and packed batch at 16K tokens, causal; dense 4 × 4K causal and not), at D = 64 and 128; ``--rounds``
 rounds in which the builds and the peer take turns (``do_bench`` medians; the table gives each one's median).
 
@@ -46,7 +47,17 @@ BUILDS = {
     "tau8": {"RESCALE_TAU": 8.0},
     "tree": {"ROW_MAX_TREE": True},
     "chain": {"ROW_MAX_TREE": False},
+    "n256": {},  # (tiles, not switches: TILE_BUILDS)
+    "n256p": {},
 }
+# builds that run the shipped kernels on other tiles: every D = 64 entry of the Gluon forward's table (the long
+# entries, causal or not, and the causal entry below 8K keys) on 128 × 256 tiles (``prefill_gluon.LONG_KEYS``), as a
+# grid of programs or persistent, the entries' other fields (the part block first, groups of heads) kept
+TILE_BUILDS = {
+    "n256": dict(block_m=128, block_n=256, num_stages=2, persistent=False, dynamic=False),
+    "n256p": dict(block_m=128, block_n=256, num_stages=2, persistent=True, dynamic=False),
+}
+TILE_HEAD_DIM = 64
 KERNELS = ("_attn_fwd_gluon", "_attn_fwd_gluon_ws", "_attn_fwd_gluon_wsp")
 _KEEP: list = []  # the copies' folder, alive while their kernels may compile (Triton reads their source)
 _MODULES: dict = {}
@@ -105,27 +116,45 @@ def build_module(build: str):
 
 class use_build:
     """``with use_build("skip"):`` the library's Gluon forward runs that build's kernels (kept launch plans dropped on
-    the way in and out)."""
+    the way in and out); a tile build (``TILE_BUILDS``) replaces the Gluon forward table's entries for head dim
+    ``D`` instead, put back on the way out."""
 
-    def __init__(self, build: str):
+    def __init__(self, build: str, D: int | None = None):
         self.mod = build_module(build)
+        self.tiles = TILE_BUILDS.get(build)
+        if self.tiles is not None and D != TILE_HEAD_DIM:
+            raise ValueError(f"build {build!r} is D = {TILE_HEAD_DIM}'s (256-key blocks), not D = {D}'s")
+        self.D = D
 
     def __enter__(self):
+        import dataclasses
+
+        from attnlab.gpu import config as gc
         from attnlab.gpu import prefill_fwd
         from attnlab.gpu import prefill_gluon as pg
 
         self.saved = {k: getattr(pg, k) for k in KERNELS}
         for k in KERNELS:
             setattr(pg, k, getattr(self.mod, k))
+        self.tables = (dict(gc._GLUON_FWD_TABLE), dict(gc._GLUON_FWD_MID))
+        if self.tiles is not None:
+            for table in (gc._GLUON_FWD_TABLE, gc._GLUON_FWD_MID):
+                for key, cfg in table.items():
+                    if key[0] == self.D:
+                        table[key] = dataclasses.replace(cfg, **self.tiles)
         prefill_fwd._PLANS.clear()
         return self
 
     def __exit__(self, *exc):
+        from attnlab.gpu import config as gc
         from attnlab.gpu import prefill_fwd
         from attnlab.gpu import prefill_gluon as pg
 
         for k, f in self.saved.items():
             setattr(pg, k, f)
+        for table, kept in zip((gc._GLUON_FWD_TABLE, gc._GLUON_FWD_MID), self.tables):
+            table.clear()
+            table.update(kept)
         prefill_fwd._PLANS.clear()
         return False
 
@@ -146,7 +175,7 @@ def measure(rows, Ds, builds, rounds: int) -> list[dict]:
             for _ in range(rounds):
                 first = None
                 for b in builds:
-                    with use_build(b):
+                    with use_build(b, D):
                         out = _out(lib()).float()
                         times[b].append(time_fn(lib, device=device))
                     if first is None:
@@ -158,7 +187,7 @@ def measure(rows, Ds, builds, rounds: int) -> list[dict]:
             base = statistics.median(times[builds[0]])
             for b in builds:
                 ms = statistics.median(times[b])
-                r = dict(row=name, D=D, build=b, switches=BUILDS[b], ms=ms, rounds=[round(t, 4) for t in times[b]],
+                r = dict(row=name, D=D, build=b, switches=BUILDS[b], tiles=TILE_BUILDS.get(b), ms=ms, rounds=[round(t, 4) for t in times[b]],
                          tflops=flops / ms / 1e9, vs_first=base / ms, max_diff=diffs[b])
                 if peer_times:
                     r.update(peer=peer_name, peer_ms=statistics.median(peer_times),
@@ -201,6 +230,9 @@ def main(argv=None) -> int:
         ap.error("--builds: each build once")
     if args.json is not None and args.json.exists():
         ap.error(f"{args.json} exists; not overwriting it")
+    if any(b in TILE_BUILDS for b in args.builds) and set(args.D) != {TILE_HEAD_DIM}:
+        ap.error(f"--builds {' '.join(b for b in args.builds if b in TILE_BUILDS)}: 256-key blocks are "
+                 f"D = {TILE_HEAD_DIM}'s (--D {TILE_HEAD_DIM})")
     if not torch.cuda.is_available():
         print("fwd_switches.py times the Gluon forward on a Hopper GPU; no CUDA device here", file=sys.stderr)
         return 2

@@ -7,7 +7,8 @@ pass, every candidate configuration is installed with ``attnlab.gpu.config.set_c
 on the shapes of ``benchmarks/variants.py`` (16K tokens, H·D = 2048, causal, bf16); TFLOP/s over the
 visible pairs. The table's current choice is marked; ``--json`` keeps every row. A window's forward also
 times the table's Gluon entry as a grid and as a persistent kernel, its tiles dealt out or taken from a
-counter, on 128- and 192-row tiles (``GLUON_WINDOW_FWD_CANDIDATES``).
+counter, on 128- and 192-row tiles (``GLUON_WINDOW_FWD_CANDIDATES``), and at D = 64 on 128 × 256 tiles
+(``GLUON_LONG_KEYS_WINDOW``).
 
     python benchmarks/variants_sweep.py [--D 64 128] [--variants window alibi varlen] [--passes fwd fwd_bwd] [--json out.json]
 
@@ -70,6 +71,11 @@ GLUON_WINDOW_FWD_CANDIDATES = [  # (block_m, persistent, dynamic): the table's G
     (128, True, True),
     (192, True, True),
 ]
+GLUON_LONG_KEYS_WINDOW = [  # (persistent, dynamic): at D = 64, the table's window entry on 128 × 256 tiles (two
+    (False, False),  # consumer warp groups, 256-key blocks: prefill_gluon.LONG_KEYS)
+    (True, False),
+    (True, True),
+]
 BWD_CANDIDATES = [  # (block_m1, block_n1, warps1, stages1, block_m2, block_n2, warps2, stages2)
     (64, 64, 4, 3, 64, 64, 4, 3),
     (64, 128, 8, 3, 128, 64, 8, 3),
@@ -113,6 +119,10 @@ def sweep(Ds, variants, passes, packed_gluon: bool = False) -> list[dict]:
                     if variant == "window" and fwd0.gluon:
                         cands += [("fwd", dataclasses.replace(fwd0, block_m=bm, persistent=p, dynamic=d))
                                   for bm, p, d in GLUON_WINDOW_FWD_CANDIDATES]
+                        if D == 64:
+                            cands += [("fwd", dataclasses.replace(fwd0, block_m=128, block_n=256, num_stages=2,
+                                                                  persistent=p, dynamic=d))
+                                      for p, d in GLUON_LONG_KEYS_WINDOW]
                     # what the table's entry runs as (an ALiBi call takes two consumer warp groups, not three)
                     ran = gc.gluon_alibi_config(fwd0) if variant == "alibi" else fwd0
                     if not any(c == ran for _, c in cands):

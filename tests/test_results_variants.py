@@ -843,6 +843,42 @@ is refused, and so is a switch value of another type than the library's."""
         rm.use_build("fast")
 
 
+def test_tile_builds_run_the_d64_entries_on_256_key_blocks_and_put_them_back():
+    """``fwd_switches.py``'s tile builds (``n256``, ``n256p``): inside ``use_build`` every D = 64 entry of the Gluon
+    forward's table (long causal and not, and the causal entry below 8K keys) takes 128 × 256 tiles, as a grid or
+    persistent, its other fields kept, and the D = 128 entries stay; on the way out the tables are as they were. At
+    D = 128 the builds are refused, by ``use_build`` and by the command line before any work."""
+    import dataclasses
+
+    import pytest
+    import torch
+
+    pytest.importorskip("triton")
+    from attnlab.gpu import config as gc
+
+    fs = load_script("benchmarks/fwd_switches.py")
+    before = (dict(gc._GLUON_FWD_TABLE), dict(gc._GLUON_FWD_MID))
+    for build, persistent in (("n256", False), ("n256p", True)):
+        with fs.use_build(build, 64):
+            for table, kept in zip((gc._GLUON_FWD_TABLE, gc._GLUON_FWD_MID), before):
+                assert table.keys() == kept.keys()
+                for key, cfg in table.items():
+                    if key[0] == 64:
+                        assert (cfg.block_m, cfg.block_n, cfg.num_stages, cfg.persistent) == (128, 256, 2, persistent)
+                        assert dataclasses.replace(cfg, block_m=kept[key].block_m, block_n=kept[key].block_n,
+                                                   num_stages=kept[key].num_stages, persistent=kept[key].persistent,
+                                                   dynamic=kept[key].dynamic) == kept[key]
+                    else:
+                        assert cfg == kept[key]
+            assert gc.default_fwd_config(64, True, torch.device("cuda"), 4096).block_n == 256
+        assert (gc._GLUON_FWD_TABLE, gc._GLUON_FWD_MID) == before
+    with pytest.raises(ValueError, match="D = 64's"):
+        fs.use_build("n256", 128)
+    with pytest.raises(SystemExit) as e:
+        fs.main(["--builds", "shipped", "n256", "--D", "64", "128"])
+    assert e.value.code == 2
+
+
 def test_results_fwd_switches_runs_are_the_recorded_ones():
     """RESCALE_SKIP / RESCALE_TAU measured (RESULTS.md's fwd-switches runs 1 and 2): the tables as
     ``benchmarks/fwd_switches.py`` renders them from the recorded files, the skip's bits kept on every row, every range

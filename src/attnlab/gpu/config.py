@@ -268,11 +268,13 @@ def gluon_alibi_config(cfg: FwdConfig) -> FwdConfig:
     """A Gluon forward entry adapted to an ALiBi call: three consumer warp groups (block_m 192, 160 registers
     each) become two (block_m 128, 232 registers). The bias's column term takes BLOCK_N / 4 registers per
     thread, and the 192-row sm_90 builds then spill (600-1400 local loads and stores against none at 128
-    rows; ``prefill_gluon.sm90_report(..., alibi=True)``, triton 3.6 and 3.9). On an H200 the 128-row ALiBi
-    forward ran at 427 TFLOP/s at D = 64, 16K causal (benchmarks/RESULTS.md, variants run 6); the spilling
-    192-row build was not timed."""
+    rows; ``prefill_gluon.sm90_report(..., alibi=True)``, triton 3.6 and 3.9); 256-key blocks become 128. On an
+    H200 the 128-row ALiBi forward ran at 427 TFLOP/s at D = 64, 16K causal (benchmarks/RESULTS.md, variants run
+    6); the spilling 192-row build was not timed."""
     if cfg.gluon and cfg.warp_spec and cfg.block_m == 192:
         cfg = dataclasses.replace(cfg, block_m=128)
+    if cfg.gluon and cfg.block_n > 128:  # (256-key blocks: no ALiBi build, their registers are spent already)
+        cfg = dataclasses.replace(cfg, block_n=128)
     return cfg
 
 

@@ -1752,21 +1752,42 @@ def gluon_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     return tma_ok(q, k, v)
 
 
-def _check_tiles(block_m: int, block_n: int, stages: int, num_warps: int, warp_spec: bool) -> None:
+def _check_tiles(block_m: int, block_n: int, stages: int, num_warps: int, warp_spec: bool, head_dim: int | None = None,
+                 alibi: bool = False) -> None:
+    """Refuse tiles the Gluon forward has no build for. ``block_n`` 256 (``LONG_KEYS``) is the warp-specialised
+    kernel's at D = 64 with two consumer warp groups (block_m 128), a ring of two stages and no ALiBi."""
     if warp_spec:
         ok = block_m in (128, 192) and num_warps == 4
         need = "block_m = 128 or 192 and num_warps = 4 with warp_spec (two or three 64-row consumer warp groups)"
     else:
         ok = block_m == 16 * num_warps
         need = "block_m = 16·num_warps (one 16-row wgmma slice per warp)"
-    if not ok or block_n not in (64, 128) or stages < 1:
-        raise ValueError(f"the Gluon forward takes {need}, block_n 64 or 128 and stages >= 1; got block_m={block_m}, "
-                         f"num_warps={num_warps}, block_n={block_n}, stages={stages}")
+    if block_n == 256:
+        if not (warp_spec and block_m == 128 and head_dim == 64 and stages == 2 and not alibi):
+            raise ValueError("the Gluon forward takes block_n 256 only at head dim 64, warp-specialised with block_m "
+                             f"128, two stages and no ALiBi; got head_dim={head_dim}, block_m={block_m}, "
+                             f"warp_spec={warp_spec}, stages={stages}, alibi={alibi}")
+    elif block_n not in (64, 128):
+        ok = False
+    if not ok or stages < 1:
+        raise ValueError(f"the Gluon forward takes {need}, block_n 64 or 128 (256: see LONG_KEYS) and stages >= 1; "
+                         f"got block_m={block_m}, num_warps={num_warps}, block_n={block_n}, stages={stages}")
 
 
-def consumer_regs(block_m: int) -> int:
+# 256-key blocks at D = 64 (``block_n`` 256; two consumer warp groups of 240 registers): half the key-block steps of a
+# walk, each wgmma twice as long (Q·Kᵀ m64n256, P·V k256), so half the per-block softmax bookkeeping, waits and
+# rescales; at the price of registers (the scores of one block and P̃ of the previous are 192 per thread) and so a
+# few spills. What the FlashAttention-3 D = 64 tiles (192 × 192, P̃ through shared memory) aim at, within Triton's
+# power-of-two tensors. A block size, not a switch: it runs where a table entry or a caller names it.
+LONG_KEYS = 256
+
+
+def consumer_regs(block_m: int, block_n: int = 128) -> int:
     """Registers per thread of a consumer warp group in the warp-specialised kernel (setmaxnreg): the
-    register file (64K) less the loader's warp group at 24, shared by the consumers (two: 232, three: 160)."""
+    register file (64K) less the loader's warp group at 24, shared by the consumers (two: 232, or 240 with
+    256-key blocks, which need them; three: 160)."""
+    if block_n == LONG_KEYS:
+        return 240
     return 232 if block_m == 128 else 160
 
 
@@ -1931,7 +1952,7 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     ``max_seqlen_q`` at least its longest query sequence. ``exp_poly``: of every 8 exponentials of an unmasked key
     block, so many (0–4) by a polynomial (the warp-specialised kernels; None: ``EXP_POLY`` for the head dim). No
     input checks (the public entry points and ``gluon_supported`` do them)."""
-    _check_tiles(block_m, block_n, stages, num_warps, warp_spec)
+    _check_tiles(block_m, block_n, stages, num_warps, warp_spec, q.shape[-1], slopes is not None)
     if cu_seqlens is not None and (not warp_spec or slopes is not None):
         raise ValueError("a packed batch takes the warp-specialised Gluon forward, without ALiBi")
     if win_off is not None and not warp_spec:
@@ -1985,7 +2006,7 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
             if counter is not None and order is not None:
                 args = args[:-1] + (NO_WINDOW if win_off is None else win_off, args[-1], n_m, order, 0, m_shift)
                 launch_kept(_attn_fwd_gluon_wsp, (programs,), dict(zip(_attn_fwd_gluon_wsp.arg_names, args)) | const
-                            | dict(CONSUMER_REGS=consumer_regs(block_m), COUNTER=counter, n_tiles=n_m * B * H,
+                            | dict(CONSUMER_REGS=consumer_regs(block_m, block_n), COUNTER=counter, n_tiles=n_m * B * H,
                                    DYNAMIC=True), num_warps=num_warps)
                 return
         else:
@@ -1993,13 +2014,13 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     if sched is not None:
         args = args[:-1] + (NO_WINDOW if win_off is None else win_off, args[-1], n_m, sched, sched.shape[1], m_shift)
         launch_kept(_attn_fwd_gluon_wsp, (programs,), dict(zip(_attn_fwd_gluon_wsp.arg_names, args)) | const
-                    | dict(CONSUMER_REGS=consumer_regs(block_m)), num_warps=num_warps)
+                    | dict(CONSUMER_REGS=consumer_regs(block_m, block_n)), num_warps=num_warps)
     elif warp_spec:  # (the kept compiled kernel after a specialisation's first call: launch.launch_kept)
         chunk = math.gcd(head_chunk, B * H) if causal else 1
         args = args[:-1] + (NO_WINDOW if win_off is None else win_off, args[-1], m_shift, chunk)
         launch_kept(_attn_fwd_gluon_ws, (n_m * chunk, B * H // chunk),
                     dict(zip(_attn_fwd_gluon_ws.arg_names, args)) | args_alibi | const
-                    | dict(CONSUMER_REGS=consumer_regs(block_m)), num_warps=num_warps)
+                    | dict(CONSUMER_REGS=consumer_regs(block_m, block_n)), num_warps=num_warps)
     else:
         _attn_fwd_gluon[grid](*args, **args_alibi, **const, num_warps=num_warps)
 
@@ -2031,7 +2052,7 @@ def _packed_forward(q, k, v, out, lse, causal_off, win_off, scale, block_m, bloc
     args = (desc(q, 64), desc(k, block_n), desc(v, block_n), desc(out, 64), lse, H, H // Hkv, Nq, Nk,
             causal_off if causal else 0, NO_WINDOW if win_off is None else win_off, scale * LOG2E)
     const = dict(CU_Q=cu_q, CU_K=cu_k, O=out, stride_on=out.stride(0), stride_oh=out.stride(1), VARLEN=True, HEAD_D=D,
-                 BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal, CONSUMER_REGS=consumer_regs(block_m),
+                 BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal, CONSUMER_REGS=consumer_regs(block_m, block_n),
                  EXP_POLY=exp_poly)
     counter = tile_counter(q.device) if persistent and dynamic else None
     if persistent and (counter is not None or not dynamic):
@@ -2074,12 +2095,12 @@ def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: in
         layout = gl.NVMMASharedLayout.get_default_for([1, 1, rows, head_dim], el)
         return f"tensordesc<{name}[1,1,{rows},{head_dim}],{layout!r}>"
 
-    _check_tiles(block_m, block_n, stages, num_warps, warp_spec)
+    _check_tiles(block_m, block_n, stages, num_warps, warp_spec, head_dim, alibi)
     const = dict(HEAD_D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal)
     if persistent and (not warp_spec or alibi):
         raise ValueError("the persistent Gluon forward is the warp-specialised kernel without ALiBi")
     fn = _attn_fwd_gluon_wsp if persistent else _attn_fwd_gluon_ws if warp_spec else _attn_fwd_gluon
-    const |= dict(CONSUMER_REGS=consumer_regs(block_m), EXP_POLY=exp_poly) if warp_spec else dict(num_warps=num_warps)
+    const |= dict(CONSUMER_REGS=consumer_regs(block_m, block_n), EXP_POLY=exp_poly) if warp_spec else dict(num_warps=num_warps)
     if packed and (not warp_spec or alibi):
         raise ValueError("the packed Gluon forward is the warp-specialised kernel without ALiBi")
     if not persistent:

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One GPU call for the Gluon forward on 256-key blocks at D = 64 (prefill_gluon.LONG_KEYS), by PHASES (default
+# "tests bench"):
+#   tests  its GPU tests (tests/gpu/test_prefill_gluon_long_keys.py; stops the call when they fail);
+#   bench  benchmarks/fwd_switches.py on ROWS (default "window causal full") at D = 64, BUILDS (default "shipped n256
+#          n256p") taking turns ROUNDS times (default 3), numbered RUN;
+#   window the window forward's candidates, the 256-key ones among them (variants_sweep.py --variants window
+#          --passes fwd --D 64, numbered WINDOW_RUN).
+# Run from the repository root on a CUDA machine; logs and JSON go to $OUT/longkeys (default ./out-longkeys/longkeys).
+set -uo pipefail
+OUT=${OUT:-out-longkeys}
+D="$OUT/longkeys"
+source "$(dirname "$0")/device_env.sh"
+for phase in ${PHASES:-tests bench}; do
+    t0=$(date +%s)
+    case $phase in
+    tests)
+        timeout ${TEST_S:-240} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu/test_prefill_gluon_long_keys.py \
+            > "$D/tests.log" 2>&1
+        rc=$?
+        echo "tests: exit $rc in $(( $(date +%s) - t0 ))s"; tail -n 2 "$D/tests.log"; grep -E "^FAILED|^ERROR" "$D/tests.log" | head
+        [ "$rc" = 0 ] || { echo "GPU tests failed: no benchmarks"; exit 1; } ;;
+    bench)
+        timeout ${BENCH_S:-300} python3 benchmarks/fwd_switches.py --rows ${ROWS:-window causal full} --D 64 \
+            --builds ${BUILDS:-shipped n256 n256p} --rounds ${ROUNDS:-3} \
+            --json "$D/fwd-switches-h200-run${RUN:-x}.json" > "$D/bench.log" 2>&1
+        echo "bench: exit $? in $(( $(date +%s) - t0 ))s"; sed -n "/^| row |/,\$p" "$D/bench.log" | grep . || tail -n 20 "$D/bench.log" ;;
+    window)
+        timeout ${WINDOW_S:-200} python3 benchmarks/variants_sweep.py --variants window --passes fwd --D 64 \
+            --json "$D/variants-sweep-h200-window-run${WINDOW_RUN:-x}.json" > "$D/window.log" 2>&1
+        echo "window sweep: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/window.log" || tail -n 20 "$D/window.log" ;;
+    *) echo "device_long_keys.sh: unknown phase $phase"; exit 2 ;;
+    esac
+done
