@@ -8,13 +8,14 @@ kernels stand in for the library's own while it is timed, so every build goes th
 configuration and launch code. Each row records each build's largest difference from the first build's output
 (``max_diff``; 0 where a switch keeps the bits, as ``RESCALE_SKIP`` must).
 
-Builds (``--builds``, the first the baseline): ``shipped``; ``skip`` (O's rescaling skipped by warps whose
-alphas are all 1); ``skip+tau8`` (and a row's maximum kept unless it grows by more than 8, log2 units); ``tau8``;
-``tree`` and ``chain`` (the row maximum as a tree or one
-score after another); ``n256`` and ``n256p``, D = 64 only: the shipped kernels on 128 × 256 tiles (every D = 64 entry of
-the Gluon forward's table so replaced while the build runs, ``TILE_BUILDS``), as a grid or persistent. Rows: those of ``exp_poly.py`` (the variants benchmark's sliding window
-W = 4096 and packed batch at 16K tokens, causal; dense 4 × 4K causal and not), at D = 64 and 128; ``--rounds``
-rounds in which the builds and the peer take turns (``do_bench`` medians; the table gives each one's median).
+Builds (``--builds``, the first the baseline): ``shipped``; ``off`` (neither rescale switch); ``skip`` (O's
+rescaling skipped by warps whose alphas are all 1); ``skip+tau8`` (and a row's maximum kept unless it grows by more
+than 8, log2 units); ``tau8`` (the last three at both head dims, ``RESCALE_FROM_D`` 64); ``tree`` and ``chain`` (the
+row maximum as a tree or one score after another); ``n256`` and ``n256p``, D = 64 only: the shipped kernels on
+128 × 256 tiles (every D = 64 entry of the Gluon forward's table so replaced while the build runs, ``TILE_BUILDS``), as
+a grid or persistent. Rows: those of ``exp_poly.py`` (the variants benchmark's sliding window W = 4096 and packed
+batch at 16K tokens, causal; dense 4 × 4K causal and not), at D = 64 and 128; ``--rounds`` rounds in which the builds
+and the peer take turns (``do_bench`` medians; the table gives each one's median).
 
     python benchmarks/fwd_switches.py --json fwd-switches.json     # every row, both head dims, every build
     python benchmarks/fwd_switches.py --rows window full --D 64 --builds shipped skip skip+tau8 --rounds 5
@@ -40,11 +41,12 @@ from exp_poly import ROWS, row_call  # noqa: E402
 
 from attnlab.bench import environment, time_fn  # noqa: E402
 
-BUILDS = {
-    "shipped": {},
-    "skip": {"RESCALE_SKIP": True},
-    "skip+tau8": {"RESCALE_SKIP": True, "RESCALE_TAU": 8.0},
-    "tau8": {"RESCALE_TAU": 8.0},
+BUILDS = {  # (the rescale builds set all three of its switches, so that each means the same whatever the library
+    "shipped": {},  # ships; runs 1 and 2 recorded them against a library with all three off)
+    "off": {"RESCALE_SKIP": False, "RESCALE_TAU": 0.0},
+    "skip": {"RESCALE_SKIP": True, "RESCALE_TAU": 0.0, "RESCALE_FROM_D": 64},
+    "skip+tau8": {"RESCALE_SKIP": True, "RESCALE_TAU": 8.0, "RESCALE_FROM_D": 64},
+    "tau8": {"RESCALE_SKIP": False, "RESCALE_TAU": 8.0, "RESCALE_FROM_D": 64},
     "tree": {"ROW_MAX_TREE": True},
     "chain": {"ROW_MAX_TREE": False},
     "n256": {},  # (tiles, not switches: TILE_BUILDS)

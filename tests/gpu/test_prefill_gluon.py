@@ -1208,15 +1208,16 @@ def test_scale_rows_asm_branches_round_the_multiplies():
 @needs_gluon
 def test_rescale_switch_builds_for_sm90_add_one_vote_and_branch_per_consumer():
     """The builds with ``RESCALE_SKIP`` (and ``RESCALE_TAU``) made as ``benchmarks/fwd_switches.py`` makes them: one
-    vote and one branch round O's multiplies per consumer warp group, and the schedule of the shipped build (the
-    same waits, products, loads and shared memory, no spill); off, the library's builds have no vote."""
+    vote and one branch round O's multiplies per consumer warp group, and the schedule of the build without them (the
+    same waits, products, loads and shared memory, no spill); the build without them has no vote, and the library's
+    own builds have one where ``RESCALE_SKIP`` is on and the head dim is at least ``RESCALE_FROM_D``, none elsewhere."""
     import json
     import os
     import subprocess
     import sys
 
     code = ("import json, sys; sys.path.insert(0, 'benchmarks'); import fwd_switches as fs; out = []\n"
-            "for b in ('shipped', 'skip', 'skip+tau8'):\n"
+            "for b in ('off', 'skip', 'skip+tau8', 'shipped'):\n"
             "    m = fs.build_module(b)\n"
             "    for D, bm, kw in ((64, 192, {}), (128, 128, {'persistent': True, 'packed': True, 'dynamic': True})):\n"
             "        k = m.compile_sm90(D, causal=True, warp_spec=True, block_m=bm, num_warps=4, **kw)\n"
@@ -1230,10 +1231,12 @@ def test_rescale_switch_builds_for_sm90_add_one_vote_and_branch_per_consumer():
                          cwd=Path(__file__).resolve().parents[2])
     assert res.returncode == 0, res.stderr[-3000:]
     reps = json.loads(res.stdout.strip().splitlines()[-1])
-    shipped = reps[:2]
+    off = reps[:2]
     for i, r in enumerate(reps):
-        base = shipped[i % 2]
-        assert r["votes"] == (0 if r["build"] == "shipped" else r["consumers"]), r
+        base = off[i % 2]
+        D = 64 if i % 2 == 0 else 128
+        on = {"off": False, "shipped": G.RESCALE_SKIP and D >= G.RESCALE_FROM_D}.get(r["build"], True)
+        assert r["votes"] == (r["consumers"] if on else 0), r
         for key in ("wgmma", "tma_loads", "smem_kb", "wait_groups", "exponentials"):
             assert r[key] == base[key], (key, r, base)
         if r.get("stack") is not None and base.get("stack") == 0:
@@ -1251,15 +1254,16 @@ RESCALE_CASES = EXP_POLY_CASES + [
 @pytest.mark.parametrize("build", ["grid-128", "grid-192", "grid-128x64", "persistent", "dynamic", "packed"])
 @pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,window", RESCALE_CASES)
 def test_gpu_rescale_switches_keep_the_bits_or_the_criterion(B, H, Hkv, Nq, Nk, D, window, build):
-    """``RESCALE_SKIP`` (the builds of ``benchmarks/fwd_switches.py``): the shipped build's bits, output and lse, on
-    every build and awkward shape (a multiply by exactly 1 skipped changes nothing); with ``RESCALE_TAU`` 8 as well,
-    the float64 criterion and the lse within float32 rounding of the shipped build's. The last two shapes' keys
-    grow along the sequence (k_j · (1 + 6j/Nk)), so rows' maxima move by more than the bound well after the first
-    block, and the stale-maximum path rescales."""
+    """``RESCALE_SKIP`` (the builds of ``benchmarks/fwd_switches.py``): the bits, output and lse, of the build without
+    the switches, on every build and awkward shape (a multiply by exactly 1 skipped changes nothing); with
+    ``RESCALE_TAU`` 8 as well, the float64 criterion and the lse within float32 rounding of the build without them.
+    The library's own build gives the bits of the build with its switches at the shape's head dim. The last two
+    shapes' keys grow along the sequence (k_j · (1 + 6j/Nk)), so rows' maxima move by more than the bound well after
+    the first block, and the stale-maximum path rescales."""
     from tests.helpers import load_script
 
     fs = load_script("benchmarks/fwd_switches.py")
-    mods = {b: fs.build_module(b) for b in ("shipped", "skip", "skip+tau8")}
+    mods = {b: fs.build_module(b) for b in ("off", "skip", "skip+tau8", "shipped")}
     gen = torch.Generator(device=DEV).manual_seed(Nq * 5 + Nk + D)
     scale, (left, right) = D ** -0.5, window
     kw = dict(causal_off=Nk - Nq + right if right >= 0 else None, scale=scale, stages=2, num_warps=4, warp_spec=True,
@@ -1288,9 +1292,13 @@ def test_gpu_rescale_switches_keep_the_bits_or_the_criterion(B, H, Hkv, Nq, Nk, 
         lse = torch.full(lse_shape, float("nan"), device=DEV)
         mod.gluon_forward(q, k, v, out, lse, **kw)
         res[b] = (out, lse)
-    assert torch.equal(res["skip"][0], res["shipped"][0]) and torch.equal(res["skip"][1], res["shipped"][1])
+    assert torch.equal(res["skip"][0], res["off"][0]) and torch.equal(res["skip"][1], res["off"][1])
+    on = D >= G.RESCALE_FROM_D
+    same = {(False, 0.0): "off", (True, 0.0): "skip", (True, 8.0): "skip+tau8"}[
+        (G.RESCALE_SKIP and on, G.RESCALE_TAU if on else 0.0)]
+    assert torch.equal(res["shipped"][0], res[same][0]) and torch.equal(res["shipped"][1], res[same][1]), same
     out, lse = res["skip+tau8"]
-    lse0 = res["shipped"][1]
+    lse0 = res["off"][1]
     assert torch.equal(torch.isinf(lse), torch.isinf(lse0))
     fin = torch.isfinite(lse0)
     assert (lse[fin] - lse0[fin]).abs().max() <= 1e-5 * (1 + lse0[fin].abs().max())

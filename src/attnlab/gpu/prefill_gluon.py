@@ -111,12 +111,14 @@ ROW_MAX_TREE = False
 # maximum moved: the multiplies would change nothing, so the bits are the same): a vote across the warp, then a
 # uniform branch around the multiplies (``_scale_rows``). With ``RESCALE_TAU`` > 0 (log2 units), an unmasked block
 # moves a row's maximum only when it grows by more than that (FlashAttention-4's rule): P̃ of a stale maximum is at
-# most 2^RESCALE_TAU, and most blocks then skip. Measured (H200, benchmarks/fwd_switches.py runs 1 and 2): the skip
-# alone 0.980-1.012x (bits kept), the bound alone 0.988-1.008x, both with the bound 8 at D = 128 1.014-1.026x (run 2)
-# and 1.008-1.067x (run 1), at D = 64 0.986-1.007x. Off until the whole GPU suite has run with them on. Compile-time
-# switches (the kernels read ``_RESCALE_SKIP`` and ``_RESCALE_TAU``)
-RESCALE_SKIP = False
-RESCALE_TAU = 0.0
+# most 2^RESCALE_TAU, and most blocks then skip. Both apply in the warp-specialised kernels at head dims of at least
+# ``RESCALE_FROM_D`` (64: both head dims). Measured (H200, benchmarks/fwd_switches.py runs 1 and 2): the skip alone
+# 0.980-1.012x (bits kept), the bound alone 0.988-1.008x, both with the bound 8 at D = 128 1.014-1.026x (run 2) and
+# 1.008-1.067x (run 1), at D = 64 0.986-1.007x. Off until the whole GPU suite has run with them on. Compile-time
+# switches (the kernels read ``_RESCALE_SKIP``, ``_RESCALE_TAU`` and ``_RESCALE_FROM_D``)
+RESCALE_SKIP = True
+RESCALE_TAU = 8.0
+RESCALE_FROM_D = 128
 NO_WINDOW = -(1 << 30)  # win_off of a call without a left edge: every key is right of it
 
 
@@ -228,6 +230,7 @@ if HAVE_GLUON:
     _ROW_MAX_TREE = gl.constexpr(ROW_MAX_TREE)
     _RESCALE_SKIP = gl.constexpr(RESCALE_SKIP)
     _RESCALE_TAU = gl.constexpr(RESCALE_TAU)
+    _RESCALE_FROM_D = gl.constexpr(RESCALE_FROM_D)
 
     @gluon.jit
     def _issue_kv(desc, bars, bufs, t, n_blocks, b, hk, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
@@ -278,12 +281,15 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _scale_rows(acc, alpha):
-        """acc · alpha[:, None] (alpha a row tensor of the scores' layout); with ``_RESCALE_SKIP`` a warp whose rows'
+        """acc · alpha[:, None] (alpha a row tensor of the scores' layout); with ``_RESCALE_SKIP`` (at head dims from
+        ``_RESCALE_FROM_D``) a warp whose rows'
         alphas are all exactly 1 leaves its rows as they are, by a uniform branch (``VOTE_ASM``, ``scale_rows_asm``):
         the same bits, without the multiplies. Each thread holds HEAD_D / 2 elements of its warp group's 64-row
         accumulator (two rows), one pack."""
         a = gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout))
         if not _RESCALE_SKIP:
+            return acc * a[:, None]
+        if acc.shape[1] < _RESCALE_FROM_D:
             return acc * a[:, None]
         enc = gl.inline_asm_elementwise(_VOTE_ASM, _VOTE_CONSTRAINTS, [a], dtype=gl.float32, is_pure=False, pack=2)
         enc = gl.broadcast(enc[:, None], acc)[0]
@@ -298,12 +304,13 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _softmax(s, m_i, l_i, start_n, offs_m, offs_n, Nk, causal_off, win_off, qk_scale, masked,
-                 CAUSAL: gl.constexpr, EXP_POLY: gl.constexpr = 0):
+                 CAUSAL: gl.constexpr, EXP_POLY: gl.constexpr = 0, TAU: gl.constexpr = 0.0):
         """Online-softmax step on raw scores s (float32): (P̃ in float32, alpha, new m, new l).
         ``masked``: the block reaches past the diagonal (CAUSAL), before the window's left edge
         (keys j < i + win_off; NO_WINDOW: none) or past the last key (element mask). ``EXP_POLY``: of every 8
         exponentials of an unmasked block, so many by a polynomial (``_exp2_mixed``); a masked block's, with its
-        −∞, all on the exponentials' unit."""
+        −∞, all on the exponentials' unit. ``TAU`` > 0: an unmasked block moves a row's maximum only when it grows by
+        more than TAU (``RESCALE_TAU``)."""
         if masked:
             cols = start_n + offs_n
             visible = (cols[None, :] < Nk) & (cols[None, :] >= offs_m[:, None] + win_off)
@@ -315,8 +322,8 @@ if HAVE_GLUON:
             p = gl.exp2(s - m_use[:, None])
         else:
             m_new = gl.maximum(m_i, _row_max(s) * qk_scale)
-            if _RESCALE_TAU > 0:  # keep a row's maximum unless it grows by more than the bound
-                m_new = gl.where(m_new > m_i + _RESCALE_TAU, m_new, m_i)
+            if TAU > 0:  # keep a row's maximum unless it grows by more than the bound
+                m_new = gl.where(m_new > m_i + TAU, m_new, m_i)
             m_use = m_new
             p = _exp2_mixed(s * qk_scale - m_use[:, None], EXP_POLY)
         alpha = gl.exp2(m_i - m_use)
@@ -581,6 +588,7 @@ if HAVE_GLUON:
         row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
         col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
         row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+        TAU: gl.constexpr = _RESCALE_TAU if HEAD_D >= _RESCALE_FROM_D else 0.0
         row0 = start_m + HALF * HALF_M
         if CAUSAL:
             full = gl.maximum(gl.minimum(Nk, row0 + 1 + causal_off), 0)
@@ -619,7 +627,7 @@ if HAVE_GLUON:
                                                     (start0 < lo_full) | (start0 >= full), CAUSAL)
             else:
                 p, alpha, m_i, l_i = _softmax(s, m_i, l_i, start0, offs_m, offs_n, Nk, causal_off, win_off, qk_scale,
-                                              (start0 < lo_full) | (start0 >= full), CAUSAL, EXP_POLY)
+                                              (start0 < lo_full) | (start0 >= full), CAUSAL, EXP_POLY, TAU)
             p_op = gl.convert_layout(p.to(dtype), p_layout)
             for t in range(1, n_blocks):
                 u = it0 + t  # this block's use of the ring
@@ -642,7 +650,8 @@ if HAVE_GLUON:
                                                         (start_n < lo_full) | (start_n >= full), CAUSAL)
                 else:
                     p, alpha, m_i, l_i = _softmax(s, m_i, l_i, start_n, offs_m, offs_n, Nk, causal_off, win_off,
-                                                  qk_scale, (start_n < lo_full) | (start_n >= full), CAUSAL, EXP_POLY)
+                                                  qk_scale, (start_n < lo_full) | (start_n >= full), CAUSAL, EXP_POLY,
+                                                  TAU)
                 acc, p_op = warpgroup_mma_wait(0, deps=(acc_tok, p_op))
                 mbarrier.arrive(v_empty.index(prev), count=1)
                 acc = _scale_rows(acc, alpha)
