@@ -926,4 +926,120 @@ def test_results_fwd_switches_runs_are_the_recorded_ones():
     assert "19 failed, 7 passed, 24 errors" in log1.splitlines()[-1]
     assert log1.count("AssertionError: skip+tau8+rowsum") == 16 and "19 failed, 7 passed, 24 errors" in text
     assert "50 passed" in (logs / "tests-run2.log").read_text().splitlines()[-1] and "(50 passed:" in text
-    assert pg.RESCALE_SKIP is False and pg.RESCALE_TAU == 0.0 and not hasattr(pg, "ROWSUM_MMA")
+    assert not hasattr(pg, "ROWSUM_MMA")
+
+
+def test_results_long_keys_run_3_and_the_window_sweep_are_the_recorded_ones():
+    """256-key blocks at D = 64 (fwd-switches run 3, variants-sweep window run 6): the table as ``fwd_switches.py``
+    renders it, every range RESULTS, NOTES-prefill v31, docs/variants.md and the comment quote, the sweep's numbers, the
+    GPU tests' count; and no table entry takes 256-key blocks."""
+    import dataclasses
+
+    import pytest
+
+    pytest.importorskip("triton")
+    from attnlab.gpu import config as gc
+
+    fs = load_script("benchmarks/fwd_switches.py")
+    results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    section = results[results.index("### Fwd-switches run 3, variants-sweep"):results.index("### Fwd-switches runs 1 and 2")]
+    data = ROOT / "benchmarks" / "data"
+    rows = json.loads((data / "fwd-switches-h200-run3.json").read_text())["rows"]
+    assert fs.report(rows) in section
+    x = {(r["row"], r["build"]): r["vs_first"] for r in rows}
+    long = [v for (_, b), v in x.items() if b != "shipped"]
+    assert max(long) < 0.8
+    notes, doc = _notes("v31"), _flat((ROOT / "docs" / "variants.md").read_text())
+    src = " ".join((ROOT / "src" / "attnlab" / "gpu" / "prefill_gluon.py").read_text().replace("#", " ").split())
+    assert f"run 3): {min(long):.2f}-{max(long):.2f}x the shipped tiles" in src
+    assert (f"{min(long):.2f}–{max(long):.2f}× the shipped tiles on every row (the window forward "
+            f"{x['window', 'n256']:.3f}× as a grid and {x['window', 'n256p']:.3f}× persistent, causal 4 × 4K "
+            f"{x['causal', 'n256']:.3f}× and {x['causal', 'n256p']:.3f}×, dense non-causal {x['full', 'n256']:.3f}× and "
+            f"{x['full', 'n256p']:.3f}×)") in notes
+    assert f"ran that row at {x['window', 'n256']:.3f}× (grid) and {x['window', 'n256p']:.3f}× (persistent)" in doc
+    sweep = json.loads((data / "variants-sweep-h200-window-run6.json").read_text())
+    t = {r["config"]: r["tflops"] for r in sweep}
+    n256 = [f"{t[c]:.0f}" for c in t if "block_n=256" in c]
+    table = [r["tflops"] for r in sweep if r["current"]]
+    best128 = max(v for c, v in t.items() if "block_n=256" not in c)
+    assert len(n256) == 3 and len(table) == 1
+    text = _flat(section)
+    assert (f"the table's entry (192 × 128) at {table[0]:.0f} TFLOP/s and the best 128-key build {best128:.0f}, put the "
+            f"256-key builds at {n256[0]}, {n256[1]} and {n256[2]}") in text
+    assert f"293–307 TFLOP/s against the table's {table[0]:.0f}" in notes and (n256[0], n256[1]) == ("293", "307")
+    log = (data / "long-keys-checks" / "tests-run3.log").read_text().splitlines()[-1]
+    assert "36 passed" in log and "36 passed" in text
+    for table_ in (gc._GLUON_FWD_TABLE, gc._GLUON_FWD_MID, gc._GLUON_PACKED_FWD):
+        assert all(dataclasses.asdict(c)["block_n"] <= 128 for c in table_.values())
+
+
+def test_results_rescale_on_run_4_and_prefill_run_22_are_the_recorded_ones():
+    """The rescale switches on at D = 128 (fwd-switches run 4, prefill run 22): the tables as their scripts render them,
+    the gain's range and round pairs in RESULTS, NOTES-prefill v32, docs/variants.md and the switches' comment, the
+    suite's counts from its logs, run 22's ranges against cuDNN and run 21; and the switches as shipped."""
+    import subprocess
+    import sys
+
+    import pytest
+
+    pytest.importorskip("triton")
+    from attnlab.gpu import prefill_gluon as pg
+
+    fs = load_script("benchmarks/fwd_switches.py")
+    results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    section = results[results.index("### Run 22 and fwd-switches run 4"):results.index("### Fwd-persistent run 9")]
+    text, notes, doc = _flat(section), _notes("v32"), _flat((ROOT / "docs" / "variants.md").read_text())
+    src = " ".join((ROOT / "src" / "attnlab" / "gpu" / "prefill_gluon.py").read_text().replace("#", " ").split())
+    data = ROOT / "benchmarks" / "data"
+    rows = json.loads((data / "fwd-switches-h200-run4.json").read_text())["rows"]
+    assert fs.report(rows) in section
+    gain = [1 / r["vs_first"] for r in rows if r["build"] == "off"]
+    span = f"{min(gain):.3f}–{max(gain):.3f}×"
+    assert min(gain) > 1 and all(r["D"] == 128 for r in rows)
+    assert f"by {100 * (min(gain) - 1):.1f}–{100 * (max(gain) - 1):.1f} % in the medians" in text
+    assert f"{span} on the D = 128 window, packed, causal and dense rows" in notes
+    assert f"a third run gave {span}" in doc and f"run 4: {span.replace('–', '-').replace('×', 'x')}" in src
+    ship = {r["row"]: r["rounds"] for r in rows if r["build"] == "shipped"}
+    off = {r["row"]: r["rounds"] for r in rows if r["build"] == "off"}
+    won = sum(a < b for row in ship for a, b in zip(ship[row], off[row]))
+    pairs = sum(len(v) for v in ship.values())
+    assert f"Shipped faster in {won} of the {pairs} rounds' pairs" in text and f"({won} of {pairs} round pairs" in notes
+    logs = data / "fwd-switches-checks"
+    call1 = (logs / "suite-run4-call1.log").read_text()
+    call2 = (logs / "suite-run4-call2.log").read_text().splitlines()[-1]
+    progress = [ln for ln in call1.splitlines() if ln[:1] in (".", "s")]
+    assert len(progress) > 10 and not any(c in ln for ln in progress for c in "FE") and "FAILED" not in call1
+    assert call2.startswith("1116 passed, 49 skipped, 1 xfailed") and " failed" not in call2
+    assert "1116 passed, 49 skipped, 1 expected failure" in text and "1116 passed, 1 expected failure" in notes
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "prefill.py"), "report",
+                          str(data / "prefill-h200-run22.json")], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith(("| 64 ", "| 128 "))]
+    assert len(lines) == 16 and all(ln in section for ln in lines)
+
+    def tflops(run):
+        rs = json.loads((data / f"prefill-h200-run{run}.json").read_text())["rows"]
+        return {(r["D"], r["causal"], r["N"], r["pass_"], r["provider"]): r["tflops"] for r in rs if "tflops" in r}
+
+    t21, t22 = tflops(21), tflops(22)
+    x = {k[:4]: v / t22[(*k[:4], "sdpa-cudnn")] for k, v in t22.items() if k[4] == "attnlab"}
+    fwd = [v for k, v in x.items() if k[3] == "fwd"]
+    both = [v for k, v in x.items() if k[3] == "fwd_bwd"]
+    quote = f"forward {min(fwd):.2f}–{max(fwd):.2f}×, forward+backward {min(both):.2f}–{max(both):.2f}×"
+    assert f"Against cuDNN: {quote}" in text
+    assert f"forward {min(fwd):.2f}–{max(fwd):.2f}× cuDNN, forward+backward {min(both):.2f}–{max(both):.2f}×" in notes
+    below = [k for k, v in x.items() if v < 1]
+    assert below == [(64, True, 4096, "fwd")] and f"D = 64 causal at 4K forward ({x[below[0]]:.2f}×)" in text
+
+    def pct(D, provider="attnlab", pass_="fwd"):
+        v = [100 * (t22[k] / t21[k] - 1) for k in t22 if k[4] == provider and (D is None or k[0] == D)
+             and (pass_ is None or k[3] == pass_)]
+        return min(v), max(v)
+
+    lo, hi = pct(128)
+    assert f"the D = 128 forward rows ran {lo:.1f}–{hi:.1f} % faster" in text
+    lo, hi = pct(64)
+    assert f"the D = 64 ones {lo:+.1f} to {hi:+.1f} %".replace("-", "−") in text
+    lo, hi = pct(None, "sdpa-cudnn", None)
+    assert f"cuDNN's own rows moving by {lo:+.1f} to {hi:+.1f} %".replace("-", "−") in text
+    assert (pg.RESCALE_SKIP, pg.RESCALE_TAU, pg.RESCALE_FROM_D) == (True, 8.0, 128)

@@ -114,7 +114,8 @@ ROW_MAX_TREE = False
 # most 2^RESCALE_TAU, and most blocks then skip. Both apply in the warp-specialised kernels at head dims of at least
 # ``RESCALE_FROM_D`` (64: both head dims). Measured (H200, benchmarks/fwd_switches.py runs 1 and 2): the skip alone
 # 0.980-1.012x (bits kept), the bound alone 0.988-1.008x, both with the bound 8 at D = 128 1.014-1.026x (run 2) and
-# 1.008-1.067x (run 1), at D = 64 0.986-1.007x. Off until the whole GPU suite has run with them on. Compile-time
+# 1.008-1.067x (run 1), at D = 64 0.986-1.007x; on at D = 128 against off, run 4: 1.007-1.035x, with the whole GPU
+# suite passing with them on. So on from D = 128 (at D = 64 the kernels are the builds without them). Compile-time
 # switches (the kernels read ``_RESCALE_SKIP``, ``_RESCALE_TAU`` and ``_RESCALE_FROM_D``)
 RESCALE_SKIP = True
 RESCALE_TAU = 8.0
@@ -1787,7 +1788,8 @@ def _check_tiles(block_m: int, block_n: int, stages: int, num_warps: int, warp_s
 # walk, each wgmma twice as long (Q·Kᵀ m64n256, P·V k256), so half the per-block softmax bookkeeping, waits and
 # rescales; at the price of registers (the scores of one block and P̃ of the previous are 192 per thread) and so a
 # few spills. What the FlashAttention-3 D = 64 tiles (192 × 192, P̃ through shared memory) aim at, within Triton's
-# power-of-two tensors. A block size, not a switch: it runs where a table entry or a caller names it.
+# power-of-two tensors. Measured (H200, benchmarks/fwd_switches.py run 3): 0.68-0.75x the shipped tiles on the D = 64
+# window, causal and dense rows, so no table entry takes it; it runs where a caller's configuration names it.
 LONG_KEYS = 256
 
 
