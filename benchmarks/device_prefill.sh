@@ -6,6 +6,7 @@
 #   PHASES="sweep check bench" DEADLINE=560 BENCH_ARGS="--flex-budget 30" bash benchmarks/device_prefill.sh
 #   SWEEP_ARGS="--set v3 --D 128" sweeps another candidate list (the check and bench then use its winners)
 #   TESTS="tests/gpu/test_prefill_gluon_bwd.py" runs only those test files in the tests phase
+#   GQA rows: CHECK_ARGS="--gqa 4 --N 4096 8192" BENCH_ARGS="--gqa 4 --N 4096 8192 --providers attnlab,sdpa,sdpa-cudnn"
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-out/prefill}
@@ -13,6 +14,9 @@ PHASES=${PHASES:-"tests sweep check bench"}
 DEADLINE=${DEADLINE:-570}
 BENCH_ARGS=${BENCH_ARGS:-}
 SWEEP_ARGS=${SWEEP_ARGS:-}
+CHECK_ARGS=${CHECK_ARGS:-}
+CHECK_S=${CHECK_S:-90}
+TESTS_S=${TESTS_S:-120}
 TESTS=${TESTS:-"tests/gpu/test_prefill.py tests/gpu/test_prefill_gluon.py tests/gpu/test_prefill_gluon_bwd.py tests/test_api.py"}
 mkdir -p "$OUT"
 t0=$(date +%s)
@@ -25,12 +29,12 @@ for phase in $PHASES; do
   stamp "$phase"
   [ -f "$OUT/best.json" ] && CONFIGS=(--configs "$OUT/best.json")
   case $phase in
-    tests) timeout "$(left 120)" python -m pytest -q -n 8 -p no:cacheprovider $TESTS > "$OUT/tests.log" 2>&1
+    tests) timeout "$(left "$TESTS_S")" python -m pytest -q -n 8 -p no:cacheprovider $TESTS > "$OUT/tests.log" 2>&1
            echo "tests exit $?"; grep -E "FAILED|Error|passed|failed" "$OUT/tests.log" | tail -n 12 ;;
     sweep) timeout "$(left 180)" python benchmarks/prefill.py sweep $SWEEP_ARGS --json "$OUT/sweep.json" --best "$OUT/best.json" \
              > "$OUT/sweep.log" 2>&1
            echo "sweep exit $?"; grep -E "^D=.*(fwd|bwd):|precompile failed|compiled" "$OUT/sweep.log" ;;
-    check) timeout "$(left 90)" python benchmarks/prefill.py check "${CONFIGS[@]}" > "$OUT/check.log" 2>&1
+    check) timeout "$(left "$CHECK_S")" python benchmarks/prefill.py check "${CONFIGS[@]}" $CHECK_ARGS > "$OUT/check.log" 2>&1
            echo "check exit $?"; grep -E "ok=False|pass|failed|Error" "$OUT/check.log" | tail -n 8 ;;
     bench) timeout "$(left 400)" python benchmarks/prefill.py bench "${CONFIGS[@]}" $BENCH_ARGS \
              --json "$OUT/prefill.json" --md "$OUT/prefill.md" > "$OUT/bench.log" 2>&1

@@ -50,17 +50,24 @@ PROVIDERS = ("attnlab", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "flex")
 TOKENS, WIDTH = 16384, 2048  # B·N and H·D
 
 
-def grid(quick: bool, Ds=(64, 128), Ns=(16384, 4096, 1024), causals=(False, True), passes=("fwd", "fwd_bwd")):
-    """Benchmark configurations as dicts: D, causal, N, pass, B, H."""
+def grid(quick: bool, Ds=(64, 128), Ns=(16384, 4096, 1024), causals=(False, True), passes=("fwd", "fwd_bwd"),
+         group: int = 1):
+    """Benchmark configurations as dicts: D, causal, N, pass, B, H, Hkv (``group`` query heads share each
+    K/V head: GQA, H / Hkv = group; 1 is multi-head attention)."""
+    if isinstance(group, bool) or not isinstance(group, int) or group < 1:
+        raise ValueError(f"group must be a positive int (query heads per K/V head), got {group!r}")
     if quick:
         Ds, Ns = (32,), (64,)
     for D in Ds:
+        H = (128 if quick else WIDTH) // D
+        if H % group:
+            raise ValueError(f"group {group} does not divide the {H} query heads at D = {D} (H·D = "
+                             f"{128 if quick else WIDTH})")
         for causal in causals:
             for N in Ns:
                 for p in passes:
                     B = max(1, (64 if quick else TOKENS) // N)
-                    H = (128 if quick else WIDTH) // D
-                    yield dict(D=D, causal=causal, N=N, pass_=p, B=B, H=H)
+                    yield dict(D=D, causal=causal, N=N, pass_=p, B=B, H=H, Hkv=H // group)
 
 
 def flops(cfg) -> float:
@@ -75,10 +82,17 @@ def make_inputs(cfg, device, dtype=None, seed=0):
     dtype = dtype or (DTYPE if device == "cuda" else torch.float16)
     g = torch.Generator(device=device).manual_seed(seed)
     shape = (cfg["B"], cfg["H"], cfg["N"], cfg["D"])
+    kv_shape = (cfg["B"], kv_heads(cfg), cfg["N"], cfg["D"])
     grad = cfg["pass_"] == "fwd_bwd"
-    q, k, v = (torch.randn(shape, generator=g, device=device, dtype=dtype).requires_grad_(grad) for _ in range(3))
+    q, k, v = (torch.randn(s, generator=g, device=device, dtype=dtype).requires_grad_(grad)
+               for s in (shape, kv_shape, kv_shape))
     do = torch.randn(shape, generator=g, device=device, dtype=dtype)
     return q, k, v, do
+
+
+def kv_heads(cfg) -> int:
+    """The row's K/V heads (rows written before GQA rows existed have no ``Hkv``: H)."""
+    return cfg.get("Hkv") or cfg["H"]
 
 
 def _timed(f, q, k, v, do, pass_):
@@ -128,26 +142,51 @@ def _launcher_fn(causal, scale, fwd_cfg, bwd_cfg):
     return Fn.apply
 
 
-def provider_sdpa(device, backend_name):
+def provider_sdpa(device, backend_name, name):
+    """``scaled_dot_product_attention`` pinned to ``backend_name`` (None: PyTorch's own choice, as a model
+    calls it). GQA rows pass ``enable_gqa``; a backend that refuses it gets K/V repeated to the query heads
+    beforehand, outside the timing, and the row is marked (``kv: "repeated"``)."""
+    from contextlib import nullcontext
+
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
-    backend = getattr(SDPBackend, backend_name)
+    pinned = (lambda: nullcontext()) if backend_name is None else (lambda: sdpa_kernel(getattr(SDPBackend, backend_name)))
 
     def make(cfg):
         if device != "cuda":
             return None
         q, k, v, do = make_inputs(cfg, device)
+        gqa = kv_heads(cfg) != cfg["H"]
 
         def f(q, k, v):
-            with sdpa_kernel(backend):
-                return sdpa(q, k, v, is_causal=cfg["causal"])  # top-left = bottom-right when Nq == Nk
+            with pinned():  # top-left = bottom-right causal alignment when Nq == Nk
+                return sdpa(q, k, v, is_causal=cfg["causal"], enable_gqa=gqa)
 
         fn = _timed(f, q, k, v, do, cfg["pass_"])
-        fn()  # raises here (and the row says so) when the backend refuses the shape
+        try:
+            fn()  # raises here (and the row says so) when the backend refuses the shape
+        except RuntimeError:
+            if not gqa:
+                raise
+            # the backend refuses enable_gqa: K/V repeated to the H query heads beforehand, outside the
+            # timing (the peer's best case; its row says so)
+            k, v = (t.detach().repeat_interleave(cfg["H"] // kv_heads(cfg), dim=1).requires_grad_(t.requires_grad)
+                    for t in (k, v))
+            gqa = False
+            fn = _timed(f, q, k, v, do, cfg["pass_"])
+            fn()
+            _REPEATED.add(_key(cfg, name))
         return fn
 
     return make
+
+
+_REPEATED: set = set()  # (shape, provider) pairs that ran on K/V repeated to the H query heads
+
+
+def _key(cfg, name):
+    return (cfg["D"], cfg["causal"], cfg["N"], cfg["pass_"], cfg["H"], kv_heads(cfg), name)
 
 
 _FLEX = {}
@@ -173,8 +212,8 @@ def provider_flex(device):
         if cfg["causal"]:
             mask = create_block_mask(lambda b, h, qi, kv: qi >= kv, B=None, H=None, Q_LEN=cfg["N"],
                                      KV_LEN=cfg["N"], device=device)
-        flex = _FLEX["fn"]
-        fn = _timed(lambda q, k, v: flex(q, k, v, block_mask=mask), q, k, v, do, cfg["pass_"])
+        flex, gqa = _FLEX["fn"], kv_heads(cfg) != cfg["H"]
+        fn = _timed(lambda q, k, v: flex(q, k, v, block_mask=mask, enable_gqa=gqa), q, k, v, do, cfg["pass_"])
         t = time.perf_counter()
         fn()  # compile outside the timing
         torch.cuda.synchronize()
@@ -187,9 +226,10 @@ def provider_flex(device):
 def providers(device, names):
     table = {
         "attnlab": lambda: provider_attnlab(device),
-        "sdpa-flash": lambda: provider_sdpa(device, "FLASH_ATTENTION"),
-        "sdpa-cudnn": lambda: provider_sdpa(device, "CUDNN_ATTENTION"),
-        "sdpa-efficient": lambda: provider_sdpa(device, "EFFICIENT_ATTENTION"),
+        "sdpa": lambda: provider_sdpa(device, None, "sdpa"),
+        "sdpa-flash": lambda: provider_sdpa(device, "FLASH_ATTENTION", "sdpa-flash"),
+        "sdpa-cudnn": lambda: provider_sdpa(device, "CUDNN_ATTENTION", "sdpa-cudnn"),
+        "sdpa-efficient": lambda: provider_sdpa(device, "EFFICIENT_ATTENTION", "sdpa-efficient"),
         "flex": lambda: provider_flex(device),
     }
     return {n: table[n]() for n in names}
@@ -205,13 +245,13 @@ def _warm_job(job):
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if job[0] == "flex":  # fill inductor's caches for one FlexAttention configuration
         try:
-            provider_flex(device)(dict(zip(("D", "causal", "N", "pass_", "B", "H"), job[1:])))
+            provider_flex(device)(dict(zip(("D", "causal", "N", "pass_", "B", "H", "Hkv"), job[1:])))
         except Exception as e:
             return f"{job}: {type(e).__name__}: {str(e)[:200]}"
         return None
-    D, causal, H, fwd_cfg, bwd_cfg, quick = job
+    D, causal, H, fwd_cfg, bwd_cfg, quick, *hkv = job  # (..., Hkv) for GQA shapes
     cfg = dict(D=D, causal=causal, N=64 if quick else 512, pass_="fwd" if bwd_cfg is False else "fwd_bwd",
-               B=1, H=H)
+               B=1, H=H, Hkv=hkv[0] if hkv else H)
     try:
         q, k, v, do = make_inputs(cfg, device)
         if fwd_cfg is None and bwd_cfg in (None, False):
@@ -271,7 +311,8 @@ def table_jobs(cfgs, quick):
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return [(c["D"], c["causal"], c["H"], default_fwd_config(c["D"], c["causal"], dev, c["N"]),
-             default_bwd_config(c["D"], c["causal"], dev, c["N"]) if c["pass_"] == "fwd_bwd" else False, quick)
+             default_bwd_config(c["D"], c["causal"], dev, c["N"]) if c["pass_"] == "fwd_bwd" else False, quick,
+             kv_heads(c))
             for c in cfgs]
 
 
@@ -279,14 +320,15 @@ def table_jobs(cfgs, quick):
 
 
 def check(args) -> list[dict]:
-    """flash-attention's criterion on the benchmark shapes: for out, dq, dk, dv of heads (0, 0) and
-    (B-1, H-1), err(attnlab) <= 2·err(bfloat16 attention_ref) + 1e-5, errors vs float64."""
+    """flash-attention's criterion on the benchmark shapes: for out, dq, dk, dv of the first and the last K/V
+    head (with the query heads that read it), err(attnlab) <= 2·err(bfloat16 attention_ref) + 1e-5, errors
+    vs float64."""
     from attnlab.gpu import flash_attention_triton
     from attnlab.reference import attention_ref
 
     device = args.device
     rows = []
-    cfgs = list(grid(args.quick, passes=("fwd_bwd",)))
+    cfgs = list(grid(args.quick, Ds=tuple(args.D), Ns=tuple(args.N), passes=("fwd_bwd",), group=args.gqa))
     load_configs(args.configs)
     jobs = table_jobs(cfgs, args.quick)
     print(f"check: compiled attnlab's kernels in {precompile(jobs, args.workers):.1f} s", flush=True)
@@ -294,18 +336,21 @@ def check(args) -> list[dict]:
         q, k, v, do = make_inputs(cfg, device, seed=1)
         out = flash_attention_triton(q, k, v, causal=cfg["causal"])
         grads = torch.autograd.grad(out, (q, k, v), do)
-        row = {key: cfg[key] for key in ("D", "causal", "N", "B", "H")}
+        row = {key: cfg[key] for key in ("D", "causal", "N", "B", "H", "Hkv")}
         ok = True
-        for b, h in ((0, 0), (cfg["B"] - 1, cfg["H"] - 1)):
-            sl = (slice(b, b + 1), slice(h, h + 1))
+        group = cfg["H"] // cfg["Hkv"]
+        for b, hk in ((0, 0), (cfg["B"] - 1, cfg["Hkv"] - 1)):  # a K/V head and the query heads that read it
+            sl = (slice(b, b + 1), slice(hk * group, (hk + 1) * group))
+            kv_sl = (slice(b, b + 1), slice(hk, hk + 1))
             res = {}
             for dt in (torch.float64, q.dtype):
-                qq, kk, vv = (t[sl].detach().to(dt).requires_grad_() for t in (q, k, v))
+                qq = q[sl].detach().to(dt).requires_grad_()
+                kk, vv = (t[kv_sl].detach().to(dt).requires_grad_() for t in (k, v))
                 o, _ = attention_ref(qq, kk, vv, causal=cfg["causal"])
                 res[dt] = [o.detach(), *torch.autograd.grad(o, (qq, kk, vv), do[sl].to(dt))]
                 del qq, kk, vv, o
-            for name, got, same, ref in zip(("out", "dq", "dk", "dv"), [out[sl], *(g[sl] for g in grads)],
-                                            res[q.dtype], res[torch.float64]):
+            got_all = [out[sl], grads[0][sl], grads[1][kv_sl], grads[2][kv_sl]]
+            for name, got, same, ref in zip(("out", "dq", "dk", "dv"), got_all, res[q.dtype], res[torch.float64]):
                 e = (got.double() - ref).abs().max().item()
                 e_ref = (same.double() - ref).abs().max().item()
                 row[f"{name}_err"] = max(row.get(f"{name}_err", 0.0), e)
@@ -643,21 +688,25 @@ def aot_markdown(rows) -> str:
 def bench(args) -> list[dict]:
     device = args.device
     names = [p for p in args.providers.split(",") if p]
-    cfgs = list(grid(args.quick, Ds=tuple(args.D), Ns=tuple(args.N)))
+    cfgs = list(grid(args.quick, Ds=tuple(args.D), Ns=tuple(args.N), group=args.gqa))
     _FLEX["budget"] = args.flex_budget
     load_configs(args.configs)
     jobs = []
     if "flex" in names and device == "cuda":  # the longest compiles first
-        jobs += [("flex", *(c[n] for n in ("D", "causal", "N", "pass_", "B", "H"))) for c in cfgs]
+        jobs += [("flex", *(c[n] for n in ("D", "causal", "N", "pass_", "B", "H", "Hkv"))) for c in cfgs]
     jobs += table_jobs(cfgs, args.quick) if "attnlab" in names else []
     if jobs:
         print(f"bench: precompiled {len(jobs)} jobs in {precompile(jobs, args.workers):.1f} s",
               flush=True)
-    x_names = ["D", "causal", "N", "pass_", "B", "H"]
-    b = Benchmark(name="prefill, bfloat16, B·N = 16K tokens, H·D = 2048", x_names=x_names,
-                  x_vals=[tuple(c[n] for n in x_names) for c in cfgs], providers=providers(device, names),
-                  flops=flops, device=device)
+    x_names = ["D", "causal", "N", "pass_", "B", "H", "Hkv"]
+    title = "prefill, bfloat16, B·N = 16K tokens, H·D = 2048" + (f", GQA {args.gqa} query heads per K/V head"
+                                                                  if args.gqa > 1 else "")
+    b = Benchmark(name=title, x_names=x_names, x_vals=[tuple(c[n] for n in x_names) for c in cfgs],
+                  providers=providers(device, names), flops=flops, device=device)
     rows = run(b)
+    for r in rows:
+        if _key(r, r["provider"]) in _REPEATED:
+            r["kv"] = "repeated"
     if _FLEX.get("compile_s"):
         print(f"flex compile times (s): {_FLEX['compile_s']}")
     return rows
@@ -668,8 +717,8 @@ def with_roofline(rows: list[dict], gpu) -> list[dict]:
     ``of_roofline`` = roofline_ms / ms. ``gpu`` None leaves the rows as they are."""
     if gpu is not None:
         for r in rows:
-            add_fraction(r, prefill_roofline_ms(batch=r["B"], heads=r["H"], seq=r["N"], head_dim=r["D"],
-                                                causal=r["causal"], pass_=r["pass_"], gpu=gpu))
+            add_fraction(r, prefill_roofline_ms(batch=r["B"], heads=r["H"], kv_heads=kv_heads(r), seq=r["N"],
+                                                head_dim=r["D"], causal=r["causal"], pass_=r["pass_"], gpu=gpu))
     return rows
 
 
@@ -680,22 +729,29 @@ def roofline_note(gpu) -> str:
 
 def markdown(rows: list[dict], names=PROVIDERS) -> str:
     """One line per configuration: TFLOP/s of each provider and attnlab's ratios; where the rows carry
-    the roofline (``with_roofline``), its time and each provider's share of it."""
+    the roofline (``with_roofline``), its time and each provider's share of it. GQA rows get a heads
+    column (H/Hkv), and a peer that ran on K/V repeated to the query heads a ``*``."""
     keyed: dict[tuple, dict] = {}
     for r in rows:
-        key = (r["D"], r["causal"], r["N"], r["pass_"])
+        key = (r["D"], r["causal"], r["N"], r["pass_"], r["H"], kv_heads(r))
         keyed.setdefault(key, {})[r["provider"]] = r
-    names = [n for n in names if any(n in v for v in keyed.values())]
+    names = [n for n in (*names, *sorted({r["provider"] for r in rows} - set(names)))
+             if any(n in v for v in keyed.values())]
+    refs = ["sdpa-flash", "sdpa-cudnn"] + (["sdpa"] if "sdpa" in names else [])
+    gqa = any(k[4] != k[5] for k in keyed)
     roof = any("roofline_ms" in r for r in rows)
-    head = ["D", "causal", "N", "pass"] + names + ["÷ sdpa-flash", "÷ cudnn"]
+    head = ["D", *(["heads"] if gqa else []), "causal", "N", "pass"] + names
+    head += [{"sdpa-flash": "÷ sdpa-flash", "sdpa-cudnn": "÷ cudnn", "sdpa": "÷ sdpa"}[n] for n in refs]
     head += ["roofline ms"] + [f"{n} %" for n in names] if roof else []
     lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
-    for (D, causal, N, p), by in sorted(keyed.items(), key=lambda kv: (kv[0][3], kv[0][0], kv[0][1], kv[0][2])):
+    for (D, causal, N, p, H, Hkv), by in sorted(keyed.items(), key=lambda kv: (kv[0][3], kv[0][0], kv[0][1], kv[0][2])):
         vals = {n: r.get("tflops") for n, r in by.items()}
-        cells = [str(D), "yes" if causal else "no", f"{N // 1024}K" if N >= 1024 else str(N), p.replace("_", "+")]
-        cells += [f"{vals[n]:.0f}" if vals.get(n) else "—" for n in names]
+        cells = [str(D), *([f"{H}/{Hkv}"] if gqa else []), "yes" if causal else "no",
+                 f"{N // 1024}K" if N >= 1024 else str(N), p.replace("_", "+")]
+        cells += [(f"{vals[n]:.0f}" + ("*" if by[n].get("kv") == "repeated" else "")) if vals.get(n) else "—"
+                  for n in names]
         a = vals.get("attnlab")
-        for ref in ("sdpa-flash", "sdpa-cudnn"):
+        for ref in refs:
             cells.append(f"{a / vals[ref]:.2f}" if a and vals.get(ref) else "—")
         if roof:
             ms = next((r["roofline_ms"] for r in by.values() if "roofline_ms" in r), None)
@@ -715,6 +771,8 @@ def main(argv=None) -> int:
     p.add_argument("--D", type=int, nargs="+", default=[64, 128])
     p.add_argument("--N", type=int, nargs="+", default=[16384, 4096, 1024])
     p.add_argument("--sweep-n", type=int, nargs="+", default=[16384, 4096, 1024])
+    p.add_argument("--gqa", type=int, default=1, metavar="G",
+                   help="check/bench: G query heads per K/V head (GQA; H/Hkv = G, H = 2048 / D); 1: multi-head")
     p.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1))
     p.add_argument("--set", choices=["v2", "v3", "v4", "v5"], default="v2", help="sweep: which candidate list")
     p.add_argument("--best", default=None, help="sweep: write the best configuration per (D, causal) here")

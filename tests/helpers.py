@@ -83,6 +83,50 @@ def assert_lse(got, want, atol):
     torch.testing.assert_close(got[fin], want[fin], rtol=0, atol=atol)
 
 
+def check_forward(q, k, v, out, lse, *, causal, scale, window=None, alibi_slopes=None):
+    """A forward's ``out`` (B, H, Nq, D) and ``lse`` (B, H, Nq) against ``attention_ref`` in float64: out within
+    flash-attention's criterion (and no NaN: outputs are poisoned before a kernel runs), lse to 1e-3 relative
+    on the rows that see a key, and the rows that see none out 0, lse −inf."""
+    kw = dict(causal=causal, scale=scale, window=window, alibi_slopes=alibi_slopes)
+    o64, l64 = attention_ref(*(t.double() for t in (q, k, v)), **kw)
+    o_same, _ = attention_ref(q, k, v, **kw)
+    e, e_ref = abs_err(out, o64), abs_err(o_same, o64)
+    assert not torch.isnan(out).any(), "an element of out was not written"
+    assert within_criterion(e, e_ref, o64, out.dtype), (e, e_ref)
+    _check_lse_and_empty_rows(out, lse, l64)
+
+
+def check_packed_forward(q, k, v, out, lse, cu_seqlens, *, causal, scale, window=None):
+    """A packed batch's ``out`` (total_q, H, D) and ``lse`` (H, total_q) against the per-sequence oracle
+    ``attention_ref_varlen`` in float64, as ``check_forward`` holds a dense one."""
+    from attnlab.reference import attention_ref_varlen
+
+    kw = dict(causal=causal, scale=scale, window=window)
+    o64, l64 = attention_ref_varlen(*(t.double() for t in (q, k, v)), *cu_seqlens, **kw)
+    o_same, _ = attention_ref_varlen(q, k, v, *cu_seqlens, **kw)
+    e, e_ref = abs_err(out, o64), abs_err(o_same, o64)
+    assert not torch.isnan(out).any(), "an element of out was not written"
+    assert within_criterion(e, e_ref, o64, out.dtype), (e, e_ref)
+    _check_lse_and_empty_rows(out.transpose(0, 1), lse, l64)
+
+
+def _check_lse_and_empty_rows(out, lse, l64):
+    """``out`` with the head axis before the row axis, as ``lse`` has it."""
+    seen = torch.isfinite(l64)
+    if seen.any():
+        assert abs_err(lse[seen], l64[seen]) <= 1e-3 * max(1.0, l64[seen].abs().max().item())
+    assert torch.equal(torch.isinf(lse), ~seen) and (lse[~seen] < 0).all(), "empty rows: lse = -inf"
+    assert (out[~seen] == 0).all(), "empty rows: out = 0"
+
+
+def packed_sequences(cu_seqlens):
+    """(index, q0, q1, k0, k1) of each sequence of a packed batch that has queries and keys."""
+    cq, ck = (c.tolist() for c in cu_seqlens)
+    for s, (q0, q1, k0, k1) in enumerate(zip(cq[:-1], cq[1:], ck[:-1], ck[1:])):
+        if q1 > q0 and k1 > k0:
+            yield s, q0, q1, k0, k1
+
+
 def autograd_ref(q, k, v, dout, causal, dlse=None):
     q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
     o, l = attention_ref(q, k, v, causal=causal)

@@ -14,10 +14,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.helpers import GLUON_CASES, GLUON_WINDOW_CASES, sm90_reports, within_criterion
+from tests.helpers import (
+    GLUON_CASES,
+    GLUON_WINDOW_CASES,
+    check_forward,
+    check_packed_forward,
+    packed_sequences,
+    sm90_reports,
+    within_criterion,
+)
 from tests.helpers import abs_err as _err
 
-from attnlab.reference import attention_ref
 from attnlab.variants import Mask
 
 pytest.importorskip("triton")
@@ -99,17 +106,7 @@ def test_gluon_is_only_taken_on_hopper():
 
 
 def _ref_check(q, k, v, out, lse, causal, scale, window=None, alibi_slopes=None):
-    o64, l64 = attention_ref(*(t.double() for t in (q, k, v)), causal=causal, scale=scale, window=window,
-                             alibi_slopes=alibi_slopes)
-    o_same, _ = attention_ref(q, k, v, causal=causal, scale=scale, window=window, alibi_slopes=alibi_slopes)
-    e, e_ref = _err(out, o64), _err(o_same, o64)
-    assert not torch.isnan(out).any(), "an element of out was not written"
-    assert within_criterion(e, e_ref, o64, out.dtype), (e, e_ref)
-    seen = torch.isfinite(l64)
-    if seen.any():
-        assert _err(lse[seen], l64[seen]) <= 1e-3 * max(1.0, l64[seen].abs().max().item())
-    assert torch.equal(torch.isinf(lse), ~seen) and (lse[~seen] < 0).all(), "empty rows: lse = -inf"
-    assert (out[~seen] == 0).all(), "empty rows: out = 0"
+    check_forward(q, k, v, out, lse, causal=causal, scale=scale, window=window, alibi_slopes=alibi_slopes)
 
 
 def test_a_gluon_config_falls_back_to_the_triton_kernel_where_gluon_cannot_run():
@@ -762,7 +759,6 @@ def test_gpu_packed_gluon_matches_reference_and_the_dense_kernel(lens_q, lens_k,
     same bits."""
     from attnlab import flash_attention_varlen
     from attnlab.gpu import config as C
-    from attnlab.reference import attention_ref_varlen
 
     gen = torch.Generator(device=DEV).manual_seed(sum(lens_q) + H)
     q, k, v, cu = _packed(lens_q, lens_k, H, Hkv, D, dtype, gen, extra_q=70, extra_k=30)
@@ -777,18 +773,9 @@ def test_gpu_packed_gluon_matches_reference_and_the_dense_kernel(lens_q, lens_k,
     assert out[n:].isnan().all() and lse[:, n:].isnan().all(), "rows no sequence owns were written"
     out, lse = out[:n], lse[:, :n]
     qs, ks, vs = q[:n], k[:sum(lens_k)], v[:sum(lens_k)]
-    kw = dict(causal=right == 0, scale=scale, window=window if left >= 0 or right > 0 else None)
-    o64, l64 = attention_ref_varlen(*(t.double() for t in (qs, ks, vs)), *cu, **kw)
-    o_same, _ = attention_ref_varlen(qs, ks, vs, *cu, **kw)
-    e, e_ref = _err(out, o64), _err(o_same, o64)
-    assert not out.isnan().any() and within_criterion(e, e_ref, o64, dtype), (e, e_ref)
-    seen = torch.isfinite(l64)
-    assert torch.equal(torch.isinf(lse), ~seen) and (out.transpose(0, 1)[~seen] == 0).all()
-    assert _err(lse[seen], l64[seen]) <= 1e-3 * max(1.0, l64[seen].abs().max().item())
-    for s, (q0, q1, k0, k1) in enumerate(zip(cu[0][:-1].tolist(), cu[0][1:].tolist(), cu[1][:-1].tolist(),
-                                             cu[1][1:].tolist())):
-        if q1 == q0 or k1 == k0:
-            continue
+    check_packed_forward(qs, ks, vs, out, lse, cu, causal=right == 0, scale=scale,
+                         window=window if left >= 0 or right > 0 else None)
+    for s, q0, q1, k0, k1 in packed_sequences(cu):
         qd, kd, vd = (t.transpose(0, 1).unsqueeze(0).contiguous() for t in (q[q0:q1], k[k0:k1], v[k0:k1]))
         od, ld = torch.empty_like(qd), torch.empty(1, H, q1 - q0, device=DEV)
         off = (k1 - k0) - (q1 - q0)
@@ -1305,9 +1292,5 @@ def test_gpu_rescale_switches_keep_the_bits_or_the_criterion(B, H, Hkv, Nq, Nk, 
     if build != "packed":
         _ref_check(q, k, v, out, lse, right == 0, scale, window=window if left >= 0 else None)
     else:
-        from attnlab.reference import attention_ref_varlen
-
-        kw_ref = dict(causal=right == 0, scale=scale, window=window if left >= 0 else None)
-        o64, _ = attention_ref_varlen(*(t.double() for t in (q, k, v)), *cu, **kw_ref)
-        o_same, _ = attention_ref_varlen(q, k, v, *cu, **kw_ref)
-        assert within_criterion(_err(out, o64), _err(o_same, o64), o64, torch.bfloat16)
+        check_packed_forward(q, k, v, out, lse, cu, causal=right == 0, scale=scale,
+                             window=window if left >= 0 else None)

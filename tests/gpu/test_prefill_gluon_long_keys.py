@@ -10,10 +10,8 @@ tiles giving the grid kernel's bits, and the public entry points running it when
 
 import pytest
 import torch
-from tests.helpers import abs_err as _err
-from tests.helpers import sm90_reports, within_criterion
+from tests.helpers import check_forward, check_packed_forward, packed_sequences, sm90_reports
 
-from attnlab.reference import attention_ref, attention_ref_varlen
 from attnlab.variants import Mask
 
 pytest.importorskip("triton")
@@ -107,16 +105,7 @@ SAME_BITS_BUILDS = [dict(persistent=True), dict(persistent=True, dynamic=True), 
 
 def _check(q, k, v, out, lse, window, scale):
     left, right = window
-    causal = right == 0
-    win = window if left >= 0 or right > 0 else None
-    o64, l64 = attention_ref(*(t.double() for t in (q, k, v)), causal=causal, scale=scale, window=win)
-    o_same, _ = attention_ref(q, k, v, causal=causal, scale=scale, window=win)
-    e, e_ref = _err(out, o64), _err(o_same, o64)
-    assert not out.isnan().any() and within_criterion(e, e_ref, o64, out.dtype), (e, e_ref)
-    seen = torch.isfinite(l64)
-    if seen.any():
-        assert _err(lse[seen], l64[seen]) <= 1e-3 * max(1.0, l64[seen].abs().max().item())
-    assert torch.equal(torch.isinf(lse), ~seen) and (out[~seen] == 0).all()
+    check_forward(q, k, v, out, lse, causal=right == 0, scale=scale, window=window if left >= 0 or right > 0 else None)
 
 
 @pytest.mark.gpu
@@ -180,18 +169,9 @@ def test_gpu_long_key_blocks_on_packed_batches(lens_q, lens_k, H, Hkv, window, d
     n = sum(lens_q)
     assert out[n:].isnan().all() and lse[:, n:].isnan().all(), "rows no sequence owns were written"
     out, lse = out[:n], lse[:, :n]
-    qs, ks, vs = q[:n], k[:sum(lens_k)], v[:sum(lens_k)]
-    kw = dict(causal=right == 0, scale=scale, window=window if left >= 0 else None)
-    o64, l64 = attention_ref_varlen(*(t.double() for t in (qs, ks, vs)), *cu, **kw)
-    o_same, _ = attention_ref_varlen(qs, ks, vs, *cu, **kw)
-    e, e_ref = _err(out, o64), _err(o_same, o64)
-    assert not out.isnan().any() and within_criterion(e, e_ref, o64, dtype), (e, e_ref)
-    seen = torch.isfinite(l64)
-    assert torch.equal(torch.isinf(lse), ~seen)
-    for s, (q0, q1, k0, k1) in enumerate(zip(cu[0][:-1].tolist(), cu[0][1:].tolist(), cu[1][:-1].tolist(),
-                                             cu[1][1:].tolist())):
-        if q1 == q0 or k1 == k0:
-            continue
+    check_packed_forward(q[:n], k[:sum(lens_k)], v[:sum(lens_k)], out, lse, cu, causal=right == 0, scale=scale,
+                         window=window if left >= 0 else None)
+    for s, q0, q1, k0, k1 in packed_sequences(cu):
         qd, kd, vd = (t.transpose(0, 1).unsqueeze(0).contiguous() for t in (q[q0:q1], k[k0:k1], v[k0:k1]))
         od, ld = torch.empty_like(qd), torch.empty(1, H, q1 - q0, device=DEV)
         off = (k1 - k0) - (q1 - q0)
