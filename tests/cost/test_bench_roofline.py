@@ -123,6 +123,57 @@ def test_prefill_rows_and_markdown():
     assert "roofline" not in bare and bare.splitlines()[0].endswith("| ÷ cudnn |")
 
 
+def test_prefill_gqa_grid_and_its_errors():
+    """``--gqa G``: every row has H / G K/V heads (H = 2048 / D); a G that does not divide H, or is not a
+    positive int, is refused before anything runs."""
+    rows = list(prefill.grid(False, Ds=(64, 128), Ns=(4096,), group=4))
+    assert {(r["D"], r["H"], r["Hkv"]) for r in rows} == {(64, 32, 8), (128, 16, 4)}
+    assert all(r["B"] * r["N"] == prefill.TOKENS for r in rows)
+    assert all(r["Hkv"] == r["H"] for r in prefill.grid(False, Ns=(1024,)))
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match="positive int"):
+            list(prefill.grid(False, group=bad))
+    with pytest.raises(ValueError, match="does not divide the 16 query heads"):
+        list(prefill.grid(False, Ds=(128,), group=3))
+
+
+def test_prefill_gqa_rows_roofline_and_markdown():
+    """GQA rows: the roofline moves K and V per K/V head (less than the same shape's MHA roofline), the table
+    gets a heads column and the ratio to PyTorch's own SDPA choice, and a peer that ran on K/V repeated to the
+    query heads is starred."""
+    g = GPUS["H200"]
+    shape = dict(D=64, causal=False, N=1024, pass_="fwd", B=16, H=32, Hkv=8)
+    rows = [dict(shape, provider="attnlab", ms=0.5, tflops=2.0), dict(shape, provider="sdpa", ms=0.6, tflops=1.0),
+            dict(shape, provider="sdpa-cudnn", ms=0.8, tflops=4.0, kv="repeated")]
+    prefill.with_roofline(rows, g)
+    gqa = cols.prefill_roofline_ms(batch=16, heads=32, kv_heads=8, seq=1024, head_dim=64, causal=False, pass_="fwd",
+                                   gpu=g)
+    mha = cols.prefill_roofline_ms(batch=16, heads=32, seq=1024, head_dim=64, causal=False, pass_="fwd", gpu=g)
+    assert rows[0]["roofline_ms"] == gqa and gqa <= mha
+    md = prefill.markdown(rows).splitlines()
+    head = [c.strip() for c in md[0].strip("|").split("|")]
+    cells = dict(zip(head, (c.strip() for c in md[2].strip("|").split("|"))))
+    assert head[:5] == ["D", "heads", "causal", "N", "pass"]
+    assert cells["heads"] == "32/8" and cells["sdpa-cudnn"] == "4*" and cells["sdpa"] == "1"
+    assert cells["÷ sdpa"] == "2.00" and cells["÷ cudnn"] == "0.50" and cells["÷ sdpa-flash"] == "—"
+    mha_md = prefill.markdown([dict(shape, Hkv=32, provider="attnlab", ms=0.5, tflops=2.0)])
+    assert "heads" not in mha_md and "÷ sdpa |" not in mha_md
+
+
+def test_prefill_gqa_check_on_the_cpu():
+    """``prefill.py check --gqa 2`` (Triton's interpreter, tiny shapes): each K/V head with the query heads that
+    read it against float64, out, dq, dk and dv within the criterion."""
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "prefill.py"), "check", "--gqa", "2"],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    rows = [ln for ln in res.stdout.splitlines() if ln.startswith("D=")]
+    assert len(rows) == 2 and all("H=4 Hkv=2" in ln and ln.endswith("ok=True") for ln in rows)
+    assert "check: 2/2 shapes pass" in res.stdout
+
+
 def test_prefill_report_of_the_h200_run(capsys):
     """Run 3 on the H200: no provider beats the roofline, and since every row is compute-bound its share
     is TFLOP/s over the tensor peak — exactly for full attention, times (N+1)/N for causal (the roofline
