@@ -149,20 +149,21 @@ def test_docs_variants_quote_run_11():
             f"ALiBi {a64[0]} and {a128[0]}, {a64[1]}× and {a128[1]}×.") in doc
 
 
-def test_readme_quotes_prefill_run_21_and_hf_runs_15_16():
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "prefill.py"), "report",
-                          str(DATA / "prefill-h200-run21.json")], capture_output=True, text=True, timeout=300)
-    cols = [[c.strip() for c in ln.strip("|").split("|")] for ln in res.stdout.splitlines()
-            if ln.startswith("| 64 ") or ln.startswith("| 128 ")]
+def _vs(run: int, ref: str, pass_: str) -> str:
+    """attnlab's range against ``ref`` over prefill run ``run``'s rows of ``pass_``, as the docs quote it."""
+    rows = json.loads((DATA / f"prefill-h200-run{run}.json").read_text())["rows"]
+    t = {(r["D"], r["causal"], r["N"], r["pass_"], r["provider"]): r["tflops"] for r in rows if "tflops" in r}
+    v = [t[k] / t[(*k[:4], ref)] for k in t if k[4] == "attnlab" and k[3] == pass_]
+    return f"{min(v):.2f}–{max(v):.2f}×"
 
-    def span(pass_, i):
-        v = [float(c[i]) for c in cols if c[3] == pass_]
-        return f"{min(v):.2f}–{max(v):.2f}×"
 
+def test_readme_quotes_prefill_runs_22_23_and_hf_runs_15_16():
     readme = _flat((ROOT / "README.md").read_text())
-    assert (f"the prefill forward runs at {span('fwd', 7)} PyTorch's SDPA flash backend and forward+backward at "
-            f"{span('fwd+bwd', 7)} for N ≥ 4K (D = 64 and 128), which is {span('fwd', 8)} and "
-            f"{span('fwd+bwd', 8)[:-1]}× cuDNN's (prefill run 21;") in readme
+    assert (f"the prefill forward runs at {_vs(22, 'sdpa-flash', 'fwd')} PyTorch's SDPA flash backend and "
+            f"forward+backward at {_vs(22, 'sdpa-flash', 'fwd_bwd')} for N ≥ 4K (D = 64 and 128), which is "
+            f"{_vs(22, 'sdpa-cudnn', 'fwd')} and {_vs(22, 'sdpa-cudnn', 'fwd_bwd')[:-1]}× cuDNN's (prefill run 22; "
+            f"with GQA, four query heads per K/V head, {_vs(23, 'sdpa-cudnn', 'fwd')} and "
+            f"{_vs(23, 'sdpa-cudnn', 'fwd_bwd')}, run 23;") in readme
     steps = []
     for n in (15, 16):
         t = json.loads((DATA / f"hf-h200-run{n}.json").read_text())["train"]
@@ -563,16 +564,6 @@ def test_causal_schedule_section_is_fwd_persistent_runs_3_5_and_prefill_run_21()
     gain += [b[4][128, True, 4096, "grid"] / b[4][128, True, 4096, "persistent-pf-c4"],
              b[5][128, True, 4096, "grid"] / b[5][128, True, 4096, "table"]]
     assert f"at 4K keys {pct(gain)} faster than the grid kernel before" in doc
-    top = max((k for k in t21 if k[4] == "attnlab" and k[3] == "fwd" and k[0] == 128), key=lambda k: t21[k])
-    roof = {(r["D"], r["causal"], r["N"], r["pass_"], r["provider"]): r["of_roofline"]
-            for r in json.loads((DATA / "prefill-h200-run21.json").read_text())["rows"] if "of_roofline" in r}
-    flash = {k[:4]: v / t21[(*k[:4], "sdpa-flash")] for k, v in t21.items() if k[4] == "attnlab"}
-    ff = [v for k, v in flash.items() if k[3] == "fwd"]
-    fb = [v for k, v in flash.items() if k[3] == "fwd_bwd"]
-    assert (f"forward {min(ff):.2f}–{max(ff):.2f}× SDPA's flash backend and {min(fwd):.2f}–{max(fwd):.2f}× cuDNN "
-            f"(up to {t21[top]:.0f} TFLOP/s at D = 128, {100 * roof[top]:.0f} % of the roofline), forward+backward "
-            f"{min(fb):.2f}–{max(fb):.2f}× SDPA-flash and {min(both):.2f}–{max(both):.2f}× cuDNN (RESULTS.md, "
-            f"prefill run 21). The one forward row below cuDNN is D = 64 causal at 4K ({low:.2f}×).") in doc
 
 
 def attention_tflops(ms, D, N):
@@ -698,3 +689,21 @@ def test_dynamic_tiles_section_is_fwd_persistent_run_9():
     rest = [v for k, v in x.items() if k != (64, True, 4096)]
     assert (f"D = 64 causal 4K {x4[0]:.2f}–{x4[1]:.2f}× (table and table-dyn), every other row "
             f"{min(rest):.2f}–{max(rest):.2f}× for the table's build") in section
+
+
+def test_gpu_doc_quotes_prefill_runs_22_and_23():
+    """docs/gpu.md's performance paragraph: run 22's ranges against SDPA-flash and cuDNN, its fastest D = 128
+    forward row and that row's share of the roofline, the one row below cuDNN, and run 23's GQA ranges."""
+    rows = json.loads((DATA / "prefill-h200-run22.json").read_text())["rows"]
+    t = {(r["D"], r["causal"], r["N"], r["pass_"], r["provider"]): r for r in rows if "tflops" in r}
+    top = max((k for k in t if k[4] == "attnlab" and k[3] == "fwd" and k[0] == 128), key=lambda k: t[k]["tflops"])
+    low = (64, True, 4096, "fwd")
+    assert min((k for k in t if k[4] == "attnlab"), key=lambda k: t[k]["tflops"] / t[(*k[:4], "sdpa-cudnn")]["tflops"])[:4] == low
+    doc = _flat((ROOT / "docs" / "gpu.md").read_text())
+    assert (f"forward {_vs(22, 'sdpa-flash', 'fwd')} SDPA's flash backend and {_vs(22, 'sdpa-cudnn', 'fwd')} cuDNN "
+            f"(up to {t[top]['tflops']:.0f} TFLOP/s at D = 128, {100 * t[top]['of_roofline']:.0f} % of the roofline), "
+            f"forward+backward {_vs(22, 'sdpa-flash', 'fwd_bwd')} SDPA-flash and {_vs(22, 'sdpa-cudnn', 'fwd_bwd')} "
+            f"cuDNN (RESULTS.md, prefill run 22). The one forward row below cuDNN is D = 64 causal at 4K "
+            f"({t[(*low, 'attnlab')]['tflops'] / t[(*low, 'sdpa-cudnn')]['tflops']:.2f}×).") in doc
+    assert (f"forward {_vs(23, 'sdpa-cudnn', 'fwd')} and forward+backward {_vs(23, 'sdpa-cudnn', 'fwd_bwd')} cuDNN, "
+            f"and {_vs(23, 'sdpa', 'fwd')} and {_vs(23, 'sdpa', 'fwd_bwd')} PyTorch's own SDPA choice") in doc

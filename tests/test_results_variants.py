@@ -1043,3 +1043,53 @@ def test_results_rescale_on_run_4_and_prefill_run_22_are_the_recorded_ones():
     lo, hi = pct(None, "sdpa-cudnn", None)
     assert f"cuDNN's own rows moving by {lo:+.1f} to {hi:+.1f} %".replace("-", "−") in text
     assert (pg.RESCALE_SKIP, pg.RESCALE_TAU, pg.RESCALE_FROM_D) == (True, 8.0, 128)
+
+
+def test_results_gqa_run_23_is_the_recorded_one():
+    """Prefill run 23 (GQA, four query heads per K/V head): the table as ``prefill.py report`` renders it, the check's
+    12 passing shapes from its log, every SDPA row on ``enable_gqa`` (none starred), and the section's ranges against
+    cuDNN, PyTorch's own choice and run 22's MHA rows computed from the two JSON files."""
+    import subprocess
+    import sys
+
+    data = ROOT / "benchmarks" / "data"
+    results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    section = results[results.index("### Run 23: GQA rows"):results.index("### Run 22 and fwd-switches run 4")]
+    text = _flat(section)
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "prefill.py"), "report",
+                          str(data / "prefill-h200-run23.json")], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith(("| 64 ", "| 128 "))]
+    assert len(lines) == 24 and all(ln in section for ln in lines) and not any("*" in ln for ln in lines)
+    check = (data / "prefill-run23" / "check.log").read_text()
+    assert "check: 12/12 shapes pass" in check and "ok=False" not in check
+    rows = json.loads((data / "prefill-h200-run23.json").read_text())["rows"]
+    assert {(r["D"], r["H"], r["Hkv"]) for r in rows} == {(64, 32, 8), (128, 16, 4)}
+    t = {(r["D"], r["causal"], r["N"], r["pass_"], r["provider"]): r["tflops"] for r in rows if "tflops" in r}
+    mha = {(r["D"], r["causal"], r["N"], r["pass_"], r["provider"]): r["tflops"]
+           for r in json.loads((data / "prefill-h200-run22.json").read_text())["rows"] if "tflops" in r}
+
+    def span(ref, pass_, f="{:.2f}–{:.2f}×"):
+        v = [t[k] / t[(*k[:4], ref)] for k in t if k[4] == "attnlab" and k[3] == pass_]
+        return f.format(min(v), max(v)), v
+
+    (fc, _), (bc, _) = span("sdpa-cudnn", "fwd"), span("sdpa-cudnn", "fwd_bwd")
+    (fs, _), (bs, _) = span("sdpa", "fwd"), span("sdpa", "fwd_bwd")
+    assert f"Against cuDNN: forward {fc}, forward+backward {bc[:-1]}×; against PyTorch's own choice {fs} and {bs}" in text
+    same = [t[(*k[:4], "sdpa")] / t[k] for k in t if k[4] == "sdpa-cudnn"]
+    assert f"whose rows ran at {min(same):.2f}–{max(same):.2f}× the pinned cuDNN rows" in text
+    below = sorted(k[:4] for k in t if k[4] == "attnlab" and min(t[k] / t[(*k[:4], r)] for r in ("sdpa", "sdpa-cudnn")) < 1)
+    assert below == [(64, True, 4096, "fwd"), (128, True, 8192, "fwd_bwd")]
+    a = (64, True, 4096, "fwd")
+    assert (f"D = 64 causal 4K forward ({t[(*a, 'attnlab')] / t[(*a, 'sdpa-cudnn')]:.2f}× cuDNN, "
+            f"{t[(*a, 'attnlab')] / t[(*a, 'sdpa')]:.2f}× `sdpa`") in text
+    b = (128, True, 8192, "fwd_bwd")
+    assert (f"({t[(*b, 'attnlab')] / t[(*b, 'sdpa')]:.2f}×, where the pinned cuDNN row of the same shape gives "
+            f"{t[(*b, 'attnlab')] / t[(*b, 'sdpa-cudnn')]:.2f}×)") in text
+
+    def vs_mha(provider):
+        v = [t[k] / mha[k] for k in t if k[4] == provider and k in mha]
+        return f"{min(v):.2f}–{max(v):.2f}×"
+
+    assert (f"attnlab ran at {vs_mha('attnlab')} its MHA speed and cuDNN at {vs_mha('sdpa-cudnn')[:-1]}× its own"
+            in text)
