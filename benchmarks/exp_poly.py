@@ -18,9 +18,6 @@ bfloat16's 2^-9 for P̃).
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -29,10 +26,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import ab_rounds  # noqa: E402
 import variants as V  # noqa: E402
 
 import attnlab  # noqa: E402
-from attnlab.bench import environment, time_fn  # noqa: E402
+from attnlab.bench import time_fn  # noqa: E402
 
 ROWS = ("window", "varlen", "causal", "full")
 DENSE_B, DENSE_N = 4, 4096
@@ -71,91 +69,45 @@ def row_call(name: str, D: int, device: str):
     return lib, flops, "sdpa-cudnn", peer
 
 
-def _out(x):
-    return x[0] if isinstance(x, tuple) else x
+class use_split:
+    """``with use_split(n, D):`` the library's Gluon forward at head dim ``D`` computes n of every 8 exponentials by
+    the polynomial (``prefill_gluon.EXP_POLY[D]``), set back on the way out."""
+
+    def __init__(self, split: int, D: int):
+        if split not in range(5):
+            raise ValueError(f"split must be 0-4 (of 8), got {split!r}")
+        self.split, self.D = split, D
+
+    def __enter__(self):
+        from attnlab.gpu import prefill_gluon as pg
+
+        self.saved = dict(pg.EXP_POLY)
+        pg.EXP_POLY[self.D] = self.split
+        return self
+
+    def __exit__(self, *exc):
+        from attnlab.gpu import prefill_gluon as pg
+
+        pg.EXP_POLY.clear()
+        pg.EXP_POLY.update(self.saved)
+        return False
 
 
 def measure(rows, Ds, splits, rounds: int) -> list[dict]:
-    from attnlab.gpu import prefill_gluon as pg
-
-    device = "cuda"
-    shipped = dict(pg.EXP_POLY)
-    results = []
-    try:
-        for D in Ds:
-            for name in rows:
-                lib, flops, peer_name, peer = row_call(name, D, device)
-                times = {s: [] for s in splits}
-                peer_times = []
-                ref = None
-                diffs = {}
-                for _ in range(rounds):
-                    for s in splits:
-                        pg.EXP_POLY[D] = s
-                        out = _out(lib()).float()
-                        if ref is None:
-                            ref = out
-                        diffs[s] = (out - ref).abs().max().item() if s != splits[0] else 0.0
-                        times[s].append(time_fn(lib, device=device))
-                    if callable(peer):
-                        peer_times.append(time_fn(peer, device=device))
-                pg.EXP_POLY[D] = shipped.get(D, 0)
-                base = statistics.median(times[splits[0]])
-                for s in splits:
-                    ms = statistics.median(times[s])
-                    r = dict(row=name, D=D, split=s, ms=ms, rounds=[round(t, 4) for t in times[s]],
-                             tflops=flops / ms / 1e9, vs_first=base / ms, max_diff=diffs[s])
-                    if peer_times:
-                        r.update(peer=peer_name, peer_ms=statistics.median(peer_times),
-                                 x_peer=statistics.median(peer_times) / ms)
-                    elif not callable(peer):
-                        r.update(peer=peer_name, peer_skipped=f"{type(peer).__name__}: {peer}"[:120])
-                    results.append(r)
-                    print(_line(r), flush=True)
-                torch.cuda.empty_cache()
-    finally:
-        pg.EXP_POLY.clear()
-        pg.EXP_POLY.update(shipped)
-    return results
-
-
-def _line(r) -> str:
-    peer = f" {r['x_peer']:.3f}× {r['peer']}" if "x_peer" in r else ""
-    return (f"| {r['row']} | {r['D']} | {r['split']} | {r['ms']:.3f} | {r['tflops']:.0f} | {r['vs_first']:.3f} |"
-            f"{peer} | {r['max_diff']:.1e} |")
+    return ab_rounds.measure(rows, Ds, splits, use_split, rounds, row_call, time_fn=time_fn, arm_key="split")
 
 
 def report(rows) -> str:
-    head = "| row | D | split (of 8) | ms (median) | TFLOP/s | × split 0 | × peer | max diff from split 0 |\n"
-    return head + "|---|---|---|---|---|---|---|---|\n" + "\n".join(_line(r) for r in rows)
+    return ab_rounds.table(rows, "row | D | split (of 8) | ms (median) | TFLOP/s | × split 0 | × peer | max diff from "
+                                 "split 0", arm_key="split")
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", nargs="+", default=list(ROWS), choices=ROWS)
-    ap.add_argument("--D", type=int, nargs="+", default=[64, 128], choices=[64, 128])
-    ap.add_argument("--splits", type=int, nargs="+", default=[0, 1, 2, 3, 4], choices=range(5))
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--json", type=Path, help="write the rows here (refuses an existing file)")
-    ap.add_argument("--report", metavar="JSON", help="print the table of a recorded run")
-    args = ap.parse_args(argv)
-    if args.report:
-        print(report(json.loads(Path(args.report).read_text())["rows"]))
-        return 0
-    if args.rounds < 1:
-        ap.error("--rounds must be at least 1")
-    if args.json is not None and args.json.exists():
-        ap.error(f"{args.json} exists; not overwriting it")
-    if not torch.cuda.is_available():
-        print("exp_poly.py times the Gluon forward on a Hopper GPU; no CUDA device here", file=sys.stderr)
-        return 2
-    rows = measure(args.rows, args.D, args.splits, args.rounds)
-    print(report(rows))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"benchmark": "exp_poly", "environment": environment(), "rows": rows},
-                                              indent=2, default=str))
-    return 0
+    def add(ap):
+        ap.add_argument("--splits", type=int, nargs="+", default=[0, 1, 2, 3, 4], choices=range(5))
+
+    return ab_rounds.main(argv, description=__doc__.splitlines()[0], name="exp_poly", rows=ROWS, report=report,
+                          add_args=add, measure_fn=lambda a: measure(a.rows, a.D, a.splits, a.rounds))
 
 
 if __name__ == "__main__":

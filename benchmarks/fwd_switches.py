@@ -24,22 +24,18 @@ and the peer take turns (``do_bench`` medians; the table gives each one's median
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
-import json
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import ab_rounds  # noqa: E402
 from exp_poly import ROWS, row_call  # noqa: E402
 
-from attnlab.bench import environment, time_fn  # noqa: E402
+from attnlab.bench import time_fn  # noqa: E402
 
 BUILDS = {  # (the rescale builds set all three of its switches, so that each means the same whatever the library
     "shipped": {},  # ships; runs 1 and 2 recorded them against a library with all three off)
@@ -161,90 +157,29 @@ class use_build:
         return False
 
 
-def _out(x):
-    return x[0] if isinstance(x, tuple) else x
-
-
 def measure(rows, Ds, builds, rounds: int) -> list[dict]:
-    device = "cuda"
-    results = []
-    for D in Ds:
-        for name in rows:
-            lib, flops, peer_name, peer = row_call(name, D, device)
-            times = {b: [] for b in builds}
-            peer_times = []
-            diffs = {}
-            for _ in range(rounds):
-                first = None
-                for b in builds:
-                    with use_build(b, D):
-                        out = _out(lib()).float()
-                        times[b].append(time_fn(lib, device=device))
-                    if first is None:
-                        first = out
-                    diffs[b] = max(diffs.get(b, 0.0), (out - first).abs().max().item())
-                del first, out
-                if callable(peer):
-                    peer_times.append(time_fn(peer, device=device))
-            base = statistics.median(times[builds[0]])
-            for b in builds:
-                ms = statistics.median(times[b])
-                r = dict(row=name, D=D, build=b, switches=BUILDS[b], tiles=TILE_BUILDS.get(b), ms=ms, rounds=[round(t, 4) for t in times[b]],
-                         tflops=flops / ms / 1e9, vs_first=base / ms, max_diff=diffs[b])
-                if peer_times:
-                    r.update(peer=peer_name, peer_ms=statistics.median(peer_times),
-                             x_peer=statistics.median(peer_times) / ms)
-                elif not callable(peer):
-                    r.update(peer=peer_name, peer_skipped=f"{type(peer).__name__}: {peer}"[:120])
-                results.append(r)
-                print(_line(r), flush=True)
-            torch.cuda.empty_cache()
-    return results
-
-
-def _line(r) -> str:
-    peer = f" {r['x_peer']:.3f}× {r['peer']}" if "x_peer" in r else ""
-    return (f"| {r['row']} | {r['D']} | {r['build']} | {r['ms']:.3f} | {r['tflops']:.0f} | {r['vs_first']:.3f} |"
-            f"{peer} | {r['max_diff']:.1e} |")
+    return ab_rounds.measure(rows, Ds, builds, use_build, rounds, row_call, time_fn=time_fn,
+                             extra=lambda b: dict(switches=BUILDS[b], tiles=TILE_BUILDS.get(b)))
 
 
 def report(rows) -> str:
     first = rows[0]["build"] if rows else "first"
-    head = f"| row | D | build | ms (median) | TFLOP/s | × {first} | × peer | max diff from {first} |\n"
-    return head + "|---|---|---|---|---|---|---|---|\n" + "\n".join(_line(r) for r in rows)
+    return ab_rounds.table(rows, f"row | D | build | ms (median) | TFLOP/s | × {first} | × peer | max diff from {first}")
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", nargs="+", default=list(ROWS), choices=ROWS)
-    ap.add_argument("--D", type=int, nargs="+", default=[64, 128], choices=[64, 128])
-    ap.add_argument("--builds", nargs="+", default=["shipped", "skip", "skip+tau8"], choices=list(BUILDS))
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--json", type=Path, help="write the rows here (refuses an existing file)")
-    ap.add_argument("--report", metavar="JSON", help="print the table of a recorded run")
-    args = ap.parse_args(argv)
-    if args.report:
-        print(report(json.loads(Path(args.report).read_text())["rows"]))
-        return 0
-    if args.rounds < 1:
-        ap.error("--rounds must be at least 1")
-    if len(set(args.builds)) != len(args.builds):
-        ap.error("--builds: each build once")
-    if args.json is not None and args.json.exists():
-        ap.error(f"{args.json} exists; not overwriting it")
-    if any(b in TILE_BUILDS for b in args.builds) and set(args.D) != {TILE_HEAD_DIM}:
-        ap.error(f"--builds {' '.join(b for b in args.builds if b in TILE_BUILDS)}: 256-key blocks are "
-                 f"D = {TILE_HEAD_DIM}'s (--D {TILE_HEAD_DIM})")
-    if not torch.cuda.is_available():
-        print("fwd_switches.py times the Gluon forward on a Hopper GPU; no CUDA device here", file=sys.stderr)
-        return 2
-    rows = measure(args.rows, args.D, args.builds, args.rounds)
-    print(report(rows))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"benchmark": "fwd_switches", "environment": environment(), "rows": rows},
-                                        indent=2, default=str))
-    return 0
+    def add(ap):
+        ap.add_argument("--builds", nargs="+", default=["shipped", "skip", "skip+tau8"], choices=list(BUILDS))
+
+    def check(ap, args):
+        if len(set(args.builds)) != len(args.builds):
+            ap.error("--builds: each build once")
+        if any(b in TILE_BUILDS for b in args.builds) and set(args.D) != {TILE_HEAD_DIM}:
+            ap.error(f"--builds {' '.join(b for b in args.builds if b in TILE_BUILDS)}: 256-key blocks are "
+                     f"D = {TILE_HEAD_DIM}'s (--D {TILE_HEAD_DIM})")
+
+    return ab_rounds.main(argv, description=__doc__.splitlines()[0], name="fwd_switches", rows=ROWS, report=report,
+                          add_args=add, check_args=check, measure_fn=lambda a: measure(a.rows, a.D, a.builds, a.rounds))
 
 
 if __name__ == "__main__":

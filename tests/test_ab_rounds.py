@@ -1,0 +1,108 @@
+"""The A/B runner the forward's switch benchmarks share (benchmarks/ab_rounds.py), on the CPU with fake arms, calls and
+clocks: arms in turns each round, medians over the rounds, ratios to the baseline arm, the outputs compared, the
+peer's fields, the refusals; and the scripts' command line on recorded runs."""
+
+import contextlib
+import json
+
+import pytest
+import torch
+from tests.helpers import ROOT, load_script
+
+ab = load_script("benchmarks/ab_rounds.py")
+DATA = ROOT / "benchmarks" / "data"
+
+
+def _fixture(peer_ok=True):
+    state = {"arm": None}
+    log = []
+    clock = {("a", 64): [2.0, 2.2, 1.8], ("b", 64): [1.0, 1.2, 1.1], ("c", 64): [4.0, 4.0, 4.0]}
+    ticks = {}
+
+    @contextlib.contextmanager
+    def use(arm, D):
+        state["arm"] = arm
+        log.append(("enter", arm, D))
+        yield
+        state["arm"] = None
+
+    def row_call(name, D, device):
+        def lib():
+            x = torch.full((3,), 1.0)
+            return (x + (0.5 if state["arm"] == "c" else 0.0), None)  # arm c's output differs by 0.5
+
+        def peer():
+            return None
+
+        return lib, 1e9, "peer-x", peer if peer_ok else RuntimeError("refused")
+
+    def time_fn(fn, device):
+        key = (state["arm"], 64) if state["arm"] else ("peer", 64)
+        i = ticks.get(key, 0)
+        ticks[key] = i + 1
+        return clock.get(key, [3.0] * 9)[i]
+
+    return use, row_call, time_fn, log
+
+
+def test_measure_takes_turns_and_takes_medians():
+    use, row_call, time_fn, log = _fixture()
+    rows = ab.measure(["w"], [64], ["a", "b", "c"], use, 3, row_call, time_fn=time_fn, device="cpu")
+    assert [e[1] for e in log] == ["a", "b", "c"] * 3  # each round every arm in turn
+    by = {r["build"]: r for r in rows}
+    assert by["a"]["ms"] == 2.0 and by["b"]["ms"] == 1.1 and by["c"]["ms"] == 4.0
+    assert by["a"]["rounds"] == [2.0, 2.2, 1.8]
+    assert by["b"]["vs_first"] == pytest.approx(2.0 / 1.1) and by["a"]["vs_first"] == 1.0
+    assert by["b"]["tflops"] == pytest.approx(1e9 / 1.1 / 1e9)
+    assert by["a"]["max_diff"] == 0.0 and by["b"]["max_diff"] == 0.0 and by["c"]["max_diff"] == 0.5
+    assert all(r["peer"] == "peer-x" and r["peer_ms"] == 3.0 for r in rows)
+    assert by["b"]["x_peer"] == pytest.approx(3.0 / 1.1)
+    assert ab.line(by["c"]) == "| w | 64 | c | 4.000 | 0 | 0.500 | 0.750× peer-x | 5.0e-01 |"
+
+
+def test_measure_against_a_named_base_and_bit_identity():
+    use, row_call, time_fn, _ = _fixture(peer_ok=False)
+    rows = ab.measure(["w"], [64], ["a", "b"], use, 3, row_call, time_fn=time_fn, base="b", compare="identical",
+                      arm_key="split", extra=lambda a: {"tag": a * 2}, device="cpu")
+    assert [r["split"] for r in rows] == ["a", "b"] and rows[0]["tag"] == "aa"
+    assert rows[0]["vs_b"] == pytest.approx(1.1 / 2.0) and rows[1]["vs_b"] == 1.0
+    assert all(r["identical"] for r in rows) and "max_diff" not in rows[0]
+    assert rows[0]["peer_skipped"] == "RuntimeError: refused" and "x_peer" not in rows[0]
+    assert ab.line(rows[0], "split").endswith("| 0.550 | | yes |")
+    rows = ab.measure(["w"], [64], ["a", "c"], *_fixture()[:1], 1, _fixture()[1], time_fn=_fixture()[2],
+                      compare="identical", device="cpu")
+    assert not rows[0]["identical"] and ab.line(rows[0]).endswith("| NO |")
+
+
+@pytest.mark.parametrize("kw, match", [(dict(arms=[]), "distinct"), (dict(arms=["a", "a"]), "distinct"),
+                                       (dict(base="z"), "base"), (dict(compare="bits"), "compare"),
+                                       (dict(rounds=0), "rounds")])
+def test_measure_refuses_bad_arguments(kw, match):
+    use, row_call, time_fn, log = _fixture()
+    args = dict(arms=["a", "b"], rounds=1) | kw
+    with pytest.raises(ValueError, match=match):
+        ab.measure(["w"], [64], args.pop("arms"), use, args.pop("rounds"), row_call, time_fn=time_fn, device="cpu",
+                   **args)
+    assert log == []  # refused before anything ran
+
+
+@pytest.mark.parametrize("script, data", [("exp_poly", "exp-poly-h200-run2.json"),
+                                          ("row_max", "row-max-h200-run2.json"),
+                                          ("fwd_switches", "fwd-switches-h200-run4.json")])
+def test_scripts_report_recorded_runs_and_refuse_without_a_gpu(script, data, tmp_path, capsys):
+    mod = load_script(f"benchmarks/{script}.py")
+    rows = json.loads((DATA / data).read_text())["rows"]
+    assert mod.main(["--report", str(DATA / data)]) == 0
+    assert capsys.readouterr().out.strip() == mod.report(rows).strip()
+    assert len(mod.report(rows).splitlines()) == len(rows) + 2
+    with pytest.raises(SystemExit):
+        mod.main(["--report", str(tmp_path / "none.json")])
+    kept = tmp_path / "kept.json"
+    kept.write_text("{}")
+    with pytest.raises(SystemExit):
+        mod.main(["--json", str(kept)])
+    assert kept.read_text() == "{}"
+    with pytest.raises(SystemExit):
+        mod.main(["--rounds", "0"])
+    if not torch.cuda.is_available():
+        assert mod.main(["--rounds", "1"]) == 2
