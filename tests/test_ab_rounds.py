@@ -69,8 +69,8 @@ def test_measure_against_a_named_base_and_bit_identity():
     assert all(r["identical"] for r in rows) and "max_diff" not in rows[0]
     assert rows[0]["peer_skipped"] == "RuntimeError: refused" and "x_peer" not in rows[0]
     assert ab.line(rows[0], "split").endswith("| 0.550 | | yes |")
-    rows = ab.measure(["w"], [64], ["a", "c"], *_fixture()[:1], 1, _fixture()[1], time_fn=_fixture()[2],
-                      compare="identical", device="cpu")
+    use, row_call, time_fn, _ = _fixture()
+    rows = ab.measure(["w"], [64], ["a", "c"], use, 1, row_call, time_fn=time_fn, compare="identical", device="cpu")
     assert not rows[0]["identical"] and ab.line(rows[0]).endswith("| NO |")
 
 
