@@ -1093,3 +1093,21 @@ def test_results_gqa_run_23_is_the_recorded_one():
 
     assert (f"attnlab ran at {vs_mha('attnlab')} its MHA speed and cuDNN at {vs_mha('sdpa-cudnn')[:-1]}× its own"
             in text)
+
+
+def test_notes_v33_quotes_run_23():
+    """NOTES-prefill v33: run 23's ranges and the issue's GQA shape (32/8, causal 8K, D = 64) against PyTorch's own
+    SDPA choice, computed from the run's JSON."""
+    rows = json.loads((ROOT / "benchmarks" / "data" / "prefill-h200-run23.json").read_text())["rows"]
+    t = {(r["D"], r["causal"], r["N"], r["pass_"], r["provider"]): r["tflops"] for r in rows if "tflops" in r}
+    notes = _notes("v33")
+
+    def span(ref, pass_):
+        v = [t[k] / t[(*k[:4], ref)] for k in t if k[4] == "attnlab" and k[3] == pass_]
+        return f"{min(v):.2f}–{max(v):.2f}"
+
+    assert (f"forward {span('sdpa-cudnn', 'fwd')}× cuDNN and forward+backward {span('sdpa-cudnn', 'fwd_bwd')}×; "
+            f"against PyTorch's own choice {span('sdpa', 'fwd')}× and {span('sdpa', 'fwd_bwd')}×") in notes
+    f, b = (t[(64, True, 8192, p, "attnlab")] / t[(64, True, 8192, p, "sdpa")] for p in ("fwd", "fwd_bwd"))
+    assert f"now reads {f:.2f}× / {b:.2f}× at D = 64" in notes
+    assert "the 12 shapes within the criterion" in notes
