@@ -1131,6 +1131,35 @@ def test_the_row_maximum_as_a_tree_is_the_same_instructions_in_a_shorter_chain()
             assert tree[key] == chain[key], (case, key, tree[key], chain[key])
 
 
+def _build_inputs(B, H, Hkv, Nq, Nk, D, window, build, gen, growing=False):
+    """bfloat16 q, k, v (dense, or a packed batch of three sequences for ``build`` "packed"), cu_seqlens (None when
+    dense), ``gluon_forward``'s keywords for the build ("grid-128", "grid-192", "grid-128x64", "persistent",
+    "dynamic", "packed") and the lse's shape. ``growing``: keys scaled by 1 + 6j/N along the sequence, so that rows'
+    maxima keep moving after the first block."""
+    left, right = window
+    kw = dict(causal_off=Nk - Nq + right if right >= 0 else None, scale=D ** -0.5, stages=2, num_warps=4,
+              warp_spec=True, win_off=Nk - Nq - left if left >= 0 else None,
+              block_m=192 if build == "grid-192" else 128, block_n=64 if build == "grid-128x64" else 128,
+              persistent=build in ("persistent", "dynamic"), dynamic=build == "dynamic")
+    cu = None
+    if build == "packed":
+        lens_q = [Nq, max(1, Nq // 3), 129][:B + 1]
+        lens_k = [Nk, max(1, Nk // 3), 129][:B + 1]
+        q, k, v, cu = _packed(lens_q, lens_k, H, Hkv, D, torch.bfloat16, gen)
+        kw |= dict(cu_seqlens=cu, max_seqlen_q=max(lens_q), causal_off=right if right >= 0 else None,
+                   win_off=-left if left >= 0 else None, persistent=True, dynamic=True)
+        lse_shape = (H, q.shape[0])
+    else:
+        q = torch.randn(B, H, Nq, D, dtype=torch.bfloat16, device=DEV, generator=gen)
+        k, v = (torch.randn(B, Hkv, Nk, D, dtype=torch.bfloat16, device=DEV, generator=gen) for _ in range(2))
+        lse_shape = (B, H, Nq)
+    if growing:
+        n = k.shape[0] if cu is not None else Nk
+        grow = 1 + 6 * torch.arange(n, device=DEV) / n
+        k = (k.float() * (grow[:, None, None] if cu is not None else grow[:, None])).bfloat16()
+    return q, k, v, cu, kw, lse_shape
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
 @pytest.mark.parametrize("build", ["grid-128", "grid-192", "grid-128x64", "persistent", "dynamic", "packed"])
@@ -1144,21 +1173,7 @@ def test_gpu_the_tree_row_maximum_gives_the_chains_bits(B, H, Hkv, Nq, Nk, D, wi
     mods = load_script("benchmarks/row_max.py").build_modules()
     gen = torch.Generator(device=DEV).manual_seed(Nq * 7 + Nk)
     scale, (left, right) = D ** -0.5, window
-    kw = dict(causal_off=Nk - Nq + right if right >= 0 else None, scale=scale, stages=2, num_warps=4, warp_spec=True,
-              win_off=Nk - Nq - left if left >= 0 else None, block_m=192 if build == "grid-192" else 128,
-              block_n=64 if build == "grid-128x64" else 128, persistent=build in ("persistent", "dynamic"),
-              dynamic=build == "dynamic")
-    if build == "packed":
-        lens_q = [Nq, max(1, Nq // 3), 129][:B + 1]
-        lens_k = [Nk, max(1, Nk // 3), 129][:B + 1]
-        q, k, v, cu = _packed(lens_q, lens_k, H, Hkv, D, torch.bfloat16, gen)
-        kw |= dict(cu_seqlens=cu, max_seqlen_q=max(lens_q), causal_off=right if right >= 0 else None,
-                   win_off=-left if left >= 0 else None, persistent=True, dynamic=True)
-        lse_shape = (H, q.shape[0])
-    else:
-        q = torch.randn(B, H, Nq, D, dtype=torch.bfloat16, device=DEV, generator=gen)
-        k, v = (torch.randn(B, Hkv, Nk, D, dtype=torch.bfloat16, device=DEV, generator=gen) for _ in range(2))
-        lse_shape = (B, H, Nq)
+    q, k, v, cu, kw, lse_shape = _build_inputs(B, H, Hkv, Nq, Nk, D, window, build, gen)
     outs = []
     for mod in (mods["tree"], mods["chain"]):
         out = torch.full_like(q, float("nan"))
@@ -1253,26 +1268,8 @@ def test_gpu_rescale_switches_keep_the_bits_or_the_criterion(B, H, Hkv, Nq, Nk, 
     mods = {b: fs.build_module(b) for b in ("off", "skip", "skip+tau8", "shipped")}
     gen = torch.Generator(device=DEV).manual_seed(Nq * 5 + Nk + D)
     scale, (left, right) = D ** -0.5, window
-    kw = dict(causal_off=Nk - Nq + right if right >= 0 else None, scale=scale, stages=2, num_warps=4, warp_spec=True,
-              win_off=Nk - Nq - left if left >= 0 else None, block_m=192 if build == "grid-192" else 128,
-              block_n=64 if build == "grid-128x64" else 128, persistent=build in ("persistent", "dynamic"),
-              dynamic=build == "dynamic")
     growing = (B, H, Hkv, Nq, Nk, D, window) in RESCALE_CASES[-2:]
-    if build == "packed":
-        lens_q = [Nq, max(1, Nq // 3), 129][:B + 1]
-        lens_k = [Nk, max(1, Nk // 3), 129][:B + 1]
-        q, k, v, cu = _packed(lens_q, lens_k, H, Hkv, D, torch.bfloat16, gen)
-        if growing:
-            k = (k.float() * (1 + 6 * torch.arange(k.shape[0], device=DEV) / k.shape[0])[:, None, None]).bfloat16()
-        kw |= dict(cu_seqlens=cu, max_seqlen_q=max(lens_q), causal_off=right if right >= 0 else None,
-                   win_off=-left if left >= 0 else None, persistent=True, dynamic=True)
-        lse_shape = (H, q.shape[0])
-    else:
-        q = torch.randn(B, H, Nq, D, dtype=torch.bfloat16, device=DEV, generator=gen)
-        k, v = (torch.randn(B, Hkv, Nk, D, dtype=torch.bfloat16, device=DEV, generator=gen) for _ in range(2))
-        if growing:
-            k = (k.float() * (1 + 6 * torch.arange(Nk, device=DEV) / Nk)[:, None]).bfloat16()
-        lse_shape = (B, H, Nq)
+    q, k, v, cu, kw, lse_shape = _build_inputs(B, H, Hkv, Nq, Nk, D, window, build, gen, growing=growing)
     res = {}
     for b, mod in mods.items():
         out = torch.full_like(q, float("nan"))
