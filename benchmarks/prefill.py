@@ -6,7 +6,7 @@ pass ∈ {fwd, fwd_bwd}. Providers:
 
 * ``attnlab``: ``attnlab.gpu.flash_attention_triton`` (its deterministic block-size table);
 * ``sdpa-flash`` / ``sdpa-cudnn`` / ``sdpa-efficient``: ``scaled_dot_product_attention`` inside
-  ``sdpa_kernel(SDPBackend.X)`` (one backend at a time);
+  ``sdpa_kernel(SDPBackend.X)`` (one backend at a time); ``sdpa``: with no backend pinned, PyTorch's own choice;
 * ``flex``: ``torch.compile(flex_attention)``, causal through a block mask made beforehand.
 
 TFLOP/s use the standard count (``attnlab.cost.attention_flops``: 4·B·H·N²·D, halved for causal,
@@ -23,6 +23,7 @@ Sub-commands (one script for one GPU call, see ``device_prefill.sh``):
     python benchmarks/prefill.py report prefill.json   # the markdown table again
     python benchmarks/prefill.py aot     # build every kernel for sm_90 (no GPU needed): registers, spills
 
+``--gqa G`` gives every row H / G K/V heads (GQA: the SDPA providers and FlexAttention get ``enable_gqa``).
 ``--quick`` shrinks everything to tiny shapes (on the CPU through Triton's interpreter: a smoke
 test of the script, no timing worth reading).
 """
