@@ -1054,7 +1054,7 @@ def test_results_gqa_run_23_is_the_recorded_one():
 
     data = ROOT / "benchmarks" / "data"
     results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
-    section = results[results.index("### Run 23: GQA rows"):results.index("### Run 22 and fwd-switches run 4")]
+    section = results[results.index("### Runs 23 and 24: GQA rows"):results.index("### Run 22 and fwd-switches run 4")]
     text = _flat(section)
     res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "prefill.py"), "report",
                           str(data / "prefill-h200-run23.json")], capture_output=True, text=True, timeout=300)
@@ -1111,3 +1111,57 @@ def test_notes_v33_quotes_run_23():
     f, b = (t[(64, True, 8192, p, "attnlab")] / t[(64, True, 8192, p, "sdpa")] for p in ("fwd", "fwd_bwd"))
     assert f"now reads {f:.2f}× / {b:.2f}× at D = 64" in notes
     assert "the 12 shapes within the criterion" in notes
+
+
+def test_results_gqa_run_24_repeats_the_rows():
+    """Prefill run 24 (the GQA rows at 4K and 8K again): its table as rendered, the ranges, the repeated rows against
+    run 23, and the GPU test logs of the same call."""
+    import subprocess
+    import sys
+
+    data = ROOT / "benchmarks" / "data"
+    results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    section = results[results.index("### Runs 23 and 24: GQA rows"):results.index("### Run 22 and fwd-switches run 4")]
+    text = _flat(section)
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "prefill.py"), "report",
+                          str(data / "prefill-h200-run24.json")], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith(("| 64 ", "| 128 "))]
+    assert len(lines) == 16 and all(ln in section for ln in lines)
+
+    def load(run):
+        rows = json.loads((data / f"prefill-h200-run{run}.json").read_text())["rows"]
+        return {(r["D"], r["causal"], r["N"], r["pass_"], r["provider"]): r["tflops"] for r in rows if "tflops" in r}
+
+    t23, t24 = load(23), load(24)
+
+    def span(ref, pass_):
+        v = [t24[k] / t24[(*k[:4], ref)] for k in t24 if k[4] == "attnlab" and k[3] == pass_]
+        return f"{min(v):.2f}–{max(v):.2f}×"
+
+    assert (f"Against cuDNN forward {span('sdpa-cudnn', 'fwd')} and forward+backward {span('sdpa-cudnn', 'fwd_bwd')}; "
+            f"against `sdpa` {span('sdpa', 'fwd')} and {span('sdpa', 'fwd_bwd')}.") in text
+
+    def x(t, key, ref):
+        return f"{t[(*key, 'attnlab')] / t[(*key, ref)]:.2f}×"
+
+    b = (128, True, 8192, "fwd_bwd")
+    assert f"ran at {x(t23, b, 'sdpa')} `sdpa` in run 23 ran at {x(t24, b, 'sdpa')} here" in text
+    a = (64, True, 4096, "fwd")
+    assert (f"D = 64 causal 4K forward at {x(t24, a, 'sdpa-cudnn')} cuDNN and {x(t24, a, 'sdpa')} `sdpa` (run 23: "
+            f"{x(t23, a, 'sdpa-cudnn')[:-1]}× and {x(t23, a, 'sdpa')})") in text
+    same = [t24[(*k[:4], "sdpa")] / t24[k] for k in t24 if k[4] == "sdpa-cudnn"]
+    assert f"between its two columns ({min(same):.2f}–{max(same):.2f}× here)" in text
+    c = (128, False, 8192, "fwd_bwd")
+    assert f"({t24[(*c, 'attnlab')]:.0f} against {t24[(*c, 'sdpa-cudnn')]:.0f})" in text
+    o = (128, False, 4096, "fwd")
+    up = 100 * (t24[(*o, "attnlab")] / t23[(*o, "attnlab")] - 1)
+    down = 100 * (1 - t24[(*o, "sdpa-cudnn")] / t23[(*o, "sdpa-cudnn")])
+    assert (f"at {t24[(*o, 'attnlab')]:.0f} TFLOP/s is {up:.0f} % above run 23's {t23[(*o, 'attnlab')]:.0f} for the "
+            f"same kernel, with cuDNN's row {down:.0f} % lower") in text
+    call1 = (data / "prefill-run24" / "tests-call1.log").read_text()
+    progress = [ln for ln in call1.splitlines() if ln.startswith((".", "s", "x")) and "%]" in ln]
+    assert progress[-1].endswith("[ 72%]") and not any(c in ln for ln in progress for c in "FE")
+    call2 = (data / "prefill-run24" / "tests-call2.log").read_text().splitlines()[-1]
+    assert call2.startswith("151 passed") and "failed" not in call2
+    assert "the 151 tests that use the shared checks and input builders, all passed" in text

@@ -270,3 +270,34 @@ def test_results_pdl_eager_section_is_runs_21_to_23():
             f"{launch:.1f} of them the launch and "
             f"{steps['decode.plan_key']:.1f} the plan key (breakdown run 4)") in doc
     assert f"faster in 7 of 8 eager pairs at 32K, by {min(faster):.1f}–{max(faster):.1f} µs" in doc
+
+
+def test_results_eager_fused_section_is_run_24():
+    """RESULTS.md's decode-host run 24 section and NOTES-decode v13's measured paragraph: every A/B cell from the
+    run's JSON, the ranges at D = 64 32K, the merge-kernel call against its graph time, and the threshold as shipped."""
+    from attnlab.gpu import decode_plan
+
+    r = json.loads((ROOT / "benchmarks" / "data" / "decode-host-h200-run24.json").read_text())
+    assert r["eager_fused_below_us"] == 16.0 and decode_plan.EAGER_FUSED_BELOW_US == 10.0
+    results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    table = results[results.index("### Decode-host run 24"):results.index("### Decode-host runs 21–23")]
+    sec = " ".join(table.split())
+    notes = " ".join((ROOT / "benchmarks" / "NOTES-decode.md").read_text().split("### v13 measured")[1].split())
+    ab = r["eager_ab"]
+
+    def cells(shape, on):
+        return " / ".join(f"{x['us']:.1f}" for x in ab if (x["H"], x["L"], x["D"]) == shape and x["eager_fused"] == on)
+
+    for shape in {(x["H"], x["L"], x["D"]) for x in ab}:
+        assert f"| {cells(shape, True)}" in table and f"| {cells(shape, False)} |" in table, shape
+    on = [x["us"] for x in ab if (x["H"], x["L"], x["D"]) == (32, 32768, 64) and x["eager_fused"]]
+    off = [x["us"] for x in ab if (x["H"], x["L"], x["D"]) == (32, 32768, 64) and not x["eager_fused"]]
+    assert max(off) < min(on)
+    on_, off_ = f"{min(on):.1f}–{max(on):.1f}", f"{min(off):.1f}–{max(off):.1f}"
+    assert f"slower in all three rounds ({on_} against {off_} µs)" in sec
+    assert f"took {on_} µs a call against {off_} with the merge kernel" in notes
+    graph = next(x for x in r["speed"] if x["D"] == 64 and x["provider"] == "attnlab")
+    ratio = f"{min(off) / graph['graph_us']:.2f}–{max(off) / graph['graph_us']:.2f}× its"
+    assert f"ran at {ratio} CUDA-graph time ({graph['graph_us']:.1f} µs)" in sec
+    assert f"the merge-kernel call at {ratio} graph time, {graph['graph_us']:.1f} µs" in notes
+    assert f"({graph['eager_us']:.1f} µs eager, {graph['eager_over_graph']:.2f}×)" in sec

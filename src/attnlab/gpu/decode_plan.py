@@ -76,7 +76,8 @@ MERGE_PDL: bool | str = "eager"
 # time, while the in-kernel merge costs 3-8 µs of GPU time on these shapes. On an H200, the two ways
 # alternating in one process (decode-host runs 17 and 18), eager calls took 21.0-35.0 against 25.8-44.6 µs
 # at 64/8 heads over 8K keys (7.0 µs roofline) and 28/4 over 20,000 (8.5 µs); at 32/8 over 32K, D = 64
-# (14 µs), the in-kernel merge ran 27.3 against 25.5 µs (runs 13 and 12). 0: off.
+# (14 µs), the in-kernel merge ran 27.3 against 25.5 µs (runs 13 and 12), and 27.5-28.8 against 24.3-24.7 µs
+# alternating in one process (run 24, the threshold at 16). 0: off.
 EAGER_FUSED_BELOW_US = 10.0
 
 
