@@ -301,3 +301,5 @@ def test_results_eager_fused_section_is_run_24():
     assert f"ran at {ratio} CUDA-graph time ({graph['graph_us']:.1f} µs)" in sec
     assert f"the merge-kernel call at {ratio} graph time, {graph['graph_us']:.1f} µs" in notes
     assert f"({graph['eager_us']:.1f} µs eager, {graph['eager_over_graph']:.2f}×)" in sec
+    doc = " ".join((ROOT / "docs" / "decode.md").read_text().split())
+    assert f"was slower there: {on_} against {off_} µs, the host already ahead of the GPU (decode-host run 24)" in doc
