@@ -19,6 +19,12 @@ def _notes(version: str) -> str:
     return _flat((ROOT / "benchmarks" / "NOTES-prefill.md").read_text().split(f"## {version}")[1])
 
 
+def _prefill_tflops(run: int) -> dict:
+    """benchmarks/data/prefill-h200-run{run}.json's TFLOP/s by (D, causal, N, pass, provider), timed rows only."""
+    rows = json.loads((ROOT / "benchmarks" / "data" / f"prefill-h200-run{run}.json").read_text())["rows"]
+    return {(r["D"], r["causal"], r["N"], r["pass_"], r["provider"]): r["tflops"] for r in rows if "tflops" in r}
+
+
 def test_results_varlen_rows_are_the_recorded_runs():
     vb = load_script("benchmarks/variants.py")
     results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
@@ -1065,9 +1071,7 @@ def test_results_gqa_run_23_is_the_recorded_one():
     assert "check: 12/12 shapes pass" in check and "ok=False" not in check
     rows = json.loads((data / "prefill-h200-run23.json").read_text())["rows"]
     assert {(r["D"], r["H"], r["Hkv"]) for r in rows} == {(64, 32, 8), (128, 16, 4)}
-    t = {(r["D"], r["causal"], r["N"], r["pass_"], r["provider"]): r["tflops"] for r in rows if "tflops" in r}
-    mha = {(r["D"], r["causal"], r["N"], r["pass_"], r["provider"]): r["tflops"]
-           for r in json.loads((data / "prefill-h200-run22.json").read_text())["rows"] if "tflops" in r}
+    t, mha = _prefill_tflops(23), _prefill_tflops(22)
 
     def span(ref, pass_, f="{:.2f}–{:.2f}×"):
         v = [t[k] / t[(*k[:4], ref)] for k in t if k[4] == "attnlab" and k[3] == pass_]
@@ -1098,8 +1102,7 @@ def test_results_gqa_run_23_is_the_recorded_one():
 def test_notes_v33_quotes_run_23():
     """NOTES-prefill v33: run 23's ranges and the issue's GQA shape (32/8, causal 8K, D = 64) against PyTorch's own
     SDPA choice, computed from the run's JSON."""
-    rows = json.loads((ROOT / "benchmarks" / "data" / "prefill-h200-run23.json").read_text())["rows"]
-    t = {(r["D"], r["causal"], r["N"], r["pass_"], r["provider"]): r["tflops"] for r in rows if "tflops" in r}
+    t = _prefill_tflops(23)
     notes = _notes("v33")
 
     def span(ref, pass_):
@@ -1129,11 +1132,7 @@ def test_results_gqa_run_24_repeats_the_rows():
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith(("| 64 ", "| 128 "))]
     assert len(lines) == 16 and all(ln in section for ln in lines)
 
-    def load(run):
-        rows = json.loads((data / f"prefill-h200-run{run}.json").read_text())["rows"]
-        return {(r["D"], r["causal"], r["N"], r["pass_"], r["provider"]): r["tflops"] for r in rows if "tflops" in r}
-
-    t23, t24 = load(23), load(24)
+    t23, t24 = _prefill_tflops(23), _prefill_tflops(24)
 
     def span(ref, pass_):
         v = [t24[k] / t24[(*k[:4], ref)] for k in t24 if k[4] == "attnlab" and k[3] == pass_]
