@@ -13,7 +13,8 @@ rescaling skipped by warps whose alphas are all 1); ``skip+tau8`` (and a row's m
 than 8, log2 units); ``tau8`` (the last three at both head dims, ``RESCALE_FROM_D`` 64); ``tree`` and ``chain`` (the
 row maximum as a tree or one score after another); ``n256`` and ``n256p``, D = 64 only: the shipped kernels on
 128 × 256 tiles (every D = 64 entry of the Gluon forward's table so replaced while the build runs, ``TILE_BUILDS``), as
-a grid or persistent. Rows: those of ``exp_poly.py`` (the variants benchmark's sliding window W = 4096 and packed
+a grid or persistent; ``n192`` and ``n128g``, D = 64 only: 192 × 192 tiles (FlashAttention-3's, P̃ through shared
+memory) and 192 × 128 tiles, both as a grid. Rows: those of ``exp_poly.py`` (the variants benchmark's sliding window W = 4096 and packed
 batch at 16K tokens, causal; dense 4 × 4K causal and not), at D = 64 and 128; ``--rounds`` rounds in which the builds
 and the peer take turns (``do_bench`` medians; the table gives each one's median).
 
@@ -47,13 +48,20 @@ BUILDS = {  # (the rescale builds set all three of its switches, so that each me
     "chain": {"ROW_MAX_TREE": False},
     "n256": {},  # (tiles, not switches: TILE_BUILDS)
     "n256p": {},
+    "n192": {},
+    "n128g": {},
 }
 # builds that run the shipped kernels on other tiles: every D = 64 entry of the Gluon forward's table (the long
 # entries, causal or not, and the causal entry below 8K keys) on 128 × 256 tiles (``prefill_gluon.LONG_KEYS``), as a
-# grid of programs or persistent, the entries' other fields (the part block first, groups of heads) kept
+# grid of programs or persistent, or on 192-row tiles as a grid, the entries' other fields (the part block first,
+# groups of heads) kept
 TILE_BUILDS = {
     "n256": dict(block_m=128, block_n=256, num_stages=2, persistent=False, dynamic=False),
     "n256p": dict(block_m=128, block_n=256, num_stages=2, persistent=True, dynamic=False),
+    # FlashAttention-3's D = 64 tile, 192 × 192 (``prefill_gluon.WIDE_KEYS``: P̃ through shared memory; a grid only),
+    # and its baseline: the same grid of 192-row tiles on 128-key blocks
+    "n192": dict(block_m=192, block_n=192, num_stages=2, persistent=False, dynamic=False),
+    "n128g": dict(block_m=192, block_n=128, num_stages=2, persistent=False, dynamic=False),
 }
 TILE_HEAD_DIM = 64
 KERNELS = ("_attn_fwd_gluon", "_attn_fwd_gluon_ws", "_attn_fwd_gluon_wsp")
@@ -121,7 +129,7 @@ class use_build:
         self.mod = build_module(build)
         self.tiles = TILE_BUILDS.get(build)
         if self.tiles is not None and D != TILE_HEAD_DIM:
-            raise ValueError(f"build {build!r} is D = {TILE_HEAD_DIM}'s (256-key blocks), not D = {D}'s")
+            raise ValueError(f"build {build!r} is D = {TILE_HEAD_DIM}'s (its tiles), not D = {D}'s")
         self.D = D
 
     def __enter__(self):
@@ -175,7 +183,7 @@ def main(argv=None) -> int:
         if len(set(args.builds)) != len(args.builds):
             ap.error("--builds: each build once")
         if any(b in TILE_BUILDS for b in args.builds) and set(args.D) != {TILE_HEAD_DIM}:
-            ap.error(f"--builds {' '.join(b for b in args.builds if b in TILE_BUILDS)}: 256-key blocks are "
+            ap.error(f"--builds {' '.join(b for b in args.builds if b in TILE_BUILDS)}: their tiles are "
                      f"D = {TILE_HEAD_DIM}'s (--D {TILE_HEAD_DIM})")
 
     return ab_rounds.main(argv, description=__doc__.splitlines()[0], name="fwd_switches", rows=ROWS, report=report,

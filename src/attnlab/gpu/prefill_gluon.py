@@ -120,6 +120,8 @@ ROW_MAX_TREE = False
 RESCALE_SKIP = True
 RESCALE_TAU = 8.0
 RESCALE_FROM_D = 128
+WIDE_KEYS = 192  # block_n of FlashAttention-3's D = 64 tile: three 64-key wgmmas a step, P̃ through shared memory
+WIDE_BOXES = 8  # its K/V ring: eight 64-key boxes (other rings have at most 4 slots: the count tells them apart)
 NO_WINDOW = -(1 << 30)  # win_off of a call without a left edge: every key is right of it
 
 
@@ -232,6 +234,9 @@ if HAVE_GLUON:
     _RESCALE_SKIP = gl.constexpr(RESCALE_SKIP)
     _RESCALE_TAU = gl.constexpr(RESCALE_TAU)
     _RESCALE_FROM_D = gl.constexpr(RESCALE_FROM_D)
+    _WIDE_KEYS = gl.constexpr(WIDE_KEYS)
+    _WIDE_BOXES = gl.constexpr(WIDE_BOXES)
+    _SUB_KEYS = gl.constexpr(64)
 
     @gluon.jit
     def _issue_kv(desc, bars, bufs, t, n_blocks, b, hk, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
@@ -241,6 +246,36 @@ if HAVE_GLUON:
         bar = bars.index(slot)
         mbarrier.expect(bar, desc.block_type.nbytes, pred=ok)
         _tma_load(desc, [b, hk, t * BLOCK_N, 0], bar, bufs.index(slot), pred=ok)
+
+    @gluon.jit
+    def _ring_load(desc, ready, empty, bufs, u, b, hk, row):
+        """The loader's TMA loads of the ring's u-th key (or value) block, keys row .. row + BLOCK_N − 1 of (b, hk),
+        each slot refilled once every consumer has released it (``empty`` completed a phase). A ring of
+        [STAGES, 1, 1, BLOCK_N, D] (STAGES <= 4): slot u % STAGES, one load. The wide ring of ``WIDE_KEYS`` blocks
+        ([8, 1, 1, 64, D]: a tensor descriptor's box and a shared buffer are powers of two, 192 is not): eight
+        64-key boxes with a barrier each, block u in boxes 3u, 3u + 1, 3u + 2 (mod 8)."""
+        if bufs.shape[0] != _WIDE_BOXES:
+            STAGES: gl.constexpr = bufs.shape[0]
+            slot = u % STAGES
+            if u >= STAGES:
+                mbarrier.wait(empty.index(slot), ((u // STAGES) - 1) & 1)
+            mbarrier.expect(ready.index(slot), desc.block_type.nbytes)
+            _tma_load(desc, [b, hk, row, 0], ready.index(slot), bufs.index(slot))
+        else:
+            ROWS: gl.constexpr = bufs.shape[3]
+            for j in gl.static_range(3):
+                w = 3 * u + j
+                slot = w % _WIDE_BOXES
+                if w >= _WIDE_BOXES:
+                    mbarrier.wait(empty.index(slot), ((w // _WIDE_BOXES) - 1) & 1)
+                mbarrier.expect(ready.index(slot), desc.block_type.nbytes)
+                _tma_load(desc, [b, hk, row + j * ROWS, 0], ready.index(slot), bufs.index(slot))
+
+    @gluon.jit
+    def _box(bufs, w):
+        """Box w (mod 8) of the wide ring as a [64, D] tile, and its slot."""
+        slot = w % _WIDE_BOXES
+        return bufs.index(slot).reshape([bufs.shape[3], bufs.shape[4]]), slot
 
     @gluon.jit
     def _exp2_mixed(x, EXP_POLY: gl.constexpr):
@@ -542,22 +577,147 @@ if HAVE_GLUON:
         partition takes no constexpr arguments: the tile sizes come from the buffers' shapes. ``start_m``: the
         block's first row in q; ``k_base``: the row of k and v where key 0 is (a packed batch's sequence; else 0)."""
         HALF_M: gl.constexpr = q_smem.shape[3]
-        BLOCK_N: gl.constexpr = k_smem.shape[3]
+        BLOCK_N: gl.constexpr = _WIDE_KEYS if k_smem.shape[0] == _WIDE_BOXES else k_smem.shape[3]  # (wide: 192)
         STAGES: gl.constexpr = k_smem.shape[0]
         NC: gl.constexpr = q_smem.shape[0]
         for i in gl.static_range(NC):  # one Q slice per consumer
             mbarrier.expect(q_bars.index(i), desc_q.block_type.nbytes)
             _tma_load(desc_q, [b, h, start_m + i * HALF_M, 0], q_bars.index(i), q_smem.index(i))
         for t in range(n_blocks):
-            slot = t % STAGES
-            if t >= STAGES:
-                mbarrier.wait(k_empty.index(slot), ((t // STAGES) - 1) & 1)
-            mbarrier.expect(k_ready.index(slot), desc_k.block_type.nbytes)
-            _tma_load(desc_k, [b, hk, k_base + (lo_blk + t) * BLOCK_N, 0], k_ready.index(slot), k_smem.index(slot))
-            if t >= STAGES:
-                mbarrier.wait(v_empty.index(slot), ((t // STAGES) - 1) & 1)
-            mbarrier.expect(v_ready.index(slot), desc_v.block_type.nbytes)
-            _tma_load(desc_v, [b, hk, k_base + (lo_blk + t) * BLOCK_N, 0], v_ready.index(slot), v_smem.index(slot))
+            _ring_load(desc_k, k_ready, k_empty, k_smem, t, b, hk, k_base + (lo_blk + t) * BLOCK_N)
+            _ring_load(desc_v, v_ready, v_empty, v_smem, t, b, hk, k_base + (lo_blk + t) * BLOCK_N)
+
+    @gluon.jit
+    def _mask_scores(s, start_n, offs_m, offs_n, Nk, causal_off, win_off, qk_scale, CAUSAL: gl.constexpr):
+        """s·qk_scale where key start_n + n is visible to row offs_m (``_softmax``'s mask), −∞ elsewhere."""
+        cols = start_n + offs_n
+        visible = (cols[None, :] < Nk) & (cols[None, :] >= offs_m[:, None] + win_off)
+        if CAUSAL:
+            visible = visible & (cols[None, :] <= offs_m[:, None] + causal_off)
+        return gl.where(visible, s * qk_scale, float("-inf"))
+
+    @gluon.jit
+    def _softmax3(s0, s1, s2, m_i, l_i, start_n, offs_m, offs_n, Nk, causal_off, win_off, qk_scale, masked,
+                  CAUSAL: gl.constexpr):
+        """``_softmax`` of one 192-key block held as three 64-key score tiles s0, s1, s2 (keys start_n + 64j + n):
+        one row maximum and one rescale for the three, P̃ of each tile."""
+        SN: gl.constexpr = offs_n.shape[0]
+        if masked:
+            s0 = _mask_scores(s0, start_n, offs_m, offs_n, Nk, causal_off, win_off, qk_scale, CAUSAL)
+            s1 = _mask_scores(s1, start_n + SN, offs_m, offs_n, Nk, causal_off, win_off, qk_scale, CAUSAL)
+            s2 = _mask_scores(s2, start_n + 2 * SN, offs_m, offs_n, Nk, causal_off, win_off, qk_scale, CAUSAL)
+            m_new = gl.maximum(m_i, gl.maximum(gl.maximum(_row_max(s0), _row_max(s1)), _row_max(s2)))
+            m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
+            p0 = gl.exp2(s0 - m_use[:, None])
+            p1 = gl.exp2(s1 - m_use[:, None])
+            p2 = gl.exp2(s2 - m_use[:, None])
+        else:
+            m_new = gl.maximum(m_i, gl.maximum(gl.maximum(_row_max(s0), _row_max(s1)), _row_max(s2)) * qk_scale)
+            m_use = m_new
+            p0 = gl.exp2(s0 * qk_scale - m_use[:, None])
+            p1 = gl.exp2(s1 * qk_scale - m_use[:, None])
+            p2 = gl.exp2(s2 * qk_scale - m_use[:, None])
+        alpha = gl.exp2(m_i - m_use)
+        l_i = l_i * alpha + (gl.sum(p0, 1) + gl.sum(p1, 1) + gl.sum(p2, 1))
+        return p0, p1, p2, alpha, m_new, l_i
+
+    @gluon.jit
+    def _store_p3(p_smem, p0, p1, p2):
+        """P̃'s three tiles into the warp group's shared buffers, visible to its next wgmma."""
+        dtype: gl.constexpr = p_smem[0].dtype
+        p_smem[0].store(p0.to(dtype))
+        p_smem[1].store(p1.to(dtype))
+        p_smem[2].store(p2.to(dtype))
+        fence_async_shared()
+        _warps_barrier()
+
+    @gluon.jit
+    def _wide_qk(q, k_smem, k_ready, u, s_zero):
+        """Q·Kᵀ of the ring's u-th 192-key block: three wgmmas of 64 keys in flight, once each box has arrived."""
+        HEAD_D: gl.constexpr = q.shape[1]
+        BOXES: gl.constexpr = _WIDE_BOXES
+        k0, slot0 = _box(k_smem, 3 * u)
+        k1, slot1 = _box(k_smem, 3 * u + 1)
+        k2, slot2 = _box(k_smem, 3 * u + 2)
+        ph = ((3 * u) // BOXES) & 1
+        mbarrier.wait(k_ready.index(slot0), ph)
+        t0 = warpgroup_mma(q, k0.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        mbarrier.wait(k_ready.index(slot1), ((3 * u + 1) // BOXES) & 1)
+        t1 = warpgroup_mma(q, k1.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        mbarrier.wait(k_ready.index(slot2), ((3 * u + 2) // BOXES) & 1)
+        t2 = warpgroup_mma(q, k2.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        return t0, t1, t2
+
+    @gluon.jit
+    def _wide_pv(p_smem, v_smem, v_ready, u, acc, PACKED: gl.constexpr = False, end=0):
+        """O += P̃·V of the ring's u-th 192-key block: three wgmmas of k = 64 reading P̃ from ``p_smem``, in flight.
+        ``PACKED``: value rows from ``end`` on (the next sequence's) set to 0 first."""
+        BOXES: gl.constexpr = _WIDE_BOXES
+        SN: gl.constexpr = v_smem.shape[3]
+        for j in gl.static_range(3):
+            vj, slot = _box(v_smem, 3 * u + j)
+            mbarrier.wait(v_ready.index(slot), ((3 * u + j) // BOXES) & 1)
+            if PACKED:
+                if end < (j + 1) * SN:
+                    _zero_past(vj, end - j * SN)
+            acc = warpgroup_mma(p_smem[j], vj, acc, is_async=True)
+        return acc
+
+    @gluon.jit
+    def _wide_release(empty, u, BOXES: gl.constexpr):
+        """This consumer's release of the ring's u-th 192-key block's three boxes in ``empty``."""
+        for j in gl.static_range(3):
+            mbarrier.arrive(empty.index((3 * u + j) % BOXES), count=1)
+
+    @gluon.jit
+    def _wide_steps(q, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, q_empty, HALF: gl.constexpr, it0,
+                    n_blocks, start0, lo_full, full, offs_m, offs_n, Nk, causal_off, win_off, qk_scale, m_i, l_i, acc,
+                    s_zero, CAUSAL: gl.constexpr, PACKED: gl.constexpr):
+        """``_ws_consumer``'s walk over 192-key blocks (``WIDE_KEYS``, FlashAttention-3's D = 64 tile): each block's
+        Q·Kᵀ as three wgmmas of 64 keys, one softmax step for the three (``_softmax3``), P̃ through this warp group's
+        shared buffer (three 64 × 64 tiles: its scores' registers are free again before the next block's arrive),
+        and P̃·V as three wgmmas of k = 64 reading it, in flight under the next block's softmax as in the 128-key
+        walk. Returns (acc, m, l)."""
+        HALF_M: gl.constexpr = q.shape[0]
+        SN: gl.constexpr = offs_n.shape[0]
+        BOXES: gl.constexpr = _WIDE_BOXES
+        dtype: gl.constexpr = q.dtype
+        p_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HALF_M, SN], dtype)
+        p_ab = gl.allocate_shared_memory(dtype, [2, HALF_M, SN], p_layout)  # (three tiles: two buffers, 24 KB)
+        p_c = gl.allocate_shared_memory(dtype, [1, HALF_M, SN], p_layout)
+        p_smem = (p_ab.index(0), p_ab.index(1), p_c.index(0))
+        if n_blocks > 0:
+            t0, t1, t2 = _wide_qk(q, k_smem, k_ready, it0, s_zero)
+            s0, s1, s2 = warpgroup_mma_wait(0, deps=(t0, t1, t2))
+            _wide_release(k_empty, it0, BOXES)
+            if q_empty is not None:
+                if n_blocks == 1:
+                    mbarrier.arrive(q_empty.index(HALF), count=1)
+            p0, p1, p2, alpha, m_i, l_i = _softmax3(s0, s1, s2, m_i, l_i, start0, offs_m, offs_n, Nk, causal_off,
+                                                    win_off, qk_scale, (start0 < lo_full) | (start0 >= full), CAUSAL)
+            _store_p3(p_smem, p0, p1, p2)
+            for t in range(1, n_blocks):
+                u = it0 + t
+                t0, t1, t2 = _wide_qk(q, k_smem, k_ready, u, s_zero)
+                a_tok = _wide_pv(p_smem, v_smem, v_ready, u - 1, acc)
+                s0, s1, s2 = warpgroup_mma_wait(3, deps=(t0, t1, t2))  # the scores done, P̃·V still running
+                _wide_release(k_empty, u, BOXES)
+                if q_empty is not None:
+                    if t == n_blocks - 1:
+                        mbarrier.arrive(q_empty.index(HALF), count=1)
+                start_n = start0 + t * _WIDE_KEYS
+                p0, p1, p2, alpha, m_i, l_i = _softmax3(s0, s1, s2, m_i, l_i, start_n, offs_m, offs_n, Nk,
+                                                        causal_off, win_off, qk_scale,
+                                                        (start_n < lo_full) | (start_n >= full), CAUSAL)
+                acc = warpgroup_mma_wait(0, deps=(a_tok, ))
+                _wide_release(v_empty, u - 1, BOXES)
+                acc = _scale_rows(acc, alpha)
+                _store_p3(p_smem, p0, p1, p2)  # (the P̃·V that read the buffer has completed)
+            u = it0 + n_blocks - 1
+            a_tok = _wide_pv(p_smem, v_smem, v_ready, u, acc, PACKED, Nk - (start0 + (n_blocks - 1) * _WIDE_KEYS))
+            acc = warpgroup_mma_wait(0, deps=(a_tok, ))
+            _wide_release(v_empty, u, BOXES)
+        return acc, m_i, l_i
 
     @gluon.jit
     def _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
@@ -578,11 +738,12 @@ if HAVE_GLUON:
         by masked stores, not TMA (whose box would write into the next sequence's rows)."""
         HALF_M: gl.constexpr = q_smem.shape[3]
         HEAD_D: gl.constexpr = q_smem.shape[4]
-        BLOCK_N: gl.constexpr = k_smem.shape[3]
+        BLOCK_N: gl.constexpr = _WIDE_KEYS if k_smem.shape[0] == _WIDE_BOXES else k_smem.shape[3]  # (wide: 192)
         STAGES: gl.constexpr = k_smem.shape[0]
         dtype: gl.constexpr = desc_o.dtype
+        SN: gl.constexpr = _SUB_KEYS if BLOCK_N == _WIDE_KEYS else BLOCK_N  # keys of one Q·Kᵀ wgmma
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                           instr_shape=[16, BLOCK_N, 16])
+                                                           instr_shape=[16, SN, 16])
         o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, HEAD_D, 16])
         p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
@@ -601,18 +762,23 @@ if HAVE_GLUON:
         start0 = lo_blk * BLOCK_N
 
         offs_m = row0 + gl.arange(0, HALF_M, layout=row_s)
-        offs_n = gl.arange(0, BLOCK_N, layout=col_s)
+        offs_n = gl.arange(0, SN, layout=col_s)
         if ALIBI:
             c = slope2 * offs_n.to(gl.float32)
         m_i = gl.full([HALF_M], float("-inf"), gl.float32, layout=row_s)
         l_i = gl.zeros([HALF_M], gl.float32, layout=row_s)
         acc = gl.zeros([HALF_M, HEAD_D], gl.float32, layout=o_layout)
-        s_zero = gl.zeros([HALF_M, BLOCK_N], gl.float32, layout=s_layout)
+        s_zero = gl.zeros([HALF_M, SN], gl.float32, layout=s_layout)
         q_tile = q_smem.index(HALF)
         q = q_tile.reshape([HALF_M, HEAD_D])
         mbarrier.wait(q_bars.index(HALF), q_phase)
 
-        if n_blocks > 0:
+        if BLOCK_N == _WIDE_KEYS:
+            gl.static_assert(not ALIBI, "192-key blocks: no ALiBi build")
+            acc, m_i, l_i = _wide_steps(q, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, q_empty, HALF, it0,
+                                        n_blocks, start0, lo_full, full, offs_m, offs_n, Nk, causal_off, win_off,
+                                        qk_scale, m_i, l_i, acc, s_zero, CAUSAL, O is not None)
+        elif n_blocks > 0:
             slot0 = it0 % STAGES
             mbarrier.wait(k_ready.index(slot0), (it0 // STAGES) & 1)
             s_tok = warpgroup_mma(q, k_smem.index(slot0).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
@@ -930,16 +1096,21 @@ if HAVE_GLUON:
         n_blocks = gl.maximum(gl.cdiv(hi, BLOCK_N) - lo_blk, 0)
 
         q_smem = gl.allocate_shared_memory(dtype, [NC, 1, 1, HALF_M, HEAD_D], desc_q.layout)
-        k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], desc_k.layout)
-        v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], desc_v.layout)
+        if BLOCK_N == _WIDE_KEYS:  # eight 64-key boxes (``_ring_load``)
+            k_smem = gl.allocate_shared_memory(dtype, [_WIDE_BOXES, 1, 1, 64, HEAD_D], desc_k.layout)
+            v_smem = gl.allocate_shared_memory(dtype, [_WIDE_BOXES, 1, 1, 64, HEAD_D], desc_v.layout)
+        else:
+            k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], desc_k.layout)
+            v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], desc_v.layout)
+        RING: gl.constexpr = _WIDE_BOXES if BLOCK_N == _WIDE_KEYS else STAGES  # the ring's barriers
         q_bars = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
-        k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        k_ready = gl.allocate_shared_memory(gl.int64, [RING, 1], mbarrier.MBarrierLayout())
+        v_ready = gl.allocate_shared_memory(gl.int64, [RING, 1], mbarrier.MBarrierLayout())
+        k_empty = gl.allocate_shared_memory(gl.int64, [RING, 1], mbarrier.MBarrierLayout())
+        v_empty = gl.allocate_shared_memory(gl.int64, [RING, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(NC):
             mbarrier.init(q_bars.index(i), count=1)
-        for i in gl.static_range(STAGES):
+        for i in gl.static_range(RING):
             mbarrier.init(k_ready.index(i), count=1)
             mbarrier.init(v_ready.index(i), count=1)
             mbarrier.init(k_empty.index(i), count=NC)  # one arrival per consumer warp group
@@ -1063,7 +1234,7 @@ if HAVE_GLUON:
         (b, hk) into the K/V ring as its uses it, it + 1, ... (each slot refilled once both consumers released it)."""
         HALF_M: gl.constexpr = q_smem.shape[3]
         NC: gl.constexpr = q_smem.shape[0]
-        BLOCK_N: gl.constexpr = k_smem.shape[3]
+        BLOCK_N: gl.constexpr = _WIDE_KEYS if k_smem.shape[0] == _WIDE_BOXES else k_smem.shape[3]  # (wide: 192)
         STAGES: gl.constexpr = k_smem.shape[0]
         for i in gl.static_range(NC):
             if ti > 0:
@@ -1071,16 +1242,8 @@ if HAVE_GLUON:
             mbarrier.expect(q_bars.index(i), desc_q.block_type.nbytes)
             _tma_load(desc_q, [b, h, q_row + i * HALF_M, 0], q_bars.index(i), q_smem.index(i))
         for t in range(n_blocks):
-            u = it + t
-            slot = u % STAGES
-            if u >= STAGES:
-                mbarrier.wait(k_empty.index(slot), ((u // STAGES) - 1) & 1)
-            mbarrier.expect(k_ready.index(slot), desc_k.block_type.nbytes)
-            _tma_load(desc_k, [b, hk, k_row + t * BLOCK_N, 0], k_ready.index(slot), k_smem.index(slot))
-            if u >= STAGES:
-                mbarrier.wait(v_empty.index(slot), ((u // STAGES) - 1) & 1)
-            mbarrier.expect(v_ready.index(slot), desc_v.block_type.nbytes)
-            _tma_load(desc_v, [b, hk, k_row + t * BLOCK_N, 0], v_ready.index(slot), v_smem.index(slot))
+            _ring_load(desc_k, k_ready, k_empty, k_smem, it + t, b, hk, k_row + t * BLOCK_N)
+            _ring_load(desc_v, v_ready, v_empty, v_smem, it + t, b, hk, k_row + t * BLOCK_N)
 
     @gluon.jit
     def _wsp_loader(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, v_ready, k_empty,
@@ -1091,7 +1254,7 @@ if HAVE_GLUON:
         last; ``persistent_schedule``)."""
         HALF_M: gl.constexpr = q_smem.shape[3]
         NC: gl.constexpr = q_smem.shape[0]
-        BLOCK_N: gl.constexpr = k_smem.shape[3]
+        BLOCK_N: gl.constexpr = _WIDE_KEYS if k_smem.shape[0] == _WIDE_BOXES else k_smem.shape[3]  # (wide: 192)
         it = 0
         ti = 0
         row = SCHED + gl.program_id(0) * n_turns
@@ -1125,7 +1288,7 @@ if HAVE_GLUON:
         across tiles."""
         HALF_M: gl.constexpr = q_smem.shape[3]
         NC: gl.constexpr = q_smem.shape[0]
-        BLOCK_N: gl.constexpr = k_smem.shape[3]
+        BLOCK_N: gl.constexpr = _WIDE_KEYS if k_smem.shape[0] == _WIDE_BOXES else k_smem.shape[3]  # (wide: 192)
         it = 0
         ti = 0
         row = SCHED + gl.program_id(0) * n_turns
@@ -1242,7 +1405,7 @@ if HAVE_GLUON:
         """``_wsp_loader`` over a packed batch's tiles (``_wspv_tile``): rows and keys from the sequence's first."""
         HALF_M: gl.constexpr = q_smem.shape[3]
         NC: gl.constexpr = q_smem.shape[0]
-        BLOCK_N: gl.constexpr = k_smem.shape[3]
+        BLOCK_N: gl.constexpr = _WIDE_KEYS if k_smem.shape[0] == _WIDE_BOXES else k_smem.shape[3]  # (wide: 192)
         it = 0
         ti = 0
         p = gl.program_id(0)
@@ -1279,7 +1442,7 @@ if HAVE_GLUON:
         first row (``LSE`` (H, total_q), ``O`` the output, row stride ``stride_on``, head stride ``stride_oh``)."""
         HALF_M: gl.constexpr = q_smem.shape[3]
         NC: gl.constexpr = q_smem.shape[0]
-        BLOCK_N: gl.constexpr = k_smem.shape[3]
+        BLOCK_N: gl.constexpr = _WIDE_KEYS if k_smem.shape[0] == _WIDE_BOXES else k_smem.shape[3]  # (wide: 192)
         it = 0
         ti = 0
         p = gl.program_id(0)
@@ -1383,7 +1546,7 @@ if HAVE_GLUON:
         numbering, tiles past their sequence's end skipped here and never handed on."""
         HALF_M: gl.constexpr = q_smem.shape[3]
         NC: gl.constexpr = q_smem.shape[0]
-        BLOCK_N: gl.constexpr = k_smem.shape[3]
+        BLOCK_N: gl.constexpr = _WIDE_KEYS if k_smem.shape[0] == _WIDE_BOXES else k_smem.shape[3]  # (wide: 192)
         it = 0
         ti = 0
         programs = gl.num_programs(0)
@@ -1421,7 +1584,7 @@ if HAVE_GLUON:
         """``_wsp_consumer`` / ``_wspv_consumer`` over the tiles the loader hands on (``_wspd_loader``)."""
         HALF_M: gl.constexpr = q_smem.shape[3]
         NC: gl.constexpr = q_smem.shape[0]
-        BLOCK_N: gl.constexpr = k_smem.shape[3]
+        BLOCK_N: gl.constexpr = _WIDE_KEYS if k_smem.shape[0] == _WIDE_BOXES else k_smem.shape[3]  # (wide: 192)
         it = 0
         ti = 0
         ticket = _wspd_take(ids, id_ready, 0)
@@ -1661,18 +1824,23 @@ if HAVE_GLUON:
         dtype: gl.constexpr = desc_q.dtype
         q_smem = gl.allocate_shared_memory(dtype, [NC, 1, 1, HALF_M, HEAD_D], desc_q.layout)
         o_smem = gl.allocate_shared_memory(dtype, [NC, 1, 1, HALF_M, HEAD_D], desc_o.layout)
-        k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], desc_k.layout)
-        v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], desc_v.layout)
+        if BLOCK_N == _WIDE_KEYS:  # eight 64-key boxes (``_ring_load``)
+            k_smem = gl.allocate_shared_memory(dtype, [_WIDE_BOXES, 1, 1, 64, HEAD_D], desc_k.layout)
+            v_smem = gl.allocate_shared_memory(dtype, [_WIDE_BOXES, 1, 1, 64, HEAD_D], desc_v.layout)
+        else:
+            k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], desc_k.layout)
+            v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], desc_v.layout)
+        RING: gl.constexpr = _WIDE_BOXES if BLOCK_N == _WIDE_KEYS else STAGES  # the ring's barriers
         q_bars = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
         q_empty = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
-        k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        k_ready = gl.allocate_shared_memory(gl.int64, [RING, 1], mbarrier.MBarrierLayout())
+        v_ready = gl.allocate_shared_memory(gl.int64, [RING, 1], mbarrier.MBarrierLayout())
+        k_empty = gl.allocate_shared_memory(gl.int64, [RING, 1], mbarrier.MBarrierLayout())
+        v_empty = gl.allocate_shared_memory(gl.int64, [RING, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(NC):
             mbarrier.init(q_bars.index(i), count=1)
             mbarrier.init(q_empty.index(i), count=1)
-        for i in gl.static_range(STAGES):
+        for i in gl.static_range(RING):
             mbarrier.init(k_ready.index(i), count=1)
             mbarrier.init(v_ready.index(i), count=1)
             mbarrier.init(k_empty.index(i), count=NC)  # one arrival per consumer warp group
@@ -1763,12 +1931,14 @@ def gluon_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
 
 
 def _check_tiles(block_m: int, block_n: int, stages: int, num_warps: int, warp_spec: bool, head_dim: int | None = None,
-                 alibi: bool = False) -> None:
+                 alibi: bool = False, persistent: bool = False) -> None:
     """Refuse tiles the Gluon forward has no build for. ``block_n`` 256 (``LONG_KEYS``) is the warp-specialised
-    kernel's at D = 64 with two consumer warp groups (block_m 128), a ring of two stages and no ALiBi."""
-    if warp_spec:
-        ok = block_m in (128, 192) and num_warps == 4
-        need = "block_m = 128 or 192 and num_warps = 4 with warp_spec (two or three 64-row consumer warp groups)"
+    kernel's at D = 64 with two consumer warp groups (block_m 128), a ring of two stages and no ALiBi; ``block_n`` 192
+    (``WIDE_KEYS``) the warp-specialised grid kernel's at D = 64 with two stages and no ALiBi."""
+    if warp_spec:  # (at most 4 stages: a ring of 8 slots is the 192-key blocks' boxes)
+        ok = block_m in (128, 192) and num_warps == 4 and stages <= 4
+        need = ("block_m = 128 or 192, num_warps = 4 and at most 4 stages with warp_spec (two or three 64-row consumer "
+                "warp groups)")
     else:
         ok = block_m == 16 * num_warps
         need = "block_m = 16·num_warps (one 16-row wgmma slice per warp)"
@@ -1777,6 +1947,12 @@ def _check_tiles(block_m: int, block_n: int, stages: int, num_warps: int, warp_s
             raise ValueError("the Gluon forward takes block_n 256 only at head dim 64, warp-specialised with block_m "
                              f"128, two stages and no ALiBi; got head_dim={head_dim}, block_m={block_m}, "
                              f"warp_spec={warp_spec}, stages={stages}, alibi={alibi}")
+    elif block_n == WIDE_KEYS:
+        if not (warp_spec and head_dim == 64 and stages == 2 and not alibi and not persistent):
+            raise ValueError("the Gluon forward takes block_n 192 only at head dim 64, warp-specialised as a grid (the "
+                             "persistent kernel's O buffers leave no room), stages 2 (its ring: eight 64-key boxes) "
+                             f"and no ALiBi; got head_dim={head_dim}, warp_spec={warp_spec}, persistent={persistent}, "
+                             f"stages={stages}, alibi={alibi}")
     elif block_n not in (64, 128):
         ok = False
     if not ok or stages < 1:
@@ -1792,6 +1968,10 @@ def _check_tiles(block_m: int, block_n: int, stages: int, num_warps: int, warp_s
 # window, causal and dense rows, so no table entry takes it; it runs where a caller's configuration names it.
 LONG_KEYS = 256
 
+
+def kv_box(block_n: int) -> int:
+    """Rows of the K and V tensor descriptors' box for key blocks of ``block_n``: a 192-key block is three boxes of 64."""
+    return 64 if block_n == WIDE_KEYS else block_n
 
 def consumer_regs(block_m: int, block_n: int = 128) -> int:
     """Registers per thread of a consumer warp group in the warp-specialised kernel (setmaxnreg): the
@@ -1963,7 +2143,7 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     ``max_seqlen_q`` at least its longest query sequence. ``exp_poly``: of every 8 exponentials of an unmasked key
     block, so many (0–4) by a polynomial (the warp-specialised kernels; None: ``EXP_POLY`` for the head dim). No
     input checks (the public entry points and ``gluon_supported`` do them)."""
-    _check_tiles(block_m, block_n, stages, num_warps, warp_spec, q.shape[-1], slopes is not None)
+    _check_tiles(block_m, block_n, stages, num_warps, warp_spec, q.shape[-1], slopes is not None, persistent)
     if cu_seqlens is not None and (not warp_spec or slopes is not None):
         raise ValueError("a packed batch takes the warp-specialised Gluon forward, without ALiBi")
     if win_off is not None and not warp_spec:
@@ -1993,7 +2173,7 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     n_m = -(-Nq // block_m)
     grid = (n_m, B * H)
     causal = causal_off is not None
-    args = (desc(q, q_rows), desc(k, block_n), desc(v, block_n), desc(out, q_rows), lse,
+    args = (desc(q, q_rows), desc(k, kv_box(block_n)), desc(v, kv_box(block_n)), desc(out, q_rows), lse,
             H, H // Hkv, Nq, Nk, causal_off if causal else 0, scale * LOG2E)
     const = dict(HEAD_D=D, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal)
     if warp_spec:
@@ -2060,7 +2240,7 @@ def _packed_forward(q, k, v, out, lse, causal_off, win_off, scale, block_m, bloc
         return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 1, rows, D], nvmma_layout((1, 1, rows, D), el))
 
     causal = causal_off is not None
-    args = (desc(q, 64), desc(k, block_n), desc(v, block_n), desc(out, 64), lse, H, H // Hkv, Nq, Nk,
+    args = (desc(q, 64), desc(k, kv_box(block_n)), desc(v, kv_box(block_n)), desc(out, 64), lse, H, H // Hkv, Nq, Nk,
             causal_off if causal else 0, NO_WINDOW if win_off is None else win_off, scale * LOG2E)
     const = dict(CU_Q=cu_q, CU_K=cu_k, O=out, stride_on=out.stride(0), stride_oh=out.stride(1), VARLEN=True, HEAD_D=D,
                  BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal, CONSUMER_REGS=consumer_regs(block_m, block_n),
@@ -2106,7 +2286,7 @@ def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: in
         layout = gl.NVMMASharedLayout.get_default_for([1, 1, rows, head_dim], el)
         return f"tensordesc<{name}[1,1,{rows},{head_dim}],{layout!r}>"
 
-    _check_tiles(block_m, block_n, stages, num_warps, warp_spec, head_dim, alibi)
+    _check_tiles(block_m, block_n, stages, num_warps, warp_spec, head_dim, alibi, persistent)
     const = dict(HEAD_D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal)
     if persistent and (not warp_spec or alibi):
         raise ValueError("the persistent Gluon forward is the warp-specialised kernel without ALiBi")
@@ -2129,7 +2309,7 @@ def compile_sm90(head_dim: int, *, causal: bool, block_m: int = 128, block_n: in
     sig = {}
     for n in fn.arg_names:
         sig[n] = ("constexpr" if n in const else desc(q_rows) if n in ("desc_q", "desc_o")
-                  else desc(block_n) if n in ("desc_k", "desc_v") else "*fp32" if n in ("LSE", "SLOPES")
+                  else desc(kv_box(block_n)) if n in ("desc_k", "desc_v") else "*fp32" if n in ("LSE", "SLOPES")
                   else "*i32" if n in ("SCHED", "CU_Q", "CU_K", "COUNTER") else f"*{name}" if n == "O"
                   else "fp32" if n == "qk_scale" else "i32")
     src = GluonASTSource(fn, sig, const, {(fn.arg_names.index("LSE"),): [["tt.divisibility", 16]]})
