@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# One GPU call for the Gluon forward on 256-key blocks at D = 64 (prefill_gluon.LONG_KEYS), by PHASES (default
-# "tests bench"):
-#   tests  its GPU tests (tests/gpu/test_prefill_gluon_long_keys.py; stops the call when they fail);
+# One GPU call for the Gluon forward on other tiles at D = 64: 256-key blocks (prefill_gluon.LONG_KEYS) or 192-key
+# blocks (WIDE_KEYS), by PHASES (default "tests bench"):
+#   tests  GPU tests TEST_FILES (default tests/gpu/test_prefill_gluon_long_keys.py; stops the call when they fail);
 #   bench  benchmarks/fwd_switches.py on ROWS (default "window causal full") at D = 64, BUILDS (default "shipped n256
-#          n256p") taking turns ROUNDS times (default 3), numbered RUN;
+#          n256p"; 192-key blocks: "shipped n128g n192") taking turns ROUNDS times (default 3), numbered RUN;
 #   window the window forward's candidates, the 256-key ones among them (variants_sweep.py --variants window
 #          --passes fwd --D 64, numbered WINDOW_RUN).
 # Run from the repository root on a CUDA machine; logs and JSON go to $OUT/longkeys (default ./out-longkeys/longkeys).
@@ -15,8 +15,8 @@ for phase in ${PHASES:-tests bench}; do
     t0=$(date +%s)
     case $phase in
     tests)
-        timeout ${TEST_S:-240} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu/test_prefill_gluon_long_keys.py \
-            > "$D/tests.log" 2>&1
+        timeout ${TEST_S:-240} python3 -m pytest -q -p no:cacheprovider $XDIST \
+            ${TEST_FILES:-tests/gpu/test_prefill_gluon_long_keys.py} > "$D/tests.log" 2>&1
         rc=$?
         echo "tests: exit $rc in $(( $(date +%s) - t0 ))s"; tail -n 2 "$D/tests.log"; grep -E "^FAILED|^ERROR" "$D/tests.log" | head
         [ "$rc" = 0 ] || { echo "GPU tests failed: no benchmarks"; exit 1; } ;;

@@ -578,7 +578,6 @@ if HAVE_GLUON:
         block's first row in q; ``k_base``: the row of k and v where key 0 is (a packed batch's sequence; else 0)."""
         HALF_M: gl.constexpr = q_smem.shape[3]
         BLOCK_N: gl.constexpr = _WIDE_KEYS if k_smem.shape[0] == _WIDE_BOXES else k_smem.shape[3]  # (wide: 192)
-        STAGES: gl.constexpr = k_smem.shape[0]
         NC: gl.constexpr = q_smem.shape[0]
         for i in gl.static_range(NC):  # one Q slice per consumer
             mbarrier.expect(q_bars.index(i), desc_q.block_type.nbytes)
@@ -634,7 +633,6 @@ if HAVE_GLUON:
     @gluon.jit
     def _wide_qk(q, k_smem, k_ready, u, s_zero):
         """Q·Kᵀ of the ring's u-th 192-key block: three wgmmas of 64 keys in flight, once each box has arrived."""
-        HEAD_D: gl.constexpr = q.shape[1]
         BOXES: gl.constexpr = _WIDE_BOXES
         k0, slot0 = _box(k_smem, 3 * u)
         k1, slot1 = _box(k_smem, 3 * u + 1)
@@ -1235,7 +1233,6 @@ if HAVE_GLUON:
         HALF_M: gl.constexpr = q_smem.shape[3]
         NC: gl.constexpr = q_smem.shape[0]
         BLOCK_N: gl.constexpr = _WIDE_KEYS if k_smem.shape[0] == _WIDE_BOXES else k_smem.shape[3]  # (wide: 192)
-        STAGES: gl.constexpr = k_smem.shape[0]
         for i in gl.static_range(NC):
             if ti > 0:
                 mbarrier.wait(q_empty.index(i), (ti - 1) & 1)
