@@ -15,16 +15,11 @@ for phase in ${PHASES:-tests bench}; do
     t0=$(date +%s)
     case $phase in
     tests)
-        timeout ${TEST_S:-240} python3 -m pytest -q -p no:cacheprovider $XDIST \
-            ${TEST_FILES:-tests/gpu/test_prefill_gluon_long_keys.py} > "$D/tests.log" 2>&1
-        rc=$?
-        echo "tests: exit $rc in $(( $(date +%s) - t0 ))s"; tail -n 2 "$D/tests.log"; grep -E "^FAILED|^ERROR" "$D/tests.log" | head
-        [ "$rc" = 0 ] || { echo "GPU tests failed: no benchmarks"; exit 1; } ;;
-    bench)
-        timeout ${BENCH_S:-300} python3 benchmarks/fwd_switches.py --rows ${ROWS:-window causal full} --D 64 \
-            --builds ${BUILDS:-shipped n256 n256p} --rounds ${ROUNDS:-3} \
-            --json "$D/fwd-switches-h200-run${RUN:-x}.json" > "$D/bench.log" 2>&1
-        echo "bench: exit $? in $(( $(date +%s) - t0 ))s"; sed -n "/^| row |/,\$p" "$D/bench.log" | grep . || tail -n 20 "$D/bench.log" ;;
+        gpu_tests ${TEST_S:-240} tests.log ${TEST_FILES:-tests/gpu/test_prefill_gluon_long_keys.py} \
+            || { echo "GPU tests failed: no benchmarks"; exit 1; } ;;
+    bench) ab_bench ${BENCH_S:-300} benchmarks/fwd_switches.py --rows ${ROWS:-window causal full} --D 64 \
+               --builds ${BUILDS:-shipped n256 n256p} --rounds ${ROUNDS:-3} \
+               --json "$D/fwd-switches-h200-run${RUN:-x}.json" ;;
     window)
         timeout ${WINDOW_S:-200} python3 benchmarks/variants_sweep.py --variants window --passes fwd --D 64 \
             --json "$D/variants-sweep-h200-window-run${WINDOW_RUN:-x}.json" > "$D/window.log" 2>&1

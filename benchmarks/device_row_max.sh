@@ -10,17 +10,10 @@ OUT=${OUT:-out-rowmax}
 D="$OUT/rowmax"
 source "$(dirname "$0")/device_env.sh"
 for phase in ${PHASES:-tests bench}; do
-    t0=$(date +%s)
     case $phase in
-    tests)
-        timeout ${TEST_S:-300} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu/test_prefill_gluon.py \
-            ${TEST_K:+-k "$TEST_K"} > "$D/tests.log" 2>&1
-        echo "tests: exit $? in $(( $(date +%s) - t0 ))s"; tail -n 2 "$D/tests.log"
-        grep -E "^FAILED|^ERROR" "$D/tests.log" | head ;;
-    bench)
-        timeout ${BENCH_S:-360} python3 benchmarks/row_max.py --rows ${ROWS:-window varlen causal full} \
-            --D ${DS:-64 128} --rounds ${ROUNDS:-3} --json "$D/row-max-h200-run${RUN:-x}.json" > "$D/bench.log" 2>&1
-        echo "bench: exit $? in $(( $(date +%s) - t0 ))s"; sed -n "/^| row |/,\$p" "$D/bench.log" | grep . || tail -n 20 "$D/bench.log" ;;
+    tests) gpu_tests ${TEST_S:-300} tests.log tests/gpu/test_prefill_gluon.py ${TEST_K:+-k "$TEST_K"} ;;
+    bench) ab_bench ${BENCH_S:-360} benchmarks/row_max.py --rows ${ROWS:-window varlen causal full} \
+               --D ${DS:-64 128} --rounds ${ROUNDS:-3} --json "$D/row-max-h200-run${RUN:-x}.json" ;;
     *) echo "device_row_max.sh: unknown phase $phase"; exit 2 ;;
     esac
 done
