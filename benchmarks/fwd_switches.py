@@ -13,8 +13,9 @@ rescaling skipped by warps whose alphas are all 1); ``skip+tau8`` (and a row's m
 than 8, log2 units); ``tau8`` (the last three at both head dims, ``RESCALE_FROM_D`` 64); ``tree`` and ``chain`` (the
 row maximum as a tree or one score after another); ``n256`` and ``n256p``, D = 64 only: the shipped kernels on
 128 × 256 tiles (every D = 64 entry of the Gluon forward's table so replaced while the build runs, ``TILE_BUILDS``), as
-a grid or persistent; ``n192`` and ``n128g``, D = 64 only: 192 × 192 tiles (FlashAttention-3's, P̃ through shared
-memory) and 192 × 128 tiles, both as a grid. Rows: those of ``exp_poly.py`` (the variants benchmark's sliding window W = 4096 and packed
+a grid or persistent; ``n192``, ``n192m`` and ``n128g``, D = 64 only: 192 × 192 tiles (FlashAttention-3's, P̃ through
+shared memory), 128 × 192 tiles (the same step on two consumer groups of 232 registers) and 192 × 128 tiles, all as a
+grid. Rows: those of ``exp_poly.py`` (the variants benchmark's sliding window W = 4096 and packed
 batch at 16K tokens, causal; dense 4 × 4K causal and not), at D = 64 and 128; ``--rounds`` rounds in which the builds
 and the peer take turns (``do_bench`` medians; the table gives each one's median).
 
@@ -49,6 +50,7 @@ BUILDS = {  # (the rescale builds set all three of its switches, so that each me
     "n256": {},  # (tiles, not switches: TILE_BUILDS)
     "n256p": {},
     "n192": {},
+    "n192m": {},
     "n128g": {},
 }
 # builds that run the shipped kernels on other tiles: every D = 64 entry of the Gluon forward's table (the long
@@ -61,6 +63,7 @@ TILE_BUILDS = {
     # FlashAttention-3's D = 64 tile, 192 × 192 (``prefill_gluon.WIDE_KEYS``: P̃ through shared memory; a grid only),
     # and its baseline: the same grid of 192-row tiles on 128-key blocks
     "n192": dict(block_m=192, block_n=192, num_stages=2, persistent=False, dynamic=False),
+    "n192m": dict(block_m=128, block_n=192, num_stages=2, persistent=False, dynamic=False),  # two groups, 232 registers
     "n128g": dict(block_m=192, block_n=128, num_stages=2, persistent=False, dynamic=False),
 }
 TILE_HEAD_DIM = 64

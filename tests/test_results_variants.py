@@ -1164,3 +1164,85 @@ def test_results_gqa_run_24_repeats_the_rows():
     call2 = (data / "prefill-run24" / "tests-call2.log").read_text().splitlines()[-1]
     assert call2.startswith("151 passed") and "failed" not in call2
     assert "the 151 tests that use the shared checks and input builders, all passed" in text
+
+
+def test_results_run_25_repeats_the_d128_noncausal_4k_forward():
+    """Prefill run 25 (the D = 128 non-causal 4K forward in three processes): each process's table as rendered, the
+    row's range against cuDNN in the same processes, run 22's value for the same row, the causal row's spread, and
+    NOTES-prefill v34's Next."""
+    import subprocess
+    import sys
+
+    data = ROOT / "benchmarks" / "data"
+    results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    section = results[results.index("### Run 25: the D = 128"):results.index("### Runs 23 and 24: GQA rows")]
+    text = _flat(section)
+    runs = []
+    for p in (1, 2, 3):
+        path = data / f"prefill-h200-run25-p{p}.json"
+        res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "prefill.py"), "report", str(path)],
+                             capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr
+        lines = [ln for ln in res.stdout.splitlines() if ln.startswith("| 128 ")]
+        assert len(lines) == 4 and all(ln in section for ln in lines)
+        rows = json.loads(path.read_text())["rows"]
+        runs.append({(r["causal"], r["pass_"], r["provider"]): r["tflops"] for r in rows if "tflops" in r})
+    ours = [t[False, "fwd", "attnlab"] for t in runs]
+    cudnn = [t[False, "fwd", "sdpa-cudnn"] for t in runs]
+    ratio = [a / c for a, c in zip(ours, cudnn)]
+    causal = [t[True, "fwd", "attnlab"] for t in runs]
+    r22 = _prefill_tflops(22)[128, False, 4096, "fwd", "attnlab"]
+    assert (f"The row held: {min(ours):.0f}–{max(ours):.0f} TFLOP/s in the three processes (cuDNN "
+            f"{min(cudnn):.0f}–{max(cudnn):.0f} in the same ones, {min(ratio):.2f}–{max(ratio):.2f}×), against "
+            f"{r22:.0f} for the same MHA row in run 22") in text
+    assert f"({min(causal):.0f}–{max(causal):.0f})" in text
+    assert f"at {min(ours):.0f}–{max(ours):.0f} TFLOP/s in three processes (run 25)" in _notes("v34")
+    assert min(ours) > max(cudnn)
+
+
+def test_results_wide_keys_runs_5_and_6_are_the_recorded_ones():
+    """192-key blocks at D = 64 (fwd-switches runs 5 and 6): the tables as ``fwd_switches.py`` renders them, the ranges
+    against the 128-key grid and the shipped entries in RESULTS, NOTES-prefill v34, docs/variants.md and the comment
+    above ``WIDE_KEYS``, the GPU tests' counts from their logs; and no table entry takes 192-key blocks."""
+    import dataclasses
+
+    import pytest
+
+    pytest.importorskip("triton")
+    from attnlab.gpu import config as gc
+
+    fs = load_script("benchmarks/fwd_switches.py")
+    results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    section = results[results.index("### Fwd-switches runs 5 and 6"):results.index("### Fwd-switches run 3, variants")]
+    text = _flat(section)
+    data = ROOT / "benchmarks" / "data"
+    r5 = json.loads((data / "fwd-switches-h200-run5.json").read_text())["rows"]
+    r6 = json.loads((data / "fwd-switches-h200-run6.json").read_text())["rows"]
+    assert fs.report(r5) in section and fs.report(r6) in section
+    ms5 = {(r["row"], r["build"]): r["ms"] for r in r5}
+    x6 = {(r["row"], r["build"]): r["vs_first"] for r in r6}  # (run 6's first build is n128g)
+    vs_grid = [ms5[row, "n128g"] / ms5[row, "n192"] for row in ("window", "causal", "full")]
+    vs_grid += [x6[row, "n192"] for row in ("full", "window")]
+    vs_shipped = [ms5[row, "shipped"] / ms5[row, "n192"] for row in ("window", "causal", "full")]
+    two = [x6[row, "n192m"] for row in ("full", "window")]
+    grid_span = f"{min(vs_grid):.2f}–{max(vs_grid):.2f}×"
+    assert (f"ran at {grid_span} the 128-key grid on every row ({min(vs_shipped):.2f}–{max(vs_shipped):.2f}× the "
+            f"shipped entries), and on two consumer groups without spills at {min(two):.2f}–{max(two):.2f}×") in text
+    assert max(vs_grid) < 0.7 and max(two) < 0.9
+    notes = _notes("v34")
+    assert (f"`n192` ran at {grid_span} `n128g` on every row (window {vs_grid[0]:.3f}× and {x6['window', 'n192']:.3f}×, "
+            f"causal 4 × 4K {vs_grid[1]:.3f}×, dense non-causal {vs_grid[2]:.3f}× and {x6['full', 'n192']:.3f}×), "
+            f"{min(vs_shipped):.2f}–{max(vs_shipped):.2f}× the shipped entries") in notes
+    assert f"{x6['full', 'n192m']:.3f}× on the dense row and {x6['window', 'n192m']:.3f}× on the window row" in notes
+    src = " ".join((ROOT / "src" / "attnlab" / "gpu" / "prefill_gluon.py").read_text().replace("#", " ").split())
+    assert (f"{min(vs_grid):.2f}-{max(vs_grid):.2f}x the same grid on 128-key blocks" in src
+            and f"{min(two):.2f}-{max(two):.2f}x on two groups" in src)
+    doc = _flat((ROOT / "docs" / "variants.md").read_text())
+    assert (f"ran it at {x6['window', 'n192']:.3f}× the same grid on 128-key blocks, and at {x6['window', 'n192m']:.3f}× "
+            "on two consumer warp groups") in doc
+    logs = data / "wide-keys-checks"
+    assert "50 passed" in (logs / "tests-run5.log").read_text().splitlines()[-1] and "50 passed" in text
+    call1 = (logs / "tests-call1.log").read_text()
+    assert "[ 91%]" in call1 and "F" not in "".join(ln for ln in call1.splitlines() if ln.startswith("."))
+    for table in (gc._GLUON_FWD_TABLE, gc._GLUON_FWD_MID, gc._GLUON_PACKED_FWD):
+        assert all(dataclasses.asdict(c)["block_n"] != 192 for c in table.values())

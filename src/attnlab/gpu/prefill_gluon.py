@@ -120,7 +120,12 @@ ROW_MAX_TREE = False
 RESCALE_SKIP = True
 RESCALE_TAU = 8.0
 RESCALE_FROM_D = 128
-WIDE_KEYS = 192  # block_n of FlashAttention-3's D = 64 tile: three 64-key wgmmas a step, P̃ through shared memory
+# 192-key blocks at D = 64 (``block_n`` 192): FlashAttention-3's D = 64 tile, three 64-key Q·Kᵀ wgmmas a step, one softmax
+# step for the three, P̃ through shared memory and three P̃·V wgmmas of k = 64; the K/V ring eight 64-key boxes. A grid
+# build only (224 KB of shared memory with three consumer groups). Measured (H200, benchmarks/fwd_switches.py runs 5 and
+# 6): 0.53-0.64x the same grid on 128-key blocks on the D = 64 window, causal and dense rows (three groups, whose sm_90
+# builds spill), 0.76-0.84x on two groups; no table entry takes it, it runs where a caller's configuration names it.
+WIDE_KEYS = 192
 WIDE_BOXES = 8  # its K/V ring: eight 64-key boxes (other rings have at most 4 slots: the count tells them apart)
 NO_WINDOW = -(1 << 30)  # win_off of a call without a left edge: every key is right of it
 
