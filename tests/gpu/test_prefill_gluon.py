@@ -28,12 +28,10 @@ from tests.helpers import abs_err as _err
 from attnlab.variants import Mask
 
 pytest.importorskip("triton")
+from tests.gluon_env import DEV, HOPPER, needs_gluon  # noqa: E402
+
 from attnlab.gpu import FwdConfig, prefill_forward  # noqa: E402
 from attnlab.gpu import prefill_gluon as G  # noqa: E402
-
-DEV = "cuda" if torch.cuda.is_available() else "cpu"
-HOPPER = DEV == "cuda" and torch.cuda.get_device_capability() == (9, 0)
-needs_gluon = pytest.mark.skipif(not G.HAVE_GLUON, reason="this triton has no Gluon")
 
 pytestmark = pytest.mark.usefixtures("interpreter_bfloat16")
 

@@ -18,13 +18,10 @@ from tests.helpers import GLUON_CASES, GLUON_WINDOW_CASES, sm90_reports
 from attnlab.variants import Mask
 
 pytest.importorskip("triton")
+from tests.gluon_env import DEV, needs_gluon, on_hopper  # noqa: E402
+
 from attnlab.gpu import FwdConfig, prefill_forward  # noqa: E402
 from attnlab.gpu import prefill_gluon as G  # noqa: E402
-
-DEV = "cuda" if torch.cuda.is_available() else "cpu"
-HOPPER = DEV == "cuda" and torch.cuda.get_device_capability() == (9, 0)
-needs_gluon = pytest.mark.skipif(not G.HAVE_GLUON, reason="this triton has no Gluon")
-needs_hopper = pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
 
 
 @needs_gluon
@@ -134,7 +131,7 @@ def _counters_zero():
 
 
 @pytest.mark.gpu
-@needs_hopper
+@on_hopper
 @pytest.mark.parametrize("block_m,block_n,stages", [(128, 128, 2), (192, 128, 2), (128, 64, 3)])
 @pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,causal,dtype", GLUON_CASES + [
     (2, 16, 4, 4200, 4200, 128, True, torch.bfloat16), (1, 24, 24, 3000, 2900, 64, False, torch.float16),  # > 132 tiles
@@ -161,7 +158,7 @@ def test_gpu_dynamic_gluon_gives_the_grid_kernels_bits(B, H, Hkv, Nq, Nk, D, cau
 
 
 @pytest.mark.gpu
-@needs_hopper
+@on_hopper
 @pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,window", GLUON_WINDOW_CASES)
 @pytest.mark.parametrize("block_m", [128, 192])
 def test_gpu_dynamic_gluon_with_a_window_gives_the_grid_kernels_bits(B, H, Hkv, Nq, Nk, D, window, block_m):
@@ -180,7 +177,7 @@ def test_gpu_dynamic_gluon_with_a_window_gives_the_grid_kernels_bits(B, H, Hkv, 
 
 
 @pytest.mark.gpu
-@needs_hopper
+@on_hopper
 @pytest.mark.parametrize("block_m,block_n,stages", [(128, 128, 2), (128, 64, 3), (192, 64, 2)])
 @pytest.mark.parametrize("window", [(-1, 0), (-1, -1), (200, 0), (100, 50)])
 def test_gpu_dynamic_packed_gluon_gives_the_grid_kernels_bits(window, block_m, block_n, stages):
@@ -222,7 +219,7 @@ def test_gpu_dynamic_packed_gluon_gives_the_grid_kernels_bits(window, block_m, b
 
 
 @pytest.mark.gpu
-@needs_hopper
+@on_hopper
 @pytest.mark.parametrize("packed", [False, True])
 def test_gpu_dynamic_gluon_under_cuda_graphs_replayed_many_times(packed):
     """Before its counter is made, a dynamic call captured in a CUDA graph runs the grid kernel; once made (an

@@ -15,13 +15,10 @@ from tests.helpers import check_forward, check_packed_forward, packed_sequences,
 from attnlab.variants import Mask
 
 pytest.importorskip("triton")
+from tests.gluon_env import DEV, needs_gluon, on_hopper  # noqa: E402
+
 from attnlab.gpu import FwdConfig, prefill_forward  # noqa: E402
 from attnlab.gpu import prefill_gluon as G  # noqa: E402
-
-DEV = "cuda" if torch.cuda.is_available() else "cpu"
-HOPPER = DEV == "cuda" and torch.cuda.get_device_capability() == (9, 0)
-needs_gluon = pytest.mark.skipif(not G.HAVE_GLUON, reason="this triton has no Gluon")
-on_hopper = pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
 
 pytestmark = pytest.mark.usefixtures("interpreter_bfloat16")
 
