@@ -171,6 +171,15 @@ def _is_compiling() -> bool:
     return bool(compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling())
 
 
+def _triton_ok() -> bool:
+    """``triton_available()``; under ``torch.compile`` a constant found while tracing (the cached check is not traced)."""
+    return triton_available()
+
+
+if hasattr(torch, "compiler") and hasattr(torch.compiler, "assume_constant_result"):
+    _triton_ok = torch.compiler.assume_constant_result(_triton_ok)
+
+
 def unsupported(q, dims, *, needs_grad: bool) -> tuple[str, str] | None:
     """Why the kernels cannot take this call — a reason key and a message — or None if they can.
 
@@ -179,7 +188,7 @@ def unsupported(q, dims, *, needs_grad: bool) -> tuple[str, str] | None:
     (window, softcap, ALiBi, packed batches, deterministic) is covered wherever the plain call is."""
     if not (q.is_cuda or (q.device.type == "cpu" and interpret_mode())):
         return "device", f"tensors on {q.device} (the kernels need CUDA, or TRITON_INTERPRET=1 on the CPU)"
-    if not triton_available():
+    if not _triton_ok():
         return "triton", "triton is not installed (pip install 'attnlab[gpu]')"
     if q.is_cuda and (torch.cuda.get_device_properties(q.device).major if _is_compiling()  # (a constant there)
                       else device_capability(q.device)[0]) < 8:
