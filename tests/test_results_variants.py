@@ -25,6 +25,17 @@ def _prefill_tflops(run: int) -> dict:
     return {(r["D"], r["causal"], r["N"], r["pass_"], r["provider"]): r["tflops"] for r in rows if "tflops" in r}
 
 
+def _prefill_report_rows(name: str) -> list[str]:
+    """The table rows (D = 64 and 128) that ``benchmarks/prefill.py report`` renders from benchmarks/data/``name``."""
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "prefill.py"), "report",
+                          str(ROOT / "benchmarks" / "data" / name)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    return [ln for ln in res.stdout.splitlines() if ln.startswith(("| 64 ", "| 128 "))]
+
+
 def test_results_varlen_rows_are_the_recorded_runs():
     vb = load_script("benchmarks/variants.py")
     results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
@@ -983,8 +994,6 @@ def test_results_rescale_on_run_4_and_prefill_run_22_are_the_recorded_ones():
     """The rescale switches on at D = 128 (fwd-switches run 4, prefill run 22): the tables as their scripts render them,
     the gain's range and round pairs in RESULTS, NOTES-prefill v32, docs/variants.md and the switches' comment, the
     suite's counts from its logs, run 22's ranges against cuDNN and run 21; and the switches as shipped."""
-    import subprocess
-    import sys
 
     import pytest
 
@@ -1017,10 +1026,7 @@ def test_results_rescale_on_run_4_and_prefill_run_22_are_the_recorded_ones():
     assert len(progress) > 10 and not any(c in ln for ln in progress for c in "FE") and "FAILED" not in call1
     assert call2.startswith("1116 passed, 49 skipped, 1 xfailed") and " failed" not in call2
     assert "1116 passed, 49 skipped, 1 expected failure" in text and "1116 passed, 1 expected failure" in notes
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "prefill.py"), "report",
-                          str(data / "prefill-h200-run22.json")], capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr
-    lines = [ln for ln in res.stdout.splitlines() if ln.startswith(("| 64 ", "| 128 "))]
+    lines = _prefill_report_rows("prefill-h200-run22.json")
     assert len(lines) == 16 and all(ln in section for ln in lines)
 
     def tflops(run):
@@ -1055,17 +1061,12 @@ def test_results_gqa_run_23_is_the_recorded_one():
     """Prefill run 23 (GQA, four query heads per K/V head): the table as ``prefill.py report`` renders it, the check's
     12 passing shapes from its log, every SDPA row on ``enable_gqa`` (none starred), and the section's ranges against
     cuDNN, PyTorch's own choice and run 22's MHA rows computed from the two JSON files."""
-    import subprocess
-    import sys
 
     data = ROOT / "benchmarks" / "data"
     results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
     section = results[results.index("### Runs 23 and 24: GQA rows"):results.index("### Run 22 and fwd-switches run 4")]
     text = _flat(section)
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "prefill.py"), "report",
-                          str(data / "prefill-h200-run23.json")], capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr
-    lines = [ln for ln in res.stdout.splitlines() if ln.startswith(("| 64 ", "| 128 "))]
+    lines = _prefill_report_rows("prefill-h200-run23.json")
     assert len(lines) == 24 and all(ln in section for ln in lines) and not any("*" in ln for ln in lines)
     check = (data / "prefill-run23" / "check.log").read_text()
     assert "check: 12/12 shapes pass" in check and "ok=False" not in check
@@ -1119,17 +1120,12 @@ def test_notes_v33_quotes_run_23():
 def test_results_gqa_run_24_repeats_the_rows():
     """Prefill run 24 (the GQA rows at 4K and 8K again): its table as rendered, the ranges, the repeated rows against
     run 23, and the GPU test logs of the same call."""
-    import subprocess
-    import sys
 
     data = ROOT / "benchmarks" / "data"
     results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
     section = results[results.index("### Runs 23 and 24: GQA rows"):results.index("### Run 22 and fwd-switches run 4")]
     text = _flat(section)
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "prefill.py"), "report",
-                          str(data / "prefill-h200-run24.json")], capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr
-    lines = [ln for ln in res.stdout.splitlines() if ln.startswith(("| 64 ", "| 128 "))]
+    lines = _prefill_report_rows("prefill-h200-run24.json")
     assert len(lines) == 16 and all(ln in section for ln in lines)
 
     t23, t24 = _prefill_tflops(23), _prefill_tflops(24)
@@ -1170,8 +1166,6 @@ def test_results_run_25_repeats_the_d128_noncausal_4k_forward():
     """Prefill run 25 (the D = 128 non-causal 4K forward in three processes): each process's table as rendered, the
     row's range against cuDNN in the same processes, run 22's value for the same row, the causal row's spread, and
     NOTES-prefill v34's Next."""
-    import subprocess
-    import sys
 
     data = ROOT / "benchmarks" / "data"
     results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
@@ -1179,13 +1173,9 @@ def test_results_run_25_repeats_the_d128_noncausal_4k_forward():
     text = _flat(section)
     runs = []
     for p in (1, 2, 3):
-        path = data / f"prefill-h200-run25-p{p}.json"
-        res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "prefill.py"), "report", str(path)],
-                             capture_output=True, text=True, timeout=300)
-        assert res.returncode == 0, res.stderr
-        lines = [ln for ln in res.stdout.splitlines() if ln.startswith("| 128 ")]
-        assert len(lines) == 4 and all(ln in section for ln in lines)
-        rows = json.loads(path.read_text())["rows"]
+        lines = _prefill_report_rows(f"prefill-h200-run25-p{p}.json")
+        assert len(lines) == 4 and all(ln.startswith("| 128 ") and ln in section for ln in lines)
+        rows = json.loads((data / f"prefill-h200-run25-p{p}.json").read_text())["rows"]
         runs.append({(r["causal"], r["pass_"], r["provider"]): r["tflops"] for r in rows if "tflops" in r})
     ours = [t[False, "fwd", "attnlab"] for t in runs]
     cudnn = [t[False, "fwd", "sdpa-cudnn"] for t in runs]

@@ -1826,23 +1826,19 @@ if HAVE_GLUON:
         dtype: gl.constexpr = desc_q.dtype
         q_smem = gl.allocate_shared_memory(dtype, [NC, 1, 1, HALF_M, HEAD_D], desc_q.layout)
         o_smem = gl.allocate_shared_memory(dtype, [NC, 1, 1, HALF_M, HEAD_D], desc_o.layout)
-        if BLOCK_N == _WIDE_KEYS:  # eight 64-key boxes (``_ring_load``)
-            k_smem = gl.allocate_shared_memory(dtype, [_WIDE_BOXES, 1, 1, 64, HEAD_D], desc_k.layout)
-            v_smem = gl.allocate_shared_memory(dtype, [_WIDE_BOXES, 1, 1, 64, HEAD_D], desc_v.layout)
-        else:
-            k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], desc_k.layout)
-            v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], desc_v.layout)
-        RING: gl.constexpr = _WIDE_BOXES if BLOCK_N == _WIDE_KEYS else STAGES  # the ring's barriers
+        gl.static_assert(BLOCK_N != _WIDE_KEYS, "192-key blocks: a grid build only (no room for the O buffers)")
+        k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], desc_k.layout)
+        v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], desc_v.layout)
         q_bars = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
         q_empty = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
-        k_ready = gl.allocate_shared_memory(gl.int64, [RING, 1], mbarrier.MBarrierLayout())
-        v_ready = gl.allocate_shared_memory(gl.int64, [RING, 1], mbarrier.MBarrierLayout())
-        k_empty = gl.allocate_shared_memory(gl.int64, [RING, 1], mbarrier.MBarrierLayout())
-        v_empty = gl.allocate_shared_memory(gl.int64, [RING, 1], mbarrier.MBarrierLayout())
+        k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(NC):
             mbarrier.init(q_bars.index(i), count=1)
             mbarrier.init(q_empty.index(i), count=1)
-        for i in gl.static_range(RING):
+        for i in gl.static_range(STAGES):
             mbarrier.init(k_ready.index(i), count=1)
             mbarrier.init(v_ready.index(i), count=1)
             mbarrier.init(k_empty.index(i), count=NC)  # one arrival per consumer warp group
