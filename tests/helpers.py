@@ -127,6 +127,40 @@ def packed_sequences(cu_seqlens):
             yield s, q0, q1, k0, k1
 
 
+def check_packed_gluon_tiles(lens_q, lens_k, H, Hkv, window, dtype, tiles: dict, *, device, nan_tail=False,
+                             **build):
+    """A packed batch at D = 64 on the Gluon forward with ``tiles`` (``gluon_forward``'s tile arguments) and ``build``
+    (its schedule: persistent, dynamic): within the criterion against the per-sequence oracle, rows no sequence owns
+    left as they were, and each sequence equal to the bit to the dense kernel of the same tiles on that sequence
+    alone. ``nan_tail``: the values past the last sequence are NaN, which must never reach an output."""
+    from attnlab.gpu import prefill_gluon as G
+
+    gen = torch.Generator(device=device).manual_seed(sum(lens_q) + H)
+    q = torch.randn(sum(lens_q) + 70, H, 64, dtype=dtype, device=device, generator=gen)
+    k, v = (torch.randn(sum(lens_k) + 30, Hkv, 64, dtype=dtype, device=device, generator=gen) for _ in range(2))
+    if nan_tail:
+        v[sum(lens_k):] = float("nan")
+    cu = [torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device=device)
+          for lens in (lens_q, lens_k)]
+    left, right = window
+    scale = 64 ** -0.5
+    out, lse = torch.full_like(q, float("nan")), torch.full((H, q.shape[0]), float("nan"), device=device)
+    G.gluon_forward(q, k, v, out, lse, causal_off=right if right >= 0 else None, win_off=-left if left >= 0 else None,
+                    scale=scale, cu_seqlens=cu, max_seqlen_q=max(lens_q), **build, **tiles)
+    n = sum(lens_q)
+    assert out[n:].isnan().all() and lse[:, n:].isnan().all(), "rows no sequence owns were written"
+    out, lse = out[:n], lse[:, :n]
+    check_packed_forward(q[:n], k[:sum(lens_k)], v[:sum(lens_k)], out, lse, cu, causal=right == 0, scale=scale,
+                         window=window if left >= 0 else None)
+    for s, q0, q1, k0, k1 in packed_sequences(cu):
+        qd, kd, vd = (t.transpose(0, 1).unsqueeze(0).contiguous() for t in (q[q0:q1], k[k0:k1], v[k0:k1]))
+        od, ld = torch.empty_like(qd), torch.empty(1, H, q1 - q0, device=device)
+        off = (k1 - k0) - (q1 - q0)
+        G.gluon_forward(qd, kd, vd, od, ld, causal_off=off + right if right >= 0 else None,
+                        win_off=off - left if left >= 0 else None, scale=scale, **tiles)
+        assert torch.equal(od[0].transpose(0, 1), out[q0:q1]) and torch.equal(ld[0], lse[:, q0:q1]), s
+
+
 def autograd_ref(q, k, v, dout, causal, dlse=None):
     q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
     o, l = attention_ref(q, k, v, causal=causal)

@@ -10,7 +10,7 @@ tiles giving the grid kernel's bits, and the public entry points running it when
 
 import pytest
 import torch
-from tests.helpers import check_forward, check_packed_forward, packed_sequences, sm90_reports
+from tests.helpers import check_forward, check_packed_gluon_tiles, sm90_reports
 
 from attnlab.variants import Mask
 
@@ -152,26 +152,5 @@ def test_gpu_long_key_blocks_on_packed_batches(lens_q, lens_k, H, Hkv, window, d
     """A packed batch on 256-key blocks (grid, persistent, tiles from a counter): within the criterion against the
     per-sequence oracle, rows no sequence owns left as they were, and each sequence equal to the bit to the dense grid
     kernel of the same tiles on that sequence alone."""
-    gen = torch.Generator(device=DEV).manual_seed(sum(lens_q) + H)
-    q = torch.randn(sum(lens_q) + 70, H, 64, dtype=dtype, device=DEV, generator=gen)
-    k, v = (torch.randn(sum(lens_k) + 30, Hkv, 64, dtype=dtype, device=DEV, generator=gen) for _ in range(2))
-    cu = [torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
-          for lens in (lens_q, lens_k)]
-    left, right = window
-    scale = 64 ** -0.5
-    out, lse = torch.full_like(q, float("nan")), torch.full((H, q.shape[0]), float("nan"), device=DEV)
-    G.gluon_forward(q, k, v, out, lse, causal_off=right if right >= 0 else None, win_off=-left if left >= 0 else None,
-                    scale=scale, cu_seqlens=cu, max_seqlen_q=max(lens_q), persistent=persistent, dynamic=dynamic,
-                    **TILES)
-    n = sum(lens_q)
-    assert out[n:].isnan().all() and lse[:, n:].isnan().all(), "rows no sequence owns were written"
-    out, lse = out[:n], lse[:, :n]
-    check_packed_forward(q[:n], k[:sum(lens_k)], v[:sum(lens_k)], out, lse, cu, causal=right == 0, scale=scale,
-                         window=window if left >= 0 else None)
-    for s, q0, q1, k0, k1 in packed_sequences(cu):
-        qd, kd, vd = (t.transpose(0, 1).unsqueeze(0).contiguous() for t in (q[q0:q1], k[k0:k1], v[k0:k1]))
-        od, ld = torch.empty_like(qd), torch.empty(1, H, q1 - q0, device=DEV)
-        off = (k1 - k0) - (q1 - q0)
-        G.gluon_forward(qd, kd, vd, od, ld, causal_off=off + right if right >= 0 else None,
-                        win_off=off - left if left >= 0 else None, scale=scale, **TILES)
-        assert torch.equal(od[0].transpose(0, 1), out[q0:q1]) and torch.equal(ld[0], lse[:, q0:q1]), s
+    check_packed_gluon_tiles(lens_q, lens_k, H, Hkv, window, dtype, TILES, device=DEV, persistent=persistent,
+                             dynamic=dynamic)
