@@ -1236,3 +1236,54 @@ def test_results_wide_keys_runs_5_and_6_are_the_recorded_ones():
     assert "[ 91%]" in call1 and "F" not in "".join(ln for ln in call1.splitlines() if ln.startswith("."))
     for table in (gc._GLUON_FWD_TABLE, gc._GLUON_FWD_MID, gc._GLUON_PACKED_FWD):
         assert all(dataclasses.asdict(c)["block_n"] != 192 for c in table.values())
+
+
+def _fa4_ratios(run: int) -> dict:
+    """benchmarks/data/fa4-peer-h200-run{run}.json: (row, D) -> (FlashAttention-4 over attnlab, attnlab over the peer,
+    FlashAttention-4 over the peer), as speed ratios."""
+    rows = json.loads((ROOT / "benchmarks" / "data" / f"fa4-peer-h200-run{run}.json").read_text())["rows"]
+    ms = {(r["row"], r["D"], r["provider"]): r["ms"] for r in rows}
+    return {(row, D): (ms[row, D, "attnlab"] / ms[row, D, "fa4"], ms[row, D, "peer"] / ms[row, D, "attnlab"],
+                       ms[row, D, "peer"] / ms[row, D, "fa4"]) for row, D, p in ms if p == "attnlab"}
+
+
+def test_results_fa4_runs_1_and_2_are_the_recorded_ones():
+    """attnlab against FlashAttention-4 (fa4-peer runs 1 and 2): the tables as ``fa4_peer.py --report`` renders them,
+    and every ratio RESULTS quotes, from the JSON."""
+    fp = load_script("benchmarks/fa4_peer.py")
+    results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    section = results[results.index("### FlashAttention-4 runs 1 and 2"):results.index("### Run 25: the D = 128")]
+    text = _flat(section)
+    data = ROOT / "benchmarks" / "data"
+    for run in (1, 2):
+        rows = json.loads((data / f"fa4-peer-h200-run{run}.json").read_text())["rows"]
+        assert fp.report(rows) in section
+        assert {r["provider"] for r in rows} == set(fp.PROVIDERS) and not any("skipped" in r for r in rows)
+    f1, f2 = _fa4_ratios(1), _fa4_ratios(2)
+    faster = sum(x[0] > 1 for x in (*f1.values(), *f2.values()))
+    assert f"FlashAttention-4 is faster than attnlab on {faster} of the {len(f1) + len(f2)} rows" in text
+
+    def span(vals):
+        return f"{min(vals):.2f}–{max(vals):.2f}×"
+    fwd64 = [f1[r, 64][0] for r in fp.ROWS]
+    fwd128 = [f1[r, 128][0] for r in fp.ROWS if f1[r, 128][0] > 1]
+    assert f"the forward by {span(fwd64)} at D = 64 and {span(fwd128)} at D = 128" in text
+    assert f"causal D = 128 forward, {f1['causal', 128][0]:.3f}×" in text and f1["causal", 128][0] < 1
+    dense = [f2[r, D][0] for r in ("window", "causal", "full") for D in (64, 128)]
+    packed = [f2["varlen", D][0] for D in (64, 128)]
+    assert f"forward and backward by {span(dense)} on the dense and window rows and {span(packed)} on the packed" in text
+    w = f1["window", 64]
+    assert f"attnlab {w[1]:.2f}× FlexAttention, FlashAttention-4 {w[2]:.2f}×" in text
+    assert f"{(w[0] - 1) * 100:.0f} % above attnlab" in text
+    c = f1["causal", 64]
+    assert f"attnlab {c[1]:.3f}× cuDNN, FlashAttention-4 {c[2]:.2f}×" in text
+    v = f2["varlen", 128]
+    assert f"attnlab {v[1]:.2f}× FlexAttention here" in text and f"FlashAttention-4 {v[2]:.2f}×;" in text
+    others = [x[1] for k, x in f1.items() if k not in (("window", 64), ("causal", 64))] + [x[1] for x in f2.values()]
+    assert min(others) >= 1.0  # "every other row at or above its peer"
+    log = (data / "fa4-peer" / "tests-call1.log").read_text().splitlines()
+    outcomes = "".join(ln.split("[")[0].strip() for ln in log if ln.strip() and set(ln.split("[")[0].strip()) <= set(".sxFE"))
+    assert log[-2].endswith("[ 90%]") and not log[-1].endswith("%]")  # stopped past 90 %
+    counts = (outcomes.count("."), outcomes.count("s"), outcomes.count("x"))
+    assert f"{counts[0]} passed, {counts[1]} skipped, {counts[2]} xfailed, none failed" in text
+    assert len(outcomes) == sum(counts)
