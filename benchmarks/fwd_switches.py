@@ -11,7 +11,9 @@ configuration and launch code. Each row records each build's largest difference 
 Builds (``--builds``, the first the baseline): ``shipped``; ``off`` (neither rescale switch); ``skip`` (O's
 rescaling skipped by warps whose alphas are all 1); ``skip+tau8`` (and a row's maximum kept unless it grows by more
 than 8, log2 units); ``tau8`` (the last three at both head dims, ``RESCALE_FROM_D`` 64); ``tree`` and ``chain`` (the
-row maximum as a tree or one score after another); ``n256`` and ``n256p``, D = 64 only: the shipped kernels on
+row maximum as a tree or one score after another); ``pack``, ``mask``, ``pp`` and ``fa4`` (FlashAttention-4's step:
+P̃ converted two elements at a time, masked blocks' scores masked by one range test and then the unmasked arithmetic,
+the consumer groups' turns at the tensor cores, and all three); ``n256`` and ``n256p``, D = 64 only: the shipped kernels on
 128 × 256 tiles (every D = 64 entry of the Gluon forward's table so replaced while the build runs, ``TILE_BUILDS``), as
 a grid or persistent; ``n192``, ``n192m`` and ``n128g``, D = 64 only: 192 × 192 tiles (FlashAttention-3's, P̃ through
 shared memory), 128 × 192 tiles (the same step on two consumer groups of 232 registers) and 192 × 128 tiles, all as a
@@ -47,6 +49,11 @@ BUILDS = {  # (the rescale builds set all three of its switches, so that each me
     "tau8": {"RESCALE_SKIP": False, "RESCALE_TAU": 8.0, "RESCALE_FROM_D": 64},
     "tree": {"ROW_MAX_TREE": True},
     "chain": {"ROW_MAX_TREE": False},
+    # FlashAttention-4's step, one change at a time and together (``prefill_gluon.PACK_P``, ``MASK_RANGE``, ``PINGPONG``)
+    "pack": {"PACK_P": True},
+    "mask": {"MASK_RANGE": True},
+    "pp": {"PINGPONG": True},
+    "fa4": {"PACK_P": True, "MASK_RANGE": True, "PINGPONG": True},
     "n256": {},  # (tiles, not switches: TILE_BUILDS)
     "n256p": {},
     "n192": {},

@@ -1289,3 +1289,94 @@ def test_gpu_rescale_switches_keep_the_bits_or_the_criterion(B, H, Hkv, Nq, Nk, 
     else:
         check_packed_forward(q, k, v, out, lse, cu, causal=right == 0, scale=scale,
                              window=window if left >= 0 else None)
+
+
+@needs_gluon
+def test_fa4_step_builds_for_sm90_change_only_their_instructions():
+    """The builds with FlashAttention-4's step (``PACK_P``, ``MASK_RANGE``, ``PINGPONG``, made as
+    ``benchmarks/fwd_switches.py`` makes them): ``pack`` converts P̃ two elements per instruction, ``mask`` tests
+    each masked score against its row's range by one unsigned comparison, ``pp`` waits for and hands on the consumer
+    groups' turns by named barriers (once before and once after each steady step's products, one first turn); each
+    keeps the schedule of the shipped build (its waits, products, loads and shared memory)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = ("import json, re, sys; sys.path.insert(0, 'benchmarks'); import fwd_switches as fs; out = []\n"
+            "for b in ('shipped', 'pack', 'mask', 'pp', 'fa4'):\n"
+            "    m = fs.build_module(b)\n"
+            "    for D, bm, kw in ((64, 192, {}), (128, 128, {'persistent': True})):\n"
+            "        k = m.compile_sm90(D, causal=True, warp_spec=True, block_m=bm, num_warps=4, **kw)\n"
+            "        r = m.kernel_report(k)\n"
+            "        ptx = k.asm['ptx']\n"
+            "        r['bf16x2'] = ptx.count('cvt.rn.bf16x2.f32')\n"
+            "        r['ranges'] = ptx.count('setp.lt.u32')\n"
+            "        r['syncs'] = len(re.findall(r'bar\\.sync %r\\d+, 256', ptx))\n"
+            "        r['arrives'] = len(re.findall(r'bar\\.arrive %r\\d+, 256', ptx))\n"
+            "        r['build'], r['consumers'] = b, bm // 64\n"
+            "        out.append(r)\n"
+            "print(json.dumps(out))")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=1200,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert res.returncode == 0, res.stderr[-3000:]
+    reps = json.loads(res.stdout.strip().splitlines()[-1])
+    base = {r["consumers"]: r for r in reps if r["build"] == "shipped"}
+    assert all(r["syncs"] == r["arrives"] == 0 for r in base.values())
+    for r in reps:
+        b, n, s = r["build"], r["consumers"], base[r["consumers"]]
+        for key in ("wgmma", "tma_loads", "smem_kb", "wait_groups", "exponentials"):
+            assert r[key] == s[key], (key, r, s)
+        packed = b in ("pack", "fa4")
+        assert (r["bf16x2"] > s["bf16x2"]) == packed, r
+        assert (r["ranges"] > s["ranges"] + 100) == (b in ("mask", "fa4")), r
+        turns = b in ("pp", "fa4")
+        assert r["syncs"] == (n if turns else 0), r  # each group's wait for its turn
+        assert r["arrives"] == (n + 1 if turns else 0), r  # each group's hand-on, and the first turn
+
+
+FA4_STEP_CASES = [
+    (2, 3, 3, 1000, 1000, 64, (-1, 0)),
+    (1, 4, 2, 1537, 1537, 64, (300, 0)),  # windows: both edges' masked blocks
+    (1, 4, 4, 733, 1029, 128, (-1, 0)),  # Nq != Nk, bottom-right causal
+    (2, 2, 1, 1200, 1200, 128, (-1, -1)),
+    (1, 2, 2, 900, 900, 64, (97, 13)),  # a window with a right edge, not causal
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
+@pytest.mark.parametrize("build", ["grid-128", "grid-192", "persistent", "dynamic", "packed"])
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,window", FA4_STEP_CASES)
+def test_gpu_fa4_step_switches_keep_the_bits_or_the_criterion(B, H, Hkv, Nq, Nk, D, window, build):
+    """``PACK_P`` and ``PINGPONG`` (the builds of ``benchmarks/fwd_switches.py``): the bits, output and lse, of the
+    shipped build on every build and awkward shape; ``MASK_RANGE`` alone and all three together: the float64
+    criterion, and the lse within float32 rounding of the shipped build's (a masked block's exponent one fused
+    multiply-add where it was a multiply and a subtraction)."""
+    from tests.helpers import load_script
+
+    fs = load_script("benchmarks/fwd_switches.py")
+    mods = {b: fs.build_module(b) for b in ("shipped", "pack", "pp", "mask", "fa4")}
+    gen = torch.Generator(device=DEV).manual_seed(Nq * 7 + Nk + D)
+    scale, (left, right) = D ** -0.5, window
+    q, k, v, cu, kw, lse_shape = _build_inputs(B, H, Hkv, Nq, Nk, D, window, build, gen)
+    res = {}
+    for b, mod in mods.items():
+        out = torch.full_like(q, float("nan"))
+        lse = torch.full(lse_shape, float("nan"), device=DEV)
+        mod.gluon_forward(q, k, v, out, lse, **kw)
+        res[b] = (out, lse)
+    for b in ("pack", "pp"):
+        assert torch.equal(res[b][0], res["shipped"][0]) and torch.equal(res[b][1], res["shipped"][1]), b
+    lse0 = res["shipped"][1]
+    for b in ("mask", "fa4"):
+        out, lse = res[b]
+        assert torch.equal(torch.isinf(lse), torch.isinf(lse0)), b
+        fin = torch.isfinite(lse0)
+        assert (lse[fin] - lse0[fin]).abs().max() <= 1e-5 * (1 + lse0[fin].abs().max()), b
+        if build != "packed":
+            _ref_check(q, k, v, out, lse, right == 0, scale, window=window if left >= 0 else None)
+        else:
+            check_packed_forward(q, k, v, out, lse, cu, causal=right == 0, scale=scale,
+                                 window=window if left >= 0 else None)

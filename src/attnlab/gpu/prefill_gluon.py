@@ -125,6 +125,23 @@ RESCALE_FROM_D = 128
 # build only (224 KB of shared memory with three consumer groups). Measured (H200, benchmarks/fwd_switches.py runs 5 and
 # 6): 0.53-0.64x the same grid on 128-key blocks on the D = 64 window, causal and dense rows (three groups, whose sm_90
 # builds spill), 0.76-0.84x on two groups; no table entry takes it, it runs where a caller's configuration names it.
+# Three changes to the warp-specialised forward's step from a side-by-side reading of FlashAttention-4's Hopper
+# forward (the flash-attn-4 package, whose D = 64 tile is this kernel's, 192 × 128 with P̃ in registers, and which ran
+# 1.07-1.14x faster than it at D = 64 on an H200: benchmarks/RESULTS.md, "FlashAttention-4 runs 1 and 2"):
+#   PACK_P      P̃ to 16 bits two elements at a time (``cvt.rn.bf16x2.f32`` / ``cvt.rn.f16x2.f32``): triton 3.6 converts
+#               one element at a time and ptxas then swaps the halves of every pair (32 PRMTs a step just before the
+#               P̃·V wgmma). The same bits.
+#   MASK_RANGE  a masked block's scores masked raw, by one unsigned range test per score against each row's first
+#               and last visible key, then the unmasked block's arithmetic (one FFMA and one exponential per score), in
+#               place of three comparisons, a multiply, a select and a subtraction per score.
+#   PINGPONG    the consumer warp groups take turns at issuing their wgmmas, in order, by named barriers (FlashAttention-3's
+#               warp-scheduler barrier): a group waits for its turn before its step's Q·Kᵀ and hands the turn on after
+#               its P̃·V, so the groups' softmaxes stay staggered under the others' products. The same bits.
+# Compile-time switches (the kernels read ``_PACK_P``, ``_MASK_RANGE``, ``_PINGPONG``).
+PACK_P = False
+MASK_RANGE = False
+PINGPONG = False
+PINGPONG_BAR0 = 8  # the named barriers of the turns: PINGPONG_BAR0 + group (Triton's own barriers take the low ids)
 WIDE_KEYS = 192
 WIDE_BOXES = 8  # its K/V ring: eight 64-key boxes (other rings have at most 4 slots: the count tells them apart)
 NO_WINDOW = -(1 << 30)  # win_off of a call without a left edge: every key is right of it
@@ -239,6 +256,14 @@ if HAVE_GLUON:
     _RESCALE_SKIP = gl.constexpr(RESCALE_SKIP)
     _RESCALE_TAU = gl.constexpr(RESCALE_TAU)
     _RESCALE_FROM_D = gl.constexpr(RESCALE_FROM_D)
+    _PACK_P = gl.constexpr(PACK_P)
+    _MASK_RANGE = gl.constexpr(MASK_RANGE)
+    _PINGPONG = gl.constexpr(PINGPONG)
+    _PINGPONG_BAR0 = gl.constexpr(PINGPONG_BAR0)
+    _CVT_BF16X2 = gl.constexpr("cvt.rn.bf16x2.f32 $0, $2, $1;")
+    _CVT_F16X2 = gl.constexpr("cvt.rn.f16x2.f32 $0, $2, $1;")
+    _BAR_SYNC = gl.constexpr("bar.sync $1, 256;\nmov.b32 $0, $1;")
+    _BAR_ARRIVE = gl.constexpr("bar.arrive $1, 256;\nmov.b32 $0, $1;")
     _WIDE_KEYS = gl.constexpr(WIDE_KEYS)
     _WIDE_BOXES = gl.constexpr(WIDE_BOXES)
     _SUB_KEYS = gl.constexpr(64)
@@ -344,6 +369,27 @@ if HAVE_GLUON:
         return out
 
     @gluon.jit
+    def _to_16(p, dtype: gl.constexpr):
+        """P̃ (float32) as ``dtype`` (bfloat16 or float16); with ``_PACK_P`` two elements per instruction."""
+        if not _PACK_P:
+            out = p.to(dtype)
+        elif dtype == gl.bfloat16:
+            out = gl.inline_asm_elementwise(_CVT_BF16X2, "=r,f,f", [p], dtype=gl.bfloat16, is_pure=True, pack=2)
+        else:
+            out = gl.inline_asm_elementwise(_CVT_F16X2, "=r,f,f", [p], dtype=gl.float16, is_pure=True, pack=2)
+        return out
+
+    @gluon.jit
+    def _turn(bar, ARRIVE: gl.constexpr):
+        """Named barrier ``bar`` of two warp groups (256 threads), from one warp group's 128 threads: wait on it
+        (``bar.sync``), or arrive without waiting (``bar.arrive``)."""
+        ids = gl.full([128], bar, gl.int32, layout=gl.BlockedLayout([1], [32], [4], [0]))
+        if ARRIVE:
+            gl.inline_asm_elementwise(_BAR_ARRIVE, "=r,r", [ids], dtype=gl.int32, is_pure=False, pack=1)
+        else:
+            gl.inline_asm_elementwise(_BAR_SYNC, "=r,r", [ids], dtype=gl.int32, is_pure=False, pack=1)
+
+    @gluon.jit
     def _softmax(s, m_i, l_i, start_n, offs_m, offs_n, Nk, causal_off, win_off, qk_scale, masked,
                  CAUSAL: gl.constexpr, EXP_POLY: gl.constexpr = 0, TAU: gl.constexpr = 0.0):
         """Online-softmax step on raw scores s (float32): (P̃ in float32, alpha, new m, new l).
@@ -353,14 +399,28 @@ if HAVE_GLUON:
         −∞, all on the exponentials' unit. ``TAU`` > 0: an unmasked block moves a row's maximum only when it grows by
         more than TAU (``RESCALE_TAU``)."""
         if masked:
-            cols = start_n + offs_n
-            visible = (cols[None, :] < Nk) & (cols[None, :] >= offs_m[:, None] + win_off)
-            if CAUSAL:
-                visible = visible & (cols[None, :] <= offs_m[:, None] + causal_off)
-            s = gl.where(visible, s * qk_scale, float("-inf"))
-            m_new = gl.maximum(m_i, _row_max(s))
-            m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
-            p = gl.exp2(s - m_use[:, None])
+            if _MASK_RANGE:  # row i sees the block's columns [lo_i, hi_i): one unsigned comparison per score (the
+                # scores masked before the scale, so the scale must be positive: the library's Gluon calls' is)
+                lo = gl.maximum(offs_m + win_off, 0) - start_n
+                if CAUSAL:
+                    hi = gl.minimum(offs_m + causal_off + 1, Nk) - start_n
+                else:
+                    hi = gl.zeros_like(offs_m) + (Nk - start_n)
+                width = gl.maximum(hi - lo, 0).to(gl.uint32)
+                visible = (offs_n[None, :] - lo[:, None]).to(gl.uint32) < width[:, None]
+                s = gl.where(visible, s, float("-inf"))
+                m_new = gl.maximum(m_i, _row_max(s) * qk_scale)
+                m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
+                p = gl.exp2(s * qk_scale - m_use[:, None])
+            else:
+                cols = start_n + offs_n
+                visible = (cols[None, :] < Nk) & (cols[None, :] >= offs_m[:, None] + win_off)
+                if CAUSAL:
+                    visible = visible & (cols[None, :] <= offs_m[:, None] + causal_off)
+                s = gl.where(visible, s * qk_scale, float("-inf"))
+                m_new = gl.maximum(m_i, _row_max(s))
+                m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
+                p = gl.exp2(s - m_use[:, None])
         else:
             m_new = gl.maximum(m_i, _row_max(s) * qk_scale)
             if TAU > 0:  # keep a row's maximum unless it grows by more than the bound
@@ -745,6 +805,8 @@ if HAVE_GLUON:
         STAGES: gl.constexpr = k_smem.shape[0]
         dtype: gl.constexpr = desc_o.dtype
         SN: gl.constexpr = _SUB_KEYS if BLOCK_N == _WIDE_KEYS else BLOCK_N  # keys of one Q·Kᵀ wgmma
+        NC: gl.constexpr = q_smem.shape[0]  # consumer warp groups
+        PP: gl.constexpr = _PINGPONG and NC > 1  # turns at the tensor cores (``PINGPONG``)
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, SN, 16])
         o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -798,16 +860,24 @@ if HAVE_GLUON:
             else:
                 p, alpha, m_i, l_i = _softmax(s, m_i, l_i, start0, offs_m, offs_n, Nk, causal_off, win_off, qk_scale,
                                               (start0 < lo_full) | (start0 >= full), CAUSAL, EXP_POLY, TAU)
-            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            p_op = gl.convert_layout(_to_16(p, dtype), p_layout)
+            if PP:
+                if q_empty is None:  # a grid program: the first group's first turn is given here (a persistent
+                    if HALF == 0:  # program's, once, by its consumer loop)
+                        _turn(_PINGPONG_BAR0, True)
             for t in range(1, n_blocks):
                 u = it0 + t  # this block's use of the ring
                 slot = u % STAGES
                 prev = (u - 1) % STAGES
                 mbarrier.wait(k_ready.index(slot), (u // STAGES) & 1)
+                if PP:  # this group's turn at the tensor cores
+                    _turn(_PINGPONG_BAR0 + HALF, False)
                 s_tok = warpgroup_mma(q, k_smem.index(slot).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
                                       use_acc=False, is_async=True)
                 mbarrier.wait(v_ready.index(prev), ((u - 1) // STAGES) & 1)
                 acc_tok = warpgroup_mma(p_op, v_smem.index(prev).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
+                if PP:  # and the next group's
+                    _turn(_PINGPONG_BAR0 + (HALF + 1) % NC, True)
                 s = warpgroup_mma_wait(1, deps=(s_tok, ))
                 mbarrier.arrive(k_empty.index(slot), count=1)
                 if q_empty is not None:
@@ -825,7 +895,7 @@ if HAVE_GLUON:
                 acc, p_op = warpgroup_mma_wait(0, deps=(acc_tok, p_op))
                 mbarrier.arrive(v_empty.index(prev), count=1)
                 acc = _scale_rows(acc, alpha)
-                p_op = gl.convert_layout(p.to(dtype), p_layout)
+                p_op = gl.convert_layout(_to_16(p, dtype), p_layout)
             last = (it0 + n_blocks - 1) % STAGES
             mbarrier.wait(v_ready.index(last), ((it0 + n_blocks - 1) // STAGES) & 1)
             if O is not None:  # a packed sequence: its last block's keys past Nk are the next sequence's
@@ -1291,6 +1361,9 @@ if HAVE_GLUON:
         HALF_M: gl.constexpr = q_smem.shape[3]
         NC: gl.constexpr = q_smem.shape[0]
         BLOCK_N: gl.constexpr = _WIDE_KEYS if k_smem.shape[0] == _WIDE_BOXES else k_smem.shape[3]  # (wide: 192)
+        if _PINGPONG and NC > 1 and BLOCK_N != _WIDE_KEYS:  # the first group's first turn, once a program
+            if HALF == 0:
+                _turn(_PINGPONG_BAR0, True)
         it = 0
         ti = 0
         row = SCHED + gl.program_id(0) * n_turns
@@ -1445,6 +1518,9 @@ if HAVE_GLUON:
         HALF_M: gl.constexpr = q_smem.shape[3]
         NC: gl.constexpr = q_smem.shape[0]
         BLOCK_N: gl.constexpr = _WIDE_KEYS if k_smem.shape[0] == _WIDE_BOXES else k_smem.shape[3]  # (wide: 192)
+        if _PINGPONG and NC > 1 and BLOCK_N != _WIDE_KEYS:  # the first group's first turn, once a program
+            if HALF == 0:
+                _turn(_PINGPONG_BAR0, True)
         it = 0
         ti = 0
         p = gl.program_id(0)
@@ -1587,6 +1663,9 @@ if HAVE_GLUON:
         HALF_M: gl.constexpr = q_smem.shape[3]
         NC: gl.constexpr = q_smem.shape[0]
         BLOCK_N: gl.constexpr = _WIDE_KEYS if k_smem.shape[0] == _WIDE_BOXES else k_smem.shape[3]  # (wide: 192)
+        if _PINGPONG and NC > 1 and BLOCK_N != _WIDE_KEYS:  # the first group's first turn, once a program
+            if HALF == 0:
+                _turn(_PINGPONG_BAR0, True)
         it = 0
         ti = 0
         ticket = _wspd_take(ids, id_ready, 0)
