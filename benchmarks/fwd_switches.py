@@ -54,6 +54,7 @@ BUILDS = {  # (the rescale builds set all three of its switches, so that each me
     "mask": {"MASK_RANGE": True},
     "pp": {"PINGPONG": True},
     "fa4": {"PACK_P": True, "MASK_RANGE": True, "PINGPONG": True},
+    "lanes": {"ROW_SUM_LANES": True},  # each thread's partial row sums, the lanes' added after the last block
     "n256": {},  # (tiles, not switches: TILE_BUILDS)
     "n256p": {},
     "n192": {},

@@ -1293,18 +1293,19 @@ def test_gpu_rescale_switches_keep_the_bits_or_the_criterion(B, H, Hkv, Nq, Nk, 
 
 @needs_gluon
 def test_fa4_step_builds_for_sm90_change_only_their_instructions():
-    """The builds with FlashAttention-4's step (``PACK_P``, ``MASK_RANGE``, ``PINGPONG``, made as
+    """The builds with FlashAttention-4's step (``PACK_P``, ``MASK_RANGE``, ``PINGPONG``, ``ROW_SUM_LANES``, made as
     ``benchmarks/fwd_switches.py`` makes them): ``pack`` converts P̃ two elements per instruction, ``mask`` tests
     each masked score against its row's range by one unsigned comparison, ``pp`` waits for and hands on the consumer
-    groups' turns by named barriers (once before and once after each steady step's products, one first turn); each
-    keeps the schedule of the shipped build (its waits, products, loads and shared memory)."""
+    groups' turns by named barriers (once before and once after each steady step's products, one first turn),
+    ``lanes`` keeps each thread's partial row sums (fewer shuffles); each keeps the schedule of the shipped build (its
+    waits, products, loads and shared memory)."""
     import json
     import os
     import subprocess
     import sys
 
     code = ("import json, re, sys; sys.path.insert(0, 'benchmarks'); import fwd_switches as fs; out = []\n"
-            "for b in ('shipped', 'pack', 'mask', 'pp', 'fa4'):\n"
+            "for b in ('shipped', 'pack', 'mask', 'pp', 'lanes', 'fa4'):\n"
             "    m = fs.build_module(b)\n"
             "    for D, bm, kw in ((64, 192, {}), (128, 128, {'persistent': True})):\n"
             "        k = m.compile_sm90(D, causal=True, warp_spec=True, block_m=bm, num_warps=4, **kw)\n"
@@ -1314,6 +1315,7 @@ def test_fa4_step_builds_for_sm90_change_only_their_instructions():
             "        r['ranges'] = ptx.count('setp.lt.u32')\n"
             "        r['syncs'] = len(re.findall(r'bar\\.sync %r\\d+, 256', ptx))\n"
             "        r['arrives'] = len(re.findall(r'bar\\.arrive %r\\d+, 256', ptx))\n"
+            "        r['shuffles'] = ptx.count('shfl.sync')\n"
             "        r['build'], r['consumers'] = b, bm // 64\n"
             "        out.append(r)\n"
             "print(json.dumps(out))")
@@ -1334,6 +1336,10 @@ def test_fa4_step_builds_for_sm90_change_only_their_instructions():
         turns = b in ("pp", "fa4")
         assert r["syncs"] == (n if turns else 0), r  # each group's wait for its turn
         assert r["arrives"] == (n + 1 if turns else 0), r  # each group's hand-on, and the first turn
+        if b == "lanes":  # the row sums' shuffles leave the steps (at least two per group: first and steady step)
+            assert r["shuffles"] <= s["shuffles"] - 2 * n, r
+        else:
+            assert r["shuffles"] == s["shuffles"], r
 
 
 FA4_STEP_CASES = [
@@ -1353,11 +1359,12 @@ def test_gpu_fa4_step_switches_keep_the_bits_or_the_criterion(B, H, Hkv, Nq, Nk,
     """``PACK_P`` and ``PINGPONG`` (the builds of ``benchmarks/fwd_switches.py``): the bits, output and lse, of the
     shipped build on every build and awkward shape; ``MASK_RANGE`` alone and all three together: the float64
     criterion, and the lse within float32 rounding of the shipped build's (a masked block's exponent one fused
-    multiply-add where it was a multiply and a subtraction)."""
+    multiply-add where it was a multiply and a subtraction); ``ROW_SUM_LANES`` likewise (the row sums added in another
+    order)."""
     from tests.helpers import load_script
 
     fs = load_script("benchmarks/fwd_switches.py")
-    mods = {b: fs.build_module(b) for b in ("shipped", "pack", "pp", "mask", "fa4")}
+    mods = {b: fs.build_module(b) for b in ("shipped", "pack", "pp", "mask", "lanes", "fa4")}
     gen = torch.Generator(device=DEV).manual_seed(Nq * 7 + Nk + D)
     scale, (left, right) = D ** -0.5, window
     q, k, v, cu, kw, lse_shape = _build_inputs(B, H, Hkv, Nq, Nk, D, window, build, gen)
@@ -1370,7 +1377,7 @@ def test_gpu_fa4_step_switches_keep_the_bits_or_the_criterion(B, H, Hkv, Nq, Nk,
     for b in ("pack", "pp"):
         assert torch.equal(res[b][0], res["shipped"][0]) and torch.equal(res[b][1], res["shipped"][1]), b
     lse0 = res["shipped"][1]
-    for b in ("mask", "fa4"):
+    for b in ("mask", "lanes", "fa4"):
         out, lse = res[b]
         assert torch.equal(torch.isinf(lse), torch.isinf(lse0)), b
         fin = torch.isfinite(lse0)

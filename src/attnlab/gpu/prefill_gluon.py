@@ -137,10 +137,13 @@ RESCALE_FROM_D = 128
 #   PINGPONG    the consumer warp groups take turns at issuing their wgmmas, in order, by named barriers (FlashAttention-3's
 #               warp-scheduler barrier): a group waits for its turn before its step's Q·Kᵀ and hands the turn on after
 #               its P̃·V, so the groups' softmaxes stay staggered under the others' products. The same bits.
-# Compile-time switches (the kernels read ``_PACK_P``, ``_MASK_RANGE``, ``_PINGPONG``).
+#   ROW_SUM_LANES  each thread keeps its own partial row sums (``_lane_sums``), added across a row's four threads once
+#               after the last block, in place of a sum across threads (two shuffles and adds per row) every block.
+# Compile-time switches (the kernels read ``_PACK_P``, ``_MASK_RANGE``, ``_PINGPONG``, ``_ROW_SUM_LANES``).
 PACK_P = False
 MASK_RANGE = False
 PINGPONG = False
+ROW_SUM_LANES = False
 PINGPONG_BAR0 = 8  # the named barriers of the turns: PINGPONG_BAR0 + group (Triton's own barriers take the low ids)
 WIDE_KEYS = 192
 WIDE_BOXES = 8  # its K/V ring: eight 64-key boxes (other rings have at most 4 slots: the count tells them apart)
@@ -259,6 +262,7 @@ if HAVE_GLUON:
     _PACK_P = gl.constexpr(PACK_P)
     _MASK_RANGE = gl.constexpr(MASK_RANGE)
     _PINGPONG = gl.constexpr(PINGPONG)
+    _ROW_SUM_LANES = gl.constexpr(ROW_SUM_LANES)
     _PINGPONG_BAR0 = gl.constexpr(PINGPONG_BAR0)
     _CVT_BF16X2 = gl.constexpr("cvt.rn.bf16x2.f32 $0, $2, $1;")
     _CVT_F16X2 = gl.constexpr("cvt.rn.f16x2.f32 $0, $2, $1;")
@@ -428,8 +432,19 @@ if HAVE_GLUON:
             m_use = m_new
             p = _exp2_mixed(s * qk_scale - m_use[:, None], EXP_POLY)
         alpha = gl.exp2(m_i - m_use)
-        l_i = l_i * alpha + gl.sum(p, 1)
+        if len(l_i.shape) == 2:  # each thread's partial sums (``_lane_sums``)
+            a = gl.convert_layout(alpha, gl.SliceLayout(1, l_i.type.layout))
+            l_i = l_i * a[:, None] + _lane_sums(p)
+        else:
+            l_i = l_i * alpha + gl.sum(p, 1)
         return p, alpha, m_new, l_i
+
+    @gluon.jit
+    def _lane_sums(p):
+        """The row sums of a wgmma accumulator's scores [M, N] as each thread holds them, not yet added across the
+        four threads of a row: [M, 8], column c the sum of columns c, c + 8, c + 16, ... (a thread's registers; the
+        lanes' sums are added once, after the last block)."""
+        return gl.sum(gl.reshape(p, [p.shape[0], p.shape[1] // 8, 8]), 1)
 
     @gluon.jit
     def _zero_past(v, end, CH: gl.constexpr = 16):
@@ -831,7 +846,10 @@ if HAVE_GLUON:
         if ALIBI:
             c = slope2 * offs_n.to(gl.float32)
         m_i = gl.full([HALF_M], float("-inf"), gl.float32, layout=row_s)
-        l_i = gl.zeros([HALF_M], gl.float32, layout=row_s)
+        if _ROW_SUM_LANES and not ALIBI and BLOCK_N != _WIDE_KEYS:  # each thread's partial row sums (``_lane_sums``)
+            l_i = _lane_sums(gl.zeros([HALF_M, SN], gl.float32, layout=s_layout))
+        else:
+            l_i = gl.zeros([HALF_M], gl.float32, layout=row_s)
         acc = gl.zeros([HALF_M, HEAD_D], gl.float32, layout=o_layout)
         s_zero = gl.zeros([HALF_M, SN], gl.float32, layout=s_layout)
         q_tile = q_smem.index(HALF)
@@ -909,6 +927,8 @@ if HAVE_GLUON:
             if n_blocks == 0:  # (no product read this Q slice)
                 mbarrier.arrive(q_empty.index(HALF), count=1)
 
+        if len(l_i.shape) == 2:
+            l_i = gl.convert_layout(gl.sum(l_i, 1), row_s)
         empty = l_i == 0.0
         l_safe = gl.where(empty, 1.0, l_i)
         lse = gl.where(empty, float("-inf"), (m_i + gl.log2(l_safe)) * _LN2)
