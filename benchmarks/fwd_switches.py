@@ -51,6 +51,7 @@ BUILDS = {  # (the rescale builds set all three of its switches, so that each me
     "chain": {"ROW_MAX_TREE": False},
     # FlashAttention-4's step, one change at a time and together (``prefill_gluon.PACK_P``, ``MASK_RANGE``, ``PINGPONG``)
     "pack": {"PACK_P": True},
+    "nopack": {"PACK_P": False},  # (P̃ converted one element at a time, as before PACK_P was on)
     "mask": {"MASK_RANGE": True},
     "pp": {"PINGPONG": True},
     "fa4": {"PACK_P": True, "MASK_RANGE": True, "PINGPONG": True},

@@ -1290,3 +1290,53 @@ def test_results_fa4_runs_1_and_2_are_the_recorded_ones():
     counts = (outcomes.count("."), outcomes.count("s"), outcomes.count("x"))
     assert f"{counts[0]} passed, {counts[1]} skipped, {counts[2]} xfailed, none failed" in text
     assert len(outcomes) == sum(counts)
+
+
+def test_results_fa4_step_runs_7_and_8_are_the_recorded_ones():
+    """FlashAttention-4's step one difference at a time (fwd-switches runs 7 and 8): the tables as ``fwd_switches.py``
+    renders them, every ratio RESULTS quotes, the checks' counts from their logs, and the library's switches as the
+    runs decided them."""
+    import pytest
+
+    pytest.importorskip("triton")
+    from attnlab.gpu import prefill_gluon as G
+
+    fs = load_script("benchmarks/fwd_switches.py")
+    results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    section = results[results.index("### Fwd-switches runs 7 and 8"):results.index("### Fwd-switches runs 5 and 6")]
+    text = _flat(section)
+    data = ROOT / "benchmarks" / "data"
+    r7 = json.loads((data / "fwd-switches-h200-run7.json").read_text())["rows"]
+    r8 = json.loads((data / "fwd-switches-h200-run8.json").read_text())["rows"]
+    assert fs.report(r7) in section and fs.report(r8) in section
+    x7 = {(r["row"], r["D"], r["build"]): r["vs_first"] for r in r7}
+    x8 = {(r["row"], r["D"], r["build"]): r["vs_first"] for r in r8}
+    rows = ("window", "causal", "full")
+    pack64 = [x[row, 64, "pack"] for x in (x7, x8) for row in rows]
+    assert (f"`pack` is faster on {sum(v > 1 for v in pack64)} of the {len(pack64)} D = 64 rows of the two runs (window "
+            f"{x7['window', 64, 'pack']:.3f}× and {x8['window', 64, 'pack']:.3f}×, dense {x7['full', 64, 'pack']:.3f}× "
+            f"and {x8['full', 64, 'pack']:.3f}×, causal {x7['causal', 64, 'pack']:.3f}× and "
+            f"{x8['causal', 64, 'pack']:.3f}×)") in text
+    pack128 = [x8[row, 128, "pack"] for row in rows]
+    assert f"on the three D = 128 rows ({min(pack128):.3f}–{max(pack128):.3f}×)" in text and min(pack128) > 1
+
+    def span(build):
+        vals = [x7[row, 64, build] for row in rows]
+        return f"{min(vals):.3f}–{max(vals):.3f}×"
+    assert f"`mask` lost on every row ({span('mask')})" in text and max(x7[r, 64, "mask"] for r in rows) < 1
+    assert f"`pp` changed nothing ({span('pp')})" in text
+    assert f"`lanes` lost on every row ({span('lanes')})" in text and max(x7[r, 64, "lanes"] for r in rows) < 1
+    assert f"`fa4` ran at {span('fa4')}" in text
+    for r in (*r7, *r8):  # pack and pp keep the bits
+        if r["build"] in ("pack", "pp"):
+            assert r["max_diff"] == 0.0, r
+    peer8 = {(r["row"], r["build"]): r["x_peer"] for r in r8 if r["D"] == 64}
+    assert (f"the D = 64 window forward in run 8 ran at {peer8['window', 'pack']:.2f}× FlexAttention and the causal 4K "
+            f"forward at {peer8['causal', 'pack']:.2f}× cuDNN") in text
+    logs = data / "fa4-step-checks"
+    checks = (logs / "checks-run7.log").read_text()
+    n = int(checks.split(" passed")[0].split()[-1])
+    assert f"the GPU tests of the builds, {n} passed" in text and "failed" not in checks
+    pack_log = (logs / "pack-tests.log").read_text().strip().splitlines()[-1]
+    assert pack_log.startswith("298 passed, 7 skipped") and "298 passed, 7 skipped" in text
+    assert G.PACK_P and not (G.MASK_RANGE or G.PINGPONG or G.ROW_SUM_LANES)

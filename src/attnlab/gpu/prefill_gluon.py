@@ -139,8 +139,12 @@ RESCALE_FROM_D = 128
 #               its P̃·V, so the groups' softmaxes stay staggered under the others' products. The same bits.
 #   ROW_SUM_LANES  each thread keeps its own partial row sums (``_lane_sums``), added across a row's four threads once
 #               after the last block, in place of a sum across threads (two shuffles and adds per row) every block.
-# Compile-time switches (the kernels read ``_PACK_P``, ``_MASK_RANGE``, ``_PINGPONG``, ``_ROW_SUM_LANES``).
-PACK_P = False
+# Compile-time switches (the kernels read ``_PACK_P``, ``_MASK_RANGE``, ``_PINGPONG``, ``_ROW_SUM_LANES``). Measured
+# (H200, benchmarks/fwd_switches.py runs 7 and 8, each build against the shipped one in the same rounds, D = 64 rows:
+# the sliding window, causal and dense 4 x 4K): PACK_P 1.009x and 1.027x on the window, 0.994-1.003x causal,
+# 1.005-1.014x dense, 1.007-1.017x at D = 128, the same bits (and no spill left in the persistent D = 64 build): on.
+# MASK_RANGE 0.943-0.970x (its builds spill 8-48 bytes), PINGPONG 0.997-1.003x, ROW_SUM_LANES 0.974-0.999x: off.
+PACK_P = True
 MASK_RANGE = False
 PINGPONG = False
 ROW_SUM_LANES = False
@@ -373,9 +377,9 @@ if HAVE_GLUON:
         return out
 
     @gluon.jit
-    def _to_16(p, dtype: gl.constexpr):
-        """P̃ (float32) as ``dtype`` (bfloat16 or float16); with ``_PACK_P`` two elements per instruction."""
-        if not _PACK_P:
+    def _to_16(p, dtype: gl.constexpr, PACK: gl.constexpr):
+        """P̃ (float32) as ``dtype`` (bfloat16 or float16); with ``PACK`` two elements per instruction."""
+        if not PACK:
             out = p.to(dtype)
         elif dtype == gl.bfloat16:
             out = gl.inline_asm_elementwise(_CVT_BF16X2, "=r,f,f", [p], dtype=gl.bfloat16, is_pure=True, pack=2)
@@ -822,6 +826,9 @@ if HAVE_GLUON:
         SN: gl.constexpr = _SUB_KEYS if BLOCK_N == _WIDE_KEYS else BLOCK_N  # keys of one Q·Kᵀ wgmma
         NC: gl.constexpr = q_smem.shape[0]  # consumer warp groups
         PP: gl.constexpr = _PINGPONG and NC > 1  # turns at the tensor cores (``PINGPONG``)
+        # (where it was measured: dense calls; ALiBi and packed batches as before, whose D = 128 builds spill with it
+        # under triton 3.9)
+        PACK: gl.constexpr = _PACK_P and not ALIBI and O is None
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, SN, 16])
         o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -878,7 +885,7 @@ if HAVE_GLUON:
             else:
                 p, alpha, m_i, l_i = _softmax(s, m_i, l_i, start0, offs_m, offs_n, Nk, causal_off, win_off, qk_scale,
                                               (start0 < lo_full) | (start0 >= full), CAUSAL, EXP_POLY, TAU)
-            p_op = gl.convert_layout(_to_16(p, dtype), p_layout)
+            p_op = gl.convert_layout(_to_16(p, dtype, PACK), p_layout)
             if PP:
                 if q_empty is None:  # a grid program: the first group's first turn is given here (a persistent
                     if HALF == 0:  # program's, once, by its consumer loop)
@@ -913,7 +920,7 @@ if HAVE_GLUON:
                 acc, p_op = warpgroup_mma_wait(0, deps=(acc_tok, p_op))
                 mbarrier.arrive(v_empty.index(prev), count=1)
                 acc = _scale_rows(acc, alpha)
-                p_op = gl.convert_layout(_to_16(p, dtype), p_layout)
+                p_op = gl.convert_layout(_to_16(p, dtype, PACK), p_layout)
             last = (it0 + n_blocks - 1) % STAGES
             mbarrier.wait(v_ready.index(last), ((it0 + n_blocks - 1) // STAGES) & 1)
             if O is not None:  # a packed sequence: its last block's keys past Nk are the next sequence's
