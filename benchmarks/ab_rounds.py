@@ -103,10 +103,12 @@ def table(rows: list[dict], head: str, arm_key: str = "build") -> str:
     return f"| {head} |\n" + "|---" * 8 + "|\n" + "\n".join(line(r, arm_key) for r in rows)
 
 
-def main(argv, *, description: str, name: str, rows, measure_fn, report, add_args=None, check_args=None) -> int:
+def main(argv, *, description: str, name: str, rows, measure_fn, report, add_args=None, check_args=None,
+         env_extra=None) -> int:
     """The command line the A/B scripts share: ``--rows``, ``--D``, ``--rounds``, ``--json`` (never overwriting a
     file), ``--report JSON`` (the table of a recorded run, no GPU needed); ``add_args(parser)`` adds a script's own
-    options and ``check_args(parser, args)`` checks them; ``measure_fn(args)`` returns the result rows."""
+    options and ``check_args(parser, args)`` checks them; ``measure_fn(args)`` returns the result rows;
+    ``env_extra()`` more fields for the JSON's environment."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--rows", nargs="+", default=list(rows), choices=rows)
     ap.add_argument("--D", type=int, nargs="+", default=[64, 128], choices=[64, 128])
@@ -129,12 +131,12 @@ def main(argv, *, description: str, name: str, rows, measure_fn, report, add_arg
     if check_args:
         check_args(ap, args)
     if not torch.cuda.is_available():
-        print(f"{name}.py times the Gluon forward on a Hopper GPU; no CUDA device here", file=sys.stderr)
+        print(f"{name}.py times GPU kernels; no CUDA device here", file=sys.stderr)
         return 2
     result = measure_fn(args)
     print(report(result))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"benchmark": name, "environment": environment(), "rows": result},
-                                        indent=2, default=str))
+        env = environment() | (env_extra() if env_extra else {})
+        args.json.write_text(json.dumps({"benchmark": name, "environment": env, "rows": result}, indent=2, default=str))
     return 0

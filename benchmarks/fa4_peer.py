@@ -26,8 +26,6 @@ with its reason in the row; the others are still timed.
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -37,10 +35,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import ab_rounds  # noqa: E402
 import variants as V  # noqa: E402
 
 import attnlab  # noqa: E402
-from attnlab.bench import environment, time_fn  # noqa: E402
+from attnlab.bench import time_fn  # noqa: E402
 
 ROWS = ("window", "varlen", "causal", "full")
 PASSES = ("fwd", "fwd_bwd")
@@ -203,43 +202,23 @@ def report(rows: list[dict]) -> str:
             + "|---" * 8 + "|\n" + "\n".join(line(r) for r in rows))
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", nargs="+", default=list(ROWS), choices=ROWS)
-    ap.add_argument("--D", type=int, nargs="+", default=[64, 128], choices=[64, 128])
-    ap.add_argument("--passes", nargs="+", default=["fwd"], choices=PASSES)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--json", type=Path, help="write the rows here (refuses an existing file)")
-    ap.add_argument("--report", metavar="JSON", help="print the table of a recorded run")
-    args = ap.parse_args(argv)
-    if args.report:
-        path = Path(args.report)
-        if not path.is_file():
-            ap.error(f"--report: no such file: {path}")
-        print(report(json.loads(path.read_text())["rows"]))
-        return 0
-    if args.rounds < 1:
-        ap.error("--rounds must be at least 1")
-    if args.json is not None and args.json.exists():
-        ap.error(f"{args.json} exists; not overwriting it")
-    if not torch.cuda.is_available():
-        print("fa4_peer.py times GPU kernels; no CUDA device here", file=sys.stderr)
-        return 2
-    result = measure(args.rows, args.D, args.passes, args.rounds)
-    print(report(result))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        env = environment()
-        try:
-            from importlib.metadata import version
+def versions() -> dict:
+    """flash-attn-4's and the CuTe DSL's versions, for the JSON's environment."""
+    from importlib.metadata import PackageNotFoundError, version
 
-            env["flash_attn_4"] = version("flash-attn-4")
-            env["nvidia_cutlass_dsl"] = version("nvidia-cutlass-dsl")
-        except Exception as e:  # noqa: BLE001
-            env["flash_attn_4"] = f"not installed ({type(e).__name__})"
-        args.json.write_text(json.dumps({"benchmark": "fa4_peer", "environment": env, "rows": result}, indent=2,
-                                        default=str))
-    return 0
+    try:
+        return {"flash_attn_4": version("flash-attn-4"), "nvidia_cutlass_dsl": version("nvidia-cutlass-dsl")}
+    except PackageNotFoundError:
+        return {"flash_attn_4": "not installed"}
+
+
+def main(argv=None) -> int:
+    def add(ap):
+        ap.add_argument("--passes", nargs="+", default=["fwd"], choices=PASSES)
+
+    return ab_rounds.main(argv, description=__doc__.splitlines()[0], name="fa4_peer", rows=ROWS, report=report,
+                          measure_fn=lambda a: measure(a.rows, a.D, a.passes, a.rounds), add_args=add,
+                          env_extra=versions)
 
 
 if __name__ == "__main__":

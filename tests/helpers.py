@@ -206,23 +206,31 @@ def scatter(k_full, v_full, bt, page):
     return out
 
 
-def sm90_reports(module: str, cases: list[dict]) -> list[dict]:
-    """``attnlab.gpu.<module>.sm90_report`` of each case (dicts of its keyword arguments, with ``D`` and a
-    ``dtype`` name), built in a fresh interpreter without TRITON_INTERPRET: the interpreter a CPU test
-    process runs under replaces the jit functions Gluon calls."""
+def fresh_json(code: str, *args: str, timeout: int = 900):
+    """The JSON that ``code`` prints last, run by a fresh interpreter in the repository's root without
+    TRITON_INTERPRET (the interpreter a CPU test process runs under replaces the jit functions Gluon calls), with
+    ``args`` as its ``sys.argv[1:]``; fails the test with the end of its stderr when it fails."""
     import json
     import os
     import subprocess
     import sys
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
+                         timeout=timeout, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def sm90_reports(module: str, cases: list[dict]) -> list[dict]:
+    """``attnlab.gpu.<module>.sm90_report`` of each case (dicts of its keyword arguments, with ``D`` and a
+    ``dtype`` name), built in a fresh interpreter (``fresh_json``)."""
+    import json
+
     code = (f"import json, sys, torch; from attnlab.gpu.{module} import sm90_report; "
             "cases = json.loads(sys.argv[1]); "
             "print(json.dumps([sm90_report(c.pop('D'), dtype=getattr(torch, c.pop('dtype')), **c) for c in cases]))")
-    res = subprocess.run([sys.executable, "-c", code, json.dumps(cases)], capture_output=True, text=True, env=env,
-                         timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
-    return json.loads(res.stdout.strip().splitlines()[-1])
+    return fresh_json(code, json.dumps(cases), timeout=600)
 
 
 # awkward shapes for the Gluon kernels' GPU tests (forward and backward)

@@ -19,6 +19,7 @@ from tests.helpers import (
     GLUON_WINDOW_CASES,
     check_forward,
     check_packed_forward,
+    fresh_json,
     packed_sequences,
     sm90_reports,
     within_criterion,
@@ -189,7 +190,6 @@ def test_auto_head_chunk_is_the_group_run_4_measured_fastest():
     build is the fastest of the groups of 1, 2, 4 and 8 heads or within 1 % of it, as its docstring says; the
     group of 8 heads at D = 128, 16K (eight times the bytes) 8 % slower. GQA groups count K/V heads once."""
     import json
-    from pathlib import Path
 
     rows = json.loads((Path(__file__).resolve().parents[2] / "benchmarks" / "data"
                        / "fwd-persistent-h200-run4.json").read_text())["rows"]
@@ -1096,9 +1096,6 @@ def test_the_row_maximum_as_a_tree_is_the_same_instructions_in_a_shorter_chain()
     N/4 − 1 and more; and the two builds are the same kernel otherwise: the same maxima, exponentials, products,
     loads and shared memory."""
     import json
-    import os
-    import subprocess
-    import sys
 
     import triton
 
@@ -1113,11 +1110,7 @@ def test_the_row_maximum_as_a_tree_is_the_same_instructions_in_a_shorter_chain()
             "        r['shipped'] = mods[b].__name__ == 'attnlab.gpu.prefill_gluon'\n"
             "        out.append(r)\n"
             "print(json.dumps(out))")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", code, json.dumps(ROW_MAX_BUILDS)], capture_output=True, text=True,
-                         env=env, timeout=600, cwd=Path(__file__).resolve().parents[2])
-    assert res.returncode == 0, res.stderr[-3000:]
-    reps = json.loads(res.stdout.strip().splitlines()[-1])
+    reps = fresh_json(code, json.dumps(ROW_MAX_BUILDS), timeout=600)
     for i, case in enumerate(ROW_MAX_BUILDS):
         tree, chain = reps[2 * i], reps[2 * i + 1]
         assert tree["shipped"] == G.ROW_MAX_TREE and chain["shipped"] != G.ROW_MAX_TREE
@@ -1211,10 +1204,6 @@ def test_rescale_switch_builds_for_sm90_add_one_vote_and_branch_per_consumer():
     vote and one branch round O's multiplies per consumer warp group, and the schedule of the build without them (the
     same waits, products, loads and shared memory, no spill); the build without them has no vote, and the library's
     own builds have one where ``RESCALE_SKIP`` is on and the head dim is at least ``RESCALE_FROM_D``, none elsewhere."""
-    import json
-    import os
-    import subprocess
-    import sys
 
     code = ("import json, sys; sys.path.insert(0, 'benchmarks'); import fwd_switches as fs; out = []\n"
             "for b in ('off', 'skip', 'skip+tau8', 'shipped'):\n"
@@ -1226,11 +1215,7 @@ def test_rescale_switch_builds_for_sm90_add_one_vote_and_branch_per_consumer():
             "        r['build'], r['consumers'] = b, bm // 64\n"
             "        out.append(r)\n"
             "print(json.dumps(out))")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=900,
-                         cwd=Path(__file__).resolve().parents[2])
-    assert res.returncode == 0, res.stderr[-3000:]
-    reps = json.loads(res.stdout.strip().splitlines()[-1])
+    reps = fresh_json(code)
     off = reps[:2]
     for i, r in enumerate(reps):
         base = off[i % 2]
@@ -1299,10 +1284,6 @@ def test_fa4_step_builds_for_sm90_change_only_their_instructions():
     groups' turns by named barriers (once before and once after each steady step's products, one first turn),
     ``lanes`` keeps each thread's partial row sums (fewer shuffles); each keeps the schedule of the shipped build (its
     waits, products, loads and shared memory)."""
-    import json
-    import os
-    import subprocess
-    import sys
 
     code = ("import json, re, sys; sys.path.insert(0, 'benchmarks'); import fwd_switches as fs; out = []\n"
             "builds = [(b, 64, 192, {}) for b in ('shipped', 'nopack', 'pack', 'mask', 'pp', 'lanes', 'fa4')]\n"
@@ -1320,11 +1301,7 @@ def test_fa4_step_builds_for_sm90_change_only_their_instructions():
             "        r['build'], r['consumers'] = b, bm // 64\n"
             "        out.append(r)\n"
             "print(json.dumps(out))")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=1200,
-                         cwd=Path(__file__).resolve().parents[2])
-    assert res.returncode == 0, res.stderr[-3000:]
-    reps = json.loads(res.stdout.strip().splitlines()[-1])
+    reps = fresh_json(code, timeout=1200)
     base = {r["consumers"]: r for r in reps if r["build"] == "shipped"}
     assert all(r["syncs"] == r["arrives"] == 0 for r in base.values())
     for r in reps:
