@@ -664,3 +664,34 @@ def test_gpu_strided_inputs_through_the_operator():
     _check("out", out, o_same, o64)
     for name, a, s, r in zip(("dq", "dk", "dv"), g, g_same, g64):
         _check(name, a, s, r)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_negative_scale_never_overflows_and_keeps_its_gradients(causal):
+    """The forward takes a block's row maximum of the raw scores before the scale, which bounds the scaled scores
+    only for a scale ≥ 0: a negative scale runs as −q with −scale. With scores spread over ±300 and scale −0.125
+    (the kernels' exponentials would overflow), the output, lse and gradients meet the float64 reference, dense
+    and packed."""
+    from tests.helpers import check_forward
+
+    gen = torch.Generator(device=DEV).manual_seed(3)
+    B, H, N, D, scale = 1, 2, 160, 64, -0.125
+    q, k = ((6 * torch.randn(B, H, N, D, generator=gen, device=DEV)).half() for _ in range(2))
+    v, do = (torch.randn(B, H, N, D, generator=gen, device=DEV).half() for _ in range(2))
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    out, lse = flash_attention_triton(q, k, v, causal=causal, scale=scale, return_lse=True)
+    check_forward(q.detach(), k.detach(), v.detach(), out, lse, causal=causal, scale=scale)
+    grads = torch.autograd.grad(out, (q, k, v), do)
+    qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
+    ref_grads = torch.autograd.grad(attention_ref(qd, kd, vd, causal=causal, scale=scale)[0], (qd, kd, vd),
+                                    do.double())
+    for g, r in zip(grads, ref_grads):
+        assert torch.isfinite(g).all() and (g.double() - r).abs().max() < 2e-2 * (1 + r.abs().max())
+    cu = torch.tensor([0, 100, N], dtype=torch.int32, device=DEV)
+    packed = [t.detach()[0].transpose(0, 1).contiguous() for t in (q, k, v)]  # (N, H, D)
+    out_p = attnlab.flash_attention_varlen(*packed, cu, cu, max_seqlen_q=100, max_seqlen_k=100, causal=causal,
+                                           scale=scale)
+    assert torch.isfinite(out_p).all()
+    for a, b in ((0, 100), (100, N)):
+        r, _ = attention_ref(*(x[a:b].transpose(0, 1)[None].double() for x in packed), causal=causal, scale=scale)
+        assert (out_p[a:b].transpose(0, 1)[None].double() - r).abs().max() < 1e-2

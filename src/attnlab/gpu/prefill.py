@@ -205,10 +205,21 @@ def unsupported(q, dims, *, needs_grad: bool) -> tuple[str, str] | None:
     return None
 
 
+def _positive_scale(q, scale: float, softcap, slopes):
+    """(q, scale) for the kernels. Their forward takes a block's row maximum of the raw scores and scales it (one
+    fused multiply-add per score), which is the maximum of the scaled scores only for a scale ≥ 0; with a negative
+    one the exponentials could overflow. So a negative scale runs as −q with −scale: the same scaled scores to the
+    bit, and autograd carries dQ's sign back through the negation. (Softcap and ALiBi scale first.)"""
+    if scale < 0 and softcap is None and slopes is None:
+        return -q, -scale
+    return q, scale
+
+
 def attention_fn(q, k, v, *, mask: Mask, scale: float, softcap: float | None = None,
                  slopes: torch.Tensor | None = None, deterministic: bool = False):
     """(out, lse) through the kernels, differentiable; inputs already checked and supported.
     q (B, H, Nq, D), k/v (B, Hkv, Nk, D); ``slopes`` (B, H) float32 or None."""
+    q, scale = _positive_scale(q, scale, softcap, slopes)
     args = (mask.left, mask.right, scale, softcap, slopes, deterministic)
     if _is_compiling():
         return _flash_attn_fwd(q, k, v, *args)
@@ -221,6 +232,7 @@ def varlen_attention_fn(q, k, v, vdims: VarlenDims, *, mask: Mask, scale: float,
     inputs already checked (``vdims`` from ``check_varlen``) and supported. The kernels read the
     cumulative lengths from device memory and size their grids by ``vdims.max_q`` / ``max_k``:
     nothing is read on the host and nothing is copied to the device."""
+    q, scale = _positive_scale(q, scale, softcap, slopes)
     args = (mask.left, mask.right, scale, softcap, slopes, deterministic)
     cu = (vdims.cu_seqlens_q, vdims.cu_seqlens_k, vdims.max_q, vdims.max_k)
     if _is_compiling():
