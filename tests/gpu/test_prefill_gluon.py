@@ -1122,6 +1122,18 @@ def test_the_row_maximum_as_a_tree_is_the_same_instructions_in_a_shorter_chain()
             assert tree[key] == chain[key], (case, key, tree[key], chain[key])
 
 
+def _run_builds(mods, q, k, v, kw, lse_shape) -> dict:
+    """{build: (out, lse)} of each build module's ``gluon_forward`` with keywords ``kw``, into outputs poisoned
+    with NaN first (an element a build leaves unwritten shows)."""
+    res = {}
+    for b, mod in mods.items():
+        out = torch.full_like(q, float("nan"))
+        lse = torch.full(lse_shape, float("nan"), device=DEV)
+        mod.gluon_forward(q, k, v, out, lse, **kw)
+        res[b] = (out, lse)
+    return res
+
+
 def _build_inputs(B, H, Hkv, Nq, Nk, D, window, build, gen, growing=False):
     """bfloat16 q, k, v (dense, or a packed batch of three sequences for ``build`` "packed"), cu_seqlens (None when
     dense), ``gluon_forward``'s keywords for the build ("grid-128", "grid-192", "grid-128x64", "persistent",
@@ -1165,13 +1177,8 @@ def test_gpu_the_tree_row_maximum_gives_the_chains_bits(B, H, Hkv, Nq, Nk, D, wi
     gen = torch.Generator(device=DEV).manual_seed(Nq * 7 + Nk)
     scale, (left, right) = D ** -0.5, window
     q, k, v, cu, kw, lse_shape = _build_inputs(B, H, Hkv, Nq, Nk, D, window, build, gen)
-    outs = []
-    for mod in (mods["tree"], mods["chain"]):
-        out = torch.full_like(q, float("nan"))
-        lse = torch.full(lse_shape, float("nan"), device=DEV)
-        mod.gluon_forward(q, k, v, out, lse, **kw)
-        outs.append((out, lse))
-    (out, lse), (out_c, lse_c) = outs
+    res = _run_builds({b: mods[b] for b in ("tree", "chain")}, q, k, v, kw, lse_shape)
+    (out, lse), (out_c, lse_c) = res["tree"], res["chain"]
     assert torch.equal(out, out_c) and torch.equal(lse, lse_c)
     if build != "packed":
         _ref_check(q, k, v, out, lse, right == 0, scale, window=window if left >= 0 else None)
@@ -1253,12 +1260,7 @@ def test_gpu_rescale_switches_keep_the_bits_or_the_criterion(B, H, Hkv, Nq, Nk, 
     scale, (left, right) = D ** -0.5, window
     growing = (B, H, Hkv, Nq, Nk, D, window) in RESCALE_CASES[-2:]
     q, k, v, cu, kw, lse_shape = _build_inputs(B, H, Hkv, Nq, Nk, D, window, build, gen, growing=growing)
-    res = {}
-    for b, mod in mods.items():
-        out = torch.full_like(q, float("nan"))
-        lse = torch.full(lse_shape, float("nan"), device=DEV)
-        mod.gluon_forward(q, k, v, out, lse, **kw)
-        res[b] = (out, lse)
+    res = _run_builds(mods, q, k, v, kw, lse_shape)
     assert torch.equal(res["skip"][0], res["off"][0]) and torch.equal(res["skip"][1], res["off"][1])
     on = D >= G.RESCALE_FROM_D
     same = {(False, 0.0): "off", (True, 0.0): "skip", (True, 8.0): "skip+tau8"}[
@@ -1348,12 +1350,7 @@ def test_gpu_fa4_step_switches_keep_the_bits_or_the_criterion(B, H, Hkv, Nq, Nk,
     gen = torch.Generator(device=DEV).manual_seed(Nq * 7 + Nk + D)
     scale, (left, right) = D ** -0.5, window
     q, k, v, cu, kw, lse_shape = _build_inputs(B, H, Hkv, Nq, Nk, D, window, build, gen)
-    res = {}
-    for b, mod in mods.items():
-        out = torch.full_like(q, float("nan"))
-        lse = torch.full(lse_shape, float("nan"), device=DEV)
-        mod.gluon_forward(q, k, v, out, lse, **kw)
-        res[b] = (out, lse)
+    res = _run_builds(mods, q, k, v, kw, lse_shape)
     for b in ("nopack", "pack", "pp"):
         assert torch.equal(res[b][0], res["shipped"][0]) and torch.equal(res[b][1], res["shipped"][1]), b
     lse0 = res["shipped"][1]
