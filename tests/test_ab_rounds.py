@@ -106,3 +106,24 @@ def test_scripts_report_recorded_runs_and_refuse_without_a_gpu(script, data, tmp
         mod.main(["--rounds", "0"])
     if not torch.cuda.is_available():
         assert mod.main(["--rounds", "1"]) == 2
+
+
+def test_bwd_block_m_arms_and_refusals(tmp_path):
+    """``bwd_block_m.py``: its arms are the table's Gluon entry at D = 64 and that entry with 128 query rows (no lag;
+    dQ shared or not), or without the lag; it refuses D = 128 (no such build) and runs nothing without a GPU."""
+    from attnlab.gpu.config import _GLUON_BWD_64, _GLUON_BWD_64_CAUSAL
+
+    mod = load_script("benchmarks/bwd_block_m.py")
+    for causal, g64 in ((True, _GLUON_BWD_64_CAUSAL), (False, _GLUON_BWD_64)):
+        assert mod.arm_config("g64", causal) == g64 and g64.block_m1 == 64 and g64.gluon
+        for arm, shared in (("g128", False), ("g128s", True)):
+            cfg = mod.arm_config(arm, causal)
+            assert (cfg.block_m1, cfg.dq_lag, cfg.dq_shared) == (128, 0, shared) and cfg.gluon
+        assert mod.arm_config("g64lag0", causal).dq_lag == 0
+        assert mod.arm_config("table", causal) is None
+    with pytest.raises(SystemExit):
+        mod.main(["--D", "128"])
+    with pytest.raises(SystemExit):
+        mod.main(["--arms", "g64", "g64"])
+    if not torch.cuda.is_available():
+        assert mod.main(["--rounds", "1"]) == 2

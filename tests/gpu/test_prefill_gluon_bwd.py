@@ -29,8 +29,8 @@ from attnlab.gpu.layout import sum_head_copies  # noqa: E402
 pytestmark = pytest.mark.usefixtures("interpreter_bfloat16")
 
 
-def _gluon_cfg(stages=2, dq_split=1, dq_atomic=False, dq_shared=False, dq_lag=0):
-    return BwdConfig(64, 128, 4, stages, 64, 128, 4, stages, gluon=True, dq_split=dq_split, dq_atomic=dq_atomic,
+def _gluon_cfg(stages=2, dq_split=1, dq_atomic=False, dq_shared=False, dq_lag=0, block_m=64):
+    return BwdConfig(block_m, 128, 4, stages, 64, 128, 4, stages, gluon=True, dq_split=dq_split, dq_atomic=dq_atomic,
                      dq_shared=dq_shared, dq_lag=dq_lag)
 
 
@@ -371,7 +371,9 @@ def test_alibi_builds_for_sm90_with_the_table_options():
 @pytest.mark.parametrize("bad", [dict(stages=0), dict(stages=4), dict(dq_split=3), dict(dq_split=4, D=64),
                                  dict(stages=3, dq_split=1), dict(dq_shared=True, dq_split=2),
                                  dict(consumer_regs=248), dict(consumer_regs=236), dict(dq_lag=3),
-                                 dict(dq_lag=1)])
+                                 dict(dq_lag=1), dict(block_m=96, D=64), dict(block_m=32, D=64), dict(block_m=128),
+                                 dict(block_m=128, D=64, dq_lag=1), dict(block_m=128, D=64, deterministic=True),
+                                 dict(block_m=128, D=64, dq_atomic=True)])
 def test_gluon_backward_refuses_bad_tiles_before_any_work(bad):
     bad = dict(bad)
     D = bad.pop("D", 128)
@@ -975,6 +977,51 @@ def test_gpu_gluon_backward_packed_batch(lens_q, lens_k, H, Hkv, D, causal, dq_s
 
 @pytest.mark.gpu
 @on_hopper
+@pytest.mark.parametrize("dq_shared", [False, True])
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,causal,window,dtype", [
+    c[:5] + (c[6], None, c[7]) for c in GLUON_CASES] + [
+    c[:5] + (True, c[6], torch.bfloat16) for c in GLUON_WINDOW_CASES])
+def test_gpu_128_row_query_blocks_match_reference(B, H, Hkv, Nq, Nk, causal, window, dtype, dq_shared):
+    """The 128-row build (``block_m`` 128) at D = 64 on the awkward shapes of the 64-row tests (each case at D = 64;
+    a last block of rows past Nq, and its second 64-row dQ tile past a head's last, hold the criterion and
+    write nothing into the next head), windows included: every element written, within the float64 criterion."""
+    D = 64
+    q, k, v, do = _gpu_inputs(B, H, Hkv, Nq, Nk, D, dtype, Nq * 5 + Nk)
+    mask = Mask(-1, 0 if causal else -1) if window is None else Mask(*window)
+    scale = D ** -0.5
+    out, lse = _forward(q, k, v, mask, scale)
+    grads = [torch.full(t.shape, float("nan"), dtype=dtype, device=DEV) for t in (q, k, v)]
+    prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, config=_gluon_cfg(dq_shared=dq_shared, block_m=128),
+                     dq=grads[0], dk=grads[1], dv=grads[2])
+    _check_grads(q, k, v, do, grads, causal, scale, window=window)
+
+
+@pytest.mark.gpu
+@on_hopper
+@pytest.mark.parametrize("dq_shared", [False, True])
+@pytest.mark.parametrize("lens_q,lens_k,H,Hkv,D,causal", PACKED_CASES)
+def test_gpu_128_row_query_blocks_packed_batch(lens_q, lens_k, H, Hkv, D, causal, dq_shared, monkeypatch):
+    """The 128-row build on packed batches (each case at D = 64): a sequence's last block of rows reaches into the
+    next sequence's rows, which must add nothing to this one's gradients nor it to theirs; each sequence's gradients
+    as the oracle's on that sequence alone, every element written."""
+    D = 64
+    q, k, v, do, cu = _packed_inputs(lens_q, lens_k, H, Hkv, D, sum(lens_q) * 5 + D)
+    mask, scale = Mask(-1, 0 if causal else -1), D ** -0.5
+    max_seqlen = (max(lens_q), max(lens_k))
+    out, lse = prefill_forward(q, k, v, mask=mask, scale=scale, cu_seqlens=cu, max_seqlen=max_seqlen)
+    monkeypatch.setattr(GB, "PACKED", True)
+    calls = []
+    real = GB.gluon_backward
+    monkeypatch.setattr(GB, "gluon_backward", lambda *a, **kw: calls.append(kw["block_m"]) or real(*a, **kw))
+    grads = [torch.full_like(t, float("nan")) for t in (q, k, v)]
+    prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, cu_seqlens=cu, max_seqlen=max_seqlen,
+                     config=_gluon_cfg(dq_shared=dq_shared, block_m=128), dq=grads[0], dk=grads[1], dv=grads[2])
+    assert calls == [128], "the 128-row build did not run"
+    _check_packed_grads(q, k, v, do, cu, grads, causal, scale)
+
+
+@pytest.mark.gpu
+@on_hopper
 @pytest.mark.parametrize("rotate,early", [(False, False), (True, False), (False, True)])
 @pytest.mark.parametrize("lens_q,lens_k,H,Hkv,D,causal", PACKED_CASES)
 def test_gpu_gluon_backward_deterministic_packed_batch(lens_q, lens_k, H, Hkv, D, causal, rotate, early, monkeypatch):
@@ -1164,6 +1211,50 @@ def test_packed_batches_build_for_sm90_and_route_to_the_gluon_backward(monkeypat
     monkeypatch.setattr(GB, "PACKED", False)
     prefill_backward(do, q, k, v, out, lse, mask=Mask(-1, 0), **common)
     assert calls == [] and GB.PACKED is False
+
+
+@needs_gluon
+def test_128_row_query_blocks_build_for_sm90_at_d64():
+    """``block_m`` 128 (D = 64): the dense and packed builds compile for sm_90 with 128-row Q, dO and L₂/Dᵢ boxes, in
+    the shared memory ``smem_bytes`` counts (at most a block's), with the 64-row build's register split, and add
+    dQ as two 64-row register-order tiles per staged product (so four reductions in the code: two per warp group's
+    copy, whole or with the product shared). Its 64 × 128 Sᵀ and dPᵀ and 128 columns of L₂ and Dᵢ a warp group
+    hold more than its registers under triton 3.6: the build spills (the stack is reported, not held to 0 as the
+    64-row builds' is; ``benchmarks/bwd_block_m.py`` times what that costs)."""
+    cases = [dict(D=64, dtype="bfloat16", causal=c, block_m=128, dq_shared=sh) for c in (True, False)
+             for sh in (False, True)] + [dict(D=64, dtype="bfloat16", causal=True, varlen=True, block_m=128)]
+    for case, rep in zip(cases, sm90_reports("prefill_gluon_bwd", [dict(c) for c in cases])):
+        assert rep["smem_kb"] <= 227, (case, rep)
+        assert rep["smem_kb"] == pytest.approx(GB.smem_bytes(64, 2, block_m=128) / 1024, abs=1.0), (case, rep)
+        assert rep["tma_reduces"] == 4 and rep["atomics"] == 0, (case, rep)
+        assert 24 in rep["setmaxnreg"] and max(rep["setmaxnreg"]) >= 232, (case, rep)
+        assert 1 in rep["wait_groups"] and rep["tma_loads"] > 0, (case, rep)
+    assert GB.smem_bytes(64, 2, block_m=128) > GB.smem_bytes(64, 2)
+    assert GB.smem_bytes(128, 2, block_m=128) > GB.SMEM_LIMIT  # (D = 128: refused)
+
+
+def test_a_128_row_config_reaches_the_gluon_backward_where_its_build_exists(monkeypatch):
+    """A Gluon configuration with ``block_m1`` 128 runs the 128-row build on dense and packed calls; deterministic
+    and ALiBi calls, which have no such build, run the 64-row one."""
+    calls = _stub_gluon_backward(monkeypatch)
+    monkeypatch.setattr(GB, "PACKED", True)
+    gen = torch.Generator(device=DEV).manual_seed(9)
+    B, H, Hkv, N, D = 2, 4, 2, 40, 64
+    q, do, out = (torch.randn(B, H, N, D, dtype=torch.bfloat16, device=DEV, generator=gen) for _ in range(3))
+    k, v = (torch.randn(B, Hkv, N, D, dtype=torch.bfloat16, device=DEV, generator=gen) for _ in range(2))
+    lse = torch.randn(B, H, N, device=DEV, generator=gen)
+    cfg = _gluon_cfg(block_m=128)
+    for extra, rows in ((dict(), 128), (dict(mask=Mask(-1, -1)), 128), (dict(deterministic=True), 64),
+                        (dict(slopes=torch.rand(B, H, device=DEV, generator=gen)), 64)):
+        calls.clear()
+        prefill_backward(do, q, k, v, out, lse, **(dict(mask=Mask(-1, 0)) | extra), scale=0.125, config=cfg)
+        assert [c["block_m"] for c in calls] == [rows], extra
+    calls.clear()
+    cu = torch.tensor([0, 7, 40], dtype=torch.int32, device=DEV)
+    pq, pk, pv, pout, pdo = (t[0].transpose(0, 1).contiguous() for t in (q, k, v, out, do))
+    prefill_backward(pdo, pq, pk, pv, pout, lse[0], mask=Mask(-1, 0), scale=0.125, cu_seqlens=(cu, cu),
+                     max_seqlen=(33, 33), config=cfg)
+    assert len(calls) == 1 and calls[0]["block_m"] == 128 and calls[0]["cu_seqlens"] is not None
 
 
 @pytest.mark.gpu

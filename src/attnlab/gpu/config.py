@@ -61,8 +61,8 @@ class BwdConfig:
     dq_atomic: bool = False  # accumulate dQ with float32 atomics inside the dK/dV kernel
     gluon: bool = False  # the Gluon kernel (prefill_gluon_bwd: one pass, dQ by TMA reductions; sm_90, D 64/128,
     # dense, causal or windowed, ALiBi too; never for softcap, packed or deterministic calls): a loader warp and
-    # two consumer warp groups of 64 keys each (block_n1 128, block_m1 64, stages1 the Q/dO ring); the other
-    # fields are unused
+    # two consumer warp groups of 64 keys each (block_n1 128; block_m1 the query rows per step, 64, or 128 at
+    # D = 64 without dq_lag, deterministic order or ALiBi; stages1 the Q/dO ring); the other fields are unused
     dq_split: int = 1  # Gluon: the dQ product in dq_split column slices of D (fewer live registers)
     dq_shared: bool = False  # Gluon: both warp groups make every step's dQ product, half of D's columns each
     dq_lag: int = 0  # Gluon: a step's dQ product made dq_lag steps after its dSᵀ (a four-tile dSᵀ ring; D = 64)

@@ -282,7 +282,8 @@ if HAVE_GLUON:
             m0 = m_lo + ((t % n_m + rot) % n_m) * BLOCK_M  # each key block starts at its own query block
             if t >= STAGES:
                 mbarrier.wait(q_empty.index(slot), ((t // STAGES) - 1) & 1)
-            row = (b * H + h) * (gl.cdiv(nq_rows, BLOCK_M) * BLOCK_M) + m0 + pad  # the block's first row of L₂, D
+            row = (b * H + h) * (gl.cdiv(nq_rows, 64) * 64) + m0 + pad  # the block's first row of L₂, D (heads padded
+            # to 64 rows, ``lse_rows``: a 128-row block's box may reach into the next head's rows, masked there)
             if LSE_TMA:
                 mbarrier.expect(q_ready.index(slot), desc_q.block_type.nbytes + desc_lse.block_type.nbytes)
                 _tma_load(desc_lse, [row], q_ready.index(slot), lse_smem.index(slot))
@@ -398,11 +399,15 @@ if HAVE_GLUON:
                         _warps_barrier()
                     if ABLATE != 7:  # (measurement only: 7 adds the stale tile)
                         # unscaled: gluon_backward scales the sum once, on its way to dq
-                        if DQ_PERM:  # rows 16w + 8a + l // 4, columns 8i + 2(l % 4) + e of the wgmma accumulator
-                            # (warp w, lane l, register (i, a, e)) to position ((i·128 + 32w + l)·2 + a)·2 + e: each
-                            # thread's four registers of one i are 16 contiguous bytes, a warp's 512 in a row
+                        if DQ_PERM and BLOCK_M == 64:  # rows 16w + 8a + l // 4, columns 8i + 2(l % 4) + e of the
+                            # wgmma accumulator (warp w, lane l, register (i, a, e)) to position
+                            # ((i·128 + 32w + l)·2 + a)·2 + e: each thread's four registers of one i are 16
+                            # contiguous bytes, a warp's 512 in a row
                             dq_stage.store(dq.reshape([4, 2, 8, SPLIT_D // 8, 4, 2]).permute((3, 0, 2, 4, 1, 5))
                                            .reshape([2 * SPLIT_D, 32]))
+                        elif DQ_PERM:  # 128 rows: two 64-row tiles (rows 64r + 16w + 8a + l // 4), each as above
+                            dq_stage.store(dq.reshape([2, 4, 2, 8, SPLIT_D // 8, 4, 2]).permute((0, 4, 1, 3, 5, 2, 6))
+                                           .reshape([4 * SPLIT_D, 32]))
                         else:
                             dq_stage.store(dq)
                         fence_async_shared()
@@ -410,10 +415,16 @@ if HAVE_GLUON:
                     if DET:  # staged: the writer's
                         mbarrier.arrive(ds_bars.index(2 * NSLOT + buf), count=1)
                     elif ABLATE != 6 and DQ_PERM:  # (measurement only: 6 stages the tile but adds nothing)
-                        # tile (b, h, query block, column slice) of the buffer: 2·SPLIT_D rows of 32
-                        tile = (((b * H + h) * gl.cdiv(nq_rows, BLOCK_M) + (m0 + pad) // BLOCK_M) * (HEAD_D // SPLIT_D)
+                        # tile (b, h, 64-row query block, column slice) of the buffer: 2·SPLIT_D rows of 32
+                        tile = (((b * H + h) * gl.cdiv(nq_rows, 64) + (m0 + pad) // 64) * (HEAD_D // SPLIT_D)
                                 + COL0 // SPLIT_D + j)
-                        _tma_add(desc_dq, [tile * (2 * SPLIT_D), 0], dq_stage)
+                        if BLOCK_M == 64:
+                            _tma_add(desc_dq, [tile * (2 * SPLIT_D), 0], dq_stage)
+                        else:  # the next 64 rows' tile is HEAD_D // SPLIT_D tiles on (past Nq: exact zeros added
+                            # into the next head's first tile, or clipped past the buffer's end)
+                            _tma_add(desc_dq, [tile * (2 * SPLIT_D), 0], dq_stage.slice(0, 2 * SPLIT_D))
+                            _tma_add(desc_dq, [(tile + HEAD_D // SPLIT_D) * (2 * SPLIT_D), 0],
+                                     dq_stage.slice(2 * SPLIT_D, 2 * SPLIT_D))
                     elif ABLATE != 6:
                         _tma_add(desc_dq, [(row0 + m0 + pad).to(gl.int32), COL0 + j * SPLIT_D], dq_stage)
                     if ABLATE == 5:  # measurement only: wait for the read at once (the old way)
@@ -772,7 +783,10 @@ if HAVE_GLUON:
         Two consumer warp groups of 4 warps (64 keys each), one loader warp and (DET) one writer warp."""
         NC: gl.constexpr = 2
         SUB_N: gl.constexpr = 64
-        BLOCK_M: gl.constexpr = 64
+        BLOCK_M: gl.constexpr = desc_q.block_type.shape[2]  # query rows per step: 64, or 128 (``block_m``)
+        gl.static_assert((BLOCK_M == 64) or ((BLOCK_M == 128) and not DET and not ALIBI and not DQ_ATOMIC
+                                             and DQ_PERM and (DQ_LAG == 0)),
+                         "128-row query blocks: no deterministic, ALiBi, atomic or lagged build")
         BLOCK_N: gl.constexpr = NC * SUB_N
         dtype: gl.constexpr = desc_q.dtype
         if HEADS_FIRST:  # grid (B·Hkv, key blocks): every head's first key blocks (the longest walks) start first
@@ -838,8 +852,8 @@ if HAVE_GLUON:
             dq_smem = gl.allocate_shared_memory(gl.float32, [NC, 8, HEAD_D], desc_dq.layout)
         elif DQ_PERM:  # the same tiles in register order: (BLOCK_M · columns / 32) rows of 32
             dq_smem = gl.allocate_shared_memory(gl.float32, [NC * DQ_SPLIT * (1 + DQ_SHARED),
-                                                             2 * HEAD_D // (DQ_SPLIT * (1 + DQ_SHARED)), 32],
-                                                desc_dq.layout)
+                                                             (BLOCK_M // 32) * HEAD_D // (DQ_SPLIT * (1 + DQ_SHARED)),
+                                                             32], desc_dq.layout)
         else:  # each warp group's dQ tile (in DQ_SPLIT column slices) on its way to the TMA reduction
             dq_smem = gl.allocate_shared_memory(gl.float32, [NC * DQ_SPLIT * (1 + DQ_SHARED), BLOCK_M,
                                                              HEAD_D // (DQ_SPLIT * (1 + DQ_SHARED))],
@@ -962,19 +976,26 @@ def heads_first_default(uneven: bool, programs: int, sms: int, deterministic: bo
 
 
 def smem_bytes(head_dim: int, stages: int, dq_split: int = 1, dq_atomic: bool = False, dq_lag: int = 0,
-               lse_tma: bool | None = None) -> int:
+               lse_tma: bool | None = None, block_m: int = BWD_BLOCK_M) -> int:
     """Shared memory of the backward: K and V of the block, the Q/dO ring (with ``lse_tma``, default
     ``LSE_BY_TMA``, each slot's float32 L₂ and Dᵢ rows), the dSᵀ ring (two tiles, four with a lagged dQ)
     and (dQ by TMA reduction) each consumer's float32 dQ tile."""
     D = head_dim
     ds_slots = 2 if dq_lag == 0 else 4
-    lse = (LSE_BY_TMA if lse_tma is None else lse_tma) * 2 * stages * BWD_BLOCK_M * 4
-    return (2 * 2 * BWD_SUB_N * D * 2 + 2 * stages * BWD_BLOCK_M * D * 2 + ds_slots * 2 * BWD_SUB_N * BWD_BLOCK_M * 2
-            + (0 if dq_atomic else 2 * BWD_BLOCK_M * D * 4) + lse)
+    lse = (LSE_BY_TMA if lse_tma is None else lse_tma) * 2 * stages * block_m * 4
+    return (2 * 2 * BWD_SUB_N * D * 2 + 2 * stages * block_m * D * 2 + ds_slots * 2 * BWD_SUB_N * block_m * 2
+            + (0 if dq_atomic else 2 * block_m * D * 4) + lse)
 
 
 def _check_tiles(head_dim: int, stages: int, dq_split: int, dq_atomic: bool = False,
-                 dq_shared: bool = False, consumer_regs: int = BWD_CONSUMER_REGS, dq_lag: int = 0) -> None:
+                 dq_shared: bool = False, consumer_regs: int = BWD_CONSUMER_REGS, dq_lag: int = 0,
+                 block_m: int = BWD_BLOCK_M, deterministic: bool = False, alibi: bool = False,
+                 dq_perm: bool = True) -> None:
+    if block_m not in (64, 128):
+        raise ValueError(f"the Gluon backward takes block_m 64 or 128 (query rows per step), got {block_m!r}")
+    if block_m == 128 and (deterministic or alibi or dq_atomic or dq_lag or not dq_perm):
+        raise ValueError("the Gluon backward takes 128-row query blocks without deterministic order, ALiBi, dQ "
+                         "atomics or dq_lag, with dQ in register-order tiles")
     if dq_lag not in (0, 1, 2):
         raise ValueError(f"the Gluon backward takes dq_lag 0, 1 or 2 (steps between a dSᵀ and its dQ product), "
                          f"got {dq_lag}")
@@ -987,7 +1008,7 @@ def _check_tiles(head_dim: int, stages: int, dq_split: int, dq_atomic: bool = Fa
     if stages not in (1, 2, 3) or dq_split not in (1, 2, 4) or head_dim // dq_split < 32:
         raise ValueError("the Gluon backward takes stages 1, 2 or 3 (the Q/dO ring) and dq_split 1, 2 or 4 with "
                          f"head_dim / dq_split >= 32; got stages={stages}, dq_split={dq_split}, head_dim={head_dim}")
-    need = smem_bytes(head_dim, stages, dq_split, dq_atomic, dq_lag)
+    need = smem_bytes(head_dim, stages, dq_split, dq_atomic, dq_lag, block_m=block_m)
     if need > SMEM_LIMIT:
         raise ValueError(f"the Gluon backward takes fewer stages (or no dq_lag) at head_dim {head_dim}: stages={stages}"
                          f"{', dQ by TMA' if not dq_atomic else ''}{f', dq_lag={dq_lag}' if dq_lag else ''} need "
@@ -1003,7 +1024,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
                    deterministic: bool = False, cu_seqlens: tuple[torch.Tensor, torch.Tensor] | None = None,
                    max_seqlen_k: int | None = None, max_seqlen_q: int | None = None, cu_rows: torch.Tensor | None = None,
                    kv_split: int = 1, _ablate: int = 0, _sem_out: list | None = None,
-                   _det_last_first: bool = True, _kv_div: int = 1, _last_first: bool = False) -> _BwdPlan | None:
+                   _det_last_first: bool = True, _kv_div: int = 1, _last_first: bool = False,
+                   block_m: int = BWD_BLOCK_M) -> _BwdPlan | None:
     """Run the Gluon backward: q, do (B, H, Nq, D); k, v (B, Hkv, Nk, D); ``lse2``, ``delta`` (B, H, Nq)
     float32 from ``prefill_bwd``'s preprocessing kernel (L in log2 units, +inf on empty rows; D_i), read
     without a copy where they are views of (B, H, ``lse_rows(Nq)``) buffers, as that kernel writes them. Writes
@@ -1032,7 +1054,9 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     each sequence's diagonal bottom-right aligned on its own), ``cu_rows`` the sequences' padded row starts
     (``layout.packed_rows``), lse2 and delta (1, H, rows) with each sequence's rows from there (rows a
     multiple of 64, as ``prefill_bwd``'s preprocessing kernel writes them); no window, ALiBi or dQ atomics, and
-    ``deterministic`` with ``_det_last_first`` only. ``kv_split`` > 1 (dividing H / Hkv; not with packed batches): each K/V head read by that
+    ``deterministic`` with ``_det_last_first`` only. ``block_m``: query rows per step, 64 or 128 (128: fewer, wider
+    products per key block — Sᵀ and dPᵀ of 64 keys × 128 rows a warp group —, no deterministic, ALiBi, dQ atomics or
+    ``dq_lag``; dQ still added in 64-row tiles). ``kv_split`` > 1 (dividing H / Hkv; not with packed batches): each K/V head read by that
     many programs of H / (Hkv · kv_split) query heads each, their dK, dV summed in a fixed order into dk, dv
     (so shorter walks, twice or more the programs; bit-identical run to run with ``deterministic``; dK, dV
     rounded twice, once per program and once for the sum: ``layout.sum_head_copies``). ``_kv_div`` (what a split
@@ -1049,7 +1073,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     if kv_split == 1 and slopes is None and not _ablate and _sem_out is None and not dq_atomic and q.is_cuda:
         key = (tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(do), tensor_key(lse2), tensor_key(delta),
                tensor_key(dq), tensor_key(dk), tensor_key(dv), causal_off, scale, stages, dq_split, dq_shared, rotate,
-               heads_first, win_off, consumer_regs, dq_lag, deterministic, max_seqlen_k, max_seqlen_q,
+               heads_first, win_off, consumer_regs, dq_lag, deterministic, max_seqlen_k, max_seqlen_q, block_m,
                _det_last_first, _kv_div, _last_first, PACKED_DET_ROTATE, DET_WRITER_REGS, DET_EARLY_TURN, DQ_PERMUTED, LSE_BY_TMA, DQ_SWIZZLE, HEADS_FIRST_WAVES, ZERO_PAST,
                torch.cuda.current_device(),
                None if cu_seqlens is None else (*map(tensor_key, cu_seqlens), tensor_key(cu_rows)))
@@ -1069,14 +1093,15 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
                       dq_split=dq_split, dq_atomic=dq_atomic, dq_shared=dq_shared, rotate=rotate,
                       heads_first=heads_first, win_off=win_off, consumer_regs=consumer_regs, dq_lag=dq_lag,
                       slopes=slopes, deterministic=deterministic, _ablate=_ablate, _sem_out=_sem_out,
-                      _det_last_first=_det_last_first, _kv_div=kv_split)
+                      _det_last_first=_det_last_first, _kv_div=kv_split, block_m=block_m)
         sum_head_copies(dk2, dk, kv_split)
         sum_head_copies(dv2, dv, kv_split)
         return None
     if slopes is not None and causal_off is not None and causal_off != k.shape[2] - Nq:
         raise ValueError("the Gluon backward takes ALiBi with a causal right edge at the diagonal only "
                          f"(causal_off {causal_off}, Nk − Nq {k.shape[2] - Nq}): a band past it runs the Triton kernels")
-    _check_tiles(D, stages, dq_split, dq_atomic, dq_shared, consumer_regs, dq_lag)
+    _check_tiles(D, stages, dq_split, dq_atomic, dq_shared, consumer_regs, dq_lag, block_m, deterministic,
+                 slopes is not None, DQ_PERMUTED)
     if cu_seqlens is not None:
         if slopes is not None or win_off is not None or B != 1 or (deterministic and not _det_last_first):
             raise ValueError("the Gluon backward takes packed batches (cu_seqlens) as (1, H, total, D) views without "
@@ -1110,9 +1135,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
                          "ways")
     el = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
 
-    def desc(x):
-        return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 1, BWD_BLOCK_M, D],
-                                nvmma_layout((1, 1, BWD_BLOCK_M, D), el))
+    def desc(x, rows=BWD_SUB_N):
+        return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 1, rows, D], nvmma_layout((1, 1, rows, D), el))
 
     split_d = D // (dq_split * (1 + dq_shared))  # columns of one dQ tile
     perm = DQ_PERMUTED and not dq_atomic
@@ -1144,7 +1168,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         lse2, delta = _rows_of(lse2, rows), _rows_of(delta, rows)
     else:
         rows = n_rows
-    desc_lse, desc_dl = (TensorDescriptor(x.view(-1), [x.numel()], [1], [BWD_BLOCK_M], row_layout())
+    desc_lse, desc_dl = (TensorDescriptor(x.view(-1), [x.numel()], [1], [block_m], row_layout())
                          for x in (lse2, delta))
     if cu_seqlens is None:
         grid = (-(-Nk // (2 * BWD_SUB_N)), B * Hkv)
@@ -1174,7 +1198,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
             pos = (torch.arange(rows, device=q.device) % BWD_BLOCK_M).to(torch.float32)
             lse2 = lse2 + (sl * LOG2E)[:, :, None] * pos
             desc_lse = TensorDescriptor(lse2.view(-1), [lse2.numel()], [1], [BWD_BLOCK_M], row_layout())
-    descs = (desc(q), desc(do), desc(k), desc(v), desc(dk), desc(dv), desc_dq, desc_lse, desc_dl)
+    descs = (desc(q, block_m), desc(do, block_m), desc(k), desc(v), desc(dk), desc(dv), desc_dq, desc_lse, desc_dl)
     args = (*descs, dq_acc, sem, lse2, delta, H, H // Hkv, n_rows, Nk, causal_off if causal_off is not None else 0,
             NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale, *alibi, *varlen, _kv_div)
     with recording() as launches:
@@ -1275,7 +1299,8 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
                  heads_first: bool = False, regs: int = BWD_CONSUMER_REGS, dq_lag: int = 0, alibi: bool = False,
                  dq_perm: bool | None = None, lse_tma: bool | None = None, deterministic: bool = False,
                  varlen: bool = False, zero_past: bool | None = None, det_rotate: bool = False,
-                 writer_regs: int | None = None, early_turn: bool | None = None, _ablate: int = 0):
+                 writer_regs: int | None = None, early_turn: bool | None = None, _ablate: int = 0,
+                 block_m: int = BWD_BLOCK_M):
     """Build the Gluon backward for Hopper (sm_90) on any machine, GPU or not, as
     ``prefill_gluon.compile_sm90`` does for the forward. ``alibi``: the build for ALiBi slopes, with
     the slopes' head stride 1 (a launch specialises it so: (H,), (B, H) and (H,) expanded to (B, H)).
@@ -1284,23 +1309,25 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     ``varlen``: the packed-batch build; ``zero_past``: with its rows past a sequence set to 0 (None: ``ZERO_PAST``);
     ``det_rotate`` (deterministic, varlen, causal): staggered walks, turns in arrival order (``PACKED_DET_ROTATE``);
     ``writer_regs``: the dQ writer warp's registers (None: ``DET_WRITER_REGS``); ``early_turn``: the writer waits for
-    a step's turns before its tiles are staged (None: ``DET_EARLY_TURN``)."""
+    a step's turns before its tiles are staged (None: ``DET_EARLY_TURN``); ``block_m``: query rows per step."""
     if not HAVE_GLUON:
         raise RuntimeError("this triton has no Gluon (triton >= 3.5 needed)")
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    _check_tiles(head_dim, stages, dq_split, dq_atomic, dq_shared, regs, dq_lag)
+    perm = (DQ_PERMUTED if dq_perm is None else dq_perm) and not dq_atomic
+    _check_tiles(head_dim, stages, dq_split, dq_atomic, dq_shared, regs, dq_lag, block_m, deterministic, alibi, perm)
     el = gl.float16 if dtype == torch.float16 else gl.bfloat16
     name = "fp16" if dtype == torch.float16 else "bf16"
-    layout = gl.NVMMASharedLayout.get_default_for([1, 1, BWD_BLOCK_M, head_dim], el)
-    desc = f"tensordesc<{name}[1,1,{BWD_BLOCK_M},{head_dim}],{layout!r}>"
+
+    def desc(rows):
+        layout = gl.NVMMASharedLayout.get_default_for([1, 1, rows, head_dim], el)
+        return f"tensordesc<{name}[1,1,{rows},{head_dim}],{layout!r}>"
     fn = _attn_bwd_gluon_ws
     const = dict(HEAD_D=head_dim, STAGES=stages, CAUSAL=causal, CONSUMER_REGS=regs, DQ_SPLIT=dq_split,
                  DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, HEADS_FIRST=heads_first, DQ_LAG=dq_lag,
                  ABLATE=_ablate, ALIBI=alibi)
-    perm = (DQ_PERMUTED if dq_perm is None else dq_perm) and not dq_atomic
     const["DQ_PERM"] = perm
     const["VARLEN"] = varlen
     const["ZERO_PAST"] = varlen and (ZERO_PAST if zero_past is None else zero_past)
@@ -1324,9 +1351,9 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     dq_layout = _dq_layout(dq_block, perm)
     desc_dq = f"tensordesc<fp32[{dq_block[0]},{dq_block[1]}],{dq_layout!r}>"
     row_layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1)
-    desc_row = f"tensordesc<fp32[{BWD_BLOCK_M}],{row_layout!r}>"
+    desc_row = f"tensordesc<fp32[{block_m}],{row_layout!r}>"
     sig = {n: ("constexpr" if n in const else desc_dq if n == "desc_dq" else desc_row if n in ("desc_lse", "desc_dl")
-               else desc if n.startswith("desc_")
+               else desc(block_m) if n in ("desc_q", "desc_do") else desc(BWD_SUB_N) if n.startswith("desc_")
                else "*fp32" if n in ptrs or n == "SLOPES" else "*i32" if n in ("SEM", "CU_Q", "CU_K", "CU_P")
                else f"*{name}" if n in ("DK", "DV")
                else "fp32" if n in ("qk_scale", "sm_scale") else "i32") for n in fn.arg_names}
@@ -1339,7 +1366,8 @@ def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int =
                 dq_shared: bool = False, dtype: torch.dtype = torch.bfloat16, dq_lag: int = 0, alibi: bool = False,
                 dq_perm: bool | None = None, lse_tma: bool | None = None, deterministic: bool = False,
                 varlen: bool = False, zero_past: bool | None = None, det_rotate: bool = False,
-                writer_regs: int | None = None, early_turn: bool | None = None, _ablate: int = 0) -> dict:
+                writer_regs: int | None = None, early_turn: bool | None = None, _ablate: int = 0,
+                block_m: int = BWD_BLOCK_M) -> dict:
     """``prefill_gluon.kernel_report`` of one sm_90 build of the backward: shared memory, registers, spill
     stack, wgmma waits, TMA loads, float32 atomics. Needs a process without TRITON_INTERPRET."""
     from .prefill_gluon import kernel_report
@@ -1348,4 +1376,4 @@ def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int =
                                       dq_shared=dq_shared, dtype=dtype, dq_lag=dq_lag, alibi=alibi, dq_perm=dq_perm,
                                       lse_tma=lse_tma, deterministic=deterministic, varlen=varlen, zero_past=zero_past,
                                       det_rotate=det_rotate, writer_regs=writer_regs, early_turn=early_turn,
-                                      _ablate=_ablate))
+                                      _ablate=_ablate, block_m=block_m))

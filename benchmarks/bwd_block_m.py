@@ -1,0 +1,179 @@
+"""The Gluon backward at D = 64 with 128 query rows per step against its 64-row build, in one process: the backward
+alone (``prefill_backward``: the preprocessing kernel, the Gluon kernel, dQ's store), replayed from CUDA graphs so that
+host time does not enter, the arms taking turns in each of ``--rounds`` rounds, beside cuDNN's backward (SDPA) on the
+dense rows.
+
+Why 128 rows: at D = 64 a 64-row step gives each consumer warp group products of 64 keys × 64 rows × 64 (wgmma
+N = 64) and one exchange of dSᵀ, one dQ product and one dQ addition per 64 rows. FlashAttention-3 and -4 take 128 rows
+at D = 64 (the same Sᵀ = K Qᵀ orientation, two warp groups of 64 keys): N = 128 products and half the per-step
+barriers, exchanges and additions, for 64 more registers a thread for Sᵀ and dPᵀ and twice the columns of L₂ and Dᵢ
+each thread holds. Under triton 3.6 that build spills (``prefill_gluon_bwd.sm90_report(64, ..., block_m=128)``: a stack
+of 256-320 bytes, against none at 64 rows); this benchmark says what that costs against what the wider step saves.
+
+Arms (``--arms``, the first the baseline of the ratios):
+
+    g64      the library table's Gluon entry at D = 64 (64 rows; its dq_lag: 2 causal, 1 not)
+    g128     128 rows (dq_lag 0: the four-tile dSᵀ ring does not fit beside 128-row tiles)
+    g128s    128 rows, both warp groups making every step's dQ product (dq_shared)
+    g64lag0  64 rows without the lag (what separates g128 from g64 besides the rows)
+    table    the library's own choice for the call (packed batches at D = 64: the Triton kernels)
+
+Rows: ``causal`` and ``full`` (4 × 4K, 32 heads), ``long`` (one 16K causal sequence), ``gqa`` (32 query heads on 8 K/V
+heads, 8K causal), ``varlen`` (the variants benchmark's packed batch: 16K tokens of documents of 256-1,792, causal).
+bfloat16, H·D = 2048. TFLOP/s over the backward's 2.5× the forward's visible-pair FLOPs.
+
+    python benchmarks/bwd_block_m.py --json bwd-block-m.json
+    python benchmarks/bwd_block_m.py --rows varlen causal --arms g64 g128 --rounds 5
+    python benchmarks/bwd_block_m.py --report bwd-block-m.json
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import ab_rounds  # noqa: E402
+
+from attnlab.bench import time_fn  # noqa: E402
+
+ROWS = ("causal", "full", "long", "gqa", "varlen")
+ARMS = ("g64", "g128", "g128s", "g64lag0", "table")
+SHAPES = {  # row: (B, H, Hkv, N, causal)
+    "causal": (4, 32, 32, 4096, True),
+    "full": (4, 32, 32, 4096, False),
+    "long": (1, 32, 32, 16384, True),
+    "gqa": (1, 32, 8, 8192, True),
+}
+_CURRENT: list = [None]  # the config the row's call runs with (None: the library's choice)
+
+
+def arm_config(arm: str, causal: bool):
+    """The backward configuration of an arm at D = 64 (None: the library's own)."""
+    from attnlab.gpu.config import _GLUON_BWD_64, _GLUON_BWD_64_CAUSAL
+
+    g64 = _GLUON_BWD_64_CAUSAL if causal else _GLUON_BWD_64
+    return {"g64": g64, "g128": dataclasses.replace(g64, block_m1=128, dq_lag=0),
+            "g128s": dataclasses.replace(g64, block_m1=128, dq_lag=0, dq_shared=True),
+            "g64lag0": dataclasses.replace(g64, dq_lag=0), "table": None}[arm]
+
+
+def row_call(name: str, D: int, device: str):
+    """(the backward call, its FLOPs, the peer's name, the peer's call or why there is none) for a row; the call
+    runs with the config of the arm in use (``_CURRENT``)."""
+    import torch
+
+    from attnlab.cost import attention_flops
+    from attnlab.gpu import prefill_backward, prefill_forward
+    from attnlab.variants import Mask
+
+    gen = torch.Generator(device=device).manual_seed(0)
+    scale, mask = D ** -0.5, None
+    if name == "varlen":
+        from variants import doc_lengths
+
+        H = 2048 // D
+        lens = doc_lengths(16384)
+        cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device=device)
+        q, k, v, do = (torch.randn(sum(lens), H, D, device=device, dtype=torch.bfloat16, generator=gen)
+                       for _ in range(4))
+        mask, ms_ = Mask(-1, 0), (max(lens), max(lens))
+        out, lse = prefill_forward(q, k, v, mask=mask, scale=scale, cu_seqlens=(cu, cu), max_seqlen=ms_)
+        flops = 2.5 * 4 * sum(n * (n + 1) // 2 for n in lens) * D * H
+
+        def lib():
+            return prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, cu_seqlens=(cu, cu),
+                                    max_seqlen=ms_, config=_CURRENT[0])
+
+        return lib, flops, "none", ValueError("no peer timed for packed batches here")
+    B, H, Hkv, N, causal = SHAPES[name]
+    q, do = (torch.randn(B, H, N, D, device=device, dtype=torch.bfloat16, generator=gen) for _ in range(2))
+    k, v = (torch.randn(B, Hkv, N, D, device=device, dtype=torch.bfloat16, generator=gen) for _ in range(2))
+    mask = Mask(-1, 0 if causal else -1)
+    out, lse = prefill_forward(q, k, v, mask=mask, scale=scale)
+    flops = attention_flops(batch=B, heads=H, seq_q=N, head_dim=D, causal=causal, pass_="bwd")
+
+    def lib():
+        return prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, config=_CURRENT[0])
+
+    try:  # cuDNN's backward (the forward made once, its graph kept)
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        qs, ks, vs = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, enable_gqa=Hkv != H)
+
+        def peer():
+            return torch.autograd.grad(o, (qs, ks, vs), do, retain_graph=True)
+
+        peer()
+    except Exception as e:  # (no cuDNN route for the shape on this install)
+        return lib, flops, "sdpa-cudnn", e
+    return lib, flops, "sdpa-cudnn", peer
+
+
+def graph_time(fn, device: str = "cuda") -> float:
+    """The call's GPU time (ms): replayed from a CUDA graph (``do_bench_cudagraph``), or timed as called where it
+    cannot be captured."""
+    import torch
+    import triton
+
+    try:
+        return triton.testing.do_bench_cudagraph(fn, rep=60)
+    except Exception:
+        torch.cuda.synchronize()
+        return time_fn(fn, device=device)
+
+
+def measure(args) -> list[dict]:
+    rows_causal = {r: (True if r == "varlen" else SHAPES[r][4]) for r in args.rows}
+
+    @contextmanager
+    def use(arm, D):
+        _CURRENT[0] = arm_config(arm, rows_causal[_ROW[0]])
+        try:
+            yield
+        finally:
+            _CURRENT[0] = None
+
+    results = []
+    for row in args.rows:  # (one row at a time: the arm's config depends on the row's mask)
+        _ROW[0] = row
+        results += ab_rounds.measure([row], args.D, args.arms, use, args.rounds, row_call, time_fn=graph_time,
+                                     arm_key="arm")
+    return results
+
+
+_ROW: list = [None]  # the row being measured
+
+
+def report(rows: list[dict]) -> str:
+    return ab_rounds.table(rows, "row | D | arm | backward ms | TFLOP/s | × first arm | × peer | dQ's max diff from "
+                                 "the first arm", arm_key="arm")
+
+
+def add_args(ap) -> None:
+    ap.add_argument("--arms", nargs="+", default=list(ARMS[:4]), choices=ARMS)
+
+
+def check_args(ap, args) -> None:
+    if args.D == [64, 128]:  # (the shared command line's default: this benchmark's rows are D = 64's)
+        args.D = [64]
+    if args.D != [64]:
+        ap.error("--D: the 128-row build is D = 64's (at D = 128 its tiles need more shared memory than a block has)")
+    if len(set(args.arms)) != len(args.arms):
+        ap.error("--arms: each arm once")
+
+
+def main(argv=None) -> int:
+    return ab_rounds.main(argv, description=__doc__.splitlines()[0], name="bwd_block_m", rows=ROWS,
+                          measure_fn=measure, report=report, add_args=add_args, check_args=check_args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# One GPU call for the Gluon backward's 128-row query blocks at D = 64 (prefill_gluon_bwd, block_m 128), by
+# PHASES (default "checks bench"):
+#   checks  the 128-row build's GPU tests (dense, windows, packed batches; the float64 criterion; stops the call when
+#           they fail), and CHECK_EXTRA, more GPU tests to run beside them (a pytest -k expression over
+#           CHECK_FILES; empty: none);
+#   bench   benchmarks/bwd_block_m.py on ROWS (default all five) with ARMS (default "g64 g128 g128s g64lag0")
+#           taking turns ROUNDS times (default 3), numbered RUN.
+# Run from the repository root on a CUDA machine; logs and JSON go to $OUT/bwdblockm (default ./out-bwdblockm/bwdblockm).
+set -uo pipefail
+OUT=${OUT:-out-bwdblockm}
+D="$OUT/bwdblockm"
+source "$(dirname "$0")/device_env.sh"
+for phase in ${PHASES:-checks bench}; do
+    case $phase in
+    checks)
+        gpu_tests ${CHECK_S:-200} checks.log tests/gpu/test_prefill_gluon_bwd.py -k "gpu and 128_row" \
+            || { echo "GPU checks failed: no benchmarks"; exit 1; }
+        if [ -n "${CHECK_EXTRA:-}" ]; then
+            gpu_tests ${EXTRA_S:-200} extra.log ${CHECK_FILES:-tests/gpu} -k "$CHECK_EXTRA"
+        fi ;;
+    bench) ab_bench ${BENCH_S:-300} benchmarks/bwd_block_m.py --rows ${ROWS:-causal full long gqa varlen} \
+               --arms ${ARMS:-g64 g128 g128s g64lag0} --rounds ${ROUNDS:-3} \
+               --json "$D/bwd-block-m-h200-run${RUN:-x}.json" ;;
+    *) echo "device_bwd_block_m.sh: unknown phase $phase"; exit 2 ;;
+    esac
+done
