@@ -19,7 +19,8 @@ Arms (``--arms``, the first the baseline of the ratios):
     table    the library's own choice for the call (packed batches at D = 64: the Triton kernels)
 
 Rows: ``causal`` and ``full`` (4 × 4K, 32 heads), ``long`` (one 16K causal sequence), ``gqa`` (32 query heads on 8 K/V
-heads, 8K causal), ``varlen`` (the variants benchmark's packed batch: 16K tokens of documents of 256-1,792, causal).
+heads, 8K causal), ``varlen`` (the variants benchmark's packed batch: 16K tokens of documents of 256-1,792, causal),
+``short`` (16 × 1K causal: the table's short class, where the library takes the Triton backward at D = 64).
 bfloat16, H·D = 2048. TFLOP/s over the backward's 2.5× the forward's visible-pair FLOPs.
 
     python benchmarks/bwd_block_m.py --json bwd-block-m.json
@@ -41,13 +42,14 @@ import ab_rounds  # noqa: E402
 
 from attnlab.bench import time_fn  # noqa: E402
 
-ROWS = ("causal", "full", "long", "gqa", "varlen")
+ROWS = ("causal", "full", "long", "gqa", "varlen", "short")
 ARMS = ("g64", "g128", "g128s", "g64lag0", "table")
 SHAPES = {  # row: (B, H, Hkv, N, causal)
     "causal": (4, 32, 32, 4096, True),
     "full": (4, 32, 32, 4096, False),
     "long": (1, 32, 32, 16384, True),
     "gqa": (1, 32, 8, 8192, True),
+    "short": (16, 32, 32, 1024, True),
 }
 _CURRENT: list = [None]  # the config the row's call runs with (None: the library's choice)
 

@@ -4,8 +4,10 @@
 #   checks  the 128-row build's GPU tests (dense, windows, packed batches; the float64 criterion; stops the call when
 #           they fail), and CHECK_EXTRA, more GPU tests to run beside them (a pytest -k expression over
 #           CHECK_FILES; empty: none);
-#   bench   benchmarks/bwd_block_m.py on ROWS (default all five) with ARMS (default "g64 g128 g128s g64lag0")
-#           taking turns ROUNDS times (default 3), numbered RUN.
+#   bench   benchmarks/bwd_block_m.py on ROWS (default all six) with ARMS (default "g64 g128 g128s g64lag0")
+#           taking turns ROUNDS times (default 3), numbered RUN;
+#   variants  benchmarks/variants.py's packed batch at D = 64, forward and forward+backward, in two processes: the
+#           library's backward beside FlexAttention, then the Triton kernels' (--packed-kernel triton), numbered VRUN.
 # Run from the repository root on a CUDA machine; logs and JSON go to $OUT/bwdblockm (default ./out-bwdblockm/bwdblockm).
 set -uo pipefail
 OUT=${OUT:-out-bwdblockm}
@@ -19,9 +21,18 @@ for phase in ${PHASES:-checks bench}; do
         if [ -n "${CHECK_EXTRA:-}" ]; then
             gpu_tests ${EXTRA_S:-200} extra.log ${CHECK_FILES:-tests/gpu} -k "$CHECK_EXTRA"
         fi ;;
-    bench) ab_bench ${BENCH_S:-300} benchmarks/bwd_block_m.py --rows ${ROWS:-causal full long gqa varlen} \
+    bench) ab_bench ${BENCH_S:-300} benchmarks/bwd_block_m.py --rows ${ROWS:-causal full long gqa varlen short} \
                --arms ${ARMS:-g64 g128 g128s g64lag0} --rounds ${ROUNDS:-3} \
                --json "$D/bwd-block-m-h200-run${RUN:-x}.json" ;;
+    variants)
+        for kernel in library triton; do
+            providers="attnlab flex"
+            [ $kernel = triton ] && providers=attnlab
+            timeout ${VAR_S:-200} python3 benchmarks/variants.py bench --variants varlen --D 64 --passes fwd fwd_bwd \
+                --providers $providers --packed-kernel $kernel \
+                --json "$D/variants-h200-varlen-run${VRUN:-x}-$kernel.json" > "$D/variants-$kernel.log" 2>&1
+            echo "variants ($kernel): exit $?"; grep "^|" "$D/variants-$kernel.log" | tail -n 4
+        done ;;
     *) echo "device_bwd_block_m.sh: unknown phase $phase"; exit 2 ;;
     esac
 done

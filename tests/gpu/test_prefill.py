@@ -628,8 +628,20 @@ def test_block_size_table_is_the_measured_sweep_winners():
     for key, entry in gluon_bwd.items():
         D, causal, length = key.split(",")
         n_keys = SHORT_KEYS - 1 if length == "short" else SHORT_KEYS
+        if key == "64,True,short":  # the one short key Triton kept there, since moved (bwd-block-m runs 1 and 2)
+            assert not BwdConfig(**entry["bwd"]).gluon
+            continue
         assert default_bwd_config(int(D), causal == "True", cuda, n_keys) == BwdConfig(**entry["bwd"]), key
-    assert not default_bwd_config(64, True, cuda, SHORT_KEYS - 1).gluon  # the one short key Triton kept
+    short = default_bwd_config(64, True, cuda, SHORT_KEYS - 1)
+    assert short.gluon and short.dq_lag == 0 and short.block_m1 == 64
+    for run in (1, 2):  # the move's basis: the Gluon backward without the lag ahead of the lagged one, and (run 2)
+        # of the Triton kernels, on the short causal and packed rows
+        rows = {(r["row"], r["arm"]): r["ms"] for r in
+                json.loads((data / f"bwd-block-m-h200-run{run}.json").read_text())["rows"]}
+        assert rows["varlen", "g64lag0"] < rows["varlen", "g64"], run
+        if run == 2:
+            for row in ("varlen", "short"):
+                assert rows[row, "g64lag0"] < min(rows[row, "g64"], rows[row, "table"]), (run, row)
     for D in (64, 128):  # no Gluon entry for short calls: the Triton one
         assert default_fwd_config(D, True, cuda, SHORT_KEYS - 1) == default_fwd_config(D, True, cuda, SHORT_KEYS - 1,
                                                                                          gluon=False)

@@ -143,14 +143,20 @@ _BWD_TABLE = {
 # does not fit beside D = 128's tiles): at D = 64 non-causal one step behind won at 16K, 4K and 1K (+2 %,
 # +8 %, +4 % over lag 0); causal, lag 2, 1 and 0 were within 0.3 % (the sweep's rule keeps the highest, lag 2).
 # At N = 1K the Gluon kernel beat the Triton candidates by 6 % (D = 64 non-causal), 16 % and 27 % (D = 128);
-# D = 64 causal short calls keep the Triton backward (248 against 231 TFLOP/s).
+# D = 64 causal short calls kept the Triton backward (248 against 231 TFLOP/s; since moved, below).
 # Data: benchmarks/data/prefill-sweep-h200-run14.json, -run15.json, -run16.json; decision in
-# prefill-best-h200-run16.json (equal to this table; a test holds it there).
+# prefill-best-h200-run16.json (equal to this table but for that entry; a test holds it there).
 _GLUON_BWD_64 = _B(64, 128, 4, 2, 64, 128, 4, 2, gluon=True, dq_lag=1)
 _GLUON_BWD_64_CAUSAL = _B(64, 128, 4, 2, 64, 128, 4, 2, gluon=True, dq_lag=2)
 _GLUON_BWD_128 = _B(64, 128, 4, 2, 64, 128, 4, 2, gluon=True, dq_shared=True)
+# D = 64 causal short calls (under 2048 keys; packed batches of such documents too) moved to the Gluon backward
+# without the lag (2026-12-03, benchmarks/bwd_block_m.py, the backward alone from CUDA graphs, bwd-block-m runs 1 and
+# 2): 16 × 1K causal 0.655 ms against 0.721 on the Triton kernels (and 0.678 with the lag of 2), 16K tokens of
+# documents of 256-1792 0.840-0.841 against 1.123 (0.890-0.893 with the lag); the long causal entry's lag 2 and 0
+# within -0.9 to +2.7 % of each other (kept). Data: benchmarks/data/bwd-block-m-h200-run{1,2}.json
+_GLUON_BWD_64_SHORT_CAUSAL = _B(64, 128, 4, 2, 64, 128, 4, 2, gluon=True)
 _GLUON_BWD_TABLE = {(64, False, "long"): _GLUON_BWD_64, (64, True, "long"): _GLUON_BWD_64_CAUSAL,
-                    (64, False, "short"): _GLUON_BWD_64,
+                    (64, False, "short"): _GLUON_BWD_64, (64, True, "short"): _GLUON_BWD_64_SHORT_CAUSAL,
                     (128, False, "long"): _GLUON_BWD_128, (128, True, "long"): _GLUON_BWD_128,
                     (128, False, "short"): _GLUON_BWD_128, (128, True, "short"): _GLUON_BWD_128}
 # the interpreter runs one program at a time in numpy: small blocks keep the CPU tests quick and
