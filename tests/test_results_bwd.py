@@ -707,3 +707,68 @@ def test_gpu_doc_quotes_prefill_runs_22_and_23():
             f"({t[(*low, 'attnlab')]['tflops'] / t[(*low, 'sdpa-cudnn')]['tflops']:.2f}×).") in doc
     assert (f"forward {_vs(23, 'sdpa-cudnn', 'fwd')} and forward+backward {_vs(23, 'sdpa-cudnn', 'fwd_bwd')} cuDNN, "
             f"and {_vs(23, 'sdpa', 'fwd')} and {_vs(23, 'sdpa', 'fwd_bwd')} PyTorch's own SDPA choice") in doc
+
+
+def test_results_bwd_block_m_runs_1_to_3_are_the_recorded_ones():
+    """The 128-row backward measured and not taken, and D = 64's short causal entry moved (bwd-block-m runs 1–3,
+    variants run 25): the tables as ``bwd_block_m.py`` renders them, every ratio and time the section quotes, the
+    GPU tests' counts from their logs, and the library's table as the runs decided it."""
+    from attnlab.gpu import config as C
+
+    mod = load_script("benchmarks/bwd_block_m.py")
+    results = _results()
+    section = results[results.index("### Bwd-block-m runs 1–3"):results.index("### FlashAttention-4 runs 1 and 2")]
+    text = _flat(section)
+    runs = {n: json.loads((DATA / f"bwd-block-m-h200-run{n}.json").read_text())["rows"] for n in (1, 2, 3)}
+    for rows in runs.values():
+        assert mod.report(rows) in section
+
+    def x(n, row, arm, key="vs_first"):
+        (r,) = [r for r in runs[n] if r["row"] == row and r["arm"] == arm]
+        return r[key]
+
+    dense = ("causal", "full", "long", "gqa")
+    g128 = [x(n, row, "g128") for n in (1, 2) for row in dense]
+    g128s = [x(1, row, "g128s") for row in dense]
+    assert max(g128) < 1 and max(g128s) < 1 and max(x(n, "varlen", "g128") for n in (1, 2)) < 1
+    assert (f"{min(g128):.3f}–{max(g128):.3f}× the 64-row build on the dense rows of runs 1 and 2 "
+            f"({min(g128s):.3f}–{max(g128s):.3f}× with dQ shared), {x(2, 'varlen', 'g128'):.3f}× and "
+            f"{x(1, 'varlen', 'g128'):.3f}× on the packed batch") in text
+    assert all(e.block_m1 == 64 for e in C._GLUON_BWD_TABLE.values())  # no entry takes 128 rows
+    ms = {k: x(2, *k, key="ms") for k in (("varlen", "table"), ("varlen", "g64lag0"), ("short", "table"),
+                                          ("short", "g64lag0"))}
+    assert ms["varlen", "g64lag0"] < ms["varlen", "table"] and ms["short", "g64lag0"] < ms["short", "table"]
+    assert (f"the packed batch {ms['varlen', 'table']:.3f} ms on the Triton kernels against {ms['varlen', 'g64lag0']:.3f} "
+            f"on `g64lag0`, 16 × 1K {ms['short', 'table']:.3f} against {ms['short', 'g64lag0']:.3f} "
+            f"({x(2, 'short', 'table', 'x_peer'):.3f}× cuDNN against {x(2, 'short', 'g64lag0', 'x_peer'):.3f}×)") in text
+    assert (f"the library's packed backward {x(3, 'varlen', 'table', 'ms'):.3f} ms, its 16 × 1K backward "
+            f"{x(3, 'short', 'table', 'ms'):.3f} ms, {x(3, 'short', 'table', 'x_peer'):.3f}× cuDNN") in text
+    short = C._GLUON_BWD_TABLE[64, True, "short"]
+    assert short.gluon and short.dq_lag == 0 and C._GLUON_BWD_TABLE[64, True, "long"].dq_lag == 2
+    lag0 = [x(n, row, "g64lag0") for n in (1, 2, 3) for row in ("causal", "long")]
+    gqa = [x(n, "gqa", "g64lag0") for n in (1, 2, 3)]
+    assert (f"without it the 4K and 16K causal rows ran at {min(lag0):.3f}–{max(lag0):.3f}×, GQA at "
+            f"{min(gqa):.3f}–{max(gqa):.3f}×") in text
+
+    def tf(kind, provider, pass_):
+        rows = json.loads((DATA / f"variants-h200-varlen-run25-{kind}.json").read_text())["rows"]
+        (r,) = [r for r in rows if r["provider"] == provider and r["pass_"] == pass_]
+        return r["tflops"]
+
+    lib, tri, flex = tf("library", "attnlab", "fwd_bwd"), tf("triton", "attnlab", "fwd_bwd"), tf("library", "flex",
+                                                                                                  "fwd_bwd")
+    assert lib > tri
+    assert (f"forward+backward of the packed batch at D = 64 {lib:.0f} TFLOP/s against {tri:.0f} on the Triton kernels, "
+            f"{lib / flex:.2f}× FlexAttention ({flex:.0f}); the forward alone {tf('library', 'attnlab', 'fwd'):.0f} and "
+            f"{tf('triton', 'attnlab', 'fwd'):.0f}") in text
+    doc = _flat((ROOT / "docs" / "variants.md").read_text())
+    assert (f"{lib:.0f} TFLOP/s forward+backward against {tri:.0f} on the Triton kernels, {lib / flex:.2f}× "
+            "FlexAttention (variants run 25)") in doc
+    readme = _flat((ROOT / "README.md").read_text())
+    assert f"moved from the Triton backward to the Gluon one: {lib:.0f} TFLOP/s forward+backward against {tri:.0f}" in readme
+    logs = DATA / "bwd-block-m"
+    for name in ("checks-run1", "extra-run1", "checks-run3", "extra-run3"):
+        last = (logs / f"{name}.log").read_text().strip().splitlines()[-1]
+        counts = last.split(", 5 warnings")[0].split(", 3 warnings")[0].split(", 22 warnings")[0]
+        assert counts in text, (name, counts)
+        assert " failed" not in last and "error" not in last, last

@@ -186,8 +186,10 @@ DETERMINISTIC = True
 # half the dense kernel's speed (benchmarks/packed_probe.py --timing). The padded build is 1.15-1.37x the Triton kernels on the
 # GPU; its host time per call outweighed that (variants runs 11 and 12) until calls ran from kept plans
 # (``_BwdPlan``, ``prefill_bwd._CallPlan``): varlen forward+backward at 16K tokens then 292 against 252 TFLOP/s at
-# D = 128, 218 against 212 at D = 64 (variants run 15); 278 against 252 and 216 against 219 (run 16). Packed
-# lengths are clamped on the device first (``layout.packed_bounds``). False: the Triton kernels (measurements)
+# D = 128, 218 against 212 at D = 64 (variants run 15); 278 against 252 and 216 against 219 (run 16). (At D = 64 both
+# of those ran the Triton backward: the table had no Gluon entry for short causal calls there until bwd-block-m
+# run 2; since, 260 against 212, variants run 25.) Packed lengths are clamped on the device first
+# (``layout.packed_bounds``). False: the Triton kernels (measurements)
 PACKED = True
 # the head dims whose deterministic packed batches (with PACKED and DETERMINISTIC) take this kernel's ordered
 # build: each sequence's key blocks last first, their turns at a dQ tile counted in the sequence's own key blocks,
