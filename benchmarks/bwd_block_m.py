@@ -16,15 +16,19 @@ Arms (``--arms``, the first the baseline of the ratios):
     g128     128 rows (dq_lag 0: the four-tile dSᵀ ring does not fit beside 128-row tiles)
     g128s    128 rows, both warp groups making every step's dQ product (dq_shared)
     g64lag0  64 rows without the lag (what separates g128 from g64 besides the rows)
-    table    the library's own choice for the call (packed batches at D = 64: the Triton kernels)
+    table    the library's own choice for the call
+    g64lag1  64 rows, dQ's product one step behind
 
 Rows: ``causal`` and ``full`` (4 × 4K, 32 heads), ``long`` (one 16K causal sequence), ``gqa`` (32 query heads on 8 K/V
 heads, 8K causal), ``varlen`` (the variants benchmark's packed batch: 16K tokens of documents of 256-1,792, causal),
-``short`` (16 × 1K causal: the table's short class, where the library takes the Triton backward at D = 64).
+``short`` (16 × 1K causal: the table's short class, where the library took the Triton backward at D = 64), and GQA
+causal rows by group size and length: ``gqa2`` (32/16 at 8K), ``gqa8`` (32/4 at 8K), ``gqa-4k`` (4 × 4K, 32/8),
+``gqa-16k`` (16K, 32/8).
 bfloat16, H·D = 2048. TFLOP/s over the backward's 2.5× the forward's visible-pair FLOPs.
 
     python benchmarks/bwd_block_m.py --json bwd-block-m.json
     python benchmarks/bwd_block_m.py --rows varlen causal --arms g64 g128 --rounds 5
+    python benchmarks/bwd_block_m.py --rows gqa gqa2 gqa8 gqa-4k gqa-16k causal --arms g64 g64lag0 g64lag1
     python benchmarks/bwd_block_m.py --report bwd-block-m.json
 """
 
@@ -42,14 +46,19 @@ import ab_rounds  # noqa: E402
 
 from attnlab.bench import time_fn  # noqa: E402
 
-ROWS = ("causal", "full", "long", "gqa", "varlen", "short")
-ARMS = ("g64", "g128", "g128s", "g64lag0", "table")
+ROWS = ("causal", "full", "long", "gqa", "varlen", "short", "gqa2", "gqa8", "gqa-4k", "gqa-16k")
+ARMS = ("g64", "g128", "g128s", "g64lag0", "table", "g64lag1")
 SHAPES = {  # row: (B, H, Hkv, N, causal)
     "causal": (4, 32, 32, 4096, True),
     "full": (4, 32, 32, 4096, False),
     "long": (1, 32, 32, 16384, True),
     "gqa": (1, 32, 8, 8192, True),
     "short": (16, 32, 32, 1024, True),
+    # GQA by group size and length (the lag's choice there): 2 and 8 query heads per K/V head at 8K, 4 at 4K and 16K
+    "gqa2": (1, 32, 16, 8192, True),
+    "gqa8": (1, 32, 4, 8192, True),
+    "gqa-4k": (4, 32, 8, 4096, True),
+    "gqa-16k": (1, 32, 8, 16384, True),
 }
 _CURRENT: list = [None]  # the config the row's call runs with (None: the library's choice)
 
@@ -61,7 +70,8 @@ def arm_config(arm: str, causal: bool):
     g64 = _GLUON_BWD_64_CAUSAL if causal else _GLUON_BWD_64
     return {"g64": g64, "g128": dataclasses.replace(g64, block_m1=128, dq_lag=0),
             "g128s": dataclasses.replace(g64, block_m1=128, dq_lag=0, dq_shared=True),
-            "g64lag0": dataclasses.replace(g64, dq_lag=0), "table": None}[arm]
+            "g64lag0": dataclasses.replace(g64, dq_lag=0), "g64lag1": dataclasses.replace(g64, dq_lag=1),
+            "table": None}[arm]
 
 
 def row_call(name: str, D: int, device: str):

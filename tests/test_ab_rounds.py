@@ -119,7 +119,7 @@ def test_bwd_block_m_arms_and_refusals(tmp_path):
         for arm, shared in (("g128", False), ("g128s", True)):
             cfg = mod.arm_config(arm, causal)
             assert (cfg.block_m1, cfg.dq_lag, cfg.dq_shared) == (128, 0, shared) and cfg.gluon
-        assert mod.arm_config("g64lag0", causal).dq_lag == 0
+        assert mod.arm_config("g64lag0", causal).dq_lag == 0 and mod.arm_config("g64lag1", causal).dq_lag == 1
         assert mod.arm_config("table", causal) is None
     with pytest.raises(SystemExit):
         mod.main(["--D", "128"])
