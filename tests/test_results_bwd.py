@@ -709,17 +709,17 @@ def test_gpu_doc_quotes_prefill_runs_22_and_23():
             f"and {_vs(23, 'sdpa', 'fwd')} and {_vs(23, 'sdpa', 'fwd_bwd')} PyTorch's own SDPA choice") in doc
 
 
-def test_results_bwd_block_m_runs_1_to_3_are_the_recorded_ones():
-    """The 128-row backward measured and not taken, and D = 64's short causal entry moved (bwd-block-m runs 1–3,
-    variants run 25): the tables as ``bwd_block_m.py`` renders them, every ratio and time the section quotes, the
+def test_results_bwd_block_m_runs_1_to_4_are_the_recorded_ones():
+    """The 128-row backward measured and not taken, D = 64's short causal entry moved, the lag by group size left as it
+    was (bwd-block-m runs 1–4, variants run 25): the tables as ``bwd_block_m.py`` renders them, every ratio and time the section quotes, the
     GPU tests' counts from their logs, and the library's table as the runs decided it."""
     from attnlab.gpu import config as C
 
     mod = load_script("benchmarks/bwd_block_m.py")
     results = _results()
-    section = results[results.index("### Bwd-block-m runs 1–3"):results.index("### FlashAttention-4 runs 1 and 2")]
+    section = results[results.index("### Bwd-block-m runs 1–4"):results.index("### FlashAttention-4 runs 1 and 2")]
     text = _flat(section)
-    runs = {n: json.loads((DATA / f"bwd-block-m-h200-run{n}.json").read_text())["rows"] for n in (1, 2, 3)}
+    runs = {n: json.loads((DATA / f"bwd-block-m-h200-run{n}.json").read_text())["rows"] for n in (1, 2, 3, 4)}
     for rows in runs.values():
         assert mod.report(rows) in section
 
@@ -766,6 +766,11 @@ def test_results_bwd_block_m_runs_1_to_3_are_the_recorded_ones():
             "FlexAttention (variants run 25)") in doc
     readme = _flat((ROOT / "README.md").read_text())
     assert f"moved from the Triton backward to the Gluon one: {lib:.0f} TFLOP/s forward+backward against {tri:.0f}" in readme
+    gqa = ("gqa2", "gqa", "gqa8", "gqa-4k", "gqa-16k")  # run 4: the lag by group size
+    l0, l1 = [x(4, r, "g64lag0") for r in gqa], [x(4, r, "g64lag1") for r in (*gqa, "causal")]
+    assert (f"without the lag {min(l0):.3f}–{max(l0):.3f}× on the GQA rows (the 4K row slower), one step behind "
+            f"{min(l1):.3f}–{max(l1):.3f}× on every row") in text
+    assert x(4, "gqa-4k", "g64lag0") < 1 and max(l1) < 1
     logs = DATA / "bwd-block-m"
     for name in ("checks-run1", "extra-run1", "checks-run3", "extra-run3"):
         last = (logs / f"{name}.log").read_text().strip().splitlines()[-1]
