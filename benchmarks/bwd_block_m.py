@@ -18,12 +18,14 @@ Arms (``--arms``, the first the baseline of the ratios):
     g64lag0  64 rows without the lag (what separates g128 from g64 besides the rows)
     table    the library's own choice for the call
     g64lag1  64 rows, dQ's product one step behind
+    table-nomap  the library's choice with ``prefill_gluon_bwd.PACKED_BLOCK_MAP`` off: a packed batch's programs a grid
+             of every sequence's longest-sequence count of key blocks (those past a shorter one's keys return)
 
 Rows: ``causal`` and ``full`` (4 × 4K, 32 heads), ``long`` (one 16K causal sequence), ``gqa`` (32 query heads on 8 K/V
 heads, 8K causal), ``varlen`` (the variants benchmark's packed batch: 16K tokens of documents of 256-1,792, causal),
 ``short`` (16 × 1K causal: the table's short class, where the library took the Triton backward at D = 64), and GQA
 causal rows by group size and length: ``gqa2`` (32/16 at 8K), ``gqa8`` (32/4 at 8K), ``gqa-4k`` (4 × 4K, 32/8),
-``gqa-16k`` (16K, 32/8).
+``gqa-16k`` (16K, 32/8). The ``table`` arms run at D = 128 too (``--D 64 128``), 16 heads there.
 bfloat16, H·D = 2048. TFLOP/s over the backward's 2.5× the forward's visible-pair FLOPs.
 
     python benchmarks/bwd_block_m.py --json bwd-block-m.json
@@ -47,7 +49,8 @@ import ab_rounds  # noqa: E402
 from attnlab.bench import time_fn  # noqa: E402
 
 ROWS = ("causal", "full", "long", "gqa", "varlen", "short", "gqa2", "gqa8", "gqa-4k", "gqa-16k")
-ARMS = ("g64", "g128", "g128s", "g64lag0", "table", "g64lag1")
+ARMS = ("g64", "g128", "g128s", "g64lag0", "table", "g64lag1", "table-nomap")
+TABLE_ARMS = ("table", "table-nomap")  # (the arms that run at D = 128 too)
 SHAPES = {  # row: (B, H, Hkv, N, causal)
     "causal": (4, 32, 32, 4096, True),
     "full": (4, 32, 32, 4096, False),
@@ -67,11 +70,12 @@ def arm_config(arm: str, causal: bool):
     """The backward configuration of an arm at D = 64 (None: the library's own)."""
     from attnlab.gpu.config import _GLUON_BWD_64, _GLUON_BWD_64_CAUSAL
 
+    if arm in TABLE_ARMS:
+        return None
     g64 = _GLUON_BWD_64_CAUSAL if causal else _GLUON_BWD_64
     return {"g64": g64, "g128": dataclasses.replace(g64, block_m1=128, dq_lag=0),
             "g128s": dataclasses.replace(g64, block_m1=128, dq_lag=0, dq_shared=True),
-            "g64lag0": dataclasses.replace(g64, dq_lag=0), "g64lag1": dataclasses.replace(g64, dq_lag=1),
-            "table": None}[arm]
+            "g64lag0": dataclasses.replace(g64, dq_lag=0), "g64lag1": dataclasses.replace(g64, dq_lag=1)}[arm]
 
 
 def row_call(name: str, D: int, device: str):
@@ -103,6 +107,7 @@ def row_call(name: str, D: int, device: str):
 
         return lib, flops, "none", ValueError("no peer timed for packed batches here")
     B, H, Hkv, N, causal = SHAPES[name]
+    H, Hkv = H * 64 // D, Hkv * 64 // D  # (H·D = 2048: the heads given are D = 64's)
     q, do = (torch.randn(B, H, N, D, device=device, dtype=torch.bfloat16, generator=gen) for _ in range(2))
     k, v = (torch.randn(B, Hkv, N, D, device=device, dtype=torch.bfloat16, generator=gen) for _ in range(2))
     mask = Mask(-1, 0 if causal else -1)
@@ -147,11 +152,16 @@ def measure(args) -> list[dict]:
 
     @contextmanager
     def use(arm, D):
+        from attnlab.gpu import prefill_gluon_bwd as gb
+
         _CURRENT[0] = arm_config(arm, rows_causal[_ROW[0]])
+        kept = gb.PACKED_BLOCK_MAP
+        gb.PACKED_BLOCK_MAP = kept and arm != "table-nomap"
         try:
             yield
         finally:
             _CURRENT[0] = None
+            gb.PACKED_BLOCK_MAP = kept
 
     results = []
     for row in args.rows:  # (one row at a time: the arm's config depends on the row's mask)
@@ -174,10 +184,10 @@ def add_args(ap) -> None:
 
 
 def check_args(ap, args) -> None:
-    if args.D == [64, 128]:  # (the shared command line's default: this benchmark's rows are D = 64's)
-        args.D = [64]
-    if args.D != [64]:
-        ap.error("--D: the 128-row build is D = 64's (at D = 128 its tiles need more shared memory than a block has)")
+    if args.D == [64, 128] and not set(args.arms) <= set(TABLE_ARMS):  # (the shared command line's default: the
+        args.D = [64]  # D = 64 builds' arms run at D = 64 only)
+    if 128 in args.D and not set(args.arms) <= set(TABLE_ARMS):
+        ap.error(f"--D 128: only the arms {', '.join(TABLE_ARMS)} (the others are D = 64's builds)")
     if len(set(args.arms)) != len(args.arms):
         ap.error("--arms: each arm once")
 
