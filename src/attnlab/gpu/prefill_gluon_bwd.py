@@ -212,7 +212,7 @@ PACKED_DET: tuple[int, ...] = (128,)
 # (``layout.packed_key_blocks``: FlashAttention-3's varlen scheduling), not a grid of the longest sequence's count of
 # key blocks for every sequence, whose programs past a shorter sequence's keys start, find nothing and return (86 of
 # 224 per head on 16K tokens of documents of 256-1792). False: that grid (measurements)
-PACKED_BLOCK_MAP = True
+PACKED_BLOCK_MAP = False
 # packed batches: a program's key block and its query blocks are loaded whole by TMA, so a sequence's last ones hold
 # the next sequence's first keys and rows, whose Pᵀ is 0 but whose values still enter dV += Pᵀ·dO, dK += dSᵀ·Q and
 # dQ += dS·K as 0 · x: a NaN or infinity there reaches this sequence's gradients. True: the consumers set those rows
