@@ -18,14 +18,12 @@ Arms (``--arms``, the first the baseline of the ratios):
     g64lag0  64 rows without the lag (what separates g128 from g64 besides the rows)
     table    the library's own choice for the call
     g64lag1  64 rows, dQ's product one step behind
-    table-nomap  the library's choice with ``prefill_gluon_bwd.PACKED_BLOCK_MAP`` off: a packed batch's programs a grid
-             of every sequence's longest-sequence count of key blocks (those past a shorter one's keys return)
 
 Rows: ``causal`` and ``full`` (4 × 4K, 32 heads), ``long`` (one 16K causal sequence), ``gqa`` (32 query heads on 8 K/V
 heads, 8K causal), ``varlen`` (the variants benchmark's packed batch: 16K tokens of documents of 256-1,792, causal),
 ``short`` (16 × 1K causal: the table's short class, where the library took the Triton backward at D = 64), and GQA
 causal rows by group size and length: ``gqa2`` (32/16 at 8K), ``gqa8`` (32/4 at 8K), ``gqa-4k`` (4 × 4K, 32/8),
-``gqa-16k`` (16K, 32/8). The ``table`` arms run at D = 128 too (``--D 64 128``), 16 heads there.
+``gqa-16k`` (16K, 32/8). The ``table`` arm runs at D = 128 too (``--D 64 128 --arms table``), 16 heads there.
 bfloat16, H·D = 2048. TFLOP/s over the backward's 2.5× the forward's visible-pair FLOPs.
 
     python benchmarks/bwd_block_m.py --json bwd-block-m.json
@@ -49,8 +47,8 @@ import ab_rounds  # noqa: E402
 from attnlab.bench import time_fn  # noqa: E402
 
 ROWS = ("causal", "full", "long", "gqa", "varlen", "short", "gqa2", "gqa8", "gqa-4k", "gqa-16k")
-ARMS = ("g64", "g128", "g128s", "g64lag0", "table", "g64lag1", "table-nomap")
-TABLE_ARMS = ("table", "table-nomap")  # (the arms that run at D = 128 too)
+ARMS = ("g64", "g128", "g128s", "g64lag0", "table", "g64lag1")
+TABLE_ARMS = ("table",)  # (the arms that run at D = 128 too)
 SHAPES = {  # row: (B, H, Hkv, N, causal)
     "causal": (4, 32, 32, 4096, True),
     "full": (4, 32, 32, 4096, False),
@@ -152,16 +150,11 @@ def measure(args) -> list[dict]:
 
     @contextmanager
     def use(arm, D):
-        from attnlab.gpu import prefill_gluon_bwd as gb
-
         _CURRENT[0] = arm_config(arm, rows_causal[_ROW[0]])
-        kept = gb.PACKED_BLOCK_MAP
-        gb.PACKED_BLOCK_MAP = kept and arm != "table-nomap"
         try:
             yield
         finally:
             _CURRENT[0] = None
-            gb.PACKED_BLOCK_MAP = kept
 
     results = []
     for row in args.rows:  # (one row at a time: the arm's config depends on the row's mask)

@@ -120,7 +120,7 @@ def test_bwd_block_m_arms_and_refusals(tmp_path):
             cfg = mod.arm_config(arm, causal)
             assert (cfg.block_m1, cfg.dq_lag, cfg.dq_shared) == (128, 0, shared) and cfg.gluon
         assert mod.arm_config("g64lag0", causal).dq_lag == 0 and mod.arm_config("g64lag1", causal).dq_lag == 1
-        assert mod.arm_config("table", causal) is None and mod.arm_config("table-nomap", causal) is None
+        assert mod.arm_config("table", causal) is None
     with pytest.raises(SystemExit):
         mod.main(["--D", "128"])
     with pytest.raises(SystemExit):

@@ -717,7 +717,7 @@ def test_results_bwd_block_m_runs_1_to_4_are_the_recorded_ones():
 
     mod = load_script("benchmarks/bwd_block_m.py")
     results = _results()
-    section = results[results.index("### Bwd-block-m runs 1–4"):results.index("### FlashAttention-4 runs 1 and 2")]
+    section = results[results.index("### Bwd-block-m runs 1–5"):results.index("### FlashAttention-4 runs 1 and 2")]
     text = _flat(section)
     runs = {n: json.loads((DATA / f"bwd-block-m-h200-run{n}.json").read_text())["rows"] for n in (1, 2, 3, 4)}
     for rows in runs.values():
@@ -777,3 +777,25 @@ def test_results_bwd_block_m_runs_1_to_4_are_the_recorded_ones():
         counts = last.split(", 5 warnings")[0].split(", 3 warnings")[0].split(", 22 warnings")[0]
         assert counts in text, (name, counts)
         assert " failed" not in last and "error" not in last, last
+
+
+def test_results_bwd_block_m_run_5_is_the_recorded_one():
+    """Packed programs from a map of their key blocks (bwd-block-m run 5), measured slower and taken out: the table as
+    ``bwd_block_m.py`` renders it, the ratios the section quotes, and no map left in the library."""
+    from attnlab.gpu import prefill_gluon_bwd as gb
+
+    mod = load_script("benchmarks/bwd_block_m.py")
+    results = _results()
+    section = results[results.index("### Bwd-block-m runs 1–5"):results.index("### FlashAttention-4 runs 1 and 2")]
+    rows = json.loads((DATA / "bwd-block-m-h200-run5.json").read_text())["rows"]
+    assert mod.report(rows) in section
+
+    def x(row, D):
+        (r,) = [r for r in rows if r["row"] == row and r["D"] == D and r["arm"] == "table-nomap"]
+        return r["vs_first"]
+
+    v, c = [x("varlen", D) for D in (64, 128)], [x("causal", D) for D in (64, 128)]
+    assert min(v) > 1
+    assert (f"the grid ran at {v[0]:.3f}× and {v[1]:.3f}× the map's speed on the packed batch, {min(c):.3f}–{max(c):.3f}× "
+            "on the dense causal rows") in _flat(section)
+    assert not hasattr(gb, "PACKED_BLOCK_MAP")

@@ -946,19 +946,15 @@ def _check_packed_grads(q, k, v, do, cu, grads, causal, scale):
 
 @pytest.mark.gpu
 @on_hopper
-@pytest.mark.parametrize("block_map", [True, False])
 @pytest.mark.parametrize("dq_shared,dq_lag,stages", [(False, 0, 2), (True, 0, 2), (False, 1, 2), (False, 0, 3)])
 @pytest.mark.parametrize("lens_q,lens_k,H,Hkv,D,causal", PACKED_CASES)
-def test_gpu_gluon_backward_packed_batch(lens_q, lens_k, H, Hkv, D, causal, dq_shared, dq_lag, stages, block_map,
-                                         monkeypatch):
+def test_gpu_gluon_backward_packed_batch(lens_q, lens_k, H, Hkv, D, causal, dq_shared, dq_lag, stages, monkeypatch):
     """A packed batch (cu_seqlens) on the Gluon backward (which must be the kernel that ran): each sequence's
     gradients as the oracle's on that sequence alone, every element written (the outputs start as NaN), none
     of a sequence's keys or rows touched by another's programs; int64 lengths give the same gradients (up to
-    the rounding of dQ's additions, which land in any order). Its programs from the map of the batch's key blocks
-    (``PACKED_BLOCK_MAP``) or as a grid of the longest sequence's key blocks for every sequence."""
+    the rounding of dQ's additions, which land in any order)."""
     if GB.smem_bytes(D, stages, 1, False, dq_lag) > GB.SMEM_LIMIT:
         pytest.skip("more shared memory than a block has")
-    monkeypatch.setattr(GB, "PACKED_BLOCK_MAP", block_map)
     q, k, v, do, cu = _packed_inputs(lens_q, lens_k, H, Hkv, D, sum(lens_q) * 3 + D)
     mask, scale = Mask(-1, 0 if causal else -1), D ** -0.5
     max_seqlen = (max(lens_q), max(lens_k))
@@ -1215,40 +1211,6 @@ def test_packed_batches_build_for_sm90_and_route_to_the_gluon_backward(monkeypat
     monkeypatch.setattr(GB, "PACKED", False)
     prefill_backward(do, q, k, v, out, lse, mask=Mask(-1, 0), **common)
     assert calls == [] and GB.PACKED is False
-
-
-@pytest.mark.parametrize("lens", [[0, 17, 333, 1, 200, 129, 0], [1732, 256, 1000], [0], [5], [128, 128, 129],
-                                  [16] * 40])
-def test_packed_key_blocks_list_each_sequences_blocks_once(lens):
-    """``layout.packed_key_blocks``: one row (sequence, key block) per block of 128 keys of each sequence, in order,
-    none for an empty sequence, within the bound ``packed_programs`` gives without reading the lengths (the smaller
-    of the total's blocks plus one per sequence and the longest-sequence grid); the rows past them point one block
-    past the last sequence's last, where a program finds no key."""
-    from attnlab.gpu.layout import packed_key_blocks, packed_programs
-
-    cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32)
-    want = [(s, j) for s, n in enumerate(lens) for j in range(-(-n // 128))]
-    n = packed_programs(sum(lens), len(lens), max(lens))
-    assert len(want) <= n <= len(lens) * -(-max(lens) // 128)
-    got = packed_key_blocks(cu, n).tolist()
-    assert [tuple(r) for r in got[:len(want)]] == want
-    last = len(lens) - 1
-    for s, j in got[len(want):]:  # spare programs: past every key of the last sequence
-        assert (s, j) == (last, -(-lens[last] // 128))
-    assert packed_key_blocks(cu, n) is packed_key_blocks(cu, n)  # kept per tensor
-
-
-@needs_gluon
-def test_packed_builds_from_the_key_block_map_keep_the_grid_builds_code():
-    """The packed builds that take their programs from ``packed_key_blocks`` (``PACKED_BLOCK_MAP``) compile for sm_90
-    with the registers, shared memory, products and copies of those launched as a longest-sequence grid, default and
-    deterministic."""
-    cases = [dict(D=128, dtype="bfloat16", causal=True, varlen=True, dq_shared=True, deterministic=det, block_map=bm)
-             for det in (False, True) for bm in (False, True)]
-    reps = sm90_reports("prefill_gluon_bwd", [dict(c) for c in cases])
-    for grid, mapped in ((reps[0], reps[1]), (reps[2], reps[3])):
-        for key in ("smem_kb", "wgmma", "tma_reduces", "tma_loads", "setmaxnreg", "wait_groups"):
-            assert grid[key] == mapped[key], key
 
 
 @needs_gluon

@@ -239,42 +239,6 @@ def packed_rows(cu_seqlens: torch.Tensor) -> torch.Tensor:
     return _kept("rows", cu_seqlens, None, compute)
 
 
-def packed_key_blocks(cu_seqlens_k: torch.Tensor, n_programs: int, block: int = 128) -> torch.Tensor:
-    """The Gluon backward's programs over a packed batch's key blocks, one per block of ``block`` keys of each
-    sequence and none for the blocks a grid sized by the longest sequence would add past each shorter one:
-    (n_programs, 2) int32 on the device of ``cu_seqlens_k`` (valid lengths: ``packed_bounds``; no copy to the host),
-    row p = (sequence, its key block), sequence by sequence, each one's blocks in order. ``n_programs`` must be at
-    least the blocks' count (``sum cdiv(len, block)``; ``cdiv(total, block) + B`` always is); rows past it hold the
-    last sequence and its block one past its last, so that they find no keys, load nothing and store nothing. Kept
-    per tensor (``_kept``)."""
-    def compute():
-        lens = cu_seqlens_k[1:].long() - cu_seqlens_k[:-1].long()
-        n_seqs = lens.numel()
-        out = torch.zeros((n_programs, 2), dtype=torch.int32, device=cu_seqlens_k.device)
-        if n_seqs == 0 or n_programs == 0:
-            return out
-        nb = (lens + block - 1) // block
-        incl = torch.cumsum(nb, 0)
-        p = torch.arange(n_programs, device=cu_seqlens_k.device)
-        seq = torch.searchsorted(incl, p, right=True)  # the sequence whose blocks hold p, or n_seqs past them all
-        spare = seq >= n_seqs
-        seq = seq.clamp(max=n_seqs - 1)
-        blk = torch.where(spare, nb[-1], p - (incl - nb)[seq])
-        out[:, 0] = seq.to(torch.int32)
-        out[:, 1] = blk.to(torch.int32)
-        return out
-
-    return _kept("keyblocks", cu_seqlens_k, (n_programs, block), compute)
-
-
-def packed_programs(total_k: int, n_seqs: int, max_seqlen_k: int, block: int = 128) -> int:
-    """How many programs ``packed_key_blocks`` lays out for a packed batch of ``total_k`` keys in ``n_seqs``
-    sequences, the longest ``max_seqlen_k``, without reading the lengths: the smaller of two bounds on the count of
-    key blocks, ``cdiv(total_k, block) + n_seqs`` (each sequence adds at most one part block) and ``n_seqs ·
-    cdiv(max_seqlen_k, block)`` (the grid a longest-sequence layout would launch)."""
-    return min(-(-total_k // block) + n_seqs, n_seqs * -(-max_seqlen_k // block))
-
-
 def padded_rows_bound(total: int, n_seqs: int) -> int:
     """Rows per head that hold any packed batch of ``total`` rows in ``n_seqs`` sequences padded as
     ``packed_rows`` does (a multiple of 64, known without reading the lengths)."""
@@ -316,5 +280,5 @@ def store_dq_tiles(tiles: torch.Tensor, dq: torch.Tensor, split_d: int, scale: f
                 | dict(HEAD_D=D, SPLIT_D=split_d), num_warps=4)
 
 
-__all__ = ["dq_tiles_shape", "dq_to_tiles", "empty_like_layout", "packed_bounds", "packed_key_blocks", "packed_programs",
-           "packed_rows", "padded_rows_bound", "store_dq", "store_dq_tiles", "sum_head_copies"]
+__all__ = ["dq_tiles_shape", "dq_to_tiles", "empty_like_layout", "packed_bounds", "packed_rows", "padded_rows_bound", "store_dq",
+           "store_dq_tiles", "sum_head_copies"]

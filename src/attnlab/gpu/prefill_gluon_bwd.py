@@ -72,14 +72,7 @@ from .launch import (
     recording,
     tensor_key,
 )
-from .layout import (
-    dq_tiles_shape,
-    packed_key_blocks,
-    packed_programs,
-    store_dq,
-    store_dq_tiles,
-    sum_head_copies,
-)
+from .layout import dq_tiles_shape, store_dq, store_dq_tiles, sum_head_copies
 from .prefill_gluon import HAVE_GLUON, NO_WINDOW
 
 HAVE_TMA_REDUCE = False  # set below where this triton has the reduction
@@ -208,11 +201,6 @@ PACKED = True
 # default's 306, 0.93x (variants run 24; the backward alone 0.822 against 0.933 ms with the writer at 48,
 # benchmarks/packed_probe.py --det run 2). (): every deterministic packed batch on the Triton kernels
 PACKED_DET: tuple[int, ...] = (128,)
-# packed batches: one program per key block of each sequence, from a map made on the device
-# (``layout.packed_key_blocks``: FlashAttention-3's varlen scheduling), not a grid of the longest sequence's count of
-# key blocks for every sequence, whose programs past a shorter sequence's keys start, find nothing and return (86 of
-# 224 per head on 16K tokens of documents of 256-1792). False: that grid (measurements)
-PACKED_BLOCK_MAP = False
 # packed batches: a program's key block and its query blocks are loaded whole by TMA, so a sequence's last ones hold
 # the next sequence's first keys and rows, whose Pᵀ is 0 but whose values still enter dV += Pᵀ·dO, dK += dSᵀ·Q and
 # dQ += dS·K as 0 · x: a NaN or infinity there reaches this sequence's gradients. True: the consumers set those rows
@@ -765,7 +753,7 @@ if HAVE_GLUON:
     def _attn_bwd_gluon_ws(desc_q, desc_do, desc_k, desc_v, desc_dk, desc_dv, desc_dq, desc_lse, desc_dl, DQ, SEM, LSE2,
                            DELTA,
                            H, G, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, SLOPES, stride_sb, stride_sh,
-                           CU_Q, CU_K, CU_P, DK, DV, stride_dkh, stride_dkn, KV_DIV, BLK,
+                           CU_Q, CU_K, CU_P, DK, DV, stride_dkh, stride_dkn, KV_DIV,
                            HEAD_D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                            CONSUMER_REGS: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ATOMIC: gl.constexpr,
                            DQ_SHARED: gl.constexpr, ROTATE: gl.constexpr, HEADS_FIRST: gl.constexpr = False,
@@ -793,9 +781,7 @@ if HAVE_GLUON:
         sequence stores dK, dV by masked stores into DK, DV (strides stride_dkh, stride_dkn; else None). With DET
         (causal) each sequence's key blocks run last first and the writer counts turns in them.
         KV_DIV: programs per K/V head (``kv_split``): H // G heads of dK, dV, program head hk reading K, V head
-        hk // KV_DIV of desc_k, desc_v (1: the same heads). BLK (VARLEN, else None): the packed batch's key blocks
-        (``layout.packed_key_blocks``), program (p, K/V head) taking sequence BLK[2p]'s key block BLK[2p + 1] in place of
-        a grid of every sequence's longest-sequence count of blocks.
+        hk // KV_DIV of desc_k, desc_v (1: the same heads).
         Two consumer warp groups of 4 warps (64 keys each), one loader warp and (DET) one writer warp."""
         NC: gl.constexpr = 2
         SUB_N: gl.constexpr = 64
@@ -818,9 +804,6 @@ if HAVE_GLUON:
         hk = bhk % Hkv
         nq_rows = Nq  # a head's rows of L₂, D and the dQ buffer (packed batches: padded, as CU_P sets out)
         if VARLEN:  # sequence b: rows [q_base, Nq) and keys [k_base, Nk) of the packed tensors (batch 0)
-            if BLK is not None:  # (the grid: the batch's key blocks, K/V heads; so hk is bhk already)
-                b = gl.load(BLK + 2 * pid_n)
-                pid_n = gl.load(BLK + 2 * pid_n + 1)
             q_base = gl.load(CU_Q + b)
             k_base = gl.load(CU_K + b)
             pad = gl.load(CU_P + b) - q_base  # its rows of L₂, D and dQ tiles start at CU_P[b] (a multiple of 64)
@@ -843,8 +826,7 @@ if HAVE_GLUON:
             m_lo = q_base
         m_end = gl.minimum(gl.maximum(start_n + BLOCK_N - win_off, 0), Nq)  # NO_WINDOW: Nq
         n_m = gl.maximum(gl.cdiv(m_end - m_lo, BLOCK_M), 0)
-        if VARLEN:  # past this sequence's keys (a grid sized by the longest, or BLK's spare programs): no step, no
-            # load, no store
+        if VARLEN:  # past this sequence's keys (the grid is sized by the longest): no step, no load, no store
             n_m = gl.where(start_n < Nk, n_m, 0)
         if ROTATE:  # key blocks start their walk at different query blocks: their dQ additions spread out
             rot = pid_n % gl.maximum(n_m, 1)
@@ -1095,7 +1077,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
                tensor_key(dq), tensor_key(dk), tensor_key(dv), causal_off, scale, stages, dq_split, dq_shared, rotate,
                heads_first, win_off, consumer_regs, dq_lag, deterministic, max_seqlen_k, max_seqlen_q, block_m,
                _det_last_first, _kv_div, _last_first, PACKED_DET_ROTATE, DET_WRITER_REGS, DET_EARLY_TURN, DQ_PERMUTED, LSE_BY_TMA, DQ_SWIZZLE, HEADS_FIRST_WAVES, ZERO_PAST,
-               torch.cuda.current_device(), PACKED_BLOCK_MAP,
+               torch.cuda.current_device(),
                None if cu_seqlens is None else (*map(tensor_key, cu_seqlens), tensor_key(cu_rows)))
         plan = _PLANS.get(key)
         if plan is not None and not hooks_set():
@@ -1179,7 +1161,6 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         dq_block = [BWD_BLOCK_M, split_d]
         desc_dq = TensorDescriptor(dq_rows, list(dq_rows.shape), list(dq_rows.stride()), dq_block, _dq_layout(dq_block))
     lse_tma = LSE_BY_TMA
-    blk = None  # (packed batches with PACKED_BLOCK_MAP: the map of their key blocks)
     # each head's rows of L₂ and Dᵢ padded to whole query blocks for the TMA loads (no copy where the
     # preprocessing kernel wrote into such buffers), contiguous rows otherwise (the kernel's stride: Nq). A 1-D
     # TMA box must start 16-byte aligned (one that did not stopped an H200 on an illegal instruction): packed
@@ -1194,17 +1175,11 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     if cu_seqlens is None:
         grid = (-(-Nk // (2 * BWD_SUB_N)), B * Hkv)
         varlen = (None,) * 7
-    else:  # (key blocks of the longest sequence, sequence · K/V head): programs past a sequence's keys return;
-        # with PACKED_BLOCK_MAP (the batch's key blocks, K/V head) from the map
+    else:  # (key blocks of the longest sequence, sequence · K/V head): programs past a sequence's keys return
         cu_q, cu_k = (c if c.dtype == torch.int32 else c.to(torch.int32) for c in cu_seqlens)
-        n_seqs = cu_q.numel() - 1
-        grid = (-(-max_seqlen_k // (2 * BWD_SUB_N)), n_seqs * Hkv)
+        grid = (-(-max_seqlen_k // (2 * BWD_SUB_N)), (cu_q.numel() - 1) * Hkv)
         if max(grid) > 65535:
             raise ValueError(f"the Gluon backward's grid {grid} for this packed batch has an axis past 65,535")
-        n_prog = packed_programs(Nk, n_seqs, max_seqlen_k, 2 * BWD_SUB_N)
-        if PACKED_BLOCK_MAP and n_prog <= 65535:
-            blk = packed_key_blocks(cu_k, n_prog, 2 * BWD_SUB_N)
-            grid = (n_prog, Hkv)
         cu_p = cu_rows if cu_rows.dtype == torch.int32 else cu_rows.to(torch.int32)
         varlen = (cu_q, cu_k, cu_p, dk, dv, dk.stride(1), dk.stride(2))
     if heads_first is None:
@@ -1227,7 +1202,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
             desc_lse = TensorDescriptor(lse2.view(-1), [lse2.numel()], [1], [BWD_BLOCK_M], row_layout())
     descs = (desc(q, block_m), desc(do, block_m), desc(k), desc(v), desc(dk), desc(dv), desc_dq, desc_lse, desc_dl)
     args = (*descs, dq_acc, sem, lse2, delta, H, H // Hkv, n_rows, Nk, causal_off if causal_off is not None else 0,
-            NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale, *alibi, *varlen, _kv_div, blk)
+            NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale, *alibi, *varlen, _kv_div)
     with recording() as launches:
         # (the kept compiled kernel after a specialisation's first call: Triton's binding of these arguments took
         # more host time than a short call's GPU time; launch.launch_kept)
@@ -1248,10 +1223,10 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
             store_dq(dq_acc, dq, scale=scale)
     if key is not None and perm:
         named = dict(q=q, k=k, v=v, do=do, dk=dk, dv=dv, dq=dq, dq_acc=dq_acc, sem=sem, lse2=lse2, delta=delta,
-                     cu_q=varlen[0], cu_k=varlen[1], cu_p=varlen[2], blk=blk)
+                     cu_q=varlen[0], cu_k=varlen[1], cu_p=varlen[2])
         named |= zip(_DESC_BASES, descs)
         plan = _BwdPlan.make(launches, named, dq_acc.shape, None if sem is None else sem.shape,
-                             rows if cu_seqlens is None else None, descs, None if blk is None else blk.shape[0])
+                             rows if cu_seqlens is None else None, descs)
         if plan is not None:
             keep_plan(_PLANS, key, plan)
             return plan
@@ -1265,7 +1240,7 @@ _DESC_BASES = {"desc_q": "q", "desc_do": "do", "desc_k": "k", "desc_v": "v", "de
                "desc_dq": "dq_acc", "desc_lse": "lse2", "desc_dl": "delta"}
 # kernel parameter -> the plan's name for the tensor or descriptor it takes: the backward's, the dQ store's
 _SOURCES = dict({n: n for n in _DESC_BASES}, DQ="dq_acc", SEM="sem", LSE2="lse2", DELTA="delta", CU_Q="cu_q",
-                CU_K="cu_k", CU_P="cu_p", DK="dk", DV="dv", SRC="dq_acc", DST="dq", BLK="blk")
+                CU_K="cu_k", CU_P="cu_p", DK="dk", DV="dv", SRC="dq_acc", DST="dq")
 _PLANS: dict = {}
 
 
@@ -1278,16 +1253,15 @@ class _BwdPlan:
     ~0.6 ms of host time a call, more than a short call's GPU time). Calls with ALiBi, ``kv_split``, dQ
     atomics or the measurement-only arguments keep no plan."""
 
-    __slots__ = ("launches", "acc_shape", "sem_shape", "rows", "descs", "n_prog")
+    __slots__ = ("launches", "acc_shape", "sem_shape", "rows", "descs")
 
     @classmethod
-    def make(cls, launches, named, acc_shape, sem_shape, rows, descs, n_prog=None) -> _BwdPlan | None:
+    def make(cls, launches, named, acc_shape, sem_shape, rows, descs) -> _BwdPlan | None:
         kept = [KeptLaunch.make(launcher, args, _SOURCES, named) for launcher, args in launches]
         if len(kept) != 2 or any(k is None for k in kept):  # (the interpreter, or a launch the plan cannot redo)
             return None
         plan = cls()
         plan.launches, plan.acc_shape, plan.sem_shape, plan.rows = kept, acc_shape, sem_shape, rows
-        plan.n_prog = n_prog  # (packed batches' programs from the map of their key blocks: its rows)
         # (the descriptors' shapes and layouts without their tensors: a plan keeps no call's memory alive)
         plan.descs = tuple((name, rebased(d, None), _DESC_BASES[name]) for name, d in zip(_DESC_BASES, descs))
         return plan
@@ -1302,8 +1276,6 @@ class _BwdPlan:
         if cu_seqlens is not None:
             named["cu_q"], named["cu_k"], named["cu_p"] = (c if c.dtype == torch.int32 else c.to(torch.int32)
                                                            for c in (*cu_seqlens, cu_rows))
-            if self.n_prog is not None:
-                named["blk"] = packed_key_blocks(named["cu_k"], self.n_prog, 2 * BWD_SUB_N)
         for name, d, base in self.descs:
             named[name] = rebased(d, named[base])
         stream = current_stream(q.device)
@@ -1330,7 +1302,7 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
                  dq_perm: bool | None = None, lse_tma: bool | None = None, deterministic: bool = False,
                  varlen: bool = False, zero_past: bool | None = None, det_rotate: bool = False,
                  writer_regs: int | None = None, early_turn: bool | None = None, _ablate: int = 0,
-                 block_m: int = BWD_BLOCK_M, block_map: bool | None = None):
+                 block_m: int = BWD_BLOCK_M):
     """Build the Gluon backward for Hopper (sm_90) on any machine, GPU or not, as
     ``prefill_gluon.compile_sm90`` does for the forward. ``alibi``: the build for ALiBi slopes, with
     the slopes' head stride 1 (a launch specialises it so: (H,), (B, H) and (H,) expanded to (B, H)).
@@ -1339,8 +1311,7 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     ``varlen``: the packed-batch build; ``zero_past``: with its rows past a sequence set to 0 (None: ``ZERO_PAST``);
     ``det_rotate`` (deterministic, varlen, causal): staggered walks, turns in arrival order (``PACKED_DET_ROTATE``);
     ``writer_regs``: the dQ writer warp's registers (None: ``DET_WRITER_REGS``); ``early_turn``: the writer waits for
-    a step's turns before its tiles are staged (None: ``DET_EARLY_TURN``); ``block_m``: query rows per step;
-    ``block_map`` (varlen): programs from the map of the batch's key blocks (None: ``PACKED_BLOCK_MAP``)."""
+    a step's turns before its tiles are staged (None: ``DET_EARLY_TURN``); ``block_m``: query rows per step."""
     if not HAVE_GLUON:
         raise RuntimeError("this triton has no Gluon (triton >= 3.5 needed)")
     import triton
@@ -1368,8 +1339,6 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     const["EARLY_TURN"] = DET_EARLY_TURN if early_turn is None else early_turn
     if not varlen:  # as a launch without cu_seqlens: constexpr None
         const.update(CU_Q=None, CU_K=None, CU_P=None, DK=None, DV=None, stride_dkh=None, stride_dkn=None)
-    if not (varlen and (PACKED_BLOCK_MAP if block_map is None else block_map)):
-        const["BLK"] = None
     const["LSE_TMA"] = LSE_BY_TMA if lse_tma is None else lse_tma
     const["DET"] = deterministic
     if not deterministic:
@@ -1387,7 +1356,7 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     desc_row = f"tensordesc<fp32[{block_m}],{row_layout!r}>"
     sig = {n: ("constexpr" if n in const else desc_dq if n == "desc_dq" else desc_row if n in ("desc_lse", "desc_dl")
                else desc(block_m) if n in ("desc_q", "desc_do") else desc(BWD_SUB_N) if n.startswith("desc_")
-               else "*fp32" if n in ptrs or n == "SLOPES" else "*i32" if n in ("SEM", "CU_Q", "CU_K", "CU_P", "BLK")
+               else "*fp32" if n in ptrs or n == "SLOPES" else "*i32" if n in ("SEM", "CU_Q", "CU_K", "CU_P")
                else f"*{name}" if n in ("DK", "DV")
                else "fp32" if n in ("qk_scale", "sm_scale") else "i32") for n in fn.arg_names}
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in ptrs}
@@ -1400,7 +1369,7 @@ def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int =
                 dq_perm: bool | None = None, lse_tma: bool | None = None, deterministic: bool = False,
                 varlen: bool = False, zero_past: bool | None = None, det_rotate: bool = False,
                 writer_regs: int | None = None, early_turn: bool | None = None, _ablate: int = 0,
-                block_m: int = BWD_BLOCK_M, block_map: bool | None = None) -> dict:
+                block_m: int = BWD_BLOCK_M) -> dict:
     """``prefill_gluon.kernel_report`` of one sm_90 build of the backward: shared memory, registers, spill
     stack, wgmma waits, TMA loads, float32 atomics. Needs a process without TRITON_INTERPRET."""
     from .prefill_gluon import kernel_report
@@ -1409,4 +1378,4 @@ def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int =
                                       dq_shared=dq_shared, dtype=dtype, dq_lag=dq_lag, alibi=alibi, dq_perm=dq_perm,
                                       lse_tma=lse_tma, deterministic=deterministic, varlen=varlen, zero_past=zero_past,
                                       det_rotate=det_rotate, writer_regs=writer_regs, early_turn=early_turn,
-                                      _ablate=_ablate, block_m=block_m, block_map=block_map))
+                                      _ablate=_ablate, block_m=block_m))
