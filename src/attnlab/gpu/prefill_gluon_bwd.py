@@ -1058,7 +1058,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     multiple of 64, as ``prefill_bwd``'s preprocessing kernel writes them); no window, ALiBi or dQ atomics, and
     ``deterministic`` with ``_det_last_first`` only. ``block_m``: query rows per step, 64 or 128 (128: fewer, wider
     products per key block — Sᵀ and dPᵀ of 64 keys × 128 rows a warp group —, no deterministic, ALiBi, dQ atomics or
-    ``dq_lag``; dQ still added in 64-row tiles). ``kv_split`` > 1 (dividing H / Hkv; not with packed batches): each K/V head read by that
+    ``dq_lag``; dQ still added in 64-row tiles; under triton 3.6 its build spills and it ran at 0.70-0.99x the 64-row
+    build on an H200, so no table entry takes it: ``benchmarks/RESULTS.md``, "Bwd-block-m runs 1–5"). ``kv_split`` > 1 (dividing H / Hkv; not with packed batches): each K/V head read by that
     many programs of H / (Hkv · kv_split) query heads each, their dK, dV summed in a fixed order into dk, dv
     (so shorter walks, twice or more the programs; bit-identical run to run with ``deterministic``; dK, dV
     rounded twice, once per program and once for the sum: ``layout.sum_head_copies``). ``_kv_div`` (what a split
