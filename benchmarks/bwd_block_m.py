@@ -23,7 +23,9 @@ Rows: ``causal`` and ``full`` (4 × 4K, 32 heads), ``long`` (one 16K causal sequ
 heads, 8K causal), ``varlen`` (the variants benchmark's packed batch: 16K tokens of documents of 256-1,792, causal),
 ``short`` (16 × 1K causal: the table's short class, where the library took the Triton backward at D = 64), and GQA
 causal rows by group size and length: ``gqa2`` (32/16 at 8K), ``gqa8`` (32/4 at 8K), ``gqa-4k`` (4 × 4K, 32/8),
-``gqa-16k`` (16K, 32/8). The ``table`` arm runs at D = 128 too (``--D 64 128 --arms table``), 16 heads there.
+``gqa-16k`` (16K, 32/8); packed batches of 16K tokens in documents of one length, causal: ``pack128``, ``pack512`` and
+``pack2k`` (what a program's fixed costs weigh as its walk shortens: one key block and two query-block steps a
+document at 128). The ``table`` arm runs at D = 128 too (``--D 64 128 --arms table``), 16 heads there.
 bfloat16, H·D = 2048. TFLOP/s over the backward's 2.5× the forward's visible-pair FLOPs.
 
     python benchmarks/bwd_block_m.py --json bwd-block-m.json
@@ -46,7 +48,9 @@ import ab_rounds  # noqa: E402
 
 from attnlab.bench import time_fn  # noqa: E402
 
-ROWS = ("causal", "full", "long", "gqa", "varlen", "short", "gqa2", "gqa8", "gqa-4k", "gqa-16k")
+ROWS = ("causal", "full", "long", "gqa", "varlen", "short", "gqa2", "gqa8", "gqa-4k", "gqa-16k", "pack128", "pack512",
+        "pack2k")
+PACKS = {"pack128": 128, "pack512": 512, "pack2k": 2048}  # packed batches of 16K tokens in documents of one length
 ARMS = ("g64", "g128", "g128s", "g64lag0", "table", "g64lag1")
 TABLE_ARMS = ("table",)  # (the arms that run at D = 128 too)
 SHAPES = {  # row: (B, H, Hkv, N, causal)
@@ -87,11 +91,11 @@ def row_call(name: str, D: int, device: str):
 
     gen = torch.Generator(device=device).manual_seed(0)
     scale, mask = D ** -0.5, None
-    if name == "varlen":
+    if name == "varlen" or name in PACKS:
         from variants import doc_lengths
 
         H = 2048 // D
-        lens = doc_lengths(16384)
+        lens = doc_lengths(16384) if name == "varlen" else [PACKS[name]] * (16384 // PACKS[name])
         cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device=device)
         q, k, v, do = (torch.randn(sum(lens), H, D, device=device, dtype=torch.bfloat16, generator=gen)
                        for _ in range(4))
@@ -146,7 +150,7 @@ def graph_time(fn, device: str = "cuda") -> float:
 
 
 def measure(args) -> list[dict]:
-    rows_causal = {r: (True if r == "varlen" else SHAPES[r][4]) for r in args.rows}
+    rows_causal = {r: (True if r == "varlen" or r in PACKS else SHAPES[r][4]) for r in args.rows}
 
     @contextmanager
     def use(arm, D):

@@ -7,7 +7,9 @@
 #   bench   benchmarks/bwd_block_m.py on ROWS (default all six) with ARMS (default "g64 g128 g128s g64lag0")
 #           taking turns ROUNDS times (default 3), numbered RUN;
 #   variants  benchmarks/variants.py's packed batch at D = 64, forward and forward+backward, in two processes: the
-#           library's backward beside FlexAttention, then the Triton kernels' (--packed-kernel triton), numbered VRUN.
+#           library's backward beside FlexAttention, then the Triton kernels' (--packed-kernel triton), numbered VRUN;
+#   serial  GPU tests in one process (no pytest-xdist workers: a fault in one test then names itself), the -k
+#           expression SERIAL_K (default: the packed and deterministic packed backward tests) over SERIAL_FILES.
 # Run from the repository root on a CUDA machine; logs and JSON go to $OUT/bwdblockm (default ./out-bwdblockm/bwdblockm).
 set -uo pipefail
 OUT=${OUT:-out-bwdblockm}
@@ -33,6 +35,9 @@ for phase in ${PHASES:-checks bench}; do
                 --json "$D/variants-h200-varlen-run${VRUN:-x}-$kernel.json" > "$D/variants-$kernel.log" 2>&1
             echo "variants ($kernel): exit $?"; grep "^|" "$D/variants-$kernel.log" | tail -n 4
         done ;;
+    serial)
+        XDIST="" gpu_tests ${SERIAL_S:-300} serial.log ${SERIAL_FILES:-tests/gpu/test_prefill_gluon_bwd.py} \
+            -k "${SERIAL_K:-gpu and packed_batch}" ;;
     *) echo "device_bwd_block_m.sh: unknown phase $phase"; exit 2 ;;
     esac
 done

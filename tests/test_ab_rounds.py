@@ -125,6 +125,8 @@ def test_bwd_block_m_arms_and_refusals(tmp_path):
         mod.main(["--D", "128"])
     with pytest.raises(SystemExit):
         mod.main(["--D", "128", "--arms", "table", "g64"])
+    for row, n in mod.PACKS.items():  # packed batches of one document length: 16K tokens in whole documents
+        assert row in mod.ROWS and 16384 % n == 0
     with pytest.raises(SystemExit):
         mod.main(["--arms", "g64", "g64"])
     if not torch.cuda.is_available():
