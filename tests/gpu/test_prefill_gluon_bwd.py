@@ -1221,8 +1221,9 @@ def test_128_row_query_blocks_build_for_sm90_at_d64():
     copy, whole or with the product shared). Its 64 × 128 Sᵀ and dPᵀ and 128 columns of L₂ and Dᵢ a warp group
     hold more than its registers under triton 3.6: the build spills (the stack is reported, not held to 0 as the
     64-row builds' is; ``benchmarks/bwd_block_m.py`` times what that costs)."""
-    cases = [dict(D=64, dtype="bfloat16", causal=c, block_m=128, dq_shared=sh) for c in (True, False)
-             for sh in (False, True)] + [dict(D=64, dtype="bfloat16", causal=True, varlen=True, block_m=128)]
+    cases = [dict(D=64, dtype="bfloat16", causal=True, block_m=128), dict(D=64, dtype="bfloat16", causal=False,
+                                                                        block_m=128, dq_shared=True),
+             dict(D=64, dtype="bfloat16", causal=True, varlen=True, block_m=128)]
     for case, rep in zip(cases, sm90_reports("prefill_gluon_bwd", [dict(c) for c in cases])):
         assert rep["smem_kb"] <= 227, (case, rep)
         assert rep["smem_kb"] == pytest.approx(GB.smem_bytes(64, 2, block_m=128) / 1024, abs=1.0), (case, rep)
