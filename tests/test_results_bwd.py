@@ -709,19 +709,26 @@ def test_gpu_doc_quotes_prefill_runs_22_and_23():
             f"and {_vs(23, 'sdpa', 'fwd')} and {_vs(23, 'sdpa', 'fwd_bwd')} PyTorch's own SDPA choice") in doc
 
 
-def test_results_bwd_block_m_runs_1_to_4_are_the_recorded_ones():
-    """The 128-row backward measured and not taken, D = 64's short causal entry moved, the lag by group size left as it
-    was (bwd-block-m runs 1–4, variants run 25): the tables as ``bwd_block_m.py`` renders them, every ratio and time the section quotes, the
-    GPU tests' counts from their logs, and the library's table as the runs decided it."""
-    from attnlab.gpu import config as C
-
+def _block_m_runs() -> tuple[str, dict]:
+    """RESULTS' "Bwd-block-m runs 1–5" section, and each run's rows, after checking that the section holds every
+    run's table as ``bwd_block_m.py`` renders it."""
     mod = load_script("benchmarks/bwd_block_m.py")
     results = _results()
     section = results[results.index("### Bwd-block-m runs 1–5"):results.index("### FlashAttention-4 runs 1 and 2")]
-    text = _flat(section)
-    runs = {n: json.loads((DATA / f"bwd-block-m-h200-run{n}.json").read_text())["rows"] for n in (1, 2, 3, 4)}
+    runs = {n: json.loads((DATA / f"bwd-block-m-h200-run{n}.json").read_text())["rows"] for n in range(1, 6)}
     for rows in runs.values():
         assert mod.report(rows) in section
+    return section, runs
+
+
+def test_results_bwd_block_m_runs_1_to_4_are_the_recorded_ones():
+    """The 128-row backward measured and not taken, D = 64's short causal entry moved, the lag by group size left as
+    it was (bwd-block-m runs 1–4, variants run 25): every ratio and time the section quotes, the GPU tests' counts
+    from their logs, and the library's table as the runs decided it."""
+    from attnlab.gpu import config as C
+
+    section, runs = _block_m_runs()
+    text = _flat(section)
 
     def x(n, row, arm, key="vs_first"):
         (r,) = [r for r in runs[n] if r["row"] == row and r["arm"] == arm]
@@ -780,15 +787,12 @@ def test_results_bwd_block_m_runs_1_to_4_are_the_recorded_ones():
 
 
 def test_results_bwd_block_m_run_5_is_the_recorded_one():
-    """Packed programs from a map of their key blocks (bwd-block-m run 5), measured slower and taken out: the table as
-    ``bwd_block_m.py`` renders it, the ratios the section quotes, and no map left in the library."""
+    """Packed programs from a map of their key blocks (bwd-block-m run 5), measured slower and taken out: the ratios
+    the section quotes, and no map left in the library."""
     from attnlab.gpu import prefill_gluon_bwd as gb
 
-    mod = load_script("benchmarks/bwd_block_m.py")
-    results = _results()
-    section = results[results.index("### Bwd-block-m runs 1–5"):results.index("### FlashAttention-4 runs 1 and 2")]
-    rows = json.loads((DATA / "bwd-block-m-h200-run5.json").read_text())["rows"]
-    assert mod.report(rows) in section
+    section, runs = _block_m_runs()
+    rows = runs[5]
 
     def x(row, D):
         (r,) = [r for r in rows if r["row"] == row and r["D"] == D and r["arm"] == "table-nomap"]
