@@ -372,6 +372,68 @@ def test_packed_rows_and_the_packed_store(lens):
         assert delta[0, :, starts[s] + n:starts[s + 1]].isnan().all()  # padding rows untouched
 
 
+_GUARDED_STORE = r"""
+import ctypes, mmap, sys
+import torch
+from attnlab.gpu.layout import dq_to_tiles, packed_rows, store_dq_tiles
+
+dev = sys.argv[1]
+lens, H, D, split_d = [300, 1, 0, 700, 128], 2, 64, 64  # the last sequence 9 query blocks shorter than the longest
+total = sum(lens)
+cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32)
+cu_p = packed_rows(cu)
+rows = int(cu_p[-1])  # exactly the sequences' padded rows: the last head's last sequence's tiles end the buffer
+ref = torch.randn(total, H, D, generator=torch.Generator().manual_seed(0))
+acc = torch.zeros(1, H, rows, D)
+for s, n in enumerate(lens):
+    acc[0, :, int(cu_p[s]):int(cu_p[s]) + n] = ref[int(cu[s]):int(cu[s]) + n].transpose(0, 1)
+tiles = dq_to_tiles(acc, split_d)
+if dev == "cpu":  # the tiles end where an unreadable page begins: a read past them stops the process
+    page, nbytes = mmap.PAGESIZE, tiles.numel() * 4
+    pages = -(-nbytes // page)
+    buf = mmap.mmap(-1, (pages + 1) * page)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    assert libc.mprotect(base + pages * page, page, 0) == 0, ctypes.get_errno()
+    guarded = torch.frombuffer(buf, dtype=torch.float32, count=tiles.numel(), offset=pages * page - nbytes)
+    tiles = guarded.view(tiles.shape).copy_(tiles)
+    assert tiles.data_ptr() + nbytes == base + pages * page
+else:  # (with PYTORCH_NO_CUDA_MEMORY_CACHING=1 an allocation of its own: memcheck reports a read past it)
+    tiles, cu, cu_p = tiles.to(dev), cu.to(dev), cu_p.to(dev)
+dq = torch.full((total, H, D), float("nan"), device=dev)
+store_dq_tiles(tiles, dq.transpose(0, 1).unsqueeze(0), split_d, scale=0.5, packed=(cu, cu_p, rows, max(lens)))
+assert torch.equal(dq.cpu(), ref * 0.5)
+print("ok")
+"""
+
+
+def test_the_packed_store_reads_no_tile_past_a_sequence():
+    """``store_dq_tiles`` of a packed batch launches programs for the longest sequence's query blocks in every
+    sequence; those past a shorter sequence's rows must not read its tiles' buffer there: for the last head's last
+    sequence that is past the end of the buffer (a read that stopped an H200 on an illegal memory access, in
+    whichever test's allocation happened to end a memory segment). On the CPU the tiles end at an unreadable page
+    (a read past them kills the process); on a GPU, in one allocation of their own under compute-sanitizer's
+    memcheck (skipped where the machine has none)."""
+    import os
+    import shutil
+
+    cmd = [sys.executable, "-c", _GUARDED_STORE, DEV]
+    env = dict(os.environ)
+    if DEV == "cuda":
+        san = shutil.which("compute-sanitizer") or next(
+            (p for p in ("/usr/local/cuda/bin/compute-sanitizer",) if os.path.exists(p)), None)
+        if san is None:
+            pytest.skip("no compute-sanitizer on this machine")
+        cmd = [san, "--tool", "memcheck", "--error-exitcode", "3", *cmd]
+        env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0 and "ok" in res.stdout.splitlines(), (res.returncode, res.stdout[-3000:],
+                                                                      res.stderr[-3000:])
+    if DEV == "cuda":  # (memcheck's exit status already says so; its summary too)
+        assert "ERROR SUMMARY: 0 errors" in res.stdout + res.stderr
+
+
 def test_packed_rows_are_kept_for_the_same_unchanged_lengths():
     """``packed_rows`` keeps its last result for the same tensor while it is unchanged, and computes anew for
     another tensor or after the lengths changed in place."""

@@ -166,7 +166,9 @@ def _dq_store_tiles(SRC, DST, scale, H, Nq, stride_db, stride_dh, stride_dn,
                     HEAD_D: tl.constexpr, SPLIT_D: tl.constexpr, CU_Q=None, CU_P=None):
     """DST rows 64·pid_m.. of head (b, h) <- scale · their tiles of SRC (``dq_tiles_shape``), put back in row order.
     With CU_Q, CU_P (a packed batch, B = 1, Nq the padded rows per head of SRC): program (query block of the
-    longest sequence, sequence · H); sequence s's rows CU_Q[s].. of DST from its tiles at padded row CU_P[s]."""
+    longest sequence, sequence · H); sequence s's rows CU_Q[s].. of DST from its tiles at padded row CU_P[s]; a
+    program past its sequence's rows reads and writes nothing (its tiles would lie in the next sequence's rows, or,
+    for the last head's last sequence, past the end of SRC)."""
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -177,14 +179,17 @@ def _dq_store_tiles(SRC, DST, scale, H, Nq, stride_db, stride_dh, stride_dn,
         n_rows = tl.load(CU_Q + b + 1)
         tile0 = (h.to(tl.int64) * tl.cdiv(Nq, 64) + tl.load(CU_P + b) // 64 + pid_m) * NS
         offs_m = q0 + pid_m * 64 + tl.arange(0, 64)
+        lim = n_rows - q0  # this sequence's rows
         b = 0
     else:
         n_rows = Nq
         tile0 = (bh.to(tl.int64) * tl.cdiv(Nq, 64) + pid_m) * NS
         offs_m = pid_m * 64 + tl.arange(0, 64)
+        lim = Nq
     dst = DST + b.to(tl.int64) * stride_db + h.to(tl.int64) * stride_dh + offs_m[:, None].to(tl.int64) * stride_dn
+    live = tl.zeros([64 * SPLIT_D], tl.int32) + pid_m * 64 < lim  # (a block of rows of the sequence: all or none)
     for c in tl.static_range(NS):
-        x = tl.load(SRC + (tile0 + c) * (64 * SPLIT_D) + tl.arange(0, 64 * SPLIT_D))
+        x = tl.load(SRC + (tile0 + c) * (64 * SPLIT_D) + tl.arange(0, 64 * SPLIT_D), mask=live, other=0.0)
         # (i, w, lh, ll, a, e) -> rows (w, a, lh), columns (i, ll, e)
         x = tl.reshape(x, (SPLIT_D // 8, 4, 8, 4, 2, 2))
         x = tl.reshape(tl.permute(x, (1, 4, 2, 0, 3, 5)), (64, SPLIT_D))
