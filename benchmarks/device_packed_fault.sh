@@ -2,7 +2,9 @@
 # One GPU call that looks for the illegal memory access of the deterministic packed backward at D = 64 (NOTES-prefill
 # v37, v38): the packed tests of the Gluon backward in one process, in their order, with CUDA_LAUNCH_BLOCKING=1 (the
 # fault then names the launch that made it), the D = 64 cases alone, and, where the machine has it, the first of
-# them under compute-sanitizer's memcheck (an access outside an allocation is reported even where it does not fault).
+# them under compute-sanitizer's memcheck (an access outside an allocation is reported even where it does not fault;
+# with PYTORCH_NO_CUDA_MEMORY_CACHING=1, NO_CACHING, each tensor is an allocation of its own: without it memcheck sees
+# the caching allocator's segments, and a read past a tensor inside one goes unseen). SAN_FILES, SAN_K: the tests.
 # Phase store: the packed dQ store's test (it runs its script under compute-sanitizer's memcheck where the machine has
 # one). PHASES (default "blocking alone memcheck"); K, the pytest -k expression of the cases (default: the deterministic
 # packed cases). Run from the repository root on a CUDA machine; logs go to $OUT/fault (default ./out-fault/fault).
@@ -22,9 +24,10 @@ for phase in ${PHASES:-blocking alone memcheck}; do
         SAN=$(command -v compute-sanitizer || find / -name compute-sanitizer -type f 2>/dev/null | head -n 1)
         echo "compute-sanitizer: ${SAN:-none}"
         if [ -n "$SAN" ]; then
-            timeout ${SAN_S:-200} "$SAN" --tool memcheck --print-limit 20 python3 -m pytest -q -p no:cacheprovider -x \
-                $T -k "${SAN_K:-$K and lens_q2 and 64-False-False-False}" > "$D/memcheck.log" 2>&1
-            echo "memcheck: exit $?"; grep -E "Invalid|ERROR SUMMARY|at 0x|by thread|Address" "$D/memcheck.log" | head -n 30
+            PYTORCH_NO_CUDA_MEMORY_CACHING=${NO_CACHING:-1} timeout ${SAN_S:-200} "$SAN" --tool memcheck --print-limit 20 \
+                python3 -m pytest -q -p no:cacheprovider ${SAN_FILES:-$T} -k "${SAN_K:-$K and lens_q2 and 64-False-False-False}" \
+                > "$D/memcheck.log" 2>&1
+            echo "memcheck: exit $?"; grep -E "Invalid|ERROR SUMMARY|at 0x|by thread|Address|passed|failed" "$D/memcheck.log" | head -n 30
         fi ;;
     store) gpu_tests ${STORE_S:-200} store.log tests/gpu/test_prefill.py -k "packed_store_reads or packed_rows_and" ;;
     *) echo "device_packed_fault.sh: unknown phase $phase"; exit 2 ;;

@@ -803,3 +803,49 @@ def test_results_bwd_block_m_run_5_is_the_recorded_one():
     assert (f"the grid ran at {v[0]:.3f}× and {v[1]:.3f}× the map's speed on the packed batch, {min(c):.3f}–{max(c):.3f}× "
             "on the dense causal rows") in _flat(section)
     assert not hasattr(gb, "PACKED_BLOCK_MAP")
+
+
+def test_results_bwd_block_m_run_6_is_the_recorded_one():
+    """A packed backward's time by document length (bwd-block-m run 6): the table as the script renders it, every ratio
+    and the line through the 2,048-key and 4K rows the section quotes, recomputed from the run's rows and the steps and
+    programs each row launches; the GPU tests' counts around the packed dQ store's fix, from their logs."""
+    mod = load_script("benchmarks/bwd_block_m.py")
+    results = _results()
+    section = results[results.index("### Bwd-block-m run 6"):results.index("### Bwd-block-m runs 1–5")]
+    rows = json.loads((DATA / "bwd-block-m-h200-run6.json").read_text())["rows"]
+    assert mod.report(rows) in section
+    text = _flat(section)
+    r = {(x["row"], x["D"]): x for x in rows}
+    lengths = {"pack128": 128, "pack512": 512, "pack2k": 2048, "causal": 4096}
+
+    def programs_steps(row, D):  # documents of one length, 16K tokens, H·D = 2048: key blocks of 128, steps of 64 rows
+        n, heads = lengths[row], 2048 // D
+        docs = 16384 // n * heads
+        return docs * (n // 128), docs * sum((n - 128 * j) // 64 for j in range(n // 128))
+
+    def ratio(row, D):
+        return f"{r[row, D]['tflops'] / r['causal', D]['tflops']:.2f}×"
+
+    assert (f"documents of 2,048 keys {ratio('pack2k', 64)} (D = 64) and {ratio('pack2k', 128)} (D = 128), of 512 "
+            f"{ratio('pack512', 64)} and {ratio('pack512', 128)}, of 128 {ratio('pack128', 64)} and "
+            f"{ratio('pack128', 128)}; the packed batch {ratio('varlen', 64)} and {ratio('varlen', 128)}") in text
+    fits = []
+    for D in (64, 128):
+        assert len({programs_steps(row, D)[0] for row in lengths}) == 1  # one count of programs per head dim
+        (_, s2k), (_, s4k), (_, s128) = (programs_steps(row, D) for row in ("pack2k", "causal", "pack128"))
+        slope = (r["causal", D]["ms"] - r["pack2k", D]["ms"]) / (s4k - s2k)
+        a = r["pack2k", D]["ms"] - slope * s2k
+        fits.append((a, slope * 1e6, slope * 1e3 * 132, a + slope * s128, r["pack128", D]["ms"]))
+    (a1, n1, u1, p1, m1), (a2, n2, u2, p2, m2) = fits
+    assert (f"{a1:.3f} ms + {n1:.1f} ns a step at D = 64, {a2:.3f} ms + {n2:.1f} ns a step at D = 128 ({u1:.2f} and "
+            f"{u2:.2f} µs a step on one of 132 SMs) — gives the 128-key rows within 4 % ({p1:.3f} against {m1:.3f} ms, "
+            f"{p2:.3f} against {m2:.3f})") in text
+    assert max(abs(p / m - 1) for *_, p, m in fits) < 0.04
+    assert f"{programs_steps('pack128', 64)[1]:,} at D = 64 for documents of 128 to {programs_steps('causal', 64)[1]:,}" \
+        in text
+    logs = DATA / "packed-fault"
+    after = (logs / "blocking-after.log").read_text()
+    assert "33 passed, 4 skipped" in after and "failed" not in after and "(33 passed, 4 skipped" in text
+    before = (logs / "blocking-before.log").read_text()
+    assert "illegal memory access" in before
+    assert "gridX = 11, gridY = 10" in before and "grid 11 × 10" in text
