@@ -6,7 +6,7 @@
 # with PYTORCH_NO_CUDA_MEMORY_CACHING=1, NO_CACHING, each tensor is an allocation of its own: without it memcheck sees
 # the caching allocator's segments, and a read past a tensor inside one goes unseen). SAN_FILES, SAN_K: the tests.
 # Phase store: the packed dQ store's test (it runs its script under compute-sanitizer's memcheck where the machine has
-# one). PHASES (default "blocking alone memcheck"); K, the pytest -k expression of the cases (default: the deterministic
+# one); old-store: that script against the store before its fix (OLD_LAYOUT), which memcheck must flag. PHASES (default "blocking alone memcheck"); K, the pytest -k expression of the cases (default: the deterministic
 # packed cases). Run from the repository root on a CUDA machine; logs go to $OUT/fault (default ./out-fault/fault).
 set -uo pipefail
 OUT=${OUT:-out-fault}
@@ -30,6 +30,23 @@ for phase in ${PHASES:-blocking alone memcheck}; do
             echo "memcheck: exit $?"; grep -E "Invalid|ERROR SUMMARY|at 0x|by thread|Address|passed|failed" "$D/memcheck.log" | head -n 30
         fi ;;
     store) gpu_tests ${STORE_S:-200} store.log tests/gpu/test_prefill.py -k "packed_store_reads or packed_rows_and" ;;
+    old-store)  # the store test's script against the kernel before the fix, under memcheck without the caching
+        # allocator: OLD_LAYOUT, that layout.py (made before the call: git show 8d142ec:src/attnlab/gpu/layout.py)
+        python3 - "${OLD_LAYOUT:?OLD_LAYOUT: the layout.py before the fix}" "$D/old_store.py" <<'PY'
+import re, sys
+src = open("tests/gpu/test_prefill.py").read()
+script = re.search(r'_GUARDED_STORE = r"""(.*?)"""', src, re.S).group(1)
+script = script.replace("from attnlab.gpu.layout import", (
+    "import attnlab.gpu.layout as L, importlib.util as U\n"
+    f"spec = U.spec_from_file_location('attnlab.gpu.old_layout', {sys.argv[1]!r})\n"
+    "old = U.module_from_spec(spec); spec.loader.exec_module(old)\n"
+    "L.store_dq_tiles = old.store_dq_tiles\nfrom attnlab.gpu.layout import"))
+open(sys.argv[2], "w").write(script)
+PY
+        SAN=$(command -v compute-sanitizer || find / -name compute-sanitizer -type f 2>/dev/null | head -n 1)
+        PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout ${OLD_S:-120} "$SAN" --tool memcheck --print-limit 5 \
+            python3 "$D/old_store.py" cuda > "$D/old_store.log" 2>&1
+        echo "old kernel under memcheck: exit $?"; grep -E "Invalid|ERROR SUMMARY|^ok" "$D/old_store.log" | head -n 5 ;;
     *) echo "device_packed_fault.sh: unknown phase $phase"; exit 2 ;;
     esac
 done

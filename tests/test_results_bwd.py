@@ -849,3 +849,12 @@ def test_results_bwd_block_m_run_6_is_the_recorded_one():
     before = (logs / "blocking-before.log").read_text()
     assert "illegal memory access" in before
     assert "gridX = 11, gridY = 10" in before and "grid 11 × 10" in text
+    old = (logs / "old-store-memcheck.log").read_text()
+    n_old = int(old.split("ERROR SUMMARY: ")[1].split()[0])
+    assert n_old > 0 and "Invalid __global__ read" in old and "at _dq_store_tiles" in old
+    assert f"made memcheck report {n_old} errors" in text
+    mem = (logs / "memcheck-after.log").read_text()
+    n_pass = mem.split(" passed")[0].split()[-1]
+    assert "ERROR SUMMARY: 0 errors" in mem and " failed" not in mem and f"{n_pass} passed, 0 errors" in text
+    store = (logs / "store-after.log").read_text()
+    assert "4 passed" in store and "failed" not in store
