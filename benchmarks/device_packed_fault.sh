@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# One GPU call that looks for the illegal memory access of the deterministic packed backward at D = 64 (NOTES-prefill
-# v37, v38): the packed tests of the Gluon backward in one process, in their order, with CUDA_LAUNCH_BLOCKING=1 (the
-# fault then names the launch that made it), the D = 64 cases alone, and, where the machine has it, the first of
-# them under compute-sanitizer's memcheck (an access outside an allocation is reported even where it does not fault;
-# with PYTORCH_NO_CUDA_MEMORY_CACHING=1, NO_CACHING, each tensor is an allocation of its own: without it memcheck sees
-# the caching allocator's segments, and a read past a tensor inside one goes unseen). SAN_FILES, SAN_K: the tests.
-# Phase store: the packed dQ store's test (it runs its script under compute-sanitizer's memcheck where the machine has
-# one); old-store: that script against the store before its fix (OLD_LAYOUT), which memcheck must flag. PHASES (default "blocking alone memcheck"); K, the pytest -k expression of the cases (default: the deterministic
-# packed cases). Run from the repository root on a CUDA machine; logs go to $OUT/fault (default ./out-fault/fault).
+# One GPU call that hunts an illegal memory access in the packed backward (NOTES-prefill v37, v38), by PHASES (default
+# "blocking alone memcheck"):
+#   blocking   the packed tests of the Gluon backward (BLOCK_K) in one process, in their order, with
+#              CUDA_LAUNCH_BLOCKING=1: a fault then names the launch that made it;
+#   alone      the deterministic packed cases at D = 64 (K) alone;
+#   memcheck   tests (SAN_FILES, SAN_K) under compute-sanitizer's memcheck, with PYTORCH_NO_CUDA_MEMORY_CACHING=1
+#              (NO_CACHING): each tensor an allocation of its own, so a read past a tensor is reported even where it
+#              does not fault (with PyTorch's caching allocator memcheck sees only the allocator's segments);
+#   store      the packed dQ store's tests (the new one runs its script under memcheck where the machine has one);
+#   old-store  that script against the store before its fix (OLD_LAYOUT, that layout.py), which memcheck must flag.
+# Run from the repository root on a CUDA machine; logs go to $OUT/fault (default ./out-fault/fault).
 set -uo pipefail
 OUT=${OUT:-out-fault}
 D="$OUT/fault"
