@@ -6,7 +6,8 @@
 #   alone      the deterministic packed cases at D = 64 (K) alone;
 #   memcheck   tests (SAN_FILES, SAN_K) under compute-sanitizer's memcheck, with PYTORCH_NO_CUDA_MEMORY_CACHING=1
 #              (NO_CACHING): each tensor an allocation of its own, so a read past a tensor is reported even where it
-#              does not fault (with PyTorch's caching allocator memcheck sees only the allocator's segments);
+#              does not fault (with PyTorch's caching allocator memcheck sees only the allocator's segments); or
+#              SAN_IDS, a file of test ids (benchmarks/data/packed-fault/memcheck-ids.txt);
 #   store      the packed dQ store's tests (the new one runs its script under memcheck where the machine has one);
 #   old-store  that script against the store before its fix (OLD_LAYOUT, that layout.py), which memcheck must flag.
 # Run from the repository root on a CUDA machine; logs go to $OUT/fault (default ./out-fault/fault).
@@ -26,9 +27,13 @@ for phase in ${PHASES:-blocking alone memcheck}; do
         SAN=$(command -v compute-sanitizer || find / -name compute-sanitizer -type f 2>/dev/null | head -n 1)
         echo "compute-sanitizer: ${SAN:-none}"
         if [ -n "$SAN" ]; then
+            if [ -n "${SAN_IDS:-}" ]; then
+                mapfile -t tests < "$SAN_IDS"
+            else
+                tests=(${SAN_FILES:-$T} -k "${SAN_K:-$K and lens_q2 and 64-False-False-False}")
+            fi
             PYTORCH_NO_CUDA_MEMORY_CACHING=${NO_CACHING:-1} timeout ${SAN_S:-200} "$SAN" --tool memcheck --print-limit 20 \
-                python3 -m pytest -q -p no:cacheprovider ${SAN_FILES:-$T} -k "${SAN_K:-$K and lens_q2 and 64-False-False-False}" \
-                > "$D/memcheck.log" 2>&1
+                python3 -m pytest -q -p no:cacheprovider "${tests[@]}" > "$D/memcheck.log" 2>&1
             echo "memcheck: exit $?"; grep -E "Invalid|ERROR SUMMARY|at 0x|by thread|Address|passed|failed" "$D/memcheck.log" | head -n 30
         fi ;;
     store) gpu_tests ${STORE_S:-200} store.log tests/gpu/test_prefill.py -k "packed_store_reads or packed_rows_and" ;;

@@ -856,5 +856,11 @@ def test_results_bwd_block_m_run_6_is_the_recorded_one():
     mem = (logs / "memcheck-after.log").read_text()
     n_pass = mem.split(" passed")[0].split()[-1]
     assert "ERROR SUMMARY: 0 errors" in mem and " failed" not in mem and f"{n_pass} passed, 0 errors" in text
+    dense = (logs / "memcheck-dense-det.log").read_text()
+    ids = (logs / "memcheck-ids.txt").read_text().split()
+    counts = [ln for ln in dense.splitlines() if " passed" in ln][-1].split(" in ")[0]
+    assert "ERROR SUMMARY: 0 errors" in dense and " failed" not in dense
+    assert f"{len(ids)} cases" in text and f"{counts}, 0 errors" in text
+    assert sum(int(x.split()[0]) for x in counts.split(", ")) == len(ids)
     store = (logs / "store-after.log").read_text()
     assert "4 passed" in store and "failed" not in store
