@@ -113,6 +113,35 @@ def run_case():
         table = guarded(torch.randperm(n_pages, generator=gen).to(torch.int32).view(B, L // page))
         results += list(flash_decode_triton(q, kp, vp, cache_seqlens=seqlens, block_table=table, num_splits=2,
                                             window=(5, 0), softcap=3.0))
+    elif CASE == "layout":  # the Gluon backward's Triton helpers: dQ's stores, dK/dV's head sums, the packed prep
+        from attnlab.gpu.layout import dq_to_tiles, packed_rows, store_dq, store_dq_tiles, sum_head_copies
+        from attnlab.gpu.prefill_bwd import _attn_bwd_prep
+        B, H, N, D = 2, 3, 37, 64
+        acc = guarded(torch.randn(B, H, N, D, generator=gen))
+        dq = guarded(torch.zeros(B, N, H, D, dtype=F16)).transpose(1, 2)  # a model's layout
+        store_dq(acc, dq, scale=0.5)
+        tiles, dq2 = guarded(dq_to_tiles(acc, 32)), guarded(torch.zeros(B, H, N, D, dtype=F16))
+        store_dq_tiles(tiles, dq2, 32, scale=0.25)
+        copies, heads = guarded(torch.randn(B, 2 * H, N, D, dtype=F16, generator=gen)), guarded(
+            torch.zeros(B, H, N, D, dtype=F16))
+        sum_head_copies(copies, heads, 2)
+        results += [dq, dq2, heads]
+        lens = [130, 3, 0, 9]  # packed, in exactly their padded rows; the last two query blocks shorter than the first
+        total, n = sum(lens), len(lens)
+        cu_q, cu_p = guarded(cu(lens)), guarded(packed_rows(cu(lens)))
+        rows = int(cu_p[-1])
+        o, do = (guarded(torch.randn(total, H, D, dtype=F16, generator=gen)) for _ in range(2))
+        lse = guarded(torch.randn(1, H, total, generator=gen))
+        delta, lse2 = guarded(torch.zeros(1, H, rows)), guarded(torch.zeros(1, H, rows))
+        o4, do4 = (t.transpose(0, 1).unsqueeze(0) for t in (o, do))
+        _attn_bwd_prep[(-(-max(lens) // 16), n * H)](o4, do4, lse, lse, delta, lse2, *o4.stride()[:3],
+                                                     *do4.stride()[:3], H, total, rows, HEAD_D=D, BLOCK_D=D,
+                                                     BLOCK_M=16, HAS_DLSE=False, CU_Q=cu_q, CU_P=cu_p)
+        packed_tiles = guarded(dq_to_tiles(torch.randn(1, H, rows, D, generator=gen), 64))
+        dq3 = guarded(torch.zeros(total, H, D, dtype=F16))
+        store_dq_tiles(packed_tiles, dq3.transpose(0, 1).unsqueeze(0), 64, scale=0.5,
+                       packed=(cu_q, cu_p, rows, max(lens)))
+        results += [delta, lse2, dq3]
     else:
         raise SystemExit(f"unknown case {CASE}")
     return [r.clone() for r in results]
@@ -127,11 +156,12 @@ print("ok")
 '''
 
 
-@pytest.mark.parametrize("case", ["varlen-causal", "varlen-full", "dense", "decode"])
+@pytest.mark.parametrize("case", ["varlen-causal", "varlen-full", "dense", "decode", "layout"])
 def test_kernels_touch_nothing_past_their_tensors(case, tmp_path):
     """Forward and backward (default and deterministic) of packed batches — causal with a window, softcap and ALiBi,
-    and not — of dense GQA calls, and Flash-Decoding over contiguous and paged caches: with every tensor against an
-    unreadable page at its end, then at its start, the kernels finish and leave the same bits as with plain tensors."""
+    and not — of dense GQA calls, Flash-Decoding over contiguous and paged caches, and the Gluon backward's Triton
+    helpers (dQ's stores, the head sums, the packed preprocessing): with every tensor against an unreadable page at
+    its end, then at its start, the kernels finish and leave the same bits as with plain tensors."""
     path = tmp_path / "results.pt"
     res = subprocess.run([sys.executable, "-c", _HARNESS, "none,end,start", case, str(path)], capture_output=True,
                          text=True, timeout=900)
