@@ -126,7 +126,7 @@ def run_case():
             torch.zeros(B, H, N, D, dtype=F16))
         sum_head_copies(copies, heads, 2)
         results += [dq, dq2, heads]
-        lens = [130, 3, 0, 9]  # packed, in exactly their padded rows; the last two query blocks shorter than the first
+        lens = [130, 3, 0, 9]  # packed, in exactly their padded rows; the last sequence two query blocks shorter than the first
         total, n = sum(lens), len(lens)
         cu_q, cu_p = guarded(cu(lens)), guarded(packed_rows(cu(lens)))
         rows = int(cu_p[-1])
