@@ -87,8 +87,9 @@ def run_case():
         prefill_forward(q, k, v, mask=mask, scale=0.3, softcap=softcap, slopes=slopes, cu_seqlens=cus, max_seqlen=mx,
                         config=BLOCKS16[0], out=out, lse=lse)
         for det in (False, True):
-            prefill_backward(do, q, k, v, out, lse, mask=mask, scale=0.3, softcap=softcap, slopes=slopes, cu_seqlens=cus,
-                             max_seqlen=mx, deterministic=det, config=BLOCKS16[1], dq=dq, dk=dk, dv=dv)
+            prefill_backward(do, q, k, v, out, lse, mask=mask, scale=0.3, softcap=softcap, slopes=slopes,
+                             cu_seqlens=cus, max_seqlen=mx, deterministic=det, config=BLOCKS16[1], dq=dq, dk=dk,
+                             dv=dv)
             results += [dq.clone(), dk.clone(), dv.clone()]
         results += [out, lse]
     elif CASE == "dense":  # GQA, Nq != Nk, a head dim below its block, causal, a window
@@ -126,7 +127,8 @@ def run_case():
             torch.zeros(B, H, N, D, dtype=F16))
         sum_head_copies(copies, heads, 2)
         results += [dq, dq2, heads]
-        lens = [130, 3, 0, 9]  # packed, in exactly their padded rows; the last sequence two query blocks shorter than the first
+        # packed, in exactly their padded rows; the last sequence two query blocks shorter than the first
+        lens = [130, 3, 0, 9]
         total, n = sum(lens), len(lens)
         cu_q, cu_p = guarded(cu(lens)), guarded(packed_rows(cu(lens)))
         rows = int(cu_p[-1])
