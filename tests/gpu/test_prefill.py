@@ -421,9 +421,9 @@ def test_the_packed_store_reads_no_tile_past_a_sequence():
     cmd = [sys.executable, "-c", _GUARDED_STORE, DEV]
     env = dict(os.environ)
     if DEV == "cuda":
-        san = shutil.which("compute-sanitizer") or next(
-            (p for p in ("/usr/local/cuda/bin/compute-sanitizer",) if os.path.exists(p)), None)
-        if san is None:
+        san = shutil.which("compute-sanitizer") or os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin",
+                                                                 "compute-sanitizer")
+        if not os.path.exists(san):
             pytest.skip("no compute-sanitizer on this machine")
         cmd = [san, "--tool", "memcheck", "--error-exitcode", "3", *cmd]
         env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
