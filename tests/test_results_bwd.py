@@ -829,6 +829,14 @@ def test_results_bwd_block_m_run_6_is_the_recorded_one():
     assert (f"documents of 2,048 keys {ratio('pack2k', 64)} (D = 64) and {ratio('pack2k', 128)} (D = 128), of 512 "
             f"{ratio('pack512', 64)} and {ratio('pack512', 128)}, of 128 {ratio('pack128', 64)} and "
             f"{ratio('pack128', 128)}; the packed batch {ratio('varlen', 64)} and {ratio('varlen', 128)}") in text
+    doc = _flat((ROOT / "docs" / "variants.md").read_text())
+
+    def span(row):
+        a, b = sorted(r[row, D]["tflops"] / r["causal", D]["tflops"] for D in (64, 128))
+        return f"{a:.2f}–{b:.2f}×"
+
+    assert (f"Documents of 2,048 keys run at {span('pack2k')} the TFLOP/s of 4 × 4K, documents of 512 at "
+            f"{span('pack512')} and documents of 128 at {span('pack128')}, at D = 64 and 128 alike") in doc
     fits = []
     for D in (64, 128):
         assert len({programs_steps(row, D)[0] for row in lengths}) == 1  # one count of programs per head dim
@@ -841,6 +849,7 @@ def test_results_bwd_block_m_run_6_is_the_recorded_one():
             f"{u2:.2f} µs a step on one of 132 SMs) — gives the 128-key rows within 4 % ({p1:.3f} against {m1:.3f} ms, "
             f"{p2:.3f} against {m2:.3f})") in text
     assert max(abs(p / m - 1) for *_, p, m in fits) < 0.04
+    assert {f"{a:.1f}" for a, *_ in fits} == {"0.3"} and "costs about 0.3 ms whatever their documents' lengths" in doc
     assert f"{programs_steps('pack128', 64)[1]:,} at D = 64 for documents of 128 to {programs_steps('causal', 64)[1]:,}" \
         in text
     logs = DATA / "packed-fault"
