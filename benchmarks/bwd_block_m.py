@@ -172,8 +172,48 @@ _ROW: list = [None]  # the row being measured
 
 
 def report(rows: list[dict]) -> str:
-    return ab_rounds.table(rows, "row | D | arm | backward ms | TFLOP/s | × first arm | × peer | dQ's max diff from "
+    text = ab_rounds.table(rows, "row | D | arm | backward ms | TFLOP/s | × first arm | × peer | dQ's max diff from "
                                  "the first arm", arm_key="arm")
+    model = steps_model(rows)
+    return text + ("\n\n" + model_table(model) if model else "")
+
+
+def programs_steps(row: str, D: int) -> tuple[int, int]:
+    """(programs, steps) of the Gluon backward on a causal row of documents of one length (``PACKS``, or ``causal``:
+    4 × 4K) at head dim D (H·D = 2048): a program per key block of 128, head and document, walking the query blocks
+    of 64 rows from its diagonal to the document's end."""
+    n = PACKS.get(row) or SHAPES[row][3]
+    if row not in PACKS and not (SHAPES[row][0] * n == 16384 and SHAPES[row][1] == SHAPES[row][2] and SHAPES[row][4]):
+        raise ValueError(f"{row}: not 16K causal tokens in documents of one length")
+    docs = 16384 // n * (2048 // D)
+    return docs * (n // 128), docs * sum((n - 128 * j) // 64 for j in range(n // 128))
+
+
+def steps_model(rows: list[dict], arm: str = "table") -> dict:
+    """Per head dim where ``arm`` ran the rows ``pack2k``, ``causal`` and ``pack128``: the line through the first two
+    (ms = intercept + per-step · steps; every such row launches the same programs at a head dim) and what it says of
+    pack128 against its measured time: {D: dict(intercept_ms, ns_per_step, us_per_step_per_sm, programs,
+    pack128_model_ms, pack128_ms)}. (132 SMs: an H200's.)"""
+    ms = {(r["row"], r["D"]): r["ms"] for r in rows if r["arm"] == arm}
+    out = {}
+    for D in sorted({d for _, d in ms}):
+        if not all((row, D) in ms for row in ("pack2k", "causal", "pack128")):
+            continue
+        (p2, s2), (_, s4), (_, s1) = (programs_steps(row, D) for row in ("pack2k", "causal", "pack128"))
+        slope = (ms["causal", D] - ms["pack2k", D]) / (s4 - s2)
+        a = ms["pack2k", D] - slope * s2
+        out[D] = dict(intercept_ms=a, ns_per_step=slope * 1e6, us_per_step_per_sm=slope * 1e3 * 132, programs=p2,
+                      pack128_model_ms=a + slope * s1, pack128_ms=ms["pack128", D])
+    return out
+
+
+def model_table(model: dict) -> str:
+    lines = ["| D | programs | ms outside the steps | ns a step | µs a step on one of 132 SMs | pack128: the line's "
+             "ms | pack128 measured |", "|---|---|---|---|---|---|---|"]
+    for D, m in model.items():
+        lines.append(f"| {D} | {m['programs']:,} | {m['intercept_ms']:.3f} | {m['ns_per_step']:.1f} | "
+                     f"{m['us_per_step_per_sm']:.2f} | {m['pack128_model_ms']:.3f} | {m['pack128_ms']:.3f} |")
+    return "\n".join(lines)
 
 
 def add_args(ap) -> None:

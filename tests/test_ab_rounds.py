@@ -129,5 +129,16 @@ def test_bwd_block_m_arms_and_refusals(tmp_path):
         assert row in mod.ROWS and 16384 % n == 0
     with pytest.raises(SystemExit):
         mod.main(["--arms", "g64", "g64"])
+    # the steps model: documents of 128 at D = 64 are 128 · 32 programs of one key block and two 64-row steps
+    assert mod.programs_steps("pack128", 64) == (4096, 8192) and mod.programs_steps("causal", 128) == (2048, 67584)
+    for row in ("gqa", "full", "varlen"):  # (not causal documents of one length)
+        with pytest.raises((ValueError, KeyError)):
+            mod.programs_steps(row, 64)
+    rows = [dict(row=row, D=D, arm="table", ms=0.25 + 2e-5 * mod.programs_steps(row, D)[1])  # a made-up line
+            for row in ("pack128", "pack2k", "causal") for D in (64, 128)]
+    m = mod.steps_model(rows)
+    assert m[64]["intercept_ms"] == pytest.approx(0.25) and m[128]["ns_per_step"] == pytest.approx(20.0)
+    assert m[64]["pack128_model_ms"] == pytest.approx(m[64]["pack128_ms"])
+    assert mod.steps_model(rows[:2]) == {} and "| 64 | 4,096 | 0.250 | 20.0 |" in mod.model_table(m)
     if not torch.cuda.is_available():
         assert mod.main(["--rounds", "1"]) == 2

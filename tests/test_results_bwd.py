@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from tests.helpers import ROOT, fwd_persistent_best, load_script
 
 DATA = ROOT / "benchmarks" / "data"
@@ -838,12 +839,17 @@ def test_results_bwd_block_m_run_6_is_the_recorded_one():
     assert (f"Documents of 2,048 keys run at {span('pack2k')} the TFLOP/s of 4 × 4K, documents of 512 at "
             f"{span('pack512')} and documents of 128 at {span('pack128')}, at D = 64 and 128 alike") in doc
     fits = []
+    model = mod.steps_model(rows)  # (the script's line, against the one counted here)
     for D in (64, 128):
         assert len({programs_steps(row, D)[0] for row in lengths}) == 1  # one count of programs per head dim
+        assert all(mod.programs_steps(row, D) == programs_steps(row, D) for row in lengths)
         (_, s2k), (_, s4k), (_, s128) = (programs_steps(row, D) for row in ("pack2k", "causal", "pack128"))
         slope = (r["causal", D]["ms"] - r["pack2k", D]["ms"]) / (s4k - s2k)
         a = r["pack2k", D]["ms"] - slope * s2k
         fits.append((a, slope * 1e6, slope * 1e3 * 132, a + slope * s128, r["pack128", D]["ms"]))
+        m = model[D]
+        assert (m["intercept_ms"], m["ns_per_step"], m["us_per_step_per_sm"], m["pack128_model_ms"],
+                m["pack128_ms"]) == pytest.approx(fits[-1], rel=1e-12)
     (a1, n1, u1, p1, m1), (a2, n2, u2, p2, m2) = fits
     assert (f"{a1:.3f} ms + {n1:.1f} ns a step at D = 64, {a2:.3f} ms + {n2:.1f} ns a step at D = 128 ({u1:.2f} and "
             f"{u2:.2f} µs a step on one of 132 SMs) — gives the 128-key rows within 4 % ({p1:.3f} against {m1:.3f} ms, "
