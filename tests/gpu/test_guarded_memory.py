@@ -5,9 +5,10 @@ tensor a kernel touches — inputs, outputs, cumulative lengths, slopes, caches,
 that ends where an unreadable page begins (``end``), or begins where one ends (``start``), so an access a row or a
 block past either edge stops the process (SIGSEGV) instead of reading a neighbour's bytes, as it might on a GPU
 (where it is an illegal memory access only when the neighbour happens to be unmapped: an H200 met one so, in the
-packed dQ store, ``test_prefill.py::test_the_packed_store_reads_no_tile_past_a_sequence``). Both placements run in
-a process of their own, one after the other, and what the tensors hold after the two runs must be the same bits. On
-a GPU compute-sanitizer's memcheck does this job; these tests run on the CPU only (Linux: ``mprotect``).
+packed dQ store: the ``layout`` case below). Both placements run in a process of their own, one after the other,
+and what the tensors hold after the two runs must be the same bits. On a GPU compute-sanitizer's memcheck does this
+job (``test_prefill.py::test_gpu_packed_store_reads_no_tile_past_a_sequence``, ``benchmarks/device_packed_fault.sh``);
+these tests run on the CPU only (Linux: ``mprotect``).
 """
 
 from __future__ import annotations

@@ -373,7 +373,7 @@ def test_packed_rows_and_the_packed_store(lens):
 
 
 _GUARDED_STORE = r"""
-import ctypes, mmap, sys
+import sys
 import torch
 from attnlab.gpu.layout import dq_to_tiles, packed_rows, store_dq_tiles
 
@@ -387,20 +387,8 @@ ref = torch.randn(total, H, D, generator=torch.Generator().manual_seed(0))
 acc = torch.zeros(1, H, rows, D)
 for s, n in enumerate(lens):
     acc[0, :, int(cu_p[s]):int(cu_p[s]) + n] = ref[int(cu[s]):int(cu[s]) + n].transpose(0, 1)
-tiles = dq_to_tiles(acc, split_d)
-if dev == "cpu":  # the tiles end where an unreadable page begins: a read past them stops the process
-    page, nbytes = mmap.PAGESIZE, tiles.numel() * 4
-    pages = -(-nbytes // page)
-    buf = mmap.mmap(-1, (pages + 1) * page)
-    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    assert libc.mprotect(base + pages * page, page, 0) == 0, ctypes.get_errno()
-    guarded = torch.frombuffer(buf, dtype=torch.float32, count=tiles.numel(), offset=pages * page - nbytes)
-    tiles = guarded.view(tiles.shape).copy_(tiles)
-    assert tiles.data_ptr() + nbytes == base + pages * page
-else:  # (with PYTORCH_NO_CUDA_MEMORY_CACHING=1 an allocation of its own: memcheck reports a read past it)
-    tiles, cu, cu_p = tiles.to(dev), cu.to(dev), cu_p.to(dev)
+# (with PYTORCH_NO_CUDA_MEMORY_CACHING=1 the tiles an allocation of their own: memcheck reports a read past them)
+tiles, cu, cu_p = dq_to_tiles(acc, split_d).to(dev), cu.to(dev), cu_p.to(dev)
 dq = torch.full((total, H, D), float("nan"), device=dev)
 store_dq_tiles(tiles, dq.transpose(0, 1).unsqueeze(0), split_d, scale=0.5, packed=(cu, cu_p, rows, max(lens)))
 assert torch.equal(dq.cpu(), ref * 0.5)
@@ -408,30 +396,27 @@ print("ok")
 """
 
 
-def test_the_packed_store_reads_no_tile_past_a_sequence():
+@pytest.mark.gpu
+def test_gpu_packed_store_reads_no_tile_past_a_sequence():
     """``store_dq_tiles`` of a packed batch launches programs for the longest sequence's query blocks in every
     sequence; those past a shorter sequence's rows must not read its tiles' buffer there: for the last head's last
     sequence that is past the end of the buffer (a read that stopped an H200 on an illegal memory access, in
-    whichever test's allocation happened to end a memory segment). On the CPU the tiles end at an unreadable page
-    (a read past them kills the process); on a GPU, in one allocation of their own under compute-sanitizer's
-    memcheck (skipped where the machine has none)."""
+    whichever test's allocation happened to end a memory segment). The tiles in one allocation of their own, under
+    compute-sanitizer's memcheck (skipped where the machine has none). On the CPU, ``test_guarded_memory.py``'s
+    ``layout`` case puts them against an unreadable page."""
     import os
     import shutil
 
-    cmd = [sys.executable, "-c", _GUARDED_STORE, DEV]
-    env = dict(os.environ)
-    if DEV == "cuda":
-        san = shutil.which("compute-sanitizer") or os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin",
-                                                                 "compute-sanitizer")
-        if not os.path.exists(san):
-            pytest.skip("no compute-sanitizer on this machine")
-        cmd = [san, "--tool", "memcheck", "--error-exitcode", "3", *cmd]
-        env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    san = shutil.which("compute-sanitizer") or os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin",
+                                                             "compute-sanitizer")
+    if not os.path.exists(san):
+        pytest.skip("no compute-sanitizer on this machine")
+    res = subprocess.run([san, "--tool", "memcheck", "--error-exitcode", "3", sys.executable, "-c", _GUARDED_STORE,
+                          DEV], capture_output=True, text=True, env=dict(os.environ, PYTORCH_NO_CUDA_MEMORY_CACHING="1"),
+                         timeout=600)
     assert res.returncode == 0 and "ok" in res.stdout.splitlines(), (res.returncode, res.stdout[-3000:],
                                                                       res.stderr[-3000:])
-    if DEV == "cuda":  # (memcheck's exit status already says so; its summary too)
-        assert "ERROR SUMMARY: 0 errors" in res.stdout + res.stderr
+    assert "ERROR SUMMARY: 0 errors" in res.stdout + res.stderr
 
 
 def test_packed_rows_are_kept_for_the_same_unchanged_lengths():
