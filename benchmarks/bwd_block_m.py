@@ -18,6 +18,11 @@ Arms (``--arms``, the first the baseline of the ratios):
     g64lag0  64 rows without the lag (what separates g128 from g64 besides the rows)
     table    the library's own choice for the call
     g64lag1  64 rows, dQ's product one step behind
+    p1       the library's choice as a persistent build with one K/V buffer pair (one program per SM walking key
+             block after key block; dK, dV stored from registers, the next block's K and V loaded once the last dQ
+             products have read K)
+    p2       the same with two K/V buffer pairs (the next block's K and V load under the current block's steps;
+             D = 64 only: at D = 128 two pairs need more shared memory than a block has)
 
 Rows: ``causal`` and ``full`` (4 × 4K, 32 heads), ``long`` (one 16K causal sequence), ``gqa`` (32 query heads on 8 K/V
 heads, 8K causal), ``varlen`` (the variants benchmark's packed batch: 16K tokens of documents of 256-1,792, causal),
@@ -25,12 +30,14 @@ heads, 8K causal), ``varlen`` (the variants benchmark's packed batch: 16K tokens
 causal rows by group size and length: ``gqa2`` (32/16 at 8K), ``gqa8`` (32/4 at 8K), ``gqa-4k`` (4 × 4K, 32/8),
 ``gqa-16k`` (16K, 32/8); packed batches of 16K tokens in documents of one length, causal: ``pack128``, ``pack512`` and
 ``pack2k`` (what a program's fixed costs weigh as its walk shortens: one key block and two query-block steps a
-document at 128). The ``table`` arm runs at D = 128 too (``--D 64 128 --arms table``), 16 heads there.
+document at 128). The ``table`` and ``p1`` arms run at D = 128 too (``--D 64 128 --arms table p1``), 16 heads
+there.
 bfloat16, H·D = 2048. TFLOP/s over the backward's 2.5× the forward's visible-pair FLOPs.
 
     python benchmarks/bwd_block_m.py --json bwd-block-m.json
     python benchmarks/bwd_block_m.py --rows varlen causal --arms g64 g128 --rounds 5
     python benchmarks/bwd_block_m.py --rows gqa gqa2 gqa8 gqa-4k gqa-16k causal --arms g64 g64lag0 g64lag1
+    python benchmarks/bwd_block_m.py --rows pack128 pack512 pack2k varlen causal --D 64 128 --arms table p1 p2
     python benchmarks/bwd_block_m.py --report bwd-block-m.json
 """
 
@@ -51,8 +58,9 @@ from attnlab.bench import time_fn  # noqa: E402
 ROWS = ("causal", "full", "long", "gqa", "varlen", "short", "gqa2", "gqa8", "gqa-4k", "gqa-16k", "pack128", "pack512",
         "pack2k")
 PACKS = {"pack128": 128, "pack512": 512, "pack2k": 2048}  # packed batches of 16K tokens in documents of one length
-ARMS = ("g64", "g128", "g128s", "g64lag0", "table", "g64lag1")
-TABLE_ARMS = ("table",)  # (the arms that run at D = 128 too)
+ARMS = ("g64", "g128", "g128s", "g64lag0", "table", "g64lag1", "p1", "p2")
+TABLE_ARMS = ("table", "p1", "p2")  # (the arms that run at D = 128 too; p2 skips it)
+PERSISTENT_ARMS = {"p1": 1, "p2": 2}  # arm: K/V buffer pairs of the persistent build
 SHAPES = {  # row: (B, H, Hkv, N, causal)
     "causal": (4, 32, 32, 4096, True),
     "full": (4, 32, 32, 4096, False),
@@ -68,10 +76,27 @@ SHAPES = {  # row: (B, H, Hkv, N, causal)
 _CURRENT: list = [None]  # the config the row's call runs with (None: the library's choice)
 
 
-def arm_config(arm: str, causal: bool):
-    """The backward configuration of an arm at D = 64 (None: the library's own)."""
-    from attnlab.gpu.config import _GLUON_BWD_64, _GLUON_BWD_64_CAUSAL
+def row_keys(row: str) -> int:
+    """The keys of a row's longest sequence (what the library's table looks up)."""
+    if row in PACKS:
+        return PACKS[row]
+    if row == "varlen":
+        from variants import doc_lengths
 
+        return max(doc_lengths(16384))
+    return SHAPES[row][3]
+
+
+def arm_config(arm: str, causal: bool, D: int = 64, n_keys: int | None = None):
+    """The backward configuration of an arm (None: the library's own): the D = 64 builds', or (``p1``, ``p2``) the
+    library's choice for a call at D with ``n_keys`` keys as a persistent build."""
+    from attnlab.gpu.config import _GLUON_BWD_64, _GLUON_BWD_64_CAUSAL, default_bwd_config
+
+    if arm in PERSISTENT_ARMS:
+        import torch
+
+        cfg = default_bwd_config(D, causal, torch.device("cuda"), n_keys)
+        return dataclasses.replace(cfg, persistent=PERSISTENT_ARMS[arm]) if cfg.gluon else cfg
     if arm in TABLE_ARMS:
         return None
     g64 = _GLUON_BWD_64_CAUSAL if causal else _GLUON_BWD_64
@@ -154,7 +179,7 @@ def measure(args) -> list[dict]:
 
     @contextmanager
     def use(arm, D):
-        _CURRENT[0] = arm_config(arm, rows_causal[_ROW[0]])
+        _CURRENT[0] = arm_config(arm, rows_causal[_ROW[0]], D, row_keys(_ROW[0]))
         try:
             yield
         finally:
@@ -163,8 +188,10 @@ def measure(args) -> list[dict]:
     results = []
     for row in args.rows:  # (one row at a time: the arm's config depends on the row's mask)
         _ROW[0] = row
-        results += ab_rounds.measure([row], args.D, args.arms, use, args.rounds, row_call, time_fn=graph_time,
-                                     arm_key="arm")
+        for D in args.D:  # (p2 has no build at D = 128: two K/V pairs do not fit beside its tiles)
+            arms = [a for a in args.arms if not (a == "p2" and D == 128)]
+            results += ab_rounds.measure([row], [D], arms, use, args.rounds, row_call, time_fn=graph_time,
+                                         arm_key="arm")
     return results
 
 

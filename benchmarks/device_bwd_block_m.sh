@@ -2,8 +2,8 @@
 # One GPU call for the Gluon backward's 128-row query blocks at D = 64 (prefill_gluon_bwd, block_m 128), by
 # PHASES (default "checks bench"):
 #   checks  the 128-row build's GPU tests (dense, windows, packed batches; the float64 criterion; stops the call when
-#           they fail), and CHECK_EXTRA, more GPU tests to run beside them (a pytest -k expression over
-#           CHECK_FILES; empty: none);
+#           they fail), or those CHECK_K selects in that file ("gpu and persistent": the persistent build's), and
+#           CHECK_EXTRA, more GPU tests to run beside them (a pytest -k expression over CHECK_FILES; empty: none);
 #   bench   benchmarks/bwd_block_m.py on ROWS (default all six) with ARMS (default "g64 g128 g128s g64lag0")
 #           taking turns ROUNDS times (default 3), numbered RUN;
 #   variants  benchmarks/variants.py's packed batch at D = 64, forward and forward+backward, in two processes: the
@@ -18,7 +18,7 @@ source "$(dirname "$0")/device_env.sh"
 for phase in ${PHASES:-checks bench}; do
     case $phase in
     checks)
-        gpu_tests ${CHECK_S:-200} checks.log tests/gpu/test_prefill_gluon_bwd.py -k "gpu and 128_row" \
+        gpu_tests ${CHECK_S:-200} checks.log tests/gpu/test_prefill_gluon_bwd.py -k "${CHECK_K:-gpu and 128_row}" \
             || { echo "GPU checks failed: no benchmarks"; exit 1; }
         if [ -n "${CHECK_EXTRA:-}" ]; then
             gpu_tests ${EXTRA_S:-200} extra.log ${CHECK_FILES:-tests/gpu} -k "$CHECK_EXTRA"

@@ -3,7 +3,9 @@ clocks: arms in turns each round, medians over the rounds, ratios to the baselin
 peer's fields, the refusals; and the scripts' command line on recorded runs."""
 
 import contextlib
+import dataclasses
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -140,5 +142,28 @@ def test_bwd_block_m_arms_and_refusals(tmp_path):
     assert m[64]["intercept_ms"] == pytest.approx(0.25) and m[128]["ns_per_step"] == pytest.approx(20.0)
     assert m[64]["pack128_model_ms"] == pytest.approx(m[64]["pack128_ms"])
     assert mod.steps_model(rows[:2]) == {} and "| 64 | 4,096 | 0.250 | 20.0 |" in mod.model_table(m)
+    # the persistent arms: the library's own entry for the row's keys, as a persistent build of 1 or 2 K/V pairs
+    from attnlab.gpu.config import default_bwd_config
+
+    for D, causal, row in ((64, True, "pack128"), (128, True, "varlen"), (64, False, "full"), (128, True, "long")):
+        n = mod.row_keys(row)
+        table = default_bwd_config(D, causal, torch.device("cuda"), n)
+        for arm, kv in (("p1", 1), ("p2", 2)):
+            assert mod.arm_config(arm, causal, D, n) == dataclasses.replace(table, persistent=kv) and table.gluon
+    assert mod.row_keys("pack512") == 512 and mod.row_keys("long") == 16384
+    assert mod.row_keys("varlen") == max(load_script("benchmarks/variants.py").doc_lengths(16384)) <= 1792
+    seen = []
+
+    def fake_measure(rows, Ds, arms, *a, **kw):  # which arms each row and head dim runs
+        seen.append((rows[0], Ds[0], tuple(arms)))
+        return []
+
+    orig = mod.ab_rounds.measure
+    mod.ab_rounds.measure = fake_measure
+    try:
+        mod.measure(SimpleNamespace(rows=["pack128"], D=[64, 128], arms=["table", "p1", "p2"], rounds=1))
+    finally:
+        mod.ab_rounds.measure = orig
+    assert seen == [("pack128", 64, ("table", "p1", "p2")), ("pack128", 128, ("table", "p1"))]
     if not torch.cuda.is_available():
         assert mod.main(["--rounds", "1"]) == 2

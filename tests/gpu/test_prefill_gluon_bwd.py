@@ -29,9 +29,9 @@ from attnlab.gpu.layout import sum_head_copies  # noqa: E402
 pytestmark = pytest.mark.usefixtures("interpreter_bfloat16")
 
 
-def _gluon_cfg(stages=2, dq_split=1, dq_atomic=False, dq_shared=False, dq_lag=0, block_m=64):
+def _gluon_cfg(stages=2, dq_split=1, dq_atomic=False, dq_shared=False, dq_lag=0, block_m=64, persistent=0):
     return BwdConfig(block_m, 128, 4, stages, 64, 128, 4, stages, gluon=True, dq_split=dq_split, dq_atomic=dq_atomic,
-                     dq_shared=dq_shared, dq_lag=dq_lag)
+                     dq_shared=dq_shared, dq_lag=dq_lag, persistent=persistent)
 
 
 @needs_gluon
@@ -1334,3 +1334,152 @@ def test_packed_builds_with_zero_past_for_sm90():
         assert zero["smem_kb"] == base["smem_kb"] and zero["setmaxnreg"] == base["setmaxnreg"], (case, base, zero)
         if zero.get("regs") is not None:
             assert zero["regs"] <= 255, (case, zero)
+
+
+# -- the persistent build (``persistent``: one program per SM walking key block after key block) ------------------
+
+# (D, K/V buffer pairs, the table's options at D): both pairs at D = 64, one at D = 128 (two do not fit there)
+PERSISTENT_OPTS = [(64, 2, dict(dq_lag=2)), (64, 1, dict()), (64, 2, dict(dq_lag=1)), (128, 1, dict(dq_shared=True))]
+
+
+@needs_gluon
+def test_persistent_builds_for_sm90_fit_and_keep_the_one_pass():
+    """The persistent builds (dense and packed, causal or not; one or two K/V buffer pairs at D = 64, one at
+    D = 128) compile for sm_90 in the shared memory ``smem_bytes`` counts for their pairs (at most a block's), keep
+    the loader's and consumers' register split, the TMA loads and dQ's TMA reductions, and store dK, dV without TMA;
+    two pairs at D = 128 are refused (more shared memory than a block has), and so are deterministic builds."""
+    cases = [dict(D=64, dtype="bfloat16", causal=True, dq_lag=2, persistent=2),
+             dict(D=64, dtype="bfloat16", causal=False, dq_lag=1, persistent=2),
+             dict(D=64, dtype="bfloat16", causal=True, varlen=True, persistent=2),
+             dict(D=64, dtype="bfloat16", causal=True, persistent=1),
+             dict(D=128, dtype="bfloat16", causal=True, dq_shared=True, persistent=1),
+             dict(D=128, dtype="float16", causal=False, dq_shared=True, varlen=True, persistent=1)]
+    for case, rep in zip(cases, sm90_reports("prefill_gluon_bwd", [dict(c) for c in cases])):
+        kv = case["persistent"]
+        assert rep["smem_kb"] <= 227, (case, rep)
+        want = GB.smem_bytes(case["D"], 2, dq_lag=case.get("dq_lag", 0), kv_bufs=kv) / 1024
+        assert rep["smem_kb"] == pytest.approx(want, abs=1.0), (case, rep)
+        assert rep["tma_reduces"] > 0 and rep["atomics"] == 0 and rep["tma_loads"] > 0, (case, rep)
+        assert 24 in rep["setmaxnreg"] and max(rep["setmaxnreg"]) >= 232, (case, rep)
+        assert 1 in rep["wait_groups"], (case, rep)
+    assert GB.smem_bytes(64, 2, dq_lag=2, kv_bufs=2) <= GB.SMEM_LIMIT < GB.smem_bytes(128, 2, kv_bufs=2)
+    with pytest.raises(ValueError, match="persistent=2 need"):
+        GB._check_tiles(128, 2, 1, persistent=2)
+    with pytest.raises(ValueError, match="persistent build"):
+        GB._check_tiles(64, 2, 1, deterministic=True, persistent=1)
+    with pytest.raises(ValueError, match="persistent build"):
+        GB._check_tiles(64, 2, 1, persistent=3)
+
+
+def test_a_persistent_config_reaches_the_gluon_backward(monkeypatch):
+    """``BwdConfig.persistent`` goes to the Gluon backward on dense and packed calls (the kernel itself keeps
+    deterministic calls on their ordered build)."""
+    calls = _stub_gluon_backward(monkeypatch)
+    monkeypatch.setattr(GB, "PACKED", True)
+    gen = torch.Generator(device=DEV).manual_seed(11)
+    B, H, Hkv, N, D = 2, 4, 2, 40, 64
+    q, do, out = (torch.randn(B, H, N, D, dtype=torch.bfloat16, device=DEV, generator=gen) for _ in range(3))
+    k, v = (torch.randn(B, Hkv, N, D, dtype=torch.bfloat16, device=DEV, generator=gen) for _ in range(2))
+    lse = torch.randn(B, H, N, device=DEV, generator=gen)
+    for kv in (0, 1, 2):
+        calls.clear()
+        prefill_backward(do, q, k, v, out, lse, mask=Mask(-1, 0), scale=0.125, config=_gluon_cfg(persistent=kv))
+        assert [c["persistent"] for c in calls] == [kv]
+    calls.clear()
+    cu = torch.tensor([0, 7, 40], dtype=torch.int32, device=DEV)
+    pq, pk, pv, pout, pdo = (t[0].transpose(0, 1).contiguous() for t in (q, k, v, out, do))
+    prefill_backward(pdo, pq, pk, pv, pout, lse[0], mask=Mask(-1, 0), scale=0.125, cu_seqlens=(cu, cu),
+                     max_seqlen=(33, 33), config=_gluon_cfg(persistent=2))
+    assert len(calls) == 1 and calls[0]["persistent"] == 2 and calls[0]["cu_seqlens"] is not None
+
+
+def _persistent_params():
+    out = []
+    for D, kv, opts in PERSISTENT_OPTS:
+        for programs in (None, 3):  # one per SM; three (each walks many key blocks: rings and pairs run on)
+            out.append(pytest.param(D, kv, opts, programs, id=f"D{D}-kv{kv}-{'-'.join(opts) or 'plain'}-"
+                                                                f"{'sms' if programs is None else programs}"))
+    return out
+
+
+@pytest.mark.gpu
+@on_hopper
+@pytest.mark.parametrize("D,kv,opts,programs", _persistent_params())
+def test_gpu_persistent_backward_matches_reference(D, kv, opts, programs, monkeypatch):
+    """The persistent build on the dense awkward shapes (ragged blocks, GQA/MQA, Nq != Nk with empty rows,
+    windows, one row and key) at D, each program walking one key block after another (three programs: dozens each,
+    key blocks with no step among them): every element written, within the float64 criterion; the second call (a
+    kept plan) gives dK, dV bit for bit the same."""
+    monkeypatch.setattr(GB, "PERSISTENT_PROGRAMS", programs)
+    monkeypatch.setattr(GB, "_PLANS", {})
+    cases = [(c[:5], c[6], None, c[7]) for c in GLUON_CASES if c[5] == D or c[3] < 2]
+    cases += [(c[:5], c[6][1] == 0, c[6], torch.bfloat16) for c in GLUON_WINDOW_CASES]
+    for (B, H, Hkv, Nq, Nk), causal, window, dtype in cases:
+        q, k, v, do = _gpu_inputs(B, H, Hkv, Nq, Nk, D, dtype, Nq * 3 + Nk + kv)
+        mask = Mask(-1, 0 if causal else -1) if window is None else Mask(*window)
+        scale = D ** -0.5
+        out, lse = _forward(q, k, v, mask, scale)
+        runs = []
+        for _ in range(2):
+            grads = [torch.full(t.shape, float("nan"), dtype=dtype, device=DEV) for t in (q, k, v)]
+            prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale,
+                             config=_gluon_cfg(persistent=kv, **opts), dq=grads[0], dk=grads[1], dv=grads[2])
+            runs.append(grads)
+        _check_grads(q, k, v, do, runs[0], causal, scale, window=window)
+        assert torch.equal(runs[0][1], runs[1][1]) and torch.equal(runs[0][2], runs[1][2]), (B, H, Nq, Nk, window)
+        torch.testing.assert_close(runs[0][0], runs[1][0])
+
+
+@pytest.mark.gpu
+@on_hopper
+@pytest.mark.parametrize("D,kv,opts,programs", _persistent_params())
+def test_gpu_persistent_backward_packed_batch(D, kv, opts, programs, monkeypatch):
+    """The persistent build on packed batches (empty sequences, one query, len_q != len_k, 64/128 edges; the grid's
+    key blocks past a sequence's own dealt out among the others): each sequence's gradients as the oracle's on that
+    sequence alone, every element written."""
+    monkeypatch.setattr(GB, "PERSISTENT_PROGRAMS", programs)
+    monkeypatch.setattr(GB, "PACKED", True)
+    calls = []
+    real = GB.gluon_backward
+    monkeypatch.setattr(GB, "gluon_backward", lambda *a, **kw: calls.append(kw["persistent"]) or real(*a, **kw))
+    for lens_q, lens_k, H, Hkv, _, causal in PACKED_CASES:
+        q, k, v, do, cu = _packed_inputs(lens_q, lens_k, H, Hkv, D, sum(lens_q) * 7 + D + kv)
+        mask, scale = Mask(-1, 0 if causal else -1), D ** -0.5
+        max_seqlen = (max(lens_q), max(lens_k))
+        out, lse = prefill_forward(q, k, v, mask=mask, scale=scale, cu_seqlens=cu, max_seqlen=max_seqlen)
+        grads = [torch.full_like(t, float("nan")) for t in (q, k, v)]
+        prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, cu_seqlens=cu, max_seqlen=max_seqlen,
+                         config=_gluon_cfg(persistent=kv, **opts), dq=grads[0], dk=grads[1], dv=grads[2])
+        _check_packed_grads(q, k, v, do, cu, grads, causal, scale)
+    assert calls == [kv] * len(PACKED_CASES), "the persistent build did not take the packed batches"
+
+
+@pytest.mark.gpu
+@on_hopper
+@pytest.mark.parametrize("D,kv,opts", [(64, 2, dict(dq_lag=2)), (128, 1, dict(dq_shared=True))])
+def test_gpu_persistent_backward_alibi_and_gqa_heads_first(D, kv, opts, monkeypatch):
+    """The persistent build with ALiBi (per-head slopes, causal) and on a GQA call numbered head first (few programs
+    per SM: ``heads_first_default``), at three programs: within the criterion."""
+    monkeypatch.setattr(GB, "PERSISTENT_PROGRAMS", 3)
+    gen = torch.Generator(device=DEV).manual_seed(D + kv)
+    B, H, Hkv, N = 2, 4, 2, 700
+    q, k, v, do = _gpu_inputs(B, H, Hkv, N, N, D, torch.bfloat16, D * 13 + kv)
+    slopes = torch.rand(H, device=DEV, generator=gen) * 0.2
+    mask, scale = Mask(-1, 0), D ** -0.5
+    bh = slopes.expand(B, H)
+    out, lse = _forward(q, k, v, mask, scale, bh)
+    grads = [torch.full(t.shape, float("nan"), dtype=q.dtype, device=DEV) for t in (q, k, v)]
+    prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, slopes=bh,
+                     config=_gluon_cfg(persistent=kv, **opts), dq=grads[0], dk=grads[1], dv=grads[2])
+    _check_grads(q, k, v, do, grads, True, scale, slopes=slopes)
+    B, H, Hkv, N = 1, 8, 2, 1500
+    q, k, v, do = _gpu_inputs(B, H, Hkv, N, N, D, torch.bfloat16, D * 17 + kv)
+    out, lse = _forward(q, k, v, mask, scale)
+    seen = []
+    real = GB.heads_first_default
+    monkeypatch.setattr(GB, "heads_first_default", lambda *a, **kw: seen.append(real(*a, **kw)) or seen[-1])
+    grads = [torch.full(t.shape, float("nan"), dtype=q.dtype, device=DEV) for t in (q, k, v)]
+    prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, config=_gluon_cfg(persistent=kv, **opts),
+                     dq=grads[0], dk=grads[1], dv=grads[2])
+    assert seen == [True], "the GQA call was not numbered head first"
+    _check_grads(q, k, v, do, grads, True, scale)

@@ -66,6 +66,8 @@ class BwdConfig:
     dq_split: int = 1  # Gluon: the dQ product in dq_split column slices of D (fewer live registers)
     dq_shared: bool = False  # Gluon: both warp groups make every step's dQ product, half of D's columns each
     dq_lag: int = 0  # Gluon: a step's dQ product made dq_lag steps after its dSᵀ (a four-tile dSᵀ ring; D = 64)
+    persistent: int = 0  # Gluon: one program per SM walking key block after key block, with this many K/V buffer
+    # pairs (2: the next block's K and V load under the current one's steps; D = 64 only), 0: a program per key block
     # (Gluon with dq_atomic: per-thread float32 atomics instead of TMA bulk reductions)
 
 

@@ -493,14 +493,14 @@ def prefill_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
                                    dq_split=cfg.dq_split, dq_atomic=cfg.dq_atomic, dq_shared=cfg.dq_shared,
                                    dq_lag=cfg.dq_lag, causal_off=mask.right if mask.right >= 0 else None,
                                    cu_seqlens=(cu_q, cu_k), max_seqlen_k=n_keys, max_seqlen_q=max_q, cu_rows=cu_p,
-                                   deterministic=deterministic, block_m=cfg.block_m1)
+                                   deterministic=deterministic, block_m=cfg.block_m1, persistent=cfg.persistent)
             _keep(plan_key, launches, named, inner, rows_shape, gluon=True, packed=True)
             return _unpack(dq, dk, dv, cu_seqlens)
         inner = gluon_backward(q, k, v, do, lse2, delta, dq, dk, dv, scale=scale, stages=cfg.stages1,
                                dq_split=cfg.dq_split, dq_atomic=cfg.dq_atomic, dq_shared=cfg.dq_shared,
                                dq_lag=cfg.dq_lag, causal_off=Nk - Nq + mask.right if mask.right >= 0 else None,
                                win_off=Nk - Nq - mask.left if mask.left >= 0 else None, slopes=slopes,
-                               deterministic=deterministic, block_m=cfg.block_m1,
+                               deterministic=deterministic, block_m=cfg.block_m1, persistent=cfg.persistent,
                                kv_split=prefill_gluon_bwd.det_kv_split(
                                    H // Hkv, mask.left < 0 and mask.right == 0 and slopes is None,
                                    k.numel() * k.element_size()) if deterministic else 1)

@@ -248,6 +248,8 @@ DET_EARLY_TURN = False
 # 1: off. Never where the programs' dK, dV would take more than DET_KV_SPLIT_BYTES.
 DET_KV_SPLIT = 4
 DET_KV_SPLIT_BYTES = 1 << 30
+# the persistent build's programs at most (None: one per SM): a test hook, so that each program walks many key blocks
+PERSISTENT_PROGRAMS: int | None = None
 BWD_SUB_N = 64  # keys per consumer warp group
 # registers per thread of the second consumer warp group (setmaxnreg); the loader's warp group keeps 24 and
 # the first consumer takes the rest of the register file (248 at 232: the sm_90 PTX). At 240 the two
@@ -267,23 +269,41 @@ if HAVE_GLUON:
         64-row lse_smem) the rows' L₂ and Dᵢ beside Qᵢ and dOᵢ, from buffers of whole query blocks per head
         (``nq_rows``: a head's rows, Nq, or a packed batch's padded rows; ``pad``: where a packed sequence's rows
         start in them, less where they start in the packed tensors; 0 for dense calls)."""
-        NC: gl.constexpr = k_smem.shape[0]
+        _bwd_load_tile(desc_q, desc_do, desc_k, desc_v, desc_lse, desc_dl, k_smem, v_smem, q_smem, do_smem, lse_smem,
+                       dl_smem, kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, hkv, G, H, nq_rows, pad, start_n,
+                       m_lo, n_m, rot, 0, 0, 1, False)
+
+    @gluon.jit
+    def _bwd_load_tile(desc_q, desc_do, desc_k, desc_v, desc_lse, desc_dl, k_smem, v_smem, q_smem, do_smem, lse_smem,
+                       dl_smem, kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, hkv, G, H, nq_rows, pad, start_n,
+                       m_lo, n_m, rot, g0, kv_n, KVB: gl.constexpr, PERSIST: gl.constexpr):
+        """One key block's loads (``_bwd_loader``): its steps are the ring's steps g0, g0 + 1, ...; its K and V go
+        to K/V buffer kv_n % KVB, the block's kv_n-th with a step (the persistent build's: ``_bwd_loader_p``), once
+        the consumers have freed that buffer from block kv_n − KVB; with one buffer, after the block's first
+        STAGES (Qᵢ, dOᵢ) are asked for, so that those load while the consumers finish the block before."""
+        NC: gl.constexpr = 2
         SUB_N: gl.constexpr = k_smem.shape[3]
         BLOCK_M: gl.constexpr = q_smem.shape[3]
         STAGES: gl.constexpr = q_smem.shape[0]
         LSE_TMA: gl.constexpr = lse_smem.shape[1] == BLOCK_M
-        bar = kv_bar.index(0)
-        if n_m > 0:  # (no step, no use of K and V: the consumers do not wait for them)
+        KV_LATE: gl.constexpr = PERSIST and KVB == 1
+        kvb = kv_n % KVB
+        bar = kv_bar.index(kvb)
+        if n_m > 0 and not KV_LATE:  # (no step, no use of K and V: the consumers do not wait for them)
+            if PERSIST:
+                if kv_n >= KVB:
+                    mbarrier.wait(kv_bar.index(KVB + kvb), ((kv_n // KVB) - 1) & 1)
             mbarrier.expect(bar, NC * (desc_k.block_type.nbytes + desc_v.block_type.nbytes))
             for c in gl.static_range(NC):
-                _tma_load(desc_k, [b, hkv, start_n + c * SUB_N, 0], bar, k_smem.index(c))
-                _tma_load(desc_v, [b, hkv, start_n + c * SUB_N, 0], bar, v_smem.index(c))
+                _tma_load(desc_k, [b, hkv, start_n + c * SUB_N, 0], bar, k_smem.index(kvb * NC + c))
+                _tma_load(desc_v, [b, hkv, start_n + c * SUB_N, 0], bar, v_smem.index(kvb * NC + c))
         for t in range(G * n_m):
-            slot = t % STAGES
+            g = g0 + t
+            slot = g % STAGES
             h = hk * G + t // n_m
             m0 = m_lo + ((t % n_m + rot) % n_m) * BLOCK_M  # each key block starts at its own query block
-            if t >= STAGES:
-                mbarrier.wait(q_empty.index(slot), ((t // STAGES) - 1) & 1)
+            if g >= STAGES:
+                mbarrier.wait(q_empty.index(slot), ((g // STAGES) - 1) & 1)
             row = (b * H + h) * (gl.cdiv(nq_rows, 64) * 64) + m0 + pad  # the block's first row of L₂, D (heads padded
             # to 64 rows, ``lse_rows``: a 128-row block's box may reach into the next head's rows, masked there)
             if LSE_TMA:
@@ -292,14 +312,22 @@ if HAVE_GLUON:
             else:
                 mbarrier.expect(q_ready.index(slot), desc_q.block_type.nbytes)
             _tma_load(desc_q, [b, h, m0, 0], q_ready.index(slot), q_smem.index(slot))
-            if t >= STAGES:
-                mbarrier.wait(do_empty.index(slot), ((t // STAGES) - 1) & 1)
+            if g >= STAGES:
+                mbarrier.wait(do_empty.index(slot), ((g // STAGES) - 1) & 1)
             if LSE_TMA:
                 mbarrier.expect(do_ready.index(slot), desc_do.block_type.nbytes + desc_dl.block_type.nbytes)
                 _tma_load(desc_dl, [row], do_ready.index(slot), dl_smem.index(slot))
             else:
                 mbarrier.expect(do_ready.index(slot), desc_do.block_type.nbytes)
             _tma_load(desc_do, [b, h, m0, 0], do_ready.index(slot), do_smem.index(slot))
+            if KV_LATE:
+                if t == gl.minimum(G * n_m, STAGES) - 1:
+                    if kv_n >= 1:
+                        mbarrier.wait(kv_bar.index(1), (kv_n - 1) & 1)
+                    mbarrier.expect(bar, NC * (desc_k.block_type.nbytes + desc_v.block_type.nbytes))
+                    for c in gl.static_range(NC):
+                        _tma_load(desc_k, [b, hkv, start_n + c * SUB_N, 0], bar, k_smem.index(c))
+                        _tma_load(desc_v, [b, hkv, start_n + c * SUB_N, 0], bar, v_smem.index(c))
 
     @gluon.jit
     def _turn(n, m0, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, causal_off, win_off, Nk, CAUSAL: gl.constexpr):
@@ -337,13 +365,17 @@ if HAVE_GLUON:
     def _bwd_dq(u, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n, win_off, m_lo,
                 n_m, rot, Nq, nq_rows, pad, sm_scale,
                 PART: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ATOMIC: gl.constexpr, DQ_SHARED: gl.constexpr,
-                ABLATE: gl.constexpr, DQ_PERM: gl.constexpr, DET: gl.constexpr):
+                ABLATE: gl.constexpr, DQ_PERM: gl.constexpr, DET: gl.constexpr, ug=None, kv0=0):
         """Step u's dQᵢ = dS K over all 128 keys of the block, by warp group u % 2 (they take turns) or by
         both, half of D's columns each (DQ_SHARED): one addition per element per key block (rows past Nq
         add exact zeros: their Pᵀ is 0). Waits for both halves of step u's dSᵀ and frees its slot. DET: the
         staged tile goes to the dQ writer warp (``_bwd_dq_writer``) through a pair of barriers per staging
-        buffer (full, empty) after the dSᵀ ring's in ``ds_bars``; the writer adds it in its turn."""
-        NC: gl.constexpr = k_smem.shape[0]
+        buffer (full, empty) after the dSᵀ ring's in ``ds_bars``; the writer adds it in its turn. ``ug``: the step's
+        number in the program's ring (the persistent build counts on across key blocks; None: u), which sets the
+        dSᵀ slot, its phase and the turn; ``kv0``: the block's first K buffer (the persistent build's K/V pairs)."""
+        NC: gl.constexpr = ds_smem.shape[1] // k_smem.shape[3]
+        if ug is None:
+            ug = u
         SUB_N: gl.constexpr = k_smem.shape[3]
         HEAD_D: gl.constexpr = k_smem.shape[4]
         NSLOT: gl.constexpr = ds_smem.shape[0]
@@ -352,8 +384,8 @@ if HAVE_GLUON:
         COL0: gl.constexpr = PART * (HEAD_D // 2) * DQ_SHARED  # this warp group's first dQ column
         dqs_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                              instr_shape=[16, SPLIT_D, 16])
-        slot = u % NSLOT
-        parity = u % 2
+        slot = ug % NSLOT
+        parity = ug % 2
         NBUF: gl.constexpr = dq_smem.shape[0]  # staging buffers
         h = hk * G + u // n_m
         m0 = m_lo + ((u % n_m + rot) % n_m) * BLOCK_M
@@ -362,10 +394,10 @@ if HAVE_GLUON:
         if DQ_SHARED:
             my_turn = parity < 2
         if my_turn and ABLATE == 2:  # measurement only: no dQ product
-            mbarrier.wait(ds_bars.index(slot), (u // NSLOT) & 1)
+            mbarrier.wait(ds_bars.index(slot), (ug // NSLOT) & 1)
             mbarrier.arrive(ds_bars.index(NSLOT + slot), count=1)
         if my_turn and (ABLATE < 2 or ABLATE >= 5):
-            mbarrier.wait(ds_bars.index(slot), (u // NSLOT) & 1)  # both halves of dSᵀ are in
+            mbarrier.wait(ds_bars.index(slot), (ug // NSLOT) & 1)  # both halves of dSᵀ are in
             ds_all = ds_smem.index(slot)  # (NC·SUB_N, BLOCK_M)
             rows = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dqs_layout))
             offs_ds = gl.arange(0, SPLIT_D, layout=gl.SliceLayout(0, dqs_layout))
@@ -373,7 +405,7 @@ if HAVE_GLUON:
                 dq = gl.zeros([BLOCK_M, SPLIT_D], gl.float32, layout=dqs_layout)
                 for c in gl.static_range(NC):  # dS K = Σ_c dS[:, keys of c] K_c
                     dq = warpgroup_mma(ds_all.slice(c * SUB_N, SUB_N, dim=0).permute((1, 0)),
-                                       k_smem.index(c).reshape([SUB_N, HEAD_D]).slice(COL0 + j * SPLIT_D, SPLIT_D,
+                                       k_smem.index(kv0 + c).reshape([SUB_N, HEAD_D]).slice(COL0 + j * SPLIT_D, SPLIT_D,
                                                                                          dim=1),
                                        dq, use_acc=c > 0, is_async=True)
                 dq = warpgroup_mma_wait(0, deps=(dq, ))
@@ -529,6 +561,24 @@ if HAVE_GLUON:
         of the dQ products (``_bwd_dq``), DQ_LAG steps behind its own dSᵀ; writes dK·scale, dV by TMA.
         With ALIBI each step's query head h subtracts slope_h·log2e·|i + Nk − Nq − j| from its scores
         (SLOPES[b·stride_sb + h·stride_sh]); without, SLOPES and its strides are unused (None)."""
+        _bwd_consumer_tile(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem,
+                           do_smem, ds_smem, dq_smem, ds_bars, flags, kv_bar, q_ready, do_ready, q_empty, do_empty,
+                           b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
+                           SLOPES, stride_sb, stride_sh, nq_rows, pad, DK, DV, stride_dkh, stride_dkn, PART, CAUSAL,
+                           0, 0, 1, False)
+
+    @gluon.jit
+    def _bwd_consumer_tile(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem,
+                           do_smem, ds_smem, dq_smem, ds_bars, flags, kv_bar, q_ready, do_ready, q_empty, do_empty,
+                           b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
+                           SLOPES, stride_sb, stride_sh, nq_rows, pad, DK, DV, stride_dkh, stride_dkn,
+                           PART: gl.constexpr, CAUSAL: gl.constexpr, g0, kv_n, KVB: gl.constexpr,
+                           PERSIST: gl.constexpr):
+        """One key block of ``_bwd_consumer``: its steps are the ring's steps g0, g0 + 1, ... (Q/dO slots, dSᵀ
+        slots and dQ turns), its K and V in buffer pair kv_n % KVB (the block's kv_n-th with a step). PERSIST (the
+        persistent build, ``_bwd_consumer_p``): the pair is given back to the loader as soon as the last dQ products
+        have read K, and dK·scale, dV go out from registers by masked stores (no TMA store through the buffers)."""
+
         SUB_N: gl.constexpr = k_smem.shape[3]
         HEAD_D: gl.constexpr = k_smem.shape[4]
         BLOCK_M: gl.constexpr = q_smem.shape[3]
@@ -559,11 +609,14 @@ if HAVE_GLUON:
         row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
         col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
 
+        NC: gl.constexpr = ds_smem.shape[1] // SUB_N
+        kvb = kv_n % KVB
+        kv0 = kvb * NC
         kc0 = start_n + PART * SUB_N
         offs_k = kc0 + gl.arange(0, SUB_N, layout=row_s)
         offs_qs = gl.arange(0, BLOCK_M, layout=col_s)
-        k_tile = k_smem.index(PART)
-        v_tile = v_smem.index(PART)
+        k_tile = k_smem.index(kv0 + PART)
+        v_tile = v_smem.index(kv0 + PART)
         k = k_tile.reshape([SUB_N, HEAD_D])
         v = v_tile.reshape([SUB_N, HEAD_D])
         dk = gl.zeros([SUB_N, HEAD_D], gl.float32, layout=acc_layout)
@@ -574,15 +627,16 @@ if HAVE_GLUON:
         koff = offs_k - (Nk - Nq)  # j − off
         n_steps = G * n_m
         if n_steps > 0:  # (none: dK = dV = 0, and the loader brought no K, V)
-            mbarrier.wait(kv_bar.index(0), 0)
+            mbarrier.wait(kv_bar.index(kvb), (kv_n // KVB) & 1)
             if ZERO:  # this warp group's keys past the sequence's end are the next one's (the other group's dQ
                 if kc0 + SUB_N > Nk:  # products read them only after this group's first dSᵀ has arrived)
                     _zero_past(k, Nk - kc0, 8)
                     _zero_past(v, Nk - kc0, 8)
 
         for t in range(n_steps):
-            slot = t % STAGES
-            phase = (t // STAGES) & 1
+            g = g0 + t  # the step's number in the ring
+            slot = g % STAGES
+            phase = (g // STAGES) & 1
             h = hk * G + t // n_m
             m0 = m_lo + ((t % n_m + rot) % n_m) * BLOCK_M  # each key block starts at its own query block
             row0 = (b * H + h).to(gl.int64) * nq_rows  # this head's rows of L₂ and D
@@ -657,10 +711,10 @@ if HAVE_GLUON:
             dk_tok = warpgroup_mma(ds_op, q, dk, is_async=True)
             # -- dSᵀ into this warp group's half of the step's ring tile (t % NSLOT), once the readers of
             #    step t − NSLOT are done with it; then tell the readers
-            ds_slot = t % NSLOT
+            ds_slot = g % NSLOT
             if EXCHANGE:
-                if t >= NSLOT:
-                    mbarrier.wait(ds_bars.index(NSLOT + ds_slot), ((t // NSLOT) - 1) & 1)
+                if g >= NSLOT:
+                    mbarrier.wait(ds_bars.index(NSLOT + ds_slot), ((g // NSLOT) - 1) & 1)
                 ds_smem.index(ds_slot).slice(PART * SUB_N, SUB_N, dim=0).store(ds)
                 fence_async_shared()
                 _warps_barrier()  # every thread's share is written before the one arrival
@@ -673,28 +727,38 @@ if HAVE_GLUON:
             if EXCHANGE and DQ_LAG == 0:
                 _bwd_dq(t, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n,
                         win_off, m_lo, n_m, rot, Nq, nq_rows, pad, sm_scale, PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE,
-                        DQ_PERM, DET)
+                        DQ_PERM, DET, g, kv0)
             elif EXCHANGE:
                 if t >= DQ_LAG:
                     _bwd_dq(t - DQ_LAG, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H,
                             start_n, win_off, m_lo, n_m, rot, Nq, nq_rows, pad, sm_scale,
-                            PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM, DET)
+                            PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE, DQ_PERM, DET, g - DQ_LAG, kv0)
         if EXCHANGE and DQ_LAG > 0:  # the last DQ_LAG steps' products
             for u in range(gl.maximum(n_steps - DQ_LAG, 0), n_steps):
                 _bwd_dq(u, desc_dq, DQ, k_smem, ds_smem, dq_smem, ds_bars, b, hk, G, H, start_n,
                         win_off, m_lo, n_m, rot, Nq, nq_rows, pad, sm_scale, PART, DQ_SPLIT, DQ_ATOMIC, DQ_SHARED, ABLATE,
-                        DQ_PERM, DET)
+                        DQ_PERM, DET, g0 + u, kv0)
 
         # -- epilogue: dK·scale and dV through this warp group's K and V buffers, once the last dQ products
         #    (the other warp group's too) have read K: the last use of every ring slot is freed
         if EXCHANGE:
             for i in gl.static_range(NSLOT):
                 if n_steps >= i + 1:
-                    u = n_steps - 1 - i
+                    u = g0 + n_steps - 1 - i
                     mbarrier.wait(ds_bars.index(NSLOT + u % NSLOT), (u // NSLOT) & 1)
         # the sequence's last key block (a TMA box would write into the next one's rows), decided for the whole
         # block, so that both consumer warp groups take the same path (the dense kernel never splits them)
-        if VARLEN and start_n + 2 * SUB_N > Nk:
+        if PERSIST:  # K and V are read no more: the loader may bring the next block's while dK, dV go out
+            if n_steps > 0:
+                mbarrier.arrive(kv_bar.index(KVB + kvb), count=1)
+            rk = kc0 + gl.arange(0, SUB_N, layout=gl.SliceLayout(1, acc_layout))
+            cd = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, acc_layout))
+            offs = ((b * (H // G) + hk).to(gl.int64) * stride_dkh + rk[:, None].to(gl.int64) * stride_dkn
+                    + cd[None, :])
+            keep = (rk[:, None] < Nk) & (cd[None, :] < HEAD_D)
+            gl.store(DK + offs, (dk * sm_scale).to(dtype), mask=keep)
+            gl.store(DV + offs, dv.to(dtype), mask=keep)
+        elif VARLEN and start_n + 2 * SUB_N > Nk:
             rk = kc0 + gl.arange(0, SUB_N, layout=gl.SliceLayout(1, acc_layout))
             cd = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, acc_layout))
             offs = hk * stride_dkh + rk[:, None].to(gl.int64) * stride_dkn + cd[None, :]
@@ -750,59 +814,101 @@ if HAVE_GLUON:
                       SLOPES, stride_sb, stride_sh, nq_rows, pad, DK, DV, stride_dkh, stride_dkn, 1, False)
 
     @gluon.jit
-    def _attn_bwd_gluon_ws(desc_q, desc_do, desc_k, desc_v, desc_dk, desc_dv, desc_dq, desc_lse, desc_dl, DQ, SEM, LSE2,
-                           DELTA,
-                           H, G, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, SLOPES, stride_sb, stride_sh,
-                           CU_Q, CU_K, CU_P, DK, DV, stride_dkh, stride_dkn, KV_DIV,
-                           HEAD_D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                           CONSUMER_REGS: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ATOMIC: gl.constexpr,
-                           DQ_SHARED: gl.constexpr, ROTATE: gl.constexpr, HEADS_FIRST: gl.constexpr = False,
-                           DQ_LAG: gl.constexpr = 0, ABLATE: gl.constexpr = 0, ALIBI: gl.constexpr = False,
-                           DQ_PERM: gl.constexpr = False, LSE_TMA: gl.constexpr = False, DET: gl.constexpr = False,
-                           DET_LAST_FIRST: gl.constexpr = True, VARLEN: gl.constexpr = False,
-                           ZERO_PAST: gl.constexpr = False, LAST_FIRST: gl.constexpr = False,
-                           DET_ROTATE: gl.constexpr = False, WRITER_REGS: gl.constexpr = 48,
-                           EARLY_TURN: gl.constexpr = False):
-        """Grid (key blocks of 128, B·Hkv), or the reverse with HEADS_FIRST. Descriptors over
-        (B, H|Hkv, N, D) with blocks [1, 1, 64, D]; DQ (B, H, Nq, D) float32, zeroed by the caller; LSE2,
-        DELTA (B, H, Nq) from the preprocessing kernel. ALIBI: SLOPES float32, head h of batch b's slope at
-        b·stride_sb + h·stride_sh (else the three are None). DQ_PERM: desc_dq is over the float32 buffer of
-        ``layout.dq_tiles_shape`` (dQ in tiles, each in the accumulator's register order), zeroed by the
-        caller. LSE_TMA: the loader brings each step's rows of LSE2 and DELTA by TMA into the ring beside Qᵢ
-        and dOᵢ (desc_lse, desc_dl: 1-D descriptors over them, blocks of 64, each head's rows padded to a
-        multiple of 64: ``lse_rows``; else LSE2 and DELTA are (B, H, Nq) contiguous). DET (with DQ_PERM): SEM
-        is int32, SEM_TILE0 counters of the waits and one per dQ tile, zeroed by the caller; each tile's
-        additions are made in a fixed order (``_turn``; the deterministic backward; ROTATE off), by a dQ writer
-        warp. VARLEN: a packed batch — q, do (1, H, total_q, D), k, v, dk, dv (1, Hkv, total_k, D), CU_Q, CU_K the
-        int32 cumulative lengths, program (key block, sequence · Hkv); Nk the total keys, causal_off the mask's
-        right edge (each sequence's diagonal is bottom-right aligned on its own); LSE2, DELTA and the dQ tiles
-        hold each sequence's rows from CU_P[s], a multiple of 64 (``layout.packed_rows``), in Nq rows per head
-        (so a query block's L₂ box and dQ tiles start 16-byte aligned, as TMA needs); the last key block of a
-        sequence stores dK, dV by masked stores into DK, DV (strides stride_dkh, stride_dkn; else None). With DET
-        (causal) each sequence's key blocks run last first and the writer counts turns in them.
-        KV_DIV: programs per K/V head (``kv_split``): H // G heads of dK, dV, program head hk reading K, V head
-        hk // KV_DIV of desc_k, desc_v (1: the same heads).
-        Two consumer warp groups of 4 warps (64 keys each), one loader warp and (DET) one writer warp."""
-        NC: gl.constexpr = 2
-        SUB_N: gl.constexpr = 64
-        BLOCK_M: gl.constexpr = desc_q.block_type.shape[2]  # query rows per step: 64, or 128 (``block_m``)
-        gl.static_assert((BLOCK_M == 64) or ((BLOCK_M == 128) and not DET and not ALIBI and not DQ_ATOMIC
-                                             and DQ_PERM and (DQ_LAG == 0)),
-                         "128-row query blocks: no deterministic, ALiBi, atomic or lagged build")
-        BLOCK_N: gl.constexpr = NC * SUB_N
-        dtype: gl.constexpr = desc_q.dtype
+    def _bwd_loader_p(desc_q, desc_do, desc_k, desc_v, desc_lse, desc_dl, k_smem, v_smem, q_smem, do_smem, lse_smem,
+                      dl_smem, kv_bar, q_ready, do_ready, q_empty, do_empty, tflags, H, G, Nq, Nk, causal_off, win_off,
+                      CU_Q, CU_K, CU_P, KV_DIV, N_TILES, GRID0):
+        """The persistent build's loader: ``_bwd_loader`` over the program's key blocks (tiles p, p + P, ... of
+        N_TILES, P programs; ``_bwd_tile_of``), its Q/dO ring counted on from block to block, each block's K and V
+        into the next K/V buffer pair (``tflags``: the build's switches, as ``_attn_bwd_gluon_ws`` sets them)."""
+        CAUSAL: gl.constexpr = tflags.shape[0] == 2
+        VARLEN: gl.constexpr = tflags.shape[1] == 2
+        HEADS_FIRST: gl.constexpr = tflags.shape[2] == 2
+        LAST_FIRST: gl.constexpr = tflags.shape[3] == 2
+        ROTATE: gl.constexpr = tflags.shape[4] == 2
+        KVB: gl.constexpr = tflags.shape[5]
+        BLOCK_M: gl.constexpr = q_smem.shape[3]
+        BLOCK_N: gl.constexpr = 2 * k_smem.shape[3]
+        g0 = 0
+        kv_n = 0
+        for tile in range(gl.program_id(0), N_TILES, gl.num_programs(0)):
+            b, hk, start_n, m_lo, n_m, rot, Nq_s, Nk_s, off_s, q_base, k_base, pad = _bwd_tile_of(
+                tile % GRID0, tile // GRID0, H, G, Nq, Nk, causal_off, win_off, CU_Q, CU_K, CU_P, BLOCK_M, BLOCK_N,
+                CAUSAL, VARLEN, HEADS_FIRST, LAST_FIRST, ROTATE, False, False)
+            _bwd_load_tile(desc_q, desc_do, desc_k, desc_v, desc_lse, desc_dl, k_smem, v_smem, q_smem, do_smem,
+                           lse_smem, dl_smem, kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, hk // KV_DIV, G, H,
+                           Nq, pad, start_n, m_lo, n_m, rot, g0, kv_n, KVB, True)
+            g0 += G * n_m
+            kv_n += (n_m > 0).to(gl.int32)
+
+    @gluon.jit
+    def _bwd_consumer_p(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem,
+                        do_smem, ds_smem, dq_smem, ds_bars, flags, kv_bar, q_ready, do_ready, q_empty, do_empty, tflags,
+                        H, G, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, SLOPES, stride_sb, stride_sh, CU_Q,
+                        CU_K, CU_P, DK, DV, stride_dkh, stride_dkn, N_TILES, GRID0, PART: gl.constexpr):
+        """The persistent build's consumer warp group ``PART``: ``_bwd_consumer`` over the loader's key blocks
+        (``_bwd_loader_p``), ring steps and K/V buffer pairs counted as it counts them."""
+        CAUSAL: gl.constexpr = tflags.shape[0] == 2
+        VARLEN: gl.constexpr = tflags.shape[1] == 2
+        HEADS_FIRST: gl.constexpr = tflags.shape[2] == 2
+        LAST_FIRST: gl.constexpr = tflags.shape[3] == 2
+        ROTATE: gl.constexpr = tflags.shape[4] == 2
+        KVB: gl.constexpr = tflags.shape[5]
+        BLOCK_M: gl.constexpr = q_smem.shape[3]
+        BLOCK_N: gl.constexpr = ds_smem.shape[1]
+        g0 = 0
+        kv_n = 0
+        for tile in range(gl.program_id(0), N_TILES, gl.num_programs(0)):
+            b, hk, start_n, m_lo, n_m, rot, Nq_s, Nk_s, off_s, q_base, k_base, pad = _bwd_tile_of(
+                tile % GRID0, tile // GRID0, H, G, Nq, Nk, causal_off, win_off, CU_Q, CU_K, CU_P, BLOCK_M, BLOCK_N,
+                CAUSAL, VARLEN, HEADS_FIRST, LAST_FIRST, ROTATE, False, False)
+            _bwd_consumer_tile(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem,
+                               q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags, kv_bar, q_ready, do_ready, q_empty,
+                               do_empty, b, hk, G, H, start_n, m_lo, n_m, rot, Nq_s, Nk_s, off_s, win_off, qk_scale,
+                               sm_scale, SLOPES, stride_sb, stride_sh, Nq, pad, DK, DV, stride_dkh, stride_dkn, PART,
+                               CAUSAL, g0, kv_n, KVB, True)
+            g0 += G * n_m
+            kv_n += (n_m > 0).to(gl.int32)
+        tma.store_wait(0)  # (the last dQ additions' reads of their staging tiles)
+
+    @gluon.jit
+    def _bwd_consumer_p0(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem,
+                         do_smem, ds_smem, dq_smem, ds_bars, flags, kv_bar, q_ready, do_ready, q_empty, do_empty,
+                         tflags, H, G, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, SLOPES, stride_sb, stride_sh,
+                         CU_Q, CU_K, CU_P, DK, DV, stride_dkh, stride_dkn, N_TILES, GRID0):
+        _bwd_consumer_p(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem,
+                        do_smem, ds_smem, dq_smem, ds_bars, flags, kv_bar, q_ready, do_ready, q_empty, do_empty,
+                        tflags, H, G, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, SLOPES, stride_sb, stride_sh,
+                        CU_Q, CU_K, CU_P, DK, DV, stride_dkh, stride_dkn, N_TILES, GRID0, 0)
+
+    @gluon.jit
+    def _bwd_consumer_p1(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem,
+                         do_smem, ds_smem, dq_smem, ds_bars, flags, kv_bar, q_ready, do_ready, q_empty, do_empty,
+                         tflags, H, G, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, SLOPES, stride_sb, stride_sh,
+                         CU_Q, CU_K, CU_P, DK, DV, stride_dkh, stride_dkn, N_TILES, GRID0):
+        _bwd_consumer_p(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem,
+                        do_smem, ds_smem, dq_smem, ds_bars, flags, kv_bar, q_ready, do_ready, q_empty, do_empty,
+                        tflags, H, G, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, SLOPES, stride_sb, stride_sh,
+                        CU_Q, CU_K, CU_P, DK, DV, stride_dkh, stride_dkn, N_TILES, GRID0, 1)
+
+    @gluon.jit
+    def _bwd_tile_of(pid0, pid1, H, G, Nq, Nk, causal_off, win_off, CU_Q, CU_K, CU_P, BLOCK_M: gl.constexpr,
+                     BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, VARLEN: gl.constexpr, HEADS_FIRST: gl.constexpr,
+                     LAST_FIRST: gl.constexpr, ROTATE: gl.constexpr, DET: gl.constexpr, DET_LAST_FIRST: gl.constexpr):
+        """The key block of program (pid0, pid1) of ``_attn_bwd_gluon_ws``'s grid (the persistent build's tile
+        pid0 + pid1 · the grid's first axis): (b, hk, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, q_base,
+        k_base, pad) — its batch and K/V head, first key, first query row and query blocks per head, the walk's
+        first block, and (packed batches) its sequence's bounds, mask edge and rows' offset in the padded buffers."""
         if HEADS_FIRST:  # grid (B·Hkv, key blocks): every head's first key blocks (the longest walks) start first
-            pid_n = gl.program_id(1)
-            bhk = gl.program_id(0)
+            pid_n = pid1
+            bhk = pid0
         else:
-            pid_n = gl.program_id(0)
-            bhk = gl.program_id(1)
+            pid_n = pid0
+            bhk = pid1
         if DET and CAUSAL and DET_LAST_FIRST and not VARLEN:  # key blocks last first: a causal dQ tile takes its
             pid_n = gl.cdiv(Nk, BLOCK_N) - 1 - pid_n  # additions in descending order (off: measurement only)
         Hkv = H // G
         b = bhk // Hkv
         hk = bhk % Hkv
-        nq_rows = Nq  # a head's rows of L₂, D and the dQ buffer (packed batches: padded, as CU_P sets out)
         if VARLEN:  # sequence b: rows [q_base, Nq) and keys [k_base, Nk) of the packed tensors (batch 0)
             q_base = gl.load(CU_Q + b)
             k_base = gl.load(CU_K + b)
@@ -833,8 +939,68 @@ if HAVE_GLUON:
         else:
             rot = 0
 
-        k_smem = gl.allocate_shared_memory(dtype, [NC, 1, 1, SUB_N, HEAD_D], desc_k.layout)
-        v_smem = gl.allocate_shared_memory(dtype, [NC, 1, 1, SUB_N, HEAD_D], desc_v.layout)
+        return b, hk, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, q_base, k_base, pad
+
+    @gluon.jit
+    def _attn_bwd_gluon_ws(desc_q, desc_do, desc_k, desc_v, desc_dk, desc_dv, desc_dq, desc_lse, desc_dl, DQ, SEM, LSE2,
+                           DELTA,
+                           H, G, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, SLOPES, stride_sb, stride_sh,
+                           CU_Q, CU_K, CU_P, DK, DV, stride_dkh, stride_dkn, KV_DIV, N_TILES, GRID0,
+                           HEAD_D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                           CONSUMER_REGS: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ATOMIC: gl.constexpr,
+                           DQ_SHARED: gl.constexpr, ROTATE: gl.constexpr, HEADS_FIRST: gl.constexpr = False,
+                           DQ_LAG: gl.constexpr = 0, ABLATE: gl.constexpr = 0, ALIBI: gl.constexpr = False,
+                           DQ_PERM: gl.constexpr = False, LSE_TMA: gl.constexpr = False, DET: gl.constexpr = False,
+                           DET_LAST_FIRST: gl.constexpr = True, VARLEN: gl.constexpr = False,
+                           ZERO_PAST: gl.constexpr = False, LAST_FIRST: gl.constexpr = False,
+                           DET_ROTATE: gl.constexpr = False, WRITER_REGS: gl.constexpr = 48,
+                           EARLY_TURN: gl.constexpr = False, PERSIST: gl.constexpr = 0):
+        """Grid (key blocks of 128, B·Hkv), or the reverse with HEADS_FIRST. Descriptors over
+        (B, H|Hkv, N, D) with blocks [1, 1, 64, D]; DQ (B, H, Nq, D) float32, zeroed by the caller; LSE2,
+        DELTA (B, H, Nq) from the preprocessing kernel. ALIBI: SLOPES float32, head h of batch b's slope at
+        b·stride_sb + h·stride_sh (else the three are None). DQ_PERM: desc_dq is over the float32 buffer of
+        ``layout.dq_tiles_shape`` (dQ in tiles, each in the accumulator's register order), zeroed by the
+        caller. LSE_TMA: the loader brings each step's rows of LSE2 and DELTA by TMA into the ring beside Qᵢ
+        and dOᵢ (desc_lse, desc_dl: 1-D descriptors over them, blocks of 64, each head's rows padded to a
+        multiple of 64: ``lse_rows``; else LSE2 and DELTA are (B, H, Nq) contiguous). DET (with DQ_PERM): SEM
+        is int32, SEM_TILE0 counters of the waits and one per dQ tile, zeroed by the caller; each tile's
+        additions are made in a fixed order (``_turn``; the deterministic backward; ROTATE off), by a dQ writer
+        warp. VARLEN: a packed batch — q, do (1, H, total_q, D), k, v, dk, dv (1, Hkv, total_k, D), CU_Q, CU_K the
+        int32 cumulative lengths, program (key block, sequence · Hkv); Nk the total keys, causal_off the mask's
+        right edge (each sequence's diagonal is bottom-right aligned on its own); LSE2, DELTA and the dQ tiles
+        hold each sequence's rows from CU_P[s], a multiple of 64 (``layout.packed_rows``), in Nq rows per head
+        (so a query block's L₂ box and dQ tiles start 16-byte aligned, as TMA needs); the last key block of a
+        sequence stores dK, dV by masked stores into DK, DV (strides stride_dkh, stride_dkn; else None). With DET
+        (causal) each sequence's key blocks run last first and the writer counts turns in them.
+        KV_DIV: programs per K/V head (``kv_split``): H // G heads of dK, dV, program head hk reading K, V head
+        hk // KV_DIV of desc_k, desc_v (1: the same heads).
+        PERSIST > 0 (not with DET, ZERO_PAST or ablations): the persistent build — a grid of P programs, each taking
+        the key blocks p, p + P, ... of the N_TILES programs the grid above would launch (block pid0 + pid1·GRID0:
+        the same numbering), with PERSIST K/V buffer pairs (2: the next block's K and V load under the current
+        block's steps; 1: once its last dQ products have read K); the Q/dO ring and the dSᵀ ring run on from block
+        to block, and dK, dV go out by masked stores from registers into DK, DV (strides stride_dkh, stride_dkn,
+        dense calls too).
+        Two consumer warp groups of 4 warps (64 keys each), one loader warp and (DET) one writer warp."""
+        NC: gl.constexpr = 2
+        SUB_N: gl.constexpr = 64
+        BLOCK_M: gl.constexpr = desc_q.block_type.shape[2]  # query rows per step: 64, or 128 (``block_m``)
+        gl.static_assert((BLOCK_M == 64) or ((BLOCK_M == 128) and not DET and not ALIBI and not DQ_ATOMIC
+                                             and DQ_PERM and (DQ_LAG == 0)),
+                         "128-row query blocks: no deterministic, ALiBi, atomic or lagged build")
+        BLOCK_N: gl.constexpr = NC * SUB_N
+        dtype: gl.constexpr = desc_q.dtype
+        nq_rows = Nq  # a head's rows of L₂, D and the dQ buffer (packed batches: padded, as CU_P sets out)
+        Nk0 = Nk  # (the kernel's arguments, before the program's block narrows them: the persistent partitions')
+        causal_off0 = causal_off
+        b, hk, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, q_base, k_base, pad = _bwd_tile_of(
+            gl.program_id(0), gl.program_id(1), H, G, Nq, Nk, causal_off, win_off, CU_Q, CU_K, CU_P, BLOCK_M, BLOCK_N,
+            CAUSAL, VARLEN, HEADS_FIRST, LAST_FIRST, ROTATE, DET, DET_LAST_FIRST)
+
+        gl.static_assert((PERSIST == 0) or ((PERSIST <= 2) and not DET and not ZERO_PAST and (ABLATE == 0)),
+                         "the persistent backward: 1 or 2 K/V buffer pairs, no deterministic order, ZERO_PAST or ablation")
+        KVB: gl.constexpr = 1 if PERSIST == 0 else PERSIST  # K/V buffer pairs
+        k_smem = gl.allocate_shared_memory(dtype, [KVB * NC, 1, 1, SUB_N, HEAD_D], desc_k.layout)
+        v_smem = gl.allocate_shared_memory(dtype, [KVB * NC, 1, 1, SUB_N, HEAD_D], desc_v.layout)
         q_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_D], desc_q.layout)
         do_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_D], desc_do.layout)
         if LSE_TMA:  # each ring slot's L₂ and Dᵢ rows
@@ -849,7 +1015,8 @@ if HAVE_GLUON:
         NBUF: gl.constexpr = NC * DQ_SPLIT * (1 + DQ_SHARED)  # dQ staging tiles
         # ready, free (the dSᵀ ring); DET: full, empty (the dQ staging tiles, between consumers and writer)
         ds_bars = gl.allocate_shared_memory(gl.int64, [2 * NSLOT + 2 * NBUF * DET, 1], mbarrier.MBarrierLayout())
-        kv_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+        # K/V ready (PERSIST: one per buffer pair, then one per pair for "free": both consumers are done with it)
+        kv_bar = gl.allocate_shared_memory(gl.int64, [KVB * (1 + (PERSIST > 0)), 1], mbarrier.MBarrierLayout())
         if DQ_ATOMIC:  # (unused: the compiler drops it)
             dq_smem = gl.allocate_shared_memory(gl.float32, [NC, 8, HEAD_D], desc_dq.layout)
         elif DQ_PERM:  # the same tiles in register order: (BLOCK_M · columns / 32) rows of 32
@@ -870,7 +1037,10 @@ if HAVE_GLUON:
         do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         q_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         do_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        mbarrier.init(kv_bar.index(0), count=1)
+        for i in gl.static_range(KVB):
+            mbarrier.init(kv_bar.index(i), count=1)
+            if PERSIST > 0:
+                mbarrier.init(kv_bar.index(KVB + i), count=NC)
         for i in gl.static_range(NSLOT):
             mbarrier.init(ds_bars.index(i), count=NC)  # "ready": each warp group wrote its half
             if DQ_SHARED:  # "free": the readers' dQ products are done
@@ -901,7 +1071,20 @@ if HAVE_GLUON:
             writer_args = (desc_dq, SEM, dq_smem, ds_smem, ds_bars, b, hk, G, H, Nq, Nk, start_n, m_lo, n_m,
                            causal_off, win_off, flags, rot, 0, Nq)
         # a partition's arguments lose their constexpr-ness: the key slice and the mask are baked into wrappers
-        if DET and CAUSAL:  # a fourth partition: the dQ writer warp
+        if PERSIST > 0:  # (the switches the partitions need, in a small buffer's shape)
+            tflags = gl.allocate_shared_memory(gl.int8, [1 + CAUSAL, 1 + VARLEN, 1 + HEADS_FIRST, 1 + LAST_FIRST,
+                                                         1 + ROTATE, KVB],
+                                               gl.SwizzledSharedLayout(1, 1, 1, [5, 4, 3, 2, 1, 0]))
+            p_args = (desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem,
+                      do_smem, ds_smem, dq_smem, ds_bars, flags, kv_bar, q_ready, do_ready, q_empty, do_empty, tflags,
+                      H, G, nq_rows, Nk0, causal_off0, win_off, qk_scale, sm_scale, SLOPES, stride_sb, stride_sh, CU_Q,
+                      CU_K, CU_P, DK, DV, stride_dkh, stride_dkn, N_TILES, GRID0)
+            pl_args = (desc_q, desc_do, desc_k, desc_v, desc_lse, desc_dl, k_smem, v_smem, q_smem, do_smem, lse_smem,
+                       dl_smem, kv_bar, q_ready, do_ready, q_empty, do_empty, tflags, H, G, nq_rows, Nk0, causal_off0,
+                       win_off, CU_Q, CU_K, CU_P, KV_DIV, N_TILES, GRID0)
+            gl.warp_specialize([(_bwd_consumer_p0, p_args), (_bwd_consumer_p1, p_args), (_bwd_loader_p, pl_args)],
+                               [4, 1], [CONSUMER_REGS, 24])
+        elif DET and CAUSAL:  # a fourth partition: the dQ writer warp
             gl.warp_specialize([(_bwd_consumer_0_causal, consumer_args), (_bwd_consumer_1_causal, consumer_args),
                                 (_bwd_loader, loader_args), (_bwd_dq_writer_causal, writer_args)], [4, 1, 1],
                                [CONSUMER_REGS, 24, WRITER_REGS])
@@ -978,21 +1161,21 @@ def heads_first_default(uneven: bool, programs: int, sms: int, deterministic: bo
 
 
 def smem_bytes(head_dim: int, stages: int, dq_split: int = 1, dq_atomic: bool = False, dq_lag: int = 0,
-               lse_tma: bool | None = None, block_m: int = BWD_BLOCK_M) -> int:
-    """Shared memory of the backward: K and V of the block, the Q/dO ring (with ``lse_tma``, default
-    ``LSE_BY_TMA``, each slot's float32 L₂ and Dᵢ rows), the dSᵀ ring (two tiles, four with a lagged dQ)
-    and (dQ by TMA reduction) each consumer's float32 dQ tile."""
+               lse_tma: bool | None = None, block_m: int = BWD_BLOCK_M, kv_bufs: int = 1) -> int:
+    """Shared memory of the backward: K and V of the block (``kv_bufs`` pairs: the persistent build's), the
+    Q/dO ring (with ``lse_tma``, default ``LSE_BY_TMA``, each slot's float32 L₂ and Dᵢ rows), the dSᵀ ring (two
+    tiles, four with a lagged dQ) and (dQ by TMA reduction) each consumer's float32 dQ tile."""
     D = head_dim
     ds_slots = 2 if dq_lag == 0 else 4
     lse = (LSE_BY_TMA if lse_tma is None else lse_tma) * 2 * stages * block_m * 4
-    return (2 * 2 * BWD_SUB_N * D * 2 + 2 * stages * block_m * D * 2 + ds_slots * 2 * BWD_SUB_N * block_m * 2
+    return (kv_bufs * 2 * 2 * BWD_SUB_N * D * 2 + 2 * stages * block_m * D * 2 + ds_slots * 2 * BWD_SUB_N * block_m * 2
             + (0 if dq_atomic else 2 * block_m * D * 4) + lse)
 
 
 def _check_tiles(head_dim: int, stages: int, dq_split: int, dq_atomic: bool = False,
                  dq_shared: bool = False, consumer_regs: int = BWD_CONSUMER_REGS, dq_lag: int = 0,
                  block_m: int = BWD_BLOCK_M, deterministic: bool = False, alibi: bool = False,
-                 dq_perm: bool = True) -> None:
+                 dq_perm: bool = True, persistent: int = 0) -> None:
     if block_m not in (64, 128):
         raise ValueError(f"the Gluon backward takes block_m 64 or 128 (query rows per step), got {block_m!r}")
     if block_m == 128 and (deterministic or alibi or dq_atomic or dq_lag or not dq_perm):
@@ -1010,10 +1193,14 @@ def _check_tiles(head_dim: int, stages: int, dq_split: int, dq_atomic: bool = Fa
     if stages not in (1, 2, 3) or dq_split not in (1, 2, 4) or head_dim // dq_split < 32:
         raise ValueError("the Gluon backward takes stages 1, 2 or 3 (the Q/dO ring) and dq_split 1, 2 or 4 with "
                          f"head_dim / dq_split >= 32; got stages={stages}, dq_split={dq_split}, head_dim={head_dim}")
-    need = smem_bytes(head_dim, stages, dq_split, dq_atomic, dq_lag, block_m=block_m)
+    if persistent not in (0, 1, 2) or (persistent and (deterministic or dq_atomic)):
+        raise ValueError("the Gluon backward's persistent build takes 1 or 2 K/V buffer pairs (0: off), without "
+                         f"deterministic order or dQ atomics; got persistent={persistent!r}")
+    need = smem_bytes(head_dim, stages, dq_split, dq_atomic, dq_lag, block_m=block_m, kv_bufs=max(persistent, 1))
     if need > SMEM_LIMIT:
         raise ValueError(f"the Gluon backward takes fewer stages (or no dq_lag) at head_dim {head_dim}: stages={stages}"
-                         f"{', dQ by TMA' if not dq_atomic else ''}{f', dq_lag={dq_lag}' if dq_lag else ''} need "
+                         f"{', dQ by TMA' if not dq_atomic else ''}{f', dq_lag={dq_lag}' if dq_lag else ''}"
+                         f"{f', persistent={persistent}' if persistent else ''} need "
                          f"{need // 1024} KB of shared memory, more than a block has")
 
 
@@ -1027,7 +1214,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
                    max_seqlen_k: int | None = None, max_seqlen_q: int | None = None, cu_rows: torch.Tensor | None = None,
                    kv_split: int = 1, _ablate: int = 0, _sem_out: list | None = None,
                    _det_last_first: bool = True, _kv_div: int = 1, _last_first: bool = False,
-                   block_m: int = BWD_BLOCK_M) -> _BwdPlan | None:
+                   block_m: int = BWD_BLOCK_M, persistent: int = 0) -> _BwdPlan | None:
     """Run the Gluon backward: q, do (B, H, Nq, D); k, v (B, Hkv, Nk, D); ``lse2``, ``delta`` (B, H, Nq)
     float32 from ``prefill_bwd``'s preprocessing kernel (L in log2 units, +inf on empty rows; D_i), read
     without a copy where they are views of (B, H, ``lse_rows(Nq)``) buffers, as that kernel writes them. Writes
@@ -1059,7 +1246,10 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     ``deterministic`` with ``_det_last_first`` only. ``block_m``: query rows per step, 64 or 128 (128: fewer, wider
     products per key block — Sᵀ and dPᵀ of 64 keys × 128 rows a warp group —, no deterministic, ALiBi, dQ atomics or
     ``dq_lag``; dQ still added in 64-row tiles; under triton 3.6 its build spills and it ran at 0.70-0.99x the 64-row
-    build on an H200, so no table entry takes it: ``benchmarks/RESULTS.md``, "Bwd-block-m runs 1–5"). ``kv_split`` > 1 (dividing H / Hkv; not with packed batches): each K/V head read by that
+    build on an H200, so no table entry takes it: ``benchmarks/RESULTS.md``, "Bwd-block-m runs 1–5"). ``persistent``
+    (1 or 2; not for deterministic calls, which keep their own build): one program per SM, each walking key block
+    after key block, with that many K/V buffer pairs (2, where shared memory allows: the next block's K and V load
+    under the current block's steps), dK and dV stored from registers. ``kv_split`` > 1 (dividing H / Hkv; not with packed batches): each K/V head read by that
     many programs of H / (Hkv · kv_split) query heads each, their dK, dV summed in a fixed order into dk, dv
     (so shorter walks, twice or more the programs; bit-identical run to run with ``deterministic``; dK, dV
     rounded twice, once per program and once for the sum: ``layout.sum_head_copies``). ``_kv_div`` (what a split
@@ -1076,8 +1266,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     if kv_split == 1 and slopes is None and not _ablate and _sem_out is None and not dq_atomic and q.is_cuda:
         key = (tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(do), tensor_key(lse2), tensor_key(delta),
                tensor_key(dq), tensor_key(dk), tensor_key(dv), causal_off, scale, stages, dq_split, dq_shared, rotate,
-               heads_first, win_off, consumer_regs, dq_lag, deterministic, max_seqlen_k, max_seqlen_q, block_m,
-               _det_last_first, _kv_div, _last_first, PACKED_DET_ROTATE, DET_WRITER_REGS, DET_EARLY_TURN, DQ_PERMUTED, LSE_BY_TMA, DQ_SWIZZLE, HEADS_FIRST_WAVES, ZERO_PAST,
+               heads_first, win_off, consumer_regs, dq_lag, deterministic, max_seqlen_k, max_seqlen_q, block_m, persistent,
+               _det_last_first, _kv_div, _last_first, PERSISTENT_PROGRAMS, PACKED_DET_ROTATE, DET_WRITER_REGS, DET_EARLY_TURN, DQ_PERMUTED, LSE_BY_TMA, DQ_SWIZZLE, HEADS_FIRST_WAVES, ZERO_PAST,
                torch.cuda.current_device(),
                None if cu_seqlens is None else (*map(tensor_key, cu_seqlens), tensor_key(cu_rows)))
         plan = _PLANS.get(key)
@@ -1096,15 +1286,20 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
                       dq_split=dq_split, dq_atomic=dq_atomic, dq_shared=dq_shared, rotate=rotate,
                       heads_first=heads_first, win_off=win_off, consumer_regs=consumer_regs, dq_lag=dq_lag,
                       slopes=slopes, deterministic=deterministic, _ablate=_ablate, _sem_out=_sem_out,
-                      _det_last_first=_det_last_first, _kv_div=kv_split, block_m=block_m)
+                      _det_last_first=_det_last_first, _kv_div=kv_split, block_m=block_m, persistent=persistent)
         sum_head_copies(dk2, dk, kv_split)
         sum_head_copies(dv2, dv, kv_split)
         return None
     if slopes is not None and causal_off is not None and causal_off != k.shape[2] - Nq:
         raise ValueError("the Gluon backward takes ALiBi with a causal right edge at the diagonal only "
                          f"(causal_off {causal_off}, Nk − Nq {k.shape[2] - Nq}): a band past it runs the Triton kernels")
+    if deterministic or _ablate or (ZERO_PAST and cu_seqlens is not None):  # (their builds are not persistent)
+        persistent = 0
+    if persistent and cu_seqlens is None and (dk.stride() != dv.stride() or dk.stride(3) != 1
+                                               or dk.stride(0) != dk.shape[1] * dk.stride(1)):
+        persistent = 0  # (its dK, dV stores take one head stride over batch and head: dk, dv as allocated)
     _check_tiles(D, stages, dq_split, dq_atomic, dq_shared, consumer_regs, dq_lag, block_m, deterministic,
-                 slopes is not None, DQ_PERMUTED)
+                 slopes is not None, DQ_PERMUTED, persistent)
     if cu_seqlens is not None:
         if slopes is not None or win_off is not None or B != 1 or (deterministic and not _det_last_first):
             raise ValueError("the Gluon backward takes packed batches (cu_seqlens) as (1, H, total, D) views without "
@@ -1175,7 +1370,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
                          for x in (lse2, delta))
     if cu_seqlens is None:
         grid = (-(-Nk // (2 * BWD_SUB_N)), B * Hkv)
-        varlen = (None,) * 7
+        # (the persistent build stores dK, dV from registers, dense calls too)
+        varlen = (None,) * 3 + ((dk, dv, dk.stride(1), dk.stride(2)) if persistent else (None,) * 4)
     else:  # (key blocks of the longest sequence, sequence · K/V head): programs past a sequence's keys return
         cu_q, cu_k = (c if c.dtype == torch.int32 else c.to(torch.int32) for c in cu_seqlens)
         grid = (-(-max_seqlen_k // (2 * BWD_SUB_N)), (cu_q.numel() - 1) * Hkv)
@@ -1190,6 +1386,12 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
                                           _device_sms(q.device), deterministic)
     if heads_first:
         grid = grid[::-1]
+    tiles = (None, None)
+    if persistent:  # one program per SM (one fits: ``smem_bytes``), the grid's blocks dealt out in its order
+        from .decode_config import _device_sms
+
+        tiles = (grid[0] * grid[1], grid[0])
+        grid = (max(1, min(tiles[0], PERSISTENT_PROGRAMS or _device_sms(q.device))),)
     if slopes is None:  # constexpr None: the non-ALiBi build takes no slope arguments
         alibi = (None, None, None)
     else:
@@ -1203,7 +1405,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
             desc_lse = TensorDescriptor(lse2.view(-1), [lse2.numel()], [1], [BWD_BLOCK_M], row_layout())
     descs = (desc(q, block_m), desc(do, block_m), desc(k), desc(v), desc(dk), desc(dv), desc_dq, desc_lse, desc_dl)
     args = (*descs, dq_acc, sem, lse2, delta, H, H // Hkv, n_rows, Nk, causal_off if causal_off is not None else 0,
-            NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale, *alibi, *varlen, _kv_div)
+            NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale, *alibi, *varlen, _kv_div, *tiles)
     with recording() as launches:
         # (the kept compiled kernel after a specialisation's first call: Triton's binding of these arguments took
         # more host time than a short call's GPU time; launch.launch_kept)
@@ -1214,7 +1416,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
             DET_LAST_FIRST=_det_last_first, VARLEN=cu_seqlens is not None,
             ZERO_PAST=ZERO_PAST and cu_seqlens is not None,
             LAST_FIRST=_last_first and cu_seqlens is not None, DET_ROTATE=det_rotate,
-            WRITER_REGS=DET_WRITER_REGS, EARLY_TURN=DET_EARLY_TURN), num_warps=4)
+            WRITER_REGS=DET_WRITER_REGS, EARLY_TURN=DET_EARLY_TURN, PERSIST=persistent), num_warps=4)
         # the kernel adds dS K unscaled: one multiply per element, not per key block
         if cu_seqlens is not None:
             store_dq_tiles(dq_acc, dq, split_d, scale=scale, packed=(cu_q, cu_p, n_rows, max_seqlen_q))
@@ -1303,7 +1505,7 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
                  dq_perm: bool | None = None, lse_tma: bool | None = None, deterministic: bool = False,
                  varlen: bool = False, zero_past: bool | None = None, det_rotate: bool = False,
                  writer_regs: int | None = None, early_turn: bool | None = None, _ablate: int = 0,
-                 block_m: int = BWD_BLOCK_M):
+                 block_m: int = BWD_BLOCK_M, persistent: int = 0):
     """Build the Gluon backward for Hopper (sm_90) on any machine, GPU or not, as
     ``prefill_gluon.compile_sm90`` does for the forward. ``alibi``: the build for ALiBi slopes, with
     the slopes' head stride 1 (a launch specialises it so: (H,), (B, H) and (H,) expanded to (B, H)).
@@ -1312,7 +1514,8 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     ``varlen``: the packed-batch build; ``zero_past``: with its rows past a sequence set to 0 (None: ``ZERO_PAST``);
     ``det_rotate`` (deterministic, varlen, causal): staggered walks, turns in arrival order (``PACKED_DET_ROTATE``);
     ``writer_regs``: the dQ writer warp's registers (None: ``DET_WRITER_REGS``); ``early_turn``: the writer waits for
-    a step's turns before its tiles are staged (None: ``DET_EARLY_TURN``); ``block_m``: query rows per step."""
+    a step's turns before its tiles are staged (None: ``DET_EARLY_TURN``); ``block_m``: query rows per step;
+    ``persistent``: the persistent build with that many K/V buffer pairs (0: one program per key block)."""
     if not HAVE_GLUON:
         raise RuntimeError("this triton has no Gluon (triton >= 3.5 needed)")
     import triton
@@ -1320,7 +1523,8 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     from triton.experimental.gluon._runtime import GluonASTSource
 
     perm = (DQ_PERMUTED if dq_perm is None else dq_perm) and not dq_atomic
-    _check_tiles(head_dim, stages, dq_split, dq_atomic, dq_shared, regs, dq_lag, block_m, deterministic, alibi, perm)
+    _check_tiles(head_dim, stages, dq_split, dq_atomic, dq_shared, regs, dq_lag, block_m, deterministic, alibi, perm,
+                 persistent)
     el = gl.float16 if dtype == torch.float16 else gl.bfloat16
     name = "fp16" if dtype == torch.float16 else "bf16"
 
@@ -1338,8 +1542,13 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     const["DET_ROTATE"] = det_rotate
     const["WRITER_REGS"] = DET_WRITER_REGS if writer_regs is None else writer_regs
     const["EARLY_TURN"] = DET_EARLY_TURN if early_turn is None else early_turn
+    const["PERSIST"] = persistent
     if not varlen:  # as a launch without cu_seqlens: constexpr None
-        const.update(CU_Q=None, CU_K=None, CU_P=None, DK=None, DV=None, stride_dkh=None, stride_dkn=None)
+        const.update(CU_Q=None, CU_K=None, CU_P=None)
+        if not persistent:  # (the persistent build stores dK, dV by pointers, dense calls too)
+            const.update(DK=None, DV=None, stride_dkh=None, stride_dkn=None)
+    if not persistent:
+        const.update(N_TILES=None, GRID0=None)
     const["LSE_TMA"] = LSE_BY_TMA if lse_tma is None else lse_tma
     const["DET"] = deterministic
     if not deterministic:
@@ -1370,7 +1579,7 @@ def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int =
                 dq_perm: bool | None = None, lse_tma: bool | None = None, deterministic: bool = False,
                 varlen: bool = False, zero_past: bool | None = None, det_rotate: bool = False,
                 writer_regs: int | None = None, early_turn: bool | None = None, _ablate: int = 0,
-                block_m: int = BWD_BLOCK_M) -> dict:
+                block_m: int = BWD_BLOCK_M, persistent: int = 0) -> dict:
     """``prefill_gluon.kernel_report`` of one sm_90 build of the backward: shared memory, registers, spill
     stack, wgmma waits, TMA loads, float32 atomics. Needs a process without TRITON_INTERPRET."""
     from .prefill_gluon import kernel_report
@@ -1379,4 +1588,4 @@ def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int =
                                       dq_shared=dq_shared, dtype=dtype, dq_lag=dq_lag, alibi=alibi, dq_perm=dq_perm,
                                       lse_tma=lse_tma, deterministic=deterministic, varlen=varlen, zero_past=zero_past,
                                       det_rotate=det_rotate, writer_regs=writer_regs, early_turn=early_turn,
-                                      _ablate=_ablate, block_m=block_m))
+                                      _ablate=_ablate, block_m=block_m, persistent=persistent))
