@@ -1397,8 +1397,9 @@ def _persistent_params():
     out = []
     for D, kv, opts in PERSISTENT_OPTS:
         for programs in (None, 3):  # one per SM; three (each walks many key blocks: rings and pairs run on)
-            out.append(pytest.param(D, kv, opts, programs, id=f"D{D}-kv{kv}-{'-'.join(opts) or 'plain'}-"
-                                                                f"{'sms' if programs is None else programs}"))
+            name = "-".join(f"{k}{v}" for k, v in opts.items()) or "plain"
+            out.append(pytest.param(D, kv, opts, programs,
+                                    id=f"D{D}-kv{kv}-{name}-{'sms' if programs is None else programs}"))
     return out
 
 

@@ -250,6 +250,9 @@ DET_KV_SPLIT = 4
 DET_KV_SPLIT_BYTES = 1 << 30
 # the persistent build's programs at most (None: one per SM): a test hook, so that each program walks many key blocks
 PERSISTENT_PROGRAMS: int | None = None
+# the persistent build's tiles dealt out in rounds, every other round in reverse (``_bwd_tile_index``); False: in
+# order (measured, bwd-block-m run 7: 0.64-0.91x the default build on uneven walks)
+PERSISTENT_SNAKE = True
 BWD_SUB_N = 64  # keys per consumer warp group
 # registers per thread of the second consumer warp group (setmaxnreg); the loader's warp group keeps 24 and
 # the first consumer takes the rest of the register file (248 at 232: the sm_90 PTX). At 240 the two
@@ -814,6 +817,17 @@ if HAVE_GLUON:
                       SLOPES, stride_sb, stride_sh, nq_rows, pad, DK, DV, stride_dkh, stride_dkn, 1, False)
 
     @gluon.jit
+    def _bwd_tile_index(r, p, P, SNAKE: gl.constexpr):
+        """The tile program p of P takes in its round r: p + r·P, or in odd rounds with SNAKE P − 1 − p + r·P — so
+        that a program's tiles are not all of one residue mod the grid's first axis (with 132 programs and 4 key
+        blocks a sequence, program p would take key block p mod 4 every round: the same walk length each time);
+        reversed every other round, long walks and short ones alternate. (Past the last tile: the caller's.)"""
+        if SNAKE:
+            return r * P + gl.where(r % 2 == 0, p, P - 1 - p)
+        else:
+            return r * P + p
+
+    @gluon.jit
     def _bwd_loader_p(desc_q, desc_do, desc_k, desc_v, desc_lse, desc_dl, k_smem, v_smem, q_smem, do_smem, lse_smem,
                       dl_smem, kv_bar, q_ready, do_ready, q_empty, do_empty, tflags, H, G, Nq, Nk, causal_off, win_off,
                       CU_Q, CU_K, CU_P, KV_DIV, N_TILES, GRID0):
@@ -826,14 +840,20 @@ if HAVE_GLUON:
         LAST_FIRST: gl.constexpr = tflags.shape[3] == 2
         ROTATE: gl.constexpr = tflags.shape[4] == 2
         KVB: gl.constexpr = tflags.shape[5]
+        SNAKE: gl.constexpr = tflags.shape[6] == 2
         BLOCK_M: gl.constexpr = q_smem.shape[3]
         BLOCK_N: gl.constexpr = 2 * k_smem.shape[3]
         g0 = 0
         kv_n = 0
-        for tile in range(gl.program_id(0), N_TILES, gl.num_programs(0)):
+        P = gl.num_programs(0)
+        for r in range(gl.cdiv(N_TILES, P)):
+            tile = _bwd_tile_index(r, gl.program_id(0), P, SNAKE)
+            live = tile < N_TILES  # (a last round's programs past the last tile decode the last, and skip it)
+            tile = gl.minimum(tile, N_TILES - 1)
             b, hk, start_n, m_lo, n_m, rot, Nq_s, Nk_s, off_s, q_base, k_base, pad = _bwd_tile_of(
                 tile % GRID0, tile // GRID0, H, G, Nq, Nk, causal_off, win_off, CU_Q, CU_K, CU_P, BLOCK_M, BLOCK_N,
                 CAUSAL, VARLEN, HEADS_FIRST, LAST_FIRST, ROTATE, False, False)
+            n_m = gl.where(live, n_m, 0)
             _bwd_load_tile(desc_q, desc_do, desc_k, desc_v, desc_lse, desc_dl, k_smem, v_smem, q_smem, do_smem,
                            lse_smem, dl_smem, kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, hk // KV_DIV, G, H,
                            Nq, pad, start_n, m_lo, n_m, rot, g0, kv_n, KVB, True)
@@ -853,14 +873,21 @@ if HAVE_GLUON:
         LAST_FIRST: gl.constexpr = tflags.shape[3] == 2
         ROTATE: gl.constexpr = tflags.shape[4] == 2
         KVB: gl.constexpr = tflags.shape[5]
+        SNAKE: gl.constexpr = tflags.shape[6] == 2
         BLOCK_M: gl.constexpr = q_smem.shape[3]
         BLOCK_N: gl.constexpr = ds_smem.shape[1]
         g0 = 0
         kv_n = 0
-        for tile in range(gl.program_id(0), N_TILES, gl.num_programs(0)):
+        P = gl.num_programs(0)
+        for r in range(gl.cdiv(N_TILES, P)):
+            tile = _bwd_tile_index(r, gl.program_id(0), P, SNAKE)
+            live = tile < N_TILES  # (a last round's programs past the last tile decode the last, and skip it)
+            tile = gl.minimum(tile, N_TILES - 1)
             b, hk, start_n, m_lo, n_m, rot, Nq_s, Nk_s, off_s, q_base, k_base, pad = _bwd_tile_of(
                 tile % GRID0, tile // GRID0, H, G, Nq, Nk, causal_off, win_off, CU_Q, CU_K, CU_P, BLOCK_M, BLOCK_N,
                 CAUSAL, VARLEN, HEADS_FIRST, LAST_FIRST, ROTATE, False, False)
+            n_m = gl.where(live, n_m, 0)
+            Nk_s = gl.where(live, Nk_s, 0)  # (and no store)
             _bwd_consumer_tile(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem,
                                q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags, kv_bar, q_ready, do_ready, q_empty,
                                do_empty, b, hk, G, H, start_n, m_lo, n_m, rot, Nq_s, Nk_s, off_s, win_off, qk_scale,
@@ -954,7 +981,8 @@ if HAVE_GLUON:
                            DET_LAST_FIRST: gl.constexpr = True, VARLEN: gl.constexpr = False,
                            ZERO_PAST: gl.constexpr = False, LAST_FIRST: gl.constexpr = False,
                            DET_ROTATE: gl.constexpr = False, WRITER_REGS: gl.constexpr = 48,
-                           EARLY_TURN: gl.constexpr = False, PERSIST: gl.constexpr = 0):
+                           EARLY_TURN: gl.constexpr = False, PERSIST: gl.constexpr = 0,
+                           SNAKE: gl.constexpr = False):
         """Grid (key blocks of 128, B·Hkv), or the reverse with HEADS_FIRST. Descriptors over
         (B, H|Hkv, N, D) with blocks [1, 1, 64, D]; DQ (B, H, Nq, D) float32, zeroed by the caller; LSE2,
         DELTA (B, H, Nq) from the preprocessing kernel. ALIBI: SLOPES float32, head h of batch b's slope at
@@ -979,7 +1007,7 @@ if HAVE_GLUON:
         the same numbering), with PERSIST K/V buffer pairs (2: the next block's K and V load under the current
         block's steps; 1: once its last dQ products have read K); the Q/dO ring and the dSᵀ ring run on from block
         to block, and dK, dV go out by masked stores from registers into DK, DV (strides stride_dkh, stride_dkn,
-        dense calls too).
+        dense calls too). SNAKE: the tiles dealt out every other round in reverse (``_bwd_tile_index``).
         Two consumer warp groups of 4 warps (64 keys each), one loader warp and (DET) one writer warp."""
         NC: gl.constexpr = 2
         SUB_N: gl.constexpr = 64
@@ -1073,8 +1101,8 @@ if HAVE_GLUON:
         # a partition's arguments lose their constexpr-ness: the key slice and the mask are baked into wrappers
         if PERSIST > 0:  # (the switches the partitions need, in a small buffer's shape)
             tflags = gl.allocate_shared_memory(gl.int8, [1 + CAUSAL, 1 + VARLEN, 1 + HEADS_FIRST, 1 + LAST_FIRST,
-                                                         1 + ROTATE, KVB],
-                                               gl.SwizzledSharedLayout(1, 1, 1, [5, 4, 3, 2, 1, 0]))
+                                                         1 + ROTATE, KVB, 1 + SNAKE],
+                                               gl.SwizzledSharedLayout(1, 1, 1, [6, 5, 4, 3, 2, 1, 0]))
             p_args = (desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem,
                       do_smem, ds_smem, dq_smem, ds_bars, flags, kv_bar, q_ready, do_ready, q_empty, do_empty, tflags,
                       H, G, nq_rows, Nk0, causal_off0, win_off, qk_scale, sm_scale, SLOPES, stride_sb, stride_sh, CU_Q,
@@ -1267,7 +1295,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         key = (tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(do), tensor_key(lse2), tensor_key(delta),
                tensor_key(dq), tensor_key(dk), tensor_key(dv), causal_off, scale, stages, dq_split, dq_shared, rotate,
                heads_first, win_off, consumer_regs, dq_lag, deterministic, max_seqlen_k, max_seqlen_q, block_m, persistent,
-               _det_last_first, _kv_div, _last_first, PERSISTENT_PROGRAMS, PACKED_DET_ROTATE, DET_WRITER_REGS, DET_EARLY_TURN, DQ_PERMUTED, LSE_BY_TMA, DQ_SWIZZLE, HEADS_FIRST_WAVES, ZERO_PAST,
+               _det_last_first, _kv_div, _last_first, PERSISTENT_PROGRAMS, PERSISTENT_SNAKE, PACKED_DET_ROTATE, DET_WRITER_REGS, DET_EARLY_TURN, DQ_PERMUTED, LSE_BY_TMA, DQ_SWIZZLE, HEADS_FIRST_WAVES, ZERO_PAST,
                torch.cuda.current_device(),
                None if cu_seqlens is None else (*map(tensor_key, cu_seqlens), tensor_key(cu_rows)))
         plan = _PLANS.get(key)
@@ -1416,7 +1444,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
             DET_LAST_FIRST=_det_last_first, VARLEN=cu_seqlens is not None,
             ZERO_PAST=ZERO_PAST and cu_seqlens is not None,
             LAST_FIRST=_last_first and cu_seqlens is not None, DET_ROTATE=det_rotate,
-            WRITER_REGS=DET_WRITER_REGS, EARLY_TURN=DET_EARLY_TURN, PERSIST=persistent), num_warps=4)
+            WRITER_REGS=DET_WRITER_REGS, EARLY_TURN=DET_EARLY_TURN, PERSIST=persistent,
+            SNAKE=bool(persistent) and PERSISTENT_SNAKE), num_warps=4)
         # the kernel adds dS K unscaled: one multiply per element, not per key block
         if cu_seqlens is not None:
             store_dq_tiles(dq_acc, dq, split_d, scale=scale, packed=(cu_q, cu_p, n_rows, max_seqlen_q))
@@ -1543,6 +1572,7 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     const["WRITER_REGS"] = DET_WRITER_REGS if writer_regs is None else writer_regs
     const["EARLY_TURN"] = DET_EARLY_TURN if early_turn is None else early_turn
     const["PERSIST"] = persistent
+    const["SNAKE"] = bool(persistent) and PERSISTENT_SNAKE
     if not varlen:  # as a launch without cu_seqlens: constexpr None
         const.update(CU_Q=None, CU_K=None, CU_P=None)
         if not persistent:  # (the persistent build stores dK, dV by pointers, dense calls too)
