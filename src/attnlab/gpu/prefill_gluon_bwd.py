@@ -817,6 +817,19 @@ if HAVE_GLUON:
                       SLOPES, stride_sb, stride_sh, nq_rows, pad, DK, DV, stride_dkh, stride_dkn, 1, False)
 
     @gluon.jit
+    def _bwd_tile_pre(tile, GRID0, H, G, CU_Q, CU_K, CU_P, HEADS_FIRST: gl.constexpr):
+        """The persistent build's loads of tile ``tile``'s sequence (a packed batch): CU_Q[s], CU_K[s], CU_P[s],
+        CU_Q[s + 1], CU_K[s + 1], asked for a tile ahead so that their round trip to memory (dependent on the tile's
+        number, ~1 µs) is not waited for at the tile's start (ncu: the persistent build's largest stalls on documents
+        of 128, each program's ~31 tiles)."""
+        if HEADS_FIRST:
+            bhk = tile % GRID0
+        else:
+            bhk = tile // GRID0
+        s = bhk // (H // G)
+        return (gl.load(CU_Q + s), gl.load(CU_K + s), gl.load(CU_P + s), gl.load(CU_Q + s + 1), gl.load(CU_K + s + 1))
+
+    @gluon.jit
     def _bwd_tile_index(r, p, P, SNAKE: gl.constexpr):
         """The tile program p of P takes in its round r: p + r·P, or in odd rounds with SNAKE P − 1 − p + r·P — so
         that a program's tiles are not all of one residue mod the grid's first axis (with 132 programs and 4 key
@@ -846,13 +859,22 @@ if HAVE_GLUON:
         g0 = 0
         kv_n = 0
         P = gl.num_programs(0)
+        if VARLEN:  # the first tile's lengths
+            pre = _bwd_tile_pre(gl.minimum(_bwd_tile_index(0, gl.program_id(0), P, SNAKE), N_TILES - 1), GRID0, H, G,
+                                CU_Q, CU_K, CU_P, HEADS_FIRST)
         for r in range(gl.cdiv(N_TILES, P)):
             tile = _bwd_tile_index(r, gl.program_id(0), P, SNAKE)
             live = tile < N_TILES  # (a last round's programs past the last tile decode the last, and skip it)
             tile = gl.minimum(tile, N_TILES - 1)
+            if VARLEN:  # this tile's lengths (loaded a round ago), and the next tile's asked for
+                cur = pre
+                pre = _bwd_tile_pre(gl.minimum(_bwd_tile_index(r + 1, gl.program_id(0), P, SNAKE), N_TILES - 1),
+                                    GRID0, H, G, CU_Q, CU_K, CU_P, HEADS_FIRST)
+            else:
+                cur = None
             b, hk, start_n, m_lo, n_m, rot, Nq_s, Nk_s, off_s, q_base, k_base, pad = _bwd_tile_of(
                 tile % GRID0, tile // GRID0, H, G, Nq, Nk, causal_off, win_off, CU_Q, CU_K, CU_P, BLOCK_M, BLOCK_N,
-                CAUSAL, VARLEN, HEADS_FIRST, LAST_FIRST, ROTATE, False, False)
+                CAUSAL, VARLEN, HEADS_FIRST, LAST_FIRST, ROTATE, False, False, cur)
             n_m = gl.where(live, n_m, 0)
             _bwd_load_tile(desc_q, desc_do, desc_k, desc_v, desc_lse, desc_dl, k_smem, v_smem, q_smem, do_smem,
                            lse_smem, dl_smem, kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, hk // KV_DIV, G, H,
@@ -879,13 +901,22 @@ if HAVE_GLUON:
         g0 = 0
         kv_n = 0
         P = gl.num_programs(0)
+        if VARLEN:  # the first tile's lengths
+            pre = _bwd_tile_pre(gl.minimum(_bwd_tile_index(0, gl.program_id(0), P, SNAKE), N_TILES - 1), GRID0, H, G,
+                                CU_Q, CU_K, CU_P, HEADS_FIRST)
         for r in range(gl.cdiv(N_TILES, P)):
             tile = _bwd_tile_index(r, gl.program_id(0), P, SNAKE)
             live = tile < N_TILES  # (a last round's programs past the last tile decode the last, and skip it)
             tile = gl.minimum(tile, N_TILES - 1)
+            if VARLEN:  # this tile's lengths (loaded a round ago), and the next tile's asked for
+                cur = pre
+                pre = _bwd_tile_pre(gl.minimum(_bwd_tile_index(r + 1, gl.program_id(0), P, SNAKE), N_TILES - 1),
+                                    GRID0, H, G, CU_Q, CU_K, CU_P, HEADS_FIRST)
+            else:
+                cur = None
             b, hk, start_n, m_lo, n_m, rot, Nq_s, Nk_s, off_s, q_base, k_base, pad = _bwd_tile_of(
                 tile % GRID0, tile // GRID0, H, G, Nq, Nk, causal_off, win_off, CU_Q, CU_K, CU_P, BLOCK_M, BLOCK_N,
-                CAUSAL, VARLEN, HEADS_FIRST, LAST_FIRST, ROTATE, False, False)
+                CAUSAL, VARLEN, HEADS_FIRST, LAST_FIRST, ROTATE, False, False, cur)
             n_m = gl.where(live, n_m, 0)
             Nk_s = gl.where(live, Nk_s, 0)  # (and no store)
             _bwd_consumer_tile(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem,
@@ -920,11 +951,13 @@ if HAVE_GLUON:
     @gluon.jit
     def _bwd_tile_of(pid0, pid1, H, G, Nq, Nk, causal_off, win_off, CU_Q, CU_K, CU_P, BLOCK_M: gl.constexpr,
                      BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, VARLEN: gl.constexpr, HEADS_FIRST: gl.constexpr,
-                     LAST_FIRST: gl.constexpr, ROTATE: gl.constexpr, DET: gl.constexpr, DET_LAST_FIRST: gl.constexpr):
+                     LAST_FIRST: gl.constexpr, ROTATE: gl.constexpr, DET: gl.constexpr, DET_LAST_FIRST: gl.constexpr,
+                     pre=None):
         """The key block of program (pid0, pid1) of ``_attn_bwd_gluon_ws``'s grid (the persistent build's tile
         pid0 + pid1 · the grid's first axis): (b, hk, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, q_base,
         k_base, pad) — its batch and K/V head, first key, first query row and query blocks per head, the walk's
-        first block, and (packed batches) its sequence's bounds, mask edge and rows' offset in the padded buffers."""
+        first block, and (packed batches) its sequence's bounds, mask edge and rows' offset in the padded buffers.
+        ``pre``: a packed batch's five lengths of the sequence as ``_bwd_tile_pre`` loaded them (None: loaded here)."""
         if HEADS_FIRST:  # grid (B·Hkv, key blocks): every head's first key blocks (the longest walks) start first
             pid_n = pid1
             bhk = pid0
@@ -936,7 +969,10 @@ if HAVE_GLUON:
         Hkv = H // G
         b = bhk // Hkv
         hk = bhk % Hkv
-        if VARLEN:  # sequence b: rows [q_base, Nq) and keys [k_base, Nk) of the packed tensors (batch 0)
+        if VARLEN and pre is not None:  # (loaded a tile ahead)
+            q_base, k_base, p_row, Nq, Nk = pre
+            pad = p_row - q_base
+        elif VARLEN:  # sequence b: rows [q_base, Nq) and keys [k_base, Nk) of the packed tensors (batch 0)
             q_base = gl.load(CU_Q + b)
             k_base = gl.load(CU_K + b)
             pad = gl.load(CU_P + b) - q_base  # its rows of L₂, D and dQ tiles start at CU_P[b] (a multiple of 64)
