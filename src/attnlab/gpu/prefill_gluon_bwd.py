@@ -859,17 +859,18 @@ if HAVE_GLUON:
         g0 = 0
         kv_n = 0
         P = gl.num_programs(0)
-        if VARLEN:  # the first tile's lengths
-            pre = _bwd_tile_pre(gl.minimum(_bwd_tile_index(0, gl.program_id(0), P, SNAKE), N_TILES - 1), GRID0, H, G,
-                                CU_Q, CU_K, CU_P, HEADS_FIRST)
+        if VARLEN:  # the first tile's lengths (five scalars, not a tuple: each its own loop-carried value)
+            q0, k0, p0, q1, k1 = _bwd_tile_pre(gl.minimum(_bwd_tile_index(0, gl.program_id(0), P, SNAKE),
+                                                          N_TILES - 1), GRID0, H, G, CU_Q, CU_K, CU_P, HEADS_FIRST)
         for r in range(gl.cdiv(N_TILES, P)):
             tile = _bwd_tile_index(r, gl.program_id(0), P, SNAKE)
             live = tile < N_TILES  # (a last round's programs past the last tile decode the last, and skip it)
             tile = gl.minimum(tile, N_TILES - 1)
             if VARLEN:  # this tile's lengths (loaded a round ago), and the next tile's asked for
-                cur = pre
-                pre = _bwd_tile_pre(gl.minimum(_bwd_tile_index(r + 1, gl.program_id(0), P, SNAKE), N_TILES - 1),
-                                    GRID0, H, G, CU_Q, CU_K, CU_P, HEADS_FIRST)
+                cur = (q0, k0, p0, q1, k1)
+                q0, k0, p0, q1, k1 = _bwd_tile_pre(
+                    gl.minimum(_bwd_tile_index(r + 1, gl.program_id(0), P, SNAKE), N_TILES - 1), GRID0, H, G, CU_Q,
+                    CU_K, CU_P, HEADS_FIRST)
             else:
                 cur = None
             b, hk, start_n, m_lo, n_m, rot, Nq_s, Nk_s, off_s, q_base, k_base, pad = _bwd_tile_of(
@@ -901,17 +902,18 @@ if HAVE_GLUON:
         g0 = 0
         kv_n = 0
         P = gl.num_programs(0)
-        if VARLEN:  # the first tile's lengths
-            pre = _bwd_tile_pre(gl.minimum(_bwd_tile_index(0, gl.program_id(0), P, SNAKE), N_TILES - 1), GRID0, H, G,
-                                CU_Q, CU_K, CU_P, HEADS_FIRST)
+        if VARLEN:  # the first tile's lengths (five scalars, not a tuple: each its own loop-carried value)
+            q0, k0, p0, q1, k1 = _bwd_tile_pre(gl.minimum(_bwd_tile_index(0, gl.program_id(0), P, SNAKE),
+                                                          N_TILES - 1), GRID0, H, G, CU_Q, CU_K, CU_P, HEADS_FIRST)
         for r in range(gl.cdiv(N_TILES, P)):
             tile = _bwd_tile_index(r, gl.program_id(0), P, SNAKE)
             live = tile < N_TILES  # (a last round's programs past the last tile decode the last, and skip it)
             tile = gl.minimum(tile, N_TILES - 1)
             if VARLEN:  # this tile's lengths (loaded a round ago), and the next tile's asked for
-                cur = pre
-                pre = _bwd_tile_pre(gl.minimum(_bwd_tile_index(r + 1, gl.program_id(0), P, SNAKE), N_TILES - 1),
-                                    GRID0, H, G, CU_Q, CU_K, CU_P, HEADS_FIRST)
+                cur = (q0, k0, p0, q1, k1)
+                q0, k0, p0, q1, k1 = _bwd_tile_pre(
+                    gl.minimum(_bwd_tile_index(r + 1, gl.program_id(0), P, SNAKE), N_TILES - 1), GRID0, H, G, CU_Q,
+                    CU_K, CU_P, HEADS_FIRST)
             else:
                 cur = None
             b, hk, start_n, m_lo, n_m, rot, Nq_s, Nk_s, off_s, q_base, k_base, pad = _bwd_tile_of(
@@ -969,15 +971,16 @@ if HAVE_GLUON:
         Hkv = H // G
         b = bhk // Hkv
         hk = bhk % Hkv
-        if VARLEN and pre is not None:  # (loaded a tile ahead)
-            q_base, k_base, p_row, Nq, Nk = pre
-            pad = p_row - q_base
-        elif VARLEN:  # sequence b: rows [q_base, Nq) and keys [k_base, Nk) of the packed tensors (batch 0)
-            q_base = gl.load(CU_Q + b)
-            k_base = gl.load(CU_K + b)
-            pad = gl.load(CU_P + b) - q_base  # its rows of L₂, D and dQ tiles start at CU_P[b] (a multiple of 64)
-            Nq = gl.load(CU_Q + b + 1)
-            Nk = gl.load(CU_K + b + 1)
+        if VARLEN:  # sequence b: rows [q_base, Nq) and keys [k_base, Nk) of the packed tensors (batch 0)
+            if pre is not None:  # (loaded a tile ahead)
+                q_base, k_base, p_row, Nq, Nk = pre
+                pad = p_row - q_base
+            else:
+                q_base = gl.load(CU_Q + b)
+                k_base = gl.load(CU_K + b)
+                pad = gl.load(CU_P + b) - q_base  # its rows of L₂, D and dQ tiles start at CU_P[b] (a multiple of 64)
+                Nq = gl.load(CU_Q + b + 1)
+                Nk = gl.load(CU_K + b + 1)
             causal_off = causal_off + Nk - Nq  # key j sees row i iff j − k_base <= i − q_base + right + len_k − len_q
             b = 0
             if CAUSAL and ((DET and DET_LAST_FIRST) or LAST_FIRST):  # the sequence's key blocks last first
