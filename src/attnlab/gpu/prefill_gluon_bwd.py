@@ -1316,7 +1316,9 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     build on an H200, so no table entry takes it: ``benchmarks/RESULTS.md``, "Bwd-block-m runs 1–5"). ``persistent``
     (1 or 2; not for deterministic calls, which keep their own build): one program per SM, each walking key block
     after key block, with that many K/V buffer pairs (2, where shared memory allows: the next block's K and V load
-    under the current block's steps), dK and dV stored from registers. ``kv_split`` > 1 (dividing H / Hkv; not with packed batches): each K/V head read by that
+    under the current block's steps), dK and dV stored from registers; measured at 0.78-1.05x the table's backward on
+    16K-token rows (gaining only on documents of 128 at D = 64), so no table entry takes it (``benchmarks/RESULTS.md``,
+    "Bwd-block-m runs 7–9"). ``kv_split`` > 1 (dividing H / Hkv; not with packed batches): each K/V head read by that
     many programs of H / (Hkv · kv_split) query heads each, their dK, dV summed in a fixed order into dk, dv
     (so shorter walks, twice or more the programs; bit-identical run to run with ``deterministic``; dK, dV
     rounded twice, once per program and once for the sum: ``layout.sum_head_copies``). ``_kv_div`` (what a split
