@@ -216,6 +216,26 @@ def programs_steps(row: str, D: int) -> tuple[int, int]:
     return docs * (n // 128), docs * sum((n - 128 * j) // 64 for j in range(n // 128))
 
 
+def persistent_balance(row: str, D: int, programs: int = 132, snake: bool = True) -> float:
+    """How evenly the persistent build deals a causal row's steps (documents of one length, ``PACKS`` or ``causal``)
+    among ``programs`` programs: the most steps any program walks over the mean, with the tiles numbered as the grid
+    numbers its programs (key block fastest, then document · head) and dealt p, p + P, ... (every other round reversed
+    with ``snake``, as ``prefill_gluon_bwd._bwd_tile_index`` deals them). 1.0: even; run 7's loss on documents of 512
+    is this ratio's (each program there takes one key block's walks every round)."""
+    n = PACKS.get(row) or SHAPES[row][3]
+    programs_steps(row, D)  # (the same rows: refuses the others)
+    blocks = n // 128
+    walk = [(n - 128 * j) // 64 for j in range(blocks)]  # steps of key block j: from its diagonal to the end
+    tiles = 16384 // n * (2048 // D) * blocks
+    load = [0] * programs
+    for r in range(-(-tiles // programs)):
+        for p in range(programs):
+            t = r * programs + (programs - 1 - p if snake and r % 2 else p)
+            if t < tiles:
+                load[p] += walk[t % blocks]
+    return max(load) / (sum(load) / programs)
+
+
 def steps_model(rows: list[dict], arm: str = "table") -> dict:
     """Per head dim where ``arm`` ran the rows ``pack2k``, ``causal`` and ``pack128``: the line through the first two
     (ms = intercept + per-step · steps; every such row launches the same programs at a head dim) and what it says of

@@ -165,5 +165,13 @@ def test_bwd_block_m_arms_and_refusals(tmp_path):
     finally:
         mod.ab_rounds.measure = orig
     assert seen == [("pack128", 64, ("table", "p1", "p2")), ("pack128", 128, ("table", "p1"))]
+    # the persistent build's deal: in order, with 132 programs and 4 key blocks a document of 512 (walks of 8, 6, 4 and
+    # 2 steps), program 0 takes key block 0 in each of its 32 rounds; reversed every other round, 8 + 2 and 6 + 4 pair up
+    programs, steps = mod.programs_steps("pack512", 64)
+    assert mod.persistent_balance("pack512", 64, snake=False) == pytest.approx(32 * 8 / (steps / 132))
+    assert mod.persistent_balance("pack512", 64) < 1.05 < mod.persistent_balance("causal", 128, snake=False)
+    assert mod.persistent_balance("pack128", 64, snake=False) == mod.persistent_balance("pack128", 64)
+    with pytest.raises((ValueError, KeyError)):
+        mod.persistent_balance("varlen", 64)
     if not torch.cuda.is_available():
         assert mod.main(["--rounds", "1"]) == 2

@@ -899,6 +899,11 @@ def test_results_bwd_block_m_runs_7_to_9_are_the_recorded_ones():
                            for n in (7, 8, 9))
         assert f"| {row} | {D} | {arm} | {cells} |" in section, (row, D, arm)
     text = _flat(section)
+    bal = {(row, snake): f"{mod.persistent_balance(row, 64, snake=snake):.2f}"
+           for row in ("pack512", "pack2k", "causal", "pack128") for snake in (False, True)}
+    assert (f"{bal['pack512', False]} for documents of 512 dealt in order, {bal['pack2k', False]} for 2,048 and "
+            f"{bal['causal', False]} for 4 × 4K, and {bal['pack128', True]} on every row reversed every other round") in text
+    assert len({bal[row, True] for row in ("pack512", "pack2k", "causal", "pack128")}) == 1
     shares = {}
     for tag in ("pack128-p2", "pack128-table", "causal-table"):
         led = stalls.ledger(*stalls.read_source_csv(DATA / f"ncu-bwd-sass-h200-{tag}.csv.gz"))
