@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import re
 import sys
 from collections import Counter
@@ -100,6 +101,16 @@ def main(argv=None) -> int:
     except (OSError, ValueError, StopIteration) as e:
         print(f"ncu_stalls: {e}", file=sys.stderr)
         return 2
+    if args.json:  # (first: the whole ledger, whatever reads the printed part)
+        args.json.write_text(json.dumps(led, indent=1))
+    try:
+        _print(led, args.cover, args.top)
+    except BrokenPipeError:  # the reader took what it wanted (``| head``): no traceback, the JSON is written
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+def _print(led: dict, cover: float, top: int) -> None:
     total = led["total"] or 1
     print(f"stall samples: {led['total']:.0f} over {len(led['instructions'])} instructions")
     print("\n| reason | samples | share |\n|---|---|---|")
@@ -110,15 +121,12 @@ def main(argv=None) -> int:
         print(f"| {k} | {v:.0f} | {v / total:.1%} |")
     print("\n| address | instruction | samples | share | largest reasons |\n|---|---|---|---|---|")
     acc = 0.0
-    for d in led["instructions"][:args.top]:
+    for d in led["instructions"][:top]:
         acc += d["samples"]
         rs = ", ".join(f"{k.split('_', 1)[-1] if k.startswith('stall_') else k}: {v:.0f}" for k, v in d["reasons"].items())
         print(f"| {d['address']} | `{d['source'][:70]}` | {d['samples']:.0f} | {d['samples'] / total:.1%} | {rs} |")
-        if acc / total >= args.cover:
+        if acc / total >= cover:
             break
-    if args.json:
-        args.json.write_text(json.dumps(led, indent=1))
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """benchmarks/ncu_stalls.py: an ncu source-page CSV (SASS with sampled stall reasons) reduced to a ledger."""
 
+import json
 import subprocess
 import sys
 
@@ -41,3 +42,19 @@ def test_cli_prints_the_ledger_and_refuses_bad_input(tmp_path):
     out.write_text("mine")
     res = subprocess.run([sys.executable, script, str(f), "--json", str(out)], capture_output=True, text=True)
     assert res.returncode == 2 and out.read_text() == "mine"
+
+
+def test_cli_read_in_part_writes_the_json_and_no_traceback(tmp_path):
+    """Piped into a reader that stops early (``| head``, as the device script reads it): the JSON ledger is written
+    anyway and the script ends without a traceback."""
+    f = tmp_path / "src.csv"
+    f.write_text(CSV * 1 + "".join(f'"0x{0x200 + i:x}","NOP","1","1","0","1","0"\n' for i in range(20000)))
+    out = tmp_path / "led.json"
+    script = str(ROOT / "benchmarks" / "ncu_stalls.py")
+    proc = subprocess.Popen([sys.executable, script, str(f), "--json", str(out), "--cover", "1", "--top", "20000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().startswith("stall samples:")
+    proc.stdout.close()  # (the reader goes away with most of the ledger unread)
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 0 and "Traceback" not in err, err
+    assert json.loads(out.read_text())["total"] == 100 + 20000
