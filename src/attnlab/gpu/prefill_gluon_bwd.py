@@ -841,42 +841,58 @@ if HAVE_GLUON:
             return r * P + p
 
     @gluon.jit
+    def _bwd_round(r, nxt, tflags, H, G, Nq, Nk, causal_off, win_off, CU_Q, CU_K, CU_P, N_TILES, GRID0,
+                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+        """The persistent build's tile of this program's round r (``_bwd_tile_index``) as ``_bwd_tile_of`` gives it,
+        from ``nxt``, the tile's sequence lengths asked for a round ago (``_bwd_tile_pre``; a packed batch's), with the
+        next round's asked for now: (b, hk, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, pad, the next round's
+        lengths). Past the last tile (a last round's programs): the last tile's numbers with no step and Nk 0 (no
+        store)."""
+        VARLEN: gl.constexpr = tflags.shape[1] == 2
+        HEADS_FIRST: gl.constexpr = tflags.shape[2] == 2
+        SNAKE: gl.constexpr = tflags.shape[6] == 2
+        P = gl.num_programs(0)
+        tile = _bwd_tile_index(r, gl.program_id(0), P, SNAKE)
+        live = tile < N_TILES
+        tile = gl.minimum(tile, N_TILES - 1)
+        if VARLEN:
+            cur = nxt
+            nxt = _bwd_tile_pre(gl.minimum(_bwd_tile_index(r + 1, gl.program_id(0), P, SNAKE), N_TILES - 1), GRID0,
+                                H, G, CU_Q, CU_K, CU_P, HEADS_FIRST)
+        else:
+            cur = None
+        b, hk, start_n, m_lo, n_m, rot, Nq_s, Nk_s, off_s, q_base, k_base, pad = _bwd_tile_of(
+            tile % GRID0, tile // GRID0, H, G, Nq, Nk, causal_off, win_off, CU_Q, CU_K, CU_P, BLOCK_M, BLOCK_N,
+            tflags.shape[0] == 2, VARLEN, HEADS_FIRST, tflags.shape[3] == 2, tflags.shape[4] == 2, False, False, cur)
+        return (b, hk, start_n, m_lo, gl.where(live, n_m, 0), rot, Nq_s, gl.where(live, Nk_s, 0), off_s, pad, nxt[0],
+                nxt[1], nxt[2], nxt[3], nxt[4])
+
+    @gluon.jit
+    def _bwd_first(tflags, H, G, CU_Q, CU_K, CU_P, N_TILES, GRID0):
+        """The lengths ``_bwd_round`` takes in round 0: the first tile's sequence's (a packed batch), else zeros."""
+        if tflags.shape[1] == 2:
+            return _bwd_tile_pre(gl.minimum(_bwd_tile_index(0, gl.program_id(0), gl.num_programs(0),
+                                                            tflags.shape[6] == 2), N_TILES - 1),
+                                 GRID0, H, G, CU_Q, CU_K, CU_P, tflags.shape[2] == 2)
+        else:
+            z = gl.program_id(0) * 0
+            return z, z, z, z, z
+
+    @gluon.jit
     def _bwd_loader_p(desc_q, desc_do, desc_k, desc_v, desc_lse, desc_dl, k_smem, v_smem, q_smem, do_smem, lse_smem,
                       dl_smem, kv_bar, q_ready, do_ready, q_empty, do_empty, tflags, H, G, Nq, Nk, causal_off, win_off,
                       CU_Q, CU_K, CU_P, KV_DIV, N_TILES, GRID0):
-        """The persistent build's loader: ``_bwd_loader`` over the program's key blocks (tiles p, p + P, ... of
-        N_TILES, P programs; ``_bwd_tile_of``), its Q/dO ring counted on from block to block, each block's K and V
-        into the next K/V buffer pair (``tflags``: the build's switches, as ``_attn_bwd_gluon_ws`` sets them)."""
-        CAUSAL: gl.constexpr = tflags.shape[0] == 2
-        VARLEN: gl.constexpr = tflags.shape[1] == 2
-        HEADS_FIRST: gl.constexpr = tflags.shape[2] == 2
-        LAST_FIRST: gl.constexpr = tflags.shape[3] == 2
-        ROTATE: gl.constexpr = tflags.shape[4] == 2
+        """The persistent build's loader: ``_bwd_loader`` over the program's key blocks (``_bwd_round``), its Q/dO
+        ring counted on from block to block, each block's K and V into the next K/V buffer pair (``tflags``: the
+        build's switches, as ``_attn_bwd_gluon_ws`` sets them)."""
         KVB: gl.constexpr = tflags.shape[5]
-        SNAKE: gl.constexpr = tflags.shape[6] == 2
-        BLOCK_M: gl.constexpr = q_smem.shape[3]
-        BLOCK_N: gl.constexpr = 2 * k_smem.shape[3]
         g0 = 0
         kv_n = 0
-        P = gl.num_programs(0)
-        if VARLEN:  # the first tile's lengths (five scalars, not a tuple: each its own loop-carried value)
-            q0, k0, p0, q1, k1 = _bwd_tile_pre(gl.minimum(_bwd_tile_index(0, gl.program_id(0), P, SNAKE),
-                                                          N_TILES - 1), GRID0, H, G, CU_Q, CU_K, CU_P, HEADS_FIRST)
-        for r in range(gl.cdiv(N_TILES, P)):
-            tile = _bwd_tile_index(r, gl.program_id(0), P, SNAKE)
-            live = tile < N_TILES  # (a last round's programs past the last tile decode the last, and skip it)
-            tile = gl.minimum(tile, N_TILES - 1)
-            if VARLEN:  # this tile's lengths (loaded a round ago), and the next tile's asked for
-                cur = (q0, k0, p0, q1, k1)
-                q0, k0, p0, q1, k1 = _bwd_tile_pre(
-                    gl.minimum(_bwd_tile_index(r + 1, gl.program_id(0), P, SNAKE), N_TILES - 1), GRID0, H, G, CU_Q,
-                    CU_K, CU_P, HEADS_FIRST)
-            else:
-                cur = None
-            b, hk, start_n, m_lo, n_m, rot, Nq_s, Nk_s, off_s, q_base, k_base, pad = _bwd_tile_of(
-                tile % GRID0, tile // GRID0, H, G, Nq, Nk, causal_off, win_off, CU_Q, CU_K, CU_P, BLOCK_M, BLOCK_N,
-                CAUSAL, VARLEN, HEADS_FIRST, LAST_FIRST, ROTATE, False, False, cur)
-            n_m = gl.where(live, n_m, 0)
+        q0, k0, p0, q1, k1 = _bwd_first(tflags, H, G, CU_Q, CU_K, CU_P, N_TILES, GRID0)  # (each loop-carried)
+        for r in range(gl.cdiv(N_TILES, gl.num_programs(0))):
+            b, hk, start_n, m_lo, n_m, rot, Nq_s, Nk_s, off_s, pad, q0, k0, p0, q1, k1 = _bwd_round(
+                r, (q0, k0, p0, q1, k1), tflags, H, G, Nq, Nk, causal_off, win_off, CU_Q, CU_K, CU_P, N_TILES, GRID0,
+                q_smem.shape[3], 2 * k_smem.shape[3])
             _bwd_load_tile(desc_q, desc_do, desc_k, desc_v, desc_lse, desc_dl, k_smem, v_smem, q_smem, do_smem,
                            lse_smem, dl_smem, kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, hk // KV_DIV, G, H,
                            Nq, pad, start_n, m_lo, n_m, rot, g0, kv_n, KVB, True)
@@ -890,42 +906,19 @@ if HAVE_GLUON:
                         CU_K, CU_P, DK, DV, stride_dkh, stride_dkn, N_TILES, GRID0, PART: gl.constexpr):
         """The persistent build's consumer warp group ``PART``: ``_bwd_consumer`` over the loader's key blocks
         (``_bwd_loader_p``), ring steps and K/V buffer pairs counted as it counts them."""
-        CAUSAL: gl.constexpr = tflags.shape[0] == 2
-        VARLEN: gl.constexpr = tflags.shape[1] == 2
-        HEADS_FIRST: gl.constexpr = tflags.shape[2] == 2
-        LAST_FIRST: gl.constexpr = tflags.shape[3] == 2
-        ROTATE: gl.constexpr = tflags.shape[4] == 2
         KVB: gl.constexpr = tflags.shape[5]
-        SNAKE: gl.constexpr = tflags.shape[6] == 2
-        BLOCK_M: gl.constexpr = q_smem.shape[3]
-        BLOCK_N: gl.constexpr = ds_smem.shape[1]
         g0 = 0
         kv_n = 0
-        P = gl.num_programs(0)
-        if VARLEN:  # the first tile's lengths (five scalars, not a tuple: each its own loop-carried value)
-            q0, k0, p0, q1, k1 = _bwd_tile_pre(gl.minimum(_bwd_tile_index(0, gl.program_id(0), P, SNAKE),
-                                                          N_TILES - 1), GRID0, H, G, CU_Q, CU_K, CU_P, HEADS_FIRST)
-        for r in range(gl.cdiv(N_TILES, P)):
-            tile = _bwd_tile_index(r, gl.program_id(0), P, SNAKE)
-            live = tile < N_TILES  # (a last round's programs past the last tile decode the last, and skip it)
-            tile = gl.minimum(tile, N_TILES - 1)
-            if VARLEN:  # this tile's lengths (loaded a round ago), and the next tile's asked for
-                cur = (q0, k0, p0, q1, k1)
-                q0, k0, p0, q1, k1 = _bwd_tile_pre(
-                    gl.minimum(_bwd_tile_index(r + 1, gl.program_id(0), P, SNAKE), N_TILES - 1), GRID0, H, G, CU_Q,
-                    CU_K, CU_P, HEADS_FIRST)
-            else:
-                cur = None
-            b, hk, start_n, m_lo, n_m, rot, Nq_s, Nk_s, off_s, q_base, k_base, pad = _bwd_tile_of(
-                tile % GRID0, tile // GRID0, H, G, Nq, Nk, causal_off, win_off, CU_Q, CU_K, CU_P, BLOCK_M, BLOCK_N,
-                CAUSAL, VARLEN, HEADS_FIRST, LAST_FIRST, ROTATE, False, False, cur)
-            n_m = gl.where(live, n_m, 0)
-            Nk_s = gl.where(live, Nk_s, 0)  # (and no store)
+        q0, k0, p0, q1, k1 = _bwd_first(tflags, H, G, CU_Q, CU_K, CU_P, N_TILES, GRID0)
+        for r in range(gl.cdiv(N_TILES, gl.num_programs(0))):
+            b, hk, start_n, m_lo, n_m, rot, Nq_s, Nk_s, off_s, pad, q0, k0, p0, q1, k1 = _bwd_round(
+                r, (q0, k0, p0, q1, k1), tflags, H, G, Nq, Nk, causal_off, win_off, CU_Q, CU_K, CU_P, N_TILES, GRID0,
+                q_smem.shape[3], ds_smem.shape[1])
             _bwd_consumer_tile(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem,
                                q_smem, do_smem, ds_smem, dq_smem, ds_bars, flags, kv_bar, q_ready, do_ready, q_empty,
                                do_empty, b, hk, G, H, start_n, m_lo, n_m, rot, Nq_s, Nk_s, off_s, win_off, qk_scale,
                                sm_scale, SLOPES, stride_sb, stride_sh, Nq, pad, DK, DV, stride_dkh, stride_dkn, PART,
-                               CAUSAL, g0, kv_n, KVB, True)
+                               tflags.shape[0] == 2, g0, kv_n, KVB, True)
             g0 += G * n_m
             kv_n += (n_m > 0).to(gl.int32)
         tma.store_wait(0)  # (the last dQ additions' reads of their staging tiles)
