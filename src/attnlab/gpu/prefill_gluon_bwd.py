@@ -284,22 +284,12 @@ if HAVE_GLUON:
         to K/V buffer kv_n % KVB, the block's kv_n-th with a step (the persistent build's: ``_bwd_loader_p``), once
         the consumers have freed that buffer from block kv_n − KVB; with one buffer, after the block's first
         STAGES (Qᵢ, dOᵢ) are asked for, so that those load while the consumers finish the block before."""
-        NC: gl.constexpr = 2
-        SUB_N: gl.constexpr = k_smem.shape[3]
         BLOCK_M: gl.constexpr = q_smem.shape[3]
         STAGES: gl.constexpr = q_smem.shape[0]
         LSE_TMA: gl.constexpr = lse_smem.shape[1] == BLOCK_M
         KV_LATE: gl.constexpr = PERSIST and KVB == 1
-        kvb = kv_n % KVB
-        bar = kv_bar.index(kvb)
         if n_m > 0 and not KV_LATE:  # (no step, no use of K and V: the consumers do not wait for them)
-            if PERSIST:
-                if kv_n >= KVB:
-                    mbarrier.wait(kv_bar.index(KVB + kvb), ((kv_n // KVB) - 1) & 1)
-            mbarrier.expect(bar, NC * (desc_k.block_type.nbytes + desc_v.block_type.nbytes))
-            for c in gl.static_range(NC):
-                _tma_load(desc_k, [b, hkv, start_n + c * SUB_N, 0], bar, k_smem.index(kvb * NC + c))
-                _tma_load(desc_v, [b, hkv, start_n + c * SUB_N, 0], bar, v_smem.index(kvb * NC + c))
+            _bwd_kv_in(desc_k, desc_v, k_smem, v_smem, kv_bar, b, hkv, start_n, kv_n, KVB, PERSIST)
         for t in range(G * n_m):
             g = g0 + t
             slot = g % STAGES
@@ -325,12 +315,24 @@ if HAVE_GLUON:
             _tma_load(desc_do, [b, h, m0, 0], do_ready.index(slot), do_smem.index(slot))
             if KV_LATE:
                 if t == gl.minimum(G * n_m, STAGES) - 1:
-                    if kv_n >= 1:
-                        mbarrier.wait(kv_bar.index(1), (kv_n - 1) & 1)
-                    mbarrier.expect(bar, NC * (desc_k.block_type.nbytes + desc_v.block_type.nbytes))
-                    for c in gl.static_range(NC):
-                        _tma_load(desc_k, [b, hkv, start_n + c * SUB_N, 0], bar, k_smem.index(c))
-                        _tma_load(desc_v, [b, hkv, start_n + c * SUB_N, 0], bar, v_smem.index(c))
+                    _bwd_kv_in(desc_k, desc_v, k_smem, v_smem, kv_bar, b, hkv, start_n, kv_n, KVB, PERSIST)
+
+    @gluon.jit
+    def _bwd_kv_in(desc_k, desc_v, k_smem, v_smem, kv_bar, b, hkv, start_n, kv_n, KVB: gl.constexpr,
+                   PERSIST: gl.constexpr):
+        """A key block's K and V (its two 64-key slices) into buffer pair kv_n % KVB by TMA, on that pair's "ready"
+        barrier; PERSIST: once both consumers have given the pair back from block kv_n − KVB."""
+        NC: gl.constexpr = 2
+        SUB_N: gl.constexpr = k_smem.shape[3]
+        kvb = kv_n % KVB
+        bar = kv_bar.index(kvb)
+        if PERSIST:
+            if kv_n >= KVB:
+                mbarrier.wait(kv_bar.index(KVB + kvb), ((kv_n // KVB) - 1) & 1)
+        mbarrier.expect(bar, NC * (desc_k.block_type.nbytes + desc_v.block_type.nbytes))
+        for c in gl.static_range(NC):
+            _tma_load(desc_k, [b, hkv, start_n + c * SUB_N, 0], bar, k_smem.index(kvb * NC + c))
+            _tma_load(desc_v, [b, hkv, start_n + c * SUB_N, 0], bar, v_smem.index(kvb * NC + c))
 
     @gluon.jit
     def _turn(n, m0, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, causal_off, win_off, Nk, CAUSAL: gl.constexpr):
