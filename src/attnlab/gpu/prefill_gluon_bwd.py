@@ -563,7 +563,8 @@ if HAVE_GLUON:
                       CAUSAL: gl.constexpr):
         """One warp group: keys start_n + PART·64 .. +63. Accumulates dK, dV of its keys over every step,
         shares each step's dSᵀ with the other warp group through a ring of NSLOT tiles and makes its share
-        of the dQ products (``_bwd_dq``), DQ_LAG steps behind its own dSᵀ; writes dK·scale, dV by TMA.
+        of the dQ products (``_bwd_dq``), DQ_LAG steps behind its own dSᵀ; writes dK·scale, dV by TMA (a packed
+        sequence's last block by masked stores).
         With ALIBI each step's query head h subtracts slope_h·log2e·|i + Nk − Nq − j| from its scores
         (SLOPES[b·stride_sb + h·stride_sh]); without, SLOPES and its strides are unused (None)."""
         _bwd_consumer_tile(desc_dk, desc_dv, desc_dq, DQ, SEM, LSE2, DELTA, lse_smem, dl_smem, k_smem, v_smem, q_smem,
@@ -751,8 +752,6 @@ if HAVE_GLUON:
                 if n_steps >= i + 1:
                     u = g0 + n_steps - 1 - i
                     mbarrier.wait(ds_bars.index(NSLOT + u % NSLOT), (u // NSLOT) & 1)
-        # the sequence's last key block (a TMA box would write into the next one's rows), decided for the whole
-        # block, so that both consumer warp groups take the same path (the dense kernel never splits them)
         if PERSIST:  # K and V are read no more: the loader may bring the next block's while dK, dV go out
             if n_steps > 0:
                 mbarrier.arrive(kv_bar.index(KVB + kvb), count=1)
@@ -763,7 +762,8 @@ if HAVE_GLUON:
             keep = (rk[:, None] < Nk) & (cd[None, :] < HEAD_D)
             gl.store(DK + offs, (dk * sm_scale).to(dtype), mask=keep)
             gl.store(DV + offs, dv.to(dtype), mask=keep)
-        elif VARLEN and start_n + 2 * SUB_N > Nk:
+        elif VARLEN and start_n + 2 * SUB_N > Nk:  # the sequence's last key block (a TMA box would write into the
+            # next one's rows), decided for the whole block, so that both consumer warp groups take the same path
             rk = kc0 + gl.arange(0, SUB_N, layout=gl.SliceLayout(1, acc_layout))
             cd = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, acc_layout))
             offs = hk * stride_dkh + rk[:, None].to(gl.int64) * stride_dkn + cd[None, :]
