@@ -916,6 +916,11 @@ def test_results_bwd_block_m_runs_7_to_9_are_the_recorded_ones():
                          ("checks-run9-first.log", "8 failed, 12 passed")):
         assert counts in (logs / name).read_text().splitlines()[-1], name
     assert "passed in runs 8 and 9 (20 of 20)" in text
+    memcheck = (logs / "memcheck-persistent.log").read_text()
+    ids = (logs / "memcheck-persistent-ids.txt").read_text().split()
+    assert "ERROR SUMMARY: 0 errors" in memcheck and f"{len(ids)} passed" in memcheck
+    assert f"{len(ids)} passed, 0 errors" in text and all("persistent_backward_packed_batch" in i and i.endswith("-3]")
+                                                          for i in ids)
     ratios = [x["vs_first"] for k, x in runs[9].items() if k[2] != "table"]
     doc = _flat((ROOT / "docs" / "gpu.md").read_text())
     gain = (runs[9]["pack128", 64, "p2"]["vs_first"] - 1) * 100
