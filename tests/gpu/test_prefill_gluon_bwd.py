@@ -1234,16 +1234,23 @@ def test_128_row_query_blocks_build_for_sm90_at_d64():
     assert GB.smem_bytes(128, 2, block_m=128) > GB.SMEM_LIMIT  # (D = 128: refused)
 
 
+def _stub_inputs(gen):
+    """q, k, v, dO, O (bfloat16) and an LSE of a small GQA call (B 2, H 4 on 2 K/V heads, 40 rows, D 64) for the
+    dispatch tests, whose backward is a stub."""
+    B, H, Hkv, N, D = 2, 4, 2, 40, 64
+    q, do, out = (torch.randn(B, H, N, D, dtype=torch.bfloat16, device=DEV, generator=gen) for _ in range(3))
+    k, v = (torch.randn(B, Hkv, N, D, dtype=torch.bfloat16, device=DEV, generator=gen) for _ in range(2))
+    return q, k, v, do, out, torch.randn(B, H, N, device=DEV, generator=gen)
+
+
 def test_a_128_row_config_reaches_the_gluon_backward_where_its_build_exists(monkeypatch):
     """A Gluon configuration with ``block_m1`` 128 runs the 128-row build on dense and packed calls; deterministic
     and ALiBi calls, which have no such build, run the 64-row one."""
     calls = _stub_gluon_backward(monkeypatch)
     monkeypatch.setattr(GB, "PACKED", True)
     gen = torch.Generator(device=DEV).manual_seed(9)
-    B, H, Hkv, N, D = 2, 4, 2, 40, 64
-    q, do, out = (torch.randn(B, H, N, D, dtype=torch.bfloat16, device=DEV, generator=gen) for _ in range(3))
-    k, v = (torch.randn(B, Hkv, N, D, dtype=torch.bfloat16, device=DEV, generator=gen) for _ in range(2))
-    lse = torch.randn(B, H, N, device=DEV, generator=gen)
+    q, k, v, do, out, lse = _stub_inputs(gen)
+    B, H = q.shape[:2]
     cfg = _gluon_cfg(block_m=128)
     for extra, rows in ((dict(), 128), (dict(mask=Mask(-1, -1)), 128), (dict(deterministic=True), 64),
                         (dict(slopes=torch.rand(B, H, device=DEV, generator=gen)), 64)):
@@ -1377,10 +1384,8 @@ def test_a_persistent_config_reaches_the_gluon_backward(monkeypatch):
     calls = _stub_gluon_backward(monkeypatch)
     monkeypatch.setattr(GB, "PACKED", True)
     gen = torch.Generator(device=DEV).manual_seed(11)
-    B, H, Hkv, N, D = 2, 4, 2, 40, 64
-    q, do, out = (torch.randn(B, H, N, D, dtype=torch.bfloat16, device=DEV, generator=gen) for _ in range(3))
-    k, v = (torch.randn(B, Hkv, N, D, dtype=torch.bfloat16, device=DEV, generator=gen) for _ in range(2))
-    lse = torch.randn(B, H, N, device=DEV, generator=gen)
+    q, k, v, do, out, lse = _stub_inputs(gen)
+    B, H = q.shape[:2]
     for kv in (0, 1, 2):
         calls.clear()
         prefill_backward(do, q, k, v, out, lse, mask=Mask(-1, 0), scale=0.125, config=_gluon_cfg(persistent=kv))
