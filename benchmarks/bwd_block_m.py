@@ -220,8 +220,8 @@ def persistent_balance(row: str, D: int, programs: int = 132, snake: bool = True
     """How evenly the persistent build deals a causal row's steps (documents of one length, ``PACKS`` or ``causal``)
     among ``programs`` programs: the most steps any program walks over the mean, with the tiles numbered as the grid
     numbers its programs (key block fastest, then document · head) and dealt p, p + P, ... (every other round reversed
-    with ``snake``, as ``prefill_gluon_bwd._bwd_tile_index`` deals them). 1.0: even; run 7's loss on documents of 512
-    is this ratio's (each program there takes one key block's walks every round)."""
+    with ``snake``, as ``prefill_gluon_bwd._bwd_tile_index`` deals them). 1.0: even; documents of 512 dealt in order
+    (bwd-block-m run 7) come out at 1.65, each program taking one key block's walks every round."""
     n = PACKS.get(row) or SHAPES[row][3]
     programs_steps(row, D)  # (the same rows: refuses the others)
     blocks = n // 128
