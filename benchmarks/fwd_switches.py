@@ -56,6 +56,11 @@ BUILDS = {  # (the rescale builds set all three of its switches, so that each me
     "pp": {"PINGPONG": True},
     "fa4": {"PACK_P": True, "MASK_RANGE": True, "PINGPONG": True},
     "lanes": {"ROW_SUM_LANES": True},  # each thread's partial row sums, the lanes' added after the last block
+    # a masked block's visibility from each row's limits (``prefill_gluon.MASK_LIMITS``): 0 the three comparisons
+    # per score before it, 1 two comparisons against constants, 2 a bit mask per row (one AND per score)
+    "nolimits": {"MASK_LIMITS": 0},
+    "limits1": {"MASK_LIMITS": 1},
+    "limits": {"MASK_LIMITS": 2},
     "n256": {},  # (tiles, not switches: TILE_BUILDS)
     "n256p": {},
     "n192": {},

@@ -162,6 +162,44 @@ def test_alibi_calls_reach_the_gluon_forward_with_their_slopes(monkeypatch):
     assert calls == [] and len(launches) == 1 and launches[0]["ALIBI"] and launches[0]["SOFTCAP"]
 
 
+def test_a_zero_scale_takes_the_triton_kernel(monkeypatch):
+    """A masked block's scores are masked raw and scaled after (``MASK_LIMITS``), so −∞ · 0 would make a NaN: with
+    scale 0 the call goes to the Triton kernel (a stand-in here), with any positive scale to the Gluon forward; the
+    Gluon forward itself refuses scale 0 before writing anything."""
+    from attnlab.gpu import prefill_fwd as F
+
+    q = torch.zeros(1, 2, 40, 64, dtype=torch.float16)
+    if G.HAVE_GLUON:
+        out, lse = q.clone().fill_(7.0), torch.full((1, 2, 40), 7.0)
+        with pytest.raises(ValueError, match="positive scale"):
+            G.gluon_forward(q, q, q, out, lse, causal_off=0, scale=0.0, block_m=128, block_n=128, stages=2,
+                            num_warps=4, warp_spec=True)
+        assert (out == 7).all() and (lse == 7).all()
+    calls, launches = [], []
+    monkeypatch.setattr(G, "gluon_supported", lambda *a: True)
+    monkeypatch.setattr(G, "gluon_forward", lambda *a, **kw: calls.append(kw))
+    monkeypatch.setattr(F, "launch_kept", lambda kernel, grid, kwargs, **options: launches.append(kwargs))
+    ws = FwdConfig(128, 64, 4, 2, tma=True, warp_spec=True, gluon=True)
+    prefill_forward(q, q, q, mask=Mask(-1, 0), scale=0.0, config=ws)
+    assert calls == [] and len(launches) == 1
+    prefill_forward(q, q, q, mask=Mask(-1, 0), scale=1e-30, config=ws)
+    assert len(calls) == 1 and calls[0]["scale"] == 1e-30 and len(launches) == 1
+
+
+@pytest.mark.parametrize("block_n", [64, 128])
+def test_the_masked_blocks_bit_masks_are_the_row_limits(block_n):
+    """``MASK_LIMITS`` 2's arithmetic (``mask_bits_reference``, the kernel's step by step): for every lane of a warp
+    and row limits [lo, hi) left of, across and right of the block, and the unbounded left edge, a thread's
+    register is visible exactly where its column c = 8j + 2(lane % 4) + k has lo <= c < hi."""
+    edges = sorted(set(range(-10, block_n + 11)) | {G.NO_WINDOW, G.NO_WINDOW - 5000, 1 << 20})
+    for lane in range(32):
+        cols = [8 * j + 2 * (lane % 4) + k for j in range(block_n // 8) for k in range(2)]
+        for lo in edges:
+            for hi in edges[::3] if lo < -10 or lo > block_n + 10 else edges:
+                got = G.mask_bits_reference(lo, hi, lane, block_n)
+                assert got == [lo <= c < hi for c in cols], (lane, lo, hi)
+
+
 def test_causal_calls_reach_the_gluon_forward_with_the_schedule_of_their_length(monkeypatch):
     """The table's causal entries, seen on the CPU by standing in for the Gluon kernel: the part block first and
     groups of heads by K/V bytes (head_chunk 0) on every causal call; persistent at D = 128, and at D = 64 below
@@ -1320,6 +1358,33 @@ def test_fa4_step_builds_for_sm90_change_only_their_instructions():
             assert r["shuffles"] <= s["shuffles"] - 2 * n, r
         else:
             assert r["shuffles"] == s["shuffles"], r
+
+
+def test_mask_limits_builds_for_sm90_with_fewer_selects_and_no_spill():
+    """The masked step from each row's limits (``MASK_LIMITS`` 2, as ``benchmarks/fwd_switches.py`` builds ``limits``)
+    against the three comparisons per score before it (``nolimits``), in the window's build (D = 64, three consumer
+    groups) and the persistent D = 128 one: the same products, loads, waits, shared memory and exponentials, no
+    more spill, and under half the selects (one per masked score, where there were three)."""
+    code = ("import json, re, sys; sys.path.insert(0, 'benchmarks'); import fwd_switches as fs; out = []\n"
+            "for b in ('nolimits', 'limits'):\n"
+            "    for D, bm, kw in ((64, 192, {}), (128, 128, {'persistent': True})):\n"
+            "        m = fs.build_module(b)\n"
+            "        k = m.compile_sm90(D, causal=True, warp_spec=True, block_m=bm, num_warps=4, **kw)\n"
+            "        r = m.kernel_report(k)\n"
+            "        r['selects'] = k.asm['ptx'].count('selp.f32')\n"
+            "        r['build'], r['D'] = b, D\n"
+            "        out.append(r)\n"
+            "print(json.dumps(out))")
+    reps = fresh_json(code, timeout=1200)
+    base = {r["D"]: r for r in reps if r["build"] == "nolimits"}
+    for r in reps:
+        if r["build"] != "limits":
+            continue
+        s = base[r["D"]]
+        for key in ("wgmma", "tma_loads", "smem_kb", "wait_groups", "exponentials"):
+            assert r[key] == s[key], (key, r, s)
+        assert r["stack"] <= s["stack"], (r, s)  # (triton 3.6: none; 3.9's D = 64 build spills either way, less)
+        assert r["selects"] < s["selects"] / 2, (r["selects"], s["selects"])
 
 
 FA4_STEP_CASES = [

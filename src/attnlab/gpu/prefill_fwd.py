@@ -430,7 +430,7 @@ def prefill_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask, 
         from .prefill_gluon import gluon_supported  # ALiBi (warp-specialised); Triton the rest
 
         plain = (cu_seqlens is None or (cfg.warp_spec and slopes is None)) and (mask.left < 0 or cfg.warp_spec) \
-            and softcap is None
+            and softcap is None and scale > 0  # (a masked block's scores are masked raw, then scaled: scale > 0)
         if not (plain and gluon_supported(q, k, v) and tma_ok(out)):
             cfg = default_fwd_config(D, causal, q.device, n_keys, gluon=False)
         elif config is None and slopes is not None:

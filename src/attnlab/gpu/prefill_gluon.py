@@ -146,6 +146,15 @@ RESCALE_FROM_D = 128
 # MASK_RANGE 0.943-0.970x (its builds spill 8-48 bytes), PINGPONG 0.997-1.003x, ROW_SUM_LANES 0.974-0.999x: off.
 PACK_P = True
 MASK_RANGE = False
+# A masked key block's visible scores from each row's limits (``_visible_limits``): row i sees the block's columns
+# [lo_i, hi_i), and a wgmma accumulator's thread holds columns 8j + 2(lane % 4) + k, so each test can be written
+# against a constant of the score's register. 2: each row's visible registers as a bit mask made once per row
+# (``mask_bits_reference`` is its arithmetic in Python), then one AND per score (the sm_90 builds lose 400-1250 of
+# their 2300-9400 instructions, none spills more); 1: two comparisons against constants per score; 0: three
+# comparisons of the score's column, held in a register, per score, and the scale before the select. 1 and 2 select
+# the raw scores, so the scale must be positive (a zero scale takes the Triton kernel); ``MASK_RANGE`` on takes
+# precedence. Compile-time switch (the kernels read ``_MASK_LIMITS``)
+MASK_LIMITS = 2
 PINGPONG = False
 ROW_SUM_LANES = False
 PINGPONG_BAR0 = 8  # the named barriers of the turns: PINGPONG_BAR0 + group (Triton's own barriers take the low ids)
@@ -175,6 +184,30 @@ _EXP2_POLY_SLOTS = {1: (7,), 2: (3, 7), 3: (1, 4, 7), 4: (1, 3, 5, 7)}
 VOTE_ASM = "\n".join([
     "{", ".reg .pred p, q;", "setp.neu.f32 p, $2, 0f3F800000;", "setp.neu.f32 q, $3, 0f3F800000;", "or.pred p, p, q;",
     "vote.sync.any.pred p, p, 0xffffffff;", "selp.f32 $0, $2, 0fBF800000, p;", "selp.f32 $1, $3, 0fBF800000, p;", "}"])
+
+
+def mask_bits_reference(lo: int, hi: int, lane: int, block_n: int) -> list[bool]:
+    """``_visible_limits``'s bit mask (``MASK_LIMITS`` 2) in Python, for one row and one thread: for each of the
+    thread's columns of a ``block_n``-key block in register order (column 8j + 2(lane % 4) + k, j-major), whether the
+    kernel takes it as visible for the row's limits [lo, hi) (block columns; any int32). The arithmetic is the
+    kernel's, step by step, so a test can hold it to the plain comparison."""
+    nj = block_n // 8
+    base = (lane & 3) * 2
+    lo, hi = lo - base, hi - base
+
+    def clamp(x):
+        return min(max(x >> 3, 0), nj)  # (Python's >> floors, as the kernel's arithmetic shift)
+
+    def bit_range(a, b):
+        return ((1 << b) - 1) & ~((1 << a) - 1)
+
+    bits = bit_range(clamp(lo + 7), clamp(hi + 7)) | (bit_range(clamp(lo + 6), clamp(hi + 6)) << nj)
+    out = []
+    for j in range(nj):
+        for k in range(2):
+            cc = 8 * j + k  # the column less the thread's base, ``offs_n & -7``
+            out.append(bool(bits & (1 << ((cc >> 3) + (cc & 1) * nj))))
+    return out
 
 
 def scale_rows_asm(n: int) -> str:
@@ -265,6 +298,7 @@ if HAVE_GLUON:
     _RESCALE_FROM_D = gl.constexpr(RESCALE_FROM_D)
     _PACK_P = gl.constexpr(PACK_P)
     _MASK_RANGE = gl.constexpr(MASK_RANGE)
+    _MASK_LIMITS = gl.constexpr(MASK_LIMITS)
     _PINGPONG = gl.constexpr(PINGPONG)
     _ROW_SUM_LANES = gl.constexpr(ROW_SUM_LANES)
     _PINGPONG_BAR0 = gl.constexpr(PINGPONG_BAR0)
@@ -420,6 +454,12 @@ if HAVE_GLUON:
                 m_new = gl.maximum(m_i, _row_max(s) * qk_scale)
                 m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
                 p = gl.exp2(s * qk_scale - m_use[:, None])
+            elif _MASK_LIMITS:  # each row's first and last visible column, against each score's column as a constant
+                s = gl.where(_visible_limits(offs_m, offs_n, start_n, Nk, causal_off, win_off, CAUSAL), s,
+                             float("-inf"))
+                m_new = gl.maximum(m_i, _row_max(s) * qk_scale)  # (scale > 0: the maximum of the scaled scores)
+                m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
+                p = gl.exp2(s * qk_scale - m_use[:, None])
             else:
                 cols = start_n + offs_n
                 visible = (cols[None, :] < Nk) & (cols[None, :] >= offs_m[:, None] + win_off)
@@ -442,6 +482,46 @@ if HAVE_GLUON:
         else:
             l_i = l_i * alpha + gl.sum(p, 1)
         return p, alpha, m_new, l_i
+
+    @gluon.jit
+    def _visible_limits(offs_m, offs_n, start_n, Nk, causal_off, win_off, CAUSAL: gl.constexpr):
+        """Which scores of a masked key block (keys start_n + offs_n, rows offs_m) are visible: row i sees the
+        block's columns [lo_i, hi_i), lo_i = i + win_off − start_n and hi_i = min(i + causal_off + 1, Nk) − start_n
+        (Nk − start_n without CAUSAL). In a wgmma accumulator a thread holds the columns 8j + 2(lane % 4) + k
+        (k = 0, 1): each score's column is its thread's base 2(lane % 4) (``offs_n & 6``) plus a constant of its
+        register, 8j + k (``offs_n & -7``, the same in every thread), so no column needs a register of its own.
+        ``MASK_LIMITS`` 1: the constant against each row's limits less the base, two comparisons against immediates
+        per score. 2 (blocks of up to 128 keys; wider ones take 1): each row's visible registers as a bit mask,
+        register (j, k) bit j + k·NJ, made once per row (for k = 0 the j with lo <= 8j < hi, for k = 1 those with
+        lo <= 8j + 1 < hi: ``mask_bits_reference``), then one AND with a constant bit per score."""
+        lo = offs_m + (win_off - start_n)
+        if CAUSAL:
+            hi = gl.minimum(offs_m + (causal_off + 1 - start_n), Nk - start_n)
+        else:
+            hi = gl.zeros_like(offs_m) + (Nk - start_n)
+        base = offs_n & 6
+        cc = offs_n & -7
+        NJ: gl.constexpr = offs_n.shape[0] // 8
+        if _MASK_LIMITS == 1 or NJ > 16:
+            visible = (cc[None, :] >= lo[:, None] - base[None, :]) & (cc[None, :] < hi[:, None] - base[None, :])
+        else:
+            lane = gl.inline_asm_elementwise("mov.u32 $0, %laneid;", "=r,r", [lo], dtype=gl.int32, is_pure=True,
+                                             pack=1)
+            lo = lo - (lane & 3) * 2  # the limits less the thread's base
+            hi = hi - (lane & 3) * 2
+            m0 = _bit_range(gl.minimum(gl.maximum((lo + 7) >> 3, 0), NJ),
+                            gl.minimum(gl.maximum((hi + 7) >> 3, 0), NJ))
+            m1 = _bit_range(gl.minimum(gl.maximum((lo + 6) >> 3, 0), NJ),
+                            gl.minimum(gl.maximum((hi + 6) >> 3, 0), NJ))
+            bits = m0 | (m1 << NJ)
+            idx = (cc >> 3) + (cc & 1) * NJ
+            visible = (bits[:, None] & (1 << idx[None, :])) != 0
+        return visible
+
+    @gluon.jit
+    def _bit_range(a, b):
+        """Bits a .. b − 1 set (none where a >= b); 0 <= a, b <= 16."""
+        return ((1 << b) - 1) & ~((1 << a) - 1)
 
     @gluon.jit
     def _lane_sums(p):
@@ -2248,6 +2328,9 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     block, so many (0–4) by a polynomial (the warp-specialised kernels; None: ``EXP_POLY`` for the head dim). No
     input checks (the public entry points and ``gluon_supported`` do them)."""
     _check_tiles(block_m, block_n, stages, num_warps, warp_spec, q.shape[-1], slopes is not None, persistent)
+    if not scale > 0:
+        raise ValueError(f"the Gluon forward takes a positive scale (a masked block's scores are masked before "
+                         f"they are scaled), got {scale!r}")
     if cu_seqlens is not None and (not warp_spec or slopes is not None):
         raise ValueError("a packed batch takes the warp-specialised Gluon forward, without ALiBi")
     if win_off is not None and not warp_spec:
