@@ -278,6 +278,21 @@ def test_gpu_gluon_matches_reference(B, H, Hkv, Nq, Nk, D, causal, dtype, tiles)
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
+@pytest.mark.parametrize("window", [(-1, 0), (100, 0)])
+def test_gpu_zero_scale_gives_uniform_attention_over_the_visible_keys(window):
+    """scale 0 (every visible key weighted alike) on a long causal call that would take the Gluon forward: the
+    Triton kernel's answer, held to the float64 criterion, with no NaN from a masked block."""
+    import attnlab
+
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    q, k, v = (torch.randn(1, 4, 1100, 64, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(3))
+    out, lse = attnlab.flash_attention(q, k, v, causal=True, window=window, scale=0.0, return_lse=True)
+    assert torch.isfinite(out).all()
+    _ref_check(q, k, v, out, lse, True, 0.0, window=window)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
 def test_gpu_gluon_strided_inputs_and_the_dispatch():
     """(B, N, H, D) tensors seen as (B, H, N, D) (the layout of a model's projections) go through the
     descriptors' strides; a Gluon configuration passed to prefill_forward takes the Gluon kernel and
