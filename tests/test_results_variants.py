@@ -5,6 +5,7 @@ file or a retyped number fails here."""
 from __future__ import annotations
 
 import json
+import re
 
 from tests.helpers import ROOT, load_script
 
@@ -1290,6 +1291,53 @@ def test_results_fa4_runs_1_and_2_are_the_recorded_ones():
     counts = (outcomes.count("."), outcomes.count("s"), outcomes.count("x"))
     assert f"{counts[0]} passed, {counts[1]} skipped, {counts[2]} xfailed, none failed" in text
     assert len(outcomes) == sum(counts)
+
+
+def test_results_mask_limits_runs_9_and_10_are_the_recorded_ones():
+    """The masked step from each row's limits (fwd-switches runs 9 and 10): the tables as ``fwd_switches.py`` renders
+    them, every ratio RESULTS quotes, the GPU tests' count from their log, and the switch as the runs decided it."""
+    import pytest
+
+    pytest.importorskip("triton")
+    from attnlab.gpu import prefill_gluon as G
+
+    fs = load_script("benchmarks/fwd_switches.py")
+    results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    section = results[results.index("### Fwd-switches runs 9 and 10"):results.index("### Fwd-switches runs 7 and 8")]
+    text = _flat(section)
+    data = ROOT / "benchmarks" / "data"
+    r9 = json.loads((data / "fwd-switches-h200-run9.json").read_text())["rows"]
+    r10 = json.loads((data / "fwd-switches-h200-run10.json").read_text())["rows"]
+    assert fs.report(r9) in section and fs.report(r10) in section
+    x = [{(r["row"], r["D"], r["build"]): r["vs_first"] for r in rows} for rows in (r9, r10)]
+
+    def span(row, D):
+        a, b = (xi[row, D, "nolimits"] for xi in x)
+        return f"{min(a, b):.3f}–{max(a, b):.3f}×"
+    slower = [("varlen", 64), ("varlen", 128), ("window", 64), ("causal", 128)]
+    assert (f"the packed batch {span('varlen', 64)} at D = 64 and {span('varlen', 128)} at D = 128, the D = 64 window "
+            f"{span('window', 64)}, the D = 128 causal 4 × 4K {span('causal', 128)}: slower in both runs") in text
+    assert all(xi[key + ("nolimits",)] < 1 for xi in x for key in slower)
+    others = [xi[key + ("nolimits",)] for xi in x for key in (("causal", 64), ("window", 128), ("full", 64), ("full", 128))]
+    assert f"`nolimits` was level to {(max(others) - 1) * 100:.1f} % faster" in text and min(others) > 0.999
+    assert f"the D = 64 causal 4 × 4K {x[0]['causal', 64, 'nolimits']:.3f}× in both runs" in text
+    assert f"{x[0]['causal', 64, 'nolimits']:.3f}" == f"{x[1]['causal', 64, 'nolimits']:.3f}"
+    assert (f"the D = 128 window {span('window', 128)}, and the dense non-causal rows {span('full', 64)} at D = 64 and "
+            f"{span('full', 128)} at D = 128") in text
+    lim1 = {(r["row"], r["D"]): r for r in r9 if r["build"] == "limits1"}
+    faster = [k for k, r in lim1.items() if r["vs_first"] > 1]
+    assert sorted(faster) == [("full", 64), ("varlen", 128)]
+    assert (f"only on the D = 128 packed batch ({lim1['varlen', 128]['vs_first']:.3f}×) and the dense D = 64 row "
+            f"({lim1['full', 64]['vs_first']:.3f}×, no masked block)") in text
+    assert all(r["max_diff"] == 0.0 for r in lim1.values())
+    peer = [{(r["row"], r["D"]): r["x_peer"] for r in rows if r["build"] == "shipped"} for rows in (r9, r10)]
+    assert (f"the D = 64 window forward {peer[0]['window', 64]:.2f}× and {peer[1]['window', 64]:.2f}× FlexAttention "
+            f"(the bar 1.3×), the D = 64 causal 4K forward {peer[0]['causal', 64]:.2f}× and {peer[1]['causal', 64]:.2f}× "
+            f"cuDNN") in text
+    log = (data / "fwd-switches-checks" / "tests-run9.log").read_text().strip().splitlines()[-1]
+    n = log.split(" in ")[0]
+    assert f"GPU tests: {n}." in text and re.search(r"\b\d+ failed", log) is None
+    assert G.MASK_LIMITS == 2 and not G.MASK_RANGE
 
 
 def test_results_fa4_step_runs_7_and_8_are_the_recorded_ones():
