@@ -153,7 +153,9 @@ MASK_RANGE = False
 # their 2300-9400 instructions, none spills more); 1: two comparisons against constants per score; 0: three
 # comparisons of the score's column, held in a register, per score, and the scale before the select. 1 and 2 select
 # the raw scores, so the scale must be positive (a zero scale takes the Triton kernel); ``MASK_RANGE`` on takes
-# precedence. Compile-time switch (the kernels read ``_MASK_LIMITS``)
+# precedence. Measured against 0 (H200, benchmarks/fwd_switches.py runs 9 and 10): the packed batch 1.026-1.046x at
+# D = 64 and 1.035-1.037x at D = 128, the D = 64 window 1.014-1.021x, the other rows within 0.98-1.02x; 1 no better.
+# Compile-time switch (the kernels read ``_MASK_LIMITS``)
 MASK_LIMITS = 2
 PINGPONG = False
 ROW_SUM_LANES = False
