@@ -23,6 +23,9 @@ Arms (``--arms``, the first the baseline of the ratios):
              products have read K)
     p2       the same with two K/V buffer pairs (the next block's K and V load under the current block's steps;
              D = 64 only: at D = 128 two pairs need more shared memory than a block has)
+    nolimits the library's choice, its Gluon kernel built with the masked steps' three comparisons per score
+             (``prefill_gluon_bwd.MASK_LIMITS`` 0: a copy of the module with that switch, whose kernel stands in for
+             the library's while the arm runs)
 
 Rows: ``causal`` and ``full`` (4 × 4K, 32 heads), ``long`` (one 16K causal sequence), ``gqa`` (32 query heads on 8 K/V
 heads, 8K causal), ``varlen`` (the variants benchmark's packed batch: 16K tokens of documents of 256-1,792, causal),
@@ -58,8 +61,9 @@ from attnlab.bench import time_fn  # noqa: E402
 ROWS = ("causal", "full", "long", "gqa", "varlen", "short", "gqa2", "gqa8", "gqa-4k", "gqa-16k", "pack128", "pack512",
         "pack2k")
 PACKS = {"pack128": 128, "pack512": 512, "pack2k": 2048}  # packed batches of 16K tokens in documents of one length
-ARMS = ("g64", "g128", "g128s", "g64lag0", "table", "g64lag1", "p1", "p2")
-TABLE_ARMS = ("table", "p1", "p2")  # (the arms that run at D = 128 too; p2 skips it)
+ARMS = ("g64", "g128", "g128s", "g64lag0", "table", "g64lag1", "p1", "p2", "nolimits")
+TABLE_ARMS = ("table", "p1", "p2", "nolimits")  # (the arms that run at D = 128 too; p2 skips it)
+SWITCH_ARMS = {"nolimits": {"MASK_LIMITS": 0}}  # arm: the Gluon backward's module switches it is built with
 PERSISTENT_ARMS = {"p1": 1, "p2": 2}  # arm: K/V buffer pairs of the persistent build
 SHAPES = {  # row: (B, H, Hkv, N, causal)
     "causal": (4, 32, 32, 4096, True),
@@ -103,6 +107,34 @@ def arm_config(arm: str, causal: bool, D: int = 64, n_keys: int | None = None):
     return {"g64": g64, "g128": dataclasses.replace(g64, block_m1=128, dq_lag=0),
             "g128s": dataclasses.replace(g64, block_m1=128, dq_lag=0, dq_shared=True),
             "g64lag0": dataclasses.replace(g64, dq_lag=0), "g64lag1": dataclasses.replace(g64, dq_lag=1)}[arm]
+
+
+_SWITCHED: dict = {}  # switches: the module copy (and its folder, alive while its kernel may compile)
+
+
+def switched_module(values: dict):
+    """A copy of ``prefill_gluon_bwd`` with the module switches ``values`` ({name: value}, each a
+    ``    _NAME = gl.constexpr(NAME)`` line of the module), loaded under ``attnlab.gpu`` (its relative imports the
+    library's); made once per set of values."""
+    import importlib.util
+    import tempfile
+
+    from fwd_switches import switched_source
+
+    from attnlab.gpu import prefill_gluon_bwd as gb
+
+    key = tuple(sorted(values.items()))
+    if key not in _SWITCHED:
+        folder = tempfile.TemporaryDirectory(prefix="bwd-switches-")
+        name = f"_prefill_gluon_bwd_build{len(_SWITCHED)}"
+        path = Path(folder.name) / f"{name}.py"
+        path.write_text(switched_source(Path(gb.__file__).read_text(), values))
+        spec = importlib.util.spec_from_file_location(f"attnlab.gpu.{name}", path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+        _SWITCHED[key] = (mod, folder)
+    return _SWITCHED[key][0]
 
 
 def row_call(name: str, D: int, device: str):
@@ -179,11 +211,21 @@ def measure(args) -> list[dict]:
 
     @contextmanager
     def use(arm, D):
+        from attnlab.gpu import prefill_bwd
+        from attnlab.gpu import prefill_gluon_bwd as gb
+
         _CURRENT[0] = arm_config(arm, rows_causal[_ROW[0]], D, row_keys(_ROW[0]))
+        kernel = gb._attn_bwd_gluon_ws
+        if arm in SWITCH_ARMS:  # (kept plans dropped on the way in and out: they hold the kernel they launched)
+            gb._attn_bwd_gluon_ws = switched_module(SWITCH_ARMS[arm])._attn_bwd_gluon_ws
+            prefill_bwd._CALL_PLANS.clear()
         try:
             yield
         finally:
             _CURRENT[0] = None
+            if arm in SWITCH_ARMS:
+                gb._attn_bwd_gluon_ws = kernel
+                prefill_bwd._CALL_PLANS.clear()
 
     results = []
     for row in args.rows:  # (one row at a time: the arm's config depends on the row's mask)

@@ -11,7 +11,14 @@ to the float64 criterion of the other kernels on awkward shapes, with and withou
 
 import pytest
 import torch
-from tests.helpers import GLUON_CASES, GLUON_WINDOW_CASES, load_script, sm90_reports, within_criterion
+from tests.helpers import (
+    GLUON_CASES,
+    GLUON_WINDOW_CASES,
+    fresh_json,
+    load_script,
+    sm90_reports,
+    within_criterion,
+)
 from tests.helpers import abs_err as _err
 
 from attnlab.reference import attention_ref
@@ -1347,6 +1354,37 @@ def test_packed_builds_with_zero_past_for_sm90():
 
 # (D, K/V buffer pairs, the table's options at D): both pairs at D = 64, one at D = 128 (two do not fit there)
 PERSISTENT_OPTS = [(64, 2, dict(dq_lag=2)), (64, 1, dict()), (64, 2, dict(dq_lag=1)), (128, 1, dict(dq_shared=True))]
+
+
+@needs_gluon
+def test_mask_limits_builds_for_sm90_with_fewer_selects_and_no_more_spill():
+    """The masked steps from each key row's query limits (``MASK_LIMITS`` 2, the module as shipped) against a copy of
+    the module with the three comparisons per score (0, as ``benchmarks/bwd_block_m.py``'s ``nolimits`` arm builds it),
+    on the table's causal builds at D = 64 and 128, dense and packed: the same products, loads, waits and shared
+    memory, half the selects or fewer, and no more spill (under triton 3.6 the D = 128 builds' stacks shrink)."""
+    code = ("import json, sys; sys.path.insert(0, 'benchmarks'); import bwd_block_m as bm\n"
+            "from attnlab.gpu import prefill_gluon_bwd as gb; from attnlab.gpu.prefill_gluon import kernel_report\n"
+            "out = []\n"
+            "for name, m in (('limits', gb), ('nolimits', bm.switched_module({'MASK_LIMITS': 0}))):\n"
+            "    for D, kw in ((64, dict(dq_lag=2)), (64, dict(dq_lag=2, varlen=True)), (128, {}), "
+            "(128, dict(varlen=True))):\n"
+            "        k = m.compile_sm90(D, causal=True, **kw)\n"
+            "        r = kernel_report(k)\n"
+            "        r['selects'] = k.asm['ptx'].count('selp.f32')\n"
+            "        r['build'], r['case'] = name, f'{D}-{sorted(kw.items())}'\n"
+            "        out.append(r)\n"
+            "print(json.dumps(out))")
+    reps = fresh_json(code, timeout=1200)
+    base = {r["case"]: r for r in reps if r["build"] == "nolimits"}
+    assert GB.MASK_LIMITS == 2 and len(base) == 4
+    for r in reps:
+        if r["build"] != "limits":
+            continue
+        s_ = base[r["case"]]
+        for key in ("wgmma", "tma_loads", "smem_kb", "wait_groups", "exponentials", "atomics", "tma_reduces"):
+            assert r[key] == s_[key], (key, r, s_)
+        assert r["stack"] <= s_["stack"], (r, s_)
+        assert r["selects"] <= s_["selects"] / 2, (r["selects"], s_["selects"])
 
 
 @needs_gluon

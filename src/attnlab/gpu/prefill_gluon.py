@@ -189,7 +189,7 @@ VOTE_ASM = "\n".join([
 
 
 def mask_bits_reference(lo: int, hi: int, lane: int, block_n: int) -> list[bool]:
-    """``_visible_limits``'s bit mask (``MASK_LIMITS`` 2) in Python, for one row and one thread: for each of the
+    """``_col_range``'s bit mask (mode 2, ``MASK_LIMITS`` 2) in Python, for one row and one thread: for each of the
     thread's columns of a ``block_n``-key block in register order (column 8j + 2(lane % 4) + k, j-major), whether the
     kernel takes it as visible for the row's limits [lo, hi) (block columns; any int32). The arithmetic is the
     kernel's, step by step, so a test can hold it to the plain comparison."""
@@ -489,22 +489,27 @@ if HAVE_GLUON:
     def _visible_limits(offs_m, offs_n, start_n, Nk, causal_off, win_off, CAUSAL: gl.constexpr):
         """Which scores of a masked key block (keys start_n + offs_n, rows offs_m) are visible: row i sees the
         block's columns [lo_i, hi_i), lo_i = i + win_off − start_n and hi_i = min(i + causal_off + 1, Nk) − start_n
-        (Nk − start_n without CAUSAL). In a wgmma accumulator a thread holds the columns 8j + 2(lane % 4) + k
-        (k = 0, 1): each score's column is its thread's base 2(lane % 4) (``offs_n & 6``) plus a constant of its
-        register, 8j + k (``offs_n & -7``, the same in every thread), so no column needs a register of its own.
-        ``MASK_LIMITS`` 1: the constant against each row's limits less the base, two comparisons against immediates
-        per score. 2 (blocks of up to 128 keys; wider ones take 1): each row's visible registers as a bit mask,
-        register (j, k) bit j + k·NJ, made once per row (for k = 0 the j with lo <= 8j < hi, for k = 1 those with
-        lo <= 8j + 1 < hi: ``mask_bits_reference``), then one AND with a constant bit per score."""
+        (Nk − start_n without CAUSAL), by ``_col_range`` in the form ``MASK_LIMITS`` names."""
         lo = offs_m + (win_off - start_n)
         if CAUSAL:
             hi = gl.minimum(offs_m + (causal_off + 1 - start_n), Nk - start_n)
         else:
             hi = gl.zeros_like(offs_m) + (Nk - start_n)
+        return _col_range(lo, hi, offs_n, _MASK_LIMITS)
+
+    @gluon.jit
+    def _col_range(lo, hi, offs_n, MODE: gl.constexpr):
+        """[M, N] booleans of a wgmma accumulator's layout: row r's columns lo_r <= c < hi_r (``offs_n``: the columns,
+        0 .. N − 1; lo, hi: any int32 of the rows' layout). A thread holds the columns 8j + 2(lane % 4) + k: its
+        base 2(lane % 4) (``offs_n & 6``) plus a constant of the register, 8j + k (``offs_n & -7``), so no column needs
+        a register of its own. ``MODE`` 1: each register's constant against the row's limits less the base, two
+        comparisons against immediates per element. 2 (N <= 128; wider takes 1): each row's registers in range as a
+        bit mask, register (j, k) bit j + k·N/8, made once per row (for k = 0 the j with lo <= 8j < hi, for k = 1
+        those with lo <= 8j + 1 < hi: ``mask_bits_reference``), then one AND with a constant bit per element."""
         base = offs_n & 6
         cc = offs_n & -7
         NJ: gl.constexpr = offs_n.shape[0] // 8
-        if _MASK_LIMITS == 1 or NJ > 16:
+        if MODE == 1 or NJ > 16:
             visible = (cc[None, :] >= lo[:, None] - base[None, :]) & (cc[None, :] < hi[:, None] - base[None, :])
         else:
             lane = gl.inline_asm_elementwise("mov.u32 $0, %laneid;", "=r,r", [lo], dtype=gl.int32, is_pure=True,

@@ -75,6 +75,13 @@ from .launch import (
 from .layout import dq_tiles_shape, store_dq, store_dq_tiles, sum_head_copies
 from .prefill_gluon import HAVE_GLUON, NO_WINDOW
 
+# a masked step's visible scores from each key row's query limits (``prefill_gluon._col_range``, the forward's
+# ``MASK_LIMITS`` form): key j sees the block's query columns [lo_j, hi_j), lo_j = j − causal_off − m0 (causal) and
+# hi_j = j − win_off + 1 − m0 (none past the keys' end), as a bit mask made once per row (2), two comparisons against
+# constants per score (1), or three comparisons of the query's column, held in a register, per score (0).
+# Compile-time switch (the consumers read ``_MASK_LIMITS``)
+MASK_LIMITS = 2
+
 HAVE_TMA_REDUCE = False  # set below where this triton has the reduction
 
 if HAVE_GLUON:
@@ -92,9 +99,18 @@ if HAVE_GLUON:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from .prefill_gluon import _tma_load, _tma_store, _warps_barrier, _zero_past, nvmma_layout, row_layout
+    from .prefill_gluon import (
+        _col_range,
+        _tma_load,
+        _tma_store,
+        _warps_barrier,
+        _zero_past,
+        nvmma_layout,
+        row_layout,
+    )
 
     _LOG2E = gl.constexpr(LOG2E)  # a jit function reads module globals only as constexprs
+    _MASK_LIMITS = gl.constexpr(MASK_LIMITS)
 
     # the TMA reduction from shared memory: Gluon's builder has it in 3.6 without a Python wrapper
     # (``tma.async_atomic_add`` from 3.7 on)
@@ -679,9 +695,17 @@ if HAVE_GLUON:
                     below = d0 >= SUB_N - 1
                     masked = masked | ((d0 < SUB_N - 1) & (d0 > 1 - BLOCK_M))
             if masked:
-                visible = (offs_k[:, None] < Nk) & (offs_k[:, None] >= offs_q[None, :] + win_off)
-                if CAUSAL:
-                    visible = visible & (offs_k[:, None] <= offs_q[None, :] + causal_off)
+                if _MASK_LIMITS > 0:  # key j sees the block's query columns [lo_j, hi_j)
+                    if CAUSAL:
+                        lo = offs_k - (causal_off + m0)
+                    else:
+                        lo = gl.zeros_like(offs_k)
+                    hi = gl.where(offs_k < Nk, offs_k + (1 - win_off - m0), 0)
+                    visible = _col_range(lo, hi, offs_qs, _MASK_LIMITS)
+                else:
+                    visible = (offs_k[:, None] < Nk) & (offs_k[:, None] >= offs_q[None, :] + win_off)
+                    if CAUSAL:
+                        visible = visible & (offs_k[:, None] <= offs_q[None, :] + causal_off)
                 if ALIBI and CAUSAL:  # every visible key is at or before its row's diagonal: as below it
                     sT = gl.where(visible, sT * qk_scale - lse2[None, :] + (slope2 * kpos)[:, None], float("-inf"))
                 elif ALIBI:
