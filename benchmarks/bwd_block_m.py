@@ -25,7 +25,8 @@ Arms (``--arms``, the first the baseline of the ratios):
              D = 64 only: at D = 128 two pairs need more shared memory than a block has)
     nolimits the library's choice, its Gluon kernel built with the masked steps' three comparisons per score
              (``prefill_gluon_bwd.MASK_LIMITS`` 0: a copy of the module with that switch, whose kernel stands in for
-             the library's while the arm runs)
+             the library's while the arm runs, both layers' kept plans dropped; below ``MASK_LIMITS_FROM_D`` the two
+             builds are the same)
 
 Rows: ``causal`` and ``full`` (4 × 4K, 32 heads), ``long`` (one 16K causal sequence), ``gqa`` (32 query heads on 8 K/V
 heads, 8K causal), ``varlen`` (the variants benchmark's packed batch: 16K tokens of documents of 256-1,792, causal),
@@ -215,17 +216,24 @@ def measure(args) -> list[dict]:
         from attnlab.gpu import prefill_gluon_bwd as gb
 
         _CURRENT[0] = arm_config(arm, rows_causal[_ROW[0]], D, row_keys(_ROW[0]))
-        kernel = gb._attn_bwd_gluon_ws
-        if arm in SWITCH_ARMS:  # (kept plans dropped on the way in and out: they hold the kernel they launched)
-            gb._attn_bwd_gluon_ws = switched_module(SWITCH_ARMS[arm])._attn_bwd_gluon_ws
+        kernel, launch = gb._attn_bwd_gluon_ws, gb.launch_kept
+        launched = []
+        if arm in SWITCH_ARMS:  # (both layers' kept plans dropped on the way in and out: they hold the kernel they
+            gb._attn_bwd_gluon_ws = switched_module(SWITCH_ARMS[arm])._attn_bwd_gluon_ws  # launched)
             prefill_bwd._CALL_PLANS.clear()
+            gb._PLANS.clear()
+            gb.launch_kept = lambda k, *a, **kw: launched.append(k) or launch(k, *a, **kw)
         try:
             yield
         finally:
             _CURRENT[0] = None
             if arm in SWITCH_ARMS:
-                gb._attn_bwd_gluon_ws = kernel
+                copy = gb._attn_bwd_gluon_ws
+                gb._attn_bwd_gluon_ws, gb.launch_kept = kernel, launch
                 prefill_bwd._CALL_PLANS.clear()
+                gb._PLANS.clear()
+                if copy not in launched or kernel in launched:  # (the arm timed the build it names, or says so)
+                    raise RuntimeError(f"arm {arm}: the switched build's kernel was not the one launched")
 
     results = []
     for row in args.rows:  # (one row at a time: the arm's config depends on the row's mask)

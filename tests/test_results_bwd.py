@@ -881,6 +881,39 @@ def test_results_bwd_block_m_run_6_is_the_recorded_one():
     assert "4 passed" in store and "failed" not in store
 
 
+def test_results_bwd_block_m_runs_10_to_12_are_the_recorded_ones():
+    """The backward's masked steps from each key row's limits (bwd-block-m runs 10–12): the compact table recomputed
+    from runs 11 and 12, run 12's table as the script renders it, the ranges the text quotes, the GPU tests' counts
+    from their logs, and the switch as the runs decided it."""
+    from attnlab.gpu import prefill_gluon_bwd as gb
+
+    mod = load_script("benchmarks/bwd_block_m.py")
+    results = _results()
+    section = results[results.index("### Bwd-block-m runs 10–12"):results.index("### Bwd-block-m runs 7–9")]
+    runs = {n: {(x["row"], x["D"], x["arm"]): x["vs_first"] for x in json.loads(
+        (DATA / f"bwd-block-m-h200-run{n}.json").read_text())["rows"]} for n in (11, 12)}
+    assert mod.report(json.loads((DATA / "bwd-block-m-h200-run12.json").read_text())["rows"]) in section
+    keys = sorted({(row, D) for (row, D, arm) in runs[11] if arm == "nolimits"})
+    assert len(keys) == 12
+    for row, D in keys:
+        cells = " | ".join(f"{runs[n][row, D, 'nolimits']:.3f}×" if (row, D, "nolimits") in runs[n] else "—"
+                           for n in (11, 12))
+        assert f"| {row} | {D} | {cells} |" in section, (row, D)
+    text = _flat(section)
+    packed128 = [runs[n][r, 128, "nolimits"] for n in (11, 12) for r in ("varlen", "pack512")]
+    assert f"`nolimits` {min(packed128):.3f}–{max(packed128):.3f}× on the variants' batch" in text and max(packed128) < 1
+    dense128 = [runs[n][k] for n in (11, 12) for k in runs[n] if k[1] == 128 and k[2] == "nolimits"
+                and k[0] in ("causal", "long", "full")]
+    assert f"within 1.5 % on the dense rows ({min(dense128):.3f}–{max(dense128):.3f}×)" in text
+    assert max(abs(x - 1) for x in dense128) < 0.015
+    long64 = [runs[n]["long", 64, "nolimits"] for n in (11, 12)]
+    assert f"ran {long64[0]:.3f}× and {long64[1]:.3f}× faster without it" in text and min(long64) > 1
+    for name in ("checks-run10.log", "extra-run10.log"):
+        last = (DATA / "bwd-block-m" / name).read_text().strip().splitlines()[-1]
+        assert last.split(" in ")[0] in text and "failed" not in last, name
+    assert gb.MASK_LIMITS == 2 and gb.MASK_LIMITS_FROM_D == 128
+
+
 def test_results_bwd_block_m_runs_7_to_9_are_the_recorded_ones():
     """The persistent backward (bwd-block-m runs 7–9): each arm's ratio to the table's backward in the compact table,
     recomputed from the three runs' rows; run 9's table as the script renders it; ncu's long-scoreboard shares from the

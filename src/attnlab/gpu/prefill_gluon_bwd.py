@@ -78,9 +78,14 @@ from .prefill_gluon import HAVE_GLUON, NO_WINDOW
 # a masked step's visible scores from each key row's query limits (``prefill_gluon._col_range``, the forward's
 # ``MASK_LIMITS`` form): key j sees the block's query columns [lo_j, hi_j), lo_j = j − causal_off − m0 (causal) and
 # hi_j = j − win_off + 1 − m0 (none past the keys' end), as a bit mask made once per row (2), two comparisons against
-# constants per score (1), or three comparisons of the query's column, held in a register, per score (0).
-# Compile-time switch (the consumers read ``_MASK_LIMITS``)
+# constants per score (1), or three comparisons of the query's column, held in a register, per score (0), at head
+# dims from ``MASK_LIMITS_FROM_D``. The same bits either way (the select stays after the FFMA). Measured against 0
+# (H200, benchmarks/bwd_block_m.py runs 11 and 12, the backward alone from CUDA graphs): at D = 128 packed batches
+# 1.02-1.04x and the dense rows 0.98-1.01x (the build spills less: 104 bytes -> 56); at D = 64 packed batches
+# 1.00-1.01x but the 16K causal row 0.97x in both runs: from D = 128. Compile-time switches (the consumers read
+# ``_MASK_LIMITS`` and ``_MASK_LIMITS_FROM_D``)
 MASK_LIMITS = 2
+MASK_LIMITS_FROM_D = 128
 
 HAVE_TMA_REDUCE = False  # set below where this triton has the reduction
 
@@ -111,6 +116,7 @@ if HAVE_GLUON:
 
     _LOG2E = gl.constexpr(LOG2E)  # a jit function reads module globals only as constexprs
     _MASK_LIMITS = gl.constexpr(MASK_LIMITS)
+    _MASK_LIMITS_FROM_D = gl.constexpr(MASK_LIMITS_FROM_D)
 
     # the TMA reduction from shared memory: Gluon's builder has it in 3.6 without a Python wrapper
     # (``tma.async_atomic_add`` from 3.7 on)
@@ -695,7 +701,7 @@ if HAVE_GLUON:
                     below = d0 >= SUB_N - 1
                     masked = masked | ((d0 < SUB_N - 1) & (d0 > 1 - BLOCK_M))
             if masked:
-                if _MASK_LIMITS > 0:  # key j sees the block's query columns [lo_j, hi_j)
+                if _MASK_LIMITS > 0 and HEAD_D >= _MASK_LIMITS_FROM_D:  # key j sees the query columns [lo_j, hi_j)
                     if CAUSAL:
                         lo = offs_k - (causal_off + m0)
                     else:
