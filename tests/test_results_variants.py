@@ -1293,6 +1293,26 @@ def test_results_fa4_runs_1_and_2_are_the_recorded_ones():
     assert len(outcomes) == sum(counts)
 
 
+def test_results_variants_runs_26_and_27_are_the_recorded_ones():
+    """Variants runs 26 and 27: both tables as ``variants.py report`` renders them, and the ratios the text quotes."""
+    v = load_script("benchmarks/variants.py")
+    results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    section = results[results.index("### Variants runs 26 and 27"):results.index("### Fwd-switches runs 9 and 10")]
+    text = _flat(section)
+    ratios = {}
+    for n in (26, 27):
+        rows = json.loads((ROOT / "benchmarks" / "data" / f"variants-h200-run{n}.json").read_text())["rows"]
+        assert v.report(rows) in section
+        for line in section.split(f"Run {n}:")[1].split("\n\n")[1].splitlines()[2:]:
+            c = [t.strip() for t in line.strip("|").split("|")]
+            ratios[n, int(c[0]), c[1], c[2]] = c[7]
+    assert (f"ran at {ratios[26, 128, 'varlen', 'fwd_bwd']}× and {ratios[27, 128, 'varlen', 'fwd_bwd']}× FlexAttention"
+            in text)
+    assert f"The D = 64 window forward ran at {ratios[26, 64, 'window', 'fwd']}× and {ratios[27, 64, 'window', 'fwd']}×" in text
+    low = {k for k, r in ratios.items() if float(r) < 1.3}
+    assert low == {(26, 64, "window", "fwd"), (27, 64, "window", "fwd")} and len(ratios) == 16
+
+
 def test_results_mask_limits_runs_9_and_10_are_the_recorded_ones():
     """The masked step from each row's limits (fwd-switches runs 9 and 10): the tables as ``fwd_switches.py`` renders
     them, every ratio RESULTS quotes, the GPU tests' count from their log, and the switch as the runs decided it."""
