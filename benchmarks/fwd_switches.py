@@ -13,7 +13,9 @@ rescaling skipped by warps whose alphas are all 1); ``skip+tau8`` (and a row's m
 than 8, log2 units); ``tau8`` (the last three at both head dims, ``RESCALE_FROM_D`` 64); ``tree`` and ``chain`` (the
 row maximum as a tree or one score after another); ``pack``, ``mask``, ``pp`` and ``fa4`` (FlashAttention-4's step:
 P̃ converted two elements at a time, masked blocks' scores masked by one range test and then the unmasked arithmetic,
-the consumer groups' turns at the tensor cores, and all three); ``n256`` and ``n256p``, D = 64 only: the shipped kernels on
+the consumer groups' turns at the tensor cores, and all three); ``nolimits``, ``limits1`` and ``limits`` (a masked
+block's visibility by three comparisons of each score's column, by two comparisons against constants, or by a bit
+mask per row: ``MASK_LIMITS`` 0, 1, 2); ``n256`` and ``n256p``, D = 64 only: the shipped kernels on
 128 × 256 tiles (every D = 64 entry of the Gluon forward's table so replaced while the build runs, ``TILE_BUILDS``), as
 a grid or persistent; ``n192``, ``n192m`` and ``n128g``, D = 64 only: 192 × 192 tiles (FlashAttention-3's, P̃ through
 shared memory), 128 × 192 tiles (the same step on two consumer groups of 232 registers) and 192 × 128 tiles, all as a
