@@ -1293,6 +1293,19 @@ def test_results_fa4_runs_1_and_2_are_the_recorded_ones():
     assert len(outcomes) == sum(counts)
 
 
+def _switch_runs(start: str, end: str, runs: tuple[int, ...]):
+    """The RESULTS section from heading ``start`` to heading ``end``, flattened too, and the rows of the fwd-switches
+    runs it records, after checking that each run's table is in it as ``fwd_switches.py`` renders it."""
+    fs = load_script("benchmarks/fwd_switches.py")
+    results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    section = results[results.index(start):results.index(end)]
+    rows = [json.loads((ROOT / "benchmarks" / "data" / f"fwd-switches-h200-run{n}.json").read_text())["rows"]
+            for n in runs]
+    for r in rows:
+        assert fs.report(r) in section
+    return section, _flat(section), rows
+
+
 def test_results_variants_runs_26_and_27_are_the_recorded_ones():
     """Variants runs 26 and 27: both tables as ``variants.py report`` renders them, and the ratios the text quotes."""
     v = load_script("benchmarks/variants.py")
@@ -1321,14 +1334,8 @@ def test_results_mask_limits_runs_9_and_10_are_the_recorded_ones():
     pytest.importorskip("triton")
     from attnlab.gpu import prefill_gluon as G
 
-    fs = load_script("benchmarks/fwd_switches.py")
-    results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
-    section = results[results.index("### Fwd-switches runs 9 and 10"):results.index("### Fwd-switches runs 7 and 8")]
-    text = _flat(section)
+    section, text, (r9, r10) = _switch_runs("### Fwd-switches runs 9 and 10", "### Fwd-switches runs 7 and 8", (9, 10))
     data = ROOT / "benchmarks" / "data"
-    r9 = json.loads((data / "fwd-switches-h200-run9.json").read_text())["rows"]
-    r10 = json.loads((data / "fwd-switches-h200-run10.json").read_text())["rows"]
-    assert fs.report(r9) in section and fs.report(r10) in section
     x = [{(r["row"], r["D"], r["build"]): r["vs_first"] for r in rows} for rows in (r9, r10)]
 
     def span(row, D):
@@ -1369,14 +1376,8 @@ def test_results_fa4_step_runs_7_and_8_are_the_recorded_ones():
     pytest.importorskip("triton")
     from attnlab.gpu import prefill_gluon as G
 
-    fs = load_script("benchmarks/fwd_switches.py")
-    results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
-    section = results[results.index("### Fwd-switches runs 7 and 8"):results.index("### Fwd-switches runs 5 and 6")]
-    text = _flat(section)
+    section, text, (r7, r8) = _switch_runs("### Fwd-switches runs 7 and 8", "### Fwd-switches runs 5 and 6", (7, 8))
     data = ROOT / "benchmarks" / "data"
-    r7 = json.loads((data / "fwd-switches-h200-run7.json").read_text())["rows"]
-    r8 = json.loads((data / "fwd-switches-h200-run8.json").read_text())["rows"]
-    assert fs.report(r7) in section and fs.report(r8) in section
     x7 = {(r["row"], r["D"], r["build"]): r["vs_first"] for r in r7}
     x8 = {(r["row"], r["D"], r["build"]): r["vs_first"] for r in r8}
     rows = ("window", "causal", "full")
