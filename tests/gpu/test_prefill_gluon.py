@@ -186,6 +186,38 @@ def test_a_zero_scale_takes_the_triton_kernel(monkeypatch):
     assert len(calls) == 1 and calls[0]["scale"] == 1e-30 and len(launches) == 1
 
 
+def test_mask_edges_beyond_any_sequence_are_clamped_within_int32():
+    """``clamp_edges``: offsets past ±2^30 become the kernels' own "no edge" values, the rest stay as they are."""
+    assert G.clamp_edges(None, None) == (None, None)
+    assert G.clamp_edges(5, -7) == (5, -7)
+    assert G.clamp_edges(1 << 31, -(1 << 31) + 4000) == (-G.NO_WINDOW, G.NO_WINDOW)
+    assert G.clamp_edges(1 << 40, -(1 << 40)) == (1 << 30, -(1 << 30))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_windows_wider_than_int32_are_no_windows(D, causal):
+    """A window's sides near 2^31 (a left edge that int32 arithmetic on row numbers would wrap) on the Gluon kernels:
+    the same forward, to the bit, as no window, and the same gradients within bf16 rounding."""
+    import attnlab
+
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    q, k, v, do = (torch.randn(1, 2048 // D // 4, 2100, D, device="cuda", dtype=torch.bfloat16, generator=gen)
+                   for _ in range(4))
+    wide = ((1 << 31) - 100, 0 if causal else (1 << 31) - 100)
+    outs = []
+    for window in (wide, None):
+        qs, ks, vs = (t.clone().requires_grad_() for t in (q, k, v))
+        o = attnlab.flash_attention(qs, ks, vs, causal=causal, window=window)
+        outs.append((o.detach(), *torch.autograd.grad(o, (qs, ks, vs), do)))
+    assert torch.equal(outs[0][0], outs[1][0])
+    for a, b in zip(outs[0][1:], outs[1][1:]):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, rtol=0, atol=2e-2 * b.abs().max().item())
+
+
 @pytest.mark.parametrize("block_n", [64, 128])
 def test_the_masked_blocks_bit_masks_are_the_row_limits(block_n):
     """``MASK_LIMITS`` 2's arithmetic (``mask_bits_reference``, the kernel's step by step): for every lane of a warp

@@ -165,6 +165,14 @@ WIDE_BOXES = 8  # its K/V ring: eight 64-key boxes (other rings have at most 4 s
 NO_WINDOW = -(1 << 30)  # win_off of a call without a left edge: every key is right of it
 
 
+def clamp_edges(causal_off: int | None, win_off: int | None) -> tuple[int | None, int | None]:
+    """A call's mask offsets within ±2^30 (``NO_WINDOW``): a left edge further than that is no left edge, a right
+    edge further than that sees every key (no sequence is that long), and the kernels' sums of an offset and a row
+    or block number then stay within int32."""
+    return (None if causal_off is None else min(causal_off, -NO_WINDOW),
+            None if win_off is None else max(win_off, NO_WINDOW))
+
+
 @functools.lru_cache(maxsize=64)
 def nvmma_layout(block: tuple[int, ...], dtype):
     """The default shared layout of a TMA block (``gl.NVMMASharedLayout.get_default_for``), made once per
@@ -2335,6 +2343,7 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     block, so many (0–4) by a polynomial (the warp-specialised kernels; None: ``EXP_POLY`` for the head dim). No
     input checks (the public entry points and ``gluon_supported`` do them)."""
     _check_tiles(block_m, block_n, stages, num_warps, warp_spec, q.shape[-1], slopes is not None, persistent)
+    causal_off, win_off = clamp_edges(causal_off, win_off)
     if not scale > 0:
         raise ValueError(f"the Gluon forward takes a positive scale (a masked block's scores are masked before "
                          f"they are scaled), got {scale!r}")

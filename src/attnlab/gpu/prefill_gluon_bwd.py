@@ -73,7 +73,7 @@ from .launch import (
     tensor_key,
 )
 from .layout import dq_tiles_shape, store_dq, store_dq_tiles, sum_head_copies
-from .prefill_gluon import HAVE_GLUON, NO_WINDOW
+from .prefill_gluon import HAVE_GLUON, NO_WINDOW, clamp_edges
 
 # a masked step's visible scores from each key row's query limits (``prefill_gluon._col_range``, the forward's
 # ``MASK_LIMITS`` form): key j sees the block's query columns [lo_j, hi_j), lo_j = j − causal_off − m0 (causal) and
@@ -1355,6 +1355,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     batches): each sequence's key blocks last first, as the deterministic build launches them. No input checks
     beyond the tiles (``gluon_supported`` and the public entry points do them). Returns the call's kept plan (``_BwdPlan``: what a later call of the
     same signature runs), or None where it keeps none."""
+    causal_off, win_off = clamp_edges(causal_off, win_off)
     B, H, Nq, D = q.shape
     key = None
     if kv_split == 1 and slopes is None and not _ablate and _sem_out is None and not dq_atomic and q.is_cuda:
