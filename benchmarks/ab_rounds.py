@@ -104,13 +104,13 @@ def table(rows: list[dict], head: str, arm_key: str = "build") -> str:
 
 
 def main(argv, *, description: str, name: str, rows, measure_fn, report, add_args=None, check_args=None,
-         env_extra=None) -> int:
-    """The command line the A/B scripts share: ``--rows``, ``--D``, ``--rounds``, ``--json`` (never overwriting a
-    file), ``--report JSON`` (the table of a recorded run, no GPU needed); ``add_args(parser)`` adds a script's own
-    options and ``check_args(parser, args)`` checks them; ``measure_fn(args)`` returns the result rows;
-    ``env_extra()`` more fields for the JSON's environment."""
+         env_extra=None, extra_rows=()) -> int:
+    """The command line the A/B scripts share: ``--rows`` (default ``rows``; ``extra_rows`` when named),
+    ``--D``, ``--rounds``, ``--json`` (never overwriting a file), ``--report JSON`` (the table of a recorded run, no
+    GPU needed); ``add_args(parser)`` adds a script's own options and ``check_args(parser, args)`` checks them;
+    ``measure_fn(args)`` returns the result rows; ``env_extra()`` more fields for the JSON's environment."""
     ap = argparse.ArgumentParser(description=description)
-    ap.add_argument("--rows", nargs="+", default=list(rows), choices=rows)
+    ap.add_argument("--rows", nargs="+", default=list(rows), choices=list(rows) + list(extra_rows))
     ap.add_argument("--D", type=int, nargs="+", default=[64, 128], choices=[64, 128])
     if add_args:
         add_args(ap)

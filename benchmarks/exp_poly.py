@@ -33,6 +33,7 @@ import attnlab  # noqa: E402
 from attnlab.bench import time_fn  # noqa: E402
 
 ROWS = ("window", "varlen", "causal", "full")
+EXTRA_ROWS = ("alibi", "causal16k")  # (named with --rows only) the variants' ALiBi row; one 16K causal sequence
 DENSE_B, DENSE_N = 4, 4096
 
 
@@ -40,7 +41,7 @@ def row_call(name: str, D: int, device: str):
     """(the library's forward as a zero-argument callable, FLOPs of the visible pairs, peer name, peer callable)."""
     H = V.WIDTH // D
     g = torch.Generator(device=device).manual_seed(D)
-    if name in ("window", "varlen"):
+    if name in ("window", "varlen", "alibi"):
         cfg = dict(variant=name, D=D, H=H, N=V.TOKENS, pass_="fwd", dtype=torch.bfloat16)
         if name == "varlen":
             cfg["lengths"] = V.doc_lengths(V.TOKENS)
@@ -51,10 +52,11 @@ def row_call(name: str, D: int, device: str):
         except (RuntimeError, NotImplementedError) as e:
             peer = e
         return lib, flops, "flex", peer
-    causal = name == "causal"
-    q, k, v = (torch.randn(DENSE_B, H, DENSE_N, D, generator=g, device=device, dtype=torch.bfloat16) for _ in range(3))
-    pairs = DENSE_N * (DENSE_N + 1) // 2 if causal else DENSE_N * DENSE_N
-    flops = 4.0 * pairs * D * H * DENSE_B
+    causal = name in ("causal", "causal16k")
+    B, N = (1, V.TOKENS) if name == "causal16k" else (DENSE_B, DENSE_N)
+    q, k, v = (torch.randn(B, H, N, D, generator=g, device=device, dtype=torch.bfloat16) for _ in range(3))
+    pairs = N * (N + 1) // 2 if causal else N * N
+    flops = 4.0 * pairs * D * H * B
 
     def lib():
         return attnlab.flash_attention(q, k, v, causal=causal)

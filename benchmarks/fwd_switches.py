@@ -19,8 +19,10 @@ mask per row: ``MASK_LIMITS`` 0, 1, 2); ``n256`` and ``n256p``, D = 64 only: the
 128 × 256 tiles (every D = 64 entry of the Gluon forward's table so replaced while the build runs, ``TILE_BUILDS``), as
 a grid or persistent; ``n192``, ``n192m`` and ``n128g``, D = 64 only: 192 × 192 tiles (FlashAttention-3's, P̃ through
 shared memory), 128 × 192 tiles (the same step on two consumer groups of 232 registers) and 192 × 128 tiles, all as a
-grid. Rows: those of ``exp_poly.py`` (the variants benchmark's sliding window W = 4096 and packed
-batch at 16K tokens, causal; dense 4 × 4K causal and not), at D = 64 and 128; ``--rounds`` rounds in which the builds
+grid. ``own`` and ``noown``: each consumer group walking only the key blocks its rows see, or the whole tile
+(``OWN_BLOCKS``). Rows: those of ``exp_poly.py`` (the variants benchmark's sliding window W = 4096 and packed
+batch at 16K tokens, causal; dense 4 × 4K causal and not; named only: ``alibi``, the variants' ALiBi row, and
+``causal16k``, one causal sequence of 16K), at D = 64 and 128; ``--rounds`` rounds in which the builds
 and the peer take turns (``do_bench`` medians; the table gives each one's median).
 
     python benchmarks/fwd_switches.py --json fwd-switches.json     # every row, both head dims, every build
@@ -39,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ab_rounds  # noqa: E402
-from exp_poly import ROWS, row_call  # noqa: E402
+from exp_poly import EXTRA_ROWS, ROWS, row_call  # noqa: E402
 
 from attnlab.bench import time_fn  # noqa: E402
 
@@ -63,6 +65,9 @@ BUILDS = {  # (the rescale builds set all three of its switches, so that each me
     "nolimits": {"MASK_LIMITS": 0},
     "limits1": {"MASK_LIMITS": 1},
     "limits": {"MASK_LIMITS": 2},
+    # each consumer group walks only the key blocks holding a key its rows see (``prefill_gluon.OWN_BLOCKS``)
+    "noown": {"OWN_BLOCKS": False},
+    "own": {"OWN_BLOCKS": True},
     "n256": {},  # (tiles, not switches: TILE_BUILDS)
     "n256p": {},
     "n192": {},
@@ -205,8 +210,8 @@ def main(argv=None) -> int:
             ap.error(f"--builds {' '.join(b for b in args.builds if b in TILE_BUILDS)}: their tiles are "
                      f"D = {TILE_HEAD_DIM}'s (--D {TILE_HEAD_DIM})")
 
-    return ab_rounds.main(argv, description=__doc__.splitlines()[0], name="fwd_switches", rows=ROWS, report=report,
-                          add_args=add, check_args=check, measure_fn=lambda a: measure(a.rows, a.D, a.builds, a.rounds))
+    return ab_rounds.main(argv, description=__doc__.splitlines()[0], name="fwd_switches", rows=ROWS,
+                          extra_rows=EXTRA_ROWS, report=report, add_args=add, check_args=check, measure_fn=lambda a: measure(a.rows, a.D, a.builds, a.rounds))
 
 
 if __name__ == "__main__":

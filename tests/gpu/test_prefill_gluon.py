@@ -232,6 +232,51 @@ def test_the_masked_blocks_bit_masks_are_the_row_limits(block_n):
                 assert got == [lo <= c < hi for c in cols], (lane, lo, hi)
 
 
+def _block_seen(rows, blk, block_n, nk, causal_off, win_off) -> bool:
+    """Whether one of ``rows`` sees a key of key block ``blk`` (keys before nk; causal_off / win_off None: no edge)."""
+    keys = range(blk * block_n, min((blk + 1) * block_n, nk))
+    return any((causal_off is None or j <= i + causal_off) and (win_off is None or j >= i + win_off)
+               for i in rows for j in keys)
+
+
+def test_each_group_walks_every_block_its_rows_see_and_no_other():
+    """``OWN_BLOCKS``' ranges (``group_blocks``, the kernel's arithmetic) against each (row, key) pair's visibility, on
+    the tiles the kernels walk (``tile_walks``' blocks, the part block first or not) of 128- and 192-row tiles: every
+    block of a tile's walk that holds a key one of a group's rows (before Nq) sees lies in the group's range, and
+    for a group whose rows are all before Nq the range's first and last blocks hold such a key (it takes no more)."""
+    import random
+
+    rng = random.Random(5)
+    cases = [(1000, 1000, 0, None), (4096, 4096, 0, -4095), (700, 1300, 600, -500), (1537, 1537, 0, -300),
+             (900, 900, 13, -97), (700, 300, -400, None), (2048, 2048, None, None), (3000, 4099, None, -2000)]
+    for _ in range(40):
+        nq, nk = rng.randint(1, 1500), rng.randint(1, 1500)
+        right = rng.choice([None, 0, rng.randint(0, 300)])
+        left = rng.choice([None, rng.randint(0, 900)])
+        cases.append((nq, nk, None if right is None else nk - nq + right, None if left is None else nk - nq - left))
+    skipped = 0
+    for nq, nk, causal_off, win_off in cases:
+        for block_m in (128, 192):
+            block_n = 128
+            for shift in {0, G.part_first_shift(nq, block_m)} if causal_off is not None else {0}:
+                walks = G.tile_walks(nq, nk, block_m, block_n, causal_off, win_off, shift)
+                for m, n_blocks in enumerate(walks):
+                    start = max(m * block_m - shift, 0)
+                    lo_blk = max(start + (G.NO_WINDOW if win_off is None else win_off), 0) // block_n
+                    for g in range(block_m // 64):
+                        first, end = G.group_blocks(start, g, lo_blk, n_blocks, nq, nk, causal_off, win_off, block_n)
+                        rows = range(start + 64 * g, min(start + 64 * g + 64, nq))
+                        seen = [_block_seen(rows, lo_blk + t, block_n, nk, causal_off, win_off)
+                                for t in range(n_blocks)]
+                        assert 0 <= first <= end <= n_blocks
+                        assert all(first <= t < end for t in range(n_blocks) if seen[t]), \
+                            (nq, nk, causal_off, win_off, block_m, m, g)
+                        if len(rows) == 64 and end > first:
+                            assert seen[first] and seen[end - 1], (nq, nk, causal_off, win_off, block_m, m, g)
+                        skipped += n_blocks - (end - first)
+    assert skipped > 0  # (the cases do reach blocks a group passes on)
+
+
 def test_causal_calls_reach_the_gluon_forward_with_the_schedule_of_their_length(monkeypatch):
     """The table's causal entries, seen on the CPU by standing in for the Gluon kernel: the part block first and
     groups of heads by K/V bytes (head_chunk 0) on every causal call; persistent at D = 128, and at D = 64 below
@@ -1432,6 +1477,80 @@ def test_mask_limits_builds_for_sm90_with_fewer_selects_and_no_spill():
             assert r[key] == s[key], (key, r, s)
         assert r["stack"] <= s["stack"], (r, s)  # (triton 3.6: none; 3.9's D = 64 build spills either way, less)
         assert r["selects"] < s["selects"] / 2, (r["selects"], s["selects"])
+
+
+def test_own_blocks_builds_for_sm90_with_the_same_products_and_no_more_spill():
+    """``OWN_BLOCKS`` (each consumer group walks only its own key blocks; ``benchmarks/fwd_switches.py`` builds ``own``
+    and ``noown``) in the window's build (D = 64, three consumer groups) and the persistent D = 128 one: the same
+    loads, waits, shared memory and exponentials, and no more spill. (The count of wgmma instructions in the PTX is
+    not compared: triton 3.9 writes the D = 64 build without the switch, the one that spills, with 64 of them and
+    triton 3.6 with 72, as both write the build with it.)"""
+    code = ("import json, sys; sys.path.insert(0, 'benchmarks'); import fwd_switches as fs; out = []\n"
+            "for b in ('noown', 'own'):\n"
+            "    for D, bm, kw in ((64, 192, {}), (128, 128, {'persistent': True})):\n"
+            "        m = fs.build_module(b)\n"
+            "        k = m.compile_sm90(D, causal=True, warp_spec=True, block_m=bm, num_warps=4, **kw)\n"
+            "        r = m.kernel_report(k)\n"
+            "        r['build'], r['D'] = b, D\n"
+            "        out.append(r)\n"
+            "print(json.dumps(out))")
+    reps = fresh_json(code, timeout=1200)
+    base = {r["D"]: r for r in reps if r["build"] == "noown"}
+    for r in reps:
+        if r["build"] != "own":
+            continue
+        s = base[r["D"]]
+        for key in ("tma_loads", "smem_kb", "wait_groups", "exponentials"):
+            assert r[key] == s[key], (key, r, s)
+        assert r["stack"] <= s["stack"], (r, s)
+
+
+OWN_BLOCKS_CASES = [
+    # B, H, Hkv, Nq, Nk, D, (left, right), build
+    (2, 3, 3, 1000, 1000, 64, (-1, 0), "grid-192"),
+    (2, 3, 3, 1000, 1000, 64, (-1, 0), "grid-192-part"),
+    (1, 4, 2, 1537, 1537, 64, (300, 0), "grid-192-part"),  # a window: groups pass blocks at both edges
+    (1, 2, 2, 4096, 4096, 64, (1023, 0), "grid-192-part"),
+    (1, 4, 4, 733, 1029, 128, (-1, 0), "persistent"),  # Nq != Nk, bottom-right causal
+    (1, 2, 2, 900, 900, 64, (97, 13), "grid-128"),  # a window with a right edge, not causal
+    (1, 6, 1, 700, 300, 64, (-1, 0), "grid-192"),  # MQA, Nq > Nk: empty rows
+    (1, 4, 2, 1537, 1537, 64, (300, 0), "dynamic"),
+    (2, 4, 2, 1000, 1000, 64, (-1, 0), "packed"),
+    (2, 4, 2, 1000, 1000, 128, (200, 0), "packed"),
+    (2, 4, 4, 1000, 1000, 64, (-1, 0), "alibi-192"),
+    (1, 4, 4, 1537, 1537, 64, (300, 0), "alibi-192"),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,window,build", OWN_BLOCKS_CASES)
+def test_gpu_own_blocks_give_the_bits_of_walking_every_block(B, H, Hkv, Nq, Nk, D, window, build):
+    """A consumer group passing on the blocks its rows see nothing of (``OWN_BLOCKS``, the library's build) gives the
+    bits, output and lse, of every group walking the whole tile (``noown``), on grid, part-block-first, persistent,
+    dynamic, packed and ALiBi builds, causal, windows and Nq != Nk; and the float64 criterion."""
+    from tests.helpers import load_script
+
+    fs = load_script("benchmarks/fwd_switches.py")
+    mods = {b: fs.build_module(b) for b in ("own", "noown")}
+    gen = torch.Generator(device=DEV).manual_seed(Nq * 5 + Nk + D)
+    scale, (left, right) = D ** -0.5, window
+    base = {"grid-192-part": "grid-192", "alibi-192": "grid-192"}.get(build, build)
+    q, k, v, cu, kw, lse_shape = _build_inputs(B, H, Hkv, Nq, Nk, D, window, base, gen)
+    if build == "grid-192-part":
+        kw |= dict(part_first=True, head_chunk=0)
+    slopes = None
+    if build == "alibi-192":
+        slopes = torch.rand(H, device=DEV, generator=gen) * 0.2
+        kw |= dict(slopes=slopes, part_first=True, head_chunk=0)
+    res = _run_builds(mods, q, k, v, kw, lse_shape)
+    (out, lse), (out_n, lse_n) = res["own"], res["noown"]
+    assert torch.equal(out, out_n) and torch.equal(lse, lse_n)
+    if build == "packed":
+        check_packed_forward(q, k, v, out, lse, cu, causal=right == 0, scale=scale,
+                             window=window if left >= 0 else None)
+    else:
+        _ref_check(q, k, v, out, lse, right == 0, scale, window=window if left >= 0 else None, alibi_slopes=slopes)
 
 
 FA4_STEP_CASES = [

@@ -157,6 +157,13 @@ MASK_RANGE = False
 # D = 64 and 1.035-1.037x at D = 128, the D = 64 window 1.014-1.021x, the other rows within 0.98-1.02x; 1 no better.
 # Compile-time switch (the kernels read ``_MASK_LIMITS``)
 MASK_LIMITS = 2
+# Each consumer warp group walks only its own key blocks: those holding a key one of its 64 rows sees
+# (``group_blocks``). A tile's walk covers the keys of all its rows, so with 192-row tiles on 128-key blocks a group
+# at the diagonal or at a window's left edge would otherwise take a whole block whose scores are all masked for it;
+# it still waits for each such block to arrive and gives its slot back (the ring counts one release per group).
+# A wholly masked block changes nothing in a row's softmax (alpha 1, P̃ 0), so the bits are the same.
+# Compile-time switch (the kernels read ``_OWN_BLOCKS``)
+OWN_BLOCKS = True
 PINGPONG = False
 ROW_SUM_LANES = False
 PINGPONG_BAR0 = 8  # the named barriers of the turns: PINGPONG_BAR0 + group (Triton's own barriers take the low ids)
@@ -309,6 +316,7 @@ if HAVE_GLUON:
     _PACK_P = gl.constexpr(PACK_P)
     _MASK_RANGE = gl.constexpr(MASK_RANGE)
     _MASK_LIMITS = gl.constexpr(MASK_LIMITS)
+    _OWN_BLOCKS = gl.constexpr(OWN_BLOCKS)
     _PINGPONG = gl.constexpr(PINGPONG)
     _ROW_SUM_LANES = gl.constexpr(ROW_SUM_LANES)
     _PINGPONG_BAR0 = gl.constexpr(PINGPONG_BAR0)
@@ -897,6 +905,18 @@ if HAVE_GLUON:
         return acc, m_i, l_i
 
     @gluon.jit
+    def _pass_blocks(k_ready, v_ready, k_empty, v_empty, u0, u1, STAGES: gl.constexpr):
+        """The ring's uses u0 .. u1 − 1, which hold no key this consumer's rows see: each slot given back once it has
+        been filled (a release before that would count toward the slot's previous use)."""
+        for u in range(u0, u1):
+            slot = u % STAGES
+            phase = (u // STAGES) & 1
+            mbarrier.wait(k_ready.index(slot), phase)
+            mbarrier.arrive(k_empty.index(slot), count=1)
+            mbarrier.wait(v_ready.index(slot), phase)
+            mbarrier.arrive(v_empty.index(slot), count=1)
+
+    @gluon.jit
     def _ws_consumer(desc_o, LSE, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
                      b, h, bh, start_m, lo_blk, n_blocks, Nq, Nk, causal_off, win_off, qk_scale,
                      HALF: gl.constexpr, CAUSAL: gl.constexpr, ALIBI: gl.constexpr = False, slope2=0.0, alibi_off=0,
@@ -941,6 +961,22 @@ if HAVE_GLUON:
         full = (full // BLOCK_N) * BLOCK_N
         lo_full = gl.maximum(row0 + HALF_M - 1 + win_off, 0)  # keys every row of this half sees from
         lo_full = gl.cdiv(lo_full, BLOCK_N) * BLOCK_N
+        OWN: gl.constexpr = _OWN_BLOCKS and BLOCK_N != _WIDE_KEYS and not PP
+        if OWN:  # this group's own blocks (``group_blocks``): the tile's others are passed on unread
+            if CAUSAL:
+                own_hi = gl.maximum(gl.minimum(Nk, row0 + HALF_M + causal_off), 0)
+            else:
+                own_hi = Nk
+            first = gl.minimum(gl.maximum(gl.maximum(row0 + win_off, 0) // BLOCK_N - lo_blk, 0), n_blocks)
+            end = gl.maximum(gl.minimum(gl.cdiv(own_hi, BLOCK_N) - lo_blk, n_blocks), first)
+            if row0 >= Nq:  # (rows none of which is stored)
+                end = first
+            _pass_blocks(k_ready, v_ready, k_empty, v_empty, it0, it0 + first, STAGES)
+            tail0 = it0 + end
+            tail1 = it0 + n_blocks
+            it0 = it0 + first
+            lo_blk = lo_blk + first
+            n_blocks = end - first
         start0 = lo_blk * BLOCK_N
 
         offs_m = row0 + gl.arange(0, HALF_M, layout=row_s)
@@ -1025,6 +1061,8 @@ if HAVE_GLUON:
             acc_tok = warpgroup_mma(p_op, v_smem.index(last).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
             mbarrier.arrive(v_empty.index(last), count=1)
+        if OWN:
+            _pass_blocks(k_ready, v_ready, k_empty, v_empty, tail0, tail1, STAGES)
         if q_empty is not None:
             if n_blocks == 0:  # (no product read this Q slice)
                 mbarrier.arrive(q_empty.index(HALF), count=1)
@@ -2220,6 +2258,22 @@ def tile_walks(Nq: int, Nk: int, block_m: int, block_n: int, causal_off: int | N
         lo = max(start + (NO_WINDOW if win_off is None else win_off), 0) // block_n
         out.append(max(-(-hi // block_n) - lo, 0))
     return out
+
+
+def group_blocks(start_m: int, group: int, lo_blk: int, n_blocks: int, Nq: int, Nk: int, causal_off: int | None,
+                 win_off: int | None, block_n: int, group_m: int = 64) -> tuple[int, int]:
+    """The blocks [first, end) of a tile's walk (``n_blocks`` key blocks from ``lo_blk``) that consumer warp group
+    ``group`` computes (``OWN_BLOCKS``): those holding a key one of its ``group_m`` rows (from start_m +
+    group·group_m) sees, none if all its rows are past Nq. It passes the others on unread. The kernel's arithmetic:
+    causal_off None means no causal mask, win_off None no left edge."""
+    row0 = start_m + group * group_m
+    hi = Nk if causal_off is None else max(min(Nk, row0 + group_m + causal_off), 0)
+    left = NO_WINDOW if win_off is None else win_off
+    first = min(max(max(row0 + left, 0) // block_n - lo_blk, 0), n_blocks)
+    end = max(min(-(-hi // block_n) - lo_blk, n_blocks), first)
+    if row0 >= Nq:
+        end = first
+    return first, end
 
 
 def persistent_schedule(n_m: int, bh: int, programs: int, walks: list[int] | None = None,
