@@ -6,7 +6,8 @@ manager ``use(arm, D)``. For every head dim and row, ``row_call(name, D, device)
 zero-argument callable), the FLOPs of its visible pairs and a peer (PyTorch's fastest route for the row, or the
 exception that stopped it being built). Each of ``rounds`` rounds runs every arm in turn, once for its output and once
 timed (``do_bench`` median), then times the peer: drift between rounds shows up as a change within a column, not as
-a difference between arms. A row of the result is one arm's median over the rounds, with its ratio to the baseline
+a difference between arms. Every other round takes the arms in reverse order, so that no arm always runs first
+(fwd-switches runs 11 and 12, which took them in one order, timed one kernel under two arms 2-3 % apart). A row of the result is one arm's median over the rounds, with its ratio to the baseline
 arm's median and how its output compared with the others' (the largest difference from the round's first arm, or
 whether every arm's output was bit-identical).
 """
@@ -58,9 +59,9 @@ def measure(rows, Ds, arms, use: Callable[[object, int], AbstractContextManager]
             peer_times = []
             diffs = {a: 0.0 for a in arms}
             outs = {}
-            for _ in range(rounds):
+            for i in range(rounds):
                 outs = {}
-                for a in arms:
+                for a in arms if i % 2 == 0 else arms[::-1]:  # (the order reversed every other round)
                     with use(a, D):
                         outs[a] = _out(lib()).detach().clone()
                         times[a].append(time_fn(lib, device=device))

@@ -50,7 +50,7 @@ def _fixture(peer_ok=True):
 def test_measure_takes_turns_and_takes_medians():
     use, row_call, time_fn, log = _fixture()
     rows = ab.measure(["w"], [64], ["a", "b", "c"], use, 3, row_call, time_fn=time_fn, device="cpu")
-    assert [e[1] for e in log] == ["a", "b", "c"] * 3  # each round every arm in turn
+    assert [e[1] for e in log] == ["a", "b", "c", "c", "b", "a", "a", "b", "c"]  # every arm, in turns either way
     by = {r["build"]: r for r in rows}
     assert by["a"]["ms"] == 2.0 and by["b"]["ms"] == 1.1 and by["c"]["ms"] == 4.0
     assert by["a"]["rounds"] == [2.0, 2.2, 1.8]

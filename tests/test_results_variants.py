@@ -444,7 +444,7 @@ def test_results_runs_20_and_21_are_the_recorded_ones():
         f"Triton kernel ({sw[64, 'triton']:.0f})" in src_c
     assert (f"{g20[0]:.0f} against {t20[0]:.0f} (run 20) and, with the packed forward taking its tiles from a counter, "
             f"{g21[0]:.0f} against {t21[0]:.0f} (run 21, {g21[1]:.2f}x and {t21[1]:.2f}x that route's default)") in src_b
-    assert prefill_gluon.PACKED is True and prefill_gluon_bwd.PACKED_DET == (128,)
+    assert prefill_gluon.PACKED is True and prefill_gluon_bwd.PACKED_DET == (64, 128)
     assert set(gc._GLUON_PACKED_FWD) == {128} and gc._GLUON_PACKED_FWD[128].dynamic
     assert gc._GLUON_PACKED_FWD[128].persistent and gc._GLUON_PACKED_FWD[128].block_m == 128
 
@@ -1409,3 +1409,66 @@ def test_results_fa4_step_runs_7_and_8_are_the_recorded_ones():
     pack_log = (logs / "pack-tests.log").read_text().strip().splitlines()[-1]
     assert pack_log.startswith("298 passed, 7 skipped") and "298 passed, 7 skipped" in text
     assert G.PACK_P and not (G.MASK_RANGE or G.PINGPONG or G.ROW_SUM_LANES)
+
+
+def test_results_own_blocks_and_the_whole_variants_table_are_the_recorded_ones():
+    """Fwd-switches runs 11 and 12 and variants runs 28–30: every table as the scripts render it from the recorded
+    files (run 30's from its markdown), the ratios the text quotes, the GPU tests' counts from their logs, the switches
+    as the runs left them, and the bars' cells the text names as missed."""
+    import pytest
+
+    pytest.importorskip("triton")
+    from attnlab.gpu import prefill_gluon as G
+    from attnlab.gpu import prefill_gluon_bwd as GB
+
+    start = "### Variants runs 28–30, fwd-switches runs 11 and 12"
+    section, text, (r11, r12) = _switch_runs(start, "### Variants runs 26 and 27", (11, 12))
+    data = ROOT / "benchmarks" / "data"
+    gain = [{(r["row"], r["D"]): 1 / r["vs_first"] for r in rows if r["build"] == "noown"} for rows in (r11, r12)]
+    assert (f"The D = 64 window ran {gain[0]['window', 64]:.3f}× and {gain[1]['window', 64]:.3f}× faster with the switch, "
+            f"the D = 128 packed batch {gain[0]['varlen', 128]:.3f}× and {gain[1]['varlen', 128]:.3f}×, the dense D = 64 "
+            f"rows {gain[0]['full', 64]:.3f}× in both runs") in text
+    assert f"{gain[0]['full', 64]:.3f}" == f"{gain[1]['full', 64]:.3f}"
+    others = [g[k] for g in gain for k in g if k not in (("window", 64), ("varlen", 128), ("full", 64), ("varlen", 64))]
+    assert f"the other rows within {min(others):.3f}–{max(others):.3f}×" in text
+    assert f"ran {gain[0]['varlen', 64]:.3f}× and {gain[1]['varlen', 64]:.3f}× faster under `shipped`" in text
+    assert all(r["max_diff"] == 0.0 for r in r11 + r12)
+    checks = data / "fwd-switches-checks"
+    progress = "".join(ln for ln in (checks / "tests-run11-call1.log").read_text().splitlines()
+                       if re.fullmatch(r"[.sxFE]+( +\[ *\d+%\])?", ln))
+    counts = {c: progress.count(c) for c in ".sxFE"}
+    assert counts["F"] == counts["E"] == 0
+    assert f"with {counts['.']} passed, {counts['s']} skipped, {counts['x']} xfailed" in text
+    last = (checks / "tests-run11-call2.log").read_text().strip().splitlines()[-1]
+    assert f"{last.split(' in ')[0]}." in text and "failed" not in last
+
+    v = load_script("benchmarks/variants.py")
+    cells = {}
+    for n in (28, 29):
+        rows = json.loads((data / f"variants-h200-run{n}.json").read_text())["rows"]
+        table = v.report(rows)
+        assert table in section
+        for ln in table.splitlines()[2:]:
+            c = [t.strip() for t in ln.strip("|").split("|")]
+            cells[n, int(c[0]), c[1], c[2]] = c
+    below = {k for k, c in cells.items() if float(c[7]) < 1.3}
+    assert below == {(28, 64, "window", "fwd"), (29, 64, "window", "fwd")} and len(cells) == 32
+    w = [cells[n, 64, "window", "fwd"][7] for n in (28, 29)]
+    assert f"but the D = 64 window forward ({w[0]}× and {w[1]}×)" in text
+    sdpa = [float(c[8]) for c in cells.values() if c[8] != "—"]
+    assert f"at least {min(sdpa):.2f}× the best of them" in text and min(sdpa) >= 1.0
+    det = {k: float(c[9]) for k, c in cells.items() if c[9] != "—"}
+    assert {k for k, x in det.items() if x < 0.85} == {(28, 64, "varlen", "fwd_bwd"), (29, 64, "varlen", "fwd_bwd"),
+                                                      (28, 128, "varlen", "fwd_bwd")}
+    d = [cells[n, D, "varlen", "fwd_bwd"][9] for D in (64, 128) for n in (28, 29)]
+    assert f"{d[0]}× and {d[1]}× at D = 64 in both runs, and {d[2]}× and {d[3]}× at D = 128" in text
+
+    md = {k: (data / "packed-det64-run30" / f"det64-{k}.md").read_text().strip().splitlines()[-1]
+          for k in ("1-gluon", "2-triton", "3-gluon")}
+    for ln in md.values():
+        assert ln in section
+    col = {k: [t.strip() for t in ln.strip("|").split("|")] for k, ln in md.items()}
+    assert col["1-gluon"][9] == col["3-gluon"][9] and float(col["1-gluon"][9]) >= 0.85 > float(col["2-triton"][9])
+    assert (f"0.88× the default in both of its processes, against {col['2-triton'][9]}× on the Triton kernels"
+            in text) and col["1-gluon"][9] == "0.88"
+    assert G.OWN_BLOCKS is True and GB.PACKED_DET == (64, 128)

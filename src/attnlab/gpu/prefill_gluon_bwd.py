@@ -221,8 +221,12 @@ PACKED = True
 # counter, 256 against 244 (run 21, 0.87x and 0.81x that route's default); at D = 64 208-209 either way (runs 20,
 # 21): on at D = 128. With the dQ writer warp at the loader's registers (``DET_WRITER_REGS``): 286 against the
 # default's 306, 0.93x (variants run 24; the backward alone 0.822 against 0.933 ms with the writer at 48,
-# benchmarks/packed_probe.py --det run 2). (): every deterministic packed batch on the Triton kernels
-PACKED_DET: tuple[int, ...] = (128,)
+# benchmarks/packed_probe.py --det run 2). At D = 64, once the default packed backward had moved to this kernel
+# (bwd-block-m runs 1 and 2), the Triton route fell to 0.82-0.83x the default (variants runs 28 and 29); the ordered
+# build ran 232-233 TFLOP/s against 218 for the Triton kernels, 0.88x the default (benchmarks/device_packed_det64.sh,
+# gluon / triton / gluon in three processes, variants run 30): on at both head dims. (): every deterministic
+# packed batch on the Triton kernels
+PACKED_DET: tuple[int, ...] = (64, 128)
 # packed batches: a program's key block and its query blocks are loaded whole by TMA, so a sequence's last ones hold
 # the next sequence's first keys and rows, whose Pᵀ is 0 but whose values still enter dV += Pᵀ·dO, dK += dSᵀ·Q and
 # dQ += dS·K as 0 · x: a NaN or infinity there reaches this sequence's gradients. True: the consumers set those rows
