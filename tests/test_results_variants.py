@@ -1421,7 +1421,7 @@ def test_results_own_blocks_and_the_whole_variants_table_are_the_recorded_ones()
     from attnlab.gpu import prefill_gluon as G
     from attnlab.gpu import prefill_gluon_bwd as GB
 
-    start = "### Variants runs 28–30, fwd-switches runs 11 and 12"
+    start = "### Variants runs 28–30, fwd-switches runs 11–13"
     section, text, (r11, r12) = _switch_runs(start, "### Variants runs 26 and 27", (11, 12))
     data = ROOT / "benchmarks" / "data"
     gain = [{(r["row"], r["D"]): 1 / r["vs_first"] for r in rows if r["build"] == "noown"} for rows in (r11, r12)]
@@ -1472,3 +1472,22 @@ def test_results_own_blocks_and_the_whole_variants_table_are_the_recorded_ones()
     assert (f"0.88× the default in both of its processes, against {col['2-triton'][9]}× on the Triton kernels"
             in text) and col["1-gluon"][9] == "0.88"
     assert G.OWN_BLOCKS is True and GB.PACKED_DET == (64, 128)
+
+
+def test_results_fwd_switches_run_13_times_the_arms_in_both_orders():
+    """Fwd-switches run 13 (the arms' order reversed every other round): its table as ``fwd_switches.py`` renders it,
+    and the round-by-round counts RESULTS draws from the recorded times."""
+    start = "### Variants runs 28–30, fwd-switches runs 11–13"
+    section, text, (rows,) = _switch_runs(start, "### Variants runs 26 and 27", (13,))
+    t = {(r["row"], r["build"]): r["rounds"] for r in rows}
+    by = {(r["row"], r["build"]): r for r in rows}
+    assert f"came out level ({by['varlen', 'noown']['vs_first']:.3f}×)" in text
+    firsts = [(a, b) if i % 2 == 0 else (b, a) for i, (a, b) in enumerate(zip(t["varlen", "shipped"],
+                                                                            t["varlen", "noown"]))]
+    won = [b / a - 1 for a, b in firsts if a < b]
+    assert f"in {len(won)} of {len(firsts)} rounds, by up to {100 * max(won):.1f} %" in text
+    w = [n / s - 1 for s, n in zip(t["window", "shipped"], t["window", "noown"])]
+    fast = [x for x in w if x > 0]
+    assert (f"window ran {1 / by['window', 'noown']['vs_first']:.3f}× faster with the switch, and faster in {len(fast)} "
+            f"of its {len(w)} rounds whichever build went first (by {100 * min(fast):.1f}–{100 * max(fast):.1f} %") in text
+    assert f"the dense D = 64 row {1 / by['full', 'noown']['vs_first']:.3f}×" in text

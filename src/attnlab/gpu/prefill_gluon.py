@@ -162,10 +162,10 @@ MASK_LIMITS = 2
 # at the diagonal or at a window's left edge would otherwise take a whole block whose scores are all masked for it;
 # it still waits for each such block to arrive and gives its slot back (the ring counts one release per group).
 # A wholly masked block changes nothing in a row's softmax (alpha 1, P̃ 0), so the bits are the same. Measured
-# (H200, benchmarks/fwd_switches.py runs 11 and 12): the same bits on every row; the D = 64 window 1.027x and 1.015x,
-# the D = 128 packed batch 1.029x and 1.009x, the rest within 0.988-1.012x, all inside the 2-3 % by which the runner
-# then favoured its first arm (a row where both builds ran the same Triton kernel: 1.021x and 1.034x). On: the same
-# bits, no more spill (triton 3.9's D = 64 window build spills 152 bytes without it, none with it), a gain not shown.
+# (H200, benchmarks/fwd_switches.py runs 11-13): the same bits on every row; the D = 64 window 1.027x, 1.015x and, with
+# the arms' order reversed every other round (run 13, where a row timing one kernel under both builds came out 1.001x),
+# 1.044x, faster in each of its six rounds; the other rows within 0.988-1.012x. On (triton 3.9's D = 64 window build
+# also spills 152 bytes without it, none with it).
 # Compile-time switch (the kernels read ``_OWN_BLOCKS``)
 OWN_BLOCKS = True
 PINGPONG = False
