@@ -33,6 +33,14 @@ def _out(x):
     return x[0] if isinstance(x, tuple) else x
 
 
+def turns(items, round_: int) -> list:
+    """The order in which round ``round_`` (from 0) times ``items``: as given in even rounds, reversed in odd ones, so
+    that no arm always runs first (in fwd-switches runs 11 and 12, one order every round, the first arm ran 2-3 %
+    faster on a row where both arms ran the same kernel)."""
+    items = list(items)
+    return items if round_ % 2 == 0 else items[::-1]
+
+
 def measure(rows, Ds, arms, use: Callable[[object, int], AbstractContextManager], rounds: int, row_call, *,
             time_fn, arm_key: str = "build", base=None, compare: str = "diff", extra=None,
             device: str = "cuda") -> list[dict]:
@@ -61,7 +69,7 @@ def measure(rows, Ds, arms, use: Callable[[object, int], AbstractContextManager]
             outs = {}
             for i in range(rounds):
                 outs = {}
-                for a in arms if i % 2 == 0 else arms[::-1]:  # (the order reversed every other round)
+                for a in turns(arms, i):
                     with use(a, D):
                         outs[a] = _out(lib()).detach().clone()
                         times[a].append(time_fn(lib, device=device))

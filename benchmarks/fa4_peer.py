@@ -163,9 +163,9 @@ def measure(rows, Ds, passes, rounds: int, device: str = "cuda") -> list[dict]:
                     except Exception as e:  # noqa: BLE001 - a provider's failure is recorded, not fatal
                         skipped[which] = f"{type(e).__name__}: {e}"[:200]
                 times = {w: [] for w in calls}
-                for _ in range(rounds):
-                    for w, (fn, *_rest) in calls.items():
-                        times[w].append(time_fn(fn, device=device))
+                for i in range(rounds):
+                    for w in ab_rounds.turns(calls, i):  # (reversed every other round)
+                        times[w].append(time_fn(calls[w][0], device=device))
                 ref = calls.get("attnlab", (None,) * 4)[3]
                 base = statistics.median(times["attnlab"]) if "attnlab" in times else None
                 for w in PROVIDERS:

@@ -36,6 +36,9 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ab_rounds import turns  # noqa: E402
+
 TOKENS, WIDTH = 16384, 2048
 ROWS = [(D, causal, N) for D in (64, 128) for causal in (True, False) for N in (4096, 16384)]
 SWEEP_ROWS = [(D, True, N) for D in (64, 128) for N in (4096, 8192, 16384)]
@@ -147,7 +150,8 @@ def row(D: int, causal: bool, N: int, rounds: int, sweep: bool = False, dynamic:
     fns["cudnn"] = cudnn
     rows = []
     for rnd in range(rounds):
-        for name, fn in fns.items():
+        for name in turns(fns, rnd):  # (the builds' order reversed every other round)
+            fn = fns[name]
             times = sorted(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="all"))
             ms = statistics.median(times)
             rows.append({"D": D, "causal": causal, "N": N, "B": B, "H": H, "build": name, "round": rnd, "ms": ms,

@@ -47,6 +47,11 @@ def _fixture(peer_ok=True):
     return use, row_call, time_fn, log
 
 
+def test_turns_reverse_every_other_round():
+    assert [ab.turns(["a", "b", "c"], i) for i in range(3)] == [["a", "b", "c"], ["c", "b", "a"], ["a", "b", "c"]]
+    assert ab.turns({"x": 1, "y": 2}, 1) == ["y", "x"]  # (a dict's keys)
+
+
 def test_measure_takes_turns_and_takes_medians():
     use, row_call, time_fn, log = _fixture()
     rows = ab.measure(["w"], [64], ["a", "b", "c"], use, 3, row_call, time_fn=time_fn, device="cpu")
