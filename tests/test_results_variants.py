@@ -1491,3 +1491,20 @@ def test_results_fwd_switches_run_13_times_the_arms_in_both_orders():
     assert (f"window ran {1 / by['window', 'noown']['vs_first']:.3f}× faster with the switch, and faster in {len(fast)} "
             f"of its {len(w)} rounds whichever build went first (by {100 * min(fast):.1f}–{100 * max(fast):.1f} %") in text
     assert f"the dense D = 64 row {1 / by['full', 'noown']['vs_first']:.3f}×" in text
+
+
+def test_readme_quotes_the_whole_variants_table():
+    """README's sentence on variants runs 28 and 29: the spans of ×FlexAttention and ×SDPA over both runs' tables."""
+    v = load_script("benchmarks/variants.py")
+    flex, sdpa = [], []
+    for n in (28, 29):
+        rows = json.loads((ROOT / "benchmarks" / "data" / f"variants-h200-run{n}.json").read_text())["rows"]
+        for ln in v.report(rows).splitlines()[2:]:
+            c = [t.strip() for t in ln.strip("|").split("|")]
+            flex.append(c[7])
+            if c[8] != "—":
+                sdpa.append(c[8])
+    text = _flat((ROOT / "README.md").read_text())
+    lo, hi = min(flex, key=float), max(flex, key=float)
+    assert f"puts attnlab at {lo}–{hi}× FlexAttention and {min(sdpa, key=float)}–{max(sdpa, key=float)}× the best SDPA" \
+        in text
