@@ -79,7 +79,9 @@ def test_alibi_builds_for_sm90_with_the_same_schedule_and_no_spill():
     for case, plain, rep in zip(cases, reps[:len(cases)], reps[len(cases):]):
         assert 1 in rep["wait_groups"], (case, rep)
         for key in ("wait_groups", "wgmma", "tma_loads", "setmaxnreg"):
-            assert rep[key] == plain[key], (case, key, plain, rep)
+            if key == "wgmma" and case.get("block_m") == 192 and G.OWN_BLOCKS:
+                continue  # (ALiBi's groups walk the whole tile, the plain build's only their own blocks: triton 3.9
+            assert rep[key] == plain[key], (case, key, plain, rep)  # writes the 192-row walks' wgmmas 64 and 72 times)
         assert rep["smem_kb"] == pytest.approx(plain["smem_kb"], abs=0.5), (case, plain, rep)
         if rep.get("stack") is not None and case.get("block_m", 128) == 128:
             assert rep["stack"] == 0 and rep["regs"] <= 255, (case, rep)  # no spill
@@ -1437,7 +1439,9 @@ def test_fa4_step_builds_for_sm90_change_only_their_instructions():
     for r in reps:
         b, n, s = r["build"], r["consumers"], base[r["consumers"]]
         for key in ("wgmma", "tma_loads", "smem_kb", "wait_groups", "exponentials"):
-            assert r[key] == s[key], (key, r, s)
+            if key == "wgmma" and b in ("pp", "fa4") and G.OWN_BLOCKS:
+                continue  # (their groups walk the whole tile, as the turns need: triton 3.9 writes that walk's
+            assert r[key] == s[key], (key, r, s)  # wgmmas 64 times in the PTX, the own blocks' walk 72)
         if G.PACK_P:  # the library's builds convert in pairs: every build but nopack as the shipped one
             assert (r["bf16x2"] < s["bf16x2"]) if b == "nopack" else (r["bf16x2"] == s["bf16x2"]), r
         else:
@@ -1517,8 +1521,6 @@ OWN_BLOCKS_CASES = [
     (1, 4, 2, 1537, 1537, 64, (300, 0), "dynamic"),
     (2, 4, 2, 1000, 1000, 64, (-1, 0), "packed"),
     (2, 4, 2, 1000, 1000, 128, (200, 0), "packed"),
-    (2, 4, 4, 1000, 1000, 64, (-1, 0), "alibi-192"),
-    (1, 4, 4, 1537, 1537, 64, (300, 0), "alibi-192"),
 ]
 
 
@@ -1528,21 +1530,18 @@ OWN_BLOCKS_CASES = [
 def test_gpu_own_blocks_give_the_bits_of_walking_every_block(B, H, Hkv, Nq, Nk, D, window, build):
     """A consumer group passing on the blocks its rows see nothing of (``OWN_BLOCKS``, the library's build) gives the
     bits, output and lse, of every group walking the whole tile (``noown``), on grid, part-block-first, persistent,
-    dynamic, packed and ALiBi builds, causal, windows and Nq != Nk; and the float64 criterion."""
+    dynamic and packed builds, causal, windows and Nq != Nk; and the float64 criterion. (ALiBi builds walk the whole
+    tile either way.)"""
     from tests.helpers import load_script
 
     fs = load_script("benchmarks/fwd_switches.py")
     mods = {b: fs.build_module(b) for b in ("own", "noown")}
     gen = torch.Generator(device=DEV).manual_seed(Nq * 5 + Nk + D)
     scale, (left, right) = D ** -0.5, window
-    base = {"grid-192-part": "grid-192", "alibi-192": "grid-192"}.get(build, build)
+    base = {"grid-192-part": "grid-192"}.get(build, build)
     q, k, v, cu, kw, lse_shape = _build_inputs(B, H, Hkv, Nq, Nk, D, window, base, gen)
     if build == "grid-192-part":
         kw |= dict(part_first=True, head_chunk=0)
-    slopes = None
-    if build == "alibi-192":
-        slopes = torch.rand(H, device=DEV, generator=gen) * 0.2
-        kw |= dict(slopes=slopes, part_first=True, head_chunk=0)
     res = _run_builds(mods, q, k, v, kw, lse_shape)
     (out, lse), (out_n, lse_n) = res["own"], res["noown"]
     assert torch.equal(out, out_n) and torch.equal(lse, lse_n)
@@ -1550,7 +1549,7 @@ def test_gpu_own_blocks_give_the_bits_of_walking_every_block(B, H, Hkv, Nq, Nk, 
         check_packed_forward(q, k, v, out, lse, cu, causal=right == 0, scale=scale,
                              window=window if left >= 0 else None)
     else:
-        _ref_check(q, k, v, out, lse, right == 0, scale, window=window if left >= 0 else None, alibi_slopes=slopes)
+        _ref_check(q, k, v, out, lse, right == 0, scale, window=window if left >= 0 else None)
 
 
 FA4_STEP_CASES = [

@@ -161,6 +161,7 @@ MASK_LIMITS = 2
 # (``group_blocks``). A tile's walk covers the keys of all its rows, so with 192-row tiles on 128-key blocks a group
 # at the diagonal or at a window's left edge would otherwise take a whole block whose scores are all masked for it;
 # it still waits for each such block to arrive and gives its slot back (the ring counts one release per group).
+# Not in ALiBi builds (they spill more with it) or with ``PINGPONG``.
 # A wholly masked block changes nothing in a row's softmax (alpha 1, P̃ 0), so the bits are the same. Measured
 # (H200, benchmarks/fwd_switches.py runs 11-13): the same bits on every row; the D = 64 window 1.027x, 1.015x and, with
 # the arms' order reversed every other round (run 13, where a row timing one kernel under both builds came out 1.001x),
@@ -965,7 +966,9 @@ if HAVE_GLUON:
         full = (full // BLOCK_N) * BLOCK_N
         lo_full = gl.maximum(row0 + HALF_M - 1 + win_off, 0)  # keys every row of this half sees from
         lo_full = gl.cdiv(lo_full, BLOCK_N) * BLOCK_N
-        OWN: gl.constexpr = _OWN_BLOCKS and BLOCK_N != _WIDE_KEYS and not PP
+        # (not with PINGPONG, whose turns need every group to take every step; not with ALiBi, whose builds spill
+        # more with it: D = 128 without a mask 0 -> 120 bytes under triton 3.9, D = 64 232 -> 240 under 3.6)
+        OWN: gl.constexpr = _OWN_BLOCKS and BLOCK_N != _WIDE_KEYS and not PP and not ALIBI
         if OWN:  # this group's own blocks (``group_blocks``): the tile's others are passed on unread
             if CAUSAL:
                 own_hi = gl.maximum(gl.minimum(Nk, row0 + HALF_M + causal_off), 0)
