@@ -20,7 +20,10 @@ mask per row: ``MASK_LIMITS`` 0, 1, 2); ``n256`` and ``n256p``, D = 64 only: the
 a grid or persistent; ``n192``, ``n192m`` and ``n128g``, D = 64 only: 192 × 192 tiles (FlashAttention-3's, P̃ through
 shared memory), 128 × 192 tiles (the same step on two consumer groups of 232 registers) and 192 × 128 tiles, all as a
 grid. ``own`` and ``noown``: each consumer group walking only the key blocks its rows see, or the whole tile
-(``OWN_BLOCKS``). Rows: those of ``exp_poly.py`` (the variants benchmark's sliding window W = 4096 and packed
+(``OWN_BLOCKS``). ``lanes`` and ``nolanes``: each thread's partial row sums, added across the lanes once after the last
+block, or a sum across the lanes every block (``ROW_SUM_LANES``); ``lanes+skip+tau8`` the lanes with both rescale
+switches at both head dims; ``tau8from128`` both rescale switches from D = 128 only; ``before`` the shipped build
+before fwd-switches run 16 (no lanes, the rescale switches from D = 128). Rows: those of ``exp_poly.py`` (the variants benchmark's sliding window W = 4096 and packed
 batch at 16K tokens, causal; dense 4 × 4K causal and not; named only: ``alibi``, the variants' ALiBi row, and
 ``causal16k``, one causal sequence of 16K), at D = 64 and 128; ``--rounds`` rounds in which the builds
 and the peer take turns (``do_bench`` medians; the table gives each one's median).
@@ -60,6 +63,12 @@ BUILDS = {  # (the rescale builds set all three of its switches, so that each me
     "pp": {"PINGPONG": True},
     "fa4": {"PACK_P": True, "MASK_RANGE": True, "PINGPONG": True},
     "lanes": {"ROW_SUM_LANES": True},  # each thread's partial row sums, the lanes' added after the last block
+    # both at once: the partial row sums, and O's rescaling skipped with a stale maximum at both head dims
+    "lanes+skip+tau8": {"ROW_SUM_LANES": True, "RESCALE_SKIP": True, "RESCALE_TAU": 8.0, "RESCALE_FROM_D": 64},
+    "nolanes": {"ROW_SUM_LANES": False},
+    "tau8from128": {"RESCALE_SKIP": True, "RESCALE_TAU": 8.0, "RESCALE_FROM_D": 128},
+    # the shipped build before the lanes went on and the rescale switches went on at D = 64 (fwd-switches run 16)
+    "before": {"ROW_SUM_LANES": False, "RESCALE_SKIP": True, "RESCALE_TAU": 8.0, "RESCALE_FROM_D": 128},
     # a masked block's visibility from each row's limits (``prefill_gluon.MASK_LIMITS``): 0 the three comparisons
     # per score before it, 1 two comparisons against constants, 2 a bit mask per row (one AND per score)
     "nolimits": {"MASK_LIMITS": 0},

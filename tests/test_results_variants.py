@@ -1055,7 +1055,7 @@ def test_results_rescale_on_run_4_and_prefill_run_22_are_the_recorded_ones():
     assert f"the D = 64 ones {lo:+.1f} to {hi:+.1f} %".replace("-", "−") in text
     lo, hi = pct(None, "sdpa-cudnn", None)
     assert f"cuDNN's own rows moving by {lo:+.1f} to {hi:+.1f} %".replace("-", "−") in text
-    assert (pg.RESCALE_SKIP, pg.RESCALE_TAU, pg.RESCALE_FROM_D) == (True, 8.0, 128)
+    assert (pg.RESCALE_SKIP, pg.RESCALE_TAU) == (True, 8.0) and pg.RESCALE_FROM_D in (64, 128)  # (64 since run 16)
 
 
 def test_results_gqa_run_23_is_the_recorded_one():
@@ -1408,7 +1408,7 @@ def test_results_fa4_step_runs_7_and_8_are_the_recorded_ones():
     assert f"the GPU tests of the builds, {n} passed" in text and "failed" not in checks
     pack_log = (logs / "pack-tests.log").read_text().strip().splitlines()[-1]
     assert pack_log.startswith("298 passed, 7 skipped") and "298 passed, 7 skipped" in text
-    assert G.PACK_P and not (G.MASK_RANGE or G.PINGPONG or G.ROW_SUM_LANES)
+    assert G.PACK_P and not (G.MASK_RANGE or G.PINGPONG)  # (ROW_SUM_LANES on since fwd-switches run 16)
 
 
 def test_results_own_blocks_and_the_whole_variants_table_are_the_recorded_ones():
@@ -1494,17 +1494,114 @@ def test_results_fwd_switches_run_13_times_the_arms_in_both_orders():
 
 
 def test_readme_quotes_the_whole_variants_table():
-    """README's sentence on variants runs 28 and 29: the spans of ×FlexAttention and ×SDPA over both runs' tables."""
+    """README's sentence on variants run 31: the spans of ×FlexAttention, ×SDPA and det./default over its table."""
     v = load_script("benchmarks/variants.py")
-    flex, sdpa = [], []
-    for n in (28, 29):
+    flex, sdpa, det = [], [], []
+    for n in (31,):
         rows = json.loads((ROOT / "benchmarks" / "data" / f"variants-h200-run{n}.json").read_text())["rows"]
         for ln in v.report(rows).splitlines()[2:]:
             c = [t.strip() for t in ln.strip("|").split("|")]
             flex.append(c[7])
             if c[8] != "—":
                 sdpa.append(c[8])
+            if c[9] != "—":
+                det.append(c[9])
     text = _flat((ROOT / "README.md").read_text())
     lo, hi = min(flex, key=float), max(flex, key=float)
     assert f"puts attnlab at {lo}–{hi}× FlexAttention and {min(sdpa, key=float)}–{max(sdpa, key=float)}× the best SDPA" \
         in text
+    assert f"its deterministic backward at {min(det, key=float)}–{max(det, key=float)}× the default's speed" in text
+
+
+def test_results_fwd_switches_run_16_and_variants_runs_31_and_32_are_the_recorded_ones():
+    """Fwd-switches run 16 (the row sums in the lanes and the rescale switches at D = 64) and variants runs 31 and 32:
+    the tables as the scripts render them from the recorded files (run 32's from its markdown), every ratio the text
+    and NOTES-prefill v43 quote computed from them, the GPU tests' counts from their logs, and the switches as the runs
+    left them."""
+    import pytest
+
+    pytest.importorskip("triton")
+    from attnlab.gpu import prefill_gluon as G
+
+    start = "### Fwd-switches run 16, variants runs 31 and 32"
+    section, text, (rows,) = _switch_runs(start, "### Variants runs 28–30, fwd-switches runs 11–13", (16,))
+    notes = (ROOT / "benchmarks" / "NOTES-prefill.md").read_text()
+    notes = _flat(notes[notes.index("## v43:"):])
+    data = ROOT / "benchmarks" / "data"
+    by = {(r["row"], r["D"], r["build"]): r for r in rows}
+    names = ("window", "causal", "full", "causal16k")
+
+    def span(xs):
+        return f"{min(xs):.3f}–{max(xs):.3f}"
+
+    gain = {(row, D): 1 / by[row, D, "before"]["vs_first"] for row in names for D in (64, 128)}
+    assert all(g > 1 for g in gain.values())
+    assert (f"faster on every row: {span([gain[r, 64] for r in names])}× at D = 64 and "
+            f"{span([gain[r, 128] for r in names])}× at D = 128") in text
+    slower = [sum(b > s for b, s in zip(by[k]["rounds"], by[k[0], k[1], "shipped"]["rounds"]))
+              for k in by if k[2] == "before"]
+    assert f"slower in {min(slower)}–{max(slower)} of its 6 rounds on each row" in text
+    control = [by[r, 128, "tau8from128"]["vs_first"] for r in names]
+    assert all(by[r, 128, "tau8from128"]["max_diff"] == 0.0 for r in names)
+    assert f"The control rows at D = 128 spread {span(control)}×" in text
+    assert f"(the same build compiled twice) spread {span(control)}×" in notes
+    small, big = (gain["window", 128], gain["causal", 128]), (gain["full", 128], gain["causal16k", 128])
+    assert max(small) <= 1 / min(control) and min(big) > 1 / min(control)
+    assert f"{f'{big[0]:.3f}'}" == f"{big[1]:.3f}"
+    assert f"rows' {small[0]:.3f}× and {small[1]:.3f}× are inside" in text and f"rows' {big[0]:.3f}× (both) outside" in text
+    resc = [1 / by[r, 64, "tau8from128"]["vs_first"] for r in names]
+    assert f"switches alone (`tau8from128` against `shipped`) were worth {span(resc)}×" in text
+    assert f"alone at D = 64 were worth {span(resc)}×" in notes
+    w, c = by["window", 64, "shipped"], by["causal", 64, "shipped"]
+    assert f"The D = 64 window forward: {w['x_peer']:.2f}× FlexAttention" in text
+    assert f"the D = 64 causal 4K row {c['x_peer']:.2f}× cuDNN" in text
+    assert (f"ran {gain['window', 64]:.3f}× on the D = 64 window (predicted +3–5 %), {gain['causal', 64]:.3f}× on "
+            f"causal 4K (predicted +1–2 %), {gain['causal16k', 64]:.3f}× on causal 16K, but only "
+            f"{gain['full', 64]:.3f}× on the dense D = 64 row") in notes
+    assert f"at D = 128 {span([gain[r, 128] for r in names])}× (predicted 0 to +2 %)" in notes
+    assert f"{w['tflops']:.0f} TFLOP/s, {w['x_peer']:.2f}× FlexAttention in the A/B run" in notes
+    assert f"0.99× cuDNN, still under it" in notes and f"{c['x_peer']:.2f}" == "0.99"
+
+    checks = data / "fwd-switches-checks"
+    progress = "".join(ln for ln in (checks / "tests-run16-call1.log").read_text().splitlines()
+                       if re.fullmatch(r"[.sxFE]+( +\[ *\d+%\])?", ln))
+    assert "F" not in progress and "E" not in progress and "[ 84%]" in progress
+    assert "stopped at its 270 s limit past 84 % with no failure" in text
+    last = (checks / "tests-run16-call3.log").read_text().strip().splitlines()[-1]
+    assert not re.search(r"\d+ failed", last) and last.startswith("415 passed, 7 skipped, 2 xfailed")
+    five = (checks / "tests-run16-call5.log").read_text().strip().splitlines()[-1]
+    assert not re.search(r"\d+ failed", five) and f"{five.split(' passed')[0]} passed (`tests-run16-call5.log`)" in text
+    assert "415 passed, 7 skipped, 2 xfailed" in text and "GPU tests of the forward with both switches: 415 passed" in notes
+
+    v = load_script("benchmarks/variants.py")
+    table = v.report(json.loads((data / "variants-h200-run31.json").read_text())["rows"])
+    assert table in section and table.strip() == (data / "variants-run31" / "variants-run31.md").read_text().strip()
+    cells = {}
+    for ln in table.splitlines()[2:]:
+        col = [t.strip() for t in ln.strip("|").split("|")]
+        cells[int(col[0]), col[1], col[2]] = col
+    assert [k for k, col in cells.items() if float(col[7]) < 1.3] == [(64, "window", "fwd")] and len(cells) == 16
+    assert f"but the D = 64 window forward ({cells[64, 'window', 'fwd'][7]}×" in text
+    assert f"{cells[64, 'window', 'fwd'][7]}× in the whole variants table (variants run 31" in notes
+    sdpa = [float(col[8]) for col in cells.values() if col[8] != "—"]
+    assert f"at least {min(sdpa):.2f}× the best of them" in text and min(sdpa) >= 1.0
+    det = [float(col[9]) for col in cells.values() if col[9] != "—"]
+    assert min(det) >= 0.85 and f"within 15 % of the default on every row ({min(det):.2f}–{max(det):.2f}×)" in text
+    dv = {cells[D, "varlen", "fwd_bwd"][9] for D in (64, 128)}
+    assert len(dv) == 1
+    x = dv.pop()
+    assert f"the packed batch at both head dims included ({x}× at both)" in text
+    assert f"{x}× at both head dims in the whole table (run 31)" in notes and f"run 31's is {x}×" in text
+
+    md = {k: (data / "packed-det128-run32" / f"det128-{k}.md").read_text().strip().splitlines()[-1]
+          for k in ("1-gluon", "2-triton")}
+    col = {k: [t.strip() for t in ln.strip("|").split("|")] for k, ln in md.items()}
+    for k, ln in md.items():
+        assert ln in section
+        j = json.loads((data / "packed-det128-run32" / f"variants-h200-det128-run32-{k}.json").read_text())
+        assert v.report(j["rows"]).splitlines()[-1] == ln
+    g, t = col["1-gluon"][9], col["2-triton"][9]
+    assert float(g) >= 0.85 > float(t)
+    assert f"The ordered Gluon build: {g}× the default, against {t}× on the Triton kernels" in text
+    assert f"{g}× in its own process (variants run 32; the Triton kernels {t}×)" in notes
+    assert G.ROW_SUM_LANES is True and G.RESCALE_FROM_D == 64 and not G.PINGPONG

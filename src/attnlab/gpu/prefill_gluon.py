@@ -115,11 +115,13 @@ ROW_MAX_TREE = False
 # ``RESCALE_FROM_D`` (64: both head dims). Measured (H200, benchmarks/fwd_switches.py runs 1 and 2): the skip alone
 # 0.980-1.012x (bits kept), the bound alone 0.988-1.008x, both with the bound 8 at D = 128 1.014-1.026x (run 2) and
 # 1.008-1.067x (run 1), at D = 64 0.986-1.007x; on at D = 128 against off, run 4: 1.007-1.035x, with the whole GPU
-# suite passing with them on. So on from D = 128 (at D = 64 the kernels are the builds without them). Compile-time
-# switches (the kernels read ``_RESCALE_SKIP``, ``_RESCALE_TAU`` and ``_RESCALE_FROM_D``)
+# suite passing with them on. So on from D = 128 at first; those D = 64 runs took their builds in one order, and timed
+# with the order reversed every other round (run 16) the switches at D = 64 were worth 1.015-1.021x on the window,
+# causal and dense rows: on at both head dims since. Compile-time switches (the kernels read ``_RESCALE_SKIP``,
+# ``_RESCALE_TAU`` and ``_RESCALE_FROM_D``)
 RESCALE_SKIP = True
 RESCALE_TAU = 8.0
-RESCALE_FROM_D = 128
+RESCALE_FROM_D = 64
 # 192-key blocks at D = 64 (``block_n`` 192): FlashAttention-3's D = 64 tile, three 64-key Q·Kᵀ wgmmas a step, one softmax
 # step for the three, P̃ through shared memory and three P̃·V wgmmas of k = 64; the K/V ring eight 64-key boxes. A grid
 # build only (224 KB of shared memory with three consumer groups). Measured (H200, benchmarks/fwd_switches.py runs 5 and
@@ -143,7 +145,10 @@ RESCALE_FROM_D = 128
 # (H200, benchmarks/fwd_switches.py runs 7 and 8, each build against the shipped one in the same rounds, D = 64 rows:
 # the sliding window, causal and dense 4 x 4K): PACK_P 1.009x and 1.027x on the window, 0.994-1.003x causal,
 # 1.005-1.014x dense, 1.007-1.017x at D = 128, the same bits (and no spill left in the persistent D = 64 build): on.
-# MASK_RANGE 0.943-0.970x (its builds spill 8-48 bytes), PINGPONG 0.997-1.003x, ROW_SUM_LANES 0.974-0.999x: off.
+# MASK_RANGE 0.943-0.970x (its builds spill 8-48 bytes), PINGPONG 0.997-1.003x: off. ROW_SUM_LANES measured
+# 0.974-0.999x there, with each round taking the builds in one order; with the order reversed every other round (run
+# 16), the lanes and the rescale switches at D = 64 together against neither: 1.004-1.039x at D = 64, the lanes alone
+# 1.002-1.027x at D = 128 (the same build compiled twice spread 0.989-1.007x): on.
 PACK_P = True
 MASK_RANGE = False
 # A masked key block's visible scores from each row's limits (``_visible_limits``): row i sees the block's columns
@@ -170,7 +175,7 @@ MASK_LIMITS = 2
 # Compile-time switch (the kernels read ``_OWN_BLOCKS``)
 OWN_BLOCKS = True
 PINGPONG = False
-ROW_SUM_LANES = False
+ROW_SUM_LANES = True
 PINGPONG_BAR0 = 8  # the named barriers of the turns: PINGPONG_BAR0 + group (Triton's own barriers take the low ids)
 WIDE_KEYS = 192
 WIDE_BOXES = 8  # its K/V ring: eight 64-key boxes (other rings have at most 4 slots: the count tells them apart)
