@@ -1494,10 +1494,11 @@ def test_results_fwd_switches_run_13_times_the_arms_in_both_orders():
 
 
 def test_readme_quotes_the_whole_variants_table():
-    """README's sentence on variants run 31: the spans of ×FlexAttention, ×SDPA and det./default over its table."""
+    """README's sentence on variants runs 31 and 33: the spans of ×FlexAttention, ×SDPA and det./default over both
+    runs' tables."""
     v = load_script("benchmarks/variants.py")
     flex, sdpa, det = [], [], []
-    for n in (31,):
+    for n in (31, 33):
         rows = json.loads((ROOT / "benchmarks" / "data" / f"variants-h200-run{n}.json").read_text())["rows"]
         for ln in v.report(rows).splitlines()[2:]:
             c = [t.strip() for t in ln.strip("|").split("|")]
@@ -1523,7 +1524,7 @@ def test_results_fwd_switches_run_16_and_variants_runs_31_and_32_are_the_recorde
     pytest.importorskip("triton")
     from attnlab.gpu import prefill_gluon as G
 
-    start = "### Fwd-switches run 16, variants runs 31 and 32"
+    start = "### Fwd-switches run 16, variants runs 31–33"
     section, text, (rows,) = _switch_runs(start, "### Variants runs 28–30, fwd-switches runs 11–13", (16,))
     notes = (ROOT / "benchmarks" / "NOTES-prefill.md").read_text()
     notes = _flat(notes[notes.index("## v43:"):])
@@ -1592,6 +1593,23 @@ def test_results_fwd_switches_run_16_and_variants_runs_31_and_32_are_the_recorde
     x = dv.pop()
     assert f"the packed batch at both head dims included ({x}× at both)" in text
     assert f"{x}× at both head dims in the whole table (run 31)" in notes and f"run 31's is {x}×" in text
+
+    t33 = v.report(json.loads((data / "variants-h200-run33.json").read_text())["rows"])
+    assert t33 in section and t33.strip() == (data / "variants-run33" / "variants-run33.md").read_text().strip()
+    c33 = {}
+    for ln in t33.splitlines()[2:]:
+        col = [t.strip() for t in ln.strip("|").split("|")]
+        c33[int(col[0]), col[1], col[2]] = col
+    assert [k for k, col in c33.items() if float(col[7]) < 1.3] == [(64, "window", "fwd")] and len(c33) == 16
+    assert f"every row at least 1.3× FlexAttention but the D = 64 window forward ({c33[64, 'window', 'fwd'][7]}×)" in text
+    sd33 = [float(col[8]) for col in c33.values() if col[8] != "—"]
+    d33 = [float(col[9]) for col in c33.values() if col[9] != "—"]
+    assert f"every SDPA row at least {min(sd33):.2f}×; the deterministic backward at {min(d33):.2f}–{max(d33):.2f}×" in text
+    mine = {cells[64, "window", "fwd"][3], c33[64, "window", "fwd"][3]}
+    flex = [cells[64, "window", "fwd"][5], c33[64, "window", "fwd"][5]]
+    assert len(mine) == 1 and (f"In both runs the D = 64 window forward ran at {mine.pop()} TFLOP/s, against "
+                               f"FlexAttention's {flex[0]} and {flex[1]}: the bar of 1.3× asks for "
+                               f"{1.3 * int(flex[0]):.0f} and {1.3 * int(flex[1]):.0f}") in text
 
     md = {k: (data / "packed-det128-run32" / f"det128-{k}.md").read_text().strip().splitlines()[-1]
           for k in ("1-gluon", "2-triton")}
