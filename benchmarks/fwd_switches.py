@@ -19,7 +19,8 @@ mask per row: ``MASK_LIMITS`` 0, 1, 2); ``n256`` and ``n256p``, D = 64 only: the
 128 × 256 tiles (every D = 64 entry of the Gluon forward's table so replaced while the build runs, ``TILE_BUILDS``), as
 a grid or persistent; ``n192``, ``n192m`` and ``n128g``, D = 64 only: 192 × 192 tiles (FlashAttention-3's, P̃ through
 shared memory), 128 × 192 tiles (the same step on two consumer groups of 232 registers) and 192 × 128 tiles, all as a
-grid. ``own`` and ``noown``: each consumer group walking only the key blocks its rows see, or the whole tile
+grid; ``n128p``, ``n128d`` and ``n192p``, D = 64 only: the persistent kernel on 128 × 128 tiles (dealt out by the
+host's schedule, or taken from a counter) and on 192 × 128 tiles. ``own`` and ``noown``: each consumer group walking only the key blocks its rows see, or the whole tile
 (``OWN_BLOCKS``). ``lanes`` and ``nolanes``: each thread's partial row sums, added across the lanes once after the last
 block, or a sum across the lanes every block (``ROW_SUM_LANES``); ``lanes+skip+tau8`` the lanes with both rescale
 switches at both head dims; ``tau8from128`` both rescale switches from D = 128 only; ``before`` the shipped build
@@ -82,6 +83,9 @@ BUILDS = {  # (the rescale builds set all three of its switches, so that each me
     "n192": {},
     "n192m": {},
     "n128g": {},
+    "n128p": {},
+    "n128d": {},
+    "n192p": {},
 }
 # builds that run the shipped kernels on other tiles: every D = 64 entry of the Gluon forward's table (the long
 # entries, causal or not, and the causal entry below 8K keys) on 128 × 256 tiles (``prefill_gluon.LONG_KEYS``), as a
@@ -95,6 +99,11 @@ TILE_BUILDS = {
     "n192": dict(block_m=192, block_n=192, num_stages=2, persistent=False, dynamic=False),
     "n192m": dict(block_m=128, block_n=192, num_stages=2, persistent=False, dynamic=False),  # two groups, 232 registers
     "n128g": dict(block_m=192, block_n=128, num_stages=2, persistent=False, dynamic=False),
+    # the persistent builds on 128-key blocks: 128-row tiles dealt out by the host's schedule or taken from a
+    # counter, and 192-row tiles dealt out (the causal D = 64 entry from 8K keys on is the 192-row grid)
+    "n128p": dict(block_m=128, block_n=128, num_stages=2, persistent=True, dynamic=False),
+    "n128d": dict(block_m=128, block_n=128, num_stages=2, persistent=True, dynamic=True),
+    "n192p": dict(block_m=192, block_n=128, num_stages=2, persistent=True, dynamic=False),
 }
 TILE_HEAD_DIM = 64
 KERNELS = ("_attn_fwd_gluon", "_attn_fwd_gluon_ws", "_attn_fwd_gluon_wsp")
