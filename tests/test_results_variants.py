@@ -1575,12 +1575,16 @@ def test_results_fwd_switches_run_16_and_variants_runs_31_and_32_are_the_recorde
     assert "415 passed, 7 skipped, 2 xfailed" in text and "GPU tests of the forward with both switches: 415 passed" in notes
 
     v = load_script("benchmarks/variants.py")
-    table = v.report(json.loads((data / "variants-h200-run31.json").read_text())["rows"])
-    assert table in section and table.strip() == (data / "variants-run31" / "variants-run31.md").read_text().strip()
-    cells = {}
-    for ln in table.splitlines()[2:]:
-        col = [t.strip() for t in ln.strip("|").split("|")]
-        cells[int(col[0]), col[1], col[2]] = col
+
+    def whole_table(n):
+        """Run n's table as ``variants.py`` renders it, checked against the section and the run's own markdown:
+        its cells by (D, variant, pass)."""
+        table = v.report(json.loads((data / f"variants-h200-run{n}.json").read_text())["rows"])
+        assert table in section and table.strip() == (data / f"variants-run{n}" / f"variants-run{n}.md").read_text().strip()
+        return {(int(c[0]), c[1], c[2]): c
+                for c in ([t.strip() for t in ln.strip("|").split("|")] for ln in table.splitlines()[2:])}
+
+    cells = whole_table(31)
     assert [k for k, col in cells.items() if float(col[7]) < 1.3] == [(64, "window", "fwd")] and len(cells) == 16
     assert f"but the D = 64 window forward ({cells[64, 'window', 'fwd'][7]}×" in text
     assert f"{cells[64, 'window', 'fwd'][7]}× in the whole variants table (variants run 31" in notes
@@ -1594,12 +1598,7 @@ def test_results_fwd_switches_run_16_and_variants_runs_31_and_32_are_the_recorde
     assert f"the packed batch at both head dims included ({x}× at both)" in text
     assert f"{x}× at both head dims in the whole table (run 31)" in notes and f"run 31's is {x}×" in text
 
-    t33 = v.report(json.loads((data / "variants-h200-run33.json").read_text())["rows"])
-    assert t33 in section and t33.strip() == (data / "variants-run33" / "variants-run33.md").read_text().strip()
-    c33 = {}
-    for ln in t33.splitlines()[2:]:
-        col = [t.strip() for t in ln.strip("|").split("|")]
-        c33[int(col[0]), col[1], col[2]] = col
+    c33 = whole_table(33)
     assert [k for k, col in c33.items() if float(col[7]) < 1.3] == [(64, "window", "fwd")] and len(c33) == 16
     assert f"every row at least 1.3× FlexAttention but the D = 64 window forward ({c33[64, 'window', 'fwd'][7]}×)" in text
     sd33 = [float(col[8]) for col in c33.values() if col[8] != "—"]
