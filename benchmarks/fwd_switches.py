@@ -8,26 +8,27 @@ kernels stand in for the library's own while it is timed, so every build goes th
 configuration and launch code. Each row records each build's largest difference from the first build's output
 (``max_diff``; 0 where a switch keeps the bits, as ``RESCALE_SKIP`` must).
 
-Builds (``--builds``, the first the baseline): ``shipped``; ``off`` (neither rescale switch); ``skip`` (O's
-rescaling skipped by warps whose alphas are all 1); ``skip+tau8`` (and a row's maximum kept unless it grows by more
-than 8, log2 units); ``tau8`` (the last three at both head dims, ``RESCALE_FROM_D`` 64); ``tree`` and ``chain`` (the
-row maximum as a tree or one score after another); ``pack``, ``mask``, ``pp`` and ``fa4`` (FlashAttention-4's step:
-P̃ converted two elements at a time, masked blocks' scores masked by one range test and then the unmasked arithmetic,
-the consumer groups' turns at the tensor cores, and all three); ``nolimits``, ``limits1`` and ``limits`` (a masked
-block's visibility by three comparisons of each score's column, by two comparisons against constants, or by a bit
-mask per row: ``MASK_LIMITS`` 0, 1, 2); ``n256`` and ``n256p``, D = 64 only: the shipped kernels on
-128 × 256 tiles (every D = 64 entry of the Gluon forward's table so replaced while the build runs, ``TILE_BUILDS``), as
-a grid or persistent; ``n192``, ``n192m`` and ``n128g``, D = 64 only: 192 × 192 tiles (FlashAttention-3's, P̃ through
-shared memory), 128 × 192 tiles (the same step on two consumer groups of 232 registers) and 192 × 128 tiles, all as a
-grid; ``n128p``, ``n128d`` and ``n192p``, D = 64 only: the persistent kernel on 128 × 128 tiles (dealt out by the
-host's schedule, or taken from a counter) and on 192 × 128 tiles. ``own`` and ``noown``: each consumer group walking only the key blocks its rows see, or the whole tile
-(``OWN_BLOCKS``). ``lanes`` and ``nolanes``: each thread's partial row sums, added across the lanes once after the last
-block, or a sum across the lanes every block (``ROW_SUM_LANES``); ``lanes+skip+tau8`` the lanes with both rescale
-switches at both head dims; ``tau8from128`` both rescale switches from D = 128 only; ``before`` the shipped build
-before fwd-switches run 16 (no lanes, the rescale switches from D = 128). Rows: those of ``exp_poly.py`` (the variants benchmark's sliding window W = 4096 and packed
-batch at 16K tokens, causal; dense 4 × 4K causal and not; named only: ``alibi``, the variants' ALiBi row, and
-``causal16k``, one causal sequence of 16K), at D = 64 and 128; ``--rounds`` rounds in which the builds
-and the peer take turns (``do_bench`` medians; the table gives each one's median).
+Builds (``--builds``, the first the baseline): ``shipped``; ``off`` (neither rescale switch); ``skip`` (O's rescaling
+skipped by warps whose alphas are all 1); ``skip+tau8`` (and a row's maximum kept unless it grows by more than 8, log2
+units); ``tau8`` (the last three at both head dims, ``RESCALE_FROM_D`` 64); ``tree`` and ``chain`` (the row maximum as
+a tree or one score after another); ``pack``, ``mask``, ``pp`` and ``fa4`` (FlashAttention-4's step: P̃ converted two
+elements at a time, masked blocks' scores masked by one range test and then the unmasked arithmetic, the consumer
+groups' turns at the tensor cores, and all three); ``nolimits``, ``limits1`` and ``limits`` (a masked block's
+visibility by three comparisons of each score's column, by two comparisons against constants, or by a bit mask per
+row: ``MASK_LIMITS`` 0, 1, 2); ``n256`` and ``n256p``, D = 64 only: the shipped kernels on 128 × 256 tiles (every D =
+64 entry of the Gluon forward's table so replaced while the build runs, ``TILE_BUILDS``), as a grid or persistent;
+``n192``, ``n192m`` and ``n128g``, D = 64 only: 192 × 192 tiles (FlashAttention-3's, P̃ through shared memory), 128 ×
+192 tiles (the same step on two consumer groups of 232 registers) and 192 × 128 tiles, all as a grid; ``n128p``,
+``n128d`` and ``n192p``, D = 64 only: the persistent kernel on 128 × 128 tiles (dealt out by the host's schedule, or
+taken from a counter) and on 192 × 128 tiles. ``own`` and ``noown``: each consumer group walking only the key blocks
+its rows see, or the whole tile (``OWN_BLOCKS``). ``lanes`` and ``nolanes``: each thread's partial row sums, added
+across the lanes once after the last block, or a sum across the lanes every block (``ROW_SUM_LANES``);
+``lanes+skip+tau8`` the lanes with both rescale switches at both head dims; ``tau8from128`` both rescale switches from
+D = 128 only; ``before`` the shipped build before fwd-switches run 16 (no lanes, the rescale switches from D = 128).
+Rows: those of ``exp_poly.py`` (the variants benchmark's sliding window W = 4096 and packed batch at 16K tokens,
+causal; dense 4 × 4K causal and not; named only: ``alibi``, the variants' ALiBi row, and ``causal16k``, one causal
+sequence of 16K), at D = 64 and 128; ``--rounds`` rounds in which the builds and the peer take turns (``do_bench``
+medians; the table gives each one's median).
 
     python benchmarks/fwd_switches.py --json fwd-switches.json     # every row, both head dims, every build
     python benchmarks/fwd_switches.py --rows window full --D 64 --builds shipped skip skip+tau8 --rounds 5
