@@ -1,4 +1,5 @@
-"""Process-wide helpers: one-time warnings, Triton interpreter detection, and the base-2 constants.
+"""Process-wide helpers: one-time warnings, Triton interpreter detection (and whether the interpreter can run here),
+and the base-2 constants.
 
 Kernels (blockwise PyTorch and Triton alike) keep scores in base 2 so that ``exp2`` — cheaper than
 ``exp`` — does the exponentials: e^x = 2^(x·log2 e). ``LOG2E`` and ``LN2`` are defined here once.
@@ -39,3 +40,37 @@ def triton_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+@functools.cache
+def interpreter_problem() -> str | None:
+    """Why Triton's CPU interpreter cannot run the kernels in this environment, or None where it can (or where
+    triton is not installed: the caller says so). Triton's interpreter up to 3.6 turns a one-element scalar into a
+    Python int with ``int(array)``, which numpy 2.4 refuses for arrays of one dimension; every loop over key blocks
+    then fails deep inside the interpreter. Newer interpreters squeeze the array first."""
+    if not triton_available():
+        return None
+    import inspect
+
+    import triton
+    from triton.runtime import interpreter
+
+    try:
+        source = inspect.getsource(interpreter)
+    except (OSError, TypeError):
+        return None
+    return _interpreter_source_problem(source, triton.__version__)
+
+
+def _interpreter_source_problem(source: str, version: str) -> str | None:
+    """``interpreter_problem`` for an interpreter of this source and triton version, under the numpy installed."""
+    import numpy
+
+    if "int(self.handle.data))" not in source:
+        return None
+    try:
+        int(numpy.array([1]))
+    except TypeError:
+        return (f"the CPU interpreter of triton {version} under numpy {numpy.__version__} (it converts one-element "
+                f"arrays with int(), which numpy 2.4 refuses: use numpy < 2.4, or a newer triton)")
+    return None

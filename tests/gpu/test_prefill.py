@@ -522,6 +522,40 @@ def test_dispatch_falls_back_with_one_warning_per_reason(monkeypatch):
     assert _err(out, ref) < 1e-5
 
 
+@pytest.mark.skipif(DEV != "cpu", reason="the interpreter's check is for CPU tensors")
+def test_an_interpreter_that_cannot_run_here_is_named_before_any_kernel(monkeypatch):
+    """Triton's CPU interpreter up to 3.6 turns one-element arrays into ints with ``int()``, which numpy 2.4 refuses:
+    ``interpreter_problem`` finds that from the interpreter's source and the numpy installed, and the Triton entry
+    points (prefill and decode) then raise a ValueError that names it, where the interpreter would fail deep inside
+    a kernel."""
+    import numpy
+
+    from attnlab import _runtime
+    from attnlab.gpu import decode, flash_decode_triton
+    from attnlab.gpu import prefill as P
+
+    old = "    scope.set_attr(tensor, '__index__', lambda self: int(self.handle.data))"
+    new = "    scope.set_attr(tensor, '__index__', lambda self: int(self.handle.data.squeeze()))"
+    try:
+        int(numpy.array([1]))
+        refuses = False
+    except TypeError:
+        refuses = True
+    found = _runtime._interpreter_source_problem(old, "3.6.0")
+    assert (found is not None) == refuses
+    assert _runtime._interpreter_source_problem(new, "3.9.0") is None
+    message = "the CPU interpreter of triton 3.6.0 under numpy 2.4.6 (it converts one-element arrays with int())"
+    if found is not None:
+        assert found.startswith(message.split(" under")[0])
+    for mod in (P, decode):
+        monkeypatch.setattr(mod, "interpreter_problem", lambda: message)
+    q, k, v = _inputs(1, 2, 2, 17, 23, 64, torch.float16)
+    with pytest.raises(ValueError, match="do not take the CPU interpreter of triton 3.6.0 under numpy 2.4.6"):
+        flash_attention_triton(q, k, v, causal=True)
+    with pytest.raises(ValueError, match="do not take the CPU interpreter of triton 3.6.0"):
+        flash_decode_triton(q[:, :, :1], k, v)
+
+
 def test_bad_input_raises_clear_errors():
     q, k, v = _inputs(1, 2, 2, 8, 8, 32, torch.float16)
     with pytest.raises(ValueError, match="head dim"):

@@ -25,7 +25,7 @@ from .._checks import (
     resolve_scale,
     seqlens_tensor,
 )
-from .._runtime import interpret_mode
+from .._runtime import interpret_mode, interpreter_problem
 from .decode_config import (
     DecodeConfig,
     choose_num_splits,
@@ -49,6 +49,8 @@ def unsupported(q, dims) -> tuple[str, str] | None:
     """Why the kernels cannot take this call — a reason key and a message — or None if they can."""
     if q.device.type != "cuda" and not (q.device.type == "cpu" and interpret_mode()):
         return "device", f"tensors on {q.device} (the kernels need CUDA, or TRITON_INTERPRET=1 on the CPU)"
+    if q.device.type == "cpu" and (problem := interpreter_problem()):
+        return "interpreter", problem
     if q.dtype not in SUPPORTED_DTYPES:
         return f"dtype-{q.dtype}", f"dtype {q.dtype} (the kernels take float16 and bfloat16)"
     if dims.Dv != dims.D:

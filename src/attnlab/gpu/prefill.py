@@ -21,7 +21,7 @@ from .._checks import (
     check_varlen,
     resolve_scale,
 )
-from .._runtime import interpret_mode, triton_available
+from .._runtime import interpret_mode, interpreter_problem, triton_available
 from ..variants import Mask
 from .config import BWD_HEAD_DIMS, FWD_HEAD_DIMS, KERNEL_DTYPES, device_capability
 
@@ -190,6 +190,8 @@ def unsupported(q, dims, *, needs_grad: bool) -> tuple[str, str] | None:
         return "device", f"tensors on {q.device} (the kernels need CUDA, or TRITON_INTERPRET=1 on the CPU)"
     if not _triton_ok():
         return "triton", "triton is not installed (pip install 'attnlab[gpu]')"
+    if q.device.type == "cpu" and (problem := interpreter_problem()):
+        return "interpreter", problem
     if q.is_cuda and (torch.cuda.get_device_properties(q.device).major if _is_compiling()  # (a constant there)
                       else device_capability(q.device)[0]) < 8:
         return "gpu", f"GPU {torch.cuda.get_device_properties(q.device).name} is older than compute capability 8.0"
