@@ -547,8 +547,8 @@ def test_an_interpreter_that_cannot_run_here_is_named_before_any_kernel(monkeypa
     message = "the CPU interpreter of triton 3.6.0 under numpy 2.4.6 (it converts one-element arrays with int())"
     if found is not None:
         assert found.startswith(message.split(" under")[0])
-    for mod in (P, decode):
-        monkeypatch.setattr(mod, "interpreter_problem", lambda: message)
+    monkeypatch.setattr(P, "_interpreter_problem", lambda: message)
+    monkeypatch.setattr(decode, "interpreter_problem", lambda: message)
     q, k, v = _inputs(1, 2, 2, 17, 23, 64, torch.float16)
     with pytest.raises(ValueError, match="do not take the CPU interpreter of triton 3.6.0 under numpy 2.4.6"):
         flash_attention_triton(q, k, v, causal=True)

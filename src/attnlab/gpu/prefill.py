@@ -176,8 +176,14 @@ def _triton_ok() -> bool:
     return triton_available()
 
 
+def _interpreter_problem() -> str:
+    """``interpreter_problem()`` or "" where there is none; under ``torch.compile`` a constant found while tracing."""
+    return interpreter_problem() or ""
+
+
 if hasattr(torch, "compiler") and hasattr(torch.compiler, "assume_constant_result"):
     _triton_ok = torch.compiler.assume_constant_result(_triton_ok)
+    _interpreter_problem = torch.compiler.assume_constant_result(_interpreter_problem)
 
 
 def unsupported(q, dims, *, needs_grad: bool) -> tuple[str, str] | None:
@@ -190,7 +196,7 @@ def unsupported(q, dims, *, needs_grad: bool) -> tuple[str, str] | None:
         return "device", f"tensors on {q.device} (the kernels need CUDA, or TRITON_INTERPRET=1 on the CPU)"
     if not _triton_ok():
         return "triton", "triton is not installed (pip install 'attnlab[gpu]')"
-    if q.device.type == "cpu" and (problem := interpreter_problem()):
+    if q.device.type == "cpu" and (problem := _interpreter_problem()):
         return "interpreter", problem
     if q.is_cuda and (torch.cuda.get_device_properties(q.device).major if _is_compiling()  # (a constant there)
                       else device_capability(q.device)[0]) < 8:
