@@ -1549,7 +1549,8 @@ def test_results_fwd_switches_run_16_and_variants_runs_31_and_32_are_the_recorde
     small, big = (gain["window", 128], gain["causal", 128]), (gain["full", 128], gain["causal16k", 128])
     assert max(small) <= 1 / min(control) and min(big) > 1 / min(control)
     assert f"{big[0]:.3f}" == f"{big[1]:.3f}"
-    assert f"rows' {small[0]:.3f}× and {small[1]:.3f}× are inside" in text and f"rows' {big[0]:.3f}× (both) outside" in text
+    assert f"rows' {small[0]:.3f}× and {small[1]:.3f}× are inside" in text
+    assert f"rows' {big[0]:.3f}× (both) outside" in text
     resc = [1 / by[r, 64, "tau8from128"]["vs_first"] for r in names]
     assert f"switches alone (`tau8from128` against `shipped`) were worth {span(resc)}×" in text
     assert f"alone at D = 64 were worth {span(resc)}×" in notes
@@ -1572,7 +1573,8 @@ def test_results_fwd_switches_run_16_and_variants_runs_31_and_32_are_the_recorde
     assert not re.search(r"\d+ failed", last) and last.startswith("415 passed, 7 skipped, 2 xfailed")
     five = (checks / "tests-run16-call5.log").read_text().strip().splitlines()[-1]
     assert not re.search(r"\d+ failed", five) and f"{five.split(' passed')[0]} passed (`tests-run16-call5.log`)" in text
-    assert "415 passed, 7 skipped, 2 xfailed" in text and "GPU tests of the forward with both switches: 415 passed" in notes
+    assert "415 passed, 7 skipped, 2 xfailed" in text
+    assert "GPU tests of the forward with both switches: 415 passed" in notes
 
     v = load_script("benchmarks/variants.py")
 
@@ -1580,7 +1582,8 @@ def test_results_fwd_switches_run_16_and_variants_runs_31_and_32_are_the_recorde
         """Run n's table as ``variants.py`` renders it, checked against the section and the run's own markdown:
         its cells by (D, variant, pass)."""
         table = v.report(json.loads((data / f"variants-h200-run{n}.json").read_text())["rows"])
-        assert table in section and table.strip() == (data / f"variants-run{n}" / f"variants-run{n}.md").read_text().strip()
+        assert table in section
+        assert table.strip() == (data / f"variants-run{n}" / f"variants-run{n}.md").read_text().strip()
         return {(int(c[0]), c[1], c[2]): c
                 for c in ([t.strip() for t in ln.strip("|").split("|")] for ln in table.splitlines()[2:])}
 
@@ -1600,10 +1603,12 @@ def test_results_fwd_switches_run_16_and_variants_runs_31_and_32_are_the_recorde
 
     c33 = whole_table(33)
     assert [k for k, col in c33.items() if float(col[7]) < 1.3] == [(64, "window", "fwd")] and len(c33) == 16
-    assert f"every row at least 1.3× FlexAttention but the D = 64 window forward ({c33[64, 'window', 'fwd'][7]}×)" in text
+    w33 = c33[64, "window", "fwd"][7]
+    assert f"every row at least 1.3× FlexAttention but the D = 64 window forward ({w33}×)" in text
     sd33 = [float(col[8]) for col in c33.values() if col[8] != "—"]
     d33 = [float(col[9]) for col in c33.values() if col[9] != "—"]
-    assert f"every SDPA row at least {min(sd33):.2f}×; the deterministic backward at {min(d33):.2f}–{max(d33):.2f}×" in text
+    assert (f"every SDPA row at least {min(sd33):.2f}×; the deterministic backward at "
+            f"{min(d33):.2f}–{max(d33):.2f}×") in text
     mine = {cells[64, "window", "fwd"][3], c33[64, "window", "fwd"][3]}
     flex = [cells[64, "window", "fwd"][5], c33[64, "window", "fwd"][5]]
     assert len(mine) == 1 and (f"In both runs the D = 64 window forward ran at {mine.pop()} TFLOP/s, against "

@@ -544,9 +544,8 @@ def test_an_interpreter_that_cannot_run_here_is_named_before_any_kernel(monkeypa
     found = _runtime._interpreter_source_problem(old, "3.6.0")
     assert (found is not None) == refuses
     assert _runtime._interpreter_source_problem(new, "3.9.0") is None
+    assert found is None or found.startswith("the CPU interpreter of triton 3.6.0 under numpy ")
     message = "the CPU interpreter of triton 3.6.0 under numpy 2.4.6 (it converts one-element arrays with int())"
-    if found is not None:
-        assert found.startswith(message.split(" under")[0])
     monkeypatch.setattr(P, "_interpreter_problem", lambda: message)
     monkeypatch.setattr(decode, "interpreter_problem", lambda: message)
     q, k, v = _inputs(1, 2, 2, 17, 23, 64, torch.float16)

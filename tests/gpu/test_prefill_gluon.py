@@ -1414,11 +1414,12 @@ def test_fa4_step_builds_for_sm90_change_only_their_instructions():
     ``benchmarks/fwd_switches.py`` makes them): ``pack`` converts P̃ two elements per instruction, ``mask`` tests
     each masked score against its row's range by one unsigned comparison, ``pp`` waits for and hands on the consumer
     groups' turns by named barriers (once before and once after each steady step's products, one first turn),
-    ``lanes`` keeps each thread's partial row sums (fewer shuffles; on in the library, ``nolanes`` without it); each keeps the schedule of the shipped build (its
-    waits, products, loads and shared memory)."""
+    ``lanes`` keeps each thread's partial row sums (fewer shuffles; on in the library, ``nolanes`` without it);
+    each keeps the schedule of the shipped build (its waits, products, loads and shared memory)."""
 
     code = ("import json, re, sys; sys.path.insert(0, 'benchmarks'); import fwd_switches as fs; out = []\n"
-            "builds = [(b, 64, 192, {}) for b in ('shipped', 'nopack', 'pack', 'mask', 'pp', 'lanes', 'nolanes', 'fa4')]\n"
+            "builds = [(b, 64, 192, {})\n"
+            "          for b in ('shipped', 'nopack', 'pack', 'mask', 'pp', 'lanes', 'nolanes', 'fa4')]\n"
             "builds += [(b, 128, 128, {'persistent': True}) for b in ('shipped', 'pp')]  # two groups' turns\n"
             "for b, D, bm, kw in builds:\n"
             "        m = fs.build_module(b)\n"
@@ -1574,8 +1575,9 @@ PERSISTENT_192_CASES = [
 def test_gpu_the_persistent_192_row_build_gives_the_grid_kernels_bits(B, H, Hkv, Nq, Nk, window, order):
     """The persistent kernel on 192 × 128 tiles (three consumer groups, the host's schedule) gives the bits, output
     and lse, of the grid kernel on the same tiles, causal, windows, GQA/MQA and Nq != Nk, with the part block last
-    or first (the causal entries' order, groups of heads chosen by the library); and the float64 criterion. At D = 64 from 8K keys the causal entry is the grid kernel; the persistent
-    one ran 1.014-1.036x faster on the window and causal 16K rows (fwd-switches runs 17 and 18)."""
+    or first (the causal entries' order, groups of heads chosen by the library); and the float64 criterion. At
+    D = 64 from 8K keys the causal entry is the grid kernel; the persistent one ran 1.014-1.036x faster on the
+    window and causal 16K rows (fwd-switches runs 17 and 18)."""
     gen = torch.Generator(device=DEV).manual_seed(Nq * 3 + Nk)
     scale, (left, right) = 64 ** -0.5, window
     q, k, v, _, kw, lse_shape = _build_inputs(B, H, Hkv, Nq, Nk, 64, window, "grid-192", gen)
