@@ -33,8 +33,11 @@ import attnlab  # noqa: E402
 from attnlab.bench import time_fn  # noqa: E402
 
 ROWS = ("window", "varlen", "causal", "full")
-EXTRA_ROWS = ("alibi", "causal16k")  # (named with --rows only) the variants' ALiBi row; one 16K causal sequence
+# (named with --rows only) the variants' ALiBi row; one 16K causal sequence; causal batches of 8 × 2K and 2 × 6K
+# (16K tokens, like the others: the lengths from 2K to 8K keys where the D = 64 causal forward had its own entry)
+EXTRA_ROWS = ("alibi", "causal16k", "causal2k", "causal6k")
 DENSE_B, DENSE_N = 4, 4096
+DENSE_SHAPES = {"causal16k": (1, 16384), "causal2k": (8, 2048), "causal6k": (2, 6144)}  # (B, N); others 4 × 4K
 
 
 def row_call(name: str, D: int, device: str):
@@ -52,8 +55,8 @@ def row_call(name: str, D: int, device: str):
         except (RuntimeError, NotImplementedError) as e:
             peer = e
         return lib, flops, "flex", peer
-    causal = name in ("causal", "causal16k")
-    B, N = (1, V.TOKENS) if name == "causal16k" else (DENSE_B, DENSE_N)
+    causal = name.startswith("causal")
+    B, N = DENSE_SHAPES.get(name, (DENSE_B, DENSE_N))
     q, k, v = (torch.randn(B, H, N, D, generator=g, device=device, dtype=torch.bfloat16) for _ in range(3))
     pairs = N * (N + 1) // 2 if causal else N * N
     flops = 4.0 * pairs * D * H * B

@@ -26,8 +26,8 @@ across the lanes once after the last block, or a sum across the lanes every bloc
 ``lanes+skip+tau8`` the lanes with both rescale switches at both head dims; ``tau8from128`` both rescale switches from
 D = 128 only; ``before`` the shipped build before fwd-switches run 16 (no lanes, the rescale switches from D = 128).
 Rows: those of ``exp_poly.py`` (the variants benchmark's sliding window W = 4096 and packed batch at 16K tokens,
-causal; dense 4 × 4K causal and not; named only: ``alibi``, the variants' ALiBi row, and ``causal16k``, one causal
-sequence of 16K), at D = 64 and 128; ``--rounds`` rounds in which the builds and the peer take turns (``do_bench``
+causal; dense 4 × 4K causal and not; named only: ``alibi``, the variants' ALiBi row, ``causal16k``, one causal
+sequence of 16K, and ``causal2k`` and ``causal6k``, causal batches of 8 × 2K and 2 × 6K), at D = 64 and 128; ``--rounds`` rounds in which the builds and the peer take turns (``do_bench``
 medians; the table gives each one's median).
 
     python benchmarks/fwd_switches.py --json fwd-switches.json     # every row, both head dims, every build

@@ -281,8 +281,8 @@ def test_each_group_walks_every_block_its_rows_see_and_no_other():
 
 def test_causal_calls_reach_the_gluon_forward_with_the_schedule_of_their_length(monkeypatch):
     """The table's causal entries, seen on the CPU by standing in for the Gluon kernel: the part block first and
-    groups of heads by K/V bytes (head_chunk 0) on every causal call; persistent at D = 128, and at D = 64 below
-    8K keys only (with 128-row tiles); ALiBi calls the grid kernel."""
+    groups of heads by K/V bytes (head_chunk 0) on every causal call; persistent at D = 128 and at D = 64 (below
+    8K keys with 128-row tiles, from 8K keys with 192-row tiles); ALiBi calls the grid kernel."""
     from attnlab.gpu import config as C
     from attnlab.gpu import prefill_fwd as F
 
@@ -292,7 +292,7 @@ def test_causal_calls_reach_the_gluon_forward_with_the_schedule_of_their_length(
     real = C.default_fwd_config
     monkeypatch.setattr(F, "default_fwd_config", lambda D, causal, device, n_keys=None, gluon=True:
                         real(D, causal, torch.device("cuda"), n_keys, gluon=gluon))
-    for D, Nk, slopes, want, rows in ((64, 8191, None, True, 128), (64, 8192, None, False, 192),
+    for D, Nk, slopes, want, rows in ((64, 8191, None, True, 128), (64, 8192, None, True, 192),
                                       (128, 20000, None, True, 128), (128, 4096, torch.ones(2), False, 128)):
         calls.clear()
         q = torch.zeros(1, 2, 8, D, dtype=torch.float16)
@@ -400,9 +400,9 @@ def test_the_table_takes_gluon_for_long_calls_and_set_config_can_replace_it():
     cuda = torch.device("cuda")  # the table is keyed by device type only: no GPU needed to read it
     entry = default_fwd_config(128, False, cuda, SHORT_KEYS)
     assert entry.gluon and entry.warp_spec and (entry.block_m, entry.num_warps) == (128, 4)
-    # long calls run the persistent build (fwd-persistent runs 1-5), causal ones with the part block first and
-    # groups of heads; at D = 64 causal calls of 8K keys or more take the 192-row grid kernel, shorter ones the
-    # 128-row persistent build
+    # long calls run the persistent build (fwd-persistent runs 1-5, fwd-switches runs 17 and 18), causal ones with
+    # the part block first and groups of heads; at D = 64 causal calls of 8K keys or more take 192-row tiles,
+    # shorter ones 128-row tiles
     from attnlab.gpu.config import MID_KEYS
 
     for D in (64, 128):
@@ -412,7 +412,7 @@ def test_the_table_takes_gluon_for_long_calls_and_set_config_can_replace_it():
             causal = default_fwd_config(D, True, cuda, n)
             assert causal.part_first and causal.head_chunk == 0
             long = n is None or n >= MID_KEYS
-            assert causal.persistent == (D == 128 or not long) and causal.block_m == (192 if D == 64 and long else 128)
+            assert causal.persistent and causal.block_m == (192 if D == 64 and long else 128)
     triton_entry = default_fwd_config(128, False, cuda, SHORT_KEYS, gluon=False)
     assert not triton_entry.gluon
     try:

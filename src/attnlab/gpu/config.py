@@ -124,7 +124,7 @@ _GLUON_LONG = _F(128, 128, 4, 2, tma=True, warp_spec=True, gluon=True)
 _GLUON_192 = _F(192, 128, 4, 2, tma=True, warp_spec=True, gluon=True)
 _CAUSAL_ORDER = dict(part_first=True, head_chunk=0)
 _GLUON_FWD_TABLE = {(64, False, "long"): dataclasses.replace(_GLUON_192, persistent=True),
-                    (64, True, "long"): dataclasses.replace(_GLUON_192, **_CAUSAL_ORDER),
+                    (64, True, "long"): dataclasses.replace(_GLUON_192, persistent=True, **_CAUSAL_ORDER),
                     (128, False, "long"): dataclasses.replace(_GLUON_LONG, persistent=True),
                     (128, True, "long"): dataclasses.replace(_GLUON_LONG, persistent=True, **_CAUSAL_ORDER)}
 MID_KEYS = 8192  # long calls with fewer keys than this take the _GLUON_FWD_MID entry where there is one
