@@ -662,9 +662,10 @@ def test_block_size_table_is_the_measured_sweep_winners():
     faster = [best[D, c, N, "grid"] > ms for best in (fwd_persistent_best(1), fwd_persistent_best(2))
               for (D, c, N, build), ms in best.items() if build == "persistent" and not c]
     assert all(faster) and len(faster) == 8
-    # causal calls: the part block first and groups of heads by K/V bytes; at D = 128 the persistent build, at
-    # D = 64 from 8K keys the 192-row grid kernel, below 8K the 128-row persistent build: each the faster of the
-    # two on every causal row of runs 3-5 that timed both (run 5 has the 192-row build as "table" at 4K)
+    # causal calls: the part block first and groups of heads by K/V bytes; at D = 128 the persistent build, the
+    # faster of the two on every D = 128 causal row of runs 3-5 that timed both; at D = 64 the persistent build
+    # on 192-row tiles at every long length, faster than the 192-row grid kernel (fwd-switches runs 17 and 18)
+    # and than the 128-row persistent build (runs 19 and 20) on every causal row they timed, with the same bits
     from attnlab.gpu import prefill_gluon as G
 
     won = []
@@ -678,29 +679,29 @@ def test_block_size_table_is_the_measured_sweep_winners():
             assert entry.part_first and entry.head_chunk == 0
             pf = {3: f"persistent-pf-c{auto}", 4: f"persistent-pf-c{auto}", 5: "table"}[run]
             p128 = {3: f"persistent-128-c{auto}", 4: f"persistent-128-c{auto}", 5: "persistent-128"}[run]
-            if D == 128:
-                assert entry.persistent and entry.block_m == 128
-                mine, other = pf, "grid-pf"
-            elif N >= 8192:
-                assert not entry.persistent and entry.block_m == 192
-                mine, other = "grid-pf", pf
-            else:
-                assert entry.persistent and entry.block_m == 128
-                mine, other = p128, pf
-            if run == 5 and (D, N) != (64, 4096):  # run 5's "table" there is the entry itself
-                continue
-            if (D, True, N, mine) in best and (D, True, N, other) in best:
-                won.append((run, D, N, best[D, True, N, mine] < best[D, True, N, other]))
-    assert all(ok for *_, ok in won) and len(won) == 8, won
+            assert entry.persistent and entry.block_m == (128 if D == 128 else 192)
+            if D == 128 and (D, True, N, pf) in best and (D, True, N, "grid-pf") in best:
+                won.append((run, D, N, best[D, True, N, pf] < best[D, True, N, "grid-pf"]))
+    assert all(ok for *_, ok in won) and len(won) == 5, won
+    switched = []
+    for run in (17, 18, 19, 20):
+        rows = json.loads((data / f"fwd-switches-h200-run{run}.json").read_text())["rows"]
+        by = {(r["row"], r["build"]): r for r in rows if r["D"] == 64}
+        for row in ("window", "causal16k", "causal2k", "causal", "causal6k"):
+            if (row, "n192p") in by and (run in (17, 18)) == (row in ("window", "causal16k")):
+                # runs 17-18: the shipped build was the 192-row grid; runs 19-20: the 128-row persistent one
+                r = by[row, "n192p"]
+                switched.append((run, row, r["vs_first"] > 1 and r["max_diff"] == 0.0))
+    assert all(ok for *_, ok in switched) and len(switched) == 8, switched
     for key, entry in gluon.items():
         D, causal, length = key.split(",")
         n_keys = SHORT_KEYS - 1 if length == "short" else SHORT_KEYS
         want = dataclasses.replace(FwdConfig(**entry["fwd"]), persistent=causal == "False" or D == "128")
         if causal == "True":
             want = dataclasses.replace(want, part_first=True, head_chunk=0)
-            if D == "64":  # below MID_KEYS: 128-row persistent
-                assert default_fwd_config(64, True, cuda, 8191) == dataclasses.replace(
-                    want, block_m=128, persistent=True)
+            if D == "64":  # 192-row persistent below MID_KEYS too (no mid entry)
+                want = dataclasses.replace(want, persistent=True)
+                assert default_fwd_config(64, True, cuda, SHORT_KEYS) == want
             n_keys = 8192
         assert default_fwd_config(int(D), causal == "True", cuda, n_keys) == want, key
     gluon_bwd = json.loads((data / "prefill-best-h200-run16.json").read_text())  # sweep 16: the Gluon backward

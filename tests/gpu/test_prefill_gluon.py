@@ -281,8 +281,8 @@ def test_each_group_walks_every_block_its_rows_see_and_no_other():
 
 def test_causal_calls_reach_the_gluon_forward_with_the_schedule_of_their_length(monkeypatch):
     """The table's causal entries, seen on the CPU by standing in for the Gluon kernel: the part block first and
-    groups of heads by K/V bytes (head_chunk 0) on every causal call; persistent at D = 128 and at D = 64 (below
-    8K keys with 128-row tiles, from 8K keys with 192-row tiles); ALiBi calls the grid kernel."""
+    groups of heads by K/V bytes (head_chunk 0) on every causal call; persistent (192-row tiles at D = 64, 128-row
+    at D = 128) at every long length; ALiBi calls the grid kernel."""
     from attnlab.gpu import config as C
     from attnlab.gpu import prefill_fwd as F
 
@@ -292,7 +292,7 @@ def test_causal_calls_reach_the_gluon_forward_with_the_schedule_of_their_length(
     real = C.default_fwd_config
     monkeypatch.setattr(F, "default_fwd_config", lambda D, causal, device, n_keys=None, gluon=True:
                         real(D, causal, torch.device("cuda"), n_keys, gluon=gluon))
-    for D, Nk, slopes, want, rows in ((64, 8191, None, True, 128), (64, 8192, None, True, 192),
+    for D, Nk, slopes, want, rows in ((64, 2048, None, True, 192), (64, 8191, None, True, 192), (64, 8192, None, True, 192),
                                       (128, 20000, None, True, 128), (128, 4096, torch.ones(2), False, 128)):
         calls.clear()
         q = torch.zeros(1, 2, 8, D, dtype=torch.float16)
@@ -400,9 +400,8 @@ def test_the_table_takes_gluon_for_long_calls_and_set_config_can_replace_it():
     cuda = torch.device("cuda")  # the table is keyed by device type only: no GPU needed to read it
     entry = default_fwd_config(128, False, cuda, SHORT_KEYS)
     assert entry.gluon and entry.warp_spec and (entry.block_m, entry.num_warps) == (128, 4)
-    # long calls run the persistent build (fwd-persistent runs 1-5, fwd-switches runs 17 and 18), causal ones with
-    # the part block first and groups of heads; at D = 64 causal calls of 8K keys or more take 192-row tiles,
-    # shorter ones 128-row tiles
+    # long calls run the persistent build (fwd-persistent runs 1-5, fwd-switches runs 17-20), causal ones with the
+    # part block first and groups of heads; at D = 64 on 192-row tiles at every long length (no mid entry)
     from attnlab.gpu.config import MID_KEYS
 
     for D in (64, 128):
@@ -411,8 +410,8 @@ def test_the_table_takes_gluon_for_long_calls_and_set_config_can_replace_it():
         for n in (SHORT_KEYS, MID_KEYS - 1, MID_KEYS, None):
             causal = default_fwd_config(D, True, cuda, n)
             assert causal.part_first and causal.head_chunk == 0
-            long = n is None or n >= MID_KEYS
-            assert causal.persistent and causal.block_m == (192 if D == 64 and long else 128)
+            assert causal.persistent and causal.block_m == (192 if D == 64 else 128)
+            assert causal == default_fwd_config(D, True, cuda, None)
     triton_entry = default_fwd_config(128, False, cuda, SHORT_KEYS, gluon=False)
     assert not triton_entry.gluon
     try:
@@ -424,18 +423,24 @@ def test_the_table_takes_gluon_for_long_calls_and_set_config_can_replace_it():
         set_config(128, False, fwd=entry, length="long")
     assert default_fwd_config(128, False, cuda, SHORT_KEYS) == entry
     assert default_fwd_config(128, False, cuda, SHORT_KEYS, gluon=False) == triton_entry
-    # a long entry given to set_config runs below MID_KEYS too (the mid entry is dropped)
+    # a mid entry runs below MID_KEYS only, and a long entry given to set_config runs below MID_KEYS too (the mid
+    # entry is dropped)
     from attnlab.gpu import config as C
 
     saved = (dict(C._GLUON_FWD_MID), C._GLUON_FWD_TABLE[64, True, "long"])
     try:
+        mid = FwdConfig(128, 64, 4, 2, tma=True, warp_spec=True, gluon=True)
+        C._GLUON_FWD_MID[64, True] = mid
+        assert default_fwd_config(64, True, cuda, MID_KEYS - 1) is mid
+        assert default_fwd_config(64, True, cuda, MID_KEYS) is saved[1]
         marker = FwdConfig(192, 64, 4, 2, tma=True, warp_spec=True, gluon=True)
         set_config(64, True, fwd=marker, length="long")
-        assert default_fwd_config(64, True, cuda, SHORT_KEYS) is marker
+        assert default_fwd_config(64, True, cuda, SHORT_KEYS) is marker and (64, True) not in C._GLUON_FWD_MID
     finally:
+        C._GLUON_FWD_MID.clear()
         C._GLUON_FWD_MID.update(saved[0])
         C._GLUON_FWD_TABLE[64, True, "long"] = saved[1]
-    assert default_fwd_config(64, True, cuda, SHORT_KEYS).block_m == 128
+    assert default_fwd_config(64, True, cuda, SHORT_KEYS) is saved[1] and not C._GLUON_FWD_MID
 
 
 @pytest.mark.gpu

@@ -115,11 +115,12 @@ _FWD_TABLE = {
 # walks first over groups of heads sharing 8 MB of K/V (``head_chunk`` 0): in the persistent build a schedule
 # made on the host (each tile to the least loaded program); fwd-persistent runs 3-5. At D = 128 the persistent
 # build: 5.8 % and 6.7 % faster than the grid kernel at 4K keys (runs 4 and 5), 5.7 % at 8K, 1.5 % and 0.7 % at
-# 16K. At D = 64 the grid kernel with the part block first from 8K keys on (faster than the persistent build by
-# 0.7 % at 8K and 1.9 % at 16K, run 4; 2.8 % at 16K in run 3), and below 8K keys (``MID_KEYS``,
-# ``_GLUON_FWD_MID``) the persistent build with 128-row tiles: at 4K 1.6-3.0 % faster than the 192-row one in
-# runs 3-5 (and 5.1 % faster than the 128-row grid kernel in run 5). ALiBi calls take the grid kernel with the
-# same groups and part block first.
+# 16K. At D = 64 causal calls take the persistent build on 192-row tiles at every long length (the same bits as
+# the 192-row grid kernel on awkward shapes, tests/gpu/test_prefill_gluon.py): against the 192-row grid kernel
+# 1.036x and 1.026x on the 16K window and 1.014x on causal 16K (benchmarks/fwd_switches.py, fwd-switches runs 17
+# and 18); against the 128-row persistent build that ran calls below 8K keys until then, 1.048x at 8 x 2K, 1.087x
+# and 1.093x at 4 x 4K and 1.088x at 2 x 6K (runs 19 and 20). ALiBi calls take the grid kernel with the same
+# groups and part block first.
 _GLUON_LONG = _F(128, 128, 4, 2, tma=True, warp_spec=True, gluon=True)
 _GLUON_192 = _F(192, 128, 4, 2, tma=True, warp_spec=True, gluon=True)
 _CAUSAL_ORDER = dict(part_first=True, head_chunk=0)
@@ -127,8 +128,11 @@ _GLUON_FWD_TABLE = {(64, False, "long"): dataclasses.replace(_GLUON_192, persist
                     (64, True, "long"): dataclasses.replace(_GLUON_192, persistent=True, **_CAUSAL_ORDER),
                     (128, False, "long"): dataclasses.replace(_GLUON_LONG, persistent=True),
                     (128, True, "long"): dataclasses.replace(_GLUON_LONG, persistent=True, **_CAUSAL_ORDER)}
-MID_KEYS = 8192  # long calls with fewer keys than this take the _GLUON_FWD_MID entry where there is one
-_GLUON_FWD_MID = {(64, True): dataclasses.replace(_GLUON_LONG, persistent=True, **_CAUSAL_ORDER)}
+# Long calls with fewer keys than MID_KEYS take the _GLUON_FWD_MID entry for their (head dim, causal) where there
+# is one. None now: the D = 64 causal one (the 128-row persistent build) lost to the long entry at 2K-6K keys in
+# fwd-switches runs 19 and 20; set_config drops an entry here with the long one it replaces.
+MID_KEYS = 8192
+_GLUON_FWD_MID: dict = {}
 _BWD_64_SMALL = _B(64, 64, 4, 3, 64, 64, 4, 3)
 _BWD_RUN1 = _B(64, 128, 8, 3, 128, 64, 8, 3)  # run 1's winner for every shape
 _BWD_TABLE = {
