@@ -1641,5 +1641,5 @@ def test_results_fwd_switches_runs_17_and_18_time_the_persistent_192_row_build()
     progress = "".join(ln for ln in log.splitlines() if re.fullmatch(r"[.sxFE]+( +\[ *\d+%\])?", ln))
     assert "F" not in progress and "E" not in progress and "[ 19%]" in progress
     assert "stopped at the call's 130 s limit past 19 % with no failure" in text
-    # switched after its GPU tests ran (RESULTS "Variants runs 34–36")
+    # switched after its GPU tests ran (RESULTS "Variants runs 34–37")
     assert gc._GLUON_FWD_TABLE[64, True, "long"].persistent is True
