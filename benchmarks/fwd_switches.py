@@ -27,8 +27,9 @@ across the lanes once after the last block, or a sum across the lanes every bloc
 D = 128 only; ``before`` the shipped build before fwd-switches run 16 (no lanes, the rescale switches from D = 128).
 Rows: those of ``exp_poly.py`` (the variants benchmark's sliding window W = 4096 and packed batch at 16K tokens,
 causal; dense 4 × 4K causal and not; named only: ``alibi``, the variants' ALiBi row, ``causal16k``, one causal
-sequence of 16K, and ``causal2k`` and ``causal6k``, causal batches of 8 × 2K and 2 × 6K), at D = 64 and 128; ``--rounds`` rounds in which the builds and the peer take turns (``do_bench``
-medians; the table gives each one's median).
+sequence of 16K, and ``causal2k`` and ``causal6k``, causal batches of 8 × 2K and 2 × 6K), at D = 64 and 128;
+``--rounds`` rounds in which the builds and the peer take turns (``do_bench`` medians; the table gives each one's
+median).
 
     python benchmarks/fwd_switches.py --json fwd-switches.json     # every row, both head dims, every build
     python benchmarks/fwd_switches.py --rows window full --D 64 --builds shipped skip skip+tau8 --rounds 5
@@ -89,7 +90,7 @@ BUILDS = {  # (the rescale builds set all three of its switches, so that each me
     "n192p": {},
 }
 # builds that run the shipped kernels on other tiles: every D = 64 entry of the Gluon forward's table (the long
-# entries, causal or not, and the causal entry below 8K keys) on 128 × 256 tiles (``prefill_gluon.LONG_KEYS``), as a
+# entries, causal or not, and a causal entry below 8K keys where there is one) on 128 × 256 tiles (``prefill_gluon.LONG_KEYS``), as a
 # grid of programs or persistent, or on 192-row tiles as a grid, the entries' other fields (the part block first,
 # groups of heads) kept
 TILE_BUILDS = {

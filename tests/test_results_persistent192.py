@@ -173,7 +173,8 @@ def test_results_prefill_runs_26_to_28_and_fwd_switches_runs_19_and_20_are_the_r
     # the GPU tests of the table without the mid entry
     logs = DATA / "fwd-switches-checks"
     first = (logs / "tests-nomid-first.log").read_text()
-    progress = "".join(ln.split("[")[0].strip() for ln in first.splitlines() if re.fullmatch(r"[.sxFE]+( +\[ *\d+%\])?", ln))
+    dots = r"[.sxFE]+( +\[ *\d+%\])?"
+    progress = "".join(ln.split("[")[0].strip() for ln in first.splitlines() if re.fullmatch(dots, ln))
     assert progress and set(progress) <= {".", "s", "x"} and "[ 76%]" in first
     assert (logs / "tests-nomid.log").read_text().splitlines()[-1].startswith("371 passed, 7 skipped")
     assert "past 76 % with no failure" in text and "371 passed, 7 skipped" in text

@@ -292,8 +292,9 @@ def test_causal_calls_reach_the_gluon_forward_with_the_schedule_of_their_length(
     real = C.default_fwd_config
     monkeypatch.setattr(F, "default_fwd_config", lambda D, causal, device, n_keys=None, gluon=True:
                         real(D, causal, torch.device("cuda"), n_keys, gluon=gluon))
-    for D, Nk, slopes, want, rows in ((64, 2048, None, True, 192), (64, 8191, None, True, 192), (64, 8192, None, True, 192),
-                                      (128, 20000, None, True, 128), (128, 4096, torch.ones(2), False, 128)):
+    for D, Nk, slopes, want, rows in ((64, 2048, None, True, 192), (64, 8191, None, True, 192),
+                                      (64, 8192, None, True, 192), (128, 20000, None, True, 128),
+                                      (128, 4096, torch.ones(2), False, 128)):
         calls.clear()
         q = torch.zeros(1, 2, 8, D, dtype=torch.float16)
         k = torch.zeros(1, 2, Nk, D, dtype=torch.float16)
