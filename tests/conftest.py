@@ -35,13 +35,28 @@ if os.environ.get("ATTNLAB_SEED"):
     hypothesis_core.global_force_seed = SEED
 
 
+def _interpreter_note() -> str | None:
+    """Why Triton kernels cannot run on this CPU, where they cannot: every test that runs one then fails."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return None
+    from attnlab._runtime import interpreter_problem
+
+    problem = interpreter_problem()
+    return f"attnlab: Triton kernels cannot run here: {problem}" if problem else None
+
+
 def pytest_report_header(config):
-    return f"attnlab: ATTNLAB_SEED={SEED} (set it to draw other random inputs, or to replay a run)"
+    lines = [f"attnlab: ATTNLAB_SEED={SEED} (set it to draw other random inputs, or to replay a run)"]
+    note = _interpreter_note()
+    return lines + [note] if note else lines
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    # printed even under -q, so a failure seen in CI can be replayed
+    # printed even under -q, so a failure seen in CI can be replayed (or explained)
     terminalreporter.write_line(f"attnlab: random inputs drawn with ATTNLAB_SEED={SEED}")
+    note = _interpreter_note()
+    if note:
+        terminalreporter.write_line(note)
 
 
 def pytest_collection_modifyitems(config, items):
