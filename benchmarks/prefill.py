@@ -704,7 +704,7 @@ def bench(args) -> list[dict]:
                                                                   if args.gqa > 1 else "")
     b = Benchmark(name=title, x_names=x_names, x_vals=[tuple(c[n] for n in x_names) for c in cfgs],
                   providers=providers(device, names), flops=flops, device=device)
-    rows = run(b)
+    rows = run(b, rounds=args.rounds)
     for r in rows:
         if _key(r, r["provider"]) in _REPEATED:
             r["kv"] = "repeated"
@@ -726,6 +726,13 @@ def with_roofline(rows: list[dict], gpu) -> list[dict]:
 def roofline_note(gpu) -> str:
     return (f"roofline: `attnlab.cost.roofline.attention_roofline` on {preset_text(gpu)}, every array moved "
             "once and FLOPs on the visible pairs only; % = roofline time / measured time")
+
+
+def round_ratios(a: dict | None, ref: dict | None) -> list[float]:
+    """attnlab's speed over a peer's, round by round (``ms_rounds`` of two rows timed in turns); [] where the
+    rows were timed once."""
+    ta, tr = ((r or {}).get("ms_rounds") or [] for r in (a, ref))
+    return [y / x for x, y in zip(ta, tr)] if len(ta) == len(tr) > 1 else []
 
 
 def markdown(rows: list[dict], names=PROVIDERS) -> str:
@@ -753,7 +760,11 @@ def markdown(rows: list[dict], names=PROVIDERS) -> str:
                   for n in names]
         a = vals.get("attnlab")
         for ref in refs:
-            cells.append(f"{a / vals[ref]:.2f}" if a and vals.get(ref) else "—")
+            cell = f"{a / vals[ref]:.2f}" if a and vals.get(ref) else "—"
+            per_round = round_ratios(by.get("attnlab"), by.get(ref))
+            if cell != "—" and per_round:
+                cell += f" ({min(per_round):.2f}–{max(per_round):.2f})"
+            cells.append(cell)
         if roof:
             ms = next((r["roofline_ms"] for r in by.values() if "roofline_ms" in r), None)
             cells.append("—" if ms is None else f"{ms:.3g}")
@@ -780,6 +791,10 @@ def main(argv=None) -> int:
     p.add_argument("--configs", default=None, help="check/bench: use the configurations a sweep wrote")
     p.add_argument("--flex-budget", type=float, default=90.0, help="seconds of FlexAttention compiles, then skip")
     p.add_argument("--quick", action="store_true", help="tiny shapes: a smoke test of the script")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="bench: the providers of each shape take turns this many times (the order reversed every "
+                        "other round), each row the median of its rounds; the table's ratios then show their "
+                        "lowest and highest round")
     p.add_argument("--gpu", type=str.upper, choices=list(GPUS), default=None,
                    help="bench/report: the attnlab.cost preset of the roofline columns (default: the one the "
                         "device's name, or the report's JSON, names; none on the CPU)")

@@ -103,8 +103,34 @@ def payload(bench: Benchmark, rows: list[dict]) -> dict:
     return {"benchmark": bench.name, "environment": environment(), **bench.extra, "rows": rows}
 
 
-def run(bench: Benchmark, *, console=None, json_path: str | Path | None = None, **time_kw) -> list[dict]:
+def _set_ms(bench: Benchmark, row: dict, ms: float) -> None:
+    row["ms"] = ms
+    if bench.flops:
+        row["tflops"] = bench.flops(row) / (ms * 1e-3) / 1e12
+    if bench.bytes:
+        row["tb_per_s"] = bench.bytes(row) / (ms * 1e-3) / 1e12
+
+
+def _time_row(bench: Benchmark, row: dict, fn, times: list, time_kw: dict) -> None:
+    """Time ``fn`` once: the time goes into ``times`` and the row; a failure marks the row skipped."""
+    try:
+        ms = time_fn(fn, device=bench.device, **time_kw)
+    except (RuntimeError, NotImplementedError) as e:
+        row["skipped"] = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
+        row.pop("ms", None)
+        return
+    times.append(ms)
+    _set_ms(bench, row, ms)
+
+
+def run(bench: Benchmark, *, console=None, json_path: str | Path | None = None, rounds: int = 1,
+        **time_kw) -> list[dict]:
     """Time every (configuration, provider) pair; print a table; write JSON to ``json_path`` if given.
+
+    ``rounds`` > 1: the providers of a configuration take turns, each timed once per round (the order reversed
+    every other round, so none always runs first or right after the same peer), on inputs made once; a row's
+    ``ms`` is the median of its rounds' times and ``ms_rounds`` holds them all. A peer's time then does not
+    depend on where in the run it was measured, and a gap between providers can be told from their spread.
 
     The benchmark scripts keep their results in ``benchmarks/data/`` and replace their own file there;
     ``attnlab bench`` checks its ``--json`` path first (``attnlab._cliargs``) and writes it itself."""
@@ -112,31 +138,35 @@ def run(bench: Benchmark, *, console=None, json_path: str | Path | None = None, 
 
     from ._console import make_console
 
+    if int(rounds) != rounds or rounds < 1:
+        raise ValueError(f"rounds must be a positive whole number, got {rounds!r}")
     console = console or make_console()
     rows = []
     for cfg in bench.configs():
+        timed: list[tuple[dict, Callable[[], object]]] = []
         for prov, make in bench.providers.items():
             row = dict(cfg, provider=prov)
+            rows.append(row)
             try:
                 fn = make(cfg)
             except (RuntimeError, NotImplementedError, ValueError) as e:  # backend refused this shape
                 fn, row["skipped"] = None, f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
             if fn is None:
                 row.setdefault("skipped", "not available here")
-                rows.append(row)
                 continue
-            try:
-                ms = time_fn(fn, device=bench.device, **time_kw)
-            except (RuntimeError, NotImplementedError) as e:
-                row["skipped"] = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
-                rows.append(row)
-                continue
-            row["ms"] = ms
-            if bench.flops:
-                row["tflops"] = bench.flops(cfg) / (ms * 1e-3) / 1e12
-            if bench.bytes:
-                row["tb_per_s"] = bench.bytes(cfg) / (ms * 1e-3) / 1e12
-            rows.append(row)
+            timed.append((row, fn))
+            if rounds == 1:  # (one provider's inputs alive at a time)
+                _time_row(bench, row, fn, [], time_kw)
+                timed.clear()
+        times: dict[int, list[float]] = {id(row): [] for row, _ in timed}
+        for r in range(rounds if timed else 0):
+            for row, fn in (timed if r % 2 == 0 else timed[::-1]):
+                if "skipped" not in row:
+                    _time_row(bench, row, fn, times[id(row)], time_kw)
+        for row, _ in timed:
+            if "skipped" not in row:
+                row["ms_rounds"] = times[id(row)]
+                _set_ms(bench, row, statistics.median(times[id(row)]))
     table = Table(title=bench.name)
     for n in [*bench.x_names, "provider", "ms"] + (["TFLOP/s"] if bench.flops else []) + (
             ["TB/s"] if bench.bytes else []):

@@ -1,0 +1,103 @@
+"""``attnlab.bench.run`` with ``rounds``: the providers of a configuration take turns (the order reversed every
+other round), a row's time is the median of its rounds, and the prefill table shows each ratio's lowest and
+highest round. On the CPU, with providers whose "timed" call records the order it ran in."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from attnlab import bench as B
+from tests.helpers import load_script
+
+prefill = load_script("benchmarks/prefill.py")
+
+
+def _bench(calls: list, fail_make: set = frozenset(), fail_round: dict | None = None, names=("a", "b", "c")):
+    fail_round = fail_round or {}
+
+    def provider(name):
+        def make(cfg):
+            if name in fail_make:
+                raise ValueError(f"{name} refuses N = {cfg['N']}")
+            seen = [0]
+
+            def fn():
+                calls.append((cfg["N"], name))
+                seen[0] += 1
+                if name in fail_round and seen[0] > fail_round[name]:
+                    raise RuntimeError(f"{name} broke")
+            return fn
+        return make
+
+    return B.Benchmark(name="t", x_names=["N"], x_vals=[(8,), (16,)], providers={n: provider(n) for n in names},
+                       flops=lambda cfg: 2.0 * cfg["N"])
+
+
+def test_rounds_alternate_the_order_and_take_the_median(monkeypatch):
+    calls: list = []
+    scripted = {"a": [3.0, 1.0, 2.0] * 2, "b": [5.0, 4.0, 9.0] * 2, "c": [1.0, 1.0, 7.0] * 2}
+
+    def time_fn(fn, device="cpu", **kw):
+        fn()
+        return scripted[calls[-1][1]].pop(0)
+
+    monkeypatch.setattr(B, "time_fn", time_fn)
+    rows = B.run(_bench(calls), rounds=3, console=_quiet())
+    # per configuration: round 0 a b c, round 1 c b a, round 2 a b c
+    assert [n for N, n in calls if N == 8] == list("abc") + list("cba") + list("abc")
+    assert [n for N, n in calls] == [n for n in "abccbaabc"] * 2
+    by = {(r["N"], r["provider"]): r for r in rows}
+    assert by[(8, "a")]["ms_rounds"] == [3.0, 1.0, 2.0] and by[(8, "a")]["ms"] == 2.0
+    assert by[(8, "b")]["ms"] == statistics.median([5.0, 4.0, 9.0]) == 5.0
+    assert by[(16, "c")]["ms"] == 1.0 and by[(16, "c")]["tflops"] == pytest.approx(2.0 * 16 / 1e-3 / 1e12)
+    assert [(r["N"], r["provider"]) for r in rows] == [(N, n) for N in (8, 16) for n in "abc"]
+
+
+def test_one_round_times_each_provider_once_as_before(monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(B, "time_fn", lambda fn, device="cpu", **kw: (fn(), 1.5)[1])
+    rows = B.run(_bench(calls), console=_quiet())
+    assert calls == [(N, n) for N in (8, 16) for n in "abc"]
+    assert all(r["ms"] == 1.5 and "ms_rounds" not in r for r in rows)
+
+
+def test_a_refused_shape_and_a_failing_round_are_skipped(monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(B, "time_fn", lambda fn, device="cpu", **kw: (fn(), 2.0)[1])
+    rows = B.run(_bench(calls, fail_make={"b"}, fail_round={"c": 1}), rounds=3, console=_quiet())
+    by = {(r["N"], r["provider"]): r for r in rows}
+    assert by[(8, "b")]["skipped"].startswith("ValueError: b refuses N = 8") and "ms" not in by[(8, "b")]
+    assert by[(8, "c")]["skipped"] == "RuntimeError: c broke" and "ms" not in by[(8, "c")]
+    assert by[(8, "a")]["ms_rounds"] == [2.0, 2.0, 2.0]
+    assert [n for N, n in calls if N == 8] == ["a", "c", "c", "a", "a"]  # c broke in round 1 and ran no more
+
+
+@pytest.mark.parametrize("rounds", [0, -1, 1.5])
+def test_rounds_must_be_a_positive_whole_number(rounds):
+    with pytest.raises(ValueError, match="rounds must be a positive whole number"):
+        B.run(_bench([]), rounds=rounds, console=_quiet())
+
+
+def test_prefill_table_shows_the_lowest_and_highest_round():
+    cfg = dict(D=64, causal=True, N=4096, pass_="fwd_bwd", B=4, H=32, Hkv=32)
+    rows = [dict(cfg, provider="attnlab", ms=1.0, tflops=100.0, ms_rounds=[1.0, 1.1, 0.9]),
+            dict(cfg, provider="sdpa-cudnn", ms=1.05, tflops=95.0, ms_rounds=[1.05, 1.0, 1.08])]
+    ratios = prefill.round_ratios(rows[0], rows[1])
+    assert ratios == pytest.approx([1.05, 1.0 / 1.1, 1.08 / 0.9])
+    line = next(x for x in prefill.markdown(rows, names=["attnlab", "sdpa-cudnn"]).splitlines() if x.startswith("| 64"))
+    assert f"| {100 / 95:.2f} ({1.0 / 1.1:.2f}–{1.08 / 0.9:.2f}) |" in line
+    # rows timed once (or with different round counts) show the ratio alone
+    once = [{k: v for k, v in r.items() if k != "ms_rounds"} for r in rows]
+    assert prefill.round_ratios(*once) == [] and prefill.round_ratios(rows[0], dict(rows[1], ms_rounds=[1.0])) == []
+    assert f"| {100 / 95:.2f} |" in next(x for x in prefill.markdown(once, names=["attnlab", "sdpa-cudnn"]).splitlines()
+                                         if x.startswith("| 64"))
+
+
+def _quiet():
+    import io
+
+    from rich.console import Console
+
+    return Console(file=io.StringIO(), width=200)
