@@ -7,9 +7,9 @@ from __future__ import annotations
 import statistics
 
 import pytest
+from tests.helpers import load_script
 
 from attnlab import bench as B
-from tests.helpers import load_script
 
 prefill = load_script("benchmarks/prefill.py")
 

@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from tests.helpers import ROOT, load_script
 
 pp = load_script("benchmarks/prefill_profile.py")
