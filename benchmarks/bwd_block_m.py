@@ -23,6 +23,11 @@ Arms (``--arms``, the first the baseline of the ratios):
              products have read K)
     p2       the same with two K/V buffer pairs (the next block's K and V load under the current block's steps;
              D = 64 only: at D = 128 two pairs need more shared memory than a block has)
+    hc16, hc32, hc64, hcall
+             the library's choice with causal and windowed calls' programs numbered in chunks of heads whose rows fit
+             in 16, 32 or 64 MB, or all heads in one chunk (``prefill_gluon_bwd.HEAD_CHUNK_MB``; both layers' kept
+             plans dropped on the way in and out; the log names each launch's chunk); ``hc0``: one head after
+             another (the numbering before chunks)
     nolimits the library's choice, its Gluon kernel built with the masked steps' three comparisons per score
              (``prefill_gluon_bwd.MASK_LIMITS`` 0: a copy of the module with that switch, whose kernel stands in for
              the library's while the arm runs, both layers' kept plans dropped; below ``MASK_LIMITS_FROM_D`` the two
@@ -59,15 +64,17 @@ import ab_rounds  # noqa: E402
 
 from attnlab.bench import time_fn  # noqa: E402
 
-ROWS = ("causal", "full", "long", "gqa", "varlen", "short", "gqa2", "gqa8", "gqa-4k", "gqa-16k", "pack128", "pack512",
+ROWS = ("causal", "causal8k", "full", "long", "gqa", "varlen", "short", "gqa2", "gqa8", "gqa-4k", "gqa-16k", "pack128", "pack512",
         "pack2k")
 PACKS = {"pack128": 128, "pack512": 512, "pack2k": 2048}  # packed batches of 16K tokens in documents of one length
-ARMS = ("g64", "g128", "g128s", "g64lag0", "table", "g64lag1", "p1", "p2", "nolimits")
-TABLE_ARMS = ("table", "p1", "p2", "nolimits")  # (the arms that run at D = 128 too; p2 skips it)
+CHUNK_ARMS = {"hc0": 0, "hc16": 16, "hc32": 32, "hc64": 64, "hcall": 1 << 20}  # arm: HEAD_CHUNK_MB
+ARMS = ("g64", "g128", "g128s", "g64lag0", "table", "g64lag1", "p1", "p2", "nolimits", *CHUNK_ARMS)
+TABLE_ARMS = ("table", "p1", "p2", "nolimits", *CHUNK_ARMS)  # (the arms that run at D = 128 too; p2 skips it)
 SWITCH_ARMS = {"nolimits": {"MASK_LIMITS": 0}}  # arm: the Gluon backward's module switches it is built with
 PERSISTENT_ARMS = {"p1": 1, "p2": 2}  # arm: K/V buffer pairs of the persistent build
 SHAPES = {  # row: (B, H, Hkv, N, causal)
     "causal": (4, 32, 32, 4096, True),
+    "causal8k": (2, 32, 32, 8192, True),
     "full": (4, 32, 32, 4096, False),
     "long": (1, 32, 32, 16384, True),
     "gqa": (1, 32, 8, 8192, True),
@@ -218,15 +225,26 @@ def measure(args) -> list[dict]:
         _CURRENT[0] = arm_config(arm, rows_causal[_ROW[0]], D, row_keys(_ROW[0]))
         kernel, launch = gb._attn_bwd_gluon_ws, gb.launch_kept
         launched = []
+        budget = gb.HEAD_CHUNK_MB
         if arm in SWITCH_ARMS:  # (both layers' kept plans dropped on the way in and out: they hold the kernel they
             gb._attn_bwd_gluon_ws = switched_module(SWITCH_ARMS[arm])._attn_bwd_gluon_ws  # launched)
             prefill_bwd._CALL_PLANS.clear()
             gb._PLANS.clear()
             gb.launch_kept = lambda k, *a, **kw: launched.append(k) or launch(k, *a, **kw)
+        if arm in CHUNK_ARMS:  # (the plans hold their chunk: dropped on the way in and out)
+            gb.HEAD_CHUNK_MB = CHUNK_ARMS[arm]
+            prefill_bwd._CALL_PLANS.clear()
+            gb._PLANS.clear()
+            gb.launch_kept = lambda k, grid, a, *r, **kw: launched.append(a.get("HCHUNK")) or launch(k, grid, a, *r, **kw)
         try:
             yield
         finally:
             _CURRENT[0] = None
+            if arm in CHUNK_ARMS:
+                gb.HEAD_CHUNK_MB, gb.launch_kept = budget, launch
+                prefill_bwd._CALL_PLANS.clear()
+                gb._PLANS.clear()
+                print(f"arm {arm}, row {_ROW[0]}, D = {D}: HCHUNK {sorted(set(map(str, launched)))}", flush=True)
             if arm in SWITCH_ARMS:
                 copy = gb._attn_bwd_gluon_ws
                 gb._attn_bwd_gluon_ws, gb.launch_kept = kernel, launch

@@ -211,6 +211,32 @@ def grid_makespan(heads: int, n_tokens: int, group: int, order: str, sms: int = 
     return end / (heads * sum(lengths) / sms)
 
 
+CHUNK_SHAPES = [  # (name, programs per key block (batch · heads), tokens of a sequence): the prefill table's causal
+    # rows at D = 128 (16 heads) and D = 64 (32 heads)
+    ("D = 128, 4 × 4K", 64, 4096), ("D = 128, 2 × 8K", 32, 8192), ("D = 128, 1 × 16K", 16, 16384),
+    ("D = 64, 4 × 4K", 128, 4096), ("D = 64, 2 × 8K", 64, 8192), ("D = 64, 1 × 16K", 32, 16384)]
+
+
+def chunk_makespan(heads: int, n_tokens: int, chunk: int, sms: int = 132) -> float:
+    """The default causal backward's grid as a list schedule, its programs numbered in chunks of ``chunk`` heads
+    (``prefill_gluon_bwd``'s HCHUNK): chunk after chunk, inside a chunk key block after key block (the longest walk
+    first), every head of the chunk at each; ``chunk`` 1 is the numbering without chunks (head after head, key
+    blocks first first), ``heads`` every head at each key block. Makespan over a perfect balance."""
+    import heapq
+
+    if chunk < 1:
+        raise ValueError(f"chunk_makespan takes chunk >= 1, got {chunk}")
+    lengths = [len(b) for b in walks(n_tokens, True)]
+    seq = [n for c in range(0, heads, chunk) for n in range(len(lengths)) for _ in range(min(chunk, heads - c))]
+    free = [0.0] * sms
+    end = 0.0
+    for n in seq:
+        t = heapq.heappop(free)
+        end = max(end, t + lengths[n])
+        heapq.heappush(free, t + lengths[n])
+    return end / (heads * sum(lengths) / sms)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tokens", type=int, nargs="+", default=[2048, 8192, 16384])
@@ -255,8 +281,16 @@ def main(argv=None) -> int:
     print("|---|---|---|")
     for r in grid:
         print(f"| {r['shape']} | {r['order']} | {r['vs_balance']:.3f} |")
+    chunks = [dict(shape=name, chunk=c, vs_balance=chunk_makespan(h, n, c)) for name, h, n in CHUNK_SHAPES
+              for c in (1, 2, 4, 8)]
+    print("\nThe default backward's causal grid numbered in chunks of heads (1: head after head), one program per "
+          "SM on 132 SMs: makespan over a perfect balance:\n")
+    print("| shape | heads per chunk | × balance |")
+    print("|---|---|---|")
+    for r in chunks:
+        print(f"| {r['shape']} | {r['chunk']} | {r['vs_balance']:.3f} |")
     if args.json:
-        args.json.write_text(json.dumps({"orders": rows, "latency": timed, "grid": grid}, indent=1))
+        args.json.write_text(json.dumps({"orders": rows, "latency": timed, "grid": grid, "chunks": chunks}, indent=1))
     return 0
 
 

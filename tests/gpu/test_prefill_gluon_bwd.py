@@ -149,6 +149,70 @@ def test_programs_go_head_first_only_for_uneven_walks_on_a_small_grid():
     assert not any(GB.heads_first_default(True, n, 132, deterministic=True) for n in (1, 64 * 8, 7 * 132))
 
 
+def test_head_chunks_hold_a_budget_of_each_heads_rows():
+    """``head_chunk``: as many heads as the budget holds of their Q, dO (bf16), dQ (float32) rows and K, V; None where
+    that is one head or less, or the budget is 0; never more heads than the grid has."""
+    per_head = 4096 * 128 * 8 + 2 * 4096 * 128 * 2  # one head of 4 × 4K at D = 128: 6 MB
+    assert per_head == 6 << 20
+    assert GB.head_chunk(64, 1, 4096, 4096, 128, budget_mb=32) == 5
+    assert GB.head_chunk(64, 1, 4096, 4096, 128, budget_mb=6) is None  # one head: the plain numbering
+    assert GB.head_chunk(64, 1, 4096, 4096, 128, budget_mb=12) == 2
+    assert GB.head_chunk(3, 1, 4096, 4096, 128, budget_mb=1 << 20) == 3
+    assert GB.head_chunk(64, 1, 4096, 4096, 128, budget_mb=0) is None
+    assert GB.head_chunk(8, 4, 8192, 8192, 64, budget_mb=32) is None  # GQA: four query heads' rows a program: 20 MB
+    assert GB.head_chunk(8, 4, 8192, 8192, 64, budget_mb=64) == 3
+
+
+def _chunked_order(n_kb: int, n_bh: int, chunk: int) -> list[tuple[int, int]]:
+    """The kernel's HCHUNK arithmetic on every program in launch order (blockIdx.x fastest): its (key block, head)."""
+    out = []
+    for pid1 in range(n_bh):
+        for pid0 in range(n_kb):
+            lin = pid0 + pid1 * n_kb
+            span = chunk * n_kb
+            c, r = lin // span, lin % span
+            gc = min(chunk, n_bh - c * chunk)
+            out.append((r // gc, c * chunk + r % gc))
+    return out
+
+
+@pytest.mark.parametrize("n_kb,n_bh,chunk", [(32, 64, 5), (64, 32, 2), (7, 6, 4), (3, 5, 5), (1, 9, 2), (5, 1, 3)])
+def test_head_chunks_number_every_program_once_longest_walks_first(n_kb, n_bh, chunk):
+    """The chunked numbering is a permutation of the grid: chunk after chunk of ``chunk`` heads (a last short one
+    with what is left), inside each key block after key block with every head of the chunk at each; with 132 SMs
+    and the causal walks it brings the list schedule near a perfect balance where head after head does not
+    (``det_order_sim.chunk_makespan``)."""
+    order = _chunked_order(n_kb, n_bh, chunk)
+    assert sorted(order) == [(n, h) for n in range(n_kb) for h in range(n_bh)]
+    expect = [(n, h) for c in range(0, n_bh, chunk) for n in range(n_kb) for h in range(c, min(c + chunk, n_bh))]
+    assert order == expect
+    sim = load_script("benchmarks/det_order_sim.py")
+    plain, chunked = sim.chunk_makespan(32, 8192, 1), sim.chunk_makespan(32, 8192, 2)
+    assert plain > 1.05 and chunked < 1.01 and sim.chunk_makespan(64, 4096, 64) <= sim.chunk_makespan(64, 4096, 1)
+    doc = " ".join(GB.head_chunk.__doc__.split())
+    assert f"one head at a time ends {100 * (plain - 1):.1f} % past a perfect balance at 2 x 8K, D = 128, two heads " \
+           f"{100 * (chunked - 1):.1f} %" in doc
+    with pytest.raises(ValueError, match="chunk >= 1"):
+        sim.chunk_makespan(32, 8192, 0)
+
+
+@needs_gluon
+def test_head_chunk_builds_add_the_numbering_and_nothing_else():
+    """The build with HCHUNK an int: the same shared memory, registers, products, loads and reductions as the build
+    without it (HCHUNK constexpr None: the default's code), at both head dims' table tiles; under triton 3.6 (the
+    version the H200 numbers were measured with) the same spill too (newer versions allocate the D = 128 build's
+    registers differently with it: a larger spill stack there)."""
+    import triton
+
+    cases = [dict(D=128, causal=True, dq_shared=True, dtype="bfloat16"),
+             dict(D=64, causal=True, dq_lag=2, dtype="bfloat16")]
+    reps = sm90_reports("prefill_gluon_bwd", [dict(c) for c in cases] + [dict(c, head_chunk=True) for c in cases])
+    keys = ["smem_kb", "setmaxnreg", "regs", "wgmma", "tma_loads", "tma_reduces", "exponentials"]
+    for plain, chunked in zip(reps[:2], reps[2:]):
+        for key in keys + (["stack"] if triton.__version__.startswith("3.6.") else []):
+            assert plain[key] == chunked[key], key
+
+
 def _c_div(a: int, b: int) -> int:
     """Integer division as the kernel's (C: toward zero)."""
     return -(-a // b) if a < 0 else a // b
@@ -809,6 +873,46 @@ def test_gpu_gluon_backward_sliding_window(B, H, Hkv, Nq, Nk, D, window, dq_shar
     grads = prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale,
                              config=_gluon_cfg(dq_shared=dq_shared, dq_lag=dq_lag))
     _check_grads(q, k, v, do, grads, window[1] == 0, scale, window=window)
+
+
+@pytest.mark.gpu
+@on_hopper
+@pytest.mark.parametrize("chunk", [2, 4, 64])
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,window,cfg", [
+    (3, 5, 5, 2048, 2048, 128, (-1, 0), dict(dq_shared=True)),  # 15 heads: chunks of 2 and 4 end short
+    (2, 4, 4, 1000, 1000, 64, (-1, 0), dict(dq_lag=2)),  # ragged, the D = 64 table's lag
+    (1, 8, 2, 257, 1030, 128, (-1, 0), dict(dq_shared=True)),  # GQA, Nq < Nk
+    (1, 3, 1, 900, 400, 64, (300, 0), dict()),  # a causal window, Nq > Nk: empty rows, MQA
+    (1, 4, 2, 1000, 1000, 128, (255, -1), dict(dq_shared=True)),  # a left edge only
+])
+def test_gpu_head_chunks_give_the_plain_numberings_gradients(B, H, Hkv, Nq, Nk, D, window, cfg, chunk, monkeypatch):
+    """Programs numbered in chunks of heads (HCHUNK; a grid numbered key blocks first, as large causal or windowed
+    calls are): dK and dV bit for bit those of the plain numbering (each comes from one program, whatever its
+    number), dQ equal up to the order of its float32 additions, all within the float64 criterion; the launch took
+    the chunk asked for (past the grid's heads: all of them in one chunk)."""
+    from attnlab.gpu import prefill_bwd
+
+    q, k, v, do = _gpu_inputs(B, H, Hkv, Nq, Nk, D, torch.bfloat16, Nq + chunk)
+    mask, scale = Mask(*window), D ** -0.5
+    out, lse = _forward(q, k, v, mask, scale)
+    monkeypatch.setattr(GB, "HEADS_FIRST_WAVES", 0)  # (small grids go head first otherwise: no chunks)
+    launched = []
+    real = GB.launch_kept
+    monkeypatch.setattr(GB, "launch_kept", lambda kern, grid, a, **kw: launched.append(a["HCHUNK"]) or
+                        real(kern, grid, a, **kw))
+    runs = []
+    for c in (None, chunk):
+        monkeypatch.setattr(GB, "head_chunk", lambda heads, *a, _c=c: None if _c is None else min(_c, heads))
+        GB._PLANS.clear()
+        prefill_bwd._CALL_PLANS.clear()
+        runs.append(prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, config=_gluon_cfg(**cfg)))
+    GB._PLANS.clear()
+    prefill_bwd._CALL_PLANS.clear()
+    assert launched == [None, min(chunk, B * Hkv)]
+    (dq0, dk0, dv0), (dq1, dk1, dv1) = runs
+    assert torch.equal(dk0, dk1) and torch.equal(dv0, dv1)
+    assert (dq1.float() - dq0.float()).abs().max().item() <= 2e-2 * dq0.float().abs().max().item()
+    _check_grads(q, k, v, do, runs[1], window[1] == 0, scale, window=window)
 
 
 @pytest.mark.gpu

@@ -1040,7 +1040,7 @@ if HAVE_GLUON:
     def _attn_bwd_gluon_ws(desc_q, desc_do, desc_k, desc_v, desc_dk, desc_dv, desc_dq, desc_lse, desc_dl, DQ, SEM, LSE2,
                            DELTA,
                            H, G, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, SLOPES, stride_sb, stride_sh,
-                           CU_Q, CU_K, CU_P, DK, DV, stride_dkh, stride_dkn, KV_DIV, N_TILES, GRID0,
+                           CU_Q, CU_K, CU_P, DK, DV, stride_dkh, stride_dkn, KV_DIV, N_TILES, GRID0, HCHUNK,
                            HEAD_D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                            CONSUMER_REGS: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ATOMIC: gl.constexpr,
                            DQ_SHARED: gl.constexpr, ROTATE: gl.constexpr, HEADS_FIRST: gl.constexpr = False,
@@ -1076,6 +1076,10 @@ if HAVE_GLUON:
         block's steps; 1: once its last dQ products have read K); the Q/dO ring and the dSᵀ ring run on from block
         to block, and dK, dV go out by masked stores from registers into DK, DV (strides stride_dkh, stride_dkn,
         dense calls too). SNAKE: the tiles dealt out every other round in reverse (``_bwd_tile_index``).
+        HCHUNK (an int; constexpr None: off; dense calls numbered key blocks first, not persistent): the programs
+        numbered in chunks of HCHUNK heads (the grid's second axis), inside a chunk key block by key block, every head
+        of the chunk at each (``head_chunk``): under a causal mask the longest walks of a chunk start first, so the
+        last chunk's long walks do not start last, while a wave still reads the Q, dO and dQ rows of a few heads only.
         Two consumer warp groups of 4 warps (64 keys each), one loader warp and (DET) one writer warp."""
         NC: gl.constexpr = 2
         SUB_N: gl.constexpr = 64
@@ -1088,8 +1092,19 @@ if HAVE_GLUON:
         nq_rows = Nq  # a head's rows of L₂, D and the dQ buffer (packed batches: padded, as CU_P sets out)
         Nk0 = Nk  # (the kernel's arguments, before the program's block narrows them: the persistent partitions')
         causal_off0 = causal_off
+        pid0 = gl.program_id(0)
+        pid1 = gl.program_id(1)
+        if HCHUNK is not None:  # program (pid0, pid1) in launch order, lin, is key block r // gc of head c·HCHUNK + r % gc
+            n_kb = gl.num_programs(0)  # (chunk c, r = lin − c·span; gc the chunk's heads, fewer in a last short chunk)
+            span = HCHUNK * n_kb
+            lin = pid0 + pid1 * n_kb
+            c = lin // span
+            r = lin - c * span
+            gc = gl.minimum(HCHUNK, gl.num_programs(1) - c * HCHUNK)
+            pid0 = r // gc
+            pid1 = c * HCHUNK + (r - pid0 * gc)
         b, hk, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, q_base, k_base, pad = _bwd_tile_of(
-            gl.program_id(0), gl.program_id(1), H, G, Nq, Nk, causal_off, win_off, CU_Q, CU_K, CU_P, BLOCK_M, BLOCK_N,
+            pid0, pid1, H, G, Nq, Nk, causal_off, win_off, CU_Q, CU_K, CU_P, BLOCK_M, BLOCK_N,
             CAUSAL, VARLEN, HEADS_FIRST, LAST_FIRST, ROTATE, DET, DET_LAST_FIRST)
 
         gl.static_assert((PERSIST == 0) or ((PERSIST <= 2) and not DET and not ZERO_PAST and (ABLATE == 0)),
@@ -1245,6 +1260,24 @@ def det_kv_split(group: int, causal: bool = True, kv_bytes: int = 0) -> int:
         return 1
     return max(s for s in range(1, max(DET_KV_SPLIT, 1) + 1)
                if group % s == 0 and (s == 1 or 2 * s * kv_bytes <= DET_KV_SPLIT_BYTES))
+
+
+# Causal and windowed calls numbered key blocks first (``heads_first_default`` False) take their programs in chunks of
+# heads whose Q, dO and float32 dQ rows and K, V fit in this many MB (``head_chunk``); 0: one head after another
+HEAD_CHUNK_MB = 0
+
+
+def head_chunk(heads: int, group: int, n_q: int, n_k: int, head_dim: int, budget_mb: int | None = None) -> int | None:
+    """Heads per chunk of the chunked numbering (``_attn_bwd_gluon_ws``'s HCHUNK) for a grid of ``heads`` (batch · K/V
+    head) programs per key block, each walking ``group`` query heads of ``n_q`` rows over ``n_k`` keys at
+    ``head_dim``: as many heads as ``budget_mb`` (None: ``HEAD_CHUNK_MB``) holds of their Q and dO (bf16), dQ's
+    float32 rows and K, V — what a wave of programs reads again and again. None (the plain numbering) where that is
+    one head or the budget is 0. In a list schedule of the causal walks (``benchmarks/det_order_sim.py``'s model, 132
+    SMs) one head at a time ends 5.9 % past a perfect balance at 2 x 8K, D = 128, two heads 0.7 %."""
+    budget = (HEAD_CHUNK_MB if budget_mb is None else budget_mb) * (1 << 20)
+    per_head = group * n_q * head_dim * (2 + 2 + 4) + 2 * n_k * head_dim * 2
+    chunk = min(heads, budget // per_head)
+    return int(chunk) if chunk > 1 else None
 
 
 def heads_first_default(uneven: bool, programs: int, sms: int, deterministic: bool = False) -> bool:
@@ -1486,6 +1519,10 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     if heads_first:
         grid = grid[::-1]
     tiles = (None, None)
+    hchunk = None  # (constexpr None: the build without the chunked numbering)
+    if (not heads_first and not persistent and not deterministic and cu_seqlens is None
+            and (causal_off is not None or win_off is not None)):
+        hchunk = head_chunk(grid[1], H // Hkv, Nq, Nk, D)
     if persistent:  # one program per SM (one fits: ``smem_bytes``), the grid's blocks dealt out in its order
         from .decode_config import _device_sms
 
@@ -1504,7 +1541,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
             desc_lse = TensorDescriptor(lse2.view(-1), [lse2.numel()], [1], [BWD_BLOCK_M], row_layout())
     descs = (desc(q, block_m), desc(do, block_m), desc(k), desc(v), desc(dk), desc(dv), desc_dq, desc_lse, desc_dl)
     args = (*descs, dq_acc, sem, lse2, delta, H, H // Hkv, n_rows, Nk, causal_off if causal_off is not None else 0,
-            NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale, *alibi, *varlen, _kv_div, *tiles)
+            NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale, *alibi, *varlen, _kv_div, *tiles, hchunk)
     with recording() as launches:
         # (the kept compiled kernel after a specialisation's first call: Triton's binding of these arguments took
         # more host time than a short call's GPU time; launch.launch_kept)
@@ -1605,7 +1642,7 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
                  dq_perm: bool | None = None, lse_tma: bool | None = None, deterministic: bool = False,
                  varlen: bool = False, zero_past: bool | None = None, det_rotate: bool = False,
                  writer_regs: int | None = None, early_turn: bool | None = None, _ablate: int = 0,
-                 block_m: int = BWD_BLOCK_M, persistent: int = 0):
+                 block_m: int = BWD_BLOCK_M, persistent: int = 0, head_chunk: bool = False):
     """Build the Gluon backward for Hopper (sm_90) on any machine, GPU or not, as
     ``prefill_gluon.compile_sm90`` does for the forward. ``alibi``: the build for ALiBi slopes, with
     the slopes' head stride 1 (a launch specialises it so: (H,), (B, H) and (H,) expanded to (B, H)).
@@ -1615,7 +1652,8 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     ``det_rotate`` (deterministic, varlen, causal): staggered walks, turns in arrival order (``PACKED_DET_ROTATE``);
     ``writer_regs``: the dQ writer warp's registers (None: ``DET_WRITER_REGS``); ``early_turn``: the writer waits for
     a step's turns before its tiles are staged (None: ``DET_EARLY_TURN``); ``block_m``: query rows per step;
-    ``persistent``: the persistent build with that many K/V buffer pairs (0: one program per key block)."""
+    ``persistent``: the persistent build with that many K/V buffer pairs (0: one program per key block);
+    ``head_chunk``: the build with the programs numbered in chunks of heads (HCHUNK an int, not None)."""
     if not HAVE_GLUON:
         raise RuntimeError("this triton has no Gluon (triton >= 3.5 needed)")
     import triton
@@ -1650,6 +1688,8 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
             const.update(DK=None, DV=None, stride_dkh=None, stride_dkn=None)
     if not persistent:
         const.update(N_TILES=None, GRID0=None)
+    if not head_chunk:
+        const["HCHUNK"] = None
     const["LSE_TMA"] = LSE_BY_TMA if lse_tma is None else lse_tma
     const["DET"] = deterministic
     if not deterministic:
@@ -1680,7 +1720,7 @@ def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int =
                 dq_perm: bool | None = None, lse_tma: bool | None = None, deterministic: bool = False,
                 varlen: bool = False, zero_past: bool | None = None, det_rotate: bool = False,
                 writer_regs: int | None = None, early_turn: bool | None = None, _ablate: int = 0,
-                block_m: int = BWD_BLOCK_M, persistent: int = 0) -> dict:
+                block_m: int = BWD_BLOCK_M, persistent: int = 0, head_chunk: bool = False) -> dict:
     """``prefill_gluon.kernel_report`` of one sm_90 build of the backward: shared memory, registers, spill
     stack, wgmma waits, TMA loads, float32 atomics. Needs a process without TRITON_INTERPRET."""
     from .prefill_gluon import kernel_report
@@ -1689,4 +1729,5 @@ def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int =
                                       dq_shared=dq_shared, dtype=dtype, dq_lag=dq_lag, alibi=alibi, dq_perm=dq_perm,
                                       lse_tma=lse_tma, deterministic=deterministic, varlen=varlen, zero_past=zero_past,
                                       det_rotate=det_rotate, writer_regs=writer_regs, early_turn=early_turn,
-                                      _ablate=_ablate, block_m=block_m, persistent=persistent))
+                                      _ablate=_ablate, block_m=block_m, persistent=persistent,
+                                      head_chunk=head_chunk))
