@@ -150,17 +150,19 @@ def test_programs_go_head_first_only_for_uneven_walks_on_a_small_grid():
 
 
 def test_head_chunks_hold_a_budget_of_each_heads_rows():
-    """``head_chunk``: as many heads as the budget holds of their Q, dO (bf16), dQ (float32) rows and K, V; None where
-    that is one head or less, or the budget is 0; never more heads than the grid has."""
+    """``head_chunk``: as many heads as the budget holds of their Q, dO (bf16), dQ (float32) rows and K, V, two at
+    least; None where the grid has one head or the budget is 0; never more heads than the grid has."""
     per_head = 4096 * 128 * 8 + 2 * 4096 * 128 * 2  # one head of 4 × 4K at D = 128: 6 MB
     assert per_head == 6 << 20
     assert GB.head_chunk(64, 1, 4096, 4096, 128, budget_mb=32) == 5
-    assert GB.head_chunk(64, 1, 4096, 4096, 128, budget_mb=6) is None  # one head: the plain numbering
-    assert GB.head_chunk(64, 1, 4096, 4096, 128, budget_mb=12) == 2
+    assert GB.head_chunk(64, 1, 4096, 4096, 128, budget_mb=6) == 2  # one head's budget: still two
+    assert GB.head_chunk(64, 1, 4096, 4096, 128, budget_mb=18) == 3
+    assert GB.head_chunk(16, 1, 16384, 16384, 128, budget_mb=32) == 2  # 24 MB a head
     assert GB.head_chunk(3, 1, 4096, 4096, 128, budget_mb=1 << 20) == 3
+    assert GB.head_chunk(1, 1, 4096, 4096, 128, budget_mb=32) is None  # one head: nothing to chunk
     assert GB.head_chunk(64, 1, 4096, 4096, 128, budget_mb=0) is None
-    assert GB.head_chunk(8, 4, 8192, 8192, 64, budget_mb=32) is None  # GQA: four query heads' rows a program: 20 MB
-    assert GB.head_chunk(8, 4, 8192, 8192, 64, budget_mb=64) == 3
+    assert GB.head_chunk(8, 4, 8192, 8192, 64, budget_mb=64) == 3  # GQA: four query heads' rows a program: 20 MB
+    assert GB.head_chunk(64, 1, 4096, 4096, 128) == GB.head_chunk(64, 1, 4096, 4096, 128, GB.HEAD_CHUNK_MB)
 
 
 def _chunked_order(n_kb: int, n_bh: int, chunk: int) -> list[tuple[int, int]]:

@@ -1263,20 +1263,24 @@ def det_kv_split(group: int, causal: bool = True, kv_bytes: int = 0) -> int:
 
 
 # Causal and windowed calls numbered key blocks first (``heads_first_default`` False) take their programs in chunks of
-# heads whose Q, dO and float32 dQ rows and K, V fit in this many MB (``head_chunk``); 0: one head after another
-HEAD_CHUNK_MB = 0
+# heads whose Q, dO and float32 dQ rows and K, V fit in this many MB, two heads at least (``head_chunk``); 0: one head
+# after another. Measured on an H200 (benchmarks/bwd_block_m.py, the backward alone from CUDA graphs, arms in turns):
+# NOTES-prefill v47 and RESULTS "Bwd-block-m runs 13 and 14"
+HEAD_CHUNK_MB = 32
 
 
 def head_chunk(heads: int, group: int, n_q: int, n_k: int, head_dim: int, budget_mb: int | None = None) -> int | None:
     """Heads per chunk of the chunked numbering (``_attn_bwd_gluon_ws``'s HCHUNK) for a grid of ``heads`` (batch · K/V
     head) programs per key block, each walking ``group`` query heads of ``n_q`` rows over ``n_k`` keys at
     ``head_dim``: as many heads as ``budget_mb`` (None: ``HEAD_CHUNK_MB``) holds of their Q and dO (bf16), dQ's
-    float32 rows and K, V — what a wave of programs reads again and again. None (the plain numbering) where that is
-    one head or the budget is 0. In a list schedule of the causal walks (``benchmarks/det_order_sim.py``'s model, 132
+    float32 rows and K, V — what a wave of programs reads again and again — and two at least. None (the plain
+    numbering) where the grid has one head or the budget is 0. In a list schedule of the causal walks (``benchmarks/det_order_sim.py``'s model, 132
     SMs) one head at a time ends 5.9 % past a perfect balance at 2 x 8K, D = 128, two heads 0.7 %."""
     budget = (HEAD_CHUNK_MB if budget_mb is None else budget_mb) * (1 << 20)
     per_head = group * n_q * head_dim * (2 + 2 + 4) + 2 * n_k * head_dim * 2
-    chunk = min(heads, budget // per_head)
+    if budget <= 0:
+        return None
+    chunk = min(heads, max(2, budget // per_head))
     return int(chunk) if chunk > 1 else None
 
 
