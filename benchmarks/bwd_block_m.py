@@ -25,7 +25,8 @@ Arms (``--arms``, the first the baseline of the ratios):
              D = 64 only: at D = 128 two pairs need more shared memory than a block has)
     hc16, hc32, hc64, hcall
              the library's choice with causal and windowed calls' programs numbered in chunks of heads whose rows fit
-             in 16, 32 or 64 MB, or all heads in one chunk (``prefill_gluon_bwd.HEAD_CHUNK_MB``; both layers' kept
+             in 16, 32 or 64 MB (two heads at least), or all heads in one chunk, at both head dims
+             (``prefill_gluon_bwd.HEAD_CHUNK_MB``, ``HEAD_CHUNK_FROM_D`` 0; both layers' kept
              plans dropped on the way in and out; the log names each launch's chunk); ``hc0``: one head after
              another (the numbering before chunks)
     nolimits the library's choice, its Gluon kernel built with the masked steps' three comparisons per score
@@ -225,14 +226,14 @@ def measure(args) -> list[dict]:
         _CURRENT[0] = arm_config(arm, rows_causal[_ROW[0]], D, row_keys(_ROW[0]))
         kernel, launch = gb._attn_bwd_gluon_ws, gb.launch_kept
         launched = []
-        budget = gb.HEAD_CHUNK_MB
+        budget, from_d = gb.HEAD_CHUNK_MB, gb.HEAD_CHUNK_FROM_D
         if arm in SWITCH_ARMS:  # (both layers' kept plans dropped on the way in and out: they hold the kernel they
             gb._attn_bwd_gluon_ws = switched_module(SWITCH_ARMS[arm])._attn_bwd_gluon_ws  # launched)
             prefill_bwd._CALL_PLANS.clear()
             gb._PLANS.clear()
             gb.launch_kept = lambda k, *a, **kw: launched.append(k) or launch(k, *a, **kw)
         if arm in CHUNK_ARMS:  # (the plans hold their chunk: dropped on the way in and out)
-            gb.HEAD_CHUNK_MB = CHUNK_ARMS[arm]
+            gb.HEAD_CHUNK_MB, gb.HEAD_CHUNK_FROM_D = CHUNK_ARMS[arm], 0  # (chunks at every head dim)
             prefill_bwd._CALL_PLANS.clear()
             gb._PLANS.clear()
             gb.launch_kept = lambda k, grid, a, *r, **kw: launched.append(a.get("HCHUNK")) or launch(k, grid, a, *r, **kw)
@@ -241,7 +242,7 @@ def measure(args) -> list[dict]:
         finally:
             _CURRENT[0] = None
             if arm in CHUNK_ARMS:
-                gb.HEAD_CHUNK_MB, gb.launch_kept = budget, launch
+                gb.HEAD_CHUNK_MB, gb.HEAD_CHUNK_FROM_D, gb.launch_kept = budget, from_d, launch
                 prefill_bwd._CALL_PLANS.clear()
                 gb._PLANS.clear()
                 print(f"arm {arm}, row {_ROW[0]}, D = {D}: HCHUNK {sorted(set(map(str, launched)))}", flush=True)

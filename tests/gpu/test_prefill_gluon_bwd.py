@@ -163,6 +163,7 @@ def test_head_chunks_hold_a_budget_of_each_heads_rows():
     assert GB.head_chunk(64, 1, 4096, 4096, 128, budget_mb=0) is None
     assert GB.head_chunk(8, 4, 8192, 8192, 64, budget_mb=64) == 3  # GQA: four query heads' rows a program: 20 MB
     assert GB.head_chunk(64, 1, 4096, 4096, 128) == GB.head_chunk(64, 1, 4096, 4096, 128, GB.HEAD_CHUNK_MB)
+    assert (GB.HEAD_CHUNK_MB, GB.HEAD_CHUNK_FROM_D) == (32, 128)  # (what bwd-block-m runs 13 and 14 chose)
 
 
 def _chunked_order(n_kb: int, n_bh: int, chunk: int) -> list[tuple[int, int]]:
@@ -898,6 +899,7 @@ def test_gpu_head_chunks_give_the_plain_numberings_gradients(B, H, Hkv, Nq, Nk, 
     mask, scale = Mask(*window), D ** -0.5
     out, lse = _forward(q, k, v, mask, scale)
     monkeypatch.setattr(GB, "HEADS_FIRST_WAVES", 0)  # (small grids go head first otherwise: no chunks)
+    monkeypatch.setattr(GB, "HEAD_CHUNK_FROM_D", 64)  # (the library chunks from D = 128: here both head dims)
     launched = []
     real = GB.launch_kept
     monkeypatch.setattr(GB, "launch_kept", lambda kern, grid, a, **kw: launched.append(a["HCHUNK"]) or

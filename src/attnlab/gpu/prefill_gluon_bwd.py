@@ -1263,10 +1263,13 @@ def det_kv_split(group: int, causal: bool = True, kv_bytes: int = 0) -> int:
 
 
 # Causal and windowed calls numbered key blocks first (``heads_first_default`` False) take their programs in chunks of
-# heads whose Q, dO and float32 dQ rows and K, V fit in this many MB, two heads at least (``head_chunk``); 0: one head
-# after another. Measured on an H200 (benchmarks/bwd_block_m.py, the backward alone from CUDA graphs, arms in turns):
-# NOTES-prefill v47 and RESULTS "Bwd-block-m runs 13 and 14"
+# heads whose Q, dO and float32 dQ rows and K, V fit in this many MB, two heads at least (``head_chunk``), at head dims
+# from HEAD_CHUNK_FROM_D; 0: one head after another. Measured on an H200 (benchmarks/bwd_block_m.py, the backward
+# alone from CUDA graphs, arms in turns; bwd-block-m runs 13 and 14): at D = 128 causal 4 x 4K 1.037x and 1.044x
+# (chunks of 5 heads), 2 x 8K 1.054x and 1.045x (2), 16K 1.041x and 1.027x (2) the plain numbering's speed; at
+# D = 64 0.982-1.021x, nothing that holds: from D = 128
 HEAD_CHUNK_MB = 32
+HEAD_CHUNK_FROM_D = 128
 
 
 def head_chunk(heads: int, group: int, n_q: int, n_k: int, head_dim: int, budget_mb: int | None = None) -> int | None:
@@ -1524,7 +1527,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         grid = grid[::-1]
     tiles = (None, None)
     hchunk = None  # (constexpr None: the build without the chunked numbering)
-    if (not heads_first and not persistent and not deterministic and cu_seqlens is None
+    if (not heads_first and not persistent and not deterministic and cu_seqlens is None and D >= HEAD_CHUNK_FROM_D
             and (causal_off is not None or win_off is not None)):
         hchunk = head_chunk(grid[1], H // Hkv, Nq, Nk, D)
     if persistent:  # one program per SM (one fits: ``smem_bytes``), the grid's blocks dealt out in its order
