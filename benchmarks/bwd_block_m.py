@@ -40,7 +40,8 @@ heads, 8K causal), ``varlen`` (the variants benchmark's packed batch: 16K tokens
 causal rows by group size and length: ``gqa2`` (32/16 at 8K), ``gqa8`` (32/4 at 8K), ``gqa-4k`` (4 × 4K, 32/8),
 ``gqa-16k`` (16K, 32/8); packed batches of 16K tokens in documents of one length, causal: ``pack128``, ``pack512`` and
 ``pack2k`` (what a program's fixed costs weigh as its walk shortens: one key block and two query-block steps a
-document at 128). The ``table`` and ``p1`` arms run at D = 128 too (``--D 64 128 --arms table p1``), 16 heads
+document at 128); ``window`` and ``alibi``, the variants benchmark's causal calls with a window of 4,096 keys and with
+ALiBi (1 × 16K; no peer). The ``table`` and ``p1`` arms run at D = 128 too (``--D 64 128 --arms table p1``), 16 heads
 there.
 bfloat16, H·D = 2048. TFLOP/s over the backward's 2.5× the forward's visible-pair FLOPs.
 
@@ -65,7 +66,7 @@ import ab_rounds  # noqa: E402
 
 from attnlab.bench import time_fn  # noqa: E402
 
-ROWS = ("causal", "causal8k", "full", "long", "gqa", "varlen", "short", "gqa2", "gqa8", "gqa-4k", "gqa-16k", "pack128", "pack512",
+ROWS = ("causal", "causal8k", "full", "long", "window", "alibi", "gqa", "varlen", "short", "gqa2", "gqa8", "gqa-4k", "gqa-16k", "pack128", "pack512",
         "pack2k")
 PACKS = {"pack128": 128, "pack512": 512, "pack2k": 2048}  # packed batches of 16K tokens in documents of one length
 CHUNK_ARMS = {"hc0": 0, "hc16": 16, "hc32": 32, "hc64": 64, "hcall": 1 << 20}  # arm: HEAD_CHUNK_MB
@@ -85,7 +86,11 @@ SHAPES = {  # row: (B, H, Hkv, N, causal)
     "gqa8": (1, 32, 4, 8192, True),
     "gqa-4k": (4, 32, 8, 4096, True),
     "gqa-16k": (1, 32, 8, 16384, True),
+    # the variants benchmark's causal window of 4,096 keys and its ALiBi call (1 × 16K, causal; no cuDNN peer)
+    "window": (1, 32, 32, 16384, True),
+    "alibi": (1, 32, 32, 16384, True),
 }
+VARIANT_ROWS = ("window", "alibi")
 _CURRENT: list = [None]  # the config the row's call runs with (None: the library's choice)
 
 
@@ -178,12 +183,25 @@ def row_call(name: str, D: int, device: str):
     H, Hkv = H * 64 // D, Hkv * 64 // D  # (H·D = 2048: the heads given are D = 64's)
     q, do = (torch.randn(B, H, N, D, device=device, dtype=torch.bfloat16, generator=gen) for _ in range(2))
     k, v = (torch.randn(B, Hkv, N, D, device=device, dtype=torch.bfloat16, generator=gen) for _ in range(2))
-    mask = Mask(-1, 0 if causal else -1)
-    out, lse = prefill_forward(q, k, v, mask=mask, scale=scale)
+    mask, slopes = Mask(-1, 0 if causal else -1), None
     flops = attention_flops(batch=B, heads=H, seq_q=N, head_dim=D, causal=causal, pass_="bwd")
+    if name == "window":
+        from attnlab.cost import window as cw
+        from variants import WINDOW
+
+        mask = Mask(WINDOW - 1, 0)
+        flops = 2.5 * 4 * cw.visible_pairs(seq_q=N, seq_k=N, window=(WINDOW - 1, 0), causal=True) * D * H * B
+    elif name == "alibi":
+        from variants import alibi_slopes
+
+        slopes = alibi_slopes(H).to(device)
+    out, lse = prefill_forward(q, k, v, mask=mask, scale=scale, slopes=slopes)
 
     def lib():
-        return prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, config=_CURRENT[0])
+        return prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, slopes=slopes, config=_CURRENT[0])
+
+    if name in VARIANT_ROWS:
+        return lib, flops, "none", ValueError("no cuDNN route for this variant")
 
     try:  # cuDNN's backward (the forward made once, its graph kept)
         import torch.nn.functional as F
