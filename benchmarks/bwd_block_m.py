@@ -186,8 +186,9 @@ def row_call(name: str, D: int, device: str):
     mask, slopes = Mask(-1, 0 if causal else -1), None
     flops = attention_flops(batch=B, heads=H, seq_q=N, head_dim=D, causal=causal, pass_="bwd")
     if name == "window":
-        from attnlab.cost import window as cw
         from variants import WINDOW
+
+        from attnlab.cost import window as cw
 
         mask = Mask(WINDOW - 1, 0)
         flops = 2.5 * 4 * cw.visible_pairs(seq_q=N, seq_k=N, window=(WINDOW - 1, 0), causal=True) * D * H * B

@@ -773,10 +773,34 @@ def markdown(rows: list[dict], names=PROVIDERS) -> str:
     return "\n".join(lines) + "\n"
 
 
+def compare_markdown(runs: dict[str, list[dict]], peer: str = "sdpa-cudnn") -> str:
+    """attnlab's speed over ``peer``'s on each shape and pass of several runs (``runs``: a label -> its bench rows),
+    a column a run: the ratio of the medians and, where the run had rounds, its lowest and highest round."""
+    cells: dict[tuple, dict[str, str]] = {}
+    for label, rows in runs.items():
+        by: dict[tuple, dict] = {}
+        for r in rows:
+            if "ms" in r:
+                by.setdefault((r["pass_"], r["D"], r["H"], kv_heads(r), r["causal"], r["N"]), {})[r["provider"]] = r
+        for key, v in by.items():
+            if "attnlab" in v and peer in v:
+                rr = round_ratios(v["attnlab"], v[peer])
+                cells.setdefault(key, {})[label] = f"{v[peer]['ms'] / v['attnlab']['ms']:.2f}" + (
+                    f" ({min(rr):.2f}–{max(rr):.2f})" if rr else "")
+    gqa = any(k[2] != k[3] for k in cells)
+    head = ["D", *(["heads"] if gqa else []), "causal", "N", "pass", *runs]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (p, D, H, Hkv, causal, N), by in sorted(cells.items()):
+        lines.append("| " + " | ".join([str(D), *([f"{H}/{Hkv}"] if gqa else []), "yes" if causal else "no",
+                                        f"{N // 1024}K" if N >= 1024 else str(N), p.replace("_", "+"),
+                                        *(by.get(label, "—") for label in runs)]) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("command", choices=["check", "sweep", "bench", "aot", "report"])
-    p.add_argument("path", nargs="?", help="report: the JSON written by bench")
+    p.add_argument("command", choices=["check", "sweep", "bench", "aot", "report", "compare"])
+    p.add_argument("path", nargs="*", help="report: the JSON written by bench; compare: several of them")
     p.add_argument("--json", default=None, help="write the rows (and the environment) here")
     p.add_argument("--md", default=None, help="bench: also write the markdown table here")
     p.add_argument("--providers", default=",".join(PROVIDERS))
@@ -810,8 +834,15 @@ def main(argv=None) -> int:
         os.environ.setdefault("TRITON_INTERPRET", "1")
         args.quick = True
         args.workers = 1
+    if args.command == "compare":
+        if len(args.path) < 2:
+            p.error("compare: give two or more JSON files written by bench")
+        print(compare_markdown({Path(x).name: json.loads(Path(x).read_text())["rows"] for x in args.path}))
+        return 0
     if args.command == "report":
-        saved = json.loads(Path(args.path).read_text())
+        if len(args.path) != 1:
+            p.error("report: give one JSON file written by bench")
+        saved = json.loads(Path(args.path[0]).read_text())
         gpu = preset_for(saved.get("environment", {}).get("gpu"), args.gpu or saved.get("roofline_gpu"))
         rows = with_roofline(saved["rows"], gpu)
         print((roofline_note(gpu) + "\n\n" if gpu else "") + markdown(rows))

@@ -1267,7 +1267,7 @@ def det_kv_split(group: int, causal: bool = True, kv_bytes: int = 0) -> int:
 # from HEAD_CHUNK_FROM_D; 0: one head after another. Measured on an H200 (benchmarks/bwd_block_m.py, the backward
 # alone from CUDA graphs, arms in turns; bwd-block-m runs 13 and 14): at D = 128 causal 4 x 4K 1.037x and 1.044x
 # (chunks of 5 heads), 2 x 8K 1.054x and 1.045x (2), 16K 1.041x and 1.027x (2) the plain numbering's speed; at
-# D = 64 0.982-1.021x, nothing that holds: from D = 128
+# D = 64 0.980-1.021x, nothing that holds: from D = 128
 HEAD_CHUNK_MB = 32
 HEAD_CHUNK_FROM_D = 128
 
