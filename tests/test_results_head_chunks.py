@@ -252,3 +252,18 @@ def test_variants_run_38_and_the_spread_it_is_read_against():
              f"({min(past['window'])}–{max(past['window'])}, {min(past['alibi'])}–{max(past['alibi'])})")
     assert quote in _flat(_section())
     assert min(past["window"]) <= win <= max(past["window"]) and ali < min(past["alibi"])
+
+
+def test_the_last_calls_checks_are_the_logged_ones():
+    logs = DATA / "prefill-checks-run31"
+    check, tests = (logs / "check.log").read_text(), (logs / "tests.log").read_text()
+    shapes = re.findall(r"^D=(\d+) causal=(\w+) N=(\d+) .* ok=(\w+)$", check, re.M)
+    assert len(shapes) == 12 and all(ok == "True" for *_, ok in shapes)
+    assert {(int(d), c == "True", int(n)) for d, c, n, _ in shapes} == {
+        (d, c, n) for d in (64, 128) for c in (False, True) for n in (4096, 8192, 16384)}
+    assert "check: 12/12 shapes pass" in check
+    tail = tests.strip().splitlines()[-1]
+    passed, skipped = (int(re.search(rf"(\d+) {w}", tail).group(1)) for w in ("passed", "skipped"))
+    assert "failed" not in tail and "error" not in tail
+    text = _flat(_section())
+    assert f"{len(shapes)}/12 shapes pass; the three GPU test files, {passed} passed, {skipped} skipped" in text
