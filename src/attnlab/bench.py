@@ -241,7 +241,7 @@ def _bench_cmd(args) -> int:
         args.dtype or ("bfloat16" if device == "cuda" else "float32")]
     b = forward_benchmark(device=device, dtype=dtype, seqs=args.seq, head_dim=args.head_dim,
                           heads=args.heads, causal=args.causal)
-    rows = run(b, console=make_console(stderr=json_out and path is None))
+    rows = run(b, console=make_console(stderr=json_out and path is None), rounds=args.rounds)
     if json_out:
         where = write_text(path, json.dumps(payload(b, rows), indent=2) + "\n", option="--json", force=args.force)
         if path is not None:
@@ -257,6 +257,9 @@ def register(sub) -> None:
     p.add_argument("--head-dim", type=positive_int, default=64)
     p.add_argument("--heads", type=positive_int, default=8)
     p.add_argument("--causal", action="store_true")
+    p.add_argument("--rounds", type=positive_int, default=1,
+                   help="time attnlab and SDPA in turns this many times (the order reversed every other round); each "
+                        "row is the median of its rounds")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None)
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default=None)
     p.add_argument("--json", default=None, metavar="FILE",

@@ -84,6 +84,16 @@ def test_bench_json_follows_the_output_rule(run_cli, one_error_line, tmp_path):
     assert json.loads((tmp_path / "new/dir/b.json").read_text())["rows"][0]["N"] == 16
 
 
+def test_bench_rounds_time_the_providers_in_turns(run_cli):
+    r = run_cli("bench", "--seq", "16", "--heads", "1", "--head-dim", "8", "--device", "cpu", "--dtype", "float32",
+                "--rounds", "3", "--json", "-")
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = json.loads(r.stdout)["rows"]
+    assert {row["provider"] for row in rows} == {"attnlab", "sdpa"}
+    for row in rows:  # each row the median of its three rounds
+        assert len(row["ms_rounds"]) == 3 and row["ms"] == sorted(row["ms_rounds"])[1]
+
+
 def test_train_tiny(run_cli, cli_env, tmp_path):
     r = run_cli("train", "--steps", "3", "--attempts", "1", "--seed", "1")
     assert r.returncode == 0, r.stderr[-3000:]
@@ -139,6 +149,7 @@ def test_existing_file_is_kept_unless_force(run_cli, one_error_line, tmp_path):
     (("estimate", "--gpu", "Z80"), ("Z80",)),
     (("bench", "--seq", "0"), ("--seq", "'0'")),
     (("bench", "--heads", "-2"), ("--heads", "'-2'")),
+    (("bench", "--rounds", "0"), ("--rounds", "'0'")),
     (("nope",), ("nope",)),
 ])
 def test_bad_input_is_one_line(run_cli, one_error_line, tmp_path, args, words):
