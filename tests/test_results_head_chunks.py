@@ -1,5 +1,5 @@
 """The table in rounds and the D = 128 causal backward's programs in chunks of heads: benchmarks/RESULTS.md's section
-"Prefill runs 29–31, prefill-profile run 1, bwd-block-m runs 13–15", NOTES-prefill v46 and v47, README's and
+"Prefill runs 29–32, prefill-profile run 1, bwd-block-m runs 13–15", NOTES-prefill v46 and v47, README's and
 docs/gpu.md's sentences on them and the comment on ``HEAD_CHUNK_MB``: each table as its script renders it from the
 recorded files, each quoted number computed from them, and the library's switches as the runs left them."""
 
@@ -14,7 +14,7 @@ from tests.helpers import ROOT, load_script
 from tests.test_results_variants import _flat
 
 DATA = ROOT / "benchmarks" / "data"
-SECTION = ("### Prefill runs 29–31, prefill-profile run 1", "### Prefill runs 26–28, fwd-switches runs 19 and 20")
+SECTION = ("### Prefill runs 29–32, prefill-profile run 1", "### Prefill runs 26–28, fwd-switches runs 19 and 20")
 
 
 def _section() -> str:
@@ -90,11 +90,11 @@ def test_profile_run_1_tables_and_quotes():
     assert f"at {_span(graph)}× cuDNN's under CUDA graphs on eight shapes" in readme
 
 
-def test_prefill_runs_29_to_31_tables_and_quotes():
+def test_prefill_runs_29_to_32_tables_and_quotes():
     pre = load_script("benchmarks/prefill.py")
     section = _section()
     runs = {f"prefill-h200-run{n}.json": json.loads((DATA / f"prefill-h200-run{n}.json").read_text())["rows"]
-            for n in (29, 30, 31)}
+            for n in (29, 30, 31, 32)}
     assert pre.compare_markdown(runs).strip() in section
     for name in ("prefill-h200-run31.json", "prefill-h200-run31-gqa.json"):
         out = _run(ROOT / "benchmarks" / "prefill.py", "report", DATA / name)
@@ -131,6 +131,26 @@ def test_prefill_runs_29_to_31_tables_and_quotes():
     assert f"medians {_span([v for k, v in r29b.items() if k not in under])}× on 11 of 12 rows" in notes
     assert f"every forward row {_span(r30f.values())}× cuDNN" in notes
     assert f"every forward+backward median above cuDNN, {_span(r30b.values())}×" in notes
+    # run 32: every median at or above cuDNN's but the D = 128 non-causal 4K forward+backward
+    r32f, r32b = (ratios(runs["prefill-h200-run32.json"], p) for p in ("fwd", "fwd_bwd"))
+    under32 = [k for k, v in {**{(*k, "fwd"): v for k, v in r32f.items()},
+                              **{(*k, "fwd_bwd"): v for k, v in r32b.items()}}.items() if round(v, 2) < 1.0]
+    assert under32 == [(128, False, 4096, "fwd_bwd")]
+    low = r32b[128, False, 4096]
+    assert f"in run 32, the same code in a second process, every row but one, the D = 128 non-causal 4K " \
+           f"forward+backward at {low:.2f}×" in _flat(section)
+    assert f"every median but one: the D = 128 non-causal 4K forward+backward at {low:.2f}×" in readme
+    before = [ratios(runs[f"prefill-h200-run{n}.json"], "fwd_bwd")[128, False, 4096] for n in (29, 30, 31)]
+    rr = pre.round_ratios(*(next(r for r in runs["prefill-h200-run32.json"] if (r["D"], r["causal"], r["N"], r["pass_"],
+                                                                             r["provider"]) == (128, False, 4096,
+                                                                                                "fwd_bwd", prov))
+                            for prov in ("attnlab", "sdpa-cudnn")))
+    assert f"(its rounds {_span(rr)}×; {_span(before)}× in runs 29–31)" in _flat(section)
+    assert f"(rounds {_span(rr)}×; {_span(before)}× in runs 29–31)" in notes
+    causal32 = [r32b[128, True, n] for n in (4096, 8192, 16384)]
+    assert f"D = 128 causal forward+backward {_span(causal32)}×" in notes
+    assert f"D = 64 {_span([v for k, v in r32b.items() if k[0] == 64])}×, the forward rows {_span(r32f.values())}×" \
+        in notes
     c30 = [f"{r30b[(128, True, n)]:.2f}×" for n in (4096, 8192, 16384)]
     c29 = [f"{r29b[(128, True, n)]:.2f}×" for n in (4096, 8192, 16384)]
     assert f"the D = 128 causal rows {c30[0]}, {c30[1]} and {c30[2]} (run 29: {c29[0]}, {c29[1]}, {c29[2]}" in notes
