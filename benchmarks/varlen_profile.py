@@ -149,34 +149,11 @@ def _measure(D: int, packed: str, top: int, steps: bool) -> dict:
     host = (time.perf_counter() - t0) / 20 * 1e3
     torch.cuda.synchronize()
 
-    from torch.profiler import ProfilerActivity, profile
+    from prefill_profile import graphed, kernel_times
 
-    calls = 10
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    kernels: dict[str, float] = {}
-    for ev in prof.key_averages():
-        us = getattr(ev, "self_device_time_total", None)
-        if us is None:
-            us = getattr(ev, "self_cuda_time_total", 0.0)
-        if us > 0:
-            kernels[ev.key] = kernels.get(ev.key, 0.0) + us / calls
-    graph = None
-    try:
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            fn()
-        graph = triton.testing.do_bench(g.replay, warmup=25, rep=200, return_mode="median")
-    except Exception as e:  # (a capture the call does not allow: reported, not fatal)
-        print(f"varlen_profile: D = {D}: no CUDA graph ({type(e).__name__}: {e})", file=sys.stderr)
+    kernels = kernel_times(fn)
+    replay = graphed(fn)  # (None, the reason printed, where the call cannot be captured)
+    graph = None if replay is None else triton.testing.do_bench(replay, warmup=25, rep=200, return_mode="median")
 
     hot = []
     if top:
