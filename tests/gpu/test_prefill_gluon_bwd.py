@@ -209,7 +209,7 @@ def test_head_chunk_builds_add_the_numbering_and_nothing_else():
 
     cases = [dict(D=128, causal=True, dq_shared=True, dtype="bfloat16"),
              dict(D=64, causal=True, dq_lag=2, dtype="bfloat16")]
-    reps = sm90_reports("prefill_gluon_bwd", [dict(c) for c in cases] + [dict(c, head_chunk=True) for c in cases])
+    reps = sm90_reports("prefill_gluon_bwd", [dict(c) for c in cases] + [dict(c, chunked=True) for c in cases])
     keys = ["smem_kb", "setmaxnreg", "regs", "wgmma", "tma_loads", "tma_reduces", "exponentials"]
     for plain, chunked in zip(reps[:2], reps[2:]):
         for key in keys + (["stack"] if triton.__version__.startswith("3.6.") else []):

@@ -1277,12 +1277,13 @@ def head_chunk(heads: int, group: int, n_q: int, n_k: int, head_dim: int, budget
     head) programs per key block, each walking ``group`` query heads of ``n_q`` rows over ``n_k`` keys at
     ``head_dim``: as many heads as ``budget_mb`` (None: ``HEAD_CHUNK_MB``) holds of their Q and dO (bf16), dQ's
     float32 rows and K, V — what a wave of programs reads again and again — and two at least. None (the plain
-    numbering) where the grid has one head or the budget is 0. In a list schedule of the causal walks (``benchmarks/det_order_sim.py``'s model, 132
-    SMs) one head at a time ends 5.9 % past a perfect balance at 2 x 8K, D = 128, two heads 0.7 %."""
+    numbering) where the grid has one head or the budget is 0. In a list schedule of the causal walks
+    (``benchmarks/det_order_sim.py``'s model, 132 SMs) one head at a time ends 5.9 % past a perfect balance at 2 x 8K,
+    D = 128, two heads 0.7 %."""
     budget = (HEAD_CHUNK_MB if budget_mb is None else budget_mb) * (1 << 20)
-    per_head = group * n_q * head_dim * (2 + 2 + 4) + 2 * n_k * head_dim * 2
     if budget <= 0:
         return None
+    per_head = group * n_q * head_dim * (2 + 2 + 4) + 2 * n_k * head_dim * 2
     chunk = min(heads, max(2, budget // per_head))
     return int(chunk) if chunk > 1 else None
 
@@ -1649,7 +1650,7 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
                  dq_perm: bool | None = None, lse_tma: bool | None = None, deterministic: bool = False,
                  varlen: bool = False, zero_past: bool | None = None, det_rotate: bool = False,
                  writer_regs: int | None = None, early_turn: bool | None = None, _ablate: int = 0,
-                 block_m: int = BWD_BLOCK_M, persistent: int = 0, head_chunk: bool = False):
+                 block_m: int = BWD_BLOCK_M, persistent: int = 0, chunked: bool = False):
     """Build the Gluon backward for Hopper (sm_90) on any machine, GPU or not, as
     ``prefill_gluon.compile_sm90`` does for the forward. ``alibi``: the build for ALiBi slopes, with
     the slopes' head stride 1 (a launch specialises it so: (H,), (B, H) and (H,) expanded to (B, H)).
@@ -1660,7 +1661,7 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     ``writer_regs``: the dQ writer warp's registers (None: ``DET_WRITER_REGS``); ``early_turn``: the writer waits for
     a step's turns before its tiles are staged (None: ``DET_EARLY_TURN``); ``block_m``: query rows per step;
     ``persistent``: the persistent build with that many K/V buffer pairs (0: one program per key block);
-    ``head_chunk``: the build with the programs numbered in chunks of heads (HCHUNK an int, not None)."""
+    ``chunked``: the build with the programs numbered in chunks of heads (HCHUNK an int, not None)."""
     if not HAVE_GLUON:
         raise RuntimeError("this triton has no Gluon (triton >= 3.5 needed)")
     import triton
@@ -1695,7 +1696,7 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
             const.update(DK=None, DV=None, stride_dkh=None, stride_dkn=None)
     if not persistent:
         const.update(N_TILES=None, GRID0=None)
-    if not head_chunk:
+    if not chunked:
         const["HCHUNK"] = None
     const["LSE_TMA"] = LSE_BY_TMA if lse_tma is None else lse_tma
     const["DET"] = deterministic
@@ -1727,7 +1728,7 @@ def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int =
                 dq_perm: bool | None = None, lse_tma: bool | None = None, deterministic: bool = False,
                 varlen: bool = False, zero_past: bool | None = None, det_rotate: bool = False,
                 writer_regs: int | None = None, early_turn: bool | None = None, _ablate: int = 0,
-                block_m: int = BWD_BLOCK_M, persistent: int = 0, head_chunk: bool = False) -> dict:
+                block_m: int = BWD_BLOCK_M, persistent: int = 0, chunked: bool = False) -> dict:
     """``prefill_gluon.kernel_report`` of one sm_90 build of the backward: shared memory, registers, spill
     stack, wgmma waits, TMA loads, float32 atomics. Needs a process without TRITON_INTERPRET."""
     from .prefill_gluon import kernel_report
@@ -1737,4 +1738,4 @@ def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int =
                                       lse_tma=lse_tma, deterministic=deterministic, varlen=varlen, zero_past=zero_past,
                                       det_rotate=det_rotate, writer_regs=writer_regs, early_turn=early_turn,
                                       _ablate=_ablate, block_m=block_m, persistent=persistent,
-                                      head_chunk=head_chunk))
+                                      chunked=chunked))
