@@ -66,8 +66,8 @@ import ab_rounds  # noqa: E402
 
 from attnlab.bench import time_fn  # noqa: E402
 
-ROWS = ("causal", "causal8k", "full", "long", "window", "alibi", "gqa", "varlen", "short", "gqa2", "gqa8", "gqa-4k", "gqa-16k", "pack128", "pack512",
-        "pack2k")
+ROWS = ("causal", "causal8k", "full", "long", "window", "alibi", "gqa", "varlen", "short", "gqa2", "gqa8", "gqa-4k",
+        "gqa-16k", "pack128", "pack512", "pack2k")
 PACKS = {"pack128": 128, "pack512": 512, "pack2k": 2048}  # packed batches of 16K tokens in documents of one length
 CHUNK_ARMS = {"hc0": 0, "hc16": 16, "hc32": 32, "hc64": 64, "hcall": 1 << 20}  # arm: HEAD_CHUNK_MB
 ARMS = ("g64", "g128", "g128s", "g64lag0", "table", "g64lag1", "p1", "p2", "nolimits", *CHUNK_ARMS)
@@ -255,7 +255,8 @@ def measure(args) -> list[dict]:
             gb.HEAD_CHUNK_MB, gb.HEAD_CHUNK_FROM_D = CHUNK_ARMS[arm], 0  # (chunks at every head dim)
             prefill_bwd._CALL_PLANS.clear()
             gb._PLANS.clear()
-            gb.launch_kept = lambda k, grid, a, *r, **kw: launched.append(a.get("HCHUNK")) or launch(k, grid, a, *r, **kw)
+            gb.launch_kept = lambda k, grid, a, *r, **kw: (launched.append(a.get("HCHUNK"))
+                                                           or launch(k, grid, a, *r, **kw))
         try:
             yield
         finally:

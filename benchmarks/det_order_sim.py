@@ -188,8 +188,6 @@ def grid_makespan(heads: int, n_tokens: int, group: int, order: str, sms: int = 
     inside a head, key blocks last first), "head first, last first" (every head's last key block first),
     "head by head, first first" (the longest walks first: the default kernel's order on large grids) and
     "head first, first first" (the default kernel's order on small ones, ``heads_first_default``)."""
-    import heapq
-
     lengths = [group * len(b) for b in walks(n_tokens, True)]
     nb = len(lengths)
     if order == GRID_ORDERS[0]:
@@ -202,13 +200,21 @@ def grid_makespan(heads: int, n_tokens: int, group: int, order: str, sms: int = 
         seq = [(h, n) for n in range(nb) for h in range(heads)]
     else:
         raise ValueError(f"grid_makespan takes an order of {GRID_ORDERS}, got {order!r}")
+    return list_schedule([lengths[n] for _, n in seq], sms) / (heads * sum(lengths) / sms)
+
+
+def list_schedule(jobs: list[float], sms: int) -> float:
+    """The makespan of ``jobs`` (lengths, in their start order) on ``sms`` SMs, one at a time each: every job starts
+    on whichever SM frees first (a GPU's block scheduler, one program per SM)."""
+    import heapq
+
     free = [0.0] * sms
     end = 0.0
-    for _, n in seq:
+    for length in jobs:
         t = heapq.heappop(free)
-        end = max(end, t + lengths[n])
-        heapq.heappush(free, t + lengths[n])
-    return end / (heads * sum(lengths) / sms)
+        end = max(end, t + length)
+        heapq.heappush(free, t + length)
+    return end
 
 
 CHUNK_SHAPES = [  # (name, programs per key block (batch · heads), tokens of a sequence): the prefill table's causal
@@ -222,19 +228,11 @@ def chunk_makespan(heads: int, n_tokens: int, chunk: int, sms: int = 132) -> flo
     (``prefill_gluon_bwd``'s HCHUNK): chunk after chunk, inside a chunk key block after key block (the longest walk
     first), every head of the chunk at each; ``chunk`` 1 is the numbering without chunks (head after head, key
     blocks first first), ``heads`` every head at each key block. Makespan over a perfect balance."""
-    import heapq
-
     if chunk < 1:
         raise ValueError(f"chunk_makespan takes chunk >= 1, got {chunk}")
     lengths = [len(b) for b in walks(n_tokens, True)]
-    seq = [n for c in range(0, heads, chunk) for n in range(len(lengths)) for _ in range(min(chunk, heads - c))]
-    free = [0.0] * sms
-    end = 0.0
-    for n in seq:
-        t = heapq.heappop(free)
-        end = max(end, t + lengths[n])
-        heapq.heappush(free, t + lengths[n])
-    return end / (heads * sum(lengths) / sms)
+    seq = [lengths[n] for c in range(0, heads, chunk) for n in range(len(lengths)) for _ in range(min(chunk, heads - c))]
+    return list_schedule(seq, sms) / (heads * sum(lengths) / sms)
 
 
 def main(argv=None) -> int:

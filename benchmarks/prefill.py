@@ -21,6 +21,7 @@ Sub-commands (one script for one GPU call, see ``device_prefill.sh``):
     python benchmarks/prefill.py sweep   # candidate block sizes / load paths / dQ strategies
     python benchmarks/prefill.py bench --json prefill.json --md prefill.md
     python benchmarks/prefill.py report prefill.json   # the markdown table again
+    python benchmarks/prefill.py compare run1.json run2.json   # attnlab ÷ cuDNN of each row, a column a run
     python benchmarks/prefill.py aot     # build every kernel for sm_90 (no GPU needed): registers, spills
 
 ``--gqa G`` gives every row H / G K/V heads (GQA: the SDPA providers and FlexAttention get ``enable_gqa``).
