@@ -817,8 +817,8 @@ def main(argv=None) -> int:
     p.add_argument("--flex-budget", type=float, default=90.0, help="seconds of FlexAttention compiles, then skip")
     p.add_argument("--quick", action="store_true", help="tiny shapes: a smoke test of the script")
     p.add_argument("--rounds", type=int, default=1,
-                   help="bench: the providers of each shape take turns this many times (the order reversed every "
-                        "other round), each row the median of its rounds; the table's ratios then show their "
+                   help="bench: the providers of each shape take turns this many times (the order rotated by one "
+                        "each round), each row the median of its rounds; the table's ratios then show their "
                         "lowest and highest round")
     p.add_argument("--gpu", type=str.upper, choices=list(GPUS), default=None,
                    help="bench/report: the attnlab.cost preset of the roofline columns (default: the one the "

@@ -1,5 +1,5 @@
-"""``attnlab.bench.run`` with ``rounds``: the providers of a configuration take turns (the order reversed every
-other round), a row's time is the median of its rounds, and the prefill table shows each ratio's lowest and
+"""``attnlab.bench.run`` with ``rounds``: the providers of a configuration take turns (the order rotated by one each
+round), a row's time is the median of its rounds, and the prefill table shows each ratio's lowest and
 highest round. On the CPU, with providers whose "timed" call records the order it ran in."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def _bench(calls: list, fail_make: set = frozenset(), fail_round: dict | None = 
 
 def test_rounds_alternate_the_order_and_take_the_median(monkeypatch):
     calls: list = []
-    scripted = {"a": [3.0, 1.0, 2.0] * 2, "b": [5.0, 4.0, 9.0] * 2, "c": [1.0, 1.0, 7.0] * 2}
+    scripted = {"a": [3.0, 1.0, 2.0] * 2, "b": [5.0, 4.0, 9.0] * 2, "c": [1.0, 1.0, 7.0] * 2}  # (each its own order)
 
     def time_fn(fn, device="cpu", **kw):
         fn()
@@ -45,9 +45,10 @@ def test_rounds_alternate_the_order_and_take_the_median(monkeypatch):
 
     monkeypatch.setattr(B, "time_fn", time_fn)
     rows = B.run(_bench(calls), rounds=3, console=_quiet())
-    # per configuration: round 0 a b c, round 1 c b a, round 2 a b c
-    assert [n for N, n in calls if N == 8] == list("abc") + list("cba") + list("abc")
-    assert [n for N, n in calls] == [n for n in "abccbaabc"] * 2
+    # per configuration: round 0 a b c, round 1 b c a, round 2 c a b — no provider twice in a row
+    assert [n for N, n in calls if N == 8] == list("abc") + list("bca") + list("cab")
+    assert [n for N, n in calls] == [n for n in "abcbcacab"] * 2
+    assert all(x != y for x, y in zip(calls, calls[1:]))
     by = {(r["N"], r["provider"]): r for r in rows}
     assert by[(8, "a")]["ms_rounds"] == [3.0, 1.0, 2.0] and by[(8, "a")]["ms"] == 2.0
     assert by[(8, "b")]["ms"] == statistics.median([5.0, 4.0, 9.0]) == 5.0
@@ -71,7 +72,7 @@ def test_a_refused_shape_and_a_failing_round_are_skipped(monkeypatch):
     assert by[(8, "b")]["skipped"].startswith("ValueError: b refuses N = 8") and "ms" not in by[(8, "b")]
     assert by[(8, "c")]["skipped"] == "RuntimeError: c broke" and "ms" not in by[(8, "c")]
     assert by[(8, "a")]["ms_rounds"] == [2.0, 2.0, 2.0]
-    assert [n for N, n in calls if N == 8] == ["a", "c", "c", "a", "a"]  # c broke in round 1 and ran no more
+    assert [n for N, n in calls if N == 8] == ["a", "c", "c", "a", "a"]  # rounds: a c | c (broke) a | a
 
 
 @pytest.mark.parametrize("rounds", [0, -1, 1.5])

@@ -127,10 +127,11 @@ def run(bench: Benchmark, *, console=None, json_path: str | Path | None = None, 
         **time_kw) -> list[dict]:
     """Time every (configuration, provider) pair; print a table; write JSON to ``json_path`` if given.
 
-    ``rounds`` > 1: the providers of a configuration take turns, each timed once per round (the order reversed
-    every other round, so none always runs first or right after the same peer), on inputs made once; a row's
-    ``ms`` is the median of its rounds' times and ``ms_rounds`` holds them all. A peer's time then does not
-    depend on where in the run it was measured, and a gap between providers can be told from their spread.
+    ``rounds`` > 1: the providers of a configuration take turns, each timed once per round, on inputs made once; the
+    order rotates by one each round (a b c, b c a, c a b, ...: every provider in every place, and with three or more
+    none timed twice in a row across a round's end, which an order reversed every other round does to the first and
+    last); a row's ``ms`` is the median of its rounds' times and ``ms_rounds`` holds them all. A peer's time then
+    does not depend on where in the run it was measured, and a gap between providers can be told from their spread.
 
     The benchmark scripts keep their results in ``benchmarks/data/`` and replace their own file there;
     ``attnlab bench`` checks its ``--json`` path first (``attnlab._cliargs``) and writes it itself."""
@@ -160,7 +161,8 @@ def run(bench: Benchmark, *, console=None, json_path: str | Path | None = None, 
                 timed.clear()
         times: dict[int, list[float]] = {id(row): [] for row, _ in timed}
         for r in range(rounds if timed else 0):
-            for row, fn in (timed if r % 2 == 0 else timed[::-1]):
+            k = r % len(timed)
+            for row, fn in timed[k:] + timed[:k]:
                 if "skipped" not in row:
                     _time_row(bench, row, fn, times[id(row)], time_kw)
         for row, _ in timed:
@@ -258,8 +260,8 @@ def register(sub) -> None:
     p.add_argument("--heads", type=positive_int, default=8)
     p.add_argument("--causal", action="store_true")
     p.add_argument("--rounds", type=positive_int, default=1,
-                   help="time attnlab and SDPA in turns this many times (the order reversed every other round); each "
-                        "row is the median of its rounds")
+                   help="time attnlab and SDPA in turns this many times (the order rotated each round); each row is "
+                        "the median of its rounds")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None)
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default=None)
     p.add_argument("--json", default=None, metavar="FILE",
