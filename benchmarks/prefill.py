@@ -705,7 +705,7 @@ def bench(args) -> list[dict]:
                                                                   if args.gqa > 1 else "")
     b = Benchmark(name=title, x_names=x_names, x_vals=[tuple(c[n] for n in x_names) for c in cfgs],
                   providers=providers(device, names), flops=flops, device=device)
-    rows = run(b, rounds=args.rounds)
+    rows = run(b, rounds=args.rounds, after=note_gpu_state if args.clocks else None)
     for r in rows:
         if _key(r, r["provider"]) in _REPEATED:
             r["kv"] = "repeated"
@@ -727,6 +727,35 @@ def with_roofline(rows: list[dict], gpu) -> list[dict]:
 def roofline_note(gpu) -> str:
     return (f"roofline: `attnlab.cost.roofline.attention_roofline` on {preset_text(gpu)}, every array moved "
             "once and FLOPs on the visible pairs only; % = roofline time / measured time")
+
+
+def gpu_state(index: int = 0) -> dict | None:
+    """The GPU's SM clock (MHz) and power draw (W) now, from NVML where ``pynvml`` is installed, else from
+    ``nvidia-smi``; None where neither answers (a CPU machine)."""
+    import subprocess
+
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(index)
+        return dict(sm_mhz=float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
+                    power_w=pynvml.nvmlDeviceGetPowerUsage(h) / 1000)
+    except Exception:  # (no pynvml, or no NVML: try the command line)
+        pass
+    try:
+        out = subprocess.run(["nvidia-smi", f"--id={index}", "--query-gpu=clocks.sm,power.draw",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10).stdout
+        mhz, watts = (float(x) for x in out.strip().split(","))
+        return dict(sm_mhz=mhz, power_w=watts)
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+
+
+def note_gpu_state(row: dict) -> None:
+    """``attnlab.bench.run``'s ``after`` for ``--clocks``: the GPU's clock and power right after each of a row's
+    times, in ``row["gpu_state"]`` (one entry a time, None where nothing answered)."""
+    row.setdefault("gpu_state", []).append(gpu_state())
 
 
 def round_ratios(a: dict | None, ref: dict | None) -> list[float]:
@@ -816,6 +845,8 @@ def main(argv=None) -> int:
     p.add_argument("--configs", default=None, help="check/bench: use the configurations a sweep wrote")
     p.add_argument("--flex-budget", type=float, default=90.0, help="seconds of FlexAttention compiles, then skip")
     p.add_argument("--quick", action="store_true", help="tiny shapes: a smoke test of the script")
+    p.add_argument("--clocks", action="store_true",
+                   help="bench: note the GPU's SM clock and power draw right after each time (the JSON's gpu_state)")
     p.add_argument("--rounds", type=int, default=1,
                    help="bench: the providers of each shape take turns this many times (the order rotated by one "
                         "each round), each row the median of its rounds; the table's ratios then show their "

@@ -75,6 +75,21 @@ def test_a_refused_shape_and_a_failing_round_are_skipped(monkeypatch):
     assert [n for N, n in calls if N == 8] == ["a", "c", "c", "a", "a"]  # rounds: a c | c (broke) a | a
 
 
+def test_after_is_called_once_a_time_with_the_row(monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(B, "time_fn", lambda fn, device="cpu", **kw: (fn(), 1.0)[1])
+    seen = []
+    B.run(_bench(calls, names=("a", "b")), rounds=2, console=_quiet(), after=lambda row: seen.append(
+        (row["N"], row["provider"], len(row.get("ms_rounds", [])))))
+    # four times a configuration: a b | b a, each reported as its time went in
+    assert [(N, n) for N, n, _ in seen] == [(8, "a"), (8, "b"), (8, "b"), (8, "a"), (16, "a"), (16, "b"), (16, "b"),
+                                          (16, "a")]
+    rows = B.run(_bench([], names=("a",)), console=_quiet(), after=prefill.note_gpu_state)
+    for row in rows:  # on this machine the state may be None (no GPU), but one entry a time
+        assert len(row["gpu_state"]) == 1
+        assert row["gpu_state"][0] is None or set(row["gpu_state"][0]) == {"sm_mhz", "power_w"}
+
+
 @pytest.mark.parametrize("rounds", [0, -1, 1.5])
 def test_rounds_must_be_a_positive_whole_number(rounds):
     with pytest.raises(ValueError, match="rounds must be a positive whole number"):

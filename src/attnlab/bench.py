@@ -111,8 +111,9 @@ def _set_ms(bench: Benchmark, row: dict, ms: float) -> None:
         row["tb_per_s"] = bench.bytes(row) / (ms * 1e-3) / 1e12
 
 
-def _time_row(bench: Benchmark, row: dict, fn, times: list, time_kw: dict) -> None:
-    """Time ``fn`` once: the time goes into ``times`` and the row; a failure marks the row skipped."""
+def _time_row(bench: Benchmark, row: dict, fn, times: list, time_kw: dict, after=None) -> None:
+    """Time ``fn`` once: the time goes into ``times`` and the row; a failure marks the row skipped. ``after``: called
+    with the row once the time is in (what else a run records beside each time)."""
     try:
         ms = time_fn(fn, device=bench.device, **time_kw)
     except (RuntimeError, NotImplementedError) as e:
@@ -121,9 +122,11 @@ def _time_row(bench: Benchmark, row: dict, fn, times: list, time_kw: dict) -> No
         return
     times.append(ms)
     _set_ms(bench, row, ms)
+    if after is not None:
+        after(row)
 
 
-def run(bench: Benchmark, *, console=None, json_path: str | Path | None = None, rounds: int = 1,
+def run(bench: Benchmark, *, console=None, json_path: str | Path | None = None, rounds: int = 1, after=None,
         **time_kw) -> list[dict]:
     """Time every (configuration, provider) pair; print a table; write JSON to ``json_path`` if given.
 
@@ -132,6 +135,7 @@ def run(bench: Benchmark, *, console=None, json_path: str | Path | None = None, 
     none timed twice in a row across a round's end, which an order reversed every other round does to the first and
     last); a row's ``ms`` is the median of its rounds' times and ``ms_rounds`` holds them all. A peer's time then
     does not depend on where in the run it was measured, and a gap between providers can be told from their spread.
+    ``after``: called with a row after each of its times (e.g. to note the GPU's clock beside it).
 
     The benchmark scripts keep their results in ``benchmarks/data/`` and replace their own file there;
     ``attnlab bench`` checks its ``--json`` path first (``attnlab._cliargs``) and writes it itself."""
@@ -157,14 +161,14 @@ def run(bench: Benchmark, *, console=None, json_path: str | Path | None = None, 
                 continue
             timed.append((row, fn))
             if rounds == 1:  # (one provider's inputs alive at a time)
-                _time_row(bench, row, fn, [], time_kw)
+                _time_row(bench, row, fn, [], time_kw, after)
                 timed.clear()
         times: dict[int, list[float]] = {id(row): [] for row, _ in timed}
         for r in range(rounds if timed else 0):
             k = r % len(timed)
             for row, fn in timed[k:] + timed[:k]:
                 if "skipped" not in row:
-                    _time_row(bench, row, fn, times[id(row)], time_kw)
+                    _time_row(bench, row, fn, times[id(row)], time_kw, after)
         for row, _ in timed:
             if "skipped" not in row:
                 row["ms_rounds"] = times[id(row)]
