@@ -6,7 +6,8 @@ GPU presets (``gpus``), FLOPs (``flops``), HBM traffic per head (``io``), roofli
 lecture's wave model and the chooser (``splits``), the calibrated model and the H200 calibrations
 (``calibration``) and their fit to measured sweeps (``calibration_fit``), the lecture's tables
 (``tables``), the roofline plot (``plot``) and ``attnlab estimate`` (``estimate``, ``cli``); sliding
-windows and packed variable-length batches (``window``); ring attention across devices (``ring``).
+windows and packed variable-length batches (``window``); ring attention across devices (``ring``); a flash kernel's
+programs on the GPU's SMs, the waves and the idle time they leave (``grid``).
 Importing this package loads only the standard library; rich and matplotlib are imported inside the functions that draw.
 """
 
@@ -38,6 +39,7 @@ from .flops import (
     scores_bytes,
 )
 from .gpus import GPU, GPUS, get_gpu
+from .grid import GridEstimate, grid_estimate
 from .io import (
     BlockPairs,
     KernelIO,
@@ -124,6 +126,8 @@ from .window import (
 )
 
 __all__ = [
+    "GridEstimate",
+    "grid_estimate",
     "LINKS",
     "Link",
     "RingEstimate",

@@ -54,11 +54,15 @@ def print_estimate(est, console=None) -> None:
     c.print(_kernel_table("forward (roofline lower bound)", [("standard", f.standard), ("flash, K/V in L2", f.flash_l2),
                                                             ("flash, K/V from HBM", f.flash_hbm)], "total"))
     c.print(f"flash is {f.speedup_l2:.1f}× faster with K/V in L2, {f.speedup_hbm:.1f}× with K/V from HBM")
+    if est.grids:
+        c.print(_grid_line(est.grids[0], "query rows"))
     b = est.backward
     c.print(_kernel_table("backward (roofline lower bound)", [("standard", b.standard), ("flash, ideal cache", b.flash_l2),
                                                              ("flash, no cache", b.flash_hbm)], "total"))
     c.print(f"flash backward: {100 * (b.flops_ratio - 1):+.0f}% FLOPs, 1/{b.traffic_ratio:.0f} of the traffic, "
             f"{b.speedup:.1f}× faster ({b.speedup_hbm:.1f}× without a cache)")
+    if len(est.grids) > 1:
+        c.print(_grid_line(est.grids[1], "keys"))
     d = est.decode
     t = Table(title=f"decode step: 1 token per sequence, {d.context:,} cached tokens (KV cache {fmt_bytes(d.kv_cache_bytes)})")
     for col in ("kernel", "splits", "blocks", "waves", "SM use", "time", "bound"):
@@ -70,6 +74,13 @@ def print_estimate(est, console=None) -> None:
     ai = d.flops / d.kv_cache_bytes
     c.print(f"decode attention: {fmt_flops(d.flops)} over {fmt_bytes(d.kv_cache_bytes)} of K/V — {ai:.1f} FLOP/B, "
             f"{'below' if ai < g.ridge else 'above'} the ridge ({g.ridge:.0f}) whatever the batch")
+
+
+def _grid_line(gr, rows: str) -> str:
+    """One pass's grid (``grid.GridEstimate``) as the line under its table."""
+    eff = _eff(gr.efficiency)
+    return (f"grid: {gr.programs:,} programs of {gr.block} {rows}, {gr.waves:,.1f} waves on {gr.sms} SMs, longest first: "
+            f"busy {eff} of the time, so at most {eff} of the roofline's speed")
 
 
 def _eff(x: float) -> str:

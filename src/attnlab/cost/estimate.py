@@ -11,6 +11,7 @@ from ._args import DTYPE_BYTES, flag, heads_pair, pos_int
 from .decode import kv_cache_bytes
 from .flops import attention_flops
 from .gpus import GPU, get_gpu
+from .grid import GridEstimate, grid_estimate
 from .ring import MAX_RANKS, RingEstimate, get_link, ring_estimate
 from .roofline import BackwardEstimate, ForwardEstimate, KernelCost, estimate_backward, estimate_forward
 from .splits import DecodeSplit, best_num_splits, decode_split_cost
@@ -51,6 +52,7 @@ class Estimate:
     backward: BackwardEstimate
     decode: DecodeEstimate
     ring: tuple[RingEstimate, ...] = ()  # with ranks: per P of ring_ranks(ranks, seq), zigzag then contiguous
+    grids: tuple[GridEstimate, ...] = ()  # the flash forward's and backward's grids on the GPU's SMs (``grid``)
 
     def kernels(self) -> list[tuple[str, KernelCost]]:
         """(algorithm, kernel) for every kernel of the forward and backward estimates."""
@@ -72,6 +74,7 @@ class Estimate:
             "forward": self.forward.to_dict(),
             "backward": self.backward.to_dict(),
             "decode": self.decode.to_dict(),
+            "grids": [gr.to_dict() for gr in self.grids],
         } | ({"ring": [r.to_dict() for r in self.ring]} if self.ring else {})
 
 
@@ -92,7 +95,8 @@ def estimate(*, gpu="H100", seq: int = 4096, head_dim: int = 128, heads: int = 3
     """Roofline estimates for attention of ``batch`` × ``heads`` × ``seq`` × ``head_dim`` on ``gpu``.
 
     Forward: standard 3 kernels vs FlashAttention (K/V in L2, K/V from HBM). Backward: standard 5
-    kernels vs FlashAttention (ideal cache, no cache). Decode: one new token per sequence against a
+    kernels vs FlashAttention (ideal cache, no cache). Grids: the flash forward's programs (``block_q`` query
+    rows each) and backward's (``block_k`` keys each) on the GPU's SMs (``grid.grid_estimate``). Decode: one new token per sequence against a
     ``seq``-token KV cache, one thread block per (batch, K/V head, split), without and with the best
     split count. Ring (``ranks`` given): ``ring_estimate`` of the shape for each P of ``ring_ranks``,
     zigzag and contiguous layouts, over ``link`` (a preset name of ``ring.LINKS`` or a ``Link``).
@@ -126,5 +130,7 @@ def estimate(*, gpu="H100", seq: int = 4096, head_dim: int = 128, heads: int = 3
     ring = tuple(ring_estimate(ranks=p, seq=N, link=lk, gpu=g, batch=B, heads=H, kv_heads=Hkv, head_dim=D,
                                dtype_bytes=nb, causal=causal, layout=layout)
                  for p in ring_ps for layout in ("zigzag", "contiguous"))
+    grids = tuple(grid_estimate(pass_=p, batch=B, heads=H, kv_heads=Hkv, seq=N, block=blk, causal=causal, sms=g.sms)
+                  for p, blk in (("forward", Br), ("backward", Bc)))
     return Estimate(g, B, H, Hkv, N, D, dtype.lower(), causal, Br, Bc, attention_flops(**fl),
-                    attention_flops(pass_="bwd", **fl), fwd, bwd, dec, ring)
+                    attention_flops(pass_="bwd", **fl), fwd, bwd, dec, ring, grids)

@@ -1,0 +1,126 @@
+"""attnlab.cost.grid: a flash kernel's programs on the GPU's SMs, one at a time per SM, longest first — whole waves
+and a partial one for equal programs, a list schedule for causal walks — and its place in ``attnlab estimate``."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from tests.helpers import load_script
+
+from attnlab.cost import estimate
+from attnlab.cost import grid as G
+
+
+@pytest.mark.parametrize("programs_per_head,heads,sms", [(32, 64, 132), (32, 128, 132), (8, 3, 2), (4, 1, 8),
+                                                          (128, 16, 132)])
+def test_equal_programs_fill_whole_waves_and_a_partial_one(programs_per_head, heads, sms):
+    g = G.grid_estimate(pass_="forward", batch=1, heads=heads, seq=128 * programs_per_head, block=128, causal=False,
+                        sms=sms)
+    P = programs_per_head * heads
+    assert g.programs == P and math.isclose(g.waves, P / sms)
+    assert math.isclose(g.efficiency, P / sms / math.ceil(P / sms))
+    assert g.to_dict()["waves"] == g.waves and g.to_dict()["pass_"] == "forward"
+
+
+def test_the_tables_non_causal_rows_lose_three_per_cent_to_their_last_wave():
+    """The prefill table's non-causal shapes (16K tokens, H·D = 2048, 128-row blocks): 2,048 programs at D = 128 and
+    4,096 at D = 64, 15.5 and 31.0 waves on an H200's 132 SMs, both 97.0 % busy."""
+    for D, N in ((128, 4096), (128, 16384), (64, 8192)):
+        for p in G.PASSES:
+            g = G.grid_estimate(pass_=p, batch=16384 // N, heads=2048 // D, seq=N, block=128, causal=False, sms=132)
+            assert g.programs == 16384 * (2048 // D) // 128
+            assert f"{100 * g.efficiency:.1f}" == "97.0"
+
+
+def test_causal_walks_by_hand():
+    # one head, 4 query blocks of work 1, 2, 3, 4 on 2 SMs: 4 | 3, then 2 on the second, 1 on the first: 5 and 5
+    assert G.program_work(pass_="forward", seq=512, block=128, causal=True) == [1, 2, 3, 4]
+    assert G.grid_estimate(pass_="forward", batch=1, heads=1, seq=512, block=128, causal=True, sms=2).efficiency == 1.0
+    # 3 programs of work 3, 2, 1 (the backward: key block j seen from query block j on) on 2 SMs: 3 | 2 + 1
+    assert G.program_work(pass_="backward", seq=384, block=128, causal=True) == [3, 2, 1]
+    # with 2 query heads a K/V head, every walk twice as long; a partial last block counts as one
+    assert G.program_work(pass_="backward", seq=300, block=128, causal=True, group=2) == [6, 4, 2]
+    # 5 programs of 5, 4, 3, 2, 1 on 3 SMs: 5 | 4 | 3, then 2 and 1 on the 3 and 4: 5, 5, 5
+    g = G.grid_estimate(pass_="backward", batch=1, heads=1, seq=640, block=128, causal=True, sms=3)
+    assert g.efficiency == 1.0
+    # 3 programs of 3, 2, 1 on 3 SMs: 3 | 2 | 1: 6 of 9
+    g = G.grid_estimate(pass_="backward", batch=1, heads=1, seq=384, block=128, causal=True, sms=3)
+    assert g.efficiency == pytest.approx(6 / 9)
+
+
+def test_causal_backward_matches_the_benchmarks_list_schedule():
+    """The backward's causal grid is det_order_sim's chunked numbering with every head in one chunk (each key block
+    for every head, longest first): the same makespan."""
+    sim = load_script("benchmarks/det_order_sim.py")
+    for name, heads, n in sim.CHUNK_SHAPES:
+        g = G.grid_estimate(pass_="backward", batch=1, heads=heads, seq=n, block=128, causal=True, sms=132)
+        assert 1 / g.efficiency == pytest.approx(sim.chunk_makespan(heads, n, heads)), name
+
+
+@pytest.mark.parametrize("batch,heads,seq", [(2, 8, 4096), (8, 32, 16384)])
+def test_past_the_schedule_limit_a_lower_bound(monkeypatch, batch, heads, seq):
+    """Graham's bound (no SM ends more than the longest program after the average): below the exact schedule's
+    efficiency, and close to it where the programs far outnumber the SMs."""
+    args = dict(pass_="backward", batch=batch, heads=heads, seq=seq, block=128, causal=True, sms=132)
+    exact = G.grid_estimate(**args)
+    monkeypatch.setattr(G, "SCHEDULE_LIMIT", 10)
+    bound = G.grid_estimate(**args)
+    assert bound.efficiency <= exact.efficiency
+    if exact.programs > 100 * 132:
+        assert bound.efficiency > 0.99
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(pass_="sideways"), "pass_ must be one of"),
+    (dict(seq=0), "seq"),
+    (dict(block=-1), "block"),
+    (dict(sms=0), "sms"),
+    (dict(batch=0), "batch"),
+    (dict(heads=6, kv_heads=4), "multiple"),
+])
+def test_bad_input_is_refused(kw, match):
+    args = dict(pass_="forward", batch=1, heads=8, seq=1024, block=128, causal=True, sms=132) | kw
+    with pytest.raises(ValueError, match=match):
+        G.grid_estimate(**args)
+    with pytest.raises(TypeError, match="causal must be True or False"):
+        G.grid_estimate(**(args | dict(pass_="forward", seq=1024, block=128, sms=132, batch=1, heads=8, kv_heads=None,
+                                       causal=1)))
+
+
+def test_estimate_holds_both_grids_and_prints_them(capsys):
+    from attnlab.cost.cli import print_estimate
+
+    est = estimate(gpu="H200", seq=4096, head_dim=128, heads=16, batch=4, block_q=128, block_k=64)
+    fwd, bwd = est.grids
+    assert (fwd.pass_, fwd.block, fwd.programs) == ("forward", 128, 2048)
+    assert (bwd.pass_, bwd.block, bwd.programs) == ("backward", 64, 4096)
+    assert est.to_dict()["grids"][1]["programs"] == 4096
+    print_estimate(est)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "grid: 2,048 programs of 128 query rows, 15.5 waves on 132 SMs, longest first" in out
+    assert f"busy {100 * fwd.efficiency:.1f}% of the time, so at most {100 * fwd.efficiency:.1f}% of the roofline" in out
+    assert "grid: 4,096 programs of 64 keys, 31.0 waves on 132 SMs" in out
+
+
+def test_docs_show_the_grid_lines_the_command_prints():
+    from pathlib import Path
+
+    from attnlab.cost.cli import _grid_line
+
+    est = estimate(gpu="H100", seq=4096, head_dim=128, heads=32)
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "cost.md").read_text()
+    block = doc[doc.index("$ attnlab estimate --gpu H100 --seq 4096 --head-dim 128 --heads 32"):]
+    assert _grid_line(est.grids[0], "query rows") in block and _grid_line(est.grids[1], "keys") in block
+
+
+def test_docs_quote_the_tables_grids():
+    from pathlib import Path
+
+    doc = " ".join((Path(__file__).resolve().parents[2] / "docs" / "cost.md").read_text().split())
+    causal = [G.grid_estimate(pass_=p, batch=16384 // N, heads=2048 // D, seq=N, block=128, causal=True, sms=132)
+              .efficiency for D in (64, 128) for N in (4096, 8192, 16384) for p in G.PASSES]
+    lo, hi = 100 * min(causal), 100 * max(causal)
+    assert f"keep the SMs {lo:.1f}–{hi:.0f} % busy" in doc and f"{hi:.1f}" == "100.0"
+    dense = G.grid_estimate(pass_="forward", batch=4, heads=16, seq=4096, block=128, causal=False, sms=132)
+    assert f"reach at most {100 * dense.efficiency:.1f} % of the roofline's speed" in doc
