@@ -337,3 +337,15 @@ def test_slow_rounds_as_results_notes_and_docs_count_them():
     prof = json.loads((DATA / "prefill-profile-h200-run1.json").read_text())["rows"]
     close = sum(abs(r["eager_ms"] / r["graph_ms"] - 1) <= 0.02 for r in prof)
     assert f"within 2 % of graph on {close} of the {len(prof)} (provider, shape) pairs" in notes
+
+
+def test_the_non_causal_grid_bound_as_quoted():
+    from attnlab.cost import grid_estimate
+
+    g = grid_estimate(pass_="backward", batch=4, heads=16, seq=4096, block=128, causal=False, sms=132)
+    assert (g.programs, f"{g.waves:.1f}") == (2048, "15.5")
+    assert f"such a grid is busy {100 * g.efficiency:.1f} % of the time at most" in _flat(_section())
+    causal = [grid_estimate(pass_=p, batch=16384 // N, heads=2048 // D, seq=N, block=128, causal=True, sms=132)
+              .efficiency for D in (64, 128) for N in (4096, 8192, 16384) for p in ("forward", "backward")]
+    assert (f"{100 * g.efficiency:.1f} % busy at most on every non-causal row, {100 * min(causal):.1f}–"
+            f"{100 * max(causal):.0f} % on the causal ones") in _notes()
