@@ -163,16 +163,18 @@ def run(bench: Benchmark, *, console=None, json_path: str | Path | None = None, 
             if rounds == 1:  # (one provider's inputs alive at a time)
                 _time_row(bench, row, fn, [], time_kw, after)
                 timed.clear()
-        times: dict[int, list[float]] = {id(row): [] for row, _ in timed}
+        for row, _ in timed:
+            row["ms_rounds"] = []
         for r in range(rounds if timed else 0):
             k = r % len(timed)
             for row, fn in timed[k:] + timed[:k]:
                 if "skipped" not in row:
-                    _time_row(bench, row, fn, times[id(row)], time_kw, after)
+                    _time_row(bench, row, fn, row["ms_rounds"], time_kw, after)
         for row, _ in timed:
-            if "skipped" not in row:
-                row["ms_rounds"] = times[id(row)]
-                _set_ms(bench, row, statistics.median(times[id(row)]))
+            if "skipped" in row:
+                del row["ms_rounds"]
+            else:
+                _set_ms(bench, row, statistics.median(row["ms_rounds"]))
     table = Table(title=bench.name)
     for n in [*bench.x_names, "provider", "ms"] + (["TFLOP/s"] if bench.flops else []) + (
             ["TB/s"] if bench.bytes else []):
