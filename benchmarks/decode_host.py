@@ -447,6 +447,84 @@ def eager_ab_rows(calls: int, rounds: int = 3) -> list[dict]:
     return rows
 
 
+ORDER_ARMS = (("chunks", 0), ("strided", 0), ("strided", 1), ("strided", 2))  # (decode_plan.SPLIT_ORDER, PREFETCH_TILES)
+
+
+def order_arm(order: str, prefetch: int) -> str:
+    return order if not prefetch else f"{order}+prefetch{prefetch}"
+
+
+def order_ab_rows(rounds: int = 3, arms=ORDER_ARMS) -> list[dict]:
+    """CUDA-graph µs of the library's default call with each way of dealing tiles to splits (``arms``:
+    ``decode_plan.SPLIT_ORDER`` and ``PREFETCH_TILES``), with the lengths (all full, and at 1/32 of the cache on
+    the first shape: a short sequence in a long cache, where prefetched tiles past the length are wasted) and
+    without them, and cuDNN's call, in ``rounds`` rounds in one process, the arms' order rotating by one each
+    round. Each arm's first call is checked against SDPA's math (``max_err``)."""
+    from attnlab.gpu import decode, decode_plan
+
+    saved = decode_plan.SPLIT_ORDER, decode_plan.PREFETCH_TILES
+    rows = []
+    cases = [(shape, shape[3]) for shape in SHAPES] + [(SHAPES[0], SHAPES[0][3] // 32)]
+    try:
+        for shape, length in cases:
+            B, H, Hkv, L, D = shape
+            q, k, v, _ = inputs(shape)
+            lens = torch.full((B,), length, dtype=torch.int32, device="cuda")
+            ref = F.scaled_dot_product_attention(q.float(), k[:, :, :length].float(), v[:, :, :length].float(),
+                                                 enable_gqa=True)
+            cudnn = sdpa_call(q, k[:, :, :length], v[:, :, :length], "CUDNN_ATTENTION") if length == L else None
+            for rnd in range(rounds):
+                turn = list(arms[rnd % len(arms):]) + list(arms[:rnd % len(arms)])
+                for order, prefetch in turn:
+                    decode_plan.SPLIT_ORDER, decode_plan.PREFETCH_TILES = order, prefetch
+                    decode.clear_plans()
+
+                    def mine(q=q, k=k, v=v, lens=lens):
+                        return attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+
+                    def full(q=q, k=k, v=v):
+                        return attnlab.flash_decode(q, k, v)
+
+                    err = (mine().float() - ref).abs().max().item()
+                    row = {"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "length": length, "round": rnd,
+                           "arm": order_arm(order, prefetch), "max_err": err, "graph_us": graph_us(mine, calls=50)}
+                    if length == L:
+                        row["full_graph_us"] = graph_us(full, calls=50)
+                    rows.append(row)
+                if cudnn is not None:
+                    rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "length": length, "round": rnd,
+                                 "arm": "sdpa-cudnn", "graph_us": graph_us(cudnn, calls=50)})
+    finally:
+        decode_plan.SPLIT_ORDER, decode_plan.PREFETCH_TILES = saved
+        decode.clear_plans()
+    return rows
+
+
+def order_ab_markdown(rows: list[dict]) -> list[str]:
+    """The arms' CUDA-graph µs by round and their medians' ratio to cuDNN's (cuDNN µs / arm µs: above 1 is
+    faster than cuDNN), with the lengths and without."""
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r["B"], r["H"], r["Hkv"], r["L"], r["D"], r["length"]), {}).setdefault(r["arm"], []).append(r)
+    lines = ["| B | H/Hkv | L | D | keys | arm | graph µs, lengths (by round) | × cuDNN | graph µs, no lengths | × cuDNN "
+             "| max err |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (B, H, Hkv, L, D, length), arms in groups.items():
+        cudnn = arms.get("sdpa-cudnn")
+        c = statistics.median(r["graph_us"] for r in cudnn) if cudnn else None
+        for arm, rs in arms.items():
+            mine = [r["graph_us"] for r in rs]
+            full = [r["full_graph_us"] for r in rs if "full_graph_us" in r]
+            m = statistics.median(mine)
+            f = statistics.median(full) if full else None
+            err = max((r["max_err"] for r in rs if "max_err" in r), default=None)
+            lines.append(
+                f"| {B} | {H}/{Hkv} | {L} | {D} | {length} | {arm} | {' / '.join(f'{x:.2f}' for x in mine)} | "
+                f"{f'{c / m:.3f}' if c else '—'} | {' / '.join(f'{x:.2f}' for x in full) or '—'} | "
+                f"{f'{c / f:.3f}' if c and f and arm != 'sdpa-cudnn' else '—'} | "
+                f"{f'{err:.1e}' if err is not None else '—'} |")
+    return lines
+
+
 def sweep_rows() -> list[dict]:
     """CUDA-graph µs of the small-batch shapes for each configuration and split count, beside the
     split count the model picks: is a gap to cuDNN the kernel or the choice?"""
@@ -539,6 +617,10 @@ def markdown(result: dict) -> str:
             off = " / ".join(f"{r['us']:.1f}" for r in rs if not r["eager_fused"])
             fused = any(r["fused"] for r in rs if r["eager_fused"])
             lines.append(f"| {B} | {H}/{Hkv} | {L} | {D} | {'yes' if fused else 'no'} | {on} | {off} |")
+    if result.get("order_ab"):
+        lines += ["", "Tiles dealt to splits in one run each (chunks) or in turn (strided), and strided with each split's "
+                      "first tiles prefetched into L2 before the length arrives; CUDA graphs, arms in turns:", ""]
+        lines += order_ab_markdown(result["order_ab"])
     if result.get("sweep"):
         lines += ["", "CUDA-graph µs per split count and configuration (* the model's pick):", ""]
         groups: dict = {}
@@ -568,6 +650,9 @@ def main(argv=None) -> int:
                     help="also time the batch-1 shapes with the merge kernel launched plainly and as a PDL launch")
     ap.add_argument("--eager-ab", action="store_true",
                     help="also time eager calls with and without the in-kernel merge for small reads, alternating")
+    ap.add_argument("--order-ab", action="store_true",
+                    help="also time the ways of dealing tiles to splits (chunks, strided, strided with prefetch) under "
+                         "CUDA graphs, in turns, with cuDNN in every round")
     ap.add_argument("--report", type=Path, metavar="JSON",
                     help="print the tables of a recorded run (with the roofline columns; no GPU needed) and exit")
     ap.add_argument("--fused-merge", action="store_true",
@@ -638,6 +723,8 @@ def main(argv=None) -> int:
         result["pdl"] = pdl_rows(args.calls)
     if args.eager_ab:
         result["eager_ab"] = eager_ab_rows(args.calls)
+    if args.order_ab:
+        result["order_ab"] = order_ab_rows()
     if args.profile:
         from attnlab.gpu import decode
 

@@ -356,3 +356,101 @@ def test_paged_prefetch_equals_contiguous(page_size, block_n):
                                            block_table=cache.block_table, num_splits=splits, config=cfg)
         assert torch.equal(out_p, out_c) and torch.equal(lse_p, lse_c)
     _check_against_reference(q, k, v, lens, out_p, lse_p)
+
+
+# -- how tiles are dealt to splits: one run each ("chunks") or in turn ("strided"), and the L2 prefetch ------
+
+
+@pytest.fixture
+def split_order(monkeypatch):
+    """Set ``decode_plan.SPLIT_ORDER`` and ``PREFETCH_TILES`` for one call (plans made again)."""
+    from attnlab.gpu import decode, decode_plan
+
+    def set_order(order: str, prefetch: int = 0):
+        monkeypatch.setattr(decode_plan, "SPLIT_ORDER", order)
+        monkeypatch.setattr(decode_plan, "PREFETCH_TILES", prefetch)
+        decode.clear_plans()
+
+    yield set_order
+    decode.clear_plans()
+
+
+@pytest.mark.parametrize("window", [None, (21, 0)], ids=["no-window", "window"])
+def test_split_orders_agree_with_the_reference(split_order, window):
+    """Both orders on ragged lengths (a tile cut by the length, more splits than some sequences' tiles, an
+    empty cache, a window starting mid-tile), K/V past each length poisoned: each gives the oracle's
+    answer, and they agree with each other to rounding."""
+    lens = [97, 1, 0, 40]
+    B, H, Hkv, Nq, D = len(lens), 8, 2, 2, 64
+    q, k, v = _inputs(B, H, Hkv, Nq, D, max(lens) + 11, torch.bfloat16)
+    kp, vp = k.clone(), v.clone()
+    for b, n in enumerate(lens):
+        kp[b, :, n:] = float("nan")
+        vp[b, :, n:] = float("nan")
+    seqlens = torch.tensor(lens, dtype=torch.int32, device=DEV)
+    outs = {}
+    for order in ("chunks", "strided"):
+        split_order(order)
+        out, lse = flash_decode_triton(q, kp, vp, cache_seqlens=seqlens, num_splits=3, window=window)
+        assert not torch.isnan(out).any()
+        if window is None:
+            _check_against_reference(q, k, v, lens, out, lse)
+        outs[order] = out.float(), lse
+    assert (outs["chunks"][0] - outs["strided"][0]).abs().max() < 2e-2
+    seen = torch.isfinite(outs["chunks"][1])
+    assert torch.equal(seen, torch.isfinite(outs["strided"][1]))
+    assert (outs["chunks"][1][seen] - outs["strided"][1][seen]).abs().max() < 1e-4
+
+
+def test_split_order_is_checked(split_order):
+    split_order("round-robin")
+    q, k, v = _inputs(1, 2, 1, 1, 32, 16, torch.float16)
+    with pytest.raises(ValueError, match="SPLIT_ORDER"):
+        flash_decode_triton(q, k, v)
+
+
+def test_split_layout_prefetches_only_where_the_first_tiles_are_known(monkeypatch):
+    """The prefetch needs a strided order, no left window edge, a contiguous cache with unit stride along D,
+    and a CUDA device outside the interpreter; the line count covers a key row."""
+    from attnlab import variants
+    from attnlab.gpu import decode_plan
+
+    monkeypatch.setattr(decode_plan, "SPLIT_ORDER", "strided")
+    monkeypatch.setattr(decode_plan, "PREFETCH_TILES", 2)
+    monkeypatch.setattr(decode_plan, "interpret_mode", lambda: False)
+    cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
+    full, window = variants.Mask(left=-1, right=0), variants.Mask(left=100, right=0)
+    unit, strided_d = (1, 1, 128, 1), (1, 1, 256, 2)
+    kw = dict(k_strides=unit, v_strides=unit, head_dim=128, itemsize=2)
+    assert decode_plan.split_layout(full, paged=False, device=cuda, **kw) == (True, 2, 2)
+    assert decode_plan.split_layout(window, paged=False, device=cuda, **kw) == (True, 0, 2)
+    assert decode_plan.split_layout(full, paged=True, device=cuda, **kw) == (True, 0, 2)
+    assert decode_plan.split_layout(full, paged=False, device=cpu, **kw) == (True, 0, 2)
+    assert decode_plan.split_layout(full, paged=False, device=cuda, **{**kw, "k_strides": strided_d})[1] == 0
+    assert decode_plan.split_layout(full, paged=False, device=cuda, **{**kw, "head_dim": 96})[2] == 2  # 192 B
+    assert decode_plan.split_layout(full, paged=False, device=cuda, **{**kw, "head_dim": 256, "itemsize": 4})[2] == 8
+    assert decode_plan.split_layout(full, paged=False, device=cuda, **{**kw, "head_dim": 32})[2] == 1
+    monkeypatch.setattr(decode_plan, "SPLIT_ORDER", "chunks")
+    assert decode_plan.split_layout(full, paged=False, device=cuda, **kw) == (False, 0, 2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("D", [64, 96, 128, 256])
+def test_gpu_prefetch_changes_no_bit(split_order, D):
+    """The L2 prefetch is a hint: with it the same bits as without, on lengths that cut tiles, short sequences
+    in a long cache (prefetched tiles past the length), a capacity that is not a multiple of the tile, and
+    the model's split count; both orders give the oracle's answer."""
+    lens = [1, 77, 1025, 4097, 9000]
+    q, k, v = _inputs(len(lens), 32, 8, 1, D, 9000 + 77, torch.bfloat16)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    got = {}
+    for order, prefetch in (("chunks", 0), ("strided", 0), ("strided", 2), ("strided", 4)):
+        split_order(order, prefetch)
+        for splits in (None, 7):
+            out, lse = flash_decode_triton(q, k, v, cache_seqlens=seqlens, num_splits=splits)
+            got[order, prefetch, splits] = out, lse
+        _check_against_reference(q, k, v, lens, *got[order, prefetch, None])
+    for splits in (None, 7):
+        for prefetch in (2, 4):
+            assert torch.equal(got["strided", prefetch, splits][0], got["strided", 0, splits][0])
+            assert torch.equal(got["strided", prefetch, splits][1], got["strided", 0, splits][1])

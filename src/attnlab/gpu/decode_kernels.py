@@ -41,6 +41,13 @@ _TWO_LOG2E = tl.constexpr(2 * LOG2E)
 
 
 @triton.jit
+def _prefetch_l2(ptrs):
+    """An L2 prefetch of each address in ``ptrs`` (``prefetch.global.L2``: a hint, no value, no fault)."""
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32,
+                              is_pure=False, pack=1)
+
+
+@triton.jit
 def _decode_split_kernel(
     Q, K, V, SEQLENS, BLOCK_TABLE, O_PART, LSE_PART, OUT, LSE, COUNTERS, SLOPES,
     stride_qb, stride_qh, stride_qm, stride_qd,
@@ -60,27 +67,33 @@ def _decode_split_kernel(
     EVICT: tl.constexpr,  # cache policy of the K/V loads ("" or "evict_first": each byte is read once)
     HAS_SEQLENS: tl.constexpr,  # False: every sequence holds CAPACITY keys (SEQLENS is not read)
     BLOCK_S: tl.constexpr = 1,  # NUM_SPLITS padded to a power of two (read only with MERGE = 2)
+    STRIDED: tl.constexpr = False,  # split s takes tiles s, s + S, s + 2S, ... (else one run of whole tiles)
+    PREFETCH: tl.constexpr = 0,  # STRIDED, no window, contiguous cache: the first tiles' L2 prefetches
+    PF_LINES: tl.constexpr = 1,  # 128-byte lines per key row to prefetch (a power of two)
 ):
     split = tl.program_id(0)
     hkv = tl.program_id(1)
     b = tl.program_id(2)
-
     # -- this split's keys: the keys some query may see, [first, seqlen), from the tile holding the
-    # first of them, cut into NUM_SPLITS chunks of whole BLOCK_N tiles (tiles start at multiples of
-    # BLOCK_N, so a paged tile lies in one page whenever PAGE_SIZE is a multiple of BLOCK_N)
+    # first of them, in whole BLOCK_N tiles (tiles start at multiples of BLOCK_N, so a paged tile lies in
+    # one page whenever PAGE_SIZE is a multiple of BLOCK_N): one run of NUM_SPLITS-th of the tiles, or
+    # with STRIDED every NUM_SPLITS-th tile
     if HAS_SEQLENS:
         seqlen = tl.load(SEQLENS + b)
-        seqlen = tl.minimum(tl.maximum(seqlen, 0), CAPACITY)  # never read outside the cache
     else:
         seqlen = CAPACITY
-    if HAS_LEFT:
-        first = tl.maximum(seqlen - NQ - window_left, 0)  # the first query's first key
-    else:
-        first = seqlen * 0
-    tile0 = (first // BLOCK_N) * BLOCK_N  # the start of the tile holding the first key
-    chunk = tl.cdiv(tl.cdiv(seqlen - tile0, NUM_SPLITS), BLOCK_N) * BLOCK_N
-    lo = tile0 + split * chunk
-    hi = tl.minimum(lo + chunk, seqlen)
+    if PREFETCH > 0:
+        # -- before the length arrives: ask L2 for this split's first PREFETCH tiles, which a strided split
+        # without a window finds at keys independent of the length ((split + t·S)·BLOCK_N). The loop's own
+        # loads wait for the length (their bounds); they then find these tiles in L2, not in DRAM. A tile past
+        # the length is a wasted read of at most PREFETCH tiles per program; the addresses stay in the cache.
+        offs_p = tl.arange(0, PREFETCH * BLOCK_N)
+        key = tl.minimum((split + (offs_p // BLOCK_N) * NUM_SPLITS) * BLOCK_N + offs_p % BLOCK_N, CAPACITY - 1)
+        col = tl.minimum(tl.arange(0, PF_LINES) * (1024 // K.dtype.element_ty.primitive_bitwidth), D - 1)
+        base = b.to(tl.int64) * stride_k0 + hkv * stride_k1 + key.to(tl.int64)[:, None] * stride_k2 + col[None, :]
+        _prefetch_l2(K + base)
+        _prefetch_l2(V + (b.to(tl.int64) * stride_v0 + hkv * stride_v1 + key.to(tl.int64)[:, None] * stride_v2
+                          + col[None, :]))
 
     # -- the group's query rows: row r is query head hkv·G + r // NQ, query token r % NQ
     offs_m = tl.arange(0, BLOCK_M)
@@ -94,6 +107,23 @@ def _decode_split_kernel(
     q = tl.load(q_ptrs, mask=row_ok[:, None] & d_ok[None, :], other=0.0)  # (BLOCK_M, BLOCK_D)
     if DOT_F32:
         q = q.to(tl.float32)
+    if HAS_SEQLENS:
+        seqlen = tl.minimum(tl.maximum(seqlen, 0), CAPACITY)  # never read outside the cache (the first use)
+    if HAS_LEFT:
+        first = tl.maximum(seqlen - NQ - window_left, 0)  # the first query's first key
+    else:
+        first = seqlen * 0
+    tile0 = (first // BLOCK_N) * BLOCK_N  # the start of the tile holding the first key
+    if STRIDED:  # tiles dealt out in turn: split s starts at tile s whatever the length
+        lo = tile0 + split * BLOCK_N
+        hi = seqlen
+        step = NUM_SPLITS * BLOCK_N
+    else:
+        chunk = tl.cdiv(tl.cdiv(seqlen - tile0, NUM_SPLITS), BLOCK_N) * BLOCK_N
+        lo = tile0 + split * chunk
+        hi = tl.minimum(lo + chunk, seqlen)
+        step = BLOCK_N
+
     pos = seqlen - NQ + qi  # query row r's position: it sees keys pos[r] - left <= j <= pos[r] + right
     if HAS_ALIBI:
         slope = tl.load(SLOPES + b * stride_sb + head * stride_sh, mask=row_ok, other=0.0).to(tl.float32)
@@ -112,13 +142,13 @@ def _decode_split_kernel(
             page_next = tl.load(tb_row + lo // PAGE_SIZE, mask=lo < hi, other=0)
         else:
             page_next = tl.load(tb_row + (lo + offs_n0) // PAGE_SIZE, mask=lo + offs_n0 < hi, other=0)
-    for start_n in range(lo, hi, BLOCK_N):
+    for start_n in range(lo, hi, step):
         offs_n = start_n + offs_n0
         n_ok = (offs_n < hi) & (offs_n >= first)  # keys before the window are not loaded
         # -- where each key's row lives
         if PAGED:
             page = tl.minimum(tl.maximum(page_next, 0), NUM_PAGES - 1).to(tl.int64)  # never outside the pool
-            nxt = start_n + BLOCK_N
+            nxt = start_n + step
             if PAGE_SIZE % BLOCK_N == 0:
                 page_next = tl.load(tb_row + nxt // PAGE_SIZE, mask=nxt < hi, other=0)
             else:

@@ -81,6 +81,30 @@ MERGE_PDL: bool | str = "eager"
 EAGER_FUSED_BELOW_US = 10.0
 
 
+# How a call's tiles of keys are dealt to its splits: "strided" (split s takes tiles s, s + S, s + 2S, ...: its
+# first tile's address does not depend on the sequence's length) or "chunks" (one run of consecutive tiles
+# each). And how many of each split's first tiles a strided call without a window asks L2 for before its
+# length arrives (``PREFETCH_TILES``; contiguous caches on a GPU; 0: none). The plans made after a change
+# take it (``clear_plans``).
+SPLIT_ORDER = "strided"
+PREFETCH_TILES = 2
+
+
+def split_layout(mask, *, paged: bool, k_strides: tuple, v_strides: tuple, head_dim: int, itemsize: int,
+                 device) -> tuple[bool, int, int]:
+    """The split kernel's STRIDED, PREFETCH and PF_LINES for a call: ``SPLIT_ORDER``, and ``PREFETCH_TILES``
+    where the first tiles' keys do not depend on the length (strided, no left window edge) and are rows of
+    a contiguous cache (unit stride along D), on a CUDA device outside the interpreter (an inline PTX
+    prefetch); PF_LINES: the 128-byte lines of a key row, rounded up to a power of two."""
+    if SPLIT_ORDER not in ("strided", "chunks"):
+        raise ValueError(f"SPLIT_ORDER must be 'strided' or 'chunks', got {SPLIT_ORDER!r}")
+    strided = SPLIT_ORDER == "strided"
+    lines = triton.next_power_of_2(max(1, -(-head_dim * itemsize // 128)))
+    prefetch = PREFETCH_TILES if (strided and mask.left < 0 and not paged and k_strides[-1] == 1
+                                  and v_strides[-1] == 1 and device.type == "cuda" and not interpret_mode()) else 0
+    return strided, max(0, int(prefetch)), lines
+
+
 def eager_fused(plan_bytes: float, device) -> bool:
     """Whether eager calls reading ``plan_bytes`` of K/V on ``device`` merge inside the split kernel:
     ``EAGER_FUSED_BELOW_US`` against the bytes at the bandwidth of the device's preset; never off CUDA."""
@@ -249,8 +273,12 @@ class DecodePlan:
         self.counters = _counters(self.device, B * Hkv) if self.merge == 2 or self.fused else self.spare
         self.counters_ptr = self.counters.data_ptr()
         self.scratch = None
+        layout = split_layout(self.mask, paged=self.paged, k_strides=k_strides, v_strides=v_strides, head_dim=D,
+                              itemsize=self.dtype.itemsize, device=self.device)  # STRIDED, PREFETCH, PF_LINES
         self.tail = [*self.q_args, *k_strides, *v_strides, *self.mid_args, capacity, dims.num_pages or 1, S,
-                     *self.const_args, self.merge, *self.end_args, triton.next_power_of_2(S)]  # BLOCK_S
+                     *self.const_args, self.merge, *self.end_args, triton.next_power_of_2(S), *layout]  # BLOCK_S, ...
+        self.merge_at = len(self.q_args) + 8 + len(self.mid_args) + 3 + len(self.const_args)  # where MERGE sits
+        assert _decode_split_kernel.arg_names[11 + self.merge_at] == "MERGE"
         assert len(self.tail) + 11 == len(_decode_split_kernel.arg_names)
         self.split_spec = (S, int_specs((*k_strides, *v_strides, capacity)))  # what picks the compiled kernel
         self.split = self.launcher_memo.get(self.split_spec)
@@ -281,7 +309,7 @@ class DecodePlan:
         if not self.fused:
             return
         tail = self.tail.copy()
-        tail[len(tail) - len(self.end_args) - 2] = 2  # MERGE (before DOT_F32, EVICT, HAS_SEQLENS and BLOCK_S)
+        tail[self.merge_at] = 2  # MERGE
         self.fused_tail = tail
         spec = (*self.split_spec, "fused")
         self.fused_split = self.launcher_memo.get(spec)
