@@ -485,7 +485,7 @@ def order_ab_rows(rounds: int = 3, arms=ORDER_ARMS) -> list[dict]:
                     def full(q=q, k=k, v=v):
                         return attnlab.flash_decode(q, k, v)
 
-                    err = (mine().float() - ref).abs().max().item()
+                    err = (mine()[0].float() - ref).abs().max().item()
                     row = {"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "length": length, "round": rnd,
                            "arm": order_arm(order, prefetch), "max_err": err, "graph_us": graph_us(mine, calls=50)}
                     if length == L:
