@@ -34,8 +34,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -803,6 +805,68 @@ def markdown(rows: list[dict], names=PROVIDERS) -> str:
     return "\n".join(lines) + "\n"
 
 
+def slow_rounds(rows: list[dict], threshold: float = 1.10) -> dict:
+    """The rounds of a table timed in rounds that took more than ``threshold`` × their row's fastest round: counted
+    by provider, by round and by place in the round (the providers of a shape take turns in the rows' order, rotated
+    by one each round: ``attnlab.bench.run``, which records each row's ``places``; a run made before it recorded them
+    but with ``--clocks``, which came with the rotation, gets the rotation's places; others none), and each listed with the SM clock noted after it (``--clocks``) beside
+    the same row's other rounds'. ``clock_slow`` / ``clock_rest``: the median SM clock (MHz) after the slow rounds and
+    after all the others (None without clocks)."""
+    by_cfg: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if len(r.get("ms_rounds") or []) > 1:
+            by_cfg.setdefault((r["D"], r["causal"], r["N"], r["pass_"], r["H"], kv_heads(r)), []).append(r)
+    slow, clocks_slow, clocks_rest, total = [], [], [], 0
+    for (D, causal, N, p, H, Hkv), group in by_cfg.items():
+        n = len(group)
+        for i, r in enumerate(group):
+            best = min(r["ms_rounds"])
+            states = r.get("gpu_state") or []
+            places = r.get("places") or ([(i - k) % n for k in range(len(r["ms_rounds"]))] if states else None)
+            for k, ms in enumerate(r["ms_rounds"]):
+                total += 1
+                mhz = states[k]["sm_mhz"] if k < len(states) and states[k] else None
+                is_slow = ms / best > threshold
+                if mhz is not None:
+                    (clocks_slow if is_slow else clocks_rest).append(mhz)
+                if is_slow:
+                    others = [s["sm_mhz"] for j, s in enumerate(states) if j != k and s]
+                    slow.append({"D": D, "causal": causal, "N": N, "pass_": p, "H": H, "Hkv": Hkv,
+                                 "provider": r["provider"], "round": k, "place": places[k] if places else None,
+                                 "over_best": ms / best,
+                                 "sm_mhz": mhz, "others_mhz": others})
+    count = lambda key: dict(sorted(Counter(s[key] for s in slow if s[key] is not None).items()))  # noqa: E731
+    return {"threshold": threshold, "times": total, "slow": slow, "by_provider": count("provider"),
+            "by_round": count("round"), "by_place": count("place"),
+            "clock_slow": statistics.median(clocks_slow) if clocks_slow else None,
+            "clock_rest": statistics.median(clocks_rest) if clocks_rest else None}
+
+
+def slow_rounds_markdown(rows: list[dict], threshold: float = 1.10) -> str:
+    """``slow_rounds`` as a sentence and a table ("" where no row was timed in rounds)."""
+    s = slow_rounds(rows, threshold)
+    if not s["times"]:
+        return ""
+    fmt = lambda d: ", ".join(f"{k}: {v}" for k, v in d.items()) or "none"  # noqa: E731
+    text = (f"Rounds more than {(threshold - 1) * 100:.0f} % over their row's fastest: {len(s['slow'])} of {s['times']}; "
+            f"by provider {fmt(s['by_provider'])}; by round (from 0) {fmt(s['by_round'])}; by place in the round "
+            f"(from 0) {fmt(s['by_place'])}.")
+    if s["clock_slow"] is not None:
+        text += (f" Median SM clock after the slow rounds {s['clock_slow']:.0f} MHz, after the others "
+                 f"{s['clock_rest']:.0f} MHz.")
+    if not s["slow"]:
+        return text + "\n"
+    lines = [text, "", "| D | heads | causal | N | pass | provider | round | place | × fastest | SM MHz | its other rounds' MHz |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in s["slow"]:
+        lines.append(f"| {r['D']} | {r['H']}/{r['Hkv']} | {'yes' if r['causal'] else 'no'} | {r['N'] // 1024}K | "
+                     f"{r['pass_'].replace('_', '+')} | {r['provider']} | {r['round']} | "
+                     f"{'—' if r['place'] is None else r['place']} | "
+                     f"{r['over_best']:.3f} | {'—' if r['sm_mhz'] is None else format(r['sm_mhz'], '.0f')} | "
+                     f"{', '.join(f'{m:.0f}' for m in r['others_mhz']) or '—'} |")
+    return "\n".join(lines) + "\n"
+
+
 def compare_markdown(runs: dict[str, list[dict]], peer: str = "sdpa-cudnn") -> str:
     """attnlab's speed over ``peer``'s on each shape and pass of several runs (``runs``: a label -> its bench rows),
     a column a run: the ratio of the medians and, where the run had rounds, its lowest and highest round."""
@@ -877,7 +941,8 @@ def main(argv=None) -> int:
         saved = json.loads(Path(args.path[0]).read_text())
         gpu = preset_for(saved.get("environment", {}).get("gpu"), args.gpu or saved.get("roofline_gpu"))
         rows = with_roofline(saved["rows"], gpu)
-        print((roofline_note(gpu) + "\n\n" if gpu else "") + markdown(rows))
+        slow = slow_rounds_markdown(rows)
+        print((roofline_note(gpu) + "\n\n" if gpu else "") + markdown(rows) + ("\n" + slow if slow else ""))
         return 0
     rows = {"check": check, "sweep": sweep, "bench": bench}[args.command](args)
     env = environment()
@@ -891,6 +956,8 @@ def main(argv=None) -> int:
         md = (f"{env['date']}, {env.get('gpu', 'CPU')}, torch {env['torch']}, triton {env['triton']}, "
               f"CUDA {env.get('cuda')}; TFLOP/s (do_bench median)" + (f"; {roofline_note(gpu)}" if gpu else "")
               + "\n\n" + markdown(rows))
+        slow = slow_rounds_markdown(rows)
+        md += "\n" + slow if slow else ""
         print(md)
         if args.md:
             Path(args.md).write_text(md)

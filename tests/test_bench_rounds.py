@@ -51,6 +51,7 @@ def test_rounds_alternate_the_order_and_take_the_median(monkeypatch):
     assert all(x != y for x, y in zip(calls, calls[1:]))
     by = {(r["N"], r["provider"]): r for r in rows}
     assert by[(8, "a")]["ms_rounds"] == [3.0, 1.0, 2.0] and by[(8, "a")]["ms"] == 2.0
+    assert [by[(16, n)]["places"] for n in "abc"] == [[0, 2, 1], [1, 0, 2], [2, 1, 0]]  # where each round timed it
     assert by[(8, "b")]["ms"] == statistics.median([5.0, 4.0, 9.0]) == 5.0
     assert by[(16, "c")]["ms"] == 1.0 and by[(16, "c")]["tflops"] == pytest.approx(2.0 * 16 / 1e-3 / 1e12)
     assert [(r["N"], r["provider"]) for r in rows] == [(N, n) for N in (8, 16) for n in "abc"]
@@ -71,7 +72,8 @@ def test_a_refused_shape_and_a_failing_round_are_skipped(monkeypatch):
     by = {(r["N"], r["provider"]): r for r in rows}
     assert by[(8, "b")]["skipped"].startswith("ValueError: b refuses N = 8") and "ms" not in by[(8, "b")]
     assert by[(8, "c")]["skipped"] == "RuntimeError: c broke" and "ms" not in by[(8, "c")]
-    assert by[(8, "a")]["ms_rounds"] == [2.0, 2.0, 2.0]
+    assert by[(8, "a")]["ms_rounds"] == [2.0, 2.0, 2.0] and by[(8, "a")]["places"] == [0, 1, 0]
+    assert "places" not in by[(8, "c")] and "places" not in by[(8, "b")]
     assert [n for N, n in calls if N == 8] == ["a", "c", "c", "a", "a"]  # rounds: a c | c (broke) a | a
 
 
@@ -117,3 +119,27 @@ def _quiet():
     from rich.console import Console
 
     return Console(file=io.StringIO(), width=200)
+
+
+def test_slow_rounds_are_counted_by_provider_round_and_place_with_their_clocks():
+    """prefill.slow_rounds: rounds over 1.10 × their row's fastest, by provider, round and place (recorded, or the
+    rotation's where only clocks were), with the clock after each beside the row's other rounds'."""
+    cfg = dict(D=64, causal=False, N=4096, pass_="fwd", B=4, H=32, Hkv=32)
+    state = lambda *mhz: [{"sm_mhz": m, "power_w": 600.0} for m in mhz]  # noqa: E731
+    rows = [dict(cfg, provider="attnlab", ms_rounds=[1.0, 1.2, 1.05], places=[0, 2, 1], gpu_state=state(1900, 1500, 1880)),
+            dict(cfg, provider="sdpa", ms_rounds=[2.0, 2.0, 2.5], places=[1, 0, 2], gpu_state=state(1890, 1870, 1400))]
+    s = prefill.slow_rounds(rows)
+    assert s["times"] == 6 and [(r["provider"], r["round"], r["place"]) for r in s["slow"]] == [
+        ("attnlab", 1, 2), ("sdpa", 2, 2)]
+    assert s["slow"][0]["over_best"] == pytest.approx(1.2) and s["slow"][0]["others_mhz"] == [1900, 1880]
+    assert s["by_provider"] == {"attnlab": 1, "sdpa": 1} and s["by_round"] == {1: 1, 2: 1} and s["by_place"] == {2: 2}
+    assert s["clock_slow"] == 1450 and s["clock_rest"] == statistics.median([1900, 1880, 1890, 1870])
+    # no recorded places, but clocks: the rotation's (row i in round k at (i - k) mod n); neither: unknown
+    inferred = prefill.slow_rounds([{k: v for k, v in r.items() if k != "places"} for r in rows])
+    assert [r["place"] for r in inferred["slow"]] == [(0 - 1) % 2, (1 - 2) % 2]
+    bare = prefill.slow_rounds([{k: v for k, v in r.items() if k not in ("places", "gpu_state")} for r in rows])
+    assert [r["place"] for r in bare["slow"]] == [None, None] and bare["by_place"] == {} and bare["clock_slow"] is None
+    md = prefill.slow_rounds_markdown(rows)
+    assert "2 of 6" in md and "Median SM clock after the slow rounds 1450 MHz" in md
+    assert "| 64 | 32/32 | no | 4K | fwd | attnlab | 1 | 2 | 1.200 | 1500 | 1900, 1880 |" in md
+    assert prefill.slow_rounds_markdown([dict(cfg, provider="attnlab", ms=1.0)]) == ""

@@ -133,7 +133,8 @@ def run(bench: Benchmark, *, console=None, json_path: str | Path | None = None, 
     ``rounds`` > 1: the providers of a configuration take turns, each timed once per round, on inputs made once; the
     order rotates by one each round (a b c, b c a, c a b, ...: every provider in every place, and with three or more
     none timed twice in a row across a round's end, which an order reversed every other round does to the first and
-    last); a row's ``ms`` is the median of its rounds' times and ``ms_rounds`` holds them all. A peer's time then
+    last); a row's ``ms`` is the median of its rounds' times, ``ms_rounds`` holds them all and ``places`` where in each
+    round it was timed (from 0). A peer's time then
     does not depend on where in the run it was measured, and a gap between providers can be told from their spread.
     ``after``: called with a row after each of its times (e.g. to note the GPU's clock beside it).
 
@@ -165,14 +166,16 @@ def run(bench: Benchmark, *, console=None, json_path: str | Path | None = None, 
                 timed.clear()
         for row, _ in timed:
             row["ms_rounds"] = []
+            row["places"] = []
         for r in range(rounds if timed else 0):
             k = r % len(timed)
-            for row, fn in timed[k:] + timed[:k]:
+            for place, (row, fn) in enumerate(timed[k:] + timed[:k]):
                 if "skipped" not in row:
+                    row["places"].append(place)
                     _time_row(bench, row, fn, row["ms_rounds"], time_kw, after)
         for row, _ in timed:
             if "skipped" in row:
-                del row["ms_rounds"]
+                del row["ms_rounds"], row["places"]
             else:
                 _set_ms(bench, row, statistics.median(row["ms_rounds"]))
     table = Table(title=bench.name)
