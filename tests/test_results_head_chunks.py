@@ -98,7 +98,8 @@ def test_prefill_runs_29_to_32_tables_and_quotes():
     assert pre.compare_markdown(runs).strip() in section
     for name in ("prefill-h200-run31.json", "prefill-h200-run31-gqa.json"):
         out = _run(ROOT / "benchmarks" / "prefill.py", "report", DATA / name)
-        assert out[out.index("| D"):].strip() in section
+        table = out[out.index("| D"):]
+        assert table[:table.index("\n\n")].strip() in section  # (the slow rounds' list after it is newer)
 
     def ratios(rows, pass_):
         by: dict = {}

@@ -83,13 +83,13 @@ EAGER_FUSED_BELOW_US = 10.0
 
 # How a call's tiles of keys are dealt to its splits: "strided" (split s takes tiles s, s + S, s + 2S, ...: its
 # first tile's address does not depend on the sequence's length) or "chunks" (one run of consecutive tiles
-# each). On an H200 under CUDA graphs, in turns in one process (decode-host run 25), strided was faster on four
-# of the five shapes with lengths: 10.9-11.0 against 11.8-11.9 µs at 64/8 heads over 8K keys, 36.6 against 37.1
+# each). On an H200 under CUDA graphs, in turns in one process (decode-host run 25), strided was faster on three
+# of the five shapes with lengths: 10.9-11.0 against 11.7-11.9 µs at 64/8 heads over 8K keys, 36.6 against 37.1
 # at 32/8 over 32K (D = 128), 21.7-22.0 against 22.4-22.6 at D = 64; level at batch 8 and at 1,024 keys in a 32K
-# cache; 12.9 against 12.7 at 28/4 over 20,000. ``PREFETCH_TILES``: how many of each split's first tiles a strided
-# call without a window asks L2 for before its length arrives (contiguous caches on a GPU; 0: none). It was
-# slower on every shape (1 tile: +0.1-0.6 µs, 2 tiles: +0.7-1.2 µs; run 25), so it is off. The plans made after a
-# change take it (``clear_plans``).
+# cache; 12.9 against 12.7 at 28/4 over 20,000 (run 26 alike). ``PREFETCH_TILES``: how many of each split's first
+# tiles a strided call without a window asks L2 for before its length arrives (contiguous caches on a GPU; 0: none).
+# At batch 1 it was slower on every shape in runs 25 and 26 (one tile by 0.05-6.2 %, two by 3.5-14.2 %), within
+# 0.6 % at batch 8, so it is off. The plans made after a change take it (``clear_plans``).
 SPLIT_ORDER = "strided"
 PREFETCH_TILES = 0
 
