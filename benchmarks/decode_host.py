@@ -447,6 +447,37 @@ def eager_ab_rows(calls: int, rounds: int = 3) -> list[dict]:
     return rows
 
 
+def trigger_ab_rows(calls: int, rounds: int = 3) -> list[dict]:
+    """Eager and CUDA-graph µs of the library's default call on the batch-1 shapes with the split kernel's early
+    ``launch_dependents`` (``decode_plan.MERGE_TRIGGER``) and without it, alternating (the first way of a round
+    rotating) in ``rounds`` rounds in one process."""
+    from attnlab.gpu import decode, decode_plan
+
+    saved = decode_plan.MERGE_TRIGGER
+    rows = []
+    try:
+        for shape in [s for s in SHAPES if s[0] == 1]:
+            B, H, Hkv, L, D = shape
+            q, k, v, lens = inputs(shape)
+
+            def fn(q=q, k=k, v=v, lens=lens):
+                return attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+
+            for rnd in range(rounds):
+                for on in ((True, False) if rnd % 2 == 0 else (False, True)):
+                    decode_plan.MERGE_TRIGGER = on
+                    decode.clear_plans()
+                    fn()
+                    plan = next(iter(decode_plan._PLANS.values()))
+                    rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "trigger": on, "round": rnd,
+                                 "in_kernel": bool(plan.tail[-1]), "fused": plan.fused,
+                                 "eager_us": eager_us(fn, calls=calls // 10), "graph_us": graph_us(fn, calls=50)})
+    finally:
+        decode_plan.MERGE_TRIGGER = saved
+        decode.clear_plans()
+    return rows
+
+
 ORDER_ARMS = (("chunks", 0), ("strided", 0), ("strided", 1), ("strided", 2))  # (decode_plan.SPLIT_ORDER, PREFETCH_TILES)
 
 
@@ -617,6 +648,18 @@ def markdown(result: dict) -> str:
             off = " / ".join(f"{r['us']:.1f}" for r in rs if not r["eager_fused"])
             fused = any(r["fused"] for r in rs if r["eager_fused"])
             lines.append(f"| {B} | {H}/{Hkv} | {L} | {D} | {'yes' if fused else 'no'} | {on} | {off} |")
+    if result.get("trigger_ab"):
+        lines += ["", "The split kernel letting the merge kernel's dependent launch start as every split program has "
+                      "started (trigger on) or not (off), alternating; µs per call by round:", "",
+                  "| B | H/Hkv | L | D | eager, on | eager, off | graph, on | graph, off |", "|---|---|---|---|---|---|---|---|"]
+        groups = {}
+        for r in result["trigger_ab"]:
+            groups.setdefault((r["B"], r["H"], r["Hkv"], r["L"], r["D"]), []).append(r)
+        for (B, H, Hkv, L, D), rs in groups.items():
+            cell = lambda on, key, rs=rs: " / ".join(f"{r[key]:.1f}" for r in rs if r["trigger"] == on)  # noqa: E731
+            note = "" if any(r["in_kernel"] for r in rs) else " (no trigger built)"
+            lines.append(f"| {B} | {H}/{Hkv} | {L} | {D}{note} | {cell(True, 'eager_us')} | {cell(False, 'eager_us')} | "
+                         f"{cell(True, 'graph_us')} | {cell(False, 'graph_us')} |")
     if result.get("order_ab"):
         lines += ["", "Tiles dealt to splits in one run each (chunks) or in turn (strided), and strided with each split's "
                       "first tiles prefetched into L2 before the length arrives; CUDA graphs, arms in turns:", ""]
@@ -650,6 +693,9 @@ def main(argv=None) -> int:
                     help="also time the batch-1 shapes with the merge kernel launched plainly and as a PDL launch")
     ap.add_argument("--eager-ab", action="store_true",
                     help="also time eager calls with and without the in-kernel merge for small reads, alternating")
+    ap.add_argument("--trigger-ab", action="store_true",
+                    help="also time eager and CUDA-graph calls with the split kernel's early launch_dependents and "
+                         "without it, alternating")
     ap.add_argument("--order-ab", action="store_true",
                     help="also time the ways of dealing tiles to splits (chunks, strided, strided with prefetch) under "
                          "CUDA graphs, in turns, with cuDNN in every round")
@@ -725,6 +771,8 @@ def main(argv=None) -> int:
         result["eager_ab"] = eager_ab_rows(args.calls)
     if args.order_ab:
         result["order_ab"] = order_ab_rows()
+    if args.trigger_ab:
+        result["trigger_ab"] = trigger_ab_rows(args.calls)
     if args.profile:
         from attnlab.gpu import decode
 

@@ -541,6 +541,7 @@ def test_eager_dependent_merge_launches_and_a_graph_give_the_same_bits():
     assert "launch_pdl" not in plan.merge_launch.options
     if hopper:
         assert plan.pdl_launch.compiled is not None and plan.pdl_launch is not plan.merge_launch
+    assert plan.tail[-1] == (hopper and decode_plan.MERGE_TRIGGER)  # the split kernel lets the PDL merge start early
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g, stream=s):
         out, lse = attnlab.flash_decode(q, k, v, cache_seqlens=lens)
@@ -551,4 +552,28 @@ def test_eager_dependent_merge_launches_and_a_graph_give_the_same_bits():
         want = attnlab.flash_decode(q, k, v, cache_seqlens=lens)
     torch.cuda.synchronize()
     _same((out, lse), want)
+    decode.clear_plans()
+
+
+@pytest.mark.gpu
+def test_the_merge_trigger_changes_no_bit(monkeypatch):
+    """The split kernel's early ``launch_dependents`` (``MERGE_TRIGGER``) only lets the PDL merge kernel start sooner:
+    eager calls with it and without it give the same bits, on lengths that cut tiles."""
+    from attnlab.gpu import decode_plan
+
+    q = torch.randn(4, 32, 1, 64, dtype=torch.bfloat16, device=DEV)  # (K/V read > EAGER_FUSED_BELOW_US: two kernels)
+    k, v = (torch.randn(4, 8, 20011, 64, dtype=torch.bfloat16, device=DEV) for _ in range(2))
+    lens = torch.tensor([20011, 7777, 1, 12345], dtype=torch.int32, device=DEV)
+    got = {}
+    for trigger in (True, False):
+        monkeypatch.setattr(decode_plan, "MERGE_TRIGGER", trigger)
+        decode.clear_plans()
+        outs = [attnlab.flash_decode(q, k, v, cache_seqlens=lens) for _ in range(3)]  # the first plain, then PDL
+        (plan,) = decode_plan._PLANS.values()
+        assert plan.merge == 1 and not plan.fused
+        assert plan.tail[-1] == (trigger and torch.cuda.get_device_capability()[0] >= 9)
+        for o in outs[1:]:
+            _same(o, outs[0])
+        got[trigger] = outs[-1]
+    _same(got[True], got[False])
     decode.clear_plans()

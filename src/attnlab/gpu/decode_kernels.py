@@ -10,7 +10,9 @@
     _decode_merge_kernel   grid (B·H·Nq,): out = Σ_s e^(lse_s − lse)·o_s with lse = log Σ_s e^lse_s.
                            With ``PDL`` (``decode_plan.MERGE_PDL``: eager calls on Hopper, faster there
                            on an H200, slower under graphs) it is a programmatic dependent launch: its programs may
-                           start as the split kernel ends and wait (``griddepcontrol.wait``) for its writes.
+                           start as the split kernel ends and wait (``griddepcontrol.wait``) for its writes;
+                           with the split kernel's TRIGGER (``decode_plan.MERGE_TRIGGER``) as soon as every
+                           split program has started.
 
 Query i of sequence b sits at position pos = cache_seqlens[b] − Nq + i (bottom-right). The variants
 are flash-attn's (``attnlab.variants``): key j is visible iff pos − left <= j <= pos + right (−1: that
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_wait
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from .._runtime import LN2, LOG2E
 
@@ -71,7 +73,10 @@ def _decode_split_kernel(
     STRIDED: tl.constexpr = False,  # split s takes tiles s, s + S, s + 2S, ... (else one run of whole tiles)
     PREFETCH: tl.constexpr = 0,  # STRIDED, no window, contiguous cache: the first tiles' L2 prefetches
     PF_LINES: tl.constexpr = 1,  # 128-byte lines per key row to prefetch (a power of two)
+    TRIGGER: tl.constexpr = False,  # let a merge kernel launched as a PDL start now (it still waits for our writes)
 ):
+    if TRIGGER:
+        gdc_launch_dependents()
     split = tl.program_id(0)
     hkv = tl.program_id(1)
     b = tl.program_id(2)

@@ -69,6 +69,12 @@ def _counters(device, n: int) -> torch.Tensor:
 # host, not the GPU, set the pace (runs 22 and 23).
 MERGE_PDL: bool | str = "eager"
 
+# Whether the split kernel of a plan whose merge kernel may be launched as a PDL (``merge_pdl``) lets it launch as soon
+# as every split program has started (``griddepcontrol.launch_dependents`` first thing; the merge programs then wait
+# for the split kernel's end and writes on the GPU, not for a launch). A no-op where the merge is launched plainly
+# (CUDA graphs), but the same compiled split kernel serves both.
+MERGE_TRIGGER = True
+
 
 # Eager calls of a plan whose K/V read takes less than this many µs at the GPU preset's bandwidth merge the
 # splits inside the split kernel (one launch instead of two, ``_merge_row`` in both: the same numbers to the
@@ -279,8 +285,10 @@ class DecodePlan:
         self.scratch = None
         layout = split_layout(self.mask, paged=self.paged, k_strides=k_strides, v_strides=v_strides, head_dim=D,
                               itemsize=self.dtype.itemsize, device=self.device)  # STRIDED, PREFETCH, PF_LINES
+        trigger = MERGE_TRIGGER and self.merge == 1 and merge_pdl(self.device, eager=True) and not interpret_mode()
         self.tail = [*self.q_args, *k_strides, *v_strides, *self.mid_args, capacity, dims.num_pages or 1, S,
-                     *self.const_args, self.merge, *self.end_args, triton.next_power_of_2(S), *layout]  # BLOCK_S, ...
+                     *self.const_args, self.merge, *self.end_args, triton.next_power_of_2(S), *layout,
+                     trigger]  # BLOCK_S, STRIDED, PREFETCH, PF_LINES, TRIGGER
         self.merge_at = len(self.q_args) + 8 + len(self.mid_args) + 3 + len(self.const_args)  # where MERGE sits
         assert _decode_split_kernel.arg_names[11 + self.merge_at] == "MERGE"
         assert len(self.tail) + 11 == len(_decode_split_kernel.arg_names)
@@ -314,6 +322,7 @@ class DecodePlan:
             return
         tail = self.tail.copy()
         tail[self.merge_at] = 2  # MERGE
+        tail[-1] = False  # TRIGGER: no merge kernel follows
         self.fused_tail = tail
         spec = (*self.split_spec, "fused")
         self.fused_split = self.launcher_memo.get(spec)
