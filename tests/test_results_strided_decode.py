@@ -1,6 +1,6 @@
-"""Decode's tiles dealt to splits in turn (decode-host runs 25 and 26) and the prefill table with rotated rounds and
-clocks (prefill run 33): benchmarks/RESULTS.md's two sections, NOTES-decode v14, NOTES-prefill v48, docs/decode.md
-and the comment on ``decode_plan.SPLIT_ORDER``: each table as its script renders it from the recorded files, each
+"""Decode's tiles dealt to splits in turn (decode-host runs 25 and 26), the merge trigger (run 27) and the prefill
+table with rotated rounds and clocks (prefill runs 33 and 34): benchmarks/RESULTS.md's three sections, NOTES-decode
+v14 and v15, NOTES-prefill v48, docs/decode.md and the comments on ``decode_plan.SPLIT_ORDER`` and ``MERGE_TRIGGER``: each table as its script renders it from the recorded files, each
 quoted number computed from them, and the library's switches as the runs left them."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from tests.test_results_variants import _flat
 
 DATA = ROOT / "benchmarks" / "data"
 DECODE = ("### Decode-host runs 25 and 26", "### Decode-host run 24:")
-PREFILL = ("### Prefill run 33:", "### Prefill runs 29–32, prefill-profile run 1")
+TRIGGER = ("### Decode-host run 27:", "### Decode-host runs 25 and 26")
+PREFILL = ("### Prefill runs 33 and 34:", "### Prefill runs 29–32, prefill-profile run 1")
 BATCH1 = ((1, 32, 8, 32768, 128), (1, 64, 8, 8192, 128), (1, 28, 4, 20000, 128), (1, 32, 8, 32768, 64))
 
 
@@ -214,3 +215,73 @@ def test_switches_as_the_runs_left_them():
     from attnlab.gpu import decode_plan
 
     assert decode_plan.SPLIT_ORDER == "strided" and decode_plan.PREFETCH_TILES == 0
+    assert decode_plan.MERGE_TRIGGER is False
+
+
+def test_trigger_run_27_table_and_quotes():
+    section = _section(TRIGGER)
+    out = _run(ROOT / "benchmarks" / "decode_host.py", "--report", DATA / "decode-host-h200-run27.json")
+    start = out.index("| B | H/Hkv | L | D | eager, on |")
+    assert out[start:].strip() in section
+    text, notes = _flat(section), _notes("NOTES-decode.md", "v15 measured")
+    r27 = _decode(27)
+    ab: dict = {}
+    for r in r27["trigger_ab"]:
+        ab.setdefault((r["L"], r["D"]), {}).setdefault(r["trigger"], []).append(r)
+    on, off = ([r["eager_us"] for r in ab[(32768, 128)][t]] for t in (True, False))
+    assert min(on) > max(off)  # slower in every round
+    comment = _flat((ROOT / "src" / "attnlab" / "gpu" / "decode_plan.py").read_text().replace("\n# ", "\n"))
+    assert f"took {_span(on, dash='-')} µs with it against {_span(off, dash='-')} without at D = 128" in comment
+    assert f"{_span(on)} µs with the trigger against {_span(off)} without" in notes
+    on64, off64 = ([r["eager_us"] for r in ab[(32768, 64)][t]] for t in (True, False))
+    assert f"({_span(on64)} against {_span(off64)})" in notes
+    assert abs(statistics.median(on64) / statistics.median(off64) - 1) < 0.02  # "level"
+    for rs in ab.values():  # graphs level
+        g = [statistics.median(r["graph_us"] for r in rs[t]) for t in (True, False)]
+        assert abs(g[0] / g[1] - 1) < 0.01
+    speed = {(r["B"], r["H"], r["Hkv"], r["L"], r["D"], r["provider"]): r for r in r27["speed"]}
+    shapes = {k[:5] for k in speed}
+    vs = [speed[(*sh, "sdpa-cudnn")]["graph_us"] / speed[(*sh, "attnlab")]["graph_us"] for sh in shapes]
+    assert f"attnlab under CUDA graphs at {_span(vs, '{:.2f}')}× cuDNN on the five shapes" in text and len(shapes) == 5
+    host = {r["call"]: r["host_us"] for r in r27["host"]}["attnlab.flash_decode (plan kept)"]
+    d64 = speed[(1, 32, 8, 32768, 64, "attnlab")]
+    ab64 = [r["eager_us"] / r["graph_us"] for t in (True, False) for r in ab[(32768, 64)][t]]
+    assert (f"a kept call's host time at {host:.1f} µs (an empty one-argument Triton launch "
+            f"{r27['floors']['triton_empty_1_arg, kernel[grid]']:.1f} µs)" in text)
+    assert (f"at {d64['eager_over_graph']:.2f}× their graph time ({d64['graph_us']:.1f} µs), {_span(ab64, '{:.2f}')}× in "
+            "the A/B's rounds" in text)
+    assert host < d64["graph_us"]
+    assert (f"host time was {host:.1f} µs, well under the D = 64 call's {d64['graph_us']:.1f} µs of GPU time" in notes
+            and f"{d64['eager_over_graph']:.2f}× its graph time in the main table and {_span(ab64, '{:.2f}')}×" in notes)
+
+
+def test_prefill_run_34_gqa_quotes():
+    section = _section(PREFILL)
+    out = _run(ROOT / "benchmarks" / "prefill.py", "report", DATA / "prefill-h200-run34.json").strip()
+    assert out in section
+    text = _flat(section)
+    prefill = load_script("benchmarks/prefill.py")
+    spans = {}
+    for run in ("34", "31-gqa"):
+        rows = json.loads((DATA / f"prefill-h200-run{run}.json").read_text())["rows"]
+        by: dict = {}
+        for r in rows:
+            by.setdefault((r["D"], r["causal"], r["N"], r["pass_"]), {})[r["provider"]] = r
+        assert all(k[1] is not None for k in by)
+        spans[run] = {p: _span([v["sdpa-cudnn"]["ms"] / v["attnlab"]["ms"] for k, v in by.items() if k[3] == p],
+                               "{:.2f}") for p in ("fwd", "fwd_bwd")}
+        if run == "34":
+            assert all(r["Hkv"] * 4 == r["H"] for r in rows)
+            assert min(v["sdpa-cudnn"]["ms"] / v["attnlab"]["ms"] for v in by.values()) > 1.0
+            s = prefill.slow_rounds(rows)
+            mhz = [st["sm_mhz"] for r in rows for st in r["gpu_state"]]
+            watts = [st["power_w"] for r in rows for st in r["gpu_state"]]
+    a, b = spans["34"], spans["31-gqa"]
+    assert (f"forward {a['fwd']}×, forward+backward {a['fwd_bwd']}× (run 31-gqa: {b['fwd']}× and {b['fwd_bwd']}×)"
+            in text)
+    assert (f"median {s['clock_slow']:,.0f} MHz after them against {s['clock_rest']:,.0f} after the others; the clock "
+            f"ranged {min(mhz):,.0f}–{max(mhz):,.0f} MHz at a median draw of {statistics.median(watts):.0f} W" in text)
+    notes = _notes("NOTES-prefill.md", "v48")
+    assert (f"forward {a['fwd']}×, forward+backward {a['fwd_bwd']}× (the prediction said 1.00–1.08×); "
+            f"{len(s['slow'])} slow rounds of {s['times']}, median clock after them {s['clock_slow']:,.0f} MHz against "
+            f"{s['clock_rest']:,.0f}" in notes)

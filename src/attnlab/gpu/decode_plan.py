@@ -72,8 +72,10 @@ MERGE_PDL: bool | str = "eager"
 # Whether the split kernel of a plan whose merge kernel may be launched as a PDL (``merge_pdl``) lets it launch as soon
 # as every split program has started (``griddepcontrol.launch_dependents`` first thing; the merge programs then wait
 # for the split kernel's end and writes on the GPU, not for a launch). A no-op where the merge is launched plainly
-# (CUDA graphs), but the same compiled split kernel serves both.
-MERGE_TRIGGER = True
+# (CUDA graphs), but the same compiled split kernel serves both. Off: on an H200 (decode-host run 27, alternating in
+# three rounds) eager calls at 32/8 heads over 32K took 39.1-39.3 µs with it against 38.5-38.6 without at D = 128,
+# and were level at D = 64; CUDA-graph times level.
+MERGE_TRIGGER = False
 
 
 # Eager calls of a plan whose K/V read takes less than this many µs at the GPU preset's bandwidth merge the
