@@ -478,6 +478,107 @@ def trigger_ab_rows(calls: int, rounds: int = 3) -> list[dict]:
     return rows
 
 
+def _trace(fn, calls: int) -> dict:
+    """torch.profiler's CUDA trace (kernels and the runtime/driver calls that launched them) of ``calls`` calls of
+    ``fn``, as its chrome-trace JSON."""
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        return json.loads(path.read_text())
+
+
+def timeline_stats(trace: dict, skip: int = 10) -> dict:
+    """From a chrome trace of decode calls (split kernel, then merge kernel where there is one): the median µs of each
+    kernel, of the gaps between them on the GPU (split end -> merge start, merge end -> the next split's start), of a
+    call's period on the GPU (one split start to the next) and, where the trace has the launches, on the host (one
+    split's launch to the next), and of the time from a split kernel's launch to its start (small: the GPU waited for
+    the host; large: the host ran ahead). The first ``skip`` calls are left out."""
+    events = trace.get("traceEvents", trace) if isinstance(trace, dict) else trace
+    kernels = sorted((e for e in events if e.get("cat") == "kernel" and "_decode_" in e.get("name", "")),
+                     key=lambda e: e["ts"])
+    launches = sorted((e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                       and "aunch" in e.get("name", "")), key=lambda e: e["ts"])
+    by_corr = {e.get("args", {}).get("correlation"): e for e in launches}
+    splits = [k for k in kernels if "split" in k["name"]][skip:]
+    merges = [k for k in kernels if "merge_kernel" in k["name"]]
+    med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
+    out = {"calls": len(splits), "split_us": med([k["dur"] for k in splits]),
+           "merge_us": med([k["dur"] for k in merges[skip:]]) if merges else None,
+           "gpu_period_us": med([b["ts"] - a["ts"] for a, b in zip(splits, splits[1:])])}
+    if merges:
+        starts = [m["ts"] for m in merges]
+        after_split, after_merge = [], []
+        for a, b in zip(splits, splits[1:]):
+            m = next((t for t in starts if a["ts"] < t < b["ts"]), None)
+            if m is None:
+                continue
+            mk = next(x for x in merges if x["ts"] == m)
+            after_split.append(m - (a["ts"] + a["dur"]))
+            after_merge.append(b["ts"] - (mk["ts"] + mk["dur"]))
+        out["gap_split_merge_us"], out["gap_merge_split_us"] = med(after_split), med(after_merge)
+    else:
+        out["gap_split_split_us"] = med([b["ts"] - (a["ts"] + a["dur"]) for a, b in zip(splits, splits[1:])])
+    launched = [(by_corr.get(k.get("args", {}).get("correlation")), k) for k in splits]
+    launched = [(lc, k) for lc, k in launched if lc is not None]
+    if launched:
+        out["host_period_us"] = med([b[0]["ts"] - a[0]["ts"] for a, b in zip(launched, launched[1:])])
+        out["launch_to_start_us"] = med([k["ts"] - lc["ts"] for lc, k in launched])
+    return out
+
+
+def timeline_rows(calls: int = 200) -> list[dict]:
+    """``timeline_stats`` of the library's default call, eager and replayed from a CUDA graph (50 calls a graph), on
+    the batch-1 32K shapes."""
+    rows = []
+    for shape in [s for s in SHAPES if s[0] == 1 and s[3] == 32768]:
+        B, H, Hkv, L, D = shape
+        q, k, v, lens = inputs(shape)
+
+        def fn(q=q, k=k, v=v, lens=lens):
+            return attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+
+        eager_us(fn, calls=50, rounds=1)  # warm: compiled, plans kept, the PDL merge built
+        rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "mode": "eager", **timeline_stats(_trace(fn, calls))})
+        g = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            fn()
+        torch.cuda.current_stream().wait_stream(s)
+        with torch.cuda.graph(g):
+            for _ in range(50):
+                fn()
+        g.replay()
+        torch.cuda.synchronize()
+        rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "mode": "graph",
+                     **timeline_stats(_trace(g.replay, max(1, calls // 50)), skip=0)})
+    return rows
+
+
+TIMELINE_COLS = (("split_us", "split kernel"), ("merge_us", "merge kernel"), ("gap_split_merge_us", "gap split→merge"),
+                 ("gap_merge_split_us", "gap merge→next split"), ("gpu_period_us", "GPU period"),
+                 ("host_period_us", "host period"), ("launch_to_start_us", "split launch→start"))
+
+
+def timeline_markdown(rows: list[dict]) -> list[str]:
+    head = "| B | H/Hkv | L | D | mode | calls | " + " | ".join(name for _, name in TIMELINE_COLS) + " |"
+    lines = [head, "|" + "---|" * (6 + len(TIMELINE_COLS))]
+    for r in rows:
+        cells = [f"{r[key]:.1f}" if r.get(key) is not None else "—" for key, _ in TIMELINE_COLS]
+        lines.append(f"| {r['B']} | {r['H']}/{r['Hkv']} | {r['L']} | {r['D']} | {r['mode']} | {r['calls']} | "
+                     + " | ".join(cells) + " |")
+    return lines
+
+
 ORDER_ARMS = (("chunks", 0), ("strided", 0), ("strided", 1), ("strided", 2))  # (decode_plan.SPLIT_ORDER, PREFETCH_TILES)
 
 
@@ -648,6 +749,10 @@ def markdown(result: dict) -> str:
             off = " / ".join(f"{r['us']:.1f}" for r in rs if not r["eager_fused"])
             fused = any(r["fused"] for r in rs if r["eager_fused"])
             lines.append(f"| {B} | {H}/{Hkv} | {L} | {D} | {'yes' if fused else 'no'} | {on} | {off} |")
+    if result.get("timeline"):
+        lines += ["", "Where an eager call's time goes on the GPU and the host (torch.profiler's CUDA trace, medians in µs; "
+                      "the graph rows replay 50 calls a graph):", ""]
+        lines += timeline_markdown(result["timeline"])
     if result.get("trigger_ab"):
         lines += ["", "The split kernel letting the merge kernel's dependent launch start as every split program has "
                       "started (trigger on) or not (off), alternating; µs per call by round:", "",
@@ -693,6 +798,9 @@ def main(argv=None) -> int:
                     help="also time the batch-1 shapes with the merge kernel launched plainly and as a PDL launch")
     ap.add_argument("--eager-ab", action="store_true",
                     help="also time eager calls with and without the in-kernel merge for small reads, alternating")
+    ap.add_argument("--timeline", action="store_true",
+                    help="also trace eager and graph-replayed calls at 32K (torch.profiler): kernel times, the gaps "
+                         "between them, and the host's period")
     ap.add_argument("--trigger-ab", action="store_true",
                     help="also time eager and CUDA-graph calls with the split kernel's early launch_dependents and "
                          "without it, alternating")
@@ -773,6 +881,8 @@ def main(argv=None) -> int:
         result["order_ab"] = order_ab_rows()
     if args.trigger_ab:
         result["trigger_ab"] = trigger_ab_rows(args.calls)
+    if args.timeline:
+        result["timeline"] = timeline_rows()
     if args.profile:
         from attnlab.gpu import decode
 

@@ -1,0 +1,52 @@
+"""benchmarks/decode_host.py's ``timeline_stats``: kernel times, the gaps between them and the host's period read off
+a chrome trace of decode calls, on a made-up trace whose answers are known (the GPU run makes the real one)."""
+
+from __future__ import annotations
+
+import pytest
+from tests.helpers import load_script
+
+host = load_script("benchmarks/decode_host.py")
+
+
+def _trace(calls=15, period=30.0, split=20.0, merge=3.0, gap=1.0, lead=5.0, with_merge=True):
+    ev = [{"ph": "X", "cat": "cpu_op", "name": "aten::empty", "ts": 0.0, "dur": 1.0}]  # not a kernel: ignored
+    corr = 0
+    for i in range(calls):
+        t = 100.0 + i * period
+        corr += 1
+        ev.append({"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernelEx", "ts": t - lead, "dur": 2.0,
+                   "args": {"correlation": corr}})
+        ev.append({"ph": "X", "cat": "kernel", "name": "_decode_split_kernel", "ts": t, "dur": split,
+                   "args": {"correlation": corr}})
+        if with_merge:
+            corr += 1
+            ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": t + 1.0, "dur": 2.0,
+                       "args": {"correlation": corr}})
+            ev.append({"ph": "X", "cat": "kernel", "name": "_decode_merge_kernel", "ts": t + split + gap, "dur": merge,
+                       "args": {"correlation": corr}})
+    ev.append({"ph": "X", "cat": "kernel", "name": "elementwise_kernel", "ts": 5.0, "dur": 1.0})  # not ours
+    return {"traceEvents": ev[::-1]}  # (any order)
+
+
+def test_timeline_of_split_and_merge_calls():
+    s = host.timeline_stats(_trace(), skip=3)
+    assert s["calls"] == 12
+    assert s["split_us"] == 20.0 and s["merge_us"] == 3.0
+    assert s["gap_split_merge_us"] == pytest.approx(1.0) and s["gap_merge_split_us"] == pytest.approx(30 - 20 - 1 - 3)
+    assert s["gpu_period_us"] == 30.0 and s["host_period_us"] == 30.0 and s["launch_to_start_us"] == 5.0
+
+
+def test_timeline_of_one_launch_calls_and_a_trace_without_launches():
+    s = host.timeline_stats(_trace(with_merge=False, period=25.0), skip=0)
+    assert s["merge_us"] is None and s["gap_split_split_us"] == pytest.approx(5.0) and s["gpu_period_us"] == 25.0
+    bare = {"traceEvents": [e for e in _trace()["traceEvents"] if e["cat"] == "kernel"]}
+    s = host.timeline_stats(bare, skip=0)
+    assert "host_period_us" not in s and s["split_us"] == 20.0
+
+
+def test_timeline_markdown_has_a_cell_per_column():
+    rows = [dict(B=1, H=32, Hkv=8, L=32768, D=64, mode="eager", **host.timeline_stats(_trace(), skip=3))]
+    lines = host.timeline_markdown(rows)
+    assert len(lines) == 3 and lines[2].count("|") == lines[0].count("|")
+    assert "| 1 | 32/8 | 32768 | 64 | eager | 12 | 20.0 | 3.0 | 1.0 | 6.0 | 30.0 | 30.0 | 5.0 |" == lines[2]
