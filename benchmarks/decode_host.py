@@ -496,19 +496,20 @@ def _trace(fn, calls: int) -> dict:
         return json.loads(path.read_text())
 
 
-def timeline_stats(trace: dict, skip: int = 10) -> dict:
+def timeline_stats(trace: dict, skip: int = 10, match: str = "_decode_", first: str = "split") -> dict:
     """From a chrome trace of decode calls (split kernel, then merge kernel where there is one): the median µs of each
     kernel, of the gaps between them on the GPU (split end -> merge start, merge end -> the next split's start), of a
     call's period on the GPU (one split start to the next) and, where the trace has the launches, on the host (one
     split's launch to the next), and of the time from a split kernel's launch to its start (small: the GPU waited for
-    the host; large: the host ran ahead). The first ``skip`` calls are left out."""
+    the host; large: the host ran ahead). The first ``skip`` calls are left out. ``match``: what a kernel's name holds
+    to count; ``first``: what the first kernel of a call's name holds."""
     events = trace.get("traceEvents", trace) if isinstance(trace, dict) else trace
-    kernels = sorted((e for e in events if e.get("cat") == "kernel" and "_decode_" in e.get("name", "")),
+    kernels = sorted((e for e in events if e.get("cat") == "kernel" and match in e.get("name", "")),
                      key=lambda e: e["ts"])
     launches = sorted((e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")
                        and "aunch" in e.get("name", "")), key=lambda e: e["ts"])
     by_corr = {e.get("args", {}).get("correlation"): e for e in launches}
-    splits = [k for k in kernels if "split" in k["name"]][skip:]
+    splits = [k for k in kernels if first in k["name"]][skip:]
     merges = [k for k in kernels if "merge_kernel" in k["name"]]
     med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
     out = {"calls": len(splits), "split_us": med([k["dur"] for k in splits]),
@@ -535,10 +536,14 @@ def timeline_stats(trace: dict, skip: int = 10) -> dict:
     return out
 
 
-def timeline_rows(calls: int = 200) -> list[dict]:
+def timeline_rows(calls: int = 200, pdl_modes=(None,)) -> list[dict]:
     """``timeline_stats`` of the library's default call, eager and replayed from a CUDA graph (50 calls a graph), on
-    the batch-1 32K shapes."""
+    the batch-1 32K shapes; the eager call once per ``pdl_modes`` (``decode_plan.MERGE_PDL`` for it; None: as set),
+    its rows' "mode" naming it."""
+    from attnlab.gpu import decode, decode_plan
+
     rows = []
+    saved = decode_plan.MERGE_PDL
     for shape in [s for s in SHAPES if s[0] == 1 and s[3] == 32768]:
         B, H, Hkv, L, D = shape
         q, k, v, lens = inputs(shape)
@@ -546,8 +551,18 @@ def timeline_rows(calls: int = 200) -> list[dict]:
         def fn(q=q, k=k, v=v, lens=lens):
             return attnlab.flash_decode(q, k, v, cache_seqlens=lens)
 
-        eager_us(fn, calls=50, rounds=1)  # warm: compiled, plans kept, the PDL merge built
-        rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "mode": "eager", **timeline_stats(_trace(fn, calls))})
+        for pdl in pdl_modes:
+            try:
+                if pdl is not None:
+                    decode_plan.MERGE_PDL = pdl
+                    decode.clear_plans()
+                eager_us(fn, calls=50, rounds=1)  # warm: compiled, plans kept, the PDL merge built
+                mode = "eager" if pdl is None else f"eager, MERGE_PDL={pdl}"
+                rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "mode": mode,
+                             **timeline_stats(_trace(fn, calls))})
+            finally:
+                decode_plan.MERGE_PDL = saved
+                decode.clear_plans()
         g = torch.cuda.CUDAGraph()
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
@@ -561,6 +576,13 @@ def timeline_rows(calls: int = 200) -> list[dict]:
         torch.cuda.synchronize()
         rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "mode": "graph",
                      **timeline_stats(_trace(g.replay, max(1, calls // 50)), skip=0)})
+    # a reference: one torch kernel a call (an in-place multiply of 128 MB, ~50 µs), whose host work is a few µs, so
+    # the host should run ahead of the GPU and its launch-to-start time grow call by call
+    x = torch.ones(64 * 2**20, dtype=torch.bfloat16, device="cuda")
+    for _ in range(20):
+        x.mul_(1.0)
+    rows.append({"B": 0, "H": 0, "Hkv": 0, "L": 0, "D": 0, "mode": "reference: x.mul_(1.0), 128 MB",
+                 **timeline_stats(_trace(lambda: x.mul_(1.0), calls), match="elementwise", first="elementwise")})
     return rows
 
 
@@ -801,6 +823,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timeline", action="store_true",
                     help="also trace eager and graph-replayed calls at 32K (torch.profiler): kernel times, the gaps "
                          "between them, and the host's period")
+    ap.add_argument("--timeline-pdl", action="store_true",
+                    help="with --timeline: trace the eager calls with the merge kernel's eager launch a PDL and plain")
     ap.add_argument("--trigger-ab", action="store_true",
                     help="also time eager and CUDA-graph calls with the split kernel's early launch_dependents and "
                          "without it, alternating")
@@ -882,7 +906,7 @@ def main(argv=None) -> int:
     if args.trigger_ab:
         result["trigger_ab"] = trigger_ab_rows(args.calls)
     if args.timeline:
-        result["timeline"] = timeline_rows()
+        result["timeline"] = timeline_rows(pdl_modes=("eager", False) if args.timeline_pdl else (None,))
     if args.profile:
         from attnlab.gpu import decode
 
