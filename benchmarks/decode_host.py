@@ -595,9 +595,11 @@ def timeline_markdown(rows: list[dict]) -> list[str]:
     head = "| B | H/Hkv | L | D | mode | calls | " + " | ".join(name for _, name in TIMELINE_COLS) + " |"
     lines = [head, "|" + "---|" * (6 + len(TIMELINE_COLS))]
     for r in rows:
-        cells = [f"{r[key]:.1f}" if r.get(key) is not None else "—" for key, _ in TIMELINE_COLS]
-        lines.append(f"| {r['B']} | {r['H']}/{r['Hkv']} | {r['L']} | {r['D']} | {r['mode']} | {r['calls']} | "
-                     + " | ".join(cells) + " |")
+        # a graph's kernels all come from one graph launch: no host period, no launch of their own
+        host_cols = ("host_period_us", "launch_to_start_us") if r["mode"] == "graph" else ()
+        cells = [f"{r[key]:.1f}" if r.get(key) is not None and key not in host_cols else "—" for key, _ in TIMELINE_COLS]
+        shape = [str(r["B"]), f"{r['H']}/{r['Hkv']}", str(r["L"]), str(r["D"])] if r["B"] else ["—"] * 4
+        lines.append("| " + " | ".join([*shape, r["mode"], str(r["calls"]), *cells]) + " |")
     return lines
 
 

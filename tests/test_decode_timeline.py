@@ -50,3 +50,10 @@ def test_timeline_markdown_has_a_cell_per_column():
     lines = host.timeline_markdown(rows)
     assert len(lines) == 3 and lines[2].count("|") == lines[0].count("|")
     assert "| 1 | 32/8 | 32768 | 64 | eager | 12 | 20.0 | 3.0 | 1.0 | 6.0 | 30.0 | 30.0 | 5.0 |" == lines[2]
+
+
+def test_timeline_markdown_leaves_the_host_columns_of_a_graph_and_the_shape_of_a_reference_empty():
+    stats = host.timeline_stats(_trace(), skip=3)
+    lines = host.timeline_markdown([dict(B=1, H=32, Hkv=8, L=32768, D=64, mode="graph", **stats),
+                                    dict(B=0, H=0, Hkv=0, L=0, D=0, mode="reference", **stats)])
+    assert lines[2].endswith("| 30.0 | — | — |") and lines[3].startswith("| — | — | — | — | reference | 12 |")

@@ -291,3 +291,40 @@ def test_prefill_run_34_gqa_quotes():
     assert (f"forward {a['fwd']}×, forward+backward {a['fwd_bwd']}× (the prediction said 1.00–1.08×); "
             f"{len(s['slow'])} slow rounds of {s['times']}, median clock after them {s['clock_slow']:,.0f} MHz against "
             f"{s['clock_rest']:,.0f}" in notes)
+
+
+def test_timeline_runs_28_and_29_tables_and_quotes():
+    section = _section(("### Decode-host runs 28 and 29:", "### Decode-host run 27:"))
+    text, notes = _flat(section), _notes("NOTES-decode.md", "v16 measured")
+    rows = {}
+    for run in (28, 29):
+        out = _run(ROOT / "benchmarks" / "decode_host.py", "--report", DATA / f"decode-host-h200-run{run}.json")
+        assert out[out.index("| B | H/Hkv | L | D | mode |"):].strip() in section
+        rows[run] = _decode(run)["timeline"]
+    default = [r for run in (28, 29) for r in rows[run] if r["mode"] in ("eager", "eager, MERGE_PDL=eager")]
+    d64 = [r for run in (28, 29) for r in rows[run] if r["D"] == 64 and r["mode"] != "graph"]
+    periods = [x for r in d64 for x in (r["host_period_us"], r["gpu_period_us"])]
+    assert all(abs(r["host_period_us"] / r["gpu_period_us"] - 1) < 0.01 for r in d64)  # host-bound
+    assert f"equals the GPU's ({_span(periods)} µs a call" in text and f"({_span(periods)} µs under the profiler" in notes
+    assert f"(split {_span([r['split_us'] for r in d64])} µs, merge {_span([r['merge_us'] for r in d64])})" in text
+    gaps = [r["gap_merge_split_us"] for r in default if r["D"] == 64]
+    starts = [r["launch_to_start_us"] for r in d64]
+    assert f"idles {_span(gaps)} µs before each split kernel with the default launches" in text
+    assert f"starts {_span(starts)} µs after its launch" in text and f"{_span(starts)} µs, not under 5" in notes
+    main = {run: next(r for r in _decode(run)["speed"] if r["D"] == 64 and r["provider"] == "attnlab")
+            for run in (28, 29)}
+    assert (f"{main[29]['eager_over_graph']:.2f}× in run 29's main table, {main[28]['eager_over_graph']:.2f}× in run 28's"
+            in text)
+    ahead = [r for r in rows[29] if r["D"] == 128 and r["mode"] != "graph"]
+    graph128 = next(r for r in rows[29] if r["D"] == 128 and r["mode"] == "graph")["gpu_period_us"]
+    assert all(r["launch_to_start_us"] > 500 for r in ahead)  # queued: "about a millisecond"
+    assert (f"{_span([r['host_period_us'] for r in ahead])} µs of host time against "
+            f"{_span([r['gpu_period_us'] for r in ahead])} on the GPU" in text)
+    r28 = next(r for r in rows[28] if r["D"] == 128 and r["mode"] == "eager")
+    assert f"({r28['host_period_us']:.1f} against {r28['gpu_period_us']:.1f} µs)" in text
+    assert (f"{_span([r['gpu_period_us'] - graph128 for r in ahead])} µs over the graph's ({graph128:.1f})" in text)
+    pdl = {r["mode"]: r for r in rows[29] if r["D"] == 128}
+    assert (f"at D = 128 the GPU period was {pdl['eager, MERGE_PDL=False']['gpu_period_us'] - pdl['eager, MERGE_PDL=eager']['gpu_period_us']:.1f} µs shorter with it"
+            in text)
+    ref = next(r for r in rows[29] if r["mode"].startswith("reference"))
+    assert f"host at {ref['host_period_us']:.1f} µs a call, far ahead of the GPU's {ref['gpu_period_us']:.1f}" in text
