@@ -326,5 +326,12 @@ def test_timeline_runs_28_and_29_tables_and_quotes():
     pdl = {r["mode"]: r for r in rows[29] if r["D"] == 128}
     assert (f"at D = 128 the GPU period was {pdl['eager, MERGE_PDL=False']['gpu_period_us'] - pdl['eager, MERGE_PDL=eager']['gpu_period_us']:.1f} µs shorter with it"
             in text)
+    docs = _flat((ROOT / "docs" / "decode.md").read_text())
+    assert (f"equal ({_span(periods)} µs under the profiler) and the GPU idles {_span(gaps)} µs before each split kernel, "
+            f"whose launch takes {_span(starts)} µs to start it" in docs)
+    assert (f"({main[29]['eager_over_graph']:.2f}× on one host, {main[28]['eager_over_graph']:.2f}× on a slower one)"
+            in docs)
+    assert (f"({_span([r['host_period_us'] for r in ahead])} µs a call against {_span([r['gpu_period_us'] for r in ahead])} "
+            f"on the GPU), and an eager call still costs {_span([r['gpu_period_us'] - graph128 for r in ahead])} µs" in docs)
     ref = next(r for r in rows[29] if r["mode"].startswith("reference"))
     assert f"host at {ref['host_period_us']:.1f} µs a call, far ahead of the GPU's {ref['gpu_period_us']:.1f}" in text
