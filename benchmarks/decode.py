@@ -600,7 +600,20 @@ def main(argv=None) -> int:
     p.add_argument("--gpu", type=str.upper, choices=list(GPUS), default=None,
                    help="the attnlab.cost preset of the roofline columns (default: the one the device's name, or "
                         "the report's JSON, names; none on the CPU)")
+    p.add_argument("--split-order", choices=["strided", "chunks"], default=None,
+                   help="how the kernel deals a call's tiles to its splits (attnlab.gpu.decode_plan.SPLIT_ORDER; "
+                        "default: the library's)")
+    p.add_argument("--compare", nargs=2, default=None, metavar=("A", "B"),
+                   help="print attnlab's CUDA-graph TB/s of two saved runs side by side, row by row, and exit")
     args = p.parse_args(argv)
+    if args.compare:
+        a, b = (json.loads(Path(x).read_text()) for x in args.compare)
+        print(compare_markdown(a, b, *(Path(x).name for x in args.compare)))
+        return 0
+    if args.split_order:
+        from attnlab.gpu import decode_plan
+
+        decode_plan.SPLIT_ORDER = args.split_order
     if args.report:
         result = json.loads(Path(args.report).read_text())
         gpu = preset_for(result["environment"].get("gpu"), args.gpu or result.get("roofline_gpu"))
@@ -624,11 +637,35 @@ def main(argv=None) -> int:
         args.splits = SPLIT_CANDIDATES
     result = with_roofline(run(args), preset_for(torch.cuda.get_device_name() if torch.cuda.is_available() else None,
                                                  args.gpu))
+    from attnlab.gpu import decode_plan
+
+    result["split_order"] = decode_plan.SPLIT_ORDER
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1, default=str))
         print(f"wrote {args.json}")
     table(result)
     return 0
+
+
+OWN = ("attnlab", "merge-kernel", "paged16", "paged64", "paged256")
+
+
+def compare_markdown(a: dict, b: dict, name_a: str = "A", name_b: str = "B") -> str:
+    """attnlab's rows (its default call, the merge kernel, the paged caches) of two runs side by side: CUDA-graph
+    TB/s in each and their ratio (B over A), with cuDNN's TB/s of run B beside them."""
+    def keyed(result):
+        return {(r["B"], r["H"], r["Hkv"], r["L"], r["provider"]): r for r in result["rows"] if "graph_tb_per_s" in r}
+
+    ra, rb = keyed(a), keyed(b)
+    lines = [f"CUDA-graph TB/s; A = {name_a} ({a.get('split_order', '?')}), B = {name_b} ({b.get('split_order', '?')})",
+             "", "| B | H/Hkv | L | call | A | B | B / A | cuDNN (B) |", "|---|---|---|---|---|---|---|---|"]
+    for key in sorted(k for k in ra if k in rb and k[4] in OWN):
+        x, y = ra[key]["graph_tb_per_s"], rb[key]["graph_tb_per_s"]
+        c = rb.get((*key[:4], "sdpa-cudnn"))
+        lines.append(f"| {key[0]} | {key[1]}/{key[2]} | {key[3]} | {key[4]} | {x:.2f} | {y:.2f} | {y / x:.3f} | "
+                     f"{c['graph_tb_per_s']:.2f} |" if c else
+                     f"| {key[0]} | {key[1]}/{key[2]} | {key[3]} | {key[4]} | {x:.2f} | {y:.2f} | {y / x:.3f} | — |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

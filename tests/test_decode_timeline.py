@@ -57,3 +57,17 @@ def test_timeline_markdown_leaves_the_host_columns_of_a_graph_and_the_shape_of_a
     lines = host.timeline_markdown([dict(B=1, H=32, Hkv=8, L=32768, D=64, mode="graph", **stats),
                                     dict(B=0, H=0, Hkv=0, L=0, D=0, mode="reference", **stats)])
     assert lines[2].endswith("| 30.0 | — | — |") and lines[3].startswith("| — | — | — | — | reference | 12 |")
+
+
+def test_decode_compare_puts_two_runs_side_by_side():
+    dec = load_script("benchmarks/decode.py")
+    row = lambda prov, tb, B=1, L=4096: dict(B=B, H=32, Hkv=8, L=L, D=128, provider=prov, graph_tb_per_s=tb)  # noqa: E731
+    a = {"split_order": "chunks", "rows": [row("attnlab", 2.0), row("paged64", 1.0), row("sdpa-cudnn", 3.0),
+                                           dict(B=1, H=32, Hkv=8, L=4096, provider="sdpa-flash", skipped="no")]}
+    b = {"split_order": "strided", "rows": [row("attnlab", 2.5), row("paged64", 0.9), row("sdpa-cudnn", 2.8),
+                                            row("attnlab", 4.0, B=16)]}
+    md = dec.compare_markdown(a, b, "a.json", "b.json")
+    assert "A = a.json (chunks), B = b.json (strided)" in md
+    assert "| 1 | 32/8 | 4096 | attnlab | 2.00 | 2.50 | 1.250 | 2.80 |" in md
+    assert "| 1 | 32/8 | 4096 | paged64 | 1.00 | 0.90 | 0.900 | 2.80 |" in md
+    assert "sdpa" not in md.split("| call |")[1].replace("cuDNN", "") and "| 16 |" not in md  # own rows in both only
