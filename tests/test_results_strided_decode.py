@@ -213,8 +213,10 @@ def test_prefill_run_33_table_and_quotes():
 
 def test_switches_as_the_runs_left_them():
     from attnlab.gpu import decode_plan
+    from attnlab.gpu.decode_config import kernel_config
 
-    assert decode_plan.SPLIT_ORDER == "strided" and decode_plan.PREFETCH_TILES == 0
+    assert decode_plan.SPLIT_ORDER is None and decode_plan.PREFETCH_TILES == 0
+    assert kernel_config(128).order == "strided" and kernel_config(128, page_size=64).order == "chunks"
     assert decode_plan.MERGE_TRIGGER is False
 
 
@@ -335,3 +337,48 @@ def test_timeline_runs_28_and_29_tables_and_quotes():
             f"on the GPU), and an eager call still costs {_span([r['gpu_period_us'] - graph128 for r in ahead])} µs" in docs)
     ref = next(r for r in rows[29] if r["mode"].startswith("reference"))
     assert f"host at {ref['host_period_us']:.1f} µs a call, far ahead of the GPU's {ref['gpu_period_us']:.1f}" in text
+
+
+def _order_ratios() -> dict:
+    """(B, contiguous?, Hkv, L) -> strided over chunks graph TB/s, a list over decode runs 6 and 7 and the calls
+    (attnlab's default; the paged caches)."""
+    out: dict = {}
+    for run in (6, 7):
+        a, b = ({(r["B"], r["H"], r["Hkv"], r["L"], r["provider"]): r for r in json.loads(
+            (DATA / f"decode-h200-run{run}-{o}.json").read_text())["rows"] if "graph_tb_per_s" in r}
+            for o in ("chunks", "strided"))
+        for k, r in a.items():
+            if k in b and k[4] in ("attnlab", "paged16", "paged64", "paged256"):
+                out.setdefault((k[0], k[4] == "attnlab", k[2], k[3]), []).append(
+                    b[k]["graph_tb_per_s"] / r["graph_tb_per_s"])
+    return out
+
+
+def test_decode_runs_6_and_7_tables_and_quotes():
+    section = _section(("### Decode runs 6 and 7:", "### Decode-host runs 28 and 29:"))
+    for run in (6, 7):
+        a, b = (json.loads((DATA / f"decode-h200-run{run}-{o}.json").read_text()) for o in ("chunks", "strided"))
+        assert a["split_order"] == "chunks" and b["split_order"] == "strided"
+        out = _run(ROOT / "benchmarks" / "decode.py", "--compare", DATA / f"decode-h200-run{run}-chunks.json",
+                   DATA / f"decode-h200-run{run}-strided.json")
+        assert out.strip() in section
+    rat = _order_ratios()
+    contiguous1 = [x for k, v in rat.items() if k[0] == 1 and k[1] for x in v]
+    contiguous16 = [x for k, v in rat.items() if k[0] == 16 and k[1] for x in v]
+    paged_long = [x for k, v in rat.items() if k[0] == 1 and not k[1] and k[2] == 8 and k[3] >= 32768 for x in v]
+    paged_4k = [x for k, v in rat.items() if k[0] == 1 and not k[1] and k[2] == 8 and k[3] == 4096 for x in v]
+    faster = sum(x > 1 for x in contiguous1)
+    text = _flat(section)
+    notes = _notes("NOTES-decode.md", "v17 measured")
+    c1, c16, pl = (_span(v, "{:.3f}") for v in (contiguous1, contiguous16, paged_long))
+    assert f"strided at {c1}× the TB/s of runs of tiles at batch 1 (faster on {faster} rows of {len(contiguous1)}" in text
+    assert f"and {c16}× at batch 16" in text
+    assert f"strided at {pl}× in both runs" in text and f"(at 4K keys {_span(paged_4k, '{:.2f}')}×)" in text
+    assert max(paged_long) < 1.0
+    assert f"strided at {c1}× the TB/s of chunks at batch 1 and {c16}× at batch 16" in notes
+    assert f"strided ran at {pl}× in both runs" in notes
+    config_doc = _flat(ROOT.joinpath("src", "attnlab", "gpu", "decode_config.py").read_text())
+    assert (f"at batch 1 at {c1}× the TB/s of runs (decode runs 6 and 7; faster on {faster} rows of {len(contiguous1)}) "
+            f"and at batch 16 at {c16}×, but paged caches at batch 1 with GQA over 32K and 128K keys at {pl}×" in config_doc)
+    docs = _flat((ROOT / "docs" / "decode.md").read_text())
+    assert f"over 32K and 128K keys at {pl}× the TB/s, decode runs 6 and 7" in docs

@@ -243,7 +243,7 @@ def test_gpu_paged_small_pages_take_the_small_config():
     for page_size, name in ((64, "small"), (256, "large")):
         cache = PagedKVCache.from_dense(k, v, seqlens, page_size=page_size, shuffle=True)
         cfg = decode_config_for(q, cache.k_pages[0], block_table=cache.block_table)
-        assert cfg == decode_configs(128)[name]
+        assert cfg == replace(decode_configs(128)[name], order="chunks")  # (paged caches: runs of tiles)
         out_p, lse_p = flash_decode_triton(q, cache.k_pages[0], cache.v_pages[0], cache_seqlens=cache.seqlens,
                                          block_table=cache.block_table, num_splits=3)
         out_c, lse_c = flash_decode_triton(q, k, v, cache_seqlens=seqlens, num_splits=3, config=cfg)
@@ -313,8 +313,10 @@ def test_kernel_config_rule(monkeypatch):
         assert kernel_config(D, batch_heads=128, sms=132) == decode_configs(D)["large"]
         for page_size in (16, 64, 128, 256):
             got = kernel_config(D, batch_heads=128, sms=132, page_size=page_size)
-            assert got == decode_configs(D)["large" if page_size % bns[1] == 0 else "small"]
-            assert kernel_config(D, batch_heads=32, sms=132, page_size=page_size) == decode_configs(D)["small"]
+            want = decode_configs(D)["large" if page_size % bns[1] == 0 else "small"]
+            assert got == replace(want, order="chunks")  # paged: runs of tiles
+            assert kernel_config(D, batch_heads=32, sms=132, page_size=page_size) == replace(
+                decode_configs(D)["small"], order="chunks")
     assert decode_configs(128)["small"].key == (64, 128, 4, 3)
 
 
@@ -432,6 +434,31 @@ def test_split_layout_prefetches_only_where_the_first_tiles_are_known(monkeypatc
     assert decode_plan.split_layout(full, paged=False, device=cuda, **{**kw, "head_dim": 32})[2] == 1
     monkeypatch.setattr(decode_plan, "SPLIT_ORDER", "chunks")
     assert decode_plan.split_layout(full, paged=False, device=cuda, **kw) == (False, 0, 2)
+    monkeypatch.setattr(decode_plan, "SPLIT_ORDER", None)  # the configuration's order
+    assert decode_plan.split_layout(full, paged=True, device=cuda, order="chunks", **kw) == (False, 0, 2)
+    assert decode_plan.split_layout(full, paged=False, device=cuda, order="strided", **kw) == (True, 2, 2)
+    with pytest.raises(ValueError, match="DecodeConfig.order"):
+        decode_plan.split_layout(full, paged=False, device=cuda, order="zigzag", **kw)
+
+
+def test_contiguous_caches_take_the_strided_order_and_paged_ones_chunks():
+    """``kernel_config``: a contiguous cache's splits take every S-th tile, a paged cache's runs of tiles (what
+    measured faster for each); a paged call and a contiguous one given its configuration run the same tiles in the
+    same order, so they agree to the bit."""
+    assert kernel_config(128).order == "strided" and kernel_config(64, batch_heads=4).order == "strided"
+    for page_size in (16, 64, 256):
+        assert kernel_config(128, page_size=page_size).order == "chunks"
+        assert kernel_config(128, batch_heads=512, page_size=page_size).order == "chunks"
+    lens = [70, 3]
+    q, k, v = _inputs(2, 4, 2, 1, 32, 80, torch.bfloat16)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device=DEV)
+    cache = PagedKVCache.from_dense(k, v, seqlens, page_size=16, shuffle=True)
+    pcfg = decode_config_for(q, cache.k_pages[0], cache.block_table)
+    assert pcfg.order == "chunks" and decode_config_for(q, k).order == "strided"
+    out_c = flash_decode_triton(q, k, v, cache_seqlens=seqlens, num_splits=3, config=pcfg)
+    out_p = flash_decode_triton(q, cache.k_pages[0], cache.v_pages[0], cache_seqlens=cache.seqlens,
+                                block_table=cache.block_table, num_splits=3)
+    assert torch.equal(out_p[0], out_c[0]) and torch.equal(out_p[1], out_c[1])
 
 
 @pytest.mark.gpu

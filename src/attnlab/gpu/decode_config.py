@@ -32,7 +32,10 @@ class DecodeConfig:
     loads' cache policy ``evict`` ("" or "evict_first"), and ``fused_merge``: the group's last program
     merges the splits (True) or a second kernel does (False, the default: under CUDA graphs the second
     kernel was faster at every batch-1 shape and split count measured, its merge running one program
-    per query row in parallel where the fused one waits for the last split and merges alone)."""
+    per query row in parallel where the fused one waits for the last split and merges alone). ``order``: how
+    the call's tiles of keys are dealt to its splits, "strided" (split s takes tiles s, s + S, s + 2S, ...)
+    or "chunks" (one run of consecutive tiles each); ``kernel_config`` gives contiguous caches "strided" and
+    paged ones "chunks"."""
 
     block_n: int
     block_d: int
@@ -40,6 +43,7 @@ class DecodeConfig:
     num_stages: int = 3
     evict: str = ""
     fused_merge: bool = False
+    order: str = "strided"
 
     @property
     def key(self) -> tuple[int, int, int, int]:
@@ -81,14 +85,20 @@ def kernel_config(head_dim: int, *, batch_heads: int = 1, sms: int = 132, page_s
     tiles, else ``small``: with 64-key pages every key of a large tile needs its own page id, and the
     large config ran at 3.40–4.07 TB/s against the small one's 3.63–4.45 at B = 16, and at 1.79–3.99
     against 2.55–4.43 at B = 1 (32/32 heads). The interpreter uses 16-key tiles (many tiles on small
-    test shapes) and one stage."""
+    test shapes) and one stage.
+
+    A contiguous cache's splits take their tiles in turn (``order`` "strided"), a paged cache's in runs
+    ("chunks"): on an H200 under CUDA graphs the strided order ran contiguous caches at batch 1 at 0.995–1.049×
+    the TB/s of runs (decode runs 6 and 7; faster on 11 rows of 12) and at batch 16 at 0.993–1.014×, but paged
+    caches at batch 1 with GQA over 32K and 128K keys at 0.921–0.994× (benchmarks/NOTES-decode.md v14 and v17)."""
+    order = "strided" if page_size is None else "chunks"
     if interpret_mode():
-        return DecodeConfig(block_n=16, block_d=triton.next_power_of_2(head_dim), num_stages=1)
+        return DecodeConfig(block_n=16, block_d=triton.next_power_of_2(head_dim), num_stages=1, order=order)
     cfgs = decode_configs(head_dim)
     if page_size is None and head_dim <= 128:
         return cfgs["large"]
     whole_tiles = page_size is None or page_size % cfgs["large"].block_n == 0
-    return cfgs["large" if batch_heads * 2 >= sms and whole_tiles else "small"]
+    return replace(cfgs["large" if batch_heads * 2 >= sms and whole_tiles else "small"], order=order)
 
 
 @functools.cache

@@ -89,28 +89,32 @@ MERGE_TRIGGER = False
 EAGER_FUSED_BELOW_US = 10.0
 
 
-# How a call's tiles of keys are dealt to its splits: "strided" (split s takes tiles s, s + S, s + 2S, ...: its
-# first tile's address does not depend on the sequence's length) or "chunks" (one run of consecutive tiles
-# each). On an H200 under CUDA graphs, in turns in one process (decode-host run 25), strided was faster on three
-# of the five shapes with lengths: 10.9-11.0 against 11.7-11.9 µs at 64/8 heads over 8K keys, 36.6 against 37.1
-# at 32/8 over 32K (D = 128), 21.7-22.0 against 22.4-22.6 at D = 64; level at batch 8 and at 1,024 keys in a 32K
-# cache; 12.9 against 12.7 at 28/4 over 20,000 (run 26 alike). ``PREFETCH_TILES``: how many of each split's first
-# tiles a strided call without a window asks L2 for before its length arrives (contiguous caches on a GPU; 0: none).
-# At batch 1 it was slower on every shape in runs 25 and 26 (one tile by 0.05-6.2 %, two by 3.5-14.2 %), within
-# 0.6 % at batch 8, so it is off. The plans made after a change take it (``clear_plans``).
-SPLIT_ORDER = "strided"
+# How a call's tiles of keys are dealt to its splits: None (the default), as its configuration says
+# (``DecodeConfig.order``: "strided" for contiguous caches, "chunks" for paged ones), or "strided" / "chunks" for
+# every call (an A/B switch). Strided: split s takes tiles s, s + S, s + 2S, ..., so its first tile's address does
+# not depend on the sequence's length; chunks: one run of consecutive tiles each. On an H200 under CUDA graphs, in
+# turns in one process (decode-host run 25), strided was faster on three of the five contiguous shapes with lengths:
+# 10.9-11.0 against 11.7-11.9 µs at 64/8 heads over 8K keys, 36.6 against 37.1 at 32/8 over 32K (D = 128),
+# 21.7-22.0 against 22.4-22.6 at D = 64; level at batch 8 and at 1,024 keys in a 32K cache; 12.9 against 12.7 at 28/4
+# over 20,000 (run 26 alike). ``PREFETCH_TILES``: how many of each split's first tiles a strided call without a
+# window asks L2 for before its length arrives (contiguous caches on a GPU; 0: none). At batch 1 it was slower on
+# every shape in runs 25 and 26 (one tile by 0.05-6.2 %, two by 3.5-14.2 %), within 0.6 % at batch 8, so it is
+# off. The plans made after a change take it (``clear_plans``).
+SPLIT_ORDER: str | None = None
 PREFETCH_TILES = 0
 
 
 def split_layout(mask, *, paged: bool, k_strides: tuple, v_strides: tuple, head_dim: int, itemsize: int,
-                 device) -> tuple[bool, int, int]:
-    """The split kernel's STRIDED, PREFETCH and PF_LINES for a call: ``SPLIT_ORDER``, and ``PREFETCH_TILES``
-    where the first tiles' keys do not depend on the length (strided, no left window edge) and are rows of
-    a contiguous cache (unit stride along D), on a CUDA device outside the interpreter (an inline PTX
-    prefetch); PF_LINES: the 128-byte lines of a key row, rounded up to a power of two."""
-    if SPLIT_ORDER not in ("strided", "chunks"):
-        raise ValueError(f"SPLIT_ORDER must be 'strided' or 'chunks', got {SPLIT_ORDER!r}")
-    strided = SPLIT_ORDER == "strided"
+                 device, order: str = "strided") -> tuple[bool, int, int]:
+    """The split kernel's STRIDED, PREFETCH and PF_LINES for a call: ``SPLIT_ORDER`` or, where it is None, the
+    configuration's ``order``; ``PREFETCH_TILES`` where the first tiles' keys do not depend on the length
+    (strided, no left window edge) and are rows of a contiguous cache (unit stride along D), on a CUDA device
+    outside the interpreter (an inline PTX prefetch); PF_LINES: the 128-byte lines of a key row, rounded up to a
+    power of two."""
+    chosen = SPLIT_ORDER if SPLIT_ORDER is not None else order
+    if chosen not in ("strided", "chunks"):
+        raise ValueError(f"SPLIT_ORDER and DecodeConfig.order must be 'strided' or 'chunks', got {chosen!r}")
+    strided = chosen == "strided"
     lines = triton.next_power_of_2(max(1, -(-head_dim * itemsize // 128)))
     prefetch = PREFETCH_TILES if (strided and mask.left < 0 and not paged and k_strides[-1] == 1
                                   and v_strides[-1] == 1 and device.type == "cuda" and not interpret_mode()) else 0
@@ -286,7 +290,8 @@ class DecodePlan:
         self.counters_ptr = self.counters.data_ptr()
         self.scratch = None
         layout = split_layout(self.mask, paged=self.paged, k_strides=k_strides, v_strides=v_strides, head_dim=D,
-                              itemsize=self.dtype.itemsize, device=self.device)  # STRIDED, PREFETCH, PF_LINES
+                              itemsize=self.dtype.itemsize, device=self.device,
+                              order=cfg.order)  # STRIDED, PREFETCH, PF_LINES
         trigger = MERGE_TRIGGER and self.merge == 1 and merge_pdl(self.device, eager=True) and not interpret_mode()
         self.tail = [*self.q_args, *k_strides, *v_strides, *self.mid_args, capacity, dims.num_pages or 1, S,
                      *self.const_args, self.merge, *self.end_args, triton.next_power_of_2(S), *layout,
