@@ -45,6 +45,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # roofline_columns, also when loaded as a module
+from ab_rounds import turns  # noqa: E402
 from roofline_columns import add_fraction, decode_roofline_ms, percent, preset_for, preset_text  # noqa: E402
 
 import attnlab  # noqa: E402
@@ -449,8 +450,8 @@ def eager_ab_rows(calls: int, rounds: int = 3) -> list[dict]:
 
 def trigger_ab_rows(calls: int, rounds: int = 3) -> list[dict]:
     """Eager and CUDA-graph µs of the library's default call on the batch-1 shapes with the split kernel's early
-    ``launch_dependents`` (``decode_plan.MERGE_TRIGGER``) and without it, alternating (the first way of a round
-    rotating) in ``rounds`` rounds in one process."""
+    ``launch_dependents`` (``decode_plan.MERGE_TRIGGER``) and without it, in turns (``ab_rounds.turns``: reversed
+    every other round) in ``rounds`` rounds in one process."""
     from attnlab.gpu import decode, decode_plan
 
     saved = decode_plan.MERGE_TRIGGER
@@ -464,7 +465,7 @@ def trigger_ab_rows(calls: int, rounds: int = 3) -> list[dict]:
                 return attnlab.flash_decode(q, k, v, cache_seqlens=lens)
 
             for rnd in range(rounds):
-                for on in ((True, False) if rnd % 2 == 0 else (False, True)):
+                for on in turns((True, False), rnd):
                     decode_plan.MERGE_TRIGGER = on
                     decode.clear_plans()
                     fn()

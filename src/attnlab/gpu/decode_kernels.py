@@ -4,8 +4,9 @@
                            sequence once, for all the G = H/Hkv query heads of its GQA group and
                            all Nq queries together — the G·Nq query rows (padded to 16) are the M
                            dimension of ``tl.dot``. A split is whole tiles of keys: every S-th tile
-                           (STRIDED, the default) or one run of them. It writes the split's normalised partial output
-                           and its lse (float32); with S = 1 it writes the final output directly;
+                           (STRIDED: contiguous caches) or one run of them (paged caches). It writes
+                           the split's normalised partial output and its lse (float32); with S = 1 it
+                           writes the final output directly;
                            with MERGE = 2 the group's last program to finish merges all splits.
     _decode_merge_kernel   grid (B·H·Nq,): out = Σ_s e^(lse_s − lse)·o_s with lse = log Σ_s e^lse_s.
                            With ``PDL`` (``decode_plan.MERGE_PDL``: eager calls on Hopper, faster there
