@@ -285,6 +285,16 @@ def test_prefill_run_34_gqa_quotes():
             mhz = [st["sm_mhz"] for r in rows for st in r["gpu_state"]]
             watts = [st["power_w"] for r in rows for st in r["gpu_state"]]
     a, b = spans["34"], spans["31-gqa"]
+    gpu_doc = _flat((ROOT / "docs" / "gpu.md").read_text())
+    r33 = json.loads((DATA / "prefill-h200-run33.json").read_text())["rows"]
+    by33: dict = {}
+    for r in r33:
+        by33.setdefault((r["D"], r["causal"], r["N"], r["pass_"]), {})[r["provider"]] = r
+    s33 = {p: _span([v["sdpa-cudnn"]["ms"] / v["attnlab"]["ms"] for k, v in by33.items() if k[3] == p], "{:.2f}")
+           for p in ("fwd", "fwd_bwd")}
+    d128 = statistics.median(st["sm_mhz"] for r in r33 if r["D"] == 128 for st in r["gpu_state"])
+    assert (f"forward {s33['fwd']}× and forward+backward {s33['fwd_bwd']}×, with GQA {a['fwd']}× and {a['fwd_bwd']}×"
+            in gpu_doc and f"holds about {d128:,.0f} MHz on the D = 128 rows" in gpu_doc)
     assert (f"forward {a['fwd']}×, forward+backward {a['fwd_bwd']}× (run 31-gqa: {b['fwd']}× and {b['fwd_bwd']}×)"
             in text)
     assert (f"median {s['clock_slow']:,.0f} MHz after them against {s['clock_rest']:,.0f} after the others; the clock "
