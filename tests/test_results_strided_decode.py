@@ -166,18 +166,25 @@ def test_decode_sweep_and_main_table_quotes():
     assert f"host time {host['attnlab.flash_decode (plan kept)']:.1f} µs through `attnlab.flash_decode`" in notes
 
 
+def _prefill(run: str) -> tuple[list, dict, dict]:
+    """A prefill run's rows, its rows by (D, causal, N, pass) and provider, and attnlab's speed over cuDNN's by pass
+    as the span the texts quote ("1.01–1.14")."""
+    rows = json.loads((DATA / f"prefill-h200-run{run}.json").read_text())["rows"]
+    by: dict = {}
+    for r in rows:
+        by.setdefault((r["D"], r["causal"], r["N"], r["pass_"]), {})[r["provider"]] = r
+    spans = {p: _span([v["sdpa-cudnn"]["ms"] / v["attnlab"]["ms"] for k, v in by.items() if k[3] == p], "{:.2f}")
+             for p in ("fwd", "fwd_bwd")}
+    return rows, by, spans
+
+
 def test_prefill_run_33_table_and_quotes():
     section = _section(PREFILL)
     out = _run(ROOT / "benchmarks" / "prefill.py", "report", DATA / "prefill-h200-run33.json").strip()
     assert out in section
     text, notes = _flat(section), _notes("NOTES-prefill.md", "v48")
     prefill = load_script("benchmarks/prefill.py")
-    rows = json.loads((DATA / "prefill-h200-run33.json").read_text())["rows"]
-    by: dict = {}
-    for r in rows:
-        by.setdefault((r["D"], r["causal"], r["N"], r["pass_"]), {})[r["provider"]] = r
-    spans = {p: _span([v["sdpa-cudnn"]["ms"] / v["attnlab"]["ms"] for k, v in by.items() if k[3] == p], "{:.2f}")
-             for p in ("fwd", "fwd_bwd")}
+    rows, by, spans = _prefill("33")
     assert min(v["sdpa-cudnn"]["ms"] / v["attnlab"]["ms"] for v in by.values()) > 1.0
     assert f"forward {spans['fwd']}×, forward+backward {spans['fwd_bwd']}×" in text
     assert f"forward {spans['fwd']}×, forward+backward {spans['fwd_bwd']}×" in notes
@@ -269,29 +276,15 @@ def test_prefill_run_34_gqa_quotes():
     assert out in section
     text = _flat(section)
     prefill = load_script("benchmarks/prefill.py")
-    spans = {}
-    for run in ("34", "31-gqa"):
-        rows = json.loads((DATA / f"prefill-h200-run{run}.json").read_text())["rows"]
-        by: dict = {}
-        for r in rows:
-            by.setdefault((r["D"], r["causal"], r["N"], r["pass_"]), {})[r["provider"]] = r
-        assert all(k[1] is not None for k in by)
-        spans[run] = {p: _span([v["sdpa-cudnn"]["ms"] / v["attnlab"]["ms"] for k, v in by.items() if k[3] == p],
-                               "{:.2f}") for p in ("fwd", "fwd_bwd")}
-        if run == "34":
-            assert all(r["Hkv"] * 4 == r["H"] for r in rows)
-            assert min(v["sdpa-cudnn"]["ms"] / v["attnlab"]["ms"] for v in by.values()) > 1.0
-            s = prefill.slow_rounds(rows)
-            mhz = [st["sm_mhz"] for r in rows for st in r["gpu_state"]]
-            watts = [st["power_w"] for r in rows for st in r["gpu_state"]]
-    a, b = spans["34"], spans["31-gqa"]
+    rows, by, a = _prefill("34")
+    b = _prefill("31-gqa")[2]
+    assert all(r["Hkv"] * 4 == r["H"] for r in rows)
+    assert min(v["sdpa-cudnn"]["ms"] / v["attnlab"]["ms"] for v in by.values()) > 1.0
+    s = prefill.slow_rounds(rows)
+    mhz = [st["sm_mhz"] for r in rows for st in r["gpu_state"]]
+    watts = [st["power_w"] for r in rows for st in r["gpu_state"]]
     gpu_doc = _flat((ROOT / "docs" / "gpu.md").read_text())
-    r33 = json.loads((DATA / "prefill-h200-run33.json").read_text())["rows"]
-    by33: dict = {}
-    for r in r33:
-        by33.setdefault((r["D"], r["causal"], r["N"], r["pass_"]), {})[r["provider"]] = r
-    s33 = {p: _span([v["sdpa-cudnn"]["ms"] / v["attnlab"]["ms"] for k, v in by33.items() if k[3] == p], "{:.2f}")
-           for p in ("fwd", "fwd_bwd")}
+    r33, _, s33 = _prefill("33")
     d128 = statistics.median(st["sm_mhz"] for r in r33 if r["D"] == 128 for st in r["gpu_state"])
     assert (f"forward {s33['fwd']}× and forward+backward {s33['fwd_bwd']}×, with GQA {a['fwd']}× and {a['fwd_bwd']}×"
             in gpu_doc and f"holds about {d128:,.0f} MHz on the D = 128 rows" in gpu_doc)
