@@ -471,7 +471,7 @@ def trigger_ab_rows(calls: int, rounds: int = 3) -> list[dict]:
                     fn()
                     plan = next(iter(decode_plan._PLANS.values()))
                     rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "trigger": on, "round": rnd,
-                                 "in_kernel": bool(plan.tail[-1]), "fused": plan.fused,
+                                 "in_kernel": bool(plan.tail[decode_plan.tail_index("TRIGGER")]), "fused": plan.fused,
                                  "eager_us": eager_us(fn, calls=calls // 10), "graph_us": graph_us(fn, calls=50)})
     finally:
         decode_plan.MERGE_TRIGGER = saved
@@ -682,6 +682,88 @@ def order_ab_markdown(rows: list[dict]) -> list[str]:
     return lines
 
 
+MERGE_ARMS = (("merge kernel", False, 1), ("merge kernel", False, None), ("in-kernel", True, 1),
+              ("in-kernel", True, None))  # (merge, decode_config.FUSED_MERGE, decode_plan.MERGE_ROWS)
+
+
+def merge_arm(merge: str, rows) -> str:
+    return f"{merge}, {'1 row' if rows == 1 else 'rows' if rows is None else f'{rows} rows'}"
+
+
+def merge_ab_rows(calls: int, rounds: int = 3, arms=MERGE_ARMS) -> list[dict]:
+    """CUDA-graph and eager µs of the library's default call (with the lengths) on every shape with each way of
+    merging the splits (``arms``: the merge kernel, or the group's last program in the split kernel, on every call —
+    ``decode_config.FUSED_MERGE``, with ``EAGER_FUSED_BELOW_US`` at 0 — each with one query row per round trip or
+    ``merge_rows``' count), and cuDNN's call, in ``rounds`` rounds in one process, the arms' order reversed every
+    other round (``turns``). Each arm's first call is checked against SDPA's math (``max_err``), and its output
+    against the first arm's bit for bit (``same_bits``)."""
+    from attnlab.gpu import decode, decode_config, decode_plan
+
+    saved = decode_config.FUSED_MERGE, decode_plan.MERGE_ROWS, decode_plan.EAGER_FUSED_BELOW_US
+    rows = []
+    try:
+        decode_plan.EAGER_FUSED_BELOW_US = 0.0
+        for shape in SHAPES:
+            B, H, Hkv, L, D = shape
+            q, k, v, lens = inputs(shape)
+            ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
+            cudnn = sdpa_call(q, k, v, "CUDNN_ATTENTION")
+
+            def mine(q=q, k=k, v=v, lens=lens):
+                return attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+
+            for rnd in range(rounds):
+                first = None
+                for merge, fused, merge_rows in turns(arms, rnd):
+                    decode_config.FUSED_MERGE, decode_plan.MERGE_ROWS = fused, merge_rows
+                    decode_config._decode_configs.cache_clear()
+                    decode.clear_plans()
+                    out = mine()[0]
+                    plan = next(iter(decode_plan._PLANS.values()))
+                    same = None if first is None else bool(torch.equal(out, first))
+                    first = out if first is None else first
+                    rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "round": rnd,
+                                 "arm": merge_arm(merge, merge_rows), "merge": plan.merge, "rows": plan.rows,
+                                 "splits": plan.num_splits, "max_err": (out.float() - ref).abs().max().item(),
+                                 "same_bits": same, "graph_us": graph_us(mine, calls=50),
+                                 "eager_us": eager_us(mine, calls=calls // 10)})
+                if cudnn is not None:
+                    rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "round": rnd, "arm": "sdpa-cudnn",
+                                 "graph_us": graph_us(cudnn, calls=50), "eager_us": eager_us(cudnn, calls=calls // 10)})
+    finally:
+        decode_config.FUSED_MERGE, decode_plan.MERGE_ROWS, decode_plan.EAGER_FUSED_BELOW_US = saved
+        decode_config._decode_configs.cache_clear()
+        decode.clear_plans()
+    return rows
+
+
+def merge_ab_markdown(rows: list[dict]) -> list[str]:
+    """Each arm's CUDA-graph and eager µs by round, their medians' ratio to cuDNN's (cuDNN µs / arm µs: above 1 is
+    faster than cuDNN), eager over graph, the rows per round trip, and the output checks."""
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r["B"], r["H"], r["Hkv"], r["L"], r["D"]), {}).setdefault(r["arm"], []).append(r)
+    lines = ["| B | H/Hkv | L | D | arm | rows | graph µs (by round) | × cuDNN | eager µs (by round) | × cuDNN | "
+             "eager / graph | max err | bits as arm 1 |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (B, H, Hkv, L, D), arms in groups.items():
+        cudnn = arms.get("sdpa-cudnn")
+        cg = statistics.median(r["graph_us"] for r in cudnn) if cudnn else None
+        ce = statistics.median(r["eager_us"] for r in cudnn) if cudnn else None
+        for arm, rs in arms.items():
+            g = statistics.median(r["graph_us"] for r in rs)
+            e = statistics.median(r["eager_us"] for r in rs)
+            peer = arm == "sdpa-cudnn"
+            same = [r["same_bits"] for r in rs if r.get("same_bits") is not None]
+            graphs = " / ".join(f"{r['graph_us']:.2f}" for r in rs)
+            eagers = " / ".join(f"{r['eager_us']:.2f}" for r in rs)
+            err = "—" if peer else f"{max(r['max_err'] for r in rs):.1e}"
+            bits = "—" if peer or not same else ("yes" if all(same) else "no")
+            lines.append(f"| {B} | {H}/{Hkv} | {L} | {D} | {arm} | {'—' if peer else rs[0]['rows']} | {graphs} | "
+                         f"{f'{cg / g:.3f}' if cg and not peer else '—'} | {eagers} | "
+                         f"{f'{ce / e:.3f}' if ce and not peer else '—'} | {e / g:.2f} | {err} | {bits} |")
+    return lines
+
+
 def sweep_rows() -> list[dict]:
     """CUDA-graph µs of the small-batch shapes for each configuration and split count, beside the
     split count the model picks: is a gap to cuDNN the kernel or the choice?"""
@@ -794,6 +876,10 @@ def markdown(result: dict) -> str:
         lines += ["", "Tiles dealt to splits in one run each (chunks) or in turn (strided), and strided with each split's "
                       "first tiles prefetched into L2 before the length arrives; CUDA graphs, arms in turns:", ""]
         lines += order_ab_markdown(result["order_ab"])
+    if result.get("merge_ab"):
+        lines += ["", "The splits merged by the merge kernel or by the group's last program in the split kernel, one "
+                      "query row per round trip or several; arms in turns, cuDNN in every round:", ""]
+        lines += merge_ab_markdown(result["merge_ab"])
     if result.get("sweep"):
         lines += ["", "CUDA-graph µs per split count and configuration (* the model's pick):", ""]
         groups: dict = {}
@@ -834,6 +920,9 @@ def main(argv=None) -> int:
     ap.add_argument("--order-ab", action="store_true",
                     help="also time the ways of dealing tiles to splits (chunks, strided, strided with prefetch) under "
                          "CUDA graphs, in turns, with cuDNN in every round")
+    ap.add_argument("--merge-ab", action="store_true",
+                    help="also time the merge kernel and the in-kernel merge, one query row per round trip or several, "
+                         "under CUDA graphs and eagerly, in turns, with cuDNN in every round")
     ap.add_argument("--report", type=Path, metavar="JSON",
                     help="print the tables of a recorded run (with the roofline columns; no GPU needed) and exit")
     ap.add_argument("--fused-merge", action="store_true",
@@ -906,6 +995,8 @@ def main(argv=None) -> int:
         result["eager_ab"] = eager_ab_rows(args.calls)
     if args.order_ab:
         result["order_ab"] = order_ab_rows()
+    if args.merge_ab:
+        result["merge_ab"] = merge_ab_rows(args.calls)
     if args.trigger_ab:
         result["trigger_ab"] = trigger_ab_rows(args.calls)
     if args.timeline:

@@ -71,3 +71,24 @@ def test_decode_compare_puts_two_runs_side_by_side():
     assert "| 1 | 32/8 | 4096 | attnlab | 2.00 | 2.50 | 1.250 | 2.80 |" in md
     assert "| 1 | 32/8 | 4096 | paged64 | 1.00 | 0.90 | 0.900 | 2.80 |" in md
     assert "sdpa" not in md.split("| call |")[1].replace("cuDNN", "") and "| 16 |" not in md  # own rows in both only
+
+
+def test_merge_ab_markdown_takes_medians_ratios_and_bit_checks():
+    """``merge_ab_markdown``: each arm's rounds, the median's ratio to cuDNN's median (cuDNN µs / arm µs), eager over
+    graph, the largest error and whether every round's output equalled the first arm's."""
+    rows = []
+    for rnd, (g, e) in enumerate(((20.0, 30.0), (22.0, 24.0), (21.0, 26.0))):
+        base = {"B": 1, "H": 32, "Hkv": 8, "L": 32768, "D": 64, "round": rnd}
+        rows.append({**base, "arm": "merge kernel, 1 row", "rows": 1, "max_err": 1e-3, "same_bits": None,
+                     "graph_us": g, "eager_us": e})
+        rows.append({**base, "arm": "in-kernel, rows", "rows": 4, "max_err": 2e-3 * (rnd + 1),
+                     "same_bits": rnd != 1, "graph_us": g + 1, "eager_us": g + 2})
+        rows.append({**base, "arm": "sdpa-cudnn", "graph_us": 21.0 + rnd, "eager_us": 30.0})
+    lines = host.merge_ab_markdown(rows)
+    body = {ln.split(" | ")[4]: ln.split(" | ") for ln in lines[2:]}
+    kernel, fused, cudnn = body["merge kernel, 1 row"], body["in-kernel, rows"], body["sdpa-cudnn"]
+    assert kernel[6] == "20.00 / 22.00 / 21.00" and kernel[7] == f"{22.0 / 21.0:.3f}"
+    assert kernel[9] == f"{30.0 / 26.0:.3f}" and kernel[10] == f"{26.0 / 21.0:.2f}" and kernel[12] == "— |"
+    assert fused[5] == "4" and fused[7] == f"{22.0 / 22.0:.3f}" and fused[8] == "22.00 / 24.00 / 23.00"
+    assert fused[11] == "6.0e-03" and fused[12] == "no |"
+    assert cudnn[5] == "—" and cudnn[7] == "—" and cudnn[11] == "—"

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import attnlab
+from attnlab.reference import attention_ref
 
 pytest.importorskip("triton")
 from attnlab.gpu import decode  # noqa: E402
@@ -433,6 +434,61 @@ def test_eager_calls_of_a_small_plan_merge_in_the_split_kernel_and_give_the_same
     decode.clear_plans()
 
 
+@pytest.mark.parametrize("rows,H_,Nq", [(1, 4, 2), (2, 6, 1), (2, 4, 2), (4, 8, 1), (1, 16, 1), (None, 12, 1)])
+def test_the_merge_takes_rows_in_any_chunks_with_the_same_bits(monkeypatch, rows, H_, Nq):
+    """``MERGE_ROWS`` query rows per round trip, in the merge kernel's programs and in the in-kernel merge alike:
+    chunks that split a K/V head's G·Nq rows unevenly (3 rows by 2), the unrolled loop and the one that is not
+    (16 rows one at a time), and a last merge-kernel program with fewer rows than the others. The two merges
+    give the same bits, and match the reference, with a sequence so short that most splits are empty."""
+    from attnlab.gpu import decode_plan
+
+    monkeypatch.setattr(decode_plan, "MERGE_ROWS", rows)
+    q = torch.randn(B, H_, Nq, D, dtype=torch.bfloat16, device=DEV)
+    k, v = (torch.randn(B, HKV, 600, D, dtype=torch.bfloat16, device=DEV) for _ in range(2))
+    lens = torch.tensor([600, 9], dtype=torch.int32, device=DEV)
+    monkeypatch.setattr(decode_plan, "eager_fused", lambda nbytes, device: False)
+    want = _fresh(q, k, v, cache_seqlens=lens, num_splits=5)
+    decode.clear_plans()
+    monkeypatch.setattr(decode_plan, "eager_fused", lambda nbytes, device: True)
+    decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=5)  # the pair, then the in-kernel merge
+    (plan,) = decode_plan._PLANS.values()
+    G = H_ // HKV
+    assert plan.fused and plan.rows == (rows or decode_plan.merge_rows(G * Nq, 8, plan.cfg.block_d,
+                                                                      plan.cfg.num_warps))
+    assert plan.merge_launch.grid[0] == -(-B * H_ * Nq // plan.rows)
+    got = decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=5)
+    _same(got, want)
+    for b, n in enumerate(lens.tolist()):  # the float64 oracle on each sequence's own keys
+        o64, l64 = attention_ref(q[b:b + 1].double(), k[b:b + 1, :, :n].double(), v[b:b + 1, :, :n].double(),
+                                 causal=True)
+        assert (got[0][b:b + 1].double() - o64).abs().max() < 2e-2
+        assert (got[1][b:b + 1].double() - l64).abs().max() < 1e-3
+    decode.clear_plans()
+
+
+def test_merge_rows_fill_the_registers_given_and_refuse_what_is_not_a_power_of_two(monkeypatch):
+    """``merge_rows``: the group's rows rounded up to a power of two, no more than fit
+    ``MERGE_FLOATS_PER_THREAD`` floats of partials per thread, at least one; a forced ``MERGE_ROWS`` is taken
+    as it is, and one that is not a power of two is refused."""
+    from attnlab.gpu import decode_plan
+
+    per = decode_plan.MERGE_FLOATS_PER_THREAD
+    assert decode_plan.merge_rows(4, 16, 64, 4) == 4  # 4·16·64 floats over 128 threads: 32 each
+    assert decode_plan.merge_rows(3, 16, 64, 4) == 4
+    assert decode_plan.merge_rows(7, 32, 128, 4) == per * 128 // (32 * 128) == 4
+    assert decode_plan.merge_rows(64, 16, 64, 4) == per * 128 // (16 * 64) == 16
+    assert decode_plan.merge_rows(64, 16, 64, 8) == 32  # twice the threads, twice the rows
+    assert decode_plan.merge_rows(8, 256, 256, 4) == 1  # one row's partials alone overflow: one row
+    assert decode_plan.merge_rows(5, 8, 64, 4) == 8
+    monkeypatch.setattr(decode_plan, "MERGE_FLOATS_PER_THREAD", 48)  # 48·128 // (16·64) = 6: the power of two below
+    assert decode_plan.merge_rows(16, 16, 64, 4) == 4
+    monkeypatch.setattr(decode_plan, "MERGE_ROWS", 2)
+    assert decode_plan.merge_rows(16, 16, 64, 4) == 2
+    monkeypatch.setattr(decode_plan, "MERGE_ROWS", 3)
+    with pytest.raises(ValueError, match="power of two"):
+        decode_plan.merge_rows(16, 16, 64, 4)
+
+
 def test_eager_calls_take_the_dependent_merge_launch_after_the_first_call(monkeypatch):
     """With the merge kernel's eager launch a programmatic dependent one (``merge_pdl(..., eager=True)``,
     pretended here; the interpreter runs no such launch, so the eager Launcher is the plain kernel, counted):
@@ -541,7 +597,7 @@ def test_eager_dependent_merge_launches_and_a_graph_give_the_same_bits():
     assert "launch_pdl" not in plan.merge_launch.options
     if hopper:
         assert plan.pdl_launch.compiled is not None and plan.pdl_launch is not plan.merge_launch
-    assert plan.tail[-1] == (hopper and decode_plan.MERGE_TRIGGER)  # the split kernel lets the PDL merge start early
+    assert plan.tail[decode_plan.tail_index("TRIGGER")] == (hopper and decode_plan.MERGE_TRIGGER)  # the split kernel lets the PDL merge start early
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g, stream=s):
         out, lse = attnlab.flash_decode(q, k, v, cache_seqlens=lens)
@@ -571,7 +627,7 @@ def test_the_merge_trigger_changes_no_bit(monkeypatch):
         outs = [attnlab.flash_decode(q, k, v, cache_seqlens=lens) for _ in range(3)]  # the first plain, then PDL
         (plan,) = decode_plan._PLANS.values()
         assert plan.merge == 1 and not plan.fused
-        assert plan.tail[-1] == (trigger and torch.cuda.get_device_capability()[0] >= 9)
+        assert plan.tail[decode_plan.tail_index("TRIGGER")] == (trigger and torch.cuda.get_device_capability()[0] >= 9)
         for o in outs[1:]:
             _same(o, outs[0])
         got[trigger] = outs[-1]

@@ -7,8 +7,11 @@
                            (STRIDED: contiguous caches) or one run of them (paged caches). It writes
                            the split's normalised partial output and its lse (float32); with S = 1 it
                            writes the final output directly;
-                           with MERGE = 2 the group's last program to finish merges all splits.
-    _decode_merge_kernel   grid (B·H·Nq,): out = Σ_s e^(lse_s − lse)·o_s with lse = log Σ_s e^lse_s.
+                           with MERGE = 2 the group's last program to finish merges all splits,
+                           MERGE_ROWS query rows per round trip.
+    _decode_merge_kernel   grid (⌈B·H·Nq / ROWS⌉,): out = Σ_s e^(lse_s − lse)·o_s with lse = log Σ_s e^lse_s,
+                           ROWS query rows per program, every split of each loaded at once (``_merge_rows``,
+                           the in-kernel merge's arithmetic: the same bits).
                            With ``PDL`` (``decode_plan.MERGE_PDL``: eager calls on Hopper, faster there
                            on an H200, slower under graphs) it is a programmatic dependent launch: its programs may
                            start as the split kernel ends and wait (``griddepcontrol.wait``) for its writes;
@@ -75,6 +78,7 @@ def _decode_split_kernel(
     PREFETCH: tl.constexpr = 0,  # STRIDED, no window, contiguous cache: the first tiles' L2 prefetches
     PF_LINES: tl.constexpr = 1,  # 128-byte lines per key row to prefetch (a power of two)
     TRIGGER: tl.constexpr = False,  # let a merge kernel launched as a PDL start now (it still waits for our writes)
+    MERGE_ROWS: tl.constexpr = 1,  # MERGE = 2: the group's rows merged per round trip (the merge kernel's ROWS)
 ):
     if TRIGGER:
         gdc_launch_dependents()
@@ -220,56 +224,69 @@ def _decode_split_kernel(
             cnt = COUNTERS + b * tl.num_programs(1) + hkv
             done = tl.atomic_add(cnt, 1, sem="acq_rel")
             if done == NUM_SPLITS - 1:
-                # -- ⊕ over the splits, one query row at a time with all its splits loaded at once (one
-                # round trip per row, not one per split): the merge kernel's arithmetic, row for row
+                # -- ⊕ over the splits, MERGE_ROWS of the group's rows at a time with all their splits loaded at
+                # once (one round trip per MERGE_ROWS rows): the merge kernel's arithmetic, row for row
                 row0 = ((b * H + hkv * G) * NQ).to(tl.int64)  # the group's rows are consecutive
-                out_b = OUT + b.to(tl.int64) * stride_ob
-                if G * NQ <= 16:  # unrolled: the rows' loads need not wait for each other
-                    for r in tl.static_range(G * NQ):
-                        _merge_row(O_PART, LSE_PART, out_b, LSE, row0 + r, hkv * G + r // NQ, r % NQ,
-                                   stride_oh, stride_om, stride_od, D, NUM_SPLITS, BLOCK_S, BLOCK_D)
+                if (G * NQ + MERGE_ROWS - 1) // MERGE_ROWS <= 8:  # unrolled
+                    for c in tl.static_range((G * NQ + MERGE_ROWS - 1) // MERGE_ROWS):
+                        _merge_rows(O_PART, LSE_PART, OUT, LSE, row0 + c * MERGE_ROWS, G * NQ - c * MERGE_ROWS, H,
+                                    stride_ob, stride_oh, stride_om, stride_od, D, NUM_SPLITS, NQ, MERGE_ROWS,
+                                    BLOCK_S, BLOCK_D)
                 else:
-                    for r in range(0, G * NQ):
-                        _merge_row(O_PART, LSE_PART, out_b, LSE, row0 + r, hkv * G + r // NQ, r % NQ,
-                                   stride_oh, stride_om, stride_od, D, NUM_SPLITS, BLOCK_S, BLOCK_D)
-                tl.atomic_xchg(cnt, 0)  # ready for the next call on this stream
+                    for c in range(0, (G * NQ + MERGE_ROWS - 1) // MERGE_ROWS):
+                        _merge_rows(O_PART, LSE_PART, OUT, LSE, row0 + c * MERGE_ROWS, G * NQ - c * MERGE_ROWS, H,
+                                    stride_ob, stride_oh, stride_om, stride_od, D, NUM_SPLITS, NQ, MERGE_ROWS,
+                                    BLOCK_S, BLOCK_D)
+                # ready for the next call on this stream (relaxed: the kernel's end orders it before the next launch)
+                tl.atomic_xchg(cnt, 0, sem="relaxed")
 
 
 @triton.jit
-def _merge_row(O_PART, LSE_PART, OUT_B, LSE, row, head, qi, stride_oh, stride_om, stride_od, D, NUM_SPLITS,
-               BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
-    """⊕ of one query row's splits (``row``: (b·H + head)·NQ + qi), all of them loaded at once — the merge
-    kernel's arithmetic — stored to out[b, head, qi] (``OUT_B``: out of sequence b) and lse[row]."""
+def _merge_rows(O_PART, LSE_PART, OUT, LSE, row0, nrows, H, stride_ob, stride_oh, stride_om, stride_od, D, NUM_SPLITS,
+                NQ: tl.constexpr, ROWS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
+    """⊕ of the splits of query rows row0, ..., row0 + min(ROWS, nrows) − 1 (row (b·H + head)·NQ + qi), every
+    row's splits loaded at once — one round trip for all ROWS rows — stored to out[b, head, qi] and lse[row].
+    Each row's numbers depend only on its own splits and on ROWS, BLOCK_S, BLOCK_D and the warps (the layout),
+    not on which rows share the call: the merge kernel and the in-kernel merge give the same bits."""
+    offs_r = tl.arange(0, ROWS)
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, BLOCK_D)
+    r_ok = offs_r < nrows
     s_ok = offs_s < NUM_SPLITS
     d_ok = offs_d < D
-    lse_s = tl.load(LSE_PART + row * NUM_SPLITS + offs_s, mask=s_ok, other=float("-inf"), cache_modifier=".cg")
-    o_s = tl.load(O_PART + (row * NUM_SPLITS + offs_s)[:, None] * D + offs_d[None, :],
-                  mask=s_ok[:, None] & d_ok[None, :], other=0.0, cache_modifier=".cg")
-    m = tl.max(lse_s, 0)
+    rows = row0 + offs_r  # int64
+    at = rows[:, None] * NUM_SPLITS + offs_s[None, :]  # (ROWS, BLOCK_S): the splits' partials of each row
+    rs_ok = r_ok[:, None] & s_ok[None, :]
+    lse_s = tl.load(LSE_PART + at, mask=rs_ok, other=float("-inf"), cache_modifier=".cg")
+    o_s = tl.load(O_PART + at[:, :, None] * D + offs_d[None, None, :], mask=rs_ok[:, :, None] & d_ok[None, None, :],
+                  other=0.0, cache_modifier=".cg")  # (ROWS, BLOCK_S, BLOCK_D)
+    m = tl.max(lse_s, 1)
     m_base = tl.where(m == float("-inf"), 0.0, m)
-    w = tl.exp(lse_s - m_base)
-    denom = tl.sum(w, 0)
+    w = tl.exp(lse_s - m_base[:, None])
+    denom = tl.sum(w, 1)
     empty = denom == 0.0
-    o = tl.sum(w[:, None] * o_s, 0) / tl.where(empty, 1.0, denom)
+    o = tl.sum(w[:, :, None] * o_s, 1) / tl.where(empty, 1.0, denom)[:, None]
     lse = tl.where(empty, float("-inf"), m_base + tl.log(tl.where(empty, 1.0, denom)))
-    tl.store(OUT_B + head * stride_oh + qi * stride_om + offs_d * stride_od, o.to(OUT_B.dtype.element_ty),
-             mask=d_ok)
-    tl.store(LSE + row, lse)
+    b = rows // (H * NQ)
+    head = (rows // NQ) % H
+    qi = rows % NQ
+    o_ptrs = OUT + b[:, None] * stride_ob + head[:, None] * stride_oh + qi[:, None] * stride_om \
+        + offs_d[None, :] * stride_od
+    tl.store(o_ptrs, o.to(OUT.dtype.element_ty), mask=r_ok[:, None] & d_ok[None, :])
+    tl.store(LSE + rows, lse, mask=r_ok)
 
 
 @triton.jit
 def _decode_merge_kernel(
     O_PART, LSE_PART, OUT, LSE,
     stride_ob, stride_oh, stride_om, stride_od,
-    H, D, NUM_SPLITS,
+    H, D, NUM_SPLITS, NUM_ROWS,
     NQ: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
     PDL: tl.constexpr = False,  # launched as a programmatic dependent launch: wait for the split kernel's writes
+    ROWS: tl.constexpr = 1,  # query rows per program (NUM_ROWS = B·H·NQ in all)
 ):
-    row = tl.program_id(0)  # (b·H + head)·NQ + qi
-    b = row // (H * NQ)
+    row0 = tl.program_id(0).to(tl.int64) * ROWS  # rows (b·H + head)·NQ + qi, ROWS of them
     if PDL:  # this program may start while the split kernel's last programs run: its partials come after
         gdc_wait()
-    _merge_row(O_PART, LSE_PART, OUT + b.to(tl.int64) * stride_ob, LSE, row.to(tl.int64), (row // NQ) % H,
-               row % NQ, stride_oh, stride_om, stride_od, D, NUM_SPLITS, BLOCK_S, BLOCK_D)
+    _merge_rows(O_PART, LSE_PART, OUT, LSE, row0, NUM_ROWS - row0, H, stride_ob, stride_oh, stride_om, stride_od, D,
+                NUM_SPLITS, NQ, ROWS, BLOCK_S, BLOCK_D)

@@ -79,7 +79,7 @@ MERGE_TRIGGER = False
 
 
 # Eager calls of a plan whose K/V read takes less than this many µs at the GPU preset's bandwidth merge the
-# splits inside the split kernel (one launch instead of two, ``_merge_row`` in both: the same numbers to the
+# splits inside the split kernel (one launch instead of two, ``_merge_rows`` in both: the same numbers to the
 # bit), while a CUDA graph being captured takes the merge kernel. A launch costs a call ~6-9 µs of host
 # time, while the in-kernel merge costs 3-8 µs of GPU time on these shapes. On an H200, the two ways
 # alternating in one process (decode-host runs 17 and 18), eager calls took 21.0-35.0 against 25.8-44.6 µs
@@ -102,6 +102,30 @@ EAGER_FUSED_BELOW_US = 10.0
 # off. The plans made after a change take it (``clear_plans``).
 SPLIT_ORDER: str | None = None
 PREFETCH_TILES = 0
+
+# Query rows merged per round trip, by the merge kernel's programs and the in-kernel merge alike (``_merge_rows``: both
+# kernels take the same count, so their bits agree): None, as many of a K/V head's G·Nq rows as fit
+# ``MERGE_FLOATS_PER_THREAD`` floats of partials per thread (``merge_rows``); an int, that many (a power of two: 1 is
+# one row at a time, as before v18).
+MERGE_ROWS: int | None = None
+MERGE_FLOATS_PER_THREAD = 128
+
+
+def merge_rows(group_rows: int, block_s: int, block_d: int, num_warps: int) -> int:
+    """How many query rows a merge takes per round trip (``MERGE_ROWS``): the group's ``group_rows`` (G·Nq) rounded
+    up to a power of two, but no more than keep each row's ``block_s`` × ``block_d`` partials within
+    ``MERGE_FLOATS_PER_THREAD`` floats per thread of ``num_warps`` warps; at least 1."""
+    if MERGE_ROWS is not None:
+        if MERGE_ROWS < 1 or MERGE_ROWS & (MERGE_ROWS - 1):
+            raise ValueError(f"MERGE_ROWS must be None or a power of two >= 1, got {MERGE_ROWS!r}")
+        return MERGE_ROWS
+    fit = max(1, MERGE_FLOATS_PER_THREAD * 32 * num_warps // (block_s * block_d))
+    return max(1, min(triton.next_power_of_2(max(group_rows, 1)), 1 << (fit.bit_length() - 1)))
+
+
+def tail_index(name: str) -> int:
+    """Where the split kernel's argument ``name`` sits in a plan's ``tail`` (the arguments after its 11 pointers)."""
+    return _decode_split_kernel.arg_names.index(name) - 11
 
 
 def split_layout(mask, *, paged: bool, k_strides: tuple, v_strides: tuple, head_dim: int, itemsize: int,
@@ -293,9 +317,10 @@ class DecodePlan:
                               itemsize=self.dtype.itemsize, device=self.device,
                               order=cfg.order)  # STRIDED, PREFETCH, PF_LINES
         trigger = MERGE_TRIGGER and self.merge == 1 and merge_pdl(self.device, eager=True) and not interpret_mode()
+        self.rows = merge_rows((H // Hkv) * Nq, triton.next_power_of_2(S), cfg.block_d, cfg.num_warps)
         self.tail = [*self.q_args, *k_strides, *v_strides, *self.mid_args, capacity, dims.num_pages or 1, S,
                      *self.const_args, self.merge, *self.end_args, triton.next_power_of_2(S), *layout,
-                     trigger]  # BLOCK_S, STRIDED, PREFETCH, PF_LINES, TRIGGER
+                     trigger, self.rows]  # BLOCK_S, STRIDED, PREFETCH, PF_LINES, TRIGGER, MERGE_ROWS
         self.merge_at = len(self.q_args) + 8 + len(self.mid_args) + 3 + len(self.const_args)  # where MERGE sits
         assert _decode_split_kernel.arg_names[11 + self.merge_at] == "MERGE"
         assert len(self.tail) + 11 == len(_decode_split_kernel.arg_names)
@@ -319,9 +344,10 @@ class DecodePlan:
         dependent launch with ``pdl`` (a compile option: a compiled kernel of its own)."""
         B, H, Nq, D = self.shape
         S, cfg = self.num_splits, self.cfg
-        tail = [H * Nq * D, Nq * D, D, 1, H, D, S, Nq, triton.next_power_of_2(S), cfg.block_d, pdl]
-        return tail, Launcher(_decode_merge_kernel, (B * H * Nq, 1, 1), num_warps=cfg.num_warps, num_stages=3,
-                              launch_pdl=pdl)
+        tail = [H * Nq * D, Nq * D, D, 1, H, D, S, B * H * Nq, Nq, triton.next_power_of_2(S), cfg.block_d, pdl,
+                self.rows]
+        return tail, Launcher(_decode_merge_kernel, (-(-B * H * Nq // self.rows), 1, 1), num_warps=cfg.num_warps,
+                              num_stages=3, launch_pdl=pdl)
 
     def _fused_launcher(self) -> None:
         """With ``fused``: ``tail`` with MERGE = 2 (``fused_tail``) and the launcher of that build."""
@@ -329,7 +355,7 @@ class DecodePlan:
             return
         tail = self.tail.copy()
         tail[self.merge_at] = 2  # MERGE
-        tail[-1] = False  # TRIGGER: no merge kernel follows
+        tail[tail_index("TRIGGER")] = False  # no merge kernel follows
         self.fused_tail = tail
         spec = (*self.split_spec, "fused")
         self.fused_split = self.launcher_memo.get(spec)
