@@ -818,8 +818,10 @@ def markdown(result: dict) -> str:
     result = with_roofline(result, gpu)
     merged = ", splits merged inside the split kernel" if result.get("fused_merge") else ""
     if "eager_fused_below_us" in result:
-        merged += (f", eager calls reading K/V in under {result['eager_fused_below_us']:g} µs merge inside the split "
-                   "kernel" if result["eager_fused_below_us"] > 0 else ", eager calls launch the merge kernel")
+        below = result["eager_fused_below_us"]  # None: no bound (every eager call)
+        merged += (", eager calls merge inside the split kernel" if below is None else
+                   f", eager calls reading K/V in under {below:g} µs merge inside the split kernel" if below > 0
+                   else ", eager calls launch the merge kernel")
     lines = [f"{result['gpu']}, torch {result['torch']}, triton {result['triton']}, bf16{merged}", "",
              "| floor | host µs/call |", "|---|---|"]
     lines += [f"| {k} | {v:.1f} |" for k, v in result["floors"].items()]
@@ -892,10 +894,12 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _eager_fused_below() -> float:
+def _eager_fused_below() -> float | None:
+    """``decode_plan.EAGER_FUSED_BELOW_US`` as the JSON records it: None where it has no bound (inf)."""
     from attnlab.gpu import decode_plan
 
-    return decode_plan.EAGER_FUSED_BELOW_US
+    below = decode_plan.EAGER_FUSED_BELOW_US
+    return None if below == float("inf") else below
 
 
 def main(argv=None) -> int:
@@ -930,7 +934,7 @@ def main(argv=None) -> int:
                          "decode_config.FUSED_MERGE) instead of by the merge kernel")
     ap.add_argument("--eager-fused-below", type=float, metavar="US",
                     help="decode_plan.EAGER_FUSED_BELOW_US for this run: eager calls whose K/V read takes less "
-                         "than US µs at the GPU's bandwidth merge in the split kernel (0: never)")
+                         "than US µs at the GPU's bandwidth merge in the split kernel (0: never; inf: every call, the default)")
     ap.add_argument("--breakdown", action="store_true",
                     help="only the steps of a kept plan's call, each timed alone in interleaved rounds, and a "
                          "cProfile of planned calls (no floors, no speed rows)")

@@ -527,30 +527,36 @@ def test_eager_calls_take_the_dependent_merge_launch_after_the_first_call(monkey
 
 
 def test_eager_fused_takes_small_reads_on_cuda_only(monkeypatch):
-    """``eager_fused``: the K/V bytes at the preset's bandwidth against ``EAGER_FUSED_BELOW_US``; never
-    off CUDA or in the interpreter, and never with the threshold at 0."""
+    """``eager_fused``: the K/V bytes at the preset's bandwidth against ``EAGER_FUSED_BELOW_US`` (every read by
+    default); never off CUDA or in the interpreter, and never with the threshold at 0."""
+    import math
+
     from attnlab.gpu import decode_plan
 
-    assert decode_plan.EAGER_FUSED_BELOW_US > 0
+    assert decode_plan.EAGER_FUSED_BELOW_US == math.inf
     assert not decode_plan.eager_fused(1.0, torch.device("cpu"))
+    assert decode_plan.read_us(1.0, torch.device("cpu")) is None
     if torch.cuda.is_available() and not decode_plan.interpret_mode():
         dev = torch.device("cuda", torch.cuda.current_device())
         bw = decode_plan.gpu_for_device(dev.index).hbm_bw
-        us = decode_plan.EAGER_FUSED_BELOW_US
-        assert decode_plan.eager_fused(0.9 * us * 1e-6 * bw, dev)
-        assert not decode_plan.eager_fused(1.1 * us * 1e-6 * bw, dev)
+        assert decode_plan.read_us(bw * 1e-6, dev) == pytest.approx(1.0)
+        assert decode_plan.eager_fused(1e15, dev)  # a petabyte: still one launch
+        monkeypatch.setattr(decode_plan, "EAGER_FUSED_BELOW_US", 10.0)
+        assert decode_plan.eager_fused(0.9 * 10e-6 * bw, dev)
+        assert not decode_plan.eager_fused(1.1 * 10e-6 * bw, dev)
         monkeypatch.setattr(decode_plan, "EAGER_FUSED_BELOW_US", 0.0)
         assert not decode_plan.eager_fused(1.0, dev)
 
 
 @pytest.mark.gpu
-def test_a_fused_plan_is_captured_with_the_merge_kernel_and_gives_eager_bits():
-    """On the GPU a small decode call is ``fused``: eager calls launch once, a CUDA graph captured after
+@pytest.mark.parametrize("L", [512, 32768])
+def test_a_fused_plan_is_captured_with_the_merge_kernel_and_gives_eager_bits(L):
+    """On the GPU a decode call of any size is ``fused``: eager calls launch once, a CUDA graph captured after
     them holds the split and merge kernels, and the replay equals the eager call to the bit."""
     from attnlab.gpu import decode_plan
 
-    q, k, v = _cache(L=512, D=128)
-    lens = torch.tensor([512, 300], dtype=torch.int32, device=DEV)
+    q, k, v = _cache(L=L, D=128)
+    lens = torch.tensor([L, L * 3 // 5], dtype=torch.int32, device=DEV)
     decode.clear_plans()
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -574,11 +580,14 @@ def test_a_fused_plan_is_captured_with_the_merge_kernel_and_gives_eager_bits():
 
 
 @pytest.mark.gpu
-def test_eager_dependent_merge_launches_and_a_graph_give_the_same_bits():
-    """On the GPU a decode call too large to merge in its split kernel launches the merge kernel plainly on its
-    first call and, on Hopper, as a programmatic dependent launch on later eager calls (``MERGE_PDL``); a
-    CUDA graph captured after them takes the plain launch, and its replay equals the eager call to the bit."""
+def test_eager_dependent_merge_launches_and_a_graph_give_the_same_bits(monkeypatch):
+    """On the GPU a decode call that does not merge in its split kernel (``EAGER_FUSED_BELOW_US`` at 0 here: by
+    default every eager call does) launches the merge kernel plainly on its first call and, on Hopper, as a
+    programmatic dependent launch on later eager calls (``MERGE_PDL``); a CUDA graph captured after them takes the
+    plain launch, and its replay equals the eager call to the bit."""
     from attnlab.gpu import decode_plan
+
+    monkeypatch.setattr(decode_plan, "EAGER_FUSED_BELOW_US", 0.0)
 
     q = torch.randn(1, 32, 1, 128, dtype=torch.bfloat16, device=DEV)
     k, v = (torch.randn(1, 8, 32768, 128, dtype=torch.bfloat16, device=DEV) for _ in range(2))
@@ -614,10 +623,13 @@ def test_eager_dependent_merge_launches_and_a_graph_give_the_same_bits():
 @pytest.mark.gpu
 def test_the_merge_trigger_changes_no_bit(monkeypatch):
     """The split kernel's early ``launch_dependents`` (``MERGE_TRIGGER``) only lets the PDL merge kernel start sooner:
-    eager calls with it and without it give the same bits, on lengths that cut tiles."""
+    eager calls with it and without it give the same bits, on lengths that cut tiles (with the merge kernel on every
+    call: ``EAGER_FUSED_BELOW_US`` at 0)."""
     from attnlab.gpu import decode_plan
 
-    q = torch.randn(4, 32, 1, 64, dtype=torch.bfloat16, device=DEV)  # (K/V read > EAGER_FUSED_BELOW_US: two kernels)
+    monkeypatch.setattr(decode_plan, "EAGER_FUSED_BELOW_US", 0.0)
+
+    q = torch.randn(4, 32, 1, 64, dtype=torch.bfloat16, device=DEV)
     k, v = (torch.randn(4, 8, 20011, 64, dtype=torch.bfloat16, device=DEV) for _ in range(2))
     lens = torch.tensor([20011, 7777, 1, 12345], dtype=torch.int32, device=DEV)
     got = {}

@@ -24,6 +24,8 @@ while CUDA graphs, where launches cost no host time, keep the merge kernel (``EA
 
 from __future__ import annotations
 
+import math
+
 import torch
 import triton
 
@@ -80,13 +82,12 @@ MERGE_TRIGGER = False
 
 # Eager calls of a plan whose K/V read takes less than this many µs at the GPU preset's bandwidth merge the
 # splits inside the split kernel (one launch instead of two, ``_merge_rows`` in both: the same numbers to the
-# bit), while a CUDA graph being captured takes the merge kernel. A launch costs a call ~6-9 µs of host
-# time, while the in-kernel merge costs 3-8 µs of GPU time on these shapes. On an H200, the two ways
-# alternating in one process (decode-host runs 17 and 18), eager calls took 21.0-35.0 against 25.8-44.6 µs
-# at 64/8 heads over 8K keys (7.0 µs roofline) and 28/4 over 20,000 (8.5 µs); at 32/8 over 32K, D = 64
-# (14 µs), the in-kernel merge ran 27.3 against 25.5 µs (runs 13 and 12), and 27.5-28.8 against 24.3-24.7 µs
-# alternating in one process (run 24, the threshold at 16). 0: off.
-EAGER_FUSED_BELOW_US = 10.0
+# bit), while a CUDA graph being captured takes the merge kernel. A launch costs a call ~6-9 µs of host time.
+# Until the merge loaded all its rows at once (v18) the in-kernel merge cost 3-7 µs of GPU time and the threshold
+# was 10 µs; now every eager call takes it (inf). On an H200 (decode-host run 30, the ways in turns in one process),
+# eager calls at 32/8 heads over 32K keys took 26.6-28.9 against 34.1-36.4 µs with the merge kernel at D = 64 and
+# 37.4-37.7 against 38.2-38.4 at D = 128; batch 8 level. 0: never.
+EAGER_FUSED_BELOW_US = math.inf
 
 
 # How a call's tiles of keys are dealt to its splits: None (the default), as its configuration says
@@ -145,13 +146,19 @@ def split_layout(mask, *, paged: bool, k_strides: tuple, v_strides: tuple, head_
     return strided, max(0, int(prefetch)), lines
 
 
+def read_us(plan_bytes: float, device) -> float | None:
+    """µs to read ``plan_bytes`` at the HBM bandwidth of ``device``'s preset; None off CUDA or in the interpreter."""
+    if device.type != "cuda" or interpret_mode():
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return plan_bytes / gpu_for_device(index).hbm_bw * 1e6
+
+
 def eager_fused(plan_bytes: float, device) -> bool:
     """Whether eager calls reading ``plan_bytes`` of K/V on ``device`` merge inside the split kernel:
     ``EAGER_FUSED_BELOW_US`` against the bytes at the bandwidth of the device's preset; never off CUDA."""
-    if device.type != "cuda" or interpret_mode() or EAGER_FUSED_BELOW_US <= 0:
-        return False
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return plan_bytes / gpu_for_device(index).hbm_bw * 1e6 < EAGER_FUSED_BELOW_US
+    us = read_us(plan_bytes, device)
+    return us is not None and us < EAGER_FUSED_BELOW_US
 
 
 def merge_pdl(device, eager: bool = False) -> bool:
@@ -297,6 +304,11 @@ class DecodePlan:
             tiles = min(tiles, -(-keys // cfg.block_n) + 1)
         return max(1, min(num_splits, tiles))
 
+    def _read_bytes(self, capacity: int) -> int:
+        """The K/V bytes a call on a cache of ``capacity`` streams."""
+        B, H, Nq, D = self.shape
+        return 2 * B * self.dims.Hkv * self._keys(capacity) * D * self.dtype.itemsize
+
     def _size(self, capacity: int, k_strides: tuple, v_strides: tuple) -> None:
         """What depends on the cache's capacity: the split count, the merge, the scalar arguments,
         the launchers and the split buffers."""
@@ -306,9 +318,8 @@ class DecodePlan:
         self.capacity = capacity
         self.num_splits = S = self._splits_for(capacity)
         self.merge = 0 if S == 1 else (2 if cfg.fused_merge else 1)
-        keys = self._keys(capacity)
         # eager calls merge in the split kernel (``eager_fused``): their own tail and launcher (MERGE = 2)
-        self.fused = self.merge == 1 and eager_fused(2 * B * Hkv * keys * D * self.dtype.itemsize, self.device)
+        self.fused = self.merge == 1 and eager_fused(self._read_bytes(capacity), self.device)
         self.pair_ran = False  # whether the split and merge kernels of this split count have run (compiled)
         self.counters = _counters(self.device, B * Hkv) if self.merge == 2 or self.fused else self.spare
         self.counters_ptr = self.counters.data_ptr()
