@@ -847,8 +847,9 @@ def markdown(result: dict) -> str:
         lines += [f"| {r['B']} | {r['H']}/{r['Hkv']} | {r['L']} | {r['D']} | {PDL_NAMES[r['pdl']]} | "
                   f"{r['round'] + 1} | {r['graph_us']:.1f} | {r['eager_us']:.1f} |" for r in result["pdl"]]
     if result.get("eager_ab"):
-        lines += ["", "Eager calls merging in the split kernel where the read is small (on) and with the merge kernel on "
-                      "every call (off), alternating; µs per call by round (host µs at the tiny shape):", "",
+        lines += ["", "Eager calls merging in the split kernel where `EAGER_FUSED_BELOW_US` says so (on) and with the "
+                      "merge kernel on every call (off), alternating; µs per call by round (host µs at the tiny shape):",
+                  "",
                   "| B | H/Hkv | L | D | fused when on | on | off |", "|---|---|---|---|---|---|---|"]
         groups: dict = {}
         for r in result["eager_ab"]:

@@ -85,7 +85,7 @@ MERGE_TRIGGER = False
 # bit), while a CUDA graph being captured takes the merge kernel. A launch costs a call ~6-9 µs of host time.
 # Until the merge loaded all its rows at once (v18) the in-kernel merge cost 3-7 µs of GPU time and the threshold
 # was 10 µs; now every eager call takes it (inf). On an H200 (decode-host run 30, the ways in turns in one process),
-# eager calls at 32/8 heads over 32K keys took 26.6-28.9 against 34.1-36.4 µs with the merge kernel at D = 64 and
+# eager calls at 32/8 heads over 32K keys took 26.6-28.8 against 34.1-36.4 µs with the merge kernel at D = 64 and
 # 37.4-37.7 against 38.2-38.4 at D = 128; batch 8 level. 0: never.
 EAGER_FUSED_BELOW_US = math.inf
 
