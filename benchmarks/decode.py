@@ -603,6 +603,9 @@ def main(argv=None) -> int:
     p.add_argument("--split-order", choices=["strided", "chunks"], default=None,
                    help="how the kernel deals a call's tiles to its splits (attnlab.gpu.decode_plan.SPLIT_ORDER; "
                         "default: the library's)")
+    p.add_argument("--graph-merge", choices=["auto", "kernel"], default=None,
+                   help="how CUDA graphs of large calls merge the splits: in the split kernel (auto, the library's "
+                        "default: attnlab.gpu.decode_plan.GRAPH_FUSED_FROM_US) or by the merge kernel (kernel)")
     p.add_argument("--compare", nargs=2, default=None, metavar=("A", "B"),
                    help="print attnlab's CUDA-graph TB/s of two saved runs side by side, row by row, and exit")
     args = p.parse_args(argv)
@@ -610,10 +613,13 @@ def main(argv=None) -> int:
         a, b = (json.loads(Path(x).read_text()) for x in args.compare)
         print(compare_markdown(a, b, *(Path(x).name for x in args.compare)))
         return 0
-    if args.split_order:
+    if args.split_order or args.graph_merge == "kernel":
         from attnlab.gpu import decode_plan
 
-        decode_plan.SPLIT_ORDER = args.split_order
+        if args.split_order:
+            decode_plan.SPLIT_ORDER = args.split_order
+        if args.graph_merge == "kernel":
+            decode_plan.GRAPH_FUSED_FROM_US = float("inf")
     if args.report:
         result = json.loads(Path(args.report).read_text())
         gpu = preset_for(result["environment"].get("gpu"), args.gpu or result.get("roofline_gpu"))
@@ -640,6 +646,7 @@ def main(argv=None) -> int:
     from attnlab.gpu import decode_plan
 
     result["split_order"] = decode_plan.SPLIT_ORDER
+    result["graph_merge"] = "kernel" if decode_plan.GRAPH_FUSED_FROM_US == float("inf") else "auto"
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1, default=str))
         print(f"wrote {args.json}")
@@ -657,7 +664,11 @@ def compare_markdown(a: dict, b: dict, name_a: str = "A", name_b: str = "B") -> 
         return {(r["B"], r["H"], r["Hkv"], r["L"], r["provider"]): r for r in result["rows"] if "graph_tb_per_s" in r}
 
     ra, rb = keyed(a), keyed(b)
-    lines = [f"CUDA-graph TB/s; A = {name_a} ({a.get('split_order', '?')}), B = {name_b} ({b.get('split_order', '?')})",
+    def named(r):  # the split order, and how graphs merged where the run says
+        return ", ".join([r.get("split_order") or "?"] + ([f"graphs' merge: {r['graph_merge']}"]
+                                                          if r.get("graph_merge") else []))
+
+    lines = [f"CUDA-graph TB/s; A = {name_a} ({named(a)}), B = {name_b} ({named(b)})",
              "", "| B | H/Hkv | L | call | A | B | B / A | cuDNN (B) |", "|---|---|---|---|---|---|---|---|"]
     for key in sorted(k for k in ra if k in rb and k[4] in OWN):
         x, y = ra[key]["graph_tb_per_s"], rb[key]["graph_tb_per_s"]

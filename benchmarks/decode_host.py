@@ -737,6 +737,54 @@ def merge_ab_rows(calls: int, rounds: int = 3, arms=MERGE_ARMS) -> list[dict]:
     return rows
 
 
+GRAPH_MERGE_ARMS = (("graphs: in-kernel merge", None), ("graphs: merge kernel", float("inf")))
+
+
+def graph_merge_ab_rows(calls: int, rounds: int = 3, arms=GRAPH_MERGE_ARMS) -> list[dict]:
+    """CUDA-graph and eager µs of the library's default call (with the lengths) on every shape with CUDA graphs of large
+    calls merging in the split kernel (``decode_plan.GRAPH_FUSED_FROM_US`` as shipped) and by the merge kernel (inf),
+    and cuDNN's call, in ``rounds`` rounds in one process, the arms' order reversed every other round; rows as
+    ``merge_ab_rows``' (``merge_ab_markdown`` renders them), with ``graph_fused``: whether the arm's graphs merged in
+    the split kernel (the plan handed out counters for them)."""
+    from attnlab.gpu import decode, decode_plan
+
+    saved = decode_plan.GRAPH_FUSED_FROM_US
+    rows = []
+    try:
+        for shape in SHAPES:
+            B, H, Hkv, L, D = shape
+            q, k, v, lens = inputs(shape)
+            ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
+            cudnn = sdpa_call(q, k, v, "CUDNN_ATTENTION")
+
+            def mine(q=q, k=k, v=v, lens=lens):
+                return attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+
+            for rnd in range(rounds):
+                first = None
+                for name, bound in turns(arms, rnd):
+                    decode_plan.GRAPH_FUSED_FROM_US = saved if bound is None else bound
+                    decode.clear_plans()
+                    out = mine()[0]
+                    plan = next(iter(decode_plan._PLANS.values()))
+                    same = None if first is None else bool(torch.equal(out, first))
+                    first = out if first is None else first
+                    g = graph_us(mine, calls=50)
+                    slots = plan.graph_slots
+                    rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "round": rnd, "arm": name,
+                                 "merge": plan.merge, "rows": plan.rows, "splits": plan.num_splits,
+                                 "graph_fused": bool(slots is not None and slots.next > 0),
+                                 "max_err": (out.float() - ref).abs().max().item(), "same_bits": same,
+                                 "graph_us": g, "eager_us": eager_us(mine, calls=calls // 10)})
+                if cudnn is not None:
+                    rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "round": rnd, "arm": "sdpa-cudnn",
+                                 "graph_us": graph_us(cudnn, calls=50), "eager_us": eager_us(cudnn, calls=calls // 10)})
+    finally:
+        decode_plan.GRAPH_FUSED_FROM_US = saved
+        decode.clear_plans()
+    return rows
+
+
 def merge_ab_markdown(rows: list[dict]) -> list[str]:
     """Each arm's CUDA-graph and eager µs by round, their medians' ratio to cuDNN's (cuDNN µs / arm µs: above 1 is
     faster than cuDNN), eager over graph, the rows per round trip, and the output checks."""
@@ -883,6 +931,10 @@ def markdown(result: dict) -> str:
         lines += ["", "The splits merged by the merge kernel or by the group's last program in the split kernel, one "
                       "query row per round trip or several; arms in turns, cuDNN in every round:", ""]
         lines += merge_ab_markdown(result["merge_ab"])
+    if result.get("graph_merge_ab"):
+        lines += ["", "CUDA graphs of large calls merging in the split kernel (each captured call with counters of its "
+                      "own) or by the merge kernel; arms in turns, cuDNN in every round:", ""]
+        lines += merge_ab_markdown(result["graph_merge_ab"])
     if result.get("sweep"):
         lines += ["", "CUDA-graph µs per split count and configuration (* the model's pick):", ""]
         groups: dict = {}
@@ -928,6 +980,9 @@ def main(argv=None) -> int:
     ap.add_argument("--merge-ab", action="store_true",
                     help="also time the merge kernel and the in-kernel merge, one query row per round trip or several, "
                          "under CUDA graphs and eagerly, in turns, with cuDNN in every round")
+    ap.add_argument("--graph-merge-ab", action="store_true",
+                    help="also time CUDA graphs of large calls merging in the split kernel and by the merge kernel, in "
+                         "turns, with cuDNN in every round")
     ap.add_argument("--report", type=Path, metavar="JSON",
                     help="print the tables of a recorded run (with the roofline columns; no GPU needed) and exit")
     ap.add_argument("--fused-merge", action="store_true",
@@ -1002,6 +1057,8 @@ def main(argv=None) -> int:
         result["order_ab"] = order_ab_rows()
     if args.merge_ab:
         result["merge_ab"] = merge_ab_rows(args.calls)
+    if args.graph_merge_ab:
+        result["graph_merge_ab"] = graph_merge_ab_rows(args.calls)
     if args.trigger_ab:
         result["trigger_ab"] = trigger_ab_rows(args.calls)
     if args.timeline:

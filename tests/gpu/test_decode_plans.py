@@ -552,7 +552,8 @@ def test_eager_fused_takes_small_reads_on_cuda_only(monkeypatch):
 @pytest.mark.parametrize("L", [512, 32768])
 def test_a_fused_plan_is_captured_with_the_merge_kernel_and_gives_eager_bits(L):
     """On the GPU a decode call of any size is ``fused``: eager calls launch once, a CUDA graph captured after
-    them holds the split and merge kernels, and the replay equals the eager call to the bit."""
+    them holds the split and merge kernels (a small read) or the split kernel alone (a large one, its counters its
+    own), and the replay equals the eager call to the bit."""
     from attnlab.gpu import decode_plan
 
     q, k, v = _cache(L=L, D=128)
@@ -576,6 +577,77 @@ def test_a_fused_plan_is_captured_with_the_merge_kernel_and_gives_eager_bits(L):
         want = attnlab.flash_decode(q, k, v, cache_seqlens=lens, num_splits=4)
     torch.cuda.synchronize()
     _same((out, lse), want)
+    decode.clear_plans()
+
+
+def _graph_of(fn, stream):
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=stream):
+        out = fn()
+    return g, out
+
+
+@pytest.mark.gpu
+def test_graphs_of_a_large_call_merge_in_the_split_kernel_each_with_counters_of_its_own(monkeypatch):
+    """A call reading at least ``GRAPH_FUSED_FROM_US`` of K/V is captured with the in-kernel merge (one kernel, no
+    merge kernel), each capture taking a set of zeroed counters of its own (``CounterSlots``); once the plan's sets are
+    gone a capture takes the merge kernel. Two graphs replayed at the same time on two streams, each many times over,
+    give what eager calls give on their inputs, to the bit."""
+    from attnlab.gpu import decode_plan
+
+    monkeypatch.setattr(decode_plan, "GRAPH_COUNTER_SLOTS", 2)
+    q = torch.randn(1, 32, 1, 128, dtype=torch.bfloat16, device=DEV)
+    k, v = (torch.randn(1, 8, 32768, 128, dtype=torch.bfloat16, device=DEV) for _ in range(2))
+    lens = torch.tensor([30001], dtype=torch.int32, device=DEV)
+    decode.clear_plans()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    qs = [torch.randn_like(q) for _ in range(3)]
+    fn = [lambda x=x: attnlab.flash_decode(x, k, v, cache_seqlens=lens) for x in qs]
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn[0]()
+    torch.cuda.current_stream().wait_stream(side)
+    (plan,) = decode_plan._PLANS.values()
+    assert plan.fused and plan.merge == 1 and plan.graph_slots is not None and plan.graph_slots.next == 0
+    plan.fused_split, plan.merge_launch = _Counted(plan.fused_split), _Counted(plan.merge_launch)
+    graphs = []
+    for i in range(3):
+        before = (plan.fused_split.calls, plan.merge_launch.calls)
+        graphs.append(_graph_of(fn[i], side))
+        took = (plan.fused_split.calls - before[0], plan.merge_launch.calls - before[1])
+        # the first two captures take a set of counters each and launch the split kernel alone; the third, none left
+        assert took == ((1, 0) if i < 2 else (0, 1)) and plan.graph_slots.next == min(i + 1, 2), (i, took)
+    torch.cuda.synchronize()
+    streams = [torch.cuda.Stream() for _ in graphs]
+    for _ in range(20):  # replays of the graphs at the same time, on streams of their own
+        for (g, _), st in zip(graphs, streams):
+            with torch.cuda.stream(st):
+                g.replay()
+    torch.cuda.synchronize()
+    for i, (_, got) in enumerate(graphs):
+        with torch.cuda.stream(side):
+            want = fn[i]()
+        torch.cuda.synchronize()
+        _same(got, want)
+    decode.clear_plans()
+
+
+def test_no_counter_slots_off_cuda_or_below_the_graph_bound(monkeypatch):
+    """``CounterSlots`` hands each set out once and says when none is left; plans in the interpreter, and plans whose
+    read is under ``GRAPH_FUSED_FROM_US``, keep none (their graphs take the merge kernel)."""
+    from attnlab.gpu import decode_plan
+
+    slots = decode_plan.CounterSlots(torch.device("cpu"), 3, 2)
+    a, b = slots.take(), slots.take()
+    assert slots.take() is None and a[1].numel() == 3 and not a[1].any() and a[0] != b[0]
+    assert decode_plan.CounterSlots(torch.device("cpu"), 3, 0).take() is None
+    capped = decode_plan.CounterSlots(torch.device("cpu"), 4, 100, max_bytes=40)  # 40 bytes: two sets of 4 counters
+    assert capped.take() and capped.take() and capped.take() is None
+    q, k, v = _cache(L=600)
+    decode.flash_decode_triton(q, k, v, num_splits=4)
+    (plan,) = decode_plan._PLANS.values()
+    assert plan.graph_slots is None
     decode.clear_plans()
 
 

@@ -89,6 +89,42 @@ MERGE_TRIGGER = False
 # 37.4-37.7 against 38.2-38.4 at D = 128; batch 8 level. 0: never.
 EAGER_FUSED_BELOW_US = math.inf
 
+# CUDA graphs captured from a ``fused`` plan whose K/V read takes at least this many µs at the GPU preset's bandwidth
+# merge in the split kernel too (one kernel a call in the graph), each captured call counting arrivals in counters of
+# its own: a plan keeps ``GRAPH_COUNTER_SLOTS`` zeroed sets of them (at most ``GRAPH_COUNTER_BYTES`` in all), made
+# outside any capture, and hands each captured call the next; once they are gone (or where the in-kernel build has
+# not run yet) a captured call takes the merge kernel. So no two captured calls, and no captured call and an eager
+# one, ever count in the same place, whatever streams their graphs are replayed on (a graph of 50 calls of one
+# plan takes 50 sets). On an H200 under CUDA graphs (decode-host run 30) the in-kernel merge took 35.8 against
+# 36.4 µs with the merge kernel at 32/8 heads over 32K keys (D = 128), 21.3 against 21.7 at D = 64 and 238.2 against
+# 238.7 at batch 8, but 12.2 against 11.5 and 13.9 against 13.0 on the 7.0 and 8.5 µs reads of 64/8 over 8K and 28/4
+# over 20,000. inf: graphs always take the merge kernel.
+GRAPH_FUSED_FROM_US = 10.0
+GRAPH_COUNTER_SLOTS = 128
+GRAPH_COUNTER_BYTES = 2**20
+
+
+class CounterSlots:
+    """Zeroed sets of a fused merge's arrival counters for CUDA-graph captures (``slots`` sets of ``n`` int32
+    counters, no more than ``max_bytes`` in all), made outside any capture; ``take()`` hands out the next set's (data
+    pointer, tensor) once and never again, or None once all are gone. Shared by a plan and the plans resized from
+    it."""
+
+    __slots__ = ("buf", "n", "next")
+
+    def __init__(self, device, n: int, slots: int, max_bytes: int = 2**62):
+        slots = max(0, min(slots, max_bytes // (4 * max(n, 1))))
+        self.buf = torch.zeros(slots * n, dtype=torch.int32, device=device)
+        self.n, self.next = n, 0
+
+    def take(self):
+        i = self.next
+        if (i + 1) * self.n > self.buf.numel():
+            return None
+        self.next = i + 1
+        view = self.buf[i * self.n:(i + 1) * self.n]
+        return view.data_ptr(), view
+
 
 # How a call's tiles of keys are dealt to its splits: None (the default), as its configuration says
 # (``DecodeConfig.order``: "strided" for contiguous caches, "chunks" for paged ones), or "strided" / "chunks" for
@@ -322,6 +358,12 @@ class DecodePlan:
         self.fused = self.merge == 1 and eager_fused(self._read_bytes(capacity), self.device)
         self.pair_ran = False  # whether the split and merge kernels of this split count have run (compiled)
         self.counters = _counters(self.device, B * Hkv) if self.merge == 2 or self.fused else self.spare
+        # graphs captured from this plan merge in the split kernel too (a large ``fused`` read, or every call of a
+        # MERGE = 2 configuration), each captured call with counters of its own
+        us = read_us(self._read_bytes(capacity), self.device) if self.fused or self.merge == 2 else None
+        self.graph_slots = CounterSlots(self.device, B * Hkv, GRAPH_COUNTER_SLOTS, GRAPH_COUNTER_BYTES) \
+            if us is not None and (self.merge == 2 or us >= GRAPH_FUSED_FROM_US) and GRAPH_COUNTER_SLOTS > 0 \
+            and not _capturing() else None
         self.counters_ptr = self.counters.data_ptr()
         self.scratch = None
         layout = split_layout(self.mask, paged=self.paged, k_strides=k_strides, v_strides=v_strides, head_dim=D,
@@ -426,6 +468,14 @@ class DecodePlan:
         # eager calls of a ``fused`` plan merge in the split kernel once the merge kernel's pair has run (the
         # first call compiles it, so a graph captured after it compiles nothing)
         fused = self.fused and not capturing and self.pair_ran
+        counters_ptr, counters = self.counters_ptr, self.counters
+        if capturing and self.graph_slots is not None and (self.merge == 2 or self.fused_split.compiled is not None):
+            # a graph of a large call (or of a MERGE = 2 configuration): the in-kernel merge, with counters no other
+            # call uses; none left: the merge kernel (MERGE = 2: the stream's counters, as eager calls)
+            slot = self.graph_slots.take()
+            if slot is not None:
+                fused = self.merge == 1
+                counters_ptr, counters = slot
         split, tail = (self.fused_split, self.fused_tail) if fused else (self.split, self.tail)
         # eager calls launch the merge kernel as a programmatic dependent launch (``MERGE_PDL``) once the plain pair
         # has run (compiled); graphs take the plain launch
@@ -440,7 +490,7 @@ class DecodePlan:
             split.launch([q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
                           cache_seqlens.data_ptr() if self.has_seqlens else self.spare_ptr,
                           block_table.data_ptr() if self.paged else self.spare_ptr,
-                          o_part, lse_part, out_ptr, lse_ptr, self.counters_ptr,
+                          o_part, lse_part, out_ptr, lse_ptr, counters_ptr,
                           slopes.data_ptr() if self.has_slopes else self.spare_ptr, *tail], stream)
             if merge is not None:
                 merge.launch([o_part, lse_part, out_ptr, lse_ptr, *merge_tail], stream)
@@ -449,7 +499,7 @@ class DecodePlan:
         spare = self.spare
         o_part, lse_part = self._partials(capturing, as_tensors=True)
         split([q, k_cache, v_cache, cache_seqlens if self.has_seqlens else spare,
-               block_table if self.paged else spare, o_part, lse_part, out, lse, self.counters,
+               block_table if self.paged else spare, o_part, lse_part, out, lse, counters,
                slopes if self.has_slopes else spare, *tail], stream)
         if merge is not None:
             merge([o_part, lse_part, out, lse, *merge_tail], stream)
