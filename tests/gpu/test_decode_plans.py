@@ -81,7 +81,7 @@ def test_second_call_reuses_the_plan_and_equals_a_checked_call(name):
     q, k, v = _cache()
     decode.clear_plans()
     decode.flash_decode_triton(q, k, v, cache_seqlens=torch.tensor([L, 37], dtype=len_dtype, device=DEV), **kw)
-    assert _counts() == {"hits": 0, "plans": 1, "resized": 0, "cached": 1}
+    assert _counts() == {"hits": 0, "plans": 1, "resized": 0, "restreamed": 0, "cached": 1}
     # new queries and new lengths, same signature: the plan is reused and reads the new values
     q2 = torch.randn_like(q)
     lens2 = torch.tensor([5, L - 1], dtype=len_dtype, device=DEV)
@@ -124,7 +124,7 @@ def test_each_change_of_signature_makes_a_new_plan(name):
     want = _fresh(q, k, v, cache_seqlens=lens, **kw)
     decode.flash_decode_triton(q, k, v, cache_seqlens=lens)
     got = decode.flash_decode_triton(q, k, v, cache_seqlens=lens, **kw)
-    assert _counts() == {"hits": 0, "plans": 2, "resized": 0, "cached": 2}
+    assert _counts() == {"hits": 0, "plans": 2, "resized": 0, "restreamed": 0, "cached": 2}
     _same(got, want)
 
 
@@ -145,7 +145,7 @@ def test_layout_dtype_and_alignment_are_part_of_the_signature():
     assert qm.data_ptr() % 16
     _same(decode.flash_decode_triton(qm, k, v, cache_seqlens=lens), base)
     _same(decode.flash_decode_triton(*half, cache_seqlens=lens), want_half)  # float16: another dtype
-    assert _counts() == {"hits": 0, "plans": 4, "resized": 0, "cached": 4}
+    assert _counts() == {"hits": 0, "plans": 4, "resized": 0, "restreamed": 0, "cached": 4}
 
 
 def test_bad_input_is_refused_after_a_plan_exists():
@@ -169,7 +169,7 @@ def test_what_has_no_key_takes_the_checked_path():
     assert decode.plan_key(q, k, v, None, None, True, True, None, None, None, None) is None  # a bool split count
     decode.clear_plans()
     got = decode.flash_decode_triton(q, k, v, cache_seqlens=[L, 50], window=[4, 0])
-    assert _counts() == {"hits": 0, "plans": 0, "resized": 0, "cached": 0}
+    assert _counts() == {"hits": 0, "plans": 0, "resized": 0, "restreamed": 0, "cached": 0}
     lens = torch.tensor([L, 50], device=DEV)
     _same(got, _fresh(q, k, v, cache_seqlens=lens, window=(4, 0)))
 
@@ -223,7 +223,7 @@ def test_a_growing_cache_resizes_its_plan():
         k = torch.cat([k, torch.randn(B, HKV, 1, D, dtype=k.dtype, device=DEV)], dim=2)  # (B, Hkv, L + 1, D)
         v = torch.cat([v, torch.randn(B, HKV, 1, D, dtype=v.dtype, device=DEV)], dim=2)
         got = decode.flash_decode_triton(q, k, v, window=(40, 0))
-        assert _counts() == {"hits": 0, "plans": 1, "resized": step, "cached": 1 + step}
+        assert _counts() == {"hits": 0, "plans": 1, "resized": step, "restreamed": 0, "cached": 1 + step}
         wants.append((got, q, k, v))
     for got, q, k, v in wants:
         _same(got, _fresh(q, k, v, window=(40, 0)))
@@ -581,6 +581,7 @@ def test_a_fused_plan_is_captured_with_the_merge_kernel_and_gives_eager_bits(L):
 
 
 def _graph_of(fn, stream):
+    """A CUDA graph of ``fn`` captured on ``stream`` (None: torch's own capture stream), and its output."""
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g, stream=stream):
         out = fn()
@@ -590,8 +591,10 @@ def _graph_of(fn, stream):
 @pytest.mark.gpu
 def test_graphs_of_a_large_call_merge_in_the_split_kernel_each_with_counters_of_its_own(monkeypatch):
     """A call reading at least ``GRAPH_FUSED_FROM_US`` of K/V is captured with the in-kernel merge (one kernel, no
-    merge kernel), each capture taking a set of zeroed counters of its own (``CounterSlots``); once the plan's sets are
-    gone a capture takes the merge kernel. Two graphs replayed at the same time on two streams, each many times over,
+    merge kernel), each captured call taking a set of zeroed counters of its own (``CounterSlots``); once the plan's
+    sets are gone a capture takes the merge kernel. Eager calls warm up on a side stream and the first two graphs are
+    captured on torch's own capture stream, as torch's docs do it (the plan is ``restreamed``: compiled, its sets
+    shared); the third on the side stream. Three graphs replayed at the same time on three streams, twenty times over,
     give what eager calls give on their inputs, to the bit."""
     from attnlab.gpu import decode_plan
 
@@ -614,10 +617,11 @@ def test_graphs_of_a_large_call_merge_in_the_split_kernel_each_with_counters_of_
     graphs = []
     for i in range(3):
         before = (plan.fused_split.calls, plan.merge_launch.calls)
-        graphs.append(_graph_of(fn[i], side))
+        graphs.append(_graph_of(fn[i], None if i < 2 else side))
         took = (plan.fused_split.calls - before[0], plan.merge_launch.calls - before[1])
         # the first two captures take a set of counters each and launch the split kernel alone; the third, none left
         assert took == ((1, 0) if i < 2 else (0, 1)) and plan.graph_slots.next == min(i + 1, 2), (i, took)
+    assert decode.plan_stats()["restreamed"] == 1 and len(decode_plan._PLANS) == 2
     torch.cuda.synchronize()
     streams = [torch.cuda.Stream() for _ in graphs]
     for _ in range(20):  # replays of the graphs at the same time, on streams of their own
@@ -630,6 +634,39 @@ def test_graphs_of_a_large_call_merge_in_the_split_kernel_each_with_counters_of_
             want = fn[i]()
         torch.cuda.synchronize()
         _same(got, want)
+    decode.clear_plans()
+
+
+@pytest.mark.gpu
+def test_a_plan_made_during_a_capture_keeps_none_of_the_graphs_memory():
+    """A plan whose first call is inside a CUDA graph's capture (its kernel compiled by an earlier call, its plan
+    forgotten), with the configuration that merges in the split kernel on every call (MERGE = 2): the graph gets
+    zeroed counters of its own, nothing is kept per stream from the capture, and eager calls with that plan after the
+    capture find the stream's own counters. The replay and those eager calls equal a fresh call to the bit."""
+    from attnlab.gpu import decode_plan
+
+    q = torch.randn(1, 32, 1, 128, dtype=torch.bfloat16, device=DEV)
+    k, v = (torch.randn(1, 8, 8192, 128, dtype=torch.bfloat16, device=DEV) for _ in range(2))
+    lens = torch.tensor([8000], dtype=torch.int32, device=DEV)
+    cfg = replace(decode.decode_config_for(q, k), fused_merge=True)
+    want = decode.flash_decode_triton(q, k, v, cache_seqlens=lens, config=cfg, num_splits=8)  # compiles
+    decode.clear_plans()
+    kept = dict(decode_plan._COUNTERS)
+    fresh = torch.cuda.Stream()
+    fresh.wait_stream(torch.cuda.current_stream())
+    g, got = _graph_of(lambda: decode.flash_decode_triton(q, k, v, cache_seqlens=lens, config=cfg, num_splits=8),
+                       fresh)
+    assert decode_plan._COUNTERS == kept  # nothing of the graph's memory kept
+    (plan,) = decode_plan._PLANS.values()
+    assert plan.merge == 2 and plan.counters is None
+    for _ in range(3):
+        g.replay()
+    with torch.cuda.stream(fresh):
+        again = [decode.flash_decode_triton(q, k, v, cache_seqlens=lens, config=cfg, num_splits=8) for _ in range(2)]
+    torch.cuda.synchronize()
+    assert plan.counters is not None and plan.counters.data_ptr() != 0
+    for x in (got, *again):
+        _same(x, want)
     decode.clear_plans()
 
 

@@ -54,7 +54,8 @@ _SPARE: dict = {}
 
 def _counters(device, n: int) -> torch.Tensor:
     """Arrival counters of the fused merge, one per (sequence, K/V head); kept per (device, stream)
-    and left at zero by the kernel itself, so calls need no memset."""
+    and left at zero by the kernel itself, so calls need no memset. Never called while a CUDA graph is being
+    captured (the buffer would be the graph's own memory)."""
     stream = current_stream(device) if device.type == "cuda" else 0
     key = (str(device), stream)
     buf = _COUNTERS.get(key)
@@ -340,6 +341,24 @@ class DecodePlan:
             tiles = min(tiles, -(-keys // cfg.block_n) + 1)
         return max(1, min(num_splits, tiles))
 
+    def _eager_counters(self) -> None:
+        """``counters`` and ``counters_ptr`` of eager calls on the current stream: the stream's arrival counters where
+        the split kernel may merge (MERGE = 2 or ``fused``), else the spare tensor."""
+        needed = self.merge == 2 or self.fused
+        self.counters = _counters(self.device, self.dims.B * self.dims.Hkv) if needed else self.spare
+        self.counters_ptr = self.counters.data_ptr()
+
+    def restreamed(self) -> DecodePlan:
+        """This plan for the same call on another stream — a CUDA graph capturing it on a stream of its own, after
+        eager calls warmed it up on another: the compiled kernels, whether the pair has run, and the graphs'
+        counter sets shared; the split buffers and the eager calls' counters the new stream's own (found at its first
+        eager call)."""
+        plan = DecodePlan.__new__(DecodePlan)
+        plan.__dict__.update(self.__dict__)
+        plan.scratch = None
+        plan.counters = plan.counters_ptr = None
+        return plan
+
     def _read_bytes(self, capacity: int) -> int:
         """The K/V bytes a call on a cache of ``capacity`` streams."""
         B, H, Nq, D = self.shape
@@ -357,14 +376,17 @@ class DecodePlan:
         # eager calls merge in the split kernel (``eager_fused``): their own tail and launcher (MERGE = 2)
         self.fused = self.merge == 1 and eager_fused(self._read_bytes(capacity), self.device)
         self.pair_ran = False  # whether the split and merge kernels of this split count have run (compiled)
-        self.counters = _counters(self.device, B * Hkv) if self.merge == 2 or self.fused else self.spare
+        # the eager calls' arrival counters (``_counters``: per device and stream); a plan made while a CUDA graph is
+        # being captured finds them at its first eager call (never memory of the graph's own)
+        self.counters = self.counters_ptr = None
+        if not (self.on_cuda and _capturing()):
+            self._eager_counters()
         # graphs captured from this plan merge in the split kernel too (a large ``fused`` read, or every call of a
         # MERGE = 2 configuration), each captured call with counters of its own
         us = read_us(self._read_bytes(capacity), self.device) if self.fused or self.merge == 2 else None
         self.graph_slots = CounterSlots(self.device, B * Hkv, GRAPH_COUNTER_SLOTS, GRAPH_COUNTER_BYTES) \
             if us is not None and (self.merge == 2 or us >= GRAPH_FUSED_FROM_US) and GRAPH_COUNTER_SLOTS > 0 \
             and not _capturing() else None
-        self.counters_ptr = self.counters.data_ptr()
         self.scratch = None
         layout = split_layout(self.mask, paged=self.paged, k_strides=k_strides, v_strides=v_strides, head_dim=D,
                               itemsize=self.dtype.itemsize, device=self.device,
@@ -468,14 +490,25 @@ class DecodePlan:
         # eager calls of a ``fused`` plan merge in the split kernel once the merge kernel's pair has run (the
         # first call compiles it, so a graph captured after it compiles nothing)
         fused = self.fused and not capturing and self.pair_ran
-        counters_ptr, counters = self.counters_ptr, self.counters
-        if capturing and self.graph_slots is not None and (self.merge == 2 or self.fused_split.compiled is not None):
-            # a graph of a large call (or of a MERGE = 2 configuration): the in-kernel merge, with counters no other
-            # call uses; none left: the merge kernel (MERGE = 2: the stream's counters, as eager calls)
-            slot = self.graph_slots.take()
-            if slot is not None:
-                fused = self.merge == 1
-                counters_ptr, counters = slot
+        if capturing:
+            counters_ptr = counters = None
+            if self.merge == 2 or (self.fused and self.graph_slots is not None and self.fused_split.compiled is not None):
+                # a graph of a large call (or of a MERGE = 2 configuration): the in-kernel merge, with counters no other
+                # call uses; none left: the merge kernel, or with MERGE = 2 zeroed counters of the graph's own (a memset
+                # in the graph)
+                slot = self.graph_slots.take() if self.graph_slots is not None else None
+                if slot is not None:
+                    fused = self.merge == 1
+                    counters_ptr, counters = slot
+                elif self.merge == 2:
+                    counters = torch.zeros(self.dims.B * self.dims.Hkv, dtype=torch.int32, device=self.device)
+                    counters_ptr = counters.data_ptr()
+            if counters is None:
+                counters_ptr, counters = self.spare_ptr, self.spare
+        else:
+            if self.counters is None:
+                self._eager_counters()
+            counters_ptr, counters = self.counters_ptr, self.counters
         split, tail = (self.fused_split, self.fused_tail) if fused else (self.split, self.tail)
         # eager calls launch the merge kernel as a programmatic dependent launch (``MERGE_PDL``) once the plain pair
         # has run (compiled); graphs take the plain launch
@@ -588,7 +621,7 @@ def family_key(key: tuple, k_cache, v_cache, block_table) -> tuple | None:
 
 
 _FAMILIES: dict = {}  # family key -> the last plan made for it
-_STATS = {"hits": 0, "plans": 0, "resized": 0, "scratch_bytes": 0}
+_STATS = {"hits": 0, "plans": 0, "resized": 0, "restreamed": 0, "scratch_bytes": 0}
 SCRATCH_BUDGET = 256 * 2**20  # bytes of split buffers the kept plans may hold, all together
 
 
@@ -596,16 +629,26 @@ def _keep(key: tuple, plan: DecodePlan, family: tuple | None) -> None:
     if len(_PLANS) >= _MAX_PLANS:
         _PLANS.clear()
         _FAMILIES.clear()
+        _CALLS.clear()
         _STATS["scratch_bytes"] = 0
     _PLANS[key] = plan
     if family is not None:
         _FAMILIES[family] = plan
+    if plan.on_cuda and not _capturing():
+        _CALLS[key[:-1]] = plan  # (the key without its stream: a capture on another stream takes this plan)
+
+
+_CALLS: dict = {}  # a plan key without its stream -> the last plan made for it outside a CUDA graph's capture
 
 
 def run_planned(key, q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes):
     """(out, lse) from the plan kept under ``key`` — or from the plan of the same call on a cache of
     another capacity, resized — or None if there is neither."""
     plan = _PLANS.get(key)
+    if plan is None and key[-1] is not None and (sibling := _CALLS.get(key[:-1])) is not None and _capturing():
+        plan = sibling.restreamed()  # a graph captured on a stream of its own after eager calls on another
+        _keep(key, plan, None)
+        _STATS["restreamed"] += 1
     if plan is None:
         family = family_key(key, k_cache, v_cache, block_table)
         sibling = None if family is None else _FAMILIES.get(family)
@@ -622,8 +665,9 @@ def run_planned(key, q, k_cache, v_cache, cache_seqlens, block_table, alibi_slop
 
 def plan_stats() -> dict[str, int]:
     """How many calls reused a kept plan (``hits``), how many plans were made from scratch (``plans``)
-    and how many resized from a plan of the same cache at another capacity (``resized``), since the
-    process started or ``clear_plans``; ``cached``: how many are kept now; ``scratch_bytes``: the split
+    and how many resized from a plan of the same cache at another capacity (``resized``) or taken from the same
+    call's plan on another stream by a CUDA graph's capture (``restreamed``), since the process started or
+    ``clear_plans``; ``cached``: how many are kept now; ``scratch_bytes``: the split
     buffers they hold (at most ``SCRATCH_BUDGET``)."""
     return dict(_STATS, cached=len(_PLANS))
 
@@ -632,7 +676,8 @@ def clear_plans() -> None:
     """Forget every kept plan (and the counts)."""
     _PLANS.clear()
     _FAMILIES.clear()
-    _STATS.update(hits=0, plans=0, resized=0, scratch_bytes=0)
+    _CALLS.clear()
+    _STATS.update(hits=0, plans=0, resized=0, restreamed=0, scratch_bytes=0)
 
 
 def decode_fn(q, k_cache, v_cache, dims, *, cache_seqlens, block_table, num_splits: int | None, mask,
