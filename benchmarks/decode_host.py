@@ -770,10 +770,13 @@ def graph_merge_ab_rows(calls: int, rounds: int = 3, arms=GRAPH_MERGE_ARMS) -> l
                     same = None if first is None else bool(torch.equal(out, first))
                     first = out if first is None else first
                     g = graph_us(mine, calls=50)
-                    slots = plan.graph_slots
+                    # (the graph is captured on a stream of its own from the plan of the warm-up's stream: any plan's
+                    # handed-out counter sets say whether it merged in the split kernel)
+                    fused = any(p.graph_slots is not None and p.graph_slots.next > 0
+                                for p in decode_plan._PLANS.values())
                     rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "round": rnd, "arm": name,
                                  "merge": plan.merge, "rows": plan.rows, "splits": plan.num_splits,
-                                 "graph_fused": bool(slots is not None and slots.next > 0),
+                                 "graph_fused": fused,
                                  "max_err": (out.float() - ref).abs().max().item(), "same_bits": same,
                                  "graph_us": g, "eager_us": eager_us(mine, calls=calls // 10)})
                 if cudnn is not None:
