@@ -665,8 +665,8 @@ def compare_markdown(a: dict, b: dict, name_a: str = "A", name_b: str = "B") -> 
 
     ra, rb = keyed(a), keyed(b)
     def named(r):  # the split order, and how graphs merged where the run says
-        return ", ".join([r.get("split_order") or "?"] + ([f"graphs' merge: {r['graph_merge']}"]
-                                                          if r.get("graph_merge") else []))
+        order = r.get("split_order") or ("the configurations' order" if "split_order" in r else "?")
+        return ", ".join([order] + ([f"graphs' merge: {r['graph_merge']}"] if r.get("graph_merge") else []))
 
     lines = [f"CUDA-graph TB/s; A = {name_a} ({named(a)}), B = {name_b} ({named(b)})",
              "", "| B | H/Hkv | L | call | A | B | B / A | cuDNN (B) |", "|---|---|---|---|---|---|---|---|"]

@@ -93,13 +93,16 @@ EAGER_FUSED_BELOW_US = math.inf
 # CUDA graphs captured from a ``fused`` plan whose K/V read takes at least this many µs at the GPU preset's bandwidth
 # merge in the split kernel too (one kernel a call in the graph), each captured call counting arrivals in counters of
 # its own: a plan keeps ``GRAPH_COUNTER_SLOTS`` zeroed sets of them (at most ``GRAPH_COUNTER_BYTES`` in all), made
-# outside any capture, and hands each captured call the next; once they are gone (or where the in-kernel build has
-# not run yet) a captured call takes the merge kernel. So no two captured calls, and no captured call and an eager
-# one, ever count in the same place, whatever streams their graphs are replayed on (a graph of 50 calls of one
-# plan takes 50 sets). On an H200 under CUDA graphs (decode-host run 30) the in-kernel merge took 35.8 against
-# 36.4 µs with the merge kernel at 32/8 heads over 32K keys (D = 128), 21.3 against 21.7 at D = 64 and 238.2 against
-# 238.7 at batch 8, but 12.2 against 11.5 and 13.9 against 13.0 on the 7.0 and 8.5 µs reads of 64/8 over 8K and 28/4
-# over 20,000. inf: graphs always take the merge kernel.
+# outside any capture, and hands each captured call the next; once they are gone (or where the in-kernel build has not
+# run yet) a captured call takes the merge kernel. So no two captured calls, and no captured call and an eager one,
+# ever count in the same place, whatever streams their graphs are replayed on (a graph of 50 calls of one plan takes
+# 50 sets). A call captured on a stream with no plan of its own takes the same call's plan from the stream that warmed
+# it up (``DecodePlan.restreamed``). On an H200 under CUDA graphs, in turns (decode-host runs 33 and 34), the
+# in-kernel merge took 36.38-36.48 and 36.16-36.31 µs against 36.91-37.08 and 36.86-36.94 with the merge kernel at
+# 32/8 heads over 32K keys (D = 128), 21.57-21.72 and 21.63-22.04 against 22.03-22.05 and 22.01-22.11 at D = 64; level
+# at batch 8, and on the 7.0 and 8.5 µs reads of 64/8 heads over 8K keys and 28/4 over 20,000, which keep the merge
+# kernel (run 30, with the in-kernel merge: 12.2 against 11.5 µs and 13.9 against 13.0). inf: graphs always take the
+# merge kernel.
 GRAPH_FUSED_FROM_US = 10.0
 GRAPH_COUNTER_SLOTS = 128
 GRAPH_COUNTER_BYTES = 2**20
