@@ -41,7 +41,7 @@ def _fresh(q, k, v, **kw):
 
 def _counts():
     """plan_stats without the bytes of kept buffers."""
-    return {k: v for k, v in decode.plan_stats().items() if k != "scratch_bytes"}
+    return {k: v for k, v in decode.plan_stats().items() if k not in ("scratch_bytes", "graph_counter_bytes")}
 
 
 def _same(a, b):
@@ -668,6 +668,26 @@ def test_a_plan_made_during_a_capture_keeps_none_of_the_graphs_memory():
     for x in (got, *again):
         _same(x, want)
     decode.clear_plans()
+
+
+@pytest.mark.gpu
+def test_graph_counter_sets_stay_within_their_budget(monkeypatch):
+    """The kept plans' counter sets for graphs, all together, stay within ``GRAPH_COUNTER_BUDGET``: a plan past it
+    keeps none (its graphs take the merge kernel), and ``clear_plans`` gives the budget back."""
+    from attnlab.gpu import decode_plan
+
+    decode.clear_plans()
+    k, v = (torch.randn(1, 8, 32768, 128, dtype=torch.bfloat16, device=DEV) for _ in range(2))
+    one = 4 * 8 * decode_plan.GRAPH_COUNTER_SLOTS  # a B = 1, Hkv = 8 plan's sets
+    monkeypatch.setattr(decode_plan, "GRAPH_COUNTER_BUDGET", one)
+    plans = []
+    for H in (32, 64):  # two plans of one size
+        attnlab.flash_decode(torch.randn(1, H, 1, 128, dtype=torch.bfloat16, device=DEV), k, v)
+        plans.append(next(p for key, p in decode_plan._PLANS.items() if key[0][0][1] == H))
+    assert plans[0].graph_slots is not None and plans[1].graph_slots is None
+    assert decode.plan_stats()["graph_counter_bytes"] == one
+    decode.clear_plans()
+    assert decode.plan_stats()["graph_counter_bytes"] == 0
 
 
 def test_no_counter_slots_off_cuda_or_below_the_graph_bound(monkeypatch):

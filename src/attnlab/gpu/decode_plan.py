@@ -105,7 +105,8 @@ EAGER_FUSED_BELOW_US = math.inf
 # merge kernel.
 GRAPH_FUSED_FROM_US = 10.0
 GRAPH_COUNTER_SLOTS = 128
-GRAPH_COUNTER_BYTES = 2**20
+GRAPH_COUNTER_BYTES = 2**20  # per plan
+GRAPH_COUNTER_BUDGET = 64 * 2**20  # every kept plan's sets together; past it, graphs of new plans take the merge kernel
 
 
 class CounterSlots:
@@ -387,9 +388,13 @@ class DecodePlan:
         # graphs captured from this plan merge in the split kernel too (a large ``fused`` read, or every call of a
         # MERGE = 2 configuration), each captured call with counters of its own
         us = read_us(self._read_bytes(capacity), self.device) if self.fused or self.merge == 2 else None
-        self.graph_slots = CounterSlots(self.device, B * Hkv, GRAPH_COUNTER_SLOTS, GRAPH_COUNTER_BYTES) \
-            if us is not None and (self.merge == 2 or us >= GRAPH_FUSED_FROM_US) and GRAPH_COUNTER_SLOTS > 0 \
-            and not _capturing() else None
+        self.graph_slots = None
+        if us is not None and (self.merge == 2 or us >= GRAPH_FUSED_FROM_US) and GRAPH_COUNTER_SLOTS > 0 \
+                and not _capturing():
+            nbytes = 4 * B * Hkv * max(0, min(GRAPH_COUNTER_SLOTS, GRAPH_COUNTER_BYTES // (4 * B * Hkv)))
+            if _STATS["graph_counter_bytes"] + nbytes <= GRAPH_COUNTER_BUDGET:  # the kept plans' sets, all together
+                self.graph_slots = CounterSlots(self.device, B * Hkv, GRAPH_COUNTER_SLOTS, GRAPH_COUNTER_BYTES)
+                _STATS["graph_counter_bytes"] += nbytes
         self.scratch = None
         layout = split_layout(self.mask, paged=self.paged, k_strides=k_strides, v_strides=v_strides, head_dim=D,
                               itemsize=self.dtype.itemsize, device=self.device,
@@ -624,7 +629,7 @@ def family_key(key: tuple, k_cache, v_cache, block_table) -> tuple | None:
 
 
 _FAMILIES: dict = {}  # family key -> the last plan made for it
-_STATS = {"hits": 0, "plans": 0, "resized": 0, "restreamed": 0, "scratch_bytes": 0}
+_STATS = {"hits": 0, "plans": 0, "resized": 0, "restreamed": 0, "scratch_bytes": 0, "graph_counter_bytes": 0}
 SCRATCH_BUDGET = 256 * 2**20  # bytes of split buffers the kept plans may hold, all together
 
 
@@ -633,7 +638,7 @@ def _keep(key: tuple, plan: DecodePlan, family: tuple | None) -> None:
         _PLANS.clear()
         _FAMILIES.clear()
         _CALLS.clear()
-        _STATS["scratch_bytes"] = 0
+        _STATS["scratch_bytes"] = _STATS["graph_counter_bytes"] = 0
     _PLANS[key] = plan
     if family is not None:
         _FAMILIES[family] = plan
@@ -671,7 +676,8 @@ def plan_stats() -> dict[str, int]:
     and how many resized from a plan of the same cache at another capacity (``resized``) or taken from the same
     call's plan on another stream by a CUDA graph's capture (``restreamed``), since the process started or
     ``clear_plans``; ``cached``: how many are kept now; ``scratch_bytes``: the split
-    buffers they hold (at most ``SCRATCH_BUDGET``)."""
+    buffers they hold (at most ``SCRATCH_BUDGET``); ``graph_counter_bytes``: their graphs' counter sets (at most
+    ``GRAPH_COUNTER_BUDGET``)."""
     return dict(_STATS, cached=len(_PLANS))
 
 
@@ -680,7 +686,7 @@ def clear_plans() -> None:
     _PLANS.clear()
     _FAMILIES.clear()
     _CALLS.clear()
-    _STATS.update(hits=0, plans=0, resized=0, restreamed=0, scratch_bytes=0)
+    _STATS.update(hits=0, plans=0, resized=0, restreamed=0, scratch_bytes=0, graph_counter_bytes=0)
 
 
 def decode_fn(q, k_cache, v_cache, dims, *, cache_seqlens, block_table, num_splits: int | None, mask,
