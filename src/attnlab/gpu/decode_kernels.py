@@ -12,8 +12,8 @@
     _decode_merge_kernel   grid (⌈B·H·Nq / ROWS⌉,): out = Σ_s e^(lse_s − lse)·o_s with lse = log Σ_s e^lse_s,
                            ROWS query rows per program, every split of each loaded at once (``_merge_rows``,
                            the in-kernel merge's arithmetic: the same bits).
-                           With ``PDL`` (``decode_plan.MERGE_PDL``: eager calls on Hopper, faster there
-                           on an H200, slower under graphs) it is a programmatic dependent launch: its programs may
+                           With ``PDL`` (``decode_plan.MERGE_PDL``: eager calls that launch it, on Hopper,
+                           faster there on an H200, slower under graphs) it is a programmatic dependent launch: its programs may
                            start as the split kernel ends and wait (``griddepcontrol.wait``) for its writes;
                            with the split kernel's TRIGGER (``decode_plan.MERGE_TRIGGER``) as soon as every
                            split program has started.

@@ -16,10 +16,13 @@ A kept plan hands out its outputs from slabs (``OutputSlab``): one allocation an
 where two ``torch.empty`` calls cost several µs of host time.
 
 A launch is the dearest step left (~6-9 µs of host time on an H200's host, as much through the CUDA
-driver directly as through Triton's launcher). A call with several splits launches two kernels, the
-split kernel and the merge kernel; a small call's eager launches instead merge inside the split kernel
-(the group's last program, with the merge kernel's arithmetic: the same bits), one launch per call,
-while CUDA graphs, where launches cost no host time, keep the merge kernel (``EAGER_FUSED_BELOW_US``).
+driver directly as through Triton's launcher). A call with several splits merges them either in a second
+kernel, the merge kernel, or inside the split kernel (the group's last program, with the merge kernel's
+arithmetic: the same bits). Eager calls merge inside the split kernel, one launch per call
+(``EAGER_FUSED_BELOW_US``); CUDA graphs of large calls too, each captured call counting arrivals in counters
+of its own (``GRAPH_FUSED_FROM_US``, ``CounterSlots``), and graphs of small ones, where launches cost no
+host time and the merge kernel was faster, keep the merge kernel. A call captured on a stream with no plan
+takes the same call's plan from the stream that warmed it up (``DecodePlan.restreamed``).
 """
 
 from __future__ import annotations
