@@ -691,102 +691,84 @@ def merge_arm(merge: str, rows) -> str:
     return f"{merge}, {'1 row' if rows == 1 else 'rows' if rows is None else f'{rows} rows'}"
 
 
+def _arm_rows(calls: int, rounds: int, arms, use) -> list[dict]:
+    """CUDA-graph and eager µs of the library's default call (with the lengths) on every shape with each of ``arms``
+    ((name, setting) pairs; ``use(setting)`` puts one in force), and cuDNN's call, in ``rounds`` rounds in one process,
+    the arms' order reversed every other round (``turns``). Each arm's first call is checked against SDPA's math
+    (``max_err``) and against the round's first arm bit for bit (``same_bits``); ``graph_fused``: whether its graphs
+    merged in the split kernel (a graph is captured on a stream of its own from the warm-up stream's plan, so any kept
+    plan's handed-out counter sets say so)."""
+    from attnlab.gpu import decode, decode_plan
+
+    rows = []
+    for shape in SHAPES:
+        B, H, Hkv, L, D = shape
+        q, k, v, lens = inputs(shape)
+        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
+        cudnn = sdpa_call(q, k, v, "CUDNN_ATTENTION")
+
+        def mine(q=q, k=k, v=v, lens=lens):
+            return attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+
+        for rnd in range(rounds):
+            first = None
+            for name, setting in turns(arms, rnd):
+                use(setting)
+                decode.clear_plans()
+                out = mine()[0]
+                plan = next(iter(decode_plan._PLANS.values()))
+                same = None if first is None else bool(torch.equal(out, first))
+                first = out if first is None else first
+                graph = graph_us(mine, calls=50)
+                fused = any(p.graph_slots is not None and p.graph_slots.next > 0 for p in decode_plan._PLANS.values())
+                rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "round": rnd, "arm": name,
+                             "merge": plan.merge, "rows": plan.rows, "splits": plan.num_splits, "graph_fused": fused,
+                             "max_err": (out.float() - ref).abs().max().item(), "same_bits": same,
+                             "graph_us": graph, "eager_us": eager_us(mine, calls=calls // 10)})
+            if cudnn is not None:
+                rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "round": rnd, "arm": "sdpa-cudnn",
+                             "graph_us": graph_us(cudnn, calls=50), "eager_us": eager_us(cudnn, calls=calls // 10)})
+    return rows
+
+
 def merge_ab_rows(calls: int, rounds: int = 3, arms=MERGE_ARMS) -> list[dict]:
-    """CUDA-graph and eager µs of the library's default call (with the lengths) on every shape with each way of
-    merging the splits (``arms``: the merge kernel, or the group's last program in the split kernel, on every call —
-    ``decode_config.FUSED_MERGE``, with ``EAGER_FUSED_BELOW_US`` at 0 — each with one query row per round trip or
-    ``merge_rows``' count), and cuDNN's call, in ``rounds`` rounds in one process, the arms' order reversed every
-    other round (``turns``). Each arm's first call is checked against SDPA's math (``max_err``), and its output
-    against the first arm's bit for bit (``same_bits``)."""
+    """``_arm_rows`` with each way of merging the splits (``arms``: the merge kernel, or the group's last program in the
+    split kernel, on every call — ``decode_config.FUSED_MERGE``, with ``EAGER_FUSED_BELOW_US`` at 0 — each with one
+    query row per round trip or ``merge_rows``' count)."""
     from attnlab.gpu import decode, decode_config, decode_plan
 
+    def use(setting):
+        decode_config.FUSED_MERGE, decode_plan.MERGE_ROWS = setting
+        decode_config._decode_configs.cache_clear()
+
     saved = decode_config.FUSED_MERGE, decode_plan.MERGE_ROWS, decode_plan.EAGER_FUSED_BELOW_US
-    rows = []
     try:
         decode_plan.EAGER_FUSED_BELOW_US = 0.0
-        for shape in SHAPES:
-            B, H, Hkv, L, D = shape
-            q, k, v, lens = inputs(shape)
-            ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
-            cudnn = sdpa_call(q, k, v, "CUDNN_ATTENTION")
-
-            def mine(q=q, k=k, v=v, lens=lens):
-                return attnlab.flash_decode(q, k, v, cache_seqlens=lens)
-
-            for rnd in range(rounds):
-                first = None
-                for merge, fused, merge_rows in turns(arms, rnd):
-                    decode_config.FUSED_MERGE, decode_plan.MERGE_ROWS = fused, merge_rows
-                    decode_config._decode_configs.cache_clear()
-                    decode.clear_plans()
-                    out = mine()[0]
-                    plan = next(iter(decode_plan._PLANS.values()))
-                    same = None if first is None else bool(torch.equal(out, first))
-                    first = out if first is None else first
-                    rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "round": rnd,
-                                 "arm": merge_arm(merge, merge_rows), "merge": plan.merge, "rows": plan.rows,
-                                 "splits": plan.num_splits, "max_err": (out.float() - ref).abs().max().item(),
-                                 "same_bits": same, "graph_us": graph_us(mine, calls=50),
-                                 "eager_us": eager_us(mine, calls=calls // 10)})
-                if cudnn is not None:
-                    rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "round": rnd, "arm": "sdpa-cudnn",
-                                 "graph_us": graph_us(cudnn, calls=50), "eager_us": eager_us(cudnn, calls=calls // 10)})
+        return _arm_rows(calls, rounds, [(merge_arm(m, r), (f, r)) for m, f, r in arms], use)
     finally:
         decode_config.FUSED_MERGE, decode_plan.MERGE_ROWS, decode_plan.EAGER_FUSED_BELOW_US = saved
         decode_config._decode_configs.cache_clear()
         decode.clear_plans()
-    return rows
 
 
 GRAPH_MERGE_ARMS = (("graphs: in-kernel merge", None), ("graphs: merge kernel", float("inf")))
 
 
 def graph_merge_ab_rows(calls: int, rounds: int = 3, arms=GRAPH_MERGE_ARMS) -> list[dict]:
-    """CUDA-graph and eager µs of the library's default call (with the lengths) on every shape with CUDA graphs of large
-    calls merging in the split kernel (``decode_plan.GRAPH_FUSED_FROM_US`` as shipped) and by the merge kernel (inf),
-    and cuDNN's call, in ``rounds`` rounds in one process, the arms' order reversed every other round; rows as
-    ``merge_ab_rows``' (``merge_ab_markdown`` renders them), with ``graph_fused``: whether the arm's graphs merged in
-    the split kernel (the plan handed out counters for them)."""
+    """``_arm_rows`` with CUDA graphs of large calls merging in the split kernel (``decode_plan.GRAPH_FUSED_FROM_US`` as
+    shipped: None) and by the merge kernel (inf)."""
     from attnlab.gpu import decode, decode_plan
 
     saved = decode_plan.GRAPH_FUSED_FROM_US
-    rows = []
+
+    def use(bound):
+        decode_plan.GRAPH_FUSED_FROM_US = saved if bound is None else bound
+
     try:
-        for shape in SHAPES:
-            B, H, Hkv, L, D = shape
-            q, k, v, lens = inputs(shape)
-            ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
-            cudnn = sdpa_call(q, k, v, "CUDNN_ATTENTION")
-
-            def mine(q=q, k=k, v=v, lens=lens):
-                return attnlab.flash_decode(q, k, v, cache_seqlens=lens)
-
-            for rnd in range(rounds):
-                first = None
-                for name, bound in turns(arms, rnd):
-                    decode_plan.GRAPH_FUSED_FROM_US = saved if bound is None else bound
-                    decode.clear_plans()
-                    out = mine()[0]
-                    plan = next(iter(decode_plan._PLANS.values()))
-                    same = None if first is None else bool(torch.equal(out, first))
-                    first = out if first is None else first
-                    g = graph_us(mine, calls=50)
-                    # (the graph is captured on a stream of its own from the plan of the warm-up's stream: any plan's
-                    # handed-out counter sets say whether it merged in the split kernel)
-                    fused = any(p.graph_slots is not None and p.graph_slots.next > 0
-                                for p in decode_plan._PLANS.values())
-                    rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "round": rnd, "arm": name,
-                                 "merge": plan.merge, "rows": plan.rows, "splits": plan.num_splits,
-                                 "graph_fused": fused,
-                                 "max_err": (out.float() - ref).abs().max().item(), "same_bits": same,
-                                 "graph_us": g, "eager_us": eager_us(mine, calls=calls // 10)})
-                if cudnn is not None:
-                    rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "round": rnd, "arm": "sdpa-cudnn",
-                                 "graph_us": graph_us(cudnn, calls=50), "eager_us": eager_us(cudnn, calls=calls // 10)})
+        return _arm_rows(calls, rounds, arms, use)
     finally:
         decode_plan.GRAPH_FUSED_FROM_US = saved
         decode.clear_plans()
-    return rows
 
 
 def merge_ab_markdown(rows: list[dict]) -> list[str]:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
 from tests.helpers import ROOT
+from tests.test_results_merge_rows import _table
+from tests.test_results_strided_decode import _run as _script
 from tests.test_results_variants import _flat
 
 DATA = ROOT / "benchmarks" / "data"
@@ -58,13 +58,8 @@ def host_table() -> str:
 
 
 def test_table_is_the_scripts_rendering():
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "decode_host.py"), "--report",
-                          str(DATA / "decode-host-h200-run35.json")], capture_output=True, text=True, timeout=300,
-                         cwd=ROOT)
-    assert out.returncode == 0, out.stderr
-    i = out.stdout.index("| B | H/Hkv | L | D | provider | eager µs |")
-    j = out.stdout.find("\n\n", i)
-    assert out.stdout[i:j if j > 0 else None].strip() in _section()
+    out = _script(ROOT / "benchmarks" / "decode_host.py", "--report", DATA / "decode-host-h200-run35.json")
+    assert _table(out, "| B | H/Hkv | L | D | provider | eager µs |") in _section()
 
 
 def test_quotes_are_computed():

@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
-import sys
 
 from tests.helpers import ROOT
+from tests.test_results_merge_rows import _table
+from tests.test_results_strided_decode import _run as _script
+from tests.test_results_strided_decode import _span as _span1
 from tests.test_results_variants import _flat
+
+
+def _span(values, fmt="{:.2f}") -> str:
+    return _span1(values, fmt)
 
 DATA = ROOT / "benchmarks" / "data"
 SECTION = ("### Decode-host runs 32–34 and decode runs 8 and 9:", "### Decode-host runs 30 and 31:")
@@ -37,11 +42,6 @@ def _arms(run: int) -> dict:
 
 def _med(rows, key="graph_us") -> float:
     return statistics.median(r[key] for r in rows)
-
-
-def _span(values, fmt="{:.2f}") -> str:
-    lo, hi = fmt.format(min(values)), fmt.format(max(values))
-    return lo if lo == hi else f"{lo}–{hi}"
 
 
 def _compare(run: int) -> list[float]:
@@ -77,27 +77,15 @@ def quotes() -> dict[str, str]:
     return q
 
 
-def _report(*args) -> str:
-    res = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert res.returncode == 0, res.stderr
-    return res.stdout
-
-
-def _table(text: str, head: str) -> str:
-    i = text.index(head)
-    j = text.find("\n\n", i)
-    return text[i:j if j > 0 else len(text)].strip()
-
-
 def test_tables_are_the_scripts_rendering():
     section = _section()
     for run in (33, 34):
-        out = _report(ROOT / "benchmarks" / "decode_host.py", "--report", DATA / f"decode-host-h200-run{run}.json")
+        out = _script(ROOT / "benchmarks" / "decode_host.py", "--report", DATA / f"decode-host-h200-run{run}.json")
         assert _table(out[out.index("CUDA graphs of large calls"):], "| B | H/Hkv | L | D | arm |") in section, run
-    out = _report(ROOT / "benchmarks" / "decode_host.py", "--report", DATA / "decode-host-h200-run34.json")
+    out = _script(ROOT / "benchmarks" / "decode_host.py", "--report", DATA / "decode-host-h200-run34.json")
     for head in ("| B | H/Hkv | L | D | provider | eager µs |", "| B | H/Hkv | L | D | mode | calls |"):
         assert _table(out, head) in section, head
-    cmp = _report(ROOT / "benchmarks" / "decode.py", "--compare", DATA / "decode-h200-run9-kernel.json",
+    cmp = _script(ROOT / "benchmarks" / "decode.py", "--compare", DATA / "decode-h200-run9-kernel.json",
                   DATA / "decode-h200-run9-auto.json")
     assert cmp.strip() in section
 

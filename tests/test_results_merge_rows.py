@@ -9,10 +9,10 @@ import json
 import math
 import re
 import statistics
-import subprocess
-import sys
 
 from tests.helpers import ROOT
+from tests.test_results_strided_decode import _run as _script
+from tests.test_results_strided_decode import _span
 from tests.test_results_variants import _flat
 
 DATA = ROOT / "benchmarks" / "data"
@@ -32,11 +32,6 @@ def _section() -> str:
 
 def _notes(version: str) -> str:
     return _flat((ROOT / "benchmarks" / "NOTES-decode.md").read_text().split(f"## {version}")[1].split("\n## ")[0])
-
-
-def _span(values, fmt="{:.1f}") -> str:
-    lo, hi = fmt.format(min(values)), fmt.format(max(values))
-    return lo if lo == hi else f"{lo}–{hi}"
 
 
 def _merge_arms() -> dict:
@@ -101,11 +96,7 @@ def quotes() -> dict[str, str]:
 
 
 def _report(run: int) -> str:
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "decode_host.py"), "--report",
-                          str(DATA / f"decode-host-h200-run{run}.json")], capture_output=True, text=True, timeout=300,
-                         cwd=ROOT)
-    assert res.returncode == 0, res.stderr
-    return res.stdout
+    return _script(ROOT / "benchmarks" / "decode_host.py", "--report", DATA / f"decode-host-h200-run{run}.json")
 
 
 def _table(text: str, head: str) -> str:
