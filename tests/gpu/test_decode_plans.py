@@ -690,6 +690,26 @@ def test_graph_counter_sets_stay_within_their_budget(monkeypatch):
     assert decode.plan_stats()["graph_counter_bytes"] == 0
 
 
+def test_a_restreamed_plan_shares_kernels_and_keeps_buffers_of_its_own():
+    """``DecodePlan.restreamed`` (what a capture on a stream with no plan takes): the same launchers, compiled kernels,
+    split count and counter sets; no split buffers and no eager counters of the other stream's (found at its first
+    eager call); and the same output to the bit."""
+    from attnlab.gpu import decode_plan
+
+    q, k, v = _cache(L=600)
+    lens = torch.tensor([600, 9], dtype=torch.int32, device=DEV)
+    want = decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=4)
+    (plan,) = decode_plan._PLANS.values()
+    other = plan.restreamed()
+    assert other is not plan and other.split is plan.split and other.launcher_memo is plan.launcher_memo
+    assert other.graph_slots is plan.graph_slots and other.num_splits == plan.num_splits == 4
+    assert plan.scratch is not None and other.scratch is None and other.counters is None
+    got = other(q, k, v, lens, None, None)
+    assert other.counters is not None and other.scratch is not None and other.scratch is not plan.scratch
+    _same(got, want)
+    decode.clear_plans()
+
+
 def test_no_counter_slots_off_cuda_or_below_the_graph_bound(monkeypatch):
     """``CounterSlots`` hands each set out once and says when none is left; plans in the interpreter, and plans whose
     read is under ``GRAPH_FUSED_FROM_US``, keep none (their graphs take the merge kernel)."""
