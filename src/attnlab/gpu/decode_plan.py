@@ -121,9 +121,13 @@ class CounterSlots:
     __slots__ = ("buf", "n", "next")
 
     def __init__(self, device, n: int, slots: int, max_bytes: int = 2**62):
-        slots = max(0, min(slots, max_bytes // (4 * max(n, 1))))
-        self.buf = torch.zeros(slots * n, dtype=torch.int32, device=device)
+        self.buf = torch.zeros(self.count(n, slots, max_bytes) * n, dtype=torch.int32, device=device)
         self.n, self.next = n, 0
+
+    @staticmethod
+    def count(n: int, slots: int, max_bytes: int) -> int:
+        """How many sets of ``n`` counters ``CounterSlots(device, n, slots, max_bytes)`` holds."""
+        return max(0, min(slots, max_bytes // (4 * max(n, 1))))
 
     def take(self):
         i = self.next
@@ -394,7 +398,7 @@ class DecodePlan:
         self.graph_slots = None
         if us is not None and (self.merge == 2 or us >= GRAPH_FUSED_FROM_US) and GRAPH_COUNTER_SLOTS > 0 \
                 and not _capturing():
-            nbytes = 4 * B * Hkv * max(0, min(GRAPH_COUNTER_SLOTS, GRAPH_COUNTER_BYTES // (4 * B * Hkv)))
+            nbytes = 4 * B * Hkv * CounterSlots.count(B * Hkv, GRAPH_COUNTER_SLOTS, GRAPH_COUNTER_BYTES)
             if _STATS["graph_counter_bytes"] + nbytes <= GRAPH_COUNTER_BUDGET:  # the kept plans' sets, all together
                 self.graph_slots = CounterSlots(self.device, B * Hkv, GRAPH_COUNTER_SLOTS, GRAPH_COUNTER_BYTES)
                 _STATS["graph_counter_bytes"] += nbytes
