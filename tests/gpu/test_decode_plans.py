@@ -638,6 +638,47 @@ def test_graphs_of_a_large_call_merge_in_the_split_kernel_each_with_counters_of_
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["paged", "window-alibi", "batch-3-ragged"])
+def test_graphs_of_large_variant_calls_merge_in_the_split_kernel_with_eager_bits(variant):
+    """Large calls of the other kinds — a paged cache, a window with ALiBi, ragged lengths over three sequences — are
+    captured (on torch's own capture stream, after warm-up on a side stream) with the in-kernel merge, and the replay
+    equals the eager call to the bit."""
+    from attnlab.gpu import decode_plan
+    from attnlab.kvcache import PagedKVCache
+
+    B = 3 if variant == "batch-3-ragged" else 1
+    q = torch.randn(B, 32, 1, 128, dtype=torch.bfloat16, device=DEV)
+    k, v = (torch.randn(B, 8, 32768, 128, dtype=torch.bfloat16, device=DEV) for _ in range(2))
+    lens = torch.tensor([32768, 20001, 7][:B], dtype=torch.int32, device=DEV)
+    kw: dict = {"cache_seqlens": lens}
+    args = (q, k, v)
+    if variant == "paged":
+        cache = PagedKVCache.from_dense(k, v, lens, page_size=256, shuffle=True)
+        args, kw["block_table"] = (q, cache.k_pages[0], cache.v_pages[0]), cache.block_table
+    elif variant == "window-alibi":
+        kw.update(window=(20000, 0), alibi_slopes=torch.rand(32, device=DEV) * 0.1)  # ~20K keys read: >= 10 µs
+    decode.clear_plans()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            attnlab.flash_decode(*args, **kw)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    (plan,) = decode_plan._PLANS.values()
+    assert plan.fused and plan.graph_slots is not None
+    g, got = _graph_of(lambda: attnlab.flash_decode(*args, **kw), None)
+    assert plan.graph_slots.next == 1  # the capture merged in the split kernel
+    q.copy_(torch.randn_like(q))
+    g.replay()
+    with torch.cuda.stream(side):
+        want = attnlab.flash_decode(*args, **kw)
+    torch.cuda.synchronize()
+    _same(got, want)
+    decode.clear_plans()
+
+
+@pytest.mark.gpu
 def test_a_plan_made_during_a_capture_keeps_none_of_the_graphs_memory():
     """A plan whose first call is inside a CUDA graph's capture (its kernel compiled by an earlier call, its plan
     forgotten), with the configuration that merges in the split kernel on every call (MERGE = 2): the graph gets
