@@ -124,3 +124,42 @@ def test_docs_quote_the_tables_grids():
     assert f"keep the SMs {lo:.1f}–{hi:.0f} % busy" in doc and f"{hi:.1f}" == "100.0"
     dense = G.grid_estimate(pass_="forward", batch=4, heads=16, seq=4096, block=128, causal=False, sms=132)
     assert f"reach at most {100 * dense.efficiency:.1f} % of the roofline's speed" in doc
+
+
+def test_tail_split_cuts_the_last_wave_where_it_ends_soonest():
+    """``tail_split``: equal programs fill whole waves; the partial wave's programs cut into pieces end sooner, and the
+    shortest schedule's fewest parts win; an overhead per piece makes fewer parts best; no tail, no cut."""
+    from attnlab.cost import tail_split
+
+    whole = tail_split(programs=2048, sms=132, max_parts=1)  # uncut: 15 whole waves and 68 left over
+    assert (whole.tail, whole.parts, whole.waves, whole.waves_whole, whole.saving) == (68, 1, 16.0, 16, 0.0)
+    thirds = tail_split(programs=2048, sms=132, max_parts=3)  # halves: 136 pieces need 2 rounds of 1/2: no gain
+    assert thirds.parts == 3 and thirds.waves == pytest.approx(15 + 2 / 3)
+    best = tail_split(programs=2048, sms=132)
+    assert best.parts == 33 and best.waves == pytest.approx(15 + 17 / 33)  # ⌈68·33/132⌉ = 17 rounds of 1/33
+    assert all(best.waves <= tail_split(programs=2048, sms=132, max_parts=p).waves + 1e-12 for p in range(1, 65))
+    d64 = tail_split(programs=4096, sms=132)  # 31 whole waves and 4 left: 132 pieces in one round of 1/33
+    assert (d64.tail, d64.parts) == (4, 33) and d64.waves == pytest.approx(31 + 1 / 33)
+    assert d64.saving == pytest.approx(1 - (31 + 1 / 33) / 32)
+    costly = tail_split(programs=2048, sms=132, overhead=0.05)  # each piece 5 % of a program more: fewer pieces
+    assert costly.parts < best.parts and costly.waves == pytest.approx(15 + 3 * (1 / 5 + 0.05))
+    even = tail_split(programs=264, sms=132)
+    assert (even.tail, even.parts, even.waves, even.saving) == (0, 1, 2.0, 0.0)
+    for bad in ({"programs": 0, "sms": 132}, {"programs": 10, "sms": 0}, {"programs": 10, "sms": 4, "max_parts": 0},
+                {"programs": 10, "sms": 4, "overhead": -0.1}):
+        with pytest.raises(ValueError):
+            tail_split(**bad)
+
+
+def test_docs_quote_tail_split():
+    """docs/cost.md's tail_split sentence: each number as the function computes it."""
+    from tests.helpers import ROOT
+
+    from attnlab.cost import tail_split
+
+    doc = " ".join((ROOT / "docs" / "cost.md").read_text().split())
+    d128 = [tail_split(programs=2048, sms=132, max_parts=p) for p in (1, 3, 64)]
+    d64 = [tail_split(programs=4096, sms=132, max_parts=p) for p in (1, 64)]
+    assert (f"2,048 programs end after {d128[0].waves:.0f} waves uncut, {d128[1].waves:.2f} in thirds and "
+            f"{d128[2].waves:.2f} at best; 4,096 after {d64[0].waves:.0f} uncut and {d64[1].waves:.2f} with each of the "
+            f"{d64[1].tail} left over cut in {d64[1].parts}") in doc

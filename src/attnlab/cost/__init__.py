@@ -39,7 +39,7 @@ from .flops import (
     scores_bytes,
 )
 from .gpus import GPU, GPUS, get_gpu
-from .grid import GridEstimate, grid_estimate
+from .grid import GridEstimate, TailSplit, grid_estimate, tail_split
 from .io import (
     BlockPairs,
     KernelIO,
@@ -128,6 +128,8 @@ from .window import (
 __all__ = [
     "GridEstimate",
     "grid_estimate",
+    "tail_split",
+    "TailSplit",
     "LINKS",
     "Link",
     "RingEstimate",

@@ -79,3 +79,43 @@ def grid_estimate(*, pass_: str, batch: int, heads: int, kv_heads: int | None = 
                 heapq.heappush(free, heapq.heappop(free) + w)
         makespan = max(free)
     return GridEstimate(pass_, programs, pos_int(block, "block"), S, total / (S * makespan))
+
+
+@dataclass(frozen=True)
+class TailSplit:
+    """Equal programs on ``sms`` SMs with the last, partial wave's ``tail`` programs each cut into ``parts`` equal
+    pieces (1: not cut): ``waves`` the schedule's length in programs' times, against ``waves_whole`` uncut."""
+
+    programs: int
+    sms: int
+    tail: int
+    parts: int
+    waves: float
+    waves_whole: int
+
+    @property
+    def saving(self) -> float:
+        """The share of the uncut schedule's length the cut saves."""
+        return 1.0 - self.waves / self.waves_whole
+
+
+def tail_split(*, programs: int, sms: int, max_parts: int = 64, overhead: float = 0.0) -> TailSplit:
+    """The cut of a grid's last wave that ends it soonest: ``programs`` equal programs on ``sms`` SMs, one at a time
+    each, fill ``programs // sms`` whole waves; the ``programs % sms`` left over, each cut into ``parts`` pieces of
+    1 / parts of a program plus ``overhead`` (a piece's own start and end, in programs), run in ⌈tail · parts / sms⌉
+    rounds after them. The fewest parts (1 to ``max_parts``) of the shortest schedule: e.g. 2,048 programs on 132 SMs
+    (the backward of B·N = 16K tokens, 16 heads, 128-key blocks) end after 16 waves uncut, 15.67 in thirds and 15.52
+    with the 68 left each cut in 33 (no overhead); 4,096 (32 heads, D = 64) after 32 uncut and 31.03 with each of
+    the 4 left cut in 33. Raises ``ValueError`` on non-positive sizes or a negative overhead."""
+    n, S, top = pos_int(programs, "programs"), pos_int(sms, "sms"), pos_int(max_parts, "max_parts")
+    if not overhead >= 0:
+        raise ValueError(f"overhead must be >= 0, got {overhead!r}")
+    whole, tail = divmod(n, S)
+    waves_whole = whole + (tail > 0)
+    best = (float(waves_whole), 1)
+    if tail:
+        for parts in range(2, top + 1):
+            waves = whole + -(-tail * parts // S) * (1.0 / parts + overhead)
+            if waves < best[0] - 1e-12:
+                best = (waves, parts)
+    return TailSplit(n, S, tail, best[1], best[0], waves_whole)
