@@ -163,3 +163,21 @@ def test_docs_quote_tail_split():
     assert (f"2,048 programs end after {d128[0].waves:.0f} waves uncut, {d128[1].waves:.2f} in thirds and "
             f"{d128[2].waves:.2f} at best; 4,096 after {d64[0].waves:.0f} uncut and {d64[1].waves:.2f} with each of the "
             f"{d64[1].tail} left over cut in {d64[1].parts}") in doc
+
+
+def test_notes_prefill_v49_quotes_tail_split():
+    """NOTES-prefill v49's schedule numbers, as ``tail_split`` computes them."""
+    from tests.helpers import ROOT
+
+    from attnlab.cost import tail_split
+
+    text = " ".join((ROOT / "benchmarks" / "NOTES-prefill.md").read_text().split("## v49")[1].split())
+    t = lambda n, **kw: tail_split(programs=n, sms=132, **kw)  # noqa: E731
+    best, o2, o5 = t(2048), t(2048, overhead=0.02), t(2048, overhead=0.05)
+    assert (f"D = 128: {t(2048, max_parts=1).waves:.0f} waves uncut, {t(2048, max_parts=3).waves:.2f} in thirds, "
+            f"{best.waves:.2f} at best (each of the {best.tail} in {best.parts} pieces); with 2 % of a program's time of "
+            f"overhead per piece, {o2.parts} pieces and {o2.waves:.2f}; with 5 %, {o5.parts} and {o5.waves:.2f}") in text
+    d64, d64o = t(4096), t(4096, overhead=0.02)
+    assert (f"D = 64: {d64.waves_whole} waves uncut, {d64.waves:.2f} with each of the {d64.tail} cut in {d64.parts} "
+            f"({d64o.waves:.2f} at 2 % overhead), about {d64.saving * 100:.0f} % of the backward") in text
+    assert f"about {2 * d64.parts * d64.tail * 128 * 64 * 4 / 1e6:.0f} MB at D = 64 with P = {d64.parts}" in text
