@@ -101,6 +101,13 @@ def test_estimate_holds_both_grids_and_prints_them(capsys):
     assert "grid: 2,048 programs of 128 query rows, 15.5 waves on 132 SMs, longest first" in out
     assert f"busy {100 * fwd.efficiency:.1f}% of the time, so at most {100 * fwd.efficiency:.1f}% of the roofline" in out
     assert "grid: 4,096 programs of 64 keys, 31.0 waves on 132 SMs" in out
+    from attnlab.cost.cli import PIECE_OVERHEAD
+
+    ts = G.tail_split(programs=4096, sms=132, max_parts=4096 // 128, overhead=PIECE_OVERHEAD)
+    assert ts.parts > 1 and f"the last wave's {ts.tail} programs cut into {ts.parts} pieces each" in out
+    assert f"{ts.waves:.2f} waves, {ts.saving:.1%} sooner" in out
+    print_estimate(estimate(gpu="H200", seq=4096, head_dim=128, heads=16, batch=4, block_q=128, block_k=64, causal=True))
+    assert "cut into" not in capsys.readouterr().out  # unequal walks: no cut offered
 
 
 def test_docs_show_the_grid_lines_the_command_prints():
@@ -111,7 +118,8 @@ def test_docs_show_the_grid_lines_the_command_prints():
     est = estimate(gpu="H100", seq=4096, head_dim=128, heads=32)
     doc = (Path(__file__).resolve().parents[2] / "docs" / "cost.md").read_text()
     block = doc[doc.index("$ attnlab estimate --gpu H100 --seq 4096 --head-dim 128 --heads 32"):]
-    assert _grid_line(est.grids[0], "query rows") in block and _grid_line(est.grids[1], "keys") in block
+    assert _grid_line(est.grids[0], "query rows") in block
+    assert _grid_line(est.grids[1], "keys", cut=-(-est.seq // est.block_q)) in block
 
 
 def test_docs_quote_the_tables_grids():

@@ -62,7 +62,7 @@ def print_estimate(est, console=None) -> None:
     c.print(f"flash backward: {100 * (b.flops_ratio - 1):+.0f}% FLOPs, 1/{b.traffic_ratio:.0f} of the traffic, "
             f"{b.speedup:.1f}× faster ({b.speedup_hbm:.1f}× without a cache)")
     if len(est.grids) > 1:
-        c.print(_grid_line(est.grids[1], "keys"))
+        c.print(_grid_line(est.grids[1], "keys", cut=0 if est.causal else -(-est.seq // est.block_q)))
     d = est.decode
     t = Table(title=f"decode step: 1 token per sequence, {d.context:,} cached tokens (KV cache {fmt_bytes(d.kv_cache_bytes)})")
     for col in ("kernel", "splits", "blocks", "waves", "SM use", "time", "bound"):
@@ -76,11 +76,27 @@ def print_estimate(est, console=None) -> None:
             f"{'below' if ai < g.ridge else 'above'} the ridge ({g.ridge:.0f}) whatever the batch")
 
 
-def _grid_line(gr, rows: str) -> str:
-    """One pass's grid (``grid.GridEstimate``) as the line under its table."""
+# what cutting a backward's last wave into pieces costs per piece, in programs' times (a guess: a piece loads its K and
+# V block and stores its partial dK and dV, as a whole program does once): the ``overhead`` of the estimate's cut
+PIECE_OVERHEAD = 0.02
+
+
+def _grid_line(gr, rows: str, cut: int = 0) -> str:
+    """One pass's grid (``grid.GridEstimate``) as the line under its table; with ``cut`` > 0 (equal programs, each
+    walking ``cut`` query blocks: a backward without a mask) and a partial last wave, what cutting that wave's
+    programs into pieces of whole query blocks would leave (``grid.tail_split``, ``PIECE_OVERHEAD`` per piece)."""
+    from .grid import tail_split
+
     eff = _eff(gr.efficiency)
-    return (f"grid: {gr.programs:,} programs of {gr.block} {rows}, {gr.waves:,.1f} waves on {gr.sms} SMs, longest first: "
+    line = (f"grid: {gr.programs:,} programs of {gr.block} {rows}, {gr.waves:,.1f} waves on {gr.sms} SMs, longest first: "
             f"busy {eff} of the time, so at most {eff} of the roofline's speed")
+    if cut > 1:
+        ts = tail_split(programs=gr.programs, sms=gr.sms, max_parts=cut, overhead=PIECE_OVERHEAD)
+        if ts.parts > 1:
+            line += (f"; the last wave's {ts.tail:,} programs cut into {ts.parts} pieces each (their dK, dV summed "
+                     f"after, {PIECE_OVERHEAD:.0%} of a program's time a piece): {ts.waves:,.2f} waves, {ts.saving:.1%} "
+                     f"sooner")
+    return line
 
 
 def _eff(x: float) -> str:
