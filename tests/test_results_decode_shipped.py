@@ -8,23 +8,21 @@ import json
 import re
 
 from tests.helpers import ROOT
-from tests.test_results_merge_rows import _table
+from tests.test_results_merge_rows import B8, D64, D128, MID, SMALL, _run, _table
+from tests.test_results_merge_rows import _section as _merge_section
 from tests.test_results_strided_decode import _run as _script
 from tests.test_results_variants import _flat
 
 DATA = ROOT / "benchmarks" / "data"
 SECTION = ("### Decode-host run 35:", "### Decode-host runs 32–34 and decode runs 8 and 9:")
-D128, D64, SMALL, MID, B8 = ((1, 32, 32768, 128), (1, 32, 32768, 64), (1, 64, 8192, 128), (1, 28, 20000, 128),
-                             (8, 32, 32768, 128))
 
 
 def _section() -> str:
-    text = (ROOT / "benchmarks" / "RESULTS.md").read_text()
-    return text[text.index(SECTION[0]):text.index(SECTION[1])]
+    return _merge_section(SECTION)
 
 
 def quotes() -> dict[str, str]:
-    r = json.loads((DATA / "decode-host-h200-run35.json").read_text())
+    r = _run(35)
     hf = json.loads((DATA / "hf-h200-run17.json").read_text())
     sp = {(x["B"], x["H"], x["L"], x["D"], x["provider"]): x for x in r["speed"]}
     ratio = lambda s: sp[(*s, "sdpa-cudnn")]["graph_us"] / sp[(*s, "attnlab")]["graph_us"]  # noqa: E731
@@ -49,7 +47,7 @@ def host_table() -> str:
     lines = ["| run | attnlab.flash_decode (plan kept) | flash_decode_triton (plan kept), again | empty Triton launch "
              "(1 argument) | best ÷ empty |", "|---|---|---|---|---|"]
     for run in range(30, 36):
-        r = json.loads((DATA / f"decode-host-h200-run{run}.json").read_text())
+        r = _run(run)
         h = {x["call"]: x["host_us"] for x in r["host"]}
         a, b = h["attnlab.flash_decode (plan kept)"], h["flash_decode_triton (plan kept), again"]
         empty = r["floors"]["triton_empty_1_arg, kernel[grid]"]
@@ -65,7 +63,7 @@ def test_table_is_the_scripts_rendering():
 def test_quotes_are_computed():
     text, q = _flat(_section()), quotes()
     assert host_table() in _section()
-    runs = {run: json.loads((DATA / f"decode-host-h200-run{run}.json").read_text()) for run in range(30, 36)}
+    runs = {run: _run(run) for run in range(30, 36)}
     best = {run: min(x["host_us"] for x in r["host"] if x["call"] in ("attnlab.flash_decode (plan kept)",
                                                                        "flash_decode_triton (plan kept), again"))
             for run, r in runs.items()}

@@ -8,7 +8,8 @@ import json
 import statistics
 
 from tests.helpers import ROOT
-from tests.test_results_merge_rows import _table
+from tests.test_results_merge_rows import B8, D64, D128, MID, SMALL, _run, _table
+from tests.test_results_merge_rows import _section as _merge_section
 from tests.test_results_strided_decode import _run as _script
 from tests.test_results_strided_decode import _span as _span1
 from tests.test_results_variants import _flat
@@ -19,18 +20,11 @@ def _span(values, fmt="{:.2f}") -> str:
 
 DATA = ROOT / "benchmarks" / "data"
 SECTION = ("### Decode-host runs 32–34 and decode runs 8 and 9:", "### Decode-host runs 30 and 31:")
-D128, D64, SMALL, MID, B8 = ((1, 32, 32768, 128), (1, 32, 32768, 64), (1, 64, 8192, 128), (1, 28, 20000, 128),
-                             (8, 32, 32768, 128))
 IN, KERNEL = "graphs: in-kernel merge", "graphs: merge kernel"
 
 
-def _run(run: int) -> dict:
-    return json.loads((DATA / f"decode-host-h200-run{run}.json").read_text())
-
-
 def _section() -> str:
-    text = (ROOT / "benchmarks" / "RESULTS.md").read_text()
-    return text[text.index(SECTION[0]):text.index(SECTION[1])]
+    return _merge_section(SECTION)
 
 
 def _arms(run: int) -> dict:

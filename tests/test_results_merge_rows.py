@@ -12,6 +12,7 @@ import statistics
 
 from tests.helpers import ROOT
 from tests.test_results_strided_decode import _run as _script
+from tests.test_results_strided_decode import _section as _results_section
 from tests.test_results_strided_decode import _span
 from tests.test_results_variants import _flat
 
@@ -25,9 +26,8 @@ def _run(run: int) -> dict:
     return json.loads((DATA / f"decode-host-h200-run{run}.json").read_text())
 
 
-def _section() -> str:
-    text = (ROOT / "benchmarks" / "RESULTS.md").read_text()
-    return text[text.index(SECTION[0]):text.index(SECTION[1])]
+def _section(bounds=SECTION) -> str:
+    return _results_section(bounds)
 
 
 def _notes(version: str) -> str:
