@@ -29,6 +29,13 @@ Arms (``--arms``, the first the baseline of the ratios):
              (``prefill_gluon_bwd.HEAD_CHUNK_MB``, ``HEAD_CHUNK_FROM_D`` 0; both layers' kept
              plans dropped on the way in and out; the log names each launch's chunk); ``hc0``: one head after
              another (the numbering before chunks)
+    whole, steps1, steps8
+             the library's choice with non-causal calls' last, partial wave not cut into pieces
+             (``prefill_gluon_bwd.TAIL_PIECES`` off), or cut as the schedule model says with 1 or 8 steps of overhead
+             a piece (``TAIL_PIECE_STEPS``; the library's own: ``table``); both layers' kept plans dropped on the way
+             in and out, the log naming each launch's cut (TAIL_F, TAIL_P), at both head dims
+    uncutbuild  the build with the cut's code (TAIL_F an int) cutting nothing: every program whole, as ``whole``
+             runs them (what the cut's code costs the whole programs)
     nolimits the library's choice, its Gluon kernel built with the masked steps' three comparisons per score
              (``prefill_gluon_bwd.MASK_LIMITS`` 0: a copy of the module with that switch, whose kernel stands in for
              the library's while the arm runs, both layers' kept plans dropped; below ``MASK_LIMITS_FROM_D`` the two
@@ -40,7 +47,8 @@ heads, 8K causal), ``varlen`` (the variants benchmark's packed batch: 16K tokens
 causal rows by group size and length: ``gqa2`` (32/16 at 8K), ``gqa8`` (32/4 at 8K), ``gqa-4k`` (4 × 4K, 32/8),
 ``gqa-16k`` (16K, 32/8); packed batches of 16K tokens in documents of one length, causal: ``pack128``, ``pack512`` and
 ``pack2k`` (what a program's fixed costs weigh as its walk shortens: one key block and two query-block steps a
-document at 128); ``window`` and ``alibi``, the variants benchmark's causal calls with a window of 4,096 keys and with
+document at 128); the prefill table's other non-causal rows ``full8k`` (2 × 8K), ``full16k`` (1 × 16K) and
+``gqa-full`` (4 × 4K, 32/8), and ``full-small`` (1 × 2K: a grid of under four waves); ``window`` and ``alibi``, the variants benchmark's causal calls with a window of 4,096 keys and with
 ALiBi (1 × 16K; no peer). The ``table`` and ``p1`` arms run at D = 128 too (``--D 64 128 --arms table p1``), 16 heads
 there.
 bfloat16, H·D = 2048. TFLOP/s over the backward's 2.5× the forward's visible-pair FLOPs.
@@ -49,6 +57,7 @@ bfloat16, H·D = 2048. TFLOP/s over the backward's 2.5× the forward's visible-p
     python benchmarks/bwd_block_m.py --rows varlen causal --arms g64 g128 --rounds 5
     python benchmarks/bwd_block_m.py --rows gqa gqa2 gqa8 gqa-4k gqa-16k causal --arms g64 g64lag0 g64lag1
     python benchmarks/bwd_block_m.py --rows pack128 pack512 pack2k varlen causal --D 64 128 --arms table p1 p2
+    python benchmarks/bwd_block_m.py --rows full full8k full16k gqa-full --D 64 128 --arms table whole
     python benchmarks/bwd_block_m.py --report bwd-block-m.json
 """
 
@@ -67,11 +76,15 @@ import ab_rounds  # noqa: E402
 from attnlab.bench import time_fn  # noqa: E402
 
 ROWS = ("causal", "causal8k", "full", "long", "window", "alibi", "gqa", "varlen", "short", "gqa2", "gqa8", "gqa-4k",
-        "gqa-16k", "pack128", "pack512", "pack2k")
+        "gqa-16k", "pack128", "pack512", "pack2k", "full8k", "full16k", "gqa-full", "full-small")
 PACKS = {"pack128": 128, "pack512": 512, "pack2k": 2048}  # packed batches of 16K tokens in documents of one length
 CHUNK_ARMS = {"hc0": 0, "hc16": 16, "hc32": 32, "hc64": 64, "hcall": 1 << 20}  # arm: HEAD_CHUNK_MB
-ARMS = ("g64", "g128", "g128s", "g64lag0", "table", "g64lag1", "p1", "p2", "nolimits", *CHUNK_ARMS)
-TABLE_ARMS = ("table", "p1", "p2", "nolimits", *CHUNK_ARMS)  # (the arms that run at D = 128 too; p2 skips it)
+TAIL_ARMS = {"whole": {"TAIL_PIECES": False}, "steps1": {"TAIL_PIECE_STEPS": 1},  # arm: the module's cut switches
+             "steps8": {"TAIL_PIECE_STEPS": 8},
+             "uncutbuild": {"tail_pieces": lambda programs, *_: (programs, 0, 2)}}
+ARMS = ("g64", "g128", "g128s", "g64lag0", "table", "g64lag1", "p1", "p2", "nolimits", *CHUNK_ARMS, *TAIL_ARMS)
+TABLE_ARMS = ("table", "p1", "p2", "nolimits", *CHUNK_ARMS, *TAIL_ARMS)  # (the arms that run at D = 128 too; p2 skips
+# it)
 SWITCH_ARMS = {"nolimits": {"MASK_LIMITS": 0}}  # arm: the Gluon backward's module switches it is built with
 PERSISTENT_ARMS = {"p1": 1, "p2": 2}  # arm: K/V buffer pairs of the persistent build
 SHAPES = {  # row: (B, H, Hkv, N, causal)
@@ -86,6 +99,11 @@ SHAPES = {  # row: (B, H, Hkv, N, causal)
     "gqa8": (1, 32, 4, 8192, True),
     "gqa-4k": (4, 32, 8, 4096, True),
     "gqa-16k": (1, 32, 8, 16384, True),
+    # the prefill table's other non-causal rows (4 x 4K is ``full``), its GQA row, and a grid of under four waves
+    "full8k": (2, 32, 32, 8192, False),
+    "full16k": (1, 32, 32, 16384, False),
+    "gqa-full": (4, 32, 8, 4096, False),
+    "full-small": (1, 32, 32, 2048, False),
     # the variants benchmark's causal window of 4,096 keys and its ALiBi call (1 × 16K, causal; no cuDNN peer)
     "window": (1, 32, 32, 16384, True),
     "alibi": (1, 32, 32, 16384, True),
@@ -251,6 +269,14 @@ def measure(args) -> list[dict]:
             prefill_bwd._CALL_PLANS.clear()
             gb._PLANS.clear()
             gb.launch_kept = lambda k, *a, **kw: launched.append(k) or launch(k, *a, **kw)
+        saved = {name: getattr(gb, name) for name in TAIL_ARMS.get(arm, {})}
+        if arm in TAIL_ARMS:  # (the plans hold their cut: dropped on the way in and out)
+            for name, value in TAIL_ARMS[arm].items():
+                setattr(gb, name, value)
+            prefill_bwd._CALL_PLANS.clear()
+            gb._PLANS.clear()
+            gb.launch_kept = lambda k, grid, a, *r, **kw: (launched.append((a.get("TAIL_F"), a.get("TAIL_P")))
+                                                           or launch(k, grid, a, *r, **kw))
         if arm in CHUNK_ARMS:  # (the plans hold their chunk: dropped on the way in and out)
             gb.HEAD_CHUNK_MB, gb.HEAD_CHUNK_FROM_D = CHUNK_ARMS[arm], 0  # (chunks at every head dim)
             prefill_bwd._CALL_PLANS.clear()
@@ -261,6 +287,14 @@ def measure(args) -> list[dict]:
             yield
         finally:
             _CURRENT[0] = None
+            if arm in TAIL_ARMS:
+                for name, value in saved.items():
+                    setattr(gb, name, value)
+                gb.launch_kept = launch
+                prefill_bwd._CALL_PLANS.clear()
+                gb._PLANS.clear()
+                print(f"arm {arm}, row {_ROW[0]}, D = {D}: cut (TAIL_F, TAIL_P) {sorted(set(map(str, launched)))}",
+                      flush=True)
             if arm in CHUNK_ARMS:
                 gb.HEAD_CHUNK_MB, gb.HEAD_CHUNK_FROM_D, gb.launch_kept = budget, from_d, launch
                 prefill_bwd._CALL_PLANS.clear()

@@ -133,6 +133,77 @@ def sum_head_copies(copies: torch.Tensor, out: torch.Tensor, split: int) -> None
                 num_warps=4)
 
 
+# -- the last wave's key blocks cut into pieces (the non-causal Gluon backward's ``tail_pieces``) --------------
+
+
+@triton.jit
+def _tail_pieces_sum(TAIL_K, DK, DV, FIRST, R, P, n_kb, Hkv, Nk, scale, stride_kb, stride_kh, stride_kn,
+                     stride_vb, stride_vh, stride_vn, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Key block FIRST + r of the backward's grid (program r of the grid's second axis; key block kb = tile mod n_kb
+    of K/V head tile // n_kb, as batch · Hkv + head): DK <- scale · the sum of its P pieces' dK and DV <- the sum of
+    their dV, from TAIL_K (P, R, 2, BLOCK_N, D) float32 contiguous ([..., 0, :, :] dK, [..., 1, :, :] dV), piece 0
+    first, rounded once; rows past Nk not stored."""
+    pid_m = tl.program_id(0)
+    r = tl.program_id(1)
+    tile = FIRST + r
+    kb = tile % n_kb
+    bhk = tile // n_kb
+    b = bhk // Hkv
+    hk = bhk % Hkv
+    local = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    rows = kb * BLOCK_N + local
+    ok = (local[:, None] < BLOCK_N) & (offs_d[None, :] < HEAD_D)
+    acc_k = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    acc_v = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    for s in range(P):
+        at = ((s * R + r).to(tl.int64) * (2 * BLOCK_N) + local[:, None]) * HEAD_D + offs_d[None, :]
+        acc_k += tl.load(TAIL_K + at, mask=ok)
+        acc_v += tl.load(TAIL_K + at + BLOCK_N * HEAD_D, mask=ok)
+    keep = ok & (rows[:, None] < Nk)
+    row_k = b.to(tl.int64) * stride_kb + hk.to(tl.int64) * stride_kh + rows[:, None].to(tl.int64) * stride_kn
+    row_v = b.to(tl.int64) * stride_vb + hk.to(tl.int64) * stride_vh + rows[:, None].to(tl.int64) * stride_vn
+    tl.store(DK + row_k + offs_d[None, :], (acc_k * scale).to(DK.dtype.element_ty), mask=keep)
+    tl.store(DV + row_v + offs_d[None, :], acc_v.to(DV.dtype.element_ty), mask=keep)
+
+
+def sum_tail_pieces(pieces: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, *, first: int, scale: float) -> None:
+    """dk, dv (B, Hkv, Nk, D), unit stride along D, <- the pieces' partial gradients of the key blocks the Gluon
+    backward cut (``prefill_gluon_bwd.tail_pieces``): ``pieces`` (P, R, 2, 128, D) float32 contiguous, [p, r, 0] piece
+    p's unscaled dK and [p, r, 1] its dV of the backward grid's key block ``first`` + r (key block (first + r) mod
+    ⌈Nk / 128⌉ of batch · K/V head (first + r) // ⌈Nk / 128⌉). Each block's P pieces are summed in float32 in piece order and
+    rounded once (dK times ``scale``): the same bits on every call. Rows past Nk are not written."""
+    if pieces.dim() != 5 or pieces.shape[2] != 2:
+        raise ValueError(f"sum_tail_pieces: pieces must be (P, R, 2, 128, D), got {tuple(pieces.shape)}")
+    P, R, _, BLOCK_N, D = pieces.shape
+    B, Hkv, Nk, Dd = dk.shape
+    n_kb = -(-Nk // BLOCK_N)
+    if (pieces.dtype != torch.float32 or not pieces.is_contiguous() or dv.shape != dk.shape or Dd != D
+            or dk.stride(-1) != 1 or dv.stride(-1) != 1 or not 0 <= first <= B * Hkv * n_kb - R):
+        raise ValueError(f"sum_tail_pieces: pieces {tuple(pieces.shape)} ({pieces.dtype}) for key blocks {first}.."
+                         f"{first + R - 1} of dk {tuple(dk.shape)}, dv {tuple(dv.shape)}")
+    if P * R == 0:
+        return
+    if not (dk.is_cuda or interpret_mode()):  # (CPU tensors with no interpreter: the same sum in PyTorch)
+        acc = pieces[0].clone()
+        for s in range(1, P):
+            acc += pieces[s]
+        acc_k, acc_v = acc[:, 0], acc[:, 1]
+        for r in range(R):
+            kb, bhk = divmod(first + r, n_kb)[::-1]
+            b, hk = divmod(bhk, Hkv)
+            n = min(BLOCK_N, Nk - kb * BLOCK_N)
+            dk[b, hk, kb * BLOCK_N:kb * BLOCK_N + n] = (acc_k[r, :n] * scale).to(dk.dtype)
+            dv[b, hk, kb * BLOCK_N:kb * BLOCK_N + n] = acc_v[r, :n].to(dv.dtype)
+        return
+    BLOCK_M = 32 if dk.is_cuda else 64
+    launch_kept(_tail_pieces_sum, (-(-BLOCK_N // BLOCK_M), R),
+                dict(zip(_tail_pieces_sum.arg_names, (pieces, dk, dv, first, R, P, n_kb, Hkv, Nk, float(scale),
+                                                       *dk.stride()[:3], *dv.stride()[:3])))
+                | dict(BLOCK_N=BLOCK_N, HEAD_D=D, BLOCK_M=BLOCK_M, BLOCK_D=next_pow2(max(D, 16))), num_warps=4)
+
+
 # -- dQ in tiles of register order (the Gluon backward's float32 accumulator) ----------------------------------
 #
 # A tile is 64 query rows × ``split_d`` columns of one (batch, head) as a Hopper wgmma accumulator holds it across
@@ -286,4 +357,4 @@ def store_dq_tiles(tiles: torch.Tensor, dq: torch.Tensor, split_d: int, scale: f
 
 
 __all__ = ["dq_tiles_shape", "dq_to_tiles", "empty_like_layout", "packed_bounds", "packed_rows", "padded_rows_bound", "store_dq",
-           "store_dq_tiles", "sum_head_copies"]
+           "store_dq_tiles", "sum_head_copies", "sum_tail_pieces"]

@@ -72,7 +72,7 @@ from .launch import (
     recording,
     tensor_key,
 )
-from .layout import dq_tiles_shape, store_dq, store_dq_tiles, sum_head_copies
+from .layout import dq_tiles_shape, store_dq, store_dq_tiles, sum_head_copies, sum_tail_pieces
 from .prefill_gluon import HAVE_GLUON, NO_WINDOW, clamp_edges
 
 # a masked step's visible scores from each key row's query limits (``prefill_gluon._col_range``, the forward's
@@ -279,6 +279,18 @@ PERSISTENT_PROGRAMS: int | None = None
 # the persistent build's tiles dealt out in rounds, every other round in reverse (``_bwd_tile_index``); False: in
 # order (measured, bwd-block-m run 7: 0.64-0.91x the default build on uneven walks)
 PERSISTENT_SNAKE = True
+# non-causal calls (no window, ALiBi, packed batch or deterministic order): every program walks the same steps, so
+# a grid of T programs on S SMs ends with T mod S of them running alone, a whole program's time for a part of the
+# SMs. With this on, those last programs are cut into pieces (``tail_pieces``), each walking a share of the query
+# blocks, their partial dK and dV summed after in a fixed order (``layout.sum_tail_pieces``); the cut is
+# ``cost.tail_split``'s with TAIL_PIECE_STEPS steps of overhead a piece (its own K/V load, pipeline start and
+# float32 stores), at most TAIL_MAX_PARTS pieces a block and TAIL_MAX_MB of partial gradients, and only where the
+# model saves TAIL_MIN_SAVING of the grid's time. False: every program whole (measurements)
+TAIL_PIECES = True
+TAIL_PIECE_STEPS = 3
+TAIL_MAX_PARTS = 64
+TAIL_MAX_MB = 64
+TAIL_MIN_SAVING = 0.01
 BWD_SUB_N = 64  # keys per consumer warp group
 # registers per thread of the second consumer warp group (setmaxnreg); the loader's warp group keeps 24 and
 # the first consumer takes the rest of the register file (248 at 232: the sm_90 PTX). At 240 the two
@@ -629,6 +641,9 @@ if HAVE_GLUON:
         DET: gl.constexpr = flags.shape[5] >= 4  # key blocks add into each dQ tile in their order (SEM)
         VARLEN: gl.constexpr = flags.shape[6] >= 2  # a packed batch: this program's sequence ends at Nq, Nk
         ZERO: gl.constexpr = flags.shape[6] == 4  # (ZERO_PAST) its rows past them set to 0 before their products
+        # the pieces' build (``tail_pieces``): DK the pieces' float32 buffer, stride_dkh the program's slot in it (−1: a
+        # whole key block, stored as usual)
+        TAIL: gl.constexpr = (not VARLEN) and (not PERSIST) and (DK is not None)
         LSE_TMA: gl.constexpr = lse_smem.shape[1] == BLOCK_M  # L₂ and Dᵢ in the ring (else loaded here)
         EXCHANGE: gl.constexpr = not (ABLATE == 3 or ABLATE == 4)  # (measurement only: 3, 4 have none)
         dtype: gl.constexpr = desc_dk.dtype
@@ -804,6 +819,15 @@ if HAVE_GLUON:
             keep = (rk[:, None] < Nk) & (cd[None, :] < HEAD_D)
             gl.store(DK + offs, (dk * sm_scale).to(dtype), mask=keep)
             gl.store(DV + offs, dv.to(dtype), mask=keep)
+        elif TAIL and stride_dkh >= 0:  # a piece of a cut key block (``tail_pieces``): its float32 partial dK
+            # (unscaled) and dV, whole, into slot stride_dkh of the pieces' buffer DK (the same for both groups)
+            rk = PART * SUB_N + gl.arange(0, SUB_N, layout=gl.SliceLayout(1, acc_layout))
+            cd = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, acc_layout))
+            slot_k = DK + stride_dkh.to(gl.int64) * (4 * SUB_N * HEAD_D)  # (int32 offsets from it: the stores'
+            offs = rk[:, None] * HEAD_D + cd[None, :]  # addresses fold into immediates, no 64-bit offset per element)
+            gl.store(slot_k + offs, dk)
+            gl.store(slot_k + 2 * SUB_N * HEAD_D + offs, dv)
+            tma.store_wait(0)  # (the dQ additions' reads of their staging tiles)
         else:
             k.store((dk * sm_scale).to(dtype))
             v.store(dv.to(dtype))
@@ -1041,7 +1065,7 @@ if HAVE_GLUON:
                            DELTA,
                            H, G, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, SLOPES, stride_sb, stride_sh,
                            CU_Q, CU_K, CU_P, DK, DV, stride_dkh, stride_dkn, KV_DIV, N_TILES, GRID0, HCHUNK,
-                           HEAD_D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                           TAIL_K, TAIL_F, TAIL_P, HEAD_D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                            CONSUMER_REGS: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ATOMIC: gl.constexpr,
                            DQ_SHARED: gl.constexpr, ROTATE: gl.constexpr, HEADS_FIRST: gl.constexpr = False,
                            DQ_LAG: gl.constexpr = 0, ABLATE: gl.constexpr = 0, ALIBI: gl.constexpr = False,
@@ -1080,6 +1104,12 @@ if HAVE_GLUON:
         numbered in chunks of HCHUNK heads (the grid's second axis), inside a chunk key block by key block, every head
         of the chunk at each (``head_chunk``): under a causal mask the longest walks of a chunk start first, so the
         last chunk's long walks do not start last, while a wave still reads the Q, dO and dQ rows of a few heads only.
+        TAIL_F (an int; constexpr None: off; dense calls numbered key blocks first, not persistent, deterministic or
+        packed, HCHUNK None): the last key blocks cut into pieces (``tail_pieces``). A 1-D grid: program lin < TAIL_F is
+        key block lin of the grid above (lin = pid0 + pid1 · key blocks); program TAIL_F + j is piece j mod TAIL_P of
+        key block TAIL_F + j // TAIL_P, walking query blocks [⌊s·n/TAIL_P⌋, ⌊(s + 1)·n/TAIL_P⌋) of its n (piece s) of
+        every head of its group from the first (no rotation), its float32 dK (unscaled) and dV into TAIL_K
+        (TAIL_P, R, 2, 128, D), R the cut blocks, at [s, block − TAIL_F] (``layout.sum_tail_pieces`` adds them up).
         Two consumer warp groups of 4 warps (64 keys each), one loader warp and (DET) one writer warp."""
         NC: gl.constexpr = 2
         SUB_N: gl.constexpr = 64
@@ -1103,9 +1133,28 @@ if HAVE_GLUON:
             gc = gl.minimum(HCHUNK, gl.num_programs(1) - c * HCHUNK)
             pid0 = r // gc
             pid1 = c * HCHUNK + (r - pid0 * gc)
+        if TAIL_F is not None:  # a 1-D grid: whole key blocks, then the cut ones' pieces
+            n_kb = gl.cdiv(Nk, BLOCK_N)
+            j = gl.maximum(pid0 - TAIL_F, 0)
+            in_tail = pid0 >= TAIL_F
+            tile = gl.where(in_tail, TAIL_F + j // TAIL_P, pid0)
+            piece = gl.where(in_tail, j % TAIL_P, 0)
+            parts = gl.where(in_tail, TAIL_P, 1)
+            pid0 = tile % n_kb
+            pid1 = tile // n_kb
         b, hk, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, q_base, k_base, pad = _bwd_tile_of(
             pid0, pid1, H, G, Nq, Nk, causal_off, win_off, CU_Q, CU_K, CU_P, BLOCK_M, BLOCK_N,
             CAUSAL, VARLEN, HEADS_FIRST, LAST_FIRST, ROTATE, DET, DET_LAST_FIRST)
+        if TAIL_F is not None:  # piece s of a cut block: its share of the query blocks, from the first
+            lo = piece * n_m // parts
+            m_lo = m_lo + lo * BLOCK_M
+            n_m = (piece + 1) * n_m // parts - lo
+            rot = gl.where(in_tail, 0, rot)
+            n_cut = (gl.num_programs(0) - TAIL_F) // TAIL_P
+            # (the consumers' DK, stride_dkh: the pieces' buffer and this piece's slot in it, or −1)
+            out_k, out_v, out_at = TAIL_K, None, gl.where(in_tail, piece * n_cut + tile - TAIL_F, -1)
+        else:
+            out_k, out_v, out_at = DK, DV, stride_dkh
 
         gl.static_assert((PERSIST == 0) or ((PERSIST <= 2) and not DET and not ZERO_PAST and (ABLATE == 0)),
                          "the persistent backward: 1 or 2 K/V buffer pairs, no deterministic order, ZERO_PAST or ablation")
@@ -1171,7 +1220,7 @@ if HAVE_GLUON:
                          kv_bar, q_ready, do_ready, q_empty, do_empty,
                          b, hk, G, H, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, win_off, qk_scale, sm_scale,
                          SLOPES, stride_sb, stride_sh,  # (None without ALiBi: no arguments of the partitions)
-                         nq_rows, pad, DK, DV, stride_dkh, stride_dkn)  # (the last four None unless VARLEN)
+                         nq_rows, pad, out_k, out_v, out_at, stride_dkn)  # (the last four None unless VARLEN, PERSIST or TAIL_F)
         loader_args = (desc_q, desc_do, desc_k, desc_v, desc_lse, desc_dl, k_smem, v_smem, q_smem, do_smem, lse_smem,
                        dl_smem, kv_bar, q_ready, do_ready, q_empty, do_empty, b, hk, hk // KV_DIV, G, H, nq_rows, pad,
                        start_n, m_lo, n_m, rot)
@@ -1297,6 +1346,29 @@ def heads_first_default(uneven: bool, programs: int, sms: int, deterministic: bo
     return not deterministic and uneven and programs < HEADS_FIRST_WAVES * sms
 
 
+def tail_pieces(programs: int, sms: int, steps: int, blocks: int, head_dim: int) -> tuple[int, int, int] | None:
+    """How a grid of ``programs`` equal key-block programs of ``steps`` steps each (``blocks`` query blocks per head) on
+    ``sms`` SMs, one program at a time each, cuts its last wave (``TAIL_PIECES``): (F, R, P) — the first F programs
+    whole, the R = programs mod sms left over each cut into P pieces of whole query blocks — or None where nothing is
+    cut (no partial wave, ``TAIL_PIECES`` off, or ``cost.tail_split`` saving less than ``TAIL_MIN_SAVING`` with
+    ``TAIL_PIECE_STEPS`` steps of overhead a piece, within ``TAIL_MAX_PARTS`` pieces, ``blocks`` and ``TAIL_MAX_MB``
+    of float32 partial dK and dV)."""
+    from ..cost.grid import tail_split
+
+    if not TAIL_PIECES or programs < 1 or steps < 1 or sms < 1:
+        return None
+    tail = programs % sms
+    if tail == 0:
+        return None
+    cap = min(TAIL_MAX_PARTS, blocks, (TAIL_MAX_MB << 20) // (tail * 2 * 2 * BWD_SUB_N * head_dim * 4))
+    if cap < 2:
+        return None
+    cut = tail_split(programs=programs, sms=sms, max_parts=cap, overhead=TAIL_PIECE_STEPS / steps)
+    if cut.parts < 2 or cut.saving < TAIL_MIN_SAVING:
+        return None
+    return programs - tail, tail, cut.parts
+
+
 def smem_bytes(head_dim: int, stages: int, dq_split: int = 1, dq_atomic: bool = False, dq_lag: int = 0,
                lse_tma: bool | None = None, block_m: int = BWD_BLOCK_M, kv_bufs: int = 1) -> int:
     """Shared memory of the backward: K and V of the block (``kv_bufs`` pairs: the persistent build's), the
@@ -1388,7 +1460,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     after key block, with that many K/V buffer pairs (2, where shared memory allows: the next block's K and V load
     under the current block's steps), dK and dV stored from registers; measured at 0.78-1.05x the table's backward on
     16K-token rows (gaining only on documents of 128 at D = 64), so no table entry takes it (``benchmarks/RESULTS.md``,
-    "Bwd-block-m runs 7–9"). ``kv_split`` > 1 (dividing H / Hkv; not with packed batches): each K/V head read by that
+    "Bwd-block-m runs 7–9"). Non-causal calls without a window, ALiBi, packed batch or deterministic order cut the
+    grid's last, partial wave into pieces (``tail_pieces``, ``TAIL_PIECES``). ``kv_split`` > 1 (dividing H / Hkv; not with packed batches): each K/V head read by that
     many programs of H / (Hkv · kv_split) query heads each, their dK, dV summed in a fixed order into dk, dv
     (so shorter walks, twice or more the programs; bit-identical run to run with ``deterministic``; dK, dV
     rounded twice, once per program and once for the sum: ``layout.sum_head_copies``). ``_kv_div`` (what a split
@@ -1407,7 +1480,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         key = (tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(do), tensor_key(lse2), tensor_key(delta),
                tensor_key(dq), tensor_key(dk), tensor_key(dv), causal_off, scale, stages, dq_split, dq_shared, rotate,
                heads_first, win_off, consumer_regs, dq_lag, deterministic, max_seqlen_k, max_seqlen_q, block_m, persistent,
-               _det_last_first, _kv_div, _last_first, PERSISTENT_PROGRAMS, PERSISTENT_SNAKE, PACKED_DET_ROTATE, DET_WRITER_REGS, DET_EARLY_TURN, DQ_PERMUTED, LSE_BY_TMA, DQ_SWIZZLE, HEADS_FIRST_WAVES, ZERO_PAST,
+               _det_last_first, _kv_div, _last_first, TAIL_PIECES, TAIL_PIECE_STEPS, TAIL_MAX_PARTS, TAIL_MAX_MB, TAIL_MIN_SAVING, PERSISTENT_PROGRAMS, PERSISTENT_SNAKE, PACKED_DET_ROTATE, DET_WRITER_REGS, DET_EARLY_TURN, DQ_PERMUTED, LSE_BY_TMA, DQ_SWIZZLE, HEADS_FIRST_WAVES, ZERO_PAST,
                torch.cuda.current_device(),
                None if cu_seqlens is None else (*map(tensor_key, cu_seqlens), tensor_key(cu_rows)))
         plan = _PLANS.get(key)
@@ -1536,6 +1609,18 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
 
         tiles = (grid[0] * grid[1], grid[0])
         grid = (max(1, min(tiles[0], PERSISTENT_PROGRAMS or _device_sms(q.device))),)
+    tail, tail_bufs = None, (None,) * 3  # (constexpr None: the build without pieces)
+    if (cu_seqlens is None and causal_off is None and win_off is None and slopes is None and not deterministic
+            and not persistent and not heads_first and hchunk is None and not _ablate and _kv_div == 1):
+        from .decode_config import _device_sms
+
+        n_m = -(-Nq // block_m)
+        tail = tail_pieces(grid[0] * grid[1], _device_sms(q.device), (H // Hkv) * n_m, n_m, D)
+    if tail is not None:  # the last R key blocks cut in P pieces each: a 1-D grid, the pieces' partial dK, dV
+        first, n_cut, parts = tail
+        pieces = torch.empty((parts, n_cut, 2, 2 * BWD_SUB_N, D), device=q.device, dtype=torch.float32)
+        tail_bufs = (pieces, first, parts)
+        grid = (first + n_cut * parts,)
     if slopes is None:  # constexpr None: the non-ALiBi build takes no slope arguments
         alibi = (None, None, None)
     else:
@@ -1549,7 +1634,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
             desc_lse = TensorDescriptor(lse2.view(-1), [lse2.numel()], [1], [BWD_BLOCK_M], row_layout())
     descs = (desc(q, block_m), desc(do, block_m), desc(k), desc(v), desc(dk), desc(dv), desc_dq, desc_lse, desc_dl)
     args = (*descs, dq_acc, sem, lse2, delta, H, H // Hkv, n_rows, Nk, causal_off if causal_off is not None else 0,
-            NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale, *alibi, *varlen, _kv_div, *tiles, hchunk)
+            NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale, *alibi, *varlen, _kv_div, *tiles, hchunk,
+            *tail_bufs)
     with recording() as launches:
         # (the kept compiled kernel after a specialisation's first call: Triton's binding of these arguments took
         # more host time than a short call's GPU time; launch.launch_kept)
@@ -1562,6 +1648,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
             LAST_FIRST=_last_first and cu_seqlens is not None, DET_ROTATE=det_rotate,
             WRITER_REGS=DET_WRITER_REGS, EARLY_TURN=DET_EARLY_TURN, PERSIST=persistent,
             SNAKE=bool(persistent) and PERSISTENT_SNAKE), num_warps=4)
+        if tail is not None:  # the cut blocks' pieces summed, in piece order, into dk, dv
+            sum_tail_pieces(pieces, dk, dv, first=first, scale=scale)
         # the kernel adds dS K unscaled: one multiply per element, not per key block
         if cu_seqlens is not None:
             store_dq_tiles(dq_acc, dq, split_d, scale=scale, packed=(cu_q, cu_p, n_rows, max_seqlen_q))
@@ -1571,10 +1659,10 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
             store_dq(dq_acc, dq, scale=scale)
     if key is not None and perm:
         named = dict(q=q, k=k, v=v, do=do, dk=dk, dv=dv, dq=dq, dq_acc=dq_acc, sem=sem, lse2=lse2, delta=delta,
-                     cu_q=varlen[0], cu_k=varlen[1], cu_p=varlen[2])
+                     cu_q=varlen[0], cu_k=varlen[1], cu_p=varlen[2], pieces=tail_bufs[0])
         named |= zip(_DESC_BASES, descs)
         plan = _BwdPlan.make(launches, named, dq_acc.shape, None if sem is None else sem.shape,
-                             rows if cu_seqlens is None else None, descs)
+                             rows if cu_seqlens is None else None, descs, None if tail is None else pieces.shape)
         if plan is not None:
             keep_plan(_PLANS, key, plan)
             return plan
@@ -1588,28 +1676,30 @@ _DESC_BASES = {"desc_q": "q", "desc_do": "do", "desc_k": "k", "desc_v": "v", "de
                "desc_dq": "dq_acc", "desc_lse": "lse2", "desc_dl": "delta"}
 # kernel parameter -> the plan's name for the tensor or descriptor it takes: the backward's, the dQ store's
 _SOURCES = dict({n: n for n in _DESC_BASES}, DQ="dq_acc", SEM="sem", LSE2="lse2", DELTA="delta", CU_Q="cu_q",
-                CU_K="cu_k", CU_P="cu_p", DK="dk", DV="dv", SRC="dq_acc", DST="dq")
+                CU_K="cu_k", CU_P="cu_p", DK="dk", DV="dv", SRC="dq_acc", DST="dq", TAIL_K="pieces")
 _PLANS: dict = {}
 
 
 class _BwdPlan:
     """What a ``gluon_backward`` call derives from its signature (its key: every input's ``tensor_key``, the
-    options, the module's measurement switches), kept after the first call: the two launches (the backward,
-    the dQ store) with their compiled kernels and arguments, the dQ accumulator's shape, the descriptors'
+    options, the module's measurement switches), kept after the first call: the launches (the backward,
+    the cut key blocks' sum where it cuts its last wave, the dQ store) with their compiled kernels and arguments, the
+    dQ accumulator's and the pieces' buffers' shapes, the descriptors'
     shapes and layouts. A later call of the signature allocates the accumulator, rebases the descriptors
     and launches: no checks, no configuration, no argument binding (on an H200's host the first path took
     ~0.6 ms of host time a call, more than a short call's GPU time). Calls with ALiBi, ``kv_split``, dQ
     atomics or the measurement-only arguments keep no plan."""
 
-    __slots__ = ("launches", "acc_shape", "sem_shape", "rows", "descs")
+    __slots__ = ("launches", "acc_shape", "sem_shape", "rows", "descs", "tail_shape")
 
     @classmethod
-    def make(cls, launches, named, acc_shape, sem_shape, rows, descs) -> _BwdPlan | None:
+    def make(cls, launches, named, acc_shape, sem_shape, rows, descs, tail_shape=None) -> _BwdPlan | None:
         kept = [KeptLaunch.make(launcher, args, _SOURCES, named) for launcher, args in launches]
-        if len(kept) != 2 or any(k is None for k in kept):  # (the interpreter, or a launch the plan cannot redo)
-            return None
+        if len(kept) != 2 + (tail_shape is not None) or any(k is None for k in kept):  # (the interpreter, or a
+            return None  # launch the plan cannot redo)
         plan = cls()
         plan.launches, plan.acc_shape, plan.sem_shape, plan.rows = kept, acc_shape, sem_shape, rows
+        plan.tail_shape = tail_shape
         # (the descriptors' shapes and layouts without their tensors: a plan keeps no call's memory alive)
         plan.descs = tuple((name, rebased(d, None), _DESC_BASES[name]) for name, d in zip(_DESC_BASES, descs))
         return plan
@@ -1621,6 +1711,8 @@ class _BwdPlan:
                      dq_acc=torch.zeros(self.acc_shape, device=q.device, dtype=torch.float32))
         if self.sem_shape is not None:
             named["sem"] = torch.zeros(self.sem_shape, device=q.device, dtype=torch.int32)
+        if self.tail_shape is not None:  # (every piece writes all of its rows)
+            named["pieces"] = torch.empty(self.tail_shape, device=q.device, dtype=torch.float32)
         if cu_seqlens is not None:
             named["cu_q"], named["cu_k"], named["cu_p"] = (c if c.dtype == torch.int32 else c.to(torch.int32)
                                                            for c in (*cu_seqlens, cu_rows))
@@ -1650,7 +1742,7 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
                  dq_perm: bool | None = None, lse_tma: bool | None = None, deterministic: bool = False,
                  varlen: bool = False, zero_past: bool | None = None, det_rotate: bool = False,
                  writer_regs: int | None = None, early_turn: bool | None = None, _ablate: int = 0,
-                 block_m: int = BWD_BLOCK_M, persistent: int = 0, chunked: bool = False):
+                 block_m: int = BWD_BLOCK_M, persistent: int = 0, chunked: bool = False, tail: bool = False):
     """Build the Gluon backward for Hopper (sm_90) on any machine, GPU or not, as
     ``prefill_gluon.compile_sm90`` does for the forward. ``alibi``: the build for ALiBi slopes, with
     the slopes' head stride 1 (a launch specialises it so: (H,), (B, H) and (H,) expanded to (B, H)).
@@ -1661,7 +1753,8 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     ``writer_regs``: the dQ writer warp's registers (None: ``DET_WRITER_REGS``); ``early_turn``: the writer waits for
     a step's turns before its tiles are staged (None: ``DET_EARLY_TURN``); ``block_m``: query rows per step;
     ``persistent``: the persistent build with that many K/V buffer pairs (0: one program per key block);
-    ``chunked``: the build with the programs numbered in chunks of heads (HCHUNK an int, not None)."""
+    ``chunked``: the build with the programs numbered in chunks of heads (HCHUNK an int, not None); ``tail``: the build
+    with the last wave's key blocks cut into pieces (``tail_pieces``; TAIL_F an int, not None)."""
     if not HAVE_GLUON:
         raise RuntimeError("this triton has no Gluon (triton >= 3.5 needed)")
     import triton
@@ -1698,6 +1791,8 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
         const.update(N_TILES=None, GRID0=None)
     if not chunked:
         const["HCHUNK"] = None
+    if not tail:
+        const.update(TAIL_K=None, TAIL_F=None, TAIL_P=None)
     const["LSE_TMA"] = LSE_BY_TMA if lse_tma is None else lse_tma
     const["DET"] = deterministic
     if not deterministic:
@@ -1706,7 +1801,7 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
         const["stride_sh"] = 1
     else:  # as a launch without slopes: constexpr None
         const.update(SLOPES=None, stride_sb=None, stride_sh=None)
-    ptrs = ("DQ", "LSE2", "DELTA")
+    ptrs = ("DQ", "LSE2", "DELTA", "TAIL_K")
     dq_cols = head_dim // (dq_split * (1 + dq_shared))
     dq_block = [2 * dq_cols, 32] if perm else [BWD_BLOCK_M, dq_cols]
     dq_layout = _dq_layout(dq_block, perm)
@@ -1728,7 +1823,7 @@ def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int =
                 dq_perm: bool | None = None, lse_tma: bool | None = None, deterministic: bool = False,
                 varlen: bool = False, zero_past: bool | None = None, det_rotate: bool = False,
                 writer_regs: int | None = None, early_turn: bool | None = None, _ablate: int = 0,
-                block_m: int = BWD_BLOCK_M, persistent: int = 0, chunked: bool = False) -> dict:
+                block_m: int = BWD_BLOCK_M, persistent: int = 0, chunked: bool = False, tail: bool = False) -> dict:
     """``prefill_gluon.kernel_report`` of one sm_90 build of the backward: shared memory, registers, spill
     stack, wgmma waits, TMA loads, float32 atomics. Needs a process without TRITON_INTERPRET."""
     from .prefill_gluon import kernel_report
@@ -1738,4 +1833,4 @@ def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int =
                                       lse_tma=lse_tma, deterministic=deterministic, varlen=varlen, zero_past=zero_past,
                                       det_rotate=det_rotate, writer_regs=writer_regs, early_turn=early_turn,
                                       _ablate=_ablate, block_m=block_m, persistent=persistent,
-                                      chunked=chunked))
+                                      chunked=chunked, tail=tail))

@@ -1,0 +1,225 @@
+"""The non-causal Gluon backward's last wave cut into pieces (``prefill_gluon_bwd.tail_pieces``, ``TAIL_PIECES``).
+
+On the CPU: the cut the host asks for (``cost.tail_split``'s, within its caps), the pieces' walks (every query block
+of every cut key block exactly once), the sum of the pieces (``layout.sum_tail_pieces``, in the interpreter: bit for
+bit the float32 sum in piece order) and the sm_90 build with the cut. On a Hopper GPU: the gradients of cut grids
+against the uncut build and the float64 criterion, with every program cut, one, most of them, pieces with no query
+block, GQA, ragged and unequal lengths, and a kept plan's replay.
+"""
+
+import pytest
+import torch
+from tests.helpers import sm90_reports
+
+pytest.importorskip("triton")
+from tests.gluon_env import DEV, needs_gluon, on_hopper  # noqa: E402
+
+from attnlab.cost import tail_split  # noqa: E402
+from attnlab.gpu import prefill_backward, prefill_forward  # noqa: E402
+from attnlab.gpu import prefill_gluon_bwd as GB  # noqa: E402
+from attnlab.gpu.layout import sum_tail_pieces  # noqa: E402
+from attnlab.variants import Mask  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("interpreter_bfloat16")
+
+BLOCK_N = 2 * GB.BWD_SUB_N
+
+
+def test_the_cut_is_the_schedule_models_within_its_caps(monkeypatch):
+    """``tail_pieces``: the first programs whole, the ones past the last whole wave cut as ``cost.tail_split`` says
+    with ``TAIL_PIECE_STEPS`` steps of overhead a piece; nothing cut where no wave is partial, where the model saves
+    less than ``TAIL_MIN_SAVING``, or with the switch off; the parts never more than the query blocks, the cap or the
+    partial gradients' budget allows."""
+    # the prefill table's non-causal shapes: 4,096 programs of 64 steps at D = 64, 2,048 at D = 128 (4 x 4K)
+    for programs, steps, D in ((4096, 64, 64), (2048, 64, 128), (4096, 256, 64), (1024, 256, 64)):
+        blocks = steps if programs >= 2048 else steps // 4
+        cut = GB.tail_pieces(programs, 132, steps, blocks, D)
+        model = tail_split(programs=programs, sms=132, max_parts=min(GB.TAIL_MAX_PARTS, blocks),
+                           overhead=GB.TAIL_PIECE_STEPS / steps)
+        F, R, P = cut
+        assert (F, R) == (programs - programs % 132, programs % 132) and P == model.parts >= 2
+        assert P * R * 2 * BLOCK_N * D * 4 <= GB.TAIL_MAX_MB << 20
+    assert GB.tail_pieces(4092, 132, 64, 64, 64) is None  # whole waves only
+    assert GB.tail_pieces(4096, 132, 64, 1, 64) is None  # one query block: nothing to cut
+    assert GB.tail_pieces(10, 132, 64, 3, 64)[2] == 3  # a grid under one wave: at most its query blocks
+    assert GB.tail_pieces(133, 132, 3, 3, 64) is None  # a piece's overhead a whole program's steps: no gain
+    long_grid = 100 * 132 + 1  # 101 waves uncut, ~100.06 cut: under 1 % saved
+    assert tail_split(programs=long_grid, sms=132, max_parts=64, overhead=GB.TAIL_PIECE_STEPS / 64).saving < 0.01
+    assert GB.tail_pieces(long_grid, 132, 64, 64, 64) is None
+    monkeypatch.setattr(GB, "TAIL_MIN_SAVING", 0.0)
+    assert GB.tail_pieces(long_grid, 132, 64, 64, 64) is not None
+    monkeypatch.setattr(GB, "TAIL_MAX_MB", 1)  # 68 blocks x 2 x 128 x 128 x 4 bytes = 8.5 MB a part: none fits
+    assert GB.tail_pieces(2048, 132, 64, 64, 128) is None
+    monkeypatch.setattr(GB, "TAIL_MAX_MB", 64)
+    monkeypatch.setattr(GB, "TAIL_PIECES", False)
+    assert GB.tail_pieces(4096, 132, 64, 64, 64) is None
+
+
+def _walks(F: int, R: int, P: int, n_kb: int, n_m: int) -> dict:
+    """The kernel's numbering (``_attn_bwd_gluon_ws`` with TAIL_F = F, TAIL_P = P, written as its code computes it):
+    {program: (key block's number in the grid, first query block, query blocks, slot or -1)}."""
+    out = {}
+    for lin in range(F + R * P):
+        j = max(lin - F, 0)
+        in_tail = lin >= F
+        tile = F + j // P if in_tail else lin
+        piece, parts = (j % P, P) if in_tail else (0, 1)
+        lo = piece * n_m // parts
+        n_cut = (F + R * P - F) // P
+        out[lin] = (tile, lo, (piece + 1) * n_m // parts - lo, piece * n_cut + tile - F if in_tail else -1)
+    return out
+
+
+@pytest.mark.parametrize("F,R,P,n_kb,n_m", [(4092, 4, 33, 32, 64), (1980, 68, 5, 32, 64), (0, 6, 7, 2, 3),
+                                            (3, 1, 2, 2, 1), (0, 5, 4, 5, 17)])
+def test_pieces_walk_every_query_block_of_their_block_once(F, R, P, n_kb, n_m):
+    """Every whole program walks its key block's n_m query blocks; the P pieces of a cut block walk consecutive
+    shares of them, together each exactly once (P > n_m: some pieces walk none and store zeros), each piece into
+    its own slot of the (P, R) buffer."""
+    walks = _walks(F, R, P, n_kb, n_m)
+    seen: dict = {}
+    slots = set()
+    for tile, lo, n, slot in walks.values():
+        assert n >= 0
+        seen.setdefault(tile, []).extend(range(lo, lo + n))
+        if slot >= 0:
+            slots.add(slot)
+    assert sorted(seen) == list(range(F + R))
+    assert all(sorted(blocks) == list(range(n_m)) for blocks in seen.values())
+    assert slots == set(range(P * R))
+
+
+@pytest.mark.parametrize("B,Hkv,Nk,D,first,R,P", [(2, 3, 300, 64, 2, 4, 3), (1, 2, 128, 128, 0, 2, 5),
+                                                  (1, 1, 1000, 16, 7, 1, 1), (3, 1, 257, 32, 0, 9, 2)])
+def test_sum_tail_pieces_adds_each_blocks_pieces_in_order_and_rounds_once(B, Hkv, Nk, D, first, R, P):
+    """``layout.sum_tail_pieces``: key block ``first`` + r of the grid gets the float32 sum of its P pieces in piece
+    order (dK times the scale), rounded once, bit for bit that sum in PyTorch, into contiguous or (B, N, H, D)-strided
+    gradients; its rows past Nk and every other key block are left as they were; bad shapes are refused."""
+    gen = torch.Generator().manual_seed(Nk + R)
+    pieces = torch.randn(P, R, 2, BLOCK_N, D, generator=gen).to(DEV)
+    n_kb, scale = -(-Nk // BLOCK_N), 0.125
+    acc = pieces[0].clone()
+    for s in range(1, P):
+        acc += pieces[s]
+    want = [torch.full((B, Hkv, n_kb * BLOCK_N, D), float("nan"), dtype=torch.float32) for _ in range(2)]
+    for r in range(R):
+        bhk, kb = divmod(first + r, n_kb)
+        for w, a in zip(want, (acc[r, 0].cpu() * scale, acc[r, 1].cpu())):
+            w[bhk // Hkv, bhk % Hkv, kb * BLOCK_N:(kb + 1) * BLOCK_N] = a
+    want = [w[:, :, :Nk].to(torch.bfloat16) for w in want]
+    for layout in ("bhnd", "bnhd"):
+        if layout == "bhnd":
+            dk, dv = (torch.full((B, Hkv, Nk, D), float("nan"), dtype=torch.bfloat16, device=DEV) for _ in range(2))
+        else:
+            dk, dv = (torch.full((B, Nk, Hkv, D), float("nan"), dtype=torch.bfloat16, device=DEV).transpose(1, 2)
+                      for _ in range(2))
+        sum_tail_pieces(pieces, dk, dv, first=first, scale=scale)
+        for got, w in zip((dk, dv), want):  # (the blocks left as they were: NaN in both)
+            torch.testing.assert_close(got.cpu(), w, rtol=0, atol=0, equal_nan=True)
+    with pytest.raises(ValueError, match="key blocks"):
+        sum_tail_pieces(pieces, dk, dv, first=B * Hkv * n_kb - R + 1, scale=scale)
+    with pytest.raises(ValueError, match=r"\(P, R, 2, 128, D\)"):
+        sum_tail_pieces(pieces[:, :, 0], dk, dv, first=first, scale=scale)
+    with pytest.raises(ValueError, match="key blocks"):
+        sum_tail_pieces(pieces.double(), dk, dv, first=first, scale=scale)
+
+
+@needs_gluon
+def test_the_cut_build_adds_the_numbering_and_the_pieces_stores_only():
+    """The build with TAIL_F an int: the same shared memory, register budget, products, loads, reductions and
+    exponentials as the uncut build at both head dims' table tiles (what differs is the numbering and the pieces'
+    float32 stores of dK and dV)."""
+    cases = [dict(D=64, causal=False, dq_lag=1, dtype="bfloat16"),
+             dict(D=128, causal=False, dq_shared=True, dtype="bfloat16")]
+    reps = sm90_reports("prefill_gluon_bwd", [dict(c) for c in cases] + [dict(c, tail=True) for c in cases])
+    for plain, cut in zip(reps[:2], reps[2:]):
+        for key in ("setmaxnreg", "wgmma", "tma_loads", "tma_reduces", "exponentials", "atomics"):
+            assert plain[key] == cut[key], key
+        assert abs(plain["smem_kb"] - cut["smem_kb"]) < 1
+
+
+# -- on a Hopper GPU ---------------------------------------------------------------------------------
+
+
+def _inputs(B, H, Hkv, Nq, Nk, D, seed):
+    gen = torch.Generator(device=DEV).manual_seed(seed)
+    q, do = (torch.randn(B, H, Nq, D, dtype=torch.bfloat16, device=DEV, generator=gen) for _ in range(2))
+    k, v = (torch.randn(B, Hkv, Nk, D, dtype=torch.bfloat16, device=DEV, generator=gen) for _ in range(2))
+    return q, k, v, do
+
+
+CUT_CASES = [
+    # B, H, Hkv, Nq, Nk, D, cut blocks (None: every program), parts, the table's options
+    (2, 4, 4, 1000, 1000, 64, None, 4, dict(dq_lag=1)),  # every program cut, ragged
+    (2, 4, 4, 1000, 1000, 64, 1, 3, dict(dq_lag=1)),  # the last program only
+    (1, 8, 2, 257, 1030, 128, 9, 2, dict(dq_shared=True)),  # GQA, Nq < Nk: most of the 18 programs
+    (1, 4, 2, 3000, 4099, 128, 5, 47, dict(dq_shared=True)),  # 47 pieces of 47 query blocks: one each
+    (1, 6, 1, 700, 300, 64, None, 13, dict(dq_lag=1)),  # MQA, Nq > Nk, 13 pieces of 11 blocks: two walk none
+    (3, 5, 5, 2048, 2048, 128, 7, 6, dict(dq_shared=True)),  # odd heads, full blocks
+]
+
+
+@pytest.mark.gpu
+@on_hopper
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,cut,parts,opts", CUT_CASES)
+def test_gpu_cut_grids_give_the_uncut_gradients(B, H, Hkv, Nq, Nk, D, cut, parts, opts, monkeypatch):
+    """A grid with its last ``cut`` key blocks in ``parts`` pieces each: dK, dV equal to the uncut build's up to the
+    order of their float32 sums, dQ up to its additions' order, all within the float64 criterion; the launch took
+    the cut asked for, and the uncut run none."""
+    from tests.gpu.test_prefill_gluon_bwd import _check_grads, _gluon_cfg
+
+    from attnlab.gpu import prefill_bwd
+
+    q, k, v, do = _inputs(B, H, Hkv, Nq, Nk, D, Nq + Nk + parts)
+    mask, scale = Mask(-1, -1), D ** -0.5
+    out, lse = prefill_forward(q, k, v, mask=mask, scale=scale)
+    launched = []
+    real = GB.launch_kept
+    monkeypatch.setattr(GB, "launch_kept", lambda kern, grid, a, **kw: launched.append((a["TAIL_F"], a["TAIL_P"], grid))
+                        or real(kern, grid, a, **kw))
+    programs = -(-Nk // BLOCK_N) * B * Hkv
+    R = programs if cut is None else cut
+    runs = []
+    for on in (False, True):
+        monkeypatch.setattr(GB, "tail_pieces", lambda *a, _on=on: (programs - R, R, parts) if _on else None)
+        GB._PLANS.clear()
+        prefill_bwd._CALL_PLANS.clear()
+        grads = [torch.full(t.shape, float("nan"), dtype=torch.bfloat16, device=DEV) for t in (q, k, v)]
+        prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, config=_gluon_cfg(**opts), dq=grads[0],
+                         dk=grads[1], dv=grads[2])
+        runs.append(grads)
+    GB._PLANS.clear()
+    prefill_bwd._CALL_PLANS.clear()
+    assert launched == [(None, None, (-(-Nk // BLOCK_N), B * Hkv)), (programs - R, parts, (programs - R + R * parts,))]
+    for name, a, b in zip(("dq", "dk", "dv"), *runs):
+        torch.testing.assert_close(b.float(), a.float(), rtol=2e-2, atol=2e-2 * a.float().abs().max().item(), msg=name)
+    _check_grads(q, k, v, do, runs[1], False, scale)
+
+
+@pytest.mark.gpu
+@on_hopper
+@pytest.mark.parametrize("D,opts", [(64, dict(dq_lag=1)), (128, dict(dq_shared=True))])
+def test_gpu_a_cut_grids_kept_plan_gives_the_same_bits(D, opts, monkeypatch):
+    """The library's own cut (``tail_pieces`` as shipped; a small grid, so most programs are cut) kept in a plan: the
+    plan's replay on the same tensors gives dK and dV bit for bit (the pieces' sums in a fixed order), dQ up to its
+    additions' order; the plan ran three launches (the backward, the pieces' sum, dQ's store)."""
+    from tests.gpu.test_prefill_gluon_bwd import _check_grads, _gluon_cfg
+
+    from attnlab.gpu import prefill_bwd
+
+    B, H, Hkv, N = 1, 4, 4, 1500
+    q, k, v, do = _inputs(B, H, Hkv, N, N, D, D)
+    mask, scale = Mask(-1, -1), D ** -0.5
+    out, lse = prefill_forward(q, k, v, mask=mask, scale=scale)
+    monkeypatch.setattr(GB, "_PLANS", {})
+    monkeypatch.setattr(prefill_bwd, "_CALL_PLANS", {})
+    assert GB.tail_pieces(-(-N // BLOCK_N) * B * Hkv, torch.cuda.get_device_properties(DEV).multi_processor_count,
+                          -(-N // 64), -(-N // 64), D) is not None
+    runs = [prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, config=_gluon_cfg(**opts))
+            for _ in range(2)]
+    (plan,) = GB._PLANS.values()
+    assert len(plan.launches) == 3 and plan.tail_shape is not None
+    (dq0, dk0, dv0), (dq1, dk1, dv1) = runs
+    assert torch.equal(dk0, dk1) and torch.equal(dv0, dv1)
+    torch.testing.assert_close(dq1, dq0)
+    _check_grads(q, k, v, do, runs[1], False, scale)
