@@ -7,6 +7,8 @@ against the uncut build and the float64 criterion, with every program cut, one, 
 block, GQA, ragged and unequal lengths, and a kept plan's replay.
 """
 
+import math
+
 import pytest
 import torch
 from tests.helpers import sm90_reports
@@ -55,31 +57,28 @@ def test_the_cut_is_the_schedule_models_within_its_caps(monkeypatch):
     assert GB.tail_pieces(4096, 132, 64, 64, 64) is None
 
 
-def _walks(F: int, R: int, P: int, n_kb: int, n_m: int) -> dict:
-    """The kernel's numbering (``_attn_bwd_gluon_ws`` with TAIL_F = F, TAIL_P = P, written as its code computes it):
-    {program: (key block's number in the grid, first query block, query blocks, slot or -1)}."""
-    out = {}
-    for lin in range(F + R * P):
-        j = max(lin - F, 0)
-        in_tail = lin >= F
-        tile = F + j // P if in_tail else lin
-        piece, parts = (j % P, P) if in_tail else (0, 1)
-        lo = piece * n_m // parts
-        n_cut = (F + R * P - F) // P
-        out[lin] = (tile, lo, (piece + 1) * n_m // parts - lo, piece * n_cut + tile - F if in_tail else -1)
+def _walks(F: int, R: int, P: int, n_m: int) -> list:
+    """The two launches' programs as the kernel's code numbers them (``_attn_bwd_gluon_ws``): the whole programs'
+    grid with TAIL_LIMIT = F, then the pieces' with TAIL_F = F, TAIL_P = P: [(key block's number in the grid, first
+    query block, query blocks, slot or -1)]."""
+    out = [(lin, 0, n_m if lin < F else 0, -1) for lin in range(F + R)]
+    for j in range(R * P):
+        tile, piece = F + j // P, j % P
+        lo = piece * n_m // P
+        out.append((tile, lo, (piece + 1) * n_m // P - lo, piece * (R * P // P) + tile - F))
     return out
 
 
-@pytest.mark.parametrize("F,R,P,n_kb,n_m", [(4092, 4, 33, 32, 64), (1980, 68, 5, 32, 64), (0, 6, 7, 2, 3),
-                                            (3, 1, 2, 2, 1), (0, 5, 4, 5, 17)])
-def test_pieces_walk_every_query_block_of_their_block_once(F, R, P, n_kb, n_m):
-    """Every whole program walks its key block's n_m query blocks; the P pieces of a cut block walk consecutive
-    shares of them, together each exactly once (P > n_m: some pieces walk none and store zeros), each piece into
-    its own slot of the (P, R) buffer."""
-    walks = _walks(F, R, P, n_kb, n_m)
+@pytest.mark.parametrize("F,R,P,n_m", [(4092, 4, 33, 64), (1980, 68, 5, 64), (0, 6, 7, 3), (3, 1, 2, 1),
+                                       (0, 5, 4, 17)])
+def test_pieces_walk_every_query_block_of_their_block_once(F, R, P, n_m):
+    """Every whole program walks its key block's n_m query blocks, the cut blocks' programs in that launch none; the
+    P pieces of a cut block walk consecutive shares of them, together each exactly once (P > n_m: some pieces walk
+    none and store zeros), each piece into its own slot of the (P, R) buffer."""
+    walks = _walks(F, R, P, n_m)
     seen: dict = {}
     slots = set()
-    for tile, lo, n, slot in walks.values():
+    for tile, lo, n, slot in walks:
         assert n >= 0
         seen.setdefault(tile, []).extend(range(lo, lo + n))
         if slot >= 0:
@@ -125,17 +124,19 @@ def test_sum_tail_pieces_adds_each_blocks_pieces_in_order_and_rounds_once(B, Hkv
 
 
 @needs_gluon
-def test_the_cut_build_adds_the_numbering_and_the_pieces_stores_only():
-    """The build with TAIL_F an int: the same shared memory, register budget, products, loads, reductions and
-    exponentials as the uncut build at both head dims' table tiles (what differs is the numbering and the pieces'
-    float32 stores of dK and dV)."""
+def test_the_cut_builds_add_the_numbering_and_the_pieces_stores_only():
+    """The builds of a cut grid's two launches (TAIL_LIMIT, TAIL_F an int): the same shared memory, register budget,
+    products, loads, reductions and exponentials as the uncut build at both head dims' table tiles (what differs is
+    the numbering and the pieces' float32 stores of dK and dV)."""
     cases = [dict(D=64, causal=False, dq_lag=1, dtype="bfloat16"),
              dict(D=128, causal=False, dq_shared=True, dtype="bfloat16")]
-    reps = sm90_reports("prefill_gluon_bwd", [dict(c) for c in cases] + [dict(c, tail=True) for c in cases])
-    for plain, cut in zip(reps[:2], reps[2:]):
-        for key in ("setmaxnreg", "wgmma", "tma_loads", "tma_reduces", "exponentials", "atomics"):
-            assert plain[key] == cut[key], key
-        assert abs(plain["smem_kb"] - cut["smem_kb"]) < 1
+    reps = sm90_reports("prefill_gluon_bwd", [dict(c) for c in cases] + [dict(c, tail_limit=True) for c in cases]
+                        + [dict(c, tail=True) for c in cases])
+    for i, plain in enumerate(reps[:2]):
+        for cut in (reps[2 + i], reps[4 + i]):
+            for key in ("setmaxnreg", "wgmma", "tma_loads", "tma_reduces", "exponentials", "atomics"):
+                assert plain[key] == cut[key], key
+            assert abs(plain["smem_kb"] - cut["smem_kb"]) < 1
 
 
 # -- on a Hopper GPU ---------------------------------------------------------------------------------
@@ -150,6 +151,7 @@ def _inputs(B, H, Hkv, Nq, Nk, D, seed):
 
 CUT_CASES = [
     # B, H, Hkv, Nq, Nk, D, cut blocks (None: every program), parts, the table's options
+    (1, 8, 2, 257, 1030, 128, 0, 2, dict(dq_shared=True)),  # nothing cut: the whole programs' build alone
     (2, 4, 4, 1000, 1000, 64, None, 4, dict(dq_lag=1)),  # every program cut, ragged
     (2, 4, 4, 1000, 1000, 64, 1, 3, dict(dq_lag=1)),  # the last program only
     (1, 8, 2, 257, 1030, 128, 9, 2, dict(dq_shared=True)),  # GQA, Nq < Nk: most of the 18 programs
@@ -163,9 +165,10 @@ CUT_CASES = [
 @on_hopper
 @pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,cut,parts,opts", CUT_CASES)
 def test_gpu_cut_grids_give_the_uncut_gradients(B, H, Hkv, Nq, Nk, D, cut, parts, opts, monkeypatch):
-    """A grid with its last ``cut`` key blocks in ``parts`` pieces each: dK, dV equal to the uncut build's up to the
-    order of their float32 sums, dQ up to its additions' order, all within the float64 criterion; the launch took
-    the cut asked for, and the uncut run none."""
+    """A grid with its last ``cut`` key blocks in ``parts`` pieces each (at both head dims: ``TAIL_FROM_D`` lowered):
+    dK, dV equal to the plain build's up to the order of their float32 sums, dQ up to its additions' order, all within
+    the float64 criterion; the whole programs' launch skipped the cut blocks and the pieces' launch took the cut asked
+    for (none with nothing cut), and the run with ``TAIL_PIECES`` off launched the plain build alone."""
     from tests.gpu.test_prefill_gluon_bwd import _check_grads, _gluon_cfg
 
     from attnlab.gpu import prefill_bwd
@@ -175,13 +178,15 @@ def test_gpu_cut_grids_give_the_uncut_gradients(B, H, Hkv, Nq, Nk, D, cut, parts
     out, lse = prefill_forward(q, k, v, mask=mask, scale=scale)
     launched = []
     real = GB.launch_kept
-    monkeypatch.setattr(GB, "launch_kept", lambda kern, grid, a, **kw: launched.append((a["TAIL_F"], a["TAIL_P"], grid))
-                        or real(kern, grid, a, **kw))
+    monkeypatch.setattr(GB, "launch_kept", lambda kern, grid, a, **kw: launched.append(
+        (a["TAIL_LIMIT"], a["TAIL_F"], a["TAIL_P"], grid)) or real(kern, grid, a, **kw))
     programs = -(-Nk // BLOCK_N) * B * Hkv
     R = programs if cut is None else cut
+    monkeypatch.setattr(GB, "TAIL_FROM_D", 64)
+    monkeypatch.setattr(GB, "tail_pieces", lambda *a: (programs - R, R, parts))
     runs = []
     for on in (False, True):
-        monkeypatch.setattr(GB, "tail_pieces", lambda *a, _on=on: (programs - R, R, parts) if _on else None)
+        monkeypatch.setattr(GB, "TAIL_PIECES", on)
         GB._PLANS.clear()
         prefill_bwd._CALL_PLANS.clear()
         grads = [torch.full(t.shape, float("nan"), dtype=torch.bfloat16, device=DEV) for t in (q, k, v)]
@@ -190,7 +195,9 @@ def test_gpu_cut_grids_give_the_uncut_gradients(B, H, Hkv, Nq, Nk, D, cut, parts
         runs.append(grads)
     GB._PLANS.clear()
     prefill_bwd._CALL_PLANS.clear()
-    assert launched == [(None, None, (-(-Nk // BLOCK_N), B * Hkv)), (programs - R, parts, (programs - R + R * parts,))]
+    grid = (-(-Nk // BLOCK_N), B * Hkv)
+    assert launched == [(None, None, None, grid), (programs - R, None, None, grid)] + (
+        [(None, programs - R, parts, (R * parts,))] if R else [])
     for name, a, b in zip(("dq", "dk", "dv"), *runs):
         torch.testing.assert_close(b.float(), a.float(), rtol=2e-2, atol=2e-2 * a.float().abs().max().item(), msg=name)
     _check_grads(q, k, v, do, runs[1], False, scale)
@@ -202,7 +209,7 @@ def test_gpu_cut_grids_give_the_uncut_gradients(B, H, Hkv, Nq, Nk, D, cut, parts
 def test_gpu_a_cut_grids_kept_plan_gives_the_same_bits(D, opts, monkeypatch):
     """The library's own cut (``tail_pieces`` as shipped; a small grid, so most programs are cut) kept in a plan: the
     plan's replay on the same tensors gives dK and dV bit for bit (the pieces' sums in a fixed order), dQ up to its
-    additions' order; the plan ran three launches (the backward, the pieces' sum, dQ's store)."""
+    additions' order; the plan ran four launches (the whole programs, the pieces, their sum, dQ's store)."""
     from tests.gpu.test_prefill_gluon_bwd import _check_grads, _gluon_cfg
 
     from attnlab.gpu import prefill_bwd
@@ -211,6 +218,7 @@ def test_gpu_a_cut_grids_kept_plan_gives_the_same_bits(D, opts, monkeypatch):
     q, k, v, do = _inputs(B, H, Hkv, N, N, D, D)
     mask, scale = Mask(-1, -1), D ** -0.5
     out, lse = prefill_forward(q, k, v, mask=mask, scale=scale)
+    monkeypatch.setattr(GB, "TAIL_FROM_D", 64)  # (the library cuts from D = 128: here both head dims)
     monkeypatch.setattr(GB, "_PLANS", {})
     monkeypatch.setattr(prefill_bwd, "_CALL_PLANS", {})
     assert GB.tail_pieces(-(-N // BLOCK_N) * B * Hkv, torch.cuda.get_device_properties(DEV).multi_processor_count,
@@ -218,8 +226,42 @@ def test_gpu_a_cut_grids_kept_plan_gives_the_same_bits(D, opts, monkeypatch):
     runs = [prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, config=_gluon_cfg(**opts))
             for _ in range(2)]
     (plan,) = GB._PLANS.values()
-    assert len(plan.launches) == 3 and plan.tail_shape is not None
+    assert len(plan.launches) == 4 and plan.tail_shape is not None
     (dq0, dk0, dv0), (dq1, dk1, dv1) = runs
     assert torch.equal(dk0, dk1) and torch.equal(dv0, dv1)
     torch.testing.assert_close(dq1, dq0)
     _check_grads(q, k, v, do, runs[1], False, scale)
+
+
+@pytest.mark.gpu
+@on_hopper
+def test_gpu_the_library_takes_the_whole_programs_build_from_d128_non_causal_only(monkeypatch):
+    """As shipped (``TAIL_FROM_D`` = 128): a non-causal call at D = 128 launches the whole programs' build (TAIL_LIMIT
+    the grid's programs where nothing is cut, as on a grid of whole waves), and its pieces where the model cuts; at
+    D = 64 and under a causal mask the plain build alone."""
+    from attnlab.gpu import prefill_bwd
+
+    sms = torch.cuda.get_device_properties(DEV).multi_processor_count
+    launched = []
+    real = GB.launch_kept
+    monkeypatch.setattr(GB, "launch_kept", lambda kern, grid, a, **kw: launched.append(
+        (a["TAIL_LIMIT"], a["TAIL_F"])) or real(kern, grid, a, **kw))
+    monkeypatch.setattr(GB, "_PLANS", {})
+    monkeypatch.setattr(prefill_bwd, "_CALL_PLANS", {})
+    B = 1  # 1024 keys: 8 key blocks a head, so H heads give 8·H programs (whole waves at H = sms / 8)
+    whole_waves = sms // math.gcd(sms, 8)  # heads whose 8·H programs fill whole waves
+    for D, causal, heads, want in ((128, False, 4, "cut"), (128, False, whole_waves, "whole"), (64, False, 4, "plain"),
+                                   (128, True, 4, "plain")):
+        launched.clear()
+        q, k, v, do = _inputs(B, heads, heads, 1024, 1024, D, D + heads)
+        mask, scale = Mask(-1, 0 if causal else -1), D ** -0.5
+        out, lse = prefill_forward(q, k, v, mask=mask, scale=scale)
+        prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale)
+        programs = 8 * heads
+        cut = GB.tail_pieces(programs, sms, 16, 16, D)
+        if want == "plain":
+            assert launched == [(None, None)], (D, causal)
+        elif want == "whole":
+            assert cut is None and launched == [(programs, None)]
+        else:
+            assert cut is not None and launched == [(cut[0], None), (None, cut[0])]

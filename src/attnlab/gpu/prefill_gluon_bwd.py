@@ -286,7 +286,15 @@ PERSISTENT_SNAKE = True
 # ``cost.tail_split``'s with TAIL_PIECE_STEPS steps of overhead a piece (its own K/V load, pipeline start and
 # float32 stores), at most TAIL_MAX_PARTS pieces a block and TAIL_MAX_MB of partial gradients, and only where the
 # model saves TAIL_MIN_SAVING of the grid's time. False: every program whole (measurements)
+# The cut runs as two launches: the grid's whole programs (a build with TAIL_LIMIT, the cut blocks' programs walking
+# nothing), then the pieces. Measured (H200, the backward alone from CUDA graphs, three rounds, bwd-block-m run 17): at
+# D = 128 the whole programs' build ran 4.1-5.6 % faster than the plain build with nothing cut (ptxas lays out its
+# consumer loops differently: 515 instructions in the first consumer's loop against 539, sm_90, triton 3.6), the cut
+# itself 0.7-1.7 % more; at D = 64 the cut came out -0.6 to +0.2 % at 4K-16K, and the GQA row ran 1.8 % slower cut, 3.0 %
+# with the whole programs' build alone. So from TAIL_FROM_D on, every such call takes the whole programs' build, cut
+# where the model says; below it, the plain build
 TAIL_PIECES = True
+TAIL_FROM_D = 128
 TAIL_PIECE_STEPS = 3
 TAIL_MAX_PARTS = 64
 TAIL_MAX_MB = 64
@@ -1065,7 +1073,7 @@ if HAVE_GLUON:
                            DELTA,
                            H, G, Nq, Nk, causal_off, win_off, qk_scale, sm_scale, SLOPES, stride_sb, stride_sh,
                            CU_Q, CU_K, CU_P, DK, DV, stride_dkh, stride_dkn, KV_DIV, N_TILES, GRID0, HCHUNK,
-                           TAIL_K, TAIL_F, TAIL_P, HEAD_D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                           TAIL_LIMIT, TAIL_K, TAIL_F, TAIL_P, HEAD_D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                            CONSUMER_REGS: gl.constexpr, DQ_SPLIT: gl.constexpr, DQ_ATOMIC: gl.constexpr,
                            DQ_SHARED: gl.constexpr, ROTATE: gl.constexpr, HEADS_FIRST: gl.constexpr = False,
                            DQ_LAG: gl.constexpr = 0, ABLATE: gl.constexpr = 0, ALIBI: gl.constexpr = False,
@@ -1104,12 +1112,16 @@ if HAVE_GLUON:
         numbered in chunks of HCHUNK heads (the grid's second axis), inside a chunk key block by key block, every head
         of the chunk at each (``head_chunk``): under a causal mask the longest walks of a chunk start first, so the
         last chunk's long walks do not start last, while a wave still reads the Q, dO and dQ rows of a few heads only.
-        TAIL_F (an int; constexpr None: off; dense calls numbered key blocks first, not persistent, deterministic or
-        packed, HCHUNK None): the last key blocks cut into pieces (``tail_pieces``). A 1-D grid: program lin < TAIL_F is
-        key block lin of the grid above (lin = pid0 + pid1 · key blocks); program TAIL_F + j is piece j mod TAIL_P of
-        key block TAIL_F + j // TAIL_P, walking query blocks [⌊s·n/TAIL_P⌋, ⌊(s + 1)·n/TAIL_P⌋) of its n (piece s) of
-        every head of its group from the first (no rotation), its float32 dK (unscaled) and dV into TAIL_K
-        (TAIL_P, R, 2, 128, D), R the cut blocks, at [s, block − TAIL_F] (``layout.sum_tail_pieces`` adds them up).
+        The last wave's key blocks cut into pieces (``tail_pieces``; dense calls numbered key blocks first, not
+        persistent, deterministic or packed, HCHUNK None) take two launches. TAIL_LIMIT (an int; constexpr None: off):
+        the grid above, its programs from TAIL_LIMIT on (lin = pid0 + pid1 · key blocks) walking nothing (they store
+        zeros, overwritten after). TAIL_F (an int; constexpr None: off): the pieces' build, a 1-D grid of R · TAIL_P
+        programs, program j piece s = j mod TAIL_P of key block TAIL_F + j // TAIL_P, walking query blocks
+        [⌊s·n/TAIL_P⌋, ⌊(s + 1)·n/TAIL_P⌋) of its n of every head of its group from the first (no rotation), its float32
+        dK (unscaled) and dV into TAIL_K (TAIL_P, R, 2, 128, D) at [s, block − TAIL_F] (``layout.sum_tail_pieces``
+        adds them up). Two launches, not one grid of both: a build that gives the pieces' buffer and slot to its
+        consumers loses the uniform registers of their loop bookkeeping (sm_90, triton 3.6: 49 and 167 uniform
+        instructions in the D = 64 consumers' loops against 17 and 38), and its whole programs ran 2–5 % slower.
         Two consumer warp groups of 4 warps (64 keys each), one loader warp and (DET) one writer warp."""
         NC: gl.constexpr = 2
         SUB_N: gl.constexpr = 64
@@ -1133,26 +1145,24 @@ if HAVE_GLUON:
             gc = gl.minimum(HCHUNK, gl.num_programs(1) - c * HCHUNK)
             pid0 = r // gc
             pid1 = c * HCHUNK + (r - pid0 * gc)
-        if TAIL_F is not None:  # a 1-D grid: whole key blocks, then the cut ones' pieces
+        if TAIL_F is not None:  # the pieces' build: program j is piece j mod TAIL_P of key block TAIL_F + j // TAIL_P
             n_kb = gl.cdiv(Nk, BLOCK_N)
-            j = gl.maximum(pid0 - TAIL_F, 0)
-            in_tail = pid0 >= TAIL_F
-            tile = gl.where(in_tail, TAIL_F + j // TAIL_P, pid0)
-            piece = gl.where(in_tail, j % TAIL_P, 0)
-            parts = gl.where(in_tail, TAIL_P, 1)
+            tile = TAIL_F + pid0 // TAIL_P
+            piece = pid0 % TAIL_P
             pid0 = tile % n_kb
             pid1 = tile // n_kb
         b, hk, start_n, m_lo, n_m, rot, Nq, Nk, causal_off, q_base, k_base, pad = _bwd_tile_of(
             pid0, pid1, H, G, Nq, Nk, causal_off, win_off, CU_Q, CU_K, CU_P, BLOCK_M, BLOCK_N,
             CAUSAL, VARLEN, HEADS_FIRST, LAST_FIRST, ROTATE, DET, DET_LAST_FIRST)
+        if TAIL_LIMIT is not None:  # the whole programs' launch: key blocks from TAIL_LIMIT on are the pieces' (no step;
+            n_m = gl.where(pid0 + pid1 * gl.num_programs(0) < TAIL_LIMIT, n_m, 0)  # their zeros overwritten after)
         if TAIL_F is not None:  # piece s of a cut block: its share of the query blocks, from the first
-            lo = piece * n_m // parts
+            lo = piece * n_m // TAIL_P
             m_lo = m_lo + lo * BLOCK_M
-            n_m = (piece + 1) * n_m // parts - lo
-            rot = gl.where(in_tail, 0, rot)
-            n_cut = (gl.num_programs(0) - TAIL_F) // TAIL_P
-            # (the consumers' DK, stride_dkh: the pieces' buffer and this piece's slot in it, or −1)
-            out_k, out_v, out_at = TAIL_K, None, gl.where(in_tail, piece * n_cut + tile - TAIL_F, -1)
+            n_m = (piece + 1) * n_m // TAIL_P - lo
+            rot = 0
+            # (the consumers' DK, stride_dkh: the pieces' buffer and this piece's slot in it)
+            out_k, out_v, out_at = TAIL_K, None, piece * (gl.num_programs(0) // TAIL_P) + tile - TAIL_F
         else:
             out_k, out_v, out_at = DK, DV, stride_dkh
 
@@ -1461,7 +1471,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     under the current block's steps), dK and dV stored from registers; measured at 0.78-1.05x the table's backward on
     16K-token rows (gaining only on documents of 128 at D = 64), so no table entry takes it (``benchmarks/RESULTS.md``,
     "Bwd-block-m runs 7–9"). Non-causal calls without a window, ALiBi, packed batch or deterministic order cut the
-    grid's last, partial wave into pieces (``tail_pieces``, ``TAIL_PIECES``). ``kv_split`` > 1 (dividing H / Hkv; not with packed batches): each K/V head read by that
+    grid's last, partial wave into pieces from ``TAIL_FROM_D`` on (``tail_pieces``, ``TAIL_PIECES``). ``kv_split`` > 1 (dividing H / Hkv; not with packed batches): each K/V head read by that
     many programs of H / (Hkv · kv_split) query heads each, their dK, dV summed in a fixed order into dk, dv
     (so shorter walks, twice or more the programs; bit-identical run to run with ``deterministic``; dK, dV
     rounded twice, once per program and once for the sum: ``layout.sum_head_copies``). ``_kv_div`` (what a split
@@ -1480,7 +1490,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         key = (tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(do), tensor_key(lse2), tensor_key(delta),
                tensor_key(dq), tensor_key(dk), tensor_key(dv), causal_off, scale, stages, dq_split, dq_shared, rotate,
                heads_first, win_off, consumer_regs, dq_lag, deterministic, max_seqlen_k, max_seqlen_q, block_m, persistent,
-               _det_last_first, _kv_div, _last_first, TAIL_PIECES, TAIL_PIECE_STEPS, TAIL_MAX_PARTS, TAIL_MAX_MB, TAIL_MIN_SAVING, PERSISTENT_PROGRAMS, PERSISTENT_SNAKE, PACKED_DET_ROTATE, DET_WRITER_REGS, DET_EARLY_TURN, DQ_PERMUTED, LSE_BY_TMA, DQ_SWIZZLE, HEADS_FIRST_WAVES, ZERO_PAST,
+               _det_last_first, _kv_div, _last_first, TAIL_PIECES, TAIL_FROM_D, TAIL_PIECE_STEPS, TAIL_MAX_PARTS, TAIL_MAX_MB, TAIL_MIN_SAVING, PERSISTENT_PROGRAMS, PERSISTENT_SNAKE, PACKED_DET_ROTATE, DET_WRITER_REGS, DET_EARLY_TURN, DQ_PERMUTED, LSE_BY_TMA, DQ_SWIZZLE, HEADS_FIRST_WAVES, ZERO_PAST,
                torch.cuda.current_device(),
                None if cu_seqlens is None else (*map(tensor_key, cu_seqlens), tensor_key(cu_rows)))
         plan = _PLANS.get(key)
@@ -1609,18 +1619,19 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
 
         tiles = (grid[0] * grid[1], grid[0])
         grid = (max(1, min(tiles[0], PERSISTENT_PROGRAMS or _device_sms(q.device))),)
-    tail, tail_bufs = None, (None,) * 3  # (constexpr None: the build without pieces)
-    if (cu_seqlens is None and causal_off is None and win_off is None and slopes is None and not deterministic
-            and not persistent and not heads_first and hchunk is None and not _ablate and _kv_div == 1):
+    tail, pieces = None, None
+    if (TAIL_PIECES and D >= TAIL_FROM_D and cu_seqlens is None and causal_off is None and win_off is None
+            and slopes is None and not deterministic and not persistent and not heads_first and hchunk is None
+            and not _ablate and _kv_div == 1 and not dq_atomic):
         from .decode_config import _device_sms
 
         n_m = -(-Nq // block_m)
-        tail = tail_pieces(grid[0] * grid[1], _device_sms(q.device), (H // Hkv) * n_m, n_m, D)
-    if tail is not None:  # the last R key blocks cut in P pieces each: a 1-D grid, the pieces' partial dK, dV
-        first, n_cut, parts = tail
-        pieces = torch.empty((parts, n_cut, 2, 2 * BWD_SUB_N, D), device=q.device, dtype=torch.float32)
-        tail_bufs = (pieces, first, parts)
-        grid = (first + n_cut * parts,)
+        programs = grid[0] * grid[1]  # (nothing cut: the whole programs' build all the same)
+        tail = tail_pieces(programs, _device_sms(q.device), (H // Hkv) * n_m, n_m, D) or (programs, 0, 1)
+    if tail is not None:  # the last R key blocks cut in P pieces each: their partial dK, dV (R = 0: the whole
+        first, n_cut, parts = tail  # programs' build, nothing cut)
+        if n_cut:
+            pieces = torch.empty((parts, n_cut, 2, 2 * BWD_SUB_N, D), device=q.device, dtype=torch.float32)
     if slopes is None:  # constexpr None: the non-ALiBi build takes no slope arguments
         alibi = (None, None, None)
     else:
@@ -1635,11 +1646,11 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     descs = (desc(q, block_m), desc(do, block_m), desc(k), desc(v), desc(dk), desc(dv), desc_dq, desc_lse, desc_dl)
     args = (*descs, dq_acc, sem, lse2, delta, H, H // Hkv, n_rows, Nk, causal_off if causal_off is not None else 0,
             NO_WINDOW if win_off is None else win_off, scale * LOG2E, scale, *alibi, *varlen, _kv_div, *tiles, hchunk,
-            *tail_bufs)
+            None if tail is None else first, None, None, None)  # (TAIL_LIMIT, TAIL_K, TAIL_F, TAIL_P)
     with recording() as launches:
         # (the kept compiled kernel after a specialisation's first call: Triton's binding of these arguments took
         # more host time than a short call's GPU time; launch.launch_kept)
-        launch_kept(_attn_bwd_gluon_ws, grid, dict(zip(_attn_bwd_gluon_ws.arg_names, args)) | dict(
+        consts = dict(
             HEAD_D=D, STAGES=stages, CAUSAL=causal_off is not None, CONSUMER_REGS=consumer_regs, DQ_SPLIT=dq_split,
             DQ_ATOMIC=dq_atomic, DQ_SHARED=dq_shared, ROTATE=rotate, HEADS_FIRST=heads_first, DQ_LAG=dq_lag,
             ABLATE=_ablate, ALIBI=slopes is not None, DQ_PERM=perm, LSE_TMA=lse_tma, DET=deterministic,
@@ -1647,8 +1658,12 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
             ZERO_PAST=ZERO_PAST and cu_seqlens is not None,
             LAST_FIRST=_last_first and cu_seqlens is not None, DET_ROTATE=det_rotate,
             WRITER_REGS=DET_WRITER_REGS, EARLY_TURN=DET_EARLY_TURN, PERSIST=persistent,
-            SNAKE=bool(persistent) and PERSISTENT_SNAKE), num_warps=4)
-        if tail is not None:  # the cut blocks' pieces summed, in piece order, into dk, dv
+            SNAKE=bool(persistent) and PERSISTENT_SNAKE)
+        named_args = dict(zip(_attn_bwd_gluon_ws.arg_names, args))
+        launch_kept(_attn_bwd_gluon_ws, grid, named_args | consts, num_warps=4)
+        if pieces is not None:  # the cut blocks' pieces (after the whole programs, in stream order), then their sum
+            launch_kept(_attn_bwd_gluon_ws, (n_cut * parts,), named_args | consts | dict(
+                TAIL_LIMIT=None, TAIL_K=pieces, TAIL_F=first, TAIL_P=parts), num_warps=4)
             sum_tail_pieces(pieces, dk, dv, first=first, scale=scale)
         # the kernel adds dS K unscaled: one multiply per element, not per key block
         if cu_seqlens is not None:
@@ -1659,10 +1674,10 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
             store_dq(dq_acc, dq, scale=scale)
     if key is not None and perm:
         named = dict(q=q, k=k, v=v, do=do, dk=dk, dv=dv, dq=dq, dq_acc=dq_acc, sem=sem, lse2=lse2, delta=delta,
-                     cu_q=varlen[0], cu_k=varlen[1], cu_p=varlen[2], pieces=tail_bufs[0])
+                     cu_q=varlen[0], cu_k=varlen[1], cu_p=varlen[2], pieces=pieces)
         named |= zip(_DESC_BASES, descs)
         plan = _BwdPlan.make(launches, named, dq_acc.shape, None if sem is None else sem.shape,
-                             rows if cu_seqlens is None else None, descs, None if tail is None else pieces.shape)
+                             rows if cu_seqlens is None else None, descs, None if pieces is None else pieces.shape)
         if plan is not None:
             keep_plan(_PLANS, key, plan)
             return plan
@@ -1682,8 +1697,8 @@ _PLANS: dict = {}
 
 class _BwdPlan:
     """What a ``gluon_backward`` call derives from its signature (its key: every input's ``tensor_key``, the
-    options, the module's measurement switches), kept after the first call: the launches (the backward,
-    the cut key blocks' sum where it cuts its last wave, the dQ store) with their compiled kernels and arguments, the
+    options, the module's measurement switches), kept after the first call: the launches (the backward —
+    where it cuts its last wave, its whole programs and its pieces, then the pieces' sum —, the dQ store) with their compiled kernels and arguments, the
     dQ accumulator's and the pieces' buffers' shapes, the descriptors'
     shapes and layouts. A later call of the signature allocates the accumulator, rebases the descriptors
     and launches: no checks, no configuration, no argument binding (on an H200's host the first path took
@@ -1695,7 +1710,7 @@ class _BwdPlan:
     @classmethod
     def make(cls, launches, named, acc_shape, sem_shape, rows, descs, tail_shape=None) -> _BwdPlan | None:
         kept = [KeptLaunch.make(launcher, args, _SOURCES, named) for launcher, args in launches]
-        if len(kept) != 2 + (tail_shape is not None) or any(k is None for k in kept):  # (the interpreter, or a
+        if len(kept) != 2 + 2 * (tail_shape is not None) or any(k is None for k in kept):  # (the interpreter, or a
             return None  # launch the plan cannot redo)
         plan = cls()
         plan.launches, plan.acc_shape, plan.sem_shape, plan.rows = kept, acc_shape, sem_shape, rows
@@ -1742,7 +1757,8 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
                  dq_perm: bool | None = None, lse_tma: bool | None = None, deterministic: bool = False,
                  varlen: bool = False, zero_past: bool | None = None, det_rotate: bool = False,
                  writer_regs: int | None = None, early_turn: bool | None = None, _ablate: int = 0,
-                 block_m: int = BWD_BLOCK_M, persistent: int = 0, chunked: bool = False, tail: bool = False):
+                 block_m: int = BWD_BLOCK_M, persistent: int = 0, chunked: bool = False, tail: bool = False,
+                 tail_limit: bool = False):
     """Build the Gluon backward for Hopper (sm_90) on any machine, GPU or not, as
     ``prefill_gluon.compile_sm90`` does for the forward. ``alibi``: the build for ALiBi slopes, with
     the slopes' head stride 1 (a launch specialises it so: (H,), (B, H) and (H,) expanded to (B, H)).
@@ -1754,7 +1770,8 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
     a step's turns before its tiles are staged (None: ``DET_EARLY_TURN``); ``block_m``: query rows per step;
     ``persistent``: the persistent build with that many K/V buffer pairs (0: one program per key block);
     ``chunked``: the build with the programs numbered in chunks of heads (HCHUNK an int, not None); ``tail``: the build
-    with the last wave's key blocks cut into pieces (``tail_pieces``; TAIL_F an int, not None)."""
+    of the last wave's key blocks cut into pieces (``tail_pieces``; TAIL_F an int, not None); ``tail_limit``: the build
+    of the whole programs beside it (TAIL_LIMIT an int)."""
     if not HAVE_GLUON:
         raise RuntimeError("this triton has no Gluon (triton >= 3.5 needed)")
     import triton
@@ -1793,6 +1810,8 @@ def compile_sm90(head_dim: int, *, causal: bool, stages: int = 2, dtype: torch.d
         const["HCHUNK"] = None
     if not tail:
         const.update(TAIL_K=None, TAIL_F=None, TAIL_P=None)
+    if not tail_limit:
+        const["TAIL_LIMIT"] = None
     const["LSE_TMA"] = LSE_BY_TMA if lse_tma is None else lse_tma
     const["DET"] = deterministic
     if not deterministic:
@@ -1823,7 +1842,8 @@ def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int =
                 dq_perm: bool | None = None, lse_tma: bool | None = None, deterministic: bool = False,
                 varlen: bool = False, zero_past: bool | None = None, det_rotate: bool = False,
                 writer_regs: int | None = None, early_turn: bool | None = None, _ablate: int = 0,
-                block_m: int = BWD_BLOCK_M, persistent: int = 0, chunked: bool = False, tail: bool = False) -> dict:
+                block_m: int = BWD_BLOCK_M, persistent: int = 0, chunked: bool = False, tail: bool = False,
+                tail_limit: bool = False) -> dict:
     """``prefill_gluon.kernel_report`` of one sm_90 build of the backward: shared memory, registers, spill
     stack, wgmma waits, TMA loads, float32 atomics. Needs a process without TRITON_INTERPRET."""
     from .prefill_gluon import kernel_report
@@ -1833,4 +1853,4 @@ def sm90_report(head_dim: int, *, causal: bool, stages: int = 2, dq_split: int =
                                       lse_tma=lse_tma, deterministic=deterministic, varlen=varlen, zero_past=zero_past,
                                       det_rotate=det_rotate, writer_regs=writer_regs, early_turn=early_turn,
                                       _ablate=_ablate, block_m=block_m, persistent=persistent,
-                                      chunked=chunked, tail=tail))
+                                      chunked=chunked, tail=tail, tail_limit=tail_limit))
