@@ -35,7 +35,8 @@ Arms (``--arms``, the first the baseline of the ratios):
              a piece (``TAIL_PIECE_STEPS``; the library's own: ``table``); both layers' kept plans dropped on the way
              in and out, the log naming each launch's cut (TAIL_F, TAIL_P), at both head dims
     uncutbuild  the build with the cut's code (TAIL_F an int) cutting nothing: every program whole, as ``whole``
-             runs them (what the cut's code costs the whole programs)
+             runs them (what the cut's code costs the whole programs); ``limitall``: every call (causal and windowed
+             ones too) on the whole programs' build (``TAIL_LIMIT_ALL``)
     nolimits the library's choice, its Gluon kernel built with the masked steps' three comparisons per score
              (``prefill_gluon_bwd.MASK_LIMITS`` 0: a copy of the module with that switch, whose kernel stands in for
              the library's while the arm runs, both layers' kept plans dropped; below ``MASK_LIMITS_FROM_D`` the two
@@ -81,7 +82,8 @@ PACKS = {"pack128": 128, "pack512": 512, "pack2k": 2048}  # packed batches of 16
 CHUNK_ARMS = {"hc0": 0, "hc16": 16, "hc32": 32, "hc64": 64, "hcall": 1 << 20}  # arm: HEAD_CHUNK_MB
 TAIL_ARMS = {"whole": {"TAIL_PIECES": False}, "steps1": {"TAIL_PIECE_STEPS": 1},  # arm: the module's cut switches
              "steps8": {"TAIL_PIECE_STEPS": 8},
-             "uncutbuild": {"tail_pieces": lambda programs, *_: (programs, 0, 2)}}
+             "uncutbuild": {"tail_pieces": lambda programs, *_: (programs, 0, 2)},
+             "limitall": {"TAIL_LIMIT_ALL": True}}
 ARMS = ("g64", "g128", "g128s", "g64lag0", "table", "g64lag1", "p1", "p2", "nolimits", *CHUNK_ARMS, *TAIL_ARMS)
 TABLE_ARMS = ("table", "p1", "p2", "nolimits", *CHUNK_ARMS, *TAIL_ARMS)  # (the arms that run at D = 128 too; p2 skips
 # it)
@@ -275,7 +277,8 @@ def measure(args) -> list[dict]:
                 setattr(gb, name, value)
             prefill_bwd._CALL_PLANS.clear()
             gb._PLANS.clear()
-            gb.launch_kept = lambda k, grid, a, *r, **kw: (launched.append((a.get("TAIL_F"), a.get("TAIL_P")))
+            gb.launch_kept = lambda k, grid, a, *r, **kw: (launched.append((a.get("TAIL_LIMIT"), a.get("TAIL_F"),
+                                                                            a.get("TAIL_P")))
                                                            or launch(k, grid, a, *r, **kw))
         if arm in CHUNK_ARMS:  # (the plans hold their chunk: dropped on the way in and out)
             gb.HEAD_CHUNK_MB, gb.HEAD_CHUNK_FROM_D = CHUNK_ARMS[arm], 0  # (chunks at every head dim)
@@ -293,7 +296,7 @@ def measure(args) -> list[dict]:
                 gb.launch_kept = launch
                 prefill_bwd._CALL_PLANS.clear()
                 gb._PLANS.clear()
-                print(f"arm {arm}, row {_ROW[0]}, D = {D}: cut (TAIL_F, TAIL_P) {sorted(set(map(str, launched)))}",
+                print(f"arm {arm}, row {_ROW[0]}, D = {D}: (TAIL_LIMIT, TAIL_F, TAIL_P) {sorted(set(map(str, launched)))}",
                       flush=True)
             if arm in CHUNK_ARMS:
                 gb.HEAD_CHUNK_MB, gb.HEAD_CHUNK_FROM_D, gb.launch_kept = budget, from_d, launch

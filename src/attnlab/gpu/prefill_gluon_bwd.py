@@ -295,6 +295,9 @@ PERSISTENT_SNAKE = True
 # where the model says; below it, the plain build
 TAIL_PIECES = True
 TAIL_FROM_D = 128
+# measurement: every dense call that is not deterministic or persistent (causal and windowed ones too) takes the whole
+# programs' build (TAIL_LIMIT, nothing cut), to see where ptxas's other layout of it helps
+TAIL_LIMIT_ALL = False
 TAIL_PIECE_STEPS = 3
 TAIL_MAX_PARTS = 64
 TAIL_MAX_MB = 64
@@ -1490,7 +1493,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         key = (tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(do), tensor_key(lse2), tensor_key(delta),
                tensor_key(dq), tensor_key(dk), tensor_key(dv), causal_off, scale, stages, dq_split, dq_shared, rotate,
                heads_first, win_off, consumer_regs, dq_lag, deterministic, max_seqlen_k, max_seqlen_q, block_m, persistent,
-               _det_last_first, _kv_div, _last_first, TAIL_PIECES, TAIL_FROM_D, TAIL_PIECE_STEPS, TAIL_MAX_PARTS, TAIL_MAX_MB, TAIL_MIN_SAVING, PERSISTENT_PROGRAMS, PERSISTENT_SNAKE, PACKED_DET_ROTATE, DET_WRITER_REGS, DET_EARLY_TURN, DQ_PERMUTED, LSE_BY_TMA, DQ_SWIZZLE, HEADS_FIRST_WAVES, ZERO_PAST,
+               _det_last_first, _kv_div, _last_first, TAIL_PIECES, TAIL_FROM_D, TAIL_LIMIT_ALL, TAIL_PIECE_STEPS, TAIL_MAX_PARTS, TAIL_MAX_MB, TAIL_MIN_SAVING, PERSISTENT_PROGRAMS, PERSISTENT_SNAKE, PACKED_DET_ROTATE, DET_WRITER_REGS, DET_EARLY_TURN, DQ_PERMUTED, LSE_BY_TMA, DQ_SWIZZLE, HEADS_FIRST_WAVES, ZERO_PAST,
                torch.cuda.current_device(),
                None if cu_seqlens is None else (*map(tensor_key, cu_seqlens), tensor_key(cu_rows)))
         plan = _PLANS.get(key)
@@ -1628,6 +1631,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         n_m = -(-Nq // block_m)
         programs = grid[0] * grid[1]  # (nothing cut: the whole programs' build all the same)
         tail = tail_pieces(programs, _device_sms(q.device), (H // Hkv) * n_m, n_m, D) or (programs, 0, 1)
+    elif TAIL_LIMIT_ALL and cu_seqlens is None and not deterministic and not persistent and not _ablate:
+        tail = (grid[0] * grid[1], 0, 1)
     if tail is not None:  # the last R key blocks cut in P pieces each: their partial dK, dV (R = 0: the whole
         first, n_cut, parts = tail  # programs' build, nothing cut)
         if n_cut:
