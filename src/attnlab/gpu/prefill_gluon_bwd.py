@@ -288,11 +288,11 @@ PERSISTENT_SNAKE = True
 # model saves TAIL_MIN_SAVING of the grid's time. False: every program whole (measurements)
 # The cut runs as two launches: the grid's whole programs (a build with TAIL_LIMIT, the cut blocks' programs walking
 # nothing), then the pieces. Measured (H200, the backward alone from CUDA graphs, three rounds, bwd-block-m run 17): at
-# D = 128 the whole programs' build ran 4.1-5.6 % faster than the plain build with nothing cut (ptxas lays out its
-# consumer loops differently: 515 instructions in the first consumer's loop against 539, sm_90, triton 3.6), the cut
-# itself 0.7-1.7 % more; at D = 64 the cut came out -0.6 to +0.2 % at 4K-16K, and the GQA row ran 1.8 % slower cut, 3.0 %
-# with the whole programs' build alone. So from TAIL_FROM_D on, every such call takes the whole programs' build, cut
-# where the model says; below it, the plain build
+# D = 128 the whole programs' build ran 4.3-6.0 % faster than the plain build with nothing cut (ptxas lays out its
+# consumer loops differently, with fewer instructions in the first consumer's loop: sm_90, triton 3.6), the cut itself
+# 0.7-1.1 % more; at D = 64 the cut came out -0.6 to +0.2 % at 4K-16K, and the GQA row ran 1.9 % slower cut, 3.0 % with
+# the whole programs' build alone. So from TAIL_FROM_D on, every such call takes the whole programs' build, cut where
+# the model says; below it, the plain build (run 18, as shipped: 5.2-7.4 % faster than the plain build at D = 128)
 TAIL_PIECES = True
 TAIL_FROM_D = 128
 # measurement: every dense call that is not deterministic or persistent (causal and windowed ones too) takes the whole
@@ -1123,8 +1123,8 @@ if HAVE_GLUON:
         [⌊s·n/TAIL_P⌋, ⌊(s + 1)·n/TAIL_P⌋) of its n of every head of its group from the first (no rotation), its float32
         dK (unscaled) and dV into TAIL_K (TAIL_P, R, 2, 128, D) at [s, block − TAIL_F] (``layout.sum_tail_pieces``
         adds them up). Two launches, not one grid of both: a build that gives the pieces' buffer and slot to its
-        consumers loses the uniform registers of their loop bookkeeping (sm_90, triton 3.6: 49 and 167 uniform
-        instructions in the D = 64 consumers' loops against 17 and 38), and its whole programs ran 2–5 % slower.
+        consumers moves their loops' bookkeeping from the uniform datapath to vector registers (sm_90, triton 3.6),
+        and at D = 64 its cut grid ran slower than the uncut one (``benchmarks/NOTES-prefill.md``, v50).
         Two consumer warp groups of 4 warps (64 keys each), one loader warp and (DET) one writer warp."""
         NC: gl.constexpr = 2
         SUB_N: gl.constexpr = 64
