@@ -292,7 +292,7 @@ PERSISTENT_SNAKE = True
 # consumer loops differently, with fewer instructions in the first consumer's loop: sm_90, triton 3.6), the cut itself
 # 0.7-1.1 % more; at D = 64 the cut came out -0.6 to +0.2 % at 4K-16K, and the GQA row ran 1.9 % slower cut, 3.0 % with
 # the whole programs' build alone. So from TAIL_FROM_D on, every such call takes the whole programs' build, cut where
-# the model says; below it, the plain build (run 18, as shipped: 5.2-7.4 % faster than the plain build at D = 128)
+# the model says; below it, the plain build (run 18, as shipped: 5.1-7.4 % faster than the plain build at D = 128)
 TAIL_PIECES = True
 TAIL_FROM_D = 128
 # measurement: every dense call that is not deterministic or persistent (causal and windowed ones too) takes the whole
