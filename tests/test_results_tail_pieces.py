@@ -113,6 +113,8 @@ def test_bwd_block_m_tables_and_quotes():
     assert f"ran {_span(causal.values(), '{:.3f}')}× the table's build, slower on {words[slower]} rows of eight" in text
     assert (f"{_span(causal.values(), '{:.3f}')}× the table's build, faster on {words[8 - slower]} rows of eight"
             in v51 and f"slower on {words[slower]}." in v51)
+    assert (f"run 19: {_span(causal.values(), '{:.3f}').translate(ascii_)}x the table's build on the causal rows, slower on "
+            f"{words[slower]} of eight" in comment)
 
 
 def test_prefill_runs_35_and_36_tables_and_quotes():

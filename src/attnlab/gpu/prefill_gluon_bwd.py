@@ -295,13 +295,14 @@ PERSISTENT_SNAKE = True
 # the model says; below it, the plain build (run 18, as shipped: 5.1-7.4 % faster than the plain build at D = 128)
 TAIL_PIECES = True
 TAIL_FROM_D = 128
-# measurement: every dense call that is not deterministic or persistent (causal and windowed ones too) takes the whole
-# programs' build (TAIL_LIMIT, nothing cut), to see where ptxas's other layout of it helps
-TAIL_LIMIT_ALL = False
 TAIL_PIECE_STEPS = 3
 TAIL_MAX_PARTS = 64
 TAIL_MAX_MB = 64
 TAIL_MIN_SAVING = 0.01
+# measurement: every dense call that is not deterministic or persistent (causal and windowed ones too) takes the whole
+# programs' build (TAIL_LIMIT, nothing cut); bwd-block-m run 19: 0.972-1.024x the table's build on the causal rows,
+# slower on six of eight, so off
+TAIL_LIMIT_ALL = False
 BWD_SUB_N = 64  # keys per consumer warp group
 # registers per thread of the second consumer warp group (setmaxnreg); the loader's warp group keeps 24 and
 # the first consumer takes the rest of the register file (248 at 232: the sm_90 PTX). At 240 the two
@@ -652,8 +653,7 @@ if HAVE_GLUON:
         DET: gl.constexpr = flags.shape[5] >= 4  # key blocks add into each dQ tile in their order (SEM)
         VARLEN: gl.constexpr = flags.shape[6] >= 2  # a packed batch: this program's sequence ends at Nq, Nk
         ZERO: gl.constexpr = flags.shape[6] == 4  # (ZERO_PAST) its rows past them set to 0 before their products
-        # the pieces' build (``tail_pieces``): DK the pieces' float32 buffer, stride_dkh the program's slot in it (−1: a
-        # whole key block, stored as usual)
+        # the pieces' build (``tail_pieces``): DK the pieces' float32 buffer, stride_dkh the program's slot in it
         TAIL: gl.constexpr = (not VARLEN) and (not PERSIST) and (DK is not None)
         LSE_TMA: gl.constexpr = lse_smem.shape[1] == BLOCK_M  # L₂ and Dᵢ in the ring (else loaded here)
         EXCHANGE: gl.constexpr = not (ABLATE == 3 or ABLATE == 4)  # (measurement only: 3, 4 have none)
@@ -1474,7 +1474,8 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     under the current block's steps), dK and dV stored from registers; measured at 0.78-1.05x the table's backward on
     16K-token rows (gaining only on documents of 128 at D = 64), so no table entry takes it (``benchmarks/RESULTS.md``,
     "Bwd-block-m runs 7–9"). Non-causal calls without a window, ALiBi, packed batch or deterministic order cut the
-    grid's last, partial wave into pieces from ``TAIL_FROM_D`` on (``tail_pieces``, ``TAIL_PIECES``). ``kv_split`` > 1 (dividing H / Hkv; not with packed batches): each K/V head read by that
+    grid's last, partial wave into pieces from ``TAIL_FROM_D`` on (``tail_pieces``, ``TAIL_PIECES``). ``kv_split`` > 1
+    (dividing H / Hkv; not with packed batches): each K/V head read by that
     many programs of H / (Hkv · kv_split) query heads each, their dK, dV summed in a fixed order into dk, dv
     (so shorter walks, twice or more the programs; bit-identical run to run with ``deterministic``; dK, dV
     rounded twice, once per program and once for the sum: ``layout.sum_head_copies``). ``_kv_div`` (what a split
@@ -1702,10 +1703,10 @@ _PLANS: dict = {}
 
 class _BwdPlan:
     """What a ``gluon_backward`` call derives from its signature (its key: every input's ``tensor_key``, the
-    options, the module's measurement switches), kept after the first call: the launches (the backward —
-    where it cuts its last wave, its whole programs and its pieces, then the pieces' sum —, the dQ store) with their compiled kernels and arguments, the
-    dQ accumulator's and the pieces' buffers' shapes, the descriptors'
-    shapes and layouts. A later call of the signature allocates the accumulator, rebases the descriptors
+    options, the module's measurement switches), kept after the first call: the launches (the backward — where
+    it cuts its last wave, its whole programs and its pieces, then the pieces' sum —, the dQ store) with their
+    compiled kernels and arguments, the dQ accumulator's and the pieces' buffers' shapes, the descriptors' shapes
+    and layouts. A later call of the signature allocates the accumulator, rebases the descriptors
     and launches: no checks, no configuration, no argument binding (on an H200's host the first path took
     ~0.6 ms of host time a call, more than a short call's GPU time). Calls with ALiBi, ``kv_split``, dQ
     atomics or the measurement-only arguments keep no plan."""
