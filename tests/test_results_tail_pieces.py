@@ -6,12 +6,11 @@ quoted number computed from them, and the library's switches as the runs left th
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 from tests.helpers import ROOT
-from tests.test_results_variants import _flat
+from tests.test_results_head_chunks import _run, _span
+from tests.test_results_variants import _flat, _notes
 
 DATA = ROOT / "benchmarks" / "data"
 SECTION = ("### Prefill runs 35 and 36, bwd-block-m runs 16–19", "### Prefill runs 33 and 34")
@@ -21,17 +20,6 @@ FULL = ("full", "full8k", "full16k", "gqa-full")
 def _section() -> str:
     results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
     return results[results.index(SECTION[0]):results.index(SECTION[1])]
-
-
-def _notes(version: str) -> str:
-    notes = (ROOT / "benchmarks" / "NOTES-prefill.md").read_text()
-    return _flat(notes[notes.index(f"## {version}:"):])
-
-
-def _run(*args) -> str:
-    res = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert res.returncode == 0, res.stderr
-    return res.stdout
 
 
 def _ms(run: int) -> dict:
@@ -57,10 +45,6 @@ def _prefill(run: int) -> tuple[list[str], dict]:
             head, rest = (cells[:1] + cells[2:5], cells[5:]) if "/" in cells[1] else (cells[:4], cells[4:])
             rows[(int(head[0]), head[1], head[2], head[3])] = (int(rest[0]), float(rest[4].split()[0]))
     return lines, rows
-
-
-def _span(values, fmt="{:.2f}") -> str:
-    return f"{fmt.format(min(values))}–{fmt.format(max(values))}"
 
 
 def test_bwd_block_m_tables_and_quotes():

@@ -143,10 +143,9 @@ def test_the_cut_builds_add_the_numbering_and_the_pieces_stores_only():
 
 
 def _inputs(B, H, Hkv, Nq, Nk, D, seed):
-    gen = torch.Generator(device=DEV).manual_seed(seed)
-    q, do = (torch.randn(B, H, Nq, D, dtype=torch.bfloat16, device=DEV, generator=gen) for _ in range(2))
-    k, v = (torch.randn(B, Hkv, Nk, D, dtype=torch.bfloat16, device=DEV, generator=gen) for _ in range(2))
-    return q, k, v, do
+    from tests.gpu.test_prefill_gluon_bwd import _gpu_inputs
+
+    return _gpu_inputs(B, H, Hkv, Nq, Nk, D, torch.bfloat16, seed)
 
 
 CUT_CASES = [
