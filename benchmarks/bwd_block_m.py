@@ -41,12 +41,20 @@ Arms (``--arms``, the first the baseline of the ratios):
              (``prefill_gluon_bwd.MASK_LIMITS`` 0: a copy of the module with that switch, whose kernel stands in for
              the library's while the arm runs, both layers' kept plans dropped; below ``MASK_LIMITS_FROM_D`` the two
              builds are the same)
+    kfirst, hfirst
+             the library's choice with every causal or windowed call's programs numbered key blocks first (with the
+             chunks of heads where the library takes them) or heads first (``heads_first_default``; the library
+             numbers heads first below ``HEADS_FIRST_WAVES`` programs per SM); both layers' kept plans dropped on the
+             way in and out, the log naming each launch's grid and chunk
+    kv2, kv4 the library's choice with each K/V head of a GQA call read by 2 or 4 programs of a share of its query heads
+             each, their float32 dK, dV parts summed after (``gluon_backward(kv_split=)``, as deterministic GQA calls
+             run; not in the library's non-deterministic calls); a split call keeps no plan
 
 Rows: ``causal`` and ``full`` (4 × 4K, 32 heads), ``long`` (one 16K causal sequence), ``gqa`` (32 query heads on 8 K/V
 heads, 8K causal), ``varlen`` (the variants benchmark's packed batch: 16K tokens of documents of 256-1,792, causal),
 ``short`` (16 × 1K causal: the table's short class, where the library took the Triton backward at D = 64), and GQA
 causal rows by group size and length: ``gqa2`` (32/16 at 8K), ``gqa8`` (32/4 at 8K), ``gqa-4k`` (4 × 4K, 32/8),
-``gqa-16k`` (16K, 32/8); packed batches of 16K tokens in documents of one length, causal: ``pack128``, ``pack512`` and
+``gqa-8k`` (2 × 8K, 32/8: the prefill table's GQA causal 8K row), ``gqa-16k`` (16K, 32/8); packed batches of 16K tokens in documents of one length, causal: ``pack128``, ``pack512`` and
 ``pack2k`` (what a program's fixed costs weigh as its walk shortens: one key block and two query-block steps a
 document at 128); the prefill table's other non-causal rows ``full8k`` (2 × 8K), ``full16k`` (1 × 16K) and
 ``gqa-full`` (4 × 4K, 32/8), and ``full-small`` (1 × 2K: a grid of under four waves); ``window`` and ``alibi``, the variants benchmark's causal calls with a window of 4,096 keys and with
@@ -59,6 +67,7 @@ bfloat16, H·D = 2048. TFLOP/s over the backward's 2.5× the forward's visible-p
     python benchmarks/bwd_block_m.py --rows gqa gqa2 gqa8 gqa-4k gqa-16k causal --arms g64 g64lag0 g64lag1
     python benchmarks/bwd_block_m.py --rows pack128 pack512 pack2k varlen causal --D 64 128 --arms table p1 p2
     python benchmarks/bwd_block_m.py --rows full full8k full16k gqa-full --D 64 128 --arms table whole
+    python benchmarks/bwd_block_m.py --rows gqa-4k gqa-8k gqa-16k causal8k --D 64 128 --arms table kfirst hfirst kv2
     python benchmarks/bwd_block_m.py --report bwd-block-m.json
 """
 
@@ -77,15 +86,19 @@ import ab_rounds  # noqa: E402
 from attnlab.bench import time_fn  # noqa: E402
 
 ROWS = ("causal", "causal8k", "full", "long", "window", "alibi", "gqa", "varlen", "short", "gqa2", "gqa8", "gqa-4k",
-        "gqa-16k", "pack128", "pack512", "pack2k", "full8k", "full16k", "gqa-full", "full-small")
+        "gqa-8k", "gqa-16k", "pack128", "pack512", "pack2k", "full8k", "full16k", "gqa-full", "full-small")
 PACKS = {"pack128": 128, "pack512": 512, "pack2k": 2048}  # packed batches of 16K tokens in documents of one length
 CHUNK_ARMS = {"hc0": 0, "hc16": 16, "hc32": 32, "hc64": 64, "hcall": 1 << 20}  # arm: HEAD_CHUNK_MB
 TAIL_ARMS = {"whole": {"TAIL_PIECES": False}, "steps1": {"TAIL_PIECE_STEPS": 1},  # arm: the module's cut switches
              "steps8": {"TAIL_PIECE_STEPS": 8},
              "uncutbuild": {"tail_pieces": lambda programs, *_: (programs, 0, 2)},
              "limitall": {"TAIL_LIMIT_ALL": True}}
-ARMS = ("g64", "g128", "g128s", "g64lag0", "table", "g64lag1", "p1", "p2", "nolimits", *CHUNK_ARMS, *TAIL_ARMS)
-TABLE_ARMS = ("table", "p1", "p2", "nolimits", *CHUNK_ARMS, *TAIL_ARMS)  # (the arms that run at D = 128 too; p2 skips
+ORDER_ARMS = {"kfirst": False, "hfirst": True}  # arm: every causal call's programs numbered key blocks / heads first
+KV_ARMS = {"kv2": 2, "kv4": 4}  # arm: a GQA call's K/V heads each read by that many programs (``kv_split``)
+ARMS = ("g64", "g128", "g128s", "g64lag0", "table", "g64lag1", "p1", "p2", "nolimits", *CHUNK_ARMS, *TAIL_ARMS,
+        *ORDER_ARMS, *KV_ARMS)
+TABLE_ARMS = ("table", "p1", "p2", "nolimits", *CHUNK_ARMS, *TAIL_ARMS, *ORDER_ARMS, *KV_ARMS)  # (the arms that run at
+# D = 128 too; p2 skips
 # it)
 SWITCH_ARMS = {"nolimits": {"MASK_LIMITS": 0}}  # arm: the Gluon backward's module switches it is built with
 PERSISTENT_ARMS = {"p1": 1, "p2": 2}  # arm: K/V buffer pairs of the persistent build
@@ -101,6 +114,8 @@ SHAPES = {  # row: (B, H, Hkv, N, causal)
     "gqa8": (1, 32, 4, 8192, True),
     "gqa-4k": (4, 32, 8, 4096, True),
     "gqa-16k": (1, 32, 8, 16384, True),
+    # the prefill table's GQA causal row at 8K (its 4K and 16K rows are gqa-4k and gqa-16k)
+    "gqa-8k": (2, 32, 8, 8192, True),
     # the prefill table's other non-causal rows (4 x 4K is ``full``), its GQA row, and a grid of under four waves
     "full8k": (2, 32, 32, 8192, False),
     "full16k": (1, 32, 32, 16384, False),
@@ -286,10 +301,40 @@ def measure(args) -> list[dict]:
             gb._PLANS.clear()
             gb.launch_kept = lambda k, grid, a, *r, **kw: (launched.append(a.get("HCHUNK"))
                                                            or launch(k, grid, a, *r, **kw))
+        if arm in ORDER_ARMS:  # (the plans hold their numbering: dropped on the way in and out)
+            order = gb.heads_first_default
+            gb.heads_first_default = lambda uneven, *_, **__: ORDER_ARMS[arm] and uneven
+            prefill_bwd._CALL_PLANS.clear()
+            gb._PLANS.clear()
+            gb.launch_kept = lambda k, grid, a, *r, **kw: (launched.append((grid, a.get("HCHUNK")))
+                                                           or launch(k, grid, a, *r, **kw))
+        if arm in KV_ARMS:  # (a split call keeps no plan: each call runs the split anew)
+            backward = gb.gluon_backward
+
+            def split_backward(q, k, *a, kv_split=1, **kw):
+                if kv_split == 1 and (q.shape[1] // k.shape[1]) % KV_ARMS[arm] == 0:
+                    kv_split = KV_ARMS[arm]
+                launched.append(kv_split)
+                return backward(q, k, *a, kv_split=kv_split, **kw)
+
+            gb.gluon_backward = split_backward
+            prefill_bwd._CALL_PLANS.clear()
+            gb._PLANS.clear()
         try:
             yield
         finally:
             _CURRENT[0] = None
+            if arm in ORDER_ARMS:
+                gb.heads_first_default, gb.launch_kept = order, launch
+                prefill_bwd._CALL_PLANS.clear()
+                gb._PLANS.clear()
+                print(f"arm {arm}, row {_ROW[0]}, D = {D}: (grid, HCHUNK) {sorted(set(map(str, launched)))}",
+                      flush=True)
+            if arm in KV_ARMS:
+                gb.gluon_backward = backward
+                prefill_bwd._CALL_PLANS.clear()
+                gb._PLANS.clear()
+                print(f"arm {arm}, row {_ROW[0]}, D = {D}: kv_split {sorted(set(launched))}", flush=True)
             if arm in TAIL_ARMS:
                 for name, value in saved.items():
                     setattr(gb, name, value)

@@ -170,6 +170,39 @@ def test_bwd_block_m_arms_and_refusals(tmp_path):
     finally:
         mod.ab_rounds.measure = orig
     assert seen == [("pack128", 64, ("table", "p1", "p2")), ("pack128", 128, ("table", "p1"))]
+    # the numbering and K/V split arms: switched while the arm runs, restored after, the library's kept plans dropped
+    from attnlab.gpu import prefill_gluon_bwd as gb
+
+    calls, inside = [], {}
+
+    def recorder(q, k, *a, kv_split=1, **kw):  # (stands in for the Gluon backward the kv arms wrap)
+        calls.append(kv_split)
+
+    def arm_measure(rows, Ds, arms, use, *a, **kw):  # enter each arm's switches and look at them
+        for arm in arms:
+            with use(arm, Ds[0]):
+                inside[arm] = (gb.heads_first_default(True, 10, 132), gb.heads_first_default(False, 10, 132),
+                               gb.heads_first_default(True, 10 ** 6, 132))
+                q, k = torch.empty(1, 32, 1, 1), torch.empty(1, 8, 1, 1)
+                gb.gluon_backward(q, k)
+                gb.gluon_backward(q, torch.empty(1, 32, 1, 1))  # (MHA: nothing to split)
+                gb.gluon_backward(q, k, kv_split=4)  # (a deterministic call's own split is kept)
+        return []
+
+    order, saved_backward = gb.heads_first_default, gb.gluon_backward
+    gb._PLANS["stale"] = "plan"
+    mod.ab_rounds.measure, gb.gluon_backward = arm_measure, recorder
+    try:
+        mod.measure(SimpleNamespace(rows=["gqa-8k"], D=[128], arms=["table", "kfirst", "hfirst", "kv2", "kv4"],
+                                    rounds=1))
+    finally:
+        mod.ab_rounds.measure, gb.gluon_backward = orig, saved_backward
+    assert inside["table"] == (True, False, False)  # (the library's: heads first below 8 waves, uneven walks only)
+    assert inside["kfirst"] == (False, False, False) and inside["hfirst"] == (True, False, True)
+    assert inside["kv2"] == inside["kv4"] == inside["table"]
+    assert calls == [1, 1, 4] * 3 + [2, 1, 4] + [4, 1, 4]
+    assert gb.heads_first_default is order and gb.gluon_backward is saved_backward and "stale" not in gb._PLANS
+    assert mod.SHAPES["gqa-8k"] == (2, 32, 8, 8192, True) and "gqa-8k" in mod.ROWS
     # the persistent build's deal: in order, with 132 programs and 4 key blocks a document of 512 (walks of 8, 6, 4 and
     # 2 steps), program 0 takes key block 0 in each of its 32 rounds; reversed every other round, 8 + 2 and 6 + 4 pair up
     programs, steps = mod.programs_steps("pack512", 64)
