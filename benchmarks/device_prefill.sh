@@ -7,6 +7,7 @@
 #   SWEEP_ARGS="--set v3 --D 128" sweeps another candidate list (the check and bench then use its winners)
 #   TESTS="tests/gpu/test_prefill_gluon_bwd.py" runs only those test files in the tests phase
 #   GQA rows: CHECK_ARGS="--gqa 4 --N 4096 8192" BENCH_ARGS="--gqa 4 --N 4096 8192 --providers attnlab,sdpa,sdpa-cudnn"
+#   the multi-head and GQA rows in one run and one table: BENCH_ARGS="--gqa 1 4 ..."
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-out/prefill}

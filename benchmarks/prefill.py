@@ -24,7 +24,9 @@ Sub-commands (one script for one GPU call, see ``device_prefill.sh``):
     python benchmarks/prefill.py compare run1.json run2.json   # attnlab ÷ cuDNN of each row, a column a run
     python benchmarks/prefill.py aot     # build every kernel for sm_90 (no GPU needed): registers, spills
 
-``--gqa G`` gives every row H / G K/V heads (GQA: the SDPA providers and FlexAttention get ``enable_gqa``).
+``--gqa G`` gives every row H / G K/V heads (GQA: the SDPA providers and FlexAttention get ``enable_gqa``); several
+values (``--gqa 1 4``) time the rows of each in one process, one table: the multi-head rows and the GQA ones in the
+same run.
 ``--quick`` shrinks everything to tiny shapes (on the CPU through Triton's interpreter: a smoke
 test of the script, no timing worth reading).
 """
@@ -332,7 +334,8 @@ def check(args) -> list[dict]:
 
     device = args.device
     rows = []
-    cfgs = list(grid(args.quick, Ds=tuple(args.D), Ns=tuple(args.N), passes=("fwd_bwd",), group=args.gqa))
+    cfgs = [c for g in args.gqa for c in grid(args.quick, Ds=tuple(args.D), Ns=tuple(args.N), passes=("fwd_bwd",),
+                                               group=g)]
     load_configs(args.configs)
     jobs = table_jobs(cfgs, args.quick)
     print(f"check: compiled attnlab's kernels in {precompile(jobs, args.workers):.1f} s", flush=True)
@@ -692,7 +695,7 @@ def aot_markdown(rows) -> str:
 def bench(args) -> list[dict]:
     device = args.device
     names = [p for p in args.providers.split(",") if p]
-    cfgs = list(grid(args.quick, Ds=tuple(args.D), Ns=tuple(args.N), group=args.gqa))
+    cfgs = [c for g in args.gqa for c in grid(args.quick, Ds=tuple(args.D), Ns=tuple(args.N), group=g)]
     _FLEX["budget"] = args.flex_budget
     load_configs(args.configs)
     jobs = []
@@ -703,8 +706,9 @@ def bench(args) -> list[dict]:
         print(f"bench: precompiled {len(jobs)} jobs in {precompile(jobs, args.workers):.1f} s",
               flush=True)
     x_names = ["D", "causal", "N", "pass_", "B", "H", "Hkv"]
-    title = "prefill, bfloat16, B·N = 16K tokens, H·D = 2048" + (f", GQA {args.gqa} query heads per K/V head"
-                                                                  if args.gqa > 1 else "")
+    groups = ", ".join(str(g) for g in args.gqa if g > 1)
+    title = "prefill, bfloat16, B·N = 16K tokens, H·D = 2048" + (f", GQA {groups} query heads per K/V head"
+                                                                  if groups else "")
     b = Benchmark(name=title, x_names=x_names, x_vals=[tuple(c[n] for n in x_names) for c in cfgs],
                   providers=providers(device, names), flops=flops, device=device)
     rows = run(b, rounds=args.rounds, after=note_gpu_state if args.clocks else None)
@@ -784,7 +788,10 @@ def markdown(rows: list[dict], names=PROVIDERS) -> str:
     head += [{"sdpa-flash": "÷ sdpa-flash", "sdpa-cudnn": "÷ cudnn", "sdpa": "÷ sdpa"}[n] for n in refs]
     head += ["roofline ms"] + [f"{n} %" for n in names] if roof else []
     lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
-    for (D, causal, N, p, H, Hkv), by in sorted(keyed.items(), key=lambda kv: (kv[0][3], kv[0][0], kv[0][1], kv[0][2])):
+    # by pass, then group (the multi-head rows first), head dim, mask and length
+    for (D, causal, N, p, H, Hkv), by in sorted(keyed.items(),
+                                                key=lambda kv: (kv[0][3], kv[0][4] // kv[0][5], kv[0][0], kv[0][1],
+                                                                kv[0][2])):
         vals = {n: r.get("tflops") for n, r in by.items()}
         cells = [str(D), *([f"{H}/{Hkv}"] if gqa else []), "yes" if causal else "no",
                  f"{N // 1024}K" if N >= 1024 else str(N), p.replace("_", "+")]
@@ -901,8 +908,9 @@ def main(argv=None) -> int:
     p.add_argument("--D", type=int, nargs="+", default=[64, 128])
     p.add_argument("--N", type=int, nargs="+", default=[16384, 4096, 1024])
     p.add_argument("--sweep-n", type=int, nargs="+", default=[16384, 4096, 1024])
-    p.add_argument("--gqa", type=int, default=1, metavar="G",
-                   help="check/bench: G query heads per K/V head (GQA; H/Hkv = G, H = 2048 / D); 1: multi-head")
+    p.add_argument("--gqa", type=int, nargs="+", default=[1], metavar="G",
+                   help="check/bench: G query heads per K/V head (GQA; H/Hkv = G, H = 2048 / D); 1: multi-head; "
+                        "several: the rows of each, in one process and one table")
     p.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1))
     p.add_argument("--set", choices=["v2", "v3", "v4", "v5"], default="v2", help="sweep: which candidate list")
     p.add_argument("--best", default=None, help="sweep: write the best configuration per (D, causal) here")
@@ -919,6 +927,14 @@ def main(argv=None) -> int:
                    help="bench/report: the attnlab.cost preset of the roofline columns (default: the one the "
                         "device's name, or the report's JSON, names; none on the CPU)")
     args = p.parse_args(argv)
+    if len(set(args.gqa)) != len(args.gqa):
+        p.error(f"--gqa: each group once, got {' '.join(map(str, args.gqa))}")
+    if args.command in ("check", "bench"):
+        for g in args.gqa:  # (refused before anything is compiled or timed)
+            try:
+                list(grid(args.quick or not torch.cuda.is_available(), Ds=tuple(args.D), Ns=tuple(args.N), group=g))
+            except ValueError as e:
+                p.error(f"--gqa {g}: {e}")
     args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.command == "aot":  # compiles for sm_90 here, GPU or not; never runs anything
         rows = aot(args)

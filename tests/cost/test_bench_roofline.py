@@ -160,6 +160,29 @@ def test_prefill_gqa_rows_roofline_and_markdown():
     assert "heads" not in mha_md and "÷ sdpa |" not in mha_md
 
 
+def test_prefill_several_groups_in_one_table(capsys):
+    """``--gqa 1 4``: the multi-head rows and the GQA rows of every shape in one table, the multi-head ones first in
+    each pass, every row with its heads; a group given twice, or one that does not divide the heads, is refused
+    before anything runs."""
+    g = GPUS["H200"]
+    rows = []
+    for group in (4, 1):  # (timed in either order: the table sorts them)
+        for cfg in prefill.grid(False, Ds=(128,), Ns=(8192,), causals=(True,), group=group):
+            rows += [dict(cfg, provider="attnlab", ms=1.0, tflops=500.0 + group),
+                     dict(cfg, provider="sdpa-cudnn", ms=1.1, tflops=490.0)]
+    md = prefill.markdown(prefill.with_roofline(rows, g)).splitlines()
+    head = [c.strip() for c in md[0].strip("|").split("|")]
+    lines = [dict(zip(head, (c.strip() for c in ln.strip("|").split("|")))) for ln in md[2:]]
+    assert [(r["heads"], r["pass"], r["attnlab"]) for r in lines] == [
+        ("16/16", "fwd", "501"), ("16/4", "fwd", "504"), ("16/16", "fwd+bwd", "501"), ("16/4", "fwd+bwd", "504")]
+    assert [r["÷ cudnn"] for r in lines] == [f"{501 / 490:.2f}", f"{504 / 490:.2f}"] * 2
+    for argv, why in ((["bench", "--gqa", "4", "4"], "each group once"), (["bench", "--gqa", "1", "3"], "--gqa 3"),
+                      (["check", "--gqa", "0"], "--gqa 0")):
+        with pytest.raises(SystemExit) as e:
+            prefill.main(argv)
+        assert e.value.code == 2 and why in capsys.readouterr().err
+
+
 def test_prefill_gqa_check_on_the_cpu():
     """``prefill.py check --gqa 2`` (Triton's interpreter, tiny shapes): each K/V head with the query heads that
     read it against float64, out, dq, dk and dv within the criterion."""
