@@ -1258,6 +1258,31 @@ def test_the_row_maximum_as_a_tree_is_the_same_instructions_in_a_shorter_chain()
             assert tree[key] == chain[key], (case, key, tree[key], chain[key])
 
 
+SASS_LISTING = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;                                   /* 0x00 */
+        /*0010*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT ;      /* 0x00 */
+        /*0020*/                   R2UR UR6, R2 ;                                            /* 0x00 */
+        /*0030*/               @P0 LDL R3, [R1+0x8] ;                                        /* 0x00 */
+        /*0040*/               @P5 BRA P6, 0x60 ;                                            /* 0x00 */
+        /*0050*/                   MUFU.EX2 R4, R4 ;                                         /* 0x00 */
+        /*0060*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], R24 ;            /* 0x00 */
+        /*0070*/               @P0 BRA 0x10 ;                                                /* 0x00 */
+        /*0080*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], R5 ;            /* 0x00 */
+        /*0090*/              @!P0 BRA 0x80 ;                                                /* 0x00 */
+        /*00a0*/                   BRA 0x20 ;                                                /* 0x00 */
+        /*00b0*/                   EXIT ;                                                    /* 0x00 */
+"""
+
+
+def test_sass_loops_are_the_conditional_back_branches_around_products():
+    """``sass_loops`` on a listing: the loop 0x10-0x70 (its masked path's forward branch counted whole) holds two
+    products, a spill reload and a move to the uniform datapath; the wait's retry loop (no product) and the jump
+    back from code placed out of line (unconditional) are not loops."""
+    assert G.sass_loops(SASS_LISTING) == [dict(start=0x10, end=0x70, instructions=7, wgmma=2, local_loads=1,
+                                               uniform_moves=1, mufu=1)]
+    assert G.sass_loops(SASS_LISTING.replace("HGMMA", "HMMA")) == [] and G.sass_loops("") == []
+
+
 def _run_builds(mods, q, k, v, kw, lse_shape) -> dict:
     """{build: (out, lse)} of each build module's ``gluon_forward`` with keywords ``kw``, into outputs poisoned
     with NaN first (an element a build leaves unwritten shows)."""

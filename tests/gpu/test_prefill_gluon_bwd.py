@@ -14,6 +14,7 @@ import torch
 from tests.helpers import (
     GLUON_CASES,
     GLUON_WINDOW_CASES,
+    ROOT,
     fresh_json,
     load_script,
     sm90_reports,
@@ -82,6 +83,25 @@ def test_builds_for_sm90_as_one_pass():
         assert rep["smem_kb"] <= 227, (case, rep)
         if D == 64 and rep.get("stack") is not None:
             assert rep["stack"] == 0, (case, rep)
+
+
+@needs_gluon
+def test_the_d128_spills_docs_gpu_quotes_are_triton_36s():
+    """docs/gpu.md's spill stacks of the D = 128 Gluon backward under Triton 3.6 (the version measured): the table's
+    non-causal and causal builds and the deterministic causal one, read back from their sm_90 builds."""
+    import re
+
+    import triton
+
+    if not triton.__version__.startswith("3.6."):
+        pytest.skip("the docs quote the builds of triton 3.6")
+    text = " ".join((ROOT / "docs" / "gpu.md").read_text().split())
+    m = re.search(r"a stack of (\d+) bytes in the non-causal build, (\d+) causal, (\d+) deterministic", text)
+    assert m, "docs/gpu.md no longer quotes the spill stacks"
+    cases = [dict(D=128, causal=False, dq_shared=True, dtype="bfloat16"),
+             dict(D=128, causal=True, dq_shared=True, dtype="bfloat16"),
+             dict(D=128, causal=True, dq_shared=True, deterministic=True, dtype="bfloat16")]
+    assert [r["stack"] for r in sm90_reports("prefill_gluon_bwd", cases)] == [int(x) for x in m.groups()]
 
 
 def test_dq_tiles_in_register_order_store_sixteen_bytes_per_thread():

@@ -2625,14 +2625,42 @@ def max_chain(ptx: str) -> int:
     return best
 
 
+def sass_loops(sass: str) -> list[dict]:
+    """The loops of an SASS listing (``cuobjdump -sass``) that hold tensor-core products: one per conditional
+    backward branch whose body (its target up to the branch, in address order) has an ``HGMMA``, in address order.
+    Each: ``start`` and ``end`` addresses, its ``instructions``, ``wgmma`` (HGMMA), ``local_loads`` (LDL: spill reloads),
+    ``uniform_moves`` (R2UR: values moved to the uniform datapath) and ``mufu`` (the special-function unit's
+    exponentials and reciprocals). Static counts: a branch inside a body (a masked step's path, a wait's retry) is
+    counted whole, and the unconditional jumps back from code placed out of line are not loops."""
+    import re
+    from collections import Counter
+
+    line = re.compile(r"/\*([0-9a-f]{4,})\*/\s+([^;]*?)\s*;")
+    branch = re.compile(r"@!?U?P\w+\s+BRA(?:\.\w+)*\s+(?:!?U?P\w+\s*,\s*)?(0x[0-9a-f]+)\s*$")
+    code = [(int(m.group(1), 16), m.group(2)) for m in map(line.search, sass.splitlines()) if m]
+    where = {a: i for i, (a, _) in enumerate(code)}
+    loops = []
+    for i, (addr, text) in enumerate(code):
+        m = branch.match(text)
+        if not m or int(m.group(1), 16) > addr or int(m.group(1), 16) not in where:
+            continue
+        start = int(m.group(1), 16)
+        ops = Counter((t.split()[1] if t.startswith("@") else t.split()[0]).split(".")[0]
+                      for _, t in code[where[start]:i + 1])
+        if ops["HGMMA"]:
+            loops.append(dict(start=start, end=addr, instructions=sum(ops.values()), wgmma=ops["HGMMA"],
+                              local_loads=ops["LDL"], uniform_moves=ops["R2UR"], mufu=ops["MUFU"]))
+    return loops
+
+
 def kernel_report(kernel) -> dict:
     """Shared memory (KB), setmaxnreg values, wgmma waits and counts, TMA loads, float32 global atomics
     (``atomics``), the integer atomics of a tile counter (``tile_atomics``: add and exchange), TMA bulk reductions
     (``tma_reduces``), shared-memory store instructions by width (``shared_stores``, e.g. ``{"v4.b32": 32}``), global
     loads (``global_loads``), ``ex2.approx`` instructions (``exponentials``) and ``exp2_poly_asm``'s polynomial
     exponentials (``poly_exponentials``), the longest chain of dependent float32 maxima (``max_chain``)
-    of a compiled sm_90 kernel, with registers and spill stack per thread from its cubin where Triton ships
-    cuobjdump."""
+    of a compiled sm_90 kernel, with registers and spill stack per thread from its cubin and the SASS loops that
+    hold its products (``sass_loops``: ``loops``) where Triton ships cuobjdump."""
     import re
     import subprocess
     import tempfile
@@ -2661,7 +2689,9 @@ def kernel_report(kernel) -> dict:
             f.write(kernel.asm["cubin"])
             f.flush()
             res = subprocess.run([str(tool), "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+            sass = subprocess.run([str(tool), "-sass", f.name], capture_output=True, text=True).stdout
         for key, pat in (("regs", r"REG:(\d+)"), ("stack", r"STACK:(\d+)")):
             m = re.search(pat, res)
             out[key] = int(m.group(1)) if m else None
+        out["loops"] = sass_loops(sass)
     return out
