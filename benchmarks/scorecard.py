@@ -1,0 +1,192 @@
+"""Where attnlab stands against its bars on a GPU, computed from recorded runs: the prefill table
+(``prefill.py bench``'s JSON) and the decode host run (``decode_host.py``'s JSON).
+
+The bars (each row of the scorecard says what it measured, where the worst case is, what was needed and whether it
+was met):
+
+* **prefill at or above cuDNN**: attnlab's speed over SDPA's cuDNN backend (the ratio of the two medians) on every
+  row at D = 64 and 128 with N ≥ 4K, causal and not, forward and forward+backward, multi-head and GQA, a bar per
+  pass; the worst round of the worst row beside it (rows timed in turns). And whether those rows cover every such
+  combination (head dim × mask × pass × multi-head/GQA) within one run, or needed several;
+* **700 TFLOP/s forward at D = 128** (a goal beyond the bar): the fastest D = 128 forward row;
+* **decode host time**: a kept ``flash_decode`` call's host µs (the better of the run's two timings of it), at most
+  20, with the empty one-argument Triton launch of the same process beside it (a host that launches slowly
+  makes every call slow: the ratio is what the library controls);
+* **eager decode within 10 % of CUDA graphs** at 32K keys, batch 1, each head dim;
+* **small-batch decode at least cuDNN's speed under CUDA graphs**: the batch-1 shapes, GPU time replayed from
+  graphs;
+* **roofline columns**: every attnlab row of both tables carries ``attnlab.cost``'s roofline time.
+
+    python benchmarks/scorecard.py --prefill benchmarks/data/prefill-h200-run35.json \\
+        benchmarks/data/prefill-h200-run36.json --decode-host benchmarks/data/decode-host-h200-run35.json
+    python benchmarks/scorecard.py --prefill table.json --decode-host host.json --json card.json --md card.md
+
+Nothing is timed here: the numbers are the recorded runs' own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+PEER = "sdpa-cudnn"
+HOST_BAR_US = 20.0
+EAGER_BAR = 1.10
+GOAL_TFLOPS = 700.0
+KEPT_CALLS = ("attnlab.flash_decode (plan kept)", "flash_decode_triton (plan kept), again")
+EMPTY_LAUNCH = "triton_empty_1_arg, kernel[grid]"
+PASS_NAMES = {"fwd": "forward", "fwd_bwd": "forward+backward"}
+
+
+def _where(r: dict) -> str:
+    heads = f", {r['H']}/{r['Hkv']} heads" if r["H"] != r["Hkv"] else ""
+    return (f"D = {r['D']}, {'causal' if r['causal'] else 'non-causal'}, {r['N'] // 1024}K, "
+            f"{PASS_NAMES.get(r['pass_'], r['pass_'])}{heads}")
+
+
+def prefill_pairs(runs: dict[str, list[dict]]) -> list[dict]:
+    """attnlab's rows with their cuDNN peer, of the bars' scope (D 64 and 128, N ≥ 4K), from every run ({label: its
+    rows}): each with ``ratio`` (the peer's median ms over attnlab's), ``worst_round`` (the lowest round-by-round
+    ratio; the median where the rows were timed once) and ``run``."""
+    out = []
+    for label, rows in runs.items():
+        by: dict[tuple, dict] = {}
+        for r in rows:
+            if "ms" in r and r["D"] in (64, 128) and r["N"] >= 4096:
+                by.setdefault((r["D"], r["causal"], r["N"], r["pass_"], r["H"], r.get("Hkv", r["H"])), {})[
+                    r["provider"]] = r
+        for v in by.values():
+            a, p = v.get("attnlab"), v.get(PEER)
+            if a is None or p is None:
+                continue
+            ta, tp = a.get("ms_rounds") or [], p.get("ms_rounds") or []
+            rounds = [y / x for x, y in zip(ta, tp)] if len(ta) == len(tp) > 1 else []
+            out.append(dict(a, Hkv=a.get("Hkv", a["H"]), ratio=p["ms"] / a["ms"],
+                            worst_round=min(rounds) if rounds else p["ms"] / a["ms"], run=label))
+    return out
+
+
+def _cells(pairs: list[dict]) -> set[tuple]:
+    return {(r["D"], r["causal"], r["pass_"], r["H"] != r["Hkv"]) for r in pairs}
+
+
+REQUIRED = {(D, c, p, g) for D in (64, 128) for c in (False, True) for p in ("fwd", "fwd_bwd") for g in (False, True)}
+
+
+def prefill_bars(runs: dict[str, list[dict]]) -> list[dict]:
+    pairs = prefill_pairs(runs)
+    bars = []
+    for p in ("fwd", "fwd_bwd"):
+        rows = [r for r in pairs if r["pass_"] == p]
+        if not rows:
+            bars.append(dict(bar=f"prefill {PASS_NAMES[p]} at or above cuDNN", measured="no rows", where="",
+                             needed="≥ 1.00× on every row", met=False))
+            continue
+        worst = min(rows, key=lambda r: r["ratio"])
+        low = min(rows, key=lambda r: r["worst_round"])
+        bars.append(dict(bar=f"prefill {PASS_NAMES[p]} at or above cuDNN",
+                         measured=f"{worst['ratio']:.3f}× ({len(rows)} rows; {sum(r['ratio'] < 1 for r in rows)} "
+                                  f"below 1; worst round {low['worst_round']:.2f}×)",
+                         where=_where(worst), needed="≥ 1.00× on every row", met=worst["ratio"] >= 1.0))
+    one_run = [label for label, rows in runs.items()
+               if REQUIRED <= _cells([r for r in pairs if r["run"] == label])]
+    missing = REQUIRED - _cells(pairs)
+    bars.append(dict(bar="prefill rows: every head dim, mask, pass, multi-head and GQA, in one run",
+                     measured=(f"{len(REQUIRED) - len(missing)} of {len(REQUIRED)} combinations, "
+                               + (f"all in {one_run[0]}" if one_run else f"over {len(runs)} runs")),
+                     where="", needed="all in one run", met=bool(one_run)))
+    fwd128 = [r for r in pairs if r["pass_"] == "fwd" and r["D"] == 128]
+    if fwd128:
+        best = max(fwd128, key=lambda r: r["tflops"])
+        bars.append(dict(bar="forward at D = 128 (goal beyond the bar)", measured=f"{best['tflops']:.0f} TFLOP/s",
+                         where=_where(best), needed=f"{GOAL_TFLOPS:.0f} TFLOP/s", met=best["tflops"] >= GOAL_TFLOPS))
+    return bars
+
+
+def decode_bars(result: dict) -> list[dict]:
+    host = {h["call"]: h["host_us"] for h in result.get("host", [])}
+    bars = []
+    kept = [host[c] for c in KEPT_CALLS if c in host]
+    if kept:
+        empty = result.get("floors", {}).get(EMPTY_LAUNCH)
+        beside = f"; empty launch {empty:.1f} µs, {min(kept) / empty:.2f}× it" if empty else ""
+        bars.append(dict(bar="decode: a kept call's host time", measured=f"{min(kept):.1f} µs{beside}",
+                         where="B = 1, 32/8 heads, 256 keys, D = 128 (GPU time far below the host's)",
+                         needed=f"≤ {HOST_BAR_US:.0f} µs", met=min(kept) <= HOST_BAR_US))
+    speed = result.get("speed", [])
+    mine = [r for r in speed if r["provider"] == "attnlab"]
+    for r in sorted((r for r in mine if r["B"] == 1 and r["L"] == 32768), key=lambda r: -r["D"]):
+        bars.append(dict(bar=f"decode: eager within 10 % of CUDA graphs, D = {r['D']}",
+                         measured=f"{r['eager_over_graph']:.3f}× ({r['eager_us']:.1f} against {r['graph_us']:.1f} µs)",
+                         where=f"B = 1, {r['H']}/{r['Hkv']} heads, 32K keys", needed=f"≤ {EAGER_BAR:.2f}×",
+                         met=r["eager_over_graph"] <= EAGER_BAR))
+    peer = {(r["B"], r["H"], r["Hkv"], r["L"], r["D"]): r for r in speed if r["provider"] == PEER}
+    ratios = [(peer[k]["graph_us"] / r["graph_us"], r) for r in mine
+              if r["B"] == 1 and (k := (r["B"], r["H"], r["Hkv"], r["L"], r["D"])) in peer]
+    if ratios:
+        ratio, r = min(ratios, key=lambda x: x[0])
+        bars.append(dict(bar="decode: batch 1 at or above cuDNN under CUDA graphs",
+                         measured=f"{ratio:.3f}× ({len(ratios)} shapes; {sum(x < 1 for x, _ in ratios)} below 1)",
+                         where=f"{r['H']}/{r['Hkv']} heads, {r['L']} keys, D = {r['D']}", needed="≥ 1.00× on every shape",
+                         met=ratio >= 1.0))
+    return bars
+
+
+def roofline_bar(runs: dict[str, list[dict]], result: dict | None) -> dict:
+    rows = [r for rs in runs.values() for r in rs if r.get("provider") == "attnlab" and "ms" in r]
+    rows += [r for r in (result or {}).get("speed", []) if r["provider"] == "attnlab"]
+    have = sum("roofline_ms" in r for r in rows)
+    return dict(bar="roofline time beside every attnlab row", measured=f"{have} of {len(rows)} rows", where="",
+                needed="every row", met=bool(rows) and have == len(rows))
+
+
+def scorecard(runs: dict[str, list[dict]], result: dict | None) -> list[dict]:
+    """The bars of the recorded runs ({label: prefill rows}) and decode host result (``decode_host.py``'s JSON)."""
+    return ([*prefill_bars(runs)] if runs else []) + (decode_bars(result) if result else []) + [roofline_bar(runs, result)]
+
+
+def markdown(bars: list[dict]) -> str:
+    lines = ["| bar | measured | where | needed | met |", "|---|---|---|---|---|"]
+    for b in bars:
+        lines.append(f"| {b['bar']} | {b['measured']} | {b['where'] or '—'} | {b['needed']} | "
+                     f"{'yes' if b['met'] else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--prefill", type=Path, nargs="*", default=[], metavar="JSON",
+                    help="prefill.py bench JSON files (one run each)")
+    ap.add_argument("--decode-host", type=Path, metavar="JSON", help="decode_host.py's JSON")
+    ap.add_argument("--json", type=Path, help="write the bars here")
+    ap.add_argument("--md", type=Path, help="write the table here")
+    args = ap.parse_args(argv)
+    if not args.prefill and not args.decode_host:
+        ap.error("give --prefill and/or --decode-host")
+    for path in [*args.prefill, *([args.decode_host] if args.decode_host else [])]:
+        if not path.is_file():
+            ap.error(f"no such file: {path}")
+    for out in (args.json, args.md):
+        if out is not None and out.exists():
+            ap.error(f"{out} exists: not overwritten")
+    try:
+        runs = {p.name: json.loads(p.read_text())["rows"] for p in args.prefill}
+        result = json.loads(args.decode_host.read_text()) if args.decode_host else None
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        ap.error(f"not a recorded run: {e!r}")
+    bars = scorecard(runs, result)
+    text = markdown(bars)
+    print(text, end="")
+    if args.json:
+        args.json.write_text(json.dumps(dict(prefill=[p.name for p in args.prefill],
+                                             decode_host=args.decode_host and args.decode_host.name, bars=bars),
+                                        indent=2))
+    if args.md:
+        args.md.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

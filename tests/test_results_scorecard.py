@@ -1,0 +1,83 @@
+"""benchmarks/RESULTS.md's scorecard section: its table as scorecard.py renders it from the recorded runs, the decode
+bars of decode-host runs 31-35 computed from their files, and every number its sentences quote."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from tests.helpers import ROOT, load_script
+
+card = load_script("benchmarks/scorecard.py")
+DATA = ROOT / "benchmarks" / "data"
+PREFILL = ("prefill-h200-run35.json", "prefill-h200-run36.json")
+HOST_RUNS = range(31, 36)
+
+
+def _section() -> str:
+    text = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    start = text.index("## H200: the scorecard")
+    return text[start:text.index("## H200: decode (Flash-Decoding)")]
+
+
+def _host(run: int) -> dict:
+    return json.loads((DATA / f"decode-host-h200-run{run}.json").read_text())
+
+
+def _bars(run: int) -> dict:
+    return {b["bar"]: b for b in card.decode_bars(_host(run))}
+
+
+def history() -> str:
+    """The decode bars of each decode-host run, a line a run."""
+    lines = ["| decode-host run | a kept call's host time | eager/graph, D = 128 | eager/graph, D = 64 | batch 1 against "
+             "cuDNN under graphs (worst shape) |", "|---|---|---|---|---|"]
+    for run in HOST_RUNS:
+        b = _bars(run)
+        small = b["decode: batch 1 at or above cuDNN under CUDA graphs"]
+        host = b["decode: a kept call's host time"]["measured"]
+        e128, e64 = (b[f"decode: eager within 10 % of CUDA graphs, D = {D}"]["measured"] for D in (128, 64))
+        lines.append(f"| {run} | {host} | {e128} | {e64} | {small['measured']}, {small['where']} |")
+    return "\n".join(lines)
+
+
+def _card() -> str:
+    runs = {n: json.loads((DATA / n).read_text())["rows"] for n in PREFILL}
+    return card.markdown(card.scorecard(runs, _host(35)))
+
+
+def test_the_tables_are_computed():
+    section = _section()
+    assert _card() in section
+    assert history() in section
+
+
+def test_quotes_are_computed():
+    text = " ".join(_section().split())
+    bars = {run: _bars(run) for run in HOST_RUNS}
+    host = {run: b["decode: a kept call's host time"] for run, b in bars.items()}
+    under = sum(h["met"] for h in host.values())
+    ratios = [float(re.search(r", ([\d.]+)× it", h["measured"]).group(1)) for h in host.values()]
+    assert f"under 20 µs in {['no', 'one', 'two', 'three', 'four', 'all'][under]} of the five processes" in text
+    assert f"at {min(ratios):.2f}–{max(ratios):.2f}× the same process's empty one-argument Triton launch" in text
+    assert f"run 35's host launched an empty kernel in {_host(35)['floors'][card.EMPTY_LAUNCH]:.1f} µs" in text
+    e64 = {run: float(b["decode: eager within 10 % of CUDA graphs, D = 64"]["measured"].split("×")[0])
+           for run, b in bars.items()}
+    e128 = {run: b["decode: eager within 10 % of CUDA graphs, D = 128"]["met"] for run, b in bars.items()}
+    met64 = {run: b["decode: eager within 10 % of CUDA graphs, D = 64"]["met"] for run, b in bars.items()}
+    assert all(e128.values()) and [run for run, m in met64.items() if not m] == [34]
+    assert f"at D = 128 in all five, at D = 64 in four (run 34's {e64[34]:.2f}×)" in text
+    worst = {run: b["decode: batch 1 at or above cuDNN under CUDA graphs"] for run, b in bars.items()}
+    shape = "64/8 heads, 8192 keys, D = 128"
+    on_shape = [run for run, w in worst.items() if w["where"] == shape]
+    assert len(on_shape) == 4 and "in four of the five runs" in text
+    mine = {run: {(r["H"], r["Hkv"], r["L"], r["D"]): r["graph_us"] for r in _host(run)["speed"]
+                  if r["B"] == 1 and r["provider"] == p} for run in HOST_RUNS for p in ("attnlab",)}
+    peer = {run: {(r["H"], r["Hkv"], r["L"], r["D"]): r["graph_us"] for r in _host(run)["speed"]
+                  if r["B"] == 1 and r["provider"] == "sdpa-cudnn"} for run in HOST_RUNS}
+    at = [peer[run][(64, 8, 8192, 128)] / mine[run][(64, 8, 8192, 128)] for run in HOST_RUNS]
+    assert f"at {min(at):.3f}–{max(at):.3f}×" in text
+    roof = [r["roofline_ms"] * 1e3 for r in _host(35)["speed"] if (r["H"], r["Hkv"], r["L"]) == (64, 8, 8192)]
+    assert f"a {roof[0]:.1f} µs read (the roofline)" in text
+    graph = [mine[run][(64, 8, 8192, 128)] for run in HOST_RUNS] + [peer[run][(64, 8, 8192, 128)] for run in HOST_RUNS]
+    assert all(10.5 <= g <= 11.5 for g in graph) and "both take about 11 µs for" in text

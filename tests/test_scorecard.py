@@ -1,0 +1,157 @@
+"""benchmarks/scorecard.py: the bars computed from recorded runs (made-up rows for each way a bar is met or missed,
+and the recorded H200 runs), and its command line's refusals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tests.helpers import ROOT, load_script
+
+card = load_script("benchmarks/scorecard.py")
+DATA = ROOT / "benchmarks" / "data"
+
+
+def _row(D, causal, N, p, provider, ms, group=1, rounds=None, tflops=100.0, roofline=True):
+    H = 2048 // D
+    r = dict(D=D, causal=causal, N=N, pass_=p, B=16384 // N, H=H, Hkv=H // group, provider=provider, ms=ms,
+             tflops=tflops, ms_rounds=rounds or [ms])
+    return dict(r, roofline_ms=0.5) if roofline else r
+
+
+def _table(ratio_of=lambda D, causal, p, g: 1.05, groups=(1, 4), N=4096):
+    """attnlab and cuDNN rows of every combination, cuDNN ``ratio_of(...)`` times slower."""
+    rows = []
+    for D in (64, 128):
+        for causal in (False, True):
+            for p in ("fwd", "fwd_bwd"):
+                for g in groups:
+                    rows += [_row(D, causal, N, p, "attnlab", 1.0, g, tflops=600.0 + D + g),
+                             _row(D, causal, N, p, "sdpa-cudnn", ratio_of(D, causal, p, g), g, roofline=False)]
+    return rows
+
+
+def _bars(runs, result=None):
+    return {b["bar"]: b for b in card.scorecard(runs, result)}
+
+
+def test_every_row_at_or_above_cudnn_in_one_run_meets_the_prefill_bars():
+    bars = _bars({"one.json": _table()})
+    fwd, both = bars["prefill forward at or above cuDNN"], bars["prefill forward+backward at or above cuDNN"]
+    assert fwd["met"] and both["met"] and fwd["measured"].startswith("1.050× (8 rows; 0 below 1")
+    cover = bars["prefill rows: every head dim, mask, pass, multi-head and GQA, in one run"]
+    assert cover["met"] and cover["measured"] == "16 of 16 combinations, all in one.json"
+    goal = bars["forward at D = 128 (goal beyond the bar)"]
+    assert goal["measured"] == "732 TFLOP/s" and goal["met"]
+    assert goal["where"] == "D = 128, non-causal, 4K, forward, 16/4 heads"
+    low = _bars({"one.json": [dict(r, tflops=r["tflops"] - 100) for r in _table()]})
+    assert not low["forward at D = 128 (goal beyond the bar)"]["met"]
+
+
+def test_one_row_below_cudnn_misses_and_is_named():
+    slow = _table(lambda D, causal, p, g: 0.97 if (D, causal, p, g) == (128, True, "fwd_bwd", 4) else 1.05)
+    bars = _bars({"one.json": slow})
+    both = bars["prefill forward+backward at or above cuDNN"]
+    assert not both["met"] and both["measured"].startswith("0.970× (8 rows; 1 below 1")
+    assert both["where"] == "D = 128, causal, 4K, forward+backward, 16/4 heads"
+    assert bars["prefill forward at or above cuDNN"]["met"]
+
+
+def test_rows_over_two_runs_cover_but_not_in_one_run():
+    table = _table()
+    mha = [r for r in table if r["H"] == r["Hkv"]]
+    gqa = [r for r in table if r["H"] != r["Hkv"]]
+    cover = _bars({"a.json": mha, "b.json": gqa})[
+        "prefill rows: every head dim, mask, pass, multi-head and GQA, in one run"]
+    assert not cover["met"] and cover["measured"] == "16 of 16 combinations, over 2 runs"
+    partial = _bars({"a.json": mha})["prefill rows: every head dim, mask, pass, multi-head and GQA, in one run"]
+    assert partial["measured"] == "8 of 16 combinations, over 1 runs" and not partial["met"]
+
+
+def test_rows_out_of_scope_or_without_a_peer_are_left_out():
+    rows = _table() + [_row(64, False, 1024, "fwd", "attnlab", 1.0), _row(64, False, 1024, "fwd", "sdpa-cudnn", 0.5),
+                       _row(32, False, 4096, "fwd", "attnlab", 1.0), _row(32, False, 4096, "fwd", "sdpa-cudnn", 0.5),
+                       _row(64, True, 8192, "fwd", "attnlab", 1.0)]
+    pairs = card.prefill_pairs({"one.json": rows})
+    assert len(pairs) == 16 and min(p["ratio"] for p in pairs) == pytest.approx(1.05)
+
+
+def test_the_worst_round_is_the_lowest_round_by_round_ratio():
+    rows = [_row(64, False, 4096, "fwd", "attnlab", 1.0, rounds=[1.0, 1.2, 0.9]),
+            _row(64, False, 4096, "fwd", "sdpa-cudnn", 1.1, rounds=[1.1, 1.08, 1.2])]
+    (pair,) = card.prefill_pairs({"r": rows})
+    assert pair["ratio"] == pytest.approx(1.1) and pair["worst_round"] == pytest.approx(0.9)
+
+
+def _host_result(kept=(17.0, 16.0), empty=10.0, eager=((128, 1.04), (64, 1.12)), graph=((11.0, 11.5), (30.0, 29.0))):
+    speed = []
+    for D, ratio in eager:
+        speed.append(dict(B=1, H=32, Hkv=8, L=32768, D=D, provider="attnlab", eager_us=20.0 * ratio, graph_us=20.0,
+                          eager_over_graph=ratio, roofline_ms=0.01))
+    for i, (mine, peer) in enumerate(graph):
+        shape = dict(B=1, H=64, Hkv=8, L=8192 * (i + 1), D=128)
+        speed += [dict(shape, provider="attnlab", graph_us=mine, eager_us=mine * 2, eager_over_graph=2.0,
+                       roofline_ms=0.007), dict(shape, provider="sdpa-cudnn", graph_us=peer)]
+    speed.append(dict(B=8, H=32, Hkv=8, L=32768, D=128, provider="attnlab", graph_us=250.0, eager_us=251.0,
+                      eager_over_graph=1.004))  # (batch 8: not a small-batch shape; no roofline: counted)
+    host = [dict(call=c, host_us=t) for c, t in zip(card.KEPT_CALLS, kept)]
+    return dict(host=host, floors={card.EMPTY_LAUNCH: empty}, speed=speed)
+
+
+def test_decode_bars():
+    bars = _bars({}, _host_result())
+    host = bars["decode: a kept call's host time"]
+    assert host["met"] and host["measured"] == "16.0 µs; empty launch 10.0 µs, 1.60× it"
+    assert bars["decode: eager within 10 % of CUDA graphs, D = 128"]["met"]
+    d64 = bars["decode: eager within 10 % of CUDA graphs, D = 64"]
+    assert not d64["met"] and d64["measured"] == "1.120× (22.4 against 20.0 µs)"
+    small = bars["decode: batch 1 at or above cuDNN under CUDA graphs"]
+    assert not small["met"] and small["measured"] == f"{29.0 / 30.0:.3f}× (2 shapes; 1 below 1)"
+    assert small["where"] == "64/8 heads, 16384 keys, D = 128"
+    roof = bars["roofline time beside every attnlab row"]
+    assert roof["measured"] == "4 of 5 rows" and not roof["met"]
+    slow = _bars({}, _host_result(kept=(25.0, 21.0)))["decode: a kept call's host time"]
+    assert not slow["met"] and slow["measured"].startswith("21.0 µs")
+
+
+def test_the_recorded_h200_runs():
+    """The scorecard of prefill runs 35 and 36 with decode-host run 35, each bar against the recorded rows."""
+    runs = {n: json.loads((DATA / n).read_text())["rows"] for n in ("prefill-h200-run35.json",
+                                                                    "prefill-h200-run36.json")}
+    host = json.loads((DATA / "decode-host-h200-run35.json").read_text())
+    bars = _bars(runs, host)
+    pairs = card.prefill_pairs(runs)
+    assert len(pairs) == 48 and {r["run"] for r in pairs} == set(runs)
+    for p in ("fwd", "fwd_bwd"):
+        rows = [r for r in pairs if r["pass_"] == p]
+        b = bars[f"prefill {card.PASS_NAMES[p]} at or above cuDNN"]
+        assert b["met"] == (min(r["ratio"] for r in rows) >= 1)
+    assert not bars["prefill rows: every head dim, mask, pass, multi-head and GQA, in one run"]["met"]
+    assert bars["decode: a kept call's host time"]["measured"].startswith(
+        f"{min(h['host_us'] for h in host['host'] if h['call'] in card.KEPT_CALLS):.1f} µs")
+
+
+def test_command_line(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        card.main([])
+    with pytest.raises(SystemExit):
+        card.main(["--prefill", str(tmp_path / "missing.json")])
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    with pytest.raises(SystemExit):
+        card.main(["--prefill", str(bad)])
+    table = tmp_path / "table.json"
+    table.write_text(json.dumps({"rows": _table()}))
+    kept = tmp_path / "card.md"
+    kept.write_text("mine")
+    with pytest.raises(SystemExit):
+        card.main(["--prefill", str(table), "--md", str(kept)])
+    assert kept.read_text() == "mine"
+    capsys.readouterr()
+    out_json, out_md = tmp_path / "out.json", tmp_path / "out.md"
+    assert card.main(["--prefill", str(table), "--json", str(out_json), "--md", str(out_md)]) == 0
+    printed = capsys.readouterr().out
+    assert printed == out_md.read_text() and printed.startswith("| bar | measured | where | needed | met |")
+    saved = json.loads(out_json.read_text())
+    assert saved["prefill"] == ["table.json"] and saved["decode_host"] is None
+    assert card.markdown(saved["bars"]) == printed
