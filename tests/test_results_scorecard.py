@@ -81,3 +81,8 @@ def test_quotes_are_computed():
     assert f"a {roof[0]:.1f} µs read (the roofline)" in text
     graph = [mine[run][(64, 8, 8192, 128)] for run in HOST_RUNS] + [peer[run][(64, 8, 8192, 128)] for run in HOST_RUNS]
     assert all(10.5 <= g <= 11.5 for g in graph) and "both take about 11 µs for" in text
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    worst_ratios = [float(w["measured"].split("×")[0]) for w in worst.values()]
+    assert (f"batch 1 under CUDA graphs is level with cuDNN rather than above it (its worst shape at "
+            f"{min(worst_ratios):.3f}–{max(worst_ratios):.3f}×), and a kept call's host time is under 20 µs in "
+            f"{['no', 'one', 'two', 'three', 'four', 'all'][under]} of the five processes") in readme
