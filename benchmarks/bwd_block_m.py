@@ -46,6 +46,11 @@ Arms (``--arms``, the first the baseline of the ratios):
              chunks of heads where the library takes them) or heads first (``heads_first_default``; the library
              numbers heads first below ``HEADS_FIRST_WAVES`` programs per SM); both layers' kept plans dropped on the
              way in and out, the log naming each launch's grid and chunk
+    kf1, kf2, kf4
+             key blocks first in chunks of 1, 2 or 4 (batch · K/V head) units at every head dim
+    l2chunks the library's choice with ``prefill_gluon_bwd.L2_CHUNKS`` on: causal calls that would go heads first
+             numbered key blocks first in chunks whose rows fit in L2 (``l2_chunk``; ``benchmarks/bwd_l2_sim.py``
+             models each order's HBM traffic)
     kv2, kv4 the library's choice with each K/V head of a GQA call read by 2 or 4 programs of a share of its query heads
              each, their float32 dK, dV parts summed after (``gluon_backward(kv_split=)``, as deterministic GQA calls
              run; not in the library's non-deterministic calls); a split call keeps no plan
@@ -68,6 +73,7 @@ bfloat16, H·D = 2048. TFLOP/s over the backward's 2.5× the forward's visible-p
     python benchmarks/bwd_block_m.py --rows pack128 pack512 pack2k varlen causal --D 64 128 --arms table p1 p2
     python benchmarks/bwd_block_m.py --rows full full8k full16k gqa-full --D 64 128 --arms table whole
     python benchmarks/bwd_block_m.py --rows gqa-4k gqa-8k gqa-16k causal8k --D 64 128 --arms table kfirst hfirst kv2
+    python benchmarks/bwd_block_m.py --rows gqa gqa-4k gqa-8k gqa-16k --D 64 128 --arms table l2chunks kf1 kf2 kf4
     python benchmarks/bwd_block_m.py --report bwd-block-m.json
 """
 
@@ -93,7 +99,13 @@ TAIL_ARMS = {"whole": {"TAIL_PIECES": False}, "steps1": {"TAIL_PIECE_STEPS": 1},
              "steps8": {"TAIL_PIECE_STEPS": 8},
              "uncutbuild": {"tail_pieces": lambda programs, *_: (programs, 0, 2)},
              "limitall": {"TAIL_LIMIT_ALL": True}}
-ORDER_ARMS = {"kfirst": False, "hfirst": True}  # arm: every causal call's programs numbered key blocks / heads first
+ORDER_ARMS = {  # arm: the Gluon backward module's numbering functions and switches while it runs
+    "kfirst": {"heads_first_default": lambda uneven, *_, **__: False},  # key blocks first (the library's chunks)
+    "hfirst": {"heads_first_default": lambda uneven, *_, **__: uneven},  # every causal call heads first
+    **{f"kf{c}": {"heads_first_default": lambda uneven, *_, **__: False, "HEAD_CHUNK_FROM_D": 0,  # chunks of c units
+                  "head_chunk": lambda heads, *_, c=c, **__: min(c, heads) if c > 1 else None} for c in (1, 2, 4)},
+    "l2chunks": {"L2_CHUNKS": True},  # the candidate numbering (prefill_gluon_bwd.l2_chunk)
+}
 KV_ARMS = {"kv2": 2, "kv4": 4}  # arm: a GQA call's K/V heads each read by that many programs (``kv_split``)
 ARMS = ("g64", "g128", "g128s", "g64lag0", "table", "g64lag1", "p1", "p2", "nolimits", *CHUNK_ARMS, *TAIL_ARMS,
         *ORDER_ARMS, *KV_ARMS)
@@ -302,8 +314,9 @@ def measure(args) -> list[dict]:
             gb.launch_kept = lambda k, grid, a, *r, **kw: (launched.append(a.get("HCHUNK"))
                                                            or launch(k, grid, a, *r, **kw))
         if arm in ORDER_ARMS:  # (the plans hold their numbering: dropped on the way in and out)
-            order = gb.heads_first_default
-            gb.heads_first_default = lambda uneven, *_, **__: ORDER_ARMS[arm] and uneven
+            order = {name: getattr(gb, name) for name in ORDER_ARMS[arm]}
+            for name, value in ORDER_ARMS[arm].items():
+                setattr(gb, name, value)
             prefill_bwd._CALL_PLANS.clear()
             gb._PLANS.clear()
             gb.launch_kept = lambda k, grid, a, *r, **kw: (launched.append((grid, a.get("HCHUNK")))
@@ -325,7 +338,9 @@ def measure(args) -> list[dict]:
         finally:
             _CURRENT[0] = None
             if arm in ORDER_ARMS:
-                gb.heads_first_default, gb.launch_kept = order, launch
+                for name, value in order.items():
+                    setattr(gb, name, value)
+                gb.launch_kept = launch
                 prefill_bwd._CALL_PLANS.clear()
                 gb._PLANS.clear()
                 print(f"arm {arm}, row {_ROW[0]}, D = {D}: (grid, HCHUNK) {sorted(set(map(str, launched)))}",

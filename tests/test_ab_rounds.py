@@ -173,7 +173,7 @@ def test_bwd_block_m_arms_and_refusals(tmp_path):
     # the numbering and K/V split arms: switched while the arm runs, restored after, the library's kept plans dropped
     from attnlab.gpu import prefill_gluon_bwd as gb
 
-    calls, inside = [], {}
+    calls, inside, chunks = [], {}, {}
 
     def recorder(q, k, *a, kv_split=1, **kw):  # (stands in for the Gluon backward the kv arms wrap)
         calls.append(kv_split)
@@ -183,6 +183,7 @@ def test_bwd_block_m_arms_and_refusals(tmp_path):
             with use(arm, Ds[0]):
                 inside[arm] = (gb.heads_first_default(True, 10, 132), gb.heads_first_default(False, 10, 132),
                                gb.heads_first_default(True, 10 ** 6, 132))
+                chunks[arm] = (gb.head_chunk(8, 4, 8192, 8192, 128), gb.HEAD_CHUNK_FROM_D, gb.L2_CHUNKS)
                 q, k = torch.empty(1, 32, 1, 1), torch.empty(1, 8, 1, 1)
                 gb.gluon_backward(q, k)
                 gb.gluon_backward(q, torch.empty(1, 32, 1, 1))  # (MHA: nothing to split)
@@ -190,17 +191,24 @@ def test_bwd_block_m_arms_and_refusals(tmp_path):
         return []
 
     order, saved_backward = gb.heads_first_default, gb.gluon_backward
+    saved_chunks = (gb.head_chunk, gb.HEAD_CHUNK_FROM_D, gb.L2_CHUNKS)
     gb._PLANS["stale"] = "plan"
     mod.ab_rounds.measure, gb.gluon_backward = arm_measure, recorder
     try:
-        mod.measure(SimpleNamespace(rows=["gqa-8k"], D=[128], arms=["table", "kfirst", "hfirst", "kv2", "kv4"],
-                                    rounds=1))
+        mod.measure(SimpleNamespace(rows=["gqa-8k"], D=[128], arms=["table", "kfirst", "hfirst", "kv2", "kv4", "kf1",
+                                                                    "kf2", "kf4", "l2chunks"], rounds=1))
     finally:
         mod.ab_rounds.measure, gb.gluon_backward = orig, saved_backward
     assert inside["table"] == (True, False, False)  # (the library's: heads first below 8 waves, uneven walks only)
     assert inside["kfirst"] == (False, False, False) and inside["hfirst"] == (True, False, True)
     assert inside["kv2"] == inside["kv4"] == inside["table"]
-    assert calls == [1, 1, 4] * 3 + [2, 1, 4] + [4, 1, 4]
+    assert calls == [1, 1, 4] * 3 + [2, 1, 4] + [4, 1, 4] + [1, 1, 4] * 4
+    table_chunks = (saved_chunks[0](8, 4, 8192, 8192, 128), *saved_chunks[1:])
+    assert chunks["table"] == chunks["kfirst"] == table_chunks and not table_chunks[2]
+    assert [chunks[f"kf{c}"] for c in (1, 2, 4)] == [(None, 0, False), (2, 0, False), (4, 0, False)]
+    assert all(inside[f"kf{c}"] == (False, False, False) for c in (1, 2, 4))
+    assert chunks["l2chunks"] == table_chunks[:2] + (True,) and inside["l2chunks"] == inside["table"]
+    assert (gb.head_chunk, gb.HEAD_CHUNK_FROM_D, gb.L2_CHUNKS) == saved_chunks
     assert gb.heads_first_default is order and gb.gluon_backward is saved_backward and "stale" not in gb._PLANS
     assert mod.SHAPES["gqa-8k"] == (2, 32, 8, 8192, True) and "gqa-8k" in mod.ROWS
     # the persistent build's deal: in order, with 132 programs and 4 key blocks a document of 512 (walks of 8, 6, 4 and

@@ -186,6 +186,67 @@ def test_head_chunks_hold_a_budget_of_each_heads_rows():
     assert (GB.HEAD_CHUNK_MB, GB.HEAD_CHUNK_FROM_D) == (32, 128)  # (what bwd-block-m runs 13 and 14 chose)
 
 
+def _list_balance(walks: list[int], sms: int) -> float:
+    """A plain list schedule (each program to the SM that frees first) of walks in launch order, over the balance."""
+    free = [0] * sms
+    for w in walks:
+        free[free.index(min(free))] += w
+    return max(free) * sms / sum(walks)
+
+
+@pytest.mark.parametrize("units,n_kb,chunk", [(8, 64, None), (8, 64, 2), (16, 32, 4), (5, 7, 2), (3, 9, 1), (8, 64, 8)])
+def test_walks_balance_is_the_list_schedule_of_the_kernels_numbering(units, n_kb, chunk):
+    """``walks_balance``: the list schedule of the programs in the kernel's launch order, heads first (grid (units, key
+    blocks), the unit fastest) or in HCHUNK's chunks (the kernel's arithmetic, ``_chunked_order``)."""
+    steps = lambda n: 3 * (2 * n_kb - 2 * n) + 1  # noqa: E731 (longest first, as causal walks)
+    if chunk is None:
+        order = [n for n in range(n_kb) for _ in range(units)]
+    else:
+        order = [n for n, _ in _chunked_order(n_kb, units, chunk)]
+    want = _list_balance([steps(n) for n in order], 132)
+    assert GB.walks_balance(units, n_kb, steps, chunk, 132) == pytest.approx(want)
+    assert GB.walks_balance(units, n_kb, lambda n: 0, chunk, 132) == 1.0
+
+
+@pytest.mark.parametrize("B,H,Hkv,N,D", [(1, 32, 8, 8192, 64), (1, 16, 4, 8192, 128), (4, 32, 8, 4096, 64),
+                                         (4, 16, 4, 4096, 128), (2, 32, 8, 8192, 64), (2, 16, 4, 8192, 128),
+                                         (1, 32, 8, 16384, 64), (1, 16, 4, 16384, 128), (3, 12, 4, 3000, 64),
+                                         (16, 8, 2, 20000, 64)])
+def test_l2_chunks_fit_the_budget_and_balance_best(B, H, Hkv, N, D):
+    """``l2_chunk`` (``L2_CHUNKS``' numbering of a causal call that would go heads first): a power-of-two chunk of
+    units whose two query heads' rows each fit in the budget together, the best-balanced such chunk (the smaller on a
+    tie), within ``L2_CHUNK_SLACK`` of heads first's balance; None where no chunk fits, one unit, or the balance is
+    off by more."""
+    units, G, sms = B * Hkv, H // Hkv, 132
+    n_kb, n_qb = -(-N // 128), -(-N // 64)
+    steps = lambda n: G * (n_qb - 2 * n)  # noqa: E731
+    chunk = GB.l2_chunk(units, G, N, N, D, sms)
+    per_unit = 2 * N * D * 8
+    fitting = [c for c in (1, 2, 4, 8, 16, 32) if c <= units and c * per_unit <= GB.L2_CHUNK_MB << 20]
+    scores = {c: round(GB.walks_balance(units, n_kb, steps, c, sms), 3) for c in fitting}
+    heads_first = GB.walks_balance(units, n_kb, steps, None, sms)
+    best = min(scores.values())
+    if best > heads_first * (1 + GB.L2_CHUNK_SLACK):  # (few programs a SM: heads first balances them best)
+        assert chunk is None
+    else:
+        assert chunk == min(c for c, v in scores.items() if v == best)
+    assert GB.l2_chunk(units, G, N, N, D, sms, budget_mb=per_unit // 2 >> 20) is None  # (no unit's rows fit)
+    assert GB.l2_chunk(1, G, N, N, D, sms) is None
+
+
+def test_l2_chunks_stay_heads_first_where_chunks_balance_worse(monkeypatch):
+    """With no slack a chunked numbering that balances worse than heads first is not taken (two sequences of 8K, 16/4
+    heads at D = 128: chunks of 2 of their 8 units, where heads first balances better in the list schedule)."""
+    units, n_kb, n_qb = 8, 64, 128
+    steps = lambda n: 4 * (n_qb - 2 * n)  # noqa: E731
+    assert GB.walks_balance(units, n_kb, steps, 2, 132) > GB.walks_balance(units, n_kb, steps, None, 132) * 1.001
+    monkeypatch.setattr(GB, "L2_CHUNK_SLACK", 0.0)
+    assert GB.l2_chunk(units, 4, 8192, 8192, 128, 132) is None
+    monkeypatch.setattr(GB, "L2_CHUNK_SLACK", 0.05)
+    assert GB.l2_chunk(units, 4, 8192, 8192, 128, 132) == 2
+    assert GB.L2_CHUNKS is False  # (a candidate: not measured on a GPU yet)
+
+
 def _chunked_order(n_kb: int, n_bh: int, chunk: int) -> list[tuple[int, int]]:
     """The kernel's HCHUNK arithmetic on every program in launch order (blockIdx.x fastest): its (key block, head)."""
     out = []
@@ -937,6 +998,46 @@ def test_gpu_head_chunks_give_the_plain_numberings_gradients(B, H, Hkv, Nq, Nk, 
     assert torch.equal(dk0, dk1) and torch.equal(dv0, dv1)
     assert (dq1.float() - dq0.float()).abs().max().item() <= 2e-2 * dq0.float().abs().max().item()
     _check_grads(q, k, v, do, runs[1], window[1] == 0, scale, window=window)
+
+
+@pytest.mark.gpu
+@on_hopper
+@pytest.mark.parametrize("B,H,Hkv,N,D,cfg,fit", [
+    (2, 16, 4, 4096, 128, dict(dq_shared=True), 4),  # 8 units of 32 key blocks, heads first by default: chunks of 4
+    (1, 12, 4, 3000, 64, dict(dq_lag=2), 2),  # ragged, three query heads a unit: one unit after another
+])
+def test_gpu_l2_chunks_give_the_heads_first_gradients(B, H, Hkv, N, D, cfg, fit, monkeypatch):
+    """``L2_CHUNKS`` on: a causal call the library numbers heads first is launched key blocks first in ``l2_chunk``'s
+    chunks (the budget shrunk to ``fit`` units' rows, so that these small calls take chunks); dK and dV bit for bit the
+    heads-first launch's, dQ equal up to the order of its float32 additions, within the criterion."""
+    from attnlab.gpu import prefill_bwd
+
+    q, k, v, do = _gpu_inputs(B, H, Hkv, N, N, D, torch.bfloat16, N + D)
+    mask, scale = Mask(-1, 0), D ** -0.5
+    out, lse = _forward(q, k, v, mask, scale)
+    launched = []
+    real = GB.launch_kept
+    monkeypatch.setattr(GB, "launch_kept", lambda kern, grid, a, **kw: launched.append((grid, a["HEADS_FIRST"],
+                                                                                      a["HCHUNK"])) or
+                        real(kern, grid, a, **kw))
+    per_unit = 2 * N * D * 8
+    monkeypatch.setattr(GB, "L2_CHUNK_MB", -(-fit * per_unit // (1 << 20)))
+    runs = []
+    for on in (False, True):
+        monkeypatch.setattr(GB, "L2_CHUNKS", on)
+        GB._PLANS.clear()
+        prefill_bwd._CALL_PLANS.clear()
+        runs.append(prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, config=_gluon_cfg(**cfg)))
+    GB._PLANS.clear()
+    prefill_bwd._CALL_PLANS.clear()
+    n_kb, units = -(-N // 128), B * Hkv
+    chunk = GB.l2_chunk(units, H // Hkv, N, N, D, torch.cuda.get_device_properties(0).multi_processor_count)
+    assert chunk == (4 if fit == 4 else 1) and launched[0] == ((units, n_kb), True, None)
+    assert launched[1] == ((n_kb, units), False, chunk if chunk > 1 else None)
+    (dq0, dk0, dv0), (dq1, dk1, dv1) = runs
+    assert torch.equal(dk0, dk1) and torch.equal(dv0, dv1)
+    assert (dq1.float() - dq0.float()).abs().max().item() <= 2e-2 * dq0.float().abs().max().item()
+    _check_grads(q, k, v, do, runs[1], True, scale)
 
 
 @pytest.mark.gpu

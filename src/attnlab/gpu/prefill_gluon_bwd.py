@@ -1280,6 +1280,15 @@ SMEM_LIMIT = 227 * 1024  # shared memory of one Hopper thread block
 # 2048-4096 programs (MHA at 4K and 16K), where key blocks first keeps one head's Q and dO in L2. Head
 # first below this many programs per SM (between the two):
 HEADS_FIRST_WAVES = 8
+# A candidate, off (not yet measured): causal calls (no window) that would be numbered heads first are numbered key
+# blocks first in chunks of (batch · K/V head) units instead (``l2_chunk``): the largest chunks whose rows in flight fit
+# in L2_CHUNK_MB, as evenly balanced as the list schedule of their walks allows. Heads first, a wave of programs walks
+# every head's rows at once: in the model of benchmarks/bwd_l2_sim.py (LRU over the H200's 50 MB L2) the GQA rows of
+# the prefill table move 2.3-16x the bytes of reading each Q, dO and dQ tile once, against 1.0-1.4x in such chunks, at
+# a balance at most 0.8 % worse; multi-head rows are numbered key blocks first already
+L2_CHUNKS = False
+L2_CHUNK_MB = 34
+L2_CHUNK_SLACK = 0.05  # the most a chunked numbering's balance may exceed heads first's (list-schedule model)
 
 
 def sem_stats(sem: torch.Tensor) -> dict[str, int]:
@@ -1349,6 +1358,55 @@ def head_chunk(heads: int, group: int, n_q: int, n_k: int, head_dim: int, budget
     per_head = group * n_q * head_dim * (2 + 2 + 4) + 2 * n_k * head_dim * 2
     chunk = min(heads, max(2, budget // per_head))
     return int(chunk) if chunk > 1 else None
+
+
+def walks_balance(units: int, n_kb: int, steps, chunk: int | None, sms: int) -> float:
+    """The list schedule's makespan over a perfect balance (``benchmarks/det_order_sim.py``'s model) of ``units`` ×
+    ``n_kb`` programs, key block n's walk ``steps(n)`` steps, numbered heads first (``chunk`` None: every unit's key
+    block n before any unit's n + 1) or key blocks first in chunks of ``chunk`` units (the kernel's HCHUNK order)."""
+    import heapq
+
+    if chunk is None:
+        order = [n for n in range(n_kb) for _ in range(units)]
+    else:
+        order = [n for c in range(0, units, chunk) for n in range(n_kb) for _ in range(min(chunk, units - c))]
+    free = [0] * max(1, sms)
+    total = 0
+    for n in order:
+        w = steps(n)
+        total += w
+        heapq.heappush(free, heapq.heappop(free) + w)
+    return max(free) * len(free) / total if total else 1.0
+
+
+def l2_chunk(units: int, group: int, n_q: int, n_k: int, head_dim: int, sms: int,
+             budget_mb: int | None = None) -> int | None:
+    """``L2_CHUNKS``' numbering for a causal call (diagonal bottom-right, no window) of ``units`` (batch · K/V head)
+    programs per key block, each walking ``group`` query heads of ``n_q`` rows one after another over ``n_k`` keys:
+    the chunk of units (HCHUNK; 1 the plain key-blocks-first order) for key blocks first, or None to stay heads first.
+    A unit's rows in flight are two query heads' Q, dO (bf16) and dQ (float32) rows (its walk passes from one head to
+    the next while the programs of other key blocks are still on the last); the chunk is the one of 1, 2, 4, ...
+    units whose rows fit in ``budget_mb`` (None: ``L2_CHUNK_MB``) with the best balance (``walks_balance``; the smaller
+    chunk on a tie), taken when that balance is within ``L2_CHUNK_SLACK`` of heads first's."""
+    budget = (L2_CHUNK_MB if budget_mb is None else budget_mb) << 20
+    per_unit = 2 * n_q * head_dim * (2 + 2 + 4)
+    n_kb = -(-n_k // (2 * BWD_SUB_N))
+    n_qb = -(-n_q // BWD_BLOCK_M)
+    off = n_k - n_q  # key j sees row i iff j <= i + off
+
+    def steps(n):
+        lo = max(n * 2 * BWD_SUB_N - off, 0) // BWD_BLOCK_M
+        return group * max(n_qb - lo, 0)
+
+    cap = min(units, budget // per_unit)
+    if cap < 1 or units < 2:
+        return None
+    chunks = [1 << i for i in range(cap.bit_length()) if (1 << i) <= cap]
+    scored = [(round(walks_balance(units, n_kb, steps, c, sms), 3), c) for c in chunks]
+    best, chunk = min(scored)
+    if best > walks_balance(units, n_kb, steps, None, sms) * (1 + L2_CHUNK_SLACK):
+        return None
+    return chunk
 
 
 def heads_first_default(uneven: bool, programs: int, sms: int, deterministic: bool = False) -> bool:
@@ -1496,6 +1554,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
                tensor_key(dq), tensor_key(dk), tensor_key(dv), causal_off, scale, stages, dq_split, dq_shared, rotate,
                heads_first, win_off, consumer_regs, dq_lag, deterministic, max_seqlen_k, max_seqlen_q, block_m, persistent,
                _det_last_first, _kv_div, _last_first, TAIL_PIECES, TAIL_FROM_D, TAIL_LIMIT_ALL, TAIL_PIECE_STEPS, TAIL_MAX_PARTS, TAIL_MAX_MB, TAIL_MIN_SAVING, PERSISTENT_PROGRAMS, PERSISTENT_SNAKE, PACKED_DET_ROTATE, DET_WRITER_REGS, DET_EARLY_TURN, DQ_PERMUTED, LSE_BY_TMA, DQ_SWIZZLE, HEADS_FIRST_WAVES, ZERO_PAST,
+               L2_CHUNKS, L2_CHUNK_MB, L2_CHUNK_SLACK,
                torch.cuda.current_device(),
                None if cu_seqlens is None else (*map(tensor_key, cu_seqlens), tensor_key(cu_rows)))
         plan = _PLANS.get(key)
@@ -1607,6 +1666,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
             raise ValueError(f"the Gluon backward's grid {grid} for this packed batch has an axis past 65,535")
         cu_p = cu_rows if cu_rows.dtype == torch.int32 else cu_rows.to(torch.int32)
         varlen = (cu_q, cu_k, cu_p, dk, dv, dk.stride(1), dk.stride(2))
+    defaulted = heads_first is None  # (the library's numbering, which L2_CHUNKS may change; not a caller's)
     if heads_first is None:
         from .decode_config import _device_sms
 
@@ -1616,7 +1676,15 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         grid = grid[::-1]
     tiles = (None, None)
     hchunk = None  # (constexpr None: the build without the chunked numbering)
-    if (not heads_first and not persistent and not deterministic and cu_seqlens is None and D >= HEAD_CHUNK_FROM_D
+    if (L2_CHUNKS and defaulted and heads_first and not persistent and not deterministic and cu_seqlens is None
+            and causal_off is not None and causal_off == Nk - Nq and win_off is None):
+        from .decode_config import _device_sms
+
+        chunk = l2_chunk(grid[0], H // Hkv, Nq, Nk, D, _device_sms(q.device))  # (grid heads first: (units, key blocks))
+        if chunk is not None:  # key blocks first, in chunks of units (1: one unit after another)
+            heads_first, grid = False, grid[::-1]
+            hchunk = chunk if chunk > 1 else None
+    elif (not heads_first and not persistent and not deterministic and cu_seqlens is None and D >= HEAD_CHUNK_FROM_D
             and (causal_off is not None or win_off is not None)):
         hchunk = head_chunk(grid[1], H // Hkv, Nq, Nk, D)
     if persistent:  # one program per SM (one fits: ``smem_bytes``), the grid's blocks dealt out in its order

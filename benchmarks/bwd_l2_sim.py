@@ -1,0 +1,210 @@
+"""The causal Gluon backward's HBM traffic by program order, simulated (no GPU): how much of its Q, dO and dQ traffic
+an L2 of the GPU preset's size catches when the programs run in the library's order (heads first below
+``HEADS_FIRST_WAVES`` programs per SM, else key blocks first in chunks of heads), in the candidate order of
+``prefill_gluon_bwd.L2_CHUNKS`` (key blocks first in chunks whose rows fit in L2), key blocks first in chunks of a
+given size, or with each K/V head's query heads split over several programs (``kv_split``). The model behind NOTES-prefill v52's L2 prediction.
+
+Model: ``sms`` SMs, one program each, the next program in launch order to whichever SM frees first; every step (a
+64-row query block of one query head against the program's 128 keys) takes one unit of time on every SM, the SMs'
+steps of one unit in SM order. A step reads its query block's Q and dO (64 × D × 2 bytes each) and adds into its dQ
+tile (64 × D float32, a read-modify-write in L2: the TMA reduction). Programs walk their query heads one after another
+and, within a head, the query blocks from the causal diagonal's on, starting at the key block's own rotation
+(``rot = n mod n_m``, as ``_bwd_tile_of``). The L2 is one LRU cache of the preset's size over whole tiles: a Q or dO
+miss reads the tile from HBM, a dQ miss reads it and evicting a dQ tile writes it back. K and V (each program's, once)
+are not cached. What it leaves out: L2's two partitions and its hashing, the TMA's prefetch into L2, and time (a step
+that misses takes as long as one that hits).
+
+    python benchmarks/bwd_l2_sim.py [--rows gqa-8k causal8k] [--D 128] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import OrderedDict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+BLOCK_M, BLOCK_N, SMS = 64, 128, 132
+SHAPES = {  # row: (B, H, Hkv, N) at D = 64, causal (bwd_block_m.py's rows of the same names); H·D = 2048
+    "causal": (4, 32, 32, 4096),
+    "causal8k": (2, 32, 32, 8192),
+    "long": (1, 32, 32, 16384),
+    "gqa": (1, 32, 8, 8192),
+    "gqa-4k": (4, 32, 8, 4096),
+    "gqa-8k": (2, 32, 8, 8192),
+    "gqa-16k": (1, 32, 8, 16384),
+}
+ORDERS = ("table", "l2", "kfirst", "hfirst", "kv2", "kv4", "kf1", "kf2", "kf4", "kf8")
+
+
+def head_chunk(units: int, group: int, n: int, D: int) -> int | None:
+    """The library's chunk of K/V heads (``prefill_gluon_bwd.head_chunk``) at D ≥ its ``HEAD_CHUNK_FROM_D``."""
+    from attnlab.gpu import prefill_gluon_bwd as gb
+
+    return gb.head_chunk(units, group, n, n, D) if D >= gb.HEAD_CHUNK_FROM_D else None
+
+
+def programs(B: int, H: int, Hkv: int, N: int, D: int, order: str, sms: int = SMS) -> list[tuple[int, int, int]]:
+    """(first query head, query heads, key block) of every program, in launch order. Orders: ``table`` the library's
+    numbering, ``kfirst`` key blocks first (in the library's chunks of units), ``hfirst`` heads first, ``kv2`` and
+    ``kv4`` the library's numbering of a call split that many ways per K/V head, ``kfC`` key blocks first in chunks of C
+    units (batch · K/V head), ``l2`` the library's numbering with ``prefill_gluon_bwd.L2_CHUNKS`` on."""
+    from attnlab.gpu import prefill_gluon_bwd as gb
+
+    split = {"kv2": 2, "kv4": 4}.get(order, 1)
+    G = H // Hkv
+    if G % split:
+        split = 1
+    units, per = B * Hkv * split, G // split  # (batch, K/V head, part) and its query heads
+    n_kb = -(-N // BLOCK_N)
+    count = units * n_kb
+    chunk = None
+    if order.startswith("kf") and order[2:].isdigit():  # key blocks first in chunks of so many units
+        heads_first, chunk = False, int(order[2:])
+    elif order == "kfirst":
+        heads_first = False
+    elif order == "hfirst":
+        heads_first = True
+    else:
+        heads_first = gb.heads_first_default(True, count, sms)
+        if order == "l2" and heads_first:  # the candidate (``L2_CHUNKS``): key blocks first in chunks fitting L2
+            chunk = gb.l2_chunk(units, per, N, N, D, sms)
+            heads_first = chunk is None
+    if heads_first:  # grid (units, key blocks): the unit fastest
+        pairs = [(u, n) for n in range(n_kb) for u in range(units)]
+    else:  # key blocks first, in chunks of units where the library takes them
+        chunk = chunk or head_chunk(units, per, N, D) or 1
+        pairs = [(u, n) for c in range(0, units, chunk) for n in range(n_kb) for u in range(c, min(c + chunk, units))]
+    return [(u * per, per, n) for u, n in pairs]
+
+
+def walk(first: int, heads: int, n: int, N: int):
+    """A program's steps: (query head, query block) over its heads, one after another, from the diagonal's block."""
+    n_qb = -(-N // BLOCK_M)
+    lo = (n * BLOCK_N) // BLOCK_M
+    n_m = n_qb - lo
+    rot = n % max(n_m, 1)
+    for h in range(first, first + heads):
+        for i in range(n_m):
+            yield h, lo + (i + rot) % n_m
+
+
+def balance(progs: list[tuple[int, int, int]], N: int, sms: int = SMS) -> float:
+    """The list schedule's makespan over a perfect balance, a program's time its steps (``det_order_sim``'s model)."""
+    import heapq
+
+    n_qb = -(-N // BLOCK_M)
+    sizes = [per * (n_qb - (n * BLOCK_N) // BLOCK_M) for _, per, n in progs]
+    free = [0] * sms
+    for size in sizes:
+        heapq.heappush(free, heapq.heappop(free) + size)
+    return max(free) * sms / sum(sizes)
+
+
+def simulate(B: int, H: int, Hkv: int, N: int, D: int, order: str, l2_bytes: int, sms: int = SMS) -> dict:
+    """HBM bytes of Q, dO and dQ (and K, V) for one backward in ``order``, against the bytes every tile moved once."""
+    progs = programs(B, H, Hkv, N, D, order, sms)
+    qb, dqb = BLOCK_M * D * 2, BLOCK_M * D * 4
+    cache: OrderedDict = OrderedDict()
+    used = 0
+    read = written = 0
+    steps = 0
+
+    def touch(key, size, dirty):
+        nonlocal used, read, written
+        if key in cache:
+            cache.move_to_end(key)
+            if dirty:
+                cache[key] = (size, True)
+            return
+        read += size
+        cache[key] = (size, dirty)
+        used += size
+        while used > l2_bytes:
+            _, (s, d) = cache.popitem(last=False)
+            used -= s
+            written += s if d else 0
+
+    nxt = 0
+    running: list = [None] * sms
+    for s in range(sms):
+        if nxt < len(progs):
+            first, heads, n = progs[nxt]
+            running[s] = walk(first, heads, n, N)
+            nxt += 1
+    while any(r is not None for r in running):
+        for s in range(sms):
+            while running[s] is not None:
+                step = next(running[s], None)
+                if step is not None:
+                    break
+                running[s] = None
+                if nxt < len(progs):
+                    first, heads, n = progs[nxt]
+                    running[s] = walk(first, heads, n, N)
+                    nxt += 1
+            if running[s] is None:
+                continue
+            h, m = step
+            b_h = h  # (batch · query head: the heads of one batch are consecutive)
+            touch(("q", b_h, m), qb, False)
+            touch(("do", b_h, m), qb, False)
+            touch(("dq", b_h, m), dqb, True)
+            steps += 1
+    written += sum(s for s, d in cache.values() if d)
+    n_qb = -(-N // BLOCK_M)
+    once = B * H * n_qb * (2 * qb + 2 * dqb)  # Q and dO read once, dQ read and written once
+    kv = len(progs) * 2 * BLOCK_N * D * 2
+    return dict(B=B, H=H, Hkv=Hkv, N=N, D=D, order=order, programs=len(progs), steps=steps,
+                balance=balance(progs, N, sms),
+                hbm_gb=(read + written + kv) / 1e9, once_gb=(once + kv) / 1e9,
+                over_once=(read + written + kv) / (once + kv))
+
+
+def run(rows, Ds, orders, gpu: str = "H200") -> list[dict]:
+    from attnlab.cost import get_gpu
+
+    l2 = get_gpu(gpu).l2_bytes
+    out = []
+    for row in rows:
+        B, H, Hkv, N = SHAPES[row]
+        for D in Ds:
+            h, hkv = H * 64 // D, Hkv * 64 // D
+            for order in orders:
+                if order in ("kv2", "kv4") and h == hkv:
+                    continue
+                out.append(dict(row=row, **simulate(B, h, hkv, N, D, order, l2), l2_mb=l2 / 2**20))
+    return out
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| row | D | order | programs | balance | HBM GB (Q, dO, dQ, K, V) | each tile once, GB | × once |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['row']} | {r['D']} | {r['order']} | {r['programs']} | {r['balance']:.3f} | "
+                     f"{r['hbm_gb']:.2f} | {r['once_gb']:.2f} | {r['over_once']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", nargs="+", choices=list(SHAPES), default=["gqa-8k", "causal8k"])
+    ap.add_argument("--D", type=int, nargs="+", choices=[64, 128], default=[128])
+    ap.add_argument("--orders", nargs="+", choices=ORDERS, default=list(ORDERS[:6]))
+    ap.add_argument("--gpu", default="H200", help="the attnlab.cost preset whose L2 size the model takes")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    if args.json is not None and args.json.exists():
+        ap.error(f"{args.json} exists: not overwritten")
+    rows = run(args.rows, args.D, args.orders, args.gpu)
+    print(table(rows), end="")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
