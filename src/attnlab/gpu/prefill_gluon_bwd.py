@@ -1284,7 +1284,7 @@ HEADS_FIRST_WAVES = 8
 # blocks first in chunks of (batch · K/V head) units instead (``l2_chunk``): the largest chunks whose rows in flight fit
 # in L2_CHUNK_MB, as evenly balanced as the list schedule of their walks allows. Heads first, a wave of programs walks
 # every head's rows at once: in the model of benchmarks/bwd_l2_sim.py (LRU over the H200's 50 MB L2) the GQA rows of
-# the prefill table move 2.3-16x the bytes of reading each Q, dO and dQ tile once, against 1.0-1.4x in such chunks, at
+# the prefill table move 4.3-16x the bytes of reading each Q, dO and dQ tile once, against 1.0-1.4x in such chunks, at
 # a balance at most 0.8 % worse; multi-head rows are numbered key blocks first already
 L2_CHUNKS = False
 L2_CHUNK_MB = 34
