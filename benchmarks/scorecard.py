@@ -20,6 +20,7 @@ was met):
     python benchmarks/scorecard.py --prefill benchmarks/data/prefill-h200-run35.json \\
         benchmarks/data/prefill-h200-run36.json --decode-host benchmarks/data/decode-host-h200-run35.json
     python benchmarks/scorecard.py --prefill table.json --decode-host host.json --json card.json --md card.md
+    python benchmarks/scorecard.py --decode-history benchmarks/data/decode-host-h200-run3{1,2,3,4,5}.json
 
 Nothing is timed here: the numbers are the recorded runs' own.
 """
@@ -147,6 +148,21 @@ def scorecard(runs: dict[str, list[dict]], result: dict | None) -> list[dict]:
     return ([*prefill_bars(runs)] if runs else []) + (decode_bars(result) if result else []) + [roofline_bar(runs, result)]
 
 
+def history(results: dict[str, dict]) -> str:
+    """The decode bars of several decode host runs ({label: ``decode_host.py``'s JSON}), a row a bar and a column a
+    run, each cell what the run measured (and where, for a bar whose worst case moves from run to run) and whether
+    it met the bar."""
+    cards = {label: {b["bar"]: b for b in decode_bars(r)} for label, r in results.items()}
+    names = list(dict.fromkeys(name for card in cards.values() for name in card))
+    lines = ["| bar | " + " | ".join(cards) + " |", "|---|" + "---|" * len(cards)]
+    for name in names:
+        moves = len({c[name]["where"] for c in cards.values() if name in c}) > 1
+        cells = [(f"{c[name]['measured']}" + (f", {c[name]['where']}" if moves else "")
+                  + f": {'met' if c[name]['met'] else 'missed'}" if name in c else "—") for c in cards.values()]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def markdown(bars: list[dict]) -> str:
     lines = ["| bar | measured | where | needed | met |", "|---|---|---|---|---|"]
     for b in bars:
@@ -160,12 +176,14 @@ def main(argv=None) -> int:
     ap.add_argument("--prefill", type=Path, nargs="*", default=[], metavar="JSON",
                     help="prefill.py bench JSON files (one run each)")
     ap.add_argument("--decode-host", type=Path, metavar="JSON", help="decode_host.py's JSON")
+    ap.add_argument("--decode-history", type=Path, nargs="+", default=[], metavar="JSON",
+                    help="several decode_host.py JSON files: their decode bars side by side, a column a run")
     ap.add_argument("--json", type=Path, help="write the bars here")
     ap.add_argument("--md", type=Path, help="write the table here")
     args = ap.parse_args(argv)
-    if not args.prefill and not args.decode_host:
-        ap.error("give --prefill and/or --decode-host")
-    for path in [*args.prefill, *([args.decode_host] if args.decode_host else [])]:
+    if not args.prefill and not args.decode_host and not args.decode_history:
+        ap.error("give --prefill, --decode-host or --decode-history")
+    for path in [*args.prefill, *([args.decode_host] if args.decode_host else []), *args.decode_history]:
         if not path.is_file():
             ap.error(f"no such file: {path}")
     for out in (args.json, args.md):
@@ -174,14 +192,16 @@ def main(argv=None) -> int:
     try:
         runs = {p.name: json.loads(p.read_text())["rows"] for p in args.prefill}
         result = json.loads(args.decode_host.read_text()) if args.decode_host else None
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        past = {p.name: json.loads(p.read_text()) for p in args.decode_history}
+        bars = scorecard(runs, result) if runs or result else []
+        text = (markdown(bars) if bars else "") + ("\n" if bars and past else "") + (history(past) if past else "")
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
         ap.error(f"not a recorded run: {e!r}")
-    bars = scorecard(runs, result)
-    text = markdown(bars)
     print(text, end="")
     if args.json:
         args.json.write_text(json.dumps(dict(prefill=[p.name for p in args.prefill],
-                                             decode_host=args.decode_host and args.decode_host.name, bars=bars),
+                                             decode_host=args.decode_host and args.decode_host.name, bars=bars,
+                                             decode_history={label: decode_bars(r) for label, r in past.items()}),
                                         indent=2))
     if args.md:
         args.md.write_text(text)

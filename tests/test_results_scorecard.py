@@ -29,16 +29,8 @@ def _bars(run: int) -> dict:
 
 
 def history() -> str:
-    """The decode bars of each decode-host run, a line a run."""
-    lines = ["| decode-host run | a kept call's host time | eager/graph, D = 128 | eager/graph, D = 64 | batch 1 against "
-             "cuDNN under graphs (worst shape) |", "|---|---|---|---|---|"]
-    for run in HOST_RUNS:
-        b = _bars(run)
-        small = b["decode: batch 1 at or above cuDNN under CUDA graphs"]
-        host = b["decode: a kept call's host time"]["measured"]
-        e128, e64 = (b[f"decode: eager within 10 % of CUDA graphs, D = {D}"]["measured"] for D in (128, 64))
-        lines.append(f"| {run} | {host} | {e128} | {e64} | {small['measured']}, {small['where']} |")
-    return "\n".join(lines)
+    """The decode bars of each decode-host run, as ``scorecard.py --decode-history`` renders them."""
+    return card.history({f"decode-host-h200-run{run}.json": _host(run) for run in HOST_RUNS}).rstrip("\n")
 
 
 def _card() -> str:

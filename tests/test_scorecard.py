@@ -155,3 +155,28 @@ def test_command_line(tmp_path, capsys):
     saved = json.loads(out_json.read_text())
     assert saved["prefill"] == ["table.json"] and saved["decode_host"] is None
     assert card.markdown(saved["bars"]) == printed
+
+
+def test_decode_history_puts_runs_side_by_side(tmp_path, capsys):
+    """``--decode-history``: a row a decode bar, a column a run, each cell measured and met or missed; the worst
+    shape named where it moves from run to run."""
+    a = _host_result()
+    b = _host_result(kept=(30.0, 25.0), eager=((128, 1.02), (64, 1.05)), graph=((11.0, 10.9), (30.0, 31.0)))
+    text = card.history({"a": a, "b": b})
+    lines = text.splitlines()
+    assert lines[0] == "| bar | a | b |" and len(lines) == 2 + 4
+    cells = {ln.split(" | ")[0].lstrip("| "): ln.rstrip(" |").split(" | ")[1:] for ln in lines[2:]}
+    assert cells["decode: a kept call's host time"] == ["16.0 µs; empty launch 10.0 µs, 1.60× it: met",
+                                                        "25.0 µs; empty launch 10.0 µs, 2.50× it: missed"]
+    assert cells["decode: eager within 10 % of CUDA graphs, D = 64"][1] == "1.050× (21.0 against 20.0 µs): met"
+    worst = cells["decode: batch 1 at or above cuDNN under CUDA graphs"]
+    assert worst[0].endswith("64/8 heads, 16384 keys, D = 128: missed") and worst[1].endswith(
+        "64/8 heads, 8192 keys, D = 128: missed")
+    assert "keys" not in cells["decode: eager within 10 % of CUDA graphs, D = 128"][0]  # (the same shape in both)
+    paths = []
+    for name, result in (("a.json", a), ("b.json", b)):
+        paths.append(tmp_path / name)
+        paths[-1].write_text(json.dumps(result))
+    capsys.readouterr()
+    assert card.main(["--decode-history", *map(str, paths)]) == 0
+    assert capsys.readouterr().out == text.replace("| a | b |", "| a.json | b.json |")
