@@ -1760,3 +1760,18 @@ def test_gpu_persistent_backward_alibi_and_gqa_heads_first(D, kv, opts, monkeypa
                      dq=grads[0], dk=grads[1], dv=grads[2])
     assert seen == [True], "the GQA call was not numbered head first"
     _check_grads(q, k, v, do, grads, True, scale)
+
+
+def test_a_kept_call_plans_key_holds_the_numbering_switches(monkeypatch):
+    """``prefill_backward``'s kept plan replays the Gluon backward's launches without asking it again, so every module
+    switch that changes a call's numbering or launches is part of the plan's key: changing one makes a new plan."""
+    from attnlab.gpu import prefill_bwd
+
+    for name, other in (("L2_CHUNKS", True), ("L2_CHUNK_MB", 1), ("L2_CHUNK_SLACK", 0.5), ("HEAD_CHUNK_MB", 7),
+                        ("HEAD_CHUNK_FROM_D", 64), ("TAIL_PIECES", False), ("TAIL_FROM_D", 64),
+                        ("HEADS_FIRST_WAVES", 3)):
+        before = prefill_bwd._gluon_switches()
+        with monkeypatch.context() as m:
+            m.setattr(GB, name, other)
+            assert prefill_bwd._gluon_switches() != before, name
+        assert prefill_bwd._gluon_switches() == before
