@@ -290,8 +290,8 @@ PERSISTENT_SNAKE = True
 # nothing), then the pieces. Measured (H200, the backward alone from CUDA graphs, three rounds, bwd-block-m run 17): at
 # D = 128 the whole programs' build ran 4.3-6.0 % faster than the plain build with nothing cut (ptxas's doing, not the
 # schedule's, and not a shorter loop: in the sm_90 SASS of triton 3.6 the faster build's first consumer loop is the
-# longer one, with more spill reloads, ``prefill_gluon.sass_loops``; nothing static found tells which build wins), the cut itself
-# 0.7-1.1 % more; at D = 64 the cut came out -0.6 to +0.2 % at 4K-16K, and the GQA row ran 1.9 % slower cut, 3.0 % with
+# longer one, with more spill reloads, ``prefill_gluon.sass_loops``; nothing static found tells which build wins), the
+# cut itself 0.7-1.1 % more; at D = 64 the cut came out -0.6 to +0.2 % at 4K-16K, and the GQA row ran 1.9 % slower cut, 3.0 % with
 # the whole programs' build alone. So from TAIL_FROM_D on, every such call takes the whole programs' build, cut where
 # the model says; below it, the plain build (run 18, as shipped: 5.1-7.4 % faster than the plain build at D = 128)
 TAIL_PIECES = True
