@@ -15,6 +15,12 @@ are not cached. What it leaves out: L2's two partitions and its hashing, the TMA
 that misses takes as long as one that hits).
 
     python benchmarks/bwd_l2_sim.py [--rows gqa-8k causal8k] [--D 128] [--json out.json]
+    python benchmarks/bwd_l2_sim.py --fit benchmarks/data/bwd-gluon-ablation-h200-run5.json \\
+        --predict benchmarks/data/prefill-h200-run36.json
+
+``--fit`` puts a time on the model's bytes: a run that timed shapes both ways gives, shape by shape, the time a GB of
+traffic costs (β) beside the balance's; ``--predict`` then says what the candidate numbering would make of a prefill
+run's causal GQA rows.
 """
 
 from __future__ import annotations
@@ -164,6 +170,55 @@ def simulate(B: int, H: int, Hkv: int, N: int, D: int, order: str, l2_bytes: int
                 over_once=(read + written + kv) / (once + kv))
 
 
+def fit(ablation: list[dict], gpu: str = "H200") -> dict:
+    """The model's time per GB of traffic, fitted to measured pairs of numberings: the rows of a
+    ``bwd_gluon_ablation.py`` run that timed one shape heads first and key blocks first (variants "table's, heads
+    first" and "table's, key blocks first"). Each multi-head shape's two times t = T0 · balance + β · GB (T0 the
+    shape's time at a perfect balance with no traffic beyond its tiles' once) give its β; ``beta_ms_per_gb`` is their
+    mean (GQA shapes, whose two numberings differ mostly in balance, are listed, not fitted)."""
+    from attnlab.cost import get_gpu
+
+    l2 = get_gpu(gpu).l2_bytes
+    by = {(r["B"], r["H"], r["Hkv"], r["D"], r["N"], r["variant"]): r["ms"] for r in ablation if r.get("causal")}
+    rows = []
+    for key in sorted({k[:5] for k in by}):
+        hf, kf = (by.get(key + (v,)) for v in ("table's, heads first", "table's, key blocks first"))
+        if hf is None or kf is None:
+            continue
+        B, H, Hkv, D, N = key
+        a, b = simulate(B, H, Hkv, N, D, "hfirst", l2), simulate(B, H, Hkv, N, D, "kf1", l2)
+        det = a["balance"] * b["hbm_gb"] - b["balance"] * a["hbm_gb"]
+        beta = (a["balance"] * kf - b["balance"] * hf) / det
+        rows.append(dict(B=B, H=H, Hkv=Hkv, D=D, N=N, heads_first_ms=hf, key_blocks_first_ms=kf,
+                         heads_first_gb=a["hbm_gb"], key_blocks_first_gb=b["hbm_gb"],
+                         heads_first_balance=a["balance"], key_blocks_first_balance=b["balance"], beta_ms_per_gb=beta))
+    mha = [r["beta_ms_per_gb"] for r in rows if r["H"] == r["Hkv"]]
+    return dict(rows=rows, beta_ms_per_gb=sum(mha) / len(mha) if mha else None)
+
+
+def predict(prefill: list[dict], beta: float, order: str = "l2", gpu: str = "H200") -> list[dict]:
+    """The backward of a prefill run's causal GQA rows in ``order`` against the library's numbering, by the fitted
+    model: the backward's time is the row's forward+backward median less its forward median; T0 from it at the
+    library's balance and traffic, then T0 · balance + β · GB in ``order``."""
+    from attnlab.cost import get_gpu
+
+    l2 = get_gpu(gpu).l2_bytes
+    ms = {(r["D"], r["N"], r["B"], r["H"], r["Hkv"], r["pass_"]): r["ms"] for r in prefill
+          if r["provider"] == "attnlab" and r["causal"] and r["H"] != r["Hkv"] and "ms" in r}
+    out = []
+    for (D, N, B, H, Hkv, p), both in sorted(ms.items()):
+        fwd = ms.get((D, N, B, H, Hkv, "fwd"))
+        if p != "fwd_bwd" or fwd is None:
+            continue
+        bwd = both - fwd
+        t, c = simulate(B, H, Hkv, N, D, "table", l2), simulate(B, H, Hkv, N, D, order, l2)
+        t0 = (bwd - beta * t["hbm_gb"]) / t["balance"]
+        new = t0 * c["balance"] + beta * c["hbm_gb"]
+        out.append(dict(D=D, N=N, B=B, H=H, Hkv=Hkv, bwd_ms=bwd, predicted_ms=new, speedup=bwd / new,
+                        fwd_bwd_ms=both, predicted_fwd_bwd_ms=both - bwd + new, fwd_bwd_speedup=both / (both - bwd + new)))
+    return out
+
+
 def run(rows, Ds, orders, gpu: str = "H200") -> list[dict]:
     from attnlab.cost import get_gpu
 
@@ -189,20 +244,61 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def fit_table(fitted: dict) -> str:
+    lines = ["| B | H/Hkv | N | D | heads first ms | GB | balance | key blocks first ms | GB | balance | β µs/GB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in fitted["rows"]:
+        lines.append(f"| {r['B']} | {r['H']}/{r['Hkv']} | {r['N']} | {r['D']} | {r['heads_first_ms']:.3f} | "
+                     f"{r['heads_first_gb']:.2f} | {r['heads_first_balance']:.3f} | {r['key_blocks_first_ms']:.3f} | "
+                     f"{r['key_blocks_first_gb']:.2f} | {r['key_blocks_first_balance']:.3f} | "
+                     f"{1000 * r['beta_ms_per_gb']:.1f} |")
+    return "\n".join(lines) + f"\n\nβ (the multi-head rows' mean): {1000 * fitted['beta_ms_per_gb']:.1f} µs a GB\n"
+
+
+def predict_table(rows: list[dict]) -> str:
+    lines = ["| D | B | H/Hkv | N | backward ms (measured) | predicted | × | forward+backward ms | predicted | × |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['D']} | {r['B']} | {r['H']}/{r['Hkv']} | {r['N']} | {r['bwd_ms']:.3f} | "
+                     f"{r['predicted_ms']:.3f} | {r['speedup']:.3f} | {r['fwd_bwd_ms']:.3f} | "
+                     f"{r['predicted_fwd_bwd_ms']:.3f} | {r['fwd_bwd_speedup']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", nargs="+", choices=list(SHAPES), default=["gqa-8k", "causal8k"])
     ap.add_argument("--D", type=int, nargs="+", choices=[64, 128], default=[128])
     ap.add_argument("--orders", nargs="+", choices=ORDERS, default=list(ORDERS[:6]))
     ap.add_argument("--gpu", default="H200", help="the attnlab.cost preset whose L2 size the model takes")
+    ap.add_argument("--fit", type=Path, metavar="JSON",
+                    help="a bwd_gluon_ablation.py run timing shapes heads first and key blocks first: fit the time a GB "
+                         "of traffic costs")
+    ap.add_argument("--predict", type=Path, metavar="JSON",
+                    help="with --fit: a prefill.py bench run; predict its causal GQA rows' backward in the "
+                         "candidate numbering (L2_CHUNKS)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     if args.json is not None and args.json.exists():
         ap.error(f"{args.json} exists: not overwritten")
-    rows = run(args.rows, args.D, args.orders, args.gpu)
-    print(table(rows), end="")
+    if args.predict and not args.fit:
+        ap.error("--predict needs --fit")
+    for path in (args.fit, args.predict):
+        if path is not None and not path.is_file():
+            ap.error(f"no such file: {path}")
+    if args.fit:
+        fitted = fit(json.loads(args.fit.read_text())["rows"], args.gpu)
+        print(fit_table(fitted), end="")
+        out = dict(fit=fitted)
+        if args.predict:
+            pred = predict(json.loads(args.predict.read_text())["rows"], fitted["beta_ms_per_gb"], gpu=args.gpu)
+            print("\n" + predict_table(pred), end="")
+            out["predict"] = pred
+    else:
+        out = run(args.rows, args.D, args.orders, args.gpu)
+        print(table(out), end="")
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
+        args.json.write_text(json.dumps(out, indent=2))
     return 0
 
 

@@ -64,3 +64,44 @@ def test_the_comments_numbers_are_the_models():
                for r in cand)
     mha = sim.run(("causal8k",), (64, 128), ("table", "l2"))
     assert [r["hbm_gb"] for r in mha[::2]] == [r["hbm_gb"] for r in mha[1::2]]  # (multi-head: the same numbering)
+
+
+def test_the_fit_recovers_a_planted_cost_and_the_prediction_applies_it():
+    """``fit``: times made as T0 · balance + β · GB from the model's own balance and bytes (a 6 MB L2, V100's, so that
+    small shapes miss) give back β; GQA rows are listed, not fitted. ``predict``: a prefill run's causal GQA row's
+    backward (forward+backward less forward) in the candidate numbering by the same formula."""
+    beta, shapes = 0.2, [(2, 8, 8, 64, 4096), (1, 16, 16, 64, 4096), (1, 8, 2, 64, 4096)]
+    rows = []
+    for B, H, Hkv, D, N in shapes:
+        for variant, order, t0 in (("table's, heads first", "hfirst", 1.0), ("table's, key blocks first", "kf1", 1.0)):
+            r = sim.simulate(B, H, Hkv, N, D, order, 6 << 20)
+            rows.append(dict(B=B, H=H, Hkv=Hkv, D=D, N=N, causal=True, variant=variant,
+                             ms=t0 * r["balance"] + beta * r["hbm_gb"]))
+    fitted = sim.fit(rows, gpu="V100")
+    assert len(fitted["rows"]) == 3 and fitted["beta_ms_per_gb"] == pytest.approx(beta)
+    assert [r["beta_ms_per_gb"] for r in fitted["rows"] if r["H"] != r["Hkv"]] == [pytest.approx(beta)]
+    B, H, Hkv, N, D = 1, 8, 2, 4096, 64
+    prefill = [dict(D=D, N=N, B=B, H=H, Hkv=Hkv, causal=True, provider="attnlab", pass_=p, ms=ms)
+               for p, ms in (("fwd", 0.5), ("fwd_bwd", 2.0))]
+    prefill += [dict(prefill[0], causal=False), dict(prefill[1], provider="sdpa-cudnn")]  # (not predicted)
+    (p,) = sim.predict(prefill, beta, gpu="V100")
+    t, c = sim.simulate(B, H, Hkv, N, D, "table", 6 << 20), sim.simulate(B, H, Hkv, N, D, "l2", 6 << 20)
+    t0 = (1.5 - beta * t["hbm_gb"]) / t["balance"]
+    assert p["bwd_ms"] == 1.5 and p["predicted_ms"] == pytest.approx(t0 * c["balance"] + beta * c["hbm_gb"])
+    assert p["predicted_fwd_bwd_ms"] == pytest.approx(0.5 + p["predicted_ms"])
+
+
+def test_command_line_refusals(tmp_path, capsys):
+    for argv in (["--predict", "x.json"], ["--fit", str(tmp_path / "missing.json")], ["--rows", "nope"]):
+        with pytest.raises(SystemExit) as e:
+            sim.main(argv)
+        assert e.value.code == 2
+    kept = tmp_path / "out.json"
+    kept.write_text("mine")
+    with pytest.raises(SystemExit):
+        sim.main(["--rows", "causal", "--json", str(kept)])
+    assert kept.read_text() == "mine"
+    capsys.readouterr()
+    assert sim.main(["--rows", "gqa-4k", "--D", "64", "--orders", "table", "l2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("| row | D | order | programs | balance |") and len(out) == 4

@@ -49,13 +49,48 @@ def test_the_l2_paragraph_is_the_models():
     assert all(w < 0 for w, r in zip(worse, cand) if r["row"] == "gqa-4k")
 
 
-def test_the_predictions_rows_are_the_models():
+def test_the_fit_and_the_predictions_are_the_models():
     text = _v52()
+    ab = json.loads((DATA / "bwd-gluon-ablation-h200-run5.json").read_text())["rows"]
+    fitted = sim.fit(ab)
+    mha = [r for r in fitted["rows"] if r["H"] == r["Hkv"]]
+    gqa = [r for r in fitted["rows"] if r["H"] != r["Hkv"]]
+    betas = [1000 * r["beta_ms_per_gb"] for r in mha]
+    beta = fitted["beta_ms_per_gb"]
+    assert len(mha) == 4 and len(gqa) == 1
+    assert (f"the four multi-head shapes give β = {min(betas):.1f}–{max(betas):.1f} µs per GB of the model's traffic, "
+            f"mean {1000 * beta:.1f}: about {round(100 * beta / (1 / 4.8), -1):.0f} % of what moving a GB") in text
+    g = gqa[0]
+    assert (f"balance, {g['heads_first_balance']:.3f} against {g['key_blocks_first_balance']:.3f}, and gives "
+            f"{1000 * g['beta_ms_per_gb']:.0f}") in text
+    run36 = json.loads((DATA / "prefill-h200-run36.json").read_text())["rows"]
+    pred = sim.predict(run36, beta)
+    assert len(pred) == 6
+
+    def span(key, D):
+        xs = [r[key] for r in pred if r["D"] == D]
+        return f"{min(xs):.2f}–{max(xs):.2f}×"
+
+    assert (f"at {span('speedup', 64)} their backward's speed at D = 64 and {span('speedup', 128)} at D = 128, "
+            f"forward+backward {span('fwd_bwd_speedup', 64)} and {span('fwd_bwd_speedup', 128)}") in text
+    row = next(r for r in pred if (r["D"], r["N"]) == (128, 8192))
+    cudnn = next(r["ms"] for r in run36 if r["provider"] == "sdpa-cudnn" and r["causal"] and r["pass_"] == "fwd_bwd"
+                 and (r["D"], r["N"]) == (128, 8192))
+    assert (f"the D = 128 8K row from {cudnn / row['fwd_bwd_ms']:.2f}× cuDNN to about "
+            f"{cudnn / row['predicted_fwd_bwd_ms']:.2f}×") in text
+    tflops = {}
+    for run in (35, 36):
+        rows = json.loads((DATA / f"prefill-h200-run{run}.json").read_text())["rows"]
+        tflops[run] = next(r["tflops"] for r in rows if r["provider"] == "attnlab" and r["causal"] and r["D"] == 128
+                           and r["N"] == 4096 and r["pass_"] == "fwd_bwd")
+    assert f"{tflops[36]:.0f} and {tflops[35]:.0f} TFLOP/s in runs 36 and 35" in text
+    four = sim.run(("gqa-4k", "causal"), (128,), ("table",))
+    assert f"though it charges them {four[0]['hbm_gb'] - four[1]['hbm_gb']:.1f} GB more" in text
+    # the prediction's rows
     rows = {(r["row"], r["D"], r["order"]): r for r in sim.run(GQA, (64, 128), ("table", "kf1"))}
-    t = lambda row, D: rows[(row, D, "table")]["over_once"]  # noqa: E731
-    assert f"(the rows the model has moving {t('gqa-8k', 128):.1f}× and {t('gqa-16k', 128):.1f}× their bytes)" in text
-    four = [t("gqa-4k", D) for D in (64, 128)]
-    d64 = [t(row, 64) for row in ("gqa-8k", "gqa-16k")]
-    assert (f"on gqa-4k and at D = 64 ({min(four):.1f}–{max(four):.1f}×, {min(d64):.1f}–{max(d64):.1f}×)") in text
+    t = {D: [rows[(row, D, "table")]["over_once"] for row in GQA] for D in (64, 128)}
+    assert (f"by the fitted model {span('speedup', 128)} at D = 128 (the rows it has moving "
+            f"{min(t[128]):.1f}–{max(t[128]):.1f}× their bytes now) and {span('speedup', 64)} at D = 64 "
+            f"({min(t[64]):.1f}–{max(t[64]):.1f}×)") in text
     kf1 = [rows[(row, D, "kf1")]["balance"] for row in ("gqa-4k", "gqa-8k") for D in (64, 128)]
     assert f"(gqa-4k, gqa-8k: {min(kf1):.2f}–{max(kf1):.2f} in the model)" in text
