@@ -3,6 +3,7 @@ run it names and bwd-gluon-ablation run 5's data."""
 
 from __future__ import annotations
 
+import functools
 import json
 
 from tests.helpers import ROOT, load_script
@@ -10,6 +11,16 @@ from tests.helpers import ROOT, load_script
 sim = load_script("benchmarks/bwd_l2_sim.py")
 DATA = ROOT / "benchmarks" / "data"
 GQA = ("gqa-4k", "gqa-8k", "gqa-16k")
+
+
+@functools.cache
+def _sim(rows: tuple, Ds: tuple, orders: tuple) -> tuple:
+    return tuple(sim.run(rows, Ds, orders))
+
+
+@functools.cache
+def _beta() -> float:
+    return sim.fit(json.loads((DATA / "bwd-gluon-ablation-h200-run5.json").read_text())["rows"])["beta_ms_per_gb"]
 
 
 def _v52() -> str:
@@ -21,8 +32,8 @@ def _v52() -> str:
 
 def test_the_l2_paragraph_is_the_models():
     text = _v52()
-    rows = {(r["row"], r["D"], r["order"]): r for r in sim.run(GQA + ("causal", "causal8k", "long"), (64, 128),
-                                                                ("table", "l2", "hfirst", "kf1"))}
+    rows = {(r["row"], r["D"], r["order"]): r for r in _sim(GQA + ("causal", "causal8k", "long"), (64, 128),
+                                                                 ("table", "l2", "hfirst", "kf1"))}
     mha_hf = [rows[(row, D, "hfirst")]["over_once"] for row in ("causal", "causal8k", "long") for D in (64, 128)]
     mha_t = [rows[(row, D, "table")]["over_once"] for row in ("causal", "causal8k", "long") for D in (64, 128)]
     assert f"moving {min(mha_hf):.1f}–{max(mha_hf):.1f}× their tiles' bytes against {min(mha_t):.1f}–{max(mha_t):.2f}×" \
@@ -84,13 +95,26 @@ def test_the_fit_and_the_predictions_are_the_models():
         tflops[run] = next(r["tflops"] for r in rows if r["provider"] == "attnlab" and r["causal"] and r["D"] == 128
                            and r["N"] == 4096 and r["pass_"] == "fwd_bwd")
     assert f"{tflops[36]:.0f} and {tflops[35]:.0f} TFLOP/s in runs 36 and 35" in text
-    four = sim.run(("gqa-4k", "causal"), (128,), ("table",))
+    four = _sim(("gqa-4k", "causal"), (128,), ("table",))
     assert f"though it charges them {four[0]['hbm_gb'] - four[1]['hbm_gb']:.1f} GB more" in text
     # the prediction's rows
-    rows = {(r["row"], r["D"], r["order"]): r for r in sim.run(GQA, (64, 128), ("table", "kf1"))}
+    rows = {(r["row"], r["D"], r["order"]): r for r in _sim(GQA, (64, 128), ("table", "l2", "hfirst", "kf1"))}
     t = {D: [rows[(row, D, "table")]["over_once"] for row in GQA] for D in (64, 128)}
     assert (f"by the fitted model {span('speedup', 128)} at D = 128 (the rows it has moving "
             f"{min(t[128]):.1f}–{max(t[128]):.1f}× their bytes now) and {span('speedup', 64)} at D = 64 "
             f"({min(t[64]):.1f}–{max(t[64]):.1f}×)") in text
     kf1 = [rows[(row, D, "kf1")]["balance"] for row in ("gqa-4k", "gqa-8k") for D in (64, 128)]
     assert f"(gqa-4k, gqa-8k: {min(kf1):.2f}–{max(kf1):.2f} in the model)" in text
+
+
+def test_docs_gpu_quotes_the_model():
+    text = " ".join((ROOT / "docs" / "gpu.md").read_text().split())
+    rows = _sim(GQA, (64, 128), ("table", "l2"))
+    table = [r["over_once"] for r in rows if r["order"] == "table"]
+    cand = [r["over_once"] for r in rows if r["order"] == "l2"]
+    assert (f"move {min(table):.0f}–{max(table):.0f}× the bytes of reading every tile once, where chunks of key blocks "
+            f"first whose rows fit in L2 move {min(cand):.1f}–{max(cand):.1f}×") in text
+    beta = _beta()
+    assert f"(`--fit`: about {1000 * beta:.0f} µs a GB of the model's traffic)" in text
+    pred = [r["speedup"] for r in sim.predict(json.loads((DATA / "prefill-h200-run36.json").read_text())["rows"], beta)]
+    assert f"predicts such chunks {min(pred):.2f}–{max(pred):.2f}× faster on those calls' backward" in text
