@@ -281,6 +281,20 @@ def graph_time(fn, device: str = "cuda") -> float:
         return time_fn(fn, device=device)
 
 
+def module_patch(arm: str):
+    """(the Gluon backward module's attributes the arm runs with, what each launch's log records from its grid and
+    arguments, the record's name), or None for an arm that sets none of them (``TAIL_ARMS``, ``CHUNK_ARMS``,
+    ``ORDER_ARMS``)."""
+    if arm in TAIL_ARMS:
+        return TAIL_ARMS[arm], lambda grid, a: (a.get("TAIL_LIMIT"), a.get("TAIL_F"), a.get("TAIL_P")), \
+            "(TAIL_LIMIT, TAIL_F, TAIL_P)"
+    if arm in CHUNK_ARMS:  # (chunks at every head dim)
+        return {"HEAD_CHUNK_MB": CHUNK_ARMS[arm], "HEAD_CHUNK_FROM_D": 0}, lambda grid, a: a.get("HCHUNK"), "HCHUNK"
+    if arm in ORDER_ARMS:
+        return ORDER_ARMS[arm], lambda grid, a: (grid, a.get("HCHUNK")), "(grid, HCHUNK)"
+    return None
+
+
 def measure(args) -> list[dict]:
     rows_causal = {r: (True if r == "varlen" or r in PACKS else SHAPES[r][4]) for r in args.rows}
 
@@ -292,34 +306,20 @@ def measure(args) -> list[dict]:
         _CURRENT[0] = arm_config(arm, rows_causal[_ROW[0]], D, row_keys(_ROW[0]))
         kernel, launch = gb._attn_bwd_gluon_ws, gb.launch_kept
         launched = []
-        budget, from_d = gb.HEAD_CHUNK_MB, gb.HEAD_CHUNK_FROM_D
         if arm in SWITCH_ARMS:  # (both layers' kept plans dropped on the way in and out: they hold the kernel they
             gb._attn_bwd_gluon_ws = switched_module(SWITCH_ARMS[arm])._attn_bwd_gluon_ws  # launched)
             prefill_bwd._CALL_PLANS.clear()
             gb._PLANS.clear()
             gb.launch_kept = lambda k, *a, **kw: launched.append(k) or launch(k, *a, **kw)
-        saved = {name: getattr(gb, name) for name in TAIL_ARMS.get(arm, {})}
-        if arm in TAIL_ARMS:  # (the plans hold their cut: dropped on the way in and out)
-            for name, value in TAIL_ARMS[arm].items():
+        patch = module_patch(arm)
+        if patch is not None:  # (the plans hold their cut, chunk or numbering: dropped on the way in and out)
+            values, record, label = patch
+            saved = {name: getattr(gb, name) for name in values}
+            for name, value in values.items():
                 setattr(gb, name, value)
             prefill_bwd._CALL_PLANS.clear()
             gb._PLANS.clear()
-            gb.launch_kept = lambda k, grid, a, *r, **kw: (launched.append((a.get("TAIL_LIMIT"), a.get("TAIL_F"),
-                                                                            a.get("TAIL_P")))
-                                                           or launch(k, grid, a, *r, **kw))
-        if arm in CHUNK_ARMS:  # (the plans hold their chunk: dropped on the way in and out)
-            gb.HEAD_CHUNK_MB, gb.HEAD_CHUNK_FROM_D = CHUNK_ARMS[arm], 0  # (chunks at every head dim)
-            prefill_bwd._CALL_PLANS.clear()
-            gb._PLANS.clear()
-            gb.launch_kept = lambda k, grid, a, *r, **kw: (launched.append(a.get("HCHUNK"))
-                                                           or launch(k, grid, a, *r, **kw))
-        if arm in ORDER_ARMS:  # (the plans hold their numbering: dropped on the way in and out)
-            order = {name: getattr(gb, name) for name in ORDER_ARMS[arm]}
-            for name, value in ORDER_ARMS[arm].items():
-                setattr(gb, name, value)
-            prefill_bwd._CALL_PLANS.clear()
-            gb._PLANS.clear()
-            gb.launch_kept = lambda k, grid, a, *r, **kw: (launched.append((grid, a.get("HCHUNK")))
+            gb.launch_kept = lambda k, grid, a, *r, **kw: (launched.append(record(grid, a))
                                                            or launch(k, grid, a, *r, **kw))
         if arm in KV_ARMS:  # (a split call keeps no plan: each call runs the split anew)
             backward = gb.gluon_backward
@@ -337,32 +337,18 @@ def measure(args) -> list[dict]:
             yield
         finally:
             _CURRENT[0] = None
-            if arm in ORDER_ARMS:
-                for name, value in order.items():
-                    setattr(gb, name, value)
-                gb.launch_kept = launch
-                prefill_bwd._CALL_PLANS.clear()
-                gb._PLANS.clear()
-                print(f"arm {arm}, row {_ROW[0]}, D = {D}: (grid, HCHUNK) {sorted(set(map(str, launched)))}",
-                      flush=True)
-            if arm in KV_ARMS:
-                gb.gluon_backward = backward
-                prefill_bwd._CALL_PLANS.clear()
-                gb._PLANS.clear()
-                print(f"arm {arm}, row {_ROW[0]}, D = {D}: kv_split {sorted(set(launched))}", flush=True)
-            if arm in TAIL_ARMS:
+            if patch is not None:
                 for name, value in saved.items():
                     setattr(gb, name, value)
                 gb.launch_kept = launch
                 prefill_bwd._CALL_PLANS.clear()
                 gb._PLANS.clear()
-                print(f"arm {arm}, row {_ROW[0]}, D = {D}: (TAIL_LIMIT, TAIL_F, TAIL_P) {sorted(set(map(str, launched)))}",
-                      flush=True)
-            if arm in CHUNK_ARMS:
-                gb.HEAD_CHUNK_MB, gb.HEAD_CHUNK_FROM_D, gb.launch_kept = budget, from_d, launch
+                print(f"arm {arm}, row {_ROW[0]}, D = {D}: {label} {sorted(set(map(str, launched)))}", flush=True)
+            if arm in KV_ARMS:
+                gb.gluon_backward = backward
                 prefill_bwd._CALL_PLANS.clear()
                 gb._PLANS.clear()
-                print(f"arm {arm}, row {_ROW[0]}, D = {D}: HCHUNK {sorted(set(map(str, launched)))}", flush=True)
+                print(f"arm {arm}, row {_ROW[0]}, D = {D}: kv_split {sorted(set(launched))}", flush=True)
             if arm in SWITCH_ARMS:
                 copy = gb._attn_bwd_gluon_ws
                 gb._attn_bwd_gluon_ws, gb.launch_kept = kernel, launch

@@ -115,7 +115,7 @@ def test_scripts_report_recorded_runs_and_refuse_without_a_gpu(script, data, tmp
         assert mod.main(["--rounds", "1"]) == 2
 
 
-def test_bwd_block_m_arms_and_refusals(tmp_path):
+def test_bwd_block_m_arms_and_refusals(tmp_path, capsys):
     """``bwd_block_m.py``: its arms are the table's Gluon entry at D = 64 and that entry with 128 query rows (no lag;
     dQ shared or not), or without the lag; it refuses D = 128 (no such build) and runs nothing without a GPU."""
     from attnlab.gpu.config import _GLUON_BWD_64, _GLUON_BWD_64_CAUSAL
@@ -173,7 +173,7 @@ def test_bwd_block_m_arms_and_refusals(tmp_path):
     # the numbering and K/V split arms: switched while the arm runs, restored after, the library's kept plans dropped
     from attnlab.gpu import prefill_gluon_bwd as gb
 
-    calls, inside, chunks = [], {}, {}
+    calls, inside, chunks, switches = [], {}, {}, {}
 
     def recorder(q, k, *a, kv_split=1, **kw):  # (stands in for the Gluon backward the kv arms wrap)
         calls.append(kv_split)
@@ -188,21 +188,36 @@ def test_bwd_block_m_arms_and_refusals(tmp_path):
                 gb.gluon_backward(q, k)
                 gb.gluon_backward(q, torch.empty(1, 32, 1, 1))  # (MHA: nothing to split)
                 gb.gluon_backward(q, k, kv_split=4)  # (a deterministic call's own split is kept)
+                gb.launch_kept("kernel", (3, 4), {"TAIL_LIMIT": 5, "HCHUNK": 2})
+                switches[arm] = (gb.TAIL_PIECES, gb.HEAD_CHUNK_MB)
         return []
 
     order, saved_backward = gb.heads_first_default, gb.gluon_backward
     saved_chunks = (gb.head_chunk, gb.HEAD_CHUNK_FROM_D, gb.L2_CHUNKS)
+    saved_launch, saved_switches = gb.launch_kept, (gb.TAIL_PIECES, gb.HEAD_CHUNK_MB)
+    launches = []
+    gb.launch_kept = lambda k, grid, a, **kw: launches.append(k)
     gb._PLANS["stale"] = "plan"
     mod.ab_rounds.measure, gb.gluon_backward = arm_measure, recorder
     try:
+        capsys.readouterr()
         mod.measure(SimpleNamespace(rows=["gqa-8k"], D=[128], arms=["table", "kfirst", "hfirst", "kv2", "kv4", "kf1",
-                                                                    "kf2", "kf4", "l2chunks"], rounds=1))
+                                                                    "kf2", "kf4", "l2chunks", "whole", "hc16"],
+                                    rounds=1))
     finally:
-        mod.ab_rounds.measure, gb.gluon_backward = orig, saved_backward
+        mod.ab_rounds.measure, gb.gluon_backward, gb.launch_kept = orig, saved_backward, saved_launch
+    log = capsys.readouterr().out.splitlines()
+    assert "arm whole, row gqa-8k, D = 128: (TAIL_LIMIT, TAIL_F, TAIL_P) ['(5, None, None)']" in log
+    assert "arm hc16, row gqa-8k, D = 128: HCHUNK ['2']" in log
+    assert "arm kf2, row gqa-8k, D = 128: (grid, HCHUNK) ['((3, 4), 2)']" in log
+    assert "arm kv4, row gqa-8k, D = 128: kv_split [1, 4]" in log
+    assert launches == ["kernel"] * 11  # (every arm's launch went through to the launcher it found)
+    assert switches["whole"] == (False, saved_switches[1]) and switches["hc16"] == (saved_switches[0], 16)
+    assert switches["table"] == saved_switches == (gb.TAIL_PIECES, gb.HEAD_CHUNK_MB)
     assert inside["table"] == (True, False, False)  # (the library's: heads first below 8 waves, uneven walks only)
     assert inside["kfirst"] == (False, False, False) and inside["hfirst"] == (True, False, True)
     assert inside["kv2"] == inside["kv4"] == inside["table"]
-    assert calls == [1, 1, 4] * 3 + [2, 1, 4] + [4, 1, 4] + [1, 1, 4] * 4
+    assert calls == [1, 1, 4] * 3 + [2, 1, 4] + [4, 1, 4] + [1, 1, 4] * 6
     table_chunks = (saved_chunks[0](8, 4, 8192, 8192, 128), *saved_chunks[1:])
     assert chunks["table"] == chunks["kfirst"] == table_chunks and not table_chunks[2]
     assert [chunks[f"kf{c}"] for c in (1, 2, 4)] == [(None, 0, False), (2, 0, False), (4, 0, False)]
