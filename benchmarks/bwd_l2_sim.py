@@ -16,11 +16,12 @@ that misses takes as long as one that hits).
 
     python benchmarks/bwd_l2_sim.py [--rows gqa-8k causal8k] [--D 128] [--json out.json]
     python benchmarks/bwd_l2_sim.py --fit benchmarks/data/bwd-gluon-ablation-h200-run5.json \\
-        --predict benchmarks/data/prefill-h200-run36.json
+        --fit-chunks benchmarks/data/bwd-block-m-h200-run13.json --predict benchmarks/data/prefill-h200-run36.json
 
 ``--fit`` puts a time on the model's bytes: a run that timed shapes both ways gives, shape by shape, the time a GB of
-traffic costs (β) beside the balance's; ``--predict`` then says what the candidate numbering would make of a prefill
-run's causal GQA rows.
+traffic costs (β) beside the balance's; ``--fit-chunks`` fits one β to a run of the chunks-of-heads arms (every row at
+once, a T0 per row); ``--predict`` then says what the candidate numbering would make of a prefill run's causal GQA
+rows, with each β.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # (bwd_block_m's arms, also when loaded as a module)
 
 BLOCK_M, BLOCK_N, SMS = 64, 128, 132
 SHAPES = {  # row: (B, H, Hkv, N) at D = 64, causal (bwd_block_m.py's rows of the same names); H·D = 2048
@@ -196,6 +198,42 @@ def fit(ablation: list[dict], gpu: str = "H200") -> dict:
     return dict(rows=rows, beta_ms_per_gb=sum(mha) / len(mha) if mha else None)
 
 
+def fit_chunks(rows: list[dict], gpu: str = "H200") -> dict:
+    """β fitted to a ``bwd_block_m.py`` run's arms of chunks of heads (``CHUNK_ARMS``: hc0, hc16, ..., hcall — each a
+    numbering the model knows, whatever the library's table then was), by least squares over every row at once: one
+    T0 per row and head dim, one β. Returns β and each arm's measured and fitted time."""
+    import numpy as np
+    from bwd_block_m import CHUNK_ARMS
+
+    from attnlab.cost import get_gpu
+    from attnlab.gpu import prefill_gluon_bwd as gb
+
+    l2 = get_gpu(gpu).l2_bytes
+    points = []
+    for r in rows:
+        if r.get("arm") not in CHUNK_ARMS or r.get("row") not in SHAPES or "ms" not in r:
+            continue
+        B, H, Hkv, N = SHAPES[r["row"]]
+        D = r["D"]
+        h, hkv = H * 64 // D, Hkv * 64 // D
+        budget = CHUNK_ARMS[r["arm"]]
+        chunk = (gb.head_chunk(B * hkv, h // hkv, N, N, D, budget_mb=budget) if budget else None) or 1
+        m = simulate(B, h, hkv, N, D, f"kf{chunk}", l2)
+        points.append(dict(row=r["row"], D=D, arm=r["arm"], chunk=chunk, ms=r["ms"], balance=m["balance"],
+                           hbm_gb=m["hbm_gb"]))
+    shapes = sorted({(p["row"], p["D"]) for p in points})
+    if not points:
+        return dict(beta_ms_per_gb=None, points=[])
+    a = np.zeros((len(points), len(shapes) + 1))
+    for i, p in enumerate(points):
+        a[i, shapes.index((p["row"], p["D"]))] = p["balance"]
+        a[i, -1] = p["hbm_gb"]
+    x = np.linalg.lstsq(a, np.array([p["ms"] for p in points]), rcond=None)[0]
+    for p, fitted in zip(points, a @ x):
+        p["fitted_ms"] = float(fitted)
+    return dict(beta_ms_per_gb=float(x[-1]), points=points)
+
+
 def predict(prefill: list[dict], beta: float, order: str = "l2", gpu: str = "H200") -> list[dict]:
     """The backward of a prefill run's causal GQA rows in ``order`` against the library's numbering, by the fitted
     model: the backward's time is the row's forward+backward median less its forward median; T0 from it at the
@@ -255,6 +293,16 @@ def fit_table(fitted: dict) -> str:
     return "\n".join(lines) + f"\n\nβ (the multi-head rows' mean): {1000 * fitted['beta_ms_per_gb']:.1f} µs a GB\n"
 
 
+def fit_chunks_table(fitted: dict) -> str:
+    lines = ["| row | D | arm | chunk | balance | GB | measured ms | fitted ms |", "|---|---|---|---|---|---|---|---|"]
+    for p in fitted["points"]:
+        lines.append(f"| {p['row']} | {p['D']} | {p['arm']} | {p['chunk']} | {p['balance']:.3f} | {p['hbm_gb']:.2f} | "
+                     f"{p['ms']:.3f} | {p['fitted_ms']:.3f} |")
+    beta = fitted["beta_ms_per_gb"]
+    return "\n".join(lines) + ("\n\nβ (one for every row): " + (f"{1000 * beta:.1f} µs a GB" if beta is not None
+                                                                   else "none (no chunk arms)") + "\n")
+
+
 def predict_table(rows: list[dict]) -> str:
     lines = ["| D | B | H/Hkv | N | backward ms (measured) | predicted | × | forward+backward ms | predicted | × |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -274,26 +322,40 @@ def main(argv=None) -> int:
     ap.add_argument("--fit", type=Path, metavar="JSON",
                     help="a bwd_gluon_ablation.py run timing shapes heads first and key blocks first: fit the time a GB "
                          "of traffic costs")
+    ap.add_argument("--fit-chunks", type=Path, metavar="JSON",
+                    help="a bwd_block_m.py run with arms of chunks of heads (hc0 ... hcall): fit the time a GB of "
+                         "traffic costs over all its rows at once")
     ap.add_argument("--predict", type=Path, metavar="JSON",
-                    help="with --fit: a prefill.py bench run; predict its causal GQA rows' backward in the "
-                         "candidate numbering (L2_CHUNKS)")
+                    help="with --fit and/or --fit-chunks: a prefill.py bench run; predict its causal GQA rows' backward "
+                         "in the candidate numbering (L2_CHUNKS), once per fit")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     if args.json is not None and args.json.exists():
         ap.error(f"{args.json} exists: not overwritten")
-    if args.predict and not args.fit:
-        ap.error("--predict needs --fit")
-    for path in (args.fit, args.predict):
+    if args.predict and not (args.fit or args.fit_chunks):
+        ap.error("--predict needs --fit or --fit-chunks")
+    for path in (args.fit, args.fit_chunks, args.predict):
         if path is not None and not path.is_file():
             ap.error(f"no such file: {path}")
-    if args.fit:
-        fitted = fit(json.loads(args.fit.read_text())["rows"], args.gpu)
-        print(fit_table(fitted), end="")
-        out = dict(fit=fitted)
+    if args.fit or args.fit_chunks:
+        out, betas = {}, []
+        if args.fit:
+            out["fit"] = fitted = fit(json.loads(args.fit.read_text())["rows"], args.gpu)
+            print(fit_table(fitted), end="")
+            betas.append((args.fit.name, fitted["beta_ms_per_gb"]))
+        if args.fit_chunks:
+            out["fit_chunks"] = fitted = fit_chunks(json.loads(args.fit_chunks.read_text())["rows"], args.gpu)
+            print(("\n" if args.fit else "") + fit_chunks_table(fitted), end="")
+            betas.append((args.fit_chunks.name, fitted["beta_ms_per_gb"]))
         if args.predict:
-            pred = predict(json.loads(args.predict.read_text())["rows"], fitted["beta_ms_per_gb"], gpu=args.gpu)
-            print("\n" + predict_table(pred), end="")
-            out["predict"] = pred
+            rows = json.loads(args.predict.read_text())["rows"]
+            out["predict"] = {}
+            for name, beta in betas:
+                if beta is None or beta <= 0:
+                    print(f"\n{name}: no positive β fitted; no prediction from it")
+                    continue
+                out["predict"][name] = pred = predict(rows, beta, gpu=args.gpu)
+                print(f"\nWith β = {1000 * beta:.1f} µs a GB ({name}):\n\n" + predict_table(pred), end="")
     else:
         out = run(args.rows, args.D, args.orders, args.gpu)
         print(table(out), end="")

@@ -3,6 +3,7 @@ extremes, and the numbers the Gluon backward's ``L2_CHUNKS`` comment quotes are 
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 
@@ -105,3 +106,25 @@ def test_command_line_refusals(tmp_path, capsys):
     assert sim.main(["--rows", "gqa-4k", "--D", "64", "--orders", "table", "l2"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("| row | D | order | programs | balance |") and len(out) == 4
+
+
+def test_predictions_come_once_per_positive_fit(tmp_path, capsys, monkeypatch):
+    """``--fit-chunks`` and ``--predict``: a fit with no positive β (a run without traffic-heavy arms) says so and
+    predicts nothing; a positive one predicts the prefill run's causal GQA rows."""
+    runs = tmp_path / "arms.json"
+    runs.write_text(json.dumps({"rows": []}))
+    table = tmp_path / "table.json"
+    table.write_text(json.dumps({"rows": [dict(D=64, N=4096, B=1, H=8, Hkv=2, causal=True, provider="attnlab",
+                                               pass_=p, ms=ms) for p, ms in (("fwd", 0.5), ("fwd_bwd", 2.0))]}))
+    for beta, said in ((-0.1, "no positive β fitted"), (0.05, "With β = 50.0 µs a GB (arms.json)")):
+        monkeypatch.setattr(sim, "fit_chunks", lambda rows, gpu, b=beta: dict(beta_ms_per_gb=b, points=[]))
+        monkeypatch.setattr(sim, "predict", lambda rows, b, gpu: [dict(D=64, B=1, H=8, Hkv=2, N=4096, bwd_ms=1.5,
+                                                                       predicted_ms=1.4, speedup=1.5 / 1.4,
+                                                                       fwd_bwd_ms=2.0, predicted_fwd_bwd_ms=1.9,
+                                                                       fwd_bwd_speedup=2.0 / 1.9)])
+        capsys.readouterr()
+        assert sim.main(["--fit-chunks", str(runs), "--predict", str(table)]) == 0
+        out = capsys.readouterr().out
+        assert said in out and ("| 64 | 1 | 8/2 | 4096 | 1.500 | 1.400 | 1.071 |" in out) == (beta > 0)
+    with pytest.raises(SystemExit):
+        sim.main(["--fit-chunks", str(tmp_path / "missing.json")])

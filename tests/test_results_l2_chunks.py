@@ -23,6 +23,15 @@ def _beta() -> float:
     return sim.fit(json.loads((DATA / "bwd-gluon-ablation-h200-run5.json").read_text())["rows"])["beta_ms_per_gb"]
 
 
+@functools.cache
+def _fit13() -> dict:
+    return sim.fit_chunks(json.loads((DATA / "bwd-block-m-h200-run13.json").read_text())["rows"])
+
+
+def _beta13() -> float:
+    return _fit13()["beta_ms_per_gb"]
+
+
 def _v52() -> str:
     text = (ROOT / "benchmarks" / "NOTES-prefill.md").read_text()
     start = text.index("## v52 ")
@@ -100,9 +109,18 @@ def test_the_fit_and_the_predictions_are_the_models():
     # the prediction's rows
     rows = {(r["row"], r["D"], r["order"]): r for r in _sim(GQA, (64, 128), ("table", "l2", "hfirst", "kf1"))}
     t = {D: [rows[(row, D, "table")]["over_once"] for row in GQA] for D in (64, 128)}
-    assert (f"by the fitted model {span('speedup', 128)} at D = 128 (the rows it has moving "
-            f"{min(t[128]):.1f}–{max(t[128]):.1f}× their bytes now) and {span('speedup', 64)} at D = 64 "
+    both = pred + sim.predict(run36, _beta13())
+
+    def span2(key, D):
+        xs = [r[key] for r in both if r["D"] == D]
+        return f"{min(xs):.2f}–{max(xs):.2f}×"
+
+    assert (f"by the two fits {span2('speedup', 128)} at D = 128 (the rows the model has moving "
+            f"{min(t[128]):.1f}–{max(t[128]):.1f}× their bytes now) and {span2('speedup', 64)} at D = 64 "
             f"({min(t[64]):.1f}–{max(t[64]):.1f}×)") in text
+    assert (f"the candidate numbering {span2('speedup', 64)} the backward's speed at D = 64 and {span2('speedup', 128)} "
+            f"at D = 128 on prefill run 36's causal GQA rows, forward+backward {span2('fwd_bwd_speedup', 64)} and "
+            f"{span2('fwd_bwd_speedup', 128)}") in text
     kf1 = [rows[(row, D, "kf1")]["balance"] for row in ("gqa-4k", "gqa-8k") for D in (64, 128)]
     assert f"(gqa-4k, gqa-8k: {min(kf1):.2f}–{max(kf1):.2f} in the model)" in text
 
@@ -114,7 +132,37 @@ def test_docs_gpu_quotes_the_model():
     cand = [r["over_once"] for r in rows if r["order"] == "l2"]
     assert (f"move {min(table):.0f}–{max(table):.0f}× the bytes of reading every tile once, where chunks of key blocks "
             f"first whose rows fit in L2 move {min(cand):.1f}–{max(cand):.1f}×") in text
-    beta = _beta()
-    assert f"(`--fit`: about {1000 * beta:.0f} µs a GB of the model's traffic)" in text
-    pred = [r["speedup"] for r in sim.predict(json.loads((DATA / "prefill-h200-run36.json").read_text())["rows"], beta)]
+    run36 = json.loads((DATA / "prefill-h200-run36.json").read_text())["rows"]
+    pred = [r["speedup"] for b in (_beta(), _beta13()) for r in sim.predict(run36, b)]
     assert f"predicts such chunks {min(pred):.2f}–{max(pred):.2f}× faster on those calls' backward" in text
+
+
+def test_the_out_of_sample_check_is_run_13s():
+    text = _v52()
+    pts = _fit13()["points"]
+    shapes = sorted({(p["row"], p["D"]) for p in pts})
+    assert len(pts) == 24 and len(shapes) == 6
+    measured, modelled = [], []
+    for shape in shapes:
+        rows = [p for p in pts if (p["row"], p["D"]) == shape]
+        t0 = sum(p["balance"] * (p["ms"] - _beta() * p["hbm_gb"]) for p in rows) / sum(p["balance"] ** 2 for p in rows)
+        model = {p["arm"]: t0 * p["balance"] + _beta() * p["hbm_gb"] for p in rows}
+        ms = {p["arm"]: p["ms"] for p in rows}
+        measured.append(ms["hcall"] / min(v for k, v in ms.items() if k != "hcall") - 1)
+        modelled.append(model["hcall"] / min(v for k, v in model.items() if k != "hcall") - 1)
+    over = [b / a for a, b in zip(measured, modelled)]
+    assert (f"`hcall` measured {100 * min(measured):.1f}–{100 * max(measured):.1f} % slower than each row's fastest "
+            f"other arm; with run 5's β = {1000 * _beta():.1f} (a T0 per row) the model has it "
+            f"{100 * min(modelled):.1f}–{100 * max(modelled):.1f} % slower, overstating the penalty on "
+            f"{['no', 'one', 'two', 'three', 'four', 'five', 'six'][sum(o > 1 for o in over)]} rows of six (up to "
+            f"{max(over):.2f}×)") in text
+    # least squares: the residuals orthogonal to the traffic column and to each row's balance column
+    assert abs(sum((p["ms"] - p["fitted_ms"]) * p["hbm_gb"] for p in pts)) < 1e-9
+    for shape in shapes:
+        assert abs(sum((p["ms"] - p["fitted_ms"]) * p["balance"] for p in pts if (p["row"], p["D"]) == shape)) < 1e-9
+    err = [abs(p["fitted_ms"] / p["ms"] - 1) for p in pts]
+    assert (f"β = {1000 * _beta13():.1f} µs a GB, the fitted times within {100 * max(err):.1f} % of the measured ones "
+            f"({sum(e < 0.01 for e in err)} of 24 within 1 %)") in text
+    docs = " ".join((ROOT / "docs" / "gpu.md").read_text().split())
+    betas = sorted((1000 * _beta(), 1000 * _beta13()))
+    assert f"(`--fit`, `--fit-chunks`: {betas[0]:.0f}–{betas[1]:.0f} µs a GB of the model's traffic)" in docs
