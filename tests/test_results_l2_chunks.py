@@ -166,3 +166,38 @@ def test_the_out_of_sample_check_is_run_13s():
     docs = " ".join((ROOT / "docs" / "gpu.md").read_text().split())
     betas = sorted((1000 * _beta(), 1000 * _beta13()))
     assert f"(`--fit`, `--fit-chunks`: {betas[0]:.0f}–{betas[1]:.0f} µs a GB of the model's traffic)" in docs
+
+
+def test_the_schedule_paragraph_is_the_models():
+    text = _v52()
+    runs = {int(r): json.loads((DATA / f"prefill-h200-run{r}.json").read_text())["rows"] for r in (35, 36)}
+
+    def tf(run, provider):
+        return next(r["tflops"] for r in runs[run] if r["provider"] == provider and r["causal"] and r["D"] == 128
+                    and r["N"] == 8192 and r["pass_"] == "fwd_bwd")
+
+    assert (f"forward+backward: {tf(36, 'attnlab'):.0f} TFLOP/s against {tf(35, 'attnlab'):.0f} for the MHA row") in text
+    assert f"({tf(36, 'sdpa-cudnn'):.0f} against {tf(35, 'sdpa-cudnn'):.0f})" in text
+    rows = {(r["row"], r["D"], r["order"]): r for r in _sim(GQA, (64, 128), ("table", "kfirst", "kv2", "kv4"))}
+    progs = [rows[(row, D, "table")]["programs"] for row in GQA for D in (64, 128)]
+    assert f"The GQA causal rows run {min(progs)}–{max(progs):,} programs" in text
+
+    def bal(order, rows_=GQA):
+        xs = [rows[(row, D, order)]["balance"] for row in rows_ for D in (64, 128)]
+        return min(xs), max(xs)
+
+    lo, hi = bal("table")
+    assert f"within {100 * (lo - 1):.1f}–{100 * (hi - 1):.1f} % of a perfect balance" in text
+    for order in ("kv2", "kv4"):
+        lo, hi = bal(order)
+        assert f"`{order}` {lo:.3f}–{hi:.3f}" in text
+    k16, k8, k4 = bal("kfirst", ("gqa-16k",)), bal("kfirst", ("gqa-8k",)), bal("kfirst", ("gqa-4k",))
+    assert (f"`kfirst` {k16[0]:.3f}–{k16[1]:.3f} at 16K but {k8[0]:.3f}–{k8[1]:.3f} at 8K and {k4[0]:.3f}–{k4[1]:.3f} "
+            f"at 4K") in text
+    parts = 2 * 4 * 2 * 8192 * 128 * 4  # (B · Hkv · kv_split) heads of 8K × 128 float32 parts, dK's or dV's
+    assert f"`kv2` writes and reads {2 * parts / 1e6:.0f} MB of float32 parts each, ~{2 * 2 * parts / 4.8e12 * 1e6:.0f} µs" \
+        in text
+    bwd = {r["pass_"]: r["ms"] for r in runs[36] if r["provider"] == "attnlab" and r["causal"] and r["D"] == 128
+           and r["N"] == 8192}
+    assert f"{100 * 2 * 2 * parts / 4.8e12 * 1e3 / (bwd['fwd_bwd'] - bwd['fwd']):.0f} % of the backward's " \
+        f"{bwd['fwd_bwd'] - bwd['fwd']:.1f} ms" in text
