@@ -19,8 +19,19 @@ def _sim(rows: tuple, Ds: tuple, orders: tuple) -> tuple:
 
 
 @functools.cache
+def _fit5() -> dict:
+    return sim.fit(json.loads((DATA / "bwd-gluon-ablation-h200-run5.json").read_text())["rows"])
+
+
 def _beta() -> float:
-    return sim.fit(json.loads((DATA / "bwd-gluon-ablation-h200-run5.json").read_text())["rows"])["beta_ms_per_gb"]
+    return _fit5()["beta_ms_per_gb"]
+
+
+@functools.cache
+def _pred(fit: str) -> list:
+    """Prefill run 36's causal GQA rows predicted with run 5's β ("run5") or run 13's ("run13")."""
+    run36 = json.loads((DATA / "prefill-h200-run36.json").read_text())["rows"]
+    return sim.predict(run36, _beta() if fit == "run5" else _beta13())
 
 
 @functools.cache
@@ -71,8 +82,7 @@ def test_the_l2_paragraph_is_the_models():
 
 def test_the_fit_and_the_predictions_are_the_models():
     text = _v52()
-    ab = json.loads((DATA / "bwd-gluon-ablation-h200-run5.json").read_text())["rows"]
-    fitted = sim.fit(ab)
+    fitted = _fit5()
     mha = [r for r in fitted["rows"] if r["H"] == r["Hkv"]]
     gqa = [r for r in fitted["rows"] if r["H"] != r["Hkv"]]
     betas = [1000 * r["beta_ms_per_gb"] for r in mha]
@@ -84,7 +94,7 @@ def test_the_fit_and_the_predictions_are_the_models():
     assert (f"balance, {g['heads_first_balance']:.3f} against {g['key_blocks_first_balance']:.3f}, and gives "
             f"{1000 * g['beta_ms_per_gb']:.0f}") in text
     run36 = json.loads((DATA / "prefill-h200-run36.json").read_text())["rows"]
-    pred = sim.predict(run36, beta)
+    pred = _pred("run5")
     assert len(pred) == 6
 
     def span(key, D):
@@ -109,7 +119,7 @@ def test_the_fit_and_the_predictions_are_the_models():
     # the prediction's rows
     rows = {(r["row"], r["D"], r["order"]): r for r in _sim(GQA, (64, 128), ("table", "l2", "hfirst", "kf1"))}
     t = {D: [rows[(row, D, "table")]["over_once"] for row in GQA] for D in (64, 128)}
-    both = pred + sim.predict(run36, _beta13())
+    both = pred + _pred("run13")
 
     def span2(key, D):
         xs = [r[key] for r in both if r["D"] == D]
@@ -132,8 +142,7 @@ def test_docs_gpu_quotes_the_model():
     cand = [r["over_once"] for r in rows if r["order"] == "l2"]
     assert (f"move {min(table):.0f}–{max(table):.0f}× the bytes of reading every tile once, where chunks of key blocks "
             f"first whose rows fit in L2 move {min(cand):.1f}–{max(cand):.1f}×") in text
-    run36 = json.loads((DATA / "prefill-h200-run36.json").read_text())["rows"]
-    pred = [r["speedup"] for b in (_beta(), _beta13()) for r in sim.predict(run36, b)]
+    pred = [r["speedup"] for fit in ("run5", "run13") for r in _pred(fit)]
     assert f"predicts such chunks {min(pred):.2f}–{max(pred):.2f}× faster on those calls' backward" in text
 
 
@@ -163,6 +172,13 @@ def test_the_out_of_sample_check_is_run_13s():
     err = [abs(p["fitted_ms"] / p["ms"] - 1) for p in pts]
     assert (f"β = {1000 * _beta13():.1f} µs a GB, the fitted times within {100 * max(err):.1f} % of the measured ones "
             f"({sum(e < 0.01 for e in err)} of 24 within 1 %)") in text
+    g = next(r for r in _fit5()["rows"] if r["H"] != r["Hkv"])
+    kf = []
+    for beta in (_beta(), _beta13()):
+        t0 = (g["heads_first_ms"] - beta * g["heads_first_gb"]) / g["heads_first_balance"]
+        kf.append((t0 * g["key_blocks_first_balance"] + beta * g["key_blocks_first_gb"]) / g["key_blocks_first_ms"])
+    assert (f"either β puts its key-blocks-first time at {min(kf):.3f}–{max(kf):.3f}× the measured "
+            f"{g['key_blocks_first_ms']:.3f} ms") in text
     docs = " ".join((ROOT / "docs" / "gpu.md").read_text().split())
     betas = sorted((1000 * _beta(), 1000 * _beta13()))
     assert f"(`--fit`, `--fit-chunks`: {betas[0]:.0f}–{betas[1]:.0f} µs a GB of the model's traffic)" in docs
