@@ -33,7 +33,8 @@ from collections import OrderedDict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # (bwd_block_m's arms, also when loaded as a module)
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # (bwd_block_m's arms and det_order_sim's list schedule,
+# also when loaded as a module)
 
 BLOCK_M, BLOCK_N, SMS = 64, 128, 132
 SHAPES = {  # row: (B, H, Hkv, N) at D = 64, causal (bwd_block_m.py's rows of the same names); H·D = 2048
@@ -102,14 +103,11 @@ def walk(first: int, heads: int, n: int, N: int):
 
 def balance(progs: list[tuple[int, int, int]], N: int, sms: int = SMS) -> float:
     """The list schedule's makespan over a perfect balance, a program's time its steps (``det_order_sim``'s model)."""
-    import heapq
+    from det_order_sim import list_schedule
 
     n_qb = -(-N // BLOCK_M)
     sizes = [per * (n_qb - (n * BLOCK_N) // BLOCK_M) for _, per, n in progs]
-    free = [0] * sms
-    for size in sizes:
-        heapq.heappush(free, heapq.heappop(free) + size)
-    return max(free) * sms / sum(sizes)
+    return list_schedule(sizes, sms) * sms / sum(sizes)
 
 
 def simulate(B: int, H: int, Hkv: int, N: int, D: int, order: str, l2_bytes: int, sms: int = SMS) -> dict:

@@ -32,6 +32,10 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # (prefill.py's and decode_host.py's, also as a module)
+from decode_host import TINY  # noqa: E402
+from prefill import kv_heads, round_ratios  # noqa: E402
+
 PEER = "sdpa-cudnn"
 HOST_BAR_US = 20.0
 EAGER_BAR = 1.10
@@ -56,15 +60,13 @@ def prefill_pairs(runs: dict[str, list[dict]]) -> list[dict]:
         by: dict[tuple, dict] = {}
         for r in rows:
             if "ms" in r and r["D"] in (64, 128) and r["N"] >= 4096:
-                by.setdefault((r["D"], r["causal"], r["N"], r["pass_"], r["H"], r.get("Hkv", r["H"])), {})[
-                    r["provider"]] = r
+                by.setdefault((r["D"], r["causal"], r["N"], r["pass_"], r["H"], kv_heads(r)), {})[r["provider"]] = r
         for v in by.values():
             a, p = v.get("attnlab"), v.get(PEER)
             if a is None or p is None:
                 continue
-            ta, tp = a.get("ms_rounds") or [], p.get("ms_rounds") or []
-            rounds = [y / x for x, y in zip(ta, tp)] if len(ta) == len(tp) > 1 else []
-            out.append(dict(a, Hkv=a.get("Hkv", a["H"]), ratio=p["ms"] / a["ms"],
+            rounds = round_ratios(a, p)
+            out.append(dict(a, Hkv=kv_heads(a), ratio=p["ms"] / a["ms"],
                             worst_round=min(rounds) if rounds else p["ms"] / a["ms"], run=label))
     return out
 
@@ -114,7 +116,7 @@ def decode_bars(result: dict) -> list[dict]:
         empty = result.get("floors", {}).get(EMPTY_LAUNCH)
         beside = f"; empty launch {empty:.1f} µs, {min(kept) / empty:.2f}× it" if empty else ""
         bars.append(dict(bar="decode: a kept call's host time", measured=f"{min(kept):.1f} µs{beside}",
-                         where="B = 1, 32/8 heads, 256 keys, D = 128 (GPU time far below the host's)",
+                         where="B = {}, {}/{} heads, {} keys, D = {} (GPU time far below the host's)".format(*TINY),
                          needed=f"≤ {HOST_BAR_US:.0f} µs", met=min(kept) <= HOST_BAR_US))
     speed = result.get("speed", [])
     mine = [r for r in speed if r["provider"] == "attnlab"]
