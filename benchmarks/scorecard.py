@@ -14,7 +14,8 @@ was met):
   makes every call slow: the ratio is what the library controls);
 * **eager decode within 10 % of CUDA graphs** at 32K keys, batch 1, each head dim;
 * **small-batch decode at least cuDNN's speed under CUDA graphs**: the batch-1 shapes, GPU time replayed from
-  graphs;
+  graphs; once for attnlab's call with the lengths (``cache_seqlens``, as a server passes them), and once for the
+  call without them, the work SDPA's cuDNN call does;
 * **roofline columns**: every attnlab row of both tables carries ``attnlab.cost``'s roofline time.
 
     python benchmarks/scorecard.py --prefill benchmarks/data/prefill-h200-run35.json \\
@@ -43,6 +44,10 @@ GOAL_TFLOPS = 700.0
 KEPT_CALLS = ("attnlab.flash_decode (plan kept)", "flash_decode_triton (plan kept), again")
 EMPTY_LAUNCH = "triton_empty_1_arg, kernel[grid]"
 PASS_NAMES = {"fwd": "forward", "fwd_bwd": "forward+backward"}
+# the batch-1 bar by decode_host.py's provider: attnlab's call as a server makes it (with ``cache_seqlens``, all full:
+# its splits wait for the length before their first loads), and the work cuDNN's call does (no lengths)
+BATCH1_BARS = {"attnlab": "decode: batch 1 at or above cuDNN under CUDA graphs",
+               "attnlab-full": "decode: batch 1 at or above cuDNN under CUDA graphs, cuDNN's work (no lengths)"}
 
 
 def _where(r: dict) -> str:
@@ -126,14 +131,14 @@ def decode_bars(result: dict) -> list[dict]:
                          where=f"B = 1, {r['H']}/{r['Hkv']} heads, 32K keys", needed=f"≤ {EAGER_BAR:.2f}×",
                          met=r["eager_over_graph"] <= EAGER_BAR))
     peer = {(r["B"], r["H"], r["Hkv"], r["L"], r["D"]): r for r in speed if r["provider"] == PEER}
-    ratios = [(peer[k]["graph_us"] / r["graph_us"], r) for r in mine
-              if r["B"] == 1 and (k := (r["B"], r["H"], r["Hkv"], r["L"], r["D"])) in peer]
-    if ratios:
-        ratio, r = min(ratios, key=lambda x: x[0])
-        bars.append(dict(bar="decode: batch 1 at or above cuDNN under CUDA graphs",
-                         measured=f"{ratio:.3f}× ({len(ratios)} shapes; {sum(x < 1 for x, _ in ratios)} below 1)",
-                         where=f"{r['H']}/{r['Hkv']} heads, {r['L']} keys, D = {r['D']}", needed="≥ 1.00× on every shape",
-                         met=ratio >= 1.0))
+    for provider, bar in BATCH1_BARS.items():
+        ratios = [(peer[k]["graph_us"] / r["graph_us"], r) for r in speed
+                  if r["provider"] == provider and r["B"] == 1 and (k := (r["B"], r["H"], r["Hkv"], r["L"], r["D"])) in peer]
+        if ratios:
+            ratio, r = min(ratios, key=lambda x: x[0])
+            bars.append(dict(bar=bar, measured=f"{ratio:.3f}× ({len(ratios)} shapes; {sum(x < 1 for x, _ in ratios)} below 1)",
+                             where=f"{r['H']}/{r['Hkv']} heads, {r['L']} keys, D = {r['D']}",
+                             needed="≥ 1.00× on every shape", met=ratio >= 1.0))
     return bars
 
 

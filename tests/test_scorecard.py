@@ -83,7 +83,8 @@ def test_the_worst_round_is_the_lowest_round_by_round_ratio():
     assert pair["ratio"] == pytest.approx(1.1) and pair["worst_round"] == pytest.approx(0.9)
 
 
-def _host_result(kept=(17.0, 16.0), empty=10.0, eager=((128, 1.04), (64, 1.12)), graph=((11.0, 11.5), (30.0, 29.0))):
+def _host_result(kept=(17.0, 16.0), empty=10.0, eager=((128, 1.04), (64, 1.12)), graph=((11.0, 11.5), (30.0, 29.0)),
+                 full=None):
     speed = []
     for D, ratio in eager:
         speed.append(dict(B=1, H=32, Hkv=8, L=32768, D=D, provider="attnlab", eager_us=20.0 * ratio, graph_us=20.0,
@@ -92,6 +93,9 @@ def _host_result(kept=(17.0, 16.0), empty=10.0, eager=((128, 1.04), (64, 1.12)),
         shape = dict(B=1, H=64, Hkv=8, L=8192 * (i + 1), D=128)
         speed += [dict(shape, provider="attnlab", graph_us=mine, eager_us=mine * 2, eager_over_graph=2.0,
                        roofline_ms=0.007), dict(shape, provider="sdpa-cudnn", graph_us=peer)]
+        if full is not None:  # the call without lengths, cuDNN's work
+            speed.append(dict(shape, provider="attnlab-full", graph_us=full[i], eager_us=full[i] * 2,
+                              eager_over_graph=2.0, roofline_ms=0.007))
     speed.append(dict(B=8, H=32, Hkv=8, L=32768, D=128, provider="attnlab", graph_us=250.0, eager_us=251.0,
                       eager_over_graph=1.004))  # (batch 8: not a small-batch shape; no roofline: counted)
     host = [dict(call=c, host_us=t) for c, t in zip(card.KEPT_CALLS, kept)]
@@ -108,6 +112,14 @@ def test_decode_bars():
     small = bars["decode: batch 1 at or above cuDNN under CUDA graphs"]
     assert not small["met"] and small["measured"] == f"{29.0 / 30.0:.3f}× (2 shapes; 1 below 1)"
     assert small["where"] == "64/8 heads, 16384 keys, D = 128"
+    assert "decode: batch 1 at or above cuDNN under CUDA graphs, cuDNN's work (no lengths)" not in bars  # no such rows
+    same = _bars({}, _host_result(full=(10.0, 28.0)))["decode: batch 1 at or above cuDNN under CUDA graphs, cuDNN's "
+                                                     "work (no lengths)"]
+    assert same["met"] and same["measured"] == f"{29.0 / 28.0:.3f}× (2 shapes; 0 below 1)"
+    assert same["where"] == "64/8 heads, 16384 keys, D = 128"
+    slower = _bars({}, _host_result(full=(12.0, 28.0)))["decode: batch 1 at or above cuDNN under CUDA graphs, cuDNN's "
+                                                        "work (no lengths)"]
+    assert not slower["met"] and slower["measured"] == f"{11.5 / 12.0:.3f}× (2 shapes; 1 below 1)"
     roof = bars["roofline time beside every attnlab row"]
     assert roof["measured"] == "4 of 5 rows" and not roof["met"]
     slow = _bars({}, _host_result(kept=(25.0, 21.0)))["decode: a kept call's host time"]
