@@ -16,7 +16,10 @@ of eager decoding. Three parts (a fourth with ``--eager-ab``), each printed as a
    a loop of eager calls (one sync at the end) against the per-call time of the same calls captured
    in one CUDA graph, for attnlab and SDPA cuDNN; and TB/s over the K/V bytes read. ``attnlab`` passes
    the lengths (``cache_seqlens``, all full), as a server does; ``attnlab-full`` passes none, the work SDPA
-   does (the kernel then reads no lengths before it knows its keys).
+   does (the kernel then reads no lengths before it knows its keys). Each call twice: L2-warm (every call
+   on the same inputs: a cache smaller than the L2 stays in it) and L2-cold (the calls take copies of their
+   inputs in turn, one pass over them at least 3× the L2: every call reads its K/V from HBM, as a layer's
+   decode step does in a model).
 
 4. With ``--eager-ab``: eager calls of the batch-1 shapes with and without the in-kernel merge of small
    reads (``decode_plan.EAGER_FUSED_BELOW_US``), alternating in rounds in one process. ``--breakdown``
@@ -83,20 +86,28 @@ EAGER_WARMUP_S = 0.05
 def eager_us(fn, *, calls: int, rounds: int = 5) -> float:
     """Per-call µs of eager calls with the GPU's work included: the loop is timed to its final sync. First
     ``EAGER_WARMUP_S`` of calls untimed (run 21's table had the D = 64 shape's eager calls at 33.0 µs after
-    ten calls of warm-up, its A/B rounds 24.6 µs on the same call later in the same process)."""
+    ten calls of warm-up, its A/B rounds 24.6 µs on the same call later in the same process). ``fn``: one
+    callable, or a list of them (the same call on copies of its inputs), called in turn."""
+    order = _in_turn(fn, calls)
     t_end = time.perf_counter() + EAGER_WARMUP_S
     while time.perf_counter() < t_end:
-        for _ in range(10):
-            fn()
+        for f in order[:10]:
+            f()
     torch.cuda.synchronize()
     times = []
     for _ in range(rounds):
         t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
+        for f in order:
+            f()
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) / calls * 1e6)
     return statistics.median(times)
+
+
+def _in_turn(fn, calls: int) -> list:
+    """``calls`` callables: ``fn`` each time, or the callables of the list ``fn`` in turn."""
+    fns = fn if isinstance(fn, list) else [fn]
+    return [fns[i % len(fns)] for i in range(calls)]
 
 
 @functools.cache
@@ -110,8 +121,8 @@ def _decode_bench():
 
 def graph_us(fn, *, calls: int) -> float:
     """Per-call µs of ``calls`` calls captured in one CUDA graph (no host work): benchmarks/decode.py's
-    ``graph_ms`` (median of 5 replays)."""
-    return _decode_bench().graph_ms([fn] * calls, "cuda") * 1e3
+    ``graph_ms`` (median of 5 replays). ``fn``: one callable, or a list of them called in turn."""
+    return _decode_bench().graph_ms(_in_turn(fn, calls), "cuda") * 1e3
 
 
 def inputs(shape, dtype=torch.bfloat16):
@@ -361,26 +372,41 @@ def growing_row(shape, n: int) -> dict:
 
 
 def speed_rows(calls: int) -> list[dict]:
+    """Eager and CUDA-graph µs per call of attnlab (with the lengths, and without: ``attnlab-full``) and SDPA's cuDNN
+    backend on ``SHAPES``, two ways. L2-warm (``eager_us``, ``graph_us``): every call on the same inputs, so a cache
+    smaller than the L2 is read from it again and again. L2-cold (``eager_cold_us``, ``graph_cold_us``): the calls take
+    ``copies`` copies of the inputs in turn, enough that one pass over them is at least 3× the L2
+    (benchmarks/decode.py's ``_copies``), so each call reads its K/V from HBM, as one layer's decode step does after the
+    other layers' steps have been through the L2."""
     rows = []
     for shape in SHAPES:
         B, H, Hkv, L, D = shape
-        q, k, v, lens = inputs(shape)
-        nbytes = 2 * B * Hkv * L * D * q.element_size()
+        nbytes = 2 * B * Hkv * L * D * 2  # bf16 K and V
+        copies = _decode_bench()._copies(nbytes, "cuda")
+        per_copy = []
+        for q, k, v, lens in (inputs(shape) for _ in range(copies)):
+            def mine(q=q, k=k, v=v, lens=lens):
+                return attnlab.flash_decode(q, k, v, cache_seqlens=lens)
 
-        def mine(q=q, k=k, v=v, lens=lens):
-            return attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+            def full(q=q, k=k, v=v):  # no lengths: every sequence holds the whole cache, SDPA's own work
+                return attnlab.flash_decode(q, k, v)
 
-        def full(q=q, k=k, v=v):  # no lengths: every sequence holds the whole cache, SDPA's own work
-            return attnlab.flash_decode(q, k, v)
-
-        for name, fn in (("attnlab", mine), ("attnlab-full", full),
-                         ("sdpa-cudnn", sdpa_call(q, k, v, "CUDNN_ATTENTION"))):
+            per_copy.append({"attnlab": mine, "attnlab-full": full,
+                             "sdpa-cudnn": sdpa_call(q, k, v, "CUDNN_ATTENTION")})
+        for name, fn in per_copy[0].items():
             if fn is None:
                 continue
             eager, graph = eager_us(fn, calls=calls // 10), graph_us(fn, calls=50)
+            fns = [p[name] for p in per_copy]
+            eager_cold, graph_cold = eager_us(fns, calls=calls // 10), graph_us(fns, calls=50)
             rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "provider": name, "eager_us": eager,
                          "graph_us": graph, "eager_over_graph": eager / graph,
-                         "eager_tb_per_s": nbytes / eager / 1e6, "graph_tb_per_s": nbytes / graph / 1e6})
+                         "eager_tb_per_s": nbytes / eager / 1e6, "graph_tb_per_s": nbytes / graph / 1e6,
+                         "copies": copies, "eager_cold_us": eager_cold, "graph_cold_us": graph_cold,
+                         "eager_cold_over_graph": eager_cold / graph_cold,
+                         "graph_cold_tb_per_s": nbytes / graph_cold / 1e6})
+        per_copy = None
+        torch.cuda.empty_cache()
     return rows
 
 
@@ -835,14 +861,19 @@ def sweep_rows() -> list[dict]:
 def with_roofline(result: dict, gpu) -> dict:
     """Every speed row of ``result`` with ``roofline_ms`` (``attnlab.cost.decode.decode_roofline`` of its
     shape on ``gpu``, the preset matching the run's GPU), ``of_roofline`` (eager) and ``graph_of_roofline``
-    (CUDA graph): the share of the physical limit each call reaches. ``gpu`` None (no preset): unchanged."""
+    (CUDA graph), and where the row has L2-cold times ``cold_of_roofline`` and ``graph_cold_of_roofline``: the
+    share of the physical limit each call reaches. ``gpu`` None (no preset): unchanged."""
     if gpu is not None:
         for r in result["speed"]:
             r.setdefault("ms", r["eager_us"] * 1e-3)
             r.setdefault("graph_ms", r["graph_us"] * 1e-3)
+            if "graph_cold_us" in r:
+                r.setdefault("cold_ms", r["eager_cold_us"] * 1e-3)
+                r.setdefault("graph_cold_ms", r["graph_cold_us"] * 1e-3)
             add_fraction(r, decode_roofline_ms(batch=r["B"], heads=r["H"], kv_heads=r["Hkv"], seq=r["L"],
                                                head_dim=r["D"], gpu=gpu),
-                         measured=(("ms", "of_roofline"), ("graph_ms", "graph_of_roofline")))
+                         measured=(("ms", "of_roofline"), ("graph_ms", "graph_of_roofline"),
+                                   ("cold_ms", "cold_of_roofline"), ("graph_cold_ms", "graph_cold_of_roofline")))
         result["roofline_gpu"] = gpu.name
     return result
 
@@ -875,6 +906,19 @@ def markdown(result: dict) -> str:
               f"{r['graph_tb_per_s']:.2f} |"
               + (f" {r['roofline_ms'] * 1e3:.1f} | {percent(r.get('of_roofline'))} | "
                  f"{percent(r.get('graph_of_roofline'))} |" if roof else "") for r in result["speed"]]
+    cold = [r for r in result["speed"] if "graph_cold_us" in r]
+    if cold:
+        lines += ["", "The same calls L2-cold: each call on the next of several copies of its inputs (one pass over them "
+                      "at least 3× the L2), so that its K/V come from HBM" + (", against the same roofline" if roof else "")
+                  + ":", "",
+                  "| B | H/Hkv | L | D | provider | copies | eager µs | graph µs | eager/graph | graph TB/s |"
+                  + (" eager % | graph % |" if roof else ""),
+                  "|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if roof else "")]
+        lines += [f"| {r['B']} | {r['H']}/{r['Hkv']} | {r['L']} | {r['D']} | {r['provider']} | {r['copies']} | "
+                  f"{r['eager_cold_us']:.1f} | {r['graph_cold_us']:.1f} | {r['eager_cold_over_graph']:.2f} | "
+                  f"{r['graph_cold_tb_per_s']:.2f} |"
+                  + (f" {percent(r.get('cold_of_roofline'))} | {percent(r.get('graph_cold_of_roofline'))} |"
+                     if roof else "") for r in cold]
     if result.get("pdl"):
         lines += ["", "The merge kernel launched plainly and as a programmatic dependent launch (PDL), two rounds:", "",
                   "| B | H/Hkv | L | D | PDL | round | graph µs | eager µs |", "|---|---|---|---|---|---|---|---|"]

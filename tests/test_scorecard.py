@@ -84,7 +84,7 @@ def test_the_worst_round_is_the_lowest_round_by_round_ratio():
 
 
 def _host_result(kept=(17.0, 16.0), empty=10.0, eager=((128, 1.04), (64, 1.12)), graph=((11.0, 11.5), (30.0, 29.0)),
-                 full=None):
+                 full=None, cold=None):
     speed = []
     for D, ratio in eager:
         speed.append(dict(B=1, H=32, Hkv=8, L=32768, D=D, provider="attnlab", eager_us=20.0 * ratio, graph_us=20.0,
@@ -99,6 +99,12 @@ def _host_result(kept=(17.0, 16.0), empty=10.0, eager=((128, 1.04), (64, 1.12)),
     speed.append(dict(B=8, H=32, Hkv=8, L=32768, D=128, provider="attnlab", graph_us=250.0, eager_us=251.0,
                       eager_over_graph=1.004))  # (batch 8: not a small-batch shape; no roofline: counted)
     host = [dict(call=c, host_us=t) for c, t in zip(card.KEPT_CALLS, kept)]
+    if cold is not None:  # L2-cold times: every row's own times scaled by cold[provider]
+        for r in speed:
+            if r["provider"] in cold and "graph_us" in r:
+                r["graph_cold_us"] = r["graph_us"] * cold[r["provider"]]
+                if "eager_us" in r:
+                    r["eager_cold_us"] = r["eager_us"] * cold[r["provider"]] * cold.get("eager", 1.0)
     return dict(host=host, floors={card.EMPTY_LAUNCH: empty}, speed=speed)
 
 
@@ -124,6 +130,28 @@ def test_decode_bars():
     assert roof["measured"] == "4 of 5 rows" and not roof["met"]
     slow = _bars({}, _host_result(kept=(25.0, 21.0)))["decode: a kept call's host time"]
     assert not slow["met"] and slow["measured"].startswith("21.0 µs")
+
+
+def test_decode_bars_l2_cold():
+    """Runs with L2-cold times get the eager and batch-1 bars again on them (", L2 cold"); runs without get none."""
+    warm = _bars({}, _host_result())
+    assert not [b for b in warm if b.endswith(", L2 cold")]
+    bars = _bars({}, _host_result(cold={"attnlab": 1.2, "sdpa-cudnn": 1.3, "eager": 1.01}))
+    d64 = bars["decode: eager within 10 % of CUDA graphs, D = 64, L2 cold"]
+    assert d64["measured"] == f"{1.12 * 1.01:.3f}× ({22.4 * 1.2 * 1.01:.1f} against {20.0 * 1.2:.1f} µs)"
+    assert not d64["met"]  # (1.131×)
+    assert bars["decode: eager within 10 % of CUDA graphs, D = 128, L2 cold"]["met"]
+    small = bars["decode: batch 1 at or above cuDNN under CUDA graphs, L2 cold"]
+    worst = min(11.5 * 1.3 / (11.0 * 1.2), 29.0 * 1.3 / (30.0 * 1.2))  # (the warm bar's 0.967× is 1.047× cold)
+    assert small["met"] and small["measured"] == f"{worst:.3f}× (2 shapes; 0 below 1)"
+    assert small["where"] == "64/8 heads, 16384 keys, D = 128"
+    # the warm bars unchanged beside them
+    assert bars["decode: batch 1 at or above cuDNN under CUDA graphs"] == warm["decode: batch 1 at or above cuDNN under "
+                                                                              "CUDA graphs"]
+    # no L2-cold cuDNN rows: no L2-cold batch-1 bar
+    alone = _bars({}, _host_result(cold={"attnlab": 1.2}))
+    assert "decode: batch 1 at or above cuDNN under CUDA graphs, L2 cold" not in alone
+    assert "decode: eager within 10 % of CUDA graphs, D = 64, L2 cold" in alone
 
 
 def test_the_recorded_h200_runs():

@@ -1,0 +1,69 @@
+"""benchmarks/decode_host.py's L2-cold timings: calls taken in turn over copies of their inputs (``_in_turn``), the
+copy count from benchmarks/decode.py's rule, and the L2-cold table and roofline shares rendered from made-up rows
+(the GPU run makes the real ones); a run recorded before them renders as it did."""
+
+from __future__ import annotations
+
+import json
+
+from tests.helpers import ROOT, load_script
+
+host = load_script("benchmarks/decode_host.py")
+DATA = ROOT / "benchmarks" / "data"
+
+
+def test_calls_in_turn():
+    a, b, c = (lambda: "a"), (lambda: "b"), (lambda: "c")
+    assert host._in_turn(a, 4) == [a, a, a, a]
+    assert host._in_turn([a, b, c], 7) == [a, b, c, a, b, c, a]
+    assert host._in_turn([a], 2) == [a, a]
+
+
+def test_copies_cover_three_l2s_from_hbm():
+    """Each shape's copies make one pass more than 3× the H200 preset's L2 (and the fewest copies that reach 180 MB),
+    so a call's inputs were last read that many bytes ago."""
+    from attnlab.cost import get_gpu
+
+    copies = host._decode_bench()._copies
+    l2 = get_gpu("H200").l2_bytes
+    for B, H, Hkv, L, D in host.SHAPES:
+        nbytes = 2 * B * Hkv * L * D * 2
+        n = copies(nbytes, "cuda")
+        assert n * nbytes > 3 * l2 and n * nbytes >= 180e6 and (n == 1 or (n - 1) * nbytes < 180e6)
+    assert copies(2 * 8 * 8192 * 128 * 2, "cuda") == 6  # 64/8 heads over 8K keys: 33.5 MB a copy
+    assert copies(10, "cpu") == 1
+
+
+def _result(cold: bool) -> dict:
+    speed = []
+    for provider, eager, graph in (("attnlab", 12.0, 10.0), ("sdpa-cudnn", 40.0, 11.0)):
+        r = dict(B=1, H=64, Hkv=8, L=8192, D=128, provider=provider, eager_us=eager, graph_us=graph,
+                 eager_over_graph=eager / graph, eager_tb_per_s=33.554432 / eager, graph_tb_per_s=33.554432 / graph)
+        if cold:
+            r |= dict(copies=6, eager_cold_us=eager + 2.0, graph_cold_us=graph + 1.5,
+                      eager_cold_over_graph=(eager + 2.0) / (graph + 1.5), graph_cold_tb_per_s=33.554432 / (graph + 1.5))
+        speed.append(r)
+    return {"gpu": "NVIDIA H200", "torch": "2.11.0", "triton": "3.6.0", "floors": {"empty": 10.0},
+            "host": [{"call": "x", "host_us": 15.0}], "speed": speed}
+
+
+def test_the_l2_cold_table_and_its_roofline_shares():
+    text = host.markdown(_result(cold=True))
+    assert "The same calls L2-cold: each call on the next of several copies of its inputs" in text
+    rows = [ln for ln in text.splitlines() if ln.startswith("| 1 | 64/8 | 8192 | 128 |")]
+    assert len(rows) == 4  # the warm table's two rows and the cold table's two
+    roof = host.decode_roofline_ms(batch=1, heads=64, kv_heads=8, seq=8192, head_dim=128,
+                                   gpu=host.preset_for("NVIDIA H200")) * 1e3
+    assert rows[2] == (f"| 1 | 64/8 | 8192 | 128 | attnlab | 6 | 14.0 | 11.5 | {14.0 / 11.5:.2f} | {33.554432 / 11.5:.2f} "
+                       f"| {100 * roof / 14.0:.0f}% | {100 * roof / 11.5:.0f}% |")
+    result = host.with_roofline(_result(cold=True), host.preset_for("NVIDIA H200"))
+    mine = result["speed"][0]
+    assert mine["graph_cold_of_roofline"] == roof / 11.5 and mine["cold_of_roofline"] == roof / 14.0
+    assert mine["graph_of_roofline"] == roof / 10.0  # (the warm shares as before)
+
+
+def test_runs_without_cold_times_render_as_before():
+    assert "L2-cold" not in host.markdown(_result(cold=False))
+    recorded = json.loads((DATA / "decode-host-h200-run35.json").read_text())
+    assert "L2-cold" not in host.markdown(recorded)
+    assert not any("cold_of_roofline" in r for r in host.with_roofline(recorded, host.preset_for(recorded["gpu"]))["speed"])
