@@ -26,11 +26,11 @@ def test_copies_cover_three_l2s_from_hbm():
 
     copies = host._decode_bench()._copies
     l2 = get_gpu("H200").l2_bytes
-    for B, H, Hkv, L, D in host.SHAPES:
+    for B, _H, Hkv, L, D in host.SHAPES:
         nbytes = 2 * B * Hkv * L * D * 2
         n = copies(nbytes, "cuda")
         assert n * nbytes > 3 * l2 and n * nbytes >= 180e6 and (n == 1 or (n - 1) * nbytes < 180e6)
-    assert copies(2 * 8 * 8192 * 128 * 2, "cuda") == 6  # 64/8 heads over 8K keys: 33.5 MB a copy
+    assert copies(2 * 8 * 8192 * 128 * 2, "cuda") == 6  # 64/8 heads over 8K keys: 33.6 MB a copy
     assert copies(10, "cpu") == 1
 
 
@@ -67,3 +67,35 @@ def test_runs_without_cold_times_render_as_before():
     recorded = json.loads((DATA / "decode-host-h200-run35.json").read_text())
     assert "L2-cold" not in host.markdown(recorded)
     assert not any("cold_of_roofline" in r for r in host.with_roofline(recorded, host.preset_for(recorded["gpu"]))["speed"])
+
+
+def _v22() -> str:
+    text = (ROOT / "benchmarks" / "NOTES-decode.md").read_text()
+    start = text.index("## v22: ")
+    end = text.find("\n## ", start + 1)
+    return " ".join(text[start:end if end > 0 else None].split())
+
+
+def test_notes_v22_quotes_are_computed():
+    text = _v22()
+    copies = host._decode_bench()._copies
+    size = {shape: 2 * shape[0] * shape[2] * shape[3] * shape[4] * 2 for shape in host.SHAPES}
+    assert f"64/8 heads over 8K keys ({size[(1, 64, 8, 8192, 128)] / 1e6:.1f} MB of K and V)" in text
+    assert f"28/4 over 20,000 ({size[(1, 28, 4, 20000, 128)] / 1e6:.0f} MB)" in text
+    from attnlab.cost import get_gpu
+
+    assert f"the H200's {get_gpu('H200').l2_bytes // 2**20} MiB L2" in text
+    assert all(size[s] < get_gpu("H200").l2_bytes for s in ((1, 64, 8, 8192, 128), (1, 28, 4, 20000, 128)))
+    words = {2: "two", 6: "six"}
+    assert (f"{words[copies(size[(1, 64, 8, 8192, 128)], 'cuda')]} of them at 64/8 over 8K, "
+            f"{words[copies(size[(1, 32, 8, 32768, 128)], 'cuda')]} at 32/8 over 32K at D = 128") in text
+    run9 = json.loads((DATA / "decode-h200-run9-auto.json").read_text())["rows"]
+    cold = {r["provider"]: r["graph_ms"] * 1e3 for r in run9
+            if (r["B"], r["H"], r["Hkv"], r["L"], r["D"]) == (1, 32, 8, 32768, 128) and "graph_ms" in r}
+    assert f"timed {cold['attnlab']:.1f} µs for attnlab and {cold['sdpa-cudnn']:.1f} for cuDNN" in text
+    warm = {p: [r["graph_us"] for run in range(31, 36)
+                for r in json.loads((DATA / f"decode-host-h200-run{run}.json").read_text())["speed"]
+                if r["provider"] == p and (r["B"], r["H"], r["Hkv"], r["L"], r["D"]) == (1, 32, 8, 32768, 128)]
+            for p in ("attnlab", "sdpa-cudnn")}
+    assert (f"warm, timed {min(warm['attnlab']):.1f}–{max(warm['attnlab']):.1f} and "
+            f"{min(warm['sdpa-cudnn']):.1f}–{max(warm['sdpa-cudnn']):.1f})") in text
