@@ -99,3 +99,48 @@ def test_notes_v22_quotes_are_computed():
             for p in ("attnlab", "sdpa-cudnn")}
     assert (f"warm, timed {min(warm['attnlab']):.1f}–{max(warm['attnlab']):.1f} and "
             f"{min(warm['sdpa-cudnn']):.1f}–{max(warm['sdpa-cudnn']):.1f})") in text
+
+
+def test_speed_rows_time_each_provider_warm_and_over_its_copies(monkeypatch):
+    """``speed_rows``' wiring, its timers replaced: the warm times take one call of copy 0, the L2-cold ones the same
+    provider's call on every copy in turn; each row's ratios and TB/s come from those times."""
+    shape = (1, 4, 2, 64, 16)
+    nbytes = 2 * 1 * 2 * 64 * 16 * 2
+    monkeypatch.setattr(host, "SHAPES", [shape])
+    made = []
+
+    def inputs(s):
+        made.append(s)
+        return len(made) - 1, None, None, None  # (the copy's number in place of q)
+
+    def sdpa_call(q, k, v, backend):
+        return (lambda: None) if q != 1 else None  # (one copy without a cuDNN call: the provider's first copy decides)
+
+    seen = {}
+
+    def timer(kind):
+        def t(fn, *, calls):
+            seen.setdefault(kind, []).append(fn)
+            return {"eager": 12.0, "graph": 10.0, "eager_cold": 15.0, "graph_cold": 12.5}[kind + ("_cold" if isinstance(fn, list) else "")]
+        return t
+
+    monkeypatch.setattr(host, "inputs", inputs)
+    monkeypatch.setattr(host, "sdpa_call", sdpa_call)
+    monkeypatch.setattr(host, "eager_us", timer("eager"))
+    monkeypatch.setattr(host, "graph_us", timer("graph"))
+    monkeypatch.setattr(host._decode_bench(), "_copies", lambda n, device: 3 if n == nbytes else 0)
+    rows = host.speed_rows(calls=100)
+    assert len(made) == 3 and [r["provider"] for r in rows] == ["attnlab", "attnlab-full", "sdpa-cudnn"]
+    for r in rows[:2]:
+        assert r["copies"] == 3 and (r["eager_us"], r["graph_us"], r["eager_cold_us"], r["graph_cold_us"]) == (
+            12.0, 10.0, 15.0, 12.5)
+        assert r["eager_over_graph"] == 1.2 and r["eager_cold_over_graph"] == 1.2
+        assert r["graph_tb_per_s"] == nbytes / 10.0 / 1e6 and r["graph_cold_tb_per_s"] == nbytes / 12.5 / 1e6
+    # cuDNN refused copy 1: its warm times only
+    assert (rows[2]["eager_us"], rows[2]["graph_us"]) == (12.0, 10.0) and "graph_cold_us" not in rows[2]
+    warm = [fn for fn in seen["eager"] if not isinstance(fn, list)]
+    cold = [fn for fn in seen["eager"] if isinstance(fn, list)]
+    assert len(warm) == 3 and len(cold) == 2 and all(len(fns) == 3 for fns in cold)
+    assert [fns[0] for fns in cold] == warm[:2]  # the warm call is copy 0's
+    assert len({id(f) for fns in cold for f in fns}) == 6  # each copy's own call
+    assert [len(v) for v in seen.values()] == [5, 5]  # eager and graph alike
