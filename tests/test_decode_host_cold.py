@@ -144,3 +144,13 @@ def test_speed_rows_time_each_provider_warm_and_over_its_copies(monkeypatch):
     assert [fns[0] for fns in cold] == warm[:2]  # the warm call is copy 0's
     assert len({id(f) for fns in cold for f in fns}) == 6  # each copy's own call
     assert [len(v) for v in seen.values()] == [5, 5]  # eager and graph alike
+
+
+def test_docs_decode_quotes_the_sizes():
+    from attnlab.cost import get_gpu
+
+    docs = " ".join((ROOT / "docs" / "decode.md").read_text().split())
+    size = 2 * 1 * 8 * 8192 * 128 * 2
+    assert (f"64/8 heads over 8K keys is {size / 1e6:.1f} MB against the H200's {get_gpu('H200').l2_bytes // 2**20} "
+            f"MiB") in docs
+    assert "of at least 180 MB a pass" in docs and host._decode_bench()._copies(180e6 - 1, "cuda") == 2
