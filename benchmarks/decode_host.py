@@ -827,7 +827,9 @@ def merge_ab_markdown(rows: list[dict]) -> list[str]:
 
 def sweep_rows() -> list[dict]:
     """CUDA-graph µs of the small-batch shapes for each configuration and split count, beside the
-    split count the model picks: is a gap to cuDNN the kernel or the choice?"""
+    split count the model picks: is a gap to cuDNN the kernel or the choice? Each call L2-warm
+    (``graph_us``: the same inputs every call) and L2-cold (``graph_cold_us``: over ``copies`` copies of
+    them in turn, as ``speed_rows``)."""
     from attnlab.gpu import decode
 
     rows = []
@@ -835,27 +837,27 @@ def sweep_rows() -> list[dict]:
         B, H, Hkv, L, D = shape
         if B > 1:
             continue
-        q, k, v, lens = inputs(shape)
-        nbytes = 2 * B * Hkv * L * D * q.element_size()
+        nbytes = 2 * B * Hkv * L * D * 2  # bf16 K and V
+        copies = _decode_bench()._copies(nbytes, "cuda")
+        ins = [inputs(shape) for _ in range(copies)]
+        q = ins[0][0]
         for name, cfg in decode.decode_configs(D).items():
             picked = decode.choose_num_splits(batch=B, kv_heads=Hkv, seq=L, head_dim=D, device=q.device, config=cfg)
-            for S in sorted({4, 8, 12, 16, 24, 32, 48, 64, picked}):
-                def fn(q=q, k=k, v=v, S=S, cfg=cfg):
-                    return decode.flash_decode_triton(q, k, v, num_splits=S, config=cfg)
-                us = graph_us(fn, calls=50)
-                rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "config": name, "config_key": list(cfg.key),
-                             "fused_merge": cfg.fused_merge, "splits": S, "picked": S == picked, "graph_us": us,
-                             "graph_tb_per_s": nbytes / us / 1e6})
-            # the same calls with the other merge (the fused one, or the merge kernel), in the same run
             ocfg = replace(cfg, fused_merge=not cfg.fused_merge)
-            for S in sorted({16, 32, picked}):
-                def fn(q=q, k=k, v=v, S=S, cfg=ocfg):
-                    return decode.flash_decode_triton(q, k, v, num_splits=S, config=cfg)
-                us = graph_us(fn, calls=50)
-                rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D,
-                             "config": f"{name}, {'fused merge' if ocfg.fused_merge else 'merge kernel'}",
-                             "config_key": list(ocfg.key), "fused_merge": ocfg.fused_merge, "splits": S,
-                             "picked": S == picked, "graph_us": us, "graph_tb_per_s": nbytes / us / 1e6})
+            # the same calls with the other merge (the fused one, or the merge kernel) in the same run, fewer counts
+            for c, label, counts in ((cfg, name, {4, 8, 12, 16, 24, 32, 48, 64, picked}),
+                                     (ocfg, f"{name}, {'fused merge' if ocfg.fused_merge else 'merge kernel'}",
+                                      {16, 32, picked})):
+                for S in sorted(counts):
+                    fns = [lambda q=q, k=k, v=v, S=S, c=c: decode.flash_decode_triton(q, k, v, num_splits=S, config=c)
+                           for q, k, v, _ in ins]
+                    us, cold = graph_us(fns[0], calls=50), graph_us(fns, calls=50)
+                    rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "config": label,
+                                 "config_key": list(c.key), "fused_merge": c.fused_merge, "splits": S,
+                                 "picked": S == picked, "graph_us": us, "graph_tb_per_s": nbytes / us / 1e6,
+                                 "copies": copies, "graph_cold_us": cold, "graph_cold_tb_per_s": nbytes / cold / 1e6})
+        ins = None
+        torch.cuda.empty_cache()
     return rows
 
 
@@ -967,13 +969,16 @@ def markdown(result: dict) -> str:
                       "own) or by the merge kernel; arms in turns, cuDNN in every round:", ""]
         lines += merge_ab_markdown(result["graph_merge_ab"])
     if result.get("sweep"):
-        lines += ["", "CUDA-graph µs per split count and configuration (* the model's pick):", ""]
+        cold = any("graph_cold_us" in r for r in result["sweep"])
+        lines += ["", "CUDA-graph µs per split count and configuration (* the model's pick"
+                  + ("; L2-warm / L2-cold" if cold else "") + "):", ""]
         groups: dict = {}
         for r in result["sweep"]:
             groups.setdefault((r["B"], r["H"], r["Hkv"], r["L"], r["D"], r["config"]), []).append(r)
         lines += ["| B | H/Hkv | L | D | config | µs by split count |", "|---|---|---|---|---|---|"]
         for (B, H, Hkv, L, D, cfg), rs in groups.items():
-            cells = ", ".join(f"{r['splits']}{'*' if r['picked'] else ''}: {r['graph_us']:.1f}" for r in rs)
+            cells = ", ".join(f"{r['splits']}{'*' if r['picked'] else ''}: {r['graph_us']:.1f}"
+                              + (f" / {r['graph_cold_us']:.1f}" if "graph_cold_us" in r else "") for r in rs)
             lines.append(f"| {B} | {H}/{Hkv} | {L} | {D} | {cfg} | {cells} |")
     return "\n".join(lines) + "\n"
 

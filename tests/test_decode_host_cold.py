@@ -154,3 +154,36 @@ def test_docs_decode_quotes_the_sizes():
     assert (f"64/8 heads over 8K keys is {size / 1e6:.1f} MB against the H200's {get_gpu('H200').l2_bytes // 2**20} "
             f"MiB") in docs
     assert "of at least 180 MB a pass" in docs and host._decode_bench()._copies(180e6 - 1, "cuda") == 2
+
+
+def test_sweep_times_each_split_count_warm_and_over_the_copies(monkeypatch):
+    """``sweep_rows``' wiring, its timer replaced: for each configuration and split count one warm time (copy 0's call)
+    and one L2-cold time (the calls on every copy in turn); the table shows both where a run has both."""
+    import torch
+
+    shape = (1, 4, 2, 64, 16)
+    monkeypatch.setattr(host, "SHAPES", [shape, (2, 4, 2, 64, 16)])  # (batch 2: not swept)
+    monkeypatch.setattr(host, "inputs", lambda s: (torch.zeros(1, 4, 1, 16), None, None, None))
+    monkeypatch.setattr(host._decode_bench(), "_copies", lambda n, device: 2)
+    timed: list = []
+
+    def graph_us(fn, *, calls):
+        timed.append(fn)
+        return 20.0 if isinstance(fn, list) else 10.0
+
+    monkeypatch.setattr(host, "graph_us", graph_us)
+    rows = host.sweep_rows()
+    from attnlab.gpu import decode
+
+    configs = decode.decode_configs(16)
+    picked = {name: decode.choose_num_splits(batch=1, kv_heads=2, seq=64, head_dim=16, device="cpu", config=c)
+              for name, c in configs.items()}
+    expect = sum(len({4, 8, 12, 16, 24, 32, 48, 64, p}) + len({16, 32, p}) for p in picked.values())
+    assert len(rows) == expect and len(timed) == 2 * expect
+    assert all(r["graph_us"] == 10.0 and r["graph_cold_us"] == 20.0 and r["copies"] == 2 for r in rows)
+    assert all(isinstance(timed[i + 1], list) and len(timed[i + 1]) == 2 for i in range(0, len(timed), 2))
+    assert sum(r["picked"] for r in rows) == 2 * len(configs)
+    text = host.markdown({**_result(cold=False), "sweep": rows})
+    assert "(* the model's pick; L2-warm / L2-cold):" in text and "4: 10.0 / 20.0, 8: 10.0 / 20.0" in text
+    old = [{k: v for k, v in r.items() if "cold" not in k} for r in rows]
+    assert "L2-cold" not in host.markdown({**_result(cold=False), "sweep": old})
