@@ -20,3 +20,9 @@ def make_console(*, stderr: bool = False, **kwargs):
     if "width" not in kwargs and not console.is_terminal and not os.environ.get("COLUMNS"):
         console = Console(stderr=stderr, width=WIDE, **kwargs)
     return console
+
+
+def print_wrote(console, path) -> None:
+    """``wrote <path>`` on ``console``, the path whole whatever the width (never wrapped inside a name, so it can be
+    copied) and as written (no rich markup: a path may hold brackets)."""
+    console.print(f"wrote {path}", soft_wrap=True, markup=False, highlight=False)

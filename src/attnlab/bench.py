@@ -142,7 +142,7 @@ def run(bench: Benchmark, *, console=None, json_path: str | Path | None = None, 
     ``attnlab bench`` checks its ``--json`` path first (``attnlab._cliargs``) and writes it itself."""
     from rich.table import Table
 
-    from ._console import make_console
+    from ._console import make_console, print_wrote
 
     if int(rounds) != rounds or rounds < 1:
         raise ValueError(f"rounds must be a positive whole number, got {rounds!r}")
@@ -198,7 +198,7 @@ def run(bench: Benchmark, *, console=None, json_path: str | Path | None = None, 
         path = Path(json_path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(payload(bench, rows), indent=2))
-        console.print(f"wrote {path}")
+        print_wrote(console, path)
     return rows
 
 
@@ -240,7 +240,7 @@ def forward_benchmark(*, device: str, dtype: torch.dtype, seqs, head_dim: int = 
 
 def _bench_cmd(args) -> int:
     from ._cliargs import output_file, write_text
-    from ._console import make_console
+    from ._console import make_console, print_wrote
 
     # the output path is checked before anything is timed; `--json -` puts the JSON on stdout, the table on stderr
     json_out = args.json is not None
@@ -256,7 +256,7 @@ def _bench_cmd(args) -> int:
     if json_out:
         where = write_text(path, json.dumps(payload(b, rows), indent=2) + "\n", option="--json", force=args.force)
         if path is not None:
-            make_console().print(f"wrote {where}")
+            print_wrote(make_console(), where)
     return 0
 
 

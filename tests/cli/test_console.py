@@ -37,3 +37,32 @@ def test_columns_and_width_still_win(monkeypatch):
     assert make_console(file=io.StringIO()).width == 100
     monkeypatch.delenv("COLUMNS")
     assert make_console(file=io.StringIO(), width=60).width == 60
+
+
+def test_a_written_path_is_printed_whole(tmp_path, monkeypatch):
+    """``print_wrote``: a path longer than the console is one unbroken line, brackets and all (rich alone wraps it
+    inside a name and takes ``[x]`` for markup)."""
+    from attnlab._console import print_wrote
+
+    monkeypatch.setenv("COLUMNS", "30")
+    path = tmp_path / "a [x] folder" / ("deep" * 10) / "result.json"
+    plain = io.StringIO()
+    Console(file=plain).print(f"wrote {path}")
+    assert f"wrote {path}" not in plain.getvalue()  # what this helper prevents
+    out = io.StringIO()
+    print_wrote(make_console(file=out), path)
+    assert out.getvalue() == f"wrote {path}\n"
+
+
+def test_the_cli_prints_a_long_json_path_whole(tmp_path):
+    """``attnlab simulate --json`` under a narrow ``COLUMNS``: the path it names is the path it wrote, on one line."""
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / ("long-folder-name-" * 6) / "sim.json"
+    env = dict(os.environ, COLUMNS="40")
+    r = subprocess.run([sys.executable, "-I", "-m", "attnlab", "simulate", "--seq", "32", "--head-dim", "16",
+                        "--block", "16", "--json", str(path)], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    assert f"wrote {path}\n" in r.stdout and path.is_file()

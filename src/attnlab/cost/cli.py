@@ -138,7 +138,7 @@ def print_ring(est, console) -> None:
 
 
 def _estimate_cmd(args) -> int:
-    from .._console import make_console
+    from .._console import make_console, print_wrote
     from .estimate import estimate
 
     # every output path is checked before any work: a bad one costs nothing
@@ -162,13 +162,13 @@ def _estimate_cmd(args) -> int:
         where = write_text(json_path, json.dumps(est.to_dict(), indent=2, ensure_ascii=False) + "\n",
                            option="--json", force=args.force)
         if json_path is not None:
-            console.print(f"wrote {where}")
+            print_wrote(console, where)
     if plot_path is not None:
         from .plot import roofline_plot
 
         ks = [(a, k) for a, k in est.kernels() if "no cache" not in a and "from HBM" not in a]
         try:
-            console.print(f"wrote {roofline_plot(est.gpu, ks, plot_path)}")
+            print_wrote(console, roofline_plot(est.gpu, ks, plot_path))
         except OSError as e:
             raise ValueError(f"--plot {plot_path}: cannot write ({e.strerror or e})") from None
     return 0

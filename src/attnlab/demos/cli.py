@@ -27,7 +27,7 @@ def tour(*, out: str | Path = "attnlab-out", html: str | Path | None = None, for
     from rich.rule import Rule
 
     from .._cliargs import output_dir, output_file, write_text
-    from .._console import make_console
+    from .._console import make_console, print_wrote
     from . import DEMOS, available, page, run_demo
 
     html_path = output_file(html, option="--html", force=force) if html is not None else None
@@ -55,7 +55,7 @@ def tour(*, out: str | Path = "attnlab-out", html: str | Path | None = None, for
         text = page.page(sections, note=f"{len(ns)} demos in {total:.1f} s; every number on this page was "
                                         "computed by the run that wrote it.")
         res["html"] = write_text(html_path, text, option="--html", force=force)
-        console.print(f"wrote {res['html']}")
+        print_wrote(console, res["html"])
     return res
 
 

@@ -26,7 +26,7 @@ def _gib(value: str) -> int:
 
 
 def _simulate(args) -> int:
-    from attnlab._console import make_console
+    from attnlab._console import make_console, print_wrote
 
     from .simulate import simulate_forward
     from .tables import print_simulation
@@ -41,7 +41,7 @@ def _simulate(args) -> int:
     if args.json:
         where = write_text(json_path, json.dumps(result, indent=1) + "\n", option="--json", force=args.force)
         if json_path is not None:
-            console.print(f"wrote {where}")
+            print_wrote(console, where)
     return 0
 
 
