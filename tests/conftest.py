@@ -6,6 +6,8 @@
   (its parameters included) and the session seed, which is 0 unless ``ATTNLAB_SEED`` sets another
   (to replay a run, or to try new inputs). Hypothesis tests draw a seed from the example itself.
 * ``@pytest.mark.gpu`` tests need a CUDA GPU; without one they are skipped, test by test, at run time.
+* With ``-n`` (pytest-xdist) each worker process drops the ``COLUMNS`` and ``LINES`` that xdist gives it (80 × 24),
+  so the command-line tools the tests start print as they do under a plain ``pytest`` off a terminal.
 """
 
 import os
@@ -18,6 +20,10 @@ from hypothesis import settings
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)
 
 # Tests run many small tensor operations; on a small shared CPU a second intra-op thread makes them
 # several times slower (each op waits for a descheduled thread), and results do not depend on it.
