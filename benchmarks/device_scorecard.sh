@@ -3,8 +3,9 @@
 #   prefill  prefill.py bench with the multi-head and the GQA rows in one process (--gqa 1 4), D = 64 and 128,
 #            N = 4K, 8K and 16K, attnlab against SDPA's cuDNN backend and PyTorch's own choice, ROUNDS rounds (default
 #            3) with the order rotating and the clocks noted (about 200 s), into prefill-h200-runRUN.json;
-#   decode   decode_host.py without the split sweep (host floors, a kept call's host time, eager against CUDA
-#            graphs beside cuDNN), into decode-host-h200-runHOST_RUN.json;
+#   decode   decode_host.py (host floors, a kept call's host time, eager against CUDA graphs beside cuDNN, L2-warm
+#            and L2-cold), into decode-host-h200-runHOST_RUN.json; HOST_ARGS adds arguments (e.g. "--sweep": the
+#            batch-1 split sweep, warm and cold, about a minute more; raise HOST_S);
 #   card     the scorecard of the two files.
 # Run from the repository root on a CUDA machine; logs and JSON go to $OUT/card (default ./out-scorecard/card).
 set -uo pipefail
@@ -20,7 +21,7 @@ for phase in ${PHASES:-prefill decode card}; do
                  --providers attnlab,sdpa-cudnn,sdpa --flex-budget 0 --rounds ${ROUNDS:-3} --clocks \
                  --json "$PREFILL_JSON" --md "$D/prefill.md" > "$D/prefill.log" 2>&1
              echo "prefill: exit $? in $(( $(date +%s) - t0 ))s"; cat "$D/prefill.md" 2>/dev/null || tail -n 20 "$D/prefill.log" ;;
-    decode) timeout ${HOST_S:-200} python3 benchmarks/decode_host.py --json "$HOST_JSON" --md "$D/decode-host.md" \
+    decode) timeout ${HOST_S:-200} python3 benchmarks/decode_host.py ${HOST_ARGS:-} --json "$HOST_JSON" --md "$D/decode-host.md" \
                 > "$D/host.log" 2>&1
             echo "decode_host: exit $? in $(( $(date +%s) - t0 ))s"; cat "$D/decode-host.md" 2>/dev/null || tail -n 20 "$D/host.log" ;;
     card) python3 benchmarks/scorecard.py --prefill "$PREFILL_JSON" --decode-host "$HOST_JSON" --md "$D/scorecard.md" \
