@@ -46,6 +46,15 @@ def load_script(relative: str):
     return module
 
 
+def notes_section(name: str, heading: str) -> str:
+    """The section of ``benchmarks/<name>`` (a NOTES file) from the line starting with ``heading`` to the next
+    "## " heading, its whitespace collapsed (quotes checked against it may wrap anywhere)."""
+    text = (ROOT / "benchmarks" / name).read_text()
+    start = text.index(heading)
+    end = text.find("\n## ", start + 1)
+    return " ".join(text[start:end if end > 0 else None].split())
+
+
 def shape_id(s) -> str:
     return "B{}H{}Hkv{}Nq{}Nk{}D{}".format(*s)
 

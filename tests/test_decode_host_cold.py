@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from tests.helpers import ROOT, load_script
+from tests.helpers import ROOT, load_script, notes_section
 
 host = load_script("benchmarks/decode_host.py")
 DATA = ROOT / "benchmarks" / "data"
@@ -69,15 +69,8 @@ def test_runs_without_cold_times_render_as_before():
     assert not any("cold_of_roofline" in r for r in host.with_roofline(recorded, host.preset_for(recorded["gpu"]))["speed"])
 
 
-def _v22() -> str:
-    text = (ROOT / "benchmarks" / "NOTES-decode.md").read_text()
-    start = text.index("## v22: ")
-    end = text.find("\n## ", start + 1)
-    return " ".join(text[start:end if end > 0 else None].split())
-
-
 def test_notes_v22_quotes_are_computed():
-    text = _v22()
+    text = notes_section("NOTES-decode.md", "## v22: ")
     copies = host._decode_bench()._copies
     size = {shape: 2 * shape[0] * shape[2] * shape[3] * shape[4] * 2 for shape in host.SHAPES}
     assert f"64/8 heads over 8K keys ({size[(1, 64, 8, 8192, 128)] / 1e6:.1f} MB of K and V)" in text

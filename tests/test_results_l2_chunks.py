@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import json
 
-from tests.helpers import ROOT, load_script
+from tests.helpers import ROOT, load_script, notes_section
 
 sim = load_script("benchmarks/bwd_l2_sim.py")
 DATA = ROOT / "benchmarks" / "data"
@@ -44,10 +44,7 @@ def _beta13() -> float:
 
 
 def _v52() -> str:
-    text = (ROOT / "benchmarks" / "NOTES-prefill.md").read_text()
-    start = text.index("## v52 ")
-    end = text.find("\n## ", start + 1)
-    return " ".join(text[start:end if end > 0 else None].split())
+    return notes_section("NOTES-prefill.md", "## v52 ")
 
 
 def test_the_l2_paragraph_is_the_models():
