@@ -65,7 +65,8 @@ def _where(r: dict) -> str:
 def prefill_pairs(runs: dict[str, list[dict]]) -> list[dict]:
     """attnlab's rows with their cuDNN peer, of the bars' scope (D 64 and 128, N ≥ 4K), from every run ({label: its
     rows}): each with ``ratio`` (the peer's median ms over attnlab's), ``worst_round`` (the lowest round-by-round
-    ratio; the median where the rows were timed once) and ``run``."""
+    ratio; the median where the rows were timed once), where the rows noted the GPU's clock after every time
+    (``prefill.py --clocks``) ``worst_round_mhz`` (attnlab's and the peer's SM clock in that round), and ``run``."""
     out = []
     for label, rows in runs.items():
         by: dict[tuple, dict] = {}
@@ -77,8 +78,13 @@ def prefill_pairs(runs: dict[str, list[dict]]) -> list[dict]:
             if a is None or p is None:
                 continue
             rounds = round_ratios(a, p)
-            out.append(dict(a, Hkv=kv_heads(a), ratio=p["ms"] / a["ms"],
-                            worst_round=min(rounds) if rounds else p["ms"] / a["ms"], run=label))
+            pair = dict(a, Hkv=kv_heads(a), ratio=p["ms"] / a["ms"],
+                        worst_round=min(rounds) if rounds else p["ms"] / a["ms"], run=label)
+            i = rounds.index(min(rounds)) if rounds else None
+            states = [r.get("gpu_state") or [] for r in (a, p)]
+            if i is not None and all(len(st) > i and st[i].get("sm_mhz") for st in states):
+                pair["worst_round_mhz"] = (states[0][i]["sm_mhz"], states[1][i]["sm_mhz"])
+            out.append(pair)
     return out
 
 
@@ -100,9 +106,13 @@ def prefill_bars(runs: dict[str, list[dict]]) -> list[dict]:
             continue
         worst = min(rows, key=lambda r: r["ratio"])
         low = min(rows, key=lambda r: r["worst_round"])
+        mhz = low.get("worst_round_mhz")
+        parts = ([f" on {_where(low)}"] if low is not worst else []) + (  # the worst round's row, where it is another
+            [f" attnlab's SM clock {mhz[0]:.0f} MHz against cuDNN's {mhz[1]:.0f}"] if mhz else [])
+        clocks = ",".join(parts)
         bars.append(dict(bar=f"prefill {PASS_NAMES[p]} at or above cuDNN",
                          measured=f"{worst['ratio']:.3f}× ({len(rows)} rows; {sum(r['ratio'] < 1 for r in rows)} "
-                                  f"below 1; worst round {low['worst_round']:.2f}×)",
+                                  f"below 1; worst round {low['worst_round']:.2f}×{clocks})",
                          where=_where(worst), needed="≥ 1.00× on every row", met=worst["ratio"] >= 1.0))
     one_run = [label for label, rows in runs.items()
                if REQUIRED <= _cells([r for r in pairs if r["run"] == label])]

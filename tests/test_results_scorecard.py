@@ -46,6 +46,14 @@ def test_the_tables_are_computed():
 
 def test_quotes_are_computed():
     text = " ".join(_section().split())
+    pairs = card.prefill_pairs({n: json.loads((DATA / n).read_text())["rows"] for n in PREFILL})
+    for p, name in (("fwd_bwd", "forward+backward"), ("fwd", "forward")):
+        low = min((r for r in pairs if r["pass_"] == p), key=lambda r: r["worst_round"])
+        mhz = low["worst_round_mhz"]
+        assert mhz[0] < mhz[1]
+        quote = f"{low['worst_round']:.2f}× has attnlab at {mhz[0]:.0f} MHz against cuDNN's {mhz[1]:.0f}" if p == "fwd_bwd" \
+            else f"the {name}'s {low['worst_round']:.2f}× at {mhz[0]:.0f} against {mhz[1]:.0f}"
+        assert quote in text
     bars = {run: _bars(run) for run in HOST_RUNS}
     host = {run: b["decode: a kept call's host time"] for run, b in bars.items()}
     under = sum(h["met"] for h in host.values())

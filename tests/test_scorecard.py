@@ -83,6 +83,26 @@ def test_the_worst_round_is_the_lowest_round_by_round_ratio():
     assert pair["ratio"] == pytest.approx(1.1) and pair["worst_round"] == pytest.approx(0.9)
 
 
+def test_the_worst_round_names_its_row_and_clocks():
+    """The worst round's row where it is not the worst row, and the two providers' SM clocks in that round where the
+    rows noted them."""
+    rows = [_row(64, False, 4096, "fwd", "attnlab", 1.0, rounds=[1.0, 1.0, 1.0]),
+            _row(64, False, 4096, "fwd", "sdpa-cudnn", 1.01, rounds=[1.01, 1.01, 1.01]),
+            _row(128, True, 8192, "fwd", "attnlab", 1.0, rounds=[0.9, 1.2, 0.95]),
+            _row(128, True, 8192, "fwd", "sdpa-cudnn", 1.1, rounds=[1.1, 1.08, 1.1])]
+    rows[2]["gpu_state"] = [{"sm_mhz": 1900.0}, {"sm_mhz": 1400.0}, {"sm_mhz": 1800.0}]
+    rows[3]["gpu_state"] = [{"sm_mhz": 1700.0}, {"sm_mhz": 1750.0}, {"sm_mhz": 1720.0}]
+    bar = _bars({"r": rows})["prefill forward at or above cuDNN"]
+    assert bar["where"] == "D = 64, non-causal, 4K, forward"
+    assert bar["measured"] == (f"1.010× (2 rows; 0 below 1; worst round {1.08 / 1.2:.2f}× on D = 128, causal, 8K, "
+                               "forward, attnlab's SM clock 1400 MHz against cuDNN's 1750)")
+    del rows[3]["gpu_state"]  # no clocks: the row alone
+    bar = _bars({"r": rows})["prefill forward at or above cuDNN"]
+    assert bar["measured"].endswith(f"worst round {1.08 / 1.2:.2f}× on D = 128, causal, 8K, forward)")
+    same = [rows[2], rows[3]]  # the worst round on the worst row: no row named
+    assert _bars({"r": same})["prefill forward at or above cuDNN"]["measured"].endswith(f"worst round {1.08 / 1.2:.2f}×)")
+
+
 def _host_result(kept=(17.0, 16.0), empty=10.0, eager=((128, 1.04), (64, 1.12)), graph=((11.0, 11.5), (30.0, 29.0)),
                  full=None, cold=None):
     speed = []
