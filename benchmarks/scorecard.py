@@ -51,7 +51,7 @@ PASS_NAMES = {"fwd": "forward", "fwd_bwd": "forward+backward"}
 # its splits wait for the length before their first loads), and the work cuDNN's call does (no lengths)
 BATCH1_BARS = {"attnlab": "decode: batch 1 at or above cuDNN under CUDA graphs",
                "attnlab-full": "decode: batch 1 at or above cuDNN under CUDA graphs, cuDNN's work (no lengths)"}
-# the decode calls' times two ways (decode_host.py): every call on the same inputs (the bars' names as first kept), and
+# the decode calls' times two ways (decode_host.py): every call on the same inputs (bars named as before), and
 # L2-cold, each call on the next of several copies of its inputs (runs from decode-host run 36 on)
 L2_WAYS = (("", "eager_us", "graph_us"), (", L2 cold", "eager_cold_us", "graph_cold_us"))
 
