@@ -17,9 +17,9 @@ of eager decoding. Three parts (a fourth with ``--eager-ab``), each printed as a
    in one CUDA graph, for attnlab and SDPA cuDNN; and TB/s over the K/V bytes read. ``attnlab`` passes
    the lengths (``cache_seqlens``, all full), as a server does; ``attnlab-full`` passes none, the work SDPA
    does (the kernel then reads no lengths before it knows its keys). Each call twice: L2-warm (every call
-   on the same inputs: a cache smaller than the L2 stays in it) and L2-cold (the calls take copies of their
-   inputs in turn, one pass over them at least 3× the L2: every call reads its K/V from HBM, as a layer's
-   decode step does in a model).
+   on the same inputs: a cache smaller than the L2 stays in it) and L2-cold (the calls take copies of the
+   K/V cache in turn, one pass over them at least 3× the L2: every call reads its K/V from HBM, as a layer's
+   decode step does in a model; the query and the lengths, hot in a model, are one tensor each).
 
 4. With ``--eager-ab``: eager calls of the batch-1 shapes with and without the in-kernel merge of small
    reads (``decode_plan.EAGER_FUSED_BELOW_US``), alternating in rounds in one process. ``--breakdown``
@@ -87,7 +87,7 @@ def eager_us(fn, *, calls: int, rounds: int = 5) -> float:
     """Per-call µs of eager calls with the GPU's work included: the loop is timed to its final sync. First
     ``EAGER_WARMUP_S`` of calls untimed (run 21's table had the D = 64 shape's eager calls at 33.0 µs after
     ten calls of warm-up, its A/B rounds 24.6 µs on the same call later in the same process). ``fn``: one
-    callable, or a list of them (the same call on copies of its inputs), called in turn."""
+    callable, or a list of them (the same call on copies of its cache), called in turn."""
     order = _in_turn(fn, calls)
     t_end = time.perf_counter() + EAGER_WARMUP_S
     while time.perf_counter() < t_end:
@@ -375,16 +375,23 @@ def speed_rows(calls: int) -> list[dict]:
     """Eager and CUDA-graph µs per call of attnlab (with the lengths, and without: ``attnlab-full``) and SDPA's cuDNN
     backend on ``SHAPES``, two ways. L2-warm (``eager_us``, ``graph_us``): every call on the same inputs, so a cache
     smaller than the L2 is read from it again and again. L2-cold (``eager_cold_us``, ``graph_cold_us``): the calls take
-    ``copies`` copies of the inputs in turn, enough that one pass over them is at least 3× the L2
+    ``copies`` copies of the K/V cache in turn, enough that one pass over them is at least 3× the L2
     (benchmarks/decode.py's ``_copies``), so each call reads its K/V from HBM, as one layer's decode step does after the
-    other layers' steps have been through the L2."""
+    other layers' steps have been through the L2; the query and the lengths stay one tensor each (in a model the query
+    was just written and the lengths are read by every layer: both in L2)."""
     rows = []
     for shape in SHAPES:
         B, H, Hkv, L, D = shape
         nbytes = 2 * B * Hkv * L * D * 2  # bf16 K and V
         copies = _decode_bench()._copies(nbytes, "cuda")
         per_copy = []
+        q0, lens0 = None, None
         for q, k, v, lens in (inputs(shape) for _ in range(copies)):
+            # one query and one lengths tensor for every copy (the copies are of the cache): in a model the query was
+            # just written and every layer reads the same lengths, so both are in L2 when the cache is not
+            q0, lens0 = (q, lens) if q0 is None else (q0, lens0)
+            q, lens = q0, lens0
+
             def mine(q=q, k=k, v=v, lens=lens):
                 return attnlab.flash_decode(q, k, v, cache_seqlens=lens)
 
@@ -841,6 +848,7 @@ def sweep_rows() -> list[dict]:
         copies = _decode_bench()._copies(nbytes, "cuda")
         ins = [inputs(shape) for _ in range(copies)]
         q = ins[0][0]
+        ins = [(q, k, v, lens) for _, k, v, lens in ins]  # copies of the cache, one query (as ``speed_rows``)
         for name, cfg in decode.decode_configs(D).items():
             picked = decode.choose_num_splits(batch=B, kv_heads=Hkv, seq=L, head_dim=D, device=q.device, config=cfg)
             ocfg = replace(cfg, fused_merge=not cfg.fused_merge)
@@ -911,8 +919,8 @@ def markdown(result: dict) -> str:
                  f"{percent(r.get('graph_of_roofline'))} |" if roof else "") for r in result["speed"]]
     cold = [r for r in result["speed"] if "graph_cold_us" in r]
     if cold:
-        lines += ["", "The same calls L2-cold: each call on the next of several copies of its inputs (one pass over them "
-                      "at least 3× the L2), so that its K/V come from HBM" + (", against the same roofline" if roof else "")
+        lines += ["", "The same calls L2-cold: each call on the next of several copies of the K/V cache (one pass over "
+                      "them at least 3× the L2), so that its K/V come from HBM" + (", against the same roofline" if roof else "")
                   + ":", "",
                   "| B | H/Hkv | L | D | provider | copies | eager µs | graph µs | eager/graph | graph TB/s |"
                   + (" eager % | graph % |" if roof else ""),

@@ -17,8 +17,8 @@ was met):
   graphs; once for attnlab's call with the lengths (``cache_seqlens``, as a server passes them), and once for the
   call without them, the work SDPA's cuDNN call does;
 * the eager and batch-1 decode bars twice where the run has both timings: every call on the same inputs (a cache
-  smaller than the L2 is served from it) and L2-cold (", L2 cold": each call on the next of several copies of its
-  inputs, whose K/V then come from HBM, as in a model's decode step);
+  smaller than the L2 is served from it) and L2-cold (", L2 cold": each call on the next of several copies of the K/V
+  cache, which then comes from HBM, as in a model's decode step);
 * **roofline columns**: every attnlab row of both tables carries ``attnlab.cost``'s roofline time.
 
     python benchmarks/scorecard.py --prefill benchmarks/data/prefill-h200-run35.json \\
@@ -52,7 +52,7 @@ PASS_NAMES = {"fwd": "forward", "fwd_bwd": "forward+backward"}
 BATCH1_BARS = {"attnlab": "decode: batch 1 at or above cuDNN under CUDA graphs",
                "attnlab-full": "decode: batch 1 at or above cuDNN under CUDA graphs, cuDNN's work (no lengths)"}
 # the decode calls' times two ways (decode_host.py): every call on the same inputs (bars named as before), and
-# L2-cold, each call on the next of several copies of its inputs (runs from decode-host run 36 on)
+# L2-cold, each call on the next of several copies of the K/V cache (runs from decode-host run 36 on)
 L2_WAYS = (("", "eager_us", "graph_us"), (", L2 cold", "eager_cold_us", "graph_cold_us"))
 
 

@@ -49,7 +49,7 @@ def _result(cold: bool) -> dict:
 
 def test_the_l2_cold_table_and_its_roofline_shares():
     text = host.markdown(_result(cold=True))
-    assert "The same calls L2-cold: each call on the next of several copies of its inputs" in text
+    assert "The same calls L2-cold: each call on the next of several copies of the K/V cache" in text
     rows = [ln for ln in text.splitlines() if ln.startswith("| 1 | 64/8 | 8192 | 128 |")]
     assert len(rows) == 4  # the warm table's two rows and the cold table's two
     roof = host.decode_roofline_ms(batch=1, heads=64, kv_heads=8, seq=8192, head_dim=128,
@@ -96,7 +96,8 @@ def test_notes_v22_quotes_are_computed():
 
 def test_speed_rows_time_each_provider_warm_and_over_its_copies(monkeypatch):
     """``speed_rows``' wiring, its timers replaced: the warm times take one call of copy 0, the L2-cold ones the same
-    provider's call on every copy in turn; each row's ratios and TB/s come from those times."""
+    provider's call on every copy of the cache in turn, with one query and one lengths tensor; each row's ratios and
+    TB/s come from those times."""
     shape = (1, 4, 2, 64, 16)
     nbytes = 2 * 1 * 2 * 64 * 16 * 2
     monkeypatch.setattr(host, "SHAPES", [shape])
@@ -104,10 +105,11 @@ def test_speed_rows_time_each_provider_warm_and_over_its_copies(monkeypatch):
 
     def inputs(s):
         made.append(s)
-        return len(made) - 1, None, None, None  # (the copy's number in place of q)
+        n = len(made) - 1
+        return f"q{n}", f"k{n}", f"v{n}", f"lens{n}"  # (the copy's number in place of each tensor)
 
     def sdpa_call(q, k, v, backend):
-        return (lambda: None) if q != 1 else None  # (one copy without a cuDNN call: the provider's first copy decides)
+        return (lambda: None) if k != "k1" else None  # (one copy without a cuDNN call: the provider's first copy decides)
 
     seen = {}
 
@@ -136,6 +138,9 @@ def test_speed_rows_time_each_provider_warm_and_over_its_copies(monkeypatch):
     assert len(warm) == 3 and len(cold) == 2 and all(len(fns) == 3 for fns in cold)
     assert [fns[0] for fns in cold] == warm[:2]  # the warm call is copy 0's
     assert len({id(f) for fns in cold for f in fns}) == 6  # each copy's own call
+    # each copy's call reads its own cache with copy 0's query and lengths (hot in a model)
+    assert [f.__defaults__ for f in cold[0]] == [("q0", f"k{i}", f"v{i}", "lens0") for i in range(3)]
+    assert [f.__defaults__ for f in cold[1]] == [("q0", f"k{i}", f"v{i}") for i in range(3)]
     assert [len(v) for v in seen.values()] == [5, 5]  # eager and graph alike
 
 
@@ -175,6 +180,7 @@ def test_sweep_times_each_split_count_warm_and_over_the_copies(monkeypatch):
     assert len(rows) == expect and len(timed) == 2 * expect
     assert all(r["graph_us"] == 10.0 and r["graph_cold_us"] == 20.0 and r["copies"] == 2 for r in rows)
     assert all(isinstance(timed[i + 1], list) and len(timed[i + 1]) == 2 for i in range(0, len(timed), 2))
+    assert len({id(f.__defaults__[0]) for fns in timed if isinstance(fns, list) for f in fns}) == 1  # one query
     assert sum(r["picked"] for r in rows) == 2 * len(configs)
     text = host.markdown({**_result(cold=False), "sweep": rows})
     assert "(* the model's pick; L2-warm / L2-cold):" in text and "4: 10.0 / 20.0, 8: 10.0 / 20.0" in text
