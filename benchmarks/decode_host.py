@@ -23,7 +23,9 @@ of eager decoding. Three parts (a fourth with ``--eager-ab``), each printed as a
 
 4. With ``--eager-ab``: eager calls of the batch-1 shapes with and without the in-kernel merge of small
    reads (``decode_plan.EAGER_FUSED_BELOW_US``), alternating in rounds in one process. ``--breakdown``
-   instead times each step of a kept plan's call alone (the key, the outputs, the launches).
+   instead times each step of a kept plan's call alone (the key, the outputs, the launches). The A/B arms of
+   the split order (``--order-ab``) and of the merge (``--merge-ab``, ``--graph-merge-ab``) time each arm
+   L2-warm and L2-cold, as part 3 does.
 
     python benchmarks/decode_host.py [--calls 2000] [--json out.json] [--md out.md]
     python benchmarks/decode_host.py --report benchmarks/data/decode-host-h200-run6.json   # a recorded run
@@ -132,6 +134,21 @@ def inputs(shape, dtype=torch.bfloat16):
     v = torch.randn(B, Hkv, L, D, dtype=dtype, device="cuda")
     lens = torch.full((B,), L, dtype=torch.int32, device="cuda")
     return q, k, v, lens
+
+
+def cache_bytes(shape) -> int:
+    """Bytes of a shape's K and V cache in bf16."""
+    B, _H, Hkv, L, D = shape
+    return 2 * B * Hkv * L * D * 2
+
+
+def cache_copies(shape) -> list[tuple]:
+    """``inputs(shape)`` for each of the copies benchmarks/decode.py's ``_copies`` asks for at this cache size (one pass
+    over them at least 3× the L2), each with a K/V cache of its own and all with copy 0's query and lengths: in a model
+    the query was just written and every layer reads the same lengths, so both are in L2 when the cache is not."""
+    sets = [inputs(shape) for _ in range(_decode_bench()._copies(cache_bytes(shape), "cuda"))]
+    q, lens = sets[0][0], sets[0][3]
+    return [(q, k, v, lens) for _q, k, v, _lens in sets]
 
 
 def sdpa_call(q, k, v, backend: str):
@@ -382,15 +399,11 @@ def speed_rows(calls: int) -> list[dict]:
     rows = []
     for shape in SHAPES:
         B, H, Hkv, L, D = shape
-        nbytes = 2 * B * Hkv * L * D * 2  # bf16 K and V
-        copies = _decode_bench()._copies(nbytes, "cuda")
+        nbytes = cache_bytes(shape)
+        sets = cache_copies(shape)
+        copies = len(sets)
         per_copy = []
-        q0, lens0 = None, None
-        for q, k, v, lens in (inputs(shape) for _ in range(copies)):
-            # one query and one lengths tensor for every copy (the copies are of the cache): in a model the query was
-            # just written and every layer reads the same lengths, so both are in L2 when the cache is not
-            q0, lens0 = (q, lens) if q0 is None else (q0, lens0)
-            q, lens = q0, lens0
+        for q, k, v, lens in sets:
 
             def mine(q=q, k=k, v=v, lens=lens):
                 return attnlab.flash_decode(q, k, v, cache_seqlens=lens)
@@ -651,41 +664,48 @@ def order_ab_rows(rounds: int = 3, arms=ORDER_ARMS) -> list[dict]:
     ``decode_plan.SPLIT_ORDER`` and ``PREFETCH_TILES``), with the lengths (all full, and at 1/32 of the cache on
     the first shape: a short sequence in a long cache, where prefetched tiles past the length are wasted) and
     without them, and cuDNN's call, in ``rounds`` rounds in one process, the arms' order rotating by one each
-    round. Each arm's first call is checked against SDPA's math (``max_err``)."""
+    round; each warm (one call's inputs every time) and L2-cold (``graph_cold_us``, ``full_graph_cold_us``: the
+    calls on ``cache_copies`` in turn). Each arm's first call is checked against SDPA's math (``max_err``)."""
     from attnlab.gpu import decode, decode_plan
 
     saved = decode_plan.SPLIT_ORDER, decode_plan.PREFETCH_TILES
     rows = []
     cases = [(shape, shape[3]) for shape in SHAPES] + [(SHAPES[0], SHAPES[0][3] // 32)]
+
+    def timed(name, fns) -> dict:
+        return {name: graph_us(fns[0], calls=50), name.replace("graph", "graph_cold"): graph_us(fns, calls=50)}
+
     try:
         for shape, length in cases:
             B, H, Hkv, L, D = shape
-            q, k, v, _ = inputs(shape)
-            lens = torch.full((B,), length, dtype=torch.int32, device="cuda")
+            sets = cache_copies(shape)
+            q, k, v, lens = sets[0]
+            lens = torch.full_like(lens, length)
             ref = F.scaled_dot_product_attention(q.float(), k[:, :, :length].float(), v[:, :, :length].float(),
                                                  enable_gqa=True)
-            cudnn = sdpa_call(q, k[:, :, :length], v[:, :, :length], "CUDNN_ATTENTION") if length == L else None
+            mine = [lambda q=q, k=k, v=v, lens=lens: attnlab.flash_decode(q, k, v, cache_seqlens=lens) for q, k, v, _ in sets]
+            full = [lambda q=q, k=k, v=v: attnlab.flash_decode(q, k, v) for q, k, v, _ in sets]
+            peer = [sdpa_call(q, k, v, "CUDNN_ATTENTION") for q, k, v, _ in sets] if length == L else [None]
             for rnd in range(rounds):
                 turn = list(arms[rnd % len(arms):]) + list(arms[:rnd % len(arms)])
                 for order, prefetch in turn:
                     decode_plan.SPLIT_ORDER, decode_plan.PREFETCH_TILES = order, prefetch
                     decode.clear_plans()
-
-                    def mine(q=q, k=k, v=v, lens=lens):
-                        return attnlab.flash_decode(q, k, v, cache_seqlens=lens)
-
-                    def full(q=q, k=k, v=v):
-                        return attnlab.flash_decode(q, k, v)
-
-                    err = (mine()[0].float() - ref).abs().max().item()
+                    err = (mine[0]()[0].float() - ref).abs().max().item()
                     row = {"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "length": length, "round": rnd,
-                           "arm": order_arm(order, prefetch), "max_err": err, "graph_us": graph_us(mine, calls=50)}
+                           "arm": order_arm(order, prefetch), "max_err": err, "copies": len(sets)}
+                    row |= timed("graph_us", mine)
                     if length == L:
-                        row["full_graph_us"] = graph_us(full, calls=50)
+                        row |= timed("full_graph_us", full)
                     rows.append(row)
-                if cudnn is not None:
-                    rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "length": length, "round": rnd,
-                                 "arm": "sdpa-cudnn", "graph_us": graph_us(cudnn, calls=50)})
+                if peer[0] is not None:
+                    row = {"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "length": length, "round": rnd,
+                           "arm": "sdpa-cudnn", "graph_us": graph_us(peer[0], calls=50)}
+                    if None not in peer:
+                        row |= {"copies": len(sets), "graph_cold_us": graph_us(peer, calls=50)}
+                    rows.append(row)
+            sets = mine = full = peer = None
+            torch.cuda.empty_cache()
     finally:
         decode_plan.SPLIT_ORDER, decode_plan.PREFETCH_TILES = saved
         decode.clear_plans()
@@ -698,22 +718,33 @@ def order_ab_markdown(rows: list[dict]) -> list[str]:
     groups: dict = {}
     for r in rows:
         groups.setdefault((r["B"], r["H"], r["Hkv"], r["L"], r["D"], r["length"]), {}).setdefault(r["arm"], []).append(r)
+    cold = any("graph_cold_us" in r for r in rows)
     lines = ["| B | H/Hkv | L | D | keys | arm | graph µs, lengths (by round) | × cuDNN | graph µs, no lengths | × cuDNN "
-             "| max err |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| max err |" + (" L2-cold, lengths | × cuDNN | L2-cold, no lengths | × cuDNN |" if cold else ""),
+             "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" * 4 if cold else "")]
+
+    def by_round(rs, key) -> tuple[str, float | None]:
+        xs = [r[key] for r in rs if key in r]
+        return _rounds(rs, key), statistics.median(xs) if xs else None
+
+    def ratio(c, m, arm) -> str:
+        return f"{c / m:.3f}" if c and m and arm != "sdpa-cudnn" else "—"
+
     for (B, H, Hkv, L, D, length), arms in groups.items():
-        cudnn = arms.get("sdpa-cudnn")
-        c = statistics.median(r["graph_us"] for r in cudnn) if cudnn else None
+        cudnn = arms.get("sdpa-cudnn", [])
+        _, c = by_round(cudnn, "graph_us")
+        _, c_cold = by_round(cudnn, "graph_cold_us")
         for arm, rs in arms.items():
-            mine = [r["graph_us"] for r in rs]
-            full = [r["full_graph_us"] for r in rs if "full_graph_us" in r]
-            m = statistics.median(mine)
-            f = statistics.median(full) if full else None
+            mine, m = by_round(rs, "graph_us")
+            full, f = by_round(rs, "full_graph_us")
             err = max((r["max_err"] for r in rs if "max_err" in r), default=None)
-            lines.append(
-                f"| {B} | {H}/{Hkv} | {L} | {D} | {length} | {arm} | {' / '.join(f'{x:.2f}' for x in mine)} | "
-                f"{f'{c / m:.3f}' if c else '—'} | {' / '.join(f'{x:.2f}' for x in full) or '—'} | "
-                f"{f'{c / f:.3f}' if c and f and arm != 'sdpa-cudnn' else '—'} | "
-                f"{f'{err:.1e}' if err is not None else '—'} |")
+            line = (f"| {B} | {H}/{Hkv} | {L} | {D} | {length} | {arm} | {mine} | {f'{c / m:.3f}' if c else '—'} | "
+                    f"{full} | {ratio(c, f, arm)} | {f'{err:.1e}' if err is not None else '—'} |")
+            if cold:
+                (mine, m), (full, f) = by_round(rs, "graph_cold_us"), by_round(rs, "full_graph_cold_us")
+                line += (f" {mine} | {f'{c_cold / m:.3f}' if c_cold and m else '—'} | {full} | "
+                         f"{ratio(c_cold, f, arm)} |")
+            lines.append(line)
     return lines
 
 
@@ -728,40 +759,49 @@ def merge_arm(merge: str, rows) -> str:
 def _arm_rows(calls: int, rounds: int, arms, use) -> list[dict]:
     """CUDA-graph and eager µs of the library's default call (with the lengths) on every shape with each of ``arms``
     ((name, setting) pairs; ``use(setting)`` puts one in force), and cuDNN's call, in ``rounds`` rounds in one process,
-    the arms' order reversed every other round (``turns``). Each arm's first call is checked against SDPA's math
-    (``max_err``) and against the round's first arm bit for bit (``same_bits``); ``graph_fused``: whether its graphs
-    merged in the split kernel (a graph is captured on a stream of its own from the warm-up stream's plan, so any kept
-    plan's handed-out counter sets say so)."""
+    the arms' order reversed every other round (``turns``); each warm (one call's inputs every time) and L2-cold
+    (``graph_cold_us``, ``eager_cold_us``: the calls on ``cache_copies`` in turn, as ``speed_rows``). Each arm's first
+    call is checked against SDPA's math (``max_err``) and against the round's first arm bit for bit (``same_bits``);
+    ``graph_fused``: whether its graphs merged in the split kernel (a graph is captured on a stream of its own from the
+    warm-up stream's plan, so any kept plan's handed-out counter sets say so)."""
     from attnlab.gpu import decode, decode_plan
 
     rows = []
     for shape in SHAPES:
         B, H, Hkv, L, D = shape
-        q, k, v, lens = inputs(shape)
+        sets = cache_copies(shape)
+        q, k, v, lens = sets[0]
         ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
-        cudnn = sdpa_call(q, k, v, "CUDNN_ATTENTION")
+        peer = [sdpa_call(q, k, v, "CUDNN_ATTENTION") for q, k, v, _lens in sets]
+        mine = [lambda q=q, k=k, v=v, lens=lens: attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+                for q, k, v, lens in sets]
 
-        def mine(q=q, k=k, v=v, lens=lens):
-            return attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+        def times(fns) -> dict:  # (a backend that refuses a copy it took the first time: warm times only)
+            t = {"graph_us": graph_us(fns[0], calls=50), "eager_us": eager_us(fns[0], calls=calls // 10)}
+            if None not in fns:
+                t |= {"copies": len(fns), "graph_cold_us": graph_us(fns, calls=50),
+                      "eager_cold_us": eager_us(fns, calls=calls // 10)}
+            return t
 
         for rnd in range(rounds):
             first = None
             for name, setting in turns(arms, rnd):
                 use(setting)
                 decode.clear_plans()
-                out = mine()[0]
+                out = mine[0]()[0]
                 plan = next(iter(decode_plan._PLANS.values()))
                 same = None if first is None else bool(torch.equal(out, first))
                 first = out if first is None else first
-                graph = graph_us(mine, calls=50)
+                timed = times(mine)
                 fused = any(p.graph_slots is not None and p.graph_slots.next > 0 for p in decode_plan._PLANS.values())
                 rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "round": rnd, "arm": name,
                              "merge": plan.merge, "rows": plan.rows, "splits": plan.num_splits, "graph_fused": fused,
-                             "max_err": (out.float() - ref).abs().max().item(), "same_bits": same,
-                             "graph_us": graph, "eager_us": eager_us(mine, calls=calls // 10)})
-            if cudnn is not None:
-                rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "round": rnd, "arm": "sdpa-cudnn",
-                             "graph_us": graph_us(cudnn, calls=50), "eager_us": eager_us(cudnn, calls=calls // 10)})
+                             "max_err": (out.float() - ref).abs().max().item(), "same_bits": same} | timed)
+            if peer[0] is not None:
+                rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "round": rnd, "arm": "sdpa-cudnn"}
+                            | times(peer))
+        sets = mine = peer = first = out = None
+        torch.cuda.empty_cache()
     return rows
 
 
@@ -811,25 +851,43 @@ def merge_ab_markdown(rows: list[dict]) -> list[str]:
     groups: dict = {}
     for r in rows:
         groups.setdefault((r["B"], r["H"], r["Hkv"], r["L"], r["D"]), {}).setdefault(r["arm"], []).append(r)
+    cold = any("graph_cold_us" in r for r in rows)
     lines = ["| B | H/Hkv | L | D | arm | rows | graph µs (by round) | × cuDNN | eager µs (by round) | × cuDNN | "
-             "eager / graph | max err | bits as arm 1 |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "eager / graph | max err | bits as arm 1 |"
+             + (" L2-cold graph µs | × cuDNN | L2-cold eager µs | × cuDNN | eager / graph |" if cold else ""),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" * 5 if cold else "")]
+
+    def median(rs, key) -> float | None:
+        xs = [r[key] for r in rs if key in r]
+        return statistics.median(xs) if xs else None
+
     for (B, H, Hkv, L, D), arms in groups.items():
-        cudnn = arms.get("sdpa-cudnn")
-        cg = statistics.median(r["graph_us"] for r in cudnn) if cudnn else None
-        ce = statistics.median(r["eager_us"] for r in cudnn) if cudnn else None
+        cudnn = arms.get("sdpa-cudnn", [])
+        cg, ce = median(cudnn, "graph_us"), median(cudnn, "eager_us")
+        cgc, cec = median(cudnn, "graph_cold_us"), median(cudnn, "eager_cold_us")
         for arm, rs in arms.items():
-            g = statistics.median(r["graph_us"] for r in rs)
-            e = statistics.median(r["eager_us"] for r in rs)
+            g, e = median(rs, "graph_us"), median(rs, "eager_us")
             peer = arm == "sdpa-cudnn"
             same = [r["same_bits"] for r in rs if r.get("same_bits") is not None]
             graphs = " / ".join(f"{r['graph_us']:.2f}" for r in rs)
             eagers = " / ".join(f"{r['eager_us']:.2f}" for r in rs)
             err = "—" if peer else f"{max(r['max_err'] for r in rs):.1e}"
             bits = "—" if peer or not same else ("yes" if all(same) else "no")
-            lines.append(f"| {B} | {H}/{Hkv} | {L} | {D} | {arm} | {'—' if peer else rs[0]['rows']} | {graphs} | "
-                         f"{f'{cg / g:.3f}' if cg and not peer else '—'} | {eagers} | "
-                         f"{f'{ce / e:.3f}' if ce and not peer else '—'} | {e / g:.2f} | {err} | {bits} |")
+            line = (f"| {B} | {H}/{Hkv} | {L} | {D} | {arm} | {'—' if peer else rs[0]['rows']} | {graphs} | "
+                    f"{f'{cg / g:.3f}' if cg and not peer else '—'} | {eagers} | "
+                    f"{f'{ce / e:.3f}' if ce and not peer else '—'} | {e / g:.2f} | {err} | {bits} |")
+            if cold:
+                gc, ec = median(rs, "graph_cold_us"), median(rs, "eager_cold_us")
+                line += (f" {_rounds(rs, 'graph_cold_us')} | {f'{cgc / gc:.3f}' if cgc and gc and not peer else '—'} | "
+                         f"{_rounds(rs, 'eager_cold_us')} | {f'{cec / ec:.3f}' if cec and ec and not peer else '—'} | "
+                         f"{f'{ec / gc:.2f}' if ec and gc else '—'} |")
+            lines.append(line)
     return lines
+
+
+def _rounds(rows, key) -> str:
+    """``key``'s values of ``rows`` that have it, by round ("a / b / c"), or "—"."""
+    return " / ".join(f"{r[key]:.2f}" for r in rows if key in r) or "—"
 
 
 def sweep_rows() -> list[dict]:

@@ -186,3 +186,104 @@ def test_sweep_times_each_split_count_warm_and_over_the_copies(monkeypatch):
     assert "(* the model's pick; L2-warm / L2-cold):" in text and "4: 10.0 / 20.0, 8: 10.0 / 20.0" in text
     old = [{k: v for k, v in r.items() if "cold" not in k} for r in rows]
     assert "L2-cold" not in host.markdown({**_result(cold=False), "sweep": old})
+
+
+def _fake_library(monkeypatch, shape, copies):
+    """``inputs`` making small CPU tensors (each copy's K/V cache told apart by its first value), the library's call
+    replaced by one that returns its own K's first value, one kept plan, SDPA's call refused on copy 2 of 3, and the
+    timers by ones that say whether they got one call or several in turn."""
+    import types
+
+    import torch
+
+    from attnlab.gpu import decode, decode_plan
+
+    made = []
+
+    def inputs(s):
+        B, H, Hkv, L, D = s
+        n = len(made)
+        made.append(n)
+        return (torch.zeros(B, H, 1, D), torch.full((B, Hkv, L, D), float(n)), torch.zeros(B, Hkv, L, D),
+                torch.full((B,), L, dtype=torch.int32))
+
+    calls = []
+
+    def flash_decode(q, k, v, cache_seqlens=None):
+        calls.append((id(q), k[0, 0, 0, 0].item(), cache_seqlens is not None))
+        return torch.zeros_like(q), None
+
+    plan = types.SimpleNamespace(merge="kernel", rows=1, num_splits=4, graph_slots=None)
+    monkeypatch.setattr(host, "SHAPES", [shape])
+    monkeypatch.setattr(host, "inputs", inputs)
+    monkeypatch.setattr(host.attnlab, "flash_decode", flash_decode)
+    monkeypatch.setattr(decode_plan, "_PLANS", {"key": plan})
+    monkeypatch.setattr(decode, "clear_plans", lambda: None)
+    monkeypatch.setattr(host._decode_bench(), "_copies", lambda n, device: copies)
+    monkeypatch.setattr(host, "sdpa_call", lambda q, k, v, backend: None if k[0, 0, 0, 0].item() == 2 else (lambda: None))
+
+    def timer(kind):
+        def t(fn, *, calls):
+            if isinstance(fn, list):
+                for f in fn:
+                    f()
+                return {"graph": 12.0, "eager": 15.0}[kind] + len(fn)
+            fn()
+            return {"graph": 10.0, "eager": 11.0}[kind]
+        return t
+
+    monkeypatch.setattr(host, "graph_us", timer("graph"))
+    monkeypatch.setattr(host, "eager_us", timer("eager"))
+    return made, calls
+
+
+def test_merge_arms_time_each_arm_warm_and_over_the_copies(monkeypatch):
+    """``_arm_rows``' wiring (the merge A/B arms): each arm's warm times from copy 0's call, its L2-cold ones from the
+    calls on every copy in turn, each copy its own cache with one query and one lengths tensor; cuDNN, which refused a
+    copy here, keeps its warm times only; the table gains the L2-cold columns."""
+    shape = (1, 4, 2, 64, 16)
+    made, calls = _fake_library(monkeypatch, shape, copies=3)
+    used = []
+    rows = host._arm_rows(100, 2, [("a", 1), ("b", 2)], used.append)
+    assert len(made) == 3 and used == [1, 2, 2, 1]  # (the arms' order reversed every other round)
+    mine = [r for r in rows if r["arm"] != "sdpa-cudnn"]
+    assert len(mine) == 4 and all(
+        (r["graph_us"], r["eager_us"], r["copies"], r["graph_cold_us"], r["eager_cold_us"]) == (10.0, 11.0, 3, 15.0, 18.0)
+        for r in mine)
+    assert all(r["same_bits"] is (None if i % 2 == 0 else True) for i, r in enumerate(mine))
+    cudnn = [r for r in rows if r["arm"] == "sdpa-cudnn"]
+    assert len(cudnn) == 2 and all((r["graph_us"], r["eager_us"]) == (10.0, 11.0) and "graph_cold_us" not in r
+                                   for r in cudnn)
+    # per arm: the check call, the warm graph and eager calls (copy 0), then each copy in turn for each cold timer
+    assert {q for q, _, _ in calls} == {calls[0][0]} and all(lens for _, _, lens in calls)
+    assert [k for _, k, _ in calls[:9]] == [0.0, 0.0, 0.0, 0.0, 1.0, 2.0, 0.0, 1.0, 2.0]
+    lines = host.merge_ab_markdown(rows)
+    assert lines[0].endswith("| L2-cold graph µs | × cuDNN | L2-cold eager µs | × cuDNN | eager / graph |")
+    a = next(ln for ln in lines if "| a |" in ln).split(" | ")
+    assert a[13:] == ["15.00 / 15.00", "—", "18.00 / 18.00", "—", f"{18.0 / 15.0:.2f} |"]
+    assert len(lines[1].split("|")) == len(lines[0].split("|"))
+
+
+def test_order_arms_time_each_arm_warm_and_over_the_copies(monkeypatch):
+    """``order_ab_rows``' wiring: with and without the lengths, each arm's warm graph time from copy 0's call and its
+    L2-cold one from every copy in turn; the short-length case (no cuDNN row) too; the table's L2-cold columns and their
+    ratios to cuDNN's L2-cold median."""
+    import torch
+
+    shape = (1, 4, 2, 64, 16)
+    made, calls = _fake_library(monkeypatch, shape, copies=2)
+    monkeypatch.setattr(host.F, "scaled_dot_product_attention", lambda q, k, v, enable_gqa: torch.zeros_like(q))
+    rows = host.order_ab_rows(rounds=1, arms=(("strided", 0),))
+    assert len(made) == 4  # two copies for each of the two cases
+    full, short = [r for r in rows if r["length"] == 64], [r for r in rows if r["length"] == 2]
+    assert [r["arm"] for r in full] == ["strided", "sdpa-cudnn"] and [r["arm"] for r in short] == ["strided"]
+    assert (full[0]["graph_us"], full[0]["graph_cold_us"], full[0]["full_graph_us"], full[0]["full_graph_cold_us"]) == (
+        10.0, 14.0, 10.0, 14.0)
+    assert (full[1]["graph_us"], full[1]["graph_cold_us"]) == (10.0, 14.0)
+    assert "full_graph_us" not in short[0] and short[0]["graph_cold_us"] == 14.0
+    lines = host.order_ab_markdown(rows)
+    assert lines[0].endswith("| L2-cold, lengths | × cuDNN | L2-cold, no lengths | × cuDNN |")
+    assert lines[2].split(" | ")[11:] == ["14.00", "1.000", "14.00", "1.000 |"]
+    assert lines[4].split(" | ")[11:] == ["14.00", "—", "—", "— |"]
+    old = [{k: v for k, v in r.items() if "cold" not in k} for r in rows]
+    assert "L2-cold" not in "\n".join(host.order_ab_markdown(old))
