@@ -902,11 +902,9 @@ def sweep_rows() -> list[dict]:
         B, H, Hkv, L, D = shape
         if B > 1:
             continue
-        nbytes = 2 * B * Hkv * L * D * 2  # bf16 K and V
-        copies = _decode_bench()._copies(nbytes, "cuda")
-        ins = [inputs(shape) for _ in range(copies)]
-        q = ins[0][0]
-        ins = [(q, k, v, lens) for _, k, v, lens in ins]  # copies of the cache, one query (as ``speed_rows``)
+        nbytes = cache_bytes(shape)
+        ins = cache_copies(shape)
+        copies, q = len(ins), ins[0][0]
         for name, cfg in decode.decode_configs(D).items():
             picked = decode.choose_num_splits(batch=B, kv_heads=Hkv, seq=L, head_dim=D, device=q.device, config=cfg)
             ocfg = replace(cfg, fused_merge=not cfg.fused_merge)
