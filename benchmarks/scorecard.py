@@ -25,6 +25,12 @@ was met):
         benchmarks/data/prefill-h200-run36.json --decode-host benchmarks/data/decode-host-h200-run35.json
     python benchmarks/scorecard.py --prefill table.json --decode-host host.json --json card.json --md card.md
     python benchmarks/scorecard.py --decode-history benchmarks/data/decode-host-h200-run3{1,2,3,4,5}.json
+    python benchmarks/scorecard.py --standing --prefill benchmarks/data/prefill-h200-run3{5,6}.json \
+        --decode-history benchmarks/data/decode-host-h200-run3{1,2,3,4,5}.json     # the README's table
+
+``--standing`` prints, in place of the bars, what a reader asks first: the span of attnlab's speed over cuDNN's and
+over SDPA's own choice on the prefill rows, the fastest D = 128 forward, and the spans over the decode host runs of
+decode against cuDNN, eager against CUDA graphs and a call's host time.
 
 Nothing is timed here: the numbers are the recorded runs' own.
 """
@@ -33,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -41,6 +48,7 @@ from decode_host import TINY  # noqa: E402
 from prefill import kv_heads, round_ratios  # noqa: E402
 
 PEER = "sdpa-cudnn"
+PEER_NAME = "cuDNN"
 HOST_BAR_US = 20.0
 EAGER_BAR = 1.10
 GOAL_TFLOPS = 700.0
@@ -62,11 +70,11 @@ def _where(r: dict) -> str:
             f"{PASS_NAMES.get(r['pass_'], r['pass_'])}{heads}")
 
 
-def prefill_pairs(runs: dict[str, list[dict]]) -> list[dict]:
-    """attnlab's rows with their cuDNN peer, of the bars' scope (D 64 and 128, N ≥ 4K), from every run ({label: its
-    rows}): each with ``ratio`` (the peer's median ms over attnlab's), ``worst_round`` (the lowest round-by-round
-    ratio; the median where the rows were timed once), where the rows noted the GPU's clock after every time
-    (``prefill.py --clocks``) ``worst_round_mhz`` (attnlab's and the peer's SM clock in that round), and ``run``."""
+def prefill_pairs(runs: dict[str, list[dict]], peer: str = PEER) -> list[dict]:
+    """attnlab's rows with their ``peer``'s (cuDNN's by default), of the bars' scope (D 64 and 128, N ≥ 4K), from every
+    run ({label: its rows}): each with ``ratio`` (the peer's median ms over attnlab's), ``worst_round`` (the lowest
+    round-by-round ratio; the median where the rows were timed once), where the rows noted the GPU's clock after every
+    time (``prefill.py --clocks``) ``worst_round_mhz`` (attnlab's and the peer's SM clock in that round), and ``run``."""
     out = []
     for label, rows in runs.items():
         by: dict[tuple, dict] = {}
@@ -74,7 +82,7 @@ def prefill_pairs(runs: dict[str, list[dict]]) -> list[dict]:
             if "ms" in r and r["D"] in (64, 128) and r["N"] >= 4096:
                 by.setdefault((r["D"], r["causal"], r["N"], r["pass_"], r["H"], kv_heads(r)), {})[r["provider"]] = r
         for v in by.values():
-            a, p = v.get("attnlab"), v.get(PEER)
+            a, p = v.get("attnlab"), v.get(peer)
             if a is None or p is None:
                 continue
             rounds = round_ratios(a, p)
@@ -190,6 +198,117 @@ def history(results: dict[str, dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+STANDING_PEERS = (("sdpa-cudnn", "cuDNN (SDPA's fastest backend)"), ("sdpa", "SDPA's own choice of backend"))
+
+
+def _span(xs, digits: int = 2) -> str:
+    lo, hi = f"{min(xs):.{digits}f}", f"{max(xs):.{digits}f}"
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
+def _runs(labels) -> str:
+    """Recorded runs' file names as a reader says them: "prefill-h200-run35.json", "prefill-h200-run36.json" ->
+    "prefill runs 35, 36"; five consecutive decode-host runs -> "decode-host runs 31–35"."""
+    by: dict[str, list[int]] = {}
+    for label in labels:
+        m = re.fullmatch(r"(.+?)-h200-run(\d+)(?:\.json)?", label)
+        name, n = (m.group(1), int(m.group(2))) if m else (label.removesuffix(".json"), None)
+        by.setdefault(name, []).append(n)
+    out = []
+    for name, ns in by.items():
+        if None in ns:
+            out.append(name)
+            continue
+        ns = sorted(ns)
+        nums = (f"{ns[0]}–{ns[-1]}" if len(ns) > 2 and ns == list(range(ns[0], ns[-1] + 1))
+                else ", ".join(map(str, ns)))
+        out.append(f"{name} run{'s' if len(ns) > 1 else ''} {nums}")
+    return "; ".join(out)
+
+
+def standing(runs: dict[str, list[dict]], hosts: dict[str, dict]) -> tuple[str, list[dict]]:
+    """What attnlab measured against its peers, for a reader rather than against the bars: from prefill runs ({label:
+    prefill.py's rows}) the spans of its speed over cuDNN's and over SDPA's own choice on every row of the bars' scope,
+    and its fastest D = 128 forward; from decode host runs ({label: decode_host.py's JSON}) the spans over the shapes
+    and runs of batch-1 and batch-8 decode against cuDNN under CUDA graphs, of eager decode over its graph time at 32K,
+    and of a kept call's host time. Returns the scope (a sentence: which rows and shapes) and the lines (``what``,
+    ``against``, ``measured``, ``runs``)."""
+    lines, scope = [], []
+    pairs = prefill_pairs(runs)
+    if pairs:
+        Ns = sorted({r["N"] for r in pairs})
+        groups = sorted({r["H"] // r["Hkv"] for r in pairs} - {1})
+        lengths = f"{Ns[0] // 1024}K" + (f"–{Ns[-1] // 1024}K" if len(Ns) > 1 else "")
+        scope.append(f"the prefill rows are D = 64 and 128, {lengths} tokens, causal and not, "
+                     "multi-head" + (f" and GQA ({' and '.join(map(str, groups))} query heads a K/V head)" if groups else ""))
+        for p in ("fwd", "fwd_bwd"):
+            for peer, name in STANDING_PEERS:
+                rows = [r for r in prefill_pairs(runs, peer) if r["pass_"] == p]
+                if rows:
+                    lines.append(dict(what=f"prefill {PASS_NAMES[p]}", against=name,
+                                      measured=f"{_span([r['ratio'] for r in rows])}× its speed ({len(rows)} rows)",
+                                      runs=_runs(runs)))
+        fwd = [r for r in pairs if r["pass_"] == "fwd" and r["D"] == 128]
+        if fwd:
+            best = max(fwd, key=lambda r: r["tflops"])
+            lines.append(dict(what="fastest forward at D = 128", against="—",
+                              measured=f"{best['tflops']:.0f} TFLOP/s ({_where(best).removeprefix('D = 128, ')})",
+                              runs=_runs([best["run"]])))
+    if hosts:
+        speed = {label: r.get("speed", []) for label, r in hosts.items()}
+
+        def ratios(provider, batch):
+            out = []
+            for rows in speed.values():
+                peer = {(r["B"], r["H"], r["Hkv"], r["L"], r["D"]): r for r in rows if r["provider"] == PEER}
+                out += [peer[k]["graph_us"] / r["graph_us"] for r in rows
+                        if r["provider"] == provider and r["B"] == batch and (k := (r["B"], r["H"], r["Hkv"], r["L"], r["D"])) in peer]
+            return out
+
+        shapes = sorted({(r["H"], r["Hkv"], r["L"], r["D"]) for rows in speed.values() for r in rows
+                         if r["provider"] == "attnlab" and r["B"] == 1}, key=lambda s: (s[3], s[2], s[0]))
+        if shapes:
+            scope.append("the batch-1 decode shapes " + ", ".join(f"{h}/{kv} heads over {L:,} keys at D = {D}"
+                                                                  for h, kv, L, D in shapes))
+        for provider, how in (("attnlab", "with the lengths, as a server calls it"),
+                              ("attnlab-full", "without the lengths (cuDNN's work)")):
+            if xs := ratios(provider, 1):
+                lines.append(dict(what=f"decode, batch 1, CUDA graphs, {how}", against=PEER_NAME,
+                                  measured=f"{_span(xs, 3)}× its speed", runs=_runs(hosts)))
+        big = [r for rows in speed.values() for r in rows if r["provider"] == "attnlab" and r["B"] > 1]
+        if big and (xs := ratios("attnlab", big[0]["B"])):
+            r = big[0]
+            lines.append(dict(what=f"decode, batch {r['B']}, {r['H']}/{r['Hkv']} heads over {r['L']:,} keys at D = "
+                                   f"{r['D']}, CUDA graphs", against=PEER_NAME,
+                              measured=f"{_span(xs, 3)}× its speed, reading the cache at "
+                                       f"{_span([r['graph_tb_per_s'] for r in big], 1)} TB/s", runs=_runs(hosts)))
+        for D in (128, 64):
+            xs = [r["eager_us"] / r["graph_us"] for rows in speed.values() for r in rows
+                  if r["provider"] == "attnlab" and r["B"] == 1 and r["L"] == 32768 and r["D"] == D]
+            if xs:
+                lines.append(dict(what=f"decode called eagerly, batch 1 over 32K keys at D = {D}",
+                                  against="the same calls in a CUDA graph", measured=f"{_span(xs)}× their time",
+                                  runs=_runs(hosts)))
+        kept, empty = [], []
+        for r in hosts.values():
+            host = {h["call"]: h["host_us"] for h in r.get("host", [])}
+            if mine := [host[c] for c in KEPT_CALLS if c in host]:
+                kept.append(min(mine))
+                if e := r.get("floors", {}).get(EMPTY_LAUNCH):
+                    empty.append(min(mine) / e)
+        if kept:
+            lines.append(dict(what="a decode call's host time, its plan kept", against="an empty Triton launch",
+                              measured=f"{_span(kept, 1)} µs" + (f", {_span(empty)}× its time" if empty else ""),
+                              runs=_runs(hosts)))
+    return "; ".join(scope), lines
+
+
+def standing_markdown(scope: str, lines: list[dict]) -> str:
+    out = ["| on an H200 | against | attnlab | runs |", "|---|---|---|---|"]
+    out += [f"| {ln['what']} | {ln['against']} | {ln['measured']} | {ln['runs']} |" for ln in lines]
+    return "\n".join(out) + "\n" + (f"\n({scope[0].upper() + scope[1:]}.)\n" if scope else "")
+
+
 def markdown(bars: list[dict]) -> str:
     lines = ["| bar | measured | where | needed | met |", "|---|---|---|---|---|"]
     for b in bars:
@@ -205,6 +324,9 @@ def main(argv=None) -> int:
     ap.add_argument("--decode-host", type=Path, metavar="JSON", help="decode_host.py's JSON")
     ap.add_argument("--decode-history", type=Path, nargs="+", default=[], metavar="JSON",
                     help="several decode_host.py JSON files: their decode bars side by side, a column a run")
+    ap.add_argument("--standing", action="store_true",
+                    help="instead of the bars, the spans of attnlab's speed against its peers over the --prefill, "
+                         "--decode-host and --decode-history runs (the README's table)")
     ap.add_argument("--json", type=Path, help="write the bars here")
     ap.add_argument("--md", type=Path, help="write the table here")
     args = ap.parse_args(argv)
@@ -220,8 +342,12 @@ def main(argv=None) -> int:
         runs = {p.name: json.loads(p.read_text())["rows"] for p in args.prefill}
         result = json.loads(args.decode_host.read_text()) if args.decode_host else None
         past = {p.name: json.loads(p.read_text()) for p in args.decode_history}
-        bars = scorecard(runs, result) if runs or result else []
-        text = (markdown(bars) if bars else "") + ("\n" if bars and past else "") + (history(past) if past else "")
+        if args.standing:
+            scope, lines = standing(runs, past | ({args.decode_host.name: result} if result else {}))
+            bars, text = lines, standing_markdown(scope, lines)
+        else:
+            bars = scorecard(runs, result) if runs or result else []
+            text = (markdown(bars) if bars else "") + ("\n" if bars and past else "") + (history(past) if past else "")
     except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
         ap.error(f"not a recorded run: {e!r}")
     print(text, end="")

@@ -99,9 +99,6 @@ def test_section_and_notes_quotes_are_computed():
     assert f"from {q['c9']} (run 9; run 8, the same code twice: {q['c8']})" in text
     assert f"{q['main_cudnn']}× cuDNN's speed on the four batch-1 shapes and {q['main_b8']}× at batch 8" in text
     assert f"table from {q['c9']} default over the merge kernel (run 9), inside the {q['c8']} of the same code twice" in notes
-    readme = _flat((ROOT / "README.md").read_text())
-    assert (f"counters of its own: {q['main_cudnn']}× cuDNN's speed on the four batch-1 shapes and {q['main_b8']}× at "
-            "batch 8 (decode-host run 34)") in readme
     # the claims rest on: faster in every round at 32K in both runs; the fused flags only on the 32K rows
     for run in (33, 34):
         arms = _arms(run)

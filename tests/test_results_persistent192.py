@@ -196,7 +196,7 @@ def test_the_table_is_what_runs_17_to_20_decided():
         assert e.gluon and e.persistent and e.block_m == 192 and e.part_first and e.head_chunk == 0, n
 
 
-def test_readme_quotes_variants_runs_34_35_37_and_prefill_runs_27_and_28():
+def test_readme_quotes_variants_runs_34_35_37():
     readme = _flat((ROOT / "README.md").read_text())
     flex, sdpa, det = [], [], []
     for n in (34, 35, 37):
@@ -211,11 +211,6 @@ def test_readme_quotes_variants_runs_34_35_37_and_prefill_runs_27_and_28():
     assert (f"puts attnlab at {_span(flex)}× FlexAttention (the lowest, the D = 64 window forward: {r34:.2f}× in run "
             f"34, {r35:.3f}× in run 35, {r37:.2f}× in run 37) and {_span(sdpa)}× the best SDPA route where there is "
             f"one, its deterministic backward at {_span(det)}× the default's speed") in readme
-    xs = [_cudnn(f"prefill-h200-run{n}.json") for n in ("27", "27-gqa", "28")]
-    fwd = [v for x in xs for k, v in x.items() if k[3] == "fwd"]
-    both = [v for x in xs for k, v in x.items() if k[3] == "fwd_bwd"]
-    assert (f"the prefill forward is {min(fwd):.2f}–{max(fwd):.2f}× cuDNN on every row (GQA included) and "
-            f"forward+backward {min(both):.2f}–{max(both):.2f}×") in readme
 
 
 def test_docs_quote_the_persistent_192_row_runs():

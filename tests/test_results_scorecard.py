@@ -89,10 +89,16 @@ def test_quotes_are_computed():
                   if r["B"] == 1 and r["provider"] == "attnlab-full"} for run in HOST_RUNS}
     cost = [mine[run][(64, 8, 8192, 128)] - full[run][(64, 8, 8192, 128)] for run in HOST_RUNS]
     assert f"the lengths cost {min(cost):.2f}–{max(cost):.2f} µs a call at 64/8 heads over 8,192 keys" in text
+
+
+def test_the_readme_table_is_the_standing_of_the_recorded_runs():
+    """The README's "where things stand" table is ``scorecard.py --standing``'s output on the files its command names,
+    and the command it quotes is the one that makes it."""
     readme = " ".join((ROOT / "README.md").read_text().split())
-    worst_ratios = [float(w["measured"].split("×")[0]) for w in worst.values()]
-    assert (f"batch 1 under CUDA graphs is level with cuDNN rather than above it (its worst shape at "
-            f"{min(worst_ratios):.3f}–{max(worst_ratios):.3f}×), and a kept call's host time is under 20 µs in "
-            f"{['no', 'one', 'two', 'three', 'four', 'all'][under]} of the five processes") in readme
-    assert (f"Without the lengths, the work cuDNN's call does, batch 1 is above cuDNN on every shape in all five "
-            f"(worst {min(same_ratios):.3f}–{max(same_ratios):.3f}×)") in readme
+    runs = {n: json.loads((DATA / n).read_text())["rows"] for n in PREFILL}
+    hosts = {f"decode-host-h200-run{run}.json": _host(run) for run in HOST_RUNS}
+    table = " ".join(card.standing_markdown(*card.standing(runs, hosts)).split())
+    assert table in readme
+    assert ("`python benchmarks/scorecard.py --standing --prefill benchmarks/data/prefill-h200-run3{5,6}.json "
+            "--decode-history benchmarks/data/decode-host-h200-run3{1,2,3,4,5}.json`") in readme
+    assert PREFILL == ("prefill-h200-run35.json", "prefill-h200-run36.json") and list(HOST_RUNS) == [31, 32, 33, 34, 35]

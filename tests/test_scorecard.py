@@ -240,3 +240,57 @@ def test_decode_history_puts_runs_side_by_side(tmp_path, capsys):
     capsys.readouterr()
     assert card.main(["--decode-history", *map(str, paths)]) == 0
     assert capsys.readouterr().out == text.replace("| a | b |", "| a.json | b.json |")
+
+
+def test_run_labels_as_a_reader_says_them():
+    assert card._runs(["prefill-h200-run35.json", "prefill-h200-run36.json"]) == "prefill runs 35, 36"
+    assert card._runs([f"decode-host-h200-run{n}.json" for n in (33, 31, 32, 35, 34)]) == "decode-host runs 31–35"
+    assert card._runs(["prefill-h200-run36.json"]) == "prefill run 36"
+    assert card._runs(["a-h200-run2.json", "a-h200-run4.json", "b.json"]) == "a runs 2, 4; b"
+
+
+def test_standing_spans_every_row_and_run():
+    """``--standing``'s lines: the span of the peer's median over attnlab's on every row in scope (cuDNN's, and SDPA's
+    own choice where the runs have it), the fastest D = 128 forward, and the decode spans over shapes and runs."""
+    ratio = {("fwd", 1): 1.03, ("fwd", 4): 1.11, ("fwd_bwd", 1): 1.02, ("fwd_bwd", 4): 0.98}
+    rows = _table(lambda D, causal, p, g: ratio[p, g] + (0.01 if D == 128 and causal else 0))
+    rows += [dict(r, provider="sdpa", ms=r["ms"] * 1.1) for r in rows if r["provider"] == "sdpa-cudnn"]
+    a = _host_result()
+    b = _host_result(kept=(30.0, 25.0), eager=((128, 1.02), (64, 1.05)), graph=((11.0, 10.9), (30.0, 31.0)))
+    for r in (a, b):
+        r["speed"] += [dict(B=8, H=32, Hkv=8, L=32768, D=128, provider="sdpa-cudnn", graph_us=249.0)]
+        r["speed"][-2]["graph_tb_per_s"] = 4.3
+    scope, lines = card.standing({"p-h200-run1.json": rows}, {"h-h200-run3.json": a, "h-h200-run4.json": b})
+    assert scope == ("the prefill rows are D = 64 and 128, 4K tokens, causal and not, multi-head and GQA (4 query "
+                     "heads a K/V head); the batch-1 decode shapes 32/8 heads over 32,768 keys at D = 64, 64/8 heads "
+                     "over 8,192 keys at D = 128, 64/8 heads over 16,384 keys at D = 128, 32/8 heads over 32,768 keys "
+                     "at D = 128")
+    got = {(ln["what"], ln["against"]): (ln["measured"], ln["runs"]) for ln in lines}
+    cudnn, sdpa = card.STANDING_PEERS[0][1], card.STANDING_PEERS[1][1]
+    assert got["prefill forward", cudnn] == ("1.03–1.12× its speed (8 rows)", "p run 1")
+    assert got["prefill forward", sdpa] == (f"{1.03 * 1.1:.2f}–{1.12 * 1.1:.2f}× its speed (8 rows)", "p run 1")
+    assert got["prefill forward+backward", cudnn][0] == "0.98–1.03× its speed (8 rows)"
+    assert got["fastest forward at D = 128", "—"] == ("732 TFLOP/s (non-causal, 4K, forward, 16/4 heads)", "p run 1")
+    assert got["decode, batch 1, CUDA graphs, with the lengths, as a server calls it", "cuDNN"] == (
+        f"{29.0 / 30.0:.3f}–{11.5 / 11.0:.3f}× its speed", "h runs 3, 4")
+    assert not any("without the lengths" in w for w, _ in got)  # (no attnlab-full rows)
+    assert got["decode, batch 8, 32/8 heads over 32,768 keys at D = 128, CUDA graphs", "cuDNN"][0] == (
+        f"{249.0 / 250.0:.3f}× its speed, reading the cache at 4.3 TB/s")
+    assert got["decode called eagerly, batch 1 over 32K keys at D = 64", "the same calls in a CUDA graph"][0] == (
+        "1.05–1.12× their time")
+    assert got["a decode call's host time, its plan kept", "an empty Triton launch"][0] == "16.0–25.0 µs, 1.60–2.50× its time"
+    text = card.standing_markdown(scope, lines)
+    assert text.startswith("| on an H200 | against | attnlab | runs |\n|---|---|---|---|\n")
+    assert text.endswith(f"\n\n({scope[0].upper()}{scope[1:]}.)\n") and len(text.splitlines()) == 2 + len(lines) + 2
+
+
+def test_standing_on_the_command_line(tmp_path, capsys):
+    table, host = tmp_path / "p-h200-run1.json", tmp_path / "h-h200-run3.json"
+    table.write_text(json.dumps({"rows": _table()}))
+    host.write_text(json.dumps(_host_result()))
+    capsys.readouterr()
+    assert card.main(["--standing", "--prefill", str(table), "--decode-host", str(host)]) == 0
+    out = capsys.readouterr().out
+    assert out == card.standing_markdown(*card.standing({"p-h200-run1.json": _table()},
+                                                        {"h-h200-run3.json": _host_result()}))
+    assert "| prefill forward | cuDNN (SDPA's fastest backend) | 1.05× its speed (8 rows) | p run 1 |" in out
