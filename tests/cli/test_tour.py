@@ -46,6 +46,29 @@ class _Page(HTMLParser):
             self.headings[-1] += data
 
 
+def readme_tour_excerpt() -> list[str]:
+    """The lines of the README's excerpt of ``attnlab tour``'s output, each as a pattern: its "..." any text, a number
+    in e-notation (a float32 rounding error, which moves with the machine's arithmetic) any such number."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    excerpt = readme.split("A few lines of what `attnlab tour` printed", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    lines = []
+    for line in excerpt.splitlines():
+        parts = [r"\d\.\de-\d\d".join(map(re.escape, re.split(r"\d\.\de-\d\d", p.strip()))) for p in line.split("...")]
+        lines.append(".*?".join(p for p in parts if p))
+    return [line for line in lines if line]
+
+
+def test_the_readme_tour_excerpt_is_read_whole():
+    lines = readme_tour_excerpt()
+    assert len(lines) == 10 and lines[0].startswith("test\\ accuracy")
+    assert re.search(lines[8], "with vs without the cache: 60/60 generations identical, max logit difference 9.9e-07 "
+                               "(float32 rounding)")
+    assert not re.search(lines[0], "test accuracy 99.0% on 4,000 answers of 2,000 held-out sequences; random item of "
+                                   "the context: 29.2%")
+
+
 @pytest.fixture
 def trained_env(cli_env, trained_cache):
     folder, _ = trained_cache
@@ -81,6 +104,9 @@ def test_tour_html_page(run_cli, trained_env, cut_numbers, one_error_line, tmp_p
     # the tables are on the page as text, numbers and all
     assert cut_numbers(re.sub(r"<[^>]+>", "", text)) == []
     assert "test accuracy" in text and "online softmax re-based its sum" in text
+    # the README's excerpt of the tour is what the tour prints
+    missing = [line for line in readme_tour_excerpt() if not re.search(line, r.stdout)]
+    assert missing == [], "README lines the tour did not print"
 
     # a second tour must not replace the page without --force; refused before any demo runs
     before = page_path.read_bytes()
