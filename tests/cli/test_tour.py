@@ -9,6 +9,7 @@ import base64
 import re
 import time
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 
@@ -49,8 +50,6 @@ class _Page(HTMLParser):
 def readme_tour_excerpt() -> list[str]:
     """The lines of the README's excerpt of ``attnlab tour``'s output, each as a pattern: its "..." any text, a number
     in e-notation (a float32 rounding error, which moves with the machine's arithmetic) any such number."""
-    from pathlib import Path
-
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     excerpt = readme.split("A few lines of what `attnlab tour` printed", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
     lines = []
@@ -107,6 +106,13 @@ def test_tour_html_page(run_cli, trained_env, cut_numbers, one_error_line, tmp_p
     # the README's excerpt of the tour is what the tour prints
     missing = [line for line in readme_tour_excerpt() if not re.search(line, r.stdout)]
     assert missing == [], "README lines the tour did not print"
+    # and the README's table of the demos quotes the same run
+    acc, base = (float(x) for x in re.search(r"test accuracy ([\d.]+)% on .*? random item of the context: ([\d.]+)%",
+                                             r.stdout).groups())
+    ratio = re.search(r"ideal cache: standard .*? → ([\d.]+)×", r.stdout).group(1)
+    readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8").split())
+    assert f"LikesWorld: {acc:.0f}% accuracy vs the {base:.0f}% baseline" in readme
+    assert f"every count beside its closed form ({ratio}× less HBM traffic)" in readme
 
     # a second tour must not replace the page without --force; refused before any demo runs
     before = page_path.read_bytes()
@@ -120,8 +126,6 @@ def test_tour_html_page(run_cli, trained_env, cut_numbers, one_error_line, tmp_p
 
 @pytest.mark.parametrize("n", sorted(DEMOS))
 def test_script_runs_in_a_fresh_interpreter(run_cli, trained_env, cut_numbers, tmp_path, n):
-    from pathlib import Path
-
     scripts = sorted((Path(__file__).resolve().parents[2] / "scripts").glob(f"{n:02d}_*.py"))
     assert len(scripts) == 1, scripts
     t0 = time.perf_counter()

@@ -50,6 +50,13 @@ def test_readme_quotes_run_10():
     assert re.search(rf"training step at 8K tokens takes {step:.3f}× the time of transformers' SDPA \(hf run 10", text)
     assert f"32K-token prefill {prefill:.3f}×" in text
     assert f"gives {decode:.1f}× SDPA's tokens/s" in text
+    # the earlier runs the sentence names beside run 10
+    runs = {n: json.loads((ROOT / "benchmarks" / "data" / f"hf-h200-run{n}.json").read_text()) for n in range(2, 10)}
+    steps = [runs[n]["train"]["attnlab"]["step_ms"] / runs[n]["train"]["sdpa"]["step_ms"] for n in range(6, 10)]
+    assert f"layout; {min(steps):.3f}–{max(steps):.3f}× in runs 6–9)" in text
+    tokens = [runs[n]["generate"]["attnlab"]["decode_tokens_per_s"] / runs[n]["generate"]["sdpa"]["decode_tokens_per_s"]
+              for n in range(2, 7)]
+    assert f"SDPA's tokens/s ({min(tokens):.2f}–{max(tokens):.2f}× in runs 2–6)" in text
 
 
 def test_step_probe_refuses_what_it_cannot_do(tmp_path):
