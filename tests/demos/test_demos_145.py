@@ -130,3 +130,73 @@ def test_script_is_a_thin_wrapper_and_runs(cached, tmp_path):
           f"{torch.get_num_threads()} torch threads here)")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "60/60" in r.stdout and "training" not in r.stdout.lower()
+
+
+def test_docs_model_quotes_what_the_demos_return(cached, tmp_path):
+    """docs/model.md's probe paragraph and its list of what demos 01, 04 and 05 print: every figure is the demos' own
+    return value on the session's trained model, formatted as the text has it."""
+    doc = " ".join((ROOT / "docs" / "model.md").read_text().split())
+    o1 = demo01.run(out_dir=tmp_path, console=_console())
+    acc, roles, ab = o1["accuracy"], o1["roles"], o1["ablation"]
+    owner, lookup = roles["owner"], roles["lookup"]
+
+    def pct(x, d=0):
+        return f"{100 * x:.{d}f}%"
+
+    def head(x):
+        return f"L{x['layer']}H{x['head']}"
+
+    assert (f"owner **{head(owner)} {pct(owner['weight'])}**; lookup **{head(lookup[0])} {pct(lookup[0]['weight'])}**, "
+            + ", ".join(f"{head(x)} {pct(x['weight'])}" for x in lookup[1:])) in doc
+    heads = ab["heads"]
+    worst = sorted(heads, key=heads.get)
+    roles_named = [head(owner), head(lookup[0]), head(lookup[1])]
+    assert worst[:3] == sorted(roles_named, key=heads.get)
+    assert (f"owner → {pct(heads[head(owner)], 1)}, {head(lookup[0])} → {pct(heads[head(lookup[0])], 1)}, "
+            f"{head(lookup[1])} → {pct(heads[head(lookup[1])], 1)}, the next worst {worst[3]} → "
+            f"{pct(heads[worst[3]], 1)}; {ab['heads_above_99']} of 8 heads can go with accuracy ≥ 99%") in doc
+    second = sorted(((s, h) for h, s in enumerate(roles["scores"]["owner"][owner["layer"]]) if h != owner["head"]))[-1]
+    assert f"over {head(owner)} and L{owner['layer']}H{second[1]} ({pct(second[0])})" in doc
+    assert (f"**01** — {pct(acc['test_accuracy'], 1)} test accuracy on {acc['answers']:,} answers vs "
+            f"{pct(acc['baseline'], 1)} baseline") in doc
+    rows = {r["seq"]: r for r in o1["flops_7b"]["rows"]}
+    r32 = rows[32768]
+    assert (f"attention {pct(rows[1024]['attention_share'], 1)} of FLOPs at 1K, {pct(rows[131072]['attention_share'], 1)}"
+            f" at 128K; at 32K S is {r32['scores_bytes'] / 2**30:.0f} GiB, {pct(r32['scores_share_of_memory'])} of HBM, "
+            f"{r32['traffic_time'] * 1e3:.0f} ms of traffic vs {r32['math_time'] * 1e3:.0f} ms of matmul") in doc
+
+    o4 = demo04.run(console=_console())
+    # rounding errors: their bounds (the figures themselves move with the thread count and the machine)
+    assert max(e for errs in o4["backward"].values() for e in errs.values()) < 1e-14 and o4["d_identity"]["max_diff"] < 1e-14
+    assert "max |ΔdQ|, |ΔdK|, |ΔdV| below 1e-14, causal or not" in doc and "D_i identity to below 1e-14" in doc
+    at = o4["atomics"]
+    assert f"`IOStats` {at['counted']:,} = {at['kv_blocks']} × 300 × 32 = the cost model" in doc
+    b = o4["cost"]["backward"]
+    assert f"(+{100 * (b['flops_ratio'] - 1):.0f}% FLOPs, 1/{b['traffic_ratio']:.0f} traffic, {b['speedup']:.1f}×)" in doc
+    tr = o4["training"]
+    few, one = tr["blocks"][8], tr["blocks"][tr["seq"]]
+    assert (f"({few['blocks']} and {one['blocks']} blocks per {tr['seq']}-token input, counted by `IOStats`: "
+            f"{few['pairs_computed']}/{few['pairs_skipped']} and {one['pairs_computed']}/{one['pairs_skipped']} block "
+            "pairs computed/skipped): max loss difference below 1e-6 and max parameter difference below 1e-5 for both") \
+        in doc
+    assert max(r["max_loss_diff"] for r in (few, one)) < 1e-6 and max(r["max_param_diff"] for r in (few, one)) < 1e-5
+    assert 0 < few["max_param_diff_vs_one_block"] < 1e-5 and "differs from the one-block run by a rounding error" in doc
+
+    o5 = demo05.run(console=_console())
+    kv, pd = o5["kv_cache"], o5["prefill_decode"]
+    assert (f"{kv['prompts']} prompts ({kv['avg_prompt_tokens']:.1f} tokens on average), {kv['new_tokens']} new tokens: "
+            f"{kv['identical']}/{kv['prompts']} identical with and without the cache, max logit difference "
+            f"below 1e-5 (float32 rounding); {kv['token_forwards_uncached']:,} vs {kv['token_forwards_cached']:,} "
+            f"token-forwards: {kv['compute_ratio']:.1f}× less compute; with the start-position bug "
+            f"{kv['bug_identical']}/{kv['prompts']} identical") in doc
+    assert 0 < kv["max_logit_diff"] < 1e-5
+    decode = [r for r in pd["rows"] if r["phase"] == "decode"]
+    assert (f"costs {pd['decode_vs_prefill_per_token']:.0f}× a prefill token; attention "
+            f"{pct(decode[0]['attention_share'])} → {pct(decode[-1]['attention_share'])} of a decode step from batch "
+            f"{decode[0]['batch']} to {decode[-1]['batch']}); 7B KV cache {pd['kv_bytes_per_token'] / 2**20:.1f} MiB per "
+            f"token, {pd['kv_bytes_b128_2k'] / 2**30:.0f} GiB at batch 128 × 2,048") in doc
+    assert all(o5["flash_decode"][s]["identical"] == 60 for s in (2, 4, 7)) and "2, 4 and 7 splits: 60/60" in doc
+    t = {(r["seq"], r["splits"]): r["time"] for r in o5["splits"]["rows"]}
+    assert f"(32K: 4 splits {t[32768, 4] * 1e6:.0f} µs, 5 splits {t[32768, 5] * 1e6:.0f} µs)" in doc
+    assert (f"with vs without the cache: **{kv['bug_identical']}/{kv['prompts']}** identical (max logit difference "
+            f"{kv['bug_max_logit_diff']:.1f})") in doc
