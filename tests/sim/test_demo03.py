@@ -106,3 +106,48 @@ def test_no_plot_without_out_dir(tmp_path, monkeypatch):
     res = demo03.run(out_dir=None, console=make_console(file=StringIO()))
     assert "plot" not in res and list(tmp_path.iterdir()) == []  # nothing written anywhere
     assert res["counts"]["ideal_ratio"] > 1
+
+
+def test_docs_simulator_quotes_what_demo03_returns(demo):
+    """docs/simulator.md's table and paragraphs on the lecture's kernels: every count is demo 03's own return value
+    (itself checked against the closed forms above), and the memory refusal is the library's message."""
+    from pathlib import Path
+
+    from attnlab.sim.kernels import memory
+
+    res, _, _ = demo
+    doc = " ".join((Path(__file__).resolve().parents[2] / "docs" / "simulator.md").read_text().split())
+    c = res["counts"]
+    s, f = c["standard"]["totals"], c["flash"]["totals"]
+    assert (f"| HBM bytes, ideal cache | {s['total_ideal']:,} | {f['total_ideal']:,} | 4·(4Nd + 4N²), 4·(4Nd + N): "
+            f"ratio {c['ideal_ratio']:.1f}× |") in doc
+    assert f"| HBM bytes, no cache | {s['total_no_cache']:,} | {f['total_no_cache']:,} |" in doc
+    assert f"| shared wavefronts | {s['shared_wavefronts']:,} | {f['shared_wavefronts']:,} |" in doc
+    assert f"| barriers | {s['barriers']:,} | {f['barriers']:,} |" in doc
+    errs = [c["standard"]["error"]["out"], c["flash"]["error"]["out"]]
+    assert "| max error vs float64 | < 1e-6 | < 1e-6 | float32 rounding |" in doc and 0 < min(errs) <= max(errs) < 1e-6
+    assert (f"quotes {f['shared_wavefronts']:,} (flash) vs {s['shared_wavefronts']:,} (standard); these kernels give "
+            "exactly those numbers") in doc
+    k = res["causal"]
+    assert (f"the causal kernel computes {k['pairs_simulated']} of {k['pairs_total_simulated']} block pairs and reads "
+            f"{k['kv_bytes_causal']:,} bytes of K/V instead of {k['kv_bytes_full']:,}") in doc
+    assert (f"at T = {k['T_large']} the share is {k['pairs_T_large_formula']}/{k['T_large'] ** 2} = "
+            f"{100 * k['fraction_T_large_formula']:.1f}%") in doc
+    t = res["fa1_vs_fa2"]
+    tot = t["simulated"]["totals"]
+    assert f"the FA1-order kernel moves {tot['fa1_simulated']:,} elements" in doc
+    assert f"against FA2's {tot['fa2_simulated']:,}" in doc
+    rows = {r["algorithm"]: r["elements"] for r in t["formula"]["rows"]}
+    assert (f"(`cost.forward_io_table`: {rows['FlashAttention-1 order'] / 1e6:.1f} M, "
+            f"{rows['FlashAttention-2 order'] / 1e6:.1f} M, {rows['FA2, K/V in L2'] / 1e6:.1f} M elements; "
+            f"{t['blocks_at_32_heads']['fa1']} vs {t['blocks_at_32_heads']['fa2']:,} blocks at 32 heads)") in doc
+    h = res["h100"]
+    std, l2, hbm = (sum(x["time"] for x in h[key]) for key in ("standard", "flash_l2", "flash_hbm"))  # (launches in)
+    assert (f"(`cost.estimate_forward`: standard ≈ {std * 1e6:,.0f} µs, flash ≈ {l2 * 1e6:.0f} µs, {std / l2:.1f}×; "
+            f"{std / hbm:.1f}× with K/V from HBM)") in doc
+    assert f"the lecture's size, N = 256, takes about {c['memory_estimate_bytes'] / 2**20:.0f} MiB" in doc
+    try:
+        memory.check_forward_memory(seq=100000, head_dim=64, block=64, max_memory=4 * 2**30)
+    except ValueError as e:
+        message = " ".join(f"attnlab simulate: error: {e}".split())
+    assert message in doc and "$ attnlab simulate --seq 100000" in doc
