@@ -6,7 +6,7 @@
 #   decode   decode_host.py (host floors, a kept call's host time, eager against CUDA graphs beside cuDNN, L2-warm
 #            and L2-cold), into decode-host-h200-runHOST_RUN.json; HOST_ARGS adds arguments (e.g. "--sweep": the
 #            batch-1 split sweep, warm and cold, about a minute more; raise HOST_S);
-#   card     the scorecard of the two files.
+#   card     the scorecard of the two files, and their standing against the peers (the README's table).
 # Run from the repository root on a CUDA machine; logs and JSON go to $OUT/card (default ./out-scorecard/card).
 set -uo pipefail
 OUT=${OUT:-out-scorecard}
@@ -25,7 +25,9 @@ for phase in ${PHASES:-prefill decode card}; do
                 > "$D/host.log" 2>&1
             echo "decode_host: exit $? in $(( $(date +%s) - t0 ))s"; cat "$D/decode-host.md" 2>/dev/null || tail -n 20 "$D/host.log" ;;
     card) python3 benchmarks/scorecard.py --prefill "$PREFILL_JSON" --decode-host "$HOST_JSON" --md "$D/scorecard.md" \
-              --json "$D/scorecard.json" ;;
+              --json "$D/scorecard.json"
+          python3 benchmarks/scorecard.py --standing --prefill "$PREFILL_JSON" --decode-host "$HOST_JSON" \
+              --md "$D/standing.md" ;;
     *) echo "device_scorecard.sh: unknown phase $phase"; exit 2 ;;
     esac
 done
