@@ -226,6 +226,10 @@ def _runs(labels) -> str:
     return "; ".join(out)
 
 
+def _shape(r: dict) -> tuple:
+    return r["B"], r["H"], r["Hkv"], r["L"], r["D"]
+
+
 def standing(runs: dict[str, list[dict]], hosts: dict[str, dict]) -> tuple[str, list[dict]]:
     """What attnlab measured against its peers, for a reader rather than against the bars: from prefill runs ({label:
     prefill.py's rows}) the spans of its speed over cuDNN's and over SDPA's own choice on every row of the bars' scope,
@@ -239,8 +243,12 @@ def standing(runs: dict[str, list[dict]], hosts: dict[str, dict]) -> tuple[str, 
         Ns = sorted({r["N"] for r in pairs})
         groups = sorted({r["H"] // r["Hkv"] for r in pairs} - {1})
         lengths = f"{Ns[0] // 1024}K" + (f"–{Ns[-1] // 1024}K" if len(Ns) > 1 else "")
-        scope.append(f"the prefill rows are D = 64 and 128, {lengths} tokens, causal and not, "
-                     "multi-head" + (f" and GQA ({' and '.join(map(str, groups))} query heads a K/V head)" if groups else ""))
+        dims = " and ".join(str(D) for D in sorted({r["D"] for r in pairs}))
+        masks = {r["causal"] for r in pairs}
+        mask = "causal and not" if len(masks) == 2 else "causal" if True in masks else "non-causal"
+        kinds = ["multi-head"] * any(r["H"] == r["Hkv"] for r in pairs) + (
+            [f"GQA ({' and '.join(map(str, groups))} query heads a K/V head)"] if groups else [])
+        scope.append(f"the prefill rows are D = {dims}, {lengths} tokens, {mask}, {' and '.join(kinds)}")
         for p in ("fwd", "fwd_bwd"):
             for peer, name in STANDING_PEERS:
                 rows = [r for r in prefill_pairs(runs, peer) if r["pass_"] == p]
@@ -260,9 +268,9 @@ def standing(runs: dict[str, list[dict]], hosts: dict[str, dict]) -> tuple[str, 
         def ratios(provider, batch):
             out = []
             for rows in speed.values():
-                peer = {(r["B"], r["H"], r["Hkv"], r["L"], r["D"]): r for r in rows if r["provider"] == PEER}
-                out += [peer[k]["graph_us"] / r["graph_us"] for r in rows
-                        if r["provider"] == provider and r["B"] == batch and (k := (r["B"], r["H"], r["Hkv"], r["L"], r["D"])) in peer]
+                peer = {_shape(r): r for r in rows if r["provider"] == PEER}
+                out += [peer[_shape(r)]["graph_us"] / r["graph_us"] for r in rows
+                        if r["provider"] == provider and r["B"] == batch and _shape(r) in peer]
             return out
 
         shapes = sorted({(r["H"], r["Hkv"], r["L"], r["D"]) for rows in speed.values() for r in rows
@@ -276,6 +284,7 @@ def standing(runs: dict[str, list[dict]], hosts: dict[str, dict]) -> tuple[str, 
                 lines.append(dict(what=f"decode, batch 1, CUDA graphs, {how}", against=PEER_NAME,
                                   measured=f"{_span(xs, 3)}× its speed", runs=_runs(hosts)))
         big = [r for rows in speed.values() for r in rows if r["provider"] == "attnlab" and r["B"] > 1]
+        big = [r for r in big if (r["B"], r["H"], r["Hkv"], r["L"], r["D"]) == _shape(big[0])] if big else []
         if big and (xs := ratios("attnlab", big[0]["B"])):
             r = big[0]
             lines.append(dict(what=f"decode, batch {r['B']}, {r['H']}/{r['Hkv']} heads over {r['L']:,} keys at D = "

@@ -279,6 +279,10 @@ def test_standing_spans_every_row_and_run():
     assert got["decode called eagerly, batch 1 over 32K keys at D = 64", "the same calls in a CUDA graph"][0] == (
         "1.05–1.12× their time")
     assert got["a decode call's host time, its plan kept", "an empty Triton launch"][0] == "16.0–25.0 µs, 1.60–2.50× its time"
+    # the scope says what the rows are: here D = 128 causal GQA rows only
+    some = [r for r in rows if r["D"] == 128 and r["causal"] and r["H"] != r["Hkv"]]
+    assert card.standing({"p-h200-run1.json": some}, {})[0] == (
+        "the prefill rows are D = 128, 4K tokens, causal, GQA (4 query heads a K/V head)")
     text = card.standing_markdown(scope, lines)
     assert text.startswith("| on an H200 | against | attnlab | runs |\n|---|---|---|---|\n")
     assert text.endswith(f"\n\n({scope[0].upper()}{scope[1:]}.)\n") and len(text.splitlines()) == 2 + len(lines) + 2
