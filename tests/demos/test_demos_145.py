@@ -199,4 +199,4 @@ def test_docs_model_quotes_what_the_demos_return(cached, tmp_path):
     t = {(r["seq"], r["splits"]): r["time"] for r in o5["splits"]["rows"]}
     assert f"(32K: 4 splits {t[32768, 4] * 1e6:.0f} µs, 5 splits {t[32768, 5] * 1e6:.0f} µs)" in doc
     assert (f"with vs without the cache: **{kv['bug_identical']}/{kv['prompts']}** identical (max logit difference "
-            f"{kv['bug_max_logit_diff']:.1f})") in doc
+            f"{kv['bug_max_logit_diff']:.1f}; demo 05)") in doc
