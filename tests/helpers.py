@@ -46,6 +46,23 @@ def load_script(relative: str):
     return module
 
 
+def flat(text: str) -> str:
+    """``text`` with its line breaks and runs of spaces as single spaces: a quote in a doc may wrap anywhere."""
+    return " ".join(text.split())
+
+
+def doc_text(relative: str) -> str:
+    """A file of the repository (e.g. "docs/gpu.md"), read and flattened (``flat``)."""
+    return flat((ROOT / relative).read_text(encoding="utf-8"))
+
+
+def span(values, fmt: str = ".2f") -> str:
+    """``lo–hi`` of ``values``, each formatted by ``fmt`` (a format spec such as ".2f"), as the docs write a range;
+    one number where both ends print alike."""
+    lo, hi = format(min(values), fmt), format(max(values), fmt)
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
 def notes_section(name: str, heading: str) -> str:
     """The section of ``benchmarks/<name>`` (a NOTES file) from the line starting with ``heading`` to the next
     "## " heading, its whitespace collapsed (quotes checked against it may wrap anywhere)."""

@@ -9,8 +9,7 @@ import json
 import re
 from collections import defaultdict
 
-from tests.helpers import ROOT, load_script, within_criterion
-from tests.test_results_variants import _flat
+from tests.helpers import ROOT, doc_text, load_script, within_criterion
 
 DATA = ROOT / "benchmarks" / "data"
 
@@ -53,7 +52,7 @@ def test_deterministic_writer_registers_and_variants_run_24():
     assert len(dense) == 4 and {r["variant"] for r in det24} == {"window", "alibi"}
     varlen = {(r["D"], r["pass_"], r["provider"]): r["tflops"] for r in _rows("variants-h200-varlen-run24.json")}
     packed = varlen[128, "fwd_bwd", "attnlab-det"] / varlen[128, "fwd_bwd", "attnlab"]
-    doc = _flat((ROOT / "docs" / "gpu.md").read_text())
+    doc = doc_text("docs/gpu.md")
     assert (f"(at 48 it cost the packed backward {100 * (at48 / det - 1):.0f} %; variants run 24: "
             f"{min(dense):.2f}–{max(dense):.2f}× on the window and ALiBi rows, {packed:.2f}× on packed batches)") in doc
 
@@ -67,7 +66,7 @@ def test_host_time_of_a_backward_call_and_the_kept_plans():
     assert {r["causal"] for r in dense} == {False, True} and len(packed) == 4
     B, N = map(int, re.search(r"(\d+) x (\d+)", next(r["layout"] for r in rows if " x " in r["layout"])).groups())
     host = [r["host_ms"] for r in dense]
-    doc = _flat((ROOT / "docs" / "gpu.md").read_text())
+    doc = doc_text("docs/gpu.md")
     assert (f"A backward call still cost {min(host):.2f}–{max(host):.2f} ms of host time on an H200's host (dense, "
             f"{B} × {N:,} tokens, causal and not), {min(packed):.2f}–{max(packed):.2f} ms for a packed batch") in doc
     steps = {n: next(r["steps"] for r in _rows(f"varlen-profile-h200-run{n}.json")
@@ -88,7 +87,7 @@ def test_gluon_forward_switches_as_the_runs_measured_them():
     r16 = _switches(16)
     lanes = [1 / r["vs_first"] for (row, D, build), r in r16.items() if D == 128 and build == "before"]
     assert len(lanes) == 4 and min(lanes) > 1 and G.ROW_SUM_LANES is True
-    doc = _flat((ROOT / "docs" / "gpu.md").read_text())
+    doc = doc_text("docs/gpu.md")
     assert (f"it came out {min(lanes):.3f}–{max(lanes):.3f}× at D = 128 with the order reversed every other round "
             f"(RESULTS.md, \"Fwd-switches run 16\")") in doc
     limits = [_switches(n) for n in (9, 10)]
@@ -111,7 +110,7 @@ def test_triton_backward_products_against_the_counted_flops():
 
     counted = 2 * PASS_FACTOR["bwd"]
     made = 4 + 3
-    doc = _flat((ROOT / "docs" / "gpu.md").read_text())
+    doc = doc_text("docs/gpu.md")
     assert (f"That is {made / counted:.1f}× the tensor-core work of the counted {PASS_FACTOR['bwd']}× ({made} matrix "
             f"products where {counted:.0f} are counted)") in doc
 
@@ -123,7 +122,7 @@ def test_gluon_backward_numbering_masks_and_alibi():
     from attnlab.gpu import config as C
     from attnlab.gpu import prefill_gluon_bwd as GB
 
-    doc = _flat((ROOT / "docs" / "gpu.md").read_text())
+    doc = doc_text("docs/gpu.md")
     x = [{(r["row"], r["D"]): r["vs_first"] for r in _rows(f"bwd-block-m-h200-run{n}.json") if r["arm"] == "nolimits"}
          for n in (11, 12)]
     packed = [_gain(v) for xi in x for (row, D), v in xi.items() if D == 128 and row in ("pack128", "pack512", "varlen")]
@@ -185,7 +184,7 @@ def test_gluon_backward_sweeps_builds_and_ablation():
     from attnlab.cost.flops import PASS_FACTOR
     from attnlab.gpu import config as C
 
-    doc = _flat((ROOT / "docs" / "gpu.md").read_text())
+    doc = doc_text("docs/gpu.md")
     gain = {D: [_first(_sweep(n), D, c, (4096, 16384)) - 1 for n in (14, 15) for c in (False, True)] for D in (64, 128)}
     assert min(gain[64] + gain[128]) > 0
     assert (f"put it first at every long key (sweeps 14 and 15, summed over 4K and 16K: +{100 * min(gain[64]):.0f} to "
@@ -241,7 +240,7 @@ def test_schedules_tests_and_benchmark_settings_are_the_codes():
     from attnlab.gpu import config as C
     from attnlab.gpu import prefill_gluon as G
 
-    doc = _flat((ROOT / "docs" / "gpu.md").read_text())
+    doc = doc_text("docs/gpu.md")
     assert f"A schedule is made on a shape's first call, in Python on the host, and kept for the next " \
            f"{G._SCHEDULES_KEPT} shapes." in doc
     fwd, bwd = C._INTERP_FWD, C._INTERP_BWD
@@ -268,6 +267,6 @@ def test_performance_runs_35_and_36_against_cudnn():
     fwd = [v[1] for t in tables for k, v in t.items() if k[3] == "fwd"]
     both = [v[1] for t in tables for k, v in t.items() if k[3] == "fwd+bwd"]
     assert min(fwd) > 1.0 and min(both) > 1.0 and len(fwd) == len(both)
-    doc = _flat((ROOT / "docs" / "gpu.md").read_text())
+    doc = doc_text("docs/gpu.md")
     assert (f"every median of runs 35 and 36 is above cuDNN's, forward {min(fwd):.2f}–{max(fwd):.2f}× and "
             f"forward+backward {min(both):.2f}–{max(both):.2f}×") in doc

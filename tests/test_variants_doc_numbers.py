@@ -15,16 +15,11 @@ import math
 import os
 import re
 
-from tests.helpers import ROOT, load_script
+from tests.helpers import ROOT, doc_text, flat, load_script, span
 
 DATA = ROOT / "benchmarks" / "data"
 BAR_FLEX = 1.3  # the issue's bar: attnlab at least 1.3× FlexAttention on every variant's row
 DET_COST = 15  # the issue's bar: a deterministic backward at most 15 % slower than the default
-
-
-def _flat(text: str) -> str:
-    """The text with its line breaks and runs of spaces as single spaces (a quote may wrap anywhere)."""
-    return " ".join(text.split())
 
 
 def _rows(name: str) -> list[dict]:
@@ -36,12 +31,6 @@ def _rows(name: str) -> list[dict]:
 def _tf(rows: list[dict]) -> dict:
     """TFLOP/s by (D, variant, pass, provider), timed rows only."""
     return {(r["D"], r["variant"], r["pass_"], r["provider"]): r["tflops"] for r in rows if "tflops" in r}
-
-
-def _span(vals, fmt: str) -> str:
-    """``lo–hi`` of ``vals`` as ``fmt`` formats them, or one number where both ends format alike."""
-    lo, hi = format(min(vals), fmt), format(max(vals), fmt)
-    return lo if lo == hi else f"{lo}–{hi}"
 
 
 def _cells(rows: list[dict]) -> dict:
@@ -56,8 +45,8 @@ def test_variants_md_traffic_tables_and_their_quotes_are_the_scripts():
     text around them quotes (the window's saving at 64K, the packed batch against the padded one)."""
     from attnlab import cost
 
-    doc_text = (ROOT / "docs" / "variants.md").read_text(encoding="utf-8")
-    doc = _flat(doc_text)
+    raw = (ROOT / "docs" / "variants.md").read_text(encoding="utf-8")
+    doc = flat(raw)
     vt = load_script("examples/variants_traffic.py")
     out = io.StringIO()
     columns = os.environ.pop("COLUMNS", None)  # the console's width for a file that is not a terminal
@@ -68,7 +57,7 @@ def test_variants_md_traffic_tables_and_their_quotes_are_the_scripts():
         if columns is not None:
             os.environ["COLUMNS"] = columns
     got = [line.rstrip() for line in out.getvalue().rstrip("\n").splitlines()]
-    block = re.search(r"\$ python examples/variants_traffic.py --no-plot\n(.*?)\n```", doc_text, re.S)
+    block = re.search(r"\$ python examples/variants_traffic.py --no-plot\n(.*?)\n```", raw, re.S)
     assert block and block.group(1).splitlines() == got
     w, p = vt.window_rows()[-1], vt.packing_rows()[0]
     assert w["N"] == 64 * 1024
@@ -84,7 +73,7 @@ def test_variants_md_traffic_tables_and_their_quotes_are_the_scripts():
 def test_variants_md_alibi_numbers_are_variants_runs_6_and_7():
     """ALiBi on the Gluon kernels: the forward from variants run 6, forward+backward from run 7, and the backward alone
     with and without the bias from bwd-gluon-ablation run 12 (RESULTS "Run 7: ALiBi's backward")."""
-    doc = _flat((ROOT / "docs" / "variants.md").read_text())
+    doc = doc_text("docs/variants.md")
     fwd = _tf(_rows("variants-h200-alibi-gluon-run6.json"))
     fb = _tf(_rows("variants-h200-alibi-gluon-run7.json"))
 
@@ -107,7 +96,7 @@ def test_variants_md_packed_batch_settings_are_the_code():
 
     from attnlab.gpu import config as gc
 
-    doc = _flat((ROOT / "docs" / "variants.md").read_text())
+    doc = doc_text("docs/variants.md")
     c = gc.packed_fwd_config(128, True, torch.device("cuda"), gc.SHORT_KEYS - 1)
     assert gc.packed_fwd_config(128, True, torch.device("cuda"), gc.SHORT_KEYS) is None
     assert (f"plain causal batches of short documents (the longest under {gc.SHORT_KEYS:,} keys) at D = 128 run "
@@ -121,7 +110,7 @@ def test_variants_md_packed_batch_settings_are_the_code():
 def test_variants_md_packed_gluon_forward_numbers_are_the_recorded_runs():
     """The packed Gluon forward's persistent build with its tiles in fixed turns (variants-sweep varlen run 5), and the
     packed batch at D = 128 after the masked blocks' bit masks (variants runs 26 and 27)."""
-    doc = _flat((ROOT / "docs" / "variants.md").read_text())
+    doc = doc_text("docs/variants.md")
     sweep = json.loads((DATA / "variants-sweep-h200-varlen-run5.json").read_text())
     grid = [r["tflops"] for r in sweep if r["D"] == 128 and r["kernel"] == "gluon"
             and "block_m=128, block_n=128" in r["config"] and "persistent=False" in r["config"]]
@@ -134,8 +123,8 @@ def test_variants_md_packed_gluon_forward_numbers_are_the_recorded_runs():
     fb = [t[128, "varlen", "fwd_bwd", "attnlab"] for t in tf]
     xf = [t[128, "varlen", "fwd", "attnlab"] / t[128, "varlen", "fwd", "flex"] for t in tf]
     xfb = [t[128, "varlen", "fwd_bwd", "attnlab"] / t[128, "varlen", "fwd_bwd", "flex"] for t in tf]
-    assert (f"`benchmarks/RESULTS.md`, variants runs 26 and 27) {_span(fwd, '.0f')} and {_span(fb, '.0f')}, "
-            f"{_span(xf, '.2f')}× and {_span(xfb, '.2f')}×.") in doc
+    assert (f"`benchmarks/RESULTS.md`, variants runs 26 and 27) {span(fwd, '.0f')} and {span(fb, '.0f')}, "
+            f"{span(xf, '.2f')}× and {span(xfb, '.2f')}×.") in doc
 
 
 def test_variants_md_deterministic_packed_numbers_are_the_recorded_runs():
@@ -143,12 +132,12 @@ def test_variants_md_deterministic_packed_numbers_are_the_recorded_runs():
     unstaggered walks and the ordered build's staggered ones (packed-det probe runs 1 and 2), both routes at D = 64 in
     variants runs 20 and 21, the D = 64 route against the issue's 15 % in runs 28 and 29, the ordered build at D = 64
     (run 30, from its logs: its JSON did not come back), and runs 31 and 32."""
-    doc = _flat((ROOT / "docs" / "variants.md").read_text())
+    doc = doc_text("docs/variants.md")
     # run 24: the window and ALiBi rows' deterministic column against the default
     det24 = _tf(_rows("variants-h200-det-run24.json"))
     dense = [det24[k[:3] + ("attnlab-det",)] / v for k, v in det24.items() if k[3] == "attnlab"]
     assert len(dense) == 4
-    assert f"(variants run 24; the dense calls' deterministic rows, window and ALiBi, {_span(dense, '.2f')}×)" in doc
+    assert f"(variants run 24; the dense calls' deterministic rows, window and ALiBi, {span(dense, '.2f')}×)" in doc
     # packed-det probe runs 1 and 2: the ordered build with staggered walks; the default's walks unstaggered
     p1 = {r["variant"]: r for r in _rows("packed-det-probe-h200-run1.json")}
     p2 = {r["variant"]: r for r in _rows("packed-det-probe-h200-run2.json")}
@@ -163,18 +152,18 @@ def test_variants_md_deterministic_packed_numbers_are_the_recorded_runs():
     unstaggered = [p1["default"]["ms"] / p1["default, unstaggered walks"]["ms"],  # run 1: the default staggered
                    p2["default, staggered walks"]["ms"] / p2["default"]["ms"]]  # run 2: the default unstaggered
     assert min(unstaggered) > 1
-    assert (f"The packed default itself ran its backward {_span([100 * (u - 1) for u in unstaggered], '.0f')} % faster "
+    assert (f"The packed default itself ran its backward {span([100 * (u - 1) for u in unstaggered], '.0f')} % faster "
             "with unstaggered walks, now its default.") in doc
     # variants runs 20 and 21: both deterministic routes at D = 64
     names = ("run20-gluon-det-triton", "run20-gluon-det-gluon", "run20-gluon-fwd-gluon-dynamic",
              "run21-gluon-fwd-gluon-dynamic-det-triton", "run21-gluon-fwd-gluon-dynamic-det-gluon")
     d64 = [_tf(_rows(f"variants-h200-varlen-{n}.json"))[64, "varlen", "fwd_bwd", "attnlab-det"] for n in names]
-    assert f"At D = 64 both deterministic routes ran at {_span(d64, '.0f')} then, and the Triton kernels stayed." in doc
+    assert f"At D = 64 both deterministic routes ran at {span(d64, '.0f')} then, and the Triton kernels stayed." in doc
     # runs 28 and 29: the D = 64 packed batch's deterministic route outside the 15 %
     r = [_tf(_rows(f"variants-h200-run{n}.json")) for n in (28, 29)]
     x = [t[64, "varlen", "fwd_bwd", "attnlab-det"] / t[64, "varlen", "fwd_bwd", "attnlab"] for t in r]
     assert max(x) < 1 - DET_COST / 100
-    assert (f"that left the deterministic route at {_span(x, '.2f')}× the default (variants runs 28 and 29), outside "
+    assert (f"that left the deterministic route at {span(x, '.2f')}× the default (variants runs 28 and 29), outside "
             f"the {DET_COST} %.") in doc
     # run 30: three processes (Gluon's ordered build, the Triton kernels, Gluon again), the timed lines of their logs
     logs = DATA / "packed-det64-run30"
@@ -190,8 +179,8 @@ def test_variants_md_deterministic_packed_numbers_are_the_recorded_runs():
     gluon = [timed[k]["attnlab-det"] for k in ("1-gluon", "3-gluon")]
     xg = [timed[k]["attnlab-det"] / timed[k]["attnlab"] for k in ("1-gluon", "3-gluon")]
     assert min(xg) >= 1 - DET_COST / 100
-    assert (f"The ordered build then ran at {_span(gluon, '.0f')} TFLOP/s against "
-            f"{timed['2-triton']['attnlab-det']:.0f} on the Triton kernels, {_span(xg, '.2f')}× the default "
+    assert (f"The ordered build then ran at {span(gluon, '.0f')} TFLOP/s against "
+            f"{timed['2-triton']['attnlab-det']:.0f} on the Triton kernels, {span(xg, '.2f')}× the default "
             "(variants run 30)") in doc
     # run 31 (the whole table) and run 32 (D = 128 in processes of their own)
     t31 = _tf(_rows("variants-h200-run31.json"))
@@ -207,7 +196,7 @@ def test_variants_md_deterministic_packed_numbers_are_the_recorded_runs():
 def test_variants_md_window_forward_at_d64_is_the_recorded_runs():
     """The D = 64 window forward against the 1.3× bar: the one row under it in the whole tables of variants runs 28,
     29, 31 and 33, its ratios there, its speed in runs 31 and 33 and what the bar asks of it there."""
-    doc = _flat((ROOT / "docs" / "variants.md").read_text())
+    doc = doc_text("docs/variants.md")
     cells = {n: _cells(_rows(f"variants-h200-run{n}.json")) for n in (28, 29, 31, 33)}
     for n, c in cells.items():
         assert [k for k, col in c.items() if float(col[7]) < BAR_FLEX] == [(64, "window", "fwd")], n
@@ -217,10 +206,10 @@ def test_variants_md_window_forward_at_d64_is_the_recorded_runs():
     asks = [BAR_FLEX * tf[n][64, "window", "fwd", "flex"] for n in (31, 33)]
     assert len(mine) == 1
     assert (f"The window forward at D = 64 was the one row under {BAR_FLEX}× FlexAttention "
-            f"({_span([x[28], x[29]], '.2f')}× in variants runs 28 and 29, each the whole table in one run, after the "
+            f"({span([x[28], x[29]], '.2f')}× in variants runs 28 and 29, each the whole table in one run, after the "
             f"masked blocks' bit masks and each consumer group's own key blocks; {x[31]:.2f}× and {x[33]:.2f}× in runs "
             f"31 and 33, with the row sums in each thread's lanes and the rescale switches at D = 64: {mine.pop()} "
-            f"TFLOP/s, where {BAR_FLEX}× asks for {_span(asks, '.0f')}).") in doc
+            f"TFLOP/s, where {BAR_FLEX}× asks for {span(asks, '.0f')}).") in doc
 
 
 def test_variants_md_forward_switches_are_the_recorded_runs_and_the_code():
@@ -232,16 +221,16 @@ def test_variants_md_forward_switches_are_the_recorded_runs_and_the_code():
     from attnlab.gpu import prefill_gluon as G
     from attnlab.gpu import prefill_gluon_bwd as GB
 
-    doc = _flat((ROOT / "docs" / "variants.md").read_text())
+    doc = doc_text("docs/variants.md")
     st = {r: [100 * (x["vs_first"] - 1) for x in _rows(f"fwd-switches-h200-run{r}.json")
               if x["build"] == "skip+tau8" and x["D"] == 128] for r in (1, 2)}
     assert all(len(v) == 3 and min(v) > 0 for v in st.values())
-    assert (f"(fwd-switches runs 1 and 2) and gained {_span(st[2], '.0f')} % at D = 128 in run 2 "
-            f"({_span(st[1], '.0f')} % in run 1), where a third run gave") in doc
+    assert (f"(fwd-switches runs 1 and 2) and gained {span(st[2], '.0f')} % at D = 128 in run 2 "
+            f"({span(st[1], '.0f')} % in run 1), where a third run gave") in doc
     r16 = {(x["row"], x["D"], x["build"]): x for x in _rows("fwd-switches-h200-run16.json")}
     resc = {row: 1 / r16[row, 64, "tau8from128"]["vs_first"] for row in ("window", "causal", "full", "causal16k")}
     assert min(resc.values()) > 1
-    assert (f"it was worth {_span(resc.values(), '.3f')}× at D = 64 too, the window row included (fwd-switches run 16), "
+    assert (f"it was worth {span(resc.values(), '.3f')}× at D = 64 too, the window row included (fwd-switches run 16), "
             "and is on at both head dims") in doc
     assert G.RESCALE_SKIP and G.RESCALE_FROM_D == 64
     fs = load_script("benchmarks/fwd_switches.py")

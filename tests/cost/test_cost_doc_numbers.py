@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 import pytest
-from tests.helpers import ROOT
+from tests.helpers import ROOT, doc_text
 
 from attnlab.cost import (
     CALIBRATIONS,
@@ -60,11 +60,6 @@ GiB, MiB = 2**30, 2**20
 SMALL, LARGE = (64, 128, 4, 3), (128, 128, 4, 3)
 
 
-def _flat(path) -> str:
-    """The file's text with its line breaks and runs of spaces as single spaces (a quote may wrap anywhere)."""
-    return " ".join(path.read_text(encoding="utf-8").split())
-
-
 def _data(name: str) -> dict:
     return json.loads((DATA / f"{name}.json").read_text())
 
@@ -87,7 +82,7 @@ def test_estimate_block_is_what_the_command_prints():
 def test_python_lines_and_presets_as_quoted():
     """docs/cost.md's Python example (the values in its comments), the GPU presets ``--gpu`` lists, and the
     non-causal grids of the prefill benchmark's shapes on an H200 with ``cli.PIECE_OVERHEAD``."""
-    doc = _flat(ROOT / "docs" / "cost.md")
+    doc = doc_text("docs/cost.md")
     est = estimate(gpu="H100", seq=4096, head_dim=128, heads=32)
     assert f"est.forward.speedup_l2, est.backward.traffic_ratio # {est.forward.speedup_l2:.2f}, " \
            f"{est.backward.traffic_ratio:.1f}" in doc
@@ -114,7 +109,7 @@ def test_gluon_backward_cut_as_quoted():
     pytest.importorskip("triton")
     from attnlab.gpu import prefill_gluon_bwd as GB
 
-    doc = _flat(ROOT / "docs" / "cost.md")
+    doc = doc_text("docs/cost.md")
     words = dict(enumerate(("no", "one", "two", "three", "four", "five", "six")))
     assert GB.TAIL_PIECES
     assert (f"makes this cut on non-causal calls from D = {GB.TAIL_FROM_D} on (`attnlab.gpu.prefill_gluon_bwd.tail_pieces`, "
@@ -124,7 +119,7 @@ def test_gluon_backward_cut_as_quoted():
 def test_lecture_figures_table():
     """docs/cost.md's table of the lecture's figures: each computed by the function its row names, rounded as the
     lecture prints it (the functions round to the lecture's figures on every row)."""
-    doc = _flat(ROOT / "docs" / "cost.md")
+    doc = doc_text("docs/cost.md")
     h100 = get_gpu("H100")
     rows = {r.seq: r for r in layer_flops_table(seqs=(32768, 131072))}
     assert f"| §3.1 | attention is {100 * rows[131072].attention_share:.0f}% of a 7B layer's FLOPs at 128K |" in doc
@@ -180,7 +175,7 @@ def test_lecture_figures_table():
 def test_assumptions_as_quoted():
     """docs/cost.md's assumptions: the launch overhead of every preset, the A100 presets' bandwidths, decimal GB, the
     closed forms of the traffic, the §8.3 context and the §8.4 split rule with its exact argmin."""
-    doc = _flat(ROOT / "docs" / "cost.md")
+    doc = doc_text("docs/cost.md")
     launch = {g.launch_overhead for g in GPUS.values()}
     assert len(launch) == 1
     (launch,) = launch
@@ -226,7 +221,7 @@ def test_split_models_as_quoted():
     """docs/cost.md's two split models: the wave model's and the calibrated model's picks at batch 1, 8 K/V heads,
     128K keys on 132 SMs, the chooser's tolerance and the fit's grid (from the code), and the shipped calibrations'
     source run."""
-    doc = _flat(ROOT / "docs" / "cost.md")
+    doc = doc_text("docs/cost.md")
     h200 = dataclasses.replace(get_gpu("H200"), sms=132)
     shape = dict(batch=1, kv_heads=8, seq=131072, head_dim=128, gpu=h200)
     wave, calibrated = decode_num_splits(**shape), decode_num_splits(**shape, config=SMALL)
@@ -263,7 +258,7 @@ def test_split_models_as_quoted():
 def test_the_earlier_fit_as_quoted():
     """docs/cost.md: the large configuration fitted to decode run 3 alone (its B = 16 sweeps) and its picks on
     decode-host run 2's batch-1 sweeps of the same configuration, against each sweep's best."""
-    doc = _flat(ROOT / "docs" / "cost.md")
+    doc = doc_text("docs/cost.md")
     cal = fit_decode_calibration([_data("decode-h200-run3")], LARGE)
     picks, bests, slower = [], [], []
     for s in host_sweeps(_data("decode-host-h200-run2"), fused_merge=True):
@@ -285,7 +280,7 @@ def test_the_earlier_fit_as_quoted():
 
 def test_calibration_fit_tests_as_described():
     """docs/cost.md's account of tests/cost/test_calibration_fit.py: the margin its chooser checks allow."""
-    doc = _flat(ROOT / "docs" / "cost.md")
+    doc = doc_text("docs/cost.md")
     src = (ROOT / "tests" / "cost" / "test_calibration_fit.py").read_text()
     margins = set(re.findall(r"times\[pick\] <= ([\d.]+) \* min\(times\.values\(\)\)", src))
     assert len(margins) == 1

@@ -6,14 +6,9 @@ from __future__ import annotations
 
 import json
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, doc_text, span
 
 DATA = ROOT / "benchmarks" / "data"
-
-
-def _flat(path) -> str:
-    """The file's text with its line breaks and runs of spaces as single spaces (a quote may wrap anywhere)."""
-    return " ".join(path.read_text().split())
 
 
 def _host_run(run: int) -> dict:
@@ -32,17 +27,12 @@ def _speed(run: int) -> dict:
     return {(x["B"], x["H"], x["Hkv"], x["L"], x["D"], x["provider"]): x for x in _host_run(run)["speed"]}
 
 
-def _span(values, fmt="{:.1f}") -> str:
-    lo, hi = fmt.format(min(values)), fmt.format(max(values))
-    return lo if lo == hi else f"{lo}–{hi}"
-
-
 def test_window_example_is_the_decode_roofline():
     """docs/decode.md's 4K window over a 128K cache: the decode roofline on the H200 preset of the keys a step
     streams with the window (``decode_window_keys``) against the whole cache."""
     from attnlab.cost import decode_roofline, decode_window_keys
 
-    doc = _flat(ROOT / "docs" / "decode.md")
+    doc = doc_text("docs/decode.md")
     B, H, Hkv, D, L, W = 8, 32, 8, 128, 128 * 1024, 4 * 1024
     keys = decode_window_keys(seq=L, queries=1, window=(W - 1, 0))
     assert keys == W  # "about 4K keys per step"
@@ -77,7 +67,7 @@ def test_eager_and_graph_times_are_runs_2_and_6():
     """docs/decode.md's eager against CUDA-graph paragraph: run 2's call at 32K and cuDNN's, run 6's with its and
     run 2's empty launch, run 6's kept plan and growing cache, and the kept call's range over runs 14, 16 and 18
     with the merge kernel on every call and the empty launch of those runs."""
-    doc = _flat(ROOT / "docs" / "decode.md")
+    doc = doc_text("docs/decode.md")
     shape = (1, 32, 8, 32768, 128)
     s2, s6 = _speed(2), _speed(6)
     a, c = s2[(*shape, "attnlab")], s2[(*shape, "sdpa-cudnn")]
@@ -97,7 +87,7 @@ def test_eager_and_graph_times_are_runs_2_and_6():
     runs = (14, 16, 18)
     two = [_calls(r)["flash_decode_triton (plan kept), merge kernel every call"] for r in runs]
     empty = [_host_run(r)["floors"]["triton_empty_1_arg, kernel[grid]"] for r in runs]
-    assert (f"against {_span(two)} with both launches, on hosts where an empty launch cost {_span(empty)} µs "
+    assert (f"against {span(two, '.1f')} with both launches, on hosts where an empty launch cost {span(empty, '.1f')} µs "
             "(decode-host runs 14, 16 and 18)") in doc
 
 
@@ -106,8 +96,8 @@ def test_timeline_gpu_work_is_runs_28_and_29():
     graph = [x["gpu_period_us"] for run in (28, 29) for x in _host_run(run)["timeline"]
              if x["D"] == 64 and x["mode"] == "graph"]
     assert len(graph) == 2
-    assert (f"decode-host runs 28 and 29): at 32/8 heads over 32K keys and D = 64 the call is {_span(graph)} µs of "
-            "GPU work") in _flat(ROOT / "docs" / "decode.md")
+    assert (f"decode-host runs 28 and 29): at 32/8 heads over 32K keys and D = 64 the call is {span(graph, '.1f')} µs of "
+            "GPU work") in doc_text("docs/decode.md")
 
 
 def test_launch_cost_of_runs_17_and_18():
@@ -115,7 +105,7 @@ def test_launch_cost_of_runs_17_and_18():
     compiled launcher, int pointers) in the two runs the merge paragraph quotes."""
     us = [_host_run(r)["floors"]["triton_empty_55_args, compiled launcher, int pointers"] for r in (17, 18)]
     assert (f"(decode-host runs 17 and 18, where an empty 55-argument kernel launched through its compiled launcher "
-            f"with int pointers cost {_span(us)} µs of host time:") in _flat(ROOT / "docs" / "decode.md")
+            f"with int pointers cost {span(us, '.1f')} µs of host time:") in doc_text("docs/decode.md")
 
 
 def test_split_chooser_quotes_are_decode_runs_1_and_4():
@@ -123,7 +113,7 @@ def test_split_chooser_quotes_are_decode_runs_1_and_4():
     count's least time in the run, ``decode_sweep_times``) and the wave model's worst at batch 16 in run 1."""
     from attnlab.cost import decode_sweep_times
 
-    doc = _flat(ROOT / "docs" / "decode.md")
+    doc = doc_text("docs/decode.md")
     probes = _decode_run(4)["probes"]
     small, large = (probes[k]["per_program_bytes_per_s"] / 1e9 for k in ("program_bw", "program_bw large"))
     assert tuple(probes["program_bw"]["config"][:1] + probes["program_bw large"]["config"][:1]) == (64, 128)
@@ -153,7 +143,7 @@ def test_constants_quoted_are_the_code():
 
     from attnlab.gpu import decode, decode_config, decode_plan
 
-    doc = _flat(ROOT / "docs" / "decode.md")
+    doc = doc_text("docs/decode.md")
     dims = ", ".join(str(d) for d in decode.SUPPORTED_HEAD_DIMS)
     assert f"head dims outside {{{dims}}}, Dv ≠ D or more than {decode.MAX_ROWS} rows per K/V head" in doc
     first = decode_plan.OutputSlab((1, 32, 1, 128), torch.bfloat16, torch.device("cpu")).size

@@ -9,7 +9,7 @@ import json
 import math
 from functools import cache
 
-from tests.helpers import ROOT, load_script
+from tests.helpers import ROOT, doc_text, load_script, span
 
 from attnlab.cost.ring import LATENCY, LINKS, MAX_RANKS, ring_estimate
 from attnlab.distributed.schedule import ring_schedule, step_pairs
@@ -18,11 +18,6 @@ DATA = ROOT / "benchmarks" / "data"
 # the project's targets, settings and not measurements: the doc says the first is met, the second is not
 BAR_ONE_GPU = 1.8  # the 2-GPU zigzag ring against attnlab on one GPU
 BAR_TORCH = 1.1  # the ring against PyTorch's context parallelism
-
-
-def _flat(path) -> str:
-    """The file's text with its line breaks and runs of spaces as single spaces (a quote may wrap anywhere)."""
-    return " ".join(path.read_text(encoding="utf-8").split())
 
 
 def _run(name: str) -> dict:
@@ -55,13 +50,9 @@ def _prefill_ratios(run: int, pass_: str, min_seq: int = 1) -> list[float]:
             if k[3] == pass_ and k[2] >= min_seq and "attnlab" in v and "sdpa-cudnn" in v]
 
 
-def _span(values, fmt="{:.2f}") -> str:
-    return f"{fmt.format(min(values))}–{fmt.format(max(values))}"
-
-
 def test_cost_model_presets_as_quoted():
     """The link presets, the latency per transfer and the largest ring of docs/ring.md's cost-model section."""
-    doc = _flat(ROOT / "docs" / "ring.md")
+    doc = doc_text("docs/ring.md")
     assert f"plus an assumed {LATENCY * 1e6:.0f} µs per transfer" in doc
     bw = {name: link.bandwidth / 1e9 for name, link in LINKS.items()}
     ib_gbit = LINKS["ib-ndr"].bandwidth * 8 / 1e9
@@ -79,7 +70,7 @@ def test_cost_model_presets_as_quoted():
 def test_two_gpu_run_scaling_and_waits():
     """docs/ring.md's "Scaling" bullet: the 2-GPU run's speed-ups, the per-step waits and compute against the
     modeled NVLink transfer, the contiguous layout's imbalance (the schedule's pairs) and rank 0's wait."""
-    doc = _flat(ROOT / "docs" / "ring.md")
+    doc = doc_text("docs/ring.md")
     res = _run("ring-h200-2gpu")
     c, env = res["config"], res["environment"]
     sec = {k: v["seconds"] for k, v in res["results"].items()}
@@ -102,7 +93,7 @@ def test_two_gpu_run_scaling_and_waits():
     bound_us = math.ceil(max(w for _, w, _ in computing.values()) * 1e6)
     ratios = [comp / t for comp, _, t in computing.values() if t > 0]
     assert (f"No step with compute waits on a transfer for more than {bound_us} µs: at N/P = {n // 1024}K a step's "
-            f"compute is {_span(ratios, '{:.0f}')} times its NVLink transfer, as the cost model predicted") in doc
+            f"compute is {span(ratios, '.0f')} times its NVLink transfer, as the cost model predicted") in doc
     model = ring_estimate(ranks=P, seq=c["seq"], gpu="H200", heads=c["heads"], kv_heads=c["kv_heads"],
                           head_dim=c["head_dim"], dtype_bytes=2, causal=True)
     assert model.hidden
@@ -120,7 +111,7 @@ def test_two_gpu_run_scaling_and_waits():
 def test_two_gpu_run_against_pytorch_and_the_prefill_run():
     """docs/ring.md's "Against PyTorch's context parallelism" bullet: the times and TFLOP/s of the 2-GPU run, and the
     prefill run of the same day it quotes for the kernels' gap (with the later runs that closed it)."""
-    doc = _flat(ROOT / "docs" / "ring.md")
+    doc = doc_text("docs/ring.md")
     res = _run("ring-h200-2gpu")
     r = res["results"]
     sec = {k: v["seconds"] * 1e3 for k, v in r.items()}
@@ -135,17 +126,17 @@ def test_two_gpu_run_against_pytorch_and_the_prefill_run():
     fwd, both = _prefill_ratios(6, "fwd", 4096), _prefill_ratios(6, "fwd_bwd", 4096)
     assert len(fwd) == len(both) == 8 and max(both) < 1
     assert (f"prefill run 6 of the same day (`benchmarks/data/prefill-h200-run6.json`) had attnlab's forward at "
-            f"{_span(fwd)}× cuDNN and its forward + backward at {_span(both)}× (N ≥ 4K)") in doc
+            f"{span(fwd)}× cuDNN and its forward + backward at {span(both)}× (N ≥ 4K)") in doc
     assert f"The {BAR_TORCH}× bar needed a faster backward, not a different ring" in doc
     later = [x for run in (35, 36) for x in _prefill_ratios(run, "fwd_bwd")]
     assert len(later) == 24 and min(later) > 1
-    assert f"Later prefill runs put forward + backward above cuDNN (runs 35 and 36: {_span(later)}×)" in doc
+    assert f"Later prefill runs put forward + backward above cuDNN (runs 35 and 36: {span(later)}×)" in doc
 
 
 def test_one_gpu_runs_as_quoted():
     """docs/ring.md's one-H200 section: the virtual ranks' overhead and compute against transfer (as
     test_docs.py computes them), and the 1-rank run where PyTorch's SDPA is ahead."""
-    doc = _flat(ROOT / "docs" / "ring.md")
+    doc = doc_text("docs/ring.md")
     res = _run("ring-virtual-h200-2ranks")
     sec = {k: v["seconds"] for k, v in res["results"].items()}
     overhead = 100 * (sec["attnlab-ring-zigzag"] / sec["attnlab-1gpu"] - 1)

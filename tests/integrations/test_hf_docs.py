@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.helpers import doc_text, span
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -127,16 +128,6 @@ def _hf(run) -> dict:
     return json.loads((DATA / name).read_text())
 
 
-def _flat(path: Path) -> str:
-    return " ".join(path.read_text().split())
-
-
-def _span(xs, fmt: str = ".2f") -> str:
-    """min–max of ``xs`` as the docs write a range; one number where both ends print alike."""
-    lo, hi = format(min(xs), fmt), format(max(xs), fmt)
-    return lo if lo == hi else f"{lo}–{hi}"
-
-
 def _step(r: dict) -> float:
     return r["train"]["attnlab"]["step_ms"] / r["train"]["sdpa"]["step_ms"]
 
@@ -190,7 +181,7 @@ def test_docs_table_every_cell_and_ratio_is_run_10():
 
 
 def test_docs_training_step_history_is_runs_6_to_16():
-    doc = _flat(ROOT / "docs" / "hf.md")
+    doc = doc_text("docs/hf.md")
     step = {n: _step(_hf(n)) for n in (6, 7, 8, 9, 10, 15, 16)}
     assert f"prefill run 18 ({step[15]:.3f}× and {step[16]:.3f}× in runs 15 and 16, below)" in doc
     assert f"Before, it was level: {step[10]:.3f}× in run 10" in doc
@@ -206,7 +197,7 @@ def test_docs_training_step_history_is_runs_6_to_16():
 
 
 def test_docs_layout_bullet_is_step_probe_run_1():
-    doc = _flat(ROOT / "docs" / "hf.md")
+    doc = doc_text("docs/hf.md")
     p = _probe()
     ka, ks = p["kernels"]["attnlab"], p["kernels"]["sdpa"]
     # dQ's float32 -> bfloat16 copy into the strided gradient: attnlab's step only, one call per layer
@@ -226,7 +217,7 @@ def test_docs_power_cap_is_the_recorded_clocks():
     import csv
     from datetime import datetime
 
-    doc = _flat(ROOT / "docs" / "hf.md")
+    doc = doc_text("docs/hf.md")
     with open(DATA / "hf-step-clocks-h200-run1.csv", newline="") as f:
         rows = list(csv.DictReader(f, skipinitialspace=True))
     stamps = [datetime.strptime(r["timestamp"], "%Y/%m/%d %H:%M:%S.%f") for r in rows]
@@ -239,39 +230,39 @@ def test_docs_power_cap_is_the_recorded_clocks():
     rest_mhz = [x for x, cap in zip(mhz, capped) if not cap]
     assert (f"sampled every {every:.0f} ms over the probe's first steps, `nvidia-smi` reported the software power "
             f"cap as the active clock reason in {sum(capped)} of {len(rows)} samples, at SM clocks of "
-            f"{_span(cap_mhz, 'd')} MHz (the rest: {_span(rest_mhz, 'd')} MHz, no reason).") in doc
+            f"{span(cap_mhz, 'd')} MHz (the rest: {span(rest_mhz, 'd')} MHz, no reason).") in doc
 
 
 def test_docs_in_step_backward_times_are_step_probe_run_1():
-    doc = _flat(ROOT / "docs" / "hf.md")
+    doc = doc_text("docs/hf.md")
     p = _probe()
     mine = [r["_attn_bwd_gluon_ws"] for r in p["order"]["attnlab"]]
     cudnn = [r["flash_bprop"] for r in p["order"]["sdpa"]]
     assert len(mine) == len(cudnn) == 2
     fast = (1, 4)  # cuDNN's first calls at its isolated speed, in its first and second profiled step
-    assert (f"attnlab's backward took {_span(mine[0][:7])} ms in the first 7 calls of its first step and "
-            f"{_span(mine[0][7:])} in the other {len(mine[0]) - 7} ({_span(mine[1])} in every call of its second), "
-            f"cuDNN's {_span(cudnn[0][:fast[0]] + cudnn[1][:fast[1]])} in its first calls ({fast[0]} in its first "
-            f"step, {fast[1]} in its second) and then {_span(cudnn[0][fast[0]:] + cudnn[1][fast[1]:])}.") in doc
+    assert (f"attnlab's backward took {span(mine[0][:7])} ms in the first 7 calls of its first step and "
+            f"{span(mine[0][7:])} in the other {len(mine[0]) - 7} ({span(mine[1])} in every call of its second), "
+            f"cuDNN's {span(cudnn[0][:fast[0]] + cudnn[1][:fast[1]])} in its first calls ({fast[0]} in its first "
+            f"step, {fast[1]} in its second) and then {span(cudnn[0][fast[0]:] + cudnn[1][fast[1]:])}.") in doc
     # the later calls all slower than the first ones, in each step that had fast first calls
     assert min(mine[0][7:]) > max(mine[0][:7])
     assert all(min(c[n:]) > max(c[:n]) for c, n in zip(cudnn, fast))
     rep = p["replays"]
     med = {k: [c[k]["median"] for c in rep.values()] for k in ("replay", "cudnn", "fresh", "after_gemms",
                                                                "fresh_after_gemms")}
-    assert (f"replayed alone, take {_span(med['replay'])} ms (attnlab) and {_span(med['cudnn'])} (cuDNN); random "
-            f"inputs of the same shapes and strides {_span(med['fresh'])}; replayed right after the layer's MLP and "
-            f"projection products, attnlab's takes {_span(med['after_gemms'] + med['fresh_after_gemms'])}.") in doc
+    assert (f"replayed alone, take {span(med['replay'])} ms (attnlab) and {span(med['cudnn'])} (cuDNN); random "
+            f"inputs of the same shapes and strides {span(med['fresh'])}; replayed right after the layer's MLP and "
+            f"projection products, attnlab's takes {span(med['after_gemms'] + med['fresh_after_gemms'])}.") in doc
     sleep = re.search(r"time\.sleep\(([\d.]+)\)", (ROOT / "benchmarks" / "hf_step_probe.py").read_text())
     idle = p["idle"]
     assert (f"With the host idle for {float(sleep.group(1)) * 1e3:.0f} ms before each backward call inside the "
-            f"step, its last 7 calls take {_span(idle[-7:])}.") in doc
+            f"step, its last 7 calls take {span(idle[-7:])}.") in doc
     faster = (1 - statistics.median(med["cudnn"]) / statistics.median(med["replay"])) * 100
     assert f"cuDNN's backward as transformers calls it is {faster:.0f} % faster" in doc
 
 
 def test_docs_ablation_and_ncu_numbers_are_their_files():
-    doc = _flat(ROOT / "docs" / "hf.md")
+    doc = doc_text("docs/hf.md")
     run13 = {r["variant"]: r["ms"] for r in json.loads((DATA / "bwd-gluon-ablation-h200-run13.json").read_text())["rows"]}
     # variant 8 of runs 13-16 adds each dQ tile at once: the backward that ships (RESULTS.md)
     assert (f"`bwd_gluon_ablation.py --sdpa`: {run13['sdpa backward']:.2f} against "
@@ -298,7 +289,7 @@ def test_docs_ablation_and_ncu_numbers_are_their_files():
 
 
 def test_docs_run_8_profile_and_layer_rows():
-    doc = _flat(ROOT / "docs" / "hf.md")
+    doc = doc_text("docs/hf.md")
     r8, r10, r6 = _hf(8), _hf(10), _hf(6)
     pa, ps = r8["train"]["profile"]["attnlab"], r8["train"]["profile"]["sdpa"]
     assert (f"GPU kernel time {pa['gpu_kernel_ms']:.1f} ms in attnlab's step and {ps['gpu_kernel_ms']:.1f} ms in "
@@ -317,17 +308,17 @@ def test_docs_run_8_profile_and_layer_rows():
 
 
 def test_docs_later_calls_host_and_prefill_are_runs_11_to_13():
-    doc = _flat(ROOT / "docs" / "hf.md")
+    doc = doc_text("docs/hf.md")
     runs = [_hf(n) for n in (11, 12, 13)]
     sdpa = [_tokens(r)[1] for r in runs]
-    assert (f"(SDPA's decode {_span(sdpa, '.1f')} tokens/s against {_tokens(_hf(10))[1]:.1f}), so the tokens/s are "
+    assert (f"(SDPA's decode {span(sdpa, '.1f')} tokens/s against {_tokens(_hf(10))[1]:.1f}), so the tokens/s are "
             "not comparable") in doc
     assert max(sdpa) < _tokens(_hf(10))[1]
-    assert f"SDPA; prefill {_span([_prefill(r) for r in runs], '.3f')}×." in doc
+    assert f"SDPA; prefill {span([_prefill(r) for r in runs], '.3f')}×." in doc
 
 
 def test_docs_earlier_calls_are_runs_2_to_6():
-    doc = _flat(ROOT / "docs" / "hf.md")
+    doc = doc_text("docs/hf.md")
     first, r2 = _hf(None), _hf(2)
     assert (f"**{first['layer']['attnlab']['decode_step_gpu_us']:.1f} µs** of GPU time through `flash_decode`, against "
             f"**{first['layer']['flash_attention_one_query_gpu_us']:.1f} µs** through `flash_attention` "
@@ -365,12 +356,12 @@ def test_docs_earlier_calls_are_runs_2_to_6():
     gains = [(c["128x128w4s2tma+ws+gl"] / max(t for k, t in c.items() if "+gl" not in k) - 1) * 100
              for c in cells.values()]
     assert sorted({n for _, n in cells}) == [4096, 16384] and len(gains) == 4
-    assert (f"(the 2-stage 128×128 Gluon build +{_span(gains, '.1f')} % over the best Triton one at 4K and 16K, "
+    assert (f"(the 2-stage 128×128 Gluon build +{span(gains, '.1f')} % over the best Triton one at 4K and 16K, "
             "`prefill-sweep-h200-run5.json`)") in doc
 
 
 def test_docs_decoding_at_batch_1_is_the_recorded_runs():
-    doc = _flat(ROOT / "docs" / "hf.md")
+    doc = doc_text("docs/hf.md")
     gpu = [_hf(n)["layer"][impl]["decode_step_gpu_us"] for n in range(2, 18) for impl in ("attnlab", "sdpa")]
     assert (f"adds its own host time to the GPU's {math.floor(min(gpu))}–{math.ceil(max(gpu))} µs (hf runs 2–17, "
             "either implementation)") in doc
@@ -391,7 +382,7 @@ def test_docs_decoding_at_batch_1_is_the_recorded_runs():
 
 
 def test_docs_correctness_is_run_6():
-    doc = _flat(ROOT / "docs" / "hf.md")
+    doc = doc_text("docs/hf.md")
     c = _hf(6)["checks"]
     tr, pad, gen = c["train"], c["padded"], c["generate"]
     assert tr["parameters"] == pad["parameters"] and tr["ok"] and pad["ok"] and gen["ok"]
@@ -408,7 +399,7 @@ def test_docs_correctness_is_run_6():
 
 
 def test_docs_settings_quoted_from_the_code():
-    doc = _flat(ROOT / "docs" / "hf.md")
+    doc = doc_text("docs/hf.md")
     helpers = (ROOT / "tests" / "helpers.py").read_text()
     factor = re.search(r"return err <= (\d+) \* err_ref", helpers).group(1)
     assert f"each within {factor}× the float32 SDPA/eager error (flash-attention's criterion)" in doc

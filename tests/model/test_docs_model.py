@@ -12,17 +12,13 @@ import sys
 from dataclasses import asdict
 from fractions import Fraction
 
-from tests.helpers import ROOT, load_script
+from tests.helpers import ROOT, doc_text, load_script
 
 from attnlab.model import LikesWorld, ModelConfig, Transformer, baseline_accuracy
 from attnlab.model.train import TrainConfig
 
 pva = load_script("benchmarks/plan_vs_actual.py")
 DATA = ROOT / "benchmarks" / "data" / "plan-vs-actual-cpu.json"
-
-
-def _doc() -> str:
-    return " ".join((ROOT / "docs" / "model.md").read_text().split())
 
 
 def _rows() -> dict:
@@ -34,7 +30,7 @@ def _pct(x, d=0) -> str:
 
 
 def test_the_recipe_as_the_code_has_it():
-    doc, readme = _doc(), " ".join((ROOT / "README.md").read_text().split())
+    doc, readme = doc_text("docs/model.md"), " ".join((ROOT / "README.md").read_text().split())
     tc, mc = TrainConfig(), ModelConfig.from_name("likesworld")
     assert tc.lr == 2e-3 and (f"lr 2e-3 with {tc.warmup} warm-up steps and cosine decay to {_pct(tc.min_lr_ratio)}, batch "
             f"{tc.batch_size}, gradient clip {tc.grad_clip:g}, next-token cross-entropy on every token with the answers "
@@ -52,7 +48,7 @@ def test_the_recipe_as_the_code_has_it():
 
 
 def test_the_baselines_and_their_closed_forms():
-    doc = _doc()
+    doc = doc_text("docs/model.md")
     tc = TrainConfig()
     test = LikesWorld().test_set(tc.test_size)
     counts = range(tc.min_facts, tc.max_facts + 1)
@@ -74,7 +70,7 @@ def test_the_recorded_trainings_are_the_scripts_settings():
 
 
 def test_docs_quote_the_recorded_trainings():
-    doc, readme = _doc(), " ".join((ROOT / "README.md").read_text().split())
+    doc, readme = doc_text("docs/model.md"), " ".join((ROOT / "README.md").read_text().split())
     rows = _rows()
     val = {arm: {h["step"]: h["val_accuracy"] for h in r["history"]} for arm, r in rows.items()}
     d, gap, learned, nob = rows["default"], rows["gap"], rows["learned"], rows["no-bias"]
