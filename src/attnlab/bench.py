@@ -264,15 +264,19 @@ def register(sub) -> None:
     from ._cliargs import FORCE_HELP, positive_int
 
     p = sub.add_parser("bench", help="time attnlab's forward against PyTorch SDPA on this machine")
-    p.add_argument("--seq", type=positive_int, nargs="+", default=[1024, 2048], help="sequence lengths")
-    p.add_argument("--head-dim", type=positive_int, default=64)
-    p.add_argument("--heads", type=positive_int, default=8)
-    p.add_argument("--causal", action="store_true")
+    seqs = [1024, 2048]
+    p.add_argument("--seq", type=positive_int, nargs="+", default=seqs,
+                   help=f"sequence lengths N, one table row per length and provider (default: {' '.join(map(str, seqs))})")
+    p.add_argument("--head-dim", type=positive_int, default=64, help="head dimension D (default: %(default)s)")
+    p.add_argument("--heads", type=positive_int, default=8, help="heads H, batch 1 (default: %(default)s)")
+    p.add_argument("--causal", action="store_true", help="causal mask (both providers)")
     p.add_argument("--rounds", type=positive_int, default=1,
                    help="time attnlab and SDPA in turns this many times (the order rotated each round); each row is "
                         "the median of its rounds")
-    p.add_argument("--device", choices=["cpu", "cuda"], default=None)
-    p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default=None)
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None,
+                   help="where to time (default: cuda when a CUDA GPU is visible, else cpu)")
+    p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default=None,
+                   help="data type (default: bfloat16 on cuda, float32 on cpu)")
     p.add_argument("--json", default=None, metavar="FILE",
                    help="also write the rows as JSON ('-': standard output, the table then goes to stderr)")
     p.add_argument("--force", action="store_true", help=FORCE_HELP)

@@ -33,6 +33,16 @@ def test_help_of_every_command(run_cli):
         assert sub.stdout.startswith(f"usage: attnlab {name}"), (name, sub.stdout[:200])
 
 
+def test_every_option_of_every_command_says_what_it_does():
+    import argparse
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    bare = [(name, a.option_strings or a.dest) for name, p in sub.choices.items() for a in p._actions
+            if not isinstance(a, argparse._HelpAction) and not (a.help or "").strip()]
+    assert bare == [], f"options without a help text: {bare}"
+
+
 def test_no_command_is_one_line(run_cli, one_error_line):
     line = one_error_line(run_cli(), "attnlab")
     assert all(name in line for name in COMMANDS)
