@@ -66,16 +66,20 @@ def _run(args) -> int:
 
 
 def register(sub) -> None:
+    from .train import TrainConfig
+
+    defaults = TrainConfig()
     p = sub.add_parser("train", help="train the tiny LikesWorld transformer (cached; --force retrains)",
                        description="Train the lecture's tiny transformer on LikesWorld, or show the cached one.")
     p.add_argument("--force", action="store_true", help="retrain even if a cached model exists")
     p.add_argument("--seed", default="0", help="initialisation and data seed, >= 0 (default: %(default)s)")
-    p.add_argument("--steps", default=None, help="training steps, >= 1 (default: TrainConfig.steps)")
+    p.add_argument("--steps", default=None, help=f"training steps, >= 1 (default: {defaults.steps})")
     p.add_argument("--question-format", choices=("adjacent", "gap"), default="adjacent",
                    help="'adjacent': q dan jam (default); 'gap': q dan ? a jam (the lecture's first plan)")
     p.add_argument("--positions", choices=("rope", "learned"), default="rope",
                    help="RoPE (default) or learned absolute position embeddings")
     p.add_argument("--no-qkv-bias", action="store_true", help="no biases on the q/k/v projections")
     p.add_argument("--attempts", default=None,
-                   help="attempts allowed (>= 1): restarts when the lookup circuit has not formed by the check step")
+                   help="attempts allowed (>= 1): restarts when the lookup circuit has not formed by the check step "
+                        f"(default: {defaults.max_attempts})")
     p.set_defaults(func=_run)
