@@ -18,7 +18,43 @@ def info() -> dict:
     from .demos import available
 
     env["demos"] = available()
+    env.update(kernels())
     return env
+
+
+def kernels() -> dict[str, str]:
+    """Which code serves an attention call here (``flash_attention``, ``flash_decode``), by device:
+    ``kernels_cpu`` always, ``kernels_cuda`` where a CUDA GPU is visible. The phrase names the path a call
+    of a supported shape and dtype takes; a call the kernels do not take still falls back, with a warning."""
+    import torch
+
+    from ._runtime import interpret_mode, interpreter_problem, triton_available
+
+    out = {}
+    if torch.cuda.is_available():
+        if not triton_available():
+            out["kernels_cuda"] = "blockwise PyTorch (no triton: pip install 'attnlab[gpu]' for the kernels)"
+        else:
+            from .gpu.config import device_capability
+            from .gpu.prefill_gluon import GLUON_HEAD_DIMS, HAVE_GLUON
+
+            cap = device_capability(torch.device("cuda"))
+            if cap[0] < 8:
+                out["kernels_cuda"] = f"blockwise PyTorch (compute capability {cap[0]}.{cap[1]}: the kernels need 8.0)"
+            elif cap == (9, 0) and HAVE_GLUON:
+                dims = " and ".join(map(str, GLUON_HEAD_DIMS))
+                out["kernels_cuda"] = f"Triton; prefill at D = {dims} on the Gluon (Hopper) kernels"
+            else:
+                out["kernels_cuda"] = "Triton"
+    if not interpret_mode():
+        out["kernels_cpu"] = "blockwise PyTorch (with TRITON_INTERPRET=1: the Triton kernels, in triton's interpreter)"
+    elif not triton_available():
+        out["kernels_cpu"] = "blockwise PyTorch (TRITON_INTERPRET=1 set, but no triton: pip install 'attnlab[gpu]')"
+    elif problem := interpreter_problem():
+        out["kernels_cpu"] = f"blockwise PyTorch (triton's interpreter cannot run the kernels here: {problem})"
+    else:
+        out["kernels_cpu"] = "the Triton kernels in triton's interpreter (TRITON_INTERPRET=1: slow, for tests)"
+    return out
 
 
 def _info_cmd(args) -> int:
