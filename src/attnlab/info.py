@@ -58,17 +58,34 @@ def kernels() -> dict[str, str]:
 
 
 def _info_cmd(args) -> int:
+    import json
+
     from rich.table import Table
 
-    from ._console import make_console
+    from ._cliargs import output_file, write_text
+    from ._console import make_console, print_wrote
 
+    # the output path is checked first; `--json -` puts the JSON alone on stdout, the table on stderr
+    path = output_file(args.json, option="--json", force=args.force, allow_stdout=True) if args.json else None
+    facts = info()
     t = Table(title="attnlab info", show_header=False)
-    for k, v in info().items():
+    for k, v in facts.items():
         t.add_row(k, str(v))
-    make_console().print(t)
+    make_console(stderr=args.json == "-").print(t)
+    if args.json:
+        where = write_text(path, json.dumps(facts, indent=2, ensure_ascii=False) + "\n", option="--json",
+                           force=args.force)
+        if path is not None:
+            print_wrote(make_console(), where)
     return 0
 
 
 def register(sub) -> None:
+    from ._cliargs import FORCE_HELP
+
     p = sub.add_parser("info", help="versions, device and optional parts of this installation")
+    p.add_argument("--json", default=None, metavar="FILE",
+                   help="also write the facts as JSON to FILE, for a bug report ('-': standard output, the table "
+                        "then goes to stderr); missing folders are created; an existing FILE is kept unless --force")
+    p.add_argument("--force", action="store_true", help=FORCE_HELP)
     p.set_defaults(func=_info_cmd)

@@ -94,6 +94,22 @@ def test_bench_json_follows_the_output_rule(run_cli, one_error_line, tmp_path):
     assert json.loads((tmp_path / "new/dir/b.json").read_text())["rows"][0]["N"] == 16
 
 
+def test_info_json_is_the_table_and_follows_the_output_rule(run_cli, one_error_line, tmp_path):
+    r = run_cli("info", "--json", "-")
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout)  # only the JSON on stdout; the table went to stderr
+    assert got["attnlab"] == attnlab.__version__ and got["kernels_cpu"] and "kernels_cpu" in r.stderr
+    for key, value in got.items():
+        assert key in r.stderr and str(value)[:20] in r.stderr, key
+    mine = tmp_path / "mine.json"
+    mine.write_text("my notes\n")
+    line = one_error_line(run_cli("info", "--json", "mine.json"), "attnlab info")
+    assert "--json" in line and "--force" in line
+    assert mine.read_text() == "my notes\n"
+    assert run_cli("info", "--json", "mine.json", "--force").returncode == 0
+    assert json.loads(mine.read_text())["attnlab"] == attnlab.__version__
+
+
 def test_bench_rounds_time_the_providers_in_turns(run_cli):
     r = run_cli("bench", "--seq", "16", "--heads", "1", "--head-dim", "8", "--device", "cpu", "--dtype", "float32",
                 "--rounds", "3", "--json", "-")
