@@ -48,16 +48,19 @@ Arms (``--arms``, the first the baseline of the ratios):
              way in and out, the log naming each launch's grid and chunk
     kf1, kf2, kf4
              key blocks first in chunks of 1, 2 or 4 (batch · K/V head) units at every head dim
-    l2chunks the library's choice with ``prefill_gluon_bwd.L2_CHUNKS`` on: causal calls that would go heads first
-             numbered key blocks first in chunks whose rows fit in L2 (``l2_chunk``; ``benchmarks/bwd_l2_sim.py``
-             models each order's HBM traffic)
+    l2chunks, nol2
+             the library's choice with ``prefill_gluon_bwd.L2_CHUNKS``' numbering for every causal call that would
+             go heads first, multi-head calls too (``L2_CHUNKS_MIN_GROUP`` 1; the library takes GQA calls only: key
+             blocks first in chunks whose rows fit in L2, ``l2_chunk``; ``benchmarks/bwd_l2_sim.py`` models each
+             order's HBM traffic), or with ``L2_CHUNKS`` off (heads first, the numbering before it)
     kv2, kv4 the library's choice with each K/V head of a GQA call read by 2 or 4 programs of a share of its query heads
              each, their float32 dK, dV parts summed after (``gluon_backward(kv_split=)``, as deterministic GQA calls
              run; not in the library's non-deterministic calls); a split call keeps no plan
 
 Rows: ``causal`` and ``full`` (4 × 4K, 32 heads), ``long`` (one 16K causal sequence), ``gqa`` (32 query heads on 8 K/V
 heads, 8K causal), ``varlen`` (the variants benchmark's packed batch: 16K tokens of documents of 256-1,792, causal),
-``short`` (16 × 1K causal: the table's short class, where the library took the Triton backward at D = 64), and GQA
+``short`` (16 × 1K causal: the table's short class, where the library took the Triton backward at D = 64),
+``causal1`` (one 4K causal sequence: a multi-head call numbered heads first), and GQA
 causal rows by group size and length: ``gqa2`` (32/16 at 8K), ``gqa8`` (32/4 at 8K), ``gqa-4k`` (4 × 4K, 32/8),
 ``gqa-8k`` (2 × 8K, 32/8: the prefill table's GQA causal 8K row), ``gqa-16k`` (16K, 32/8); packed batches of 16K tokens in documents of one length, causal: ``pack128``, ``pack512`` and
 ``pack2k`` (what a program's fixed costs weigh as its walk shortens: one key block and two query-block steps a
@@ -73,7 +76,8 @@ bfloat16, H·D = 2048. TFLOP/s over the backward's 2.5× the forward's visible-p
     python benchmarks/bwd_block_m.py --rows pack128 pack512 pack2k varlen causal --D 64 128 --arms table p1 p2
     python benchmarks/bwd_block_m.py --rows full full8k full16k gqa-full --D 64 128 --arms table whole
     python benchmarks/bwd_block_m.py --rows gqa-4k gqa-8k gqa-16k causal8k --D 64 128 --arms table kfirst hfirst kv2
-    python benchmarks/bwd_block_m.py --rows gqa gqa-4k gqa-8k gqa-16k --D 64 128 --arms table l2chunks kf1 kf2 kf4
+    python benchmarks/bwd_block_m.py --rows gqa gqa-4k gqa-8k gqa-16k --D 64 128 --arms table nol2 kf1 kf2 kf4
+    python benchmarks/bwd_block_m.py --rows causal1 gqa-8k --D 64 128 --arms table l2chunks nol2
     python benchmarks/bwd_block_m.py --report bwd-block-m.json
 """
 
@@ -91,7 +95,7 @@ import ab_rounds  # noqa: E402
 
 from attnlab.bench import time_fn  # noqa: E402
 
-ROWS = ("causal", "causal8k", "full", "long", "window", "alibi", "gqa", "varlen", "short", "gqa2", "gqa8", "gqa-4k",
+ROWS = ("causal", "causal8k", "causal1", "full", "long", "window", "alibi", "gqa", "varlen", "short", "gqa2", "gqa8", "gqa-4k",
         "gqa-8k", "gqa-16k", "pack128", "pack512", "pack2k", "full8k", "full16k", "gqa-full", "full-small")
 PACKS = {"pack128": 128, "pack512": 512, "pack2k": 2048}  # packed batches of 16K tokens in documents of one length
 CHUNK_ARMS = {"hc0": 0, "hc16": 16, "hc32": 32, "hc64": 64, "hcall": 1 << 20}  # arm: HEAD_CHUNK_MB
@@ -101,10 +105,12 @@ TAIL_ARMS = {"whole": {"TAIL_PIECES": False}, "steps1": {"TAIL_PIECE_STEPS": 1},
              "limitall": {"TAIL_LIMIT_ALL": True}}
 ORDER_ARMS = {  # arm: the Gluon backward module's numbering functions and switches while it runs
     "kfirst": {"heads_first_default": lambda uneven, *_, **__: False},  # key blocks first (the library's chunks)
-    "hfirst": {"heads_first_default": lambda uneven, *_, **__: uneven},  # every causal call heads first
+    "hfirst": {"heads_first_default": lambda uneven, *_, **__: uneven,  # every causal call heads first
+               "L2_CHUNKS": False},
     **{f"kf{c}": {"heads_first_default": lambda uneven, *_, **__: False, "HEAD_CHUNK_FROM_D": 0,  # chunks of c units
                   "head_chunk": lambda heads, *_, c=c, **__: min(c, heads) if c > 1 else None} for c in (1, 2, 4)},
-    "l2chunks": {"L2_CHUNKS": True},  # the candidate numbering (prefill_gluon_bwd.l2_chunk)
+    "l2chunks": {"L2_CHUNKS": True, "L2_CHUNKS_MIN_GROUP": 1},  # prefill_gluon_bwd.l2_chunk's numbering, MHA too
+    "nol2": {"L2_CHUNKS": False},  # heads first below HEADS_FIRST_WAVES, GQA too (the numbering before L2_CHUNKS)
 }
 KV_ARMS = {"kv2": 2, "kv4": 4}  # arm: a GQA call's K/V heads each read by that many programs (``kv_split``)
 ARMS = ("g64", "g128", "g128s", "g64lag0", "table", "g64lag1", "p1", "p2", "nolimits", *CHUNK_ARMS, *TAIL_ARMS,
@@ -121,6 +127,8 @@ SHAPES = {  # row: (B, H, Hkv, N, causal)
     "long": (1, 32, 32, 16384, True),
     "gqa": (1, 32, 8, 8192, True),
     "short": (16, 32, 32, 1024, True),
+    # one multi-head causal sequence of 4K: 1,024 (D = 64) or 512 programs, numbered heads first
+    "causal1": (1, 32, 32, 4096, True),
     # GQA by group size and length (the lag's choice there): 2 and 8 query heads per K/V head at 8K, 4 at 4K and 16K
     "gqa2": (1, 32, 16, 8192, True),
     "gqa8": (1, 32, 4, 8192, True),

@@ -1,8 +1,10 @@
 """The causal Gluon backward's HBM traffic by program order, simulated (no GPU): how much of its Q, dO and dQ traffic
-an L2 of the GPU preset's size catches when the programs run in the library's order (heads first below
-``HEADS_FIRST_WAVES`` programs per SM, else key blocks first in chunks of heads), in the candidate order of
-``prefill_gluon_bwd.L2_CHUNKS`` (key blocks first in chunks whose rows fit in L2), key blocks first in chunks of a
-given size, or with each K/V head's query heads split over several programs (``kv_split``). The model behind NOTES-prefill v52's L2 prediction.
+an L2 of the GPU preset's size catches when the programs run in the library's order (below ``HEADS_FIRST_WAVES``
+programs per SM GQA calls key blocks first in the chunks of ``prefill_gluon_bwd.L2_CHUNKS``, whose rows fit in L2, and
+multi-head calls heads first; above, key blocks first in chunks of heads), in the order before ``L2_CHUNKS`` (heads first
+below that many programs per SM), with ``L2_CHUNKS``' chunks for multi-head calls too, key blocks first in chunks of a
+given size, or with each K/V head's query heads split over several programs (``kv_split``). The model behind
+NOTES-prefill v52's L2 prediction.
 
 Model: ``sms`` SMs, one program each, the next program in launch order to whichever SM frees first; every step (a
 64-row query block of one query head against the program's 128 keys) takes one unit of time on every SM, the SMs'
@@ -41,12 +43,14 @@ SHAPES = {  # row: (B, H, Hkv, N) at D = 64, causal (bwd_block_m.py's rows of th
     "causal": (4, 32, 32, 4096),
     "causal8k": (2, 32, 32, 8192),
     "long": (1, 32, 32, 16384),
+    "causal1": (1, 32, 32, 4096),
     "gqa": (1, 32, 8, 8192),
     "gqa-4k": (4, 32, 8, 4096),
     "gqa-8k": (2, 32, 8, 8192),
     "gqa-16k": (1, 32, 8, 16384),
 }
-ORDERS = ("table", "l2", "kfirst", "hfirst", "kv2", "kv4", "kf1", "kf2", "kf4", "kf8")
+ORDERS = ("table", "nol2", "l2", "kfirst", "hfirst", "kv2", "kv4", "kf1", "kf2", "kf4", "kf8")
+DEFAULT_ORDERS = ("table", "nol2", "l2", "kfirst", "hfirst", "kv2", "kv4")
 
 
 def head_chunk(units: int, group: int, n: int, D: int) -> int | None:
@@ -58,9 +62,11 @@ def head_chunk(units: int, group: int, n: int, D: int) -> int | None:
 
 def programs(B: int, H: int, Hkv: int, N: int, D: int, order: str, sms: int = SMS) -> list[tuple[int, int, int]]:
     """(first query head, query heads, key block) of every program, in launch order. Orders: ``table`` the library's
-    numbering, ``kfirst`` key blocks first (in the library's chunks of units), ``hfirst`` heads first, ``kv2`` and
-    ``kv4`` the library's numbering of a call split that many ways per K/V head, ``kfC`` key blocks first in chunks of C
-    units (batch · K/V head), ``l2`` the library's numbering with ``prefill_gluon_bwd.L2_CHUNKS`` on."""
+    numbering, ``nol2`` the library's with ``prefill_gluon_bwd.L2_CHUNKS`` off (heads first below
+    ``HEADS_FIRST_WAVES`` programs per SM: the numbering before it), ``l2`` the library's with ``L2_CHUNKS``' chunks
+    for multi-head calls too (``L2_CHUNKS_MIN_GROUP`` 1), ``kfirst`` key blocks first (in the library's chunks of
+    units), ``hfirst`` heads first, ``kv2`` and ``kv4`` ``nol2``'s numbering of a call split that many ways per K/V
+    head, ``kfC`` key blocks first in chunks of C units (batch · K/V head)."""
     from attnlab.gpu import prefill_gluon_bwd as gb
 
     split = {"kv2": 2, "kv4": 4}.get(order, 1)
@@ -79,8 +85,11 @@ def programs(B: int, H: int, Hkv: int, N: int, D: int, order: str, sms: int = SM
         heads_first = True
     else:
         heads_first = gb.heads_first_default(True, count, sms)
-        if order == "l2" and heads_first:  # the candidate (``L2_CHUNKS``): key blocks first in chunks fitting L2
-            chunk = gb.l2_chunk(units, per, N, N, D, sms)
+        if heads_first and order not in ("nol2", "kv2", "kv4"):  # (``L2_CHUNKS``: key blocks first in chunks)
+            if order == "l2":
+                chunk = gb.l2_chunk(units, per, N, N, D, sms) if gb.L2_CHUNKS else None
+            else:
+                chunk = gb.l2_numbering(units, per, N, N, D, sms, 0, None)
             heads_first = chunk is None
     if heads_first:  # grid (units, key blocks): the unit fastest
         pairs = [(u, n) for n in range(n_kb) for u in range(units)]
@@ -232,10 +241,11 @@ def fit_chunks(rows: list[dict], gpu: str = "H200") -> dict:
     return dict(beta_ms_per_gb=float(x[-1]), points=points)
 
 
-def predict(prefill: list[dict], beta: float, order: str = "l2", gpu: str = "H200") -> list[dict]:
-    """The backward of a prefill run's causal GQA rows in ``order`` against the library's numbering, by the fitted
-    model: the backward's time is the row's forward+backward median less its forward median; T0 from it at the
-    library's balance and traffic, then T0 · balance + β · GB in ``order``."""
+def predict(prefill: list[dict], beta: float, order: str = "table", gpu: str = "H200", base: str = "nol2") -> list[dict]:
+    """The backward of a prefill run's causal GQA rows in ``order`` against ``base``, the numbering the run measured
+    (``nol2``: runs before ``L2_CHUNKS``), by the fitted model: the backward's time is the row's forward+backward
+    median less its forward median; T0 from it at ``base``'s balance and traffic, then T0 · balance + β · GB in
+    ``order``."""
     from attnlab.cost import get_gpu
 
     l2 = get_gpu(gpu).l2_bytes
@@ -247,7 +257,7 @@ def predict(prefill: list[dict], beta: float, order: str = "l2", gpu: str = "H20
         if p != "fwd_bwd" or fwd is None:
             continue
         bwd = both - fwd
-        t, c = simulate(B, H, Hkv, N, D, "table", l2), simulate(B, H, Hkv, N, D, order, l2)
+        t, c = simulate(B, H, Hkv, N, D, base, l2), simulate(B, H, Hkv, N, D, order, l2)
         t0 = (bwd - beta * t["hbm_gb"]) / t["balance"]
         new = t0 * c["balance"] + beta * c["hbm_gb"]
         out.append(dict(D=D, N=N, B=B, H=H, Hkv=Hkv, bwd_ms=bwd, predicted_ms=new, speedup=bwd / new,
@@ -315,7 +325,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", nargs="+", choices=list(SHAPES), default=["gqa-8k", "causal8k"])
     ap.add_argument("--D", type=int, nargs="+", choices=[64, 128], default=[128])
-    ap.add_argument("--orders", nargs="+", choices=ORDERS, default=list(ORDERS[:6]))
+    ap.add_argument("--orders", nargs="+", choices=ORDERS, default=list(DEFAULT_ORDERS))
     ap.add_argument("--gpu", default="H200", help="the attnlab.cost preset whose L2 size the model takes")
     ap.add_argument("--fit", type=Path, metavar="JSON",
                     help="a bwd_gluon_ablation.py run timing shapes heads first and key blocks first: fit the time a GB "
@@ -325,7 +335,7 @@ def main(argv=None) -> int:
                          "traffic costs over all its rows at once")
     ap.add_argument("--predict", type=Path, metavar="JSON",
                     help="with --fit and/or --fit-chunks: a prefill.py bench run; predict its causal GQA rows' backward "
-                         "in the candidate numbering (L2_CHUNKS), once per fit")
+                         "in the library's numbering against the one before L2_CHUNKS, once per fit")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     if args.json is not None and args.json.exists():

@@ -183,7 +183,8 @@ def test_bwd_block_m_arms_and_refusals(tmp_path, capsys):
             with use(arm, Ds[0]):
                 inside[arm] = (gb.heads_first_default(True, 10, 132), gb.heads_first_default(False, 10, 132),
                                gb.heads_first_default(True, 10 ** 6, 132))
-                chunks[arm] = (gb.head_chunk(8, 4, 8192, 8192, 128), gb.HEAD_CHUNK_FROM_D, gb.L2_CHUNKS)
+                chunks[arm] = (gb.head_chunk(8, 4, 8192, 8192, 128), gb.HEAD_CHUNK_FROM_D, gb.L2_CHUNKS,
+                               gb.L2_CHUNKS_MIN_GROUP)
                 q, k = torch.empty(1, 32, 1, 1), torch.empty(1, 8, 1, 1)
                 gb.gluon_backward(q, k)
                 gb.gluon_backward(q, torch.empty(1, 32, 1, 1))  # (MHA: nothing to split)
@@ -193,7 +194,7 @@ def test_bwd_block_m_arms_and_refusals(tmp_path, capsys):
         return []
 
     order, saved_backward = gb.heads_first_default, gb.gluon_backward
-    saved_chunks = (gb.head_chunk, gb.HEAD_CHUNK_FROM_D, gb.L2_CHUNKS)
+    saved_chunks = (gb.head_chunk, gb.HEAD_CHUNK_FROM_D, gb.L2_CHUNKS, gb.L2_CHUNKS_MIN_GROUP)
     saved_launch, saved_switches = gb.launch_kept, (gb.TAIL_PIECES, gb.HEAD_CHUNK_MB)
     launches = []
     gb.launch_kept = lambda k, grid, a, **kw: launches.append(k)
@@ -202,7 +203,8 @@ def test_bwd_block_m_arms_and_refusals(tmp_path, capsys):
     try:
         capsys.readouterr()
         mod.measure(SimpleNamespace(rows=["gqa-8k"], D=[128], arms=["table", "kfirst", "hfirst", "kv2", "kv4", "kf1",
-                                                                    "kf2", "kf4", "l2chunks", "whole", "hc16"],
+                                                                    "kf2", "kf4", "l2chunks", "nol2", "whole",
+                                                                    "hc16"],
                                     rounds=1))
     finally:
         mod.ab_rounds.measure, gb.gluon_backward, gb.launch_kept = orig, saved_backward, saved_launch
@@ -211,19 +213,21 @@ def test_bwd_block_m_arms_and_refusals(tmp_path, capsys):
     assert "arm hc16, row gqa-8k, D = 128: HCHUNK ['2']" in log
     assert "arm kf2, row gqa-8k, D = 128: (grid, HCHUNK) ['((3, 4), 2)']" in log
     assert "arm kv4, row gqa-8k, D = 128: kv_split [1, 4]" in log
-    assert launches == ["kernel"] * 11  # (every arm's launch went through to the launcher it found)
+    assert launches == ["kernel"] * 12  # (every arm's launch went through to the launcher it found)
     assert switches["whole"] == (False, saved_switches[1]) and switches["hc16"] == (saved_switches[0], 16)
     assert switches["table"] == saved_switches == (gb.TAIL_PIECES, gb.HEAD_CHUNK_MB)
     assert inside["table"] == (True, False, False)  # (the library's: heads first below 8 waves, uneven walks only)
     assert inside["kfirst"] == (False, False, False) and inside["hfirst"] == (True, False, True)
     assert inside["kv2"] == inside["kv4"] == inside["table"]
-    assert calls == [1, 1, 4] * 3 + [2, 1, 4] + [4, 1, 4] + [1, 1, 4] * 6
+    assert calls == [1, 1, 4] * 3 + [2, 1, 4] + [4, 1, 4] + [1, 1, 4] * 7
     table_chunks = (saved_chunks[0](8, 4, 8192, 8192, 128), *saved_chunks[1:])
-    assert chunks["table"] == chunks["kfirst"] == table_chunks and not table_chunks[2]
-    assert [chunks[f"kf{c}"] for c in (1, 2, 4)] == [(None, 0, False), (2, 0, False), (4, 0, False)]
+    assert chunks["table"] == chunks["kfirst"] == table_chunks and table_chunks[2:] == (True, 2)
+    assert [chunks[f"kf{c}"] for c in (1, 2, 4)] == [(None, 0, True, 2), (2, 0, True, 2), (4, 0, True, 2)]
     assert all(inside[f"kf{c}"] == (False, False, False) for c in (1, 2, 4))
-    assert chunks["l2chunks"] == table_chunks[:2] + (True,) and inside["l2chunks"] == inside["table"]
-    assert (gb.head_chunk, gb.HEAD_CHUNK_FROM_D, gb.L2_CHUNKS) == saved_chunks
+    assert chunks["l2chunks"] == table_chunks[:2] + (True, 1) and inside["l2chunks"] == inside["table"]
+    assert chunks["nol2"] == table_chunks[:2] + (False, 2) and inside["nol2"] == inside["table"]
+    assert chunks["hfirst"] == table_chunks[:2] + (False, 2)  # (heads first: no L2 chunks either)
+    assert (gb.head_chunk, gb.HEAD_CHUNK_FROM_D, gb.L2_CHUNKS, gb.L2_CHUNKS_MIN_GROUP) == saved_chunks
     assert gb.heads_first_default is order and gb.gluon_backward is saved_backward and "stale" not in gb._PLANS
     assert mod.SHAPES["gqa-8k"] == (2, 32, 8, 8192, True) and "gqa-8k" in mod.ROWS
     # the persistent build's deal: in order, with 132 programs and 4 key blocks a document of 512 (walks of 8, 6, 4 and

@@ -24,11 +24,26 @@ def test_every_program_once_in_the_orders_numbering(order):
     per = (H // Hkv) // split
     assert Counter(progs) == Counter((u * per, per, n) for u in range(B * Hkv * split) for n in range(N // 128))
     heads_first = [(u * 4, 4, n) for n in range(64) for u in range(8)]
-    if order in ("table", "hfirst"):  # (512 programs: heads first, below 8 waves)
+    if order in ("nol2", "hfirst"):  # (512 programs: heads first, below 8 waves)
         assert progs == heads_first
-    if order == "l2":
+    if order in ("table", "l2"):  # (GQA: the library's numbering is L2_CHUNKS')
         chunk = gb.l2_chunk(8, 4, N, N, D, 132)
         assert chunk == 2 and progs == [(u * 4, 4, n) for c in (0, 2, 4, 6) for n in range(64) for u in (c, c + 1)]
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_a_multi_head_call_numbered_heads_first_keeps_it_in_the_table(D):
+    """One multi-head 4K sequence (``causal1``: 1,024 or 512 programs, heads first): the library's numbering is the one
+    before ``L2_CHUNKS`` (GQA calls only), ``l2`` takes chunks there too; GQA rows: the table is ``l2``."""
+    B, H, Hkv, N = sim.SHAPES["causal1"]
+    h = H * 64 // D
+    table, nol2, l2 = (sim.programs(B, h, h, N, D, o) for o in ("table", "nol2", "l2"))
+    assert table == nol2 == sim.programs(B, h, h, N, D, "hfirst") and l2 != table
+    assert gb.l2_chunk(B * h, 1, N, N, D, 132) is not None
+    B, H, Hkv, N = sim.SHAPES["gqa-8k"]
+    h, hkv = H * 64 // D, Hkv * 64 // D
+    assert sim.programs(B, h, hkv, N, D, "table") == sim.programs(B, h, hkv, N, D, "l2") != \
+        sim.programs(B, h, hkv, N, D, "nol2")
 
 
 def test_walks_start_at_the_diagonal_and_rotate():
@@ -48,10 +63,10 @@ def test_the_lru_at_its_two_extremes():
 
 def test_the_comments_numbers_are_the_models():
     """``prefill_gluon_bwd``'s L2_CHUNKS comment: the prefill table's GQA rows (and the bwd-block-m 8K row) at D = 64
-    and 128, the library's numbering against the candidate's."""
-    rows = sim.run(GQA_ROWS, (64, 128), ("table", "l2"))
-    table = [r for r in rows if r["order"] == "table"]
-    cand = [r for r in rows if r["order"] == "l2"]
+    and 128, the numbering before ``L2_CHUNKS`` against the library's."""
+    rows = sim.run(GQA_ROWS, (64, 128), ("nol2", "table"))
+    table = [r for r in rows if r["order"] == "nol2"]
+    cand = [r for r in rows if r["order"] == "table"]
     worse = max(c["balance"] - t["balance"] for t, c in zip(table, cand))
     text = " ".join((ROOT / "src" / "attnlab" / "gpu" / "prefill_gluon_bwd.py").read_text().replace("#", " ").split())
     m = re.search(r"move ([\d.]+)-([\d.]+)x the bytes of reading each Q, dO and dQ tile once, against ([\d.]+)-([\d.]+)x "
@@ -86,7 +101,8 @@ def test_the_fit_recovers_a_planted_cost_and_the_prediction_applies_it():
                for p, ms in (("fwd", 0.5), ("fwd_bwd", 2.0))]
     prefill += [dict(prefill[0], causal=False), dict(prefill[1], provider="sdpa-cudnn")]  # (not predicted)
     (p,) = sim.predict(prefill, beta, gpu="V100")
-    t, c = sim.simulate(B, H, Hkv, N, D, "table", 6 << 20), sim.simulate(B, H, Hkv, N, D, "l2", 6 << 20)
+    t, c = sim.simulate(B, H, Hkv, N, D, "nol2", 6 << 20), sim.simulate(B, H, Hkv, N, D, "table", 6 << 20)
+    assert t["hbm_gb"] != c["hbm_gb"]  # (the two numberings differ at this shape)
     t0 = (1.5 - beta * t["hbm_gb"]) / t["balance"]
     assert p["bwd_ms"] == 1.5 and p["predicted_ms"] == pytest.approx(t0 * c["balance"] + beta * c["hbm_gb"])
     assert p["predicted_fwd_bwd_ms"] == pytest.approx(0.5 + p["predicted_ms"])

@@ -50,9 +50,9 @@ def _v52() -> str:
 def test_the_l2_paragraph_is_the_models():
     text = _v52()
     rows = {(r["row"], r["D"], r["order"]): r for r in _sim(GQA + ("causal", "causal8k", "long"), (64, 128),
-                                                                 ("table", "l2", "hfirst", "kf1"))}
+                                                                 ("nol2", "l2", "hfirst", "kf1"))}
     mha_hf = [rows[(row, D, "hfirst")]["over_once"] for row in ("causal", "causal8k", "long") for D in (64, 128)]
-    mha_t = [rows[(row, D, "table")]["over_once"] for row in ("causal", "causal8k", "long") for D in (64, 128)]
+    mha_t = [rows[(row, D, "nol2")]["over_once"] for row in ("causal", "causal8k", "long") for D in (64, 128)]
     assert f"moving {min(mha_hf):.1f}–{max(mha_hf):.1f}× their tiles' bytes against {min(mha_t):.1f}–{max(mha_t):.2f}×" \
         in text
     ab = json.loads((DATA / "bwd-gluon-ablation-h200-run5.json").read_text())["rows"]
@@ -60,16 +60,16 @@ def test_the_l2_paragraph_is_the_models():
     cost = [by[k[:5] + ("table's, heads first",)] / by[k[:5] + ("table's, key blocks first",)] - 1
             for k in by if k[1] == k[2] and k[5] == "table's, heads first"]
     assert len(cost) == 4 and f"heads first cost {100 * min(cost):.0f}–{100 * max(cost):.0f} % on the MHA rows" in text
-    table = [rows[(row, D, "table")] for row in GQA for D in (64, 128)]
+    table = [rows[(row, D, "nol2")] for row in GQA for D in (64, 128)]
     cand = [rows[(row, D, "l2")] for row in GQA for D in (64, 128)]
     assert (f"moves {min(r['over_once'] for r in table):.1f}–{max(r['over_once'] for r in table):.1f}× the bytes of "
-            f"each tile once ({rows[('gqa-8k', 128, 'table')]['hbm_gb']:.2f} GB at 2 × 8K, D = 128") in text
+            f"each tile once ({rows[('gqa-8k', 128, 'nol2')]['hbm_gb']:.2f} GB at 2 × 8K, D = 128") in text
     run36 = json.loads((DATA / "prefill-h200-run36.json").read_text())["rows"]
     ms = {r["pass_"]: r["ms"] for r in run36 if r["provider"] == "attnlab" and r["D"] == 128 and r["causal"]
           and r["N"] == 8192}
     bwd = ms["fwd_bwd"] - ms["fwd"]
     assert f"backward takes about {bwd:.1f} ms in prefill run 36" in text
-    assert f"{rows[('gqa-8k', 128, 'table')]['hbm_gb'] / bwd:.1f} TB/s on average" in text
+    assert f"{rows[('gqa-8k', 128, 'nol2')]['hbm_gb'] / bwd:.1f} TB/s on average" in text
     worse = [c["balance"] - t["balance"] for t, c in zip(table, cand)]
     assert (f"1.0–{max(r['over_once'] for r in cand):.1f}×, at a list-schedule balance 0–{100 * max(worse):.1f} % worse "
             f"(better at 4K)") in text
@@ -111,11 +111,11 @@ def test_the_fit_and_the_predictions_are_the_models():
         tflops[run] = next(r["tflops"] for r in rows if r["provider"] == "attnlab" and r["causal"] and r["D"] == 128
                            and r["N"] == 4096 and r["pass_"] == "fwd_bwd")
     assert f"{tflops[36]:.0f} and {tflops[35]:.0f} TFLOP/s in runs 36 and 35" in text
-    four = _sim(("gqa-4k", "causal"), (128,), ("table",))
+    four = _sim(("gqa-4k", "causal"), (128,), ("nol2",))
     assert f"though it charges them {four[0]['hbm_gb'] - four[1]['hbm_gb']:.1f} GB more" in text
     # the prediction's rows
-    rows = {(r["row"], r["D"], r["order"]): r for r in _sim(GQA, (64, 128), ("table", "l2", "hfirst", "kf1"))}
-    t = {D: [rows[(row, D, "table")]["over_once"] for row in GQA] for D in (64, 128)}
+    rows = {(r["row"], r["D"], r["order"]): r for r in _sim(GQA, (64, 128), ("nol2", "l2", "hfirst", "kf1"))}
+    t = {D: [rows[(row, D, "nol2")]["over_once"] for row in GQA] for D in (64, 128)}
     both = pred + _pred("run13")
 
     def span2(key, D):
@@ -134,8 +134,8 @@ def test_the_fit_and_the_predictions_are_the_models():
 
 def test_docs_gpu_quotes_the_model():
     text = " ".join((ROOT / "docs" / "gpu.md").read_text().split())
-    rows = _sim(GQA, (64, 128), ("table", "l2"))
-    table = [r["over_once"] for r in rows if r["order"] == "table"]
+    rows = _sim(GQA, (64, 128), ("nol2", "l2"))
+    table = [r["over_once"] for r in rows if r["order"] == "nol2"]
     cand = [r["over_once"] for r in rows if r["order"] == "l2"]
     assert (f"move {min(table):.0f}–{max(table):.0f}× the bytes of reading every tile once, where chunks of key blocks "
             f"first whose rows fit in L2 move {min(cand):.1f}–{max(cand):.1f}×") in text
@@ -191,15 +191,15 @@ def test_the_schedule_paragraph_is_the_models():
 
     assert (f"forward+backward: {tf(36, 'attnlab'):.0f} TFLOP/s against {tf(35, 'attnlab'):.0f} for the MHA row") in text
     assert f"({tf(36, 'sdpa-cudnn'):.0f} against {tf(35, 'sdpa-cudnn'):.0f})" in text
-    rows = {(r["row"], r["D"], r["order"]): r for r in _sim(GQA, (64, 128), ("table", "kfirst", "kv2", "kv4"))}
-    progs = [rows[(row, D, "table")]["programs"] for row in GQA for D in (64, 128)]
+    rows = {(r["row"], r["D"], r["order"]): r for r in _sim(GQA, (64, 128), ("nol2", "kfirst", "kv2", "kv4"))}
+    progs = [rows[(row, D, "nol2")]["programs"] for row in GQA for D in (64, 128)]
     assert f"The GQA causal rows run {min(progs)}–{max(progs):,} programs" in text
 
     def bal(order, rows_=GQA):
         xs = [rows[(row, D, order)]["balance"] for row in rows_ for D in (64, 128)]
         return min(xs), max(xs)
 
-    lo, hi = bal("table")
+    lo, hi = bal("nol2")
     assert f"within {100 * (lo - 1):.1f}–{100 * (hi - 1):.1f} % of a perfect balance" in text
     for order in ("kv2", "kv4"):
         lo, hi = bal(order)

@@ -49,3 +49,26 @@ def test_bwd_block_m_runs_20_and_21():
     gqa, mha = ratio[True], ratio[False]
     assert (f"the GQA rows {min(gqa):.3f}–{max(gqa):.3f}×, the multi-head causal rows "
             f"{min(mha):.3f}–{max(mha):.3f}× (both runs)") in section
+
+
+def test_the_l2_chunks_default_quotes_runs_20_and_21():
+    """``prefill_gluon_bwd``'s ``L2_CHUNKS`` comment and docs/gpu.md quote the GQA rows' gain that turned it on, and the
+    multi-head rows' spread between two arms of the same launches (numbered key blocks first either way)."""
+    from attnlab.gpu import prefill_gluon_bwd as gb
+
+    gqa, mha = [], []
+    for n in (20, 21):
+        ms = {(r["row"], r["D"], r["arm"]): r["ms"] for r in _rows(f"bwd-block-m-h200-run{n}.json")}
+        for (row, D, arm), t in ms.items():
+            if arm != "l2chunks":
+                continue
+            (gqa if row.startswith("gqa") else mha).append(ms[row, D, "table"] / t)
+            B, H, Hkv, N, _ = bm.SHAPES[row]
+            h, hkv = H * 64 // D, Hkv * 64 // D
+            assert gb.heads_first_default(True, -(-N // 128) * B * hkv, 132) == row.startswith("gqa"), row
+    comment = " ".join((ROOT / "src" / "attnlab" / "gpu" / "prefill_gluon_bwd.py").read_text().replace("#", " ").split())
+    assert f"GQA causal rows at {min(gqa):.3f}-{max(gqa):.3f}x heads first's speed" in comment
+    assert f"their {min(mha):.3f}-{max(mha):.3f}x is the spread between two arms of the same launches" in comment
+    doc = " ".join((ROOT / "docs" / "gpu.md").read_text().split())
+    assert f"it ran the GQA causal backward {min(gqa):.2f}–{max(gqa):.2f}× faster than heads first" in doc
+    assert gb.L2_CHUNKS and gb.L2_CHUNKS_MIN_GROUP == 2 and min(gqa) >= 1.02

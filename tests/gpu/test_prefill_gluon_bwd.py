@@ -244,7 +244,33 @@ def test_l2_chunks_stay_heads_first_where_chunks_balance_worse(monkeypatch):
     assert GB.l2_chunk(units, 4, 8192, 8192, 128, 132) is None
     monkeypatch.setattr(GB, "L2_CHUNK_SLACK", 0.05)
     assert GB.l2_chunk(units, 4, 8192, 8192, 128, 132) == 2
-    assert GB.L2_CHUNKS is False  # (a candidate: not measured on a GPU yet)
+
+
+@pytest.mark.parametrize("B,H,Hkv,N,D", [(2, 32, 8, 8192, 64), (2, 16, 4, 8192, 128), (4, 16, 4, 4096, 128),
+                                         (1, 16, 4, 16384, 128), (3, 12, 4, 3000, 64), (2, 32, 32, 8192, 64),
+                                         (2, 16, 16, 8192, 128), (1, 6, 3, 5000, 64)])
+def test_l2_numbering_takes_gqa_causal_calls_only(B, H, Hkv, N, D, monkeypatch):
+    """The library's numbering (``l2_numbering``): ``l2_chunk``'s chunk for a bottom-right causal call without a window
+    of ``L2_CHUNKS_MIN_GROUP`` or more query heads per K/V head (GQA: on by default, as measured), None otherwise —
+    multi-head calls, a window, a top-left diagonal on a rectangular call, a non-causal call, the switch off."""
+    units, G, sms = B * Hkv, H // Hkv, 132
+    chunk = GB.l2_chunk(units, G, N, N, D, sms)
+    got = GB.l2_numbering(units, G, N, N, D, sms, 0, None)
+    assert GB.L2_CHUNKS is True and GB.L2_CHUNKS_MIN_GROUP == 2
+    assert got == (chunk if G >= 2 else None)
+    assert GB.l2_numbering(units, G, N, N, D, sms, None, None) is None  # (not causal)
+    assert GB.l2_numbering(units, G, N, N, D, sms, 0, 256) is None  # (a window)
+    assert GB.l2_numbering(units, G, N // 2, N, D, sms, 0, None) is None  # (top-left diagonal of a rectangle)
+    if G >= 2:
+        bottom_right = GB.l2_numbering(units, G, N // 2, N, D, sms, N - N // 2, None)
+        assert bottom_right == GB.l2_chunk(units, G, N // 2, N, D, sms)
+    monkeypatch.setattr(GB, "L2_CHUNKS_MIN_GROUP", 1)
+    assert GB.l2_numbering(units, G, N, N, D, sms, 0, None) == chunk  # (every causal call)
+    monkeypatch.setattr(GB, "L2_CHUNKS_MIN_GROUP", G + 1)
+    assert GB.l2_numbering(units, G, N, N, D, sms, 0, None) is None
+    monkeypatch.setattr(GB, "L2_CHUNKS_MIN_GROUP", 1)
+    monkeypatch.setattr(GB, "L2_CHUNKS", False)
+    assert GB.l2_numbering(units, G, N, N, D, sms, 0, None) is None
 
 
 def _chunked_order(n_kb: int, n_bh: int, chunk: int) -> list[tuple[int, int]]:
@@ -1042,6 +1068,41 @@ def test_gpu_l2_chunks_give_the_heads_first_gradients(B, H, Hkv, N, D, cfg, fit,
 
 @pytest.mark.gpu
 @on_hopper
+@pytest.mark.parametrize("H,Hkv", [(8, 8), (8, 2)])
+def test_gpu_l2_chunks_by_default_for_gqa_calls_only(H, Hkv, monkeypatch):
+    """The library's defaults: a causal call numbered heads first (few programs a SM) goes key blocks first in
+    ``l2_chunk``'s chunks when it is GQA, and stays heads first when it is multi-head, unless ``L2_CHUNKS_MIN_GROUP``
+    is 1; the gradients right either way."""
+    from attnlab.gpu import prefill_bwd
+
+    B, N, D = 1, 4096, 64
+    q, k, v, do = _gpu_inputs(B, H, Hkv, N, N, D, torch.bfloat16, 77 + H + Hkv)
+    mask, scale = Mask(-1, 0), D ** -0.5
+    out, lse = _forward(q, k, v, mask, scale)
+    launched = []
+    real = GB.launch_kept
+    monkeypatch.setattr(GB, "launch_kept", lambda kern, grid, a, **kw: launched.append((a["HEADS_FIRST"], a["HCHUNK"]))
+                        or real(kern, grid, a, **kw))
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    units, n_kb = B * Hkv, -(-N // 128)
+    assert GB.heads_first_default(True, units * n_kb, sms)  # (the library would number it heads first)
+    chunk = GB.l2_chunk(units, H // Hkv, N, N, D, sms)
+    assert chunk is not None
+    for min_group in (GB.L2_CHUNKS_MIN_GROUP, 1):
+        monkeypatch.setattr(GB, "L2_CHUNKS_MIN_GROUP", min_group)
+        GB._PLANS.clear()
+        prefill_bwd._CALL_PLANS.clear()
+        launched.clear()
+        grads = prefill_backward(do, q, k, v, out, lse, mask=mask, scale=scale, config=_gluon_cfg())
+        chunked = H // Hkv >= min_group
+        assert launched and launched[-1] == ((False, chunk if chunk > 1 else None) if chunked else (True, None))
+        _check_grads(q, k, v, do, grads, True, scale)
+    GB._PLANS.clear()
+    prefill_bwd._CALL_PLANS.clear()
+
+
+@pytest.mark.gpu
+@on_hopper
 def test_gpu_gluon_backward_strided_inputs_and_lse_gradient():
     """(B, N, H, D) tensors seen as (B, H, N, D) go through the descriptors' strides, and an incoming
     gradient of the logsumexp (dlse) is folded into D_i as in the Triton kernels: both agree."""
@@ -1767,7 +1828,7 @@ def test_a_kept_call_plans_key_holds_the_numbering_switches(monkeypatch):
     switch that changes a call's numbering or launches is part of the plan's key: changing one makes a new plan."""
     from attnlab.gpu import prefill_bwd
 
-    for name, other in (("L2_CHUNKS", True), ("L2_CHUNK_MB", 1), ("L2_CHUNK_SLACK", 0.5), ("HEAD_CHUNK_MB", 7),
+    for name, other in (("L2_CHUNKS", False), ("L2_CHUNKS_MIN_GROUP", 1), ("L2_CHUNK_MB", 1), ("L2_CHUNK_SLACK", 0.5), ("HEAD_CHUNK_MB", 7),
                         ("HEAD_CHUNK_FROM_D", 64), ("TAIL_PIECES", False), ("TAIL_FROM_D", 64),
                         ("HEADS_FIRST_WAVES", 3)):
         before = prefill_bwd._gluon_switches()

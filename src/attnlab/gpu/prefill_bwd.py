@@ -555,7 +555,7 @@ def _gluon_switches() -> tuple:
             gb.HEADS_FIRST_WAVES, gb.DET_KV_SPLIT, gb.DET_KV_SPLIT_BYTES, gb.ZERO_PAST, gb.PACKED_DET_ROTATE,
             gb.DET_WRITER_REGS, gb.DET_EARLY_TURN, gb.PERSISTENT_PROGRAMS,
             gb.PERSISTENT_SNAKE, gb.HEAD_CHUNK_MB, gb.HEAD_CHUNK_FROM_D, gb.TAIL_PIECES, gb.TAIL_FROM_D,
-            gb.L2_CHUNKS, gb.L2_CHUNK_MB, gb.L2_CHUNK_SLACK)
+            gb.L2_CHUNKS, gb.L2_CHUNKS_MIN_GROUP, gb.L2_CHUNK_MB, gb.L2_CHUNK_SLACK)
 
 
 class _CallPlan:

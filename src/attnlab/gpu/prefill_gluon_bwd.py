@@ -1280,13 +1280,18 @@ SMEM_LIMIT = 227 * 1024  # shared memory of one Hopper thread block
 # 2048-4096 programs (MHA at 4K and 16K), where key blocks first keeps one head's Q and dO in L2. Head
 # first below this many programs per SM (between the two):
 HEADS_FIRST_WAVES = 8
-# A candidate, off (not yet measured): causal calls (no window) that would be numbered heads first are numbered key
-# blocks first in chunks of (batch · K/V head) units instead (``l2_chunk``): the largest chunks whose rows in flight fit
-# in L2_CHUNK_MB, as evenly balanced as the list schedule of their walks allows. Heads first, a wave of programs walks
-# every head's rows at once: in the model of benchmarks/bwd_l2_sim.py (LRU over the H200's 50 MB L2) the GQA rows of
-# the prefill table move 4.3-16x the bytes of reading each Q, dO and dQ tile once, against 1.0-1.4x in such chunks, at
-# a balance at most 0.8 % worse; multi-head rows are numbered key blocks first already
-L2_CHUNKS = False
+# Causal calls (no window) of GQA layers that would be numbered heads first are numbered key blocks first in chunks of
+# (batch · K/V head) units instead (``l2_chunk``): the largest chunks whose rows in flight fit in L2_CHUNK_MB, as evenly
+# balanced as the list schedule of their walks allows. Heads first, a wave of programs walks every head's rows at once:
+# in the model of benchmarks/bwd_l2_sim.py (LRU over the H200's 50 MB L2) the GQA rows of the prefill table move
+# 4.3-16x the bytes of reading each Q, dO and dQ tile once, against 1.0-1.4x in such chunks, at a balance at most
+# 0.8 % worse. Measured on an H200 (benchmarks/bwd_block_m.py, the backward alone, bwd-block-m runs 20 and 21): the
+# GQA causal rows at 1.040-1.101x heads first's speed. The multi-head rows measured beside them have 8 or more
+# programs per SM, numbered key blocks first with or without the switch (their 0.981-1.014x is the spread between two
+# arms of the same launches); no multi-head call numbered heads first has been measured, so the numbering takes calls
+# of L2_CHUNKS_MIN_GROUP or more query heads per K/V head only
+L2_CHUNKS = True
+L2_CHUNKS_MIN_GROUP = 2
 L2_CHUNK_MB = 34
 L2_CHUNK_SLACK = 0.05  # the most a chunked numbering's balance may exceed heads first's (list-schedule model)
 
@@ -1407,6 +1412,17 @@ def l2_chunk(units: int, group: int, n_q: int, n_k: int, head_dim: int, sms: int
     if best > walks_balance(units, n_kb, steps, None, sms) * (1 + L2_CHUNK_SLACK):
         return None
     return chunk
+
+
+def l2_numbering(units: int, group: int, n_q: int, n_k: int, head_dim: int, sms: int, causal_off: int | None,
+                 win_off: int | None) -> int | None:
+    """The chunk of units (``l2_chunk``) in which a call the library would number heads first is numbered key blocks
+    first instead, or None to keep heads first: only with ``L2_CHUNKS`` on, for a causal call whose diagonal is the
+    bottom-right one and no window, of at least ``L2_CHUNKS_MIN_GROUP`` query heads per K/V head."""
+    if (not L2_CHUNKS or group < max(1, L2_CHUNKS_MIN_GROUP) or causal_off is None or causal_off != n_k - n_q
+            or win_off is not None):
+        return None
+    return l2_chunk(units, group, n_q, n_k, head_dim, sms)
 
 
 def heads_first_default(uneven: bool, programs: int, sms: int, deterministic: bool = False) -> bool:
@@ -1554,7 +1570,7 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
                tensor_key(dq), tensor_key(dk), tensor_key(dv), causal_off, scale, stages, dq_split, dq_shared, rotate,
                heads_first, win_off, consumer_regs, dq_lag, deterministic, max_seqlen_k, max_seqlen_q, block_m, persistent,
                _det_last_first, _kv_div, _last_first, TAIL_PIECES, TAIL_FROM_D, TAIL_LIMIT_ALL, TAIL_PIECE_STEPS, TAIL_MAX_PARTS, TAIL_MAX_MB, TAIL_MIN_SAVING, PERSISTENT_PROGRAMS, PERSISTENT_SNAKE, PACKED_DET_ROTATE, DET_WRITER_REGS, DET_EARLY_TURN, DQ_PERMUTED, LSE_BY_TMA, DQ_SWIZZLE, HEADS_FIRST_WAVES, ZERO_PAST,
-               L2_CHUNKS, L2_CHUNK_MB, L2_CHUNK_SLACK,
+               L2_CHUNKS, L2_CHUNKS_MIN_GROUP, L2_CHUNK_MB, L2_CHUNK_SLACK,
                torch.cuda.current_device(),
                None if cu_seqlens is None else (*map(tensor_key, cu_seqlens), tensor_key(cu_rows)))
         plan = _PLANS.get(key)
@@ -1676,11 +1692,11 @@ def gluon_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         grid = grid[::-1]
     tiles = (None, None)
     hchunk = None  # (constexpr None: the build without the chunked numbering)
-    if (L2_CHUNKS and defaulted and heads_first and not persistent and not deterministic and cu_seqlens is None
-            and causal_off is not None and causal_off == Nk - Nq and win_off is None):
+    if defaulted and heads_first and not persistent and not deterministic and cu_seqlens is None and L2_CHUNKS:
         from .decode_config import _device_sms
 
-        chunk = l2_chunk(grid[0], H // Hkv, Nq, Nk, D, _device_sms(q.device))  # (grid heads first: (units, key blocks))
+        # (grid heads first: (units, key blocks))
+        chunk = l2_numbering(grid[0], H // Hkv, Nq, Nk, D, _device_sms(q.device), causal_off, win_off)
         if chunk is not None:  # key blocks first, in chunks of units (1: one unit after another)
             heads_first, grid = False, grid[::-1]
             hchunk = chunk if chunk > 1 else None
