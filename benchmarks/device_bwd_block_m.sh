@@ -25,14 +25,14 @@ for phase in ${PHASES:-checks bench}; do
         fi ;;
     bench) ab_bench ${BENCH_S:-300} benchmarks/bwd_block_m.py --rows ${ROWS:-causal full long gqa varlen short} \
                --arms ${ARMS:-g64 g128 g128s g64lag0} --rounds ${ROUNDS:-3} \
-               --json "$D/bwd-block-m-h200-run${RUN:-x}.json" ;;
+               --json "$D/bwd-block-m-${GPU_TAG}-run${RUN:-x}.json" ;;
     variants)
         for kernel in library triton; do
             providers="attnlab flex"
             [ $kernel = triton ] && providers=attnlab
             timeout ${VAR_S:-200} python3 benchmarks/variants.py bench --variants varlen --D 64 --passes fwd fwd_bwd \
                 --providers $providers --packed-kernel $kernel \
-                --json "$D/variants-h200-varlen-run${VRUN:-x}-$kernel.json" > "$D/variants-$kernel.log" 2>&1
+                --json "$D/variants-${GPU_TAG}-varlen-run${VRUN:-x}-$kernel.json" > "$D/variants-$kernel.log" 2>&1
             echo "variants ($kernel): exit $?"; grep "^|" "$D/variants-$kernel.log" | tail -n 4
         done ;;
     serial)

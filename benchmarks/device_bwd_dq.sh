@@ -14,10 +14,10 @@ timeout ${TEST_S:-200} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu
 echo "tests: exit $? in $(( $(date +%s) - t0 ))s"; tail -n 5 "$D/tests.log"
 t0=$(date +%s)
 timeout ${LAYOUT_S:-200} python3 benchmarks/bwd_dq_layout.py --rounds ${ROUNDS:-2} \
-    --json "$D/bwd-dq-layout-h200-run$RUN.json" > "$D/layout.log" 2>&1
+    --json "$D/bwd-dq-layout-${GPU_TAG}-run$RUN.json" > "$D/layout.log" 2>&1
 echo "bwd_dq_layout: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/layout.log" || tail -n 20 "$D/layout.log"
 if [ "${HF:-1}" = 1 ]; then
     t0=$(date +%s)
-    timeout ${HF_S:-150} python3 benchmarks/hf.py --no-profile --json "$D/hf-h200-run$RUN.json" > "$D/hf.log" 2>&1
+    timeout ${HF_S:-150} python3 benchmarks/hf.py --no-profile --json "$D/hf-${GPU_TAG}-run$RUN.json" > "$D/hf.log" 2>&1
     echo "hf: exit $? in $(( $(date +%s) - t0 ))s"; tail -n 25 "$D/hf.log"
 fi

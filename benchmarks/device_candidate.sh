@@ -13,7 +13,7 @@ D="$OUT/candidate"
 RUN=${RUN:-x}
 source "$(dirname "$0")/device_env.sh"
 if [ "${PHASES:-tests bench}" = "hf" ]; then
-    timeout ${HF_S:-300} python3 benchmarks/hf.py --no-profile --json "$D/hf-h200-run${HF_RUN:-x}.json" > "$D/hf.log" 2>&1
+    timeout ${HF_S:-300} python3 benchmarks/hf.py --no-profile --json "$D/hf-${GPU_TAG}-run${HF_RUN:-x}.json" > "$D/hf.log" 2>&1
     echo "hf: exit $?"; grep "^|" "$D/hf.log" | head -30 || tail -n 20 "$D/hf.log"
     exit 0
 fi
@@ -35,12 +35,12 @@ if [ "${PHASES:-tests bench}" = "plan" ]; then
     if [ -n "${SWEEP_RUN:-}" ]; then  # the Gluon forward's packed entries beside the Triton kernel's (forward only)
         t0=$(date +%s)
         timeout ${SWEEP_S:-240} python3 benchmarks/variants_sweep.py --variants varlen --passes fwd --packed-gluon \
-            --D ${VARLEN_D:-128 64} --json "$D/variants-sweep-h200-varlen-run$SWEEP_RUN.json" > "$D/sweep.log" 2>&1
+            --D ${VARLEN_D:-128 64} --json "$D/variants-sweep-${GPU_TAG}-varlen-run$SWEEP_RUN.json" > "$D/sweep.log" 2>&1
         echo "sweep: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/sweep.log" || tail -n 20 "$D/sweep.log"
     fi
     t0=$(date +%s)
     [ "${PROFILE_S:-150}" = 0 ] || timeout ${PROFILE_S:-150} python3 benchmarks/varlen_profile.py --D 128 --packed ${PROFILE_BWD:-triton gluon} \
-        --packed-fwd ${PROFILE_FWD:-library} --steps --json "$D/varlen-profile-h200-run${PROFILE_RUN:-x}.json" \
+        --packed-fwd ${PROFILE_FWD:-library} --steps --json "$D/varlen-profile-${GPU_TAG}-run${PROFILE_RUN:-x}.json" \
         > "$D/profile.log" 2>&1
     echo "varlen_profile: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/profile.log" | head -90
     for route in ${ROUTES:-triton gluon}; do
@@ -51,7 +51,7 @@ if [ "${PHASES:-tests bench}" = "plan" ]; then
         t0=$(date +%s)
         timeout ${BENCH_S:-150} python3 benchmarks/variants.py bench --variants varlen --D ${VARLEN_D:-128 64} \
             --packed-kernel $kernel --packed-fwd ${fwd:-library} --packed-det ${det:-library} \
-            --json "$D/variants-h200-varlen-run${VARLEN_RUN:-x}-$name.json" > "$D/bench-$name.log" 2>&1
+            --json "$D/variants-${GPU_TAG}-varlen-run${VARLEN_RUN:-x}-$name.json" > "$D/bench-$name.log" 2>&1
         echo "varlen, $kernel backward, ${fwd:-library} forward, ${det:-library} deterministic: exit $? in $(( $(date +%s) - t0 ))s"
         grep "^|" "$D/bench-$name.log" || tail -n 20 "$D/bench-$name.log"
     done
@@ -68,14 +68,14 @@ if [ "${PHASES:-tests bench}" != "bench" ]; then
 fi
 [ "${PHASES:-tests bench}" = "tests" ] && exit 0
 t0=$(date +%s)
-timeout ${PROBE_S:-90} python3 benchmarks/packed_probe.py --timing --D 128 --json "$D/packed-probe-h200-run$RUN.json" \
+timeout ${PROBE_S:-90} python3 benchmarks/packed_probe.py --timing --D 128 --json "$D/packed-probe-${GPU_TAG}-run$RUN.json" \
     > "$D/probe.log" 2>&1
 echo "packed_probe: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/probe.log" || tail -n 20 "$D/probe.log"
 t0=$(date +%s)
 timeout ${BENCH_S:-150} python3 benchmarks/variants.py bench --variants varlen --D 128 64 \
-    --json "$D/variants-h200-varlen-run${VARLEN_RUN:-x}.json" > "$D/bench.log" 2>&1
+    --json "$D/variants-${GPU_TAG}-varlen-run${VARLEN_RUN:-x}.json" > "$D/bench.log" 2>&1
 echo "varlen: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/bench.log" || tail -n 20 "$D/bench.log"
 t0=$(date +%s)
-timeout ${DECODE_S:-150} python3 benchmarks/decode_host.py --json "$D/decode-host-h200-run${DECODE_RUN:-x}.json" \
+timeout ${DECODE_S:-150} python3 benchmarks/decode_host.py --json "$D/decode-host-${GPU_TAG}-run${DECODE_RUN:-x}.json" \
     > "$D/decode.log" 2>&1
 echo "decode_host: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/decode.log" | head -40 || tail -n 20 "$D/decode.log"

@@ -18,12 +18,12 @@ t0=$(date +%s)
 t0=$(date +%s)
 SWEEP_FLAG=--sweep
 [ "${SWEEP:-1}" = 1 ] || SWEEP_FLAG=""
-timeout ${HOST_S:-240} python3 benchmarks/decode_host.py $SWEEP_FLAG ${HOST_ARGS:-} --profile --json "$D/decode-host-h200-run$RUN.json" \
-    --md "$D/decode-host-h200-run$RUN.md" > "$D/host.log" 2>&1
+timeout ${HOST_S:-240} python3 benchmarks/decode_host.py $SWEEP_FLAG ${HOST_ARGS:-} --profile --json "$D/decode-host-${GPU_TAG}-run$RUN.json" \
+    --md "$D/decode-host-${GPU_TAG}-run$RUN.md" > "$D/host.log" 2>&1
 echo "decode_host: exit $? in $(( $(date +%s) - t0 ))s"
-cat "$D/decode-host-h200-run$RUN.md" 2>/dev/null || tail -n 30 "$D/host.log"
+cat "$D/decode-host-${GPU_TAG}-run$RUN.md" 2>/dev/null || tail -n 30 "$D/host.log"
 if [ "${HF:-1}" = 1 ]; then
     t0=$(date +%s)
-    timeout ${HF_S:-150} python3 benchmarks/hf.py --no-profile --json "$D/hf-h200-run$RUN.json" > "$D/hf.log" 2>&1
+    timeout ${HF_S:-150} python3 benchmarks/hf.py --no-profile --json "$D/hf-${GPU_TAG}-run$RUN.json" > "$D/hf.log" 2>&1
     echo "hf: exit $? in $(( $(date +%s) - t0 ))s"; tail -n 25 "$D/hf.log"
 fi

@@ -12,7 +12,7 @@ D="$OUT/merge"
 RUN=${RUN:-0}
 source "$(dirname "$0")/device_env.sh"
 if [ "${PHASES:-}" = "sweep" ]; then
-    timeout ${BENCH_S:-300} python3 benchmarks/decode_host.py --sweep --json "$D/decode-host-h200-run$RUN.json" \
+    timeout ${BENCH_S:-300} python3 benchmarks/decode_host.py --sweep --json "$D/decode-host-${GPU_TAG}-run$RUN.json" \
         > "$D/decode.log" 2>&1
     echo "decode_host --sweep: exit $?"; grep "^|" "$D/decode.log"
     exit 0
@@ -22,7 +22,7 @@ n=$RUN
 for flags in "" "--eager-fused-below 0" ""; do
     t0=$(date +%s)
     echo "== decode_host.py $flags (run $n)" >> "$D/decode.log"
-    timeout ${BENCH_S:-120} python3 benchmarks/decode_host.py $flags --json "$D/decode-host-h200-run$n.json" \
+    timeout ${BENCH_S:-120} python3 benchmarks/decode_host.py $flags --json "$D/decode-host-${GPU_TAG}-run$n.json" \
         >> "$D/decode.log" 2>&1
     echo "decode_host $flags (run $n): exit $? in $(( $(date +%s) - t0 ))s"
     n=$((n + 1))

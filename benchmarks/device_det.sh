@@ -36,11 +36,11 @@ timeout ${TEST_S:-200} python3 -m pytest -q -p no:cacheprovider $XDIST ${TESTS:-
 echo "tests: exit $? in $(( $(date +%s) - t0 ))s"; tail -n 5 "$D/tests.log"
 t0=$(date +%s)
 timeout ${LAYOUT_S:-200} python3 benchmarks/bwd_dq_layout.py --rounds ${ROUNDS:-2} ${SHAPES:+--shapes $SHAPES} \
-    --layouts ${LAYOUTS:-default det-gluon det-triton cudnn} --json "$D/bwd-dq-layout-h200-run$RUN.json" > "$D/layout.log" 2>&1
+    --layouts ${LAYOUTS:-default det-gluon det-triton cudnn} --json "$D/bwd-dq-layout-${GPU_TAG}-run$RUN.json" > "$D/layout.log" 2>&1
 echo "bwd_dq_layout: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/layout.log" || tail -n 20 "$D/layout.log"
 [ "${VARIANTS:-}" = none ] && exit 0
 t0=$(date +%s)
 timeout ${VARIANTS_S:-150} python3 benchmarks/variants.py bench --variants ${VARIANTS:-window alibi} --passes fwd_bwd \
-    --providers attnlab attnlab-det --det-kernel ${DET_KERNEL:-library} --json "$D/variants-h200-det-gluon-run$RUN.json" \
+    --providers attnlab attnlab-det --det-kernel ${DET_KERNEL:-library} --json "$D/variants-${GPU_TAG}-det-gluon-run$RUN.json" \
     > "$D/variants.log" 2>&1
 echo "variants: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/variants.log" || tail -n 20 "$D/variants.log"

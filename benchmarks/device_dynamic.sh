@@ -42,11 +42,11 @@ for phase in ${PHASES:-tests sweep}; do
         [ "$rc" = 0 ] || { echo "GPU tests failed: no benchmarks"; exit 1; } ;;
     sweep)
         timeout ${SWEEP_S:-200} python3 benchmarks/variants_sweep.py --variants varlen --passes fwd --packed-gluon \
-            --D ${VARLEN_D:-128 64} --json "$D/variants-sweep-h200-varlen-run${SWEEP_RUN:-x}.json" > "$D/sweep.log" 2>&1
+            --D ${VARLEN_D:-128 64} --json "$D/variants-sweep-${GPU_TAG}-varlen-run${SWEEP_RUN:-x}.json" > "$D/sweep.log" 2>&1
         echo "sweep: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/sweep.log" || tail -n 20 "$D/sweep.log" ;;
     dense)
         timeout ${DENSE_S:-240} python3 benchmarks/fwd_persistent.py --dynamic --rounds ${ROUNDS:-2} \
-            --json "$D/fwd-persistent-h200-run${DENSE_RUN:-x}.json" > "$D/dense.log" 2>&1
+            --json "$D/fwd-persistent-${GPU_TAG}-run${DENSE_RUN:-x}.json" > "$D/dense.log" 2>&1
         echo "fwd_persistent: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/dense.log" || tail -n 20 "$D/dense.log" ;;
     routes)
         for route in ${ROUTES:-gluon gluon:gluon-dynamic}; do
@@ -57,13 +57,13 @@ for phase in ${PHASES:-tests sweep}; do
             t1=$(date +%s)
             timeout ${BENCH_S:-150} python3 benchmarks/variants.py bench --variants varlen --D ${VARLEN_D:-128 64} \
                 --packed-kernel $kernel --packed-fwd ${fwd:-library} --packed-det ${det:-library} \
-                --json "$D/variants-h200-varlen-run${VARLEN_RUN:-x}-$name.json" > "$D/bench-$name.log" 2>&1
+                --json "$D/variants-${GPU_TAG}-varlen-run${VARLEN_RUN:-x}-$name.json" > "$D/bench-$name.log" 2>&1
             echo "varlen, $kernel backward, ${fwd:-library} forward, ${det:-library} deterministic: exit $? in $(( $(date +%s) - t1 ))s"
             grep "^|" "$D/bench-$name.log" || tail -n 20 "$D/bench-$name.log"
         done ;;
     window)
         timeout ${WINDOW_S:-200} python3 benchmarks/variants_sweep.py --variants window --passes fwd --D ${WINDOW_D:-64 128} \
-            --json "$D/variants-sweep-h200-window-run${WINDOW_RUN:-x}.json" > "$D/window.log" 2>&1
+            --json "$D/variants-sweep-${GPU_TAG}-window-run${WINDOW_RUN:-x}.json" > "$D/window.log" 2>&1
         echo "window sweep: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/window.log" || tail -n 20 "$D/window.log" ;;
     sanitize)
         for tool in memcheck racecheck; do
@@ -96,7 +96,7 @@ for phase in ${PHASES:-tests sweep}; do
             [ "$state" = on ] && { switch_on "$f" ZERO_PAST || break; }
             t1=$(date +%s)
             timeout ${BENCH_S:-150} python3 benchmarks/variants.py bench --variants varlen --D ${VARLEN_D:-128 64} \
-                --json "$D/variants-h200-varlen-run${VARLEN_RUN:-x}-zero-$state.json" > "$D/bench-zero-$state.log" 2>&1
+                --json "$D/variants-${GPU_TAG}-varlen-run${VARLEN_RUN:-x}-zero-$state.json" > "$D/bench-zero-$state.log" 2>&1
             echo "varlen rows, ZERO_PAST $state: exit $? in $(( $(date +%s) - t1 ))s"
             grep "^|" "$D/bench-zero-$state.log" || tail -n 20 "$D/bench-zero-$state.log"
         done

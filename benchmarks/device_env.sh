@@ -1,9 +1,19 @@
-# Sourced by the one-call GPU scripts (device_bwd_dq.sh, device_decode_host.sh, the A/B scripts below) after they set $D, the
-# folder of their logs: the import path, the GPU and its clocks and the torch/triton versions into
-# $D/gpu.txt, XDIST, pytest's worker flag where pytest-xdist is installed, and decode_gpu_tests (the GPU tests of
-# the decode kernels, plans and launches into $D/tests.log; fails when they do).
+# Sourced by the one-call GPU scripts (device_bwd_dq.sh, device_decode_host.sh, the A/B scripts below) after they set
+# $D, the folder of their logs: the import path, the GPU and its clocks and the torch/triton versions into $D/gpu.txt,
+# GPU_TAG (the GPU's model in the data files' names: h100, h200), XDIST, pytest's worker flag where pytest-xdist is
+# installed, and decode_gpu_tests (the GPU tests of the decode kernels, plans and launches into $D/tests.log; fails
+# when they do).
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 mkdir -p "$D"
+
+# The GPU's model in lower case, the part of every data file's name after the benchmark's ("NVIDIA H200" -> h200,
+# "NVIDIA H100 80GB HBM3" -> h100), "gpu" where the name holds no such model
+gpu_tag() {
+    local tag
+    tag=$(printf '%s\n' "$1" | grep -oE '\b[A-Z][0-9]{2,3}[A-Z]?\b' | head -n 1 | tr 'A-Z' 'a-z')
+    printf '%s\n' "${tag:-gpu}"
+}
+GPU_TAG=$(gpu_tag "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)")
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv > "$D/gpu.txt" 2>&1
 python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' | tee -a "$D/gpu.txt"
 XDIST=""

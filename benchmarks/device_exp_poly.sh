@@ -13,7 +13,7 @@ for phase in ${PHASES:-tests bench}; do
     case $phase in
     tests) gpu_tests ${TEST_S:-200} tests.log tests/gpu/test_prefill_gluon.py -k "${TEST_K:-exp2 or exp_poly}" ;;
     bench) ab_bench ${BENCH_S:-330} benchmarks/exp_poly.py --rows ${ROWS:-window causal full} --D ${DS:-64 128} \
-               --splits ${SPLITS:-0 1 2 3} --rounds ${ROUNDS:-3} --json "$D/exp-poly-h200-run${RUN:-x}.json" ;;
+               --splits ${SPLITS:-0 1 2 3} --rounds ${ROUNDS:-3} --json "$D/exp-poly-${GPU_TAG}-run${RUN:-x}.json" ;;
     *) echo "device_exp_poly.sh: unknown phase $phase"; exit 2 ;;
     esac
 done

@@ -23,7 +23,7 @@ for phase in ${PHASES:-tests bench}; do
         gpu_tests ${TEST_S:-420} tests.log ${TEST_FILES:-tests/gpu/test_prefill_gluon*.py} \
             || { echo "GPU tests failed: no benchmarks"; exit 1; } ;;
     bench) ab_bench ${BENCH_S:-400} benchmarks/fa4_peer.py --rows ${ROWS:-window varlen causal full} --D ${DS:-64 128} \
-               --passes ${PASSES:-fwd} --rounds ${ROUNDS:-3} --json "$D/fa4-peer-h200-run${RUN:-x}.json" ;;
+               --passes ${PASSES:-fwd} --rounds ${ROUNDS:-3} --json "$D/fa4-peer-${GPU_TAG}-run${RUN:-x}.json" ;;
     *) echo "device_fa4.sh: unknown phase $phase"; exit 2 ;;
     esac
 done

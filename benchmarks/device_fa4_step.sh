@@ -29,7 +29,7 @@ for phase in ${PHASES:-checks suite bench}; do
         [ $rc -eq 0 ] || { echo "GPU suite failed with the switches on: no benchmarks"; exit 1; } ;;
     bench) ab_bench ${BENCH_S:-300} benchmarks/fwd_switches.py --rows ${ROWS:-window causal full} --D ${DS:-64} \
                --builds ${BUILDS:-shipped pack mask pp lanes fa4} --rounds ${ROUNDS:-3} \
-               --json "$D/fwd-switches-h200-run${RUN:-x}.json" ;;
+               --json "$D/fwd-switches-${GPU_TAG}-run${RUN:-x}.json" ;;
     *) echo "device_fa4_step.sh: unknown phase $phase"; exit 2 ;;
     esac
 done

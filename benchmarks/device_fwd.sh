@@ -2,9 +2,9 @@
 # One GPU call for the Gluon forward's schedules: a first small call of every new build (the script stops if
 # one fails or hangs), the GPU tests of TESTS (default the Gluon forward's file; KEXPR: pytest's -k), then
 # benchmarks/fwd_persistent.py (grid, part block first, groups of heads, persistent schedules, cuDNN; alternating
-# rounds in one process; SWEEP=1: its --sweep; FWD_BENCH=0: not run) into fwd-persistent-h200-run$RUN.json.
+# rounds in one process; SWEEP=1: its --sweep; FWD_BENCH=0: not run) into fwd-persistent-<gpu>-run$RUN.json.
 # PREFILL_RUN set: the library's table after it (benchmarks/prefill.py bench against SDPA's flash and cuDNN
-# backends) into prefill-h200-run$PREFILL_RUN.json.
+# backends) into prefill-<gpu>-run$PREFILL_RUN.json.
 # Run from the repository root on a CUDA machine; logs and JSON go to $OUT/fwd (default ./out-fwd/fwd).
 # Each phase is cut off by `timeout`.
 set -uo pipefail
@@ -35,12 +35,12 @@ echo "tests: exit $? in $(( $(date +%s) - t0 ))s"; tail -n 3 "$D/tests.log"; gre
 if [ "${FWD_BENCH:-1}" != 0 ]; then
     t0=$(date +%s)
     timeout ${BENCH_S:-240} python3 benchmarks/fwd_persistent.py --rounds ${ROUNDS:-2} ${SWEEP:+--sweep} \
-        --json "$D/fwd-persistent-h200-run$RUN.json" > "$D/bench.log" 2>&1
+        --json "$D/fwd-persistent-${GPU_TAG}-run$RUN.json" > "$D/bench.log" 2>&1
     echo "fwd_persistent: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/bench.log" || tail -n 20 "$D/bench.log"
 fi
 if [ -n "${PREFILL_RUN:-}" ]; then
     t0=$(date +%s)
     timeout ${PREFILL_S:-240} python3 benchmarks/prefill.py bench --D 64 128 --N 4096 16384 \
-        --providers attnlab,sdpa-flash,sdpa-cudnn --json "$D/prefill-h200-run$PREFILL_RUN.json" > "$D/prefill.log" 2>&1
+        --providers attnlab,sdpa-flash,sdpa-cudnn --json "$D/prefill-${GPU_TAG}-run$PREFILL_RUN.json" > "$D/prefill.log" 2>&1
     echo "prefill: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/prefill.log" | head -40 || tail -n 20 "$D/prefill.log"
 fi

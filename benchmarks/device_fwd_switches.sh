@@ -18,7 +18,7 @@ for phase in ${PHASES:-tests bench}; do
     suite) gpu_tests ${SUITE_S:-420} suite.log tests/gpu ;;
     bench) ab_bench ${BENCH_S:-330} benchmarks/fwd_switches.py --rows ${ROWS:-window causal full} \
                --D ${DS:-64 128} --builds ${BUILDS:-shipped skip skip+tau8} --rounds ${ROUNDS:-3} \
-               --json "$D/fwd-switches-h200-run${RUN:-x}.json" ;;
+               --json "$D/fwd-switches-${GPU_TAG}-run${RUN:-x}.json" ;;
     *) echo "device_fwd_switches.sh: unknown phase $phase"; exit 2 ;;
     esac
 done

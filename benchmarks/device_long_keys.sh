@@ -19,10 +19,10 @@ for phase in ${PHASES:-tests bench}; do
             || { echo "GPU tests failed: no benchmarks"; exit 1; } ;;
     bench) ab_bench ${BENCH_S:-300} benchmarks/fwd_switches.py --rows ${ROWS:-window causal full} --D 64 \
                --builds ${BUILDS:-shipped n256 n256p} --rounds ${ROUNDS:-3} \
-               --json "$D/fwd-switches-h200-run${RUN:-x}.json" ;;
+               --json "$D/fwd-switches-${GPU_TAG}-run${RUN:-x}.json" ;;
     window)
         timeout ${WINDOW_S:-200} python3 benchmarks/variants_sweep.py --variants window --passes fwd --D 64 \
-            --json "$D/variants-sweep-h200-window-run${WINDOW_RUN:-x}.json" > "$D/window.log" 2>&1
+            --json "$D/variants-sweep-${GPU_TAG}-window-run${WINDOW_RUN:-x}.json" > "$D/window.log" 2>&1
         echo "window sweep: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/window.log" || tail -n 20 "$D/window.log" ;;
     *) echo "device_long_keys.sh: unknown phase $phase"; exit 2 ;;
     esac

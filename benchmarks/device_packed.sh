@@ -53,15 +53,15 @@ if [ "${PHASES:-all}" != "bench" ]; then  # (PHASES=bench: the smoke call, then 
     echo "tests: exit $? in $(( $(date +%s) - t0 ))s"; tail -n 4 "$D/tests.log"
     t0=$(date +%s)  # the dense backward, as bwd-dq-layout runs 9 and 10 measured it
     timeout ${LAYOUT_S:-120} python3 benchmarks/bwd_dq_layout.py --rounds 1 --layouts default cudnn \
-        --json "$D/bwd-dq-layout-h200-run${LAYOUT_RUN:-$RUN}.json" > "$D/layout.log" 2>&1
+        --json "$D/bwd-dq-layout-${GPU_TAG}-run${LAYOUT_RUN:-$RUN}.json" > "$D/layout.log" 2>&1
     echo "bwd_dq_layout: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/layout.log" || tail -n 20 "$D/layout.log"
 fi
 [ "${PHASES:-all}" = "check" ] && exit 0
 t0=$(date +%s)
 timeout ${BENCH_S:-240} python3 benchmarks/variants.py bench --variants varlen --D ${DIMS:-128 64} --packed-kernel gluon \
-    --json "$D/variants-h200-varlen-run$RUN.json" > "$D/bench.log" 2>&1
+    --json "$D/variants-${GPU_TAG}-varlen-run$RUN.json" > "$D/bench.log" 2>&1
 echo "bench: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/bench.log" || tail -n 20 "$D/bench.log"
 t0=$(date +%s)
 timeout ${AB_S:-90} python3 benchmarks/variants.py bench --variants varlen --D ${DIMS:-128 64} --passes fwd_bwd \
-    --providers attnlab --packed-kernel triton --json "$D/variants-h200-varlen-triton-run$RUN.json" > "$D/ab.log" 2>&1
+    --providers attnlab --packed-kernel triton --json "$D/variants-${GPU_TAG}-varlen-triton-run$RUN.json" > "$D/ab.log" 2>&1
 echo "triton backward: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/ab.log" || tail -n 20 "$D/ab.log"

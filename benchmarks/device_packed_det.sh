@@ -31,15 +31,15 @@ for phase in ${PHASES:-tests probe}; do
             && SKIP="$SKIP first" ;;
     probe)
         timeout ${PROBE_S:-280} python3 benchmarks/packed_probe.py --det --D 128 --rounds ${ROUNDS:-3} --skip ${SKIP:-} \
-            --json "$D/packed-det-probe-h200-run${PROBE_RUN:-x}.json" > "$D/probe.log" 2>&1
+            --json "$D/packed-det-probe-${GPU_TAG}-run${PROBE_RUN:-x}.json" > "$D/probe.log" 2>&1
         echo "probe: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/probe.log" || tail -n 20 "$D/probe.log" ;;
     bench)  # the library's varlen rows (numbered VARLEN_RUN), then the window and ALiBi rows' forward+backward
         timeout ${BENCH_S:-150} python3 benchmarks/variants.py bench --variants varlen --D 128 64 \
-            --json "$D/variants-h200-varlen-run${VARLEN_RUN:-x}.json" > "$D/bench-varlen.log" 2>&1
+            --json "$D/variants-${GPU_TAG}-varlen-run${VARLEN_RUN:-x}.json" > "$D/bench-varlen.log" 2>&1
         echo "varlen rows: exit $? in $(( $(date +%s) - t0 ))s"; grep "^|" "$D/bench-varlen.log" || tail -n 20 "$D/bench-varlen.log"
         t1=$(date +%s)
         timeout ${BENCH_S:-150} python3 benchmarks/variants.py bench --variants window alibi --passes fwd_bwd --D 128 64 \
-            --json "$D/variants-h200-det-run${VARLEN_RUN:-x}.json" > "$D/bench-det.log" 2>&1
+            --json "$D/variants-${GPU_TAG}-det-run${VARLEN_RUN:-x}.json" > "$D/bench-det.log" 2>&1
         echo "window, ALiBi rows: exit $? in $(( $(date +%s) - t1 ))s"; grep "^|" "$D/bench-det.log" || tail -n 20 "$D/bench-det.log" ;;
     ncu)
         OUT="$D" SOURCE=1 NCU_S=${NCU_S:-200} timeout $(( ${NCU_S:-200} + 60 )) bash "$(dirname "$0")/device_ncu_window.sh"

@@ -15,7 +15,7 @@ tag=${DIM// /-}
 for kernel in ${KERNELS:-gluon triton gluon}; do
     i=$((i + 1))
     timeout ${BENCH_S:-100} python3 benchmarks/variants.py bench --variants varlen --D $DIM --passes fwd_bwd \
-        --providers attnlab attnlab-det --packed-det $kernel --json "$D/variants-h200-det$tag-run$RUN-$i-$kernel.json" \
+        --providers attnlab attnlab-det --packed-det $kernel --json "$D/variants-${GPU_TAG}-det$tag-run$RUN-$i-$kernel.json" \
         --md "$D/det$tag-$i-$kernel.md" > "$D/bench-$tag-$i-$kernel.log" 2>&1
     echo "bench $i ($kernel): exit $?"; tail -n +3 "$D/det$tag-$i-$kernel.md" 2>/dev/null
 done

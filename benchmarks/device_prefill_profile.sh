@@ -11,7 +11,7 @@ D="$OUT/profile"
 source "$(dirname "$0")/device_env.sh"
 t0=$(date +%s)
 timeout ${PROFILE_S:-240} python3 benchmarks/prefill_profile.py ${PROFILE_ARGS:-} \
-    --json "$D/prefill-profile-h200-run${RUN:-x}.json" > "$D/profile.log" 2>&1
+    --json "$D/prefill-profile-${GPU_TAG}-run${RUN:-x}.json" > "$D/profile.log" 2>&1
 echo "profile: exit $? in $(( $(date +%s) - t0 ))s"
 sed -n '/^| shape |/,/^$/p' "$D/profile.log" | tail -n 20
 if [ "${TABLE:-0}" = 1 ]; then

@@ -13,7 +13,7 @@ for phase in ${PHASES:-tests bench}; do
     case $phase in
     tests) gpu_tests ${TEST_S:-300} tests.log tests/gpu/test_prefill_gluon.py ${TEST_K:+-k "$TEST_K"} ;;
     bench) ab_bench ${BENCH_S:-360} benchmarks/row_max.py --rows ${ROWS:-window varlen causal full} \
-               --D ${DS:-64 128} --rounds ${ROUNDS:-3} --json "$D/row-max-h200-run${RUN:-x}.json" ;;
+               --D ${DS:-64 128} --rounds ${ROUNDS:-3} --json "$D/row-max-${GPU_TAG}-run${RUN:-x}.json" ;;
     *) echo "device_row_max.sh: unknown phase $phase"; exit 2 ;;
     esac
 done

@@ -2,9 +2,9 @@
 # One GPU call for the scorecard (benchmarks/scorecard.py) of one run, by PHASES (default "prefill decode card"):
 #   prefill  prefill.py bench with the multi-head and the GQA rows in one process (--gqa 1 4), D = 64 and 128,
 #            N = 4K, 8K and 16K, attnlab against SDPA's cuDNN backend and PyTorch's own choice, ROUNDS rounds (default
-#            3) with the order rotating and the clocks noted (about 200 s), into prefill-h200-runRUN.json;
+#            3) with the order rotating and the clocks noted (about 200 s), into prefill-<gpu>-runRUN.json;
 #   decode   decode_host.py (host floors, a kept call's host time, eager against CUDA graphs beside cuDNN, L2-warm
-#            and L2-cold), into decode-host-h200-runHOST_RUN.json; HOST_ARGS adds arguments (e.g. "--sweep": the
+#            and L2-cold), into decode-host-<gpu>-runHOST_RUN.json; HOST_ARGS adds arguments (e.g. "--sweep": the
 #            batch-1 split sweep, warm and cold, about a minute more; raise HOST_S);
 #   card     the scorecard of the two files, and their standing against the peers (the README's table).
 # Run from the repository root on a CUDA machine; logs and JSON go to $OUT/card (default ./out-scorecard/card).
@@ -12,8 +12,8 @@ set -uo pipefail
 OUT=${OUT:-out-scorecard}
 D="$OUT/card"
 source "$(dirname "$0")/device_env.sh"
-PREFILL_JSON="$D/prefill-h200-run${RUN:-x}.json"
-HOST_JSON="$D/decode-host-h200-run${HOST_RUN:-x}.json"
+PREFILL_JSON="$D/prefill-${GPU_TAG}-run${RUN:-x}.json"
+HOST_JSON="$D/decode-host-${GPU_TAG}-run${HOST_RUN:-x}.json"
 for phase in ${PHASES:-prefill decode card}; do
     t0=$(date +%s)
     case $phase in

@@ -17,7 +17,7 @@ for phase in ${PHASES:-cut bench checks}; do
              || { echo "the cut's GPU tests failed: no benchmarks"; exit 1; } ;;
     bench) ab_bench ${BENCH_S:-300} benchmarks/bwd_block_m.py --rows ${ROWS:-full full8k full16k gqa-full full-small} \
                --D 64 128 --arms ${ARMS:-table whole} --rounds ${ROUNDS:-3} \
-               --json "$D/bwd-block-m-h200-run${RUN:-x}.json"
+               --json "$D/bwd-block-m-${GPU_TAG}-run${RUN:-x}.json"
            grep "^arm " "$D/bench.log" | sort -u ;;
     checks) gpu_tests ${CHECK_S:-300} checks.log tests/gpu/test_prefill_gluon_bwd.py tests/gpu/test_prefill_plans.py \
                 -k "${CHECK_K:-gpu}" ;;
