@@ -106,6 +106,19 @@ def eager_us(fn, *, calls: int, rounds: int = 5) -> float:
     return statistics.median(times)
 
 
+PACE_BAND = 0.9  # a host time per call at least this share of the eager time: the host sets the pace
+
+
+def eager_pace(row: dict) -> str:
+    """Who sets a speed row's eager pace: "host" where the host's time per call (``loop_host_us``) is at least
+    ``PACE_BAND`` of the eager time (the GPU waits for the launches), "GPU" where it is at most the CUDA graph's time
+    (the host runs ahead: the eager calls' extra time is the GPU's), "both" between."""
+    host, eager, graph = row["loop_host_us"], row["eager_us"], row["graph_us"]
+    if host >= PACE_BAND * eager:
+        return "host"
+    return "GPU" if host <= graph else "both"
+
+
 def _in_turn(fn, calls: int) -> list:
     """``calls`` callables: ``fn`` each time, or the callables of the list ``fn`` in turn."""
     fns = fn if isinstance(fn, list) else [fn]
@@ -390,7 +403,9 @@ def growing_row(shape, n: int) -> dict:
 
 def speed_rows(calls: int) -> list[dict]:
     """Eager and CUDA-graph µs per call of attnlab (with the lengths, and without: ``attnlab-full``) and SDPA's cuDNN
-    backend on ``SHAPES``, two ways. L2-warm (``eager_us``, ``graph_us``): every call on the same inputs, so a cache
+    backend on ``SHAPES``, two ways, and the host's own time per call at each shape (``loop_host_us``: ``host_us``, the
+    loop of eager calls timed before its sync; near ``eager_us`` where the host sets the eager pace, below it where the
+    GPU does). L2-warm (``eager_us``, ``graph_us``): every call on the same inputs, so a cache
     smaller than the L2 is read from it again and again. L2-cold (``eager_cold_us``, ``graph_cold_us``): the calls take
     ``copies`` copies of the K/V cache in turn, enough that one pass over them is at least 3× the L2
     (benchmarks/decode.py's ``_copies``), so each call reads its K/V from HBM, as one layer's decode step does after the
@@ -417,8 +432,9 @@ def speed_rows(calls: int) -> list[dict]:
             if fn is None:
                 continue
             eager, graph = eager_us(fn, calls=calls // 10), graph_us(fn, calls=50)
+            loop = host_us(fn, calls=calls // 10)
             row = {"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "provider": name, "eager_us": eager,
-                   "graph_us": graph, "eager_over_graph": eager / graph,
+                   "graph_us": graph, "eager_over_graph": eager / graph, "loop_host_us": loop,
                    "eager_tb_per_s": nbytes / eager / 1e6, "graph_tb_per_s": nbytes / graph / 1e6}
             fns = [p[name] for p in per_copy]
             if None not in fns:  # (a backend that refused a copy it took the first time: no L2-cold times)
@@ -973,6 +989,16 @@ def markdown(result: dict) -> str:
               f"{r['graph_tb_per_s']:.2f} |"
               + (f" {r['roofline_ms'] * 1e3:.1f} | {percent(r.get('of_roofline'))} | "
                  f"{percent(r.get('graph_of_roofline'))} |" if roof else "") for r in result["speed"]]
+    loops = [r for r in result["speed"] if "loop_host_us" in r]
+    if loops:
+        lines += ["", "Who sets the eager pace: the host's time per call in the same loop of eager calls, timed before "
+                      "its sync (near the eager time where the GPU waits for the host, below it where the host runs "
+                      "ahead), against the CUDA graph's time:", "",
+                  "| B | H/Hkv | L | D | provider | host µs | eager µs | graph µs | host/graph | pace |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['B']} | {r['H']}/{r['Hkv']} | {r['L']} | {r['D']} | {r['provider']} | "
+                  f"{r['loop_host_us']:.1f} | {r['eager_us']:.1f} | {r['graph_us']:.1f} | "
+                  f"{r['loop_host_us'] / r['graph_us']:.2f} | {eager_pace(r)} |" for r in loops]
     cold = [r for r in result["speed"] if "graph_cold_us" in r]
     if cold:
         lines += ["", "The same calls L2-cold: each call on the next of several copies of the K/V cache (one pass over "

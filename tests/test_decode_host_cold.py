@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from tests.helpers import ROOT, load_script, notes_section
 
 host = load_script("benchmarks/decode_host.py")
@@ -116,13 +117,15 @@ def test_speed_rows_time_each_provider_warm_and_over_its_copies(monkeypatch):
     def timer(kind):
         def t(fn, *, calls):
             seen.setdefault(kind, []).append(fn)
-            return {"eager": 12.0, "graph": 10.0, "eager_cold": 15.0, "graph_cold": 12.5}[kind + ("_cold" if isinstance(fn, list) else "")]
+            return {"eager": 12.0, "graph": 10.0, "host": 9.0, "eager_cold": 15.0, "graph_cold": 12.5}[
+                kind + ("_cold" if isinstance(fn, list) else "")]
         return t
 
     monkeypatch.setattr(host, "inputs", inputs)
     monkeypatch.setattr(host, "sdpa_call", sdpa_call)
     monkeypatch.setattr(host, "eager_us", timer("eager"))
     monkeypatch.setattr(host, "graph_us", timer("graph"))
+    monkeypatch.setattr(host, "host_us", timer("host"))
     monkeypatch.setattr(host._decode_bench(), "_copies", lambda n, device: 3 if n == nbytes else 0)
     rows = host.speed_rows(calls=100)
     assert len(made) == 3 and [r["provider"] for r in rows] == ["attnlab", "attnlab-full", "sdpa-cudnn"]
@@ -130,18 +133,20 @@ def test_speed_rows_time_each_provider_warm_and_over_its_copies(monkeypatch):
         assert r["copies"] == 3 and (r["eager_us"], r["graph_us"], r["eager_cold_us"], r["graph_cold_us"]) == (
             12.0, 10.0, 15.0, 12.5)
         assert r["eager_over_graph"] == 1.2 and r["eager_cold_over_graph"] == 1.2
+        assert r["loop_host_us"] == 9.0 and host.eager_pace(r) == "GPU"
         assert r["graph_tb_per_s"] == nbytes / 10.0 / 1e6 and r["graph_cold_tb_per_s"] == nbytes / 12.5 / 1e6
     # cuDNN refused copy 1: its warm times only
     assert (rows[2]["eager_us"], rows[2]["graph_us"]) == (12.0, 10.0) and "graph_cold_us" not in rows[2]
     warm = [fn for fn in seen["eager"] if not isinstance(fn, list)]
     cold = [fn for fn in seen["eager"] if isinstance(fn, list)]
     assert len(warm) == 3 and len(cold) == 2 and all(len(fns) == 3 for fns in cold)
+    assert seen["host"] == warm  # (the host's own time: the warm call of each provider)
     assert [fns[0] for fns in cold] == warm[:2]  # the warm call is copy 0's
     assert len({id(f) for fns in cold for f in fns}) == 6  # each copy's own call
     # each copy's call reads its own cache with copy 0's query and lengths (hot in a model)
     assert [f.__defaults__ for f in cold[0]] == [("q0", f"k{i}", f"v{i}", "lens0") for i in range(3)]
     assert [f.__defaults__ for f in cold[1]] == [("q0", f"k{i}", f"v{i}") for i in range(3)]
-    assert [len(v) for v in seen.values()] == [5, 5]  # eager and graph alike
+    assert [len(seen[k]) for k in ("eager", "graph", "host")] == [5, 5, 3]  # eager and graph alike; the host warm
 
 
 def test_docs_decode_quotes_the_sizes():
@@ -287,3 +292,21 @@ def test_order_arms_time_each_arm_warm_and_over_the_copies(monkeypatch):
     assert lines[4].split(" | ")[11:] == ["14.00", "—", "—", "— |"]
     old = [{k: v for k, v in r.items() if "cold" not in k} for r in rows]
     assert "L2-cold" not in "\n".join(host.order_ab_markdown(old))
+
+
+@pytest.mark.parametrize("loop,eager,graph,pace", [(20.0, 21.0, 18.0, "host"), (19.0, 21.0, 18.0, "host"),
+                                                   (18.0, 21.0, 18.0, "GPU"), (12.0, 21.0, 18.0, "GPU"),
+                                                   (18.5, 21.0, 18.0, "both")])
+def test_the_eager_pace_says_who_waits(loop, eager, graph, pace):
+    """``eager_pace``: the host where its time per call is at least ``PACE_BAND`` (0.9) of the eager time, the GPU where
+    it is at most the graph's, both between; the report's table gives it beside the three times."""
+    row = dict(B=1, H=32, Hkv=8, L=32768, D=64, provider="attnlab", loop_host_us=loop, eager_us=eager, graph_us=graph,
+               eager_over_graph=eager / graph, eager_tb_per_s=1.0, graph_tb_per_s=1.0)
+    assert host.PACE_BAND == 0.9 and host.eager_pace(row) == pace
+    result = dict(gpu="NVIDIA H200", torch="2.11", triton="3.6", fused_merge=False, eager_fused_below_us=0.0,
+                  floors={}, host=[], speed=[row])
+    text = host.markdown(result)
+    assert (f"| 1 | 32/8 | 32768 | 64 | attnlab | {loop:.1f} | {eager:.1f} | {graph:.1f} | {loop / graph:.2f} | "
+            f"{pace} |") in text.splitlines()
+    old = {k: v for k, v in row.items() if k != "loop_host_us"}  # (runs before the column: no such table)
+    assert "Who sets the eager pace" not in host.markdown(dict(result, speed=[old]))
