@@ -64,7 +64,7 @@ def test_the_l2_chunks_default_quotes_runs_20_and_21():
                 continue
             (gqa if row.startswith("gqa") else mha).append(ms[row, D, "table"] / t)
             B, H, Hkv, N, _ = bm.SHAPES[row]
-            h, hkv = H * 64 // D, Hkv * 64 // D
+            hkv = Hkv * 64 // D
             assert gb.heads_first_default(True, -(-N // 128) * B * hkv, 132) == row.startswith("gqa"), row
     comment = " ".join((ROOT / "src" / "attnlab" / "gpu" / "prefill_gluon_bwd.py").read_text().replace("#", " ").split())
     assert f"GQA causal rows at {min(gqa):.3f}-{max(gqa):.3f}x heads first's speed" in comment

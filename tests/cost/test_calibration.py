@@ -101,3 +101,52 @@ def test_scaled_calibration_by_bytes_in_flight():
 def test_bad_input_is_refused(call, match):
     with pytest.raises((ValueError, TypeError), match=match):
         call()
+
+
+@pytest.mark.parametrize("config", [SMALL, LARGE, (128, 64, 4, 3), (64, 64, 4, 3)])
+def test_the_h100_takes_the_h200_calibration_at_its_own_bandwidth(config):
+    """``processor_calibration``: an H100 (the H200's processor with HBM3) takes the H200's calibration of the same
+    configuration, measured or scaled, with ``bw`` times the presets' bandwidth ratio (3.35 / 4.8) and everything else
+    as it was; ``calibration_for`` still says no H100 calibration was measured; other GPUs get none."""
+    from dataclasses import replace
+
+    from attnlab.cost import SAME_PROCESSOR, calibration_for_config, get_gpu, processor_calibration
+
+    base = calibration_for_config("NVIDIA H200", config)
+    assert base is not None and SAME_PROCESSOR == {"H100": "H200"}
+    ratio = get_gpu("H100").hbm_bw / get_gpu("H200").hbm_bw
+    for name in ("NVIDIA H100 80GB HBM3", "H100", "nvidia h100"):
+        got = calibration_for_config(name, config)
+        assert got == processor_calibration(name, config)
+        assert replace(got, bw=base.bw, source=base.source) == base
+        assert got.bw == pytest.approx(base.bw * ratio) and ratio == pytest.approx(3.35 / 4.8)
+        assert "predicted for the H100" in got.source and "0.698" in got.source
+    assert calibration_for("NVIDIA H100 80GB HBM3", config) is None
+    for name in ("NVIDIA H200", "NVIDIA A100-SXM4-80GB", "Tesla V100"):
+        assert processor_calibration(name, config) is None
+    assert calibration_for_config("NVIDIA H100", (64, 256, 4, 3)) is None  # (none on the H200 to carry over)
+    with pytest.raises(TypeError, match="gpu_name"):
+        processor_calibration(None, config)
+
+
+def test_the_h100_prediction_moves_the_d64_picks_off_the_wave_model():
+    """What the H100's predicted calibration changes: at D = 64 (the large tile at block_d 64) batch 1 over 32K keys
+    with 8 K/V heads, the wave model's 16 splits against the calibrated model's 32 (the H200's measured best at that
+    shape), the calibrated model timing the wave model's pick over 1.1× its own; at D = 128 the two agree."""
+    from attnlab.cost import calibrated_split_time, calibration_for_config, decode_num_splits, get_gpu
+
+    h100 = get_gpu("H100")
+    d64 = (128, 64, 4, 3)
+    shape = dict(batch=1, kv_heads=8, seq=32768)
+    pick = decode_num_splits(**shape, head_dim=64, gpu=h100, config=d64)
+    wave = decode_num_splits(**shape, head_dim=64, gpu=h100)
+    cal = calibration_for_config(h100.name, d64)
+    t = {S: calibrated_split_time(**shape, head_dim=64, splits=S, sms=h100.sms, cal=cal) for S in (wave, pick)}
+    assert (wave, pick) == (16, 32) and t[wave] > 1.1 * t[pick]
+    from tests.helpers import ROOT
+
+    doc = " ".join((ROOT / "docs" / "cost.md").read_text().split())
+    assert f"at D = 64, batch 1 over 32K keys with 8 K/V heads it picks {pick} splits where the wave model picks {wave}" \
+        in doc
+    assert decode_num_splits(**shape, head_dim=128, gpu=h100, config=LARGE) == \
+        decode_num_splits(**shape, head_dim=128, gpu=h100) == 16

@@ -21,6 +21,7 @@ from attnlab.cost import (
     decode_split_table,
     decode_split_time,
     get_gpu,
+    processor_calibration,
 )
 
 H100 = GPUS["H100"]
@@ -103,9 +104,13 @@ def test_decode_num_splits_takes_the_calibration_where_there_is_one():
         got = decode_num_splits(batch=B, kv_heads=Hkv, seq=L, head_dim=128, gpu=h200, config=key)
         assert got == calibrated_num_splits(batch=B, kv_heads=Hkv, seq=L, head_dim=128, sms=132, cal=cal,
                                             min_split_len=64)
-        # an H100 has no calibration: the wave model, the merge's launch charged, whole 64-key tiles
+        # an H100 takes the H200's at its own bandwidth (``processor_calibration``); an A100 has none: the wave
+        # model, the merge's launch charged, whole 64-key tiles
         assert decode_num_splits(batch=B, kv_heads=Hkv, seq=L, head_dim=128, gpu="H100", config=key) == \
-            best_num_splits(batch=B, heads=Hkv, seq=L, head_dim=128, gpu="H100", merge_launch=True, min_split_len=64)
+            calibrated_num_splits(batch=B, kv_heads=Hkv, seq=L, head_dim=128, sms=132, min_split_len=64,
+                                  cal=processor_calibration("H100", key))
+        assert decode_num_splits(batch=B, kv_heads=Hkv, seq=L, head_dim=128, gpu="A100", config=key) == \
+            best_num_splits(batch=B, heads=Hkv, seq=L, head_dim=128, gpu="A100", merge_launch=True, min_split_len=64)
     # where the two models part (batch 1, 8 K/V heads, 128K): 8 programs are far from the H200's
     # bandwidth in the calibrated model; in the wave model 16 splits fill 128 of 132 SMs at bw/SMs each
     cal_pick = decode_num_splits(batch=1, kv_heads=8, seq=131072, head_dim=128, gpu=h200, config=key)

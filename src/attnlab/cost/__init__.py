@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from .calibration import (
     CALIBRATIONS,
+    SAME_PROCESSOR,
     SPLIT_CANDIDATES,
     DecodeCalibration,
     aggregate_rate,
@@ -23,6 +24,7 @@ from .calibration import (
     calibration_for,
     calibration_for_config,
     config_key,
+    processor_calibration,
     programs_per_sm,
     scaled_calibration,
     tiles_in_flight,
@@ -142,6 +144,7 @@ __all__ = [
     "ring_estimate",
     "transfer_time",
     "CALIBRATIONS",
+    "SAME_PROCESSOR",
     "GPU",
     "GPUS",
     "SPLIT_CANDIDATES",
@@ -224,6 +227,7 @@ __all__ = [
     "varlen_attention_roofline",
     "decode_roofline",
     "scaled_calibration",
+    "processor_calibration",
     "scores_bytes",
     "sram_bytes",
     "standard_backward_kernels",

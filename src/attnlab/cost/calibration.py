@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from ._args import dtype_bytes as _dtype_bytes
 from ._args import pos_int
+from .gpus import get_gpu
 
 # Split counts the calibrated chooser considers (and the decode benchmark sweeps).
 SPLIT_CANDIDATES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64)
@@ -113,6 +114,11 @@ _H200_LARGE = DecodeCalibration(bw=4.3899e12, program_bw=45.067e9, programs_per_
                                 source="H200, 2026-12-01, benchmarks/data/decode-host-h200-run5.json")
 # (GPU name part, config) -> calibration
 CALIBRATIONS = {("H200", _H200_SMALL.config): _H200_SMALL, ("H200", _H200_LARGE.config): _H200_LARGE}
+# GPUs on the processor of a GPU measured above, with other memory: their name part -> the measured GPU's. The H100
+# is the H200's chip (132 SMs, 50 MB of L2, the same latencies) with HBM3 at 3.35 TB/s instead of HBM3e at 4.8: one
+# program's rate (set by its bytes in flight over the latency), the programs per SM and the fixed, per-split and
+# per-wave costs carry over, the aggregate bandwidth scales (``processor_calibration``). Not measured on an H100.
+SAME_PROCESSOR = {"H100": "H200"}
 
 
 def calibration_for(gpu_name: str, config) -> DecodeCalibration | None:
@@ -132,16 +138,36 @@ def calibration_for_config(gpu_name: str, config) -> DecodeCalibration | None:
     warps and stages at a wider ``block_d``: that one scaled to ``config`` by ``scaled_calibration``
     (Little's law: fewer bytes in flight per program, more programs per SM). The head dims below 128 run
     such configurations ((128, 64, 4, 3) at D = 64); a wider one (D = 256) is not predicted from a narrower
-    one and gets None."""
+    one. Else, for a GPU on a measured GPU's processor with other memory (``SAME_PROCESSOR``: the H100),
+    ``processor_calibration``; else None."""
     cal = calibration_for(gpu_name, config)
     if cal is not None:
         return cal
     bn, bd, warps, stages = config_key(config)
     wider = [c for (gpu, key), c in CALIBRATIONS.items() if gpu in gpu_name.upper()
              and (key[0], key[2], key[3]) == (bn, warps, stages) and key[1] > bd]
-    if not wider:
-        return None
-    return scaled_calibration(min(wider, key=lambda c: c.config[1]), (bn, bd, warps, stages))
+    if wider:
+        return scaled_calibration(min(wider, key=lambda c: c.config[1]), (bn, bd, warps, stages))
+    return processor_calibration(gpu_name, config)
+
+
+def processor_calibration(gpu_name: str, config) -> DecodeCalibration | None:
+    """For a GPU of ``SAME_PROCESSOR`` (a name part of ``gpu_name``, "NVIDIA H100 80GB HBM3" -> H100): the calibration
+    of the GPU whose processor it shares (``calibration_for_config``, measured or scaled), its aggregate bandwidth
+    ``bw`` times the ratio of the two presets' HBM bandwidths (H100 over H200: 3.35 / 4.8), the rest unchanged; None
+    for any other GPU, or where that GPU has no calibration for ``config``. A prediction: its ``source`` says so."""
+    if not isinstance(gpu_name, str):
+        raise TypeError(f"gpu_name must be a string like 'NVIDIA H100', got {gpu_name!r}")
+    for part, measured in SAME_PROCESSOR.items():
+        if part in gpu_name.upper():
+            base = calibration_for_config(measured, config)
+            if base is None:
+                return None
+            ratio = get_gpu(part).hbm_bw / get_gpu(measured).hbm_bw
+            return replace(base, bw=base.bw * ratio,
+                           source=f"predicted for the {part} from {measured}'s ({base.source}): its bandwidth "
+                                  f"x {ratio:.3f}, the HBM bandwidths' ratio")
+    return None
 
 
 def aggregate_rate(programs: int, program_bw: float, bw: float, k: float) -> float:

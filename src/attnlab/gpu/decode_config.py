@@ -4,7 +4,8 @@
   ``decode_configs(head_dim)`` the two measured ones ("small", "large"), ``decode_config_for`` the one
   a call uses (chosen from B·Hkv, D and the page size).
 * ``choose_num_splits`` — the split count S for that configuration, from ``attnlab.cost``: its
-  calibrated model where a calibration for this GPU and configuration exists (the H200), else the
+  calibrated model where a calibration for this GPU and configuration exists (measured on the H200,
+  predicted from it for the H100), else the
   lecture's wave model (``best_num_splits``) on the preset matching the device.
 * ``streamed_keys`` — how many keys a call streams per (sequence, K/V head): with a window's left
   edge about the window, whatever the cache holds.
@@ -150,7 +151,8 @@ def choose_num_splits(*, batch: int, kv_heads: int, seq: int, head_dim: int, dev
     call would use).
 
     ``attnlab.cost.decode_num_splits`` on the preset matching the device, with its SM count: the
-    calibrated model where cost holds a calibration for that GPU and configuration (the H200), else the
+    calibrated model where cost holds a calibration for that GPU and configuration (the H200's, or the H100's
+    predicted from it), else the
     lecture's wave model. One program reads one K/V head (the GQA group shares
     it), so the models' "heads" are the ``kv_heads``; ``seq`` is the cache's capacity (the lengths are
     not read on the host), rounded on a GPU by ``model_seq``. Without a GPU (the interpreter) the
