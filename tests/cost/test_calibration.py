@@ -150,3 +150,40 @@ def test_the_h100_prediction_moves_the_d64_picks_off_the_wave_model():
         in doc
     assert decode_num_splits(**shape, head_dim=128, gpu=h100, config=LARGE) == \
         decode_num_splits(**shape, head_dim=128, gpu=h100) == 16
+
+
+def test_notes_v24_quotes_the_h100_picks():
+    """NOTES-decode v24's picks on an H100 (the large configuration, 8 K/V heads): the predicted calibration's against
+    the wave model's, and the model's time of the wave model's pick over its own."""
+    from tests.helpers import notes_section
+
+    from attnlab.cost import (
+        best_num_splits,
+        calibrated_split_time,
+        decode_num_splits,
+        get_gpu,
+        processor_calibration,
+    )
+
+    text = notes_section("NOTES-decode.md", "## v24")
+    h100 = get_gpu("H100")
+
+    def picks(B, L, D):
+        cfg = (128, D, 4, 3)
+        cal = processor_calibration("H100", cfg)
+        kw = dict(batch=B, kv_heads=8, seq=L, head_dim=D)
+        # (the wave model as the chooser ran it for this configuration: whole 128-key tiles, the merge charged)
+        wave = best_num_splits(batch=B, heads=8, seq=L, head_dim=D, gpu=h100, max_splits=64, merge_launch=True,
+                               min_split_len=128)
+        mine = decode_num_splits(**kw, gpu=h100, config=cfg)
+        t = {S: calibrated_split_time(**kw, splits=S, sms=h100.sms, cal=cal) for S in (wave, mine)}
+        return wave, mine, t[wave] / t[mine]
+
+    assert picks(1, 32768, 128)[:2] == (16, 16) and "(16 at 32/8 over 32K)" in text
+    w32, m32, r32 = picks(1, 32768, 64)
+    w4, m4, _ = picks(1, 4096, 64)
+    w8, m8, r8 = picks(8, 32768, 64)
+    assert f"at D = 64 they double ({w32} → {m32} at 32/8 over 32K, {w4} → {m4} at 4K)" in text
+    assert f"at batch 8 over 32K {w8} → {m8} splits; the model has the wave model's picks {r32:.2f}× and {r8:.2f}×" in text
+    ratio = h100.hbm_bw / get_gpu("H200").hbm_bw
+    assert f"scaled by that ratio ({ratio:.3f})" in text
