@@ -481,3 +481,29 @@ def test_gpu_prefetch_changes_no_bit(split_order, D):
         for prefetch in (2, 4):
             assert torch.equal(got["strided", prefetch, splits][0], got["strided", 0, splits][0])
             assert torch.equal(got["strided", prefetch, splits][1], got["strided", 0, splits][1])
+
+
+@pytest.mark.parametrize("name,sms,preset,calibrated", [
+    ("NVIDIA H200", 132, "H200", True), ("NVIDIA H100 80GB HBM3", 132, "H100", True),
+    ("NVIDIA H100 PCIe", 114, "H100", True), ("NVIDIA A100-SXM4-80GB", 108, "A100", False),
+    ("NVIDIA GeForce RTX 4090", 128, None, False)])
+def test_a_devices_preset_and_whether_a_calibration_applies(name, sms, preset, calibrated, monkeypatch):
+    """``gpu_for_device``: the preset the device's name matches, with the device's SM count; the H200 and the H100
+    take a calibration (measured, or predicted from the H200's), any other GPU the wave model — a device matching no
+    preset keeps the H100's numbers under its own name, so the H100's calibration does not apply to it."""
+    from types import SimpleNamespace
+
+    from attnlab import cost
+    from attnlab.gpu.decode_config import decode_configs, gpu_for_device
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda index: SimpleNamespace(name=name, multi_processor_count=sms))
+    g = gpu_for_device.__wrapped__(0)
+    assert g.sms == sms and g.name == (preset or name)
+    assert g.hbm_bw == cost.get_gpu(preset or "H100").hbm_bw
+    large = decode_configs(64)["large"].key  # (the GPU's configuration at D = 64, the one decode_host.py times)
+    assert (cost.calibration_for_config(g.name, large) is not None) is calibrated
+    shape = dict(batch=1, kv_heads=8, seq=32768, head_dim=64)
+    wave = cost.best_num_splits(batch=1, heads=8, seq=32768, head_dim=64, gpu=g, max_splits=64, merge_launch=True,
+                                min_split_len=large[0])
+    assert (cost.decode_num_splits(**shape, gpu=g, config=large) == wave) is not calibrated

@@ -131,12 +131,15 @@ def _config_for(dims, device) -> DecodeConfig:
 
 @functools.cache
 def gpu_for_device(index: int):
-    """attnlab.cost's GPU preset matching this CUDA device's name (H100 if none does), with ``sms``
-    read from the device."""
+    """attnlab.cost's GPU preset matching this CUDA device's name, with ``sms`` read from the device; where none
+    matches, the H100's numbers under the device's own name (so that no calibration of another GPU applies: the wave
+    model)."""
     props = torch.cuda.get_device_properties(index)
     name = props.name.upper()
     preset = next((cost.get_gpu(c) for c in ("B200", "H200", "H100", "A100", "V100") if c in name), None)
-    return replace(preset or cost.get_gpu("H100"), sms=props.multi_processor_count)
+    if preset is None:
+        preset = replace(cost.get_gpu("H100"), name=props.name)
+    return replace(preset, sms=props.multi_processor_count)
 
 
 @functools.lru_cache(maxsize=4096)
