@@ -80,3 +80,43 @@ def test_import_is_light():
     code = ("import sys, attnlab.cost; bad = [m for m in ('torch', 'matplotlib', 'rich', 'triton', 'numpy') "
             "if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_decode_estimate_adds_the_calibrated_kernel_where_a_calibration_applies():
+    """``estimate(...).decode.calibrated``: on the H200 the measured calibrations' tiles (64 and 128 keys) at D = 128,
+    their picks and times the calibrated model's; on the H100 the same tiles predicted (``processor_calibration``),
+    at D = 64 scaled too; none on an A100 or at D = 256; the JSON and the table carry them."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from attnlab.cost import (
+        calibrated_num_splits,
+        calibrated_split_time,
+        calibration_for_config,
+        estimate,
+        get_gpu,
+    )
+
+    shape = dict(seq=32768, heads=32, kv_heads=8)
+    for gpu, D, measured in (("H200", 128, True), ("H100", 64, False), ("H100", 128, False)):
+        cal_rows = estimate(gpu=gpu, head_dim=D, **shape).decode.calibrated
+        g = get_gpu(gpu)
+        assert [r.config for r in cal_rows] == [(64, D, 4, 3), (128, D, 4, 3)]
+        for r in cal_rows:
+            cal = calibration_for_config(gpu, r.config)
+            kw = dict(batch=1, kv_heads=8, seq=32768, head_dim=D, sms=g.sms, cal=cal)
+            assert r.splits == calibrated_num_splits(**kw, min_split_len=r.config[0])
+            assert r.time == calibrated_split_time(**kw, splits=r.splits) and r.measured is (measured and D == 128)
+            assert r.blocks == 8 * r.splits and r.waves == -(-r.blocks // (g.sms * cal.programs_per_sm))
+    assert estimate(gpu="A100", head_dim=128, **shape).decode.calibrated == ()
+    assert estimate(gpu="H200", head_dim=256, **shape).decode.calibrated == ()
+    out = subprocess.run([sys.executable, "-m", "attnlab", "estimate", "--gpu", "H100", "--seq", "32768", "--heads",
+                          "32", "--kv-heads", "8", "--head-dim", "64", "--json", "-"], capture_output=True, text=True,
+                         check=True, env={**os.environ, "COLUMNS": "200"})  # (wide enough that no cell wraps)
+    rows = json.loads(out.stdout)["decode"]["calibrated"]
+    assert [(r["config"], r["splits"], r["measured"]) for r in rows] == [([64, 64, 4, 3], rows[0]["splits"], False),
+                                                                        ([128, 64, 4, 3], 32, False)]
+    table = " ".join(out.stderr.split())
+    assert "attnlab's split kernel, 128-key tiles │ 32 │ 256 │ 1 │ │" in table and "calibrated, predicted" in table

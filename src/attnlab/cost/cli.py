@@ -70,7 +70,14 @@ def print_estimate(est, console=None) -> None:
     for name, s in (("FlashAttention (no split)", d.no_split), ("Flash-Decoding (best split)", d.best)):
         t.add_row(name, str(s.splits), str(s.blocks), str(s.waves), fmt_pct(s.sm_use), fmt_time(s.time),
                   "memory (wave model)")
+    for cd in d.calibrated:
+        t.add_row(f"attnlab's split kernel, {cd.config[0]}-key tiles", str(cd.splits), str(cd.blocks), str(cd.waves),
+                  "", fmt_time(cd.time), "calibrated, " + ("measured" if cd.measured else "predicted"))
     c.print(t)
+    if d.calibrated:
+        c.print("calibrated: the model fitted to attnlab's split kernel as timed on a GPU (one program's rate, the "
+                "fixed and per-wave costs); " + ("measured on this GPU" if all(cd.measured for cd in d.calibrated)
+                                                 else "predicted here from a measured GPU or tile"))
     ai = d.flops / d.kv_cache_bytes
     c.print(f"decode attention: {fmt_flops(d.flops)} over {fmt_bytes(d.kv_cache_bytes)} of K/V — {ai:.1f} FLOP/B, "
             f"{'below' if ai < g.ridge else 'above'} the ridge ({g.ridge:.0f}) whatever the batch")

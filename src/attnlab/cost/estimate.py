@@ -18,6 +18,58 @@ from .splits import DecodeSplit, best_num_splits, decode_split_cost
 
 
 @dataclass(frozen=True)
+class CalibratedDecode:
+    """attnlab's split kernel in one configuration ``config`` (block_n, block_d, num_warps, num_stages) by the
+    calibrated model: the split count it picks and that call's time; ``measured``: whether the calibration was
+    measured on this GPU (else predicted: ``source`` says from what)."""
+
+    config: tuple
+    splits: int
+    blocks: int
+    waves: int
+    time: float
+    measured: bool
+    source: str
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"config": list(self.config)}
+
+
+def calibrated_decodes(*, batch: int, kv_heads: int, seq: int, head_dim: int, gpu: GPU,
+                       dtype_bytes: int = 2) -> tuple[CalibratedDecode, ...]:
+    """The calibrated model's picks for ``gpu`` at this head dim: one per tile length of the calibrations behind
+    ``CALIBRATIONS`` for it (measured on it, or on the GPU whose processor it shares), at ``block_d`` the head dim's
+    power of two (``calibration_for_config``: measured, or scaled from a wider one); none where no calibration
+    applies (the wave model is all there is)."""
+    from .calibration import (
+        CALIBRATIONS,
+        SAME_PROCESSOR,
+        calibrated_num_splits,
+        calibrated_split_time,
+        calibration_for,
+        calibration_for_config,
+    )
+
+    name = gpu.name.upper()
+    homes = {part for part, _ in CALIBRATIONS if part in name}
+    homes |= {m for part, m in SAME_PROCESSOR.items() if part in name}
+    block_d = 1 << (head_dim - 1).bit_length()
+    out = []
+    for cfg in sorted({(k[0], block_d, k[2], k[3]) for part, k in CALIBRATIONS if part in homes}):
+        cal = calibration_for_config(gpu.name, cfg)
+        if cal is None:
+            continue
+        kw = dict(batch=batch, kv_heads=kv_heads, seq=seq, head_dim=head_dim, sms=gpu.sms, cal=cal,
+                  dtype_bytes=dtype_bytes)
+        S = calibrated_num_splits(**kw, min_split_len=cfg[0])
+        blocks = batch * kv_heads * S
+        out.append(CalibratedDecode(cfg, S, blocks, -(-blocks // (gpu.sms * cal.programs_per_sm)),
+                                    calibrated_split_time(**kw, splits=S), calibration_for(gpu.name, cfg) is not None,
+                                    cal.source))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
 class DecodeEstimate:
     """One decode step (1 new token per sequence, ``context`` cached tokens), Flash-Decoding model."""
 
@@ -26,10 +78,12 @@ class DecodeEstimate:
     flops: float
     no_split: DecodeSplit  # plain FlashAttention: one block per (batch, K/V head)
     best: DecodeSplit  # best_num_splits
+    calibrated: tuple[CalibratedDecode, ...] = ()  # attnlab's split kernel by the calibrated model, where one applies
 
     def to_dict(self) -> dict:
         return {"context": self.context, "kv_cache_bytes": self.kv_cache_bytes, "flops": self.flops,
-                "no_split": self.no_split.to_dict(), "best": self.best.to_dict()}
+                "no_split": self.no_split.to_dict(), "best": self.best.to_dict(),
+                "calibrated": [c.to_dict() for c in self.calibrated]}
 
 
 @dataclass(frozen=True)
@@ -125,6 +179,7 @@ def estimate(*, gpu="H100", seq: int = 4096, head_dim: int = 128, heads: int = 3
         flops=attention_flops(batch=B, heads=H, seq_q=1, seq_k=N, head_dim=D),
         no_split=decode_split_cost(splits=1, **split),
         best=decode_split_cost(splits=S, **split),
+        calibrated=calibrated_decodes(batch=B, kv_heads=Hkv, seq=N, head_dim=D, gpu=g, dtype_bytes=nb),
     )
     fl = dict(batch=B, heads=H, seq_q=N, head_dim=D, causal=causal)
     ring = tuple(ring_estimate(ranks=p, seq=N, link=lk, gpu=g, batch=B, heads=H, kv_heads=Hkv, head_dim=D,
