@@ -31,7 +31,7 @@ from .calibration import (
 )
 from .calibration_fit import decode_run_config, decode_sweep_times, fit_decode_calibration, host_sweeps, nnls
 from .decode import LayerCosts, decode_attention_intensity, decode_roofline, kv_cache_bytes, layer_costs
-from .estimate import DecodeEstimate, Estimate, estimate
+from .estimate import CalibratedDecode, DecodeEstimate, Estimate, calibrated_decodes, estimate
 from .flops import (
     attention_flops,
     causal_visible_pairs,
@@ -151,7 +151,9 @@ __all__ = [
     "BackwardEstimate",
     "BlockPairs",
     "DecodeCalibration",
+    "CalibratedDecode",
     "DecodeEstimate",
+    "calibrated_decodes",
     "DecodeSplit",
     "Estimate",
     "ForwardEstimate",
