@@ -20,6 +20,7 @@ from tests.helpers import ROOT, doc_text
 from attnlab.cost import (
     CALIBRATIONS,
     GPUS,
+    SPLIT_CANDIDATES,
     aggregate_rate,
     best_num_splits,
     block_size_table,
@@ -239,7 +240,7 @@ def test_split_models_as_quoted():
     assert (f"It gives the lecture's numbers ({decode_split_time(splits=4, **kw) * 1e6:.0f} µs at 4 splits, "
             f"{decode_split_time(splits=5, **kw) * 1e6:.0f} µs at 5; exercise 8 → {ex8}) and works for any GPU preset") in doc
     tol = inspect.signature(calibrated_num_splits).parameters["tolerance"].default
-    assert f"`calibrated_num_splits` (the fewest of `SPLIT_CANDIDATES` within {100 * tol:.0f}% of the model's fastest" in doc
+    assert f"`calibrated_num_splits` (the fewest of `PICK_CANDIDATES` within {100 * tol:.0f}% of the model's fastest" in doc
     src = inspect.getsource(CF.fit_decode_calibration)
     step, n_bw = re.search(r"rmax \* \(1 \+ ([\d.]+) \* i\) for i in range\((\d+)\)", src).groups()
     k0, k1, n_k = re.search(r"_geomspace\(([\d.]+), ([\d.]+), (\d+)\)", src).groups()
@@ -266,7 +267,8 @@ def test_the_earlier_fit_as_quoted():
             continue
         times = {int(S): t for S, t in s["times_ms"].items()}
         pick = calibrated_num_splits(batch=s["B"], kv_heads=s["Hkv"], seq=s["L"], head_dim=s["D"],
-                                     sms=get_gpu("H200").sms, cal=cal, min_split_len=LARGE[0])
+                                     sms=get_gpu("H200").sms, cal=cal, min_split_len=LARGE[0],
+                                     candidates=SPLIT_CANDIDATES)  # (the chooser's candidates then: every swept count)
         best = min(times, key=times.get)
         assert s["B"] == 1 and pick in times and pick < best
         picks.append(pick)

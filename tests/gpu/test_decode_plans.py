@@ -737,6 +737,7 @@ def test_a_restreamed_plan_shares_kernels_and_keeps_buffers_of_its_own():
     eager call); and the same output to the bit."""
     from attnlab.gpu import decode_plan
 
+    decode.clear_plans()  # (the one plan below is then the only one, whichever tests ran before in this process)
     q, k, v = _cache(L=600)
     lens = torch.tensor([600, 9], dtype=torch.int32, device=DEV)
     want = decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=4)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from .calibration import (
     CALIBRATIONS,
+    PICK_CANDIDATES,
     SAME_PROCESSOR,
     SPLIT_CANDIDATES,
     DecodeCalibration,
@@ -145,6 +146,7 @@ __all__ = [
     "transfer_time",
     "CALIBRATIONS",
     "SAME_PROCESSOR",
+    "PICK_CANDIDATES",
     "GPU",
     "GPUS",
     "SPLIT_CANDIDATES",
