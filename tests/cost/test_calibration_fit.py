@@ -300,3 +300,39 @@ def test_the_chooser_picks_powers_of_two_as_the_sweeps_say():
     doc = " ".join((ROOT / "docs" / "cost.md").read_text().split())
     assert f"where 64 ran {lo:.2f}–{hi:.2f}× faster" in doc
     assert C.SPLIT_CANDIDATES == SPLIT_CANDIDATES  # (the sweeps keep every count)
+
+
+def test_notes_v25_quotes_the_sweeps_and_the_model():
+    """NOTES-decode v25: the model's error per count in decode-host runs 12 and 26 (measured over model), and what the
+    powers of two change on decode.py's and decode_host.py's shapes by configuration (how many pairs, the model's
+    time of the new pick over the old one's)."""
+    from tests.helpers import notes_section
+
+    text = notes_section("NOTES-decode.md", "## v25")
+    ratios = []
+    for n in (12, 26):
+        for s in host_sweeps(json.loads((DATA / f"decode-host-h200-run{n}.json").read_text())):
+            cal = calibration_for_config("NVIDIA H200", tuple(s["config"]))
+            ratios += [t * 1e-3 / calibrated_split_time(batch=s["B"], kv_heads=s["Hkv"], seq=s["L"], head_dim=s["D"],
+                                                        splits=int(S), sms=132, cal=cal)
+                       for S, t in s["times_ms"].items()]
+    assert f"measured over model {min(ratios):.2f}–{max(ratios):.2f} in runs 12 and 26" in text
+    shapes = [(B, Hkv, L) for B in (1, 16) for Hkv in (32, 8) for L in (4096, 32768, 131072)]
+    shapes += [(1, 8, 8192), (1, 4, 20000), (8, 8, 32768)]
+    moved = {64: [], 128: []}
+    for bn in (64, 128):
+        for D in (64, 128):
+            cal = calibration_for_config("NVIDIA H200", (bn, D, 4, 3))
+            for B, Hkv, L in shapes:
+                kw = dict(batch=B, kv_heads=Hkv, seq=L, head_dim=D, sms=132, cal=cal)
+                old = calibrated_num_splits(**kw, min_split_len=bn, candidates=SPLIT_CANDIDATES)
+                new = calibrated_num_splits(**kw, min_split_len=bn)
+                if new != old:
+                    moved[bn].append((D, calibrated_split_time(**kw, splits=new) / calibrated_split_time(**kw, splits=old)))
+                    assert bn == 128 or new == 1 << (old - 1).bit_length()  # (small: the next power of two up)
+    small, large = moved[64], moved[128]
+    assert (f"small configuration's picks move on {len(small)} shape-and-head-dim pairs, each to the next power of two "
+            f"up") in text
+    assert f"at {min(r for _, r in small):.3f}–{max(r for _, r in small):.3f} of the old pick's time" in text
+    assert f"the large configuration's on {len(large)}, all at D = 64" in text and {D for D, _ in large} == {64}
+    assert f"at {min(r for _, r in large):.3f}–{max(r for _, r in large):.3f} of it" in text
