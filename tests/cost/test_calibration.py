@@ -97,6 +97,10 @@ def test_scaled_calibration_by_bytes_in_flight():
     (lambda: calibration_for(None, SMALL), "gpu_name"),
     (lambda: calibration_for("H200", "small"), "4 items"),
     (lambda: programs_per_sm((64, 128, 4, 3.0)), "num_stages"),
+    (lambda: calibrated_num_splits(batch=1, kv_heads=1, seq=64, head_dim=64, sms=132, cal=CALIBRATIONS["H200", SMALL],
+                                   candidates=[2, "x"]), "candidate split count"),
+    (lambda: calibrated_num_splits(batch=1, kv_heads=1, seq=64, head_dim=64, sms=132, cal=CALIBRATIONS["H200", SMALL],
+                                   candidates=[0]), "candidate split count"),
 ])
 def test_bad_input_is_refused(call, match):
     with pytest.raises((ValueError, TypeError), match=match):

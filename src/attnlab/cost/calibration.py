@@ -238,8 +238,8 @@ def calibrated_num_splits(*, batch: int, kv_heads: int, seq: int, head_dim: int,
     if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 <= tolerance < 1:
         raise ValueError(f"tolerance must be a number in [0, 1), got {tolerance!r}")
     _check_cal(cal)
-    pool = PICK_CANDIDATES if candidates is None else candidates
-    cands = sorted({1, *(pos_int(S, "a candidate split count") for S in pool if S <= top)})
+    pool = PICK_CANDIDATES if candidates is None else [pos_int(S, "a candidate split count") for S in candidates]
+    cands = sorted({1, *(S for S in pool if S <= top)})
     times = {S: _time(B, Hkv, N, D, S, sm, cal, nb) for S in cands}
     limit = min(times.values()) * (1 + tolerance)
     return next(S for S in cands if times[S] <= limit)
