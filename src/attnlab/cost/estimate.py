@@ -8,6 +8,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ._args import DTYPE_BYTES, flag, heads_pair, pos_int
+from .calibration import (
+    CALIBRATIONS,
+    SAME_PROCESSOR,
+    calibrated_num_splits,
+    calibrated_split_time,
+    calibration_for,
+    calibration_for_config,
+)
 from .decode import kv_cache_bytes
 from .flops import attention_flops
 from .gpus import GPU, get_gpu
@@ -41,15 +49,6 @@ def calibrated_decodes(*, batch: int, kv_heads: int, seq: int, head_dim: int, gp
     ``CALIBRATIONS`` for it (measured on it, or on the GPU whose processor it shares), at ``block_d`` the head dim's
     power of two (``calibration_for_config``: measured, or scaled from a wider one); none where no calibration
     applies (the wave model is all there is)."""
-    from .calibration import (
-        CALIBRATIONS,
-        SAME_PROCESSOR,
-        calibrated_num_splits,
-        calibrated_split_time,
-        calibration_for,
-        calibration_for_config,
-    )
-
     name = gpu.name.upper()
     homes = {part for part, _ in CALIBRATIONS if part in name}
     homes |= {m for part, m in SAME_PROCESSOR.items() if part in name}
