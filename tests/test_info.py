@@ -25,15 +25,36 @@ def test_cpu_row_follows_the_interpreter_switch(monkeypatch):
 @pytest.mark.parametrize("cap, want", [((9, 0), "gluon"), ((8, 0), "Triton"), ((10, 0), "Triton"),
                                        ((7, 5), "blockwise PyTorch (compute capability 7.5")])
 def test_cuda_row_by_compute_capability(monkeypatch, cap, want):
+    from attnlab import cost
+    from attnlab.gpu import decode_config
     from attnlab.gpu.prefill_gluon import HAVE_GLUON
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(decode_config, "gpu_for_device", lambda index: cost.get_gpu("H100"))
     monkeypatch.setattr(C, "device_capability", lambda device: cap)
-    row = kernels()["kernels_cuda"]
+    rows = kernels()
+    row = rows["kernels_cuda"]
     if want == "gluon":
         assert ("Gluon (Hopper)" in row) == HAVE_GLUON and row.startswith("Triton")
     else:
         assert row.startswith(want) and "Gluon" not in row
+    assert ("decode_splits" in rows) is (cap[0] >= 8)  # (the kernels' split count: where the kernels run)
+    if cap[0] >= 8:
+        assert rows["decode_splits"].startswith("the calibrated split model, predicted for the H100")
+
+
+@pytest.mark.parametrize("name,want", [
+    ("H200", "the calibrated split model, measured on the H200"),
+    ("H100", "the calibrated split model, predicted for the H100 from the H200's (bandwidth x {ratio:.3f})"),
+    ("A100", "the lecture's wave model (no calibration for the A100)"),
+    ("NVIDIA GeForce RTX 4090", "the lecture's wave model (no calibration for the NVIDIA GeForce RTX 4090)")])
+def test_the_decode_split_row_names_the_model(name, want):
+    from attnlab import cost
+    from attnlab.info import decode_split_model
+
+    ratio = cost.get_gpu("H100").hbm_bw / cost.get_gpu("H200").hbm_bw  # (the presets' HBM bandwidths)
+    assert decode_split_model(name) == want.format(ratio=ratio)
 
 
 def test_no_cuda_row_without_a_gpu(monkeypatch):

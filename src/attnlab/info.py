@@ -22,9 +22,26 @@ def info() -> dict:
     return env
 
 
+def decode_split_model(gpu_name: str, config=(128, 128, 4, 3)) -> str:
+    """How ``flash_decode`` picks its split count on the GPU preset named ``gpu_name`` (the device's, as
+    ``gpu.decode_config.gpu_for_device`` names it) for the kernel configuration ``config`` (the large tile at D = 128,
+    what a contiguous cache takes): the calibrated model, measured on this GPU or predicted from another, else the
+    lecture's wave model."""
+    from . import cost
+
+    if cost.calibration_for(gpu_name, config) is not None:
+        return f"the calibrated split model, measured on the {gpu_name}"
+    if (cal := cost.calibration_for_config(gpu_name, config)) is not None:
+        measured = next(m for part, m in cost.SAME_PROCESSOR.items() if part in gpu_name.upper())
+        return (f"the calibrated split model, predicted for the {gpu_name} from the {measured}'s "
+                f"(bandwidth x {cal.bw / cost.calibration_for_config(measured, config).bw:.3f})")
+    return f"the lecture's wave model (no calibration for the {gpu_name})"
+
+
 def kernels() -> dict[str, str]:
     """Which code serves an attention call here (``flash_attention``, ``flash_decode``), by device:
-    ``kernels_cpu`` always, ``kernels_cuda`` where a CUDA GPU is visible. The phrase names the path a call
+    ``kernels_cpu`` always, ``kernels_cuda`` where a CUDA GPU is visible, and where its kernels run ``decode_splits``
+    (how ``flash_decode`` picks its split count there: ``decode_split_model``). The phrase names the path a call
     of a supported shape and dtype takes; a call the kernels do not take still falls back, with a warning."""
     import torch
 
@@ -46,6 +63,10 @@ def kernels() -> dict[str, str]:
                 out["kernels_cuda"] = f"Triton; prefill at D = {dims} on the Gluon (Hopper) kernels"
             else:
                 out["kernels_cuda"] = "Triton"
+            if cap[0] >= 8:
+                from .gpu.decode_config import gpu_for_device
+
+                out["decode_splits"] = decode_split_model(gpu_for_device(torch.cuda.current_device()).name)
     if not interpret_mode():
         out["kernels_cpu"] = "blockwise PyTorch (with TRITON_INTERPRET=1: the Triton kernels, in triton's interpreter)"
     elif not triton_available():
