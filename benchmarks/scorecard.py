@@ -211,7 +211,7 @@ def _runs(labels) -> str:
     "prefill runs 35, 36"; five consecutive decode-host runs -> "decode-host runs 31–35"."""
     by: dict[str, list[int]] = {}
     for label in labels:
-        m = re.fullmatch(r"(.+?)-h200-run(\d+)(?:\.json)?", label)
+        m = re.fullmatch(r"(.+?)-(?:[a-z]\d{2,3}[a-z]?|gpu)-run(\d+)(?:\.json)?", label)  # (the GPU tag: h200, h100)
         name, n = (m.group(1), int(m.group(2))) if m else (label.removesuffix(".json"), None)
         by.setdefault(name, []).append(n)
     out = []
@@ -312,8 +312,18 @@ def standing(runs: dict[str, list[dict]], hosts: dict[str, dict]) -> tuple[str, 
     return "; ".join(scope), lines
 
 
-def standing_markdown(scope: str, lines: list[dict]) -> str:
-    out = ["| on an H200 | against | attnlab | runs |", "|---|---|---|---|"]
+def gpu_of(names) -> str | None:
+    """The one GPU recorded runs were measured on, as a reader says it ("NVIDIA H200" -> "H200"), from the names the
+    runs recorded (prefill.py's ``environment["gpu"]``, decode_host.py's ``gpu``), or None where none is named; raises
+    ValueError for runs of several GPUs (a scorecard speaks of one)."""
+    short = {str(n).removeprefix("NVIDIA ").split()[0] for n in names if n}
+    if len(short) > 1:
+        raise ValueError(f"the runs were measured on {', '.join(sorted(short))}: a scorecard speaks of one GPU's runs")
+    return short.pop() if short else None
+
+
+def standing_markdown(scope: str, lines: list[dict], gpu: str | None = "H200") -> str:
+    out = [f"| on {'an ' + gpu if gpu else 'the GPU'} | against | attnlab | runs |", "|---|---|---|---|"]
     out += [f"| {ln['what']} | {ln['against']} | {ln['measured']} | {ln['runs']} |" for ln in lines]
     return "\n".join(out) + "\n" + (f"\n({scope[0].upper() + scope[1:]}.)\n" if scope else "")
 
@@ -348,17 +358,22 @@ def main(argv=None) -> int:
         if out is not None and out.exists():
             ap.error(f"{out} exists: not overwritten")
     try:
-        runs = {p.name: json.loads(p.read_text())["rows"] for p in args.prefill}
+        docs = {p.name: json.loads(p.read_text()) for p in args.prefill}
+        runs = {name: doc["rows"] for name, doc in docs.items()}
         result = json.loads(args.decode_host.read_text()) if args.decode_host else None
         past = {p.name: json.loads(p.read_text()) for p in args.decode_history}
+        gpu = gpu_of([d.get("environment", {}).get("gpu") for d in docs.values()]
+                     + [r.get("gpu") for r in [*past.values(), *([result] if result else [])]])
         if args.standing:
             scope, lines = standing(runs, past | ({args.decode_host.name: result} if result else {}))
-            bars, text = lines, standing_markdown(scope, lines)
+            bars, text = lines, standing_markdown(scope, lines, gpu)
         else:
             bars = scorecard(runs, result) if runs or result else []
             text = (markdown(bars) if bars else "") + ("\n" if bars and past else "") + (history(past) if past else "")
     except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
         ap.error(f"not a recorded run: {e!r}")
+    except ValueError as e:
+        ap.error(str(e))
     print(text, end="")
     if args.json:
         args.json.write_text(json.dumps(dict(prefill=[p.name for p in args.prefill],

@@ -289,12 +289,23 @@ def test_standing_spans_every_row_and_run():
 
 
 def test_standing_on_the_command_line(tmp_path, capsys):
-    table, host = tmp_path / "p-h200-run1.json", tmp_path / "h-h200-run3.json"
-    table.write_text(json.dumps({"rows": _table()}))
-    host.write_text(json.dumps(_host_result()))
+    """The README's table from recorded runs, headed by the GPU they name (an H100's files here); runs of two GPUs are
+    refused, with nothing written."""
+    table, host = tmp_path / "p-h100-run1.json", tmp_path / "h-h100-run3.json"
+    h100 = "NVIDIA H100 80GB HBM3"
+    table.write_text(json.dumps({"environment": {"gpu": h100}, "rows": _table()}))
+    host.write_text(json.dumps(dict(_host_result(), gpu=h100)))
     capsys.readouterr()
     assert card.main(["--standing", "--prefill", str(table), "--decode-host", str(host)]) == 0
     out = capsys.readouterr().out
-    assert out == card.standing_markdown(*card.standing({"p-h200-run1.json": _table()},
-                                                        {"h-h200-run3.json": _host_result()}))
+    assert out == card.standing_markdown(*card.standing({"p-h100-run1.json": _table()},
+                                                        {"h-h100-run3.json": dict(_host_result(), gpu=h100)}), "H100")
+    assert out.startswith("| on an H100 | against | attnlab | runs |")
+    other = tmp_path / "h-h200-run4.json"
+    other.write_text(json.dumps(dict(_host_result(), gpu="NVIDIA H200")))
+    md = tmp_path / "standing.md"
+    with pytest.raises(SystemExit) as e:
+        card.main(["--standing", "--prefill", str(table), "--decode-host", str(other), "--md", str(md)])
+    assert e.value.code == 2 and "measured on H100, H200" in capsys.readouterr().err and not md.exists()
+    assert card.gpu_of([None, ""]) is None and card._runs(["p-h100-run1.json", "p-h100-run2.json"]) == "p runs 1, 2"
     assert "| prefill forward | cuDNN (SDPA's fastest backend) | 1.05× its speed (8 rows) | p run 1 |" in out
