@@ -299,6 +299,9 @@ def test_the_chooser_picks_powers_of_two_as_the_sweeps_say():
     assert f"where 64 ran {lo:.2f}-{hi:.2f}x faster" in text and lo >= 1.2
     doc = " ".join((ROOT / "docs" / "cost.md").read_text().split())
     assert f"where 64 ran {lo:.2f}–{hi:.2f}× faster" in doc
+    assert "the fastest power of two came within 1 % of the fastest count" in doc  # (the 1.01 checked above)
+    decode_doc = " ".join((ROOT / "docs" / "decode.md").read_text().split())
+    assert "the fastest power of two was within 1 % of the fastest count" in decode_doc
     assert C.SPLIT_CANDIDATES == SPLIT_CANDIDATES  # (the sweeps keep every count)
 
 
