@@ -65,12 +65,13 @@ SHAPES = [  # (B, H, Hkv, L, D): the issue's small-batch decode shapes
 TINY = (1, 32, 8, 256, 128)  # GPU time far below any host time: a loop of calls measures the host
 
 
-def host_us(fn, *, calls: int, rounds: int = 5) -> float:
-    """Host µs per call: a loop of ``calls`` calls, synchronised only before and after; best round."""
+def host_us(fn, *, calls: int, rounds: int = 5, median: bool = False) -> float:
+    """Host µs per call: a loop of ``calls`` calls, synchronised only before and after; best round (``median``: the
+    rounds' median, to set beside ``eager_us``'s)."""
     for _ in range(20):
         fn()
     torch.cuda.synchronize()
-    best = float("inf")
+    times = []
     for _ in range(rounds):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -78,8 +79,8 @@ def host_us(fn, *, calls: int, rounds: int = 5) -> float:
             fn()
         t1 = time.perf_counter()
         torch.cuda.synchronize()
-        best = min(best, (t1 - t0) / calls * 1e6)
-    return best
+        times.append((t1 - t0) / calls * 1e6)
+    return statistics.median(times) if median else min(times)
 
 
 EAGER_WARMUP_S = 0.05
@@ -404,8 +405,8 @@ def growing_row(shape, n: int) -> dict:
 def speed_rows(calls: int) -> list[dict]:
     """Eager and CUDA-graph µs per call of attnlab (with the lengths, and without: ``attnlab-full``) and SDPA's cuDNN
     backend on ``SHAPES``, two ways, and the host's own time per call at each shape (``loop_host_us``: ``host_us``, the
-    loop of eager calls timed before its sync; near ``eager_us`` where the host sets the eager pace, below it where the
-    GPU does). L2-warm (``eager_us``, ``graph_us``): every call on the same inputs, so a cache
+    loop of eager calls timed before its sync, the rounds' median as ``eager_us`` takes; near ``eager_us`` where the
+    host sets the eager pace, below it where the GPU does). L2-warm (``eager_us``, ``graph_us``): every call on the same inputs, so a cache
     smaller than the L2 is read from it again and again. L2-cold (``eager_cold_us``, ``graph_cold_us``): the calls take
     ``copies`` copies of the K/V cache in turn, enough that one pass over them is at least 3× the L2
     (benchmarks/decode.py's ``_copies``), so each call reads its K/V from HBM, as one layer's decode step does after the
@@ -432,7 +433,7 @@ def speed_rows(calls: int) -> list[dict]:
             if fn is None:
                 continue
             eager, graph = eager_us(fn, calls=calls // 10), graph_us(fn, calls=50)
-            loop = host_us(fn, calls=calls // 10)
+            loop = host_us(fn, calls=calls // 10, median=True)
             row = {"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "provider": name, "eager_us": eager,
                    "graph_us": graph, "eager_over_graph": eager / graph, "loop_host_us": loop,
                    "eager_tb_per_s": nbytes / eager / 1e6, "graph_tb_per_s": nbytes / graph / 1e6}

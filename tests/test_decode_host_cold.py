@@ -115,7 +115,8 @@ def test_speed_rows_time_each_provider_warm_and_over_its_copies(monkeypatch):
     seen = {}
 
     def timer(kind):
-        def t(fn, *, calls):
+        def t(fn, *, calls, median=False):
+            assert median is (kind == "host")  # (the host's time per call: the median round, as the eager time's)
             seen.setdefault(kind, []).append(fn)
             return {"eager": 12.0, "graph": 10.0, "host": 9.0, "eager_cold": 15.0, "graph_cold": 12.5}[
                 kind + ("_cold" if isinstance(fn, list) else "")]
