@@ -323,7 +323,8 @@ def gpu_of(names) -> str | None:
 
 
 def standing_markdown(scope: str, lines: list[dict], gpu: str | None = "H200") -> str:
-    out = [f"| on {'an ' + gpu if gpu else 'the GPU'} | against | attnlab | runs |", "|---|---|---|---|"]
+    article = "an" if gpu and gpu[0].upper() in "AEFHILMNORSX" else "a"  # (letters said with a vowel first: an H200)
+    out = [f"| on {article + ' ' + gpu if gpu else 'the GPU'} | against | attnlab | runs |", "|---|---|---|---|"]
     out += [f"| {ln['what']} | {ln['against']} | {ln['measured']} | {ln['runs']} |" for ln in lines]
     return "\n".join(out) + "\n" + (f"\n({scope[0].upper() + scope[1:]}.)\n" if scope else "")
 

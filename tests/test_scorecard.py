@@ -308,4 +308,6 @@ def test_standing_on_the_command_line(tmp_path, capsys):
         card.main(["--standing", "--prefill", str(table), "--decode-host", str(other), "--md", str(md)])
     assert e.value.code == 2 and "measured on H100, H200" in capsys.readouterr().err and not md.exists()
     assert card.gpu_of([None, ""]) is None and card._runs(["p-h100-run1.json", "p-h100-run2.json"]) == "p runs 1, 2"
+    assert card.standing_markdown("", [], "B200").startswith("| on a B200 |")
+    assert card.standing_markdown("", [], None).startswith("| on the GPU |")
     assert "| prefill forward | cuDNN (SDPA's fastest backend) | 1.05× its speed (8 rows) | p run 1 |" in out
