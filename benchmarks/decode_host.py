@@ -24,6 +24,7 @@ of eager decoding. Three parts (a fourth with ``--eager-ab``), each printed as a
 4. With ``--eager-ab``: eager calls of the batch-1 shapes with and without the in-kernel merge of small
    reads (``decode_plan.EAGER_FUSED_BELOW_US``), alternating in rounds in one process. ``--breakdown``
    instead times each step of a kept plan's call alone (the key, the outputs, the launches). The A/B arms of
+   the split kernel (``--kernel-ab``: Triton's or Gluon's, with a sweep of the Gluon kernel's split counts), of
    the split order (``--order-ab``) and of the merge (``--merge-ab``, ``--graph-merge-ab``) time each arm
    L2-warm and L2-cold, as part 3 does.
 
@@ -729,6 +730,99 @@ def order_ab_rows(rounds: int = 3, arms=ORDER_ARMS) -> list[dict]:
     return rows
 
 
+KERNEL_ARMS = ("triton", "gluon")  # decode_config.GLUON_SPLIT off / on
+KERNEL_SWEEP = (8, 16, 32, 64)  # the Gluon kernel's split counts swept on the batch-1 shapes (and the model's pick)
+
+
+def kernel_ab_rows(calls: int, rounds: int = 3, sweep_counts=KERNEL_SWEEP) -> list[dict]:
+    """Eager, CUDA-graph and L2-cold CUDA-graph µs of the library's default call with the lengths (all full) on every
+    shape, with the Triton split kernel and with the Gluon one (``decode_config.GLUON_SPLIT``: the first tiles' copies
+    issued before the length arrives), in turns (reversed every other round) in ``rounds`` rounds in one process, and
+    cuDNN's graphs every round. Each arm's first call is checked against SDPA's math (``max_err``), and its plan's
+    kernel (``kernel``: a call the Gluon kernel does not take runs the Triton one) and split count are recorded. Then
+    on each batch-1 shape the Gluon kernel's CUDA-graph µs at ``sweep_counts`` splits and at the model's pick
+    (rows with ``arm`` "gluon-sweep"): does the split model, calibrated on the Triton kernel, suit it?"""
+    from attnlab.gpu import decode, decode_config, decode_plan
+
+    saved = decode_config.GLUON_SPLIT
+    rows = []
+    try:
+        for shape in SHAPES:
+            B, H, Hkv, L, D = shape
+            base = {"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D}
+            sets = cache_copies(shape)
+            q, k, v, lens = sets[0]
+            ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
+            mine = [lambda q=q, k=k, v=v, lens=lens: attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+                    for q, k, v, lens in sets]
+            peer = [sdpa_call(q, k, v, "CUDNN_ATTENTION") for q, k, v, _ in sets]
+            for rnd in range(rounds):
+                for arm in turns(KERNEL_ARMS, rnd):
+                    decode_config.GLUON_SPLIT = arm == "gluon"
+                    decode.clear_plans()
+                    err = (mine[0]()[0].float() - ref).abs().max().item()
+                    plan = next(iter(decode_plan._PLANS.values()))
+                    rows.append(base | {"arm": arm, "round": rnd, "kernel": plan.cfg.kernel, "splits": plan.num_splits,
+                                        "max_err": err, "copies": len(sets),
+                                        "eager_us": eager_us(mine[0], calls=max(10, calls // 10)),
+                                        "graph_us": graph_us(mine[0], calls=50), "graph_cold_us": graph_us(mine, calls=50)})
+                if None not in peer:
+                    rows.append(base | {"arm": "sdpa-cudnn", "round": rnd, "copies": len(sets),
+                                        "graph_us": graph_us(peer[0], calls=50), "graph_cold_us": graph_us(peer, calls=50)})
+            if B == 1:
+                cfg = replace(decode.decode_configs(D)["large"], kernel="gluon")
+                picked = decode.choose_num_splits(batch=B, kv_heads=Hkv, seq=L, head_dim=D, device=q.device, config=cfg)
+                for S in sorted({*sweep_counts, picked}):
+                    fns = [lambda q=q, k=k, v=v, lens=lens, S=S, cfg=cfg: decode.flash_decode_triton(
+                        q, k, v, cache_seqlens=lens, num_splits=S, config=cfg) for q, k, v, lens in sets]
+                    rows.append(base | {"arm": "gluon-sweep", "splits": S, "picked": S == picked, "copies": len(sets),
+                                        "graph_us": graph_us(fns[0], calls=50), "graph_cold_us": graph_us(fns, calls=50)})
+            sets = mine = peer = None
+            torch.cuda.empty_cache()
+    finally:
+        decode_config.GLUON_SPLIT = saved
+        decode.clear_plans()
+    return rows
+
+
+def kernel_ab_markdown(rows: list[dict]) -> list[str]:
+    """The two split kernels' µs by round, their medians against cuDNN's (cuDNN µs / arm µs: above 1 is faster than
+    cuDNN), warm and L2-cold; then the Gluon kernel's split sweep (* the model's pick)."""
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r["B"], r["H"], r["Hkv"], r["L"], r["D"]), {}).setdefault(r["arm"], []).append(r)
+    lines = ["| B | H/Hkv | L | D | arm | kernel, splits | eager µs (by round) | graph µs (by round) | × cuDNN | "
+             "L2-cold graph µs | × cuDNN | max err |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def med(rs, key):
+        xs = [r[key] for r in rs if key in r]
+        return statistics.median(xs) if xs else None
+
+    def times(c, m) -> str:
+        return f"{c / m:.3f}" if c and m else "—"
+
+    sweeps = []
+    for (B, H, Hkv, L, D), arms in groups.items():
+        c, c_cold = med(arms.get("sdpa-cudnn", []), "graph_us"), med(arms.get("sdpa-cudnn", []), "graph_cold_us")
+        for arm, rs in arms.items():
+            if arm == "gluon-sweep":
+                cells = ", ".join(f"{r['splits']}{'*' if r['picked'] else ''}: {r['graph_us']:.1f} / "
+                                  f"{r['graph_cold_us']:.1f}" for r in rs)
+                sweeps.append(f"| {B} | {H}/{Hkv} | {L} | {D} | {cells} |")
+                continue
+            ran = sorted({f"{r['kernel']}, {r['splits']}" for r in rs if "kernel" in r}) or ["—"]
+            err = max((r["max_err"] for r in rs if "max_err" in r), default=None)
+            mine = arm != "sdpa-cudnn"
+            lines.append(f"| {B} | {H}/{Hkv} | {L} | {D} | {arm} | {'; '.join(ran)} | {_rounds(rs, 'eager_us')} | "
+                         f"{_rounds(rs, 'graph_us')} | {times(c, med(rs, 'graph_us')) if mine else '—'} | "
+                         f"{_rounds(rs, 'graph_cold_us')} | {times(c_cold, med(rs, 'graph_cold_us')) if mine else '—'} | "
+                         f"{f'{err:.1e}' if err is not None else '—'} |")
+    if sweeps:
+        lines += ["", "The Gluon kernel's CUDA-graph µs by split count, L2-warm / L2-cold (* the split model's pick):", "",
+                  "| B | H/Hkv | L | D | µs by split count |", "|---|---|---|---|---|", *sweeps]
+    return lines
+
+
 def order_ab_markdown(rows: list[dict]) -> list[str]:
     """The arms' CUDA-graph µs by round and their medians' ratio to cuDNN's (cuDNN µs / arm µs: above 1 is
     faster than cuDNN), with the lengths and without."""
@@ -971,6 +1065,8 @@ def markdown(result: dict) -> str:
         merged += (", eager calls merge inside the split kernel" if below is None else
                    f", eager calls reading K/V in under {below:g} µs merge inside the split kernel" if below > 0
                    else ", eager calls launch the merge kernel")
+    if result.get("gluon_split"):
+        merged += ", the Gluon split kernel for contiguous caches"
     lines = [f"{result['gpu']}, torch {result['torch']}, triton {result['triton']}, bf16{merged}", "",
              "| floor | host µs/call |", "|---|---|"]
     lines += [f"| {k} | {v:.1f} |" for k, v in result["floors"].items()]
@@ -1047,6 +1143,10 @@ def markdown(result: dict) -> str:
             note = "" if any(r["in_kernel"] for r in rs) else " (no trigger built)"
             lines.append(f"| {B} | {H}/{Hkv} | {L} | {D}{note} | {cell(True, 'eager_us')} | {cell(False, 'eager_us')} | "
                          f"{cell(True, 'graph_us')} | {cell(False, 'graph_us')} |")
+    if result.get("kernel_ab"):
+        lines += ["", "The Triton split kernel and the Gluon one (each split's first tiles copied before the length "
+                      "arrives), the lengths passed; arms in turns, cuDNN in every round:", ""]
+        lines += kernel_ab_markdown(result["kernel_ab"])
     if result.get("order_ab"):
         lines += ["", "Tiles dealt to splits in one run each (chunks) or in turn (strided), and strided with each split's "
                       "first tiles prefetched into L2 before the length arrives; CUDA graphs, arms in turns:", ""]
@@ -1104,6 +1204,12 @@ def main(argv=None) -> int:
     ap.add_argument("--order-ab", action="store_true",
                     help="also time the ways of dealing tiles to splits (chunks, strided, strided with prefetch) under "
                          "CUDA graphs, in turns, with cuDNN in every round")
+    ap.add_argument("--kernel-ab", action="store_true",
+                    help="also time the Triton split kernel against the Gluon one (decode_config.GLUON_SPLIT) eagerly "
+                         "and under CUDA graphs, in turns, with cuDNN in every round, and sweep the Gluon kernel's split "
+                         "counts on the batch-1 shapes")
+    ap.add_argument("--gluon-split", action="store_true",
+                    help="run with the Gluon split kernel by default (decode_config.GLUON_SPLIT) for contiguous caches")
     ap.add_argument("--merge-ab", action="store_true",
                     help="also time the merge kernel and the in-kernel merge, one query row per round trip or several, "
                          "under CUDA graphs and eagerly, in turns, with cuDNN in every round")
@@ -1151,6 +1257,10 @@ def main(argv=None) -> int:
 
         decode_config.FUSED_MERGE = True
         decode_config._decode_configs.cache_clear()
+    if args.gluon_split:
+        from attnlab.gpu import decode_config
+
+        decode_config.GLUON_SPLIT = True
     if not torch.cuda.is_available():
         print("decode_host: needs a CUDA GPU (host time per launch means nothing in the interpreter)", file=sys.stderr)
         return 2
@@ -1171,7 +1281,7 @@ def main(argv=None) -> int:
             args.json.write_text(json.dumps(result, indent=1))
         return 0
     result = {"gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
-              "triton": triton.__version__, "fused_merge": args.fused_merge,
+              "triton": triton.__version__, "fused_merge": args.fused_merge, "gluon_split": args.gluon_split,
               "eager_fused_below_us": _eager_fused_below(),
               "floors": floors(args.calls), "host": host_rows(args.calls), "speed": speed_rows(args.calls)}
     if args.sweep:
@@ -1180,6 +1290,8 @@ def main(argv=None) -> int:
         result["pdl"] = pdl_rows(args.calls)
     if args.eager_ab:
         result["eager_ab"] = eager_ab_rows(args.calls)
+    if args.kernel_ab:
+        result["kernel_ab"] = kernel_ab_rows(args.calls)
     if args.order_ab:
         result["order_ab"] = order_ab_rows()
     if args.merge_ab:

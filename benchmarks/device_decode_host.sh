@@ -5,7 +5,8 @@
 # (benchmarks/hf.py, no profiled step) unless HF=0; SWEEP=0 leaves the split sweep out. Run from the
 # repository root on a CUDA machine; logs and JSON go to $OUT/dh (default ./out-decode-host/dh). Each
 # phase is cut off by `timeout`. TESTS=0 leaves the GPU tests out; HOST_ARGS adds arguments to decode_host.py
-# (e.g. HOST_ARGS="--eager-ab --eager-fused-below 16" for the in-kernel merge's eager A/B at another threshold).
+# (e.g. HOST_ARGS="--eager-ab --eager-fused-below 16" for the in-kernel merge's eager A/B at another threshold, or
+# HOST_ARGS="--kernel-ab" for the Triton split kernel against the Gluon one).
 set -uo pipefail
 OUT=${OUT:-out-decode-host}
 D="$OUT/dh"
@@ -13,7 +14,7 @@ RUN=${RUN:-x}
 source "$(dirname "$0")/device_env.sh"
 t0=$(date +%s)
 [ "${TESTS:-1}" = 1 ] && timeout ${TEST_S:-150} python3 -m pytest -q -p no:cacheprovider $XDIST tests/gpu/test_decode.py tests/gpu/test_decode_plans.py \
-    tests/gpu/test_decode_variants.py tests/gpu/test_launch.py tests/kvcache > "$D/tests.log" 2>&1
+    tests/gpu/test_decode_variants.py tests/gpu/test_decode_gluon.py tests/gpu/test_launch.py tests/kvcache > "$D/tests.log" 2>&1
 [ "${TESTS:-1}" = 1 ] && { echo "tests: exit $? in $(( $(date +%s) - t0 ))s"; tail -n 5 "$D/tests.log"; }
 t0=$(date +%s)
 SWEEP_FLAG=--sweep

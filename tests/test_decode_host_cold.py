@@ -311,3 +311,36 @@ def test_the_eager_pace_says_who_waits(loop, eager, graph, pace):
             f"{pace} |") in text.splitlines()
     old = {k: v for k, v in row.items() if k != "loop_host_us"}  # (runs before the column: no such table)
     assert "Who sets the eager pace" not in host.markdown(dict(result, speed=[old]))
+
+
+def _kernel_rows() -> list[dict]:
+    """Made-up ``kernel_ab_rows``: two rounds of both arms and cuDNN on one shape, and a sweep of the Gluon kernel."""
+    base = dict(B=1, H=32, Hkv=8, L=32768, D=128)
+    rows = []
+    for rnd, (t, g, c) in enumerate(((36.0, 35.0, 37.0), (36.4, 34.6, 37.4))):
+        rows += [base | dict(arm="triton", round=rnd, kernel="triton", splits=16, max_err=2e-3, copies=2,
+                             eager_us=t + 1, graph_us=t, graph_cold_us=t + 0.5),
+                 base | dict(arm="gluon", round=rnd, kernel="gluon", splits=16, max_err=3e-3, copies=2,
+                             eager_us=g + 1, graph_us=g, graph_cold_us=g + 0.5),
+                 base | dict(arm="sdpa-cudnn", round=rnd, copies=2, graph_us=c, graph_cold_us=c + 1.0)]
+    rows += [base | dict(arm="gluon-sweep", splits=S, picked=S == 16, copies=2, graph_us=40.0 - S / 8,
+                         graph_cold_us=41.0 - S / 8) for S in (8, 16, 32)]
+    return rows
+
+
+def test_the_kernel_ab_table_puts_each_arm_against_cudnn_and_lists_the_gluon_sweep():
+    """``--kernel-ab``'s table: each arm's rounds, the kernel its plan ran, its medians against cuDNN's, warm and
+    L2-cold, and the Gluon kernel's split sweep with the model's pick starred."""
+    text = "\n".join(host.kernel_ab_markdown(_kernel_rows()))
+    lines = text.splitlines()
+    (gluon,) = [ln for ln in lines if "| gluon |" in ln]
+    c, c_cold = (37.0 + 37.4) / 2, (38.0 + 38.4) / 2
+    g, g_cold = (35.0 + 34.6) / 2, (35.5 + 35.1) / 2
+    assert gluon == (f"| 1 | 32/8 | 32768 | 128 | gluon | gluon, 16 | 36.00 / 35.60 | 35.00 / 34.60 | {c / g:.3f} | "
+                     f"35.50 / 35.10 | {c_cold / g_cold:.3f} | 3.0e-03 |")
+    (triton,) = [ln for ln in lines if "| triton |" in ln]
+    assert f"| {c / 36.2:.3f} |" in triton
+    assert "| 1 | 32/8 | 32768 | 128 | 8: 39.0 / 40.0, 16*: 38.0 / 39.0, 32: 36.0 / 37.0 |" in lines
+    # and in the run's whole report
+    result = _result(cold=False) | {"kernel_ab": _kernel_rows()}
+    assert "The Triton split kernel and the Gluon one" in host.markdown(result)

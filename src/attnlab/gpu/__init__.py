@@ -10,6 +10,8 @@
     layout          the outputs' and gradients' memory order (their inputs'), and dQ's store into it
     prefill         the two as a differentiable operator: ``flash_attention_triton``
     decode_kernels  Flash-Decoding split and merge kernels
+    decode_gluon    the split and merge kernels in Gluon (each split's first tiles copied before the sequence's
+                    length arrives), which decode plans run for contiguous caches with ``GLUON_SPLIT`` on
     decode          their configurations, split count and launcher: ``flash_decode_triton``
 
 These functions run the kernels or raise; they never fall back. ``attnlab.flash_attention`` and

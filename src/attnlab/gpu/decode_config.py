@@ -36,7 +36,10 @@ class DecodeConfig:
     per query row in parallel where the fused one waits for the last split and merges alone). ``order``: how
     the call's tiles of keys are dealt to its splits, "strided" (split s takes tiles s, s + S, s + 2S, ...)
     or "chunks" (one run of consecutive tiles each); ``kernel_config`` gives contiguous caches "strided" and
-    paged ones "chunks"."""
+    paged ones "chunks". ``kernel``: the split and merge kernels, "triton" (``decode_kernels``) or "gluon"
+    (``decode_gluon``: the first tiles' copies issued before the length arrives; contiguous caches, strided splits,
+    no left window edge, softcap or ALiBi — a plan of a call it does not take runs the Triton kernels, or refuses a
+    configuration the caller forced)."""
 
     block_n: int
     block_d: int
@@ -45,6 +48,7 @@ class DecodeConfig:
     evict: str = ""
     fused_merge: bool = False
     order: str = "strided"
+    kernel: str = "triton"
 
     @property
     def key(self) -> tuple[int, int, int, int]:
@@ -63,6 +67,12 @@ def decode_configs(head_dim: int) -> dict[str, DecodeConfig]:
 # whether the GPU configurations merge the splits inside the split kernel (one launch per call) or in the
 # merge kernel (``DecodeConfig.fused_merge``); ``_decode_configs.cache_clear()`` after changing it
 FUSED_MERGE = False
+
+# Whether contiguous caches at D = 64 and 128 take the Gluon split kernel (``DecodeConfig.kernel`` "gluon") on a GPU:
+# each split's first tiles copied into shared memory before the sequence's length arrives (benchmarks/NOTES-decode.md
+# v26). Off until measured against the Triton kernel on a GPU; calls the Gluon kernel does not take run the Triton
+# kernel either way. The plans made after a change take it (``clear_plans``).
+GLUON_SPLIT = False
 
 
 @functools.cache
@@ -91,13 +101,15 @@ def kernel_config(head_dim: int, *, batch_heads: int = 1, sms: int = 132, page_s
     A contiguous cache's splits take their tiles in turn (``order`` "strided"), a paged cache's in runs
     ("chunks"): on an H200 under CUDA graphs the strided order ran contiguous caches at batch 1 at 0.995–1.049×
     the TB/s of runs (decode runs 6 and 7; faster on 11 rows of 12) and at batch 16 at 0.993–1.014×, but paged
-    caches at batch 1 with GQA over 32K and 128K keys at 0.921–0.994× (benchmarks/NOTES-decode.md v14 and v17)."""
+    caches at batch 1 with GQA over 32K and 128K keys at 0.921–0.994× (benchmarks/NOTES-decode.md v14 and v17).
+
+    With ``GLUON_SPLIT`` on, a contiguous cache at D = 64 or 128 takes the Gluon kernels (``kernel`` "gluon")."""
     order = "strided" if page_size is None else "chunks"
     if interpret_mode():
         return DecodeConfig(block_n=16, block_d=triton.next_power_of_2(head_dim), num_stages=1, order=order)
     cfgs = decode_configs(head_dim)
     if page_size is None and head_dim <= 128:
-        return cfgs["large"]
+        return replace(cfgs["large"], kernel="gluon") if GLUON_SPLIT and head_dim in (64, 128) else cfgs["large"]
     whole_tiles = page_size is None or page_size % cfgs["large"].block_n == 0
     return replace(cfgs["large" if batch_heads * 2 >= sms and whole_tiles else "small"], order=order)
 

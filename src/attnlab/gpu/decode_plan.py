@@ -28,6 +28,7 @@ takes the same call's plan from the stream that warmed it up (``DecodePlan.restr
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 import triton
@@ -294,6 +295,8 @@ class DecodePlan:
         dev = q.device
         self.dims, self.mask, self.user_splits = dims, mask, num_splits
         self.cfg = config or _config_for(dims, dev)
+        self.split_fn, self.merge_fn = self._kernels(q, k_cache, v_cache, dims, mask, softcap, slopes,
+                                                     paged=block_table is not None, forced=config is not None)
         self.shape, self.dtype, self.device = (B, H, Nq, D), q.dtype, dev
         self.has_seqlens = cache_seqlens is not None
         self.cast_seqlens = self.has_seqlens and (cache_seqlens.dtype != torch.int32
@@ -326,6 +329,30 @@ class DecodePlan:
         self.split_memo: dict[int, int] = {}  # the split model's counts, shared with the resized plans
         self.launcher_memo: dict = {}  # (splits, the strides' and capacity's specialisation) -> Launcher, shared too
         self._size(dims.capacity, k_cache.stride(), v_cache.stride())
+
+    def _kernels(self, q, k_cache, v_cache, dims, mask, softcap, slopes, *, paged: bool, forced: bool) -> tuple:
+        """The split and merge kernels of the plan's configuration (``DecodeConfig.kernel``): the Triton kernels, or
+        the Gluon kernels where they take the call (``decode_gluon.gluon_unsupported``). A configuration that asks
+        for Gluon on a call it does not take falls back to Triton (``cfg`` then says "triton"), or raises a
+        ValueError where the caller forced it (``forced``)."""
+        kernel = self.cfg.kernel
+        if kernel == "triton":
+            return _decode_split_kernel, _decode_merge_kernel
+        if kernel != "gluon":
+            raise ValueError(f"DecodeConfig.kernel must be 'triton' or 'gluon', got {kernel!r}")
+        from . import decode_gluon
+
+        order = SPLIT_ORDER if SPLIT_ORDER is not None else self.cfg.order
+        why = decode_gluon.gluon_unsupported(
+            device=q.device, dtype=q.dtype, head_dim=dims.D, rows=(dims.H // dims.Hkv) * dims.Nq, paged=paged,
+            k_strides=k_cache.stride(), v_strides=v_cache.stride(), k_ptr=k_cache.data_ptr(),
+            v_ptr=v_cache.data_ptr(), mask=mask, softcap=softcap, slopes=slopes, strided=order == "strided")
+        if why is None:
+            return decode_gluon._decode_split_gluon, decode_gluon._decode_merge_gluon
+        if forced:
+            raise ValueError(f"DecodeConfig(kernel='gluon'): the Gluon split kernel does not take {why}")
+        self.cfg = replace(self.cfg, kernel="triton")
+        return _decode_split_kernel, _decode_merge_kernel
 
     def _keys(self, capacity: int) -> int:
         """The keys a call streams from a cache of ``capacity`` (with a window, about the window)."""
@@ -412,13 +439,14 @@ class DecodePlan:
                      *self.const_args, self.merge, *self.end_args, triton.next_power_of_2(S), *layout,
                      trigger, self.rows]  # BLOCK_S, STRIDED, PREFETCH, PF_LINES, TRIGGER, MERGE_ROWS
         self.merge_at = len(self.q_args) + 8 + len(self.mid_args) + 3 + len(self.const_args)  # where MERGE sits
-        assert _decode_split_kernel.arg_names[11 + self.merge_at] == "MERGE"
-        assert len(self.tail) + 11 == len(_decode_split_kernel.arg_names)
+        assert self.split_fn.arg_names[11 + self.merge_at] == "MERGE"
+        assert len(self.tail) + 11 == len(self.split_fn.arg_names)
         self.split_spec = (S, int_specs((*k_strides, *v_strides, capacity)))  # what picks the compiled kernel
         self.split = self.launcher_memo.get(self.split_spec)
         if self.split is None:
             self.split = self.launcher_memo[self.split_spec] = Launcher(
-                _decode_split_kernel, (S, Hkv, B), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+                self.split_fn, (S, Hkv, B), num_warps=cfg.num_warps,
+                num_stages=cfg.num_stages if cfg.kernel == "triton" else None)  # (Gluon: the ring is the kernel's)
         if self.merge == 1:
             # the plain launch (graphs, and a plan's first call) and the eager one (``merge_pdl``; the same
             # Launcher where both are plain); the split kernel's warps: its in-kernel merge (``fused``) then
@@ -436,8 +464,8 @@ class DecodePlan:
         S, cfg = self.num_splits, self.cfg
         tail = [H * Nq * D, Nq * D, D, 1, H, D, S, B * H * Nq, Nq, triton.next_power_of_2(S), cfg.block_d, pdl,
                 self.rows]
-        return tail, Launcher(_decode_merge_kernel, (-(-B * H * Nq // self.rows), 1, 1), num_warps=cfg.num_warps,
-                              num_stages=3, launch_pdl=pdl)
+        return tail, Launcher(self.merge_fn, (-(-B * H * Nq // self.rows), 1, 1), num_warps=cfg.num_warps,
+                              num_stages=3 if cfg.kernel == "triton" else None, launch_pdl=pdl)
 
     def _fused_launcher(self) -> None:
         """With ``fused``: ``tail`` with MERGE = 2 (``fused_tail``) and the launcher of that build."""
@@ -450,7 +478,7 @@ class DecodePlan:
         spec = (*self.split_spec, "fused")
         self.fused_split = self.launcher_memo.get(spec)
         if self.fused_split is None:
-            self.fused_split = self.launcher_memo[spec] = Launcher(_decode_split_kernel, self.split.grid,
+            self.fused_split = self.launcher_memo[spec] = Launcher(self.split_fn, self.split.grid,
                                                                    **self.split.options)
 
     def resized(self, k_cache, v_cache) -> DecodePlan:
@@ -477,7 +505,7 @@ class DecodePlan:
                 plan.split_spec = spec
                 plan.split = self.launcher_memo.get(spec)
                 if plan.split is None:
-                    plan.split = self.launcher_memo[spec] = Launcher(_decode_split_kernel, self.split.grid,
+                    plan.split = self.launcher_memo[spec] = Launcher(self.split_fn, self.split.grid,
                                                                      **self.split.options)
             plan._fused_launcher()
             return plan

@@ -1,0 +1,340 @@
+"""The Gluon split kernel of Flash-Decoding (attnlab.gpu.decode_gluon): each split's first tiles copied into
+shared memory before the sequence's length arrives.
+
+Triton's interpreter cannot run Gluon. On the CPU these tests build the kernels for sm_90 (Triton's own ptxas, no
+GPU) and read what the compiler made: every copy of the ring's first tiles issued before the length's load, whole
+16-byte copies, no register spill, the ring's shared memory; they check the reading of the PTX on made-up code, and
+the dispatch: which calls the Gluon kernel takes, the fall back to the Triton kernel, the refusal of a forced
+configuration. On a GPU the kernel runs, is held to the float64 criterion of the Triton kernel on awkward shapes
+(empty and one-key sequences, a cache whose rows past the length hold NaN, odd group sizes, several queries,
+every split count), and its CUDA graphs give its eager calls' bits.
+"""
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+from tests.helpers import sm90_reports
+
+import attnlab
+from attnlab.variants import Mask
+
+pytest.importorskip("triton")
+from tests.gpu.test_decode import _check_against_reference  # noqa: E402
+
+from attnlab.gpu import decode, decode_config, decode_gluon, decode_plan  # noqa: E402
+from attnlab.gpu.decode_config import DecodeConfig  # noqa: E402
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+needs_gluon = pytest.mark.skipif(not decode_gluon.HAVE_GLUON, reason="this triton has no Gluon")
+on_gpu = pytest.mark.skipif(not (DEV == "cuda" and decode_gluon.HAVE_GLUON
+                                 and torch.cuda.get_device_capability()[0] >= 8),
+                            reason="needs a GPU of compute capability 8.0 or newer and Gluon")
+
+pytestmark = pytest.mark.usefixtures("interpreter_bfloat16")
+
+
+def _copies_per_tile(block_n: int, block_d: int, num_warps: int = 4) -> int:
+    """16-byte copies per thread for one tile of K or V."""
+    return block_n * block_d * 2 // 16 // (32 * num_warps)
+
+
+# -- the sm_90 builds (any machine) ----------------------------------------------------------------------------
+
+BUILDS = [  # keyword arguments of compile_sm90 besides D and dtype
+    dict(),  # 32/8 heads: 4 rows, every split merged by the last program
+    dict(merge=0, has_seqlens=False),  # one split, no lengths: the answer stored directly
+    dict(merge=1, group_rows=7, queries=3, causal=False),  # 21 rows (BLOCK_M 32), partials for the merge kernel
+    dict(group_rows=8, queries=4),  # 32 rows, the most the Gluon kernel takes
+    dict(group_rows=1, evict="evict_first", trigger=True),  # MHA, the loads' cache policy, the early PDL trigger
+]
+
+
+@needs_gluon
+def test_builds_for_sm90_with_the_first_tiles_on_their_way_before_the_length():
+    """Every build, D = 64 and 128, bfloat16 and float16: all the copies of the ring's first STAGES − 1 tiles (K and
+    V, whole 16-byte copies) come before the load of the length in the PTX, so none of them waits for it; mma.sync
+    for both products; no spill; shared memory = the ring (``RING_STAGES`` K and V tiles) and a little scratch,
+    within the H100/H200's 227 KB."""
+    cases = [dict(D=D, dtype=dt, **b) for D in (64, 128) for b in BUILDS
+             for dt in (("bfloat16", "float16") if not b else ("bfloat16",))]
+    for case, rep in zip(cases, sm90_reports("decode_gluon", [dict(c) for c in cases])):
+        D = case["D"]
+        stages = decode_gluon.RING_STAGES
+        assert rep["prologue_copies"] == (stages - 1) * 2 * _copies_per_tile(128, D), (case, rep)
+        assert rep["copies_before_length"] == rep["prologue_copies"], (case, rep)
+        assert rep["copy_bytes"] == [16], (case, rep)
+        assert rep["mma"] > 0 and rep["ldmatrix"] > 0, (case, rep)
+        assert rep["gdc_triggers"] == (1 if case.get("trigger") else 0) and rep["gdc_waits"] == 0, (case, rep)
+        ring_kb = 2 * stages * 128 * D * 2 / 1024
+        assert ring_kb <= rep["smem_kb"] <= min(ring_kb + 8, 227), (case, rep)
+        if rep["stack"] is not None:
+            assert rep["stack"] == 0, (case, rep)
+
+
+@needs_gluon
+def test_the_merge_kernel_builds_with_and_without_the_dependent_launch_wait():
+    """The merge kernel (the in-kernel merge's arithmetic as a kernel of its own): with PDL its PTX waits
+    (griddepcontrol.wait), without it not; no copies, no spill."""
+    cases = [dict(D=D, dtype="bfloat16", kernel="merge", pdl=pdl, merge_rows=r) for D in (64, 128)
+             for pdl, r in ((False, 1), (True, 4))]
+    reps = sm90_reports("decode_gluon", [dict(c) for c in cases])
+    for case, rep in zip(cases, reps):
+        assert rep["prologue_copies"] == 0 and rep["mma"] == 0, (case, rep)
+        assert rep["gdc_waits"] == (1 if case["pdl"] else 0), (case, rep)
+        if rep["stack"] is not None:
+            assert rep["stack"] == 0, (case, rep)
+
+
+@needs_gluon
+def test_rows_beyond_the_gluon_kernels_limit_would_spill():
+    """``MAX_ROWS``: 32 query rows per K/V head build without a spill at D = 128 (the test above), 64 spill."""
+    (rep,) = sm90_reports("decode_gluon", [dict(D=128, dtype="bfloat16", group_rows=16, queries=4)])
+    if rep["stack"] is None:
+        pytest.skip("this triton ships no cuobjdump")
+    assert 16 * 4 > decode_gluon.MAX_ROWS and rep["stack"] > 0, rep
+
+
+PTX = """
+\tld.param.b64 \t%rd10, [k_param_1];
+\tld.param.b64 \t%rd11, [k_param_3];
+\tmad.wide.u32 \t%rd20, %r2, 4, %rd11;
+{copies_a}
+\tld.global.b32 {{ %r30 }}, [ %rd20 + 0 ];
+\tmin.s32 \t%r31, %r30, %r5;
+{copies_b}
+\tcp.async.commit_group;
+$L__BB0_2:
+\tcp.async.wait_group \t1;
+\tcp.async.cg.shared.global [ %r9 + 0 ], [ %rd40 + 0 ], 0x10, %r31;
+"""
+COPY = "\tcp.async.cg.shared.global [ %r{n} + 0 ], [ %rd{n} + 0 ], 0x10, %r7;"
+
+
+@pytest.mark.parametrize("first,second", [(3, 0), (0, 3), (2, 2)])
+def test_the_copies_before_the_length_are_read_off_the_ptx_in_program_order(first, second):
+    """``copies_before_length`` counts the copies before the first global load from the SEQLENS parameter's
+    address (the third parameter, followed through the address arithmetic), and every copy before the first
+    wait; a copy after the load counts only in the second."""
+    ptx = PTX.format(copies_a="\n".join(COPY.format(n=50 + i) for i in range(first)),
+                     copies_b="\n".join(COPY.format(n=60 + i) for i in range(second)))
+    assert decode_gluon.copies_before_length(ptx) == (first, first + second)
+    # without a length to load, every copy before the wait is before it
+    assert decode_gluon.copies_before_length(ptx.replace("k_param_3", "k_param_4")) == (first + second,) * 2
+
+
+# -- the dispatch (any machine) --------------------------------------------------------------------------------
+
+
+def _why(monkeypatch, **over):
+    """``gluon_unsupported`` for a supported 32/8-head call on a CUDA device of capability 9.0 outside the interpreter,
+    with ``over`` changed."""
+    from attnlab import _runtime
+    from attnlab.gpu import config
+
+    capability = over.pop("capability", (9, 0))
+    monkeypatch.setattr(_runtime, "interpret_mode", lambda: False)
+    monkeypatch.setattr(config, "device_capability", lambda device: capability)
+    kw = dict(device=torch.device("cuda", 0), dtype=torch.bfloat16, head_dim=128, rows=4, paged=False,
+              k_strides=(8 * 4096 * 128, 4096 * 128, 128, 1), v_strides=(8 * 4096 * 128, 4096 * 128, 128, 1),
+              k_ptr=1 << 20, v_ptr=1 << 21, mask=Mask(-1, 0), softcap=None, slopes=None, strided=True)
+    return decode_gluon.gluon_unsupported(**(kw | over))
+
+
+@needs_gluon
+@pytest.mark.parametrize("over,why", [
+    ({}, None),
+    (dict(head_dim=64, rows=32), None),
+    (dict(device=torch.device("cpu")), "a device other than a CUDA GPU"),
+    (dict(capability=(7, 5)), "older than compute capability 8.0"),
+    (dict(dtype=torch.float32), "float16 and bfloat16 only"),
+    (dict(head_dim=96), "head dim 96"),
+    (dict(rows=33), "33 query rows"),
+    (dict(paged=True), "a paged cache"),
+    (dict(strided=False), "strided order only"),
+    (dict(k_strides=(8 * 4096 * 136, 4096 * 136, 136, 1)), "whole 16-byte units"),  # rows of 136: 8 | 136, 16 ∤ 136
+    (dict(v_strides=(128, 8 * 4096 * 128, 8 * 128, 2)), "whole 16-byte units"),
+    (dict(k_ptr=(1 << 20) + 8), "whole 16-byte units"),
+    (dict(mask=Mask(1023, 0)), "a left window edge"),
+    (dict(softcap=30.0), "softcap"),
+    (dict(slopes=torch.ones(1, 32)), "ALiBi"),
+])
+def test_which_calls_the_gluon_kernel_takes(monkeypatch, over, why):
+    got = _why(monkeypatch, **over)
+    assert got is None if why is None else why in got, got
+
+
+def test_gluon_split_sends_contiguous_caches_at_64_and_128_to_gluon(monkeypatch):
+    """``GLUON_SPLIT`` (off by default) gives contiguous caches at D = 64 and 128 the Gluon configuration on a GPU
+    (the interpreter keeps its own); paged caches and other head dims keep the Triton kernels."""
+    monkeypatch.setattr(decode_config, "interpret_mode", lambda: False)
+    assert decode_config.GLUON_SPLIT is False
+    assert decode_config.kernel_config(128).kernel == "triton"
+    monkeypatch.setattr(decode_config, "GLUON_SPLIT", True)
+    for D in (64, 128):
+        cfg = decode_config.kernel_config(D)
+        assert cfg == replace(decode_config.decode_configs(D)["large"], kernel="gluon")
+        assert cfg.key == decode_config.decode_configs(D)["large"].key  # the same split-model calibration
+    assert decode_config.kernel_config(256).kernel == "triton"
+    assert decode_config.kernel_config(128, page_size=256, batch_heads=132).kernel == "triton"
+
+
+def _small(dtype=torch.bfloat16):
+    torch.manual_seed(0)
+    q = torch.randn(2, 8, 1, 64, dtype=dtype, device=DEV)
+    k, v = (torch.randn(2, 2, 100, 64, dtype=dtype, device=DEV) for _ in range(2))
+    return q, k, v, torch.tensor([100, 37], dtype=torch.int32, device=DEV)
+
+
+@pytest.mark.skipif(DEV == "cuda", reason="the fall back of a device the Gluon kernel cannot run on")
+def test_a_default_gluon_configuration_falls_back_and_a_forced_one_is_refused(monkeypatch):
+    """A plan whose default configuration asks for Gluon on a call it does not take (here the interpreter) runs the
+    Triton kernels, with their numbers to the bit; a configuration the caller forces is refused with the reason,
+    before any work; an unknown kernel name is refused."""
+    from attnlab.gpu import flash_decode_triton
+
+    q, k, v, lens = _small()
+    decode.clear_plans()
+    want = flash_decode_triton(q, k, v, cache_seqlens=lens)
+    base = decode_config.kernel_config(64)
+    monkeypatch.setattr(decode_plan, "_config_for", lambda dims, dev: replace(base, kernel="gluon"))
+    decode.clear_plans()
+    got = flash_decode_triton(q, k, v, cache_seqlens=lens)
+    (plan,) = decode_plan._PLANS.values()
+    assert plan.cfg.kernel == "triton" and plan.split_fn is not getattr(decode_gluon, "_decode_split_gluon", None)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    for kernel, msg in (("gluon", "the Gluon split kernel does not take a device other than a CUDA GPU"),
+                        ("cuda", "must be 'triton' or 'gluon'")):
+        with pytest.raises(ValueError, match=msg):
+            flash_decode_triton(q, k, v, cache_seqlens=lens, config=replace(base, kernel=kernel))
+    decode.clear_plans()
+
+
+# -- on a GPU --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def gluon_split(monkeypatch):
+    """``GLUON_SPLIT`` on for the test, the plans made anew before and after."""
+    monkeypatch.setattr(decode_config, "GLUON_SPLIT", True)
+    decode.clear_plans()
+    yield
+    decode.clear_plans()
+
+
+def _plans_kernels() -> set:
+    return {p.split_fn for p in decode_plan._PLANS.values()}
+
+
+GPU_CASES = [
+    # B, H, Hkv, Nq, D, L, lens, splits, dtype, causal
+    (1, 32, 8, 1, 128, 32768, [32768], None, torch.bfloat16, True),  # the issue's shape, the model's split count
+    (1, 32, 8, 1, 64, 32768, [30001], None, torch.bfloat16, True),  # D = 64, a ragged last tile
+    (1, 28, 4, 1, 128, 20000, [20000], None, torch.float16, True),  # G = 7, a length no tile divides
+    (1, 64, 8, 1, 128, 8192, [8192], None, torch.bfloat16, True),  # G = 8
+    (3, 8, 8, 1, 64, 1000, [0, 1, 999], 3, torch.bfloat16, True),  # MHA: an empty sequence, one key
+    (2, 6, 1, 3, 128, 777, [777, 2], 7, torch.float16, True),  # MQA, 3 queries (18 rows), a length below Nq
+    (2, 8, 2, 4, 64, 3000, [3000, 1500], 64, torch.bfloat16, False),  # non-causal, more splits than some need
+    (1, 16, 4, 1, 128, 300, [300], 1000, torch.bfloat16, True),  # splits capped at one per tile
+    (2, 32, 8, 1, 128, 4096, [4096, 100], 1, torch.bfloat16, True),  # one split: no merge
+]
+
+
+@pytest.mark.gpu
+@on_gpu
+@pytest.mark.parametrize("B,H,Hkv,Nq,D,L,lens,splits,dtype,causal", GPU_CASES)
+def test_gpu_gluon_decode_matches_reference(gluon_split, B, H, Hkv, Nq, D, L, lens, splits, dtype, causal):
+    """The Gluon kernels against the float64 oracle (the Triton kernel's criterion), the cache's rows past each
+    length full of NaN (read by the first tiles' copies, never reaching the output); the call took the Gluon
+    kernel."""
+    torch.manual_seed(B * 1000 + L)
+    q = torch.randn(B, H, Nq, D, dtype=dtype, device=DEV)
+    k, v = (torch.randn(B, Hkv, L, D, dtype=dtype, device=DEV) for _ in range(2))
+    for b, n in enumerate(lens):
+        k[b, :, n:] = math.nan
+        v[b, :, n:] = math.nan
+    seqlens = torch.tensor(lens, dtype=torch.int32, device=DEV)
+    out, lse = attnlab.flash_decode(q, k, v, cache_seqlens=seqlens, num_splits=splits, causal=causal)
+    assert _plans_kernels() == {decode_gluon._decode_split_gluon}
+    _check_against_reference(q, k, v, lens, out, lse, causal=causal)
+    again = attnlab.flash_decode(q, k, v, cache_seqlens=seqlens, num_splits=splits, causal=causal)  # the kept plan
+    assert torch.equal(again[0], out) and torch.equal(again[1], lse)
+
+
+@pytest.mark.gpu
+@on_gpu
+def test_gpu_gluon_full_caches_without_lengths_and_the_fall_back(gluon_split):
+    """Without lengths (every key) the Gluon kernel reads the whole cache; a paged cache, a window's left edge
+    and 64 rows per K/V head take the Triton kernel, under the same switch, and every answer meets the criterion."""
+    from attnlab.kvcache import PagedKVCache
+
+    q = torch.randn(2, 32, 1, 128, dtype=torch.bfloat16, device=DEV)
+    k, v = (torch.randn(2, 8, 5000, 128, dtype=torch.bfloat16, device=DEV) for _ in range(2))
+    out, lse = attnlab.flash_decode(q, k, v)
+    assert _plans_kernels() == {decode_gluon._decode_split_gluon}
+    _check_against_reference(q, k, v, [5000, 5000], out, lse)
+    decode.clear_plans()
+    o_w, _ = attnlab.flash_decode(q, k, v, window=(1000, 0))
+    q64 = torch.randn(2, 64, 1, 128, dtype=torch.bfloat16, device=DEV)
+    k1, v1 = k[:, :1].contiguous(), v[:, :1].contiguous()
+    out64, lse64 = attnlab.flash_decode(q64, k1, v1)
+    _check_against_reference(q64, k1, v1, [5000, 5000], out64, lse64)
+    cache = PagedKVCache.from_dense(k, v, page_size=256, shuffle=True)
+    o_p, _ = attnlab.flash_decode(q, cache.k_pages[0], cache.v_pages[0], cache_seqlens=cache.seqlens,
+                                  block_table=cache.block_table)
+    assert decode_gluon._decode_split_gluon not in _plans_kernels()
+    torch.testing.assert_close(o_p, out, atol=2e-2, rtol=0)
+    ref = attnlab.flash_decode(q, k, v, window=(1000, 0), num_splits=1)  # (Triton either way)
+    torch.testing.assert_close(o_w, ref[0], atol=2e-2, rtol=0)
+
+
+@pytest.mark.gpu
+@on_gpu
+@pytest.mark.parametrize("L", [512, 32768])
+def test_gpu_gluon_graphs_give_the_eager_bits(gluon_split, L):
+    """A Gluon plan's eager calls merge in the split kernel; a CUDA graph captured after them holds the Gluon merge
+    kernel (a small read) or the split kernel alone (a large one): the replay equals the eager call to the bit."""
+    q = torch.randn(2, 32, 1, 128, dtype=torch.bfloat16, device=DEV)
+    k, v = (torch.randn(2, 8, L, 128, dtype=torch.bfloat16, device=DEV) for _ in range(2))
+    lens = torch.tensor([L, L * 3 // 5], dtype=torch.int32, device=DEV)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            attnlab.flash_decode(q, k, v, cache_seqlens=lens, num_splits=4)
+    torch.cuda.current_stream().wait_stream(s)
+    (plan,) = decode_plan._PLANS.values()
+    assert plan.fused and plan.pair_ran and plan.split_fn is decode_gluon._decode_split_gluon
+    assert plan.merge_launch.kernel is decode_gluon._decode_merge_gluon
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        out, lse = attnlab.flash_decode(q, k, v, cache_seqlens=lens, num_splits=4)
+    q.copy_(torch.randn_like(q))
+    g.replay()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(s):
+        want = attnlab.flash_decode(q, k, v, cache_seqlens=lens, num_splits=4)
+    torch.cuda.synchronize()
+    assert torch.equal(out, want[0]) and torch.equal(lse, want[1])
+
+
+@pytest.mark.gpu
+@on_gpu
+def test_gpu_a_forced_gluon_configuration_runs_and_matches_the_triton_kernel():
+    """``flash_decode_triton(config=DecodeConfig(..., kernel="gluon"))`` runs the Gluon kernel whatever the switch;
+    its answer is the Triton kernel's within the rounding of the two kernels' orders."""
+    from attnlab.gpu import flash_decode_triton
+
+    q = torch.randn(1, 32, 1, 128, dtype=torch.bfloat16, device=DEV)
+    k, v = (torch.randn(1, 8, 9000, 128, dtype=torch.bfloat16, device=DEV) for _ in range(2))
+    lens = torch.tensor([8999], dtype=torch.int32, device=DEV)
+    cfg = decode_config.kernel_config(128)
+    decode.clear_plans()
+    want = flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=16, config=cfg)
+    got = flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=16, config=replace(cfg, kernel="gluon"))
+    assert decode_gluon._decode_split_gluon in _plans_kernels()
+    torch.testing.assert_close(got[0].float(), want[0].float(), atol=1e-2, rtol=0)
+    torch.testing.assert_close(got[1], want[1], atol=1e-4, rtol=0)
+    assert isinstance(cfg, DecodeConfig)
+    decode.clear_plans()
