@@ -64,6 +64,8 @@ def test_builds_for_sm90_with_the_first_tiles_on_their_way_before_the_length():
         stages = decode_gluon.RING_STAGES
         assert rep["prologue_copies"] == (stages - 1) * 2 * _copies_per_tile(128, D), (case, rep)
         assert rep["copies_before_length"] == rep["prologue_copies"], (case, rep)
+        if rep["stack"] is not None and case.get("has_seqlens", True):  # cuobjdump at hand: the SASS's order too
+            assert rep["sass_copies_before_length"] == rep["prologue_copies"], (case, rep)
         assert rep["copy_bytes"] == [16], (case, rep)
         assert rep["mma"] > 0 and rep["ldmatrix"] > 0, (case, rep)
         assert rep["gdc_triggers"] == (1 if case.get("trigger") else 0) and rep["gdc_waits"] == 0, (case, rep)
@@ -338,3 +340,45 @@ def test_gpu_a_forced_gluon_configuration_runs_and_matches_the_triton_kernel():
     torch.testing.assert_close(got[1], want[1], atol=1e-4, rtol=0)
     assert isinstance(cfg, DecodeConfig)
     decode.clear_plans()
+
+
+def test_the_notes_quote_the_builds_copy_counts_and_ring_sizes():
+    """NOTES-decode v26 quotes, per thread, the copies issued before the length and the ring's shared memory at
+    D = 128 and 64: what ``RING_STAGES`` and the tiles make (the builds' test above holds the compiler to them)."""
+    from tests.helpers import notes_section
+
+    text = notes_section("NOTES-decode.md", "## v26")
+    c128, c64 = ((decode_gluon.RING_STAGES - 1) * 2 * _copies_per_tile(128, D) for D in (128, 64))
+    kib128, kib64 = (2 * decode_gluon.RING_STAGES * 128 * D * 2 // 1024 for D in (128, 64))
+    assert f"{c128} 16-byte copies a thread at D = 128, {c64} at D = 64" in text
+    assert f"the ring, {kib128} KiB at D = 128" in text and f"and {kib64} KiB at D = 64" in text
+    assert f"up to {decode_gluon.MAX_ROWS} query rows per K/V head" in text
+
+
+def test_the_notes_quote_the_lengths_cost_from_the_recorded_runs():
+    """NOTES-decode v26's account of what the lengths cost the Triton kernel under CUDA graphs — the same call with
+    and without them in decode-host runs 31–36, by shape — and the standing spans against cuDNN it quotes."""
+    import json
+
+    from tests.helpers import ROOT, load_script, notes_section
+
+    text = notes_section("NOTES-decode.md", "## v26")
+    runs = {n: json.loads((ROOT / "benchmarks" / "data" / f"decode-host-h200-run{n}.json").read_text())
+            for n in range(31, 37)}
+    cost: dict = {}
+    for run in runs.values():
+        rows: dict = {}
+        for r in run["speed"]:
+            rows.setdefault((r["B"], r["H"], r["L"], r["D"]), {})[r["provider"]] = r["graph_us"]
+        for (B, H, L, D), by in rows.items():
+            kind = "batch 8" if B > 1 else "32K" if L == 32768 else "small"
+            cost.setdefault(kind, []).append(by["attnlab"] - by["attnlab-full"])
+    span = {k: f"{min(v):.2f}–{max(v):.2f}" for k, v in cost.items()}
+    assert (f"{span['small']} µs at 64/8 heads over 8K keys and 28/4 over 20,000, {span['32K']} µs at 32/8 over 32K "
+            f"(D = 128 and 64) and {span['batch 8']} µs at batch 8") in text
+    card = load_script("benchmarks/scorecard.py")
+    _, lines = card.standing({}, {f"decode-host-h200-run{n}.json": r for n, r in runs.items()})
+    spans = {ln["what"]: ln["measured"].split("×")[0] for ln in lines}
+    with_lengths = next(v for k, v in spans.items() if "with the lengths" in k)
+    without = next(v for k, v in spans.items() if "without the lengths" in k)
+    assert f"with the lengths ({with_lengths}× cuDNN's speed on the batch-1 shapes) and without them ({without}×)" in text

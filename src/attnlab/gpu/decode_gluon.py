@@ -415,19 +415,47 @@ def copies_before_length(ptx: str) -> tuple[int, int]:
 _COPY_SIZE = r"cp\.async\.c[ag]\.shared\.global[\w:.]*\s*\[[^]]*\],\s*\[[^]]*\],\s*(0x[0-9a-f]+|\d+)"
 
 
+def _sass(kernel) -> str | None:
+    """The SASS of a compiled kernel's cubin (Triton's cuobjdump), or None where Triton ships none."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    import triton
+
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    if not tool.exists():
+        return None
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        return subprocess.run([str(tool), "-sass", f.name], capture_output=True, text=True).stdout
+
+
+def sass_copies_before_length(sass: str) -> int | None:
+    """``LDGSTS`` instructions (asynchronous copies) before the first 32-bit global load (``LDG.E`` with no width: the
+    length; Q's loads are 16-bit or 128-bit) in a split kernel's SASS, the order the GPU issues them in; None without
+    such a load (a build without lengths)."""
+    ins = [ln for ln in sass.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", ln)]
+    first = next((i for i, ln in enumerate(ins) if re.search(r"\bLDG\.E\s", ln)), None)
+    return None if first is None else sum("LDGSTS" in ln for ln in ins[:first])
+
+
 def decode_report(kernel) -> dict:
     """What the compiler made of a Gluon decode build (``compile_sm90``): shared memory (KB), the asynchronous
-    copies issued before the length's load and before the first wait (``copies_before_length``), the
-    ``mma.sync`` and ``ldmatrix`` instructions, the dependent-launch waits and triggers (``griddepcontrol``), and
-    registers and spill stack per thread from the cubin where
-    Triton ships cuobjdump."""
+    copies issued before the length's load and before the first wait (``copies_before_length``; in the SASS,
+    ``sass_copies_before_length``), the ``mma.sync`` and ``ldmatrix`` instructions, the dependent-launch waits and
+    triggers (``griddepcontrol``), and registers and spill stack per thread from the cubin where Triton ships
+    cuobjdump."""
     from .prefill_gluon import kernel_report
 
     ptx = kernel.asm["ptx"]
     before, total = copies_before_length(ptx)
     full = kernel_report(kernel)
+    sass = _sass(kernel)
     return dict(smem_kb=full["smem_kb"], regs=full.get("regs"), stack=full.get("stack"),
                 copies_before_length=before, prologue_copies=total,
+                sass_copies_before_length=None if sass is None else sass_copies_before_length(sass),
                 copy_bytes=sorted({int(n, 0) for n in re.findall(_COPY_SIZE, ptx)}),
                 mma=len(re.findall(r"mma\.sync", ptx)), ldmatrix=len(re.findall(r"ldmatrix", ptx)),
                 gdc_waits=len(re.findall(r"griddepcontrol\.wait", ptx)),
@@ -440,5 +468,5 @@ def sm90_report(head_dim: int, *, dtype: torch.dtype = torch.bfloat16, **kw) -> 
     return decode_report(compile_sm90(head_dim, dtype=dtype, **kw))
 
 
-__all__ = ["GLUON_HEAD_DIMS", "HAVE_GLUON", "MAX_ROWS", "compile_sm90", "copies_before_length", "decode_report", "gluon_unsupported",
+__all__ = ["GLUON_HEAD_DIMS", "HAVE_GLUON", "MAX_ROWS", "compile_sm90", "copies_before_length", "decode_report", "gluon_unsupported", "sass_copies_before_length",
            "RING_STAGES", "sm90_report"]
