@@ -607,6 +607,9 @@ def main(argv=None) -> int:
     p.add_argument("--graph-merge", choices=["auto", "kernel"], default=None,
                    help="how CUDA graphs of large calls merge the splits: in the split kernel (auto, the library's "
                         "default: attnlab.gpu.decode_plan.GRAPH_FUSED_FROM_US) or by the merge kernel (kernel)")
+    p.add_argument("--gluon-split", action="store_true",
+                   help="contiguous caches take the Gluon split kernel (attnlab.gpu.decode_config.GLUON_SPLIT; "
+                        "default: the library's), its split sweeps included")
     p.add_argument("--compare", nargs=2, default=None, metavar=("A", "B"),
                    help="print attnlab's CUDA-graph TB/s of two saved runs side by side, row by row, and exit")
     args = p.parse_args(argv)
@@ -614,6 +617,10 @@ def main(argv=None) -> int:
         a, b = (json.loads(Path(x).read_text()) for x in args.compare)
         print(compare_markdown(a, b, *(Path(x).name for x in args.compare)))
         return 0
+    if args.gluon_split:
+        from attnlab.gpu import decode_config
+
+        decode_config.GLUON_SPLIT = True
     if args.split_order or args.graph_merge == "kernel":
         from attnlab.gpu import decode_plan
 
@@ -648,6 +655,9 @@ def main(argv=None) -> int:
 
     result["split_order"] = decode_plan.SPLIT_ORDER
     result["graph_merge"] = "kernel" if decode_plan.GRAPH_FUSED_FROM_US == float("inf") else "auto"
+    from attnlab.gpu import decode_config
+
+    result["gluon_split"] = decode_config.GLUON_SPLIT
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1, default=str))
         print(f"wrote {args.json}")
@@ -667,7 +677,8 @@ def compare_markdown(a: dict, b: dict, name_a: str = "A", name_b: str = "B") -> 
     ra, rb = keyed(a), keyed(b)
     def named(r):  # the split order, and how graphs merged where the run says
         order = r.get("split_order") or ("the configurations' order" if "split_order" in r else "?")
-        return ", ".join([order] + ([f"graphs' merge: {r['graph_merge']}"] if r.get("graph_merge") else []))
+        return ", ".join([order] + ([f"graphs' merge: {r['graph_merge']}"] if r.get("graph_merge") else [])
+                         + (["the Gluon split kernel"] if r.get("gluon_split") else []))
 
     lines = [f"CUDA-graph TB/s; A = {name_a} ({named(a)}), B = {name_b} ({named(b)})",
              "", "| B | H/Hkv | L | call | A | B | B / A | cuDNN (B) |", "|---|---|---|---|---|---|---|---|"]

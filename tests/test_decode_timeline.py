@@ -71,6 +71,9 @@ def test_decode_compare_puts_two_runs_side_by_side():
     b["graph_merge"], a["graph_merge"] = "auto", "kernel"
     assert "A = a.json (chunks, graphs' merge: kernel), B = b.json (strided, graphs' merge: auto)" in \
         dec.compare_markdown(a, b, "a.json", "b.json")
+    b["gluon_split"], a["gluon_split"] = True, False
+    assert "A = a.json (chunks, graphs' merge: kernel), B = b.json (strided, graphs' merge: auto, the Gluon split " \
+        "kernel)" in dec.compare_markdown(a, b, "a.json", "b.json")
     assert "| 1 | 32/8 | 4096 | attnlab | 2.00 | 2.50 | 1.250 | 2.80 |" in md
     assert "| 1 | 32/8 | 4096 | paged64 | 1.00 | 0.90 | 0.900 | 2.80 |" in md
     assert "sdpa" not in md.split("| call |")[1].replace("cuDNN", "") and "| 16 |" not in md  # own rows in both only
