@@ -23,8 +23,8 @@ kernel of its own, so a Gluon plan's eager calls and its CUDA graphs give the sa
 
 Both kernels take the Triton kernels' arguments in the same order (a decode plan launches either with
 one argument list) and cover contiguous caches, strided splits, causal or not (a right window edge),
-float16/bfloat16 at D <= 128: no left window edge, softcap, ALiBi or paged cache (``gluon_unsupported``
-says which call can take them). The Triton interpreter cannot run Gluon: the CPU tests build these
+float16/bfloat16 at D = 64 and 128, up to ``MAX_ROWS`` query rows per K/V head: no left window edge, softcap,
+ALiBi or paged cache (``gluon_unsupported`` says which call can take them). The Triton interpreter cannot run Gluon: the CPU tests build these
 kernels for sm_90 (``compile_sm90``) and read what the compiler made; the GPU tests check them against
 the reference.
 """
