@@ -732,6 +732,9 @@ def order_ab_rows(rounds: int = 3, arms=ORDER_ARMS) -> list[dict]:
 
 KERNEL_ARMS = ("triton", "gluon")  # decode_config.GLUON_SPLIT off / on
 KERNEL_SWEEP = (8, 16, 32, 64)  # the Gluon kernel's split counts swept on the batch-1 shapes (and the model's pick)
+# the Gluon kernel's rings swept, by head dim: (keys a tile, tiles in the ring); the first is the library's (the large
+# configuration's), the second as many bytes in flight per SM in another grain (smaller tiles, or one program per SM)
+KERNEL_RINGS = {128: ((128, 3), (64, 5)), 64: ((128, 3), (128, 5))}
 
 
 def kernel_ab_rows(calls: int, rounds: int = 3, sweep_counts=KERNEL_SWEEP) -> list[dict]:
@@ -740,8 +743,9 @@ def kernel_ab_rows(calls: int, rounds: int = 3, sweep_counts=KERNEL_SWEEP) -> li
     issued before the length arrives), in turns (reversed every other round) in ``rounds`` rounds in one process, and
     cuDNN's graphs every round. Each arm's first call is checked against SDPA's math (``max_err``), and its plan's
     kernel (``kernel``: a call the Gluon kernel does not take runs the Triton one) and split count are recorded. Then
-    on each batch-1 shape the Gluon kernel's CUDA-graph µs at ``sweep_counts`` splits and at the model's pick
-    (rows with ``arm`` "gluon-sweep"): does the split model, calibrated on the Triton kernel, suit it?"""
+    on each batch-1 shape the Gluon kernel's CUDA-graph µs at ``sweep_counts`` splits and at the model's pick, for each
+    ring of ``KERNEL_RINGS`` (rows with ``arm`` "gluon-sweep"): does the split model, calibrated on the Triton kernel,
+    suit it, and does another grain of the same bytes in flight?"""
     from attnlab.gpu import decode, decode_config, decode_plan
 
     saved = decode_config.GLUON_SPLIT
@@ -769,14 +773,15 @@ def kernel_ab_rows(calls: int, rounds: int = 3, sweep_counts=KERNEL_SWEEP) -> li
                 if None not in peer:
                     rows.append(base | {"arm": "sdpa-cudnn", "round": rnd, "copies": len(sets),
                                         "graph_us": graph_us(peer[0], calls=50), "graph_cold_us": graph_us(peer, calls=50)})
-            if B == 1:
-                cfg = replace(decode.decode_configs(D)["large"], kernel="gluon")
+            for block_n, ring in KERNEL_RINGS.get(D, ()) if B == 1 else ():
+                cfg = replace(decode.decode_configs(D)["large"], kernel="gluon", block_n=block_n, num_stages=ring)
                 picked = decode.choose_num_splits(batch=B, kv_heads=Hkv, seq=L, head_dim=D, device=q.device, config=cfg)
                 for S in sorted({*sweep_counts, picked}):
                     fns = [lambda q=q, k=k, v=v, lens=lens, S=S, cfg=cfg: decode.flash_decode_triton(
                         q, k, v, cache_seqlens=lens, num_splits=S, config=cfg) for q, k, v, lens in sets]
-                    rows.append(base | {"arm": "gluon-sweep", "splits": S, "picked": S == picked, "copies": len(sets),
-                                        "graph_us": graph_us(fns[0], calls=50), "graph_cold_us": graph_us(fns, calls=50)})
+                    rows.append(base | {"arm": "gluon-sweep", "block_n": block_n, "ring": ring, "splits": S,
+                                        "picked": S == picked, "copies": len(sets), "graph_us": graph_us(fns[0], calls=50),
+                                        "graph_cold_us": graph_us(fns, calls=50)})
             sets = mine = peer = None
             torch.cuda.empty_cache()
     finally:
@@ -806,9 +811,13 @@ def kernel_ab_markdown(rows: list[dict]) -> list[str]:
         c, c_cold = med(arms.get("sdpa-cudnn", []), "graph_us"), med(arms.get("sdpa-cudnn", []), "graph_cold_us")
         for arm, rs in arms.items():
             if arm == "gluon-sweep":
-                cells = ", ".join(f"{r['splits']}{'*' if r['picked'] else ''}: {r['graph_us']:.1f} / "
-                                  f"{r['graph_cold_us']:.1f}" for r in rs)
-                sweeps.append(f"| {B} | {H}/{Hkv} | {L} | {D} | {cells} |")
+                rings: dict = {}
+                for r in rs:
+                    rings.setdefault((r["block_n"], r["ring"]), []).append(r)
+                for (block_n, ring), rr in rings.items():
+                    cells = ", ".join(f"{r['splits']}{'*' if r['picked'] else ''}: {r['graph_us']:.1f} / "
+                                      f"{r['graph_cold_us']:.1f}" for r in rr)
+                    sweeps.append(f"| {B} | {H}/{Hkv} | {L} | {D} | {block_n} × {ring} | {cells} |")
                 continue
             ran = sorted({f"{r['kernel']}, {r['splits']}" for r in rs if "kernel" in r}) or ["—"]
             err = max((r["max_err"] for r in rs if "max_err" in r), default=None)
@@ -818,8 +827,9 @@ def kernel_ab_markdown(rows: list[dict]) -> list[str]:
                          f"{_rounds(rs, 'graph_cold_us')} | {times(c_cold, med(rs, 'graph_cold_us')) if mine else '—'} | "
                          f"{f'{err:.1e}' if err is not None else '—'} |")
     if sweeps:
-        lines += ["", "The Gluon kernel's CUDA-graph µs by split count, L2-warm / L2-cold (* the split model's pick):", "",
-                  "| B | H/Hkv | L | D | µs by split count |", "|---|---|---|---|---|", *sweeps]
+        lines += ["", "The Gluon kernel's CUDA-graph µs by split count, L2-warm / L2-cold (* the split model's pick), for each "
+                      "ring (keys a tile × tiles):", "",
+                  "| B | H/Hkv | L | D | ring | µs by split count |", "|---|---|---|---|---|---|", *sweeps]
     return lines
 
 

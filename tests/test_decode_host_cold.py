@@ -323,8 +323,9 @@ def _kernel_rows() -> list[dict]:
                  base | dict(arm="gluon", round=rnd, kernel="gluon", splits=16, max_err=3e-3, copies=2,
                              eager_us=g + 1, graph_us=g, graph_cold_us=g + 0.5),
                  base | dict(arm="sdpa-cudnn", round=rnd, copies=2, graph_us=c, graph_cold_us=c + 1.0)]
-    rows += [base | dict(arm="gluon-sweep", splits=S, picked=S == 16, copies=2, graph_us=40.0 - S / 8,
-                         graph_cold_us=41.0 - S / 8) for S in (8, 16, 32)]
+    rows += [base | dict(arm="gluon-sweep", block_n=bn, ring=ring, splits=S, picked=S == 16, copies=2,
+                         graph_us=40.0 - S / 8 + ring, graph_cold_us=41.0 - S / 8 + ring)
+             for bn, ring in ((128, 3), (64, 5)) for S in (8, 16, 32)]
     return rows
 
 
@@ -340,7 +341,8 @@ def test_the_kernel_ab_table_puts_each_arm_against_cudnn_and_lists_the_gluon_swe
                      f"35.50 / 35.10 | {c_cold / g_cold:.3f} | 3.0e-03 |")
     (triton,) = [ln for ln in lines if "| triton |" in ln]
     assert f"| {c / 36.2:.3f} |" in triton
-    assert "| 1 | 32/8 | 32768 | 128 | 8: 39.0 / 40.0, 16*: 38.0 / 39.0, 32: 36.0 / 37.0 |" in lines
+    assert "| 1 | 32/8 | 32768 | 128 | 128 × 3 | 8: 42.0 / 43.0, 16*: 41.0 / 42.0, 32: 39.0 / 40.0 |" in lines
+    assert "| 1 | 32/8 | 32768 | 128 | 64 × 5 | 8: 44.0 / 45.0, 16*: 43.0 / 44.0, 32: 41.0 / 42.0 |" in lines
     # and in the run's whole report
     result = _result(cold=False) | {"kernel_ab": _kernel_rows()}
     assert "The Triton split kernel and the Gluon one" in host.markdown(result)

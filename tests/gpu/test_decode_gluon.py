@@ -48,6 +48,8 @@ BUILDS = [  # keyword arguments of compile_sm90 besides D and dtype
     dict(merge=1, group_rows=7, queries=3, causal=False),  # 21 rows (BLOCK_M 32), partials for the merge kernel
     dict(group_rows=8, queries=4),  # 32 rows, the most the Gluon kernel takes
     dict(group_rows=1, evict="evict_first", trigger=True),  # MHA, the loads' cache policy, the early PDL trigger
+    dict(block_n=64, stages=5),  # another ring: smaller tiles, more of them
+    dict(stages=2),  # the shortest ring: one tile in flight
 ]
 
 
@@ -60,16 +62,16 @@ def test_builds_for_sm90_with_the_first_tiles_on_their_way_before_the_length():
     cases = [dict(D=D, dtype=dt, **b) for D in (64, 128) for b in BUILDS
              for dt in (("bfloat16", "float16") if not b else ("bfloat16",))]
     for case, rep in zip(cases, sm90_reports("decode_gluon", [dict(c) for c in cases])):
-        D = case["D"]
-        stages = decode_gluon.RING_STAGES
-        assert rep["prologue_copies"] == (stages - 1) * 2 * _copies_per_tile(128, D), (case, rep)
+        D, block_n = case["D"], case.get("block_n", 128)
+        stages = case.get("stages", decode_gluon.RING_STAGES)
+        assert rep["prologue_copies"] == (stages - 1) * 2 * _copies_per_tile(block_n, D), (case, rep)
         assert rep["copies_before_length"] == rep["prologue_copies"], (case, rep)
         if rep["stack"] is not None and case.get("has_seqlens", True):  # cuobjdump at hand: the SASS's order too
             assert rep["sass_copies_before_length"] == rep["prologue_copies"], (case, rep)
         assert rep["copy_bytes"] == [16], (case, rep)
         assert rep["mma"] > 0 and rep["ldmatrix"] > 0, (case, rep)
         assert rep["gdc_triggers"] == (1 if case.get("trigger") else 0) and rep["gdc_waits"] == 0, (case, rep)
-        ring_kb = 2 * stages * 128 * D * 2 / 1024
+        ring_kb = 2 * stages * block_n * D * 2 / 1024
         assert ring_kb <= rep["smem_kb"] <= min(ring_kb + 8, 227), (case, rep)
         if rep["stack"] is not None:
             assert rep["stack"] == 0, (case, rep)
@@ -161,6 +163,10 @@ def _why(monkeypatch, **over):
     (dict(mask=Mask(1023, 0)), "a left window edge"),
     (dict(softcap=30.0), "softcap"),
     (dict(slopes=torch.ones(1, 32)), "ALiBi"),
+    (dict(block_n=64, stages=6), None),  # 192 KiB
+    (dict(stages=4), "a ring of 4 tiles of 128 keys (256 KiB"),
+    (dict(head_dim=64, stages=7), "a ring of 7 tiles of 128 keys (224 KiB"),
+    (dict(stages=1), "a ring of 1 tiles"),
 ])
 def test_which_calls_the_gluon_kernel_takes(monkeypatch, over, why):
     got = _why(monkeypatch, **over)
@@ -324,8 +330,9 @@ def test_gpu_gluon_graphs_give_the_eager_bits(gluon_split, L):
 @pytest.mark.gpu
 @on_gpu
 def test_gpu_a_forced_gluon_configuration_runs_and_matches_the_triton_kernel():
-    """``flash_decode_triton(config=DecodeConfig(..., kernel="gluon"))`` runs the Gluon kernel whatever the switch;
-    its answer is the Triton kernel's within the rounding of the two kernels' orders."""
+    """``flash_decode_triton(config=DecodeConfig(..., kernel="gluon"))`` runs the Gluon kernel whatever the switch, with
+    the configuration's ring (``block_n`` keys a tile, ``num_stages`` tiles); its answer is the Triton kernel's within
+    the rounding of the two kernels' orders; a ring larger than ``RING_MAX_BYTES`` is refused."""
     from attnlab.gpu import flash_decode_triton
 
     q = torch.randn(1, 32, 1, 128, dtype=torch.bfloat16, device=DEV)
@@ -334,11 +341,14 @@ def test_gpu_a_forced_gluon_configuration_runs_and_matches_the_triton_kernel():
     cfg = decode_config.kernel_config(128)
     decode.clear_plans()
     want = flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=16, config=cfg)
-    got = flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=16, config=replace(cfg, kernel="gluon"))
+    for gcfg in (replace(cfg, kernel="gluon"), replace(cfg, kernel="gluon", block_n=64, num_stages=5)):
+        got = flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=16, config=gcfg)
+        torch.testing.assert_close(got[0].float(), want[0].float(), atol=1e-2, rtol=0)
+        torch.testing.assert_close(got[1], want[1], atol=1e-4, rtol=0)
     assert decode_gluon._decode_split_gluon in _plans_kernels()
-    torch.testing.assert_close(got[0].float(), want[0].float(), atol=1e-2, rtol=0)
-    torch.testing.assert_close(got[1], want[1], atol=1e-4, rtol=0)
     assert isinstance(cfg, DecodeConfig)
+    with pytest.raises(ValueError, match="a ring of 4 tiles of 128 keys"):  # 256 KiB: more than a ring may take
+        flash_decode_triton(q, k, v, cache_seqlens=lens, config=replace(cfg, kernel="gluon", num_stages=4))
     decode.clear_plans()
 
 
@@ -370,7 +380,7 @@ def test_the_notes_quote_the_lengths_cost_from_the_recorded_runs():
         rows: dict = {}
         for r in run["speed"]:
             rows.setdefault((r["B"], r["H"], r["L"], r["D"]), {})[r["provider"]] = r["graph_us"]
-        for (B, H, L, D), by in rows.items():
+        for (B, _H, L, _D), by in rows.items():
             kind = "batch 8" if B > 1 else "32K" if L == 32768 else "small"
             cost.setdefault(kind, []).append(by["attnlab"] - by["attnlab-full"])
     span = {k: f"{min(v):.2f}–{max(v):.2f}" for k, v in cost.items()}

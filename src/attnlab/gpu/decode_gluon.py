@@ -53,12 +53,14 @@ except ImportError:  # pragma: no cover - depends on the installed triton
 GLUON_HEAD_DIMS = (64, 128)
 
 
-# How many K/V tiles the kernel's ring holds (its ``STAGES``; STAGES − 1 of them in flight while one is used): three,
-# as the Triton kernel's pipeliner keeps (``num_stages`` 3 of the large configuration). At 128 × 128 that is 192 KiB of
-# the H100/H200's 227 (one program per SM, as the Triton kernel's 136 KiB), at 128 × 64 96 KiB (two programs per SM
-# where the Triton kernel fits three: the split model's calibration, made on the Triton kernel, may not suit it;
-# benchmarks/decode_host.py --kernel-ab sweeps it).
+# How many K/V tiles the kernel's ring holds by default (its ``RING``, the configuration's ``num_stages``: RING − 1 of them
+# in flight while one is used): three, as the Triton kernel's pipeliner keeps (``num_stages`` 3 of the large
+# configuration). At 128 × 128 that is 192 KiB of the H100/H200's 227 (one program per SM, as the Triton kernel's
+# 136 KiB), at 128 × 64 96 KiB (two programs per SM where the Triton kernel's 70 KiB fit three: the split model's
+# calibration, made on the Triton kernel, may not suit it; benchmarks/decode_host.py --kernel-ab sweeps it). A ring
+# takes at most ``RING_MAX_BYTES``.
 RING_STAGES = 3
+RING_MAX_BYTES = 200 * 1024
 
 
 if HAVE_GLUON:
@@ -160,8 +162,10 @@ if HAVE_GLUON:
         PF_LINES: gl.constexpr = 1,
         TRIGGER: gl.constexpr = False,
         MERGE_ROWS: gl.constexpr = 1,
+        RING: gl.constexpr = 3,  # K/V tiles in the ring (the configuration's ``num_stages``): RING − 1 in flight
     ):
-        # (the Triton kernel's arguments, in its order; what this kernel does not cover is refused at build time)
+        # (the Triton kernel's arguments, in its order, and RING; what this kernel does not cover is refused at build
+        # time)
         gl.static_assert(STRIDED, "the Gluon split kernel deals tiles to splits in turn (STRIDED)")
         gl.static_assert(not PAGED, "the Gluon split kernel reads a contiguous cache")
         gl.static_assert(not (HAS_LEFT or HAS_SOFTCAP or HAS_ALIBI or DOT_F32),
@@ -169,7 +173,8 @@ if HAVE_GLUON:
         if TRIGGER:
             _gdc_launch_dependents()
         NW: gl.constexpr = gl.num_warps()
-        STAGES: gl.constexpr = 3  # ``RING_STAGES``
+        gl.static_assert(RING >= 2, "the ring holds at least two tiles")
+        STAGES: gl.constexpr = RING
         dtype: gl.constexpr = K.dtype.element_ty
         # one mma.sync layout for the scores (BLOCK_M × BLOCK_N) and the output (BLOCK_M × BLOCK_D): the warps
         # side by side along the columns, so a row's m and l are one vector for both
@@ -299,13 +304,14 @@ MAX_ROWS = 32  # G·Nq query rows per program (64 rows spill at D = 128: ``compi
 
 
 def gluon_unsupported(*, device, dtype, head_dim: int, rows: int, paged: bool, k_strides: tuple, v_strides: tuple,
-                      k_ptr: int, v_ptr: int, mask, softcap, slopes, strided: bool) -> str | None:
+                      k_ptr: int, v_ptr: int, mask, softcap, slopes, strided: bool, block_n: int = 128,
+                      stages: int = RING_STAGES) -> str | None:
     """Why a decode call cannot take the Gluon split kernel, or None if it can: a CUDA GPU of compute
     capability 8.0 or newer outside the interpreter, a triton with Gluon, float16/bfloat16 at D = 64 or 128,
     at most ``MAX_ROWS`` query rows per K/V head (``rows``: G·Nq), a contiguous cache whose rows are whole
     16-byte copies the compiler can prove aligned (unit stride along D, the other strides multiples of 16
-    elements, both base addresses of 16 bytes), tiles dealt in turn (strided), and no left window edge,
-    softcap or ALiBi."""
+    elements, both base addresses of 16 bytes), tiles dealt in turn (strided), no left window edge, softcap or
+    ALiBi, and a ring of ``stages`` tiles of ``block_n`` keys (the configuration's) of 2 to ``RING_MAX_BYTES``."""
     from .._runtime import interpret_mode
 
     if not HAVE_GLUON:
@@ -331,6 +337,9 @@ def gluon_unsupported(*, device, dtype, head_dim: int, rows: int, paged: bool, k
         return "a cache whose rows are not whole 16-byte units"
     if mask.left >= 0 or softcap is not None or slopes is not None:
         return "a left window edge, softcap or ALiBi"
+    ring = 2 * stages * block_n * head_dim * torch.empty((), dtype=dtype).element_size()
+    if stages < 2 or ring > RING_MAX_BYTES:
+        return f"a ring of {stages} tiles of {block_n} keys ({ring // 1024} KiB; 2 tiles to {RING_MAX_BYTES // 1024} KiB)"
     return None
 
 
@@ -344,11 +353,12 @@ _SPLIT_CONSTS = ("D", "NQ", "G", "PAGE_SIZE", "BLOCK_M", "BLOCK_N", "BLOCK_D", "
 def compile_sm90(head_dim: int, *, group_rows: int = 4, queries: int = 1, merge: int = 2, splits: int = 16,
                  has_seqlens: bool = True, causal: bool = True, dtype: torch.dtype = torch.bfloat16,
                  block_n: int = 128, num_warps: int = 4, merge_rows: int = 4, evict: str = "",
-                 trigger: bool = False, kernel: str = "split", pdl: bool = False):
+                 trigger: bool = False, kernel: str = "split", pdl: bool = False, stages: int = RING_STAGES):
     """Build the Gluon split kernel (``kernel="split"``) or merge kernel (``"merge"``) for Hopper (sm_90) on any
     machine, GPU or not (Triton's own ptxas), as a decode plan would launch it for a contiguous cache with unit
     stride along D and 16-byte strides: ``group_rows`` query heads per K/V head, ``queries`` per sequence,
-    ``merge`` (0: one split, 1: partials, 2: the group's last program merges) over ``splits``. The compiled
+    ``merge`` (0: one split, 1: partials, 2: the group's last program merges) over ``splits``, a ring of
+    ``stages`` tiles of ``block_n`` keys. The compiled
     kernel's ``asm`` holds the PTX and cubin, its ``metadata`` the shared memory."""
     if not HAVE_GLUON:
         raise RuntimeError("this triton has no Gluon (triton >= 3.5 needed)")
@@ -369,8 +379,8 @@ def compile_sm90(head_dim: int, *, group_rows: int = 4, queries: int = 1, merge:
                      BLOCK_M=max(16, triton.next_power_of_2(group_rows * queries)), BLOCK_N=block_n, BLOCK_D=block_d,
                      PAGED=False, HAS_LEFT=False, HAS_RIGHT=causal, HAS_SOFTCAP=False, HAS_ALIBI=False, MERGE=merge,
                      DOT_F32=False, EVICT=evict, HAS_SEQLENS=has_seqlens, BLOCK_S=block_s, STRIDED=True, PREFETCH=0,
-                     PF_LINES=1, TRIGGER=trigger, MERGE_ROWS=merge_rows, stride_qd=1, stride_kd=1, stride_vd=1,
-                     stride_od=1)
+                     PF_LINES=1, TRIGGER=trigger, MERGE_ROWS=merge_rows, RING=stages, stride_qd=1, stride_kd=1,
+                     stride_vd=1, stride_od=1)
         ptrs = dict(Q=f"*{name}", K=f"*{name}", V=f"*{name}", SEQLENS="*i32", BLOCK_TABLE="*i32", O_PART="*fp32",
                     LSE_PART="*fp32", OUT=f"*{name}", LSE="*fp32", COUNTERS="*i32", SLOPES="*fp32")
     else:
@@ -433,12 +443,18 @@ def _sass(kernel) -> str | None:
 
 
 def sass_copies_before_length(sass: str) -> int | None:
-    """``LDGSTS`` instructions (asynchronous copies) before the first 32-bit global load (``LDG.E`` with no width: the
-    length; Q's loads are 16-bit or 128-bit) in a split kernel's SASS, the order the GPU issues them in; None without
-    such a load (a build without lengths)."""
-    ins = [ln for ln in sass.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", ln)]
-    first = next((i for i, ln in enumerate(ins) if re.search(r"\bLDG\.E\s", ln)), None)
-    return None if first is None else sum("LDGSTS" in ln for ln in ins[:first])
+    """``LDGSTS`` instructions (asynchronous copies) issued before the first instruction that reads the sequence's
+    length in a split kernel's SASS, the order the GPU issues them in: the length is what the first 32-bit global load
+    (``LDG.E`` with no width; Q's loads are 16-bit or 128-bit) writes, and its first reader is the first instruction
+    after that load to name the register (ptxas may hoist the load itself among the copies: only a reader waits for
+    it). None without such a load (a build without lengths)."""
+    ins = [ln.split("*/", 1)[1].split(";")[0].strip() for ln in sass.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", ln)]
+    load = next((i for i, ln in enumerate(ins) if re.match(r"(@!?U?P\w+\s+)?LDG\.E\s", ln)), None)
+    if load is None:
+        return None
+    reg = re.match(r"(?:@!?U?P\w+\s+)?LDG\.E\s+(R\d+)", ins[load]).group(1)
+    reader = next((i for i in range(load + 1, len(ins)) if re.search(rf"\b{reg}\b", ins[i])), len(ins))
+    return sum(ln.lstrip("@!UP0123456789T ").startswith("LDGSTS") or " LDGSTS" in ln for ln in ins[:reader])
 
 
 def decode_report(kernel) -> dict:
@@ -468,5 +484,5 @@ def sm90_report(head_dim: int, *, dtype: torch.dtype = torch.bfloat16, **kw) -> 
     return decode_report(compile_sm90(head_dim, dtype=dtype, **kw))
 
 
-__all__ = ["GLUON_HEAD_DIMS", "HAVE_GLUON", "MAX_ROWS", "compile_sm90", "copies_before_length", "decode_report", "gluon_unsupported", "sass_copies_before_length",
+__all__ = ["GLUON_HEAD_DIMS", "HAVE_GLUON", "MAX_ROWS", "RING_MAX_BYTES", "compile_sm90", "copies_before_length", "decode_report", "gluon_unsupported", "sass_copies_before_length",
            "RING_STAGES", "sm90_report"]

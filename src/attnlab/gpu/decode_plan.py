@@ -345,6 +345,7 @@ class DecodePlan:
         order = SPLIT_ORDER if SPLIT_ORDER is not None else self.cfg.order
         why = decode_gluon.gluon_unsupported(
             device=q.device, dtype=q.dtype, head_dim=dims.D, rows=(dims.H // dims.Hkv) * dims.Nq, paged=paged,
+            block_n=self.cfg.block_n, stages=self.cfg.num_stages,
             k_strides=k_cache.stride(), v_strides=v_cache.stride(), k_ptr=k_cache.data_ptr(),
             v_ptr=v_cache.data_ptr(), mask=mask, softcap=softcap, slopes=slopes, strided=order == "strided")
         if why is None:
@@ -438,6 +439,8 @@ class DecodePlan:
         self.tail = [*self.q_args, *k_strides, *v_strides, *self.mid_args, capacity, dims.num_pages or 1, S,
                      *self.const_args, self.merge, *self.end_args, triton.next_power_of_2(S), *layout,
                      trigger, self.rows]  # BLOCK_S, STRIDED, PREFETCH, PF_LINES, TRIGGER, MERGE_ROWS
+        if cfg.kernel == "gluon":
+            self.tail.append(cfg.num_stages)  # RING: the Gluon kernel's ring of K/V tiles
         self.merge_at = len(self.q_args) + 8 + len(self.mid_args) + 3 + len(self.const_args)  # where MERGE sits
         assert self.split_fn.arg_names[11 + self.merge_at] == "MERGE"
         assert len(self.tail) + 11 == len(self.split_fn.arg_names)
