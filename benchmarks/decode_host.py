@@ -790,14 +790,17 @@ def kernel_ab_rows(calls: int, rounds: int = 3, sweep_counts=KERNEL_SWEEP) -> li
     return rows
 
 
-def kernel_ab_markdown(rows: list[dict]) -> list[str]:
+def kernel_ab_markdown(rows: list[dict], gpu=None) -> list[str]:
     """The two split kernels' µs by round, their medians against cuDNN's (cuDNN µs / arm µs: above 1 is faster than
-    cuDNN), warm and L2-cold; then the Gluon kernel's split sweep (* the model's pick)."""
+    cuDNN), warm and L2-cold, and with a GPU preset ``gpu`` the shape's roofline and the share of it each arm's median
+    L2-cold graph reaches; then the Gluon kernel's split sweep (* the model's pick)."""
     groups: dict = {}
     for r in rows:
         groups.setdefault((r["B"], r["H"], r["Hkv"], r["L"], r["D"]), {}).setdefault(r["arm"], []).append(r)
+    roof = gpu is not None
     lines = ["| B | H/Hkv | L | D | arm | kernel, splits | eager µs (by round) | graph µs (by round) | × cuDNN | "
-             "L2-cold graph µs | × cuDNN | max err |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "L2-cold graph µs | × cuDNN | max err |" + (" roofline µs | L2-cold % |" if roof else ""),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if roof else "")]
 
     def med(rs, key):
         xs = [r[key] for r in rs if key in r]
@@ -822,10 +825,15 @@ def kernel_ab_markdown(rows: list[dict]) -> list[str]:
             ran = sorted({f"{r['kernel']}, {r['splits']}" for r in rs if "kernel" in r}) or ["—"]
             err = max((r["max_err"] for r in rs if "max_err" in r), default=None)
             mine = arm != "sdpa-cudnn"
-            lines.append(f"| {B} | {H}/{Hkv} | {L} | {D} | {arm} | {'; '.join(ran)} | {_rounds(rs, 'eager_us')} | "
-                         f"{_rounds(rs, 'graph_us')} | {times(c, med(rs, 'graph_us')) if mine else '—'} | "
-                         f"{_rounds(rs, 'graph_cold_us')} | {times(c_cold, med(rs, 'graph_cold_us')) if mine else '—'} | "
-                         f"{f'{err:.1e}' if err is not None else '—'} |")
+            line = (f"| {B} | {H}/{Hkv} | {L} | {D} | {arm} | {'; '.join(ran)} | {_rounds(rs, 'eager_us')} | "
+                    f"{_rounds(rs, 'graph_us')} | {times(c, med(rs, 'graph_us')) if mine else '—'} | "
+                    f"{_rounds(rs, 'graph_cold_us')} | {times(c_cold, med(rs, 'graph_cold_us')) if mine else '—'} | "
+                    f"{f'{err:.1e}' if err is not None else '—'} |")
+            if roof:
+                us = decode_roofline_ms(batch=B, heads=H, kv_heads=Hkv, seq=L, head_dim=D, gpu=gpu) * 1e3
+                cold = med(rs, "graph_cold_us")
+                line += f" {us:.1f} | {percent(us / cold if cold else None)} |"
+            lines.append(line)
     if sweeps:
         lines += ["", "The Gluon kernel's CUDA-graph µs by split count, L2-warm / L2-cold (* the split model's pick), for each "
                       "ring (keys a tile × tiles):", "",
@@ -1156,7 +1164,7 @@ def markdown(result: dict) -> str:
     if result.get("kernel_ab"):
         lines += ["", "The Triton split kernel and the Gluon one (each split's first tiles copied before the length "
                       "arrives), the lengths passed; arms in turns, cuDNN in every round:", ""]
-        lines += kernel_ab_markdown(result["kernel_ab"])
+        lines += kernel_ab_markdown(result["kernel_ab"], gpu)
     if result.get("order_ab"):
         lines += ["", "Tiles dealt to splits in one run each (chunks) or in turn (strided), and strided with each split's "
                       "first tiles prefetched into L2 before the length arrives; CUDA graphs, arms in turns:", ""]

@@ -343,6 +343,11 @@ def test_the_kernel_ab_table_puts_each_arm_against_cudnn_and_lists_the_gluon_swe
     assert f"| {c / 36.2:.3f} |" in triton
     assert "| 1 | 32/8 | 32768 | 128 | 128 × 3 | 8: 42.0 / 43.0, 16*: 41.0 / 42.0, 32: 39.0 / 40.0 |" in lines
     assert "| 1 | 32/8 | 32768 | 128 | 64 × 5 | 8: 44.0 / 45.0, 16*: 43.0 / 44.0, 32: 41.0 / 42.0 |" in lines
+    # with a preset: the shape's roofline and the share of it each arm's median L2-cold graph reaches
+    gpu = host.preset_for("NVIDIA H200")
+    roof = host.decode_roofline_ms(batch=1, heads=32, kv_heads=8, seq=32768, head_dim=128, gpu=gpu) * 1e3
+    (gluon,) = [ln for ln in host.kernel_ab_markdown(_kernel_rows(), gpu) if "| gluon |" in ln]
+    assert gluon.endswith(f"| 3.0e-03 | {roof:.1f} | {100 * roof / g_cold:.0f}% |")
     # and in the run's whole report
     result = _result(cold=False) | {"kernel_ab": _kernel_rows()}
     assert "The Triton split kernel and the Gluon one" in host.markdown(result)
