@@ -776,12 +776,17 @@ def kernel_ab_rows(calls: int, rounds: int = 3, sweep_counts=KERNEL_SWEEP) -> li
             for block_n, ring in KERNEL_RINGS.get(D, ()) if B == 1 else ():
                 cfg = replace(decode.decode_configs(D)["large"], kernel="gluon", block_n=block_n, num_stages=ring)
                 picked = decode.choose_num_splits(batch=B, kv_heads=Hkv, seq=L, head_dim=D, device=q.device, config=cfg)
+                sweep = base | {"arm": "gluon-sweep", "block_n": block_n, "ring": ring, "copies": len(sets)}
                 for S in sorted({*sweep_counts, picked}):
                     fns = [lambda q=q, k=k, v=v, lens=lens, S=S, cfg=cfg: decode.flash_decode_triton(
                         q, k, v, cache_seqlens=lens, num_splits=S, config=cfg) for q, k, v, lens in sets]
-                    rows.append(base | {"arm": "gluon-sweep", "block_n": block_n, "ring": ring, "splits": S,
-                                        "picked": S == picked, "copies": len(sets), "graph_us": graph_us(fns[0], calls=50),
-                                        "graph_cold_us": graph_us(fns, calls=50)})
+                    try:
+                        fns[0]()
+                    except ValueError as e:  # a ring or a device the Gluon kernel does not take: data, not a crash
+                        rows.append(sweep | {"error": str(e)})
+                        break
+                    rows.append(sweep | {"splits": S, "picked": S == picked, "graph_us": graph_us(fns[0], calls=50),
+                                         "graph_cold_us": graph_us(fns, calls=50)})
             sets = mine = peer = None
             torch.cuda.empty_cache()
     finally:
@@ -819,7 +824,8 @@ def kernel_ab_markdown(rows: list[dict], gpu=None) -> list[str]:
                     rings.setdefault((r["block_n"], r["ring"]), []).append(r)
                 for (block_n, ring), rr in rings.items():
                     cells = ", ".join(f"{r['splits']}{'*' if r['picked'] else ''}: {r['graph_us']:.1f} / "
-                                      f"{r['graph_cold_us']:.1f}" for r in rr)
+                                      f"{r['graph_cold_us']:.1f}" if "error" not in r else f"refused: {r['error']}"
+                                      for r in rr)
                     sweeps.append(f"| {B} | {H}/{Hkv} | {L} | {D} | {block_n} × {ring} | {cells} |")
                 continue
             ran = sorted({f"{r['kernel']}, {r['splits']}" for r in rs if "kernel" in r}) or ["—"]

@@ -351,3 +351,53 @@ def test_the_kernel_ab_table_puts_each_arm_against_cudnn_and_lists_the_gluon_swe
     # and in the run's whole report
     result = _result(cold=False) | {"kernel_ab": _kernel_rows()}
     assert "The Triton split kernel and the Gluon one" in host.markdown(result)
+
+
+def test_kernel_ab_rows_run_end_to_end_on_the_interpreter(monkeypatch):
+    """``kernel_ab_rows``' own work on the Triton interpreter, its timers replaced by one call of each callable: the
+    arms in turns, each arm's plan and its kernel recorded (the Gluon arm's plan runs the Triton kernel here, and says
+    so), cuDNN's place every round taken by SDPA, the sweep's refusal recorded as data (the interpreter is no GPU), and
+    the switch as it was after the run."""
+    pytest.importorskip("triton")
+    import types
+
+    import torch
+    import torch.nn.functional as F
+
+    from attnlab.gpu import decode_config, flash_decode_triton
+
+    shape = (1, 8, 2, 96, 64)
+
+    def inputs(shape, seed):
+        B, H, Hkv, L, D = shape
+        g = torch.Generator().manual_seed(seed)
+        return (torch.randn(B, H, 1, D, generator=g).half(), torch.randn(B, Hkv, L, D, generator=g).half(),
+                torch.randn(B, Hkv, L, D, generator=g).half(), torch.full((B,), L, dtype=torch.int32))
+
+    made = []
+
+    def timer(fn, calls):
+        for f in fn if isinstance(fn, list) else [fn]:
+            made.append(f())
+        return 10.0
+
+    monkeypatch.setattr(host, "SHAPES", [shape])
+    monkeypatch.setattr(host, "cache_copies", lambda s: [inputs(s, 0), inputs(s, 1)])
+    monkeypatch.setattr(host, "attnlab", types.SimpleNamespace(flash_decode=flash_decode_triton))
+    monkeypatch.setattr(host, "eager_us", timer)
+    monkeypatch.setattr(host, "graph_us", timer)
+    monkeypatch.setattr(host, "sdpa_call", lambda q, k, v, backend: lambda: F.scaled_dot_product_attention(
+        q, k, v, enable_gqa=True))
+    monkeypatch.setattr(host, "KERNEL_RINGS", {64: ((16, 3),)})
+    rows = host.kernel_ab_rows(100, rounds=2, sweep_counts=(2, 4))
+    arms = [(r["arm"], r.get("round")) for r in rows]
+    assert arms == [("triton", 0), ("gluon", 0), ("sdpa-cudnn", 0), ("gluon", 1), ("triton", 1), ("sdpa-cudnn", 1),
+                    ("gluon-sweep", None)]
+    for r in rows[:6]:
+        assert r["graph_us"] == r["graph_cold_us"] == 10.0 and r["copies"] == 2
+        if r["arm"] != "sdpa-cudnn":
+            assert r["kernel"] == "triton" and r["splits"] >= 1 and r["max_err"] < 2e-2
+    assert "a device other than a CUDA GPU" in rows[-1]["error"]
+    assert decode_config.GLUON_SPLIT is False and len(made) > 10
+    text = "\n".join(host.kernel_ab_markdown(rows))
+    assert "| 1 | 8/2 | 96 | 64 | 16 × 3 | refused: " in text
