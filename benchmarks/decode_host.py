@@ -544,6 +544,63 @@ def trigger_ab_rows(calls: int, rounds: int = 3) -> list[dict]:
     return rows
 
 
+SPLIT_PDL_ARMS = (False, True, "trigger")  # decode_plan.SPLIT_PDL
+
+
+def split_pdl_ab_rows(calls: int, rounds: int = 3, arms=SPLIT_PDL_ARMS) -> list[dict]:
+    """Eager µs of the library's default call with the lengths on every shape with the split kernel's eager launch
+    plain and as a programmatic dependent launch (``decode_plan.SPLIT_PDL``: waiting first, and also letting the next
+    launch start early), in turns (reversed every other round) in ``rounds`` rounds in one process, each beside the
+    host's own time per call in the same loop (``loop_host_us``) and, once per shape, the CUDA graph's time (graphs
+    never take it): does the eager call's time over its graph's come from the gap between kernels?"""
+    from attnlab.gpu import decode, decode_plan
+
+    saved = decode_plan.SPLIT_PDL
+    rows = []
+    try:
+        for shape in SHAPES:
+            B, H, Hkv, L, D = shape
+            q, k, v, lens = inputs(shape)
+
+            def fn(q=q, k=k, v=v, lens=lens):
+                return attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+
+            decode_plan.SPLIT_PDL = False
+            decode.clear_plans()
+            graph = graph_us(fn, calls=50)
+            for rnd in range(rounds):
+                for arm in turns(arms, rnd):
+                    decode_plan.SPLIT_PDL = arm
+                    decode.clear_plans()
+                    fn()
+                    plan = next(iter(decode_plan._PLANS.values()))
+                    rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "arm": str(arm), "round": rnd,
+                                 "pdl": plan.fused and getattr(plan, "eager_split", None) is not None,
+                                 "eager_us": eager_us(fn, calls=max(10, calls // 10)),
+                                 "loop_host_us": host_us(fn, calls=max(10, calls // 10), median=True), "graph_us": graph})
+    finally:
+        decode_plan.SPLIT_PDL = saved
+        decode.clear_plans()
+    return rows
+
+
+def split_pdl_ab_markdown(rows: list[dict]) -> list[str]:
+    """Each arm's eager µs by round, its median over the CUDA graph's time, and the host's median time per call."""
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r["B"], r["H"], r["Hkv"], r["L"], r["D"]), {}).setdefault(r["arm"], []).append(r)
+    lines = ["| B | H/Hkv | L | D | SPLIT_PDL | eager µs (by round) | graph µs | eager/graph | host µs/call |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for (B, H, Hkv, L, D), arms in groups.items():
+        for arm, rs in arms.items():
+            eager = statistics.median(r["eager_us"] for r in rs)
+            graph = rs[0]["graph_us"]
+            note = "" if arm == "False" or all(r["pdl"] for r in rs) else " (not taken)"
+            lines.append(f"| {B} | {H}/{Hkv} | {L} | {D} | {arm}{note} | {_rounds(rs, 'eager_us')} | {graph:.1f} | "
+                         f"{eager / graph:.3f} | {statistics.median(r['loop_host_us'] for r in rs):.1f} |")
+    return lines
+
+
 def _trace(fn, calls: int) -> dict:
     """torch.profiler's CUDA trace (kernels and the runtime/driver calls that launched them) of ``calls`` calls of
     ``fn``, as its chrome-trace JSON."""
@@ -1167,6 +1224,10 @@ def markdown(result: dict) -> str:
             note = "" if any(r["in_kernel"] for r in rs) else " (no trigger built)"
             lines.append(f"| {B} | {H}/{Hkv} | {L} | {D}{note} | {cell(True, 'eager_us')} | {cell(False, 'eager_us')} | "
                          f"{cell(True, 'graph_us')} | {cell(False, 'graph_us')} |")
+    if result.get("split_pdl_ab"):
+        lines += ["", "Eager calls with the split kernel launched plainly or as a programmatic dependent launch (waiting "
+                      "first; \"trigger\": also letting the next launch start early), arms in turns:", ""]
+        lines += split_pdl_ab_markdown(result["split_pdl_ab"])
     if result.get("kernel_ab"):
         lines += ["", "The Triton split kernel and the Gluon one (each split's first tiles copied before the length "
                       "arrives), the lengths passed; arms in turns, cuDNN in every round:", ""]
@@ -1232,6 +1293,9 @@ def main(argv=None) -> int:
                     help="also time the Triton split kernel against the Gluon one (decode_config.GLUON_SPLIT) eagerly "
                          "and under CUDA graphs, in turns, with cuDNN in every round, and sweep the Gluon kernel's split "
                          "counts on the batch-1 shapes")
+    ap.add_argument("--split-pdl-ab", action="store_true",
+                    help="also time eager calls with the split kernel launched plainly and as a programmatic dependent "
+                         "launch (decode_plan.SPLIT_PDL), in turns")
     ap.add_argument("--gluon-split", action="store_true",
                     help="run with the Gluon split kernel by default (decode_config.GLUON_SPLIT) for contiguous caches")
     ap.add_argument("--merge-ab", action="store_true",
@@ -1316,6 +1380,8 @@ def main(argv=None) -> int:
         result["eager_ab"] = eager_ab_rows(args.calls)
     if args.kernel_ab:
         result["kernel_ab"] = kernel_ab_rows(args.calls)
+    if args.split_pdl_ab:
+        result["split_pdl_ab"] = split_pdl_ab_rows(args.calls)
     if args.order_ab:
         result["order_ab"] = order_ab_rows()
     if args.merge_ab:

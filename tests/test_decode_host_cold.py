@@ -401,3 +401,39 @@ def test_kernel_ab_rows_run_end_to_end_on_the_interpreter(monkeypatch):
     assert decode_config.GLUON_SPLIT is False and len(made) > 10
     text = "\n".join(host.kernel_ab_markdown(rows))
     assert "| 1 | 8/2 | 96 | 64 | 16 × 3 | refused: " in text
+
+
+def test_split_pdl_ab_rows_run_end_to_end_on_the_interpreter(monkeypatch):
+    """``split_pdl_ab_rows`` on the Triton interpreter, its timers replaced: the arms in turns, the switch set for each
+    and restored, and no dependent launch taken (the interpreter is no Hopper GPU: its table says "not taken")."""
+    pytest.importorskip("triton")
+    import types
+
+    import torch
+
+    from attnlab.gpu import decode_plan, flash_decode_triton
+
+    shape = (1, 8, 2, 200, 64)
+    g = torch.Generator().manual_seed(0)
+    ins = (torch.randn(1, 8, 1, 64, generator=g).half(), torch.randn(1, 2, 200, 64, generator=g).half(),
+           torch.randn(1, 2, 200, 64, generator=g).half(), torch.full((1,), 200, dtype=torch.int32))
+    seen = []
+
+    def timer(fn, calls, median=False):
+        seen.append(decode_plan.SPLIT_PDL)
+        fn()
+        return 12.0 if decode_plan.SPLIT_PDL is False else 10.0
+
+    monkeypatch.setattr(host, "SHAPES", [shape])
+    monkeypatch.setattr(host, "inputs", lambda s: ins)
+    monkeypatch.setattr(host, "attnlab", types.SimpleNamespace(flash_decode=flash_decode_triton))
+    for name in ("eager_us", "graph_us", "host_us"):
+        monkeypatch.setattr(host, name, timer)
+    rows = host.split_pdl_ab_rows(100, rounds=2)
+    assert [(r["arm"], r["round"]) for r in rows] == [("False", 0), ("True", 0), ("trigger", 0),
+                                                      ("trigger", 1), ("True", 1), ("False", 1)]
+    assert not any(r["pdl"] for r in rows) and decode_plan.SPLIT_PDL is False
+    assert {True, "trigger", False} <= set(seen)
+    lines = host.split_pdl_ab_markdown(rows)
+    assert "| 1 | 8/2 | 200 | 64 | True (not taken) | 10.00 / 10.00 | 12.0 | 0.833 | 10.0 |" in lines
+    assert "| 1 | 8/2 | 200 | 64 | False | 12.00 / 12.00 | 12.0 | 1.000 | 12.0 |" in lines

@@ -47,7 +47,7 @@ BUILDS = [  # keyword arguments of compile_sm90 besides D and dtype
     dict(merge=0, has_seqlens=False),  # one split, no lengths: the answer stored directly
     dict(merge=1, group_rows=7, queries=3, causal=False),  # 21 rows (BLOCK_M 32), partials for the merge kernel
     dict(group_rows=8, queries=4),  # 32 rows, the most the Gluon kernel takes
-    dict(group_rows=1, evict="evict_first", trigger=True),  # MHA, the loads' cache policy, the early PDL trigger
+    dict(group_rows=1, evict="evict_first", trigger=True, wait=True),  # MHA, the loads' cache policy, a dependent launch
     dict(block_n=64, stages=5),  # another ring: smaller tiles, more of them
     dict(stages=2),  # the shortest ring: one tile in flight
 ]
@@ -70,7 +70,8 @@ def test_builds_for_sm90_with_the_first_tiles_on_their_way_before_the_length():
             assert rep["sass_copies_before_length"] == rep["prologue_copies"], (case, rep)
         assert rep["copy_bytes"] == [16], (case, rep)
         assert rep["mma"] > 0 and rep["ldmatrix"] > 0, (case, rep)
-        assert rep["gdc_triggers"] == (1 if case.get("trigger") else 0) and rep["gdc_waits"] == 0, (case, rep)
+        assert rep["gdc_triggers"] == (1 if case.get("trigger") else 0), (case, rep)
+        assert rep["gdc_waits"] == (1 if case.get("wait") else 0), (case, rep)
         ring_kb = 2 * stages * block_n * D * 2 / 1024
         assert ring_kb <= rep["smem_kb"] <= min(ring_kb + 8, 227), (case, rep)
         if rep["stack"] is not None:
@@ -350,6 +351,24 @@ def test_gpu_a_forced_gluon_configuration_runs_and_matches_the_triton_kernel():
     with pytest.raises(ValueError, match="a ring of 4 tiles of 128 keys"):  # 256 KiB: more than a ring may take
         flash_decode_triton(q, k, v, cache_seqlens=lens, config=replace(cfg, kernel="gluon", num_stages=4))
     decode.clear_plans()
+
+
+def test_the_triton_split_kernel_builds_with_the_dependent_launch_wait_and_its_shared_memory():
+    """The Triton split kernel's sm_90 builds (the large configuration): with WAIT one ``griddepcontrol.wait``, with
+    TRIGGER one ``launch_dependents``, none otherwise; its shared memory, which NOTES-decode v26 sets beside the Gluon
+    ring's (136 KiB at D = 128: one program per SM; at D = 64 three fit the 227 KiB)."""
+    from tests.helpers import notes_section
+
+    cases = [dict(D=D, dtype="bfloat16") for D in (64, 128)] + [dict(D=128, dtype="bfloat16", wait=True),
+                                                                   dict(D=64, dtype="bfloat16", wait=True, trigger=True)]
+    reps = sm90_reports("decode_kernels", [dict(c) for c in cases])
+    for case, rep in zip(cases, reps):
+        assert rep["gdc_waits"] == int(case.get("wait", False)) and rep["gdc_triggers"] == int(case.get("trigger", False))
+    kb64, kb128 = reps[0]["smem_kb"], reps[1]["smem_kb"]
+    assert 227 // kb64 == 3 and 227 // kb128 == 1
+    text = notes_section("NOTES-decode.md", "## v26")
+    words = {1: "one", 2: "two", 3: "three", 4: "four"}
+    assert f"as the Triton kernel's {kb128:.0f} KiB" in text and f"where the Triton kernel fits {words[227 // kb64]}" in text
 
 
 def test_the_notes_quote_the_builds_copy_counts_and_ring_sizes():

@@ -526,6 +526,93 @@ def test_eager_calls_take_the_dependent_merge_launch_after_the_first_call(monkey
     decode.clear_plans()
 
 
+def test_split_pdl_needs_a_hopper_gpu_and_a_known_mode(monkeypatch):
+    """``split_pdl``: ``SPLIT_PDL`` (off by default) on a CUDA GPU of compute capability 9.0 or newer outside the
+    interpreter, else False; a mode it does not know is refused."""
+    from attnlab.gpu import config, decode_plan
+
+    assert decode_plan.SPLIT_PDL is False
+    for mode in (True, "trigger"):
+        monkeypatch.setattr(decode_plan, "SPLIT_PDL", mode)
+        assert decode_plan.split_pdl(torch.device("cpu")) is False
+    monkeypatch.setattr(decode_plan, "interpret_mode", lambda: False)
+    for capability, want in (((9, 0), "trigger"), ((10, 0), "trigger"), ((8, 0), False)):
+        monkeypatch.setattr(config, "device_capability", lambda device, c=capability: c)
+        assert decode_plan.split_pdl(torch.device("cuda", 0)) == want
+    monkeypatch.setattr(decode_plan, "SPLIT_PDL", "yes")
+    with pytest.raises(ValueError, match="SPLIT_PDL must be False, True or 'trigger'"):
+        decode_plan.split_pdl(torch.device("cuda", 0))
+
+
+def test_eager_fused_calls_take_the_dependent_split_launch_that_waits_first(monkeypatch):
+    """With ``split_pdl`` on (pretended here), a fused plan's eager calls take a build of their own: the split kernel
+    with WAIT (and with "trigger" TRIGGER) set and Triton's ``launch_pdl`` option, its other arguments the fused
+    build's; graphs keep the fused build. The interpreter runs no ``griddepcontrol``, so the plain fused build stands in
+    for it, counted: every eager call after the first takes it, with the bits of a plan without it. Off, a plan has no
+    such build."""
+    from attnlab.gpu import decode_plan
+
+    q, k, v = _cache(L=600)
+    lens = torch.tensor([600, 9], dtype=torch.int32, device=DEV)
+    monkeypatch.setattr(decode_plan, "eager_fused", lambda nbytes, device: True)
+    decode.clear_plans()
+    decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=4)  # the pair
+    want = decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=4)  # the fused build, eager
+    (plan,) = decode_plan._PLANS.values()
+    assert plan.fused and plan.eager_split is None
+    monkeypatch.setattr(decode_plan, "split_pdl", lambda device: "trigger")
+    decode.clear_plans()
+    decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=4)
+    (plan,) = decode_plan._PLANS.values()
+    wait, trigger = decode_plan.tail_index("WAIT"), decode_plan.tail_index("TRIGGER")
+    assert plan.eager_split is not plan.fused_split and plan.eager_split.options.get("launch_pdl") is True
+    assert plan.eager_tail[wait] is True and plan.eager_tail[trigger] is True
+    assert plan.fused_tail[wait] is False and plan.tail[wait] is False and plan.fused_tail[trigger] is False
+    rest = [i for i in range(len(plan.fused_tail)) if i not in (wait, trigger)]
+    assert [plan.eager_tail[i] for i in rest] == [plan.fused_tail[i] for i in rest]
+    plan.eager_split, plan.eager_tail = _Counted(plan.fused_split), plan.fused_tail
+    outs = [decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=4) for _ in range(3)]
+    assert plan.eager_split.calls == 3
+    for got in outs:
+        _same(got, want)
+    decode.clear_plans()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", [True, "trigger"])
+def test_gpu_dependent_split_launches_wait_for_the_query_written_before_them(monkeypatch, mode):
+    """On a Hopper GPU, eager calls launched as programmatic dependent launches, each on a query that a torch kernel
+    queued just before it writes: every call gives what a plain launch gives on that query, to the bit, the shape
+    reading its cache for 20 µs and more (32/8 heads over 32K keys, D = 64) and a small one."""
+    from attnlab.gpu import decode_plan
+
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("programmatic dependent launches need compute capability 9.0")
+    for B_, H_, Hkv_, L_, D_ in ((1, 32, 8, 32768, 64), (2, 8, 2, 600, 128)):
+        base = torch.randn(B_, H_, 1, D_, dtype=torch.bfloat16, device=DEV)
+        k, v = (torch.randn(B_, Hkv_, L_, D_, dtype=torch.bfloat16, device=DEV) for _ in range(2))
+        lens = torch.full((B_,), L_ - 3, dtype=torch.int32, device=DEV)
+        scales = [0.5 + 0.1 * i for i in range(8)]
+        decode.clear_plans()
+        want = []
+        for s_ in scales:
+            want.append(decode.flash_decode_triton(base * s_, k, v, cache_seqlens=lens))
+        monkeypatch.setattr(decode_plan, "SPLIT_PDL", mode)
+        decode.clear_plans()
+        q = torch.empty_like(base)
+        got = []
+        for s_ in scales:
+            torch.mul(base, s_, out=q)  # the kernel before the call writes its query
+            out, lse = decode.flash_decode_triton(q, k, v, cache_seqlens=lens)
+            got.append((out.clone(), lse.clone()))
+        (plan,) = decode_plan._PLANS.values()
+        assert plan.fused and plan.eager_split is not None
+        for g, w in zip(got, want):
+            _same(g, w)
+        monkeypatch.setattr(decode_plan, "SPLIT_PDL", False)
+    decode.clear_plans()
+
+
 def test_eager_fused_takes_small_reads_on_cuda_only(monkeypatch):
     """``eager_fused``: the K/V bytes at the preset's bandwidth against ``EAGER_FUSED_BELOW_US`` (every read by
     default); never off CUDA or in the interpreter, and never with the threshold at 0."""

@@ -162,6 +162,7 @@ if HAVE_GLUON:
         PF_LINES: gl.constexpr = 1,
         TRIGGER: gl.constexpr = False,
         MERGE_ROWS: gl.constexpr = 1,
+        WAIT: gl.constexpr = False,
         RING: gl.constexpr = 3,  # K/V tiles in the ring (the configuration's ``num_stages``): RING − 1 in flight
     ):
         # (the Triton kernel's arguments, in its order, and RING; what this kernel does not cover is refused at build
@@ -170,6 +171,8 @@ if HAVE_GLUON:
         gl.static_assert(not PAGED, "the Gluon split kernel reads a contiguous cache")
         gl.static_assert(not (HAS_LEFT or HAS_SOFTCAP or HAS_ALIBI or DOT_F32),
                          "the Gluon split kernel has no left window edge, softcap, ALiBi or float32 products")
+        if WAIT:  # a programmatic dependent launch: the kernels before it first (the cache may be their output, so
+            _gdc_wait()  # the first tiles' copies too wait)
         if TRIGGER:
             _gdc_launch_dependents()
         NW: gl.constexpr = gl.num_warps()
@@ -353,7 +356,8 @@ _SPLIT_CONSTS = ("D", "NQ", "G", "PAGE_SIZE", "BLOCK_M", "BLOCK_N", "BLOCK_D", "
 def compile_sm90(head_dim: int, *, group_rows: int = 4, queries: int = 1, merge: int = 2, splits: int = 16,
                  has_seqlens: bool = True, causal: bool = True, dtype: torch.dtype = torch.bfloat16,
                  block_n: int = 128, num_warps: int = 4, merge_rows: int = 4, evict: str = "",
-                 trigger: bool = False, kernel: str = "split", pdl: bool = False, stages: int = RING_STAGES):
+                 trigger: bool = False, kernel: str = "split", pdl: bool = False, stages: int = RING_STAGES,
+                 wait: bool = False):
     """Build the Gluon split kernel (``kernel="split"``) or merge kernel (``"merge"``) for Hopper (sm_90) on any
     machine, GPU or not (Triton's own ptxas), as a decode plan would launch it for a contiguous cache with unit
     stride along D and 16-byte strides: ``group_rows`` query heads per K/V head, ``queries`` per sequence,
@@ -379,7 +383,7 @@ def compile_sm90(head_dim: int, *, group_rows: int = 4, queries: int = 1, merge:
                      BLOCK_M=max(16, triton.next_power_of_2(group_rows * queries)), BLOCK_N=block_n, BLOCK_D=block_d,
                      PAGED=False, HAS_LEFT=False, HAS_RIGHT=causal, HAS_SOFTCAP=False, HAS_ALIBI=False, MERGE=merge,
                      DOT_F32=False, EVICT=evict, HAS_SEQLENS=has_seqlens, BLOCK_S=block_s, STRIDED=True, PREFETCH=0,
-                     PF_LINES=1, TRIGGER=trigger, MERGE_ROWS=merge_rows, RING=stages, stride_qd=1, stride_kd=1,
+                     PF_LINES=1, TRIGGER=trigger, MERGE_ROWS=merge_rows, WAIT=wait, RING=stages, stride_qd=1, stride_kd=1,
                      stride_vd=1, stride_od=1)
         ptrs = dict(Q=f"*{name}", K=f"*{name}", V=f"*{name}", SEQLENS="*i32", BLOCK_TABLE="*i32", O_PART="*fp32",
                     LSE_PART="*fp32", OUT=f"*{name}", LSE="*fp32", COUNTERS="*i32", SLOPES="*fp32")

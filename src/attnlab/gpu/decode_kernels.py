@@ -8,7 +8,9 @@
                            the split's normalised partial output and its lse (float32); with S = 1 it
                            writes the final output directly;
                            with MERGE = 2 the group's last program to finish merges all splits,
-                           MERGE_ROWS query rows per round trip.
+                           MERGE_ROWS query rows per round trip. With WAIT (``decode_plan.SPLIT_PDL``: eager
+                           calls launched as programmatic dependent launches) it first waits for the kernels
+                           queued before it (``griddepcontrol.wait``).
     _decode_merge_kernel   grid (⌈B·H·Nq / ROWS⌉,): out = Σ_s e^(lse_s − lse)·o_s with lse = log Σ_s e^lse_s,
                            ROWS query rows per program, every split of each loaded at once (``_merge_rows``,
                            the in-kernel merge's arithmetic: the same bits).
@@ -79,7 +81,10 @@ def _decode_split_kernel(
     PF_LINES: tl.constexpr = 1,  # 128-byte lines per key row to prefetch (a power of two)
     TRIGGER: tl.constexpr = False,  # let a merge kernel launched as a PDL start now (it still waits for our writes)
     MERGE_ROWS: tl.constexpr = 1,  # MERGE = 2: the group's rows merged per round trip (the merge kernel's ROWS)
+    WAIT: tl.constexpr = False,  # launched as a programmatic dependent launch: wait for the kernels before it first
 ):
+    if WAIT:  # before any read or write: the query, the cache and the lengths may be the kernels before it's outputs
+        gdc_wait()
     if TRIGGER:
         gdc_launch_dependents()
     split = tl.program_id(0)
@@ -290,3 +295,43 @@ def _decode_merge_kernel(
         gdc_wait()
     _merge_rows(O_PART, LSE_PART, OUT, LSE, row0, NUM_ROWS - row0, H, stride_ob, stride_oh, stride_om, stride_od, D,
                 NUM_SPLITS, NQ, ROWS, BLOCK_S, BLOCK_D)
+
+
+def compile_sm90(head_dim: int, *, dtype=None, block_n: int = 128, num_warps: int = 4, num_stages: int = 3,
+                 group_rows: int = 4, merge: int = 2, splits: int = 16, wait: bool = False, trigger: bool = False):
+    """Build the split kernel for Hopper (sm_90) on any machine, GPU or not (Triton's own ptxas), as a decode plan
+    launches it on a contiguous cache of ``dtype`` (torch.float16 or, the default, bfloat16) with lengths, causal, one query per sequence, ``group_rows`` query
+    heads per K/V head: the compiled kernel, whose ``asm`` holds the PTX and ``metadata.shared`` the shared memory
+    (what the CPU tests read). Needs a process without TRITON_INTERPRET."""
+    import torch
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = _decode_split_kernel
+    el = "fp16" if dtype == torch.float16 else "bf16"
+    block_d = triton.next_power_of_2(head_dim)
+    const = dict(D=head_dim, NQ=1, G=group_rows, PAGE_SIZE=1, BLOCK_M=max(16, triton.next_power_of_2(group_rows)),
+                 BLOCK_N=block_n, BLOCK_D=block_d, PAGED=False, HAS_LEFT=False, HAS_RIGHT=True, HAS_SOFTCAP=False,
+                 HAS_ALIBI=False, MERGE=merge, DOT_F32=False, EVICT="", HAS_SEQLENS=True,
+                 BLOCK_S=triton.next_power_of_2(splits), STRIDED=True, PREFETCH=0, PF_LINES=1, TRIGGER=trigger,
+                 MERGE_ROWS=4, WAIT=wait, stride_qd=1, stride_kd=1, stride_vd=1, stride_od=1)
+    ptrs = dict(Q=f"*{el}", K=f"*{el}", V=f"*{el}", SEQLENS="*i32", BLOCK_TABLE="*i32", O_PART="*fp32",
+                LSE_PART="*fp32", OUT=f"*{el}", LSE="*fp32", COUNTERS="*i32", SLOPES="*fp32")
+    sig = {n: "constexpr" if n in const else ptrs.get(n) or ("fp32" if n in ("qk_scale", "cap_scale") else "i32")
+           for n in fn.arg_names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
+             if n in ptrs or n.startswith("stride_") and n not in const}
+    return triton.compile(ASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32),
+                          options=dict(num_warps=num_warps, num_stages=num_stages))
+
+
+def sm90_report(head_dim: int, dtype=None, **kw) -> dict:
+    """Shared memory (KB) and the dependent-launch waits and triggers (``griddepcontrol``) of ``compile_sm90``'s
+    build."""
+    import re
+
+    kernel = compile_sm90(head_dim, dtype=dtype, **kw)
+    ptx = kernel.asm["ptx"]
+    return dict(smem_kb=round(kernel.metadata.shared / 1024, 1),
+                gdc_waits=len(re.findall(r"griddepcontrol\.wait", ptx)),
+                gdc_triggers=len(re.findall(r"griddepcontrol\.launch_dependents", ptx)))

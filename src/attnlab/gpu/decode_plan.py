@@ -84,6 +84,16 @@ MERGE_PDL: bool | str = "eager"
 # and were level at D = 64; CUDA-graph times level.
 MERGE_TRIGGER = False
 
+# Whether eager calls that merge in the split kernel (``fused``: every eager call with several splits) launch it as a
+# programmatic dependent launch (Hopper): the launch of one call's kernel may be processed while the kernels queued
+# before it still run, and its programs wait for them (``griddepcontrol.wait``, the kernel's first instruction, so it
+# reads nothing they may write: the query, the cache, the lengths). "trigger": each such kernel also lets the next
+# launch start as soon as all its programs have started (``griddepcontrol.launch_dependents``, first too). For the
+# eager D = 64 call at 32/8 heads over 32K keys, whose time over its CUDA graph's is the decode bar still missed, if the
+# GPU rather than the host sets its pace (benchmarks/NOTES-decode.md v23 and v27). CUDA graphs never take it. False:
+# plain launches; off until measured. The plans made after a change take it (``clear_plans``).
+SPLIT_PDL: bool | str = False
+
 
 # Eager calls of a plan whose K/V read takes less than this many µs at the GPU preset's bandwidth merge the
 # splits inside the split kernel (one launch instead of two, ``_merge_rows`` in both: the same numbers to the
@@ -219,6 +229,18 @@ def merge_pdl(device, eager: bool = False) -> bool:
     from .config import device_capability
 
     return device_capability(device)[0] >= 9
+
+
+def split_pdl(device) -> bool | str:
+    """``SPLIT_PDL`` where the split kernel's eager launches may be programmatic dependent launches: a CUDA GPU of compute
+    capability 9.0 or newer outside the interpreter; else False."""
+    if SPLIT_PDL not in (False, True, "trigger"):
+        raise ValueError(f"SPLIT_PDL must be False, True or 'trigger', got {SPLIT_PDL!r}")
+    if not SPLIT_PDL or device.type != "cuda" or interpret_mode():
+        return False
+    from .config import device_capability
+
+    return SPLIT_PDL if device_capability(device)[0] >= 9 else False
 
 
 def _spare(device) -> torch.Tensor:
@@ -438,7 +460,7 @@ class DecodePlan:
         self.rows = merge_rows((H // Hkv) * Nq, triton.next_power_of_2(S), cfg.block_d, cfg.num_warps)
         self.tail = [*self.q_args, *k_strides, *v_strides, *self.mid_args, capacity, dims.num_pages or 1, S,
                      *self.const_args, self.merge, *self.end_args, triton.next_power_of_2(S), *layout,
-                     trigger, self.rows]  # BLOCK_S, STRIDED, PREFETCH, PF_LINES, TRIGGER, MERGE_ROWS
+                     trigger, self.rows, False]  # BLOCK_S, STRIDED, PREFETCH, PF_LINES, TRIGGER, MERGE_ROWS, WAIT
         if cfg.kernel == "gluon":
             self.tail.append(cfg.num_stages)  # RING: the Gluon kernel's ring of K/V tiles
         self.merge_at = len(self.q_args) + 8 + len(self.mid_args) + 3 + len(self.const_args)  # where MERGE sits
@@ -483,6 +505,19 @@ class DecodePlan:
         if self.fused_split is None:
             self.fused_split = self.launcher_memo[spec] = Launcher(self.split_fn, self.split.grid,
                                                                    **self.split.options)
+        # eager calls: the same build (None), or with ``SPLIT_PDL`` a programmatic dependent launch that waits first
+        self.eager_split = self.eager_tail = None
+        mode = split_pdl(self.device)
+        if mode:
+            tail = self.fused_tail.copy()
+            tail[tail_index("WAIT")] = True
+            tail[tail_index("TRIGGER")] = mode == "trigger"
+            spec = (*self.split_spec, "fused", "pdl", mode)
+            self.eager_split = self.launcher_memo.get(spec)
+            if self.eager_split is None:
+                self.eager_split = self.launcher_memo[spec] = Launcher(self.split_fn, self.split.grid,
+                                                                       **self.split.options, launch_pdl=True)
+            self.eager_tail = tail
 
     def resized(self, k_cache, v_cache) -> DecodePlan:
         """This plan for a contiguous cache of another capacity (``k_cache``, ``v_cache``: (B, Hkv, L, D)
@@ -555,7 +590,8 @@ class DecodePlan:
             if self.counters is None:
                 self._eager_counters()
             counters_ptr, counters = self.counters_ptr, self.counters
-        split, tail = (self.fused_split, self.fused_tail) if fused else (self.split, self.tail)
+        split, tail = (self.split, self.tail) if not fused else (self.fused_split, self.fused_tail) \
+            if capturing or self.eager_split is None else (self.eager_split, self.eager_tail)
         # eager calls launch the merge kernel as a programmatic dependent launch (``MERGE_PDL``) once the plain pair
         # has run (compiled); graphs take the plain launch
         merge = merge_tail = None
