@@ -411,3 +411,21 @@ def test_the_notes_quote_the_lengths_cost_from_the_recorded_runs():
     with_lengths = next(v for k, v in spans.items() if "with the lengths" in k)
     without = next(v for k, v in spans.items() if "without the lengths" in k)
     assert f"with the lengths ({with_lengths}× cuDNN's speed on the batch-1 shapes) and without them ({without}×)" in text
+
+
+def test_the_notes_quote_the_eager_bar_as_the_recorded_runs_give_it():
+    """NOTES-decode v27's account of the eager D = 64 bar: the span of eager over graph time in decode-host runs 31–36
+    (as ``scorecard.py --standing`` computes it) and of the graph's own time there."""
+    import json
+
+    from tests.helpers import ROOT, load_script, notes_section
+
+    runs = {f"decode-host-h200-run{n}.json": json.loads(
+        (ROOT / "benchmarks" / "data" / f"decode-host-h200-run{n}.json").read_text()) for n in range(31, 37)}
+    _, lines = load_script("benchmarks/scorecard.py").standing({}, runs)
+    eager = next(ln["measured"] for ln in lines if ln["what"] == "decode called eagerly, batch 1 over 32K keys at D = 64")
+    graph = [r["graph_us"] for run in runs.values() for r in run["speed"]
+             if r["provider"] == "attnlab" and r["D"] == 64 and r["L"] == 32768]
+    text = notes_section("NOTES-decode.md", "## v27")
+    assert (f"the eager call took {eager.split('×')[0]}× the graph's time in decode-host runs 31–36 while the graph's "
+            f"time held at {min(graph):.1f}–{max(graph):.1f} µs") in text
