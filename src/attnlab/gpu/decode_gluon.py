@@ -105,8 +105,12 @@ if HAVE_GLUON:
         row's numbers depend only on its own splits, ROWS, BLOCK_S, BLOCK_D and the warps, so the in-kernel merge
         and ``_decode_merge_gluon`` give the same bits."""
         NW: gl.constexpr = gl.num_warps()
-        TD: gl.constexpr = 32 if BLOCK_D >= 128 else BLOCK_D // 4  # threads along D, 4 floats each
-        L3: gl.constexpr = gl.BlockedLayout([1, 1, 4], [1, 32 // TD, TD], [1, NW, 1], [2, 1, 0])
+        # a warp's lanes along D (4 floats each), then along the splits, then the rows; the warps along the splits
+        # as far as they go, then the rows: no thread holds what another holds, whatever the rows and splits
+        TD: gl.constexpr = 32 if BLOCK_D >= 128 else BLOCK_D // 4
+        TS: gl.constexpr = BLOCK_S if BLOCK_S < 32 // TD else 32 // TD
+        WS: gl.constexpr = NW if BLOCK_S // TS >= NW else BLOCK_S // TS
+        L3: gl.constexpr = gl.BlockedLayout([1, 1, 4], [32 // (TD * TS), TS, TD], [NW // WS, WS, 1], [2, 1, 0])
         L_RS: gl.constexpr = gl.SliceLayout(2, L3)  # (rows, splits)
         L_RD: gl.constexpr = gl.SliceLayout(1, L3)  # (rows, D)
         offs_r = gl.arange(0, ROWS, layout=gl.SliceLayout(1, L_RS))
