@@ -93,6 +93,20 @@ def test_the_merge_kernel_builds_with_and_without_the_dependent_launch_wait():
 
 
 @needs_gluon
+def test_the_merge_builds_without_spill_at_the_rows_a_plan_takes():
+    """The Gluon merge at the rows per round trip a plan takes (``decode_plan.merge_rows``: the group's rows, no more
+    than 128 floats of partials a thread), few splits and many: no spill (its layout spreads lanes and warps over the
+    rows where the splits are few)."""
+    from attnlab.gpu.decode_plan import merge_rows
+
+    cases = [dict(D=D, dtype="bfloat16", kernel="merge", splits=S, merge_rows=merge_rows(G, 1 << (S - 1).bit_length(), D, 4))
+             for D in (64, 128) for S, G in ((2, 32), (16, 4), (64, 32))]
+    for case, rep in zip(cases, sm90_reports("decode_gluon", [dict(c) for c in cases])):
+        if rep["stack"] is not None:
+            assert rep["stack"] == 0, (case, rep)
+
+
+@needs_gluon
 def test_rows_beyond_the_gluon_kernels_limit_would_spill():
     """``MAX_ROWS``: 32 query rows per K/V head build without a spill at D = 128 (the test above), 64 spill."""
     (rep,) = sm90_reports("decode_gluon", [dict(D=128, dtype="bfloat16", group_rows=16, queries=4)])
