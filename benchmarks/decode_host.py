@@ -151,6 +151,13 @@ def inputs(shape, dtype=torch.bfloat16):
     return q, k, v, lens
 
 
+def default_call(shape):
+    """The library's default call with the lengths (``attnlab.flash_decode(q, k, v, cache_seqlens=lens)``) on
+    ``inputs(shape)``, as a callable of no arguments."""
+    q, k, v, lens = inputs(shape)
+    return lambda: attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+
+
 def cache_bytes(shape) -> int:
     """Bytes of a shape's K and V cache in bf16."""
     B, _H, Hkv, L, D = shape
@@ -493,10 +500,7 @@ def eager_ab_rows(calls: int, rounds: int = 3) -> list[dict]:
     try:
         for shape in shapes:
             B, H, Hkv, L, D = shape
-            q, k, v, lens = inputs(shape)
-
-            def fn(q=q, k=k, v=v, lens=lens):
-                return attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+            fn = default_call(shape)
 
             for rnd in range(rounds):
                 for on in (True, False):
@@ -524,10 +528,7 @@ def trigger_ab_rows(calls: int, rounds: int = 3) -> list[dict]:
     try:
         for shape in [s for s in SHAPES if s[0] == 1]:
             B, H, Hkv, L, D = shape
-            q, k, v, lens = inputs(shape)
-
-            def fn(q=q, k=k, v=v, lens=lens):
-                return attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+            fn = default_call(shape)
 
             for rnd in range(rounds):
                 for on in turns((True, False), rnd):
@@ -560,10 +561,7 @@ def split_pdl_ab_rows(calls: int, rounds: int = 3, arms=SPLIT_PDL_ARMS) -> list[
     try:
         for shape in SHAPES:
             B, H, Hkv, L, D = shape
-            q, k, v, lens = inputs(shape)
-
-            def fn(q=q, k=k, v=v, lens=lens):
-                return attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+            fn = default_call(shape)
 
             decode_plan.SPLIT_PDL = False
             decode.clear_plans()
@@ -669,10 +667,7 @@ def timeline_rows(calls: int = 200, pdl_modes=(None,)) -> list[dict]:
     saved = decode_plan.MERGE_PDL
     for shape in [s for s in SHAPES if s[0] == 1 and s[3] == 32768]:
         B, H, Hkv, L, D = shape
-        q, k, v, lens = inputs(shape)
-
-        def fn(q=q, k=k, v=v, lens=lens):
-            return attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+        fn = default_call(shape)
 
         for pdl in pdl_modes:
             try:
