@@ -790,28 +790,31 @@ KERNEL_RINGS = {128: ((128, 3), (64, 5)), 64: ((128, 3), (128, 5))}
 
 
 def kernel_ab_rows(calls: int, rounds: int = 3, sweep_counts=KERNEL_SWEEP) -> list[dict]:
-    """Eager, CUDA-graph and L2-cold CUDA-graph µs of the library's default call with the lengths (all full) on every
-    shape, with the Triton split kernel and with the Gluon one (``decode_config.GLUON_SPLIT``: the first tiles' copies
-    issued before the length arrives), in turns (reversed every other round) in ``rounds`` rounds in one process, and
-    cuDNN's graphs every round. Each arm's first call is checked against SDPA's math (``max_err``), and its plan's
-    kernel (``kernel``: a call the Gluon kernel does not take runs the Triton one) and split count are recorded. Then
-    on each batch-1 shape the Gluon kernel's CUDA-graph µs at ``sweep_counts`` splits and at the model's pick, for each
-    ring of ``KERNEL_RINGS`` (rows with ``arm`` "gluon-sweep"): does the split model, calibrated on the Triton kernel,
-    suit it, and does another grain of the same bytes in flight?"""
+    """Eager, CUDA-graph and L2-cold CUDA-graph µs of the library's default call with the lengths on every shape (all
+    full, and on the first shape also at 1/32 of the cache: a short sequence in a long cache, where the Gluon kernel's
+    copies issued before the length read tiles past it), with the Triton split kernel and with the Gluon one
+    (``decode_config.GLUON_SPLIT``), in turns (reversed every other round) in ``rounds`` rounds in one process, and
+    cuDNN's graphs every round (full caches). Each arm's first call is checked against SDPA's math (``max_err``), and
+    its plan's kernel (``kernel``: a call the Gluon kernel does not take runs the Triton one) and split count are
+    recorded. Then on each batch-1 shape, full, the Gluon kernel's CUDA-graph µs at ``sweep_counts`` splits and at the
+    model's pick, for each ring of ``KERNEL_RINGS`` (rows with ``arm`` "gluon-sweep"): does the split model, calibrated
+    on the Triton kernel, suit it, and does another grain of the same bytes in flight?"""
     from attnlab.gpu import decode, decode_config, decode_plan
 
     saved = decode_config.GLUON_SPLIT
     rows = []
     try:
-        for shape in SHAPES:
+        for shape, length in [(s, s[3]) for s in SHAPES] + [(SHAPES[0], SHAPES[0][3] // 32)]:
             B, H, Hkv, L, D = shape
-            base = {"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D}
+            base = {"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "length": length}
             sets = cache_copies(shape)
             q, k, v, lens = sets[0]
-            ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
+            lens = torch.full_like(lens, length)
+            ref = F.scaled_dot_product_attention(q.float(), k[:, :, :length].float(), v[:, :, :length].float(),
+                                                 enable_gqa=True)
             mine = [lambda q=q, k=k, v=v, lens=lens: attnlab.flash_decode(q, k, v, cache_seqlens=lens)
-                    for q, k, v, lens in sets]
-            peer = [sdpa_call(q, k, v, "CUDNN_ATTENTION") for q, k, v, _ in sets]
+                    for q, k, v, _ in sets]
+            peer = [sdpa_call(q, k, v, "CUDNN_ATTENTION") for q, k, v, _ in sets] if length == L else [None]
             for rnd in range(rounds):
                 for arm in turns(KERNEL_ARMS, rnd):
                     decode_config.GLUON_SPLIT = arm == "gluon"
@@ -825,13 +828,13 @@ def kernel_ab_rows(calls: int, rounds: int = 3, sweep_counts=KERNEL_SWEEP) -> li
                 if None not in peer:
                     rows.append(base | {"arm": "sdpa-cudnn", "round": rnd, "copies": len(sets),
                                         "graph_us": graph_us(peer[0], calls=50), "graph_cold_us": graph_us(peer, calls=50)})
-            for block_n, ring in KERNEL_RINGS.get(D, ()) if B == 1 else ():
+            for block_n, ring in KERNEL_RINGS.get(D, ()) if B == 1 and length == L else ():
                 cfg = replace(decode.decode_configs(D)["large"], kernel="gluon", block_n=block_n, num_stages=ring)
                 picked = decode.choose_num_splits(batch=B, kv_heads=Hkv, seq=L, head_dim=D, device=q.device, config=cfg)
                 sweep = base | {"arm": "gluon-sweep", "block_n": block_n, "ring": ring, "copies": len(sets)}
                 for S in sorted({*sweep_counts, picked}):
                     fns = [lambda q=q, k=k, v=v, lens=lens, S=S, cfg=cfg: decode.flash_decode_triton(
-                        q, k, v, cache_seqlens=lens, num_splits=S, config=cfg) for q, k, v, lens in sets]
+                        q, k, v, cache_seqlens=lens, num_splits=S, config=cfg) for q, k, v, _ in sets]
                     try:
                         fns[0]()
                     except ValueError as e:  # a ring or a device the Gluon kernel does not take: data, not a crash
@@ -853,11 +856,12 @@ def kernel_ab_markdown(rows: list[dict], gpu=None) -> list[str]:
     L2-cold graph reaches; then the Gluon kernel's split sweep (* the model's pick)."""
     groups: dict = {}
     for r in rows:
-        groups.setdefault((r["B"], r["H"], r["Hkv"], r["L"], r["D"]), {}).setdefault(r["arm"], []).append(r)
+        groups.setdefault((r["B"], r["H"], r["Hkv"], r["L"], r["D"], r.get("length", r["L"])), {}).setdefault(
+            r["arm"], []).append(r)
     roof = gpu is not None
-    lines = ["| B | H/Hkv | L | D | arm | kernel, splits | eager µs (by round) | graph µs (by round) | × cuDNN | "
+    lines = ["| B | H/Hkv | L | D | keys | arm | kernel, splits | eager µs (by round) | graph µs (by round) | × cuDNN | "
              "L2-cold graph µs | × cuDNN | max err |" + (" roofline µs | L2-cold % |" if roof else ""),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if roof else "")]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if roof else "")]
 
     def med(rs, key):
         xs = [r[key] for r in rs if key in r]
@@ -867,7 +871,7 @@ def kernel_ab_markdown(rows: list[dict], gpu=None) -> list[str]:
         return f"{c / m:.3f}" if c and m else "—"
 
     sweeps = []
-    for (B, H, Hkv, L, D), arms in groups.items():
+    for (B, H, Hkv, L, D, length), arms in groups.items():
         c, c_cold = med(arms.get("sdpa-cudnn", []), "graph_us"), med(arms.get("sdpa-cudnn", []), "graph_cold_us")
         for arm, rs in arms.items():
             if arm == "gluon-sweep":
@@ -883,12 +887,12 @@ def kernel_ab_markdown(rows: list[dict], gpu=None) -> list[str]:
             ran = sorted({f"{r['kernel']}, {r['splits']}" for r in rs if "kernel" in r}) or ["—"]
             err = max((r["max_err"] for r in rs if "max_err" in r), default=None)
             mine = arm != "sdpa-cudnn"
-            line = (f"| {B} | {H}/{Hkv} | {L} | {D} | {arm} | {'; '.join(ran)} | {_rounds(rs, 'eager_us')} | "
+            line = (f"| {B} | {H}/{Hkv} | {L} | {D} | {length} | {arm} | {'; '.join(ran)} | {_rounds(rs, 'eager_us')} | "
                     f"{_rounds(rs, 'graph_us')} | {times(c, med(rs, 'graph_us')) if mine else '—'} | "
                     f"{_rounds(rs, 'graph_cold_us')} | {times(c_cold, med(rs, 'graph_cold_us')) if mine else '—'} | "
                     f"{f'{err:.1e}' if err is not None else '—'} |")
             if roof:
-                us = decode_roofline_ms(batch=B, heads=H, kv_heads=Hkv, seq=L, head_dim=D, gpu=gpu) * 1e3
+                us = decode_roofline_ms(batch=B, heads=H, kv_heads=Hkv, seq=length, head_dim=D, gpu=gpu) * 1e3
                 cold = med(rs, "graph_cold_us")
                 line += f" {us:.1f} | {percent(us / cold if cold else None)} |"
             lines.append(line)

@@ -315,7 +315,7 @@ def test_the_eager_pace_says_who_waits(loop, eager, graph, pace):
 
 def _kernel_rows() -> list[dict]:
     """Made-up ``kernel_ab_rows``: two rounds of both arms and cuDNN on one shape, and a sweep of the Gluon kernel."""
-    base = dict(B=1, H=32, Hkv=8, L=32768, D=128)
+    base = dict(B=1, H=32, Hkv=8, L=32768, D=128, length=32768)
     rows = []
     for rnd, (t, g, c) in enumerate(((36.0, 35.0, 37.0), (36.4, 34.6, 37.4))):
         rows += [base | dict(arm="triton", round=rnd, kernel="triton", splits=16, max_err=2e-3, copies=2,
@@ -326,6 +326,9 @@ def _kernel_rows() -> list[dict]:
     rows += [base | dict(arm="gluon-sweep", block_n=bn, ring=ring, splits=S, picked=S == 16, copies=2,
                          graph_us=40.0 - S / 8 + ring, graph_cold_us=41.0 - S / 8 + ring)
              for bn, ring in ((128, 3), (64, 5)) for S in (8, 16, 32)]
+    short = base | dict(length=1024)  # a short sequence in the long cache: no cuDNN row
+    rows += [short | dict(arm=arm, round=0, kernel=arm, splits=16, max_err=1e-3, copies=2, eager_us=9.0, graph_us=g,
+                          graph_cold_us=g + 0.5) for arm, g in (("triton", 5.0), ("gluon", 5.5))]
     return rows
 
 
@@ -334,20 +337,23 @@ def test_the_kernel_ab_table_puts_each_arm_against_cudnn_and_lists_the_gluon_swe
     L2-cold, and the Gluon kernel's split sweep with the model's pick starred."""
     text = "\n".join(host.kernel_ab_markdown(_kernel_rows()))
     lines = text.splitlines()
-    (gluon,) = [ln for ln in lines if "| gluon |" in ln]
+    gluon = next(ln for ln in lines if "| gluon |" in ln)
     c, c_cold = (37.0 + 37.4) / 2, (38.0 + 38.4) / 2
     g, g_cold = (35.0 + 34.6) / 2, (35.5 + 35.1) / 2
-    assert gluon == (f"| 1 | 32/8 | 32768 | 128 | gluon | gluon, 16 | 36.00 / 35.60 | 35.00 / 34.60 | {c / g:.3f} | "
-                     f"35.50 / 35.10 | {c_cold / g_cold:.3f} | 3.0e-03 |")
-    (triton,) = [ln for ln in lines if "| triton |" in ln]
+    assert gluon == (f"| 1 | 32/8 | 32768 | 128 | 32768 | gluon | gluon, 16 | 36.00 / 35.60 | 35.00 / 34.60 | "
+                     f"{c / g:.3f} | 35.50 / 35.10 | {c_cold / g_cold:.3f} | 3.0e-03 |")
+    triton = next(ln for ln in lines if "| triton |" in ln)
     assert f"| {c / 36.2:.3f} |" in triton
     assert "| 1 | 32/8 | 32768 | 128 | 128 × 3 | 8: 42.0 / 43.0, 16*: 41.0 / 42.0, 32: 39.0 / 40.0 |" in lines
     assert "| 1 | 32/8 | 32768 | 128 | 64 × 5 | 8: 44.0 / 45.0, 16*: 43.0 / 44.0, 32: 41.0 / 42.0 |" in lines
     # with a preset: the shape's roofline and the share of it each arm's median L2-cold graph reaches
     gpu = host.preset_for("NVIDIA H200")
     roof = host.decode_roofline_ms(batch=1, heads=32, kv_heads=8, seq=32768, head_dim=128, gpu=gpu) * 1e3
-    (gluon,) = [ln for ln in host.kernel_ab_markdown(_kernel_rows(), gpu) if "| gluon |" in ln]
+    gluon, short = [ln for ln in host.kernel_ab_markdown(_kernel_rows(), gpu) if "| gluon |" in ln]
     assert gluon.endswith(f"| 3.0e-03 | {roof:.1f} | {100 * roof / g_cold:.0f}% |")
+    roof_short = host.decode_roofline_ms(batch=1, heads=32, kv_heads=8, seq=1024, head_dim=128, gpu=gpu) * 1e3
+    assert short == (f"| 1 | 32/8 | 32768 | 128 | 1024 | gluon | gluon, 16 | 9.00 | 5.50 | — | 6.00 | — | 1.0e-03 | "
+                     f"{roof_short:.1f} | {100 * roof_short / 6.0:.0f}% |")
     # and in the run's whole report
     result = _result(cold=False) | {"kernel_ab": _kernel_rows()}
     assert "The Triton split kernel and the Gluon one" in host.markdown(result)
@@ -390,14 +396,15 @@ def test_kernel_ab_rows_run_end_to_end_on_the_interpreter(monkeypatch):
         q, k, v, enable_gqa=True))
     monkeypatch.setattr(host, "KERNEL_RINGS", {64: ((16, 3),)})
     rows = host.kernel_ab_rows(100, rounds=2, sweep_counts=(2, 4))
-    arms = [(r["arm"], r.get("round")) for r in rows]
-    assert arms == [("triton", 0), ("gluon", 0), ("sdpa-cudnn", 0), ("gluon", 1), ("triton", 1), ("sdpa-cudnn", 1),
-                    ("gluon-sweep", None)]
-    for r in rows[:6]:
+    arms = [(r["arm"], r.get("round"), r["length"]) for r in rows]
+    turns = [("triton", 0), ("gluon", 0), ("sdpa-cudnn", 0), ("gluon", 1), ("triton", 1), ("sdpa-cudnn", 1)]
+    assert arms == [(*t, 96) for t in turns] + [("gluon-sweep", None, 96)] + [
+        (*t, 3) for t in turns if t[0] != "sdpa-cudnn"]  # the short sequence (96 // 32 keys): no cuDNN, no sweep
+    for r in rows[:6] + rows[7:]:
         assert r["graph_us"] == r["graph_cold_us"] == 10.0 and r["copies"] == 2
         if r["arm"] != "sdpa-cudnn":
             assert r["kernel"] == "triton" and r["splits"] >= 1 and r["max_err"] < 2e-2
-    assert "a device other than a CUDA GPU" in rows[-1]["error"]
+    assert "a device other than a CUDA GPU" in rows[6]["error"]
     assert decode_config.GLUON_SPLIT is False and len(made) > 10
     text = "\n".join(host.kernel_ab_markdown(rows))
     assert "| 1 | 8/2 | 96 | 64 | 16 × 3 | refused: " in text

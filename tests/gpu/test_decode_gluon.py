@@ -29,8 +29,8 @@ from attnlab.gpu.decode_config import DecodeConfig  # noqa: E402
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 needs_gluon = pytest.mark.skipif(not decode_gluon.HAVE_GLUON, reason="this triton has no Gluon")
 on_gpu = pytest.mark.skipif(not (DEV == "cuda" and decode_gluon.HAVE_GLUON
-                                 and torch.cuda.get_device_capability()[0] >= 8),
-                            reason="needs a GPU of compute capability 8.0 or newer and Gluon")
+                                 and torch.cuda.get_device_capability()[0] == 9),
+                            reason="needs a Hopper GPU and Gluon")
 
 pytestmark = pytest.mark.usefixtures("interpreter_bfloat16")
 
@@ -166,7 +166,10 @@ def _why(monkeypatch, **over):
     ({}, None),
     (dict(head_dim=64, rows=32), None),
     (dict(device=torch.device("cpu")), "a device other than a CUDA GPU"),
-    (dict(capability=(7, 5)), "older than compute capability 8.0"),
+    (dict(capability=(8, 0)), "a GPU other than a Hopper one"),
+    (dict(capability=(10, 0)), "a GPU other than a Hopper one"),
+    (dict(block_n=8), "tiles of 8 keys"),
+    (dict(block_n=96), "tiles of 96 keys"),
     (dict(dtype=torch.float32), "float16 and bfloat16 only"),
     (dict(head_dim=96), "head dim 96"),
     (dict(rows=33), "33 query rows"),

@@ -82,7 +82,8 @@ if HAVE_GLUON:
     def _copy_tile(k_buf, v_buf, k_head, v_head, keys, bound, offs_d, stride_k2, stride_kd, stride_v2, stride_vd,
                    D: gl.constexpr, EVICT: gl.constexpr):
         """Asynchronous copies of the K and V rows ``keys`` (one tile) into ``k_buf`` / ``v_buf``; rows at or
-        past ``bound`` are not read (zero-filled)."""
+        past ``bound`` are not read (zero-filled). ``EVICT`` ("evict_first") is a hint that triton 3.6 drops from
+        ``cp.async`` (later tritons emit an L2 cache policy); the configurations pass "" (no hint)."""
         ok = (keys < bound)[:, None] & (offs_d < D)[None, :]
         rows = keys.to(gl.int64)[:, None]
         _async_load(k_buf, k_head + rows * stride_k2 + offs_d[None, :] * stride_kd, mask=ok, eviction_policy=EVICT)
@@ -313,12 +314,14 @@ MAX_ROWS = 32  # G·Nq query rows per program (64 rows spill at D = 128: ``compi
 def gluon_unsupported(*, device, dtype, head_dim: int, rows: int, paged: bool, k_strides: tuple, v_strides: tuple,
                       k_ptr: int, v_ptr: int, mask, softcap, slopes, strided: bool, block_n: int = 128,
                       stages: int = RING_STAGES) -> str | None:
-    """Why a decode call cannot take the Gluon split kernel, or None if it can: a CUDA GPU of compute
-    capability 8.0 or newer outside the interpreter, a triton with Gluon, float16/bfloat16 at D = 64 or 128,
+    """Why a decode call cannot take the Gluon split kernel, or None if it can: a Hopper GPU (compute capability
+    9.x: the default ring's 194 KiB of shared memory is more than an A100's or an Ada GPU's block may take) outside
+    the interpreter, a triton with Gluon, float16/bfloat16 at D = 64 or 128,
     at most ``MAX_ROWS`` query rows per K/V head (``rows``: G·Nq), a contiguous cache whose rows are whole
     16-byte copies the compiler can prove aligned (unit stride along D, the other strides multiples of 16
     elements, both base addresses of 16 bytes), tiles dealt in turn (strided), no left window edge, softcap or
-    ALiBi, and a ring of ``stages`` tiles of ``block_n`` keys (the configuration's) of 2 to ``RING_MAX_BYTES``."""
+    ALiBi, and a ring of ``stages`` tiles of ``block_n`` keys (the configuration's: a power of two from 16, at
+    least the rows one pass of the copies covers) of 2 to ``RING_MAX_BYTES``."""
     from .._runtime import interpret_mode
 
     if not HAVE_GLUON:
@@ -327,8 +330,8 @@ def gluon_unsupported(*, device, dtype, head_dim: int, rows: int, paged: bool, k
         return "a device other than a CUDA GPU"
     from .config import device_capability
 
-    if device_capability(device)[0] < 8:
-        return "a GPU older than compute capability 8.0"
+    if device_capability(device)[0] != 9:
+        return "a GPU other than a Hopper one (compute capability 9.x)"
     if dtype not in (torch.float16, torch.bfloat16):
         return f"{dtype} (float16 and bfloat16 only)"
     if head_dim not in GLUON_HEAD_DIMS:
@@ -344,6 +347,8 @@ def gluon_unsupported(*, device, dtype, head_dim: int, rows: int, paged: bool, k
         return "a cache whose rows are not whole 16-byte units"
     if mask.left >= 0 or softcap is not None or slopes is not None:
         return "a left window edge, softcap or ALiBi"
+    if block_n < 16 or block_n & (block_n - 1):
+        return f"tiles of {block_n} keys (a power of two from 16)"
     ring = 2 * stages * block_n * head_dim * torch.empty((), dtype=dtype).element_size()
     if stages < 2 or ring > RING_MAX_BYTES:
         return f"a ring of {stages} tiles of {block_n} keys ({ring // 1024} KiB; 2 tiles to {RING_MAX_BYTES // 1024} KiB)"
