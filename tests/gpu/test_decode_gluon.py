@@ -68,6 +68,12 @@ def test_builds_for_sm90_with_the_first_tiles_on_their_way_before_the_length():
         assert rep["copies_before_length"] == rep["prologue_copies"], (case, rep)
         if rep["stack"] is not None and case.get("has_seqlens", True):  # cuobjdump at hand: the SASS's order too
             assert rep["sass_copies_before_length"] == rep["prologue_copies"], (case, rep)
+        if case == dict(D=128, dtype="bfloat16"):  # the default build: its shared memory, as the docs quote it
+            from tests.helpers import ROOT, notes_section
+
+            kib = f"{rep['smem_kb']:.0f} KiB of shared memory"
+            assert kib in notes_section("NOTES-decode.md", "## v26"), kib
+            assert kib in " ".join((ROOT / "docs" / "decode.md").read_text().split()), kib
         assert rep["copy_bytes"] == [16], (case, rep)
         assert rep["mma"] > 0 and rep["ldmatrix"] > 0, (case, rep)
         assert rep["gdc_triggers"] == (1 if case.get("trigger") else 0), (case, rep)
