@@ -582,20 +582,25 @@ def split_pdl_ab_rows(calls: int, rounds: int = 3, arms=SPLIT_PDL_ARMS) -> list[
     return rows
 
 
-def split_pdl_ab_markdown(rows: list[dict]) -> list[str]:
-    """Each arm's eager µs by round, its median over the CUDA graph's time, and the host's median time per call."""
+def split_pdl_ab_markdown(rows: list[dict], gpu=None) -> list[str]:
+    """Each arm's eager µs by round, its median over the CUDA graph's time, and the host's median time per call; with a
+    GPU preset ``gpu`` the shape's roofline and the share of it the median eager call reaches."""
     groups: dict = {}
     for r in rows:
         groups.setdefault((r["B"], r["H"], r["Hkv"], r["L"], r["D"]), {}).setdefault(r["arm"], []).append(r)
-    lines = ["| B | H/Hkv | L | D | SPLIT_PDL | eager µs (by round) | graph µs | eager/graph | host µs/call |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    roof = gpu is not None
+    lines = ["| B | H/Hkv | L | D | SPLIT_PDL | eager µs (by round) | graph µs | eager/graph | host µs/call |"
+             + (" roofline µs | eager % |" if roof else ""),
+             "|---|---|---|---|---|---|---|---|---|" + ("---|---|" if roof else "")]
     for (B, H, Hkv, L, D), arms in groups.items():
+        us = decode_roofline_ms(batch=B, heads=H, kv_heads=Hkv, seq=L, head_dim=D, gpu=gpu) * 1e3 if roof else None
         for arm, rs in arms.items():
             eager = statistics.median(r["eager_us"] for r in rs)
             graph = rs[0]["graph_us"]
             note = "" if arm == "False" or all(r["pdl"] for r in rs) else " (not taken)"
             lines.append(f"| {B} | {H}/{Hkv} | {L} | {D} | {arm}{note} | {_rounds(rs, 'eager_us')} | {graph:.1f} | "
-                         f"{eager / graph:.3f} | {statistics.median(r['loop_host_us'] for r in rs):.1f} |")
+                         f"{eager / graph:.3f} | {statistics.median(r['loop_host_us'] for r in rs):.1f} |"
+                         + (f" {us:.1f} | {percent(us / eager)} |" if roof else ""))
     return lines
 
 
@@ -1226,7 +1231,7 @@ def markdown(result: dict) -> str:
     if result.get("split_pdl_ab"):
         lines += ["", "Eager calls with the split kernel launched plainly or as a programmatic dependent launch (waiting "
                       "first; \"trigger\": also letting the next launch start early), arms in turns:", ""]
-        lines += split_pdl_ab_markdown(result["split_pdl_ab"])
+        lines += split_pdl_ab_markdown(result["split_pdl_ab"], gpu)
     if result.get("kernel_ab"):
         lines += ["", "The Triton split kernel and the Gluon one (each split's first tiles copied before the length "
                       "arrives), the lengths passed; arms in turns, cuDNN in every round:", ""]

@@ -444,3 +444,7 @@ def test_split_pdl_ab_rows_run_end_to_end_on_the_interpreter(monkeypatch):
     lines = host.split_pdl_ab_markdown(rows)
     assert "| 1 | 8/2 | 200 | 64 | True (not taken) | 10.00 / 10.00 | 12.0 | 0.833 | 10.0 |" in lines
     assert "| 1 | 8/2 | 200 | 64 | False | 12.00 / 12.00 | 12.0 | 1.000 | 12.0 |" in lines
+    gpu = host.preset_for("NVIDIA H200")
+    roof = host.decode_roofline_ms(batch=1, heads=8, kv_heads=2, seq=200, head_dim=64, gpu=gpu) * 1e3
+    assert (f"| 1 | 8/2 | 200 | 64 | True (not taken) | 10.00 / 10.00 | 12.0 | 0.833 | 10.0 | {roof:.1f} | "
+            f"{100 * roof / 10.0:.0f}% |") in host.split_pdl_ab_markdown(rows, gpu)
