@@ -570,12 +570,15 @@ def split_pdl_ab_rows(calls: int, rounds: int = 3, arms=SPLIT_PDL_ARMS) -> list[
                 for arm in turns(arms, rnd):
                     decode_plan.SPLIT_PDL = arm
                     decode.clear_plans()
-                    fn()
-                    plan = next(iter(decode_plan._PLANS.values()))
-                    rows.append({"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "arm": str(arm), "round": rnd,
-                                 "pdl": plan.fused and getattr(plan, "eager_split", None) is not None,
-                                 "eager_us": eager_us(fn, calls=max(10, calls // 10)),
-                                 "loop_host_us": host_us(fn, calls=max(10, calls // 10), median=True), "graph_us": graph})
+                    row = {"B": B, "H": H, "Hkv": Hkv, "L": L, "D": D, "arm": str(arm), "round": rnd, "graph_us": graph}
+                    try:
+                        fn()
+                        plan = next(iter(decode_plan._PLANS.values()))
+                        rows.append(row | {"pdl": plan.fused and getattr(plan, "eager_split", None) is not None,
+                                           "eager_us": eager_us(fn, calls=max(10, calls // 10)),
+                                           "loop_host_us": host_us(fn, calls=max(10, calls // 10), median=True)})
+                    except Exception as e:  # noqa: BLE001 — a launch that fails here is data
+                        rows.append(row | {"pdl": False, "error": _error(e)})
     finally:
         decode_plan.SPLIT_PDL = saved
         decode.clear_plans()
@@ -595,9 +598,16 @@ def split_pdl_ab_markdown(rows: list[dict], gpu=None) -> list[str]:
     for (B, H, Hkv, L, D), arms in groups.items():
         us = decode_roofline_ms(batch=B, heads=H, kv_heads=Hkv, seq=L, head_dim=D, gpu=gpu) * 1e3 if roof else None
         for arm, rs in arms.items():
-            eager = statistics.median(r["eager_us"] for r in rs)
             graph = rs[0]["graph_us"]
-            note = "" if arm == "False" or all(r["pdl"] for r in rs) else " (not taken)"
+            errors = sorted({r["error"] for r in rs if "error" in r})
+            rs = [r for r in rs if "error" not in r]
+            note = f" (failed: {errors[0]})" if errors else "" if arm == "False" or all(r["pdl"] for r in rs) \
+                else " (not taken)"
+            if not rs:
+                lines.append(f"| {B} | {H}/{Hkv} | {L} | {D} | {arm}{note} | — | {graph:.1f} | — | — |"
+                             + (f" {us:.1f} | — |" if roof else ""))
+                continue
+            eager = statistics.median(r["eager_us"] for r in rs)
             lines.append(f"| {B} | {H}/{Hkv} | {L} | {D} | {arm}{note} | {_rounds(rs, 'eager_us')} | {graph:.1f} | "
                          f"{eager / graph:.3f} | {statistics.median(r['loop_host_us'] for r in rs):.1f} |"
                          + (f" {us:.1f} | {percent(us / eager)} |" if roof else ""))
@@ -787,6 +797,12 @@ def order_ab_rows(rounds: int = 3, arms=ORDER_ARMS) -> list[dict]:
     return rows
 
 
+def _error(e: BaseException) -> str:
+    """An exception as a row records it: its type and the first line of its message, at most 200 characters."""
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {first}"[:200]
+
+
 KERNEL_ARMS = ("triton", "gluon")  # decode_config.GLUON_SPLIT off / on
 KERNEL_SWEEP = (8, 16, 32, 64)  # the Gluon kernel's split counts swept on the batch-1 shapes (and the model's pick)
 # the Gluon kernel's rings swept, by head dim: (keys a tile, tiles in the ring); the first is the library's (the large
@@ -824,12 +840,16 @@ def kernel_ab_rows(calls: int, rounds: int = 3, sweep_counts=KERNEL_SWEEP) -> li
                 for arm in turns(KERNEL_ARMS, rnd):
                     decode_config.GLUON_SPLIT = arm == "gluon"
                     decode.clear_plans()
-                    err = (mine[0]()[0].float() - ref).abs().max().item()
-                    plan = next(iter(decode_plan._PLANS.values()))
-                    rows.append(base | {"arm": arm, "round": rnd, "kernel": plan.cfg.kernel, "splits": plan.num_splits,
-                                        "max_err": err, "copies": len(sets),
-                                        "eager_us": eager_us(mine[0], calls=max(10, calls // 10)),
-                                        "graph_us": graph_us(mine[0], calls=50), "graph_cold_us": graph_us(mine, calls=50)})
+                    try:
+                        err = (mine[0]()[0].float() - ref).abs().max().item()
+                        plan = next(iter(decode_plan._PLANS.values()))
+                        rows.append(base | {"arm": arm, "round": rnd, "kernel": plan.cfg.kernel,
+                                            "splits": plan.num_splits, "max_err": err, "copies": len(sets),
+                                            "eager_us": eager_us(mine[0], calls=max(10, calls // 10)),
+                                            "graph_us": graph_us(mine[0], calls=50),
+                                            "graph_cold_us": graph_us(mine, calls=50)})
+                    except Exception as e:  # noqa: BLE001 — a kernel that fails to build or run here is data
+                        rows.append(base | {"arm": arm, "round": rnd, "error": _error(e)})
                 if None not in peer:
                     rows.append(base | {"arm": "sdpa-cudnn", "round": rnd, "copies": len(sets),
                                         "graph_us": graph_us(peer[0], calls=50), "graph_cold_us": graph_us(peer, calls=50)})
@@ -842,11 +862,11 @@ def kernel_ab_rows(calls: int, rounds: int = 3, sweep_counts=KERNEL_SWEEP) -> li
                         q, k, v, cache_seqlens=lens, num_splits=S, config=cfg) for q, k, v, _ in sets]
                     try:
                         fns[0]()
-                    except ValueError as e:  # a ring or a device the Gluon kernel does not take: data, not a crash
-                        rows.append(sweep | {"error": str(e)})
+                        rows.append(sweep | {"splits": S, "picked": S == picked, "graph_us": graph_us(fns[0], calls=50),
+                                             "graph_cold_us": graph_us(fns, calls=50)})
+                    except Exception as e:  # noqa: BLE001 — a ring or a device the Gluon kernel does not take: data
+                        rows.append(sweep | {"error": _error(e)})
                         break
-                    rows.append(sweep | {"splits": S, "picked": S == picked, "graph_us": graph_us(fns[0], calls=50),
-                                         "graph_cold_us": graph_us(fns, calls=50)})
             sets = mine = peer = None
             torch.cuda.empty_cache()
     finally:
@@ -889,7 +909,8 @@ def kernel_ab_markdown(rows: list[dict], gpu=None) -> list[str]:
                                       for r in rr)
                     sweeps.append(f"| {B} | {H}/{Hkv} | {L} | {D} | {block_n} × {ring} | {cells} |")
                 continue
-            ran = sorted({f"{r['kernel']}, {r['splits']}" for r in rs if "kernel" in r}) or ["—"]
+            ran = sorted({f"{r['kernel']}, {r['splits']}" for r in rs if "kernel" in r})
+            ran = ran + sorted({f"failed ({r['error']})" for r in rs if "error" in r}) or ["—"]
             err = max((r["max_err"] for r in rs if "max_err" in r), default=None)
             mine = arm != "sdpa-cudnn"
             line = (f"| {B} | {H}/{Hkv} | {L} | {D} | {length} | {arm} | {'; '.join(ran)} | {_rounds(rs, 'eager_us')} | "

@@ -448,3 +448,19 @@ def test_split_pdl_ab_rows_run_end_to_end_on_the_interpreter(monkeypatch):
     roof = host.decode_roofline_ms(batch=1, heads=8, kv_heads=2, seq=200, head_dim=64, gpu=gpu) * 1e3
     assert (f"| 1 | 8/2 | 200 | 64 | True (not taken) | 10.00 / 10.00 | 12.0 | 0.833 | 10.0 | {roof:.1f} | "
             f"{100 * roof / 10.0:.0f}% |") in host.split_pdl_ab_markdown(rows, gpu)
+
+
+def test_the_ab_tables_show_a_failed_arm_and_keep_the_others():
+    """An arm that failed on the GPU (its rows hold ``error``) is named in the tables with its error; its medians leave
+    those rows out, and the other arms' lines are as before."""
+    rows = _kernel_rows() + [dict(B=1, H=32, Hkv=8, L=32768, D=128, length=32768, arm="gluon", round=2,
+                                  error="OutOfResources: out of resource: shared memory")]
+    text = "\n".join(host.kernel_ab_markdown(rows))
+    gluon = next(ln for ln in text.splitlines() if "| gluon |" in ln)
+    assert "| gluon, 16; failed (OutOfResources: out of resource: shared memory) | 36.00 / 35.60 |" in gluon
+    base = dict(B=1, H=8, Hkv=2, L=200, D=64, graph_us=12.0)
+    pdl = [base | dict(arm="False", round=0, pdl=False, eager_us=12.0, loop_host_us=9.0),
+           base | dict(arm="True", round=0, pdl=False, error="RuntimeError: launch failed")]
+    lines = host.split_pdl_ab_markdown(pdl)
+    assert "| 1 | 8/2 | 200 | 64 | True (failed: RuntimeError: launch failed) | — | 12.0 | — | — |" in lines
+    assert "| 1 | 8/2 | 200 | 64 | False | 12.00 | 12.0 | 1.000 | 9.0 |" in lines

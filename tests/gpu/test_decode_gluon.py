@@ -243,6 +243,42 @@ def test_a_default_gluon_configuration_falls_back_and_a_forced_one_is_refused(mo
     decode.clear_plans()
 
 
+def test_a_gluon_plan_builds_its_launches_and_arguments(monkeypatch):
+    """A plan of a call the Gluon kernel takes (pretended here: the interpreter is no GPU; nothing is launched): the
+    split and merge kernels are the Gluon ones, launched without Triton's ``num_stages`` (the ring is the kernel's
+    RING, the configuration's ``num_stages``, last in its arguments); the fused build (the eager calls' and the large
+    graphs') and with ``split_pdl`` the dependent launch's (WAIT, TRIGGER, ``launch_pdl``) are made too, as are those of
+    a plan resized from it."""
+    from attnlab._checks import check_decode_inputs
+
+    monkeypatch.setattr(decode_gluon, "gluon_unsupported", lambda **kw: None)
+    monkeypatch.setattr(decode_plan, "eager_fused", lambda nbytes, device: True)
+    monkeypatch.setattr(decode_plan, "split_pdl", lambda device: "trigger")
+    q = torch.randn(1, 8, 1, 128, dtype=torch.bfloat16)
+    k, v = (torch.randn(1, 2, 4096, 128, dtype=torch.bfloat16) for _ in range(2))
+    lens = torch.tensor([4000], dtype=torch.int32)
+    cfg = DecodeConfig(block_n=128, block_d=128, num_stages=3, kernel="gluon")
+    dims = check_decode_inputs(q, k, v, lens, None, check_values=False)
+    plan = decode_plan.DecodePlan(q, k, v, dims, cache_seqlens=lens, block_table=None, num_splits=8, mask=Mask(-1, 0),
+                                  scale=128 ** -0.5, softcap=None, slopes=None, config=cfg)
+    assert plan.split_fn is decode_gluon._decode_split_gluon and plan.merge_fn is decode_gluon._decode_merge_gluon
+    assert plan.num_splits == 8 and plan.fused and plan.merge == 1
+    for launcher in (plan.split, plan.fused_split, plan.eager_split, plan.merge_launch):
+        assert "num_stages" not in launcher.options and launcher.options["num_warps"] == 4
+    assert plan.split.kernel is plan.fused_split.kernel is plan.eager_split.kernel is decode_gluon._decode_split_gluon
+    assert plan.merge_launch.kernel is decode_gluon._decode_merge_gluon
+    assert plan.eager_split.options["launch_pdl"] is True and "launch_pdl" not in plan.fused_split.options
+    names = decode_gluon._decode_split_gluon.arg_names
+    for tail in (plan.tail, plan.fused_tail, plan.eager_tail):
+        assert len(tail) + 11 == len(names) and tail[-1] == cfg.num_stages  # RING
+    wait = names.index("WAIT") - 11
+    assert (plan.tail[wait], plan.fused_tail[wait], plan.eager_tail[wait]) == (False, False, True)
+    k2, v2 = (torch.randn(1, 2, 4100, 128, dtype=torch.bfloat16) for _ in range(2))
+    grown = plan.resized(k2, v2)
+    assert grown.capacity == 4100 and grown.eager_tail[-1] == cfg.num_stages and grown.eager_tail[wait] is True
+    assert grown.eager_split.options["launch_pdl"] is True
+
+
 # -- on a GPU --------------------------------------------------------------------------------------------------
 
 

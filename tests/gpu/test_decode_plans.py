@@ -548,8 +548,8 @@ def test_eager_fused_calls_take_the_dependent_split_launch_that_waits_first(monk
     """With ``split_pdl`` on (pretended here), a fused plan's eager calls take a build of their own: the split kernel
     with WAIT (and with "trigger" TRIGGER) set and Triton's ``launch_pdl`` option, its other arguments the fused
     build's; graphs keep the fused build. The interpreter runs no ``griddepcontrol``, so the plain fused build stands in
-    for it, counted: every eager call after the first takes it, with the bits of a plan without it. Off, a plan has no
-    such build."""
+    for it, counted: the first fused eager call takes the plain build (which a graph captured later needs compiled),
+    every later one the dependent launch's, with the bits of a plan without it. Off, a plan has no such build."""
     from attnlab.gpu import decode_plan
 
     q, k, v = _cache(L=600)
@@ -570,9 +570,12 @@ def test_eager_fused_calls_take_the_dependent_split_launch_that_waits_first(monk
     assert plan.fused_tail[wait] is False and plan.tail[wait] is False and plan.fused_tail[trigger] is False
     rest = [i for i in range(len(plan.fused_tail)) if i not in (wait, trigger)]
     assert [plan.eager_tail[i] for i in rest] == [plan.fused_tail[i] for i in rest]
-    plan.eager_split, plan.eager_tail = _Counted(plan.fused_split), plan.fused_tail
-    outs = [decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=4) for _ in range(3)]
-    assert plan.eager_split.calls == 3
+    plan.fused_split = _Counted(plan.fused_split)
+    plan.eager_split, plan.eager_tail = _Counted(plan.fused_split.inner), plan.fused_tail
+    outs = [decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=4) for _ in range(4)]
+    # the first fused eager call takes the plain build (compiling what a graph captured later takes), the rest the
+    # dependent launch's
+    assert (plan.fused_split.calls, plan.eager_split.calls) == (1, 3)
     for got in outs:
         _same(got, want)
     decode.clear_plans()

@@ -88,7 +88,9 @@ MERGE_TRIGGER = False
 # programmatic dependent launch (Hopper): the launch of one call's kernel may be processed while the kernels queued
 # before it still run, and its programs wait for them (``griddepcontrol.wait``, the kernel's first instruction, so it
 # reads nothing they may write: the query, the cache, the lengths). "trigger": each such kernel also lets the next
-# launch start as soon as all its programs have started (``griddepcontrol.launch_dependents``, first too). For the
+# launch start as soon as all its programs have started (``griddepcontrol.launch_dependents``, first too); a plan's first
+# fused eager call still takes the plain build, which a CUDA graph captured later takes. A configuration that always
+# merges in the split kernel (``DecodeConfig.fused_merge``) keeps plain launches. For the
 # eager D = 64 call at 32/8 heads over 32K keys, whose time over its CUDA graph's is the decode bar still missed, if the
 # GPU rather than the host sets its pace (benchmarks/NOTES-decode.md v23 and v27). CUDA graphs never take it. False:
 # plain launches; off until measured. The plans made after a change take it (``clear_plans``).
@@ -437,6 +439,7 @@ class DecodePlan:
         # eager calls merge in the split kernel (``eager_fused``): their own tail and launcher (MERGE = 2)
         self.fused = self.merge == 1 and eager_fused(self._read_bytes(capacity), self.device)
         self.pair_ran = False  # whether the split and merge kernels of this split count have run (compiled)
+        self.fused_ran = False  # whether an eager call has run the fused build (compiled: a graph may take it)
         # the eager calls' arrival counters (``_counters``: per device and stream); a plan made while a CUDA graph is
         # being captured finds them at its first eager call (never memory of the graph's own)
         self.counters = self.counters_ptr = None
@@ -505,6 +508,7 @@ class DecodePlan:
         if self.fused_split is None:
             self.fused_split = self.launcher_memo[spec] = Launcher(self.split_fn, self.split.grid,
                                                                    **self.split.options)
+        self.fused_ran = self.fused_split.compiled is not None  # (a build shared with the plan it was derived from)
         # eager calls: the same build (None), or with ``SPLIT_PDL`` a programmatic dependent launch that waits first
         self.eager_split = self.eager_tail = None
         mode = split_pdl(self.device)
@@ -590,8 +594,12 @@ class DecodePlan:
             if self.counters is None:
                 self._eager_counters()
             counters_ptr, counters = self.counters_ptr, self.counters
+        # a fused call: the graphs' build, or for eager calls after the first one that build took (compiling what a
+        # graph captured later needs), with ``SPLIT_PDL`` the dependent launch's build
         split, tail = (self.split, self.tail) if not fused else (self.fused_split, self.fused_tail) \
-            if capturing or self.eager_split is None else (self.eager_split, self.eager_tail)
+            if capturing or self.eager_split is None or not self.fused_ran else (self.eager_split, self.eager_tail)
+        if fused and not capturing:
+            self.fused_ran = True
         # eager calls launch the merge kernel as a programmatic dependent launch (``MERGE_PDL``) once the plain pair
         # has run (compiled); graphs take the plain launch
         merge = merge_tail = None

@@ -161,7 +161,7 @@ class Launcher:
 
     __slots__ = ("kernel", "grid", "options", "compiled")
 
-    def __init__(self, kernel, grid: tuple[int, int, int], *, num_warps: int, num_stages: int | None,
+    def __init__(self, kernel, grid: tuple[int, int, int], *, num_warps: int, num_stages: int | None = None,
                  launch_pdl: bool = False):
         self.kernel = kernel
         self.grid = grid
@@ -184,7 +184,7 @@ class Launcher:
         first = args[0].base if _is_descriptor(args[0]) else args[0]
         on_gpu = isinstance(first, torch.Tensor) and first.is_cuda
         spec = _specialisation(self.kernel, args) if on_gpu else None
-        key = None if spec is None else (self.kernel, tuple(self.options.values()), torch.cuda.current_device(), spec)
+        key = None if spec is None else (self.kernel, tuple(self.options.items()), torch.cuda.current_device(), spec)
         if key is not None and key in _SHARED and not hooks_set():
             self.compiled = _SHARED[key]
             if stream is None:
