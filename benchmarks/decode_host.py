@@ -804,7 +804,7 @@ def _error(e: BaseException) -> str:
 
 
 KERNEL_ARMS = ("triton", "gluon")  # decode_config.GLUON_SPLIT off / on
-KERNEL_SWEEP = (8, 16, 32, 64)  # the Gluon kernel's split counts swept on the batch-1 shapes (and the model's pick)
+KERNEL_SWEEP = (16, 32, 64)  # the Gluon kernel's split counts swept on the batch-1 shapes (and the model's pick)
 # the Gluon kernel's rings swept, by head dim: (keys a tile, tiles in the ring); the first is the library's (the large
 # configuration's), the second as many bytes in flight per SM in another grain (smaller tiles, or one program per SM)
 KERNEL_RINGS = {128: ((128, 3), (64, 5)), 64: ((128, 3), (128, 5))}
