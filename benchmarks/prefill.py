@@ -569,17 +569,10 @@ def _compile_sm90(fn, ptr_types: dict, constexprs: dict, num_warps: int, num_sta
 def _resources(kernel) -> dict:
     """Registers, spill stack, shared memory and the instruction mix, read from the cubin's SASS."""
     import re
-    import subprocess
-    import tempfile
 
-    import triton
+    from attnlab.gpu.prefill_gluon import cuobjdump
 
-    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(kernel.asm["cubin"])
-        f.flush()
-        res = subprocess.run([str(tool), "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
-        sass = subprocess.run([str(tool), "--dump-sass", f.name], capture_output=True, text=True).stdout
+    res, sass = cuobjdump(kernel, "--dump-resource-usage") or "", cuobjdump(kernel, "--dump-sass") or ""
     out = {"smem_kb": round(kernel.metadata.shared / 1024, 1)}
     for key, pat in (("regs", r"REG:(\d+)"), ("stack", r"STACK:(\d+)")):
         m = re.search(pat, res)

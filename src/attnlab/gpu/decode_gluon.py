@@ -379,6 +379,8 @@ def compile_sm90(head_dim: int, *, group_rows: int = 4, queries: int = 1, merge:
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
+    from .decode_kernels import sm90_signature
+
     name = "fp16" if dtype == torch.float16 else "bf16"
     block_d = triton.next_power_of_2(head_dim)
     block_s = triton.next_power_of_2(splits)
@@ -398,12 +400,7 @@ def compile_sm90(head_dim: int, *, group_rows: int = 4, queries: int = 1, merge:
                     LSE_PART="*fp32", OUT=f"*{name}", LSE="*fp32", COUNTERS="*i32", SLOPES="*fp32")
     else:
         raise ValueError(f"kernel must be 'split' or 'merge', got {kernel!r}")
-    sig = {n: "constexpr" if n in const else ptrs.get(n) or ("fp32" if n in ("qk_scale", "cap_scale") else "i32")
-           for n in fn.arg_names}
-    # what a launch specialises on: 16-byte aligned pointers, and the cache's strides multiples of 16 elements
-    aligned = [i for i, n in enumerate(fn.arg_names) if n in ptrs or n.startswith("stride_") and n not in const]
-    attrs = {(i,): [["tt.divisibility", 16]] for i in aligned}
-    return triton.compile(GluonASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32),
+    return triton.compile(GluonASTSource(fn, *sm90_signature(fn, const, ptrs)), target=GPUTarget("cuda", 90, 32),
                           options=dict(num_warps=num_warps))
 
 
@@ -438,23 +435,6 @@ def copies_before_length(ptx: str) -> tuple[int, int]:
 _COPY_SIZE = r"cp\.async\.c[ag]\.shared\.global[\w:.]*\s*\[[^]]*\],\s*\[[^]]*\],\s*(0x[0-9a-f]+|\d+)"
 
 
-def _sass(kernel) -> str | None:
-    """The SASS of a compiled kernel's cubin (Triton's cuobjdump), or None where Triton ships none."""
-    import subprocess
-    import tempfile
-    from pathlib import Path
-
-    import triton
-
-    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    if not tool.exists():
-        return None
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(kernel.asm["cubin"])
-        f.flush()
-        return subprocess.run([str(tool), "-sass", f.name], capture_output=True, text=True).stdout
-
-
 def sass_copies_before_length(sass: str) -> int | None:
     """``LDGSTS`` instructions (asynchronous copies) issued before the first instruction that reads the sequence's
     length in a split kernel's SASS, the order the GPU issues them in: the length is what the first 32-bit global load
@@ -476,12 +456,12 @@ def decode_report(kernel) -> dict:
     ``sass_copies_before_length``), the ``mma.sync`` and ``ldmatrix`` instructions, the dependent-launch waits and
     triggers (``griddepcontrol``), and registers and spill stack per thread from the cubin where Triton ships
     cuobjdump."""
-    from .prefill_gluon import kernel_report
+    from .prefill_gluon import cuobjdump, kernel_report
 
     ptx = kernel.asm["ptx"]
     before, total = copies_before_length(ptx)
     full = kernel_report(kernel)
-    sass = _sass(kernel)
+    sass = cuobjdump(kernel, "-sass")
     return dict(smem_kb=full["smem_kb"], regs=full.get("regs"), stack=full.get("stack"),
                 copies_before_length=before, prologue_copies=total,
                 sass_copies_before_length=None if sass is None else sass_copies_before_length(sass),

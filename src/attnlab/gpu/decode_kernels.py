@@ -317,12 +317,20 @@ def compile_sm90(head_dim: int, *, dtype=None, block_n: int = 128, num_warps: in
                  MERGE_ROWS=4, WAIT=wait, stride_qd=1, stride_kd=1, stride_vd=1, stride_od=1)
     ptrs = dict(Q=f"*{el}", K=f"*{el}", V=f"*{el}", SEQLENS="*i32", BLOCK_TABLE="*i32", O_PART="*fp32",
                 LSE_PART="*fp32", OUT=f"*{el}", LSE="*fp32", COUNTERS="*i32", SLOPES="*fp32")
+    return triton.compile(ASTSource(fn, *sm90_signature(fn, const, ptrs)), target=GPUTarget("cuda", 90, 32),
+                          options=dict(num_warps=num_warps, num_stages=num_stages))
+
+
+def sm90_signature(fn, const: dict, ptrs: dict) -> tuple[dict, dict, dict]:
+    """(signature, constants, attributes) of a decode kernel ``fn`` (Triton's or Gluon's) as a plan launches it, for
+    an ahead-of-time build: the ``const`` arguments as constexprs, the ``ptrs`` pointers with their types, the scales
+    float32 and every other argument int32; the pointers 16-byte aligned and the strides divisible by 16, as Triton's
+    specialisation finds them for a contiguous cache."""
     sig = {n: "constexpr" if n in const else ptrs.get(n) or ("fp32" if n in ("qk_scale", "cap_scale") else "i32")
            for n in fn.arg_names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
              if n in ptrs or n.startswith("stride_") and n not in const}
-    return triton.compile(ASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32),
-                          options=dict(num_warps=num_warps, num_stages=num_stages))
+    return sig, const, attrs
 
 
 def sm90_report(head_dim: int, dtype=None, **kw) -> dict:

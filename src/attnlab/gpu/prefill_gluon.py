@@ -2662,12 +2662,7 @@ def kernel_report(kernel) -> dict:
     of a compiled sm_90 kernel, with registers and spill stack per thread from its cubin and the SASS loops that
     hold its products (``sass_loops``: ``loops``) where Triton ships cuobjdump."""
     import re
-    import subprocess
-    import tempfile
     from collections import Counter
-    from pathlib import Path
-
-    import triton
 
     ptx = kernel.asm["ptx"]
     out = dict(smem_kb=round(kernel.metadata.shared / 1024, 1),
@@ -2683,15 +2678,28 @@ def kernel_report(kernel) -> dict:
                exponentials=len(re.findall(r"ex2\.approx", ptx)),
                poly_exponentials=len(re.findall(r"mad\.lo\.u32\s+\S+,\s*\S+,\s*8388608,", ptx)),
                max_chain=max_chain(ptx))
-    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    if tool.exists():
-        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-            f.write(kernel.asm["cubin"])
-            f.flush()
-            res = subprocess.run([str(tool), "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
-            sass = subprocess.run([str(tool), "-sass", f.name], capture_output=True, text=True).stdout
+    res, sass = cuobjdump(kernel, "--dump-resource-usage"), cuobjdump(kernel, "-sass")
+    if res is not None:
         for key, pat in (("regs", r"REG:(\d+)"), ("stack", r"STACK:(\d+)")):
             m = re.search(pat, res)
             out[key] = int(m.group(1)) if m else None
         out["loops"] = sass_loops(sass)
     return out
+
+
+def cuobjdump(kernel, option: str) -> str | None:
+    """What Triton's own cuobjdump prints with ``option`` ("-sass", "--dump-resource-usage") for a compiled kernel's
+    cubin, or None where Triton ships no cuobjdump."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    import triton
+
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    if not tool.exists():
+        return None
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        return subprocess.run([str(tool), option, f.name], capture_output=True, text=True).stdout
