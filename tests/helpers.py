@@ -279,3 +279,31 @@ GLUON_WINDOW_CASES = [
     (1, 3, 1, 900, 400, 64, (300, 0)),  # Nq > Nk: empty rows, MQA
     (1, 2, 2, 4096, 4096, 128, (1023, 0)),  # full blocks inside the window, skipped blocks left of it
 ]
+
+
+def graph_after_eager(call, q, check_plan=None):
+    """``call()`` (a decode call reading the query ``q``) warmed up three times on a side stream, as torch's docs
+    capture, ``check_plan`` (if given) run on the one kept decode plan, one call captured in a CUDA graph on that stream,
+    ``q`` given new values in place and the graph replayed: returns the replay's (out, lse) and an eager call's on the
+    new query (a GPU only)."""
+    from attnlab.gpu import decode_plan
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            call()
+    torch.cuda.current_stream().wait_stream(s)
+    if check_plan is not None:
+        (plan,) = decode_plan._PLANS.values()
+        check_plan(plan)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        got = call()
+    q.copy_(torch.randn_like(q))
+    g.replay()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(s):
+        want = call()
+    torch.cuda.synchronize()
+    return got, want

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from tests.helpers import sm90_reports
+from tests.helpers import graph_after_eager, sm90_reports
 
 import attnlab
 from attnlab.variants import Mask
@@ -366,24 +366,13 @@ def test_gpu_gluon_graphs_give_the_eager_bits(gluon_split, L):
     q = torch.randn(2, 32, 1, 128, dtype=torch.bfloat16, device=DEV)
     k, v = (torch.randn(2, 8, L, 128, dtype=torch.bfloat16, device=DEV) for _ in range(2))
     lens = torch.tensor([L, L * 3 // 5], dtype=torch.int32, device=DEV)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            attnlab.flash_decode(q, k, v, cache_seqlens=lens, num_splits=4)
-    torch.cuda.current_stream().wait_stream(s)
-    (plan,) = decode_plan._PLANS.values()
-    assert plan.fused and plan.pair_ran and plan.split_fn is decode_gluon._decode_split_gluon
-    assert plan.merge_launch.kernel is decode_gluon._decode_merge_gluon
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=s):
-        out, lse = attnlab.flash_decode(q, k, v, cache_seqlens=lens, num_splits=4)
-    q.copy_(torch.randn_like(q))
-    g.replay()
-    torch.cuda.synchronize()
-    with torch.cuda.stream(s):
-        want = attnlab.flash_decode(q, k, v, cache_seqlens=lens, num_splits=4)
-    torch.cuda.synchronize()
+
+    def gluon_pair_ran(plan):
+        assert plan.fused and plan.pair_ran and plan.split_fn is decode_gluon._decode_split_gluon
+        assert plan.merge_launch.kernel is decode_gluon._decode_merge_gluon
+
+    (out, lse), want = graph_after_eager(lambda: attnlab.flash_decode(q, k, v, cache_seqlens=lens, num_splits=4), q,
+                                         gluon_pair_ran)
     assert torch.equal(out, want[0]) and torch.equal(lse, want[1])
 
 

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from tests.helpers import graph_after_eager
 
 import attnlab
 from attnlab.reference import attention_ref
@@ -644,29 +645,16 @@ def test_a_fused_plan_is_captured_with_the_merge_kernel_and_gives_eager_bits(L):
     """On the GPU a decode call of any size is ``fused``: eager calls launch once, a CUDA graph captured after
     them holds the split and merge kernels (a small read) or the split kernel alone (a large one, its counters its
     own), and the replay equals the eager call to the bit."""
-    from attnlab.gpu import decode_plan
-
     q, k, v = _cache(L=L, D=128)
     lens = torch.tensor([L, L * 3 // 5], dtype=torch.int32, device=DEV)
     decode.clear_plans()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            attnlab.flash_decode(q, k, v, cache_seqlens=lens, num_splits=4)
-    torch.cuda.current_stream().wait_stream(s)
-    (plan,) = decode_plan._PLANS.values()
-    assert plan.fused and plan.pair_ran
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=s):
-        out, lse = attnlab.flash_decode(q, k, v, cache_seqlens=lens, num_splits=4)
-    q.copy_(torch.randn_like(q))
-    g.replay()
-    torch.cuda.synchronize()
-    with torch.cuda.stream(s):
-        want = attnlab.flash_decode(q, k, v, cache_seqlens=lens, num_splits=4)
-    torch.cuda.synchronize()
-    _same((out, lse), want)
+
+    def fused_pair_ran(plan):
+        assert plan.fused and plan.pair_ran
+
+    got, want = graph_after_eager(lambda: attnlab.flash_decode(q, k, v, cache_seqlens=lens, num_splits=4), q,
+                                  fused_pair_ran)
+    _same(got, want)
     decode.clear_plans()
 
 
