@@ -83,6 +83,9 @@ def test_the_quoted_spans():
     assert f"{min(loss):.1f}–{max(loss):.1f} µs a call under graphs" in results
     assert f"Gluon is {min(loss):.1f}–{max(loss):.1f} µs slower a call" in notes
     assert f"is {short:.1f} µs slower" in results and f"is {short:.1f} µs slower against" in notes
+    doc = flat((ROOT / "docs" / "decode.md").read_text())
+    assert (f"it ran {min(loss):.1f}–{max(loss):.1f} µs a call slower than the Triton kernel on every batch-1 shape"
+            in doc and f"and {short:.1f} µs slower on a short sequence" in doc)
     assert f"({short:.2f} and {short_cold:.2f} µs)" in notes
     assert (f"{ratio[D128]:.3f} at 32/8 heads over 32K (D = 128), {ratio[D64]:.3f} at D = 64, {ratio[SMALL]:.3f} at "
             f"64/8 over 8K, {ratio[MID]:.3f} at 28/4 over 20,000; batch 8 {ratio[B8]:.3f}") in notes

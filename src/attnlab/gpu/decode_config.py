@@ -70,8 +70,9 @@ FUSED_MERGE = False
 
 # Whether contiguous caches at D = 64 and 128 take the Gluon split kernel (``DecodeConfig.kernel`` "gluon") on a GPU:
 # each split's first tiles copied into shared memory before the sequence's length arrives (benchmarks/NOTES-decode.md
-# v26). Off until measured against the Triton kernel on a GPU; calls the Gluon kernel does not take run the Triton
-# kernel either way. The plans made after a change take it (``clear_plans``).
+# v26). Off: on an H100 it ran slower than the Triton kernel on every batch-1 shape (benchmarks/RESULTS.md, "Decode-host
+# run 37"); calls the Gluon kernel does not take run the Triton kernel either way. The plans made after a change take
+# it (``clear_plans``).
 GLUON_SPLIT = False
 
 
