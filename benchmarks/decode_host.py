@@ -556,7 +556,8 @@ def split_pdl_ab_rows(calls: int, rounds: int = 3, arms=SPLIT_PDL_ARMS) -> list[
     never take it): does the eager call's time over its graph's come from the gap between kernels?"""
     from attnlab.gpu import decode, decode_plan
 
-    saved = decode_plan.SPLIT_PDL
+    saved = decode_plan.SPLIT_PDL, decode_plan.SPLIT_PDL_FROM_US
+    decode_plan.SPLIT_PDL_FROM_US = 0  # the switch itself on every shape, whatever the read
     rows = []
     try:
         for shape in SHAPES:
@@ -580,7 +581,7 @@ def split_pdl_ab_rows(calls: int, rounds: int = 3, arms=SPLIT_PDL_ARMS) -> list[
                     except Exception as e:  # noqa: BLE001 — a launch that fails here is data
                         rows.append(row | {"pdl": False, "error": _error(e)})
     finally:
-        decode_plan.SPLIT_PDL = saved
+        decode_plan.SPLIT_PDL, decode_plan.SPLIT_PDL_FROM_US = saved
         decode.clear_plans()
     return rows
 
@@ -1173,6 +1174,10 @@ def markdown(result: dict) -> str:
                    else ", eager calls launch the merge kernel")
     if result.get("gluon_split"):
         merged += ", the Gluon split kernel for contiguous caches"
+    if result.get("split_pdl"):
+        mode = " (trigger)" if result["split_pdl"] == "trigger" else ""
+        merged += (f", eager split kernels reading K/V for {result['split_pdl_from_us']:g} µs or more launched as "
+                   f"dependent launches{mode}")
     lines = [f"{result['gpu']}, torch {result['torch']}, triton {result['triton']}, bf16{merged}", "",
              "| floor | host µs/call |", "|---|---|"]
     lines += [f"| {k} | {v:.1f} |" for k, v in result["floors"].items()]
@@ -1284,6 +1289,13 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _split_pdl() -> dict:
+    """``decode_plan.SPLIT_PDL`` and ``SPLIT_PDL_FROM_US`` as the JSON records them."""
+    from attnlab.gpu import decode_plan
+
+    return {"split_pdl": decode_plan.SPLIT_PDL, "split_pdl_from_us": decode_plan.SPLIT_PDL_FROM_US}
+
+
 def _eager_fused_below() -> float | None:
     """``decode_plan.EAGER_FUSED_BELOW_US`` as the JSON records it: None where it has no bound (inf)."""
     from attnlab.gpu import decode_plan
@@ -1321,6 +1333,8 @@ def main(argv=None) -> int:
     ap.add_argument("--split-pdl-ab", action="store_true",
                     help="also time eager calls with the split kernel launched plainly and as a programmatic dependent "
                          "launch (decode_plan.SPLIT_PDL), in turns")
+    ap.add_argument("--split-pdl", choices=("off", "on", "trigger"), default=None,
+                    help="the split kernel's eager launch (decode_plan.SPLIT_PDL; default: the library's, on)")
     ap.add_argument("--gluon-split", action="store_true",
                     help="run with the Gluon split kernel by default (decode_config.GLUON_SPLIT) for contiguous caches")
     ap.add_argument("--merge-ab", action="store_true",
@@ -1374,6 +1388,10 @@ def main(argv=None) -> int:
         from attnlab.gpu import decode_config
 
         decode_config.GLUON_SPLIT = True
+    if args.split_pdl is not None:
+        from attnlab.gpu import decode_plan
+
+        decode_plan.SPLIT_PDL = {"off": False, "on": True, "trigger": "trigger"}[args.split_pdl]
     if not torch.cuda.is_available():
         print("decode_host: needs a CUDA GPU (host time per launch means nothing in the interpreter)", file=sys.stderr)
         return 2
@@ -1395,7 +1413,7 @@ def main(argv=None) -> int:
         return 0
     result = {"gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
               "triton": triton.__version__, "fused_merge": args.fused_merge, "gluon_split": args.gluon_split,
-              "eager_fused_below_us": _eager_fused_below(),
+              "eager_fused_below_us": _eager_fused_below(), **_split_pdl(),
               "floors": floors(args.calls), "host": host_rows(args.calls), "speed": speed_rows(args.calls)}
     if args.sweep:
         result["sweep"] = sweep_rows()

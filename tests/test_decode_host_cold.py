@@ -412,7 +412,8 @@ def test_kernel_ab_rows_run_end_to_end_on_the_interpreter(monkeypatch):
 
 def test_split_pdl_ab_rows_run_end_to_end_on_the_interpreter(monkeypatch):
     """``split_pdl_ab_rows`` on the Triton interpreter, its timers replaced: the arms in turns, the switch set for each
-    and restored, and no dependent launch taken (the interpreter is no Hopper GPU: its table says "not taken")."""
+    and restored (with ``SPLIT_PDL_FROM_US`` at 0 while they run: the switch itself on every shape), and no dependent
+    launch taken (the interpreter is no Hopper GPU: its table says "not taken")."""
     pytest.importorskip("triton")
     import types
 
@@ -424,10 +425,12 @@ def test_split_pdl_ab_rows_run_end_to_end_on_the_interpreter(monkeypatch):
     g = torch.Generator().manual_seed(0)
     ins = (torch.randn(1, 8, 1, 64, generator=g).half(), torch.randn(1, 2, 200, 64, generator=g).half(),
            torch.randn(1, 2, 200, 64, generator=g).half(), torch.full((1,), 200, dtype=torch.int32))
-    seen = []
+    seen, thresholds = [], set()
+    default = decode_plan.SPLIT_PDL, decode_plan.SPLIT_PDL_FROM_US
 
     def timer(fn, calls, median=False):
         seen.append(decode_plan.SPLIT_PDL)
+        thresholds.add(decode_plan.SPLIT_PDL_FROM_US)
         fn()
         return 12.0 if decode_plan.SPLIT_PDL is False else 10.0
 
@@ -439,8 +442,8 @@ def test_split_pdl_ab_rows_run_end_to_end_on_the_interpreter(monkeypatch):
     rows = host.split_pdl_ab_rows(100, rounds=2)
     assert [(r["arm"], r["round"]) for r in rows] == [("False", 0), ("True", 0), ("trigger", 0),
                                                       ("trigger", 1), ("True", 1), ("False", 1)]
-    assert not any(r["pdl"] for r in rows) and decode_plan.SPLIT_PDL is False
-    assert {True, "trigger", False} <= set(seen)
+    assert not any(r["pdl"] for r in rows) and (decode_plan.SPLIT_PDL, decode_plan.SPLIT_PDL_FROM_US) == default
+    assert {True, "trigger", False} <= set(seen) and thresholds == {0}
     lines = host.split_pdl_ab_markdown(rows)
     assert "| 1 | 8/2 | 200 | 64 | True (not taken) | 10.00 / 10.00 | 12.0 | 0.833 | 10.0 |" in lines
     assert "| 1 | 8/2 | 200 | 64 | False | 12.00 / 12.00 | 12.0 | 1.000 | 12.0 |" in lines

@@ -253,7 +253,7 @@ def test_a_gluon_plan_builds_its_launches_and_arguments(monkeypatch):
 
     monkeypatch.setattr(decode_gluon, "gluon_unsupported", lambda **kw: None)
     monkeypatch.setattr(decode_plan, "eager_fused", lambda nbytes, device: True)
-    monkeypatch.setattr(decode_plan, "split_pdl", lambda device: "trigger")
+    monkeypatch.setattr(decode_plan, "split_pdl", lambda device, plan_bytes=None: "trigger")
     q = torch.randn(1, 8, 1, 128, dtype=torch.bfloat16)
     k, v = (torch.randn(1, 2, 4096, 128, dtype=torch.bfloat16) for _ in range(2))
     lens = torch.tensor([4000], dtype=torch.int32)

@@ -527,19 +527,30 @@ def test_eager_calls_take_the_dependent_merge_launch_after_the_first_call(monkey
     decode.clear_plans()
 
 
-def test_split_pdl_needs_a_hopper_gpu_and_a_known_mode(monkeypatch):
-    """``split_pdl``: ``SPLIT_PDL`` (off by default) on a CUDA GPU of compute capability 9.0 or newer outside the
-    interpreter, else False; a mode it does not know is refused."""
+def test_split_pdl_needs_a_hopper_gpu_a_long_read_and_a_known_mode(monkeypatch):
+    """``split_pdl``: ``SPLIT_PDL`` (on by default) on a CUDA GPU of compute capability 9.0 or newer outside the
+    interpreter, for a plan whose K/V read takes at least ``SPLIT_PDL_FROM_US`` at the preset's bandwidth (any read
+    with the threshold at 0), else False; a mode it does not know is refused."""
     from attnlab.gpu import config, decode_plan
 
-    assert decode_plan.SPLIT_PDL is False
+    assert decode_plan.SPLIT_PDL is True and decode_plan.SPLIT_PDL_FROM_US == 13.0
     for mode in (True, "trigger"):
         monkeypatch.setattr(decode_plan, "SPLIT_PDL", mode)
         assert decode_plan.split_pdl(torch.device("cpu")) is False
+        assert decode_plan.split_pdl(torch.device("cpu"), 1e9) is False
     monkeypatch.setattr(decode_plan, "interpret_mode", lambda: False)
     for capability, want in (((9, 0), "trigger"), ((10, 0), "trigger"), ((8, 0), False)):
         monkeypatch.setattr(config, "device_capability", lambda device, c=capability: c)
         assert decode_plan.split_pdl(torch.device("cuda", 0)) == want
+    # the read's µs: bytes over 1 MB/µs here (a preset of 1 TB/s)
+    monkeypatch.setattr(decode_plan, "read_us", lambda nbytes, device: nbytes / 1e6)
+    monkeypatch.setattr(config, "device_capability", lambda device: (9, 0))
+    assert decode_plan.split_pdl(torch.device("cuda", 0), 12.9e6) is False
+    assert decode_plan.split_pdl(torch.device("cuda", 0), 13.0e6) == "trigger"
+    monkeypatch.setattr(decode_plan, "SPLIT_PDL_FROM_US", 0)
+    assert decode_plan.split_pdl(torch.device("cuda", 0), 1.0) == "trigger"
+    monkeypatch.setattr(decode_plan, "SPLIT_PDL", False)
+    assert decode_plan.split_pdl(torch.device("cuda", 0), 1e9) is False
     monkeypatch.setattr(decode_plan, "SPLIT_PDL", "yes")
     with pytest.raises(ValueError, match="SPLIT_PDL must be False, True or 'trigger'"):
         decode_plan.split_pdl(torch.device("cuda", 0))
@@ -561,7 +572,7 @@ def test_eager_fused_calls_take_the_dependent_split_launch_that_waits_first(monk
     want = decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=4)  # the fused build, eager
     (plan,) = decode_plan._PLANS.values()
     assert plan.fused and plan.eager_split is None
-    monkeypatch.setattr(decode_plan, "split_pdl", lambda device: "trigger")
+    monkeypatch.setattr(decode_plan, "split_pdl", lambda device, plan_bytes=None: "trigger")
     decode.clear_plans()
     decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=4)
     (plan,) = decode_plan._PLANS.values()
@@ -597,6 +608,8 @@ def test_gpu_dependent_split_launches_wait_for_the_query_written_before_them(mon
         k, v = (torch.randn(B_, Hkv_, L_, D_, dtype=torch.bfloat16, device=DEV) for _ in range(2))
         lens = torch.full((B_,), L_ - 3, dtype=torch.int32, device=DEV)
         scales = [0.5 + 0.1 * i for i in range(8)]
+        monkeypatch.setattr(decode_plan, "SPLIT_PDL", False)
+        monkeypatch.setattr(decode_plan, "SPLIT_PDL_FROM_US", 0)  # the small shape's plan takes it too
         decode.clear_plans()
         want = []
         for s_ in scales:

@@ -90,11 +90,21 @@ MERGE_TRIGGER = False
 # reads nothing they may write: the query, the cache, the lengths). "trigger": each such kernel also lets the next
 # launch start as soon as all its programs have started (``griddepcontrol.launch_dependents``, first too); a plan's first
 # fused eager call still takes the plain build, which a CUDA graph captured later takes. A configuration that always
-# merges in the split kernel (``DecodeConfig.fused_merge``) keeps plain launches. For the
-# eager D = 64 call at 32/8 heads over 32K keys, whose time over its CUDA graph's is the decode bar still missed, if the
-# GPU rather than the host sets its pace (benchmarks/NOTES-decode.md v23 and v27). CUDA graphs never take it. False:
-# plain launches; off until measured. The plans made after a change take it (``clear_plans``).
-SPLIT_PDL: bool | str = False
+# merges in the split kernel (``DecodeConfig.fused_merge``) keeps plain launches, and so do plans whose K/V read takes
+# less than ``SPLIT_PDL_FROM_US``. CUDA graphs never take it. On an H100 (decode-host runs 38-40, the three ways in
+# turns, three rounds each) the dependent launch took the eager D = 64 call at 32/8 heads over 32K keys from
+# 1.07-1.57x its CUDA graph's time to 1.00-1.03x (each run's median), lower in every one of the nine rounds, and
+# D = 128 from 1.04x to 1.00-1.01x; "trigger" was slower than it at D = 64 (benchmarks/NOTES-decode.md v27). False:
+# plain launches. The plans made after a change take it (``clear_plans``).
+SPLIT_PDL: bool | str = True
+
+# The K/V read, in µs at the HBM bandwidth of the GPU preset, from which eager calls take ``SPLIT_PDL``'s launch. Below
+# it the host, not the GPU, sets an eager call's pace (decode-host runs 37-40: the host's time per call in the eager loop
+# over the graph's time 1.5-4.3 at 64/8 heads over 8K keys and 28/4 over 20,000, whose reads take 10.0 and 12.2 µs on
+# the H100 preset), there is no gap between kernels for the launch to hide, and the runs' rounds there spread too
+# widely (2.1x at 28/4 heads) to show a gain or a loss; at and above it the GPU does (0.41-0.96 at 32/8 over 32K: 20.0
+# and 40.1 µs). 0: every fused plan.
+SPLIT_PDL_FROM_US = 13.0
 
 
 # Eager calls of a plan whose K/V read takes less than this many µs at the GPU preset's bandwidth merge the
@@ -233,16 +243,21 @@ def merge_pdl(device, eager: bool = False) -> bool:
     return device_capability(device)[0] >= 9
 
 
-def split_pdl(device) -> bool | str:
+def split_pdl(device, plan_bytes: float | None = None) -> bool | str:
     """``SPLIT_PDL`` where the split kernel's eager launches may be programmatic dependent launches: a CUDA GPU of compute
-    capability 9.0 or newer outside the interpreter; else False."""
+    capability 9.0 or newer outside the interpreter, and with ``plan_bytes`` (the K/V a call reads) a read of at least
+    ``SPLIT_PDL_FROM_US`` at the bandwidth of the device's preset; else False."""
     if SPLIT_PDL not in (False, True, "trigger"):
         raise ValueError(f"SPLIT_PDL must be False, True or 'trigger', got {SPLIT_PDL!r}")
     if not SPLIT_PDL or device.type != "cuda" or interpret_mode():
         return False
     from .config import device_capability
 
-    return SPLIT_PDL if device_capability(device)[0] >= 9 else False
+    if device_capability(device)[0] < 9:
+        return False
+    if plan_bytes is not None and SPLIT_PDL_FROM_US > 0 and read_us(plan_bytes, device) < SPLIT_PDL_FROM_US:
+        return False
+    return SPLIT_PDL
 
 
 def _spare(device) -> torch.Tensor:
@@ -511,7 +526,7 @@ class DecodePlan:
         self.fused_ran = self.fused_split.compiled is not None  # (a build shared with the plan it was derived from)
         # eager calls: the same build (None), or with ``SPLIT_PDL`` a programmatic dependent launch that waits first
         self.eager_split = self.eager_tail = None
-        mode = split_pdl(self.device)
+        mode = split_pdl(self.device, self._read_bytes(self.capacity))
         if mode:
             tail = self.fused_tail.copy()
             tail[tail_index("WAIT")] = True
