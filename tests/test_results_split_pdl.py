@@ -158,6 +158,10 @@ def test_the_comment_in_decode_plan():
     from attnlab.gpu import decode_plan
 
     assert f"`decode_plan.SPLIT_PDL_FROM_US` ({decode_plan.SPLIT_PDL_FROM_US:g} µs" in doc
+    readme = flat((ROOT / "README.md").read_text())
+    assert (f"now the default for reads of {decode_plan.SPLIT_PDL_FROM_US:g} µs or more, took eager decode at 32/8 "
+            f"heads over 32K keys to {_span(t64, '.2f')}× its CUDA graph's time at D = 64 ({_span(f64, '.2f')}× "
+            f"without it) and {_span(t128, '.2f')}× at D = 128") in readme
     pace: dict = {True: [], False: []}  # host-paced shapes (True) and the batch-1 32K ones
     for n in (37, *RUNS):
         for r in json.loads((DATA / f"decode-host-h100-run{n}.json").read_text())["speed"]:
