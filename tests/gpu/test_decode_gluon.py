@@ -477,3 +477,44 @@ def test_the_notes_quote_the_eager_bar_as_the_recorded_runs_give_it():
     text = notes_section("NOTES-decode.md", "## v27")
     assert (f"the eager call took {eager.split('×')[0]}× the graph's time in decode-host runs 31–36 while the graph's "
             f"time held at {min(graph):.1f}–{max(graph):.1f} µs") in text
+
+
+def test_the_notes_quote_the_two_kv_loops_and_the_merged_bytes():
+    """NOTES-decode's examination of decode-host run 37: the Triton and Gluon split kernels' K/V loops (sm_90 builds,
+    32/8 heads) hold the same products and copies; the Gluon loop's extra length is mostly shared loads and stores; and
+    the Gluon kernel's loss under graphs grows with the partial results a group's last program merges."""
+    import json
+    import statistics
+
+    from tests.helpers import ROOT, flat, notes_section
+
+    cases = [dict(D=D, dtype="bfloat16") for D in (128, 64)]
+    tri, glu = (sm90_reports(m, [dict(c) for c in cases]) for m in ("decode_kernels", "decode_gluon"))
+    if tri[0]["loop"] is None or glu[0]["loop"] is None:
+        pytest.skip("this triton ships no cuobjdump")
+    text = flat(notes_section("NOTES-decode.md", "## v26, examined after run 37"))
+    (t128, t64), (g128, g64) = ([r["loop"] for r in reps] for reps in (tri, glu))
+    for t, g in ((t128, g128), (t64, g64)):
+        assert (t["hmma"], t["ldgsts"]) == (g["hmma"], g["ldgsts"]) and g["instructions"] > t["instructions"]
+    assert (f"{g128['hmma']} HMMA and {g128['ldgsts']} LDGSTS at D = 128, {g64['hmma']} and {g64['ldgsts']} at "
+            f"D = 64") in text
+    assert (f"({g128['instructions']} against {t128['instructions']} instructions at D = 128, {g64['instructions']} "
+            f"against {t64['instructions']} at D = 64)") in text
+    shared = lambda r: r["lds"] + r["sts"]  # noqa: E731
+    assert shared(g128) > shared(t128) and shared(g64) > shared(t64)
+    assert f"{shared(g128)} shared loads and stores against {shared(t128)} at D = 128)" in text
+    run = json.loads((ROOT / "benchmarks" / "data" / "decode-host-h100-run37.json").read_text())
+    groups: dict = {}
+    for r in run["kernel_ab"]:
+        if "round" in r and r["length"] == r["L"]:
+            groups.setdefault(((r["B"], r["H"], r["Hkv"], r["L"], r["D"]), r["arm"]), []).append(r)
+    points = []
+    for (shape, arm), rs in groups.items():
+        if arm == "gluon":
+            loss = (statistics.median(r["graph_us"] for r in rs)
+                    - statistics.median(r["graph_us"] for r in groups[shape, "triton"]))
+            points.append((rs[0]["splits"] * shape[1] // shape[2] * shape[4] * 4 / 1024, shape[4], loss))
+    points.sort()
+    assert all(a[2] < b[2] for a, b in zip(points, points[1:]) if a[0] < b[0])  # the loss grows with the bytes
+    assert (", ".join(f"{b:.0f}" for b, _, _ in points[:-1]) + f" and {points[-1][0]:.0f} KiB") in text
+    assert (", ".join(f"{x:.2f}" for _, _, x in points[:-1]) + f" and {points[-1][2]:.2f} µs") in text

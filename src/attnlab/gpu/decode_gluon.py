@@ -454,8 +454,9 @@ def decode_report(kernel) -> dict:
     """What the compiler made of a Gluon decode build (``compile_sm90``): shared memory (KB), the asynchronous
     copies issued before the length's load and before the first wait (``copies_before_length``; in the SASS,
     ``sass_copies_before_length``), the ``mma.sync`` and ``ldmatrix`` instructions, the dependent-launch waits and
-    triggers (``griddepcontrol``), and registers and spill stack per thread from the cubin where Triton ships
-    cuobjdump."""
+    triggers (``griddepcontrol``), and registers, spill stack per thread and the K/V loop's make-up
+    (``decode_kernels.sass_kv_loop``: ``loop``) from the cubin where Triton ships cuobjdump."""
+    from .decode_kernels import sass_kv_loop
     from .prefill_gluon import cuobjdump, kernel_report
 
     ptx = kernel.asm["ptx"]
@@ -468,7 +469,7 @@ def decode_report(kernel) -> dict:
                 copy_bytes=sorted({int(n, 0) for n in re.findall(_COPY_SIZE, ptx)}),
                 mma=len(re.findall(r"mma\.sync", ptx)), ldmatrix=len(re.findall(r"ldmatrix", ptx)),
                 gdc_waits=len(re.findall(r"griddepcontrol\.wait", ptx)),
-                gdc_triggers=len(re.findall(r"griddepcontrol\.launch_dependents", ptx)))
+                gdc_triggers=len(re.findall(r"griddepcontrol\.launch_dependents", ptx)), loop=sass_kv_loop(sass))
 
 
 def sm90_report(head_dim: int, *, dtype: torch.dtype = torch.bfloat16, **kw) -> dict:

@@ -333,13 +333,31 @@ def sm90_signature(fn, const: dict, ptrs: dict) -> tuple[dict, dict, dict]:
     return sig, const, attrs
 
 
+def sass_kv_loop(sass: str | None) -> dict | None:
+    """The static make-up of a decode split kernel's K/V loop (the first SASS loop holding ``mma.sync`` products,
+    ``prefill_gluon.sass_loop_ops``): its ``instructions``, products (``hmma``), asynchronous global-to-shared copies
+    (``ldgsts``), shared-memory matrix loads (``ldsm``), other shared loads and stores (``lds``, ``sts``) and barriers
+    (``bar``), a conditional path inside it counted whole; None without a listing or such a loop."""
+    from .prefill_gluon import sass_loop_ops
+
+    loops = sass_loop_ops(sass, "HMMA") if sass else []
+    if not loops:
+        return None
+    ops = loops[0][2]
+    return dict(instructions=sum(ops.values()), hmma=ops["HMMA"], ldgsts=ops["LDGSTS"], ldsm=ops["LDSM"],
+                lds=ops["LDS"], sts=ops["STS"], bar=ops["BAR"])
+
+
 def sm90_report(head_dim: int, dtype=None, **kw) -> dict:
-    """Shared memory (KB) and the dependent-launch waits and triggers (``griddepcontrol``) of ``compile_sm90``'s
-    build."""
+    """Shared memory (KB), the dependent-launch waits and triggers (``griddepcontrol``) and, where Triton ships
+    cuobjdump, the K/V loop's make-up (``sass_kv_loop``: ``loop``) of ``compile_sm90``'s build."""
     import re
+
+    from .prefill_gluon import cuobjdump
 
     kernel = compile_sm90(head_dim, dtype=dtype, **kw)
     ptx = kernel.asm["ptx"]
     return dict(smem_kb=round(kernel.metadata.shared / 1024, 1),
                 gdc_waits=len(re.findall(r"griddepcontrol\.wait", ptx)),
-                gdc_triggers=len(re.findall(r"griddepcontrol\.launch_dependents", ptx)))
+                gdc_triggers=len(re.findall(r"griddepcontrol\.launch_dependents", ptx)),
+                loop=sass_kv_loop(cuobjdump(kernel, "-sass")))

@@ -2625,13 +2625,12 @@ def max_chain(ptx: str) -> int:
     return best
 
 
-def sass_loops(sass: str) -> list[dict]:
-    """The loops of an SASS listing (``cuobjdump -sass``) that hold tensor-core products: one per conditional
-    backward branch whose body (its target up to the branch, in address order) has an ``HGMMA``, in address order.
-    Each: ``start`` and ``end`` addresses, its ``instructions``, ``wgmma`` (HGMMA), ``local_loads`` (LDL: spill reloads),
-    ``uniform_moves`` (R2UR: values moved to the uniform datapath) and ``mufu`` (the special-function unit's
-    exponentials and reciprocals). Static counts: a branch inside a body (a masked step's path, a wait's retry) is
-    counted whole, and the unconditional jumps back from code placed out of line are not loops."""
+def sass_loop_ops(sass: str, product: str = "HGMMA") -> list[tuple]:
+    """The loops of an SASS listing (``cuobjdump -sass``) that hold tensor-core products ``product`` (``HGMMA``:
+    wgmma; ``HMMA``: mma.sync): one per conditional backward branch whose body (its target up to the branch, in
+    address order) has one, in address order, each as (start address, end address, a Counter of its opcodes without
+    their modifiers). Static counts: a branch inside a body (a masked step's path, a wait's retry) is counted whole,
+    and the unconditional jumps back from code placed out of line are not loops."""
     import re
     from collections import Counter
 
@@ -2647,10 +2646,17 @@ def sass_loops(sass: str) -> list[dict]:
         start = int(m.group(1), 16)
         ops = Counter((t.split()[1] if t.startswith("@") else t.split()[0]).split(".")[0]
                       for _, t in code[where[start]:i + 1])
-        if ops["HGMMA"]:
-            loops.append(dict(start=start, end=addr, instructions=sum(ops.values()), wgmma=ops["HGMMA"],
-                              local_loads=ops["LDL"], uniform_moves=ops["R2UR"], mufu=ops["MUFU"]))
+        if ops[product]:
+            loops.append((start, addr, ops))
     return loops
+
+
+def sass_loops(sass: str) -> list[dict]:
+    """The loops of an SASS listing that hold wgmma products (``sass_loop_ops``), each: ``start`` and ``end``
+    addresses, its ``instructions``, ``wgmma`` (HGMMA), ``local_loads`` (LDL: spill reloads), ``uniform_moves`` (R2UR:
+    values moved to the uniform datapath) and ``mufu`` (the special-function unit's exponentials and reciprocals)."""
+    return [dict(start=start, end=end, instructions=sum(ops.values()), wgmma=ops["HGMMA"], local_loads=ops["LDL"],
+                 uniform_moves=ops["R2UR"], mufu=ops["MUFU"]) for start, end, ops in sass_loop_ops(sass)]
 
 
 def kernel_report(kernel) -> dict:
