@@ -41,6 +41,7 @@ import argparse
 import functools
 import importlib.util
 import json
+import math
 import statistics
 import sys
 import time
@@ -805,13 +806,16 @@ def _error(e: BaseException) -> str:
 
 
 KERNEL_ARMS = ("triton", "gluon")  # decode_config.GLUON_SPLIT off / on
+# ... and each with the merge kernel on every call, eager and in graphs ("+merge": ``EAGER_FUSED_BELOW_US`` 0,
+# ``GRAPH_FUSED_FROM_US`` inf), where only the split kernels differ (``--kernel-ab-merge``)
+KERNEL_MERGE_ARMS = ("triton", "gluon", "triton+merge", "gluon+merge")
 KERNEL_SWEEP = (16, 32, 64)  # the Gluon kernel's split counts swept on the batch-1 shapes (and the model's pick)
 # the Gluon kernel's rings swept, by head dim: (keys a tile, tiles in the ring); the first is the library's (the large
 # configuration's), the second as many bytes in flight per SM in another grain (smaller tiles, or one program per SM)
 KERNEL_RINGS = {128: ((128, 3), (64, 5)), 64: ((128, 3), (128, 5))}
 
 
-def kernel_ab_rows(calls: int, rounds: int = 3, sweep_counts=KERNEL_SWEEP) -> list[dict]:
+def kernel_ab_rows(calls: int, rounds: int = 3, sweep_counts=KERNEL_SWEEP, arms=KERNEL_ARMS) -> list[dict]:
     """Eager, CUDA-graph and L2-cold CUDA-graph µs of the library's default call with the lengths on every shape (all
     full, and on the first shape also at 1/32 of the cache: a short sequence in a long cache, where the Gluon kernel's
     copies issued before the length read tiles past it), with the Triton split kernel and with the Gluon one
@@ -820,10 +824,12 @@ def kernel_ab_rows(calls: int, rounds: int = 3, sweep_counts=KERNEL_SWEEP) -> li
     its plan's kernel (``kernel``: a call the Gluon kernel does not take runs the Triton one) and split count are
     recorded. Then on each batch-1 shape, full, the Gluon kernel's CUDA-graph µs at ``sweep_counts`` splits and at the
     model's pick, for each ring of ``KERNEL_RINGS`` (rows with ``arm`` "gluon-sweep"): does the split model, calibrated
-    on the Triton kernel, suit it, and does another grain of the same bytes in flight?"""
+    on the Triton kernel, suit it, and does another grain of the same bytes in flight? ``arms`` may add each kernel
+    with the merge kernel on every call ("triton+merge", "gluon+merge": ``KERNEL_MERGE_ARMS``), which separates the
+    split kernels from the in-kernel merge; ``sweep_counts`` empty leaves the sweep out."""
     from attnlab.gpu import decode, decode_config, decode_plan
 
-    saved = decode_config.GLUON_SPLIT
+    saved = decode_config.GLUON_SPLIT, decode_plan.EAGER_FUSED_BELOW_US, decode_plan.GRAPH_FUSED_FROM_US
     rows = []
     try:
         for shape, length in [(s, s[3]) for s in SHAPES] + [(SHAPES[0], SHAPES[0][3] // 32)]:
@@ -838,8 +844,11 @@ def kernel_ab_rows(calls: int, rounds: int = 3, sweep_counts=KERNEL_SWEEP) -> li
                     for q, k, v, _ in sets]
             peer = [sdpa_call(q, k, v, "CUDNN_ATTENTION") for q, k, v, _ in sets] if length == L else [None]
             for rnd in range(rounds):
-                for arm in turns(KERNEL_ARMS, rnd):
-                    decode_config.GLUON_SPLIT = arm == "gluon"
+                for arm in turns(arms, rnd):
+                    decode_config.GLUON_SPLIT = arm.startswith("gluon")
+                    merge_kernel = arm.endswith("+merge")
+                    decode_plan.EAGER_FUSED_BELOW_US = 0 if merge_kernel else saved[1]
+                    decode_plan.GRAPH_FUSED_FROM_US = math.inf if merge_kernel else saved[2]
                     decode.clear_plans()
                     try:
                         err = (mine[0]()[0].float() - ref).abs().max().item()
@@ -854,7 +863,8 @@ def kernel_ab_rows(calls: int, rounds: int = 3, sweep_counts=KERNEL_SWEEP) -> li
                 if None not in peer:
                     rows.append(base | {"arm": "sdpa-cudnn", "round": rnd, "copies": len(sets),
                                         "graph_us": graph_us(peer[0], calls=50), "graph_cold_us": graph_us(peer, calls=50)})
-            for block_n, ring in KERNEL_RINGS.get(D, ()) if B == 1 and length == L else ():
+            decode_config.GLUON_SPLIT, decode_plan.EAGER_FUSED_BELOW_US, decode_plan.GRAPH_FUSED_FROM_US = saved
+            for block_n, ring in KERNEL_RINGS.get(D, ()) if B == 1 and length == L and sweep_counts else ():
                 cfg = replace(decode.decode_configs(D)["large"], kernel="gluon", block_n=block_n, num_stages=ring)
                 picked = decode.choose_num_splits(batch=B, kv_heads=Hkv, seq=L, head_dim=D, device=q.device, config=cfg)
                 sweep = base | {"arm": "gluon-sweep", "block_n": block_n, "ring": ring, "copies": len(sets)}
@@ -871,7 +881,7 @@ def kernel_ab_rows(calls: int, rounds: int = 3, sweep_counts=KERNEL_SWEEP) -> li
             sets = mine = peer = None
             torch.cuda.empty_cache()
     finally:
-        decode_config.GLUON_SPLIT = saved
+        decode_config.GLUON_SPLIT, decode_plan.EAGER_FUSED_BELOW_US, decode_plan.GRAPH_FUSED_FROM_US = saved
         decode.clear_plans()
     return rows
 
@@ -1326,6 +1336,9 @@ def main(argv=None) -> int:
     ap.add_argument("--order-ab", action="store_true",
                     help="also time the ways of dealing tiles to splits (chunks, strided, strided with prefetch) under "
                          "CUDA graphs, in turns, with cuDNN in every round")
+    ap.add_argument("--kernel-ab-merge", action="store_true",
+                    help="also time the two split kernels in turns each with its in-kernel merge and with the merge "
+                         "kernel on every call (which leaves the split kernels alone to differ), without the sweep")
     ap.add_argument("--kernel-ab", action="store_true",
                     help="also time the Triton split kernel against the Gluon one (decode_config.GLUON_SPLIT) eagerly "
                          "and under CUDA graphs, in turns, with cuDNN in every round, and sweep the Gluon kernel's split "
@@ -1421,8 +1434,9 @@ def main(argv=None) -> int:
         result["pdl"] = pdl_rows(args.calls)
     if args.eager_ab:
         result["eager_ab"] = eager_ab_rows(args.calls)
-    if args.kernel_ab:
-        result["kernel_ab"] = kernel_ab_rows(args.calls)
+    if args.kernel_ab or args.kernel_ab_merge:  # both: the four arms and the sweep
+        result["kernel_ab"] = kernel_ab_rows(args.calls, sweep_counts=KERNEL_SWEEP if args.kernel_ab else (),
+                                             arms=KERNEL_MERGE_ARMS if args.kernel_ab_merge else KERNEL_ARMS)
     if args.split_pdl_ab:
         result["split_pdl_ab"] = split_pdl_ab_rows(args.calls)
     if args.order_ab:

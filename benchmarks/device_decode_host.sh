@@ -6,7 +6,8 @@
 # repository root on a CUDA machine; logs and JSON go to $OUT/dh (default ./out-decode-host/dh). Each
 # phase is cut off by `timeout`. TESTS=0 leaves the GPU tests out; HOST_ARGS adds arguments to decode_host.py
 # (e.g. HOST_ARGS="--eager-ab --eager-fused-below 16" for the in-kernel merge's eager A/B at another threshold, or
-# HOST_ARGS="--kernel-ab" for the Triton split kernel against the Gluon one).
+# HOST_ARGS="--kernel-ab" for the Triton split kernel against the Gluon one, "--kernel-ab-merge" for both with and without
+# their in-kernel merge).
 set -uo pipefail
 OUT=${OUT:-out-decode-host}
 D="$OUT/dh"

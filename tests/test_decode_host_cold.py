@@ -410,6 +410,49 @@ def test_kernel_ab_rows_run_end_to_end_on_the_interpreter(monkeypatch):
     assert "| 1 | 8/2 | 96 | 64 | 16 × 3 | refused: " in text
 
 
+def test_kernel_ab_rows_with_the_merge_kernel_arms_on_the_interpreter(monkeypatch):
+    """``--kernel-ab-merge``: the four arms in turns, the "+merge" ones timed with the merge kernel on every call
+    (``EAGER_FUSED_BELOW_US`` 0 and ``GRAPH_FUSED_FROM_US`` inf while they run, the library's values for the others),
+    no sweep, and every switch as it was after the run."""
+    pytest.importorskip("triton")
+    import math
+    import types
+
+    import torch
+    import torch.nn.functional as F
+
+    from attnlab.gpu import decode_config, decode_plan, flash_decode_triton
+
+    shape = (1, 8, 2, 96, 64)
+    g = torch.Generator().manual_seed(0)
+    ins = (torch.randn(1, 8, 1, 64, generator=g).half(), torch.randn(1, 2, 96, 64, generator=g).half(),
+           torch.randn(1, 2, 96, 64, generator=g).half(), torch.full((1,), 96, dtype=torch.int32))
+    before = decode_config.GLUON_SPLIT, decode_plan.EAGER_FUSED_BELOW_US, decode_plan.GRAPH_FUSED_FROM_US
+    seen = []
+
+    def timer(fn, calls):
+        seen.append((decode_config.GLUON_SPLIT, decode_plan.EAGER_FUSED_BELOW_US, decode_plan.GRAPH_FUSED_FROM_US))
+        for f in fn if isinstance(fn, list) else [fn]:
+            f()
+        return 10.0
+
+    monkeypatch.setattr(host, "SHAPES", [shape])
+    monkeypatch.setattr(host, "cache_copies", lambda s: [ins])
+    monkeypatch.setattr(host, "attnlab", types.SimpleNamespace(flash_decode=flash_decode_triton))
+    monkeypatch.setattr(host, "eager_us", timer)
+    monkeypatch.setattr(host, "graph_us", timer)
+    monkeypatch.setattr(host, "sdpa_call", lambda q, k, v, backend: lambda: F.scaled_dot_product_attention(
+        q, k, v, enable_gqa=True))
+    rows = host.kernel_ab_rows(100, rounds=1, sweep_counts=(), arms=host.KERNEL_MERGE_ARMS)
+    assert [r["arm"] for r in rows if r["length"] == 96] == [*host.KERNEL_MERGE_ARMS, "sdpa-cudnn"]
+    assert not any(r["arm"] == "gluon-sweep" for r in rows)
+    knobs = {(gluon, eager, graph) for gluon, eager, graph in seen}
+    assert (True, 0, math.inf) in knobs and (False, 0, math.inf) in knobs
+    assert (False, before[1], before[2]) in knobs and (True, before[1], before[2]) in knobs
+    assert (decode_config.GLUON_SPLIT, decode_plan.EAGER_FUSED_BELOW_US, decode_plan.GRAPH_FUSED_FROM_US) == before
+    assert "| triton+merge | triton," in "\n".join(host.kernel_ab_markdown(rows))
+
+
 def test_split_pdl_ab_rows_run_end_to_end_on_the_interpreter(monkeypatch):
     """``split_pdl_ab_rows`` on the Triton interpreter, its timers replaced: the arms in turns, the switch set for each
     and restored (with ``SPLIT_PDL_FROM_US`` at 0 while they run: the switch itself on every shape), and no dependent
