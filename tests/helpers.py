@@ -72,6 +72,24 @@ def notes_section(name: str, heading: str) -> str:
     return " ".join(text[start:end if end > 0 else None].split())
 
 
+def results_section(title: str) -> str:
+    """The section of benchmarks/RESULTS.md whose heading starts with ``title``, up to the next "### " heading."""
+    text = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    start = text.index(title)
+    end = text.find("\n### ", start + 1)
+    return text[start:end if end > 0 else None]
+
+
+def md_table(text: str, head: str) -> str:
+    """The markdown table of ``text`` whose first line starts with ``head``: that line and the table lines after it."""
+    lines = text.split("\n")
+    i = next(k for k, line in enumerate(lines) if line.startswith(head))
+    j = i
+    while j < len(lines) and lines[j].startswith("|"):
+        j += 1
+    return "\n".join(lines[i:j])
+
+
 def shape_id(s) -> str:
     return "B{}H{}Hkv{}Nq{}Nk{}D{}".format(*s)
 

@@ -8,7 +8,7 @@ import json
 import re
 import statistics
 
-from tests.helpers import ROOT, flat, load_script
+from tests.helpers import ROOT, flat, load_script, md_table, notes_section, results_section
 
 DATA = ROOT / "benchmarks" / "data"
 dh = load_script("benchmarks/decode_host.py")
@@ -24,16 +24,11 @@ def _run() -> dict:
 
 
 def _results_section() -> str:
-    text = (ROOT / "benchmarks" / "RESULTS.md").read_text()
-    start = text.index("### Decode-host run 37, on an H100")
-    return text[start:text.index("\n### ", start + 1)]
+    return results_section("### Decode-host run 37, on an H100")
 
 
 def _notes_section() -> str:
-    text = (ROOT / "benchmarks" / "NOTES-decode.md").read_text()
-    start = text.index("## Measured: decode-host run 37")
-    end = text.find("\n## ", start + 1)
-    return text[start:end if end > 0 else len(text)]
+    return notes_section("NOTES-decode.md", "## Measured: decode-host run 37")
 
 
 def _medians(run: dict) -> dict:
@@ -47,22 +42,13 @@ def _medians(run: dict) -> dict:
             for k, rs in groups.items()}
 
 
-def _block(md: str, head: str) -> str:
-    lines = md.split("\n")
-    i = next(k for k, line in enumerate(lines) if line.startswith(head))
-    j = i
-    while j < len(lines) and lines[j].startswith("|"):
-        j += 1
-    return "\n".join(lines[i:j])
-
-
 def test_the_section_holds_the_tables_as_decode_host_renders_them():
     md = dh.markdown(_run())
     section = _results_section()
     for head in ("| B | H/Hkv | L | D | provider | eager µs | graph µs | eager/graph | eager TB/s",
                  "| B | H/Hkv | L | D | provider | host µs", "| B | H/Hkv | L | D | keys | arm",
                  "| B | H/Hkv | L | D | ring"):
-        assert _block(md, head) in section, head
+        assert md_table(md, head) in section, head
     tests = re.search(r"(\d+ passed, \d+ skipped)", (DATA / "decode-host-run37" / "tests.log").read_text()).group(1)
     assert f"kernel's: {tests}" in flat(section)
     assert "H100" in (DATA / "decode-host-run37" / "gpu.txt").read_text() and _run()["gpu"].startswith("NVIDIA H100")

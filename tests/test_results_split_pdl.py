@@ -6,10 +6,9 @@ computed from those files."""
 from __future__ import annotations
 
 import json
-import re
 import statistics
 
-from tests.helpers import ROOT, flat, load_script
+from tests.helpers import ROOT, flat, load_script, md_table, notes_section, results_section, span
 
 DATA = ROOT / "benchmarks" / "data"
 RUNS = (38, 39, 40)
@@ -23,21 +22,12 @@ def _run(n: int) -> dict:
     return json.loads((DATA / f"decode-host-h100-run{n}.json").read_text())
 
 
-def _section(path: str, title: str) -> str:
-    text = (ROOT / path).read_text()
-    start = text.index(title)
-    end = text.find("\n#", start + 1)
-    while end > 0 and not re.match(r"\n#+ ", text[end:end + 5]):
-        end = text.find("\n#", end + 1)
-    return text[start:end if end > 0 else len(text)]
-
-
 def _results() -> str:
-    return _section("benchmarks/RESULTS.md", "### Decode-host runs 38–40, on an H100")
+    return results_section("### Decode-host runs 38–40, on an H100")
 
 
 def _notes() -> str:
-    return _section("benchmarks/NOTES-decode.md", "## Measured: decode-host runs 38–40")
+    return notes_section("NOTES-decode.md", "## Measured: decode-host runs 38–40")
 
 
 def _arms(n: int) -> dict:
@@ -56,19 +46,6 @@ def _over_graph(n: int, shape, arm) -> float:
     return _med(n, shape, arm) / _arms(n)[shape, arm][0]["graph_us"]
 
 
-def _span(values, fmt=".3f") -> str:
-    return f"{min(values):{fmt}}–{max(values):{fmt}}"
-
-
-def _block(md: str, head: str) -> str:
-    lines = md.split("\n")
-    i = next(k for k, line in enumerate(lines) if line.startswith(head))
-    j = i
-    while j < len(lines) and lines[j].startswith("|"):
-        j += 1
-    return "\n".join(lines[i:j])
-
-
 def test_the_section_holds_each_runs_tables_as_decode_host_renders_them():
     section = _results()
     for n in RUNS:
@@ -76,7 +53,7 @@ def test_the_section_holds_each_runs_tables_as_decode_host_renders_them():
         assert run["gpu"].startswith("NVIDIA H100") and "split_pdl" not in run  # made before the switch existed
         gpu = dh.preset_for(run["gpu"])
         assert "\n".join(dh.split_pdl_ab_markdown(run["split_pdl_ab"], gpu)) in section
-    assert _block(dh.markdown(_run(40)), "| B | H/Hkv | L | D | config |") in section
+    assert md_table(dh.markdown(_run(40)), "| B | H/Hkv | L | D | config |") in section
 
 
 def test_the_dependent_launch_at_32k():
@@ -88,18 +65,19 @@ def test_the_dependent_launch_at_32k():
     t64 = [_over_graph(n, D64, "True") for n in RUNS]
     f64 = [_over_graph(n, D64, "False") for n in RUNS]
     assert f"{', '.join(f'{x:.3f}' for x in t64)} against {', '.join(f'{x:.3f}' for x in f64)} plain" in notes
-    assert f"over the graph's {_span(t64)} against {_span(f64)}" in results
+    assert f"over the graph's {span(t64, '.3f')} against {span(f64, '.3f')}" in results
     t128 = [_over_graph(n, D128, "True") for n in RUNS]
     f128 = [_over_graph(n, D128, "False") for n in RUNS]
     gain = [_med(n, D128, "False") - _med(n, D128, "True") for n in RUNS]
     assert (f"At D = 128, {', '.join(f'{x:.3f}' for x in t128)} against {', '.join(f'{x:.3f}' for x in f128)}: "
-            f"{_span(gain, '.1f')} µs a call") in notes
-    assert f"D = 128: {_span(t128)} against {_span(f128)}" in results
+            f"{span(gain, '.1f')} µs a call") in notes
+    assert f"D = 128: {span(t128, '.3f')} against {span(f128, '.3f')}" in results
     b8t = [_over_graph(n, B8, "True") for n in RUNS]
     b8f = [_over_graph(n, B8, "False") for n in RUNS]
-    assert f"Batch 8 {_span(b8t)} against {_span(b8f)}" in notes
+    assert f"Batch 8 {span(b8t, '.3f')} against {span(b8f, '.3f')}" in notes
     trig = [_over_graph(n, D64, "trigger") for n in RUNS]
-    assert f"is slower than `True` at D = 64 ({_span(trig)})" in notes and f"at D = 64 ({_span(trig)})" in results
+    trig_span = span(trig, ".3f")
+    assert f"is slower than `True` at D = 64 ({trig_span})" in notes and f"at D = 64 ({trig_span})" in results
     assert min(trig) > max(t64)
 
 
@@ -112,11 +90,11 @@ def test_the_host_paced_shapes():
             f"run 40") in notes
     assert max(mid) > 1.01  # the rule's second half missed
     small = [_med(n, SMALL, "True") / _med(n, SMALL, "False") for n in RUNS]
-    assert f"at 64/8 `True` was faster in all three ({_span(small, '.2f')}×)" in notes
+    assert f"at 64/8 `True` was faster in all three ({span(small, '.2f')}×)" in notes
     pace = [r["loop_host_us"] / r["graph_us"] for n in (37, *RUNS)
             for r in json.loads((DATA / f"decode-host-h100-run{n}.json").read_text())["speed"]
             if r["provider"] == "attnlab" and (r["B"], r["H"], r["Hkv"], r["L"], r["D"]) in (SMALL, MID)]
-    assert f"the host's time per call {_span(pace, '.1f')}× the graph's in runs 37–40" in notes
+    assert f"the host's time per call {span(pace, '.1f')}× the graph's in runs 37–40" in notes
 
 
 def test_the_threshold_splits_the_measured_shapes():
@@ -153,15 +131,15 @@ def test_the_comment_in_decode_plan():
     assert f"{min(f128):.2f}" == f"{max(f128):.2f}"  # one figure for the plain launch at D = 128
     assert f"D = 128 from {min(f128):.2f}x to {min(t128):.2f}-{max(t128):.2f}x" in source
     doc = flat((ROOT / "docs" / "decode.md").read_text())
-    assert (f"from {_span(f64, '.2f')}× its CUDA graph's time to {_span(t64, '.2f')}× at D = 64, and from "
-            f"{min(f128):.2f}× to {_span(t128, '.2f')}× at D = 128") in doc
+    assert (f"from {span(f64, '.2f')}× its CUDA graph's time to {span(t64, '.2f')}× at D = 64, and from "
+            f"{min(f128):.2f}× to {span(t128, '.2f')}× at D = 128") in doc
     from attnlab.gpu import decode_plan
 
     assert f"`decode_plan.SPLIT_PDL_FROM_US` ({decode_plan.SPLIT_PDL_FROM_US:g} µs" in doc
     readme = flat((ROOT / "README.md").read_text())
     assert (f"now the default for reads of {decode_plan.SPLIT_PDL_FROM_US:g} µs or more, took eager decode at 32/8 "
-            f"heads over 32K keys to {_span(t64, '.2f')}× its CUDA graph's time at D = 64 ({_span(f64, '.2f')}× "
-            f"without it) and {_span(t128, '.2f')}× at D = 128") in readme
+            f"heads over 32K keys to {span(t64, '.2f')}× its CUDA graph's time at D = 64 ({span(f64, '.2f')}× "
+            f"without it) and {span(t128, '.2f')}× at D = 128") in readme
     pace: dict = {True: [], False: []}  # host-paced shapes (True) and the batch-1 32K ones
     for n in (37, *RUNS):
         for r in json.loads((DATA / f"decode-host-h100-run{n}.json").read_text())["speed"]:
