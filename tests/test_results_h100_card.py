@@ -157,3 +157,27 @@ def test_bwd_block_m_run_22():
           for D in (64, 128)}
     assert (f"the same launches, {c1[64][0]:.3f}× at D = 64 and {c1[128][0]:.3f}× at D = 128; `l2chunks` over the table "
             f"{c1[64][1]:.3f}× and {c1[128][1]:.3f}×") in text
+
+
+def test_the_prefill_notes_quote_v53_on_the_h100():
+    text = notes_section("NOTES-prefill.md", "## v53")
+    text = text[text.index("**Measured, v53, on an H100**"):]
+    rows = _run("bwd-block-m-h100-run22.json")["rows"]
+    ms = {(r["row"], r["D"], r["arm"]): r["ms"] for r in rows}
+    keys = [(r, D) for (r, D, a) in ms if a == "table"]
+    gqa = [ms[r, D, "nol2"] / ms[r, D, "table"] for r, D in keys if r.startswith("gqa")]
+    gqa128 = [ms[r, D, "nol2"] / ms[r, D, "table"] for r, D in keys if r.startswith("gqa") and D == 128]
+    same = [ms[r, D, "table"] / ms[r, D, "l2chunks"] for r, D in keys if r.startswith("gqa")]
+    c1s = [ms["causal1", D, "nol2"] / ms["causal1", D, "table"] for D in (64, 128)]
+    c1l = [ms["causal1", D, "table"] / ms["causal1", D, "l2chunks"] for D in (64, 128)]
+    assert f"over `nol2` {span(gqa, '.3f')}× — above the predicted 1.04–1.10× at D = 128 ({span(gqa128, '.3f')}×)" in text
+    assert min(gqa128) > 1.10 and max(abs(x - 1) for x in same) < 0.02
+    assert f"`l2chunks` against the table {span(same, '.3f')}×, inside the predicted ±2 %" in text
+    assert f"the same launches, {c1s[0]:.3f} and {c1s[1]:.3f}× (D = 64, 128)" in text and abs(c1s[0] - 1) > 0.02
+    assert f"`l2chunks` over the table {c1l[0]:.3f} and {c1l[1]:.3f}×" in text and min(c1l) < 1.02  # the rule not met
+    from attnlab.gpu import prefill_gluon_bwd as gb
+
+    assert gb.L2_CHUNKS_MIN_GROUP == 2 and "so it stays at 2" in text
+    bars = card.scorecard({"prefill-h100-run38.json": _run("prefill-h100-run38.json")["rows"]}, _host(42))
+    tf = next(b for b in bars if b["bar"].startswith("forward at D = 128"))["measured"].split()[0]
+    assert f"the fastest D = 128 forward {tf} TFLOP/s, inside the predicted 630–665" in text and 630 <= float(tf) <= 665
