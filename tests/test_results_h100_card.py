@@ -181,3 +181,20 @@ def test_the_prefill_notes_quote_v53_on_the_h100():
     bars = card.scorecard({"prefill-h100-run38.json": _run("prefill-h100-run38.json")["rows"]}, _host(42))
     tf = next(b for b in bars if b["bar"].startswith("forward at D = 128"))["measured"].split()[0]
     assert f"the fastest D = 128 forward {tf} TFLOP/s, inside the predicted 630–665" in text and 630 <= float(tf) <= 665
+
+
+def test_the_readme_table_on_an_h100():
+    """The README's H100 table is ``scorecard.py --standing``'s output on the files its command names, and the sentence
+    after it quotes the eager rounds of the same processes."""
+    readme = flat((ROOT / "README.md").read_text())
+    pre = {"prefill-h100-run38.json": _run("prefill-h100-run38.json")["rows"]}
+    hosts = {f"decode-host-h100-run{n}.json": _host(n) for n in (41, 42)}
+    scope, lines = card.standing(pre, hosts)
+    assert flat(card.standing_markdown(scope, lines, "H100")) in readme
+    assert ("`python benchmarks/scorecard.py --standing --prefill benchmarks/data/prefill-h100-run38.json "
+            "--decode-history benchmarks/data/decode-host-h100-run4{1,2}.json`") in readme
+    main = _main(41, D64)
+    eager64 = next(ln["measured"] for ln in lines if ln["what"].endswith("over 32K keys at D = 64"))
+    assert f"–{main:.2f}×" in eager64 and f"Run 41's {main:.2f}× at D = 64 is one timed loop" in readme
+    pdl = [_pdl(n, D64, "True") for n in (41, 42)]
+    assert f"ran at {span(pdl, '.3f')}× the graph's time in runs 41 and 42" in readme
