@@ -198,6 +198,10 @@ if HAVE_GLUON:
         b = gl.program_id(2)
         k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, BLOCK_D], smem)
         v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, BLOCK_D], smem)
+        # P̃ on its way from the scores' layout (warps along the keys) to the P̃·V product's A operand (every warp all
+        # the keys): stored once, read back by ldmatrix, as the Triton kernel does; a layout conversion would take two
+        # round trips through shared memory and byte permutes to build the operand
+        p_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, BLOCK_N], smem)
         offs_nl = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, ld))
         offs_dl = gl.arange(0, BLOCK_D, layout=gl.SliceLayout(0, ld))
         k_head = K + b.to(gl.int64) * stride_k0 + hkv.to(gl.int64) * stride_k1
@@ -256,7 +260,9 @@ if HAVE_GLUON:
             p = gl.exp2(s - m_base[:, None])
             alpha = gl.exp2(m_i - m_base)
             l_i = l_i * alpha + gl.sum(p, 1)
-            acc = mma_v2(gl.convert_layout(p.to(dtype), a_op), v_buf.load(b_op), acc * alpha[:, None])
+            p_smem.store(p.to(dtype))
+            _barrier()  # every warp's P̃ columns in place (the next store waits for the barrier at the loop's top)
+            acc = mma_v2(p_smem.load(a_op), v_buf.load(b_op), acc * alpha[:, None])
             m_i = m_new
         async_copy.wait_group(0)  # no copy outlives the program
 
