@@ -328,7 +328,7 @@ def gluon_unsupported(*, device, dtype, head_dim: int, rows: int, paged: bool, k
                       k_ptr: int, v_ptr: int, mask, softcap, slopes, strided: bool, block_n: int = 128,
                       stages: int = RING_STAGES) -> str | None:
     """Why a decode call cannot take the Gluon split kernel, or None if it can: a Hopper GPU (compute capability
-    9.x: the default ring's 194 KiB of shared memory is more than an A100's or an Ada GPU's block may take) outside
+    9.x: the default build's 198 KiB of shared memory is more than an A100's or an Ada GPU's block may take) outside
     the interpreter, a triton with Gluon, float16/bfloat16 at D = 64 or 128,
     at most ``MAX_ROWS`` query rows per K/V head (``rows``: G·Nq), a contiguous cache whose rows are whole
     16-byte copies the compiler can prove aligned (unit stride along D, the other strides multiples of 16
