@@ -1,41 +1,152 @@
-"""A workload for a profiler: one decode shape called eagerly many times with the Triton or the Gluon split kernel
-(``decode_config.GLUON_SPLIT``) and the merge kernel on every call, so that the two split kernels do the same work
-and a profiler catching ``_decode_split`` sees only the kernel that differs. ``benchmarks/device_ncu_decode.sh``
-runs it under ncu for both kernels.
+"""A workload for a profiler, and a quick timing of the two decode split kernels: one decode shape called with the
+Triton or the Gluon split kernel (``decode_config.GLUON_SPLIT``).
+
+Without ``--time``: ``--calls`` eager calls of one kernel with the merge kernel on every call, so that the two split
+kernels do the same work and a profiler catching ``_decode_split`` sees only the kernel that differs
+(``benchmarks/device_ncu_decode.sh`` runs it under ncu for both kernels). With ``--time``: each kernel, with its
+in-kernel merge and with the merge kernel ("+merge"), timed under a CUDA graph of ``--calls`` calls, the arms in turns
+for ``--rounds`` rounds (order reversed every other round), each checked against SDPA's float32 math first; a table
+of µs per call by round and the medians, ``--json`` writes the rows.
 
     python benchmarks/decode_split_probe.py --kernel gluon --shape 1 64 8 8192 128 --calls 30
+    python benchmarks/decode_split_probe.py --time --shape 1 64 8 8192 128 --shape 1 28 4 20000 128
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import statistics
 import sys
+from pathlib import Path
+
+ARMS = ("triton", "gluon", "triton+merge", "gluon+merge")
+
+
+def _set_arm(arm: str) -> None:
+    from attnlab.gpu import decode, decode_config, decode_plan
+
+    decode_config.GLUON_SPLIT = arm.startswith("gluon")
+    if arm.endswith("+merge"):  # the merge kernel on every call, eager and in graphs
+        decode_plan.EAGER_FUSED_BELOW_US, decode_plan.GRAPH_FUSED_FROM_US = 0, math.inf
+    decode.clear_plans()
+
+
+def graph_us(fn, calls: int, replays: int = 5) -> float:
+    """µs per call of ``fn`` captured ``calls`` times in one CUDA graph: the median of ``replays`` timed replays."""
+    import torch
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        for _ in range(calls):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        g.replay()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1000 / calls)
+    return statistics.median(times)
+
+
+def time_arms(shapes, calls: int, rounds: int) -> list[dict]:
+    import torch
+
+    import attnlab
+    from attnlab.gpu import decode, decode_config, decode_plan
+
+    saved = decode_config.GLUON_SPLIT, decode_plan.EAGER_FUSED_BELOW_US, decode_plan.GRAPH_FUSED_FROM_US
+    rows = []
+    try:
+        for B, H, Hkv, L, D in shapes:
+            q, k, v, lens = _inputs(B, H, Hkv, L, D)
+            ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
+            for rnd in range(rounds):
+                for arm in (ARMS if rnd % 2 == 0 else ARMS[::-1]):
+                    decode_config.GLUON_SPLIT, decode_plan.EAGER_FUSED_BELOW_US, decode_plan.GRAPH_FUSED_FROM_US = saved
+                    _set_arm(arm)
+                    fn = lambda q=q, k=k, v=v, lens=lens: attnlab.flash_decode(q, k, v, cache_seqlens=lens)  # noqa: E731
+                    err = (fn()[0].float() - ref).abs().max().item()
+                    plan = next(iter(decode_plan._PLANS.values()))
+                    rows.append(dict(B=B, H=H, Hkv=Hkv, L=L, D=D, arm=arm, round=rnd, kernel=plan.cfg.kernel,
+                                     splits=plan.num_splits, max_err=err, graph_us=graph_us(fn, calls)))
+    finally:
+        decode_config.GLUON_SPLIT, decode_plan.EAGER_FUSED_BELOW_US, decode_plan.GRAPH_FUSED_FROM_US = saved
+        decode.clear_plans()
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    out = ["| B | H/Hkv | L | D | arm | kernel, splits | graph µs (by round) | median | × triton | max err |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    by: dict = {}
+    for r in rows:
+        by.setdefault((r["B"], r["H"], r["Hkv"], r["L"], r["D"]), {}).setdefault(r["arm"], []).append(r)
+    for (B, H, Hkv, L, D), arms in by.items():
+        base = statistics.median(r["graph_us"] for r in arms["triton"])
+        for arm in ARMS:
+            rs = sorted(arms[arm], key=lambda r: r["round"])
+            med = statistics.median(r["graph_us"] for r in rs)
+            by_round = " / ".join(f"{r['graph_us']:.2f}" for r in rs)
+            out.append(f"| {B} | {H}/{Hkv} | {L} | {D} | {arm} | {rs[0]['kernel']}, {rs[0]['splits']} | "
+                       f"{by_round} | {med:.2f} | {base / med:.3f} | "
+                       f"{max(r['max_err'] for r in rs):.1e} |")
+    return "\n".join(out) + "\n"
+
+
+def _inputs(B, H, Hkv, L, D):
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    k = torch.randn(B, Hkv, L, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    v = torch.randn(B, Hkv, L, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    return q, k, v, torch.full((B,), L, device="cuda", dtype=torch.int32)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kernel", choices=("triton", "gluon"), default="triton")
-    ap.add_argument("--shape", type=int, nargs=5, metavar=("B", "H", "HKV", "L", "D"), default=(1, 64, 8, 8192, 128))
+    ap.add_argument("--shape", type=int, nargs=5, action="append", metavar=("B", "H", "HKV", "L", "D"),
+                    help="a decode shape (repeatable; default 1 64 8 8192 128)")
     ap.add_argument("--calls", type=int, default=30)
+    ap.add_argument("--time", action="store_true", help="time the four arms under CUDA graphs instead")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--json", type=Path, help="with --time: write the rows here (refuses an existing file)")
     args = ap.parse_args(argv)
+    if args.json is not None and args.json.exists():
+        ap.error(f"{args.json} exists; choose another name")
+    if args.calls < 1 or args.rounds < 1:
+        ap.error("--calls and --rounds must be at least 1")
     import torch
 
     if not torch.cuda.is_available():
         print("decode_split_probe.py: needs a CUDA GPU", file=sys.stderr)
         return 2
+    shapes = [tuple(s) for s in args.shape] if args.shape else [(1, 64, 8, 8192, 128)]
+    if args.time:
+        rows = time_arms(shapes, args.calls, args.rounds)
+        print(markdown(rows))
+        if args.json is not None:
+            args.json.write_text(json.dumps(dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
+                                                 rows=rows), indent=1))
+        return 0
     import attnlab
-    from attnlab.gpu import decode, decode_config, decode_plan
+    from attnlab.gpu import decode_plan
 
-    B, H, Hkv, L, D = args.shape
-    g = torch.Generator(device="cuda").manual_seed(0)
-    q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)
-    k = torch.randn(B, Hkv, L, D, device="cuda", dtype=torch.bfloat16, generator=g)
-    v = torch.randn(B, Hkv, L, D, device="cuda", dtype=torch.bfloat16, generator=g)
-    lens = torch.full((B,), L, device="cuda", dtype=torch.int32)
-    decode_config.GLUON_SPLIT = args.kernel == "gluon"
-    decode_plan.EAGER_FUSED_BELOW_US, decode_plan.GRAPH_FUSED_FROM_US = 0, math.inf  # the merge kernel every call
-    decode.clear_plans()
+    q, k, v, lens = _inputs(*shapes[0])
+    _set_arm(args.kernel + "+merge")
     for _ in range(args.calls):
         out = attnlab.flash_decode(q, k, v, cache_seqlens=lens)
     torch.cuda.synchronize()
