@@ -198,3 +198,11 @@ def test_the_readme_table_on_an_h100():
     assert f"–{main:.2f}×" in eager64 and f"Run 41's {main:.2f}× at D = 64 is one timed loop" in readme
     pdl = [_pdl(n, D64, "True") for n in (41, 42)]
     assert f"ran at {span(pdl, '.3f')}× the graph's time in runs 41 and 42" in readme
+
+
+def test_the_decode_doc_quotes_the_merge_ab():
+    med = merge_medians()
+    gaps = [med[k]["gluon+merge"] - med[k]["triton+merge"] for k in med if k[0] == 1 and k[3] == k[5]]
+    doc = flat((ROOT / "docs" / "decode.md").read_text())
+    assert (f"On an H100 (decode-host run 41) the Gluon split kernel was still {span(gaps, '.2f')} µs slower with the "
+            "same merge") in doc
