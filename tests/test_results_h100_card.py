@@ -65,6 +65,18 @@ def _main(n: int, shape) -> float:
     return r["eager_us"] / r["graph_us"]
 
 
+def _eager_loops() -> tuple[str, int]:
+    """How decode_host.py's speed table times an eager call: the median of ``eager_us``'s rounds (as a word), each a
+    loop of a tenth of ``--calls``'s default calls."""
+    import inspect
+    import re
+
+    rounds = inspect.signature(dh.eager_us).parameters["rounds"].default
+    assert "eager_us(fn, calls=calls // 10)" in inspect.getsource(dh.speed_rows)
+    calls = int(re.search(r'"--calls", type=int, default=(\d+)', inspect.getsource(dh)).group(1)) // 10
+    return {3: "three", 5: "five", 7: "seven"}[rounds], calls
+
+
 def test_the_notes_quote_the_merge_ab():
     notes = _notes()
     med = merge_medians()
@@ -90,7 +102,8 @@ def test_the_notes_quote_the_dependent_launch_and_the_main_table():
     assert max(p64) < min(f64) and max(p128) < min(f128)
     main = [_main(n, D64) for n in (41, 42)]
     assert f"at D = 64 over 32K took {', '.join(f'{x:.2f}×' for x in main)} their graph's time" in notes
-    assert f"run 41's {main[0]:.2f}× is one timed loop" in notes
+    loops, calls = _eager_loops()
+    assert f"run 41's {main[0]:.2f}× is one measurement (the median of {loops} loops of {calls} calls back to back)" in notes
 
 
 def test_the_scorecard_section_holds_the_runs_tables():
@@ -195,7 +208,9 @@ def test_the_readme_table_on_an_h100():
             "--decode-history benchmarks/data/decode-host-h100-run4{1,2}.json`") in readme
     main = _main(41, D64)
     eager64 = next(ln["measured"] for ln in lines if ln["what"].endswith("over 32K keys at D = 64"))
-    assert f"–{main:.2f}×" in eager64 and f"Run 41's {main:.2f}× at D = 64 is one timed loop" in readme
+    loops, _ = _eager_loops()
+    assert f"–{main:.2f}×" in eager64
+    assert f"Run 41's {main:.2f}× at D = 64 is one measurement (the median of {loops} loops back to back)" in readme
     pdl = [_pdl(n, D64, "True") for n in (41, 42)]
     assert f"ran at {span(pdl, '.3f')}× the graph's time in runs 41 and 42" in readme
 
