@@ -221,3 +221,19 @@ def test_the_decode_doc_quotes_the_merge_ab():
     doc = flat((ROOT / "docs" / "decode.md").read_text())
     assert (f"On an H100 (decode-host run 41) the Gluon split kernel was still {span(gaps, '.2f')} µs slower with the "
             "same merge") in doc
+
+
+def test_the_gpu_doc_table_of_where_the_prefill_stands():
+    """docs/gpu.md's first performance table: ``scorecard.py --standing``'s prefill lines of the H200's and the
+    H100's whole-table runs."""
+    doc = (ROOT / "docs" / "gpu.md").read_text()
+    own = []
+    for name, gpu, run in (("H200", "h200", 37), ("H100", "h100", 38)):
+        file = f"prefill-{gpu}-run{run}.json"
+        _, lines = card.standing({file: _run(file)["rows"]}, {})
+        m = {(ln["what"], ln["against"].split(" ")[0]): ln["measured"] for ln in lines}
+        fwd, fb = (m[what, "cuDNN"].split(" ")[0] for what in ("prefill forward", "prefill forward+backward"))
+        assert (f"| {name} | {fwd} | {fb} | {m['fastest forward at D = 128', '—']} | prefill run {run} "
+                f"(`benchmarks/data/{file}`) |") in doc
+        own.append(f"{m['prefill forward', 'SDPA' + chr(39) + 's'].split(' ')[0]} on the {name}")
+    assert f"against SDPA's own choice of backend the forward is {' and '.join(own)}." in flat(doc)
