@@ -33,35 +33,9 @@ def _set_arm(arm: str) -> None:
     decode.clear_plans()
 
 
-def graph_us(fn, calls: int, replays: int = 5) -> float:
-    """µs per call of ``fn`` captured ``calls`` times in one CUDA graph: the median of ``replays`` timed replays."""
-    import torch
-
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=s):
-        for _ in range(calls):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        g.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / calls)
-    return statistics.median(times)
-
-
 def time_arms(shapes, calls: int, rounds: int) -> list[dict]:
     import torch
+    from decode_host import graph_us, inputs  # (this folder's: the decode benchmarks' CUDA-graph timing)
 
     import attnlab
     from attnlab.gpu import decode, decode_config, decode_plan
@@ -70,7 +44,7 @@ def time_arms(shapes, calls: int, rounds: int) -> list[dict]:
     rows = []
     try:
         for B, H, Hkv, L, D in shapes:
-            q, k, v, lens = _inputs(B, H, Hkv, L, D)
+            q, k, v, lens = inputs((B, H, Hkv, L, D))
             ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
             for rnd in range(rounds):
                 for arm in (ARMS if rnd % 2 == 0 else ARMS[::-1]):
@@ -80,7 +54,7 @@ def time_arms(shapes, calls: int, rounds: int) -> list[dict]:
                     err = (fn()[0].float() - ref).abs().max().item()
                     plan = next(iter(decode_plan._PLANS.values()))
                     rows.append(dict(B=B, H=H, Hkv=Hkv, L=L, D=D, arm=arm, round=rnd, kernel=plan.cfg.kernel,
-                                     splits=plan.num_splits, max_err=err, graph_us=graph_us(fn, calls)))
+                                     splits=plan.num_splits, max_err=err, graph_us=graph_us(fn, calls=calls)))
     finally:
         decode_config.GLUON_SPLIT, decode_plan.EAGER_FUSED_BELOW_US, decode_plan.GRAPH_FUSED_FROM_US = saved
         decode.clear_plans()
@@ -103,16 +77,6 @@ def markdown(rows: list[dict]) -> str:
                        f"{by_round} | {med:.2f} | {base / med:.3f} | "
                        f"{max(r['max_err'] for r in rs):.1e} |")
     return "\n".join(out) + "\n"
-
-
-def _inputs(B, H, Hkv, L, D):
-    import torch
-
-    g = torch.Generator(device="cuda").manual_seed(0)
-    q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)
-    k = torch.randn(B, Hkv, L, D, device="cuda", dtype=torch.bfloat16, generator=g)
-    v = torch.randn(B, Hkv, L, D, device="cuda", dtype=torch.bfloat16, generator=g)
-    return q, k, v, torch.full((B,), L, device="cuda", dtype=torch.int32)
 
 
 def main(argv=None) -> int:
@@ -142,10 +106,12 @@ def main(argv=None) -> int:
             args.json.write_text(json.dumps(dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
                                                  rows=rows), indent=1))
         return 0
+    from decode_host import inputs
+
     import attnlab
     from attnlab.gpu import decode_plan
 
-    q, k, v, lens = _inputs(*shapes[0])
+    q, k, v, lens = inputs(shapes[0])
     _set_arm(args.kernel + "+merge")
     for _ in range(args.calls):
         out = attnlab.flash_decode(q, k, v, cache_seqlens=lens)
