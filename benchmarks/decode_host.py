@@ -219,6 +219,9 @@ def floors(calls: int) -> dict:
     run, fn, meta = compiled.run, compiled.function, compiled.packed_metadata
     stream = torch.cuda.current_stream().cuda_stream
     int_args = [x.data_ptr()] * 11 + scalars
+    from attnlab.gpu.launch import static_launch
+
+    static = static_launch(compiled, (1, 1, 1))
     q = torch.empty(1, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
     rows = {
         "triton_empty_1_arg, kernel[grid]": host_us(lambda: empty1[(1,)](x), calls=calls),
@@ -228,6 +231,9 @@ def floors(calls: int) -> dict:
             lambda: run(1, 1, 1, stream, fn, meta, None, None, None, *args), calls=calls),
         f"triton_empty_{n}_args, compiled launcher, int pointers": host_us(
             lambda: run(1, 1, 1, stream, fn, meta, None, None, None, *int_args), calls=calls),
+        # PyTorch's C++ launcher, as a kept plan's Launcher takes it (None where this torch has none)
+        f"triton_empty_{n}_args, torch's static launcher, int pointers": None if static is None else host_us(
+            lambda: static(int_args, stream), calls=calls),
         "torch.empty": host_us(lambda: torch.empty(4096, device="cuda"), calls=calls),
         "tensor.data_ptr()": host_us(lambda: q.data_ptr(), calls=calls),
         "tensor shape+stride+dtype+device": host_us(lambda: (q.shape, q.stride(), q.dtype, q.device), calls=calls),
@@ -263,23 +269,25 @@ def host_rows(calls: int) -> list[dict]:
     add("  of which: the kept plan's allocations and launch",
         lambda: decode.run_planned(key, q, k, v, lens, None, None))
 
-    from attnlab.gpu import decode_plan
+    from attnlab.gpu import decode_plan, launch
 
-    def knob_row(label: str, knob: str, value) -> None:
-        """The same call on plans made with ``decode_plan.<knob>`` set to ``value`` (restored after)."""
-        saved = getattr(decode_plan, knob)
+    def knob_row(label: str, knob: str, value, module=decode_plan) -> None:
+        """The same call on plans made with ``<module>.<knob>`` set to ``value`` (restored after)."""
+        saved = getattr(module, knob)
         try:
-            setattr(decode_plan, knob, value)
+            setattr(module, knob, value)
             decode.clear_plans()
             add(label, lambda: decode.flash_decode_triton(q, k, v, cache_seqlens=lens))
         finally:
-            setattr(decode_plan, knob, saved)
+            setattr(module, knob, saved)
             decode.clear_plans()
 
     # no output slabs: two torch.empty per call, as before them; the merge kernel on every call: two launches,
     # as before eager calls merged in the split kernel
     knob_row("flash_decode_triton (plan kept), outputs by torch.empty", "SLAB_BYTES", 0)
     knob_row("flash_decode_triton (plan kept), merge kernel every call", "EAGER_FUSED_BELOW_US", 0.0)
+    # every launch through Triton's launcher, as before PyTorch's took the kept kernels
+    knob_row("flash_decode_triton (plan kept), Triton's launcher", "STATIC_LAUNCH", False, launch)
     # the default row again, after the others: the host's speed drifts within a process
     add("flash_decode_triton (plan kept), again", lambda: decode.flash_decode_triton(q, k, v, cache_seqlens=lens))
 
@@ -329,6 +337,11 @@ def breakdown(calls: int, rounds: int = 7) -> dict:
         "the split kernel's launch": (lambda: plan.fused_split.launch(head + plan.fused_tail, stream)) if plan.fused
         else (lambda: plan.split.launch(head + plan.tail, stream)),
     }
+    split, tail = (plan.fused_split, plan.fused_tail) if plan.fused else (plan.split, plan.tail)
+    if split.static is not None:  # the same launch through Triton's launcher, as before PyTorch's took it
+        c = split.compiled
+        steps["the split kernel's launch, Triton's launcher"] = lambda: c.run(
+            *split.grid, stream, c.function, c.packed_metadata, None, None, None, *head, *tail)
     if plan.merge == 1 and not plan.fused:
         steps["the merge kernel's launch"] = lambda: plan.merge_launch.launch([*head[5:9], *plan.merge_tail], stream)
     best = dict.fromkeys(steps, float("inf"))

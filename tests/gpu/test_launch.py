@@ -134,3 +134,137 @@ def test_recorded_launches_are_kept_with_each_tensor_named_and_launch_again_with
     kept = KeptLaunch.make(fake, [x, 7, 9, 0.5, 16, True], {"X": "x"}, {"x": x})
     kept.run({"x": y}, 3)
     assert fake.compiled.calls[-1][9] == y.data_ptr()
+
+
+# -- PyTorch's launcher for the kept compiled kernels ------------------------------------------------------------
+
+_STATIC_ABI = r"""
+import json, re, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from attnlab.gpu import decode_kernels, launch
+
+def params(c):
+    ptx = c.asm["ptx"]
+    entry = ptx[ptx.index(".entry"):]
+    return re.findall(r"\.param\s+\.(\w+)", entry[:entry.index(")")])
+
+out = []
+for D, kw in ((128, {}), (64, dict(merge=1, group_rows=7)), (128, dict(trigger=True, wait=True))):
+    c = decode_kernels.compile_sm90(D, **kw)
+    how = launch.static_arg_types(c)
+    out.append(dict(types=how and how[0], scratch=how and how[1 + 1], kept=how and len(how[1]),
+                    params=params(c), names=len(c.src.fn.arg_names)))
+fn = decode_kernels._decode_merge_kernel
+for pdl in (False, True):
+    const = dict(NQ=1, BLOCK_S=16, BLOCK_D=128, stride_od=1, PDL=pdl, ROWS=4)
+    sig, const, attrs = decode_kernels.sm90_signature(fn, const, dict(O_PART="*fp32", LSE_PART="*fp32",
+                                                                      OUT="*bf16", LSE="*fp32"))
+    c = triton.compile(ASTSource(fn, sig, const, attrs),
+                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, launch_pdl=pdl))
+    how = launch.static_arg_types(c)
+    out.append(dict(types=how and how[0], params=params(c), pdl=pdl))
+print(json.dumps(out))
+"""
+
+# PyTorch's launcher's type letters -> the PTX parameter type each stands for
+_PTX = {"O": "u64", "i": "u32", "l": "u64", "f": "f32", "d": "f64"}
+
+
+def test_static_launch_takes_the_parameters_the_binary_has():
+    """``static_arg_types`` reads a compiled kernel's parameters as the binary has them: built for sm_90 (Triton's
+    own ptxas, any machine), the type letters it hands PyTorch's launcher are the PTX entry's parameters one for
+    one — the constexprs left out, the scratch pointers Triton appends at the end — for the decode split kernel
+    as plans launch it (with and without the merge kernel, waiting and triggering as a dependent launch does) and
+    the merge kernel; a kernel compiled for a programmatic dependent launch is refused (PyTorch's launcher has
+    no launch attributes: Triton's path launches it)."""
+    from tests.helpers import fresh_json
+
+    reports = fresh_json(_STATIC_ABI, timeout=600)
+    for r in reports[:3]:
+        assert r["types"] is not None
+        assert [_PTX[t] for t in r["types"]] == r["params"]
+        assert r["kept"] + r["scratch"] == len(r["params"]) and r["kept"] < r["names"]  # constexprs left out
+    plain, pdl = reports[3:]
+    assert plain["types"] is not None and [_PTX[t] for t in plain["types"]] == plain["params"]
+    assert pdl["types"] is None
+
+
+def test_static_launch_refuses_what_it_cannot_launch_as_triton_would():
+    """The launches PyTorch's launcher would make differently from Triton's are refused, read off the compiled
+    kernel's metadata and source (made-up kernels here): a programmatic dependent or cooperative launch, a
+    cluster, scratch memory, host-side TMA descriptors, a parameter type without a letter, a constant inside a
+    tuple argument; and where the kernel is one it takes, ints Triton specialised into constants are not
+    parameters."""
+    from types import SimpleNamespace
+
+    from attnlab.gpu.launch import static_arg_types
+
+    def compiled(signature, constants=None, **meta):
+        md = dict(num_warps=4, shared=0, launch_pdl=False, launch_cooperative_grid=False, num_ctas=1,
+                  global_scratch_size=0, profile_scratch_size=0)
+        md.update(meta)
+        fn = SimpleNamespace(arg_names=list(signature))
+        return SimpleNamespace(metadata=SimpleNamespace(**md),
+                               src=SimpleNamespace(fn=fn, signature=signature, constants=constants or {}))
+
+    sig = {"X": "*bf16", "n": "i32", "m": "i64", "s": "fp32", "B": "constexpr"}
+    assert static_arg_types(compiled(sig)) == ("OilfOO", (0, 1, 2, 3), 2)
+    assert static_arg_types(compiled(sig, {(1,): 1, (4,): 16})) == ("OlfOO", (0, 2, 3), 2)  # n == 1: a constant
+    assert static_arg_types(compiled(sig, {"B": 16})) == ("OilfOO", (0, 1, 2, 3), 2)  # keyed by name
+    for meta in (dict(launch_pdl=True), dict(launch_cooperative_grid=True), dict(num_ctas=2),
+                 dict(cluster_dims=(2, 1, 1)), dict(global_scratch_size=128), dict(profile_scratch_size=64),
+                 dict(tensordesc_meta=[{"swizzle": 128}]), dict(instrumentation_mode="gsan")):
+        assert static_arg_types(compiled(sig, **meta)) is None, meta
+    assert static_arg_types(compiled(dict(sig, s="fp16"))) is None  # a half-precision scalar: no letter
+    assert static_arg_types(compiled(dict(sig, X="tensordesc<bf16[64, 64]>"))) is None
+    assert static_arg_types(compiled(sig, {(0, 1): 3})) is None  # inside a tuple argument
+    assert static_arg_types(SimpleNamespace(metadata=None, src=None)) is None
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("B, H, Hkv, L, D", [(1, 32, 8, 256, 128), (3, 28, 4, 20000, 64), (2, 6, 6, 1000, 128)])
+def test_static_launches_give_the_bits_of_tritons(B, H, Hkv, L, D):
+    """A kept decode plan launches its split kernel through PyTorch's launcher (where this torch has it) and its
+    calls give, bit for bit, what the same calls give with every launch through Triton's (``STATIC_LAUNCH``
+    off), eager and in a CUDA graph; the dependent launches stay on Triton's path."""
+    import torch
+
+    from attnlab.gpu import decode, launch
+
+    if launch._static_launcher() is None:
+        pytest.skip("this torch has no static CUDA launcher")
+    g = torch.Generator(device="cuda").manual_seed(B * 1000 + L)
+    q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    k, v = (torch.randn(B, Hkv, L, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+    lens = torch.randint(1, L + 1, (B,), device="cuda", dtype=torch.int32, generator=g)
+
+    def calls():
+        decode.clear_plans()
+        outs = [decode.flash_decode_triton(q, k, v, cache_seqlens=lens) for _ in range(4)]
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = decode.flash_decode_triton(q, k, v, cache_seqlens=lens)
+        graph.replay()
+        torch.cuda.synchronize()
+        plans = list(decode.decode_plan._PLANS.values())
+        return [(o.clone(), s.clone()) for o, s in [*outs, captured]], plans
+
+    saved = launch.STATIC_LAUNCH
+    try:
+        launch.STATIC_LAUNCH = True
+        fast, plans = calls()
+        launchers = [lc for p in plans for name in ("split", "fused_split", "eager_split", "merge_launch", "pdl_launch")
+                     if (lc := getattr(p, name, None)) is not None and lc.compiled is not None]
+        assert any(lc.static is not None for lc in launchers)
+        assert all(lc.static is None for lc in launchers if lc.options.get("launch_pdl"))
+        launch.STATIC_LAUNCH = False
+        slow, plans = calls()
+        assert all(getattr(p, name, None) is None or getattr(p, name).static is None for p in plans
+                   for name in ("split", "fused_split", "eager_split", "merge_launch", "pdl_launch"))
+    finally:
+        launch.STATIC_LAUNCH = saved
+        decode.clear_plans()
+    for (o1, s1), (o2, s2) in zip(fast, slow):
+        assert torch.equal(o1, o2) and torch.equal(s1, s2)

@@ -31,6 +31,7 @@ argument together with the scalar arguments themselves does.
 from __future__ import annotations
 
 import inspect
+from operator import itemgetter
 
 import torch
 
@@ -151,15 +152,122 @@ def _constexprs(kernel) -> tuple[bool, ...]:
     return flags
 
 
+# Launch kept compiled kernels through PyTorch's C++ launcher (``torch._C._StaticCudaLauncher``, TorchInductor's),
+# where a kernel is one it launches as Triton would (``static_launch``): one C call converts the arguments and calls
+# cuLaunchKernel. Triton's compiled-kernel path runs its launcher's Python first (the scratch allocators, the
+# profiling and instrumentation checks) and then its C launcher. False: Triton's path for every launch.
+STATIC_LAUNCH = True
+
+# Triton's scalar types -> the type letters of PyTorch's launcher (pointers: "O", an int or a tensor)
+_STATIC_TYPES = {"i1": "b", "i8": "b", "i16": "h", "i32": "i", "i64": "l", "u1": "B", "u8": "B", "u16": "H",
+                 "u32": "I", "u64": "K", "fp32": "f", "f32": "f", "fp64": "d"}
+_STATIC_FN: list = []  # [PyTorch's launch function, or None where this torch has none], looked up once
+
+
+def _static_launcher():
+    if not _STATIC_FN:
+        try:
+            from torch._C import _StaticCudaLauncher
+            fn = _StaticCudaLauncher._launch_kernel
+        except (ImportError, AttributeError):  # a torch without it (a CPU build, an older release)
+            fn = None
+        _STATIC_FN.append(fn)
+    return _STATIC_FN[0]
+
+
+def static_arg_types(compiled) -> tuple[str, tuple[int, ...], int] | None:
+    """How PyTorch's launcher takes ``compiled``'s arguments: (the type letters of the parameters the binary
+    has, the indices of those parameters among the kernel's own, how many trailing scratch pointers Triton's
+    build appends), or None where that launcher cannot launch it as Triton would — a programmatic dependent or
+    cooperative launch, a cluster of CTAs, scratch memory, instrumentation, TMA descriptors passed from the host,
+    a parameter type it has no letter for. Read off the compiled kernel's source: constexprs (and the
+    arguments Triton specialised into constants, such as ints equal to 1) are not parameters of the binary."""
+    md = getattr(compiled, "metadata", None)
+    src = getattr(compiled, "src", None)
+    fn = getattr(src, "fn", None)
+    if md is None or fn is None or not isinstance(getattr(src, "signature", None), dict):
+        return None
+    if getattr(md, "launch_pdl", False) or getattr(md, "launch_cooperative_grid", False) \
+            or getattr(md, "num_ctas", 1) != 1 or tuple(getattr(md, "cluster_dims", None) or (1,)) not in ((1,), (1, 1, 1)) \
+            or getattr(md, "tensordesc_meta", None) or getattr(md, "instrumentation_mode", "") \
+            or getattr(md, "global_scratch_size", 0) or getattr(md, "profile_scratch_size", 0) \
+            or getattr(md, "shared", 0) > 227 * 1024:
+        return None
+    names = list(fn.arg_names)
+
+    def index(k):
+        if isinstance(k, str):
+            return names.index(k) if k in names else None
+        if isinstance(k, tuple):
+            return k[0] if len(k) == 1 and isinstance(k[0], int) else None
+        return k if isinstance(k, int) else None
+
+    consts = set()
+    for k in getattr(src, "constants", {}) or {}:
+        i = index(k)
+        if i is None:  # a constant inside a tuple argument: not a flat parameter list
+            return None
+        consts.add(i)
+    types = {}
+    for k, ty in src.signature.items():
+        i = index(k)
+        if i is None or not isinstance(ty, str):
+            return None
+        types[i] = ty
+    if sorted(types) != list(range(len(names))):
+        return None
+    letters, keep = [], []
+    for i in range(len(names)):
+        ty = types[i]
+        if ty == "constexpr" or i in consts:
+            continue
+        letter = "O" if ty.startswith("*") else _STATIC_TYPES.get(ty)
+        if letter is None:
+            return None
+        letters.append(letter)
+        keep.append(i)
+    scratch = sum(hasattr(md, a) for a in ("global_scratch_size", "profile_scratch_size"))
+    return "".join(letters) + "O" * scratch, tuple(keep), scratch
+
+
+def static_launch(compiled, grid: tuple[int, int, int]):
+    """A function ``go(args, stream)`` that launches ``compiled`` on ``grid`` through PyTorch's launcher, ``args``
+    all of the kernel's parameters as ``Launcher.launch`` takes them — or None (``STATIC_LAUNCH`` off, no such
+    launcher in this torch, a kernel ``static_arg_types`` refuses, no loaded binary yet)."""
+    fn = _static_launcher() if STATIC_LAUNCH else None
+    if fn is None or getattr(compiled, "function", None) is None:
+        return None
+    how = static_arg_types(compiled)
+    if how is None:
+        return None
+    tys, keep, scratch = how
+    function, num_warps, shared = compiled.function, compiled.metadata.num_warps, compiled.metadata.shared
+    gx, gy, gz = grid
+    tail = (None,) * scratch
+    if len(keep) == 1:
+        i = keep[0]
+
+        def pick(args):
+            return (args[i],)
+    else:
+        pick = itemgetter(*keep) if keep else (lambda args: ())
+
+    def go(args, stream):
+        fn(function, gx, gy, gz, num_warps, shared, tys, pick(args) + tail, stream)
+
+    return go
+
+
 class Launcher:
     """One Triton kernel on one grid, launched first through Triton's JIT and then from its compiled
     kernel directly. ``args`` are all of the kernel's parameters in order, constexprs included.
 
     The next launch can skip Triton where a compiled kernel is kept (``compiled``) and no launch hook is
     installed (``hooks_set()``, asked once for all of a call's launchers); ``launch(args, stream)`` then
-    takes the pointers as ints (``data_ptr()``) or tensors, and the raw stream handle."""
+    takes the pointers as ints (``data_ptr()``) or tensors, and the raw stream handle, and goes through
+    PyTorch's C++ launcher where it can (``static``: ``static_launch``), else through Triton's."""
 
-    __slots__ = ("kernel", "grid", "options", "compiled")
+    __slots__ = ("kernel", "grid", "options", "compiled", "static")
 
     def __init__(self, kernel, grid: tuple[int, int, int], *, num_warps: int, num_stages: int | None = None,
                  launch_pdl: bool = False):
@@ -171,9 +279,13 @@ class Launcher:
         if launch_pdl:  # a programmatic dependent launch (Hopper): a compile option Triton keeps in the kernel
             self.options["launch_pdl"] = True
         self.compiled = None
+        self.static = None
 
     def launch(self, args: list, stream: int) -> None:
         """Launch the kept compiled kernel (``compiled`` set, no launch hook) on ``stream``."""
+        if self.static is not None:
+            self.static(args, stream)
+            return
         c = self.compiled
         c.run(*self.grid, stream, c.function, c.packed_metadata, None, None, None, *args)
 
@@ -190,10 +302,13 @@ class Launcher:
             if stream is None:
                 stream = current_stream(first.device)
             self.launch([a.data_ptr() if type(a) is torch.Tensor else a for a in args], stream)
+            if self.static is None:  # (the compiled kernel's binary is loaded now)
+                self.static = static_launch(self.compiled, self.grid)
             return
         compiled = self.kernel[self.grid](*args, **self.options)
         if compiled is not None:  # the interpreter compiles nothing and returns None
             self.compiled = compiled
+            self.static = static_launch(compiled, self.grid)
             if key is not None:
                 _SHARED[key] = compiled
 
@@ -303,5 +418,6 @@ def launch_kept(kernel, grid: tuple, kwargs: dict, *, num_warps: int, num_stages
         _RECORDING[-1].append((launcher, args))
 
 
-__all__ = ["KeptLaunch", "Launcher", "current_stream", "hooks_set", "int_specs", "keep_plan", "launch_kept", "rebased",
-           "recording", "same_specialisation", "tensor_key"]
+__all__ = ["KeptLaunch", "Launcher", "STATIC_LAUNCH", "current_stream", "hooks_set", "int_specs", "keep_plan",
+           "launch_kept", "rebased", "recording", "same_specialisation", "static_arg_types", "static_launch",
+           "tensor_key"]
