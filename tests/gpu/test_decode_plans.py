@@ -760,11 +760,23 @@ def test_graphs_of_large_variant_calls_merge_in_the_split_kernel_with_eager_bits
     assert plan.fused and plan.graph_slots is not None
     g, got = _graph_of(lambda: attnlab.flash_decode(*args, **kw), None)
     assert plan.graph_slots.next == 1  # the capture merged in the split kernel
+    q_before = q.clone()
     q.copy_(torch.randn_like(q))
     g.replay()
+    side.wait_stream(torch.cuda.current_stream())  # (the eager call reads the new q)
     with torch.cuda.stream(side):
         want = attnlab.flash_decode(*args, **kw)
     torch.cuda.synchronize()
+    if variant != "window-alibi" and not (torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])):
+        # which query each answer is the attention of: the test's failure says which side went wrong
+        def err(out, qq):
+            ref = torch.cat([attention_ref(qq[b:b + 1].double(), k[b:b + 1, :, :n].double(),
+                                           v[b:b + 1, :, :n].double(), causal=True)[0]
+                             for b, n in enumerate(lens.tolist())])
+            return (out.double() - ref).abs().max().item()
+
+        pytest.fail(f"graph replay: error {err(got[0], q):.3g} against the new query, {err(got[0], q_before):.3g} "
+                    f"against the one before; eager: {err(want[0], q):.3g} and {err(want[0], q_before):.3g}")
     _same(got, want)
     decode.clear_plans()
 

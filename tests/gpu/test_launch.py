@@ -231,7 +231,7 @@ def test_static_launches_give_the_bits_of_tritons(B, H, Hkv, L, D):
     off), eager and in a CUDA graph; the dependent launches stay on Triton's path."""
     import torch
 
-    from attnlab.gpu import decode, launch
+    from attnlab.gpu import decode, decode_plan, launch
 
     if launch._static_launcher() is None:
         pytest.skip("this torch has no static CUDA launcher")
@@ -248,7 +248,7 @@ def test_static_launches_give_the_bits_of_tritons(B, H, Hkv, L, D):
             captured = decode.flash_decode_triton(q, k, v, cache_seqlens=lens)
         graph.replay()
         torch.cuda.synchronize()
-        plans = list(decode.decode_plan._PLANS.values())
+        plans = list(decode_plan._PLANS.values())
         return [(o.clone(), s.clone()) for o, s in [*outs, captured]], plans
 
     saved = launch.STATIC_LAUNCH

@@ -31,6 +31,7 @@ argument together with the scalar arguments themselves does.
 from __future__ import annotations
 
 import inspect
+import os
 from operator import itemgetter
 
 import torch
@@ -155,8 +156,9 @@ def _constexprs(kernel) -> tuple[bool, ...]:
 # Launch kept compiled kernels through PyTorch's C++ launcher (``torch._C._StaticCudaLauncher``, TorchInductor's),
 # where a kernel is one it launches as Triton would (``static_launch``): one C call converts the arguments and calls
 # cuLaunchKernel. Triton's compiled-kernel path runs its launcher's Python first (the scratch allocators, the
-# profiling and instrumentation checks) and then its C launcher. False: Triton's path for every launch.
-STATIC_LAUNCH = True
+# profiling and instrumentation checks) and then its C launcher. False (or ATTNLAB_STATIC_LAUNCH=0 in the
+# environment): Triton's path for every launch.
+STATIC_LAUNCH = os.environ.get("ATTNLAB_STATIC_LAUNCH", "1") != "0"
 
 # Triton's scalar types -> the type letters of PyTorch's launcher (pointers: "O", an int or a tensor)
 _STATIC_TYPES = {"i1": "b", "i8": "b", "i16": "h", "i32": "i", "i64": "l", "u1": "B", "u8": "B", "u16": "H",
