@@ -10,8 +10,9 @@ compiled kernel and launch it directly:
 * ``Launcher(kernel, grid, num_warps=, num_stages=)`` — one kernel and grid. Calling it launches
   through ``kernel[grid]`` (compiling if needed) and keeps the compiled kernel; ``launch`` then
   launches that compiled kernel with the same positional arguments (every parameter, constexprs
-  included, in the kernel's order; pointers may be passed as ints) straight through its C launcher
-  on a given stream — unless a launch hook (a profiler's) is installed, which only Triton's path
+  included, in the kernel's order; pointers may be passed as ints) on a given stream, straight through
+  PyTorch's C++ launcher where that launches the kernel as Triton would (``static_launch``), else through
+  Triton's compiled launcher — unless a launch hook (a profiler's) is installed, which only Triton's path
   calls (``hooks_set()`` says whether one is).
 * ``launch_kept(kernel, grid, kwargs, num_warps=)`` — ``kernel[grid](**kwargs)`` through a ``Launcher``:
   every parameter by name (defaults for the rest), the kept compiled kernel after a specialisation's
