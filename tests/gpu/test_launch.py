@@ -268,3 +268,25 @@ def test_static_launches_give_the_bits_of_tritons(B, H, Hkv, L, D):
         decode.clear_plans()
     for (o1, s1), (o2, s2) in zip(fast, slow):
         assert torch.equal(o1, o2) and torch.equal(s1, s2)
+
+
+def test_the_environment_turns_the_static_launch_off():
+    """``ATTNLAB_STATIC_LAUNCH=0`` in a fresh interpreter's environment sets ``STATIC_LAUNCH`` off (every kept
+    kernel then launches through Triton's launcher); any other value, or none, leaves it on."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT
+
+    code = "from attnlab.gpu import launch; print(launch.STATIC_LAUNCH)"
+    seen = {}
+    for value in ("0", "1", None):
+        env = {k: v for k, v in os.environ.items() if k != "ATTNLAB_STATIC_LAUNCH"}
+        if value is not None:
+            env["ATTNLAB_STATIC_LAUNCH"] = value
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT,
+                             timeout=120)
+        assert res.returncode == 0, res.stderr[-2000:]
+        seen[value] = res.stdout.split()
+    assert seen == {"0": ["False"], "1": ["True"], None: ["True"]}
