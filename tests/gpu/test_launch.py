@@ -101,6 +101,7 @@ def test_recorded_launches_are_kept_with_each_tensor_named_and_launch_again_with
     assert len(launches) == 1 and out.tolist() == [1, 1, 3, 0]
     launcher, args = launches[0]
     assert args[0] is out and args[1:] == [5, 7, 3, None]
+    assert not launcher.allow_static and launcher.static is None  # (the prefill's launches: Triton's launcher)
     if not out.is_cuda:  # the interpreter compiles nothing: nothing to keep
         assert launcher.compiled is None and KeptLaunch.make(launcher, args, {"OUT": "out"}, {"out": out}) is None
     else:

@@ -16,7 +16,8 @@ compiled kernel and launch it directly:
   calls (``hooks_set()`` says whether one is).
 * ``launch_kept(kernel, grid, kwargs, num_warps=)`` — ``kernel[grid](**kwargs)`` through a ``Launcher``:
   every parameter by name (defaults for the rest), the kept compiled kernel after a specialisation's
-  first call (tensor descriptors and None included in the specialisation). The prefill kernels launch so.
+  first call (tensor descriptors and None included in the specialisation), always through Triton's
+  launcher (``allow_static=False``). The prefill kernels launch so.
 * ``tensor_key(t)`` — what Triton specialises a tensor argument on (and what the checks of a call
   read): shape, strides, dtype, device and whether the address is a multiple of 16.
 * ``recording()`` and ``KeptLaunch`` — a call's ``launch_kept`` launches, recorded, and kept to be made again
@@ -268,13 +269,15 @@ class Launcher:
     The next launch can skip Triton where a compiled kernel is kept (``compiled``) and no launch hook is
     installed (``hooks_set()``, asked once for all of a call's launchers); ``launch(args, stream)`` then
     takes the pointers as ints (``data_ptr()``) or tensors, and the raw stream handle, and goes through
-    PyTorch's C++ launcher where it can (``static``: ``static_launch``), else through Triton's."""
+    PyTorch's C++ launcher where it can (``static``: ``static_launch``; ``allow_static=False`` never), else
+    through Triton's."""
 
-    __slots__ = ("kernel", "grid", "options", "compiled", "static")
+    __slots__ = ("kernel", "grid", "options", "compiled", "static", "allow_static")
 
     def __init__(self, kernel, grid: tuple[int, int, int], *, num_warps: int, num_stages: int | None = None,
-                 launch_pdl: bool = False):
+                 launch_pdl: bool = False, allow_static: bool = True):
         self.kernel = kernel
+        self.allow_static = allow_static  # whether ``launch`` may go through PyTorch's launcher
         self.grid = grid
         self.options = {"num_warps": num_warps}
         if num_stages is not None:  # (None: the compiler's default)
@@ -305,13 +308,13 @@ class Launcher:
             if stream is None:
                 stream = current_stream(first.device)
             self.launch([a.data_ptr() if type(a) is torch.Tensor else a for a in args], stream)
-            if self.static is None:  # (the compiled kernel's binary is loaded now)
+            if self.static is None and self.allow_static:  # (the compiled kernel's binary is loaded now)
                 self.static = static_launch(self.compiled, self.grid)
             return
         compiled = self.kernel[self.grid](*args, **self.options)
         if compiled is not None:  # the interpreter compiles nothing and returns None
             self.compiled = compiled
-            self.static = static_launch(compiled, self.grid)
+            self.static = static_launch(compiled, self.grid) if self.allow_static else None
             if key is not None:
                 _SHARED[key] = compiled
 
@@ -414,7 +417,8 @@ def launch_kept(kernel, grid: tuple, kwargs: dict, *, num_warps: int, num_stages
         missing = [n for (n, _), a in zip(params, args) if a is inspect.Parameter.empty]
         raise TypeError(f"launch_kept: no value for {missing}")
     grid = tuple(grid) + (1,) * (3 - len(grid))
-    launcher = Launcher(kernel, grid, num_warps=num_warps, num_stages=num_stages)
+    # (Triton's launcher for these: the prefill kernels' launches through PyTorch's have not run on a GPU yet)
+    launcher = Launcher(kernel, grid, num_warps=num_warps, num_stages=num_stages, allow_static=False)
     launcher.options.update(options)
     launcher(args)
     if _RECORDING:
