@@ -151,3 +151,45 @@ def test_notes_hold_the_predictions_against_the_runs():
     assert splits == {16} and f"(16 splits of {s[3] // 16} keys), " in notes
     assert (f"{m[s]['gluon+merge'] - m[s]['triton+merge']:.1f} µs of the Gluon kernel's {m[s]['gluon+merge']:.1f} "
             "is left for the ncu run") in notes
+
+
+_SIZES = r"""
+import json, re
+import triton
+from attnlab.gpu import decode_gluon, decode_kernels
+from attnlab.gpu.prefill_gluon import cuobjdump
+
+def size(kernel):
+    sass = cuobjdump(kernel, "-sass") or ""
+    return len(re.findall(r"^\s+/\*[0-9a-f]{4}\*/\s+\S", sass, re.M))
+
+kw = dict(group_rows=8, merge=1, splits=16)
+print(json.dumps(dict(version=triton.__version__, triton=size(decode_kernels.compile_sm90(128, **kw)),
+                      gluon=size(decode_gluon.compile_sm90(128, **kw)))))
+"""
+
+
+def test_notes_lead_for_the_ncu_run():
+    """The lead NOTES-decode gives the ncu run: the Gluon kernel's gap against the keys a program reads (from the probe's
+    split counts), and the two builds' sizes, counted off triton 3.9's sm_90 builds (the numbers quoted where this
+    triton is 3.9; any triton's builds within 10 % of each other)."""
+    import pytest
+    from tests.helpers import fresh_json
+
+    from attnlab.gpu import decode_gluon
+
+    notes = notes_section("NOTES-decode.md", "## Measured: decode-breakdown runs 5–7 and Gluon-decode run 1")
+    m = probe_medians()
+    splits = {(r["B"], r["H"], r["Hkv"], r["L"], r["D"]): r["splits"] for r in probe_rows()}
+    d128 = sorted((s[3] // splits[s], m[s]["gluon+merge"] - m[s]["triton+merge"]) for s in SHAPES if s[4] == 128)
+    assert [g for _, g in d128] == sorted((g for _, g in d128), reverse=True)  # "shrinks as a program's keys grow"
+    quoted = ", ".join(f"{g:.2f}{' µs' if i == 0 else ''} at {keys:,}{' keys a program' if i == 0 else ''}"
+                       for i, (keys, g) in enumerate(d128[:-1]))
+    keys, g = d128[-1]
+    assert f"At D = 128 it is {quoted} and {g:.2f} at {keys:,}." in notes
+    if not decode_gluon.HAVE_GLUON:
+        pytest.skip("this triton has no Gluon")
+    sizes = fresh_json(_SIZES, timeout=600)
+    assert 0.9 < sizes["gluon"] / sizes["triton"] < 1.1
+    if sizes["version"].startswith("3.9."):
+        assert f"{sizes['gluon']:,} SASS instructions against the Triton kernel's {sizes['triton']:,}" in notes
