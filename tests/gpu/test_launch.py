@@ -291,3 +291,32 @@ def test_the_environment_turns_the_static_launch_off():
         assert res.returncode == 0, res.stderr[-2000:]
         seen[value] = res.stdout.split()
     assert seen == {"0": ["False"], "1": ["True"], None: ["True"]}
+
+
+def test_a_static_launcher_that_refuses_its_arguments_hands_the_launch_to_tritons():
+    """Where PyTorch's launcher parses other arguments than this module passes (another torch release), it raises
+    ``TypeError`` before launching anything: that launch, and every later one of the Launcher, goes through Triton's
+    compiled launcher instead."""
+    from attnlab.gpu.launch import Launcher
+
+    class Compiled:
+        function, packed_metadata = "fn", "meta"
+
+        def __init__(self):
+            self.calls = []
+
+        def run(self, *a):
+            self.calls.append(a)
+
+    refused = []
+
+    def static(args, stream):
+        refused.append((args, stream))
+        raise TypeError("function takes exactly 10 arguments (9 given)")
+
+    launcher = Launcher(_kernel, (2, 1, 1), num_warps=1)
+    launcher.compiled, launcher.static = Compiled(), static
+    launcher.launch([1, 7, 9, 0.5, 16, True], 5)
+    launcher.launch([2, 7, 9, 0.5, 16, True], 5)
+    assert len(refused) == 1 and launcher.static is None
+    assert [c[9] for c in launcher.compiled.calls] == [1, 2] and launcher.compiled.calls[0][3] == 5

@@ -290,8 +290,11 @@ class Launcher:
     def launch(self, args: list, stream: int) -> None:
         """Launch the kept compiled kernel (``compiled`` set, no launch hook) on ``stream``."""
         if self.static is not None:
-            self.static(args, stream)
-            return
+            try:
+                self.static(args, stream)
+                return
+            except TypeError:  # a torch whose launcher parses other arguments (nothing launched): Triton's from now on
+                self.static = None
         c = self.compiled
         c.run(*self.grid, stream, c.function, c.packed_metadata, None, None, None, *args)
 
