@@ -83,6 +83,18 @@ def test_descriptors_and_none_specialise_by_kind_not_by_address():
     assert _specialisation(_kernel, [object(), 7, 9, 0.5, 16, True]) is None
 
 
+class _Compiled:
+    """A stand-in compiled kernel: what a launch hands its launcher (``run``'s arguments), recorded."""
+
+    function, packed_metadata = "fn", "meta"
+
+    def __init__(self):
+        self.calls = []
+
+    def run(self, *a):
+        self.calls.append(a)
+
+
 def test_recorded_launches_are_kept_with_each_tensor_named_and_launch_again_with_new_ones():
     """``recording`` collects a block's ``launch_kept`` launches; ``KeptLaunch.make`` keeps one only where every
     tensor (and descriptor) argument is named by the caller and is the object named, and only with a compiled
@@ -110,17 +122,8 @@ def test_recorded_launches_are_kept_with_each_tensor_named_and_launch_again_with
         kept.run({"out": other}, torch.cuda.current_stream().cuda_stream)
         assert other.tolist() == [5, 7, 3, 0] and out.tolist() == [1, 1, 3, 0]
 
-    class Compiled:  # what a launch hands the compiled kernel's launcher
-        function, packed_metadata = "fn", "meta"
-
-        def __init__(self):
-            self.calls = []
-
-        def run(self, *a):
-            self.calls.append(a)
-
     fake = Launcher(_kernel, (2, 1, 1), num_warps=1, num_stages=None)
-    fake.compiled = Compiled()
+    fake.compiled = _Compiled()
     x, y = torch.zeros(64, 32, dtype=torch.float16), torch.ones(64, 32, dtype=torch.float16)
     d = TensorDescriptor(x, list(x.shape), list(x.stride()), [16, 32])
     assert KeptLaunch.make(fake, [x, 7, 9, 0.5, 16, True], {}, {}) is None  # a tensor nobody named
@@ -299,15 +302,6 @@ def test_a_static_launcher_that_refuses_its_arguments_hands_the_launch_to_triton
     compiled launcher instead."""
     from attnlab.gpu.launch import Launcher
 
-    class Compiled:
-        function, packed_metadata = "fn", "meta"
-
-        def __init__(self):
-            self.calls = []
-
-        def run(self, *a):
-            self.calls.append(a)
-
     refused = []
 
     def static(args, stream):
@@ -315,7 +309,7 @@ def test_a_static_launcher_that_refuses_its_arguments_hands_the_launch_to_triton
         raise TypeError("function takes exactly 10 arguments (9 given)")
 
     launcher = Launcher(_kernel, (2, 1, 1), num_warps=1)
-    launcher.compiled, launcher.static = Compiled(), static
+    launcher.compiled, launcher.static = _Compiled(), static
     launcher.launch([1, 7, 9, 0.5, 16, True], 5)
     launcher.launch([2, 7, 9, 0.5, 16, True], 5)
     assert len(refused) == 1 and launcher.static is None
