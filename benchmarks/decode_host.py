@@ -319,6 +319,7 @@ def breakdown(calls: int, rounds: int = 7) -> dict:
     stream = key[-1]
     head = [q.data_ptr(), k.data_ptr(), v.data_ptr(), lens.data_ptr(), plan.spare_ptr, *plan._partials(False),
             *(t.data_ptr() for t in plan.outputs.take()), plan.counters_ptr, plan.spare_ptr]
+    split, tail = (plan.fused_split, plan.fused_tail) if plan.fused else (plan.split, plan.tail)
     steps = {
         "attnlab.flash_decode": lambda: attnlab.flash_decode(q, k, v, cache_seqlens=lens),
         "flash_decode_triton": lambda: decode.flash_decode_triton(q, k, v, cache_seqlens=lens),
@@ -334,10 +335,8 @@ def breakdown(calls: int, rounds: int = 7) -> dict:
         "outputs.take": lambda: plan.outputs.take(False),
         "hooks_set": hooks_set,
         "the head's data_ptr() calls": lambda: [q.data_ptr(), k.data_ptr(), v.data_ptr(), lens.data_ptr()],
-        "the split kernel's launch": (lambda: plan.fused_split.launch(head + plan.fused_tail, stream)) if plan.fused
-        else (lambda: plan.split.launch(head + plan.tail, stream)),
+        "the split kernel's launch": lambda: split.launch(head + tail, stream),
     }
-    split, tail = (plan.fused_split, plan.fused_tail) if plan.fused else (plan.split, plan.tail)
     if split.static is not None:  # the same launch through Triton's launcher, as before PyTorch's took it
         c = split.compiled
         steps["the split kernel's launch, Triton's launcher"] = lambda: c.run(
