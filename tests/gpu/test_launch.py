@@ -314,3 +314,54 @@ def test_a_static_launcher_that_refuses_its_arguments_hands_the_launch_to_triton
     launcher.launch([2, 7, 9, 0.5, 16, True], 5)
     assert len(refused) == 1 and launcher.static is None
     assert [c[9] for c in launcher.compiled.calls] == [1, 2] and launcher.compiled.calls[0][3] == 5
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("B, H, Hkv, N, D, causal", [(1, 4, 4, 1000, 64, True), (2, 8, 2, 2048, 128, False),
+                                                     (1, 6, 6, 777, 128, True)])
+def test_prefill_launches_through_pytorchs_launcher_give_the_bits_of_tritons(monkeypatch, B, H, Hkv, N, D, causal):
+    """With ``STATIC_KEPT`` on, the prefill's kept launches (``launch_kept``: forward, backward, on whichever kernels the
+    GPU takes) go through PyTorch's launcher where it can launch them, and a call's output and gradients equal, bit for
+    bit, those of the same calls with every launch through Triton's (the test that decides whether ``STATIC_KEPT``
+    may be switched on)."""
+    import torch
+
+    import attnlab
+    from attnlab.gpu import launch, prefill_bwd, prefill_fwd, prefill_gluon_bwd
+
+    if launch._static_launcher() is None:
+        pytest.skip("this torch has no static CUDA launcher")
+    g = torch.Generator(device="cuda").manual_seed(N * 10 + D)
+    q = torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    k, v = (torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+    dout = torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    made = []
+
+    def counted(compiled, grid):
+        go = static_launch(compiled, grid)
+        made.append(go is not None)
+        return go
+
+    static_launch = launch.static_launch
+    monkeypatch.setattr(launch, "static_launch", counted)
+
+    def calls(static: bool):
+        monkeypatch.setattr(launch, "STATIC_KEPT", static)
+        for module, plans in ((prefill_fwd, "_PLANS"), (prefill_bwd, "_CALL_PLANS"), (prefill_gluon_bwd, "_PLANS")):
+            monkeypatch.setattr(module, plans, {})  # (plans of this setting only)
+        made.clear()
+        got = []
+        for _ in range(3):  # the first call plans and compiles; the later ones launch the kept plans
+            qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
+            out = attnlab.flash_attention(qq, kk, vv, causal=causal)
+            out.backward(dout)
+            got.append([out.detach(), qq.grad, kk.grad, vv.grad])
+        torch.cuda.synchronize()
+        return got, any(made)
+
+    fast, took = calls(True)
+    assert took  # some kept launch went through PyTorch's launcher
+    slow, took = calls(False)
+    assert not took
+    for a, b in zip(fast, slow):
+        assert all(torch.equal(x, y) for x, y in zip(a, b))

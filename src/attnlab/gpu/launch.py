@@ -16,8 +16,8 @@ compiled kernel and launch it directly:
   calls (``hooks_set()`` says whether one is).
 * ``launch_kept(kernel, grid, kwargs, num_warps=)`` — ``kernel[grid](**kwargs)`` through a ``Launcher``:
   every parameter by name (defaults for the rest), the kept compiled kernel after a specialisation's
-  first call (tensor descriptors and None included in the specialisation), always through Triton's
-  launcher (``allow_static=False``). The prefill kernels launch so.
+  first call (tensor descriptors and None included in the specialisation), through Triton's launcher
+  unless ``STATIC_KEPT`` is set. The prefill kernels launch so.
 * ``tensor_key(t)`` — what Triton specialises a tensor argument on (and what the checks of a call
   read): shape, strides, dtype, device and whether the address is a multiple of 16.
 * ``recording()`` and ``KeptLaunch`` — a call's ``launch_kept`` launches, recorded, and kept to be made again
@@ -161,6 +161,10 @@ def _constexprs(kernel) -> tuple[bool, ...]:
 # profiling and instrumentation checks) and then its C launcher. False (or ATTNLAB_STATIC_LAUNCH=0 in the
 # environment): Triton's path for every launch.
 STATIC_LAUNCH = os.environ.get("ATTNLAB_STATIC_LAUNCH", "1") != "0"
+
+# Whether ``launch_kept``'s launches (the prefill's) may go through PyTorch's launcher too: off until the prefill
+# kernels' bits through it are checked on a GPU (tests/gpu/test_launch.py holds that test).
+STATIC_KEPT = False
 
 # Triton's scalar types -> the type letters of PyTorch's launcher (pointers: "O", an int or a tensor)
 _STATIC_TYPES = {"i1": "b", "i8": "b", "i16": "h", "i32": "i", "i64": "l", "u1": "B", "u8": "B", "u16": "H",
@@ -420,14 +424,13 @@ def launch_kept(kernel, grid: tuple, kwargs: dict, *, num_warps: int, num_stages
         missing = [n for (n, _), a in zip(params, args) if a is inspect.Parameter.empty]
         raise TypeError(f"launch_kept: no value for {missing}")
     grid = tuple(grid) + (1,) * (3 - len(grid))
-    # (Triton's launcher for these: the prefill kernels' launches through PyTorch's have not run on a GPU yet)
-    launcher = Launcher(kernel, grid, num_warps=num_warps, num_stages=num_stages, allow_static=False)
+    launcher = Launcher(kernel, grid, num_warps=num_warps, num_stages=num_stages, allow_static=STATIC_KEPT)
     launcher.options.update(options)
     launcher(args)
     if _RECORDING:
         _RECORDING[-1].append((launcher, args))
 
 
-__all__ = ["KeptLaunch", "Launcher", "STATIC_LAUNCH", "current_stream", "hooks_set", "int_specs", "keep_plan",
+__all__ = ["KeptLaunch", "Launcher", "STATIC_KEPT", "STATIC_LAUNCH", "current_stream", "hooks_set", "int_specs", "keep_plan",
            "launch_kept", "rebased", "recording", "same_specialisation", "static_arg_types", "static_launch",
            "tensor_key"]
