@@ -1,15 +1,17 @@
 """A workload for a profiler, and a quick timing of the two decode split kernels: one decode shape called with the
 Triton or the Gluon split kernel (``decode_config.GLUON_SPLIT``).
 
-Without ``--time``: ``--calls`` eager calls of one kernel with the merge kernel on every call, so that the two split
-kernels do the same work and a profiler catching ``_decode_split`` sees only the kernel that differs
+Without ``--time``: ``--calls`` eager calls of one kernel with the merge kernel on every call (``--no-lengths``:
+without ``cache_seqlens``), so that the two split kernels do the same work and a profiler catching ``_decode_split`` sees only the kernel that differs
 (``benchmarks/device_ncu_decode.sh`` runs it under ncu for both kernels). With ``--time``: each kernel, with its
 in-kernel merge and with the merge kernel ("+merge"), timed under a CUDA graph of ``--calls`` calls, the arms in turns
 for ``--rounds`` rounds (order reversed every other round), each checked against SDPA's float32 math first; a table
-of µs per call by round and the medians, ``--json`` writes the rows.
+of µs per call by round and the medians, ``--json`` writes the rows. With ``--timeline``: each arm's graph replayed
+under torch.profiler, each kernel's time in the replay and the gap before it (against its time alone under ncu).
 
     python benchmarks/decode_split_probe.py --kernel gluon --shape 1 64 8 8192 128 --calls 30
     python benchmarks/decode_split_probe.py --time --shape 1 64 8 8192 128 --shape 1 28 4 20000 128
+    python benchmarks/decode_split_probe.py --timeline --shape 1 64 8 8192 128
 """
 
 from __future__ import annotations
@@ -61,6 +63,64 @@ def time_arms(shapes, calls: int, rounds: int) -> list[dict]:
     return rows
 
 
+def timeline_arms(shapes, calls: int = 50, replays: int = 4) -> list[dict]:
+    """Each arm's call captured in a CUDA graph of ``calls`` calls and replayed ``replays`` times under torch.profiler:
+    per kernel (by name), the median µs it ran and the median gap from the end of the kernel before it on the GPU,
+    and a call's period (one split kernel's start to the next) — whether a kernel is slower in a replay than alone
+    (ncu's duration) or waits longer to start."""
+    import torch
+    from decode_host import _trace, inputs
+
+    import attnlab
+    from attnlab.gpu import decode, decode_config, decode_plan
+
+    saved = decode_config.GLUON_SPLIT, decode_plan.EAGER_FUSED_BELOW_US, decode_plan.GRAPH_FUSED_FROM_US
+    rows = []
+    try:
+        for B, H, Hkv, L, D in shapes:
+            q, k, v, lens = inputs((B, H, Hkv, L, D))
+            for arm in ARMS:
+                decode_config.GLUON_SPLIT, decode_plan.EAGER_FUSED_BELOW_US, decode_plan.GRAPH_FUSED_FROM_US = saved
+                _set_arm(arm)
+                fn = lambda q=q, k=k, v=v, lens=lens: attnlab.flash_decode(q, k, v, cache_seqlens=lens)  # noqa: E731
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    for _ in range(3):
+                        fn()
+                torch.cuda.current_stream().wait_stream(side)
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    for _ in range(calls):
+                        fn()
+                g.replay()
+                torch.cuda.synchronize()
+                events = _trace(g.replay, replays).get("traceEvents", [])
+                kernels = sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["ts"])
+                per: dict = {}
+                for a, b in zip(kernels, kernels[1:]):
+                    per.setdefault(b["name"], []).append((b["dur"], b["ts"] - (a["ts"] + a["dur"])))
+                splits = [e["ts"] for e in kernels if "split" in e["name"]]
+                for name, xs in per.items():
+                    rows.append(dict(B=B, H=H, Hkv=Hkv, L=L, D=D, arm=arm, kernel=name.split("(")[0][:40],
+                                     count=len(xs), us=statistics.median(d for d, _ in xs),
+                                     gap_before_us=statistics.median(gap for _, gap in xs),
+                                     period_us=statistics.median(b - a for a, b in zip(splits, splits[1:]))))
+    finally:
+        decode_config.GLUON_SPLIT, decode_plan.EAGER_FUSED_BELOW_US, decode_plan.GRAPH_FUSED_FROM_US = saved
+        decode.clear_plans()
+    return rows
+
+
+def timeline_markdown(rows: list[dict]) -> str:
+    out = ["| B | H/Hkv | L | D | arm | kernel | count | µs (median) | gap before µs | call period µs |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['B']} | {r['H']}/{r['Hkv']} | {r['L']} | {r['D']} | {r['arm']} | {r['kernel']} | "
+                   f"{r['count']} | {r['us']:.2f} | {r['gap_before_us']:.2f} | {r['period_us']:.2f} |")
+    return "\n".join(out) + "\n"
+
+
 def markdown(rows: list[dict]) -> str:
     out = ["| B | H/Hkv | L | D | arm | kernel, splits | graph µs (by round) | median | × triton | max err |",
            "|---|---|---|---|---|---|---|---|---|---|"]
@@ -85,9 +145,13 @@ def main(argv=None) -> int:
     ap.add_argument("--shape", type=int, nargs=5, action="append", metavar=("B", "H", "HKV", "L", "D"),
                     help="a decode shape (repeatable; default 1 64 8 8192 128)")
     ap.add_argument("--calls", type=int, default=30)
+    ap.add_argument("--no-lengths", action="store_true",
+                    help="without --time: call without cache_seqlens (every sequence the cache's length)")
     ap.add_argument("--time", action="store_true", help="time the four arms under CUDA graphs instead")
+    ap.add_argument("--timeline", action="store_true",
+                    help="each arm's CUDA graph replayed under torch.profiler: its kernels' times and the gaps between")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--json", type=Path, help="with --time: write the rows here (refuses an existing file)")
+    ap.add_argument("--json", type=Path, help="with --time or --timeline: write the rows here (refuses an existing file)")
     args = ap.parse_args(argv)
     if args.json is not None and args.json.exists():
         ap.error(f"{args.json} exists; choose another name")
@@ -99,9 +163,9 @@ def main(argv=None) -> int:
         print("decode_split_probe.py: needs a CUDA GPU", file=sys.stderr)
         return 2
     shapes = [tuple(s) for s in args.shape] if args.shape else [(1, 64, 8, 8192, 128)]
-    if args.time:
-        rows = time_arms(shapes, args.calls, args.rounds)
-        print(markdown(rows))
+    if args.time or args.timeline:
+        rows = time_arms(shapes, args.calls, args.rounds) if args.time else timeline_arms(shapes)
+        print(markdown(rows) if args.time else timeline_markdown(rows))
         if args.json is not None:
             args.json.write_text(json.dumps(dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
                                                  rows=rows), indent=1))
@@ -112,13 +176,15 @@ def main(argv=None) -> int:
     from attnlab.gpu import decode_plan
 
     q, k, v, lens = inputs(shapes[0])
+    if args.no_lengths:
+        lens = None
     _set_arm(args.kernel + "+merge")
     for _ in range(args.calls):
         out = attnlab.flash_decode(q, k, v, cache_seqlens=lens)
     torch.cuda.synchronize()
     plan = next(iter(decode_plan._PLANS.values()))
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
-    print(f"kernel {plan.cfg.kernel}, {plan.num_splits} splits, max err {(out[0].float() - ref).abs().max().item():.1e}")
+    print(f"kernel {plan.cfg.kernel}{'' if lens is not None else ', no lengths'}, {plan.num_splits} splits, max err {(out[0].float() - ref).abs().max().item():.1e}")
     return 0
 
 

@@ -14,5 +14,5 @@ timeout ${PROBE_S:-150} python3 benchmarks/decode_split_probe.py --time --shape 
     --shape 1 32 8 32768 64 --shape 1 32 8 32768 128 --json "$D/decode-split-probe-${GPU_TAG}-run${RUN:-x}.json" \
     > "$D/probe.log" 2>&1
 echo "probe: exit $? in $(( $(date +%s) - t0 ))s"; tail -n 20 "$D/probe.log"
-[ "${NCU:-0}" = 1 ] && OUT="$OUT" SHAPE="1 64 8 8192 128" bash "$(dirname "$0")/device_ncu_decode.sh"
+[ "${NCU:-0}" = 1 ] && NCU= OUT="$OUT" KERNELS="triton triton-full gluon" SHAPE="1 64 8 8192 128" bash "$(dirname "$0")/device_ncu_decode.sh"
 exit 0

@@ -16,8 +16,9 @@ compiled kernel and launch it directly:
   calls (``hooks_set()`` says whether one is).
 * ``launch_kept(kernel, grid, kwargs, num_warps=)`` — ``kernel[grid](**kwargs)`` through a ``Launcher``:
   every parameter by name (defaults for the rest), the kept compiled kernel after a specialisation's
-  first call (tensor descriptors and None included in the specialisation), through Triton's launcher
-  unless ``STATIC_KEPT`` is set. The prefill kernels launch so.
+  first call (tensor descriptors and None included in the specialisation), through PyTorch's launcher as
+  ``launch`` does while ``STATIC_KEPT`` is set (the default), else through Triton's. The prefill kernels
+  launch so.
 * ``tensor_key(t)`` — what Triton specialises a tensor argument on (and what the checks of a call
   read): shape, strides, dtype, device and whether the address is a multiple of 16.
 * ``recording()`` and ``KeptLaunch`` — a call's ``launch_kept`` launches, recorded, and kept to be made again
@@ -162,9 +163,10 @@ def _constexprs(kernel) -> tuple[bool, ...]:
 # environment): Triton's path for every launch.
 STATIC_LAUNCH = os.environ.get("ATTNLAB_STATIC_LAUNCH", "1") != "0"
 
-# Whether ``launch_kept``'s launches (the prefill's) may go through PyTorch's launcher too: off until the prefill
-# kernels' bits through it are checked on a GPU (tests/gpu/test_launch.py holds that test).
-STATIC_KEPT = False
+# Whether ``launch_kept``'s launches (the prefill's) may go through PyTorch's launcher too (kernels it refuses, those
+# taking host TMA descriptors among them, keep Triton's path). On: tests/gpu/test_launch.py holds the prefill's output
+# and gradients through it to the bits of the same calls through Triton's launcher.
+STATIC_KEPT = True
 
 # Triton's scalar types -> the type letters of PyTorch's launcher (pointers: "O", an int or a tensor)
 _STATIC_TYPES = {"i1": "b", "i8": "b", "i16": "h", "i32": "i", "i64": "l", "u1": "B", "u8": "B", "u16": "H",
