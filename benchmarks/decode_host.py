@@ -290,6 +290,7 @@ def host_rows(calls: int) -> list[dict]:
     knob_row("flash_decode_triton (plan kept), Triton's launcher", "STATIC_LAUNCH", False, launch)
     # the default row again, after the others: the host's speed drifts within a process
     add("flash_decode_triton (plan kept), again", lambda: decode.flash_decode_triton(q, k, v, cache_seqlens=lens))
+    add("attnlab.flash_decode (plan kept), again", lambda: attnlab.flash_decode(q, k, v, cache_seqlens=lens))
 
     def replanned():
         decode.clear_plans()
