@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# One GPU call after the prefill's kept launches moved to PyTorch's launcher (launch.STATIC_KEPT on) and for the Gluon
+# decode split kernel's loss under CUDA graphs (NOTES-decode v31):
+#   timeline  benchmarks/decode_split_probe.py --timeline on 64/8 heads over 8K and 32/8 over 32K at D = 128: each arm's
+#             graph replayed under torch.profiler, each kernel's µs in the replay and the gap before it, into
+#             $D/decode-split-timeline-<gpu>-runRUN.json;
+#   tests     the launch GPU tests and every prefill GPU test (their kept launches now through PyTorch's launcher).
+# Run from the repository root on a CUDA machine; logs and JSON go to $OUT/sk (default ./out-static-kept/sk).
+set -uo pipefail
+OUT=${OUT:-out-static-kept}
+D="$OUT/sk"
+source "$(dirname "$0")/device_env.sh"
+for phase in ${PHASES:-timeline tests}; do
+    case $phase in
+    timeline) t0=$(date +%s)
+              timeout ${PROBE_S:-180} python3 benchmarks/decode_split_probe.py --timeline --shape 1 64 8 8192 128 \
+                  --shape 1 32 8 32768 128 --json "$D/decode-split-timeline-${GPU_TAG}-run${RUN:-x}.json" \
+                  > "$D/timeline.log" 2>&1
+              echo "timeline: exit $? in $(( $(date +%s) - t0 ))s"; tail -n 20 "$D/timeline.log" ;;
+    tests) gpu_tests ${TEST_S:-330} tests.log tests/gpu/test_launch.py tests/gpu/test_prefill*.py ;;
+    *) echo "device_static_kept.sh: unknown phase $phase"; exit 2 ;;
+    esac
+done
+exit 0
