@@ -64,12 +64,13 @@ def time_arms(shapes, calls: int, rounds: int) -> list[dict]:
 
 
 def timeline_arms(shapes, calls: int = 50, replays: int = 4) -> list[dict]:
-    """Each arm's call captured in a CUDA graph of ``calls`` calls and replayed ``replays`` times under torch.profiler:
-    per kernel (by name), the median µs it ran and the median gap from the end of the kernel before it on the GPU,
-    and a call's period (one split kernel's start to the next) — whether a kernel is slower in a replay than alone
-    (ncu's duration) or waits longer to start."""
+    """Each arm's call captured in a CUDA graph of ``calls`` calls and replayed ``replays`` times under torch.profiler,
+    L2-warm (the same inputs every call) and L2-cold (the calls on ``decode_host.cache_copies`` in turn): per kernel
+    (by name), the median µs it ran and the median gap from the end of the kernel before it on the GPU, and a call's
+    period (one split kernel's start to the next) — whether a kernel is slower in a replay than alone (ncu's
+    duration) or waits longer to start."""
     import torch
-    from decode_host import _trace, inputs
+    from decode_host import _trace, cache_copies
 
     import attnlab
     from attnlab.gpu import decode, decode_config, decode_plan
@@ -78,34 +79,37 @@ def timeline_arms(shapes, calls: int = 50, replays: int = 4) -> list[dict]:
     rows = []
     try:
         for B, H, Hkv, L, D in shapes:
-            q, k, v, lens = inputs((B, H, Hkv, L, D))
-            for arm in ARMS:
-                decode_config.GLUON_SPLIT, decode_plan.EAGER_FUSED_BELOW_US, decode_plan.GRAPH_FUSED_FROM_US = saved
-                _set_arm(arm)
-                fn = lambda q=q, k=k, v=v, lens=lens: attnlab.flash_decode(q, k, v, cache_seqlens=lens)  # noqa: E731
-                side = torch.cuda.Stream()
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
-                    for _ in range(3):
-                        fn()
-                torch.cuda.current_stream().wait_stream(side)
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g):
-                    for _ in range(calls):
-                        fn()
-                g.replay()
-                torch.cuda.synchronize()
-                events = _trace(g.replay, replays).get("traceEvents", [])
-                kernels = sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["ts"])
-                per: dict = {}
-                for a, b in zip(kernels, kernels[1:]):
-                    per.setdefault(b["name"], []).append((b["dur"], b["ts"] - (a["ts"] + a["dur"])))
-                splits = [e["ts"] for e in kernels if "split" in e["name"]]
-                for name, xs in per.items():
-                    rows.append(dict(B=B, H=H, Hkv=Hkv, L=L, D=D, arm=arm, kernel=name.split("(")[0][:40],
-                                     count=len(xs), us=statistics.median(d for d, _ in xs),
-                                     gap_before_us=statistics.median(gap for _, gap in xs),
-                                     period_us=statistics.median(b - a for a, b in zip(splits, splits[1:]))))
+            sets = cache_copies((B, H, Hkv, L, D))
+            for cache, use in (("warm", sets[:1]), ("cold", sets)):
+                for arm in ARMS:
+                    decode_config.GLUON_SPLIT, decode_plan.EAGER_FUSED_BELOW_US, decode_plan.GRAPH_FUSED_FROM_US = saved
+                    _set_arm(arm)
+                    fns = [lambda q=q, k=k, v=v, lens=lens: attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+                           for q, k, v, lens in use]
+                    side = torch.cuda.Stream()
+                    side.wait_stream(torch.cuda.current_stream())
+                    with torch.cuda.stream(side):
+                        for fn in fns * 3:
+                            fn()
+                    torch.cuda.current_stream().wait_stream(side)
+                    g = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(g):
+                        for i in range(calls):
+                            fns[i % len(fns)]()
+                    g.replay()
+                    torch.cuda.synchronize()
+                    events = _trace(g.replay, replays).get("traceEvents", [])
+                    kernels = sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["ts"])
+                    per: dict = {}
+                    for a, b in zip(kernels, kernels[1:]):
+                        per.setdefault(b["name"], []).append((b["dur"], b["ts"] - (a["ts"] + a["dur"])))
+                    splits = [e["ts"] for e in kernels if "split" in e["name"]]
+                    for name, xs in per.items():
+                        rows.append(dict(B=B, H=H, Hkv=Hkv, L=L, D=D, cache=cache, copies=len(use), arm=arm,
+                                         kernel=name.split("(")[0][:40], count=len(xs),
+                                         us=statistics.median(d for d, _ in xs),
+                                         gap_before_us=statistics.median(gap for _, gap in xs),
+                                         period_us=statistics.median(b - a for a, b in zip(splits, splits[1:]))))
     finally:
         decode_config.GLUON_SPLIT, decode_plan.EAGER_FUSED_BELOW_US, decode_plan.GRAPH_FUSED_FROM_US = saved
         decode.clear_plans()
@@ -113,10 +117,11 @@ def timeline_arms(shapes, calls: int = 50, replays: int = 4) -> list[dict]:
 
 
 def timeline_markdown(rows: list[dict]) -> str:
-    out = ["| B | H/Hkv | L | D | arm | kernel | count | µs (median) | gap before µs | call period µs |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+    out = ["| B | H/Hkv | L | D | L2 | arm | kernel | count | µs (median) | gap before µs | call period µs |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        out.append(f"| {r['B']} | {r['H']}/{r['Hkv']} | {r['L']} | {r['D']} | {r['arm']} | {r['kernel']} | "
+        l2 = r["cache"] if r["cache"] == "warm" else f"cold ({r['copies']} copies)"
+        out.append(f"| {r['B']} | {r['H']}/{r['Hkv']} | {r['L']} | {r['D']} | {l2} | {r['arm']} | {r['kernel']} | "
                    f"{r['count']} | {r['us']:.2f} | {r['gap_before_us']:.2f} | {r['period_us']:.2f} |")
     return "\n".join(out) + "\n"
 
