@@ -11,7 +11,8 @@ of eager decoding. Three parts (a fourth with ``--eager-ab``), each printed as a
    measures the host: the GPU never holds the launch queue back): ``attnlab.flash_decode`` with a
    kept plan (the default: every call after the first), the same call made to check and plan again
    each time (``clear_plans`` before it: the path every call took before plans were kept),
-   ``flash_decode_triton``, and SDPA's backends. Mean over ``--calls`` calls, best of 5 rounds.
+   ``flash_decode_triton``, knob rows (one setting changed), and SDPA's backends. Mean over ``--calls``
+   calls, best of 5 rounds, the rows taken in turns within each round (the host's speed drifts).
 3. **Eager vs CUDA graph** on the decode shapes of the benchmarks (batch 1, GQA): per-call time of
    a loop of eager calls (one sync at the end) against the per-call time of the same calls captured
    in one CUDA graph, for attnlab and SDPA cuDNN; and TB/s over the K/V bytes read. ``attnlab`` passes
@@ -248,48 +249,47 @@ def floors(calls: int) -> dict:
     return {k: v for k, v in rows.items() if v is not None}
 
 
-def host_rows(calls: int) -> list[dict]:
-    from attnlab.gpu import decode
+def host_rows(calls: int, rounds: int = 5) -> list[dict]:
+    """Host µs per call of the tiny shape's calls (``TINY``: GPU time far below the host's), kept and not, their steps,
+    knob rows (the same call on plans made with one module setting changed) and SDPA's backends. The rows are timed in
+    turns: each round runs every row's loop of ``calls`` calls once, in order, and a row keeps its best round — the
+    host's speed drifts within a process (decode-host run 43 timed the same kept call at 22.0 µs first and 13.9 µs
+    after the knob rows), and rows timed one after another would carry that drift into their differences."""
+    from attnlab.gpu import decode, decode_plan, launch
 
     q, k, v, lens = inputs(TINY)
-    rows = []
+    entries = []  # (name, fn, knob: (module, name, value) or None)
 
-    def add(name, fn):
+    def add(name, fn, knob=None):
         if fn is not None:
-            rows.append({"call": name, "host_us": host_us(fn, calls=calls)})
+            entries.append((name, fn, knob))
+
+    def kept():
+        return decode.flash_decode_triton(q, k, v, cache_seqlens=lens)
+
+    key = decode.plan_key(q, k, v, lens, None, None, True, None, None, None, None)
+
+    def planned():
+        out = decode.run_planned(key, q, k, v, lens, None, None)
+        if out is None:  # (a knob row's plans were cleared after it: plan again, untimed after the first call)
+            kept()
+        return out
 
     add("attnlab.flash_decode (plan kept)", lambda: attnlab.flash_decode(q, k, v, cache_seqlens=lens))
     add("attnlab.flash_decode, window (plan kept)",
         lambda: attnlab.flash_decode(q, k, v, cache_seqlens=lens, window=(128, 0)))
-    add("flash_decode_triton (plan kept)", lambda: decode.flash_decode_triton(q, k, v, cache_seqlens=lens))
-
+    add("flash_decode_triton (plan kept)", kept)
     add("  of which: decode.plan_key",
         lambda: decode.plan_key(q, k, v, lens, None, None, True, None, None, None, None))
-    key = decode.plan_key(q, k, v, lens, None, None, True, None, None, None, None)
-    add("  of which: the kept plan's allocations and launch",
-        lambda: decode.run_planned(key, q, k, v, lens, None, None))
-
-    from attnlab.gpu import decode_plan, launch
-
-    def knob_row(label: str, knob: str, value, module=decode_plan) -> None:
-        """The same call on plans made with ``<module>.<knob>`` set to ``value`` (restored after)."""
-        saved = getattr(module, knob)
-        try:
-            setattr(module, knob, value)
-            decode.clear_plans()
-            add(label, lambda: decode.flash_decode_triton(q, k, v, cache_seqlens=lens))
-        finally:
-            setattr(module, knob, saved)
-            decode.clear_plans()
-
+    add("  of which: the kept plan's allocations and launch", planned)
     # no output slabs: two torch.empty per call, as before them; the merge kernel on every call: two launches,
-    # as before eager calls merged in the split kernel
-    knob_row("flash_decode_triton (plan kept), outputs by torch.empty", "SLAB_BYTES", 0)
-    knob_row("flash_decode_triton (plan kept), merge kernel every call", "EAGER_FUSED_BELOW_US", 0.0)
-    # every launch through Triton's launcher, as before PyTorch's took the kept kernels
-    knob_row("flash_decode_triton (plan kept), Triton's launcher", "STATIC_LAUNCH", False, launch)
-    # the default row again, after the others: the host's speed drifts within a process
-    add("flash_decode_triton (plan kept), again", lambda: decode.flash_decode_triton(q, k, v, cache_seqlens=lens))
+    # as before eager calls merged in the split kernel; every launch through Triton's launcher, as before PyTorch's
+    # took the kept kernels
+    add("flash_decode_triton (plan kept), outputs by torch.empty", kept, (decode_plan, "SLAB_BYTES", 0))
+    add("flash_decode_triton (plan kept), merge kernel every call", kept, (decode_plan, "EAGER_FUSED_BELOW_US", 0.0))
+    add("flash_decode_triton (plan kept), Triton's launcher", kept, (launch, "STATIC_LAUNCH", False))
+    # the default rows again, after the others (rows from before the rounds were taken in turns compare with these)
+    add("flash_decode_triton (plan kept), again", kept)
     add("attnlab.flash_decode (plan kept), again", lambda: attnlab.flash_decode(q, k, v, cache_seqlens=lens))
 
     def replanned():
@@ -299,7 +299,23 @@ def host_rows(calls: int) -> list[dict]:
     add("attnlab.flash_decode, checked and planned every call", replanned)
     for backend in ("CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION"):
         add(f"SDPA {backend.split('_')[0].lower()}", sdpa_call(q, k, v, backend))
-    return rows
+    best: dict = {}
+    for _ in range(rounds):
+        for name, fn, knob in entries:
+            saved = None
+            if knob is not None:
+                module, attr, value = knob
+                saved = getattr(module, attr)
+                setattr(module, attr, value)
+                decode.clear_plans()
+            try:
+                us = host_us(fn, calls=calls, rounds=1)
+            finally:
+                if knob is not None:
+                    setattr(module, attr, saved)
+                    decode.clear_plans()
+            best[name] = min(best.get(name, math.inf), us)
+    return [{"call": name, "host_us": best[name]} for name, _, _ in entries]
 
 
 def breakdown(calls: int, rounds: int = 7) -> dict:

@@ -510,3 +510,53 @@ def test_the_ab_tables_show_a_failed_arm_and_keep_the_others():
     lines = host.split_pdl_ab_markdown(pdl)
     assert "| 1 | 8/2 | 200 | 64 | True (failed: RuntimeError: launch failed) | — | 12.0 | — | — |" in lines
     assert "| 1 | 8/2 | 200 | 64 | False | 12.00 | 12.0 | 1.000 | 9.0 |" in lines
+
+
+def test_host_rows_are_timed_in_turns_each_knob_set_only_for_its_own_row(monkeypatch):
+    """``host_rows`` times every row's loop once a round, the rows in turns, and keeps each row's best round (so that
+    the host's drift within a process falls on every row alike); a knob row's setting holds during its own loop only,
+    with the plans cleared before and after it."""
+    import attnlab
+    from attnlab.gpu import decode, decode_plan, launch
+
+    monkeypatch.setattr(host, "inputs", lambda shape: ("q", "k", "v", "lens"))
+    monkeypatch.setattr(host, "sdpa_call", lambda q, k, v, backend: (lambda: backend) if backend != "FLASH_ATTENTION"
+                        else None)
+    monkeypatch.setattr(attnlab, "flash_decode", lambda *a, **kw: "public")
+    monkeypatch.setattr(decode, "flash_decode_triton", lambda *a, **kw: "internal")
+    monkeypatch.setattr(decode, "plan_key", lambda *a: "key")
+    monkeypatch.setattr(decode, "run_planned", lambda *a: "planned")
+    cleared = []
+    monkeypatch.setattr(decode, "clear_plans", lambda: cleared.append(1))
+    knobs = lambda: (decode_plan.SLAB_BYTES, decode_plan.EAGER_FUSED_BELOW_US, launch.STATIC_LAUNCH)  # noqa: E731
+    defaults = knobs()
+    seen = []
+
+    def host_us(fn, *, calls, rounds):
+        assert calls == 100 and rounds == 1
+        seen.append((fn(), knobs()))
+        return 50.0 - len(seen) / 10  # (the host speeds up: each loop a little faster than the one before)
+
+    monkeypatch.setattr(host, "host_us", host_us)
+    rows = host.host_rows(calls=100, rounds=3)
+    names = [r["call"] for r in rows]
+    assert names[:3] == ["attnlab.flash_decode (plan kept)", "attnlab.flash_decode, window (plan kept)",
+                         "flash_decode_triton (plan kept)"]
+    assert "SDPA flash" not in names and {"SDPA cudnn", "SDPA efficient"} <= set(names)
+    n = len(rows)
+    assert len(seen) == 3 * n and [s[0] for s in seen[:n]] == [s[0] for s in seen[n:2 * n]]  # the same order each round
+    # each row's best is its last round's loop
+    assert [r["host_us"] for r in rows] == [50.0 - (2 * n + i + 1) / 10 for i in range(n)]
+    by_name = dict(zip(names, (s[1] for s in seen[:n])))
+    assert by_name["flash_decode_triton (plan kept), outputs by torch.empty"] == (0, defaults[1], defaults[2])
+    assert by_name["flash_decode_triton (plan kept), merge kernel every call"] == (defaults[0], 0.0, defaults[2])
+    assert by_name["flash_decode_triton (plan kept), Triton's launcher"] == (defaults[0], defaults[1], False)
+    knob_rows = [c for c in names if c.startswith("flash_decode_triton (plan kept), ") and not c.endswith("again")]
+    assert len(knob_rows) == 3 and all(by_name[c] == defaults for c in names if c not in knob_rows)
+    assert knobs() == defaults
+    # what each row's loop called
+    assert [s[0] for s in seen[:n]] == ["public", "public", "internal", "key", "planned", "internal", "internal",
+                                        "internal", "internal", "public", "public", "CUDNN_ATTENTION",
+                                        "EFFICIENT_ATTENTION"]
+    # each knob row clears the plans before and after its loop; the re-planning row clears them every call
+    assert len(cleared) == 3 * (3 * 2 + 1)
