@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# One GPU call after the prefill's kept launches moved to PyTorch's launcher (launch.STATIC_KEPT on) and for the Gluon
+# One GPU call for the prefill's kept launches through PyTorch's launcher (ATTNLAB_STATIC_KEPT=1) and for the Gluon
 # decode split kernel's loss under CUDA graphs (NOTES-decode v31):
 #   timeline  benchmarks/decode_split_probe.py --timeline on 64/8 heads over 8K and 32/8 over 32K at D = 128: each arm's
 #             graph replayed under torch.profiler, each kernel's µs in the replay and the gap before it, into
 #             $D/decode-split-timeline-<gpu>-runRUN.json;
-#   tests     the launch GPU tests and every prefill GPU test (their kept launches now through PyTorch's launcher).
+#   gluon     the Gluon decode GPU tests (tests/gpu/test_decode_gluon.py);
+#   tests     the launch GPU tests and the prefill GPU tests (TESTS, default all of them) with the prefill's kept launches
+#             through PyTorch's launcher (ATTNLAB_STATIC_KEPT=1), each test's name and outcome in the log as it ends
+#             (-v: a run cut off by its time limit still names its failures). The whole prefill suite takes about ten
+#             minutes on 8 workers: split it over two calls with TESTS.
 # Run from the repository root on a CUDA machine; logs and JSON go to $OUT/sk (default ./out-static-kept/sk).
 set -uo pipefail
 OUT=${OUT:-out-static-kept}
@@ -17,7 +21,9 @@ for phase in ${PHASES:-timeline tests}; do
                   --shape 1 32 8 32768 128 --json "$D/decode-split-timeline-${GPU_TAG}-run${RUN:-x}.json" \
                   > "$D/timeline.log" 2>&1
               echo "timeline: exit $? in $(( $(date +%s) - t0 ))s"; tail -n 20 "$D/timeline.log" ;;
-    tests) gpu_tests ${TEST_S:-330} tests.log tests/gpu/test_launch.py tests/gpu/test_prefill*.py ;;
+    gluon) gpu_tests ${GLUON_S:-150} gluon-tests.log -v -rf tests/gpu/test_decode_gluon.py ;;
+    tests) ATTNLAB_STATIC_KEPT=1 gpu_tests ${TEST_S:-330} tests.log -v -rf ${TESTS:-tests/gpu/test_launch.py tests/gpu/test_prefill*.py}
+           grep -E " FAILED " "$D/tests.log" | head -20 ;;
     *) echo "device_static_kept.sh: unknown phase $phase"; exit 2 ;;
     esac
 done

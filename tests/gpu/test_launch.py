@@ -114,7 +114,7 @@ def test_recorded_launches_are_kept_with_each_tensor_named_and_launch_again_with
     assert len(launches) == 1 and out.tolist() == [1, 1, 3, 0]
     launcher, args = launches[0]
     assert args[0] is out and args[1:] == [5, 7, 3, None]
-    assert launcher.allow_static is launch.STATIC_KEPT  # (the prefill's launches: PyTorch's launcher where it can)
+    assert launcher.allow_static is launch.STATIC_KEPT  # (the prefill's launches: Triton's launcher unless it is set)
     if not out.is_cuda:  # the interpreter compiles nothing: nothing to keep
         assert launcher.compiled is None and launcher.static is None and KeptLaunch.make(launcher, args, {"OUT": "out"}, {"out": out}) is None
     else:
@@ -275,26 +275,28 @@ def test_static_launches_give_the_bits_of_tritons(B, H, Hkv, L, D):
         assert torch.equal(o1, o2) and torch.equal(s1, s2)
 
 
-def test_the_environment_turns_the_static_launch_off():
+def test_the_environment_turns_the_static_launch_off_and_the_prefills_on():
     """``ATTNLAB_STATIC_LAUNCH=0`` in a fresh interpreter's environment sets ``STATIC_LAUNCH`` off (every kept
-    kernel then launches through Triton's launcher); any other value, or none, leaves it on."""
+    kernel then launches through Triton's launcher); any other value, or none, leaves it on. ``ATTNLAB_STATIC_KEPT=1``
+    sets ``STATIC_KEPT`` (the prefill's kept launches through PyTorch's launcher too); any other value, or none, leaves
+    it off."""
     import os
     import subprocess
     import sys
 
     from tests.helpers import ROOT
 
-    code = "from attnlab.gpu import launch; print(launch.STATIC_LAUNCH)"
+    code = "from attnlab.gpu import launch; print(launch.STATIC_LAUNCH, launch.STATIC_KEPT)"
     seen = {}
     for value in ("0", "1", None):
-        env = {k: v for k, v in os.environ.items() if k != "ATTNLAB_STATIC_LAUNCH"}
+        env = {k: v for k, v in os.environ.items() if k not in ("ATTNLAB_STATIC_LAUNCH", "ATTNLAB_STATIC_KEPT")}
         if value is not None:
-            env["ATTNLAB_STATIC_LAUNCH"] = value
+            env["ATTNLAB_STATIC_LAUNCH"] = env["ATTNLAB_STATIC_KEPT"] = value
         res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT,
                              timeout=120)
         assert res.returncode == 0, res.stderr[-2000:]
         seen[value] = res.stdout.split()
-    assert seen == {"0": ["False"], "1": ["True"], None: ["True"]}
+    assert seen == {"0": ["False", "False"], "1": ["True", "True"], None: ["True", "False"]}
 
 
 def test_a_static_launcher_that_refuses_its_arguments_hands_the_launch_to_tritons():
@@ -325,8 +327,8 @@ def test_prefill_launches_through_pytorchs_launcher_give_the_bits_of_tritons(mon
                                                                              deterministic):
     """With ``STATIC_KEPT`` on, the prefill's kept launches (``launch_kept``: forward, backward, on whichever kernels the
     GPU takes) go through PyTorch's launcher where it can launch them, and a call's output and gradients equal, bit for
-    bit, those of the same calls with every launch through Triton's (the test on which ``STATIC_KEPT`` is on by
-    default). Without ``deterministic`` a backward may sum dQ by atomics in arrival order (the Gluon
+    bit, those of the same calls with every launch through Triton's (one of the tests ``STATIC_KEPT`` must pass to be
+    on by default). Without ``deterministic`` a backward may sum dQ by atomics in arrival order (the Gluon
     backward's TMA reductions), which no launcher makes reproducible: there the output must still be the same bits, the
     gradients the same to within bfloat16 rounding."""
     import torch
