@@ -836,7 +836,8 @@ def _error(e: BaseException) -> str:
 
 KERNEL_ARMS = ("triton", "gluon")  # decode_config.GLUON_SPLIT off / on
 # ... and each with the merge kernel on every call, eager and in graphs ("+merge": ``EAGER_FUSED_BELOW_US`` 0,
-# ``GRAPH_FUSED_FROM_US`` inf), where only the split kernels differ (``--kernel-ab-merge``)
+# ``GRAPH_FUSED_FROM_US`` inf: each split kernel with the merge kernel of its own kind, Triton's or Gluon's;
+# ``--kernel-ab-merge``)
 KERNEL_MERGE_ARMS = ("triton", "gluon", "triton+merge", "gluon+merge")
 KERNEL_SWEEP = (16, 32, 64)  # the Gluon kernel's split counts swept on the batch-1 shapes (and the model's pick)
 # the Gluon kernel's rings swept, by head dim: (keys a tile, tiles in the ring); the first is the library's (the large

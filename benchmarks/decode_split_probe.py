@@ -1,9 +1,10 @@
 """A workload for a profiler, and a quick timing of the two decode split kernels: one decode shape called with the
 Triton or the Gluon split kernel (``decode_config.GLUON_SPLIT``).
 
-Without ``--time``: ``--calls`` eager calls of one kernel with the merge kernel on every call (``--no-lengths``:
-without ``cache_seqlens``), so that the two split kernels do the same work and a profiler catching ``_decode_split`` sees only the kernel that differs
-(``benchmarks/device_ncu_decode.sh`` runs it under ncu for both kernels). With ``--time``: each kernel, with its
+Without ``--time``: ``--calls`` eager calls of one kernel with its merge kernel on every call (``--no-lengths``:
+without ``cache_seqlens``), so that a profiler catching ``_decode_split`` sees the split kernel alone
+(``benchmarks/device_ncu_decode.sh`` runs it under ncu for both kernels). The "+merge" arms pair each split kernel
+with the merge kernel of its own kind (Triton's or Gluon's), so their difference holds both kernels'. With ``--time``: each kernel, with its
 in-kernel merge and with the merge kernel ("+merge"), timed under a CUDA graph of ``--calls`` calls, the arms in turns
 for ``--rounds`` rounds (order reversed every other round), each checked against SDPA's float32 math first; a table
 of µs per call by round and the medians, ``--json`` writes the rows. With ``--timeline``: each arm's graph replayed

@@ -220,7 +220,7 @@ def test_the_decode_doc_quotes_the_merge_ab():
     gaps = [med[k]["gluon+merge"] - med[k]["triton+merge"] for k in med if k[0] == 1 and k[3] == k[5]]
     doc = flat((ROOT / "docs" / "decode.md").read_text())
     assert (f"On an H100 (decode-host run 41) the Gluon split kernel was still {span(gaps, '.2f')} µs slower with the "
-            "same merge") in doc
+            "merge kernel on every call (each kernel with the merge kernel of its own kind)") in doc
 
 
 def test_the_gpu_doc_table_of_where_the_prefill_stands():
