@@ -3,6 +3,7 @@
 
 import importlib.util
 import math
+import re
 from pathlib import Path
 
 import torch
@@ -78,6 +79,13 @@ def results_section(title: str) -> str:
     start = text.index(title)
     end = text.find("\n### ", start + 1)
     return text[start:end if end > 0 else None]
+
+
+def pytest_summary(path) -> str:
+    """The outcome counts of a recorded pytest log's summary line ("105 passed, 1 skipped"), its warnings and its
+    duration left out."""
+    last = Path(path).read_text().strip().splitlines()[-1].strip("= ")
+    return re.match(r"(.*?)(?:, \d+ warnings?)? in [\d.]+s", last).group(1)
 
 
 def md_table(text: str, head: str) -> str:

@@ -8,7 +8,7 @@ import json
 import re
 import statistics
 
-from tests.helpers import ROOT, flat, load_script, notes_section, results_section
+from tests.helpers import ROOT, flat, load_script, notes_section, pytest_summary, results_section
 
 DATA = ROOT / "benchmarks" / "data"
 dh = load_script("benchmarks/decode_host.py")
@@ -67,8 +67,7 @@ def probe_medians() -> dict:
 
 
 def _counts(path: str) -> str:
-    last = (DATA / path).read_text().strip().splitlines()[-1]
-    return re.match(r"(.*?) in [\d.]+s", last).group(1)
+    return pytest_summary(DATA / path)
 
 
 def graph(provider: str, shape=SMALL, key: str = "graph_us") -> float:

@@ -9,7 +9,7 @@ import json
 import re
 
 import pytest
-from tests.helpers import ROOT, flat, fresh_json, load_script, notes_section, results_section
+from tests.helpers import ROOT, flat, fresh_json, load_script, notes_section, pytest_summary, results_section
 
 DATA = ROOT / "benchmarks" / "data"
 dsp = load_script("benchmarks/decode_split_probe.py")
@@ -34,8 +34,7 @@ def outcomes() -> dict:
 
 
 def summary(name: str) -> str:
-    return re.match(r"(.*?)(, \d+ warnings?)? in [\d.]+s", (DATA / f"static-kept-run1/{name}").read_text()
-                    .strip().splitlines()[-1]).group(1)
+    return pytest_summary(DATA / "static-kept-run1" / name)
 
 
 def test_the_section_renders_the_timeline_and_counts_the_suite():
