@@ -111,7 +111,7 @@ if HAVE_GLUON:
         # go, then the rows. The rows' splits (ROWS, BLOCK_S: lse and weights) one to a thread, lanes along the
         # splits, warps along the rows, so that each lse is loaded and exponentiated once (laid out as the partials'
         # slice, a thread loaded and exponentiated ROWS·BLOCK_S/NW of them: the merge ran about 4 µs longer than
-        # Triton's at 64/8 heads over 8K, static-kept run 1). The output (ROWS, BLOCK_D) in 8-element runs of D.
+        # Triton's at 64/8 heads over 8K, static-kept run 1). The output (ROWS, BLOCK_D) in runs of up to 8 elements of D.
         TD: gl.constexpr = 32 if BLOCK_D >= 128 else BLOCK_D // 4
         TS: gl.constexpr = BLOCK_S if BLOCK_S < 32 // TD else 32 // TD
         WS: gl.constexpr = NW if BLOCK_S // TS >= NW else BLOCK_S // TS
