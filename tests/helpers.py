@@ -81,6 +81,18 @@ def results_section(title: str) -> str:
     return text[start:end if end > 0 else None]
 
 
+def arm_medians(rows, shape_of=lambda r: (r["B"], r["H"], r["Hkv"], r["L"], r["D"])) -> dict:
+    """shape -> {arm: median CUDA-graph µs} of an A/B's recorded rows (those with ``graph_us``); ``shape_of`` keys a
+    row by its shape."""
+    import statistics
+
+    out: dict = {}
+    for r in rows:
+        if "graph_us" in r:
+            out.setdefault(shape_of(r), {}).setdefault(r["arm"], []).append(r["graph_us"])
+    return {k: {a: statistics.median(v) for a, v in arms.items()} for k, arms in out.items()}
+
+
 def pytest_summary(path) -> str:
     """The outcome counts of a recorded pytest log's summary line ("105 passed, 1 skipped"), its warnings and its
     duration left out."""

@@ -8,7 +8,7 @@ import json
 import re
 import statistics
 
-from tests.helpers import ROOT, flat, load_script, notes_section, pytest_summary, results_section
+from tests.helpers import ROOT, arm_medians, flat, load_script, notes_section, pytest_summary, results_section
 
 DATA = ROOT / "benchmarks" / "data"
 dh = load_script("benchmarks/decode_host.py")
@@ -60,10 +60,7 @@ def ncu_table() -> str:
 
 
 def probe_medians() -> dict:
-    out: dict = {}
-    for r in _run("decode-split-probe-h100-run2.json")["rows"]:
-        out.setdefault((r["B"], r["H"], r["Hkv"], r["L"], r["D"]), {}).setdefault(r["arm"], []).append(r["graph_us"])
-    return {k: {a: statistics.median(v) for a, v in arms.items()} for k, arms in out.items()}
+    return arm_medians(_run("decode-split-probe-h100-run2.json")["rows"])
 
 
 def _counts(path: str) -> str:

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import json
 import re
-import statistics
 
-from tests.helpers import ROOT, flat, load_script, notes_section, results_section
+from tests.helpers import ROOT, arm_medians, flat, load_script, notes_section, results_section
 
 DATA = ROOT / "benchmarks" / "data"
 dsp = load_script("benchmarks/decode_split_probe.py")
@@ -37,23 +36,14 @@ def probe_rows() -> list[dict]:
     return _json("decode-split-probe-h100-run1.json")["rows"]
 
 
-def medians(rows, shape_of) -> dict:
-    """shape -> {arm: median CUDA-graph µs} of an A/B's rows."""
-    out: dict = {}
-    for r in rows:
-        if "graph_us" in r:
-            out.setdefault(shape_of(r), {}).setdefault(r["arm"], []).append(r["graph_us"])
-    return {k: {a: statistics.median(v) for a, v in arms.items()} for k, arms in out.items()}
-
-
 def probe_medians() -> dict:
-    return medians(probe_rows(), lambda r: (r["B"], r["H"], r["Hkv"], r["L"], r["D"]))
+    return arm_medians(probe_rows())
 
 
 def run41_medians() -> dict:
     """The same arms' medians in decode-host run 41 (--kernel-ab-merge), whole-length rows only."""
     rows = [r for r in _json("decode-host-h100-run41.json")["kernel_ab"] if r.get("length", r["L"]) == r["L"]]
-    return medians(rows, lambda r: (r["B"], r["H"], r["Hkv"], r["L"], r["D"]))
+    return arm_medians(rows)
 
 
 def gaps(m: dict) -> list[str]:
