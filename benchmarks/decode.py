@@ -64,17 +64,12 @@ def bench_ms(fn, device) -> float:
     return time_fn(fn, device="cpu", warmup=1, rep=3, min_time=0.0)
 
 
-def graph_ms(fns, device) -> float:
-    """GPU time of one call, CPU launch overhead excluded: ``len(fns)`` callables (the same work on
-    different input copies, so that L2 cannot serve a small cache) captured in one CUDA graph,
-    replayed; median over replays of (replay time / calls)."""
-    if device != "cuda":
-        return bench_ms(fns[0], device)
-    import statistics
-
+def captured_graph(fns):
+    """The callables ``fns`` captured in one CUDA graph, in order, after one warm-up pass of them on a side stream
+    (compiles, allocates, caches), and replayed once."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):  # warm up outside the capture (compiles, allocates, caches)
+    with torch.cuda.stream(s):
         for fn in fns:
             fn()
     torch.cuda.current_stream().wait_stream(s)
@@ -85,6 +80,18 @@ def graph_ms(fns, device) -> float:
             fn()
     g.replay()
     torch.cuda.synchronize()
+    return g
+
+
+def graph_ms(fns, device) -> float:
+    """GPU time of one call, CPU launch overhead excluded: ``len(fns)`` callables (the same work on
+    different input copies, so that L2 cannot serve a small cache) captured in one CUDA graph,
+    replayed; median over replays of (replay time / calls)."""
+    if device != "cuda":
+        return bench_ms(fns[0], device)
+    import statistics
+
+    g = captured_graph(fns)
     times = []
     for _ in range(5):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

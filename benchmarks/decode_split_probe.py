@@ -70,8 +70,7 @@ def timeline_arms(shapes, calls: int = 50, replays: int = 4) -> list[dict]:
     (by name), the median µs it ran and the median gap from the end of the kernel before it on the GPU, and a call's
     period (one split kernel's start to the next) — whether a kernel is slower in a replay than alone (ncu's
     duration) or waits longer to start."""
-    import torch
-    from decode_host import _trace, cache_copies
+    from decode_host import _decode_bench, _in_turn, _trace, cache_copies
 
     import attnlab
     from attnlab.gpu import decode, decode_config, decode_plan
@@ -87,18 +86,7 @@ def timeline_arms(shapes, calls: int = 50, replays: int = 4) -> list[dict]:
                     _set_arm(arm)
                     fns = [lambda q=q, k=k, v=v, lens=lens: attnlab.flash_decode(q, k, v, cache_seqlens=lens)
                            for q, k, v, lens in use]
-                    side = torch.cuda.Stream()
-                    side.wait_stream(torch.cuda.current_stream())
-                    with torch.cuda.stream(side):
-                        for fn in fns * 3:
-                            fn()
-                    torch.cuda.current_stream().wait_stream(side)
-                    g = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(g):
-                        for i in range(calls):
-                            fns[i % len(fns)]()
-                    g.replay()
-                    torch.cuda.synchronize()
+                    g = _decode_bench().captured_graph(_in_turn(fns, calls))
                     events = _trace(g.replay, replays).get("traceEvents", [])
                     kernels = sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["ts"])
                     per: dict = {}
