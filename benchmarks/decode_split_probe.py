@@ -8,7 +8,8 @@ with the merge kernel of its own kind (Triton's or Gluon's), so their difference
 in-kernel merge and with the merge kernel ("+merge"), timed under a CUDA graph of ``--calls`` calls, the arms in turns
 for ``--rounds`` rounds (order reversed every other round), each checked against SDPA's float32 math first; a table
 of µs per call by round and the medians, ``--json`` writes the rows. With ``--timeline``: each arm's graph replayed
-under torch.profiler, each kernel's time in the replay and the gap before it (against its time alone under ncu).
+under torch.profiler, each kernel's time in the replay and the gap before it (against its time alone under ncu);
+``--cross`` adds each split kernel with the other kind's merge kernel.
 
     python benchmarks/decode_split_probe.py --kernel gluon --shape 1 64 8 8192 128 --calls 30
     python benchmarks/decode_split_probe.py --time --shape 1 64 8 8192 128 --shape 1 28 4 20000 128
@@ -25,15 +26,37 @@ import sys
 from pathlib import Path
 
 ARMS = ("triton", "gluon", "triton+merge", "gluon+merge")
+# each split kernel with the other kind's merge kernel (--cross): whether a merge kernel is slow by itself or by the
+# partials its own kind's split kernel leaves it
+CROSS_ARMS = ("triton+gmerge", "gluon+tmerge")
 
 
 def _set_arm(arm: str) -> None:
-    from attnlab.gpu import decode, decode_config, decode_plan
+    """The library's switches as ``arm`` asks: the Gluon split kernel or the Triton one; with a suffix, the merge
+    kernel on every call, eager and in graphs ("+merge": its own kind's; "+gmerge", "+tmerge": Gluon's or Triton's
+    merge kernel whichever split kernel runs, through the names the plans take them by)."""
+    from attnlab.gpu import decode, decode_config, decode_gluon, decode_kernels, decode_plan
 
     decode_config.GLUON_SPLIT = arm.startswith("gluon")
-    if arm.endswith("+merge"):  # the merge kernel on every call, eager and in graphs
+    if "+" in arm:
         decode_plan.EAGER_FUSED_BELOW_US, decode_plan.GRAPH_FUSED_FROM_US = 0, math.inf
+    triton_merge, gluon_merge = decode_kernels._decode_merge_kernel, _GLUON_MERGE.setdefault(
+        "fn", decode_gluon._decode_merge_gluon)
+    decode_plan._decode_merge_kernel = gluon_merge if arm.endswith("+gmerge") else triton_merge
+    decode_gluon._decode_merge_gluon = triton_merge if arm.endswith("+tmerge") else gluon_merge
     decode.clear_plans()
+
+
+_GLUON_MERGE: dict = {}  # the Gluon merge kernel, kept while "+tmerge" puts the Triton one under its name
+
+
+def _merges_back() -> None:
+    """Each merge kernel under its own name again (after "+gmerge" or "+tmerge")."""
+    from attnlab.gpu import decode_gluon, decode_kernels, decode_plan
+
+    decode_plan._decode_merge_kernel = decode_kernels._decode_merge_kernel
+    if "fn" in _GLUON_MERGE:
+        decode_gluon._decode_merge_gluon = _GLUON_MERGE["fn"]
 
 
 def time_arms(shapes, calls: int, rounds: int) -> list[dict]:
@@ -60,11 +83,12 @@ def time_arms(shapes, calls: int, rounds: int) -> list[dict]:
                                      splits=plan.num_splits, max_err=err, graph_us=graph_us(fn, calls=calls)))
     finally:
         decode_config.GLUON_SPLIT, decode_plan.EAGER_FUSED_BELOW_US, decode_plan.GRAPH_FUSED_FROM_US = saved
+        _merges_back()
         decode.clear_plans()
     return rows
 
 
-def timeline_arms(shapes, calls: int = 50, replays: int = 4) -> list[dict]:
+def timeline_arms(shapes, calls: int = 50, replays: int = 4, arms=ARMS) -> list[dict]:
     """Each arm's call captured in a CUDA graph of ``calls`` calls and replayed ``replays`` times under torch.profiler,
     L2-warm (the same inputs every call) and L2-cold (the calls on ``decode_host.cache_copies`` in turn): per kernel
     (by name), the median µs it ran and the median gap from the end of the kernel before it on the GPU, and a call's
@@ -81,7 +105,7 @@ def timeline_arms(shapes, calls: int = 50, replays: int = 4) -> list[dict]:
         for B, H, Hkv, L, D in shapes:
             sets = cache_copies((B, H, Hkv, L, D))
             for cache, use in (("warm", sets[:1]), ("cold", sets)):
-                for arm in ARMS:
+                for arm in arms:
                     decode_config.GLUON_SPLIT, decode_plan.EAGER_FUSED_BELOW_US, decode_plan.GRAPH_FUSED_FROM_US = saved
                     _set_arm(arm)
                     fns = [lambda q=q, k=k, v=v, lens=lens: attnlab.flash_decode(q, k, v, cache_seqlens=lens)
@@ -101,6 +125,7 @@ def timeline_arms(shapes, calls: int = 50, replays: int = 4) -> list[dict]:
                                          period_us=statistics.median(b - a for a, b in zip(splits, splits[1:]))))
     finally:
         decode_config.GLUON_SPLIT, decode_plan.EAGER_FUSED_BELOW_US, decode_plan.GRAPH_FUSED_FROM_US = saved
+        _merges_back()
         decode.clear_plans()
     return rows
 
@@ -144,6 +169,8 @@ def main(argv=None) -> int:
     ap.add_argument("--time", action="store_true", help="time the four arms under CUDA graphs instead")
     ap.add_argument("--timeline", action="store_true",
                     help="each arm's CUDA graph replayed under torch.profiler: its kernels' times and the gaps between")
+    ap.add_argument("--cross", action="store_true",
+                    help="with --timeline: also each split kernel with the other kind's merge kernel")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", type=Path, help="with --time or --timeline: write the rows here (refuses an existing file)")
     args = ap.parse_args(argv)
@@ -158,7 +185,8 @@ def main(argv=None) -> int:
         return 2
     shapes = [tuple(s) for s in args.shape] if args.shape else [(1, 64, 8, 8192, 128)]
     if args.time or args.timeline:
-        rows = time_arms(shapes, args.calls, args.rounds) if args.time else timeline_arms(shapes)
+        arms = ARMS + CROSS_ARMS * args.cross
+        rows = time_arms(shapes, args.calls, args.rounds) if args.time else timeline_arms(shapes, arms=arms)
         print(markdown(rows) if args.time else timeline_markdown(rows))
         if args.json is not None:
             args.json.write_text(json.dumps(dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from tests.helpers import ROOT, load_script
 
 probe = load_script("benchmarks/decode_split_probe.py")
@@ -30,3 +31,30 @@ def test_bad_arguments_are_refused_before_any_work(tmp_path):
                            capture_output=True, text=True, cwd=tmp_path)
         assert r.returncode == 2 and said in r.stderr, (args, r.stderr)
     assert kept.read_text() == "mine"
+
+
+def test_the_crossed_arms_put_the_other_kinds_merge_kernel_under_the_plans_names_and_back():
+    """"+gmerge" gives a Triton plan the Gluon merge kernel, "+tmerge" a Gluon plan the Triton one (each through the
+    name the plans take it by), and every arm after them, and ``_merges_back``, has each kernel under its own name."""
+    pytest.importorskip("triton")
+    from attnlab.gpu import decode_config, decode_gluon, decode_kernels, decode_plan
+
+    if not decode_gluon.HAVE_GLUON:
+        pytest.skip("a triton without Gluon")
+    tri, glu = decode_kernels._decode_merge_kernel, decode_gluon._decode_merge_gluon
+    saved = decode_config.GLUON_SPLIT, decode_plan.EAGER_FUSED_BELOW_US, decode_plan.GRAPH_FUSED_FROM_US
+    try:
+        probe._set_arm("triton+gmerge")
+        assert decode_plan._decode_merge_kernel is glu and decode_gluon._decode_merge_gluon is glu
+        assert decode_config.GLUON_SPLIT is False and decode_plan.GRAPH_FUSED_FROM_US == float("inf")
+        probe._set_arm("gluon+tmerge")
+        assert decode_plan._decode_merge_kernel is tri and decode_gluon._decode_merge_gluon is tri
+        assert decode_config.GLUON_SPLIT is True
+        probe._set_arm("gluon+merge")
+        assert decode_plan._decode_merge_kernel is tri and decode_gluon._decode_merge_gluon is glu
+        probe._set_arm("triton+gmerge")
+        probe._merges_back()
+        assert decode_plan._decode_merge_kernel is tri and decode_gluon._decode_merge_gluon is glu
+    finally:
+        probe._merges_back()
+        decode_config.GLUON_SPLIT, decode_plan.EAGER_FUSED_BELOW_US, decode_plan.GRAPH_FUSED_FROM_US = saved

@@ -107,9 +107,10 @@ def test_v32_quotes_the_merge_builds():
 
 
 def test_the_merge_builds_as_recorded():
-    """The two merge kernels built again here give the recorded counts (where this triton is the one that recorded
-    them, 3.9), and in any triton with Gluon the Gluon merge's global loads, exponentials and float arithmetic are the
-    Triton merge's."""
+    """The two merge kernels built again here give the counts v33 recorded (where this triton is one that recorded
+    them: 3.9, or 3.6, the GPU machines'), and in any triton with Gluon the Gluon merge makes the Triton merge's
+    global loads, with no more shared-memory traffic, barriers or exponentials (its sum over the splits inside a
+    thread where the rows allow)."""
     from attnlab.gpu import decode_gluon
 
     if not decode_gluon.HAVE_GLUON:
@@ -118,8 +119,11 @@ def test_the_merge_builds_as_recorded():
                      "print(json.dumps(merge_sass.report()))", timeout=600)
     if rep["gluon"] is None:
         pytest.skip("this triton ships no cuobjdump")
-    for k in ("LDG", "ldg_scalar", "ldg_128", "MUFU", "FMUL", "FFMA", "FADD"):
-        assert rep["gluon"][k] == rep["triton"][k], k
-    recorded = _sass("merge-sass-v32.json")
-    if rep["triton_version"] == recorded["triton_version"]:
-        assert (rep["triton"], rep["gluon"]) == (recorded["triton"], recorded["gluon"])
+    g, t = rep["gluon"], rep["triton"]
+    for k in ("LDG", "ldg_scalar", "ldg_128", "STG"):
+        assert g[k] == t[k], k
+    assert g["LDS"] + g["STS"] <= t["LDS"] + t["STS"] and g["BAR"] <= t["BAR"] and g["MUFU"] <= t["MUFU"], (g, t)
+    for name in ("merge-sass-v33.json", "merge-sass-v33-triton36.json"):
+        recorded = _sass(name)
+        if rep["triton_version"] == recorded["triton_version"]:
+            assert (t, g) == (recorded["triton"], recorded["gluon"]), name

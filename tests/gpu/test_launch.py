@@ -275,11 +275,10 @@ def test_static_launches_give_the_bits_of_tritons(B, H, Hkv, L, D):
         assert torch.equal(o1, o2) and torch.equal(s1, s2)
 
 
-def test_the_environment_turns_the_static_launch_off_and_the_prefills_on():
+def test_the_environment_turns_the_static_launches_off():
     """``ATTNLAB_STATIC_LAUNCH=0`` in a fresh interpreter's environment sets ``STATIC_LAUNCH`` off (every kept
-    kernel then launches through Triton's launcher); any other value, or none, leaves it on. ``ATTNLAB_STATIC_KEPT=1``
-    sets ``STATIC_KEPT`` (the prefill's kept launches through PyTorch's launcher too); any other value, or none, leaves
-    it off."""
+    kernel then launches through Triton's launcher), and ``ATTNLAB_STATIC_KEPT=0`` sets ``STATIC_KEPT`` off (the
+    prefill's kept launches through Triton's launcher); any other value, or none, leaves each on."""
     import os
     import subprocess
     import sys
@@ -296,7 +295,7 @@ def test_the_environment_turns_the_static_launch_off_and_the_prefills_on():
                              timeout=120)
         assert res.returncode == 0, res.stderr[-2000:]
         seen[value] = res.stdout.split()
-    assert seen == {"0": ["False", "False"], "1": ["True", "True"], None: ["True", "False"]}
+    assert seen == {"0": ["False", "False"], "1": ["True", "True"], None: ["True", "True"]}
 
 
 def test_a_static_launcher_that_refuses_its_arguments_hands_the_launch_to_tritons():

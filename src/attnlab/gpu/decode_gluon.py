@@ -106,23 +106,27 @@ if HAVE_GLUON:
         row's numbers depend only on its own splits, ROWS, BLOCK_S, BLOCK_D and the warps, so the in-kernel merge
         and ``_decode_merge_gluon`` give the same bits."""
         NW: gl.constexpr = gl.num_warps()
-        # the layouts Triton's compiler gives ``_merge_rows``. The partials (ROWS, BLOCK_S, BLOCK_D): a warp's lanes
-        # along D (4 floats each), then along the splits, then the rows; the warps along the splits as far as they
-        # go, then the rows. The rows' splits (ROWS, BLOCK_S: lse and weights) one to a thread, lanes along the
-        # splits, warps along the rows, so that each lse is loaded and exponentiated once (laid out as the partials'
-        # slice, a thread loaded and exponentiated ROWS·BLOCK_S/NW of them: the merge ran about 4 µs longer than
-        # Triton's at 64/8 heads over 8K, static-kept run 1). The output (ROWS, BLOCK_D) in runs of up to 8 elements of D.
+        # the layouts triton 3.6's compiler gives ``_merge_rows`` (the device's; its merge kernel ran 2.1 µs at 64/8
+        # heads over 8K). The partials (ROWS, BLOCK_S, BLOCK_D): a warp's lanes along D (4 floats each), then the
+        # rows, then the splits; the warps along the rows as far as they go, then the splits, so that the sum over
+        # the splits stays inside a thread where the rows allow (with the warps along the splits, as triton 3.9
+        # lays it out, every row's sum crossed the warps through shared memory: 4.5 µs, static-kept run 2). The
+        # rows' splits (ROWS, BLOCK_S: lse and weights) one to a thread, lanes along the splits, warps along the
+        # rows, so that each lse is loaded and exponentiated once, converted to the partials' slice for the
+        # weighted sum. The output (ROWS, BLOCK_D) in runs of up to 8 elements of D, the warps along the rows.
         TD: gl.constexpr = 32 if BLOCK_D >= 128 else BLOCK_D // 4
-        TS: gl.constexpr = BLOCK_S if BLOCK_S < 32 // TD else 32 // TD
-        WS: gl.constexpr = NW if BLOCK_S // TS >= NW else BLOCK_S // TS
-        L3: gl.constexpr = gl.BlockedLayout([1, 1, 4], [32 // (TD * TS), TS, TD], [NW // WS, WS, 1], [2, 1, 0])
+        TR: gl.constexpr = ROWS if ROWS < 32 // TD else 32 // TD
+        WR: gl.constexpr = NW if ROWS // TR >= NW else ROWS // TR
+        L3: gl.constexpr = gl.BlockedLayout([1, 1, 4], [TR, 32 // (TD * TR), TD], [WR, NW // WR, 1], [2, 0, 1])
         L_RS: gl.constexpr = gl.SliceLayout(2, L3)  # (rows, splits), as the partials hold them
         L_RD: gl.constexpr = gl.SliceLayout(1, L3)  # (rows, D), as the sum over the splits leaves them
         TS2: gl.constexpr = BLOCK_S if BLOCK_S < 32 else 32
         L2: gl.constexpr = gl.BlockedLayout([1, 1], [32 // TS2, TS2], [NW, 1], [1, 0])  # (rows, splits), one a thread
-        VD: gl.constexpr = 8 if BLOCK_D >= 128 else (BLOCK_D // 16 if BLOCK_D >= 16 else 1)
+        PER: gl.constexpr = ROWS * BLOCK_D // (32 * NW)  # output elements a thread
+        VD: gl.constexpr = 8 if PER >= 8 else (PER if PER >= 1 else 1)
         TDO: gl.constexpr = BLOCK_D // VD if BLOCK_D // VD < 32 else 32
-        L_OUT: gl.constexpr = gl.BlockedLayout([1, VD], [32 // TDO, TDO], [NW, 1], [1, 0])
+        WRO: gl.constexpr = NW if ROWS // (32 // TDO) >= NW else (ROWS // (32 // TDO) if ROWS >= 32 // TDO else 1)
+        L_OUT: gl.constexpr = gl.BlockedLayout([1, VD], [32 // TDO, TDO], [WRO, NW // WRO], [1, 0])
         offs_r = gl.arange(0, ROWS, layout=gl.SliceLayout(1, L_RS))
         offs_s = gl.arange(0, BLOCK_S, layout=gl.SliceLayout(0, L_RS))
         offs_d3 = gl.arange(0, BLOCK_D, layout=gl.SliceLayout(0, L_RD))  # [None, None, :]: axis 0, then 1

@@ -336,8 +336,9 @@ def sm90_signature(fn, const: dict, ptrs: dict) -> tuple[dict, dict, dict]:
 def sass_kv_loop(sass: str | None) -> dict | None:
     """The static make-up of a decode split kernel's K/V loop (the first SASS loop holding ``mma.sync`` products,
     ``prefill_gluon.sass_loop_ops``): its ``instructions``, products (``hmma``), asynchronous global-to-shared copies
-    (``ldgsts``), shared-memory matrix loads and stores (``ldsm``, ``stsm``), other shared loads and stores (``lds``, ``sts``) and barriers
-    (``bar``), a conditional path inside it counted whole; None without a listing or such a loop."""
+    (``ldgsts``), shared-memory matrix loads and stores (``ldsm``, ``stsm``), other shared loads and stores (``lds``, ``sts``),
+    barriers (``bar``) and spill reloads (``ldl``), a conditional path inside it counted whole; None without a listing
+    or such a loop."""
     from .prefill_gluon import sass_loop_ops
 
     loops = sass_loop_ops(sass, "HMMA") if sass else []
@@ -345,7 +346,7 @@ def sass_kv_loop(sass: str | None) -> dict | None:
         return None
     ops = loops[0][2]
     return dict(instructions=sum(ops.values()), hmma=ops["HMMA"], ldgsts=ops["LDGSTS"], ldsm=ops["LDSM"],
-                stsm=ops["STSM"], lds=ops["LDS"], sts=ops["STS"], bar=ops["BAR"])
+                stsm=ops["STSM"], lds=ops["LDS"], sts=ops["STS"], bar=ops["BAR"], ldl=ops["LDL"])
 
 
 def sm90_report(head_dim: int, dtype=None, **kw) -> dict:

@@ -16,8 +16,8 @@ compiled kernel and launch it directly:
   calls (``hooks_set()`` says whether one is).
 * ``launch_kept(kernel, grid, kwargs, num_warps=)`` — ``kernel[grid](**kwargs)`` through a ``Launcher``:
   every parameter by name (defaults for the rest), the kept compiled kernel after a specialisation's
-  first call (tensor descriptors and None included in the specialisation), through Triton's launcher unless
-  ``STATIC_KEPT`` is set (then through PyTorch's where it can, as ``launch`` does). The prefill kernels
+  first call (tensor descriptors and None included in the specialisation), through PyTorch's launcher where it
+  can, as ``launch`` does, while ``STATIC_KEPT`` is set (the default), else through Triton's. The prefill kernels
   launch so.
 * ``tensor_key(t)`` — what Triton specialises a tensor argument on (and what the checks of a call
   read): shape, strides, dtype, device and whether the address is a multiple of 16.
@@ -163,12 +163,12 @@ def _constexprs(kernel) -> tuple[bool, ...]:
 # environment): Triton's path for every launch.
 STATIC_LAUNCH = os.environ.get("ATTNLAB_STATIC_LAUNCH", "1") != "0"
 
-# Whether ``launch_kept``'s launches (the prefill's) may go through PyTorch's launcher too (kernels it refuses, those
-# taking host TMA descriptors among them, keep Triton's path). Off: tests/gpu/test_launch.py holds the prefill's output
-# and gradients through it to the bits of the same calls through Triton's launcher, and that passes, but the whole
-# prefill GPU suite with it on has not yet passed (two failures, unnamed, in the half that ran). ATTNLAB_STATIC_KEPT=1
-# in the environment sets it.
-STATIC_KEPT = os.environ.get("ATTNLAB_STATIC_KEPT", "0") == "1"
+# Whether ``launch_kept``'s launches (the prefill's) go through PyTorch's launcher too (kernels it refuses, those
+# taking host TMA descriptors among them, keep Triton's path). tests/gpu/test_launch.py holds the prefill's output and
+# gradients through it to the bits of the same calls through Triton's launcher, and the whole prefill GPU suite passed
+# with it on (static-kept runs 2 and 3, with run 1's reruns). False (or ATTNLAB_STATIC_KEPT=0 in the environment):
+# Triton's launcher for the prefill's launches.
+STATIC_KEPT = os.environ.get("ATTNLAB_STATIC_KEPT", "1") != "0"
 
 # Triton's scalar types -> the type letters of PyTorch's launcher (pointers: "O", an int or a tensor)
 _STATIC_TYPES = {"i1": "b", "i8": "b", "i16": "h", "i32": "i", "i64": "l", "u1": "B", "u8": "B", "u16": "H",
