@@ -127,9 +127,12 @@ EAGER_FUSED_BELOW_US = math.inf
 # in-kernel merge took 36.38-36.48 and 36.16-36.31 µs against 36.91-37.08 and 36.86-36.94 with the merge kernel at
 # 32/8 heads over 32K keys (D = 128), 21.57-21.72 and 21.63-22.04 against 22.03-22.05 and 22.01-22.11 at D = 64; level
 # at batch 8, and on the 7.0 and 8.5 µs reads of 64/8 heads over 8K keys and 28/4 over 20,000, which keep the merge
-# kernel (run 30, with the in-kernel merge: 12.2 against 11.5 µs and 13.9 against 13.0). inf: graphs always take the
-# merge kernel.
-GRAPH_FUSED_FROM_US = 10.0
+# kernel (run 30, with the in-kernel merge: 12.2 against 11.5 µs and 13.9 against 13.0). On an H100 the same two
+# shapes read for 10.0 and 12.2 µs at its preset's bandwidth, and the in-kernel merge was slower there too (decode-host
+# runs 41 and 46: 11.94 and 11.70 µs against 11.60 and 11.39, 14.09 and 14.51 against 13.60 and 14.02), while the
+# 20.0 µs read of 32/8 heads over 32K at D = 64 kept its gain (28.03 and 27.93 against 28.17 and 28.37): the bound sits
+# between, at 13 µs (it was 10). inf: graphs always take the merge kernel.
+GRAPH_FUSED_FROM_US = 13.0
 GRAPH_COUNTER_SLOTS = 128
 GRAPH_COUNTER_BYTES = 2**20  # per plan
 GRAPH_COUNTER_BUDGET = 64 * 2**20  # every kept plan's sets together; past it, graphs of new plans take the merge kernel
