@@ -196,25 +196,6 @@ def test_the_prefill_notes_quote_v53_on_the_h100():
     assert f"the fastest D = 128 forward {tf} TFLOP/s, inside the predicted 630–665" in text and 630 <= float(tf) <= 665
 
 
-def test_the_readme_table_on_an_h100():
-    """The README's H100 table is ``scorecard.py --standing``'s output on the files its command names, and the sentence
-    after it quotes the eager rounds of the same processes."""
-    readme = flat((ROOT / "README.md").read_text())
-    pre = {"prefill-h100-run38.json": _run("prefill-h100-run38.json")["rows"]}
-    hosts = {f"decode-host-h100-run{n}.json": _host(n) for n in (41, 42)}
-    scope, lines = card.standing(pre, hosts)
-    assert flat(card.standing_markdown(scope, lines, "H100")) in readme
-    assert ("`python benchmarks/scorecard.py --standing --prefill benchmarks/data/prefill-h100-run38.json "
-            "--decode-history benchmarks/data/decode-host-h100-run4{1,2}.json`") in readme
-    main = _main(41, D64)
-    eager64 = next(ln["measured"] for ln in lines if ln["what"].endswith("over 32K keys at D = 64"))
-    loops, _ = _eager_loops()
-    assert f"–{main:.2f}×" in eager64
-    assert f"Run 41's {main:.2f}× at D = 64 is one measurement (the median of {loops} loops back to back)" in readme
-    pdl = [_pdl(n, D64, "True") for n in (41, 42)]
-    assert f"ran at {span(pdl, '.3f')}× the graph's time in runs 41 and 42" in readme
-
-
 def test_the_decode_doc_quotes_the_merge_ab():
     med = merge_medians()
     gaps = [med[k]["gluon+merge"] - med[k]["triton+merge"] for k in med if k[0] == 1 and k[3] == k[5]]

@@ -28,8 +28,8 @@ from attnlab.gpu import prefill_gluon as G  # noqa: E402
 _DYN_CASES = ((128, 128, False, False), (128, 128, True, True), (64, 128, True, False), (64, 128, False, True),
               (64, 192, True, True), (64, 192, False, False))
 # Under triton 3.6 (the GPU machines') the dynamic build of this combination, dense and non-causal at D = 64 on three
-# consumer warp groups, spills 24 bytes where the static build spills none, and reloads them in its product loops (7
-# local loads in two of them): a build no entry takes (the counter is the packed D = 128 entry's). strict: the day it
+# consumer warp groups, spills 24 bytes where the static build spills none, and reloads them in its product loops
+# (benchmarks/sm90_spills.py): a build no entry takes (the counter is the packed D = 128 entry's). strict: the day it
 # no longer spills, the test says so.
 _SPILLS_UNDER_TRITON_36 = (64, 192, False, False)
 
