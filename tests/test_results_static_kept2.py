@@ -134,6 +134,11 @@ def test_the_section_quotes_the_runs():
     (k44, e44), (k47, e47) = host_row(44), host_row(47)
     assert (f"{k44:.1f} µs against an empty launch's {e44:.1f} in run 44 ({k44 / e44:.2f}×), and {k47:.1f} against "
             f"{e47:.1f} in run 47 ({k47 / e47:.2f}×)") in text and k47 > 20 > k44
+    sdpa = {run: {r["call"]: r["host_us"] for r in _run(f"decode-host-h100-run{run}.json")["host"]}["SDPA cudnn"]
+            for run in (44, 45, 46, 47)}
+    share = [host_row(run)[0] / sdpa[run] for run in sdpa]
+    assert (f"the kept call took {span(share)}× of it in each of runs 44–47 ({k44:.1f} against {sdpa[44]:.1f} µs in "
+            f"run 44, {k47:.1f} against {sdpa[47]:.1f} in run 47)") in text
 
 
 def test_the_notes_hold_v32_v33_and_v34_against_the_runs():
