@@ -4,7 +4,7 @@
 #   timeline  benchmarks/decode_split_probe.py --timeline on 64/8 heads over 8K and 32/8 over 32K at D = 128: each arm's
 #             graph replayed under torch.profiler, each kernel's µs in the replay and the gap before it, into
 #             $D/decode-split-timeline-<gpu>-runRUN.json; PROBE_ARGS adds arguments (--cross: each split kernel with
-#             the other kind's merge kernel too);
+#             the other kind's merge kernel too), PROBE_SHAPES replaces the shapes ("--shape B H HKV L D ...");
 #   gluon     the Gluon decode GPU tests (tests/gpu/test_decode_gluon.py);
 #   tests     the launch GPU tests and the prefill GPU tests (TESTS, default all of them) with the prefill's kept launches
 #             through PyTorch's launcher (ATTNLAB_STATIC_KEPT=1), each test's name and outcome in the log as it ends
@@ -18,8 +18,9 @@ source "$(dirname "$0")/device_env.sh"
 for phase in ${PHASES:-timeline tests}; do
     case $phase in
     timeline) t0=$(date +%s)
-              timeout ${PROBE_S:-180} python3 benchmarks/decode_split_probe.py --timeline ${PROBE_ARGS:-} --shape 1 64 8 8192 128 \
-                  --shape 1 32 8 32768 128 --json "$D/decode-split-timeline-${GPU_TAG}-run${RUN:-x}.json" \
+              timeout ${PROBE_S:-180} python3 benchmarks/decode_split_probe.py --timeline ${PROBE_ARGS:-} \
+                  ${PROBE_SHAPES:---shape 1 64 8 8192 128 --shape 1 32 8 32768 128} \
+                  --json "$D/decode-split-timeline-${GPU_TAG}-run${RUN:-x}.json" \
                   > "$D/timeline.log" 2>&1
               echo "timeline: exit $? in $(( $(date +%s) - t0 ))s"; tail -n 20 "$D/timeline.log" ;;
     gluon) gpu_tests ${GLUON_S:-150} gluon-tests.log -v -rf tests/gpu/test_decode_gluon.py ;;
