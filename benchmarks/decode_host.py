@@ -318,19 +318,22 @@ def host_rows(calls: int, rounds: int = 5) -> list[dict]:
     return [{"call": name, "host_us": best[name]} for name, _, _ in entries]
 
 
-def breakdown(calls: int, rounds: int = 7) -> dict:
-    """Where a kept plan's call spends its host time, at ``TINY``: the whole call at each layer
+def breakdown(calls: int, rounds: int = 7, shape=TINY) -> dict:
+    """Where a kept plan's call spends its host time, at ``shape`` (default ``TINY``): the whole call at each layer
     (``attnlab.flash_decode``, ``flash_decode_triton``, ``run_planned``, the plan itself) and each step
     of the plan alone (the key, the capture check, the outputs, the kernels' launches), timed in
     interleaved rounds (every step once per round, best round kept), so a drift of the host's speed
-    moves all of them alike."""
+    moves all of them alike. Where the plan's eager calls launch the split kernel as a programmatic dependent launch
+    (``decode_plan.SPLIT_PDL``, through Triton's launcher), that launch is a step too, beside the plain one (through
+    PyTorch's launcher where it takes the kernel): at a shape whose GPU time exceeds the host's, the two say whether
+    a launch costs the host more while the GPU is busy, or as a dependent launch."""
     from attnlab.gpu import decode, decode_plan
     from attnlab.gpu.launch import current_stream, hooks_set, tensor_key
 
-    q, k, v, lens = inputs(TINY)
+    q, k, v, lens = inputs(shape)
     decode.clear_plans()
-    for _ in range(2):  # the first call plans and compiles, the second makes the plan's launches
-        decode.flash_decode_triton(q, k, v, cache_seqlens=lens)
+    for _ in range(3):  # the first call plans and compiles, the second makes the plan's launches (a fused plan's
+        decode.flash_decode_triton(q, k, v, cache_seqlens=lens)  # build), the third its eager dependent launch's
     key = decode.plan_key(q, k, v, lens, None, None, True, None, None, None, None)
     plan = decode_plan._PLANS[key]
     stream = key[-1]
@@ -360,12 +363,16 @@ def breakdown(calls: int, rounds: int = 7) -> dict:
             *split.grid, stream, c.function, c.packed_metadata, None, None, None, *head, *tail)
     if plan.merge == 1 and not plan.fused:
         steps["the merge kernel's launch"] = lambda: plan.merge_launch.launch([*head[5:9], *plan.merge_tail], stream)
+    eager = getattr(plan, "eager_split", None)
+    if plan.fused and eager is not None and eager.compiled is not None:  # the launch an eager call makes
+        steps["the eager split kernel's launch (dependent launch, Triton's launcher)"] = \
+            lambda: eager.launch(head + plan.eager_tail, stream)
     best = dict.fromkeys(steps, float("inf"))
     for _ in range(rounds):
         for name, fn in steps.items():
             best[name] = min(best[name], host_us(fn, calls=calls, rounds=1))
     torch.cuda.synchronize()
-    return {"shape": list(TINY), "merge": plan.merge, "splits": plan.num_splits, "eager_fused": plan.fused,
+    return {"shape": list(shape), "merge": plan.merge, "splits": plan.num_splits, "eager_fused": plan.fused,
             "steps": [{"step": n, "host_us": us} for n, us in best.items()]}
 
 
@@ -1397,6 +1404,9 @@ def main(argv=None) -> int:
     ap.add_argument("--breakdown", action="store_true",
                     help="only the steps of a kept plan's call, each timed alone in interleaved rounds, and a "
                          "cProfile of planned calls (no floors, no speed rows)")
+    ap.add_argument("--breakdown-shape", type=int, nargs=5, metavar=("B", "H", "HKV", "L", "D"),
+                    help=f"with --breakdown: the shape (default {' '.join(map(str, TINY))}); where its GPU time exceeds "
+                         "the host's, lower --calls (e.g. 200) so that a loop never fills the GPU's queue")
     ap.add_argument("--profile", action="store_true",
                     help="also print a cProfile of calls that find no plan (a cache that grows every call)")
     args = ap.parse_args(argv)
@@ -1443,7 +1453,8 @@ def main(argv=None) -> int:
     if args.breakdown:
         result = {"gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
                   "torch": torch.__version__, "triton": triton.__version__, "fused_merge": args.fused_merge,
-                  "eager_fused_below_us": _eager_fused_below(), "breakdown": breakdown(args.calls)}
+                  "eager_fused_below_us": _eager_fused_below(), **_split_pdl(),
+                  "breakdown": breakdown(args.calls, shape=tuple(args.breakdown_shape or TINY))}
         b = result["breakdown"]
         print(f"{result['gpu']}, torch {result['torch']}, triton {result['triton']}; shape {b['shape']}, "
               f"splits {b['splits']}, merge {b['merge']}, eager calls merge in the split kernel: {b['eager_fused']}")
