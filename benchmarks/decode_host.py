@@ -365,8 +365,13 @@ def breakdown(calls: int, rounds: int = 7, shape=TINY) -> dict:
         steps["the merge kernel's launch"] = lambda: plan.merge_launch.launch([*head[5:9], *plan.merge_tail], stream)
     eager = getattr(plan, "eager_split", None)
     if plan.fused and eager is not None and eager.compiled is not None:  # the launch an eager call makes
-        steps["the eager split kernel's launch (dependent launch, Triton's launcher)"] = \
+        ce = eager.compiled
+        how = "Triton's C launcher alone" if eager.direct is not None else "Triton's launcher"
+        steps[f"the eager split kernel's launch (dependent launch, {how})"] = \
             lambda: eager.launch(head + plan.eager_tail, stream)
+        if eager.direct is not None:  # the same launch through Triton's whole path, as before ``direct_launch``
+            steps["the eager split kernel's launch (dependent launch, Triton's launcher)"] = lambda: ce.run(
+                *eager.grid, stream, ce.function, ce.packed_metadata, None, None, None, *head, *plan.eager_tail)
     best = dict.fromkeys(steps, float("inf"))
     for _ in range(rounds):
         for name, fn in steps.items():

@@ -233,7 +233,9 @@ def test_static_launch_refuses_what_it_cannot_launch_as_triton_would():
 def test_static_launches_give_the_bits_of_tritons(B, H, Hkv, L, D):
     """A kept decode plan launches its split kernel through PyTorch's launcher (where this torch has it) and its
     calls give, bit for bit, what the same calls give with every launch through Triton's (``STATIC_LAUNCH``
-    off), eager and in a CUDA graph; the dependent launches stay on Triton's path."""
+    off), eager and in a CUDA graph; the dependent launches, which PyTorch's launcher cannot make, go through
+    Triton's C launcher without its Python wrapper under triton 3.6 (``direct_launch``), and give the bits of Triton's
+    whole path (``DIRECT_LAUNCH`` off too)."""
     import torch
 
     from attnlab.gpu import decode, decode_plan, launch
@@ -256,20 +258,24 @@ def test_static_launches_give_the_bits_of_tritons(B, H, Hkv, L, D):
         plans = list(decode_plan._PLANS.values())
         return [(o.clone(), s.clone()) for o, s in [*outs, captured]], plans
 
-    saved = launch.STATIC_LAUNCH
+    saved = launch.STATIC_LAUNCH, launch.DIRECT_LAUNCH
     try:
-        launch.STATIC_LAUNCH = True
+        launch.STATIC_LAUNCH = launch.DIRECT_LAUNCH = True
         fast, plans = calls()
         launchers = [lc for p in plans for name in ("split", "fused_split", "eager_split", "merge_launch", "pdl_launch")
                      if (lc := getattr(p, name, None)) is not None and lc.compiled is not None]
         assert any(lc.static is not None for lc in launchers)
-        assert all(lc.static is None for lc in launchers if lc.options.get("launch_pdl"))
-        launch.STATIC_LAUNCH = False
+        pdl = [lc for lc in launchers if lc.options.get("launch_pdl")]
+        assert all(lc.static is None for lc in pdl)
+        if triton.__version__.startswith("3.6.") and torch.cuda.get_device_capability()[0] >= 9:
+            assert all(lc.direct is not None for lc in pdl)  # Triton's C launcher without its wrapper
+            assert pdl or L < 20000  # (the large call's eager split kernel is a dependent launch)
+        launch.STATIC_LAUNCH = launch.DIRECT_LAUNCH = False
         slow, plans = calls()
-        assert all(getattr(p, name, None) is None or getattr(p, name).static is None for p in plans
-                   for name in ("split", "fused_split", "eager_split", "merge_launch", "pdl_launch"))
+        assert all(getattr(p, name, None) is None or (getattr(p, name).static, getattr(p, name).direct) == (None, None)
+                   for p in plans for name in ("split", "fused_split", "eager_split", "merge_launch", "pdl_launch"))
     finally:
-        launch.STATIC_LAUNCH = saved
+        launch.STATIC_LAUNCH, launch.DIRECT_LAUNCH = saved
         decode.clear_plans()
     for (o1, s1), (o2, s2) in zip(fast, slow):
         assert torch.equal(o1, o2) and torch.equal(s1, s2)
@@ -379,3 +385,114 @@ def test_prefill_launches_through_pytorchs_launcher_give_the_bits_of_tritons(mon
         for n, x, y in zip(names[1:], a[1:], b[1:]):
             torch.testing.assert_close(x.float(), y.float(), rtol=2e-2, atol=2e-2 * y.float().abs().max().item(),
                                        msg=lambda m, n=n, call=call: f"call {call}, {n}: {m}")
+
+
+class _Run36:
+    """A stand-in for triton 3.6's launcher: its wrapper's form, no scratch, a C launcher that records its arguments."""
+
+    global_scratch_size = profile_scratch_size = 0
+    launch_cooperative_grid, launch_pdl = False, True
+
+    def __init__(self):
+        self.calls = []
+        self.launch = _Recorder(self.calls)
+
+    def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+        raise AssertionError("the wrapper is skipped")
+
+
+class _Recorder:
+    def __init__(self, calls):
+        self.calls = calls
+
+    def __call__(self, *a):
+        self.calls.append(a)
+
+
+class _Compiled36(_Compiled):
+    def __init__(self, run=None):
+        super().__init__()
+        self.run = run or _Run36()
+
+
+def test_direct_launches_call_tritons_c_launcher_as_its_wrapper_would():
+    """``direct_launch`` hands triton 3.6's C launcher what its Python wrapper would — the grid, the stream, the
+    function, the build's cooperative and dependent-launch flags, no scratch, the packed metadata, no launch metadata
+    or hooks, then every argument — and a Launcher whose kernel PyTorch's launcher refuses launches through it."""
+    from attnlab.gpu import launch
+    from attnlab.gpu.launch import Launcher, direct_launch
+
+    compiled = _Compiled36()
+    go = direct_launch(compiled, (3, 2, 1))
+    go([1, 7, 9], 5)
+    assert compiled.run.calls == [(3, 2, 1, 5, "fn", False, True, None, None, "meta", None, None, None, 1, 7, 9)]
+    launcher = Launcher(_kernel, (2, 1, 1), num_warps=1)
+    launcher.compiled, launcher.direct = compiled, go
+    launcher.launch([4, 7, 9, 0.5, 16, True], 6)
+    assert compiled.run.calls[-1][:4] == (3, 2, 1, 6) and compiled.calls == []
+    assert launch.DIRECT_LAUNCH
+
+
+def test_direct_launches_refuse_what_the_wrapper_does_more_for(monkeypatch):
+    """None where the wrapper does work of its own or has another form: scratch memory, a C launcher wrapped by a
+    Python function (tensor descriptors), a wrapper of another triton's form, no loaded binary, the switch off."""
+    from attnlab.gpu import launch
+    from attnlab.gpu.launch import direct_launch
+
+    scratch = _Run36()
+    scratch.global_scratch_size = 64
+    wrapped = _Run36()
+    wrapped.launch = lambda *a: None
+
+    class _Run39(_Run36):  # the form of later tritons' wrapper
+        def __call__(self, gridX, gridY, gridZ, stream, function, kernel_metadata, launch_metadata,
+                     launch_enter_hook, launch_exit_hook, *args):
+            raise AssertionError
+
+    for run in (scratch, wrapped, _Run39()):
+        assert direct_launch(_Compiled36(run), (1, 1, 1)) is None
+    no_binary = _Compiled36()
+    no_binary.function = None
+    assert direct_launch(no_binary, (1, 1, 1)) is None
+    assert direct_launch(_Compiled36(), (1, 1, 1)) is not None
+    monkeypatch.setattr(launch, "DIRECT_LAUNCH", False)
+    assert direct_launch(_Compiled36(), (1, 1, 1)) is None
+
+
+def test_a_direct_launch_that_is_refused_hands_the_launch_to_tritons_whole_path():
+    """A C launcher that parses other arguments raises ``TypeError`` before launching: that launch and every later one
+    of the Launcher go through Triton's whole path."""
+    from attnlab.gpu.launch import Launcher
+
+    refused = []
+
+    def direct(args, stream):
+        refused.append(args)
+        raise TypeError("function takes exactly 14 arguments")
+
+    launcher = Launcher(_kernel, (2, 1, 1), num_warps=1)
+    launcher.compiled, launcher.direct = _Compiled(), direct
+    launcher.launch([1, 7, 9, 0.5, 16, True], 5)
+    launcher.launch([2, 7, 9, 0.5, 16, True], 5)
+    assert len(refused) == 1 and launcher.direct is None and [c[9] for c in launcher.compiled.calls] == [1, 2]
+
+
+def test_the_installed_tritons_launcher_form():
+    """triton 3.6's launcher wrapper has the form ``direct_launch`` calls past; triton 3.7 onwards changed it (the
+    kernel metadata and hooks named), and there the direct launch stays off."""
+    import inspect
+
+    import triton
+
+    from attnlab.gpu import launch
+
+    try:
+        from triton.backends.nvidia.driver import CudaLauncher
+    except ImportError:
+        pytest.skip("this triton has no CUDA backend")
+    form = list(inspect.signature(CudaLauncher.__call__).parameters) == launch._DIRECT_FORM
+    major, minor = (int(x) for x in triton.__version__.split(".")[:2])
+    if (major, minor) == (3, 6):
+        assert form
+    elif (major, minor) > (3, 6):
+        assert not form

@@ -12,8 +12,10 @@ compiled kernel and launch it directly:
   launches that compiled kernel with the same positional arguments (every parameter, constexprs
   included, in the kernel's order; pointers may be passed as ints) on a given stream, straight through
   PyTorch's C++ launcher where that launches the kernel as Triton would (``static_launch``), else through
-  Triton's compiled launcher — unless a launch hook (a profiler's) is installed, which only Triton's path
-  calls (``hooks_set()`` says whether one is).
+  Triton's compiled C launcher without its Python wrapper where the installed triton's wrapper has triton 3.6's
+  form (``direct_launch``: programmatic dependent launches, which PyTorch's launcher cannot make), else through
+  Triton's whole path — unless a launch hook (a profiler's) is installed, which only Triton's path calls
+  (``hooks_set()`` says whether one is).
 * ``launch_kept(kernel, grid, kwargs, num_warps=)`` — ``kernel[grid](**kwargs)`` through a ``Launcher``:
   every parameter by name (defaults for the rest), the kept compiled kernel after a specialisation's
   first call (tensor descriptors and None included in the specialisation), through PyTorch's launcher where it
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import types
 from operator import itemgetter
 
 import torch
@@ -270,6 +273,49 @@ def static_launch(compiled, grid: tuple[int, int, int]):
     return go
 
 
+# Launch kept compiled kernels that PyTorch's launcher refuses (programmatic dependent launches: the decode split
+# kernel's eager launches) through Triton's C launcher without its Python wrapper (``direct_launch``), where the
+# installed triton's launcher has the form of triton 3.6's. False (or ATTNLAB_DIRECT_LAUNCH=0 in the environment):
+# Triton's whole path for them.
+DIRECT_LAUNCH = os.environ.get("ATTNLAB_DIRECT_LAUNCH", "1") != "0"
+
+# the parameters of triton 3.6's ``CudaLauncher.__call__``, the wrapper ``direct_launch`` skips
+_DIRECT_FORM = ["self", "gridX", "gridY", "gridZ", "stream", "function", "args"]
+_FORMS: dict = {}  # the launcher's type -> whether its wrapper has that form
+
+
+def direct_launch(compiled, grid: tuple[int, int, int]):
+    """A function ``go(args, stream)`` that launches ``compiled`` on ``grid`` by calling Triton's compiled C launcher
+    (``compiled.run.launch``) with what its Python wrapper would pass — the cooperative and programmatic-dependent
+    flags of the build, no scratch, the packed metadata, no launch metadata or hooks — or None (``DIRECT_LAUNCH`` off,
+    no loaded binary yet, a wrapper not of triton 3.6's form, a C launcher wrapped for tensor descriptors, a kernel
+    that needs scratch memory). The wrapper's own work per launch (two scratch allocators asked for nothing, the
+    arguments packed twice) is a few µs of host time where the GPU's time is a few tens."""
+    if not DIRECT_LAUNCH or getattr(compiled, "function", None) is None:
+        return None
+    run = getattr(compiled, "run", None)
+    launch = getattr(run, "launch", None)
+    if launch is None or isinstance(launch, types.FunctionType) or getattr(run, "global_scratch_size", 1) \
+            or getattr(run, "profile_scratch_size", 1):  # (a Python function: the wrapper for tensor descriptors)
+        return None
+    form = _FORMS.get(type(run))
+    if form is None:
+        try:
+            form = _FORMS[type(run)] = list(inspect.signature(type(run).__call__).parameters) == _DIRECT_FORM
+        except (TypeError, ValueError):
+            form = _FORMS[type(run)] = False
+    if not form:
+        return None
+    function, metadata = compiled.function, compiled.packed_metadata
+    coop, pdl = bool(run.launch_cooperative_grid), bool(run.launch_pdl)
+    gx, gy, gz = grid
+
+    def go(args, stream):
+        launch(gx, gy, gz, stream, function, coop, pdl, None, None, metadata, None, None, None, *args)
+
+    return go
+
+
 class Launcher:
     """One Triton kernel on one grid, launched first through Triton's JIT and then from its compiled
     kernel directly. ``args`` are all of the kernel's parameters in order, constexprs included.
@@ -278,9 +324,10 @@ class Launcher:
     installed (``hooks_set()``, asked once for all of a call's launchers); ``launch(args, stream)`` then
     takes the pointers as ints (``data_ptr()``) or tensors, and the raw stream handle, and goes through
     PyTorch's C++ launcher where it can (``static``: ``static_launch``; ``allow_static=False`` never), else
-    through Triton's."""
+    through Triton's: its C launcher alone where ``direct_launch`` takes the kernel (``direct``), else its whole
+    path."""
 
-    __slots__ = ("kernel", "grid", "options", "compiled", "static", "allow_static")
+    __slots__ = ("kernel", "grid", "options", "compiled", "static", "direct", "allow_static")
 
     def __init__(self, kernel, grid: tuple[int, int, int], *, num_warps: int, num_stages: int | None = None,
                  launch_pdl: bool = False, allow_static: bool = True):
@@ -293,7 +340,7 @@ class Launcher:
         if launch_pdl:  # a programmatic dependent launch (Hopper): a compile option Triton keeps in the kernel
             self.options["launch_pdl"] = True
         self.compiled = None
-        self.static = None
+        self.static = self.direct = None
 
     def launch(self, args: list, stream: int) -> None:
         """Launch the kept compiled kernel (``compiled`` set, no launch hook) on ``stream``."""
@@ -303,6 +350,12 @@ class Launcher:
                 return
             except TypeError:  # a torch whose launcher parses other arguments (nothing launched): Triton's from now on
                 self.static = None
+        elif self.direct is not None:
+            try:
+                self.direct(args, stream)
+                return
+            except TypeError:  # a C launcher that parses other arguments (nothing launched): Triton's whole path
+                self.direct = None
         c = self.compiled
         c.run(*self.grid, stream, c.function, c.packed_metadata, None, None, None, *args)
 
@@ -321,11 +374,13 @@ class Launcher:
             self.launch([a.data_ptr() if type(a) is torch.Tensor else a for a in args], stream)
             if self.static is None and self.allow_static:  # (the compiled kernel's binary is loaded now)
                 self.static = static_launch(self.compiled, self.grid)
+                self.direct = None if self.static is not None else direct_launch(self.compiled, self.grid)
             return
         compiled = self.kernel[self.grid](*args, **self.options)
         if compiled is not None:  # the interpreter compiles nothing and returns None
             self.compiled = compiled
             self.static = static_launch(compiled, self.grid) if self.allow_static else None
+            self.direct = direct_launch(compiled, self.grid) if self.allow_static and self.static is None else None
             if key is not None:
                 _SHARED[key] = compiled
 

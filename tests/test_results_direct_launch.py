@@ -1,0 +1,63 @@
+"""Decode-breakdown runs 8-10 and decode-host run 51 (an H100): where an eager decode call's host time goes at 32K
+keys, and the dependent launch's cost through Triton's launcher: NOTES-decode's measured paragraph and
+benchmarks/RESULTS.md's section, every number they quote computed from the recorded files."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+from tests.helpers import ROOT, flat, load_script, notes_section, results_section, span
+
+DATA = ROOT / "benchmarks" / "data"
+dh = load_script("benchmarks/decode_host.py")
+PLAIN = "the split kernel's launch"
+TRITON = "the split kernel's launch, Triton's launcher"
+PDL = "the eager split kernel's launch (dependent launch, Triton's launcher)"
+SHAPES = [(1, 32, 8, 32768, 128), (1, 64, 8, 8192, 128), (1, 28, 4, 20000, 128), (8, 32, 8, 32768, 128),
+          (1, 32, 8, 32768, 64)]
+SECTION = "### Decode-breakdown runs 8–10 and decode-host run 51, on an H100"
+
+
+def _run(name: str) -> dict:
+    return json.loads((DATA / name).read_text())
+
+
+def bd(run: int) -> dict:
+    return {s["step"]: s["host_us"] for s in _run(f"decode-breakdown-h100-run{run}.json")["breakdown"]["steps"]}
+
+
+def ab_host(run: int, shape, arm: str) -> float:
+    """The rounds' median host µs per call of an arm of a run's ``--split-pdl-ab``."""
+    return statistics.median(r["loop_host_us"] for r in _run(f"decode-host-h100-run{run}.json")["split_pdl_ab"]
+                             if (r["B"], r["H"], r["Hkv"], r["L"], r["D"]) == shape and r["arm"] == arm)
+
+
+def measured_text() -> str:
+    t, a, b = bd(8), bd(9), bd(10)
+    static = [x[PLAIN] - t[PLAIN] for x in (a, b)]
+    triton = [x[TRITON] - t[TRITON] for x in (a, b)]
+    over = [x[PDL] - x[PLAIN] for x in (a, b)]
+    same = [x[PDL] - x[TRITON] for x in (a, b)]
+    gaps = [ab_host(51, s, "True") - ab_host(51, s, "False") for s in SHAPES]
+    return (f"At 32K (D = 64, then 128) the plain launch through PyTorch's launcher took {a[PLAIN]:.1f} and "
+            f"{b[PLAIN]:.1f} µs against {t[PLAIN]:.1f} at `TINY` ({span(static)} µs more), and through Triton's "
+            f"launcher {span(triton)} µs more: a busy GPU costs a launch under 1 µs of host time, and the prediction "
+            f"(at least 2) missed. The dependent launch took {a[PDL]:.1f} and {b[PDL]:.1f} µs, {span(over)} µs over "
+            f"the plain one (predicted: at least 1; met), and within {max(abs(x) for x in same):.2f} µs of the plain "
+            f"launch through Triton's launcher: its cost is Triton's launcher, not the kind of launch. In run 51's `--split-pdl-ab` the eager "
+            f"calls' host µs per call were {span(gaps, '.1f')} higher with the dependent launch than with the plain "
+            f"one (predicted: at least 2; met on {sum(g >= 2 for g in gaps)} of {len(gaps)} shapes). The kept call at "
+            f"`TINY` took {t['attnlab.flash_decode']:.1f} µs on this machine, its key {t['decode.plan_key']:.1f} and "
+            f"its outputs {t['outputs.take']:.1f}.")
+
+
+def test_the_runs_are_what_the_notes_say():
+    for run in (8, 9, 10):
+        r = _run(f"decode-breakdown-h100-run{run}.json")
+        assert r["gpu"] == "NVIDIA H100 80GB HBM3" and (r["torch"], r["triton"]) == ("2.11.0+cu130", "3.6.0")
+    shapes = [tuple(_run(f"decode-breakdown-h100-run{run}.json")["breakdown"]["shape"]) for run in (8, 9, 10)]
+    assert shapes == [dh.TINY, (1, 32, 8, 32768, 64), (1, 32, 8, 32768, 128)]
+    assert PDL not in bd(8) and PDL in bd(9) and PDL in bd(10)
+    n = flat(notes_section("NOTES-decode.md", "## Where an eager call's host time goes at 32K on a slow host"))
+    assert flat(measured_text()) in n
