@@ -46,6 +46,7 @@ import math
 import statistics
 import sys
 import time
+import types
 from dataclasses import replace
 from pathlib import Path
 
@@ -258,7 +259,7 @@ def host_rows(calls: int, rounds: int = 5) -> list[dict]:
     from attnlab.gpu import decode, decode_plan, launch
 
     q, k, v, lens = inputs(TINY)
-    entries = []  # (name, fn, knob: (module, name, value) or None)
+    entries = []  # (name, fn, knob: (module, name, value), several of them in a tuple, or None)
 
     def add(name, fn, knob=None):
         if fn is not None:
@@ -287,7 +288,13 @@ def host_rows(calls: int, rounds: int = 5) -> list[dict]:
     # took the kept kernels
     add("flash_decode_triton (plan kept), outputs by torch.empty", kept, (decode_plan, "SLAB_BYTES", 0))
     add("flash_decode_triton (plan kept), merge kernel every call", kept, (decode_plan, "EAGER_FUSED_BELOW_US", 0.0))
-    add("flash_decode_triton (plan kept), Triton's launcher", kept, (launch, "STATIC_LAUNCH", False))
+    add("flash_decode_triton (plan kept), Triton's launcher", kept,
+        ((launch, "STATIC_LAUNCH", False), (launch, "DIRECT_LAUNCH", False)))
+    # the plain launches through Triton's C launcher alone before PyTorch's, or after it (the other order than the
+    # library's, ``launch.DIRECT_FIRST``)
+    add("flash_decode_triton (plan kept), " + ("PyTorch's launcher first" if launch.DIRECT_FIRST
+                                               else "Triton's C launcher alone first"),
+        kept, (launch, "DIRECT_FIRST", not launch.DIRECT_FIRST))
     # the default rows again, after the others (rows from before the rounds were taken in turns compare with these)
     add("flash_decode_triton (plan kept), again", kept)
     add("attnlab.flash_decode (plan kept), again", lambda: attnlab.flash_decode(q, k, v, cache_seqlens=lens))
@@ -302,17 +309,18 @@ def host_rows(calls: int, rounds: int = 5) -> list[dict]:
     best: dict = {}
     for _ in range(rounds):
         for name, fn, knob in entries:
-            saved = None
-            if knob is not None:
-                module, attr, value = knob
-                saved = getattr(module, attr)
+            knobs = () if knob is None else (knob,) if isinstance(knob[0], types.ModuleType) else knob
+            saved = [(module, attr, getattr(module, attr)) for module, attr, _ in knobs]
+            for module, attr, value in knobs:
                 setattr(module, attr, value)
+            if knobs:
                 decode.clear_plans()
             try:
                 us = host_us(fn, calls=calls, rounds=1)
             finally:
-                if knob is not None:
-                    setattr(module, attr, saved)
+                for module, attr, value in saved:
+                    setattr(module, attr, value)
+                if knobs:
                     decode.clear_plans()
             best[name] = min(best.get(name, math.inf), us)
     return [{"call": name, "host_us": best[name]} for name, _, _ in entries]
@@ -328,7 +336,7 @@ def breakdown(calls: int, rounds: int = 7, shape=TINY) -> dict:
     PyTorch's launcher where it takes the kernel): at a shape whose GPU time exceeds the host's, the two say whether
     a launch costs the host more while the GPU is busy, or as a dependent launch."""
     from attnlab.gpu import decode, decode_plan
-    from attnlab.gpu.launch import current_stream, hooks_set, tensor_key
+    from attnlab.gpu.launch import current_stream, direct_launch, hooks_set, static_launch, tensor_key
 
     q, k, v, lens = inputs(shape)
     decode.clear_plans()
@@ -357,10 +365,15 @@ def breakdown(calls: int, rounds: int = 7, shape=TINY) -> dict:
         "the head's data_ptr() calls": lambda: [q.data_ptr(), k.data_ptr(), v.data_ptr(), lens.data_ptr()],
         "the split kernel's launch": lambda: split.launch(head + tail, stream),
     }
-    if split.static is not None:  # the same launch through Triton's launcher, as before PyTorch's took it
-        c = split.compiled
+    c = split.compiled
+    if split.static is not None or split.direct is not None:  # the same launch through Triton's launcher
         steps["the split kernel's launch, Triton's launcher"] = lambda: c.run(
             *split.grid, stream, c.function, c.packed_metadata, None, None, None, *head, *tail)
+    direct, static = direct_launch(c, split.grid), static_launch(c, split.grid)
+    if direct is not None and split.direct is None:  # the other order than the library's (``launch.DIRECT_FIRST``)
+        steps["the split kernel's launch, Triton's C launcher alone"] = lambda: direct(head + tail, stream)
+    if static is not None and split.static is None:
+        steps["the split kernel's launch, PyTorch's launcher"] = lambda: static(head + tail, stream)
     if plan.merge == 1 and not plan.fused:
         steps["the merge kernel's launch"] = lambda: plan.merge_launch.launch([*head[5:9], *plan.merge_tail], stream)
     eager = getattr(plan, "eager_split", None)

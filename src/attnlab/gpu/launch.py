@@ -279,6 +279,11 @@ def static_launch(compiled, grid: tuple[int, int, int]):
 # Triton's whole path for them.
 DIRECT_LAUNCH = os.environ.get("ATTNLAB_DIRECT_LAUNCH", "1") != "0"
 
+# Whether a Launcher made with ``direct_first`` left at None (the decode plans') takes ``direct_launch`` before
+# PyTorch's launcher for the launches both can make (benchmarks/NOTES-decode.md v37). ``launch_kept`` (the prefill's
+# launches) keeps PyTorch's first. ATTNLAB_DIRECT_FIRST=1 or 0 in the environment sets it.
+DIRECT_FIRST = os.environ.get("ATTNLAB_DIRECT_FIRST", "0") != "0"
+
 # the parameters of triton 3.6's ``CudaLauncher.__call__``, the wrapper ``direct_launch`` skips
 _DIRECT_FORM = ["self", "gridX", "gridY", "gridZ", "stream", "function", "args"]
 _FORMS: dict = {}  # the launcher's type -> whether its wrapper has that form
@@ -327,12 +332,13 @@ class Launcher:
     through Triton's: its C launcher alone where ``direct_launch`` takes the kernel (``direct``), else its whole
     path."""
 
-    __slots__ = ("kernel", "grid", "options", "compiled", "static", "direct", "allow_static")
+    __slots__ = ("kernel", "grid", "options", "compiled", "static", "direct", "allow_static", "direct_first")
 
     def __init__(self, kernel, grid: tuple[int, int, int], *, num_warps: int, num_stages: int | None = None,
-                 launch_pdl: bool = False, allow_static: bool = True):
+                 launch_pdl: bool = False, allow_static: bool = True, direct_first: bool | None = None):
         self.kernel = kernel
-        self.allow_static = allow_static  # whether ``launch`` may go through PyTorch's launcher
+        self.allow_static = allow_static  # whether ``launch`` may go through PyTorch's launcher (or ``direct_launch``)
+        self.direct_first = direct_first  # ``direct_launch`` before PyTorch's launcher (None: ``DIRECT_FIRST``)
         self.grid = grid
         self.options = {"num_warps": num_warps}
         if num_stages is not None:  # (None: the compiler's default)
@@ -359,6 +365,16 @@ class Launcher:
         c = self.compiled
         c.run(*self.grid, stream, c.function, c.packed_metadata, None, None, None, *args)
 
+    def _fast_paths(self) -> None:
+        """``static`` (PyTorch's launcher) and ``direct`` (Triton's C launcher alone) for the kept compiled kernel: the
+        one ``launch`` takes first set, the other None — PyTorch's where it can launch the kernel, unless ``direct_first``
+        (or ``DIRECT_FIRST``) and ``direct_launch`` takes it."""
+        first = DIRECT_FIRST if self.direct_first is None else self.direct_first
+        self.direct = direct_launch(self.compiled, self.grid) if first else None
+        self.static = None if self.direct is not None else static_launch(self.compiled, self.grid)
+        if self.static is None and self.direct is None and not first:
+            self.direct = direct_launch(self.compiled, self.grid)
+
     def __call__(self, args: list, stream: int | None = None) -> None:
         """Launch ``args`` (tensors as tensors) — with the compiled kernel of an earlier Launcher of this
         kernel whose arguments had the same specialisation (``_specialisation``), else through Triton's
@@ -372,15 +388,15 @@ class Launcher:
             if stream is None:
                 stream = current_stream(first.device)
             self.launch([a.data_ptr() if type(a) is torch.Tensor else a for a in args], stream)
-            if self.static is None and self.allow_static:  # (the compiled kernel's binary is loaded now)
-                self.static = static_launch(self.compiled, self.grid)
-                self.direct = None if self.static is not None else direct_launch(self.compiled, self.grid)
+            if self.static is None and self.direct is None and self.allow_static:  # (the binary is loaded now)
+                self._fast_paths()
             return
         compiled = self.kernel[self.grid](*args, **self.options)
         if compiled is not None:  # the interpreter compiles nothing and returns None
             self.compiled = compiled
-            self.static = static_launch(compiled, self.grid) if self.allow_static else None
-            self.direct = direct_launch(compiled, self.grid) if self.allow_static and self.static is None else None
+            self.static = self.direct = None
+            if self.allow_static:
+                self._fast_paths()
             if key is not None:
                 _SHARED[key] = compiled
 
@@ -483,7 +499,8 @@ def launch_kept(kernel, grid: tuple, kwargs: dict, *, num_warps: int, num_stages
         missing = [n for (n, _), a in zip(params, args) if a is inspect.Parameter.empty]
         raise TypeError(f"launch_kept: no value for {missing}")
     grid = tuple(grid) + (1,) * (3 - len(grid))
-    launcher = Launcher(kernel, grid, num_warps=num_warps, num_stages=num_stages, allow_static=STATIC_KEPT)
+    launcher = Launcher(kernel, grid, num_warps=num_warps, num_stages=num_stages, allow_static=STATIC_KEPT,
+                        direct_first=False)
     launcher.options.update(options)
     launcher(args)
     if _RECORDING:
