@@ -394,6 +394,24 @@ def breakdown(calls: int, rounds: int = 7, shape=TINY) -> dict:
             "steps": [{"step": n, "host_us": us} for n, us in best.items()]}
 
 
+def breakdown_markdown(runs: dict) -> list[str]:
+    """The steps of several breakdowns side by side ({label: a ``breakdown`` result}): one row per step, in the order
+    the runs first name them, one column per run (its shape under its label); "—" where a run has no such step."""
+    steps: dict = {}
+    for b in runs.values():
+        for r in b["steps"]:
+            steps.setdefault(r["step"], None)
+    heads = [f"{label} ({' '.join(map(str, b['shape']))})" for label, b in runs.items()]
+    lines = ["| step | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]
+    for step in steps:
+        cells = []
+        for b in runs.values():
+            us = next((r["host_us"] for r in b["steps"] if r["step"] == step), None)
+            cells.append("—" if us is None else f"{us:.1f}")
+        lines.append(f"| {step} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def profile_planned(calls: int, top: int = 20) -> str:
     """cProfile of ``calls`` calls of ``attnlab.flash_decode`` with a kept plan, at ``TINY``."""
     import cProfile

@@ -16,7 +16,7 @@ TRITON = "the split kernel's launch, Triton's launcher"
 PDL = "the eager split kernel's launch (dependent launch, Triton's launcher)"
 SHAPES = [(1, 32, 8, 32768, 128), (1, 64, 8, 8192, 128), (1, 28, 4, 20000, 128), (8, 32, 8, 32768, 128),
           (1, 32, 8, 32768, 64)]
-SECTION = "### Decode-breakdown runs 8–10 and decode-host run 51, on an H100"
+SECTION = "### Decode-breakdown runs 8–14 and decode-host runs 51–53, on an H100"
 
 
 def _run(name: str) -> dict:
@@ -95,3 +95,75 @@ def test_v36_against_its_prediction():
     assert DIRECT in bd(12) and PDL in bd(12) and DIRECT not in bd(9)
     n = flat(notes_section("NOTES-decode.md", "## v36"))
     assert flat(v36_text()) in n
+
+
+C_PLAIN = "the split kernel's launch, Triton's C launcher alone"
+card = load_script("benchmarks/scorecard.py")
+
+
+def host_rows(run: int) -> dict:
+    return {r["call"]: r["host_us"] for r in _run(f"decode-host-h100-run{run}.json")["host"]}
+
+
+def v37_text() -> str:
+    t, a, h = bd(13), bd(14), host_rows(53)
+    first = h["flash_decode_triton (plan kept), Triton's C launcher alone first"]
+    default = [h["flash_decode_triton (plan kept)"], h["flash_decode_triton (plan kept), again"]]
+    return (f"The plain split launch through the C launcher alone took {t[C_PLAIN]:.1f} µs against PyTorch's launcher's "
+            f"{t[PLAIN]:.1f} at `TINY` and {a[C_PLAIN]:.1f} against {a[PLAIN]:.1f} at 32K (predicted: 0.2–0.6 under; "
+            f"missed), and the kept call with it first {first:.1f} µs against the default rows' {span(default, '.1f')} "
+            f"in the same rounds (predicted: 0.2–0.6 under; missed). Under 0.3 µs: `DIRECT_FIRST` stays off. The "
+            f"dependent launch through it took {a[DIRECT]:.1f} µs against Triton's whole path's {a[PDL]:.1f} on this "
+            f"machine. The decode and launch GPU tests under `ATTNLAB_DIRECT_FIRST=1`: "
+            f"{pytest_summary(DATA / 'decode-breakdown-run13' / 'tests-direct-first.log')}.")
+
+
+def run53_text() -> str:
+    bars = card.scorecard({"prefill-h100-run42.json": _run("prefill-h100-run42.json")["rows"]},
+                          _run("decode-host-h100-run53.json"))
+    bar = {b["bar"]: b for b in bars}
+    kept = min(card.kept_host_us(host_rows(53)))
+    empty = _run("decode-host-h100-run53.json")["floors"][card.EMPTY_LAUNCH]
+    loops = [r["loop_host_us"] for r in _run("decode-host-h100-run53.json")["speed"]
+             if r["provider"] == "attnlab" and (r["B"], r["L"]) == (1, 32768)]
+    decode = [b for b in bars if b["bar"].startswith("decode")]
+    assert all(b["met"] for b in decode)
+    return (f"With v36, decode-host run 53 met every decode bar: a kept call's host time {kept:.1f} µs, "
+            f"{kept / empty:.2f}× an empty launch's {empty:.1f}; eager within 10 % of graphs at 32K, "
+            f"{bar['decode: eager within 10 % of CUDA graphs, D = 128']['measured'].split()[0]} at D = 128 and "
+            f"{bar['decode: eager within 10 % of CUDA graphs, D = 64']['measured'].split()[0]} at D = 64; batch 1 at or "
+            f"above cuDNN under graphs, the lowest "
+            f"{bar['decode: batch 1 at or above cuDNN under CUDA graphs']['measured'].split()[0]}. The eager calls at "
+            f"32K took {span(loops, '.1f')} µs of host time each, about the kept call's {kept:.1f} at `TINY`.")
+
+
+def test_v37_and_run53():
+    assert C_PLAIN in bd(13) and C_PLAIN in bd(14) and C_PLAIN not in bd(12)
+    v37 = flat(notes_section("NOTES-decode.md", "## v37"))
+    assert flat(v37_text()) in v37 and flat(run53_text()) in v37
+    import os
+
+    from attnlab.gpu import launch
+
+    assert launch.DIRECT_FIRST is (os.environ.get("ATTNLAB_DIRECT_FIRST", "0") != "0")  # off unless asked for
+
+
+def test_the_section():
+    section = results_section(SECTION)
+    runs = {f"run {n}": _run(f"decode-breakdown-h100-run{n}.json")["breakdown"] for n in range(8, 15)}
+    assert "\n".join(dh.breakdown_markdown(runs)) in section
+    for run in (51, 52):
+        rows = _run(f"decode-host-h100-run{run}.json")["split_pdl_ab"]
+        assert "\n".join(dh.split_pdl_ab_markdown(rows, dh.preset_for("NVIDIA H100 80GB HBM3"))) in section
+    bars = card.scorecard({"prefill-h100-run42.json": _run("prefill-h100-run42.json")["rows"]},
+                          _run("decode-host-h100-run53.json"))
+    assert all(x in section for x in card.markdown(bars).splitlines() if x.startswith("| decode"))
+    text = flat(section)
+    for sentence in (measured_text(), v36_text(), v37_text(), run53_text()):
+        assert flat(sentence) in text, sentence
+
+
+def test_the_sections_hosts():
+    empty = [_run(f"decode-host-h100-run{run}.json")["floors"][card.EMPTY_LAUNCH] for run in (51, 52, 53)]
+    assert (f"an empty one-argument Triton launch {empty[0]:.1f}, {empty[1]:.1f} and {empty[2]:.1f} µs in runs "
+            "51–53") in flat(results_section(SECTION))
