@@ -167,3 +167,32 @@ def test_the_sections_hosts():
     empty = [_run(f"decode-host-h100-run{run}.json")["floors"][card.EMPTY_LAUNCH] for run in (51, 52, 53)]
     assert (f"an empty one-argument Triton launch {empty[0]:.1f}, {empty[1]:.1f} and {empty[2]:.1f} µs in runs "
             "51–53") in flat(results_section(SECTION))
+
+
+def test_the_readmes_h100_table():
+    """The README's H100 table: ``scorecard.py --standing`` of prefill runs 41 and 42 and decode-host runs 52 and 53 (the
+    library as it stands: v36 in both decode runs), and the sentences after it."""
+    readme = flat((ROOT / "README.md").read_text())
+    pre = {f"prefill-h100-run{n}.json": _run(f"prefill-h100-run{n}.json")["rows"] for n in (41, 42)}
+    scope, lines = card.standing(pre, {f"decode-host-h100-run{n}.json": _run(f"decode-host-h100-run{n}.json")
+                                       for n in (52, 53)})
+    assert flat(card.standing_markdown(scope, lines, "H100")) in readme
+    assert ("`python benchmarks/scorecard.py --standing --prefill benchmarks/data/prefill-h100-run41.json "
+            "benchmarks/data/prefill-h100-run42.json --decode-history benchmarks/data/decode-host-h100-run52.json "
+            "benchmarks/data/decode-host-h100-run53.json`") in readme
+    low = {(p["D"], p["causal"], p["N"], p["pass_"], p["H"], p["Hkv"]): p
+           for p in card.prefill_pairs({"42": pre["prefill-h100-run42.json"]})}[(64, False, 4096, "fwd_bwd", 32, 32)]
+    alone = next(p for p in card.prefill_pairs({"43": _run("prefill-h100-run43.json")["rows"]})
+                 if (p["causal"], p["pass_"]) == (False, "fwd_bwd"))
+    a = {r["provider"]: r["tflops"] for r in pre["prefill-h100-run42.json"]
+         if (r["D"], r["causal"], r["N"], r["pass_"], r["H"], r["Hkv"]) == (64, False, 4096, "fwd_bwd", 32, 32)}
+    assert (f"ran {low['ratio']:.3f}× cuDNN ({a['attnlab']:.0f} against {a['sdpa-cudnn']:.0f} TFLOP/s); timed alone in "
+            f"seven rounds (prefill run 43) it ran {alone['ratio']:.2f}×") in readme
+    hosts = []
+    for n in (48, 49, 50):
+        h = _run(f"decode-host-h100-run{n}.json")
+        hosts.append((min(card.kept_host_us(host_rows(n))), h["floors"][card.EMPTY_LAUNCH]))
+    e = [_run(f"decode-host-h100-run{n}.json")["floors"][card.EMPTY_LAUNCH] for n in (52, 53)]
+    assert (f"an empty Triton launch took {e[0]:.1f} and {e[1]:.1f} µs on the machines of decode-host runs 52 and 53, "
+            f"and {span([x for _, x in hosts], '.1f')} µs on those of runs 48–50, where the kept call took "
+            f"{span([k for k, _ in hosts], '.1f')} µs") in readme
