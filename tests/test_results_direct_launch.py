@@ -196,3 +196,15 @@ def test_the_readmes_h100_table():
     assert (f"an empty Triton launch took {e[0]:.1f} and {e[1]:.1f} µs on the machines of decode-host runs 52 and 53, "
             f"and {span([x for _, x in hosts], '.1f')} µs on those of runs 48–50, where the kept call took "
             f"{span([k for k, _ in hosts], '.1f')} µs") in readme
+
+
+def loops_over_kept(run: int) -> list[float]:
+    """The eager calls' host µs per call at 32K (batch 1, both head dims) over the kept call's at ``TINY``."""
+    h = _run(f"decode-host-h100-run{run}.json")
+    kept = min(card.kept_host_us(host_rows(run)))
+    return [r["loop_host_us"] - kept for r in h["speed"] if r["provider"] == "attnlab" and (r["B"], r["L"]) == (1, 32768)]
+
+
+def test_the_prediction_for_run54_quotes_runs_48_and_49():
+    n = flat(notes_section("NOTES-decode.md", "## v37"))
+    assert f"(runs 48 and 49: {span(loops_over_kept(48) + loops_over_kept(49), '.1f')} µs over)" in n
