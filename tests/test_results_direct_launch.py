@@ -16,7 +16,7 @@ TRITON = "the split kernel's launch, Triton's launcher"
 PDL = "the eager split kernel's launch (dependent launch, Triton's launcher)"
 SHAPES = [(1, 32, 8, 32768, 128), (1, 64, 8, 8192, 128), (1, 28, 4, 20000, 128), (8, 32, 8, 32768, 128),
           (1, 32, 8, 32768, 64)]
-SECTION = "### Decode-breakdown runs 8–14 and decode-host runs 51–53, on an H100"
+SECTION = "### Decode-breakdown runs 8–14 and decode-host runs 51–54, on an H100"
 
 
 def _run(name: str) -> dict:
@@ -208,3 +208,32 @@ def loops_over_kept(run: int) -> list[float]:
 def test_the_prediction_for_run54_quotes_runs_48_and_49():
     n = flat(notes_section("NOTES-decode.md", "## v37"))
     assert f"(runs 48 and 49: {span(loops_over_kept(48) + loops_over_kept(49), '.1f')} µs over)" in n
+
+
+def run54_text() -> str:
+    bars = card.scorecard({"prefill-h100-run42.json": _run("prefill-h100-run42.json")["rows"]},
+                          _run("decode-host-h100-run54.json"))
+    bar = {b["bar"]: b for b in bars}
+    kept = min(card.kept_host_us(host_rows(54)))
+    empty = _run("decode-host-h100-run54.json")["floors"][card.EMPTY_LAUNCH]
+    missed = [b["bar"] for b in bars if b["bar"].startswith("decode") and not b["met"]]
+    assert missed == ["decode: a kept call's host time"]
+    over = loops_over_kept(54)
+    return (f"Decode-host run 54, on a fourth machine (an empty launch {empty:.1f} µs): every decode bar met but the "
+            f"host's, a kept call taking {kept:.1f} µs ({kept / empty:.2f}× the empty launch); eager within 10 % of "
+            f"graphs at 32K {bar['decode: eager within 10 % of CUDA graphs, D = 128']['measured'].split()[0]} at "
+            f"D = 128 and {bar['decode: eager within 10 % of CUDA graphs, D = 64']['measured'].split()[0]} at D = 64; "
+            f"batch 1 at or above cuDNN, the lowest "
+            f"{bar['decode: batch 1 at or above cuDNN under CUDA graphs']['measured'].split()[0]}. The eager calls at "
+            f"32K took {span([-x for x in over], '.1f')} µs less host time each than the kept call at `TINY` "
+            f"(predicted: at most 2 more; met).")
+
+
+def test_run54():
+    h = _run("decode-host-h100-run54.json")
+    assert h["gpu"] == "NVIDIA H100 80GB HBM3" and (h["torch"], h["triton"]) == ("2.11.0+cu130", "3.6.0")
+    assert flat(run54_text()) in flat(notes_section("NOTES-decode.md", "## v37"))
+    section = results_section(SECTION)
+    bars = card.scorecard({"prefill-h100-run42.json": _run("prefill-h100-run42.json")["rows"]}, h)
+    assert all(x in section for x in card.markdown(bars).splitlines() if x.startswith("| decode"))
+    assert flat(run54_text()) in flat(section)
