@@ -531,3 +531,66 @@ def test_the_fast_paths_order(monkeypatch):
     import inspect
 
     assert "direct_first=False" in inspect.getsource(launch.launch_kept)  # the prefill's launches
+
+
+def test_bound_launches_pass_what_the_whole_argument_list_passes(monkeypatch):
+    """``Launcher.bound(tail)``: the launcher gets, for ``head``, what ``launch(head + tail)`` would give it — PyTorch's
+    launcher the binary's parameters (constexprs left out, the scratch pointers after), Triton's C launcher every
+    argument — with the tail's part made once."""
+    from types import SimpleNamespace
+
+    from attnlab.gpu import launch
+    from attnlab.gpu.launch import Launcher
+
+    got = []
+    monkeypatch.setattr(launch, "_static_launcher", lambda: lambda *a: got.append(a))
+    sig = {"X": "*bf16", "Y": "*fp32", "n": "i32", "B": "constexpr", "m": "i64", "s": "fp32", "C": "constexpr"}
+    md = dict(num_warps=4, shared=0, launch_pdl=False, launch_cooperative_grid=False, num_ctas=1,
+              global_scratch_size=0, profile_scratch_size=0)
+    compiled = SimpleNamespace(metadata=SimpleNamespace(**md), function="fn",
+                               src=SimpleNamespace(fn=SimpleNamespace(arg_names=list(sig)), signature=sig, constants={}))
+    for head, tail in (([10, 20], [5, 16, 7, 0.5, 64]), ([10, 20, 5], [16, 7, 0.5, 64]), ([10], [20, 5, 16, 7, 0.5, 64]),
+                       ([10, 20, 5, 16, 7, 0.5, 64], [])):
+        whole = launch.static_launch(compiled, (2, 3, 1))
+        whole(head + tail, 9)
+        launch.static_launch(compiled, (2, 3, 1), tail)(head, 9)
+        assert got[-1] == got[-2] == ("fn", 2, 3, 1, 4, 0, "OOilfOO", (10, 20, 5, 7, 0.5, None, None), 9)
+    c36 = _Compiled36()
+    c36.run.launch_pdl = False
+    launcher = Launcher(_kernel, (2, 1, 1), num_warps=1)
+    launcher.compiled, launcher.direct = c36, launch.direct_launch(c36, (2, 1, 1))
+    launcher.launch([1, 7, 9, 0.5, 16, True], 5)
+    launcher.bound([9, 0.5, 16, True])([1, 7], 5)
+    assert c36.run.calls[0] == c36.run.calls[1] == (2, 1, 1, 5, "fn", False, False, None, None, "meta", None, None,
+                                                     None, 1, 7, 9, 0.5, 16, True)
+    assert Launcher(_kernel, (1, 1, 1), num_warps=1).bound([1]) is None  # no fast path: the caller launches itself
+
+
+def test_a_plan_binds_a_tail_from_its_second_launch_and_again_when_the_path_changes():
+    """``DecodePlan._bound``: nothing the first time a (Launcher, tail) pair is launched (a growing cache makes a new
+    plan every step), ``Launcher.bound`` the second time, kept while the Launcher's fast path stays, made again when
+    it changes, never again once a bound launch was refused."""
+    from attnlab.gpu import decode_plan
+
+    class _Split:
+        static = direct = None
+
+        def __init__(self):
+            self.binds = 0
+
+        def bound(self, tail):
+            self.binds += 1
+            return ("go", self.binds)
+
+    plan = decode_plan.DecodePlan.__new__(decode_plan.DecodePlan)
+    plan.bound_memo = {}
+    split, tail = _Split(), [1, 2, 3]
+    assert plan._bound(split, tail) is None and plan._bound(split, tail) is None  # no fast path yet
+    split.static = lambda args, stream: None
+    assert plan._bound(split, tail) == ("go", 1) and plan._bound(split, tail) == ("go", 1)
+    split.static, split.direct = None, lambda args, stream: None  # (PyTorch's launcher refused: Triton's C launcher)
+    assert plan._bound(split, tail) == ("go", 2)
+    other = [1, 2, 3]
+    assert plan._bound(split, other) is None and plan._bound(split, other) == ("go", 3)
+    plan.bound_memo[id(tail)] = (split, tail, decode_plan._REFUSED, None)
+    assert plan._bound(split, tail) is None and split.binds == 3
