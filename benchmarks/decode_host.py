@@ -295,7 +295,8 @@ def host_rows(calls: int, rounds: int = 5) -> list[dict]:
     add("flash_decode_triton (plan kept), " + ("PyTorch's launcher first" if launch.DIRECT_FIRST
                                                else "Triton's C launcher alone first"),
         kept, (launch, "DIRECT_FIRST", not launch.DIRECT_FIRST))
-    add("flash_decode_triton (plan kept), tails not bound", kept, (decode_plan, "BIND_TAILS", False))
+    add("flash_decode_triton (plan kept), " + ("tails not bound" if decode_plan.BIND_TAILS else "tails bound"), kept,
+        (decode_plan, "BIND_TAILS", not decode_plan.BIND_TAILS))  # (the other way than the library's)
     # the default rows again, after the others (rows from before the rounds were taken in turns compare with these)
     add("flash_decode_triton (plan kept), again", kept)
     add("attnlab.flash_decode (plan kept), again", lambda: attnlab.flash_decode(q, k, v, cache_seqlens=lens))

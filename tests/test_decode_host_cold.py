@@ -554,7 +554,8 @@ def test_host_rows_are_timed_in_turns_each_knob_set_only_for_its_own_row(monkeyp
     assert by_name["flash_decode_triton (plan kept), Triton's launcher"] == (*defaults[:2], False, False, *defaults[4:])
     other_order = "PyTorch's launcher first" if defaults[4] else "Triton's C launcher alone first"
     assert by_name[f"flash_decode_triton (plan kept), {other_order}"] == (*defaults[:4], not defaults[4], defaults[5])
-    assert by_name["flash_decode_triton (plan kept), tails not bound"] == (*defaults[:5], False)
+    bind = "tails not bound" if defaults[5] else "tails bound"
+    assert by_name[f"flash_decode_triton (plan kept), {bind}"] == (*defaults[:5], not defaults[5])
     knob_rows = [c for c in names if c.startswith("flash_decode_triton (plan kept), ") and not c.endswith("again")]
     assert len(knob_rows) == 5 and all(by_name[c] == defaults for c in names if c not in knob_rows)
     assert knobs() == defaults

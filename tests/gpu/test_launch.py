@@ -234,8 +234,9 @@ def test_static_launches_give_the_bits_of_tritons(B, H, Hkv, L, D):
     """A kept decode plan launches its split kernel through PyTorch's launcher (where this torch has it) and its
     calls give, bit for bit, what the same calls give with every launch through Triton's (``STATIC_LAUNCH``
     off), eager and in a CUDA graph; the dependent launches, which PyTorch's launcher cannot make, go through
-    Triton's C launcher without its Python wrapper under triton 3.6 (``direct_launch``), and give the bits of Triton's
-    whole path (``DIRECT_LAUNCH`` off too)."""
+    Triton's C launcher without its Python wrapper under triton 3.6 (``direct_launch``), and the launches with a plan's
+    scalar arguments bound once (``BIND_TAILS``, from a tail's second kept launch) give the bits of Triton's whole path
+    too (``DIRECT_LAUNCH`` and ``BIND_TAILS`` off)."""
     import torch
 
     from attnlab.gpu import decode, decode_plan, launch
@@ -249,7 +250,7 @@ def test_static_launches_give_the_bits_of_tritons(B, H, Hkv, L, D):
 
     def calls():
         decode.clear_plans()
-        outs = [decode.flash_decode_triton(q, k, v, cache_seqlens=lens) for _ in range(4)]
+        outs = [decode.flash_decode_triton(q, k, v, cache_seqlens=lens) for _ in range(6)]  # (bound from the 2nd kept)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             captured = decode.flash_decode_triton(q, k, v, cache_seqlens=lens)
@@ -258,9 +259,9 @@ def test_static_launches_give_the_bits_of_tritons(B, H, Hkv, L, D):
         plans = list(decode_plan._PLANS.values())
         return [(o.clone(), s.clone()) for o, s in [*outs, captured]], plans
 
-    saved = launch.STATIC_LAUNCH, launch.DIRECT_LAUNCH
+    saved = launch.STATIC_LAUNCH, launch.DIRECT_LAUNCH, decode_plan.BIND_TAILS
     try:
-        launch.STATIC_LAUNCH = launch.DIRECT_LAUNCH = True
+        launch.STATIC_LAUNCH = launch.DIRECT_LAUNCH = decode_plan.BIND_TAILS = True
         fast, plans = calls()
         launchers = [lc for p in plans for name in ("split", "fused_split", "eager_split", "merge_launch", "pdl_launch")
                      if (lc := getattr(p, name, None)) is not None and lc.compiled is not None]
@@ -273,12 +274,13 @@ def test_static_launches_give_the_bits_of_tritons(B, H, Hkv, L, D):
         if triton.__version__.startswith("3.6.") and torch.cuda.get_device_capability()[0] >= 9:
             assert all(lc.direct is not None for lc in pdl)  # Triton's C launcher without its wrapper
             assert pdl or L < 20000  # (the large call's eager split kernel is a dependent launch)
-        launch.STATIC_LAUNCH = launch.DIRECT_LAUNCH = False
+        assert any(m[3] is not None for p in plans for m in p.bound_memo.values())  # bound launches made
+        launch.STATIC_LAUNCH = launch.DIRECT_LAUNCH = decode_plan.BIND_TAILS = False
         slow, plans = calls()
         assert all(getattr(p, name, None) is None or (getattr(p, name).static, getattr(p, name).direct) == (None, None)
                    for p in plans for name in ("split", "fused_split", "eager_split", "merge_launch", "pdl_launch"))
     finally:
-        launch.STATIC_LAUNCH, launch.DIRECT_LAUNCH = saved
+        launch.STATIC_LAUNCH, launch.DIRECT_LAUNCH, decode_plan.BIND_TAILS = saved
         decode.clear_plans()
     for (o1, s1), (o2, s2) in zip(fast, slow):
         assert torch.equal(o1, o2) and torch.equal(s1, s2)
@@ -566,11 +568,14 @@ def test_bound_launches_pass_what_the_whole_argument_list_passes(monkeypatch):
     assert Launcher(_kernel, (1, 1, 1), num_warps=1).bound([1]) is None  # no fast path: the caller launches itself
 
 
-def test_a_plan_binds_a_tail_from_its_second_launch_and_again_when_the_path_changes():
-    """``DecodePlan._bound``: nothing the first time a (Launcher, tail) pair is launched (a growing cache makes a new
-    plan every step), ``Launcher.bound`` the second time, kept while the Launcher's fast path stays, made again when
-    it changes, never again once a bound launch was refused."""
+def test_a_plan_binds_a_tail_from_its_second_launch_and_again_when_the_path_changes(monkeypatch):
+    """``DecodePlan._bound`` (with ``BIND_TAILS`` on): nothing the first time a (Launcher, tail) pair is launched (a
+    growing cache makes a new plan every step), ``Launcher.bound`` the second time, kept while the Launcher's fast
+    path stays, made again when it changes, never again once a bound launch was refused; with ``BIND_TAILS`` off,
+    never."""
     from attnlab.gpu import decode_plan
+
+    monkeypatch.setattr(decode_plan, "BIND_TAILS", True)
 
     class _Split:
         static = direct = None
@@ -594,3 +599,5 @@ def test_a_plan_binds_a_tail_from_its_second_launch_and_again_when_the_path_chan
     assert plan._bound(split, other) is None and plan._bound(split, other) == ("go", 3)
     plan.bound_memo[id(tail)] = (split, tail, decode_plan._REFUSED, None)
     assert plan._bound(split, tail) is None and split.binds == 3
+    monkeypatch.setattr(decode_plan, "BIND_TAILS", False)
+    assert plan._bound(split, other) is None

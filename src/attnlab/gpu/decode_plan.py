@@ -28,6 +28,7 @@ takes the same call's plan from the stream that warmed it up (``DecodePlan.restr
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import replace
 
 import torch
@@ -701,8 +702,9 @@ _MAX_PLANS = 256
 _SEEN, _REFUSED = object(), object()  # ``DecodePlan._bound``'s marks: a tail met once; a bound launch refused
 
 # Whether a kept plan launches its split kernel with the scalar arguments' part of the launcher's arguments made once
-# (``Launcher.bound``) rather than every call from the whole list (benchmarks/NOTES-decode.md v38).
-BIND_TAILS = True
+# (``Launcher.bound``) rather than every call from the whole list (benchmarks/NOTES-decode.md v38). Off until a GPU
+# run has held its bits to the whole list's and timed it; ATTNLAB_BIND_TAILS=1 in the environment turns it on.
+BIND_TAILS = os.environ.get("ATTNLAB_BIND_TAILS", "0") != "0"
 
 
 def _scalars_keyable(num_splits, causal, window, softcap, scale) -> bool:
