@@ -118,12 +118,17 @@ def v37_text() -> str:
             f"{pytest_summary(DATA / 'decode-breakdown-run13' / 'tests-direct-first.log')}.")
 
 
-def run53_text() -> str:
+def decode_card(run: int) -> tuple[list[dict], dict, float, float]:
+    """A decode-host run's scorecard (with prefill run 42's table), its bars by name, the kept call's host µs and the
+    empty launch's."""
     bars = card.scorecard({"prefill-h100-run42.json": _run("prefill-h100-run42.json")["rows"]},
-                          _run("decode-host-h100-run53.json"))
-    bar = {b["bar"]: b for b in bars}
-    kept = min(card.kept_host_us(host_rows(53)))
-    empty = _run("decode-host-h100-run53.json")["floors"][card.EMPTY_LAUNCH]
+                          _run(f"decode-host-h100-run{run}.json"))
+    return (bars, {b["bar"]: b for b in bars}, min(card.kept_host_us(host_rows(run))),
+            _run(f"decode-host-h100-run{run}.json")["floors"][card.EMPTY_LAUNCH])
+
+
+def run53_text() -> str:
+    bars, bar, kept, empty = decode_card(53)
     loops = [r["loop_host_us"] for r in _run("decode-host-h100-run53.json")["speed"]
              if r["provider"] == "attnlab" and (r["B"], r["L"]) == (1, 32768)]
     decode = [b for b in bars if b["bar"].startswith("decode")]
@@ -211,11 +216,7 @@ def test_the_prediction_for_run54_quotes_runs_48_and_49():
 
 
 def run54_text() -> str:
-    bars = card.scorecard({"prefill-h100-run42.json": _run("prefill-h100-run42.json")["rows"]},
-                          _run("decode-host-h100-run54.json"))
-    bar = {b["bar"]: b for b in bars}
-    kept = min(card.kept_host_us(host_rows(54)))
-    empty = _run("decode-host-h100-run54.json")["floors"][card.EMPTY_LAUNCH]
+    bars, bar, kept, empty = decode_card(54)
     missed = [b["bar"] for b in bars if b["bar"].startswith("decode") and not b["met"]]
     assert missed == ["decode: a kept call's host time"]
     over = loops_over_kept(54)
