@@ -636,7 +636,7 @@ class DecodePlan:
                     block_table.data_ptr() if self.paged else self.spare_ptr,
                     o_part, lse_part, out_ptr, lse_ptr, counters_ptr,
                     slopes.data_ptr() if self.has_slopes else self.spare_ptr]
-            go = self._bound(split, tail)
+            go = self._bound(split, tail) if BIND_TAILS else None
             if go is None:
                 split.launch(head + tail, stream)
             else:
