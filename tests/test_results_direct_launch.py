@@ -220,7 +220,7 @@ def run54_text() -> str:
     missed = [b["bar"] for b in bars if b["bar"].startswith("decode") and not b["met"]]
     assert missed == ["decode: a kept call's host time"]
     over = loops_over_kept(54)
-    return (f"Decode-host run 54, on a fourth machine (an empty launch {empty:.1f} µs): every decode bar met but the "
+    return (f"Decode-host run 54, on another machine (an empty launch {empty:.1f} µs): every decode bar met but the "
             f"host's, a kept call taking {kept:.1f} µs ({kept / empty:.2f}× the empty launch); eager within 10 % of "
             f"graphs at 32K {bar['decode: eager within 10 % of CUDA graphs, D = 128']['measured'].split()[0]} at "
             f"D = 128 and {bar['decode: eager within 10 % of CUDA graphs, D = 64']['measured'].split()[0]} at D = 64; "
