@@ -290,11 +290,6 @@ def host_rows(calls: int, rounds: int = 5) -> list[dict]:
     add("flash_decode_triton (plan kept), merge kernel every call", kept, (decode_plan, "EAGER_FUSED_BELOW_US", 0.0))
     add("flash_decode_triton (plan kept), Triton's launcher", kept,
         ((launch, "STATIC_LAUNCH", False), (launch, "DIRECT_LAUNCH", False)))
-    # the plain launches through Triton's C launcher alone before PyTorch's, or after it (the other order than the
-    # library's, ``launch.DIRECT_FIRST``)
-    add("flash_decode_triton (plan kept), " + ("PyTorch's launcher first" if launch.DIRECT_FIRST
-                                               else "Triton's C launcher alone first"),
-        kept, (launch, "DIRECT_FIRST", not launch.DIRECT_FIRST))
     add("flash_decode_triton (plan kept), " + ("tails not bound" if decode_plan.BIND_TAILS else "tails bound"), kept,
         (decode_plan, "BIND_TAILS", not decode_plan.BIND_TAILS))  # (the other way than the library's)
     # the default rows again, after the others (rows from before the rounds were taken in turns compare with these)
@@ -338,7 +333,7 @@ def breakdown(calls: int, rounds: int = 7, shape=TINY) -> dict:
     PyTorch's launcher where it takes the kernel): at a shape whose GPU time exceeds the host's, the two say whether
     a launch costs the host more while the GPU is busy, or as a dependent launch."""
     from attnlab.gpu import decode, decode_plan
-    from attnlab.gpu.launch import current_stream, direct_launch, hooks_set, static_launch, tensor_key
+    from attnlab.gpu.launch import current_stream, direct_launch, hooks_set, tensor_key
 
     q, k, v, lens = inputs(shape)
     decode.clear_plans()
@@ -374,11 +369,9 @@ def breakdown(calls: int, rounds: int = 7, shape=TINY) -> dict:
     if split.static is not None or split.direct is not None:  # the same launch through Triton's launcher
         steps["the split kernel's launch, Triton's launcher"] = lambda: c.run(
             *split.grid, stream, c.function, c.packed_metadata, None, None, None, *head, *tail)
-    direct, static = direct_launch(c, split.grid), static_launch(c, split.grid)
-    if direct is not None and split.direct is None:  # the other order than the library's (``launch.DIRECT_FIRST``)
+    direct = direct_launch(c, split.grid)
+    if direct is not None and split.direct is None:  # the plain launch through the C launcher alone (NOTES v37)
         steps["the split kernel's launch, Triton's C launcher alone"] = lambda: direct(head + tail, stream)
-    if static is not None and split.static is None:
-        steps["the split kernel's launch, PyTorch's launcher"] = lambda: static(head + tail, stream)
     if plan.merge == 1 and not plan.fused:
         steps["the merge kernel's launch"] = lambda: plan.merge_launch.launch([*head[5:9], *plan.merge_tail], stream)
     eager = getattr(plan, "eager_split", None)

@@ -265,10 +265,7 @@ def test_static_launches_give_the_bits_of_tritons(B, H, Hkv, L, D):
         fast, plans = calls()
         launchers = [lc for p in plans for name in ("split", "fused_split", "eager_split", "merge_launch", "pdl_launch")
                      if (lc := getattr(p, name, None)) is not None and lc.compiled is not None]
-        if launch.DIRECT_FIRST and any(lc.direct is not None for lc in launchers):  # the C launcher alone first
-            assert all(lc.static is None for lc in launchers)
-        else:
-            assert any(lc.static is not None for lc in launchers)
+        assert any(lc.static is not None for lc in launchers)
         pdl = [lc for lc in launchers if lc.options.get("launch_pdl")]
         assert all(lc.static is None for lc in pdl)
         if triton.__version__.startswith("3.6.") and torch.cuda.get_device_capability()[0] >= 9:
@@ -504,36 +501,25 @@ def test_the_installed_tritons_launcher_form():
 
 
 def test_the_fast_paths_order(monkeypatch):
-    """A Launcher takes PyTorch's launcher where it can, else Triton's C launcher alone; with ``direct_first`` (or
-    ``DIRECT_FIRST`` where the Launcher leaves it at None, as the decode plans do) the C launcher alone first; the
-    prefill's ``launch_kept`` Launchers keep PyTorch's first; ``allow_static=False`` takes neither."""
+    """A Launcher takes PyTorch's launcher where it can, else Triton's C launcher alone (``direct_launch``);
+    ``allow_static=False`` takes neither."""
     from attnlab.gpu import launch
     from attnlab.gpu.launch import Launcher
 
     def static(args, stream):
         raise AssertionError
 
-    monkeypatch.setattr(launch, "static_launch", lambda compiled, grid: static)
-
-    def paths(direct_first=None, allow_static=True, can_static=True):
-        if not can_static:
-            monkeypatch.setattr(launch, "static_launch", lambda compiled, grid: None)
-        launcher = Launcher(_kernel, (1, 1, 1), num_warps=1, allow_static=allow_static, direct_first=direct_first)
+    def paths(allow_static=True, can_static=True):
+        monkeypatch.setattr(launch, "static_launch", lambda compiled, grid: static if can_static else None)
+        launcher = Launcher(_kernel, (1, 1, 1), num_warps=1, allow_static=allow_static)
         launcher.compiled = _Compiled36()
         if allow_static:
             launcher._fast_paths()
         return launcher.static is static, launcher.direct is not None
 
-    monkeypatch.setattr(launch, "DIRECT_FIRST", False)
-    assert paths() == (True, False) and paths(direct_first=True) == (False, True)
-    monkeypatch.setattr(launch, "DIRECT_FIRST", True)
-    assert paths() == (False, True) and paths(direct_first=False) == (True, False)
+    assert paths() == (True, False)
+    assert paths(can_static=False) == (False, True)
     assert paths(allow_static=False) == (False, False)
-    assert paths(direct_first=False, can_static=False) == (False, True)
-    import inspect
-
-    assert "direct_first=False" in inspect.getsource(launch.launch_kept)  # the prefill's launches
-
 
 def test_bound_launches_pass_what_the_whole_argument_list_passes(monkeypatch):
     """``Launcher.bound(tail)``: the launcher gets, for ``head``, what ``launch(head + tail)`` would give it — PyTorch's

@@ -286,11 +286,6 @@ def static_launch(compiled, grid: tuple[int, int, int], tail=None):
 # Triton's whole path for them.
 DIRECT_LAUNCH = os.environ.get("ATTNLAB_DIRECT_LAUNCH", "1") != "0"
 
-# Whether a Launcher made with ``direct_first`` left at None (the decode plans') takes ``direct_launch`` before
-# PyTorch's launcher for the launches both can make (benchmarks/NOTES-decode.md v37). ``launch_kept`` (the prefill's
-# launches) keeps PyTorch's first. ATTNLAB_DIRECT_FIRST=1 or 0 in the environment sets it.
-DIRECT_FIRST = os.environ.get("ATTNLAB_DIRECT_FIRST", "0") != "0"
-
 # the parameters of triton 3.6's ``CudaLauncher.__call__``, the wrapper ``direct_launch`` skips
 _DIRECT_FORM = ["self", "gridX", "gridY", "gridZ", "stream", "function", "args"]
 _FORMS: dict = {}  # the launcher's type -> whether its wrapper has that form
@@ -347,13 +342,12 @@ class Launcher:
     through Triton's: its C launcher alone where ``direct_launch`` takes the kernel (``direct``), else its whole
     path."""
 
-    __slots__ = ("kernel", "grid", "options", "compiled", "static", "direct", "allow_static", "direct_first")
+    __slots__ = ("kernel", "grid", "options", "compiled", "static", "direct", "allow_static")
 
     def __init__(self, kernel, grid: tuple[int, int, int], *, num_warps: int, num_stages: int | None = None,
-                 launch_pdl: bool = False, allow_static: bool = True, direct_first: bool | None = None):
+                 launch_pdl: bool = False, allow_static: bool = True):
         self.kernel = kernel
         self.allow_static = allow_static  # whether ``launch`` may go through PyTorch's launcher (or ``direct_launch``)
-        self.direct_first = direct_first  # ``direct_launch`` before PyTorch's launcher (None: ``DIRECT_FIRST``)
         self.grid = grid
         self.options = {"num_warps": num_warps}
         if num_stages is not None:  # (None: the compiler's default)
@@ -392,14 +386,11 @@ class Launcher:
         return None
 
     def _fast_paths(self) -> None:
-        """``static`` (PyTorch's launcher) and ``direct`` (Triton's C launcher alone) for the kept compiled kernel: the
-        one ``launch`` takes first set, the other None — PyTorch's where it can launch the kernel, unless ``direct_first``
-        (or ``DIRECT_FIRST``) and ``direct_launch`` takes it."""
-        first = DIRECT_FIRST if self.direct_first is None else self.direct_first
-        self.direct = direct_launch(self.compiled, self.grid) if first else None
-        self.static = None if self.direct is not None else static_launch(self.compiled, self.grid)
-        if self.static is None and self.direct is None and not first:
-            self.direct = direct_launch(self.compiled, self.grid)
+        """``static`` (PyTorch's launcher) where it can launch the kept compiled kernel, else ``direct`` (Triton's C
+        launcher alone) where ``direct_launch`` takes it; the other None. (The C launcher alone first for every launch
+        saved 0.1 µs a call: benchmarks/NOTES-decode.md v37.)"""
+        self.static = static_launch(self.compiled, self.grid)
+        self.direct = None if self.static is not None else direct_launch(self.compiled, self.grid)
 
     def __call__(self, args: list, stream: int | None = None) -> None:
         """Launch ``args`` (tensors as tensors) — with the compiled kernel of an earlier Launcher of this
@@ -525,8 +516,7 @@ def launch_kept(kernel, grid: tuple, kwargs: dict, *, num_warps: int, num_stages
         missing = [n for (n, _), a in zip(params, args) if a is inspect.Parameter.empty]
         raise TypeError(f"launch_kept: no value for {missing}")
     grid = tuple(grid) + (1,) * (3 - len(grid))
-    launcher = Launcher(kernel, grid, num_warps=num_warps, num_stages=num_stages, allow_static=STATIC_KEPT,
-                        direct_first=False)
+    launcher = Launcher(kernel, grid, num_warps=num_warps, num_stages=num_stages, allow_static=STATIC_KEPT)
     launcher.options.update(options)
     launcher(args)
     if _RECORDING:
