@@ -290,8 +290,6 @@ def host_rows(calls: int, rounds: int = 5) -> list[dict]:
     add("flash_decode_triton (plan kept), merge kernel every call", kept, (decode_plan, "EAGER_FUSED_BELOW_US", 0.0))
     add("flash_decode_triton (plan kept), Triton's launcher", kept,
         ((launch, "STATIC_LAUNCH", False), (launch, "DIRECT_LAUNCH", False)))
-    add("flash_decode_triton (plan kept), " + ("tails not bound" if decode_plan.BIND_TAILS else "tails bound"), kept,
-        (decode_plan, "BIND_TAILS", not decode_plan.BIND_TAILS))  # (the other way than the library's)
     # the default rows again, after the others (rows from before the rounds were taken in turns compare with these)
     add("flash_decode_triton (plan kept), again", kept)
     add("attnlab.flash_decode (plan kept), again", lambda: attnlab.flash_decode(q, k, v, cache_seqlens=lens))
@@ -362,9 +360,6 @@ def breakdown(calls: int, rounds: int = 7, shape=TINY) -> dict:
         "the head's data_ptr() calls": lambda: [q.data_ptr(), k.data_ptr(), v.data_ptr(), lens.data_ptr()],
         "the split kernel's launch": lambda: split.launch(head + tail, stream),
     }
-    bound = split.bound(tail)
-    if bound is not None:  # the launch a kept plan makes from its second call with a tail: the tail's arguments bound
-        steps["the split kernel's launch, its tail bound"] = lambda: bound(head, stream)
     c = split.compiled
     if split.static is not None or split.direct is not None:  # the same launch through Triton's launcher
         steps["the split kernel's launch, Triton's launcher"] = lambda: c.run(

@@ -529,7 +529,7 @@ def test_host_rows_are_timed_in_turns_each_knob_set_only_for_its_own_row(monkeyp
     cleared = []
     monkeypatch.setattr(decode, "clear_plans", lambda: cleared.append(1))
     knobs = lambda: (decode_plan.SLAB_BYTES, decode_plan.EAGER_FUSED_BELOW_US, launch.STATIC_LAUNCH,  # noqa: E731
-                     launch.DIRECT_LAUNCH, decode_plan.BIND_TAILS)
+                     launch.DIRECT_LAUNCH)
     defaults = knobs()
     seen = []
 
@@ -551,15 +551,13 @@ def test_host_rows_are_timed_in_turns_each_knob_set_only_for_its_own_row(monkeyp
     by_name = dict(zip(names, (s[1] for s in seen[:n])))
     assert by_name["flash_decode_triton (plan kept), outputs by torch.empty"] == (0, *defaults[1:])
     assert by_name["flash_decode_triton (plan kept), merge kernel every call"] == (defaults[0], 0.0, *defaults[2:])
-    assert by_name["flash_decode_triton (plan kept), Triton's launcher"] == (*defaults[:2], False, False, defaults[4])
-    bind = "tails not bound" if defaults[4] else "tails bound"
-    assert by_name[f"flash_decode_triton (plan kept), {bind}"] == (*defaults[:4], not defaults[4])
+    assert by_name["flash_decode_triton (plan kept), Triton's launcher"] == (*defaults[:2], False, False)
     knob_rows = [c for c in names if c.startswith("flash_decode_triton (plan kept), ") and not c.endswith("again")]
-    assert len(knob_rows) == 4 and all(by_name[c] == defaults for c in names if c not in knob_rows)
+    assert len(knob_rows) == 3 and all(by_name[c] == defaults for c in names if c not in knob_rows)
     assert knobs() == defaults
     # what each row's loop called
     assert [s[0] for s in seen[:n]] == ["public", "public", "internal", "key", "planned", "internal", "internal",
-                                        "internal", "internal", "internal", "public", "public", "CUDNN_ATTENTION",
+                                        "internal", "internal", "public", "public", "CUDNN_ATTENTION",
                                         "EFFICIENT_ATTENTION"]
     # each knob row clears the plans before and after its loop; the re-planning row clears them every call
-    assert len(cleared) == 3 * (4 * 2 + 1)
+    assert len(cleared) == 3 * (3 * 2 + 1)

@@ -234,9 +234,8 @@ def test_static_launches_give_the_bits_of_tritons(B, H, Hkv, L, D):
     """A kept decode plan launches its split kernel through PyTorch's launcher (where this torch has it) and its
     calls give, bit for bit, what the same calls give with every launch through Triton's (``STATIC_LAUNCH``
     off), eager and in a CUDA graph; the dependent launches, which PyTorch's launcher cannot make, go through
-    Triton's C launcher without its Python wrapper under triton 3.6 (``direct_launch``), and the launches with a plan's
-    scalar arguments bound once (``BIND_TAILS``, from a tail's second kept launch) give the bits of Triton's whole path
-    too (``DIRECT_LAUNCH`` and ``BIND_TAILS`` off)."""
+    Triton's C launcher without its Python wrapper under triton 3.6 (``direct_launch``), and give the bits of Triton's
+    whole path (``DIRECT_LAUNCH`` off too)."""
     import torch
 
     from attnlab.gpu import decode, decode_plan, launch
@@ -250,7 +249,7 @@ def test_static_launches_give_the_bits_of_tritons(B, H, Hkv, L, D):
 
     def calls():
         decode.clear_plans()
-        outs = [decode.flash_decode_triton(q, k, v, cache_seqlens=lens) for _ in range(6)]  # (bound from the 2nd kept)
+        outs = [decode.flash_decode_triton(q, k, v, cache_seqlens=lens) for _ in range(4)]
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             captured = decode.flash_decode_triton(q, k, v, cache_seqlens=lens)
@@ -259,9 +258,9 @@ def test_static_launches_give_the_bits_of_tritons(B, H, Hkv, L, D):
         plans = list(decode_plan._PLANS.values())
         return [(o.clone(), s.clone()) for o, s in [*outs, captured]], plans
 
-    saved = launch.STATIC_LAUNCH, launch.DIRECT_LAUNCH, decode_plan.BIND_TAILS
+    saved = launch.STATIC_LAUNCH, launch.DIRECT_LAUNCH
     try:
-        launch.STATIC_LAUNCH = launch.DIRECT_LAUNCH = decode_plan.BIND_TAILS = True
+        launch.STATIC_LAUNCH = launch.DIRECT_LAUNCH = True
         fast, plans = calls()
         launchers = [lc for p in plans for name in ("split", "fused_split", "eager_split", "merge_launch", "pdl_launch")
                      if (lc := getattr(p, name, None)) is not None and lc.compiled is not None]
@@ -271,13 +270,12 @@ def test_static_launches_give_the_bits_of_tritons(B, H, Hkv, L, D):
         if triton.__version__.startswith("3.6.") and torch.cuda.get_device_capability()[0] >= 9:
             assert all(lc.direct is not None for lc in pdl)  # Triton's C launcher without its wrapper
             assert pdl or L < 20000  # (the large call's eager split kernel is a dependent launch)
-        assert any(m[3] is not None for p in plans for m in p.bound_memo.values())  # bound launches made
-        launch.STATIC_LAUNCH = launch.DIRECT_LAUNCH = decode_plan.BIND_TAILS = False
+        launch.STATIC_LAUNCH = launch.DIRECT_LAUNCH = False
         slow, plans = calls()
         assert all(getattr(p, name, None) is None or (getattr(p, name).static, getattr(p, name).direct) == (None, None)
                    for p in plans for name in ("split", "fused_split", "eager_split", "merge_launch", "pdl_launch"))
     finally:
-        launch.STATIC_LAUNCH, launch.DIRECT_LAUNCH, decode_plan.BIND_TAILS = saved
+        launch.STATIC_LAUNCH, launch.DIRECT_LAUNCH = saved
         decode.clear_plans()
     for (o1, s1), (o2, s2) in zip(fast, slow):
         assert torch.equal(o1, o2) and torch.equal(s1, s2)
@@ -521,14 +519,13 @@ def test_the_fast_paths_order(monkeypatch):
     assert paths(can_static=False) == (False, True)
     assert paths(allow_static=False) == (False, False)
 
-def test_bound_launches_pass_what_the_whole_argument_list_passes(monkeypatch):
-    """``Launcher.bound(tail)``: the launcher gets, for ``head``, what ``launch(head + tail)`` would give it — PyTorch's
-    launcher the binary's parameters (constexprs left out, the scratch pointers after), Triton's C launcher every
-    argument — with the tail's part made once."""
+
+def test_static_launches_pass_the_binarys_parameters(monkeypatch):
+    """``static_launch``: PyTorch's launcher gets the binary's parameters out of the whole argument list — the
+    constexprs left out, the two scratch pointers after — with their letters, the grid, warps and shared memory."""
     from types import SimpleNamespace
 
     from attnlab.gpu import launch
-    from attnlab.gpu.launch import Launcher
 
     got = []
     monkeypatch.setattr(launch, "_static_launcher", lambda: lambda *a: got.append(a))
@@ -537,53 +534,5 @@ def test_bound_launches_pass_what_the_whole_argument_list_passes(monkeypatch):
               global_scratch_size=0, profile_scratch_size=0)
     compiled = SimpleNamespace(metadata=SimpleNamespace(**md), function="fn",
                                src=SimpleNamespace(fn=SimpleNamespace(arg_names=list(sig)), signature=sig, constants={}))
-    for head, tail in (([10, 20], [5, 16, 7, 0.5, 64]), ([10, 20, 5], [16, 7, 0.5, 64]), ([10], [20, 5, 16, 7, 0.5, 64]),
-                       ([10, 20, 5, 16, 7, 0.5, 64], [])):
-        whole = launch.static_launch(compiled, (2, 3, 1))
-        whole(head + tail, 9)
-        launch.static_launch(compiled, (2, 3, 1), tail)(head, 9)
-        assert got[-1] == got[-2] == ("fn", 2, 3, 1, 4, 0, "OOilfOO", (10, 20, 5, 7, 0.5, None, None), 9)
-    c36 = _Compiled36()
-    c36.run.launch_pdl = False
-    launcher = Launcher(_kernel, (2, 1, 1), num_warps=1)
-    launcher.compiled, launcher.direct = c36, launch.direct_launch(c36, (2, 1, 1))
-    launcher.launch([1, 7, 9, 0.5, 16, True], 5)
-    launcher.bound([9, 0.5, 16, True])([1, 7], 5)
-    assert c36.run.calls[0] == c36.run.calls[1] == (2, 1, 1, 5, "fn", False, False, None, None, "meta", None, None,
-                                                     None, 1, 7, 9, 0.5, 16, True)
-    assert Launcher(_kernel, (1, 1, 1), num_warps=1).bound([1]) is None  # no fast path: the caller launches itself
-
-
-def test_a_plan_binds_a_tail_from_its_second_launch_and_again_when_the_path_changes(monkeypatch):
-    """``DecodePlan._bound`` (with ``BIND_TAILS`` on): nothing the first time a (Launcher, tail) pair is launched (a
-    growing cache makes a new plan every step), ``Launcher.bound`` the second time, kept while the Launcher's fast
-    path stays, made again when it changes, never again once a bound launch was refused; with ``BIND_TAILS`` off,
-    never."""
-    from attnlab.gpu import decode_plan
-
-    monkeypatch.setattr(decode_plan, "BIND_TAILS", True)
-
-    class _Split:
-        static = direct = None
-
-        def __init__(self):
-            self.binds = 0
-
-        def bound(self, tail):
-            self.binds += 1
-            return ("go", self.binds)
-
-    plan = decode_plan.DecodePlan.__new__(decode_plan.DecodePlan)
-    plan.bound_memo = {}
-    split, tail = _Split(), [1, 2, 3]
-    assert plan._bound(split, tail) is None and plan._bound(split, tail) is None  # no fast path yet
-    split.static = lambda args, stream: None
-    assert plan._bound(split, tail) == ("go", 1) and plan._bound(split, tail) == ("go", 1)
-    split.static, split.direct = None, lambda args, stream: None  # (PyTorch's launcher refused: Triton's C launcher)
-    assert plan._bound(split, tail) == ("go", 2)
-    other = [1, 2, 3]
-    assert plan._bound(split, other) is None and plan._bound(split, other) == ("go", 3)
-    plan.bound_memo[id(tail)] = (split, tail, decode_plan._REFUSED, None)
-    assert plan._bound(split, tail) is None and split.binds == 3
-    monkeypatch.setattr(decode_plan, "BIND_TAILS", False)
-    assert plan._bound(split, other) is None
+    launch.static_launch(compiled, (2, 3, 1))([10, 20, 5, 16, 7, 0.5, 64], 9)
+    assert got == [("fn", 2, 3, 1, 4, 0, "OOilfOO", (10, 20, 5, 7, 0.5, None, None), 9)]

@@ -28,7 +28,6 @@ takes the same call's plan from the stream that warmed it up (``DecodePlan.restr
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import replace
 
 import torch
@@ -371,7 +370,6 @@ class DecodePlan:
         self.capacity_at = len(self.q_args) + 8 + len(self.mid_args)  # where the capacity sits in ``tail``
         self.split_memo: dict[int, int] = {}  # the split model's counts, shared with the resized plans
         self.launcher_memo: dict = {}  # (splits, the strides' and capacity's specialisation) -> Launcher, shared too
-        self.bound_memo: dict = {}  # id(tail) -> (Launcher, tail, its fast path, ``Launcher.bound``): ``_bound``
         self._size(dims.capacity, k_cache.stride(), v_cache.stride())
 
     def _kernels(self, q, k_cache, v_cache, dims, mask, softcap, slopes, *, paged: bool, forced: bool) -> tuple:
@@ -439,7 +437,6 @@ class DecodePlan:
         plan = DecodePlan.__new__(DecodePlan)
         plan.__dict__.update(self.__dict__)
         plan.scratch = None
-        plan.bound_memo = {}
         plan.counters = plan.counters_ptr = None
         return plan
 
@@ -631,20 +628,11 @@ class DecodePlan:
                 and not hooks_set():
             o_part, lse_part = self._partials(capturing)
             out_ptr, lse_ptr = out.data_ptr(), lse.data_ptr()
-            head = [q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
-                    cache_seqlens.data_ptr() if self.has_seqlens else self.spare_ptr,
-                    block_table.data_ptr() if self.paged else self.spare_ptr,
-                    o_part, lse_part, out_ptr, lse_ptr, counters_ptr,
-                    slopes.data_ptr() if self.has_slopes else self.spare_ptr]
-            go = self._bound(split, tail) if BIND_TAILS else None
-            if go is None:
-                split.launch(head + tail, stream)
-            else:
-                try:
-                    go(head, stream)
-                except TypeError:  # a launcher that parses other arguments (nothing launched): the Launcher's own way
-                    self.bound_memo[id(tail)] = (split, tail, _REFUSED, None)
-                    split.launch(head + tail, stream)
+            split.launch([q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
+                          cache_seqlens.data_ptr() if self.has_seqlens else self.spare_ptr,
+                          block_table.data_ptr() if self.paged else self.spare_ptr,
+                          o_part, lse_part, out_ptr, lse_ptr, counters_ptr,
+                          slopes.data_ptr() if self.has_slopes else self.spare_ptr, *tail], stream)
             if merge is not None:
                 merge.launch([o_part, lse_part, out_ptr, lse_ptr, *merge_tail], stream)
                 self.pair_ran = True
@@ -658,23 +646,6 @@ class DecodePlan:
             merge([o_part, lse_part, out, lse, *merge_tail], stream)
             self.pair_ran = True
         return out, lse
-
-    def _bound(self, split: Launcher, tail: list):
-        """``split.bound(tail)`` from the second kept launch of this plan with ``tail`` on (a tail met once — a growing
-        cache's plan is made again every step — is not worth the binding), made again if ``split``'s fast path
-        changes; None the first time, where ``split`` has no fast path, or after the bound launch was refused."""
-        if not BIND_TAILS:
-            return None
-        memo = self.bound_memo.get(id(tail))
-        if memo is None or memo[0] is not split or memo[1] is not tail:
-            self.bound_memo[id(tail)] = (split, tail, _SEEN, None)
-            return None
-        path = split.static or split.direct
-        if memo[2] is path or memo[2] is _REFUSED:
-            return memo[3]
-        go = None if path is None else split.bound(tail)
-        self.bound_memo[id(tail)] = (split, tail, path, go)
-        return go
 
     def _partials(self, capturing: bool, as_tensors: bool = False):
         """The partial outputs and lse of the splits (float32 (B, H, Nq, S, D) and (B, H, Nq, S)):
@@ -699,12 +670,6 @@ class DecodePlan:
 
 _PLANS: dict = {}
 _MAX_PLANS = 256
-_SEEN, _REFUSED = object(), object()  # ``DecodePlan._bound``'s marks: a tail met once; a bound launch refused
-
-# Whether a kept plan launches its split kernel with the scalar arguments' part of the launcher's arguments made once
-# (``Launcher.bound``) rather than every call from the whole list (benchmarks/NOTES-decode.md v38). Off until a GPU
-# run has held its bits to the whole list's and timed it; ATTNLAB_BIND_TAILS=1 in the environment turns it on.
-BIND_TAILS = os.environ.get("ATTNLAB_BIND_TAILS", "0") != "0"
 
 
 def _scalars_keyable(num_splits, causal, window, softcap, scale) -> bool:

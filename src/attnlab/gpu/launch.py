@@ -245,12 +245,10 @@ def static_arg_types(compiled) -> tuple[str, tuple[int, ...], int] | None:
     return "".join(letters) + "O" * scratch, tuple(keep), scratch
 
 
-def static_launch(compiled, grid: tuple[int, int, int], tail=None):
+def static_launch(compiled, grid: tuple[int, int, int]):
     """A function ``go(args, stream)`` that launches ``compiled`` on ``grid`` through PyTorch's launcher, ``args``
     all of the kernel's parameters as ``Launcher.launch`` takes them — or None (``STATIC_LAUNCH`` off, no such
-    launcher in this torch, a kernel ``static_arg_types`` refuses, no loaded binary yet). With ``tail`` (the kernel's
-    last parameters, the same every launch), ``args`` are the parameters before it, and the tail's part of the
-    launcher's arguments is made once, here."""
+    launcher in this torch, a kernel ``static_arg_types`` refuses, no loaded binary yet)."""
     fn = _static_launcher() if STATIC_LAUNCH else None
     if fn is None or getattr(compiled, "function", None) is None:
         return None
@@ -260,12 +258,7 @@ def static_launch(compiled, grid: tuple[int, int, int], tail=None):
     tys, keep, scratch = how
     function, num_warps, shared = compiled.function, compiled.metadata.num_warps, compiled.metadata.shared
     gx, gy, gz = grid
-    tail_args = (None,) * scratch
-    if tail is not None:
-        head = len(compiled.src.fn.arg_names) - len(tail)
-        tail_args = tuple(tail[i - head] for i in keep if i >= head) + tail_args
-        keep = tuple(i for i in keep if i < head)
-    tail = tail_args
+    tail = (None,) * scratch
     if len(keep) == 1:
         i = keep[0]
 
@@ -291,14 +284,13 @@ _DIRECT_FORM = ["self", "gridX", "gridY", "gridZ", "stream", "function", "args"]
 _FORMS: dict = {}  # the launcher's type -> whether its wrapper has that form
 
 
-def direct_launch(compiled, grid: tuple[int, int, int], tail=None):
+def direct_launch(compiled, grid: tuple[int, int, int]):
     """A function ``go(args, stream)`` that launches ``compiled`` on ``grid`` by calling Triton's compiled C launcher
     (``compiled.run.launch``) with what its Python wrapper would pass — the cooperative and programmatic-dependent
     flags of the build, no scratch, the packed metadata, no launch metadata or hooks — or None (``DIRECT_LAUNCH`` off,
     no loaded binary yet, a wrapper not of triton 3.6's form, a C launcher wrapped for tensor descriptors, a kernel
     that needs scratch memory). The wrapper's own work per launch (two scratch allocators asked for nothing, the
-    arguments packed twice) is a few µs of host time where the GPU's time is a few tens. With ``tail`` (the kernel's
-    last parameters, the same every launch), ``args`` are the parameters before it."""
+    arguments packed twice) is a few µs of host time where the GPU's time is a few tens."""
     if not DIRECT_LAUNCH or getattr(compiled, "function", None) is None:
         return None
     run = getattr(compiled, "run", None)
@@ -317,13 +309,6 @@ def direct_launch(compiled, grid: tuple[int, int, int], tail=None):
     function, metadata = compiled.function, compiled.packed_metadata
     coop, pdl = bool(run.launch_cooperative_grid), bool(run.launch_pdl)
     gx, gy, gz = grid
-    if tail is not None:
-        tail = tuple(tail)
-
-        def go(args, stream):
-            launch(gx, gy, gz, stream, function, coop, pdl, None, None, metadata, None, None, None, *args, *tail)
-
-        return go
 
     def go(args, stream):
         launch(gx, gy, gz, stream, function, coop, pdl, None, None, metadata, None, None, None, *args)
@@ -373,17 +358,6 @@ class Launcher:
                 self.direct = None
         c = self.compiled
         c.run(*self.grid, stream, c.function, c.packed_metadata, None, None, None, *args)
-
-    def bound(self, tail: list):
-        """``go(head, stream)``: ``launch(head + tail, stream)`` for a caller that launches many times with one
-        ``tail`` (a decode plan's scalar arguments) after its ``head`` (the pointers), the tail's arguments made once —
-        through PyTorch's launcher or Triton's C launcher alone, whichever ``launch`` takes now; None where it takes
-        neither."""
-        if self.static is not None:
-            return static_launch(self.compiled, self.grid, tail)
-        if self.direct is not None:
-            return direct_launch(self.compiled, self.grid, tail)
-        return None
 
     def _fast_paths(self) -> None:
         """``static`` (PyTorch's launcher) where it can launch the kept compiled kernel, else ``direct`` (Triton's C
