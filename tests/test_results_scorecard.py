@@ -89,17 +89,3 @@ def test_quotes_are_computed():
                   if r["B"] == 1 and r["provider"] == "attnlab-full"} for run in HOST_RUNS}
     cost = [mine[run][(64, 8, 8192, 128)] - full[run][(64, 8, 8192, 128)] for run in HOST_RUNS]
     assert f"the lengths cost {min(cost):.2f}–{max(cost):.2f} µs a call at 64/8 heads over 8,192 keys" in text
-
-
-def test_the_readme_table_is_the_standing_of_the_recorded_runs():
-    """The README's "where things stand" table is ``scorecard.py --standing``'s output on the files its command names
-    (prefill run 37, the whole table in one run; decode-host runs 31-36), and the command it quotes is the one that
-    makes it."""
-    readme = " ".join((ROOT / "README.md").read_text().split())
-    prefill, host_runs = ("prefill-h200-run37.json",), range(31, 37)
-    runs = {n: json.loads((DATA / n).read_text())["rows"] for n in prefill}
-    hosts = {f"decode-host-h200-run{run}.json": _host(run) for run in host_runs}
-    table = " ".join(card.standing_markdown(*card.standing(runs, hosts)).split())
-    assert table in readme
-    assert ("`python benchmarks/scorecard.py --standing --prefill benchmarks/data/prefill-h200-run37.json "
-            "--decode-history benchmarks/data/decode-host-h200-run3{1,2,3,4,5,6}.json`") in readme
