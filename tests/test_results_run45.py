@@ -102,6 +102,31 @@ def sweep_text() -> str:
             f"({picked['small']['splits']}).")
 
 
+KEPT_ROWS = ("attnlab.flash_decode (plan kept)", "attnlab.flash_decode, window (plan kept)",
+             "flash_decode_triton (plan kept)")
+
+
+def row_spreads(gpu: str, runs) -> dict[int, float]:
+    """The slowest of a run's three kept-call rows (the same launches, the public call with and without a window and
+    the Triton entry point) over the fastest, by run."""
+    out = {}
+    for n in runs:
+        rows = {r["call"]: r["host_us"] for r in _run(f"decode-host-{gpu}-run{n}.json")["host"]}
+        v = [rows[c] for c in KEPT_ROWS]
+        out[n] = max(v) / min(v)
+    return out
+
+
+def spread_text() -> str:
+    h200, h100 = row_spreads("h200", (*range(25, 37), 57, 58)), row_spreads("h100", range(37, 57))
+    wide = [n for n, x in h200.items() if x >= 1.3]
+    assert not [n for n, x in h100.items() if x >= 1.3]
+    return (f"The three kept-call rows of a run (the public call with and without a window, and the Triton entry "
+            f"point: one kept launch each) differ by a host's steadiness: the slowest over the fastest "
+            f"{span(list(h100.values()))}× in the H100's decode-host runs 37–56, and {span(list(h200.values()))}× in "
+            f"the H200's runs 25–36, 57 and 58, 1.3× or more in runs {', '.join(map(str, wide[:-1]))} and {wide[-1]}.")
+
+
 def test_the_runs_are_what_the_section_says():
     for d in (_run(PREFILL)["environment"], host(57), host(58), _run("decode-breakdown-h200-run16.json")):
         assert d["gpu"] == "NVIDIA H200" and (d["torch"], d["triton"]) == ("2.11.0+cu130", "3.6.0")
@@ -110,7 +135,7 @@ def test_the_runs_are_what_the_section_says():
     lines = [x for x in card.markdown(bars(58)).splitlines() if x.startswith("| decode")]
     assert len(lines) == 9 and all(x in section for x in lines)
     text = flat(section)
-    for sentence in (prefill_text(), decode_text(), sweep_text()):
+    for sentence in (prefill_text(), decode_text(), spread_text(), sweep_text()):
         assert flat(sentence) in text, sentence
 
 
@@ -118,7 +143,7 @@ def test_the_notes_hold_the_runs_against_their_predictions():
     p = flat(notes_section("NOTES-prefill.md", "## The scorecard again, asking for an H200"))
     assert flat(prefill_text()) in p
     m = flat(notes_section("NOTES-decode.md", "## The scorecard again, asking for an H200"))
-    assert flat(decode_text()) in m and flat(sweep_text()) in m
+    assert flat(decode_text()) in m and flat(sweep_text()) in m and flat(spread_text()) in m
 
 
 def test_the_readmes_h200_table():
