@@ -44,7 +44,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # (prefill.py's and decode_host.py's, also as a module)
-from decode_host import TINY  # noqa: E402
+from decode_host import EMPTY_ROW, TINY  # noqa: E402
 from prefill import kv_heads, round_ratios  # noqa: E402
 
 PEER = "sdpa-cudnn"
@@ -146,13 +146,23 @@ def kept_host_us(host: dict) -> list[float]:
     return [host[c] for c in (KEPT_CALLS if KEPT_CALLS[1] in host else OLD_KEPT_CALLS) if c in host]
 
 
+def empty_launch_us(result: dict) -> tuple[float | None, bool]:
+    """A decode-host run's empty one-argument Triton launch (µs) and whether it was timed in the same rounds as the
+    kept-call rows (``EMPTY_ROW``, runs from decode-host run 59 on) rather than among the floors before them."""
+    host = {h["call"]: h["host_us"] for h in result.get("host", [])}
+    if EMPTY_ROW in host:
+        return host[EMPTY_ROW], True
+    return result.get("floors", {}).get(EMPTY_LAUNCH), False
+
+
 def decode_bars(result: dict) -> list[dict]:
     host = {h["call"]: h["host_us"] for h in result.get("host", [])}
     bars = []
     kept = kept_host_us(host)
     if kept:
-        empty = result.get("floors", {}).get(EMPTY_LAUNCH)
-        beside = f"; empty launch {empty:.1f} µs, {min(kept) / empty:.2f}× it" if empty else ""
+        empty, same = empty_launch_us(result)
+        beside = f"; empty launch {empty:.1f} µs{' in the same rounds' if same else ''}, {min(kept) / empty:.2f}× it" \
+            if empty else ""
         bars.append(dict(bar="decode: a kept call's host time", measured=f"{min(kept):.1f} µs{beside}",
                          where="B = {}, {}/{} heads, {} keys, D = {} (GPU time far below the host's)".format(*TINY),
                          needed=f"≤ {HOST_BAR_US:.0f} µs", met=min(kept) <= HOST_BAR_US))
@@ -312,7 +322,7 @@ def standing(runs: dict[str, list[dict]], hosts: dict[str, dict]) -> tuple[str, 
             host = {h["call"]: h["host_us"] for h in r.get("host", [])}
             if mine := kept_host_us(host):
                 kept.append(min(mine))
-                if e := r.get("floors", {}).get(EMPTY_LAUNCH):
+                if e := empty_launch_us(r)[0]:
                     empty.append(min(mine) / e)
         if kept:
             lines.append(dict(what="a decode call's host time, its plan kept", against="an empty Triton launch",

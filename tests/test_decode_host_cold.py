@@ -526,6 +526,7 @@ def test_host_rows_are_timed_in_turns_each_knob_set_only_for_its_own_row(monkeyp
     monkeypatch.setattr(decode, "flash_decode_triton", lambda *a, **kw: "internal")
     monkeypatch.setattr(decode, "plan_key", lambda *a: "key")
     monkeypatch.setattr(decode, "run_planned", lambda *a: "planned")
+    monkeypatch.setattr(host, "empty_launch", lambda: (lambda: "empty"))
     cleared = []
     monkeypatch.setattr(decode, "clear_plans", lambda: cleared.append(1))
     knobs = lambda: (decode_plan.SLAB_BYTES, decode_plan.EAGER_FUSED_BELOW_US, launch.STATIC_LAUNCH,  # noqa: E731
@@ -558,6 +559,7 @@ def test_host_rows_are_timed_in_turns_each_knob_set_only_for_its_own_row(monkeyp
     # what each row's loop called
     assert [s[0] for s in seen[:n]] == ["public", "public", "internal", "key", "planned", "internal", "internal",
                                         "internal", "internal", "public", "public", "CUDNN_ATTENTION",
-                                        "EFFICIENT_ATTENTION"]
+                                        "EFFICIENT_ATTENTION", "empty"]
+    assert names[-1] == host.EMPTY_ROW  # the empty launch in the same rounds as the rows the host bar reads
     # each knob row clears the plans before and after its loop; the re-planning row clears them every call
     assert len(cleared) == 3 * (3 * 2 + 1)

@@ -323,3 +323,18 @@ def test_standing_on_the_command_line(tmp_path, capsys):
     assert card.standing_markdown("", [], "B200").startswith("| on a B200 |")
     assert card.standing_markdown("", [], None).startswith("| on the GPU |")
     assert "| prefill forward | cuDNN (SDPA's fastest backend) | 1.05× its speed (8 rows) | p run 1 |" in out
+
+
+def test_the_host_bar_reads_the_empty_launch_timed_in_the_same_rounds_where_a_run_has_it():
+    """Runs from decode-host run 59 on time an empty launch among the host rows, in the same rounds as the kept call:
+    the host bar and the standing's ratio take that one (on an unsteady host the floors timed before the rows saw
+    another host); older runs, the floors' empty launch."""
+    result = _host_result()
+    assert card.empty_launch_us(result) == (10.0, False)
+    result["host"].append(dict(call=card.EMPTY_ROW, host_us=12.5))
+    assert card.empty_launch_us(result) == (12.5, True)
+    host = _bars({}, result)["decode: a kept call's host time"]
+    assert host["measured"] == f"16.0 µs; empty launch 12.5 µs in the same rounds, {16.0 / 12.5:.2f}× it"
+    scope, lines = card.standing({}, {"run": result})
+    line = next(x for x in lines if x["what"] == "a decode call's host time, its plan kept")
+    assert line["measured"] == f"16.0 µs, {16.0 / 12.5:.2f}× its time"
