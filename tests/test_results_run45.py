@@ -176,32 +176,32 @@ def test_the_notes_round_numbers():
 SECTION59 = "### Decode-host run 59, on an H100: the empty launch timed in the same rounds as the kept call"
 
 
+def bars59() -> list[dict]:
+    return card.scorecard({"prefill-h100-run44.json": _run("prefill-h100-run44.json")["rows"]},
+                          _run("decode-host-h100-run59.json"))
+
+
 def run59_text() -> str:
     r = _run("decode-host-h100-run59.json")
-    rows = {h["call"]: h["host_us"] for h in r["host"]}
     empty, same = card.empty_launch_us(r)
-    assert same
-    kept59 = min(card.kept_host_us(rows))
-    bars59 = card.scorecard({"prefill-h100-run44.json": _run("prefill-h100-run44.json")["rows"]}, r)
-    assert all(b["met"] for b in bars59 if b["bar"].startswith("decode"))
+    assert same and all(b["met"] for b in bars59() if b["bar"].startswith("decode"))
+    kept59 = min(card.kept_host_us({h["call"]: h["host_us"] for h in r["host"]}))
+    first = {b["bar"]: b["measured"].split()[0] for b in bars59()}
     return (f"The empty one-argument launch took {empty:.1f} µs in the host rows' rounds and "
             f"{r['floors'][card.EMPTY_LAUNCH]:.1f} among the floors before them; the kept call {kept59:.1f} µs, "
             f"{kept59 / empty:.2f}× the empty launch of its own rounds (predicted for the H200: at most 1.45×). Every "
             f"decode bar met: eager within 10 % of graphs at 32K "
-            f"{next(b['measured'] for b in bars59 if b['bar'] == 'decode: eager within 10 % of CUDA graphs, D = 128').split()[0]}"
-            f" at D = 128 and "
-            f"{next(b['measured'] for b in bars59 if b['bar'] == 'decode: eager within 10 % of CUDA graphs, D = 64').split()[0]}"
-            f" at D = 64, batch 1 the lowest "
-            f"{next(b['measured'] for b in bars59 if b['bar'] == 'decode: batch 1 at or above cuDNN under CUDA graphs').split()[0]}"
-            f". The runs the prediction was for, on an H200 (now decode-host runs 60 and 61 and decode-breakdown run 17), wait for one.")
+            f"{first['decode: eager within 10 % of CUDA graphs, D = 128']} at D = 128 and "
+            f"{first['decode: eager within 10 % of CUDA graphs, D = 64']} at D = 64, batch 1 the lowest "
+            f"{first['decode: batch 1 at or above cuDNN under CUDA graphs']}. The runs the prediction was for, on an "
+            f"H200 (now decode-host runs 60 and 61 and decode-breakdown run 17), wait for one.")
 
 
 def test_run59():
     r = _run("decode-host-h100-run59.json")
     assert r["gpu"] == "NVIDIA H100 80GB HBM3" and (r["torch"], r["triton"]) == ("2.11.0+cu130", "3.6.0")
     section = results_section(SECTION59)
-    bars59 = card.scorecard({"prefill-h100-run44.json": _run("prefill-h100-run44.json")["rows"]}, r)
-    lines = [x for x in card.markdown(bars59).splitlines() if x.startswith("| decode")]
+    lines = [x for x in card.markdown(bars59()).splitlines() if x.startswith("| decode")]
     assert len(lines) == 9 and all(x in section for x in lines)
     assert flat(run59_text()) in flat(section)
     assert flat(run59_text()) in flat(notes_section("NOTES-decode.md", "## The H200's host again"))
