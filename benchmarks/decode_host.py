@@ -11,8 +11,9 @@ of eager decoding. Three parts (a fourth with ``--eager-ab``), each printed as a
    measures the host: the GPU never holds the launch queue back): ``attnlab.flash_decode`` with a
    kept plan (the default: every call after the first), the same call made to check and plan again
    each time (``clear_plans`` before it: the path every call took before plans were kept),
-   ``flash_decode_triton``, knob rows (one setting changed), and SDPA's backends. Mean over ``--calls``
-   calls, best of 5 rounds, the rows taken in turns within each round (the host's speed drifts).
+   ``flash_decode_triton``, knob rows (one setting changed), SDPA's backends, and the floors' empty launch again
+   (the host bar's yardstick, timed beside the kept call). Mean over ``--calls`` calls, best of 5 rounds, the rows
+   taken in turns within each round (the host's speed drifts).
 3. **Eager vs CUDA graph** on the decode shapes of the benchmarks (batch 1, GQA): per-call time of
    a loop of eager calls (one sync at the end) against the per-call time of the same calls captured
    in one CUDA graph, for attnlab and SDPA cuDNN; and TB/s over the K/V bytes read. ``attnlab`` passes
