@@ -13,7 +13,9 @@ of eager decoding. Three parts (a fourth with ``--eager-ab``), each printed as a
    each time (``clear_plans`` before it: the path every call took before plans were kept),
    ``flash_decode_triton``, knob rows (one setting changed), SDPA's backends, and the floors' empty launch again
    (the host bar's yardstick, timed beside the kept call). Mean over ``--calls`` calls, best of 5 rounds, the rows
-   taken in turns within each round (the host's speed drifts).
+   taken in turns within each round (the host's speed drifts); every round's time is kept, and the table shows each
+   row's slowest round over its best. The premise is measured too: the kept call's GPU time at that shape, its
+   calls in one CUDA graph (``tiny_gpu_us``).
 3. **Eager vs CUDA graph** on the decode shapes of the benchmarks (batch 1, GQA): per-call time of
    a loop of eager calls (one sync at the end) against the per-call time of the same calls captured
    in one CUDA graph, for attnlab and SDPA cuDNN; and TB/s over the K/V bytes read. ``attnlab`` passes
@@ -193,6 +195,10 @@ def sdpa_call(q, k, v, backend: str):
     return fn
 
 
+KEPT_ROW = "attnlab.flash_decode (plan kept)"
+GPU_SHARE = 0.5  # a kept call's GPU time above this share of its host time: the host rows may read the GPU
+
+
 EMPTY_ROW = "an empty Triton launch (one argument), in the same rounds"
 
 
@@ -289,7 +295,7 @@ def host_rows(calls: int, rounds: int = 5) -> list[dict]:
             kept()
         return out
 
-    add("attnlab.flash_decode (plan kept)", lambda: attnlab.flash_decode(q, k, v, cache_seqlens=lens))
+    add(KEPT_ROW, lambda: attnlab.flash_decode(q, k, v, cache_seqlens=lens))
     add("attnlab.flash_decode, window (plan kept)",
         lambda: attnlab.flash_decode(q, k, v, cache_seqlens=lens, window=(128, 0)))
     add("flash_decode_triton (plan kept)", kept)
@@ -317,7 +323,7 @@ def host_rows(calls: int, rounds: int = 5) -> list[dict]:
     # the floor the host bar is read against, in the same rounds: on an unsteady host the floors timed before the rows
     # and the rows see different hosts (decode-host runs 57 and 58: 11.4 and 15.1 µs on one machine)
     add(EMPTY_ROW, empty_launch())
-    best: dict = {}
+    times: dict = {}
     for _ in range(rounds):
         for name, fn, knob in entries:
             knobs = () if knob is None else (knob,) if isinstance(knob[0], types.ModuleType) else knob
@@ -333,8 +339,19 @@ def host_rows(calls: int, rounds: int = 5) -> list[dict]:
                     setattr(module, attr, value)
                 if knobs:
                     decode.clear_plans()
-            best[name] = min(best.get(name, math.inf), us)
-    return [{"call": name, "host_us": best[name]} for name, _, _ in entries]
+            times.setdefault(name, []).append(us)
+    return [{"call": name, "host_us": min(times[name]), "rounds_us": times[name]} for name, _, _ in entries]
+
+
+def tiny_gpu_us(calls: int = 200) -> float:
+    """GPU µs per call of the host rows' kept call (``TINY``) with no host work: ``calls`` calls in one CUDA graph.
+    The host rows read the host's time only where this is well below them (a loop of calls that the GPU cannot keep
+    up with fills the launch queue, and then the host waits for the GPU)."""
+    from attnlab.gpu import decode
+
+    q, k, v, lens = inputs(TINY)
+    decode.flash_decode_triton(q, k, v, cache_seqlens=lens)
+    return graph_us(lambda: decode.flash_decode_triton(q, k, v, cache_seqlens=lens), calls=calls)
 
 
 def breakdown(calls: int, rounds: int = 7, shape=TINY) -> dict:
@@ -1274,9 +1291,20 @@ def markdown(result: dict) -> str:
              "| floor | host µs/call |", "|---|---|"]
     lines += [f"| {k} | {v:.1f} |" for k, v in result["floors"].items()]
     B, H, Hkv, L, D = TINY
-    lines += ["", f"Host time per call at B={B}, H={H}/{Hkv}, L={L}, D={D} (GPU time far below it):", "",
-              "| call | host µs/call |", "|---|---|"]
-    lines += [f"| {r['call']} | {r['host_us']:.1f} |" for r in result["host"]]
+    gpu_us = result.get("tiny_gpu_us")
+    premise = ("GPU time far below it" if gpu_us is None else
+               f"its GPU time {gpu_us:.1f} µs a call, the kept call's calls in one CUDA graph")
+    spread = any("rounds_us" in r for r in result["host"])
+    lines += ["", f"Host time per call at B={B}, H={H}/{Hkv}, L={L}, D={D} ({premise}):", "",
+              "| call | host µs/call |" + (" slowest round / best |" if spread else ""),
+              "|---|---|" + ("---|" if spread else "")]
+    lines += [f"| {r['call']} | {r['host_us']:.1f} |"
+              + (f" {max(r['rounds_us']) / r['host_us']:.2f} |" if "rounds_us" in r else " – |" if spread else "")
+              for r in result["host"]]
+    if gpu_us is not None and (kept := [r["host_us"] for r in result["host"] if r["call"] == KEPT_ROW]) \
+            and gpu_us > GPU_SHARE * kept[0]:
+        lines += ["", f"The kept call's GPU time is more than {GPU_SHARE:.0%} of its host time here: the loop may "
+                      "have waited for the GPU, and its host rows then read the GPU's pace, not the host's."]
     roof = gpu is not None
     if roof:
         lines += ["", f"Beside each call: the roofline of its shape on {preset_text(gpu)} (the K/V cache read once "
@@ -1513,7 +1541,8 @@ def main(argv=None) -> int:
     result = {"gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
               "triton": triton.__version__, "fused_merge": args.fused_merge, "gluon_split": args.gluon_split,
               "eager_fused_below_us": _eager_fused_below(), **_split_pdl(),
-              "floors": floors(args.calls), "host": host_rows(args.calls), "speed": speed_rows(args.calls)}
+              "floors": floors(args.calls), "host": host_rows(args.calls), "tiny_gpu_us": tiny_gpu_us(),
+              "speed": speed_rows(args.calls)}
     if args.sweep:
         result["sweep"] = sweep_rows()
     if args.pdl_ab:

@@ -547,8 +547,9 @@ def test_host_rows_are_timed_in_turns_each_knob_set_only_for_its_own_row(monkeyp
     assert "SDPA flash" not in names and {"SDPA cudnn", "SDPA efficient"} <= set(names)
     n = len(rows)
     assert len(seen) == 3 * n and [s[0] for s in seen[:n]] == [s[0] for s in seen[n:2 * n]]  # the same order each round
-    # each row's best is its last round's loop
+    # each row's best is its last round's loop, and every round's time is kept in the order of the rounds
     assert [r["host_us"] for r in rows] == [50.0 - (2 * n + i + 1) / 10 for i in range(n)]
+    assert [r["rounds_us"] for r in rows] == [[50.0 - (k * n + i + 1) / 10 for k in range(3)] for i in range(n)]
     by_name = dict(zip(names, (s[1] for s in seen[:n])))
     assert by_name["flash_decode_triton (plan kept), outputs by torch.empty"] == (0, *defaults[1:])
     assert by_name["flash_decode_triton (plan kept), merge kernel every call"] == (defaults[0], 0.0, *defaults[2:])
@@ -563,3 +564,38 @@ def test_host_rows_are_timed_in_turns_each_knob_set_only_for_its_own_row(monkeyp
     assert names[-1] == host.EMPTY_ROW  # the empty launch in the same rounds as the rows the host bar reads
     # each knob row clears the plans before and after its loop; the re-planning row clears them every call
     assert len(cleared) == 3 * (3 * 2 + 1)
+
+
+def test_the_host_table_shows_each_rows_spread_and_the_kept_calls_gpu_time():
+    """The host table's premise (a loop of kept calls measures the host, not the GPU) is measured: the kept call's GPU
+    time at the host rows' shape heads the table, and a note follows where it exceeds ``GPU_SHARE`` of the kept call's
+    host time; each row shows its slowest round over its best where the run kept every round."""
+    result = _result(cold=False)
+    result["host"] = [{"call": host.KEPT_ROW, "host_us": 12.0, "rounds_us": [13.0, 12.0, 18.0]},
+                      {"call": host.EMPTY_ROW, "host_us": 9.0, "rounds_us": [9.0, 9.9, 9.45]}]
+    lines = host.markdown(dict(result, tiny_gpu_us=4.25)).splitlines()
+    assert any("(its GPU time 4.2 µs a call, the kept call's calls in one CUDA graph):" in ln for ln in lines)
+    assert f"| {host.KEPT_ROW} | 12.0 | 1.50 |" in lines and f"| {host.EMPTY_ROW} | 9.0 | 1.10 |" in lines
+    assert not any("read the GPU's pace" in ln for ln in lines)
+    slow_gpu = host.markdown(dict(result, tiny_gpu_us=host.GPU_SHARE * 12.0 + 0.1))
+    assert "its host rows then read the GPU's pace, not the host's" in slow_gpu
+    # runs from before: no GPU time, no rounds
+    old = host.markdown(_result(cold=False))
+    assert "(GPU time far below it):" in old and "| x | 15.0 |" in old.splitlines() and "slowest round" not in old
+
+
+def test_tiny_gpu_us_times_the_kept_call_in_a_graph(monkeypatch):
+    """``tiny_gpu_us`` makes the kept plan once and then times the same call at ``TINY`` captured in a graph."""
+    from attnlab.gpu import decode
+
+    calls = []
+    monkeypatch.setattr(host, "inputs", lambda shape: (calls.append(shape), ("q", "k", "v", "lens"))[1])
+    monkeypatch.setattr(decode, "flash_decode_triton", lambda *a, **kw: calls.append((a, kw)))
+
+    def graph_us(fn, *, calls):
+        fn()
+        return float(calls)
+
+    monkeypatch.setattr(host, "graph_us", graph_us)
+    assert host.tiny_gpu_us(calls=37) == 37.0
+    assert calls == [host.TINY] + [(("q", "k", "v"), {"cache_seqlens": "lens"})] * 2
