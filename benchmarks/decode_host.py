@@ -15,7 +15,8 @@ of eager decoding. Three parts (a fourth with ``--eager-ab``), each printed as a
    (the host bar's yardstick, timed beside the kept call). Mean over ``--calls`` calls, best of 5 rounds, the rows
    taken in turns within each round (the host's speed drifts); every round's time is kept, and the table shows each
    row's slowest round over its best. The premise is measured too: the kept call's GPU time at that shape, its
-   calls in one CUDA graph (``tiny_gpu_us``).
+   calls in one CUDA graph (``tiny_gpu_us``). Then the kept call and the empty launch timed one call at a time,
+   alternating (``per_call_us``): median, p10, p90 and mean, beside a no-op timed the same way.
 3. **Eager vs CUDA graph** on the decode shapes of the benchmarks (batch 1, GQA): per-call time of
    a loop of eager calls (one sync at the end) against the per-call time of the same calls captured
    in one CUDA graph, for attnlab and SDPA cuDNN; and TB/s over the K/V bytes read. ``attnlab`` passes
@@ -341,6 +342,57 @@ def host_rows(calls: int, rounds: int = 5) -> list[dict]:
                     decode.clear_plans()
             times.setdefault(name, []).append(us)
     return [{"call": name, "host_us": min(times[name]), "rounds_us": times[name]} for name, _, _ in entries]
+
+
+NOOP_ROW = "a Python call that does nothing, timed the same way"
+
+
+def per_call_us(fns: dict, calls: int, *, sync=None, clock=time.perf_counter_ns, warmup: int = 20) -> dict:
+    """Each call of each function in ``fns`` (name -> callable) timed alone, the functions alternating call by call
+    (in reverse order every other turn), ``calls`` calls each after ``warmup`` untimed ones; ``sync`` (e.g.
+    ``torch.cuda.synchronize``) before and after. Name -> ``call_stats`` of its times. A loop's mean carries every
+    stall of the host into every call's share (a descheduled thread, a collection); the median of single calls
+    leaves the rare ones out, so the two side by side say whether a slow loop was a slow call or a slow host."""
+    names = list(fns)
+    for name in names:
+        for _ in range(warmup):
+            fns[name]()
+    if sync is not None:
+        sync()
+    times: dict = {name: [] for name in names}
+    for i in range(calls):
+        for name in (names if i % 2 == 0 else names[::-1]):
+            fn = fns[name]
+            t0 = clock()
+            fn()
+            times[name].append(clock() - t0)
+    if sync is not None:
+        sync()
+    return {name: call_stats([t / 1e3 for t in times[name]]) for name in names}
+
+
+def call_stats(us: list[float]) -> dict:
+    """Median, 10th and 90th percentiles (nearest rank) and mean of single calls' µs."""
+    s = sorted(us)
+    n = len(s)
+
+    def rank(p: float) -> float:
+        return s[min(n - 1, max(0, math.ceil(p * n) - 1))]
+
+    return {"median_us": statistics.median(s), "p10_us": rank(0.1), "p90_us": rank(0.9), "mean_us": sum(s) / n,
+            "calls": n}
+
+
+def per_call_rows(calls: int) -> dict:
+    """The kept call and the empty launch of the host rows, and a no-op (the timing's own cost), each call timed alone
+    and alternating (``per_call_us``) at ``TINY``."""
+    from attnlab.gpu import decode
+
+    q, k, v, lens = inputs(TINY)
+    decode.flash_decode_triton(q, k, v, cache_seqlens=lens)
+    fns = {KEPT_ROW: lambda: attnlab.flash_decode(q, k, v, cache_seqlens=lens), EMPTY_ROW: empty_launch(),
+           NOOP_ROW: lambda: None}
+    return per_call_us(fns, calls, sync=torch.cuda.synchronize)
 
 
 def tiny_gpu_us(calls: int = 200) -> float:
@@ -1305,6 +1357,12 @@ def markdown(result: dict) -> str:
             and gpu_us > GPU_SHARE * kept[0]:
         lines += ["", f"The kept call's GPU time is more than {GPU_SHARE:.0%} of its host time here: the loop may "
                       "have waited for the GPU, and its host rows then read the GPU's pace, not the host's."]
+    if result.get("per_call"):
+        lines += ["", "The same calls timed one at a time, alternating call by call (the loop's mean above carries the "
+                      "host's stalls into every call; the median of single calls leaves the rare ones out):", "",
+                  "| call | median µs | p10 µs | p90 µs | mean µs |", "|---|---|---|---|---|"]
+        lines += [f"| {name} | {r['median_us']:.1f} | {r['p10_us']:.1f} | {r['p90_us']:.1f} | {r['mean_us']:.1f} |"
+                  for name, r in result["per_call"].items()]
     roof = gpu is not None
     if roof:
         lines += ["", f"Beside each call: the roofline of its shape on {preset_text(gpu)} (the K/V cache read once "
@@ -1542,6 +1600,7 @@ def main(argv=None) -> int:
               "triton": triton.__version__, "fused_merge": args.fused_merge, "gluon_split": args.gluon_split,
               "eager_fused_below_us": _eager_fused_below(), **_split_pdl(),
               "floors": floors(args.calls), "host": host_rows(args.calls), "tiny_gpu_us": tiny_gpu_us(),
+              "per_call": per_call_rows(args.calls),
               "speed": speed_rows(args.calls)}
     if args.sweep:
         result["sweep"] = sweep_rows()

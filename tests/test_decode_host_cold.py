@@ -599,3 +599,45 @@ def test_tiny_gpu_us_times_the_kept_call_in_a_graph(monkeypatch):
     monkeypatch.setattr(host, "graph_us", graph_us)
     assert host.tiny_gpu_us(calls=37) == 37.0
     assert calls == [host.TINY] + [(("q", "k", "v"), {"cache_seqlens": "lens"})] * 2
+
+
+def test_per_call_us_times_each_call_alone_alternating():
+    """``per_call_us`` times every call alone on its clock, the functions alternating (reversed every other turn),
+    after ``warmup`` untimed calls each, with the sync before and after; each function's stats are its own calls'."""
+    order, synced = [], []
+    cost = {"a": 3000, "b": 7000}  # ns of clock each call of a function takes
+    now = [0]
+
+    def clock():
+        return now[0]
+
+    def make(name):
+        def fn():
+            order.append(name)
+            now[0] += cost[name]
+        return fn
+
+    stats = host.per_call_us({"a": make("a"), "b": make("b")}, 4, sync=lambda: synced.append(len(order)), clock=clock,
+                             warmup=2)
+    assert order == ["a", "a", "b", "b"] + ["a", "b", "b", "a", "a", "b", "b", "a"]
+    assert synced == [4, 12]
+    assert stats["a"] == {"median_us": 3.0, "p10_us": 3.0, "p90_us": 3.0, "mean_us": 3.0, "calls": 4}
+    assert stats["b"]["median_us"] == 7.0 and stats["b"]["calls"] == 4
+
+
+def test_call_stats_percentiles_by_nearest_rank():
+    us = [float(x) for x in range(1, 11)]  # 1..10 µs, shuffled
+    stats = host.call_stats(us[5:] + us[:5])
+    assert stats == {"median_us": 5.5, "p10_us": 1.0, "p90_us": 9.0, "mean_us": 5.5, "calls": 10}
+    assert host.call_stats([4.0, 100.0, 4.0])["median_us"] == 4.0  # one stall leaves the median alone
+    assert host.call_stats([4.0, 100.0, 4.0])["mean_us"] == 36.0
+
+
+def test_the_per_call_table():
+    result = _result(cold=False)
+    result["per_call"] = {host.KEPT_ROW: host.call_stats([12.0, 13.0, 40.0]),
+                          host.NOOP_ROW: host.call_stats([0.1, 0.1, 0.2])}
+    lines = host.markdown(result).splitlines()
+    assert f"| {host.KEPT_ROW} | 13.0 | 12.0 | 40.0 | 21.7 |" in lines
+    assert f"| {host.NOOP_ROW} | 0.1 | 0.1 | 0.2 | 0.1 |" in lines
+    assert "timed one at a time" not in host.markdown(_result(cold=False))
