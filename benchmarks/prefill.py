@@ -715,17 +715,34 @@ def bench(args) -> list[dict]:
 
 def with_roofline(rows: list[dict], gpu) -> list[dict]:
     """Each bench row with ``roofline_ms`` (the shape and pass on ``gpu``) and, where it was timed,
-    ``of_roofline`` = roofline_ms / ms. ``gpu`` None leaves the rows as they are."""
+    ``of_roofline`` = roofline_ms / ms; where the row noted the SM clock after its times (``--clocks``) and the
+    preset knows the clock of its peak, ``sm_mhz`` (the median of those clocks) and ``clock_of_roofline``, the same
+    share against the roofline at that clock (``GPU.at_clock``): how far the kernel is from the limit the GPU gave it,
+    a GPU held at its power limit running below the clock its peak is quoted at. ``gpu`` None leaves the rows as
+    they are."""
     if gpu is not None:
         for r in rows:
-            add_fraction(r, prefill_roofline_ms(batch=r["B"], heads=r["H"], kv_heads=kv_heads(r), seq=r["N"],
-                                                head_dim=r["D"], causal=r["causal"], pass_=r["pass_"], gpu=gpu))
+            shape = dict(batch=r["B"], heads=r["H"], kv_heads=kv_heads(r), seq=r["N"], head_dim=r["D"],
+                         causal=r["causal"], pass_=r["pass_"])
+            add_fraction(r, prefill_roofline_ms(**shape, gpu=gpu))
+            r.pop("sm_mhz", None)
+            r.pop("clock_of_roofline", None)
+            clocks = [s["sm_mhz"] for s in r.get("gpu_state") or [] if s and s.get("sm_mhz")]
+            if clocks and gpu.tensor_mhz:
+                r["sm_mhz"] = statistics.median(clocks)
+                if r.get("ms"):
+                    r["clock_of_roofline"] = prefill_roofline_ms(**shape, gpu=gpu.at_clock(r["sm_mhz"])) / r["ms"]
     return rows
 
 
-def roofline_note(gpu) -> str:
-    return (f"roofline: `attnlab.cost.roofline.attention_roofline` on {preset_text(gpu)}, every array moved "
+def roofline_note(gpu, at_clock: bool = False) -> str:
+    note = (f"roofline: `attnlab.cost.roofline.attention_roofline` on {preset_text(gpu)}, every array moved "
             "once and FLOPs on the visible pairs only; % = roofline time / measured time")
+    if at_clock and gpu.tensor_mhz:
+        note += (f"; where the SM clock was noted after each time, attnlab's MHz (their median) and its % of the "
+                 f"roofline at that clock (the preset's {gpu.tensor_flops / 1e12:.0f} TFLOP/s is quoted at "
+                 f"{gpu.tensor_mhz:.0f} MHz)")
+    return note
 
 
 def gpu_state(index: int = 0) -> dict | None:
@@ -764,9 +781,10 @@ def round_ratios(a: dict | None, ref: dict | None) -> list[float]:
     return [y / x for x, y in zip(ta, tr)] if len(ta) == len(tr) > 1 else []
 
 
-def markdown(rows: list[dict], names=PROVIDERS) -> str:
+def markdown(rows: list[dict], names=PROVIDERS, *, at_clock: bool = False) -> str:
     """One line per configuration: TFLOP/s of each provider and attnlab's ratios; where the rows carry
-    the roofline (``with_roofline``), its time and each provider's share of it. GQA rows get a heads
+    the roofline (``with_roofline``), its time and each provider's share of it, and with ``at_clock`` where they
+    carry the clocks, attnlab's clock and its share of the roofline at that clock. GQA rows get a heads
     column (H/Hkv), and a peer that ran on K/V repeated to the query heads a ``*``."""
     keyed: dict[tuple, dict] = {}
     for r in rows:
@@ -777,9 +795,11 @@ def markdown(rows: list[dict], names=PROVIDERS) -> str:
     refs = ["sdpa-flash", "sdpa-cudnn"] + (["sdpa"] if "sdpa" in names else [])
     gqa = any(k[4] != k[5] for k in keyed)
     roof = any("roofline_ms" in r for r in rows)
+    clock = at_clock and roof and any("clock_of_roofline" in r for r in rows)
     head = ["D", *(["heads"] if gqa else []), "causal", "N", "pass"] + names
     head += [{"sdpa-flash": "÷ sdpa-flash", "sdpa-cudnn": "÷ cudnn", "sdpa": "÷ sdpa"}[n] for n in refs]
     head += ["roofline ms"] + [f"{n} %" for n in names] if roof else []
+    head += ["attnlab MHz", "attnlab % at its clock"] if clock else []
     lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
     # by pass, then group (the multi-head rows first), head dim, mask and length
     for (D, causal, N, p, H, Hkv), by in sorted(keyed.items(),
@@ -801,6 +821,10 @@ def markdown(rows: list[dict], names=PROVIDERS) -> str:
             ms = next((r["roofline_ms"] for r in by.values() if "roofline_ms" in r), None)
             cells.append("—" if ms is None else f"{ms:.3g}")
             cells += [percent(by[n].get("of_roofline")) if n in by else "—" for n in names]
+        if clock:
+            mine = by.get("attnlab", {})
+            cells += ["—" if mine.get("sm_mhz") is None else f"{mine['sm_mhz']:.0f}",
+                      percent(mine.get("clock_of_roofline"))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -912,6 +936,9 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="tiny shapes: a smoke test of the script")
     p.add_argument("--clocks", action="store_true",
                    help="bench: note the GPU's SM clock and power draw right after each time (the JSON's gpu_state)")
+    p.add_argument("--at-clock", action="store_true",
+                   help="report: attnlab's SM clock (the median of those noted after its times, --clocks) and its "
+                        "share of the roofline at that clock (bench --clocks shows them)")
     p.add_argument("--rounds", type=int, default=1,
                    help="bench: the providers of each shape take turns this many times (the order rotated by one "
                         "each round), each row the median of its rounds; the table's ratios then show their "
@@ -951,7 +978,8 @@ def main(argv=None) -> int:
         gpu = preset_for(saved.get("environment", {}).get("gpu"), args.gpu or saved.get("roofline_gpu"))
         rows = with_roofline(saved["rows"], gpu)
         slow = slow_rounds_markdown(rows)
-        print((roofline_note(gpu) + "\n\n" if gpu else "") + markdown(rows) + ("\n" + slow if slow else ""))
+        print((roofline_note(gpu, args.at_clock) + "\n\n" if gpu else "") + markdown(rows, at_clock=args.at_clock)
+              + ("\n" + slow if slow else ""))
         return 0
     rows = {"check": check, "sweep": sweep, "bench": bench}[args.command](args)
     env = environment()
@@ -963,8 +991,8 @@ def main(argv=None) -> int:
                                                "roofline_gpu": gpu and gpu.name}, indent=2))
     if args.command == "bench":
         md = (f"{env['date']}, {env.get('gpu', 'CPU')}, torch {env['torch']}, triton {env['triton']}, "
-              f"CUDA {env.get('cuda')}; TFLOP/s (do_bench median)" + (f"; {roofline_note(gpu)}" if gpu else "")
-              + "\n\n" + markdown(rows))
+              f"CUDA {env.get('cuda')}; TFLOP/s (do_bench median)" + (f"; {roofline_note(gpu, args.clocks)}" if gpu else "")
+              + "\n\n" + markdown(rows, at_clock=args.clocks))
         slow = slow_rounds_markdown(rows)
         md += "\n" + slow if slow else ""
         print(md)

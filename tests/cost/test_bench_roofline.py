@@ -123,6 +123,35 @@ def test_prefill_rows_and_markdown():
     assert "roofline" not in bare and bare.splitlines()[0].endswith("| ÷ cudnn |")
 
 
+def test_prefill_share_at_the_clock_it_ran():
+    """Rows that noted the SM clock after each time (``--clocks``) get the clocks' median and attnlab's share of the
+    roofline at that clock; the columns show only where asked (``at_clock``), and a preset without a known clock, or
+    rows without clocks, get none."""
+    g = GPUS["H200"]
+    rows = _prefill_rows()
+    rows[0]["gpu_state"] = [{"sm_mhz": 1980.0, "power_w": 150.0}, {"sm_mhz": 1464.0, "power_w": 690.0},
+                            {"sm_mhz": 1500.0, "power_w": 700.0}]
+    rows[1]["gpu_state"] = [None, {"sm_mhz": 1700.0, "power_w": 650.0}]
+    prefill.with_roofline(rows, g)
+    at = cols.prefill_roofline_ms(batch=4, heads=8, seq=1024, head_dim=64, causal=True, pass_="fwd_bwd",
+                                  gpu=g.at_clock(1500.0))
+    assert rows[0]["sm_mhz"] == 1500.0 and rows[0]["clock_of_roofline"] == at / 0.5
+    assert rows[0]["clock_of_roofline"] > rows[0]["of_roofline"]  # below the quoted clock: the limit is lower
+    assert rows[1]["sm_mhz"] == 1700.0 and "sm_mhz" not in rows[2]
+    assert rows[0]["roofline_ms"] == cols.prefill_roofline_ms(batch=4, heads=8, seq=1024, head_dim=64, causal=True,
+                                                              pass_="fwd_bwd", gpu=g)  # the preset's stays
+    md = prefill.markdown(rows, at_clock=True).splitlines()
+    head = [c.strip() for c in md[0].strip("|").split("|")]
+    cells = [c.strip() for c in md[2].strip("|").split("|")]
+    assert head[-2:] == ["attnlab MHz", "attnlab % at its clock"] and cells[-2:] == ["1500", cols.percent(at / 0.5)]
+    assert prefill.markdown(rows) == prefill.markdown(prefill.with_roofline(_prefill_rows(), g))  # not asked: as before
+    assert "roofline at that clock" in prefill.roofline_note(g, True) and "1830 MHz" in prefill.roofline_note(g, True)
+    assert prefill.roofline_note(g) == prefill.roofline_note(g, False) and "clock" not in prefill.roofline_note(g)
+    unknown = prefill.with_roofline([dict(r) for r in rows], GPUS["B200"])
+    assert not any("clock_of_roofline" in r or "sm_mhz" in r for r in unknown)  # (the earlier preset's dropped)
+    assert "at its clock" not in prefill.markdown(unknown, at_clock=True)
+
+
 def test_prefill_gqa_grid_and_its_errors():
     """``--gqa G``: every row has H / G K/V heads (H = 2048 / D); a G that does not divide H, or is not a
     positive int, is refused before anything runs."""

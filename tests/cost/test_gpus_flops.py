@@ -78,3 +78,44 @@ def test_custom_gpu_and_lookup():
 def test_bad_input_is_refused(call, match):
     with pytest.raises((ValueError, TypeError), match=match):
         call()
+
+
+# (tensor cores or SMs, dense 16-bit tensor FLOP a clock each, FP32 lanes) of each preset whose clocks are known: its
+# peaks are these × 2 for FP32's FMA × the clocks the preset names
+UNITS = {"V100": (640, 128, 5120), "A100": (108, 2048, 6912), "A100-40GB": (108, 2048, 6912),
+         "H100": (132, 4096, 16896), "H200": (132, 4096, 16896)}
+
+
+@pytest.mark.parametrize("name", sorted(UNITS))
+def test_each_peak_is_its_units_at_the_clock_the_preset_names(name):
+    g = GPUS[name]
+    units, per_clock, lanes = UNITS[name]
+    assert units * per_clock * g.tensor_mhz * 1e6 == pytest.approx(g.tensor_flops, rel=3e-3)  # (datasheets round: 125.3 -> 125)
+    assert lanes * 2 * g.fp32_mhz * 1e6 == pytest.approx(g.fp32_flops, rel=3e-3)
+
+
+def test_at_clock_scales_each_peak_from_its_own_clock():
+    slow = H100.at_clock(1464)  # 0.8 × the tensor peak's 1,830 MHz
+    assert slow.name == "H100 at 1464 MHz" and slow.tensor_mhz == slow.fp32_mhz == 1464
+    assert slow.tensor_flops == pytest.approx(0.8 * 989e12) and slow.fp32_flops == pytest.approx(67e12 * 1464 / 1980)
+    assert (slow.hbm_bw, slow.sms, slow.l2_bytes, slow.memory) == (H100.hbm_bw, H100.sms, H100.l2_bytes, H100.memory)
+    assert H100.at_clock(1830).tensor_flops == H100.tensor_flops
+    assert slow.at_clock(1830).tensor_flops == pytest.approx(H100.tensor_flops)  # back again
+    # a compute-bound kernel takes 1/0.8 the time at 0.8 the clock
+    t, _ = kernel_time(1e15, 1e6, slow, launch=False)
+    assert t == pytest.approx(kernel_time(1e15, 1e6, H100, launch=False)[0] / 0.8)
+    fp32_unknown = dataclasses.replace(H100, fp32_mhz=0)
+    assert fp32_unknown.at_clock(915).fp32_flops == H100.fp32_flops  # a peak whose clock is not known stays
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: GPUS["B200"].at_clock(1500), "B200: the clock its tensor peak is quoted at is not known"),
+    (lambda: H100.at_clock(0), "positive SM clock"),
+    (lambda: H100.at_clock(True), "positive SM clock"),
+    (lambda: H100.at_clock(float("nan")), "positive SM clock"),
+    (lambda: dataclasses.replace(H100, tensor_mhz=-1), "tensor_mhz"),
+    (lambda: dataclasses.replace(H100, fp32_mhz="fast"), "fp32_mhz"),
+])
+def test_bad_clocks_are_refused(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

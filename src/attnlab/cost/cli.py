@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 
-from .._cliargs import FORCE_HELP, output_file, positive_int, write_text
-from .gpus import GPUS
+from .._cliargs import FORCE_HELP, output_file, positive_float, positive_int, write_text
+from .gpus import GPUS, get_gpu
 from .ring import LINKS
 
 
@@ -158,7 +158,8 @@ def _estimate_cmd(args) -> int:
     if args.ranks is not None and args.seq % (2 * args.ranks):
         raise ValueError(f"--seq {args.seq} is not a multiple of 2·ranks = {2 * args.ranks}: ring attention's "
                          "zigzag layout cuts the sequence into 2·P equal chunks")
-    est = estimate(gpu=args.gpu, seq=args.seq, head_dim=args.head_dim, heads=args.heads, batch=args.batch,
+    gpu = args.gpu if args.sm_clock is None else get_gpu(args.gpu).at_clock(args.sm_clock)
+    est = estimate(gpu=gpu, seq=args.seq, head_dim=args.head_dim, heads=args.heads, batch=args.batch,
                    kv_heads=args.kv_heads, dtype=args.dtype, causal=args.causal, block_q=args.block_q,
                    block_k=args.block_k, ranks=args.ranks, link=args.link or "nvlink4")
     console = make_console(stderr=args.json == "-")  # `--json -`: stdout holds the JSON alone
@@ -196,6 +197,9 @@ def _ranks(text: str) -> int:
 def register(sub) -> None:
     p = sub.add_parser("estimate", help="roofline estimates of attention (forward, backward, decode) on a GPU")
     p.add_argument("--gpu", default="H100", help=f"GPU preset: {', '.join(GPUS)} (default: %(default)s)")
+    p.add_argument("--sm-clock", type=positive_float, default=None, metavar="MHZ",
+                   help="the GPU's SM clock in MHz: its peaks scaled from the clock the preset quotes them at (a GPU "
+                        "at its power limit runs below it; default: the preset's own)")
     p.add_argument("--seq", type=positive_int, default=4096, help="sequence length N (default: %(default)s)")
     p.add_argument("--head-dim", type=positive_int, default=128, help="head dimension D (default: %(default)s)")
     p.add_argument("--heads", type=positive_int, default=32, help="query heads H (default: %(default)s)")
