@@ -1,5 +1,5 @@
 """Prefill runs at the clocks they ran: each recorded run's rows (``prefill.py bench --clocks``) with every provider's
-SM clock (the median of the clocks noted after its times) and its share of the roofline at the datasheet's clock and
+SM clock (the median of the clocks noted with its times) and its share of the roofline at the datasheet's clock and
 at its own (``attnlab.cost.GPU.at_clock``). A GPU held at its power limit runs below the clock its peak is quoted at
 (989 TFLOP/s at 1,830 MHz on an H100 or H200), so the first share mixes the kernel with the GPU's power budget and the
 second is the kernel's alone; and two providers of one row can run at different clocks.

@@ -34,10 +34,12 @@ test of the script, no timing worth reading).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -704,7 +706,8 @@ def bench(args) -> list[dict]:
                                                                   if groups else "")
     b = Benchmark(name=title, x_names=x_names, x_vals=[tuple(c[n] for n in x_names) for c in cfgs],
                   providers=providers(device, names), flops=flops, device=device)
-    rows = run(b, rounds=args.rounds, after=note_gpu_state if args.clocks else None)
+    rows = run(b, rounds=args.rounds, after=note_gpu_state if args.clocks else None,
+               around=ClockSampler() if args.clocks else None)
     for r in rows:
         if _key(r, r["provider"]) in _REPEATED:
             r["kv"] = "repeated"
@@ -715,7 +718,8 @@ def bench(args) -> list[dict]:
 
 def with_roofline(rows: list[dict], gpu) -> list[dict]:
     """Each bench row with ``roofline_ms`` (the shape and pass on ``gpu``) and, where it was timed,
-    ``of_roofline`` = roofline_ms / ms; where the row noted the SM clock after its times (``--clocks``) and the
+    ``of_roofline`` = roofline_ms / ms; where the row noted the SM clock of its times (``--clocks``: the mean of the
+    reads during each time, ``gpu_during``, or in runs from before them the read after it, ``gpu_state``) and the
     preset knows the clock of its peak, ``sm_mhz`` (the median of those clocks) and ``clock_of_roofline``, the same
     share against the roofline at that clock (``GPU.at_clock``): how far the kernel is from the limit the GPU gave it,
     a GPU held at its power limit running below the clock its peak is quoted at. ``gpu`` None leaves the rows as
@@ -727,7 +731,8 @@ def with_roofline(rows: list[dict], gpu) -> list[dict]:
             add_fraction(r, prefill_roofline_ms(**shape, gpu=gpu))
             r.pop("sm_mhz", None)
             r.pop("clock_of_roofline", None)
-            clocks = [s["sm_mhz"] for s in r.get("gpu_state") or [] if s and s.get("sm_mhz")]
+            during = [s["sm_mhz"] for s in r.get("gpu_during") or [] if s and s.get("sm_mhz")]
+            clocks = during or [s["sm_mhz"] for s in r.get("gpu_state") or [] if s and s.get("sm_mhz")]
             if clocks and gpu.tensor_mhz:
                 r["sm_mhz"] = statistics.median(clocks)
                 if r.get("ms"):
@@ -739,7 +744,7 @@ def roofline_note(gpu, at_clock: bool = False) -> str:
     note = (f"roofline: `attnlab.cost.roofline.attention_roofline` on {preset_text(gpu)}, every array moved "
             "once and FLOPs on the visible pairs only; % = roofline time / measured time")
     if at_clock and gpu.tensor_mhz:
-        note += (f"; where the SM clock was noted after each time, attnlab's MHz (their median) and its % of the "
+        note += (f"; where the SM clock was noted with each time, attnlab's MHz (their median) and its % of the "
                  f"roofline at that clock (the preset's {gpu.tensor_flops / 1e12:.0f} TFLOP/s is quoted at "
                  f"{gpu.tensor_mhz:.0f} MHz)")
     return note
@@ -766,6 +771,73 @@ def gpu_state(index: int = 0) -> dict | None:
         return dict(sm_mhz=mhz, power_w=watts)
     except (OSError, ValueError, subprocess.SubprocessError):
         return None
+
+
+def state_reader(index: int = 0):
+    """A function of no arguments that reads the GPU's SM clock (MHz) and power draw (W) now, or None: NVML's handle
+    opened once where ``pynvml`` is installed (µs a read), else ``gpu_state`` (nvidia-smi, tens of ms a read)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+    except Exception:  # (no pynvml, or no NVML)
+        return lambda: gpu_state(index)
+
+    def read() -> dict | None:
+        try:
+            return dict(sm_mhz=float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+                        power_w=pynvml.nvmlDeviceGetPowerUsage(handle) / 1000)
+        except Exception:
+            return None
+
+    return read
+
+
+def state_summary(samples: list[dict]) -> dict | None:
+    """The mean, lowest and highest SM clock, the mean power and the number of reads of ``samples`` (``gpu_state``
+    dicts); None for none."""
+    if not samples:
+        return None
+    mhz = [s["sm_mhz"] for s in samples]
+    return dict(sm_mhz=statistics.fmean(mhz), sm_mhz_min=min(mhz), sm_mhz_max=max(mhz),
+                power_w=statistics.fmean(s["power_w"] for s in samples), reads=len(samples))
+
+
+class ClockSampler:
+    """``attnlab.bench.run``'s ``around`` for ``--clocks``: while each of a row's times is taken, a thread reads the
+    GPU's clock and power (``read``, default ``state_reader()``) every ``interval`` seconds, and after it
+    ``state_summary`` of the reads goes into ``row["gpu_during"]`` (one entry a time, None where nothing answered).
+    The clock noted once after a time (``note_gpu_state``) is the moment after it, when a short time's GPU may already
+    be idle; these reads cover the time itself."""
+
+    def __init__(self, read=None, interval: float = 0.01):
+        if not interval > 0:
+            raise ValueError(f"interval must be a positive number of seconds, got {interval!r}")
+        self.read = read if read is not None else state_reader()
+        self.interval = interval
+
+    @contextlib.contextmanager
+    def __call__(self, row: dict):
+        samples: list[dict] = []
+        stop = threading.Event()
+
+        def loop():
+            while True:
+                state = self.read()
+                if state:
+                    samples.append(state)
+                if stop.wait(self.interval):
+                    return
+
+        thread = threading.Thread(target=loop, name="clock-sampler", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+            row.setdefault("gpu_during", []).append(state_summary(samples))
 
 
 def note_gpu_state(row: dict) -> None:
@@ -935,7 +1007,8 @@ def main(argv=None) -> int:
     p.add_argument("--flex-budget", type=float, default=90.0, help="seconds of FlexAttention compiles, then skip")
     p.add_argument("--quick", action="store_true", help="tiny shapes: a smoke test of the script")
     p.add_argument("--clocks", action="store_true",
-                   help="bench: note the GPU's SM clock and power draw right after each time (the JSON's gpu_state)")
+                   help="bench: note the GPU's SM clock and power draw during each time (the JSON's gpu_during: "
+                        "their mean, lowest and highest over reads every 10 ms) and right after it (gpu_state)")
     p.add_argument("--at-clock", action="store_true",
                    help="report: attnlab's SM clock (the median of those noted after its times, --clocks) and its "
                         "share of the roofline at that clock (bench --clocks shows them)")

@@ -92,6 +92,80 @@ def test_after_is_called_once_a_time_with_the_row(monkeypatch):
         assert row["gpu_state"][0] is None or set(row["gpu_state"][0]) == {"sm_mhz", "power_w"}
 
 
+def test_around_wraps_each_time_and_sees_failures(monkeypatch):
+    """``around(row)`` is entered before each time and left after it, with the row, the time taken inside it; a
+    time that fails leaves it too (and the row is skipped as before)."""
+    import contextlib
+
+    calls: list = []
+    events: list = []
+
+    def time_fn(fn, device="cpu", **kw):
+        events.append("time")
+        fn()
+        return 1.0
+
+    @contextlib.contextmanager
+    def around(row):
+        events.append(("enter", row["N"], row["provider"]))
+        try:
+            yield
+        finally:
+            events.append(("leave", row["N"], row["provider"]))
+
+    monkeypatch.setattr(B, "time_fn", time_fn)
+    rows = B.run(_bench(calls, names=("a", "b"), fail_round={"b": 0}), console=_quiet(), around=around)
+    assert events[:6] == [("enter", 8, "a"), "time", ("leave", 8, "a"), ("enter", 8, "b"), "time", ("leave", 8, "b")]
+    assert len(events) == 12 and {r["provider"]: "skipped" in r for r in rows} == {"a": False, "b": True}
+
+
+def test_the_clock_sampler_reads_during_each_time():
+    """``ClockSampler`` reads the state in a thread from the time's start to its end (at least once), and puts the
+    reads' summary into the row, one entry a time; None where nothing answered."""
+    import threading
+
+    reads = iter([{"sm_mhz": 1500.0, "power_w": 600.0}, None, {"sm_mhz": 1700.0, "power_w": 700.0}]
+                 + [{"sm_mhz": 1600.0, "power_w": 650.0}] * 10_000)
+    third = threading.Event()
+    count = [0]
+
+    def read():
+        count[0] += 1
+        if count[0] >= 3:
+            third.set()
+        return next(reads)
+
+    sampler = prefill.ClockSampler(read=read, interval=0.001)
+    row: dict = {}
+    with sampler(row):
+        assert third.wait(10)  # (the time lasts until the thread has read three times)
+    entry = row["gpu_during"][0]
+    n = entry["reads"]
+    assert n == count[0] - 1 and n >= 2  # one read answered None
+    assert (entry["sm_mhz_min"], entry["sm_mhz_max"]) == (1500.0, 1700.0)
+    mhz = [1500.0, 1700.0] + [1600.0] * (n - 2)
+    assert entry["sm_mhz"] == pytest.approx(sum(mhz) / n)
+    with prefill.ClockSampler(read=lambda: None, interval=0.001)(row):
+        pass
+    assert row["gpu_during"][1] is None and len(row["gpu_during"]) == 2
+    assert prefill.state_summary([]) is None
+    with pytest.raises(ValueError, match="interval"):
+        prefill.ClockSampler(read=read, interval=0)
+
+
+def test_the_share_at_the_clock_prefers_the_reads_during_the_times():
+    from attnlab.cost import GPUS
+
+    cfg = dict(D=128, causal=False, N=4096, pass_="fwd", B=4, H=16, Hkv=16, provider="attnlab", ms=1.0)
+    during = [{"sm_mhz": 1600.0, "sm_mhz_min": 1500.0, "sm_mhz_max": 1700.0, "power_w": 690.0, "reads": 50}, None,
+              {"sm_mhz": 1650.0, "sm_mhz_min": 1600.0, "sm_mhz_max": 1700.0, "power_w": 695.0, "reads": 40}]
+    after = [{"sm_mhz": 1980.0, "power_w": 150.0}] * 3
+    both = prefill.with_roofline([dict(cfg, gpu_during=during, gpu_state=after)], GPUS["H200"])[0]
+    assert both["sm_mhz"] == 1625.0  # the median of the two answered means; the reads after the times not used
+    old = prefill.with_roofline([dict(cfg, gpu_state=after)], GPUS["H200"])[0]
+    assert old["sm_mhz"] == 1980.0  # a run from before the reads during: the read after each time
+
+
 @pytest.mark.parametrize("rounds", [0, -1, 1.5])
 def test_rounds_must_be_a_positive_whole_number(rounds):
     with pytest.raises(ValueError, match="rounds must be a positive whole number"):

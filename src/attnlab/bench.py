@@ -9,6 +9,7 @@ cannot run there). ``run`` times every pair with the same method — ``triton.te
 
 from __future__ import annotations
 
+import contextlib
 import json
 import platform
 import statistics
@@ -111,11 +112,13 @@ def _set_ms(bench: Benchmark, row: dict, ms: float) -> None:
         row["tb_per_s"] = bench.bytes(row) / (ms * 1e-3) / 1e12
 
 
-def _time_row(bench: Benchmark, row: dict, fn, times: list, time_kw: dict, after=None) -> None:
+def _time_row(bench: Benchmark, row: dict, fn, times: list, time_kw: dict, after=None, around=None) -> None:
     """Time ``fn`` once: the time goes into ``times`` and the row; a failure marks the row skipped. ``after``: called
-    with the row once the time is in (what else a run records beside each time)."""
+    with the row once the time is in (what else a run records beside each time); ``around``: called with the row, a
+    context manager the time is taken inside (what a run records during each time)."""
     try:
-        ms = time_fn(fn, device=bench.device, **time_kw)
+        with around(row) if around is not None else contextlib.nullcontext():
+            ms = time_fn(fn, device=bench.device, **time_kw)
     except (RuntimeError, NotImplementedError) as e:
         row["skipped"] = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
         row.pop("ms", None)
@@ -127,7 +130,7 @@ def _time_row(bench: Benchmark, row: dict, fn, times: list, time_kw: dict, after
 
 
 def run(bench: Benchmark, *, console=None, json_path: str | Path | None = None, rounds: int = 1, after=None,
-        **time_kw) -> list[dict]:
+        around=None, **time_kw) -> list[dict]:
     """Time every (configuration, provider) pair; print a table; write JSON to ``json_path`` if given.
 
     ``rounds`` > 1: the providers of a configuration take turns, each timed once per round, on inputs made once; the
@@ -136,7 +139,9 @@ def run(bench: Benchmark, *, console=None, json_path: str | Path | None = None, 
     last); a row's ``ms`` is the median of its rounds' times, ``ms_rounds`` holds them all and ``places`` where in each
     round it was timed (from 0). A peer's time then
     does not depend on where in the run it was measured, and a gap between providers can be told from their spread.
-    ``after``: called with a row after each of its times (e.g. to note the GPU's clock beside it).
+    ``after``: called with a row after each of its times (e.g. to note the GPU's clock beside it); ``around``: called
+    with a row before each of its times, the context manager that time is taken inside (e.g. to sample the GPU's clock
+    while it runs).
 
     The benchmark scripts keep their results in ``benchmarks/data/`` and replace their own file there;
     ``attnlab bench`` checks its ``--json`` path first (``attnlab._cliargs``) and writes it itself."""
@@ -162,7 +167,7 @@ def run(bench: Benchmark, *, console=None, json_path: str | Path | None = None, 
                 continue
             timed.append((row, fn))
             if rounds == 1:  # (one provider's inputs alive at a time)
-                _time_row(bench, row, fn, [], time_kw, after)
+                _time_row(bench, row, fn, [], time_kw, after, around)
                 timed.clear()
         for row, _ in timed:
             row["ms_rounds"] = []
@@ -172,7 +177,7 @@ def run(bench: Benchmark, *, console=None, json_path: str | Path | None = None, 
             for place, (row, fn) in enumerate(timed[k:] + timed[:k]):
                 if "skipped" not in row:
                     row["places"].append(place)
-                    _time_row(bench, row, fn, row["ms_rounds"], time_kw, after)
+                    _time_row(bench, row, fn, row["ms_rounds"], time_kw, after, around)
         for row, _ in timed:
             if "skipped" in row:
                 del row["ms_rounds"], row["places"]
