@@ -128,3 +128,12 @@ def test_clock_share_writes_its_rows(tmp_path):
     rows = json.loads(out.read_text())["prefill-h100-run44"]
     assert rows and {r["pass_"] for r in rows} == {"fwd_bwd"} and {r["D"] for r in rows} == {64, 128}
     assert rows == json.loads(json.dumps(cs.clock_rows(json.loads((DATA / RUNS[44]).read_text()), pass_="fwd_bwd")))
+
+
+def test_the_prediction_quotes_the_first_rounds_reads():
+    rows = [r for r in json.loads((DATA / RUNS[45]).read_text())["rows"] if r["provider"] == "attnlab"
+            and r["D"] == 128 and r["N"] == 4096 and r["pass_"] == "fwd"]
+    first = [r["gpu_state"][0] for r in rows]
+    notes = notes_section("NOTES-prefill.md", "## The 700 TFLOP/s goal at the clocks the runs had")
+    assert (f"run 45's D = 128 4K forward rows of attnlab read {span([s['power_w'] for s in first], '.0f')} W after "
+            f"their first round, at up to {max(s['sm_mhz'] for s in first):,.0f} MHz") in notes
