@@ -197,6 +197,7 @@ def sdpa_call(q, k, v, backend: str):
 
 
 KEPT_ROW = "attnlab.flash_decode (plan kept)"
+NATIVE_ROW = "attnlab.flash_decode (plan kept), native call"
 GPU_SHARE = 0.5  # a kept call's GPU time above this share of its host time: the host rows may read the GPU
 
 
@@ -276,7 +277,7 @@ def host_rows(calls: int, rounds: int = 5) -> list[dict]:
     turns: each round runs every row's loop of ``calls`` calls once, in order, and a row keeps its best round — the
     host's speed drifts within a process (decode-host run 43 timed the same kept call at 22.0 µs first and 13.9 µs
     after the knob rows), and rows timed one after another would carry that drift into their differences."""
-    from attnlab.gpu import decode, decode_plan, launch
+    from attnlab.gpu import decode, decode_plan, launch, native
 
     q, k, v, lens = inputs(TINY)
     entries = []  # (name, fn, knob: (module, name, value), several of them in a tuple, or None)
@@ -310,6 +311,10 @@ def host_rows(calls: int, rounds: int = 5) -> list[dict]:
     add("flash_decode_triton (plan kept), merge kernel every call", kept, (decode_plan, "EAGER_FUSED_BELOW_US", 0.0))
     add("flash_decode_triton (plan kept), Triton's launcher", kept,
         ((launch, "STATIC_LAUNCH", False), (launch, "DIRECT_LAUNCH", False)))
+    # the kept call made by the native program (``attnlab.gpu.native``), where its module builds here (built now, so
+    # that no round's loop includes the build); with --native every row has it
+    if not native.ENABLED and native.module() is not None:
+        add(NATIVE_ROW, lambda: attnlab.flash_decode(q, k, v, cache_seqlens=lens), (native, "ENABLED", True))
     # the default rows again, after the others (rows from before the rounds were taken in turns compare with these)
     add("flash_decode_triton (plan kept), again", kept)
     add("attnlab.flash_decode (plan kept), again", lambda: attnlab.flash_decode(q, k, v, cache_seqlens=lens))
@@ -1335,6 +1340,8 @@ def markdown(result: dict) -> str:
                    else ", eager calls launch the merge kernel")
     if result.get("gluon_split"):
         merged += ", the Gluon split kernel for contiguous caches"
+    if result.get("native"):
+        merged += ", every kept call through the native decode call"
     if result.get("split_pdl"):
         mode = " (trigger)" if result["split_pdl"] == "trigger" else ""
         merged += (f", eager split kernels reading K/V for {result['split_pdl_from_us']:g} µs or more launched as "
@@ -1514,6 +1521,8 @@ def main(argv=None) -> int:
     ap.add_argument("--split-pdl-ab", action="store_true",
                     help="also time eager calls with the split kernel launched plainly and as a programmatic dependent "
                          "launch (decode_plan.SPLIT_PDL), in turns")
+    ap.add_argument("--native", action="store_true",
+                    help="every call with the native decode call on (attnlab.gpu.native; ATTNLAB_NATIVE_DECODE=1)")
     ap.add_argument("--split-pdl", choices=("off", "on", "trigger"), default=None,
                     help="the split kernel's eager launch (decode_plan.SPLIT_PDL; default: the library's, on)")
     ap.add_argument("--gluon-split", action="store_true",
@@ -1572,6 +1581,13 @@ def main(argv=None) -> int:
         from attnlab.gpu import decode_config
 
         decode_config.GLUON_SPLIT = True
+    if args.native:
+        from attnlab.gpu import native
+
+        if native.module() is None:
+            print("decode_host: --native: the native module cannot be built here", file=sys.stderr)
+            return 2
+        native.ENABLED = True
     if args.split_pdl is not None:
         from attnlab.gpu import decode_plan
 
@@ -1584,7 +1600,7 @@ def main(argv=None) -> int:
     if args.breakdown:
         result = {"gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
                   "torch": torch.__version__, "triton": triton.__version__, "fused_merge": args.fused_merge,
-                  "eager_fused_below_us": _eager_fused_below(), **_split_pdl(),
+                  "eager_fused_below_us": _eager_fused_below(), **_split_pdl(), "native": args.native,
                   "breakdown": breakdown(args.calls, shape=tuple(args.breakdown_shape or TINY))}
         b = result["breakdown"]
         print(f"{result['gpu']}, torch {result['torch']}, triton {result['triton']}; shape {b['shape']}, "
@@ -1598,7 +1614,7 @@ def main(argv=None) -> int:
         return 0
     result = {"gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
               "triton": triton.__version__, "fused_merge": args.fused_merge, "gluon_split": args.gluon_split,
-              "eager_fused_below_us": _eager_fused_below(), **_split_pdl(),
+              "eager_fused_below_us": _eager_fused_below(), **_split_pdl(), "native": args.native,
               "floors": floors(args.calls), "host": host_rows(args.calls), "tiny_gpu_us": tiny_gpu_us(),
               "per_call": per_call_rows(args.calls),
               "speed": speed_rows(args.calls)}

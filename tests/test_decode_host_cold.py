@@ -527,6 +527,9 @@ def test_host_rows_are_timed_in_turns_each_knob_set_only_for_its_own_row(monkeyp
     monkeypatch.setattr(decode, "plan_key", lambda *a: "key")
     monkeypatch.setattr(decode, "run_planned", lambda *a: "planned")
     monkeypatch.setattr(host, "empty_launch", lambda: (lambda: "empty"))
+    from attnlab.gpu import native
+
+    monkeypatch.setattr(native, "module", lambda: None)  # (no native row here: the test below has it)
     cleared = []
     monkeypatch.setattr(decode, "clear_plans", lambda: cleared.append(1))
     knobs = lambda: (decode_plan.SLAB_BYTES, decode_plan.EAGER_FUSED_BELOW_US, launch.STATIC_LAUNCH,  # noqa: E731
@@ -641,3 +644,27 @@ def test_the_per_call_table():
     assert f"| {host.KEPT_ROW} | 13.0 | 12.0 | 40.0 | 21.7 |" in lines
     assert f"| {host.NOOP_ROW} | 0.1 | 0.1 | 0.2 | 0.1 |" in lines
     assert "timed one at a time" not in host.markdown(_result(cold=False))
+
+
+def test_the_native_row_where_the_module_builds(monkeypatch):
+    """Where the native module builds, the host rows time the public kept call with it on (a knob row: its plans made
+    afresh, the setting back after its loop); with --native on for the whole run, no such row (every row has it)."""
+    import attnlab
+    from attnlab.gpu import decode, native
+
+    monkeypatch.setattr(host, "inputs", lambda shape: ("q", "k", "v", "lens"))
+    monkeypatch.setattr(host, "sdpa_call", lambda q, k, v, backend: None)
+    monkeypatch.setattr(host, "empty_launch", lambda: (lambda: "empty"))
+    monkeypatch.setattr(decode, "clear_plans", lambda: None)
+    monkeypatch.setattr(decode, "plan_key", lambda *a: "key")
+    monkeypatch.setattr(decode, "run_planned", lambda *a: "planned")
+    monkeypatch.setattr(decode, "flash_decode_triton", lambda *a, **kw: "internal")
+    monkeypatch.setattr(native, "module", lambda: "built")
+    seen = []
+    monkeypatch.setattr(attnlab, "flash_decode", lambda *a, **kw: native.ENABLED)
+    monkeypatch.setattr(host, "host_us", lambda fn, *, calls, rounds: (seen.append(fn()), 10.0)[1])
+    names = [r["call"] for r in host.host_rows(calls=10, rounds=1)]
+    assert names.count(host.NATIVE_ROW) == 1
+    assert seen[names.index(host.NATIVE_ROW)] is True and seen[0] is False and native.ENABLED is False
+    monkeypatch.setattr(native, "ENABLED", True)
+    assert host.NATIVE_ROW not in [r["call"] for r in host.host_rows(calls=10, rounds=1)]

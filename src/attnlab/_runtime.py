@@ -25,6 +25,18 @@ def warn_once(reason: str, message: str, *, stacklevel: int = 3) -> None:
     warnings.warn(message, RuntimeWarning, stacklevel=stacklevel)
 
 
+def cache_root():
+    """attnlab's cache folder (not created here): ``$ATTNLAB_CACHE`` if set, else ``$XDG_CACHE_HOME/attnlab``, else
+    ``~/.cache/attnlab``. Trained checkpoints and built native modules live under it."""
+    from pathlib import Path
+
+    env = os.environ.get("ATTNLAB_CACHE")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "attnlab"
+
+
 def interpret_mode() -> bool:
     """True when Triton runs kernels in its CPU interpreter: ``TRITON_INTERPRET`` is 1, true, yes or on
     (any case), as Triton itself reads the variable. Read at call time, so tests may set it late."""

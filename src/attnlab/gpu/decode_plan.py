@@ -34,6 +34,7 @@ import torch
 import triton
 
 from .._runtime import LOG2E, interpret_mode
+from . import native
 from .decode_config import (
     DecodeConfig,
     _config_for,
@@ -438,6 +439,7 @@ class DecodePlan:
         plan.__dict__.update(self.__dict__)
         plan.scratch = None
         plan.counters = plan.counters_ptr = None
+        plan.native = None
         return plan
 
     def _read_bytes(self, capacity: int) -> int:
@@ -474,6 +476,7 @@ class DecodePlan:
                 self.graph_slots = CounterSlots(self.device, B * Hkv, GRAPH_COUNTER_SLOTS, GRAPH_COUNTER_BYTES)
                 _STATS["graph_counter_bytes"] += nbytes
         self.scratch = None
+        self.native = None  # the program of this plan's steady eager call (``native``), once made
         layout = split_layout(self.mask, paged=self.paged, k_strides=k_strides, v_strides=v_strides, head_dim=D,
                               itemsize=self.dtype.itemsize, device=self.device,
                               order=cfg.order)  # STRIDED, PREFETCH, PF_LINES
@@ -554,6 +557,7 @@ class DecodePlan:
         capacity = k_cache.shape[2]
         plan = DecodePlan.__new__(DecodePlan)  # a shallow copy (copy.copy's machinery costs µs here)
         plan.__dict__.update(self.__dict__)
+        plan.native = None  # (its inputs' signature is another)
         if self._splits_for(capacity) == self.num_splits:
             tail = self.tail.copy()
             i = len(self.q_args)
@@ -646,6 +650,31 @@ class DecodePlan:
             merge([o_part, lse_part, out, lse, *merge_tail], stream)
             self.pair_ran = True
         return out, lse
+
+    def native_launches(self) -> list | None:
+        """The launches a steady eager call of this plan makes, as ``native.program`` takes them (``native.launch_spec``
+        of each, the call's tensors as slots): what ``__call__`` launches outside a capture once the first calls have
+        run — the split kernel (its fused build where eager calls merge in it, that build's dependent launch where
+        they wait), then the merge kernel's eager launch where they do not. None where the eager calls are not steady
+        yet (the pair or the fused build not run), or where a call needs more than its tensors' pointers (lengths cast
+        on each call, a page table, ALiBi slopes, split buffers allocated per call)."""
+        if not self.on_cuda or self.cast_seqlens or self.paged or self.has_slopes or self.counters is None:
+            return None
+        if (self.merge and self.scratch is None) or (self.merge == 1 and not self.pair_ran) \
+                or (self.fused and not self.fused_ran):
+            return None
+        fused = self.fused  # (the pair has run: eager calls merge in the split kernel)
+        split, tail = (self.split, self.tail) if not fused else (self.fused_split, self.fused_tail) \
+            if self.eager_split is None else (self.eager_split, self.eager_tail)
+        o_part, lse_part = self._partials(False)
+        spare = self.spare_ptr
+        launches = [native.launch_spec(split, [native.Q, native.K, native.V, native.LENS if self.has_seqlens else spare,
+                                               spare, o_part, lse_part, native.OUT, native.LSE, self.counters_ptr,
+                                               spare, *tail])]
+        if self.merge == 1 and not fused:
+            launches.append(native.launch_spec(self.pdl_launch, [o_part, lse_part, native.OUT, native.LSE,
+                                                                 *self.pdl_tail]))
+        return None if None in launches else launches
 
     def _partials(self, capturing: bool, as_tensors: bool = False):
         """The partial outputs and lse of the splits (float32 (B, H, Nq, S, D) and (B, H, Nq, S)):
@@ -768,7 +797,28 @@ def run_planned(key, q, k_cache, v_cache, cache_seqlens, block_table, alibi_slop
         _STATS["resized"] += 1
     else:
         _STATS["hits"] += 1
-    return plan(q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, key[-1])
+    result = plan(q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, key[-1])
+    if native.ENABLED:
+        _native_after(plan, key, q, k_cache, v_cache, cache_seqlens, result)
+    return result
+
+
+def _native_after(plan: DecodePlan, key: tuple, q, k_cache, v_cache, cache_seqlens, result) -> None:
+    """With ``native.ENABLED``, after a kept plan's call on the Python path: the plan's program, made once its eager
+    calls are steady (``DecodePlan.native_launches``), becomes the one the public call tries first."""
+    if plan.native is None and key[-1] is not None and _defaults(key) and not _capturing():
+        launches = plan.native_launches()
+        if launches is not None:
+            plan.native = native.program(q, k_cache, v_cache, cache_seqlens, *result, device=key[-2], stream=key[-1],
+                                         launches=launches)
+    if plan.native is not None:
+        native.set_fast(plan)
+
+
+def _defaults(key: tuple) -> bool:
+    """Whether a plan key's call passed no page table, no ALiBi slopes and the default scalars (``plan_key``'s
+    order): the calls the public call's native fast path takes."""
+    return key[4] is None and key[5] is None and key[6:12] == (None, True, None, None, None, None)
 
 
 def plan_stats() -> dict[str, int]:
@@ -782,7 +832,8 @@ def plan_stats() -> dict[str, int]:
 
 
 def clear_plans() -> None:
-    """Forget every kept plan (and the counts)."""
+    """Forget every kept plan (and the counts), the native fast path's program with them."""
+    native.set_fast(None)
     _PLANS.clear()
     _FAMILIES.clear()
     _CALLS.clear()

@@ -190,19 +190,20 @@ def _static_launcher():
     return _STATIC_FN[0]
 
 
-def static_arg_types(compiled) -> tuple[str, tuple[int, ...], int] | None:
+def static_arg_types(compiled, *, allow_pdl: bool = False) -> tuple[str, tuple[int, ...], int] | None:
     """How PyTorch's launcher takes ``compiled``'s arguments: (the type letters of the parameters the binary
     has, the indices of those parameters among the kernel's own, how many trailing scratch pointers Triton's
-    build appends), or None where that launcher cannot launch it as Triton would — a programmatic dependent or
-    cooperative launch, a cluster of CTAs, scratch memory, instrumentation, TMA descriptors passed from the host,
-    a parameter type it has no letter for. Read off the compiled kernel's source: constexprs (and the
-    arguments Triton specialised into constants, such as ints equal to 1) are not parameters of the binary."""
+    build appends), or None where that launcher cannot launch it as Triton would — a programmatic dependent
+    (unless ``allow_pdl``: a launcher of its own that sets the attribute) or cooperative launch, a cluster of CTAs,
+    scratch memory, instrumentation, TMA descriptors passed from the host, a parameter type it has no letter for.
+    Read off the compiled kernel's source: constexprs (and the arguments Triton specialised into constants, such as
+    ints equal to 1) are not parameters of the binary."""
     md = getattr(compiled, "metadata", None)
     src = getattr(compiled, "src", None)
     fn = getattr(src, "fn", None)
     if md is None or fn is None or not isinstance(getattr(src, "signature", None), dict):
         return None
-    if getattr(md, "launch_pdl", False) or getattr(md, "launch_cooperative_grid", False) \
+    if (getattr(md, "launch_pdl", False) and not allow_pdl) or getattr(md, "launch_cooperative_grid", False) \
             or getattr(md, "num_ctas", 1) != 1 or tuple(getattr(md, "cluster_dims", None) or (1,)) not in ((1,), (1, 1, 1)) \
             or getattr(md, "tensordesc_meta", None) or getattr(md, "instrumentation_mode", "") \
             or getattr(md, "global_scratch_size", 0) or getattr(md, "profile_scratch_size", 0) \

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from .._runtime import cache_root
 from .config import ModelConfig
 from .likesworld import DATA_VERSION
 from .train import TrainConfig, train
@@ -59,13 +60,8 @@ _MEMORY: dict[str, TrainedModel] = {}  # checkpoint path -> model that could not
 
 
 def checkpoint_dir() -> Path:
-    """The folder of the trained checkpoints (not created here)."""
-    env = os.environ.get("ATTNLAB_CACHE")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "attnlab"
+    """The folder of the trained checkpoints (not created here): attnlab's cache folder (``cache_root``)."""
+    return cache_root()
 
 
 def _key(mc: ModelConfig, tc: TrainConfig) -> dict:

@@ -1,0 +1,191 @@
+"""The native decode call (attnlab.gpu.native, native_decode.cpp) on the CPU: the module builds, a *dry* program (one
+that launches nothing and keeps what it would have launched) puts each call's pointers into their slots and its
+constants into the parameter words as the kernel's types lay them out, refuses every call that is not its own, and the
+public call tries the fast program first only where its arguments are the defaults. The launches themselves need a GPU
+(tests/gpu/test_decode_native.py)."""
+
+from __future__ import annotations
+
+import struct
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+from attnlab.gpu import native  # noqa: E402
+
+mod = native.module()
+pytestmark = pytest.mark.skipif(mod is None, reason="the native module cannot be built here (no C++ compiler?)")
+
+
+def _inputs(Hkv=2, L=100, lens=True):
+    q = torch.randn(1, 4, 1, 64)
+    k = torch.randn(1, Hkv, L, 64)
+    v = torch.randn(1, Hkv, L, 64)
+    return q, k, v, (torch.tensor([L], dtype=torch.int32) if lens else None)
+
+
+SPLIT = (1234, (2, 3, 1), 4, 1024, False,
+         (("O", None, 0), ("O", None, 1), ("O", None, 2), ("O", None, 3), ("i", 7, -1), ("i", -1, -1), ("f", 0.5, -1),
+          ("O", None, 4), ("O", None, 5), ("l", -3, -1), ("b", True, -1), ("O", None, -1)))
+MERGE = (99, (3, 1, 1), 8, 0, True, (("O", None, 4), ("O", 4096, -1), ("d", 0.25, -1)))
+
+
+def _program(q, k, v, lens, launches=(SPLIT, MERGE), hooks=lambda: False):
+    out, lse = torch.empty(1, 4, 1, 64, dtype=q.dtype), torch.empty(1, 4, 1)
+    return native.program(q, k, v, lens, out, lse, device=-1, stream=0, launches=list(launches), hooks_fn=hooks,
+                          dry=True)
+
+
+def _bits(fmt: str, x) -> int:
+    return int.from_bytes(struct.pack("<" + fmt, x).ljust(8, b"\0"), "little")
+
+
+def test_a_dry_program_fills_the_slots_and_lays_out_the_constants():
+    q, k, v, lens = _inputs()
+    p = _program(q, k, v, lens)
+    out, lse = mod.call(p, q, k, v, lens)
+    assert (out.shape, out.dtype, lse.shape, lse.dtype) == ((1, 4, 1, 64), q.dtype, (1, 4, 1), torch.float32)
+    (f1, g1, b1, s1, pdl1, w1), (f2, g2, b2, s2, pdl2, w2) = mod.last(p)
+    assert (f1, g1, b1, s1, pdl1) == (1234, (2, 3, 1), 128, 1024, False)  # 32 threads a warp
+    assert (f2, g2, b2, s2, pdl2) == (99, (3, 1, 1), 256, 0, True)
+    assert w1 == [q.data_ptr(), k.data_ptr(), v.data_ptr(), lens.data_ptr(), 7, _bits("i", -1), _bits("f", 0.5),
+                  out.data_ptr(), lse.data_ptr(), _bits("q", -3), 1, 0]
+    assert w2 == [out.data_ptr(), 4096, _bits("d", 0.25)]
+    again = mod.call(p, q, k, v, lens)
+    assert again[0].data_ptr() != out.data_ptr() and mod.last(p)[0][5][7] == again[0].data_ptr()  # new outputs
+    assert mod.calls(p) == 2
+
+
+def test_a_call_that_is_not_the_programs_returns_none():
+    q, k, v, lens = _inputs()
+    p = _program(q, k, v, lens)
+    other = _inputs(L=101)
+    other = (torch.randn(1, 4, 2, 64), *other[1:])  # (q of two new tokens)
+
+    class Sub(torch.Tensor):
+        pass
+
+    misaligned = torch.randn(1, 4, 1, 65)[..., 1:]  # (4 bytes past a 16-byte boundary, the strides of another shape)
+    aligned_view = torch.randn(1, 4, 1, 68)[..., 4:]  # (16 bytes in: aligned, but its strides are not q's)
+    calls = [(other[0], k, v, lens), (q, other[1], v, lens), (q, k, other[2], lens), (q, k, v, None),
+             (q, k, v, [100]), (q, k, v, lens.long()), (q.double(), k, v, lens), (q.transpose(1, 2), k, v, lens),
+             (misaligned, k, v, lens), (aligned_view, k, v, lens), (q.as_subclass(Sub), k, v, lens),
+             (q.numpy(), k, v, lens), (None, k, v, lens), (q.to_sparse(), k, v, lens),
+             (torch.empty(1, 4, 1, 64, device="meta"), k, v, lens)]
+    for args in calls:
+        assert mod.call(p, *args) is None
+    assert mod.calls(p) == 0
+    assert mod.call(p, q.clone(), k, v, lens) is not None  # (another tensor of the same signature)
+    assert mod.call(p, q, torch.nn.Parameter(k, requires_grad=False), v, lens) is not None  # (a Parameter is a tensor)
+    hooked = _program(q, k, v, lens, hooks=lambda: True)
+    assert mod.call(hooked, q, k, v, lens) is None  # a launch hook installed: the Python path, which calls it
+    with pytest.raises(TypeError, match="strided tensors"):
+        _program(q.to_sparse(), k, v, lens)
+    no_lens = _program(q, k, v, None)
+    assert mod.call(no_lens, q, k, v, None) is not None and mod.call(no_lens, q, k, v, lens) is None
+
+
+def test_outputs_follow_inference_mode():
+    q, k, v, lens = _inputs()
+    p = _program(q, k, v, lens)
+    with torch.inference_mode():
+        out, lse = mod.call(p, q, k, v, lens)
+    assert out.is_inference() and lse.is_inference()
+    out, _ = mod.call(p, q, k, v, lens)
+    assert not out.is_inference()
+
+
+@pytest.mark.parametrize("launch, error", [
+    ((1, (1, 1, 1), 4, 0, False, (("x", 3, -1),)), "unknown parameter type"),
+    ((1, (1, 1, 1), 4, 0, False, (("O", None, 6),)), "slot -1..5"),
+    ((1, (1, 1, 1), 4, 0, False, (("i", None, 0),)), "slot -1..5"),
+    ((1, (1, 1, 1), 4, 0, False, (("i", None, -1),)), "not a pointer"),
+    ((1, (1, 1, 1), 4, 0, False, (("O", None, -1),) * 97), "at most 96"),
+    ((1, (1, 1), 4, 0, False, ()), "takes exactly 3 arguments"),
+])
+def test_bad_launches_are_refused(launch, error):
+    q, k, v, lens = _inputs()
+    with pytest.raises((ValueError, TypeError), match=error):
+        _program(q, k, v, lens, launches=[launch])
+
+
+def test_launch_spec_reads_the_binarys_parameters():
+    """``launch_spec``: the compiled kernel's function, grid (padded to three), warps, shared memory and programmatic
+    dependent flag; its binary's parameters only (constexprs left out), ``Slot``s as slots, Triton's two scratch
+    pointers null at the end; None for a kernel not compiled or a tensor where a pointer was expected."""
+    sig = {"X": "*bf16", "Y": "*fp32", "n": "i32", "B": "constexpr", "m": "i64", "s": "fp32", "C": "constexpr"}
+    md = dict(num_warps=4, shared=512, launch_pdl=True, launch_cooperative_grid=False, num_ctas=1,
+              global_scratch_size=0, profile_scratch_size=0)
+    compiled = SimpleNamespace(metadata=SimpleNamespace(**md), function=77,
+                               src=SimpleNamespace(fn=SimpleNamespace(arg_names=list(sig)), signature=sig, constants={}))
+    launcher = SimpleNamespace(compiled=compiled, grid=(5, 2))
+    spec = native.launch_spec(launcher, [native.OUT, 4096, 5, 16, -7, 0.5, 64])
+    assert spec == (77, (5, 2, 1), 4, 512, True, (("O", None, 4), ("O", 4096, -1), ("i", 5, -1), ("l", -7, -1),
+                                                   ("f", 0.5, -1), ("O", None, -1), ("O", None, -1)))
+    assert native.launch_spec(launcher, [torch.zeros(1), 4096, 5, 16, -7, 0.5, 64]) is None
+    assert native.launch_spec(SimpleNamespace(compiled=None, grid=(1,)), []) is None
+    # and the program takes it
+    q, k, v, lens = _inputs()
+    p = _program(q, k, v, lens, launches=[spec])
+    out, _ = mod.call(p, q, k, v, lens)
+    assert mod.last(p)[0][5] == [out.data_ptr(), 4096, 5, _bits("q", -7), _bits("f", 0.5), 0, 0]
+
+
+def test_the_public_call_tries_the_fast_program_first_with_the_defaults(monkeypatch):
+    """``attnlab.flash_decode`` (and ``flash_decode_triton``) hand a call to the registered program before anything
+    else where every optional argument is its default; its None sends the call on as before; a call with a window, a
+    scale or anything else never reaches it."""
+    import attnlab
+    from attnlab import api
+    from attnlab.gpu import decode
+
+    seen = []
+
+    def fast(prog, q, k, v, lens):
+        seen.append(prog)
+        return "fast" if prog == "serves" else None
+
+    q, k, v, lens = _inputs(Hkv=4)
+    monkeypatch.setattr(api, "_NATIVE_DECODE", [(fast, "serves", None)])
+    assert attnlab.flash_decode(q, k, v, cache_seqlens=lens) == "fast"
+    assert decode.flash_decode_triton(q, k, v, cache_seqlens=lens) == "fast"
+    for kw in ({"window": (8, 0)}, {"scale": 0.1}, {"num_splits": 2}, {"causal": False}, {"softcap": 5.0}):
+        out, _ = attnlab.flash_decode(q, k, v, cache_seqlens=lens, **kw)  # (the CPU's blockwise path)
+        assert isinstance(out, torch.Tensor)
+    assert seen == ["serves", "serves"]
+    monkeypatch.setattr(api, "_NATIVE_DECODE", [(fast, "declines", None)])
+    out, lse = attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+    monkeypatch.setattr(api, "_NATIVE_DECODE", [None])
+    ref_out, ref_lse = attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+    assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse) and seen[-1] == "declines"
+
+
+def test_only_default_calls_make_programs(monkeypatch):
+    """A plan's program is made only from a call whose key says the defaults (``decode_plan._defaults``): a program
+    serves calls by their tensors alone, so a window's plan must never make one."""
+    from attnlab.gpu import decode_plan
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    q, k, v, lens = _inputs()
+    key = decode_plan.plan_key(q, k, v, lens, None, None, True, None, None, None, None)
+    assert decode_plan._defaults(key)
+    for kw in (dict(window=(8, 0)), dict(softcap=5.0), dict(scale=0.1), dict(num_splits=2), dict(causal=False)):
+        args = dict(num_splits=None, causal=True, window=None, softcap=None, scale=None) | kw
+        key = decode_plan.plan_key(q, k, v, lens, None, args["num_splits"], args["causal"], args["window"],
+                                   args["softcap"], None, args["scale"])
+        assert not decode_plan._defaults(key), kw
+    slopes = torch.rand(4)
+    assert not decode_plan._defaults(decode_plan.plan_key(q, k, v, lens, None, None, True, None, None, slopes, None))
+    assert not decode_plan._defaults(decode_plan.plan_key(q, k, v, lens, None, None, True, None, None, None, None,
+                                                          config="forced"))
+
+
+def test_clear_plans_forgets_the_fast_program(monkeypatch):
+    from attnlab import api
+    from attnlab.gpu import decode
+
+    monkeypatch.setattr(api, "_NATIVE_DECODE", [("call", "program", "plan")])
+    decode.clear_plans()
+    assert api._NATIVE_DECODE == [None]
