@@ -189,3 +189,103 @@ def test_clear_plans_forgets_the_fast_program(monkeypatch):
     monkeypatch.setattr(api, "_NATIVE_DECODE", [("call", "program", "plan")])
     decode.clear_plans()
     assert api._NATIVE_DECODE == [None]
+
+
+def test_a_plan_makes_its_program_at_its_second_steady_call(monkeypatch):
+    """``_native_after``: a plan makes its program once it has served a second call on the Python path with its
+    eager calls steady, never from a call with other than the defaults, never while a graph is captured, and each
+    Python-path call of a plan with a program makes that program the fast path's."""
+    from attnlab.gpu import decode_plan
+
+    made, fast = [], []
+    monkeypatch.setattr(native, "program", lambda *a, **kw: made.append(kw["stream"]) or f"prog{len(made)}")
+    monkeypatch.setattr(native, "set_fast", lambda plan: fast.append(plan.native))
+    capturing = [False]
+    monkeypatch.setattr(decode_plan, "_capturing", lambda: capturing[0])
+    q, k, v, lens = _inputs()
+    defaults = (None,) * 6 + (None, True, None, None, None, None, 0, 7)  # (device 0, stream 7)
+    plan = SimpleNamespace(native=None, native_seen=0, native_launches=lambda: ["launch"])
+
+    def after(key=defaults):
+        decode_plan._native_after(plan, key, q, k, v, lens, ("out", "lse"))
+
+    after()
+    assert made == [] and fast == []  # (one call: a plan of a growing cache is used once)
+    capturing[0] = True
+    after()
+    assert made == []
+    capturing[0] = False
+    after()
+    assert made == [7] and plan.native == "prog1" and fast == ["prog1"]
+    after()
+    assert made == [7] and fast == ["prog1", "prog1"]  # made once
+    window = defaults[:8] + ((8, 0),) + defaults[9:]
+    other = SimpleNamespace(native=None, native_seen=5, native_launches=lambda: ["launch"])
+    decode_plan._native_after(other, window, q, k, v, lens, ("out", "lse"))
+    assert other.native is None and made == [7]
+    unsteady = SimpleNamespace(native=None, native_seen=5, native_launches=lambda: None)
+    decode_plan._native_after(unsteady, defaults, q, k, v, lens, ("out", "lse"))
+    assert unsteady.native is None and made == [7]
+
+
+def _fake_compiled(launcher, n_pointers: int):
+    """A compiled kernel for ``launcher``'s JIT function as ``launch.static_arg_types`` reads one: its constexprs as
+    such, its first ``n_pointers`` parameters pointers, the rest ints."""
+    import inspect
+
+    fn = launcher.kernel  # (in the interpreter a wrapper of the function: its annotations say the constexprs)
+    params = inspect.signature(fn.fn).parameters.values()
+    sig = {p.name: "constexpr" if "constexpr" in str(p.annotation) else "*fp32" if i < n_pointers else "i64"
+           for i, p in enumerate(params)}
+    md = SimpleNamespace(num_warps=4, shared=0, launch_pdl=bool(launcher.options.get("launch_pdl", False)),
+                         launch_cooperative_grid=False, num_ctas=1, global_scratch_size=0, profile_scratch_size=0)
+    return SimpleNamespace(metadata=md, function=id(launcher), src=SimpleNamespace(fn=fn, signature=sig, constants={}))
+
+
+@pytest.mark.parametrize("case", ["merge-kernel", "fused", "fused-pdl", "one-split", "no-lengths"])
+def test_a_programs_launches_are_the_python_paths(monkeypatch, case):
+    """``DecodePlan.native_launches`` describes exactly what the plan's own steady eager call launches: the same
+    launchers with the same arguments, the call's tensors in the slots. The plan is made by a real call in Triton's
+    interpreter; its launchers then get stand-in compiled kernels, and the Python path's steady call is recorded at
+    ``Launcher.launch``."""
+    from attnlab.gpu import decode, decode_plan
+    from attnlab.gpu.launch import Launcher
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(decode_plan, "eager_fused", lambda nbytes, device: case.startswith("fused"))
+    monkeypatch.setattr(decode_plan, "split_pdl", lambda device, nbytes=None: case == "fused-pdl")
+    decode.clear_plans()
+    q = torch.randn(1, 4, 1, 32, dtype=torch.float16)
+    k = torch.randn(1, 2, 64, 32, dtype=torch.float16)
+    v = torch.randn(1, 2, 64, 32, dtype=torch.float16)
+    lens = None if case == "no-lengths" else torch.tensor([50], dtype=torch.int32)
+    decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=1 if case == "one-split" else 2)
+    (plan,) = decode_plan._PLANS.values()
+    decode.clear_plans()
+    assert plan.merge == (0 if case == "one-split" else 1) and plan.fused == case.startswith("fused")
+    for name in ("split", "fused_split", "eager_split", "merge_launch", "pdl_launch"):
+        launcher = getattr(plan, name, None)
+        if launcher is not None:
+            launcher.compiled = _fake_compiled(launcher, 11 if "split" in name else 4)
+    plan.on_cuda, plan.pair_ran, plan.fused_ran = True, True, True
+    plan._partials(False)  # (the kept split buffers)
+    monkeypatch.setattr(decode_plan, "_capturing", lambda: False)
+    monkeypatch.setattr(decode_plan, "hooks_set", lambda: False)
+    launched = []
+    monkeypatch.setattr(Launcher, "launch", lambda self, args, stream: launched.append((self, list(args), stream)))
+    out, lse = plan(q, k, v, lens, None, None, 5)
+    monkeypatch.setattr(native, "launch_spec", lambda launcher, args: (launcher, list(args)))
+    described = plan.native_launches()
+    pointers = {native.Q: q.data_ptr(), native.K: k.data_ptr(), native.V: v.data_ptr(),
+                native.LENS: None if lens is None else lens.data_ptr(), native.OUT: out.data_ptr(),
+                native.LSE: lse.data_ptr()}
+    assert len(described) == len(launched) == (2 if case in ("merge-kernel", "no-lengths") else 1)
+    for (launcher, template), (made_by, args, stream) in zip(described, launched):
+        assert launcher is made_by and stream == 5
+        assert [pointers[a] if isinstance(a, native.Slot) else a for a in template] == args
+    assert (launched[0][0] is getattr(plan, "eager_split", None)) == (case == "fused-pdl")
+    # and not steady yet, or a call that needs more than its pointers: no program
+    plan.pair_ran = False
+    assert plan.native_launches() is None or case == "one-split"
+    plan.pair_ran, plan.has_slopes = True, True
+    assert plan.native_launches() is None

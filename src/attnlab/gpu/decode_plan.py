@@ -439,7 +439,7 @@ class DecodePlan:
         plan.__dict__.update(self.__dict__)
         plan.scratch = None
         plan.counters = plan.counters_ptr = None
-        plan.native = None
+        plan.native, plan.native_seen = None, 0
         return plan
 
     def _read_bytes(self, capacity: int) -> int:
@@ -477,6 +477,7 @@ class DecodePlan:
                 _STATS["graph_counter_bytes"] += nbytes
         self.scratch = None
         self.native = None  # the program of this plan's steady eager call (``native``), once made
+        self.native_seen = 0  # how many of its calls took the Python path (``_native_after`` counts them)
         layout = split_layout(self.mask, paged=self.paged, k_strides=k_strides, v_strides=v_strides, head_dim=D,
                               itemsize=self.dtype.itemsize, device=self.device,
                               order=cfg.order)  # STRIDED, PREFETCH, PF_LINES
@@ -557,7 +558,7 @@ class DecodePlan:
         capacity = k_cache.shape[2]
         plan = DecodePlan.__new__(DecodePlan)  # a shallow copy (copy.copy's machinery costs µs here)
         plan.__dict__.update(self.__dict__)
-        plan.native = None  # (its inputs' signature is another)
+        plan.native, plan.native_seen = None, 0  # (its inputs' signature is another)
         if self._splits_for(capacity) == self.num_splits:
             tail = self.tail.copy()
             i = len(self.q_args)
@@ -805,8 +806,11 @@ def run_planned(key, q, k_cache, v_cache, cache_seqlens, block_table, alibi_slop
 
 def _native_after(plan: DecodePlan, key: tuple, q, k_cache, v_cache, cache_seqlens, result) -> None:
     """With ``native.ENABLED``, after a kept plan's call on the Python path: the plan's program, made once its eager
-    calls are steady (``DecodePlan.native_launches``), becomes the one the public call tries first."""
-    if plan.native is None and key[-1] is not None and _defaults(key) and not _capturing():
+    calls are steady (``DecodePlan.native_launches``) and the plan has served a second call (a cache that grows every
+    step makes a resized plan for each step, which would pay for a program it never uses), becomes the one the public
+    call tries first."""
+    plan.native_seen += 1
+    if plan.native is None and plan.native_seen >= 2 and key[-1] is not None and _defaults(key) and not _capturing():
         launches = plan.native_launches()
         if launches is not None:
             plan.native = native.program(q, k_cache, v_cache, cache_seqlens, *result, device=key[-2], stream=key[-1],
