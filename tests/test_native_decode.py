@@ -38,6 +38,17 @@ def _program(q, k, v, lens, launches=(SPLIT, MERGE), hooks=lambda: False):
                           dry=True)
 
 
+@pytest.fixture
+def fast_slot():
+    """Put a value in the fast path's slot (the list ``_runtime.NATIVE_DECODE``, which the callers hold by reference)
+    for one test."""
+    from attnlab import _runtime
+
+    saved = _runtime.NATIVE_DECODE[0]
+    yield lambda value: _runtime.NATIVE_DECODE.__setitem__(0, value)
+    _runtime.NATIVE_DECODE[0] = saved
+
+
 def _bits(fmt: str, x) -> int:
     return int.from_bytes(struct.pack("<" + fmt, x).ljust(8, b"\0"), "little")
 
@@ -133,12 +144,11 @@ def test_launch_spec_reads_the_binarys_parameters():
     assert mod.last(p)[0][5] == [out.data_ptr(), 4096, 5, _bits("q", -7), _bits("f", 0.5), 0, 0]
 
 
-def test_the_public_call_tries_the_fast_program_first_with_the_defaults(monkeypatch):
+def test_the_public_call_tries_the_fast_program_first_with_the_defaults(monkeypatch, fast_slot):
     """``attnlab.flash_decode`` (and ``flash_decode_triton``) hand a call to the registered program before anything
     else where every optional argument is its default; its None sends the call on as before; a call with a window, a
     scale or anything else never reaches it."""
     import attnlab
-    from attnlab import api
     from attnlab.gpu import decode
 
     seen = []
@@ -148,16 +158,16 @@ def test_the_public_call_tries_the_fast_program_first_with_the_defaults(monkeypa
         return "fast" if prog == "serves" else None
 
     q, k, v, lens = _inputs(Hkv=4)
-    monkeypatch.setattr(api, "_NATIVE_DECODE", [(fast, "serves", None)])
+    fast_slot((fast, "serves", None))
     assert attnlab.flash_decode(q, k, v, cache_seqlens=lens) == "fast"
     assert decode.flash_decode_triton(q, k, v, cache_seqlens=lens) == "fast"
     for kw in ({"window": (8, 0)}, {"scale": 0.1}, {"num_splits": 2}, {"causal": False}, {"softcap": 5.0}):
         out, _ = attnlab.flash_decode(q, k, v, cache_seqlens=lens, **kw)  # (the CPU's blockwise path)
         assert isinstance(out, torch.Tensor)
     assert seen == ["serves", "serves"]
-    monkeypatch.setattr(api, "_NATIVE_DECODE", [(fast, "declines", None)])
+    fast_slot((fast, "declines", None))
     out, lse = attnlab.flash_decode(q, k, v, cache_seqlens=lens)
-    monkeypatch.setattr(api, "_NATIVE_DECODE", [None])
+    fast_slot(None)
     ref_out, ref_lse = attnlab.flash_decode(q, k, v, cache_seqlens=lens)
     assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse) and seen[-1] == "declines"
 
@@ -182,13 +192,13 @@ def test_only_default_calls_make_programs(monkeypatch):
                                                           config="forced"))
 
 
-def test_clear_plans_forgets_the_fast_program(monkeypatch):
-    from attnlab import api
+def test_clear_plans_forgets_the_fast_program(fast_slot):
+    from attnlab import _runtime
     from attnlab.gpu import decode
 
-    monkeypatch.setattr(api, "_NATIVE_DECODE", [("call", "program", "plan")])
+    fast_slot(("call", "program", "plan"))
     decode.clear_plans()
-    assert api._NATIVE_DECODE == [None]
+    assert _runtime.NATIVE_DECODE == [None]
 
 
 def test_a_plan_makes_its_program_at_its_second_steady_call(monkeypatch):

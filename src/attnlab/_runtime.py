@@ -16,6 +16,10 @@ LN2 = 0.6931471805599453  # ln 2 = 1 / log2(e)
 
 _warned: set[str] = set()
 
+# (call, program, plan) of the native decode call that ``attnlab.flash_decode`` (and ``flash_decode_triton``) try
+# first, or None: ``attnlab.gpu.native`` sets it where it is on (ATTNLAB_NATIVE_DECODE=1), ``clear_plans`` empties it
+NATIVE_DECODE: list = [None]
+
 
 def warn_once(reason: str, message: str, *, stacklevel: int = 3) -> None:
     """``warnings.warn(message, RuntimeWarning)`` once per process for each distinct ``reason``."""

@@ -41,7 +41,7 @@ from ._checks import (
     resolve_scale,
     seqlens_tensor,
 )
-from ._runtime import triton_available, warn_once
+from ._runtime import NATIVE_DECODE, triton_available, warn_once
 from .blockwise.backward import attention_fn as _blockwise_attention
 from .blockwise.decode import decode_fn as _blockwise_decode
 from .blockwise.iostats import IOStats, check_stats
@@ -235,11 +235,6 @@ def _gpu_decode():
     return decode
 
 
-# (call, program, plan) of the native decode call the next ``flash_decode`` tries first, or None
-# (``attnlab.gpu.native``: off unless ATTNLAB_NATIVE_DECODE=1)
-_NATIVE_DECODE: list = [None]
-
-
 def flash_decode(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, num_splits: int | None = None,
                  causal: bool = True, window=None, softcap: float | None = None, alibi_slopes=None,
                  scale: float | None = None, stats: IOStats | None = None):
@@ -260,7 +255,7 @@ def flash_decode(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, n
     Returns:
         out (B, H, Nq, Dv) in q's dtype, lse (B, H, Nq) float32 (float64 for float64 inputs).
     """
-    fast = _NATIVE_DECODE[0]  # (set only where the native decode call is on and a plan's program is made)
+    fast = NATIVE_DECODE[0]  # (set only where the native decode call is on and a plan's program is made)
     if fast is not None and stats is None and block_table is None and num_splits is None and causal is True \
             and window is None and softcap is None and alibi_slopes is None and scale is None \
             and (result := fast[0](fast[1], q, k_cache, v_cache, cache_seqlens)) is not None:

@@ -14,7 +14,7 @@ import attnlab
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 pytest.importorskip("triton")
-from attnlab import api  # noqa: E402
+from attnlab._runtime import NATIVE_DECODE  # noqa: E402
 from attnlab.gpu import decode, native  # noqa: E402
 
 SHAPES = {  # (B, H, Hkv, L, D, with lengths)
@@ -60,7 +60,7 @@ def _python_path(q, k, v, lens, **kw):
 
 
 def _native_calls() -> int:
-    fast = api._NATIVE_DECODE[0]
+    fast = NATIVE_DECODE[0]
     return 0 if fast is None else native.module().calls(fast[1])
 
 
@@ -76,7 +76,7 @@ def test_native_calls_give_the_python_paths_bits(native_on, name):
     torch.cuda.synchronize()
     for g in got:
         _same(g, want)
-    assert api._NATIVE_DECODE[0] is not None and _native_calls() >= 2  # (the first calls make the plan steady)
+    assert NATIVE_DECODE[0] is not None and _native_calls() >= 2  # (the first calls make the plan steady)
     n = _native_calls()
     q2 = torch.randn_like(q)
     got = attnlab.flash_decode(q2, k, v, cache_seqlens=lens)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import torch
 
-from .. import api as _api
 from .._checks import (
     check_decode_inputs,
     check_positive_int,
@@ -26,7 +25,7 @@ from .._checks import (
     resolve_scale,
     seqlens_tensor,
 )
-from .._runtime import interpret_mode, interpreter_problem
+from .._runtime import NATIVE_DECODE, interpret_mode, interpreter_problem
 from .decode_config import (
     DecodeConfig,
     choose_num_splits,
@@ -94,7 +93,7 @@ def flash_decode_triton(q, k_cache, v_cache, *, cache_seqlens=None, block_table=
     the kernel clamps them into the cache, so bad values give wrong numbers, never a bad access.
     Inputs the kernels do not cover raise a ``ValueError`` (``attnlab.flash_decode`` falls back instead).
     """
-    fast = _api._NATIVE_DECODE[0]  # (``native``: a kept plan's call in C++, where it is on)
+    fast = NATIVE_DECODE[0]  # (``native``: a kept plan's call in C++, where it is on)
     if fast is not None and block_table is None and num_splits is None and causal is True and window is None \
             and softcap is None and alibi_slopes is None and scale is None and config is None \
             and (result := fast[0](fast[1], q, k_cache, v_cache, cache_seqlens)) is not None:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from .._runtime import cache_root, warn_once
+from .._runtime import NATIVE_DECODE, cache_root, warn_once
 from .launch import static_arg_types
 
 ENABLED = os.environ.get("ATTNLAB_NATIVE_DECODE", "0") == "1"
@@ -138,9 +138,7 @@ def program(q, k_cache, v_cache, cache_seqlens, out, lse, *, device: int, stream
 def set_fast(plan) -> None:
     """Make ``plan``'s program (``plan.native``) the one the public call tries first; None: none. The plan is kept
     with it: the program launches into the plan's buffers."""
-    from .. import api
-
-    api._NATIVE_DECODE[0] = None if plan is None or plan.native is None else (module().call, plan.native, plan)
+    NATIVE_DECODE[0] = None if plan is None or plan.native is None else (module().call, plan.native, plan)
 
 
 __all__ = ["ENABLED", "LENS", "LSE", "K", "OUT", "Q", "Slot", "V", "build_dir", "driver_include", "launch_spec",
