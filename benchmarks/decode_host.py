@@ -411,6 +411,31 @@ def tiny_gpu_us(calls: int = 200) -> float:
     return graph_us(lambda: decode.flash_decode_triton(q, k, v, cache_seqlens=lens), calls=calls)
 
 
+NATIVE_STEP = "the native program's call alone (C++: checks, outputs, launch)"
+
+
+def native_fast(q, k, v, lens):
+    """The native decode call's (call, program, plan) for ``attnlab.flash_decode(q, k, v, cache_seqlens=lens)``,
+    made by that call with the native call on and a plan of its own (the kept plans cleared before and after), and
+    left out of the fast path's slot: the caller times it alone. None where the module does not build here."""
+    from attnlab._runtime import NATIVE_DECODE
+    from attnlab.gpu import decode, native
+
+    if native.module() is None:
+        return None
+    saved = native.ENABLED
+    native.ENABLED = True
+    decode.clear_plans()
+    try:
+        for _ in range(4):
+            attnlab.flash_decode(q, k, v, cache_seqlens=lens)
+        fast = NATIVE_DECODE[0]
+    finally:
+        native.ENABLED = saved
+        NATIVE_DECODE[0] = None
+    return fast
+
+
 def breakdown(calls: int, rounds: int = 7, shape=TINY) -> dict:
     """Where a kept plan's call spends its host time, at ``shape`` (default ``TINY``): the whole call at each layer
     (``attnlab.flash_decode``, ``flash_decode_triton``, ``run_planned``, the plan itself) and each step
@@ -424,6 +449,7 @@ def breakdown(calls: int, rounds: int = 7, shape=TINY) -> dict:
     from attnlab.gpu.launch import current_stream, direct_launch, hooks_set, tensor_key
 
     q, k, v, lens = inputs(shape)
+    fast = native_fast(q, k, v, lens)  # (first: it clears the plans; its own plan lives in the tuple)
     decode.clear_plans()
     for _ in range(3):  # the first call plans and compiles, the second makes the plan's launches (a fused plan's
         decode.flash_decode_triton(q, k, v, cache_seqlens=lens)  # build), the third its eager dependent launch's
@@ -468,6 +494,9 @@ def breakdown(calls: int, rounds: int = 7, shape=TINY) -> dict:
         if eager.direct is not None:  # the same launch through Triton's whole path, as before ``direct_launch``
             steps["the eager split kernel's launch (dependent launch, Triton's launcher)"] = lambda: ce.run(
                 *eager.grid, stream, ce.function, ce.packed_metadata, None, None, None, *head, *plan.eager_tail)
+    if fast is not None:  # the native program of the same call (``attnlab.gpu.native``), alone and through the API
+        call, prog = fast[0], fast[1]
+        steps[NATIVE_STEP] = lambda: call(prog, q, k, v, lens)
     best = dict.fromkeys(steps, float("inf"))
     for _ in range(rounds):
         for name, fn in steps.items():

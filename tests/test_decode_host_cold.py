@@ -668,3 +668,27 @@ def test_the_native_row_where_the_module_builds(monkeypatch):
     assert seen[names.index(host.NATIVE_ROW)] is True and seen[0] is False and native.ENABLED is False
     monkeypatch.setattr(native, "ENABLED", True)
     assert host.NATIVE_ROW not in [r["call"] for r in host.host_rows(calls=10, rounds=1)]
+
+
+def test_native_fast_makes_the_program_and_leaves_the_slot_empty(monkeypatch):
+    """``native_fast``: the public call made with the native call on until its program exists; the (call, program,
+    plan) returned, the setting back and the fast path's slot empty (the breakdown times the program alone); None
+    where the module does not build."""
+    import attnlab
+    from attnlab._runtime import NATIVE_DECODE
+    from attnlab.gpu import decode, native
+
+    calls, cleared = [], []
+    monkeypatch.setattr(native, "module", lambda: "built")
+    monkeypatch.setattr(decode, "clear_plans", lambda: cleared.append(1))
+
+    def public(q, k, v, cache_seqlens):
+        calls.append(native.ENABLED)
+        if len(calls) == 3:
+            NATIVE_DECODE[0] = ("call", "program", "plan")
+
+    monkeypatch.setattr(attnlab, "flash_decode", public)
+    assert host.native_fast("q", "k", "v", "lens") == ("call", "program", "plan")
+    assert calls == [True] * 4 and cleared and native.ENABLED is False and NATIVE_DECODE == [None]
+    monkeypatch.setattr(native, "module", lambda: None)
+    assert host.native_fast("q", "k", "v", "lens") is None
