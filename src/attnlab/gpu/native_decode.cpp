@@ -15,7 +15,6 @@
 #include <Python.h>
 
 #include <ATen/ATen.h>
-#include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <dlfcn.h>
