@@ -753,17 +753,13 @@ def roofline_note(gpu, at_clock: bool = False) -> str:
 def gpu_state(index: int = 0) -> dict | None:
     """The GPU's SM clock (MHz) and power draw (W) now, from NVML where ``pynvml`` is installed, else from
     ``nvidia-smi``; None where neither answers (a CPU machine)."""
+    return state_reader(index)()
+
+
+def _smi_state(index: int) -> dict | None:
+    """``gpu_state`` from ``nvidia-smi`` (tens of ms a read), or None."""
     import subprocess
 
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        h = pynvml.nvmlDeviceGetHandleByIndex(index)
-        return dict(sm_mhz=float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
-                    power_w=pynvml.nvmlDeviceGetPowerUsage(h) / 1000)
-    except Exception:  # (no pynvml, or no NVML: try the command line)
-        pass
     try:
         out = subprocess.run(["nvidia-smi", f"--id={index}", "--query-gpu=clocks.sm,power.draw",
                               "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10).stdout
@@ -775,14 +771,14 @@ def gpu_state(index: int = 0) -> dict | None:
 
 def state_reader(index: int = 0):
     """A function of no arguments that reads the GPU's SM clock (MHz) and power draw (W) now, or None: NVML's handle
-    opened once where ``pynvml`` is installed (µs a read), else ``gpu_state`` (nvidia-smi, tens of ms a read)."""
+    opened once where ``pynvml`` is installed (µs a read), else ``nvidia-smi``'s answer."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-    except Exception:  # (no pynvml, or no NVML)
-        return lambda: gpu_state(index)
+    except Exception:  # (no pynvml, or no NVML: the command line)
+        return lambda: _smi_state(index)
 
     def read() -> dict | None:
         try:
