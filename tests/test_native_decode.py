@@ -236,6 +236,12 @@ def test_a_plan_makes_its_program_at_its_second_steady_call(monkeypatch):
     unsteady = SimpleNamespace(native=None, native_seen=5, native_launches=lambda: None)
     decode_plan._native_after(unsteady, defaults, q, k, v, lens, ("out", "lse"))
     assert unsteady.native is None and made == [7]
+    # a program the module would not make (None): not asked for again
+    refused = SimpleNamespace(native=None, native_seen=5, native_launches=lambda: ["launch"])
+    monkeypatch.setattr(native, "program", lambda *a, **kw: made.append("refused"))
+    for _ in range(3):
+        decode_plan._native_after(refused, defaults, q, k, v, lens, ("out", "lse"))
+    assert refused.native is False and made == [7, "refused"] and fast == ["prog1", "prog1"]
 
 
 def _fake_compiled(launcher, n_pointers: int):
@@ -299,3 +305,21 @@ def test_a_programs_launches_are_the_python_paths(monkeypatch, case):
     assert plan.native_launches() is None or case == "one-split"
     plan.pair_ran, plan.has_slopes = True, True
     assert plan.native_launches() is None
+
+
+def test_a_gpu_program_is_checked_against_the_driver(monkeypatch):
+    """A program that launches (not dry) is made only where the driver lists each kernel's parameters and they are
+    the description's, in number and size (``cuFuncGetParamInfo``); here, without libcuda, no program: None, a
+    warning, and the call goes on by the Python path. A dry program's error is raised."""
+    from attnlab import _runtime
+
+    monkeypatch.setattr(_runtime, "_warned", set())
+    q, k, v, lens = _inputs()
+    out, lse = torch.empty(1, 4, 1, 64), torch.empty(1, 4, 1)
+    launch = (1, (1, 1, 1), 4, 0, False, (("O", None, 0),))
+    with pytest.warns(RuntimeWarning, match="no native decode call for this plan .*libcuda"):
+        assert native.program(q, k, v, lens, out, lse, device=0, stream=0, launches=[launch], stream_fn=int,
+                              hooks_fn=lambda: False) is None
+    with pytest.raises(ValueError, match="unknown parameter type"):
+        native.program(q, k, v, lens, out, lse, device=-1, stream=0, launches=[(1, (1, 1, 1), 4, 0, False,
+                                                                              (("z", 1, -1),))], dry=True)

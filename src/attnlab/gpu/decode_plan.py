@@ -476,7 +476,7 @@ class DecodePlan:
                 self.graph_slots = CounterSlots(self.device, B * Hkv, GRAPH_COUNTER_SLOTS, GRAPH_COUNTER_BYTES)
                 _STATS["graph_counter_bytes"] += nbytes
         self.scratch = None
-        self.native = None  # the program of this plan's steady eager call (``native``), once made
+        self.native = None  # the program of this plan's steady eager call (``native``), once made; False: none
         self.native_seen = 0  # how many of its calls took the Python path (``_native_after`` counts them)
         layout = split_layout(self.mask, paged=self.paged, k_strides=k_strides, v_strides=v_strides, head_dim=D,
                               itemsize=self.dtype.itemsize, device=self.device,
@@ -814,8 +814,8 @@ def _native_after(plan: DecodePlan, key: tuple, q, k_cache, v_cache, cache_seqle
         launches = plan.native_launches()
         if launches is not None:
             plan.native = native.program(q, k_cache, v_cache, cache_seqlens, *result, device=key[-2], stream=key[-1],
-                                         launches=launches)
-    if plan.native is not None:
+                                         launches=launches) or False  # (False: none to be had; not tried again)
+    if plan.native:
         native.set_fast(plan)
 
 

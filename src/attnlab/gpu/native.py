@@ -119,7 +119,9 @@ def launch_spec(launcher, args: list) -> tuple | None:
 
 def program(q, k_cache, v_cache, cache_seqlens, out, lse, *, device: int, stream: int, launches: list,
             stream_fn=None, hooks_fn=None, dry: bool = False):
-    """A program of one steady call (``module().program``), or None where the module is not built. ``stream_fn``:
+    """A program of one steady call (``module().program``), or None where the module is not built or, for a GPU
+    program, where the driver's list of a kernel's parameters (``cuFuncGetParamInfo``: their number and sizes) is not
+    the launch's description (a one-time warning says so). ``stream_fn``:
     the current raw stream of a device (default: PyTorch's raw getter); ``hooks_fn``: whether a launch hook is
     installed (default ``launch.hooks_set``)."""
     mod = module()
@@ -131,14 +133,22 @@ def program(q, k_cache, v_cache, cache_seqlens, out, lse, *, device: int, stream
         return None
     if hooks_fn is None:
         from .launch import hooks_set as hooks_fn
-    return mod.program(q, k_cache, v_cache, cache_seqlens, out, lse, device, stream, launches, stream_fn, hooks_fn,
-                       dry)
+    try:
+        return mod.program(q, k_cache, v_cache, cache_seqlens, out, lse, device, stream, launches, stream_fn,
+                           hooks_fn, dry)
+    except (RuntimeError, ValueError, TypeError) as e:  # (the driver's list of a kernel's parameters disagrees, or
+        # a description it cannot take: a user's call never fails for a program it did not ask for)
+        if dry:
+            raise
+        warn_once("native-decode-program", f"attnlab: no native decode call for this plan ({e}); its calls take "
+                                           "the Python path")
+        return None
 
 
 def set_fast(plan) -> None:
     """Make ``plan``'s program (``plan.native``) the one the public call tries first; None: none. The plan is kept
     with it: the program launches into the plan's buffers."""
-    NATIVE_DECODE[0] = None if plan is None or plan.native is None else (module().call, plan.native, plan)
+    NATIVE_DECODE[0] = (module().call, plan.native, plan) if plan is not None and plan.native else None
 
 
 __all__ = ["ENABLED", "LENS", "LSE", "K", "OUT", "Q", "Slot", "V", "build_dir", "driver_include", "launch_spec",

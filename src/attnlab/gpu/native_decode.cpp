@@ -35,12 +35,14 @@ constexpr int kMaxParams = 96;
 typedef CUresult (*LaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**);
 typedef CUresult (*CtxGetDevice)(CUdevice*);
 typedef CUresult (*StreamIsCapturing)(CUstream, CUstreamCaptureStatus*);
+typedef CUresult (*FuncGetParamInfo)(CUfunction, size_t, size_t*, size_t*);
 
 struct Driver {
   bool tried = false;
   LaunchKernelEx launch = nullptr;
   CtxGetDevice device = nullptr;
   StreamIsCapturing capturing = nullptr;
+  FuncGetParamInfo param_info = nullptr;  // (CUDA 12.4 and later: a program is checked against the kernel with it)
 };
 
 Driver driver;
@@ -53,6 +55,7 @@ bool load_driver() {
       driver.launch = reinterpret_cast<LaunchKernelEx>(dlsym(lib, "cuLaunchKernelEx"));
       driver.device = reinterpret_cast<CtxGetDevice>(dlsym(lib, "cuCtxGetDevice"));
       driver.capturing = reinterpret_cast<StreamIsCapturing>(dlsym(lib, "cuStreamIsCapturing"));
+      driver.param_info = reinterpret_cast<FuncGetParamInfo>(dlsym(lib, "cuFuncGetParamInfo"));
     }
   }
   return driver.launch != nullptr && driver.device != nullptr && driver.capturing != nullptr;
@@ -146,6 +149,45 @@ bool matches(PyObject* obj, const TensorSpec& spec, uint64_t* ptr) {
   const uint64_t p = reinterpret_cast<uint64_t>(t.data_ptr());
   if (p % 16 != 0) return false;
   *ptr = p;
+  return true;
+}
+
+size_t letter_bytes(char letter) {
+  switch (letter) {
+    case 'b': case 'B': return 1;
+    case 'h': case 'H': return 2;
+    case 'i': case 'I': case 'f': return 4;
+    default: return 8;
+  }
+}
+
+// whether ``l`` passes exactly the parameters its kernel takes, each of its size (the driver's list of them): a
+// description that does not would have the driver read past the words a call fills
+bool check_params(const Launch& l, size_t index) {
+  if (driver.param_info == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError,
+                     "program: this CUDA driver cannot list a kernel's parameters (cuFuncGetParamInfo, CUDA 12.4)");
+    return false;
+  }
+  const size_t n = l.params.size();
+  for (size_t j = 0; j <= n; ++j) {
+    size_t offset = 0, bytes = 0;
+    const CUresult r = driver.param_info(l.function, j, &offset, &bytes);
+    if (j == n) {
+      if (r == CUDA_SUCCESS) {
+        PyErr_Format(PyExc_RuntimeError, "program: launch %zu's kernel takes more than the %zu parameters described",
+                     index, n);
+        return false;
+      }
+      break;
+    }
+    if (r != CUDA_SUCCESS || bytes != letter_bytes(l.params[j].letter)) {
+      PyErr_Format(PyExc_RuntimeError,
+                   "program: launch %zu's parameter %zu is %zu bytes in the kernel (CUresult %d), %zu as described",
+                   index, j, bytes, static_cast<int>(r), letter_bytes(l.params[j].letter));
+      return false;
+    }
+  }
   return true;
 }
 
@@ -293,6 +335,17 @@ PyObject* make_program_(PyObject* args) {
       l.params.push_back(prm);
     }
     Py_DECREF(ps);
+    if (!p->dry) {
+      if (!load_driver()) {
+        PyErr_SetString(PyExc_RuntimeError, "program: libcuda.so.1 or one of its functions not found");
+        Py_DECREF(seq);
+        return nullptr;
+      }
+      if (!check_params(l, static_cast<size_t>(i))) {
+        Py_DECREF(seq);
+        return nullptr;
+      }
+    }
     p->launches.push_back(std::move(l));
   }
   Py_DECREF(seq);
