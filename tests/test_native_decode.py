@@ -323,3 +323,42 @@ def test_a_gpu_program_is_checked_against_the_driver(monkeypatch):
     with pytest.raises(ValueError, match="unknown parameter type"):
         native.program(q, k, v, lens, out, lse, device=-1, stream=0, launches=[(1, (1, 1, 1), 4, 0, False,
                                                                               (("z", 1, -1),))], dry=True)
+
+
+_KERNEL_PARAMS = r"""
+import json, re, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from attnlab.gpu import decode_kernels as dk
+from attnlab.gpu.launch import static_arg_types
+
+def ptx_bytes(ptx):
+    entry = re.search(r"\.entry\s+\w+\((.*?)\)", ptx, re.S).group(1)
+    return [int(re.search(r"\d+", t).group()) // 8 for t in re.findall(r"\.param\s+\.(\w+)", entry)]
+
+split = dk.compile_sm90(128, merge=2, wait=True)
+fn = dk._decode_merge_kernel
+const = dict(NQ=1, BLOCK_S=16, BLOCK_D=128, PDL=True, ROWS=4, stride_od=1)
+ptrs = dict(O_PART="*fp32", LSE_PART="*fp32", OUT="*bf16", LSE="*fp32")
+merge = triton.compile(ASTSource(fn, *dk.sm90_signature(fn, const, ptrs)), target=GPUTarget("cuda", 90, 32),
+                       options=dict(num_warps=4, num_stages=3))
+out = []
+for kernel in (split, merge):
+    letters, keep, scratch = static_arg_types(kernel, allow_pdl=True)
+    out.append(dict(letters=letters, keep=len(keep), scratch=scratch, ptx=ptx_bytes(kernel.asm["ptx"])))
+print(json.dumps(out))
+"""
+
+
+def test_the_described_parameters_are_the_kernels_own():
+    """What a program passes to each decode kernel — the binary's parameters as ``launch.static_arg_types`` reads them
+    off the compiled kernel, with its dependent launches allowed — has the number and sizes of the parameters of the
+    kernel's PTX entry: the split kernel's eager build (the in-kernel merge, the wait of a dependent launch) and the
+    merge kernel, built for sm_90 here (the check a GPU program gets from the driver, made on the CPU)."""
+    from tests.helpers import fresh_json
+
+    for kernel in fresh_json(_KERNEL_PARAMS, timeout=600):
+        sizes = [{"O": 8, "l": 8, "K": 8, "d": 8, "i": 4, "I": 4, "f": 4, "h": 2, "H": 2}.get(c, 1)
+                 for c in kernel["letters"]]
+        assert sizes == kernel["ptx"] and kernel["scratch"] == 2, kernel
+        assert kernel["keep"] == len(kernel["letters"]) - 2
