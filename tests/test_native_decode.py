@@ -310,15 +310,15 @@ def test_a_programs_launches_are_the_python_paths(monkeypatch, case):
 def test_a_gpu_program_is_checked_against_the_driver(monkeypatch):
     """A program that launches (not dry) is made only where the driver lists each kernel's parameters and they are
     the description's, in number and size (``cuFuncGetParamInfo``); here, without libcuda, no program: None, a
-    warning, and the call goes on by the Python path (on a GPU machine: the driver does not know the made-up
-    function). A dry program's error is raised."""
+    warning, and the call goes on by the Python path (on a GPU machine: a launch without a function is refused
+    before the driver is asked). A dry program's error is raised."""
     from attnlab import _runtime
 
     monkeypatch.setattr(_runtime, "_warned", set())
     q, k, v, lens = _inputs()
     out, lse = torch.empty(1, 4, 1, 64), torch.empty(1, 4, 1)
-    launch = (1, (1, 1, 1), 4, 0, False, (("O", None, 0),))
-    with pytest.warns(RuntimeWarning, match="no native decode call for this plan .*(libcuda|parameter 0)"):
+    launch = (0, (1, 1, 1), 4, 0, False, (("O", None, 0),))  # (no function: never handed to a driver)
+    with pytest.warns(RuntimeWarning, match="no native decode call for this plan .*(libcuda|has no function)"):
         assert native.program(q, k, v, lens, out, lse, device=0, stream=0, launches=[launch], stream_fn=int,
                               hooks_fn=lambda: False) is None
     with pytest.raises(ValueError, match="unknown parameter type"):

@@ -341,6 +341,11 @@ PyObject* make_program_(PyObject* args) {
         Py_DECREF(seq);
         return nullptr;
       }
+      if (l.function == nullptr) {
+        PyErr_Format(PyExc_RuntimeError, "program: launch %zd has no function", i);
+        Py_DECREF(seq);
+        return nullptr;
+      }
       if (!check_params(l, static_cast<size_t>(i))) {
         Py_DECREF(seq);
         return nullptr;
