@@ -109,11 +109,24 @@ def test_calls_a_program_must_not_take_take_the_python_path(native_on):
     from triton import knobs
 
     hooked = []
-    knobs.runtime.launch_enter_hook = lambda *a: hooked.append(1)
+
+    def hook(*a):
+        hooked.append(1)
+
+    chain = knobs.runtime.launch_enter_hook
+    if hasattr(chain, "add"):  # (a chain of hooks in later tritons)
+        chain.add(hook)
+    else:
+        knobs.runtime.launch_enter_hook = hook
     try:
+        before = _native_calls()
         _same(attnlab.flash_decode(q, k, v, cache_seqlens=lens), want)
+        assert _native_calls() == before
     finally:
-        knobs.runtime.launch_enter_hook = None
+        if hasattr(chain, "add"):
+            chain.remove(hook)
+        else:
+            knobs.runtime.launch_enter_hook = None
     assert hooked
     # another shape, then this one again (the fast path's program swaps to the shape's own)
     q2, k2, v2, lens2 = _inputs(*SHAPES["odd-heads"])
