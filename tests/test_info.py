@@ -42,6 +42,18 @@ def test_cuda_row_by_compute_capability(monkeypatch, cap, want):
     assert ("decode_splits" in rows) is (cap[0] >= 8)  # (the kernels' split count: where the kernels run)
     if cap[0] >= 8:
         assert rows["decode_splits"].startswith("the calibrated split model, predicted for the H100")
+        assert rows["decode_kept_call"] == "the Python path (ATTNLAB_NATIVE_DECODE=1: the native C++ call)"
+
+
+def test_the_kept_call_row_says_whether_the_native_call_is_on(monkeypatch, tmp_path):
+    from attnlab.gpu import native
+    from attnlab.info import decode_kept_call
+
+    monkeypatch.setattr(native, "ENABLED", True)
+    monkeypatch.setattr(native, "build_dir", lambda: tmp_path)
+    assert decode_kept_call() == "the native C++ call (ATTNLAB_NATIVE_DECODE=1; built at its first use)"
+    (tmp_path / f"{native.NAME}.so").write_bytes(b"")
+    assert decode_kept_call() == "the native C++ call (ATTNLAB_NATIVE_DECODE=1; built)"
 
 
 @pytest.mark.parametrize("name,want", [

@@ -38,6 +38,17 @@ def decode_split_model(gpu_name: str, config=(128, 128, 4, 3)) -> str:
     return f"the lecture's wave model (no calibration for the {gpu_name})"
 
 
+def decode_kept_call() -> str:
+    """What makes a kept decode plan's eager call: the Python path, or with ATTNLAB_NATIVE_DECODE=1 the native C++
+    call (``attnlab.gpu.native``), built at its first use (said where its module is already built)."""
+    from .gpu import native
+
+    if not native.ENABLED:
+        return "the Python path (ATTNLAB_NATIVE_DECODE=1: the native C++ call)"
+    built = any(native.build_dir().glob(f"{native.NAME}*.so"))
+    return "the native C++ call (ATTNLAB_NATIVE_DECODE=1; " + ("built" if built else "built at its first use") + ")"
+
+
 def kernels() -> dict[str, str]:
     """Which code serves an attention call here (``flash_attention``, ``flash_decode``), by device:
     ``kernels_cpu`` always, ``kernels_cuda`` where a CUDA GPU is visible, and where its kernels run ``decode_splits``
@@ -67,6 +78,7 @@ def kernels() -> dict[str, str]:
                 from .gpu.decode_config import gpu_for_device
 
                 out["decode_splits"] = decode_split_model(gpu_for_device(torch.cuda.current_device()).name)
+                out["decode_kept_call"] = decode_kept_call()
     if not interpret_mode():
         out["kernels_cpu"] = "blockwise PyTorch (with TRITON_INTERPRET=1: the Triton kernels, in triton's interpreter)"
     elif not triton_available():
