@@ -98,6 +98,9 @@ def test_the_notes_readme_and_docs_quote_the_same_figures():
             f"the datasheet's roofline and {h200['best_clock']} % of the roofline at its clock; at that share 700 "
             f"TFLOP/s needs {h200['need']} MHz under the load. cuDNN ran at the higher clock on {h200['higher']} of the "
             f"{h200['n']} D = 128 forward rows") in readme
+    gpu_doc = doc_text("docs/gpu.md")
+    assert (f"against the roofline at the clock each row ran, attnlab's D = 128 forward rows reach {h200['clock']} % on "
+            "the H200") in gpu_doc
     cost = doc_text("docs/cost.md")
     assert f"attnlab's D = 128 forward rows of prefill run 45 ran at {h200['mhz']} MHz on an H200" in cost
     assert f"`get_gpu(\"H200\").at_clock(1690)` is the same GPU with its peaks at 1,690 MHz " \

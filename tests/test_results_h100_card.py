@@ -206,10 +206,10 @@ def test_the_decode_doc_quotes_the_merge_ab():
 
 def test_the_gpu_doc_table_of_where_the_prefill_stands():
     """docs/gpu.md's first performance table: ``scorecard.py --standing``'s prefill lines of the H200's and the
-    H100's whole-table runs."""
+    H100's latest whole-table runs."""
     doc = (ROOT / "docs" / "gpu.md").read_text()
     own = []
-    for name, gpu, run in (("H200", "h200", 37), ("H100", "h100", 38)):
+    for name, gpu, run in (("H200", "h200", 45), ("H100", "h100", 44)):
         file = f"prefill-{gpu}-run{run}.json"
         _, lines = card.standing({file: _run(file)["rows"]}, {})
         m = {(ln["what"], ln["against"].split(" ")[0]): ln["measured"] for ln in lines}
