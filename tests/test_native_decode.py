@@ -56,7 +56,7 @@ def _bits(fmt: str, x) -> int:
 def test_a_dry_program_fills_the_slots_and_lays_out_the_constants():
     q, k, v, lens = _inputs()
     p = _program(q, k, v, lens)
-    out, lse = mod.call(p, q, k, v, lens)
+    out, lse = mod.call(p, q, k, v, lens, None)
     assert (out.shape, out.dtype, lse.shape, lse.dtype) == ((1, 4, 1, 64), q.dtype, (1, 4, 1), torch.float32)
     (f1, g1, b1, s1, pdl1, w1), (f2, g2, b2, s2, pdl2, w2) = mod.last(p)
     assert (f1, g1, b1, s1, pdl1) == (1234, (2, 3, 1), 128, 1024, False)  # 32 threads a warp
@@ -64,7 +64,7 @@ def test_a_dry_program_fills_the_slots_and_lays_out_the_constants():
     assert w1 == [q.data_ptr(), k.data_ptr(), v.data_ptr(), lens.data_ptr(), 7, _bits("i", -1), _bits("f", 0.5),
                   out.data_ptr(), lse.data_ptr(), _bits("q", -3), 1, 0]
     assert w2 == [out.data_ptr(), 4096, _bits("d", 0.25)]
-    again = mod.call(p, q, k, v, lens)
+    again = mod.call(p, q, k, v, lens, None)
     assert again[0].data_ptr() != out.data_ptr() and mod.last(p)[0][5][7] == again[0].data_ptr()  # new outputs
     assert mod.calls(p) == 2
 
@@ -86,32 +86,47 @@ def test_a_call_that_is_not_the_programs_returns_none():
              (q.numpy(), k, v, lens), (None, k, v, lens), (q.to_sparse(), k, v, lens),
              (torch.empty(1, 4, 1, 64, device="meta"), k, v, lens)]
     for args in calls:
-        assert mod.call(p, *args) is None
+        assert mod.call(p, *args, None) is None
     assert mod.calls(p) == 0
-    assert mod.call(p, q.clone(), k, v, lens) is not None  # (another tensor of the same signature)
-    assert mod.call(p, q, torch.nn.Parameter(k, requires_grad=False), v, lens) is not None  # (a Parameter is a tensor)
+    assert mod.call(p, q.clone(), k, v, lens, None) is not None  # (another tensor of the same signature)
+    assert mod.call(p, q, torch.nn.Parameter(k, requires_grad=False), v, lens, None) is not None  # (a Parameter is a tensor)
     hooked = _program(q, k, v, lens, hooks=lambda: True)
-    assert mod.call(hooked, q, k, v, lens) is None  # a launch hook installed: the Python path, which calls it
+    assert mod.call(hooked, q, k, v, lens, None) is None  # a launch hook installed: the Python path, which calls it
     with pytest.raises(TypeError, match="strided tensors"):
         _program(q.to_sparse(), k, v, lens)
     no_lens = _program(q, k, v, None)
-    assert mod.call(no_lens, q, k, v, None) is not None and mod.call(no_lens, q, k, v, lens) is None
+    assert mod.call(no_lens, q, k, v, None, None) is not None and mod.call(no_lens, q, k, v, lens, None) is None
+
+
+def test_a_page_table_has_its_slot():
+    """A program of a paged call records the page table as its fifth input: its pointer goes into slot 6, and a call
+    without one, or with another table's shape, is not the program's."""
+    q, k, v, lens = _inputs()
+    table = torch.tensor([[0, 1, 2]], dtype=torch.int32)
+    out, lse = torch.empty(1, 4, 1, 64), torch.empty(1, 4, 1)
+    launch = (5, (1, 1, 1), 4, 0, False, (("O", None, 6), ("O", None, 3)))
+    p = native.program(q, k, v, lens, out, lse, block_table=table, device=-1, stream=0, launches=[launch],
+                       hooks_fn=lambda: False, dry=True)
+    assert mod.call(p, q, k, v, lens, table) is not None
+    assert mod.last(p)[0][5] == [table.data_ptr(), lens.data_ptr()]
+    assert mod.call(p, q, k, v, lens, None) is None
+    assert mod.call(p, q, k, v, lens, torch.tensor([[0, 1]], dtype=torch.int32)) is None
 
 
 def test_outputs_follow_inference_mode():
     q, k, v, lens = _inputs()
     p = _program(q, k, v, lens)
     with torch.inference_mode():
-        out, lse = mod.call(p, q, k, v, lens)
+        out, lse = mod.call(p, q, k, v, lens, None)
     assert out.is_inference() and lse.is_inference()
-    out, _ = mod.call(p, q, k, v, lens)
+    out, _ = mod.call(p, q, k, v, lens, None)
     assert not out.is_inference()
 
 
 @pytest.mark.parametrize("launch, error", [
     ((1, (1, 1, 1), 4, 0, False, (("x", 3, -1),)), "unknown parameter type"),
-    ((1, (1, 1, 1), 4, 0, False, (("O", None, 6),)), "slot -1..5"),
-    ((1, (1, 1, 1), 4, 0, False, (("i", None, 0),)), "slot -1..5"),
+    ((1, (1, 1, 1), 4, 0, False, (("O", None, 7),)), "slot -1..6"),
+    ((1, (1, 1, 1), 4, 0, False, (("i", None, 0),)), "slot -1..6"),
     ((1, (1, 1, 1), 4, 0, False, (("i", None, -1),)), "not a pointer"),
     ((1, (1, 1, 1), 4, 0, False, (("O", None, -1),) * 97), "at most 96"),
     ((1, (1, 1), 4, 0, False, ()), "takes exactly 3 arguments"),
@@ -140,7 +155,7 @@ def test_launch_spec_reads_the_binarys_parameters():
     # and the program takes it
     q, k, v, lens = _inputs()
     p = _program(q, k, v, lens, launches=[spec])
-    out, _ = mod.call(p, q, k, v, lens)
+    out, _ = mod.call(p, q, k, v, lens, None)
     assert mod.last(p)[0][5] == [out.data_ptr(), 4096, 5, _bits("q", -7), _bits("f", 0.5), 0, 0]
 
 
@@ -153,7 +168,7 @@ def test_the_public_call_tries_the_fast_program_first_with_the_defaults(monkeypa
 
     seen = []
 
-    def fast(prog, q, k, v, lens):
+    def fast(prog, q, k, v, lens, table):
         seen.append(prog)
         return "fast" if prog == "serves" else None
 
@@ -165,11 +180,14 @@ def test_the_public_call_tries_the_fast_program_first_with_the_defaults(monkeypa
         out, _ = attnlab.flash_decode(q, k, v, cache_seqlens=lens, **kw)  # (the CPU's blockwise path)
         assert isinstance(out, torch.Tensor)
     assert seen == ["serves", "serves"]
+    table = torch.zeros(1, 2, dtype=torch.int32)
+    assert attnlab.flash_decode(q, k, v, cache_seqlens=lens, block_table=table) == "fast"  # (a paged call too)
+    seen.clear()
     fast_slot((fast, "declines", None))
     out, lse = attnlab.flash_decode(q, k, v, cache_seqlens=lens)
     fast_slot(None)
     ref_out, ref_lse = attnlab.flash_decode(q, k, v, cache_seqlens=lens)
-    assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse) and seen[-1] == "declines"
+    assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse) and seen == ["declines"]
 
 
 def test_only_default_calls_make_programs(monkeypatch):
@@ -186,6 +204,8 @@ def test_only_default_calls_make_programs(monkeypatch):
         key = decode_plan.plan_key(q, k, v, lens, None, args["num_splits"], args["causal"], args["window"],
                                    args["softcap"], None, args["scale"])
         assert not decode_plan._defaults(key), kw
+    table = torch.zeros(1, 2, dtype=torch.int32)
+    assert decode_plan._defaults(decode_plan.plan_key(q, k, v, lens, table, None, True, None, None, None, None))
     slopes = torch.rand(4)
     assert not decode_plan._defaults(decode_plan.plan_key(q, k, v, lens, None, None, True, None, None, slopes, None))
     assert not decode_plan._defaults(decode_plan.plan_key(q, k, v, lens, None, None, True, None, None, None, None,
@@ -217,7 +237,7 @@ def test_a_plan_makes_its_program_at_its_second_steady_call(monkeypatch):
     plan = SimpleNamespace(native=None, native_seen=0, native_launches=lambda: ["launch"])
 
     def after(key=defaults):
-        decode_plan._native_after(plan, key, q, k, v, lens, ("out", "lse"))
+        decode_plan._native_after(plan, key, q, k, v, lens, None, ("out", "lse"))
 
     after()
     assert made == [] and fast == []  # (one call: a plan of a growing cache is used once)
@@ -231,16 +251,16 @@ def test_a_plan_makes_its_program_at_its_second_steady_call(monkeypatch):
     assert made == [7] and fast == ["prog1", "prog1"]  # made once
     window = defaults[:8] + ((8, 0),) + defaults[9:]
     other = SimpleNamespace(native=None, native_seen=5, native_launches=lambda: ["launch"])
-    decode_plan._native_after(other, window, q, k, v, lens, ("out", "lse"))
+    decode_plan._native_after(other, window, q, k, v, lens, None, ("out", "lse"))
     assert other.native is None and made == [7]
     unsteady = SimpleNamespace(native=None, native_seen=5, native_launches=lambda: None)
-    decode_plan._native_after(unsteady, defaults, q, k, v, lens, ("out", "lse"))
+    decode_plan._native_after(unsteady, defaults, q, k, v, lens, None, ("out", "lse"))
     assert unsteady.native is None and made == [7]
     # a program the module would not make (None): not asked for again
     refused = SimpleNamespace(native=None, native_seen=5, native_launches=lambda: ["launch"])
     monkeypatch.setattr(native, "program", lambda *a, **kw: made.append("refused"))
     for _ in range(3):
-        decode_plan._native_after(refused, defaults, q, k, v, lens, ("out", "lse"))
+        decode_plan._native_after(refused, defaults, q, k, v, lens, None, ("out", "lse"))
     assert refused.native is False and made == [7, "refused"] and fast == ["prog1", "prog1"]
 
 
@@ -258,7 +278,7 @@ def _fake_compiled(launcher, n_pointers: int):
     return SimpleNamespace(metadata=md, function=id(launcher), src=SimpleNamespace(fn=fn, signature=sig, constants={}))
 
 
-@pytest.mark.parametrize("case", ["merge-kernel", "fused", "fused-pdl", "one-split", "no-lengths"])
+@pytest.mark.parametrize("case", ["merge-kernel", "fused", "fused-pdl", "one-split", "no-lengths", "paged"])
 def test_a_programs_launches_are_the_python_paths(monkeypatch, case):
     """``DecodePlan.native_launches`` describes exactly what the plan's own steady eager call launches: the same
     launchers with the same arguments, the call's tensors in the slots. The plan is made by a real call in Triton's
@@ -272,10 +292,13 @@ def test_a_programs_launches_are_the_python_paths(monkeypatch, case):
     monkeypatch.setattr(decode_plan, "split_pdl", lambda device, nbytes=None: case == "fused-pdl")
     decode.clear_plans()
     q = torch.randn(1, 4, 1, 32, dtype=torch.float16)
-    k = torch.randn(1, 2, 64, 32, dtype=torch.float16)
-    v = torch.randn(1, 2, 64, 32, dtype=torch.float16)
+    table = torch.tensor([[3, 0, 2, 1]], dtype=torch.int32) if case == "paged" else None  # (four pages of 16 keys)
+    shape = (4, 16, 2, 32) if case == "paged" else (1, 2, 64, 32)
+    k = torch.randn(*shape, dtype=torch.float16)
+    v = torch.randn(*shape, dtype=torch.float16)
     lens = None if case == "no-lengths" else torch.tensor([50], dtype=torch.int32)
-    decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=1 if case == "one-split" else 2)
+    decode.flash_decode_triton(q, k, v, cache_seqlens=lens, block_table=table,
+                               num_splits=1 if case == "one-split" else 2)
     (plan,) = decode_plan._PLANS.values()
     decode.clear_plans()
     assert plan.merge == (0 if case == "one-split" else 1) and plan.fused == case.startswith("fused")
@@ -289,13 +312,14 @@ def test_a_programs_launches_are_the_python_paths(monkeypatch, case):
     monkeypatch.setattr(decode_plan, "hooks_set", lambda: False)
     launched = []
     monkeypatch.setattr(Launcher, "launch", lambda self, args, stream: launched.append((self, list(args), stream)))
-    out, lse = plan(q, k, v, lens, None, None, 5)
+    out, lse = plan(q, k, v, lens, table, None, 5)
     monkeypatch.setattr(native, "launch_spec", lambda launcher, args: (launcher, list(args)))
     described = plan.native_launches()
     pointers = {native.Q: q.data_ptr(), native.K: k.data_ptr(), native.V: v.data_ptr(),
                 native.LENS: None if lens is None else lens.data_ptr(), native.OUT: out.data_ptr(),
-                native.LSE: lse.data_ptr()}
-    assert len(described) == len(launched) == (2 if case in ("merge-kernel", "no-lengths") else 1)
+                native.LSE: lse.data_ptr(), native.TABLE: None if table is None else table.data_ptr()}
+    assert len(described) == len(launched) == (2 if case in ("merge-kernel", "no-lengths", "paged") else 1)
+    assert (native.TABLE in described[0][1]) == (case == "paged")
     for (launcher, template), (made_by, args, stream) in zip(described, launched):
         assert launcher is made_by and stream == 5
         assert [pointers[a] if isinstance(a, native.Slot) else a for a in template] == args
@@ -304,6 +328,8 @@ def test_a_programs_launches_are_the_python_paths(monkeypatch, case):
     plan.pair_ran = False
     assert plan.native_launches() is None or case == "one-split"
     plan.pair_ran, plan.has_slopes = True, True
+    assert plan.native_launches() is None
+    plan.has_slopes, plan.cast_table = False, True  # (an int64 or strided page table, made int32 on each call)
     assert plan.native_launches() is None
 
 

@@ -120,25 +120,25 @@ hooked = [False]
 prog = native.program(q, k, v, lens, out, lse, device=0, stream=123, launches=[split, merge],
                       stream_fn=lambda i: stream[0], hooks_fn=lambda: hooked[0])
 res = {"made": prog is not None}
-o, s = mod.call(prog, q, k, v, lens)
+o, s = mod.call(prog, q, k, v, lens, None)
 res["launches"] = lib.fake_launches()
 res["merge"] = last()
 res["ptrs"] = [q.data_ptr(), k.data_ptr(), v.data_ptr(), lens.data_ptr(), o.data_ptr(), s.data_ptr()]
 # the split launch alone (a program of it), to read its configuration and bytes
 one = native.program(q, k, v, lens, out, lse, device=0, stream=123, launches=[split],
                      stream_fn=lambda i: stream[0], hooks_fn=lambda: hooked[0])
-o1, s1 = mod.call(one, q, k, v, lens)
+o1, s1 = mod.call(one, q, k, v, lens, None)
 res["split"] = last()
 res["split_ptrs"] = [q.data_ptr(), k.data_ptr(), v.data_ptr(), lens.data_ptr(), o1.data_ptr(), s1.data_ptr()]
 n = lib.fake_launches()
 back = {}
-lib.fake_state(1, 0); back["device"] = mod.call(one, q, k, v, lens) is None; lib.fake_state(0, 0)
-lib.fake_state(0, 1); back["capture"] = mod.call(one, q, k, v, lens) is None; lib.fake_state(0, 0)
-stream[0] = 7; back["stream"] = mod.call(one, q, k, v, lens) is None; stream[0] = 123
-hooked[0] = True; back["hook"] = mod.call(one, q, k, v, lens) is None; hooked[0] = False
+lib.fake_state(1, 0); back["device"] = mod.call(one, q, k, v, lens, None) is None; lib.fake_state(0, 0)
+lib.fake_state(0, 1); back["capture"] = mod.call(one, q, k, v, lens, None) is None; lib.fake_state(0, 0)
+stream[0] = 7; back["stream"] = mod.call(one, q, k, v, lens, None) is None; stream[0] = 123
+hooked[0] = True; back["hook"] = mod.call(one, q, k, v, lens, None) is None; hooked[0] = False
 back["launched_meanwhile"] = lib.fake_launches() - n
 res["back"] = back
-res["again"] = mod.call(one, q, k, v, lens) is not None and lib.fake_launches() == n + 1
+res["again"] = mod.call(one, q, k, v, lens, None) is not None and lib.fake_launches() == n + 1
 refused = {}
 with warnings.catch_warnings(record=True) as w:
     warnings.simplefilter("always")

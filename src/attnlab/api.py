@@ -256,9 +256,9 @@ def flash_decode(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, n
         out (B, H, Nq, Dv) in q's dtype, lse (B, H, Nq) float32 (float64 for float64 inputs).
     """
     fast = NATIVE_DECODE[0]  # (set only where the native decode call is on and a plan's program is made)
-    if fast is not None and stats is None and block_table is None and num_splits is None and causal is True \
-            and window is None and softcap is None and alibi_slopes is None and scale is None \
-            and (result := fast[0](fast[1], q, k_cache, v_cache, cache_seqlens)) is not None:
+    if fast is not None and stats is None and num_splits is None and causal is True and window is None \
+            and softcap is None and alibi_slopes is None and scale is None \
+            and (result := fast[0](fast[1], q, k_cache, v_cache, cache_seqlens, block_table)) is not None:
         return result
     key = None
     if stats is None and type(q) is torch.Tensor and q.is_cuda and triton_available():

@@ -85,6 +85,26 @@ def test_native_calls_give_the_python_paths_bits(native_on, name):
     assert decode.flash_decode_triton(q2, k, v, cache_seqlens=lens) is not None and _native_calls() == n + 2
 
 
+def test_a_paged_cache_too(native_on):
+    B, H, Hkv, D, page, per_seq = 2, 8, 2, 128, 64, 20
+    q = torch.randn(B, H, 1, D, dtype=torch.bfloat16, device="cuda")
+    k = torch.randn(B * per_seq, page, Hkv, D, dtype=torch.bfloat16, device="cuda")
+    v = torch.randn(B * per_seq, page, Hkv, D, dtype=torch.bfloat16, device="cuda")
+    table = torch.randperm(B * per_seq, device="cuda").view(B, per_seq).to(torch.int32)
+    lens = torch.tensor([page * per_seq - 5, page * 3 + 1], dtype=torch.int32, device="cuda")
+    want = _python_path(q, k, v, lens, block_table=table)
+    for _ in range(5):
+        _same(attnlab.flash_decode(q, k, v, cache_seqlens=lens, block_table=table), want)
+    assert _native_calls() >= 2
+    n = _native_calls()
+    other = table.flip(1).contiguous()  # (another table of the same signature: the program takes it)
+    _same(attnlab.flash_decode(q, k, v, cache_seqlens=lens, block_table=other),
+          _python_path(q, k, v, lens, block_table=other))
+    for _ in range(4):
+        attnlab.flash_decode(q, k, v, cache_seqlens=lens, block_table=table)
+    assert _native_calls() >= 1 and n >= 2
+
+
 def test_calls_a_program_must_not_take_take_the_python_path(native_on):
     q, k, v, lens = _inputs(*SHAPES["fused"])
     for _ in range(4):

@@ -94,9 +94,9 @@ def flash_decode_triton(q, k_cache, v_cache, *, cache_seqlens=None, block_table=
     Inputs the kernels do not cover raise a ``ValueError`` (``attnlab.flash_decode`` falls back instead).
     """
     fast = NATIVE_DECODE[0]  # (``native``: a kept plan's call in C++, where it is on)
-    if fast is not None and block_table is None and num_splits is None and causal is True and window is None \
-            and softcap is None and alibi_slopes is None and scale is None and config is None \
-            and (result := fast[0](fast[1], q, k_cache, v_cache, cache_seqlens)) is not None:
+    if fast is not None and num_splits is None and causal is True and window is None and softcap is None \
+            and alibi_slopes is None and scale is None and config is None \
+            and (result := fast[0](fast[1], q, k_cache, v_cache, cache_seqlens, block_table)) is not None:
         return result
     key = plan_key(q, k_cache, v_cache, cache_seqlens, block_table, num_splits, causal, window, softcap,
                    alibi_slopes, scale, config)

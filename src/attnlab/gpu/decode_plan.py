@@ -657,9 +657,9 @@ class DecodePlan:
         of each, the call's tensors as slots): what ``__call__`` launches outside a capture once the first calls have
         run — the split kernel (its fused build where eager calls merge in it, that build's dependent launch where
         they wait), then the merge kernel's eager launch where they do not. None where the eager calls are not steady
-        yet (the pair or the fused build not run), or where a call needs more than its tensors' pointers (lengths cast
-        on each call, a page table, ALiBi slopes, split buffers allocated per call)."""
-        if not self.on_cuda or self.cast_seqlens or self.paged or self.has_slopes or self.counters is None:
+        yet (the pair or the fused build not run), or where a call needs more than its tensors' pointers (lengths or
+        a page table cast on each call, ALiBi slopes, split buffers allocated per call)."""
+        if not self.on_cuda or self.cast_seqlens or self.cast_table or self.has_slopes or self.counters is None:
             return None
         if (self.merge and self.scratch is None) or (self.merge == 1 and not self.pair_ran) \
                 or (self.fused and not self.fused_ran):
@@ -670,8 +670,8 @@ class DecodePlan:
         o_part, lse_part = self._partials(False)
         spare = self.spare_ptr
         launches = [native.launch_spec(split, [native.Q, native.K, native.V, native.LENS if self.has_seqlens else spare,
-                                               spare, o_part, lse_part, native.OUT, native.LSE, self.counters_ptr,
-                                               spare, *tail])]
+                                               native.TABLE if self.paged else spare, o_part, lse_part, native.OUT,
+                                               native.LSE, self.counters_ptr, spare, *tail])]
         if self.merge == 1 and not fused:
             launches.append(native.launch_spec(self.pdl_launch, [o_part, lse_part, native.OUT, native.LSE,
                                                                  *self.pdl_tail]))
@@ -800,11 +800,11 @@ def run_planned(key, q, k_cache, v_cache, cache_seqlens, block_table, alibi_slop
         _STATS["hits"] += 1
     result = plan(q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, key[-1])
     if native.ENABLED:
-        _native_after(plan, key, q, k_cache, v_cache, cache_seqlens, result)
+        _native_after(plan, key, q, k_cache, v_cache, cache_seqlens, block_table, result)
     return result
 
 
-def _native_after(plan: DecodePlan, key: tuple, q, k_cache, v_cache, cache_seqlens, result) -> None:
+def _native_after(plan: DecodePlan, key: tuple, q, k_cache, v_cache, cache_seqlens, block_table, result) -> None:
     """With ``native.ENABLED``, after a kept plan's call on the Python path: the plan's program, made once its eager
     calls are steady (``DecodePlan.native_launches``) and the plan has served a second call (a cache that grows every
     step makes a resized plan for each step, which would pay for a program it never uses), becomes the one the public
@@ -813,16 +813,17 @@ def _native_after(plan: DecodePlan, key: tuple, q, k_cache, v_cache, cache_seqle
     if plan.native is None and plan.native_seen >= 2 and key[-1] is not None and _defaults(key) and not _capturing():
         launches = plan.native_launches()
         if launches is not None:
-            plan.native = native.program(q, k_cache, v_cache, cache_seqlens, *result, device=key[-2], stream=key[-1],
-                                         launches=launches) or False  # (False: none to be had; not tried again)
+            made = native.program(q, k_cache, v_cache, cache_seqlens, *result, block_table=block_table,
+                                  device=key[-2], stream=key[-1], launches=launches)
+            plan.native = made if made is not None else False  # (False: none to be had, not asked for again)
     if plan.native:
         native.set_fast(plan)
 
 
 def _defaults(key: tuple) -> bool:
-    """Whether a plan key's call passed no page table, no ALiBi slopes and the default scalars (``plan_key``'s
-    order): the calls the public call's native fast path takes."""
-    return key[4] is None and key[5] is None and key[6:12] == (None, True, None, None, None, None)
+    """Whether a plan key's call passed no ALiBi slopes and the default scalars (``plan_key``'s order; a page table
+    or none): the calls the public call's native fast path takes."""
+    return key[5] is None and key[6:12] == (None, True, None, None, None, None)
 
 
 def plan_stats() -> dict[str, int]:

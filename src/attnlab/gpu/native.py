@@ -6,7 +6,7 @@ A kept plan's call (``decode_plan``) is about 11 µs of host time on an H100's h
 compiled, the first calls' pair of kernels run) is recorded as a *program*: its inputs' signature, its outputs'
 shapes, and each launch — the compiled kernel's function, grid, warps, shared memory, whether it is a programmatic
 dependent launch, and its parameters, the call's pointers as slots. ``attnlab.flash_decode`` (and
-``flash_decode_triton``) then hand a call with the defaults a program can serve to ``call`` before anything else:
+``flash_decode_triton``) then hand a call with the defaults (a page table or none) to ``call`` before anything else:
 the C++ side checks the tensors against the record, the current device and stream, that no CUDA graph is being
 captured and no launch hook is installed, allocates the outputs and launches through the driver; for anything else
 it returns None and the call takes the Python path as before.
@@ -36,10 +36,10 @@ SOURCE = Path(__file__).with_name("native_decode.cpp")
 
 
 class Slot(int):
-    """A per-call pointer among a launch's arguments: 0 q, 1 k, 2 v, 3 the lengths, 4 out, 5 lse."""
+    """A per-call pointer among a launch's arguments: 0 q, 1 k, 2 v, 3 the lengths, 4 out, 5 lse, 6 the page table."""
 
 
-Q, K, V, LENS, OUT, LSE = (Slot(i) for i in range(6))
+Q, K, V, LENS, OUT, LSE, TABLE = (Slot(i) for i in range(7))
 
 _MODULE: list = []  # [the module, or None where it could not be built], built once
 
@@ -117,8 +117,8 @@ def launch_spec(launcher, args: list) -> tuple | None:
             tuple(params))
 
 
-def program(q, k_cache, v_cache, cache_seqlens, out, lse, *, device: int, stream: int, launches: list,
-            stream_fn=None, hooks_fn=None, dry: bool = False):
+def program(q, k_cache, v_cache, cache_seqlens, out, lse, *, block_table=None, device: int, stream: int,
+            launches: list, stream_fn=None, hooks_fn=None, dry: bool = False):
     """A program of one steady call (``module().program``), or None where the module is not built or, for a GPU
     program, where the driver's list of a kernel's parameters (``cuFuncGetParamInfo``: their number and sizes) is not
     the launch's description (a one-time warning says so). ``stream_fn``:
@@ -134,8 +134,8 @@ def program(q, k_cache, v_cache, cache_seqlens, out, lse, *, device: int, stream
     if hooks_fn is None:
         from .launch import hooks_set as hooks_fn
     try:
-        return mod.program(q, k_cache, v_cache, cache_seqlens, out, lse, device, stream, launches, stream_fn,
-                           hooks_fn, dry)
+        return mod.program(q, k_cache, v_cache, cache_seqlens, block_table, out, lse, device, stream, launches,
+                           stream_fn, hooks_fn, dry)
     except (RuntimeError, ValueError, TypeError) as e:  # (the driver's list of a kernel's parameters disagrees, or
         # a description it cannot take: a user's call never fails for a program it did not ask for)
         if dry:
@@ -151,5 +151,5 @@ def set_fast(plan) -> None:
     NATIVE_DECODE[0] = (module().call, plan.native, plan) if plan is not None and plan.native else None
 
 
-__all__ = ["ENABLED", "LENS", "LSE", "K", "OUT", "Q", "Slot", "V", "build_dir", "driver_include", "launch_spec",
+__all__ = ["ENABLED", "LENS", "LSE", "K", "OUT", "Q", "Slot", "TABLE", "V", "build_dir", "driver_include", "launch_spec",
            "module", "program", "set_fast"]

@@ -29,7 +29,9 @@
 
 namespace {
 
-constexpr int kSlots = 6;  // per-call parameters: q, k, v, lens, out, lse (their data pointers)
+constexpr int kSlots = 7;  // per-call parameters: q, k, v, lens, out, lse, the page table (their data pointers)
+constexpr int kInputs = 5;  // the call's tensors: q, k, v, lens, the page table (slots 0-3 and 6)
+constexpr int kInputSlot[kInputs] = {0, 1, 2, 3, 6};
 constexpr int kMaxParams = 96;
 
 typedef CUresult (*LaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**);
@@ -71,7 +73,7 @@ struct TensorSpec {
 struct Param {
   char letter;     // the parameter's type, as PyTorch's launcher letters them (O: a pointer)
   uint64_t word;   // a constant's value, in the parameter's own width and format
-  int slot;        // -1: the constant; else which per-call pointer (0 q, 1 k, 2 v, 3 lens, 4 out, 5 lse)
+  int slot;        // -1: the constant; else which per-call pointer (0 q, 1 k, 2 v, 3 lens, 4 out, 5 lse, 6 table)
 };
 
 struct Launch {
@@ -84,7 +86,7 @@ struct Launch {
 };
 
 struct Program {
-  TensorSpec inputs[4];  // q, k, v, lens
+  TensorSpec inputs[kInputs];  // q, k, v, lens, the page table
   std::vector<int64_t> out_sizes, lse_sizes;
   at::ScalarType out_dtype = at::kFloat, lse_dtype = at::kFloat;
   int device = -1;        // the CUDA device the plan is for
@@ -225,7 +227,7 @@ bool to_word(char letter, PyObject* value, uint64_t* word) {
   return true;
 }
 
-// program(q, k, v, lens, out, lse, device, stream, launches, stream_fn, hooks_fn, dry) -> a program (a capsule).
+// program(q, k, v, lens, table, out, lse, device, stream, launches, stream_fn, hooks_fn, dry) -> a program (a capsule).
 // launches: a sequence of (function, (gx, gy, gz), num_warps, shared, pdl, params), params a sequence of
 // (letter, value, slot): slot -1 a constant ``value`` (an int, a float, or None for a null pointer), else a per-call
 // pointer (value ignored).
@@ -252,15 +254,15 @@ PyObject* call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 }
 
 PyObject* make_program_(PyObject* args) {
-  PyObject *q, *k, *v, *lens, *out, *lse, *launches, *stream_fn, *hooks_fn;
+  PyObject *q, *k, *v, *lens, *table, *out, *lse, *launches, *stream_fn, *hooks_fn;
   int device, dry;
   unsigned long long stream;
-  if (!PyArg_ParseTuple(args, "OOOOOOiKOOOp", &q, &k, &v, &lens, &out, &lse, &device, &stream, &launches,
+  if (!PyArg_ParseTuple(args, "OOOOOOOiKOOOp", &q, &k, &v, &lens, &table, &out, &lse, &device, &stream, &launches,
                         &stream_fn, &hooks_fn, &dry))
     return nullptr;
   auto p = std::make_unique<Program>();
-  PyObject* in[4] = {q, k, v, lens};
-  for (int i = 0; i < 4; ++i)
+  PyObject* in[kInputs] = {q, k, v, lens, table};
+  for (int i = 0; i < kInputs; ++i)
     if (!record(in[i], p->inputs[i])) return nullptr;
   if (!p->inputs[0].present || !p->inputs[1].present || !p->inputs[2].present) {
     PyErr_SetString(PyExc_TypeError, "program: q, k and v must be tensors");
@@ -322,7 +324,7 @@ PyObject* make_program_(PyObject* args) {
       }
       Param prm{letter[0], 0, slot};
       if (std::strlen(letter) != 1 || slot < -1 || slot >= kSlots || (slot >= 0 && prm.letter != 'O')) {
-        PyErr_SetString(PyExc_ValueError, "program: a parameter is (one type letter, value, slot -1..5 for pointers)");
+        PyErr_SetString(PyExc_ValueError, "program: a parameter is (one type letter, value, slot -1..6 for pointers)");
         Py_DECREF(ps);
         Py_DECREF(seq);
         return nullptr;
@@ -395,17 +397,17 @@ int may_launch(Program* p) {
   return 1;
 }
 
-// call(program, q, k, v, lens) -> (out, lse), or None where the call is not the program's
+// call(program, q, k, v, lens, table) -> (out, lse), or None where the call is not the program's
 PyObject* call_(PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 5) {
-    PyErr_SetString(PyExc_TypeError, "call(program, q, k, v, lens)");
+  if (nargs != 1 + kInputs) {
+    PyErr_SetString(PyExc_TypeError, "call(program, q, k, v, lens, table)");
     return nullptr;
   }
   Program* p = program_of(args[0]);
   if (p == nullptr) return nullptr;
   uint64_t ptr[kSlots];
-  for (int i = 0; i < 4; ++i)
-    if (!matches(args[1 + i], p->inputs[i], &ptr[i])) Py_RETURN_NONE;
+  for (int i = 0; i < kInputs; ++i)
+    if (!matches(args[1 + i], p->inputs[i], &ptr[kInputSlot[i]])) Py_RETURN_NONE;
   const int ok = may_launch(p);
   if (ok < 0) return nullptr;
   if (ok == 0) Py_RETURN_NONE;
@@ -514,9 +516,10 @@ PyObject* last(PyObject*, PyObject* arg) {
 
 PyMethodDef methods[] = {
     {"program", make_program, METH_VARARGS,
-     "program(q, k, v, lens, out, lse, device, stream, launches, stream_fn, hooks_fn, dry): a steady call, recorded"},
+     "program(q, k, v, lens, table, out, lse, device, stream, launches, stream_fn, hooks_fn, dry): a steady call, "
+     "recorded"},
     {"call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(call)), METH_FASTCALL,
-     "call(program, q, k, v, lens) -> (out, lse), or None where the call is not the program's"},
+     "call(program, q, k, v, lens, table) -> (out, lse), or None where the call is not the program's"},
     {"calls", calls, METH_O, "calls(program) -> how many calls the program has launched"},
     {"last", last, METH_O, "last(program) -> a dry program's last launches: (function, grid, block, shared, pdl, words)"},
     {nullptr, nullptr, 0, nullptr}};
