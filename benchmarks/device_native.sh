@@ -17,7 +17,8 @@ source "$(dirname "$0")/device_env.sh"
 t0=$(date +%s)
 python3 -c 'from attnlab.gpu import native; m = native.module(); print("native module:", m)' > "$D/build.log" 2>&1
 echo "build: exit $? in $(( $(date +%s) - t0 ))s"; tail -n 3 "$D/build.log"
-gpu_tests ${TEST_S:-180} native-tests.log tests/gpu/test_decode_native.py tests/test_native_decode.py
+gpu_tests ${TEST_S:-180} native-tests.log tests/gpu/test_decode_native.py tests/test_native_decode.py \
+    tests/test_native_decode_driver.py
 ATTNLAB_NATIVE_DECODE=1 gpu_tests ${TEST_S:-300} suite-native-on.log tests/gpu/test_launch.py tests/gpu/test_decode.py \
     tests/gpu/test_decode_plans.py tests/gpu/test_decode_variants.py
 for run in "$HOST_RUN" $((HOST_RUN + 1)); do
