@@ -198,6 +198,7 @@ def sdpa_call(q, k, v, backend: str):
 
 KEPT_ROW = "attnlab.flash_decode (plan kept)"
 NATIVE_ROW = "attnlab.flash_decode (plan kept), native call"
+PYTHON_ROW = "attnlab.flash_decode (plan kept), Python path"
 GPU_SHARE = 0.5  # a kept call's GPU time above this share of its host time: the host rows may read the GPU
 
 
@@ -304,17 +305,21 @@ def host_rows(calls: int, rounds: int = 5) -> list[dict]:
     add("  of which: decode.plan_key",
         lambda: decode.plan_key(q, k, v, lens, None, None, True, None, None, None, None))
     add("  of which: the kept plan's allocations and launch", planned)
-    # no output slabs: two torch.empty per call, as before them; the merge kernel on every call: two launches,
-    # as before eager calls merged in the split kernel; every launch through Triton's launcher, as before PyTorch's
-    # took the kept kernels
-    add("flash_decode_triton (plan kept), outputs by torch.empty", kept, (decode_plan, "SLAB_BYTES", 0))
-    add("flash_decode_triton (plan kept), merge kernel every call", kept, (decode_plan, "EAGER_FUSED_BELOW_US", 0.0))
+    # the Python path's own settings, each with the native call off (which would otherwise make these calls): no
+    # output slabs: two torch.empty per call, as before them; the merge kernel on every call: two launches, as before
+    # eager calls merged in the split kernel; every launch through Triton's launcher, as before PyTorch's took the
+    # kept kernels
+    py = (native, "ENABLED", False)
+    add("flash_decode_triton (plan kept), outputs by torch.empty", kept, ((decode_plan, "SLAB_BYTES", 0), py))
+    add("flash_decode_triton (plan kept), merge kernel every call", kept,
+        ((decode_plan, "EAGER_FUSED_BELOW_US", 0.0), py))
     add("flash_decode_triton (plan kept), Triton's launcher", kept,
-        ((launch, "STATIC_LAUNCH", False), (launch, "DIRECT_LAUNCH", False)))
-    # the kept call made by the native program (``attnlab.gpu.native``), where its module builds here (built now, so
-    # that no round's loop includes the build); with --native every row has it
-    if not native.ENABLED and native.module() is not None:
-        add(NATIVE_ROW, lambda: attnlab.flash_decode(q, k, v, cache_seqlens=lens), (native, "ENABLED", True))
+        ((launch, "STATIC_LAUNCH", False), (launch, "DIRECT_LAUNCH", False), py))
+    # the kept call by the other path, where the native module builds here (built now, so that no round's loop
+    # includes the build): with the native call on (the default), the Python path; with it off, the native call
+    if native.module() is not None:
+        public = lambda: attnlab.flash_decode(q, k, v, cache_seqlens=lens)  # noqa: E731
+        add(*((PYTHON_ROW, public, py) if native.ENABLED else (NATIVE_ROW, public, (native, "ENABLED", True))))
     # the default rows again, after the others (rows from before the rounds were taken in turns compare with these)
     add("flash_decode_triton (plan kept), again", kept)
     add("attnlab.flash_decode (plan kept), again", lambda: attnlab.flash_decode(q, k, v, cache_seqlens=lens))
@@ -414,6 +419,13 @@ def tiny_gpu_us(calls: int = 200) -> float:
 NATIVE_STEP = "the native program's call alone (C++: checks, outputs, launch)"
 
 
+def native_on() -> bool:
+    """Whether this process's kept calls go through the native decode call: on, and its module built."""
+    from attnlab.gpu import native
+
+    return bool(native.ENABLED and native.module() is not None)
+
+
 def native_fast(q, k, v, lens):
     """The native decode call's (call, program, plan) for ``attnlab.flash_decode(q, k, v, cache_seqlens=lens)``,
     made by that call with the native call on and a plan of its own (the kept plans cleared before and after), and
@@ -496,7 +508,7 @@ def breakdown(calls: int, rounds: int = 7, shape=TINY) -> dict:
                 *eager.grid, stream, ce.function, ce.packed_metadata, None, None, None, *head, *plan.eager_tail)
     if fast is not None:  # the native program of the same call (``attnlab.gpu.native``), alone and through the API
         call, prog = fast[0], fast[1]
-        steps[NATIVE_STEP] = lambda: call(prog, q, k, v, lens)
+        steps[NATIVE_STEP] = lambda: call(prog, q, k, v, lens, None)  # (no page table)
     best = dict.fromkeys(steps, float("inf"))
     for _ in range(rounds):
         for name, fn in steps.items():
@@ -1550,8 +1562,12 @@ def main(argv=None) -> int:
     ap.add_argument("--split-pdl-ab", action="store_true",
                     help="also time eager calls with the split kernel launched plainly and as a programmatic dependent "
                          "launch (decode_plan.SPLIT_PDL), in turns")
-    ap.add_argument("--native", action="store_true",
-                    help="every call with the native decode call on (attnlab.gpu.native; ATTNLAB_NATIVE_DECODE=1)")
+    path = ap.add_mutually_exclusive_group()
+    path.add_argument("--native", action="store_true",
+                      help="every kept call through the native decode call (attnlab.gpu.native; the library's default "
+                           "where its module builds): fail where it does not build")
+    path.add_argument("--python-path", action="store_true",
+                      help="every call on the Python path, the native decode call off (ATTNLAB_NATIVE_DECODE=0)")
     ap.add_argument("--split-pdl", choices=("off", "on", "trigger"), default=None,
                     help="the split kernel's eager launch (decode_plan.SPLIT_PDL; default: the library's, on)")
     ap.add_argument("--gluon-split", action="store_true",
@@ -1610,13 +1626,17 @@ def main(argv=None) -> int:
         from attnlab.gpu import decode_config
 
         decode_config.GLUON_SPLIT = True
-    if args.native:
-        from attnlab.gpu import native
+    from attnlab.gpu import native
 
+    if args.native:
         if native.module() is None:
             print("decode_host: --native: the native module cannot be built here", file=sys.stderr)
             return 2
         native.ENABLED = True
+    elif args.python_path:
+        native.ENABLED = False
+    elif native.ENABLED:
+        native.module()  # (built now, not during a timed loop; None where it cannot be: the Python path)
     if args.split_pdl is not None:
         from attnlab.gpu import decode_plan
 
@@ -1629,7 +1649,7 @@ def main(argv=None) -> int:
     if args.breakdown:
         result = {"gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
                   "torch": torch.__version__, "triton": triton.__version__, "fused_merge": args.fused_merge,
-                  "eager_fused_below_us": _eager_fused_below(), **_split_pdl(), "native": args.native,
+                  "eager_fused_below_us": _eager_fused_below(), **_split_pdl(), "native": native_on(),
                   "breakdown": breakdown(args.calls, shape=tuple(args.breakdown_shape or TINY))}
         b = result["breakdown"]
         print(f"{result['gpu']}, torch {result['torch']}, triton {result['triton']}; shape {b['shape']}, "
@@ -1643,7 +1663,7 @@ def main(argv=None) -> int:
         return 0
     result = {"gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
               "triton": triton.__version__, "fused_merge": args.fused_merge, "gluon_split": args.gluon_split,
-              "eager_fused_below_us": _eager_fused_below(), **_split_pdl(), "native": args.native,
+              "eager_fused_below_us": _eager_fused_below(), **_split_pdl(), "native": native_on(),
               "floors": floors(args.calls), "host": host_rows(args.calls), "tiny_gpu_us": tiny_gpu_us(),
               "per_call": per_call_rows(args.calls),
               "speed": speed_rows(args.calls)}

@@ -646,9 +646,11 @@ def test_the_per_call_table():
     assert "timed one at a time" not in host.markdown(_result(cold=False))
 
 
-def test_the_native_row_where_the_module_builds(monkeypatch):
-    """Where the native module builds, the host rows time the public kept call with it on (a knob row: its plans made
-    afresh, the setting back after its loop); with --native on for the whole run, no such row (every row has it)."""
+def test_the_other_paths_row_where_the_module_builds(monkeypatch):
+    """Where the native module builds, the host rows time the public kept call by the other path (a knob row: its
+    plans made afresh, the setting back after its loop): with the native call on (the default), the Python path;
+    with it off, the native call. The knob rows of the Python path's own settings run with the native call off (it
+    would make their calls); where the module does not build, no such row."""
     import attnlab
     from attnlab.gpu import decode, native
 
@@ -658,16 +660,22 @@ def test_the_native_row_where_the_module_builds(monkeypatch):
     monkeypatch.setattr(decode, "clear_plans", lambda: None)
     monkeypatch.setattr(decode, "plan_key", lambda *a: "key")
     monkeypatch.setattr(decode, "run_planned", lambda *a: "planned")
-    monkeypatch.setattr(decode, "flash_decode_triton", lambda *a, **kw: "internal")
+    monkeypatch.setattr(decode, "flash_decode_triton", lambda *a, **kw: ("internal", native.ENABLED))
     monkeypatch.setattr(native, "module", lambda: "built")
-    seen = []
     monkeypatch.setattr(attnlab, "flash_decode", lambda *a, **kw: native.ENABLED)
+    seen = []
     monkeypatch.setattr(host, "host_us", lambda fn, *, calls, rounds: (seen.append(fn()), 10.0)[1])
+    for on, row, other in ((True, host.PYTHON_ROW, host.NATIVE_ROW), (False, host.NATIVE_ROW, host.PYTHON_ROW)):
+        seen.clear()
+        monkeypatch.setattr(native, "ENABLED", on)
+        names = [r["call"] for r in host.host_rows(calls=10, rounds=1)]
+        assert names.count(row) == 1 and other not in names
+        assert seen[names.index(row)] is (not on) and seen[0] is on and native.ENABLED is on
+        for name in ("outputs by torch.empty", "merge kernel every call", "Triton's launcher"):
+            assert seen[names.index(f"flash_decode_triton (plan kept), {name}")] == ("internal", False)
+    monkeypatch.setattr(native, "module", lambda: None)
     names = [r["call"] for r in host.host_rows(calls=10, rounds=1)]
-    assert names.count(host.NATIVE_ROW) == 1
-    assert seen[names.index(host.NATIVE_ROW)] is True and seen[0] is False and native.ENABLED is False
-    monkeypatch.setattr(native, "ENABLED", True)
-    assert host.NATIVE_ROW not in [r["call"] for r in host.host_rows(calls=10, rounds=1)]
+    assert host.NATIVE_ROW not in names and host.PYTHON_ROW not in names
 
 
 def test_native_fast_makes_the_program_and_leaves_the_slot_empty(monkeypatch):
@@ -679,6 +687,7 @@ def test_native_fast_makes_the_program_and_leaves_the_slot_empty(monkeypatch):
     from attnlab.gpu import decode, native
 
     calls, cleared = [], []
+    monkeypatch.setattr(native, "ENABLED", False)  # (ATTNLAB_NATIVE_DECODE=0: on for its calls, then off again)
     monkeypatch.setattr(native, "module", lambda: "built")
     monkeypatch.setattr(decode, "clear_plans", lambda: cleared.append(1))
 

@@ -26,9 +26,10 @@ def test_cpu_row_follows_the_interpreter_switch(monkeypatch):
                                        ((7, 5), "blockwise PyTorch (compute capability 7.5")])
 def test_cuda_row_by_compute_capability(monkeypatch, cap, want):
     from attnlab import cost
-    from attnlab.gpu import decode_config
+    from attnlab.gpu import decode_config, native
     from attnlab.gpu.prefill_gluon import HAVE_GLUON
 
+    monkeypatch.setattr(native, "ENABLED", False)  # (ATTNLAB_NATIVE_DECODE=0)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(decode_config, "gpu_for_device", lambda index: cost.get_gpu("H100"))
@@ -42,7 +43,7 @@ def test_cuda_row_by_compute_capability(monkeypatch, cap, want):
     assert ("decode_splits" in rows) is (cap[0] >= 8)  # (the kernels' split count: where the kernels run)
     if cap[0] >= 8:
         assert rows["decode_splits"].startswith("the calibrated split model, predicted for the H100")
-        assert rows["decode_kept_call"] == "the Python path (ATTNLAB_NATIVE_DECODE=1: the native C++ call)"
+        assert rows["decode_kept_call"] == "the Python path (ATTNLAB_NATIVE_DECODE=0)"
 
 
 def test_the_kept_call_row_says_whether_the_native_call_is_on(monkeypatch, tmp_path):
@@ -51,9 +52,10 @@ def test_the_kept_call_row_says_whether_the_native_call_is_on(monkeypatch, tmp_p
 
     monkeypatch.setattr(native, "ENABLED", True)
     monkeypatch.setattr(native, "build_dir", lambda: tmp_path)
-    assert decode_kept_call() == "the native C++ call (ATTNLAB_NATIVE_DECODE=1; built at its first use)"
+    assert decode_kept_call() == ("the native C++ call (built in the background at its first use; "
+                                  "ATTNLAB_NATIVE_DECODE=0: the Python path)")
     (tmp_path / f"{native.NAME}.so").write_bytes(b"")
-    assert decode_kept_call() == "the native C++ call (ATTNLAB_NATIVE_DECODE=1; built)"
+    assert decode_kept_call() == "the native C++ call (built; ATTNLAB_NATIVE_DECODE=0: the Python path)"
 
 
 @pytest.mark.parametrize("name,want", [

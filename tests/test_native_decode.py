@@ -245,6 +245,11 @@ def test_a_plan_makes_its_program_at_its_second_steady_call(monkeypatch):
     after()
     assert made == []
     capturing[0] = False
+    built = [None]  # the module still building in the background: the Python path, asked again at the next call
+    monkeypatch.setattr(native, "module", lambda wait=True: mod if wait else built[0])
+    after()
+    assert made == [] and plan.native is None and fast == []
+    built[0] = mod
     after()
     assert made == [7] and plan.native == "prog1" and fast == ["prog1"]
     after()
@@ -284,9 +289,12 @@ def test_a_programs_launches_are_the_python_paths(monkeypatch, case):
     launchers with the same arguments, the call's tensors in the slots. The plan is made by a real call in Triton's
     interpreter; its launchers then get stand-in compiled kernels, and the Python path's steady call is recorded at
     ``Launcher.launch``."""
+    from attnlab._runtime import interpreter_problem
     from attnlab.gpu import decode, decode_plan
     from attnlab.gpu.launch import Launcher
 
+    if (problem := interpreter_problem()) is not None:
+        pytest.skip(f"Triton's interpreter cannot run the kernels here: {problem}")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setattr(decode_plan, "eager_fused", lambda nbytes, device: case.startswith("fused"))
     monkeypatch.setattr(decode_plan, "split_pdl", lambda device, nbytes=None: case == "fused-pdl")
@@ -389,3 +397,69 @@ def test_the_described_parameters_are_the_kernels_own():
                  for c in kernel["letters"]]
         assert sizes == kernel["ptx"] and kernel["scratch"] == 2, kernel
         assert kernel["keep"] == len(kernel["letters"]) - 2
+
+
+class _Builder:
+    """A background build's process as ``native.module`` polls it."""
+
+    def __init__(self):
+        self.returncode, self.waited = None, False
+
+    def poll(self):
+        return self.returncode
+
+    def wait(self):
+        self.waited = True
+        self.returncode = 0 if self.returncode is None else self.returncode
+        return self.returncode
+
+
+def test_the_library_never_waits_for_the_build(monkeypatch, tmp_path):
+    """``module(wait=False)`` (the library's ask): where no module is built for this source, the first ask starts the
+    build in a process of its own and every ask returns None until that process ends; then the module is loaded (no
+    compiler) and kept. A failed build is said once and final; a module already built is loaded at the first ask;
+    ``module()`` waits for a running build."""
+    from attnlab import _runtime
+
+    monkeypatch.setattr(_runtime, "_warned", set())
+    monkeypatch.setattr(native, "build_dir", lambda: tmp_path)
+    monkeypatch.setattr(native, "_build", lambda: "loaded")
+    started = []
+
+    def start():
+        started.append(_Builder())
+        return started[-1]
+
+    monkeypatch.setattr(native, "_start_build", start)
+    for outcome in (0, 1):
+        monkeypatch.setattr(native, "_MODULE", [])
+        monkeypatch.setattr(native, "_BUILDER", [])
+        assert native.module(wait=False) is None and native.module(wait=False) is None and len(started) == 1
+        started[0].returncode = outcome
+        if outcome == 0:
+            assert native.module(wait=False) == "loaded" and native.module(wait=False) == "loaded"
+        else:
+            with pytest.warns(RuntimeWarning, match="could not be built"):
+                assert native.module(wait=False) is None
+            assert native.module(wait=False) is None and native.module() is None
+        started.clear()
+    monkeypatch.setattr(native, "_MODULE", [])
+    monkeypatch.setattr(native, "_BUILDER", [])
+    (tmp_path / f"{native.NAME}.so").write_bytes(b"")
+    assert native.module(wait=False) == "loaded" and started == []
+    monkeypatch.setattr(native, "_MODULE", [])
+    (tmp_path / f"{native.NAME}.so").unlink()
+    assert native.module(wait=False) is None and native.module() == "loaded" and started[0].waited
+
+
+def test_a_module_built_in_the_background(monkeypatch, tmp_path):
+    """The background build for real: a fresh cache folder, the build in its own Python process (which finds attnlab
+    however this one did), polled until it ends; the module it leaves is this source's and is loaded."""
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    monkeypatch.setattr(native, "_MODULE", [])
+    monkeypatch.setattr(native, "_BUILDER", [])
+    assert native.module(wait=False) is None
+    (proc,) = native._BUILDER
+    assert proc.wait(timeout=600) == 0, (native.build_dir() / "build.log").read_text()
+    built = native.module(wait=False)
+    assert built is not None and built.__file__.startswith(str(tmp_path)) and hasattr(built, "call")

@@ -39,14 +39,16 @@ def decode_split_model(gpu_name: str, config=(128, 128, 4, 3)) -> str:
 
 
 def decode_kept_call() -> str:
-    """What makes a kept decode plan's eager call: the Python path, or with ATTNLAB_NATIVE_DECODE=1 the native C++
-    call (``attnlab.gpu.native``), built at its first use (said where its module is already built)."""
+    """What makes a kept decode plan's eager call: the native C++ call (``attnlab.gpu.native``, built in the
+    background at its first use; said where its module is already built), or with ATTNLAB_NATIVE_DECODE=0 the Python
+    path."""
     from .gpu import native
 
     if not native.ENABLED:
-        return "the Python path (ATTNLAB_NATIVE_DECODE=1: the native C++ call)"
+        return "the Python path (ATTNLAB_NATIVE_DECODE=0)"
     built = any(native.build_dir().glob(f"{native.NAME}*.so"))
-    return "the native C++ call (ATTNLAB_NATIVE_DECODE=1; " + ("built" if built else "built at its first use") + ")"
+    return "the native C++ call (" + ("built" if built else "built in the background at its first use") + \
+        "; ATTNLAB_NATIVE_DECODE=0: the Python path)"
 
 
 def kernels() -> dict[str, str]:

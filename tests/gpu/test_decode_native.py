@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tests.helpers import graph_after_eager
+from tests.helpers import graph_after_eager, load_script
 
 import attnlab
 
@@ -71,18 +71,18 @@ def _same(a, b):
 @pytest.mark.parametrize("name", SHAPES)
 def test_native_calls_give_the_python_paths_bits(native_on, name):
     q, k, v, lens = _inputs(*SHAPES[name])
-    want = _python_path(q, k, v, lens)
+    q2 = torch.randn_like(q)
+    want, want2 = _python_path(q, k, v, lens), _python_path(q2, k, v, lens)  # (each clears the kept plans)
     got = [attnlab.flash_decode(q, k, v, cache_seqlens=lens) for _ in range(5)]
     torch.cuda.synchronize()
     for g in got:
         _same(g, want)
     assert NATIVE_DECODE[0] is not None and _native_calls() >= 2  # (the first calls make the plan steady)
     n = _native_calls()
-    q2 = torch.randn_like(q)
-    got = attnlab.flash_decode(q2, k, v, cache_seqlens=lens)
+    _same(attnlab.flash_decode(q2, k, v, cache_seqlens=lens), want2)
     assert _native_calls() == n + 1
-    _same(got, _python_path(q2, k, v, lens))
-    assert decode.flash_decode_triton(q2, k, v, cache_seqlens=lens) is not None and _native_calls() == n + 2
+    _same(decode.flash_decode_triton(q2, k, v, cache_seqlens=lens), want2)
+    assert _native_calls() == n + 2
 
 
 def test_a_paged_cache_too(native_on):
@@ -163,3 +163,11 @@ def test_a_graph_captured_after_native_calls_replays_right(native_on):
     assert _native_calls() >= 1
     got, want = graph_after_eager(lambda: attnlab.flash_decode(q, k, v, cache_seqlens=lens), q)
     _same(got, want)
+
+
+def test_the_breakdown_times_the_programs_call_alone(native_on):
+    """benchmarks/decode_host.py's breakdown of a kept call: the native program's C++ call timed among its steps, by
+    the module's own call (with no page table), below the whole public call's time."""
+    host = load_script("benchmarks/decode_host.py")
+    steps = {r["step"]: r["host_us"] for r in host.breakdown(calls=20, rounds=1)["steps"]}
+    assert 0 < steps[host.NATIVE_STEP] < float("inf")

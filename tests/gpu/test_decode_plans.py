@@ -268,12 +268,14 @@ def test_a_resized_plan_still_refuses_what_the_checks_refuse():
     _same(decode.flash_decode_triton(q, ks, vs), _fresh(q, ks.contiguous(), vs.contiguous()))
 
 
-def test_kept_plans_hand_out_outputs_no_later_call_overwrites():
+def test_kept_plans_hand_out_outputs_no_later_call_overwrites(monkeypatch):
     """A kept plan's outputs come from slabs (one allocation for the next calls' pairs): every call's
     (out, lse) is a tensor of its own, still its own call's answer after many more calls, slabs grow from
-    4 pairs, and each is released to the allocator only with the last of its outputs."""
-    from attnlab.gpu import decode_plan
+    4 pairs, and each is released to the allocator only with the last of its outputs. (The Python path's: the
+    native call, which would make the steady calls, off.)"""
+    from attnlab.gpu import decode_plan, native
 
+    monkeypatch.setattr(native, "ENABLED", False)
     q, k, v = _cache()
     decode.clear_plans()
     qs = [torch.randn_like(q) for _ in range(14)]

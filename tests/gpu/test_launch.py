@@ -230,15 +230,18 @@ def test_static_launch_refuses_what_it_cannot_launch_as_triton_would():
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("B, H, Hkv, L, D", [(1, 32, 8, 256, 128), (3, 28, 4, 20000, 64), (2, 6, 6, 1000, 128)])
-def test_static_launches_give_the_bits_of_tritons(B, H, Hkv, L, D):
+def test_static_launches_give_the_bits_of_tritons(B, H, Hkv, L, D, monkeypatch):
     """A kept decode plan launches its split kernel through PyTorch's launcher (where this torch has it) and its
     calls give, bit for bit, what the same calls give with every launch through Triton's (``STATIC_LAUNCH``
     off), eager and in a CUDA graph; the dependent launches, which PyTorch's launcher cannot make, go through
     Triton's C launcher without its Python wrapper under triton 3.6 (``direct_launch``), and give the bits of Triton's
-    whole path (``DIRECT_LAUNCH`` off too)."""
+    whole path (``DIRECT_LAUNCH`` off too). Every call on the Python path (the native call, which would make the
+    steady ones, off)."""
     import torch
 
-    from attnlab.gpu import decode, decode_plan, launch
+    from attnlab.gpu import decode, decode_plan, launch, native
+
+    monkeypatch.setattr(native, "ENABLED", False)
 
     if launch._static_launcher() is None:
         pytest.skip("this torch has no static CUDA launcher")

@@ -808,9 +808,11 @@ def _native_after(plan: DecodePlan, key: tuple, q, k_cache, v_cache, cache_seqle
     """With ``native.ENABLED``, after a kept plan's call on the Python path: the plan's program, made once its eager
     calls are steady (``DecodePlan.native_launches``) and the plan has served a second call (a cache that grows every
     step makes a resized plan for each step, which would pay for a program it never uses), becomes the one the public
-    call tries first."""
+    call tries first. Until the native module is built (in the background, at the first such call) the calls stay on
+    the Python path."""
     plan.native_seen += 1
-    if plan.native is None and plan.native_seen >= 2 and key[-1] is not None and _defaults(key) and not _capturing():
+    if plan.native is None and plan.native_seen >= 2 and key[-1] is not None and _defaults(key) and not _capturing() \
+            and native.module(wait=False) is not None:
         launches = plan.native_launches()
         if launches is not None:
             made = native.program(q, k_cache, v_cache, cache_seqlens, *result, block_table=block_table,

@@ -11,17 +11,21 @@ the C++ side checks the tensors against the record, the current device and strea
 captured and no launch hook is installed, allocates the outputs and launches through the driver; for anything else
 it returns None and the call takes the Python path as before.
 
-* ``ENABLED`` (``ATTNLAB_NATIVE_DECODE=1`` in the environment; off by default until a GPU run has measured it);
-* ``module()``: the compiled module, built at the first use with the C++ compiler PyTorch's extensions use, against
-  the driver's header that triton ships, into attnlab's cache folder (``native/``); None where it cannot be built
-  (a one-time warning says why);
+* ``ENABLED`` (on; ``ATTNLAB_NATIVE_DECODE=0`` in the environment turns it off);
+* ``module()``: the compiled module, built with the C++ compiler PyTorch's extensions use, against the driver's
+  header that triton ships, into attnlab's cache folder (``native/``, a folder per source, Python and torch); None
+  where it cannot be built (a one-time warning says why). The library asks with ``wait=False``: the first such ask
+  starts the build (about 20 s) in a process of its own and the calls take the Python path until it is done, so a
+  decode loop never stalls on the compiler, and a program that exits meanwhile leaves no half-built module;
 * ``launch_spec(launcher, args)``: one launch as the module takes it (``Slot`` marks a per-call pointer);
 * ``program(...)`` and ``set_fast(...)``: a plan's program, and which program the public call tries first.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -30,7 +34,7 @@ import torch
 from .._runtime import NATIVE_DECODE, cache_root, warn_once
 from .launch import static_arg_types
 
-ENABLED = os.environ.get("ATTNLAB_NATIVE_DECODE", "0") == "1"
+ENABLED = os.environ.get("ATTNLAB_NATIVE_DECODE", "1") != "0"
 NAME = "attnlab_native_decode"
 SOURCE = Path(__file__).with_name("native_decode.cpp")
 
@@ -42,11 +46,14 @@ class Slot(int):
 Q, K, V, LENS, OUT, LSE, TABLE = (Slot(i) for i in range(7))
 
 _MODULE: list = []  # [the module, or None where it could not be built], built once
+_BUILDER: list = []  # [the background build's process], while one runs
 
 
 def build_dir() -> Path:
-    """Where the module is built: attnlab's cache folder, one folder per Python and torch version."""
-    tag = f"py{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__}"
+    """Where the module is built: attnlab's cache folder, one folder per source, Python and torch version (so a
+    module found there was built from this source)."""
+    digest = hashlib.sha1(SOURCE.read_bytes()).hexdigest()[:10]
+    tag = f"py{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__}-{digest}"
     return cache_root() / "native" / f"{NAME}-{tag}"
 
 
@@ -60,12 +67,45 @@ def driver_include() -> Path | None:
     return path if (path / "cuda.h").is_file() else None
 
 
-def module():
+def module(wait: bool = True):
     """The compiled module (built at the first call, then loaded from ``build_dir()``), or None where it cannot be
-    built here: no triton (whose driver header it compiles against), no C++ compiler, no ninja."""
-    if not _MODULE:
+    built here: no triton (whose driver header it compiles against), no C++ compiler, no ninja. ``wait=False``:
+    the module if it can be had without compiling; else None, the build started in a process of its own (or still
+    running), and a later ask takes the module once that process has finished."""
+    if _MODULE:
+        return _MODULE[0]
+    if wait:
+        if _BUILDER:
+            _BUILDER.pop().wait()
         _MODULE.append(_build())
+        return _MODULE[0]
+    if _BUILDER:
+        if _BUILDER[0].poll() is None:
+            return None
+        proc = _BUILDER.pop()
+        if proc.returncode != 0:  # (its own run of _build warned in its log; say it here, once)
+            _MODULE.append(None)
+            warn_once("native-decode", "attnlab: the native decode call could not be built (see "
+                                       f"{build_dir() / 'build.log'}); calls take the Python path")
+            return None
+    elif not (build_dir() / f"{NAME}.so").is_file() and driver_include() is not None:
+        _BUILDER.append(_start_build())
+        return None
+    _MODULE.append(_build())  # (built: loading it takes no compiler)
     return _MODULE[0]
+
+
+def _start_build() -> subprocess.Popen:
+    """The build in a Python process of its own (its output into ``build_dir()/build.log``): it outlives its parent,
+    so a program that exits while it runs leaves no half-built module behind."""
+    where = build_dir()
+    where.mkdir(parents=True, exist_ok=True)
+    package_parent = str(Path(__file__).resolve().parents[2])
+    code = (f"import sys; sys.path.insert(0, {package_parent!r}); from attnlab.gpu import native; "
+            "raise SystemExit(0 if native.module() is not None else 1)")
+    with open(where / "build.log", "w") as log:
+        return subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def _build():
