@@ -108,3 +108,23 @@ def test_the_decode_doc_quotes_the_runs():
              f"Triton launch, and eager calls at B = 1 over 8K–20K keys from {before[0]:.1f}–{before[1]:.1f}× their "
              f"CUDA graph's time to {after[0]:.2f}–{after[1]:.2f}×")
     assert a[dh.NATIVE_ROW] < a[dh.EMPTY_ROW] and flat(quote) in doc_text("docs/decode.md")
+
+
+def test_the_readmes_h200_table():
+    """The README's H200 standing: prefill run 45 and decode-host run 63 (the decode call as the library now makes it),
+    and the Python path's kept call beside it (run 62, and runs 57 and 58 on slower hosts)."""
+    card = load_script("benchmarks/scorecard.py")
+    readme = flat((ROOT / "README.md").read_text())
+    prefill = json.loads((DATA / "prefill-h200-run45.json").read_text())["rows"]
+    scope, lines = card.standing({"prefill-h200-run45.json": prefill}, {"decode-host-h200-run63.json": run(63)})
+    assert flat(card.standing_markdown(scope, lines)) in readme
+    assert ("`python benchmarks/scorecard.py --standing --prefill benchmarks/data/prefill-h200-run45.json "
+            "--decode-history benchmarks/data/decode-host-h200-run63.json`") in readme
+    old = {f"decode-host-h200-run{n}.json": json.loads((DATA / f"decode-host-h200-run{n}.json").read_text())
+           for n in (57, 58)}
+    (host_line,) = [x for x in card.standing_markdown(*card.standing({}, old)).splitlines()
+                    if x.startswith("| a decode call's host time")]
+    was = host_line.split(" | ")[2].split(" µs")[0]
+    assert float(was.split("–")[0]) > 20  # (each run over the bar)
+    assert (f"with kept calls on the Python path (run 62), the kept call took {host(62)[dh.KEPT_ROW]:.1f} µs; on the "
+            f"slower, unsteady hosts of decode-host runs 57 and 58 it took {was} µs and missed the 20 µs bar") in readme

@@ -146,22 +146,6 @@ def test_the_notes_hold_the_runs_against_their_predictions():
     assert flat(decode_text()) in m and flat(sweep_text()) in m and flat(spread_text()) in m
 
 
-def test_the_readmes_h200_table():
-    readme = flat((ROOT / "README.md").read_text())
-    scope, lines = card.standing({PREFILL: _run(PREFILL)["rows"]},
-                                 {f"decode-host-h200-run{n}.json": host(n) for n in HOSTS})
-    assert flat(card.standing_markdown(scope, lines)) in readme
-    assert ("`python benchmarks/scorecard.py --standing --prefill benchmarks/data/prefill-h200-run45.json "
-            "--decode-history benchmarks/data/decode-host-h200-run57.json "
-            "benchmarks/data/decode-host-h200-run58.json`") in readme
-    bd = {s["step"]: s["host_us"] for s in _run("decode-breakdown-h200-run16.json")["breakdown"]["steps"]}
-    assert (f"decode-breakdown run 16, on the same machine between the two decode runs, timed the kept call at "
-            f"{bd['attnlab.flash_decode']:.1f} µs") in readme
-    (_, e57), (_, e58) = kept(57), kept(58)
-    assert f"an empty Triton launch took {e57:.1f} µs in one decode run and {e58:.1f} in the next" in readme
-    assert f"held to a CUDA graph of about {speed(58, D64)['graph_us']:.0f} µs" in readme
-
-
 def test_the_notes_round_numbers():
     """NOTES-decode's "moved by a third", "about 13 µs at best" and "held to is 22"."""
     (_, e57), (_, e58) = kept(57), kept(58)
