@@ -450,6 +450,17 @@ def test_the_library_never_waits_for_the_build(monkeypatch, tmp_path):
     monkeypatch.setattr(native, "_MODULE", [])
     (tmp_path / f"{native.NAME}.so").unlink()
     assert native.module(wait=False) is None and native.module() == "loaded" and started[0].waited
+    # a build that cannot start (a cache folder it cannot write): said once, the Python path from then on
+
+    def refused():
+        raise PermissionError("read-only cache")
+
+    monkeypatch.setattr(native, "_start_build", refused)
+    monkeypatch.setattr(native, "_MODULE", [])
+    monkeypatch.setattr(_runtime, "_warned", set())
+    with pytest.warns(RuntimeWarning, match="read-only cache"):
+        assert native.module(wait=False) is None
+    assert native.module(wait=False) is None and native.module() is None
 
 
 def test_a_module_built_in_the_background(monkeypatch, tmp_path):

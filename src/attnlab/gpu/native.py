@@ -89,7 +89,12 @@ def module(wait: bool = True):
                                        f"{build_dir() / 'build.log'}); calls take the Python path")
             return None
     elif not (build_dir() / f"{NAME}.so").is_file() and driver_include() is not None:
-        _BUILDER.append(_start_build())
+        try:
+            _BUILDER.append(_start_build())
+        except OSError as e:  # (a cache folder it cannot write, no interpreter to start: never the user's call)
+            _MODULE.append(None)
+            warn_once("native-decode", f"attnlab: the native decode call could not be built ({e}); calls take the "
+                                       "Python path")
         return None
     _MODULE.append(_build())  # (built: loading it takes no compiler)
     return _MODULE[0]
