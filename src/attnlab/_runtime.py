@@ -17,7 +17,8 @@ LN2 = 0.6931471805599453  # ln 2 = 1 / log2(e)
 _warned: set[str] = set()
 
 # (call, program, plan) of the native decode call that ``attnlab.flash_decode`` (and ``flash_decode_triton``) try
-# first, or None: ``attnlab.gpu.native`` sets it where it is on (ATTNLAB_NATIVE_DECODE=1), ``clear_plans`` empties it
+# first, or None: ``attnlab.gpu.native`` sets it where it is on (the default; ATTNLAB_NATIVE_DECODE=0 turns it off),
+# ``clear_plans`` empties it
 NATIVE_DECODE: list = [None]
 
 
