@@ -1385,8 +1385,11 @@ def markdown(result: dict) -> str:
         merged += ", every kept call through the native decode call"
     if result.get("split_pdl"):
         mode = " (trigger)" if result["split_pdl"] == "trigger" else ""
-        merged += (f", eager split kernels reading K/V for {result['split_pdl_from_us']:g} µs or more launched as "
-                   f"dependent launches{mode}")
+        if result.get("split_pdl_every_read"):  # (the key is new with the native call's threshold of 0)
+            merged += f", every eager split kernel launched as a dependent launch{mode}"
+        else:
+            merged += (f", eager split kernels reading K/V for {result['split_pdl_from_us']:g} µs or more launched "
+                       f"as dependent launches{mode}")
     lines = [f"{result['gpu']}, torch {result['torch']}, triton {result['triton']}, bf16{merged}", "",
              "| floor | host µs/call |", "|---|---|"]
     lines += [f"| {k} | {v:.1f} |" for k, v in result["floors"].items()]
@@ -1516,10 +1519,12 @@ def markdown(result: dict) -> str:
 
 
 def _split_pdl() -> dict:
-    """``decode_plan.SPLIT_PDL`` and ``SPLIT_PDL_FROM_US`` as the JSON records them."""
-    from attnlab.gpu import decode_plan
+    """``decode_plan.SPLIT_PDL`` and ``SPLIT_PDL_FROM_US`` as the JSON records them, and whether the threshold
+    holds (it does not where the native call is on: its plans take the dependent launch for every read)."""
+    from attnlab.gpu import decode_plan, native
 
-    return {"split_pdl": decode_plan.SPLIT_PDL, "split_pdl_from_us": decode_plan.SPLIT_PDL_FROM_US}
+    return {"split_pdl": decode_plan.SPLIT_PDL, "split_pdl_from_us": decode_plan.SPLIT_PDL_FROM_US,
+            "split_pdl_every_read": bool(native.ENABLED or decode_plan.SPLIT_PDL_FROM_US <= 0)}
 
 
 def _eager_fused_below() -> float | None:

@@ -532,8 +532,8 @@ def test_eager_calls_take_the_dependent_merge_launch_after_the_first_call(monkey
 def test_split_pdl_needs_a_hopper_gpu_a_long_read_and_a_known_mode(monkeypatch):
     """``split_pdl``: ``SPLIT_PDL`` (on by default) on a CUDA GPU of compute capability 9.0 or newer outside the
     interpreter, for a plan whose K/V read takes at least ``SPLIT_PDL_FROM_US`` at the preset's bandwidth (any read
-    with the threshold at 0), else False; a mode it does not know is refused."""
-    from attnlab.gpu import config, decode_plan
+    with the threshold at 0, or with the native call on), else False; a mode it does not know is refused."""
+    from attnlab.gpu import config, decode_plan, native
 
     assert decode_plan.SPLIT_PDL is True and decode_plan.SPLIT_PDL_FROM_US == 13.0
     for mode in (True, "trigger"):
@@ -547,8 +547,13 @@ def test_split_pdl_needs_a_hopper_gpu_a_long_read_and_a_known_mode(monkeypatch):
     # the read's µs: bytes over 1 MB/µs here (a preset of 1 TB/s)
     monkeypatch.setattr(decode_plan, "read_us", lambda nbytes, device: nbytes / 1e6)
     monkeypatch.setattr(config, "device_capability", lambda device: (9, 0))
+    monkeypatch.setattr(native, "ENABLED", False)  # the Python path makes the eager calls: the threshold holds
     assert decode_plan.split_pdl(torch.device("cuda", 0), 12.9e6) is False
     assert decode_plan.split_pdl(torch.device("cuda", 0), 13.0e6) == "trigger"
+    monkeypatch.setattr(native, "ENABLED", True)  # the native call's launch: every read
+    assert decode_plan.split_pdl(torch.device("cuda", 0), 1.0) == "trigger"
+    monkeypatch.setattr(native, "ENABLED", False)
+    assert decode_plan.split_pdl(torch.device("cuda", 0), 1.0) is False
     monkeypatch.setattr(decode_plan, "SPLIT_PDL_FROM_US", 0)
     assert decode_plan.split_pdl(torch.device("cuda", 0), 1.0) == "trigger"
     monkeypatch.setattr(decode_plan, "SPLIT_PDL", False)
@@ -569,6 +574,7 @@ def test_eager_fused_calls_take_the_dependent_split_launch_that_waits_first(monk
     q, k, v = _cache(L=600)
     lens = torch.tensor([600, 9], dtype=torch.int32, device=DEV)
     monkeypatch.setattr(decode_plan, "eager_fused", lambda nbytes, device: True)
+    monkeypatch.setattr(decode_plan, "split_pdl", lambda device, plan_bytes=None: False)  # (a GPU's own answer: any)
     decode.clear_plans()
     decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=4)  # the pair
     want = decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=4)  # the fused build, eager

@@ -104,7 +104,12 @@ SPLIT_PDL: bool | str = True
 # over the graph's time 1.5-4.3 at 64/8 heads over 8K keys and 28/4 over 20,000, whose reads take 10.0 and 12.2 µs on
 # the H100 preset), there is no gap between kernels for the launch to hide, and the runs' rounds there spread too
 # widely (2.1x at 28/4 heads) to show a gain or a loss; at and above it the GPU does (0.41-0.96 at 32/8 over 32K: 20.0
-# and 40.1 µs). 0: every fused plan.
+# and 40.1 µs). 0: every fused plan. The threshold holds where the Python path makes the eager calls
+# (``native.ENABLED`` off): the native call's launch takes ~6 µs of host time, so short reads become GPU-paced, with a gap
+# between plain launches that the dependent launch hides; with it on, every fused plan takes ``SPLIT_PDL``. On an H100
+# (decode-host run 64, native call on, the ways in turns, three rounds) the dependent launch took batch-1 eager calls at
+# 64/8 heads over 8K keys from 1.12x their CUDA graph's time to 1.01x and at 28/4 over 20,000 from 1.12x to 1.03x,
+# lower in every round; "trigger" was slower than it on both.
 SPLIT_PDL_FROM_US = 13.0
 
 
@@ -250,7 +255,8 @@ def merge_pdl(device, eager: bool = False) -> bool:
 def split_pdl(device, plan_bytes: float | None = None) -> bool | str:
     """``SPLIT_PDL`` where the split kernel's eager launches may be programmatic dependent launches: a CUDA GPU of compute
     capability 9.0 or newer outside the interpreter, and with ``plan_bytes`` (the K/V a call reads) a read of at least
-    ``SPLIT_PDL_FROM_US`` at the bandwidth of the device's preset; else False."""
+    ``SPLIT_PDL_FROM_US`` at the bandwidth of the device's preset (any read where the native call is on,
+    ``native.ENABLED``); else False."""
     if SPLIT_PDL not in (False, True, "trigger"):
         raise ValueError(f"SPLIT_PDL must be False, True or 'trigger', got {SPLIT_PDL!r}")
     if not SPLIT_PDL or device.type != "cuda" or interpret_mode():
@@ -259,7 +265,8 @@ def split_pdl(device, plan_bytes: float | None = None) -> bool | str:
 
     if device_capability(device)[0] < 9:
         return False
-    if plan_bytes is not None and SPLIT_PDL_FROM_US > 0 and read_us(plan_bytes, device) < SPLIT_PDL_FROM_US:
+    if plan_bytes is not None and SPLIT_PDL_FROM_US > 0 and not native.ENABLED \
+            and read_us(plan_bytes, device) < SPLIT_PDL_FROM_US:
         return False
     return SPLIT_PDL
 
