@@ -114,9 +114,19 @@ def test_around_wraps_each_time_and_sees_failures(monkeypatch):
             events.append(("leave", row["N"], row["provider"]))
 
     monkeypatch.setattr(B, "time_fn", time_fn)
-    rows = B.run(_bench(calls, names=("a", "b"), fail_round={"b": 0}), console=_quiet(), around=around)
+    rows = B.run(_bench(calls, names=("a", "b"), fail_round={"b": 1}), console=_quiet(), around=around)
     assert events[:6] == [("enter", 8, "a"), "time", ("leave", 8, "a"), ("enter", 8, "b"), "time", ("leave", 8, "b")]
     assert len(events) == 12 and {r["provider"]: "skipped" in r for r in rows} == {"a": False, "b": True}
+    # a row's first time: one call before ``around`` (a build outside what it records), the timed one inside
+    assert calls[:4] == [(8, "a"), (8, "a"), (8, "b"), (8, "b")]
+    # with rounds, only the row's first time has that call before it
+    calls.clear(), events.clear()
+    B.run(_bench(calls, names=("a",)), console=_quiet(), around=around, rounds=3)
+    assert [c for c in calls if c[0] == 8] == [(8, "a")] * 4 and events.count("time") == 6
+    # a first call that fails skips the row, ``around`` never entered
+    calls.clear(), events.clear()
+    rows = B.run(_bench(calls, names=("b",), fail_round={"b": 0}), console=_quiet(), around=around)
+    assert events == [] and all("skipped" in r for r in rows)
 
 
 def test_the_clock_sampler_reads_during_each_time():

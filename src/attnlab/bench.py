@@ -115,8 +115,14 @@ def _set_ms(bench: Benchmark, row: dict, ms: float) -> None:
 def _time_row(bench: Benchmark, row: dict, fn, times: list, time_kw: dict, after=None, around=None) -> None:
     """Time ``fn`` once: the time goes into ``times`` and the row; a failure marks the row skipped. ``after``: called
     with the row once the time is in (what else a run records beside each time); ``around``: called with the row, a
-    context manager the time is taken inside (what a run records during each time)."""
+    context manager the time is taken inside (what a run records during each time); before a row's first time one call
+    of ``fn`` outside it, so that what it records leaves out a kernel's build or autotuning (prefill run 46: the clock
+    sampled over a first time's 2.2 s, most of it a build at an idle GPU's clock)."""
     try:
+        if around is not None and not times:
+            fn()
+            if torch.device(bench.device).type == "cuda":
+                torch.cuda.synchronize(bench.device)
         with around(row) if around is not None else contextlib.nullcontext():
             ms = time_fn(fn, device=bench.device, **time_kw)
     except (RuntimeError, NotImplementedError) as e:
