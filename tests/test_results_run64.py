@@ -218,3 +218,19 @@ def test_the_prefill_notes_quote_run_46():
     assert (f"ran at {best['sm_mhz']:,.0f} MHz, {best['clock_of_roofline'] * 100:.0f} % at its clock: at that share "
             f"700 TFLOP/s needs {need:,.0f} MHz under the load, which {held} of attnlab's {len(ours)} D = 128 "
             f"forward rows held") in notes
+
+
+def test_the_decode_doc_quotes_runs_64_and_65():
+    from attnlab.gpu import decode_plan
+
+    doc = flat((ROOT / "docs" / "decode.md").read_text())
+    rows = host_rows()
+    assert (f"The native call costs the host {rows[dh.KEPT_ROW]:.1f} µs a call against the Python path's "
+            f"{rows[dh.PYTHON_ROW]:.1f} (decode-host run 65, an H100)") in doc
+    reads = [dh.decode_roofline_ms(batch=s[0], heads=s[1], kv_heads=s[2], seq=s[3], head_dim=s[4], gpu=H100) * 1e3
+             for s in SHORT]
+    assert max(reads) < decode_plan.SPLIT_PDL_FROM_US
+    assert (f"at 64/8 heads over 8K and 28/4 over 20,000 ({reads[0]:.1f} and {reads[1]:.1f} µs reads) the dependent "
+            f"launch took the eager call from {over(SHORT[0], 'False'):.3f}× and {over(SHORT[1], 'False'):.3f}× its "
+            f"graph's time to {over(SHORT[0], 'True'):.3f}× and {over(SHORT[1], 'True'):.3f}× (decode-host run 64, "
+            f"lower in every round)") in doc

@@ -137,7 +137,8 @@ def test_the_comment_in_decode_plan():
 
     assert f"`decode_plan.SPLIT_PDL_FROM_US` ({decode_plan.SPLIT_PDL_FROM_US:g} µs" in doc
     readme = flat((ROOT / "README.md").read_text())
-    assert (f"now the default for reads of {decode_plan.SPLIT_PDL_FROM_US:g} µs or more, took eager decode at 32/8 "
+    assert (f"now the default for every read under the native call and for reads of "
+            f"{decode_plan.SPLIT_PDL_FROM_US:g} µs or more on the Python path, took eager decode at 32/8 "
             f"heads over 32K keys to {span(t64, '.2f')}× its CUDA graph's time at D = 64 ({span(f64, '.2f')}× "
             f"without it) and {span(t128, '.2f')}× at D = 128") in readme
     pace: dict = {True: [], False: []}  # host-paced shapes (True) and the batch-1 32K ones
