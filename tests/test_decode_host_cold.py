@@ -701,3 +701,21 @@ def test_native_fast_makes_the_program_and_leaves_the_slot_empty(monkeypatch):
     assert calls == [True] * 4 and cleared and native.ENABLED is False and NATIVE_DECODE == [None]
     monkeypatch.setattr(native, "module", lambda: None)
     assert host.native_fast("q", "k", "v", "lens") is None
+
+
+def test_the_header_says_which_reads_take_the_dependent_launch(monkeypatch):
+    """The table's first line: with the threshold holding (the Python path; runs before the key), the reads from
+    ``split_pdl_from_us``; where the JSON says ``split_pdl_every_read`` (the native call on), every eager split kernel.
+    ``_split_pdl`` records the key from ``native.ENABLED`` and the threshold."""
+    from attnlab.gpu import decode_plan, native
+
+    base = dict(_result(cold=False), split_pdl=True, split_pdl_from_us=13.0)
+    first = host.markdown(base).splitlines()[0]
+    assert "eager split kernels reading K/V for 13 µs or more launched as dependent launches" in first
+    first = host.markdown(dict(base, split_pdl_every_read=True)).splitlines()[0]
+    assert "every eager split kernel launched as a dependent launch" in first and "13 µs" not in first
+    assert "dependent launch" not in host.markdown(dict(base, split_pdl=False)).splitlines()[0]
+    for enabled, cut, every in ((True, 13.0, True), (False, 13.0, False), (False, 0, True)):
+        monkeypatch.setattr(native, "ENABLED", enabled)
+        monkeypatch.setattr(decode_plan, "SPLIT_PDL_FROM_US", cut)
+        assert host._split_pdl()["split_pdl_every_read"] is every
