@@ -425,6 +425,7 @@ def test_eager_calls_of_a_small_plan_merge_in_the_split_kernel_and_give_the_same
     assert not any(p.fused for p in decode_plan._PLANS.values())
     decode.clear_plans()
     monkeypatch.setattr(decode_plan, "eager_fused", lambda nbytes, device: True)
+    monkeypatch.setattr(decode_plan, "split_pdl", lambda device, plan_bytes=None: False)  # (the fused build itself)
     first = decode.flash_decode_triton(q, k, v, cache_seqlens=lens, num_splits=4)
     (plan,) = decode_plan._PLANS.values()
     assert plan.fused and plan.merge == 1 and plan.pair_ran
