@@ -110,16 +110,11 @@ def test_the_decode_doc_quotes_the_runs():
     assert a[dh.NATIVE_ROW] < a[dh.EMPTY_ROW] and flat(quote) in doc_text("docs/decode.md")
 
 
-def test_the_readmes_h200_table():
-    """The README's H200 standing: prefill run 45 and decode-host run 63 (the decode call as the library now makes it),
-    and the Python path's kept call beside it (run 62, and runs 57 and 58 on slower hosts)."""
+def test_the_readme_on_the_python_paths_kept_call():
+    """Beside the README's H200 standing (tests/test_results_run66.py): the Python path's kept call (run 62, and runs
+    57 and 58 on slower hosts)."""
     card = load_script("benchmarks/scorecard.py")
     readme = flat((ROOT / "README.md").read_text())
-    prefill = json.loads((DATA / "prefill-h200-run45.json").read_text())["rows"]
-    scope, lines = card.standing({"prefill-h200-run45.json": prefill}, {"decode-host-h200-run63.json": run(63)})
-    assert flat(card.standing_markdown(scope, lines)) in readme
-    assert ("`python benchmarks/scorecard.py --standing --prefill benchmarks/data/prefill-h200-run45.json "
-            "--decode-history benchmarks/data/decode-host-h200-run63.json`") in readme
     old = {f"decode-host-h200-run{n}.json": json.loads((DATA / f"decode-host-h200-run{n}.json").read_text())
            for n in (57, 58)}
     (host_line,) = [x for x in card.standing_markdown(*card.standing({}, old)).splitlines()

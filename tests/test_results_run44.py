@@ -146,19 +146,3 @@ def test_the_batch1_miss_against_the_runs_before():
     m = flat(notes_section("NOTES-decode.md", "## The scorecard again, asking for an H200"))
     assert (f"at 64/8 heads over 8K by {gap:.1f} µs, a row that ran {span(before)}× cuDNN in runs 52, 53 and 55") in m
 
-
-def test_the_readmes_h100_table():
-    """``scorecard.py --standing`` of prefill runs 41, 42 and 44 and decode-host runs 52, 53, 55 and 56: the library as
-    it stands (v36 in every decode run; v38 off in all and now removed)."""
-    readme = flat((ROOT / "README.md").read_text())
-    pre_runs = {f"prefill-h100-run{n}.json": _run(f"prefill-h100-run{n}.json")["rows"] for n in (41, 42, 44)}
-    scope, lines = card.standing(pre_runs, {f"decode-host-h100-run{n}.json": host(n) for n in (52, 53, 55, 56)})
-    assert flat(card.standing_markdown(scope, lines, "H100")) in readme
-    assert ("`python benchmarks/scorecard.py --standing --prefill benchmarks/data/prefill-h100-run41.json "
-            "benchmarks/data/prefill-h100-run42.json benchmarks/data/prefill-h100-run44.json --decode-history "
-            "benchmarks/data/decode-host-h100-run52.json benchmarks/data/decode-host-h100-run53.json "
-            "benchmarks/data/decode-host-h100-run55.json benchmarks/data/decode-host-h100-run56.json`") in readme
-    low = [graph(n, SHAPE_64_8, "sdpa-cudnn") / graph(n, SHAPE_64_8, "attnlab") for n in (52, 53, 55, 56)]
-    assert (f"In decode-host run 56 one batch-1 shape, 64/8 heads over 8K keys at D = 128, ran {low[3]:.3f}× cuDNN under "
-            f"CUDA graphs ({graph(56, SHAPE_64_8, 'attnlab'):.1f} against {graph(56, SHAPE_64_8, 'sdpa-cudnn'):.1f} µs); "
-            f"in runs 52, 53 and 55 it ran {span(low[:3])}×.") in readme
