@@ -234,3 +234,15 @@ def test_the_decode_doc_quotes_runs_64_and_65():
             f"launch took the eager call from {over(SHORT[0], 'False'):.3f}× and {over(SHORT[1], 'False'):.3f}× its "
             f"graph's time to {over(SHORT[0], 'True'):.3f}× and {over(SHORT[1], 'True'):.3f}× (decode-host run 64, "
             f"lower in every round)") in doc
+
+
+def test_the_comments_in_the_source():
+    source = flat((ROOT / "src" / "attnlab" / "gpu" / "decode_plan.py").read_text().replace("#", " "))
+    a, b = ((f"{over(s, 'False'):.2f}x", f"{over(s, 'True'):.2f}x") for s in SHORT)
+    assert (f"took batch-1 eager calls at 64/8 heads over 8K keys from {a[0]} their CUDA graph's time to {a[1]} and at "
+            f"28/4 over 20,000 from {b[0]} to {b[1]}, lower in every round") in source
+    assert all(over(s, "trigger") > over(s, "True") for s in SHORT)
+    bench = flat((ROOT / "src" / "attnlab" / "bench.py").read_text())
+    build, _ = _first_times()
+    secs = [g["reads"] / 100 for g in build]
+    assert f"first times of {min(secs):.1f}-{max(secs):.1f} s sampled" in bench

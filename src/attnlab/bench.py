@@ -116,8 +116,8 @@ def _time_row(bench: Benchmark, row: dict, fn, times: list, time_kw: dict, after
     """Time ``fn`` once: the time goes into ``times`` and the row; a failure marks the row skipped. ``after``: called
     with the row once the time is in (what else a run records beside each time); ``around``: called with the row, a
     context manager the time is taken inside (what a run records during each time); before a row's first time one call
-    of ``fn`` outside it, so that what it records leaves out a kernel's build or autotuning (prefill run 46: the clock
-    sampled over a first time's 2.2 s, most of it a build at an idle GPU's clock)."""
+    of ``fn`` outside it, so that what it records leaves out a kernel's build or autotuning (prefill run 46: first times
+    of 1.1-3.2 s sampled, most of them a build at an idle GPU's clock)."""
     try:
         if around is not None and not times:
             fn()
