@@ -46,6 +46,14 @@ def test_every_row_at_or_above_cudnn_in_one_run_meets_the_prefill_bars():
     assert goal["where"] == "D = 128, non-causal, 4K, forward, 16/4 heads"
     low = _bars({"one.json": [dict(r, tflops=r["tflops"] - 100) for r in _table()]})
     assert not low["forward at D = 128 (goal beyond the bar)"]["met"]
+    assert low["forward at D = 128 (goal beyond the bar)"]["measured"] == "632 TFLOP/s"  # (no clocks noted)
+    # with the clock it ran at (``--clocks``): that clock, its share there, and the clock that share needs for the goal
+    clocked = [dict(r, tflops=r["tflops"] - 100, sm_mhz=1600.0, clock_of_roofline=0.75) for r in _table()]
+    goal = _bars({"one.json": clocked})["forward at D = 128 (goal beyond the bar)"]
+    assert goal["measured"] == ("632 TFLOP/s at 1,600 MHz, 75% of the roofline at that clock; at that share 700 needs "
+                                f"{1600 * 700 / 632:,.0f} MHz") and not goal["met"]
+    met = _bars({"one.json": [dict(r, sm_mhz=1600.0, clock_of_roofline=0.9) for r in _table()]})
+    assert met["forward at D = 128 (goal beyond the bar)"]["measured"] == "732 TFLOP/s"  # (met: nothing to explain)
 
 
 def test_one_row_below_cudnn_misses_and_is_named():
