@@ -246,3 +246,15 @@ def test_the_comments_in_the_source():
     build, _ = _first_times()
     secs = [g["reads"] / 100 for g in build]
     assert f"first times of {min(secs):.1f}-{max(secs):.1f} s sampled" in bench
+
+
+def test_the_readme_on_the_700_goal_at_run_46s_clock():
+    readme = flat((ROOT / "README.md").read_text())
+    best = max((r for r in clock_rows() if r["provider"] == "attnlab"), key=lambda r: r["tflops"])
+    need = best["sm_mhz"] * 700 / best["tflops"]
+    assert (f"the fastest row, {best['tflops']:.0f} TFLOP/s, ran at {best['sm_mhz']:,.0f} MHz, "
+            f"{best['clock_of_roofline'] * 100:.0f} % of the roofline at that clock, where 700 TFLOP/s needs "
+            f"{need:,.0f} MHz") in readme
+    bars = card.scorecard({"prefill-h100-run46.json": _run("prefill-h100-run46.json")["rows"]}, None)
+    goal = next(b for b in bars if b["bar"] == "forward at D = 128 (goal beyond the bar)")["measured"]
+    assert f"at that share 700 needs {need:,.0f} MHz" in goal
