@@ -1385,7 +1385,7 @@ def markdown(result: dict) -> str:
         merged += ", every kept call through the native decode call"
     if result.get("split_pdl"):
         mode = " (trigger)" if result["split_pdl"] == "trigger" else ""
-        if result.get("split_pdl_every_read"):  # (the key is new with the native call's threshold of 0)
+        if result.get("split_pdl_every_read"):  # (runs from v40 on: the native call's plans, every read)
             merged += f", every eager split kernel launched as a dependent launch{mode}"
         else:
             merged += (f", eager split kernels reading K/V for {result['split_pdl_from_us']:g} µs or more launched "
