@@ -722,8 +722,8 @@ def with_roofline(rows: list[dict], gpu) -> list[dict]:
     reads during each time, ``gpu_during``, or in runs from before them the read after it, ``gpu_state``) and the
     preset knows the clock of its peak, ``sm_mhz`` (the median of those clocks) and ``clock_of_roofline``, the same
     share against the roofline at that clock (``GPU.at_clock``): how far the kernel is from the limit the GPU gave it,
-    a GPU held at its power limit running below the clock its peak is quoted at. ``gpu`` None leaves the rows as
-    they are."""
+    a GPU held at its power limit running below the clock its peak is quoted at; and where the power draw was noted,
+    ``power_w`` (the median over the times). ``gpu`` None leaves the rows as they are."""
     if gpu is not None:
         for r in rows:
             shape = dict(batch=r["B"], heads=r["H"], kv_heads=kv_heads(r), seq=r["N"], head_dim=r["D"],
@@ -731,13 +731,29 @@ def with_roofline(rows: list[dict], gpu) -> list[dict]:
             add_fraction(r, prefill_roofline_ms(**shape, gpu=gpu))
             r.pop("sm_mhz", None)
             r.pop("clock_of_roofline", None)
-            during = [s["sm_mhz"] for s in r.get("gpu_during") or [] if s and s.get("sm_mhz")]
-            clocks = during or [s["sm_mhz"] for s in r.get("gpu_state") or [] if s and s.get("sm_mhz")]
+            r.pop("power_w", None)
+            clocks = noted(r, "sm_mhz")
             if clocks and gpu.tensor_mhz:
                 r["sm_mhz"] = statistics.median(clocks)
                 if r.get("ms"):
                     r["clock_of_roofline"] = prefill_roofline_ms(**shape, gpu=gpu.at_clock(r["sm_mhz"])) / r["ms"]
+            watts = row_power_w(r)
+            if watts is not None:
+                r["power_w"] = watts
     return rows
+
+
+def noted(r: dict, key: str) -> list[float]:
+    """``key`` (``sm_mhz``, ``power_w``) of each of a bench row's times where it was noted: from the reads during the
+    times (``gpu_during``) where the run took them, else from the read after each (``gpu_state``)."""
+    during = [s[key] for s in r.get("gpu_during") or [] if s and s.get(key)]
+    return during or [s[key] for s in r.get("gpu_state") or [] if s and s.get(key)]
+
+
+def row_power_w(r: dict) -> float | None:
+    """The median over a bench row's times of the GPU's power draw (W) noted with each, or None."""
+    watts = noted(r, "power_w")
+    return statistics.median(watts) if watts else None
 
 
 def roofline_note(gpu, at_clock: bool = False) -> str:
@@ -769,24 +785,57 @@ def _smi_state(index: int) -> dict | None:
         return None
 
 
+def _field_value(v) -> float:
+    """An NVML field value (``nvmlFieldValue_t``) as a number, by its type."""
+    member = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal"}.get(v.valueType, "uiVal")
+    return float(getattr(v.value, member))
+
+
+def power_reader(pynvml, handle):
+    """(``source``, a function of no arguments giving the power draw in W) for an NVML ``handle``: the instantaneous
+    power (``NVML_FI_DEV_POWER_INSTANT``) where this NVML answers it, ``source`` "instant"; else
+    ``nvmlDeviceGetPowerUsage``, which on Ampere and newer GPUs (GA100 aside) is the average of the last second,
+    ``source`` "1 s average"."""
+    field = getattr(pynvml, "NVML_FI_DEV_POWER_INSTANT", None)
+    if field is not None:
+        def instant() -> float:
+            v = pynvml.nvmlDeviceGetFieldValues(handle, [field])[0]
+            if v.nvmlReturn != 0:
+                raise RuntimeError(f"NVML field {field}: return code {v.nvmlReturn}")
+            return _field_value(v) / 1000
+
+        try:
+            if instant() > 0:
+                return "instant", instant
+        except Exception:  # (an NVML without the field)
+            pass
+    return "1 s average", lambda: pynvml.nvmlDeviceGetPowerUsage(handle) / 1000
+
+
 def state_reader(index: int = 0):
     """A function of no arguments that reads the GPU's SM clock (MHz) and power draw (W) now, or None: NVML's handle
-    opened once where ``pynvml`` is installed (µs a read), else ``nvidia-smi``'s answer."""
+    opened once where ``pynvml`` is installed (µs a read; the power ``power_reader``'s, instantaneous where NVML
+    answers it), else ``nvidia-smi``'s answer. The function's ``power_source`` says which power it reads."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        source, power = power_reader(pynvml, handle)
     except Exception:  # (no pynvml, or no NVML: the command line)
-        return lambda: _smi_state(index)
+        def smi() -> dict | None:
+            return _smi_state(index)
+
+        smi.power_source = "nvidia-smi power.draw"
+        return smi
 
     def read() -> dict | None:
         try:
-            return dict(sm_mhz=float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
-                        power_w=pynvml.nvmlDeviceGetPowerUsage(handle) / 1000)
+            return dict(sm_mhz=float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)), power_w=power())
         except Exception:
             return None
 
+    read.power_source = source
     return read
 
 
@@ -834,6 +883,27 @@ class ClockSampler:
             stop.set()
             thread.join()
             row.setdefault("gpu_during", []).append(state_summary(samples))
+
+
+def power_limit_w(index: int = 0) -> float | None:
+    """The GPU's enforced power limit (W), from NVML where ``pynvml`` is installed, else from ``nvidia-smi``; None
+    where neither answers. ``bench --clocks`` records it with the run (``environment["power_limit_w"]``): a time whose
+    power draw sits at it ran as fast as the power let it."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml.nvmlDeviceGetEnforcedPowerLimit(pynvml.nvmlDeviceGetHandleByIndex(index)) / 1000
+    except Exception:  # (no pynvml, or no NVML: the command line)
+        pass
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", f"--id={index}", "--query-gpu=power.limit", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10).stdout
+        return float(out.strip())
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
 
 
 def note_gpu_state(row: dict) -> None:
@@ -1052,6 +1122,9 @@ def main(argv=None) -> int:
         return 0
     rows = {"check": check, "sweep": sweep, "bench": bench}[args.command](args)
     env = environment()
+    if args.command == "bench" and args.clocks:
+        env["power_limit_w"] = power_limit_w()
+        env["power_source"] = getattr(state_reader(), "power_source", None)
     gpu = preset_for(env.get("gpu"), args.gpu) if args.command == "bench" else None
     with_roofline(rows, gpu)
     if args.json:

@@ -9,8 +9,11 @@ was met):
   pass; the worst round of the worst row beside it (rows timed in turns). And whether those rows cover every such
   combination (head dim × mask × pass × multi-head/GQA) within one run, or needed several;
 * **700 TFLOP/s forward at D = 128** (a goal beyond the bar): the fastest D = 128 forward row; where the run noted the
-  clock during its times (``prefill.py bench --clocks``), short of the goal, the SM clock it ran at, its share of the
-  roofline at that clock, and the clock at which that share would reach the goal;
+  clock and power during its times (``prefill.py bench --clocks``), short of the goal, the SM clock it ran at, its
+  share of the roofline at that clock, the power it drew and the energy it spent a FLOP (pJ: W over TFLOP/s) beside
+  the energy a FLOP at which the goal fits in that power. At the power limit, where the long D = 128 forward rows
+  run, the energy a FLOP sets the speed: the speed of a row's times followed the clock read with them by a fraction
+  of the clock's change (``clock_share.py --power-limit``);
 * **decode host time**: a kept ``flash_decode`` call's host µs (the better of the run's two timings of it), at most
   20, with the empty one-argument Triton launch of the same process beside it (a host that launches slowly
   makes every call slow: the ratio is what the library controls);
@@ -47,7 +50,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # (prefill.py's and decode_host.py's, also as a module)
 from decode_host import EMPTY_ROW, TINY  # noqa: E402
-from prefill import kv_heads, round_ratios  # noqa: E402
+from prefill import kv_heads, round_ratios, row_power_w  # noqa: E402
 
 PEER = "sdpa-cudnn"
 PEER_NAME = "cuDNN"
@@ -138,10 +141,12 @@ def prefill_bars(runs: dict[str, list[dict]]) -> list[dict]:
     if fwd128:
         best = max(fwd128, key=lambda r: r["tflops"])
         measured = f"{best['tflops']:.0f} TFLOP/s"
-        mhz, share = best.get("sm_mhz"), best.get("clock_of_roofline")
+        mhz, share, watts = best.get("sm_mhz"), best.get("clock_of_roofline"), row_power_w(best)
         if mhz and share and best["tflops"] < GOAL_TFLOPS:  # (runs with --clocks: the clock it ran at, and its share)
-            measured += (f" at {mhz:,.0f} MHz, {share:.0%} of the roofline at that clock; at that share "
-                         f"{GOAL_TFLOPS:.0f} needs {mhz * GOAL_TFLOPS / best['tflops']:,.0f} MHz")
+            measured += f" at {mhz:,.0f} MHz, {share:.0%} of the roofline at that clock"
+            if watts:  # and the power it drew: at a power limit the energy a FLOP sets the speed
+                measured += (f", {watts:.0f} W: {watts / best['tflops']:.3f} pJ a FLOP, where {GOAL_TFLOPS:.0f} "
+                             f"TFLOP/s at that power needs {watts / GOAL_TFLOPS:.3f}")
         bars.append(dict(bar="forward at D = 128 (goal beyond the bar)", measured=measured,
                          where=_where(best), needed=f"{GOAL_TFLOPS:.0f} TFLOP/s", met=best["tflops"] >= GOAL_TFLOPS))
     return bars

@@ -92,12 +92,9 @@ def test_the_notes_readme_and_docs_quote_the_same_figures():
     top = max(mine, key=lambda r: r["clock_of_roofline"])
     assert top["sm_mhz"] == min(r["sm_mhz"] for r in mine)  # the highest share where the clock read lowest
     assert f"the highest on rows whose samples read {top['sm_mhz']:,.0f} MHz" in notes
-    readme = doc_text("README.md")
-    assert (f"the H200 ran attnlab's fastest row ({b['tflops']:.0f} TFLOP/s) at {h200['best_mhz']} MHz, not the "
-            f"{h200['quoted']} MHz its {h200['peak']} TFLOP/s peak is quoted at. That row is {h200['best_share']} % of "
-            f"the datasheet's roofline and {h200['best_clock']} % of the roofline at its clock; at that share 700 "
-            f"TFLOP/s needs {h200['need']} MHz under the load. cuDNN ran at the higher clock on {h200['higher']} of the "
-            f"{h200['n']} D = 128 forward rows") in readme
+    readme = doc_text("README.md")  # (the clock of the H200's fastest row; the goal's reading is the energy's now)
+    assert (f"on the H200 the fastest, {b['tflops']:.0f} TFLOP/s, ran at {h200['best_mhz']} MHz, below the "
+            f"{h200['quoted']} MHz its {h200['peak']} TFLOP/s peak is quoted at") in readme
     gpu_doc = doc_text("docs/gpu.md")
     assert (f"against the roofline at the clock each row ran, attnlab's D = 128 forward rows reach {h200['clock']} % on "
             "the H200") in gpu_doc
