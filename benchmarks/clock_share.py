@@ -28,10 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import prefill  # noqa: E402
 from roofline_columns import percent, preset_for  # noqa: E402
+from scorecard import GOAL_TFLOPS  # noqa: E402
 
 PEERS = ("attnlab", "sdpa-cudnn")
 AT_LIMIT = 0.95  # a time's power draw at least this share of the power limit: the time ran at the limit
-GOAL_TFLOPS = 700.0
 
 
 def clock_rows(saved: dict, *, D=None, pass_=None, providers=PEERS) -> list[dict]:
