@@ -133,33 +133,15 @@ def test_the_prefill_notes():
 
 
 def test_the_readmes_tables():
-    """The README's H200 standing: prefill run 45 and decode-host run 66 (the decode call as the library now makes it);
-    the H100's: prefill runs 44 and 46 and decode-host run 65 (the native call on; v40 changes no bar's row)."""
+    """The README's H200 standing: prefill run 45 and decode-host run 66 (the decode call as the library now makes it;
+    the H100's is test_results_run68's)."""
     readme = flat((ROOT / "README.md").read_text())
     scope, lines = card.standing({"prefill-h200-run45.json": _run("prefill-h200-run45.json")["rows"]},
                                  {"decode-host-h200-run66.json": host(66)})
     assert flat(card.standing_markdown(scope, lines)) in readme
     assert ("`python benchmarks/scorecard.py --standing --prefill benchmarks/data/prefill-h200-run45.json "
             "--decode-history benchmarks/data/decode-host-h200-run66.json`") in readme
-    scope, lines = card.standing({f"prefill-h100-run{n}.json": _run(f"prefill-h100-run{n}.json")["rows"]
-                                  for n in (44, 46)}, {"decode-host-h100-run65.json": _run("decode-host-h100-run65.json")})
-    assert flat(card.standing_markdown(scope, lines, "H100")) in readme
-    assert ("`python benchmarks/scorecard.py --standing --prefill benchmarks/data/prefill-h100-run44.json "
-            "benchmarks/data/prefill-h100-run46.json --decode-history benchmarks/data/decode-host-h100-run65.json`") \
-        in readme
-    S = SHORT[0]
     e66 = [speed(66, s)["eager_over_graph"] for s in SHORT]
     e63 = [speed(63, s)["eager_over_graph"] for s in SHORT]
     assert (f"the batch-1 eager calls over 8K and 20,000 keys ran {e66[0]:.3f}× and {e66[1]:.3f}× their CUDA graphs in "
             f"decode-host run 66, against {e63[0]:.3f}× and {e63[1]:.3f}× in run 63") in readme
-
-    def h100(n: int, provider: str) -> float:
-        return next(r["graph_us"] for r in _run(f"decode-host-h100-run{n}.json")["speed"]
-                    if (r["B"], r["H"], r["Hkv"], r["L"], r["D"]) == S and r["provider"] == provider)
-
-    ratio = {n: h100(n, "sdpa-cudnn") / h100(n, "attnlab") for n in (52, 53, 55, 56, 65)}
-    r66 = speed(66, S, "sdpa-cudnn")["graph_us"] / speed(66, S)["graph_us"]
-    assert (f"sits at parity with cuDNN under CUDA graphs: {ratio[65]:.3f}× in decode-host run 65 "
-            f"({h100(65, 'attnlab'):.1f} against {h100(65, 'sdpa-cudnn'):.1f} µs), {ratio[56]:.3f}× in run 56 and "
-            f"{span([ratio[n] for n in (52, 53, 55)])}× in runs 52, 53 and 55; the H200 runs it at {r66:.3f}× "
-            f"(decode-host run 66)") in readme
