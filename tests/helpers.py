@@ -100,6 +100,23 @@ def pytest_summary(path) -> str:
     return re.match(r"(.*?)(?:, \d+ warnings?)? in [\d.]+s", last).group(1)
 
 
+def eager_graph_table(speed, before: int, run: int, twin: int, shapes) -> list[str]:
+    """The lines of a decode-host section's eager-against-graph table: for each shape (B, H, Hkv, L, D) run ``run``'s
+    graph µs, ``before``'s, ``run``'s and its ``--python-path`` twin's eager/graph, ``run``'s host µs a call in the
+    eager loop and its graph against cuDNN's; ``speed(n, shape, provider="attnlab")`` gives a run's speed row."""
+    lines = [f"| B | H/Hkv | L | D | graph µs | run {before} eager/graph (before v40) | run {run} eager/graph (v40) | "
+             f"run {run} host µs/call in the eager loop | run {twin} eager/graph (`--python-path`) | run {run} graph "
+             "against cuDNN's |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for shape in shapes:
+        B, H, Hkv, L, D = shape
+        a = speed(run, shape)
+        lines.append(f"| {B} | {H}/{Hkv} | {L} | {D} | {a['graph_us']:.1f} | "
+                     f"{speed(before, shape)['eager_over_graph']:.3f} | {a['eager_over_graph']:.3f} | "
+                     f"{a['loop_host_us']:.1f} | {speed(twin, shape)['eager_over_graph']:.3f} | "
+                     f"{speed(run, shape, 'sdpa-cudnn')['graph_us'] / a['graph_us']:.3f}× |")
+    return lines
+
+
 def md_table(text: str, head: str) -> str:
     """The markdown table of ``text`` whose first line starts with ``head``: that line and the table lines after it."""
     lines = text.split("\n")

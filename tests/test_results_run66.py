@@ -7,7 +7,16 @@ from __future__ import annotations
 import json
 import statistics
 
-from tests.helpers import ROOT, flat, load_script, notes_section, pytest_summary, results_section, span
+from tests.helpers import (
+    ROOT,
+    eager_graph_table,
+    flat,
+    load_script,
+    notes_section,
+    pytest_summary,
+    results_section,
+    span,
+)
 
 DATA = ROOT / "benchmarks" / "data"
 dh = load_script("benchmarks/decode_host.py")
@@ -37,17 +46,7 @@ def speed(n: int, shape, provider: str = "attnlab") -> dict:
 
 
 def speed_table() -> list[str]:
-    lines = ["| B | H/Hkv | L | D | graph µs | run 63 eager/graph (before v40) | run 66 eager/graph (v40) | "
-             "run 66 host µs/call in the eager loop | run 67 eager/graph (`--python-path`) | run 66 graph against "
-             "cuDNN's |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for shape in [*LONG[:2], *SHORT, LONG[2]]:
-        B, H, Hkv, L, D = shape
-        a = speed(66, shape)
-        lines.append(f"| {B} | {H}/{Hkv} | {L} | {D} | {a['graph_us']:.1f} | "
-                     f"{speed(63, shape)['eager_over_graph']:.3f} | {a['eager_over_graph']:.3f} | "
-                     f"{a['loop_host_us']:.1f} | {speed(67, shape)['eager_over_graph']:.3f} | "
-                     f"{speed(66, shape, 'sdpa-cudnn')['graph_us'] / a['graph_us']:.3f}× |")
-    return lines
+    return eager_graph_table(speed, 63, 66, 67, [*LONG[:2], *SHORT, LONG[2]])
 
 
 def spread(n: int) -> float:

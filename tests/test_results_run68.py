@@ -11,6 +11,7 @@ import sys
 
 from tests.helpers import (
     ROOT,
+    eager_graph_table,
     flat,
     load_script,
     md_table,
@@ -50,16 +51,7 @@ def graph_over_cudnn(n: int, shape) -> float:
 
 
 def speed_table() -> list[str]:
-    lines = ["| B | H/Hkv | L | D | graph µs | run 65 eager/graph (before v40) | run 68 eager/graph (v40) | "
-             "run 68 host µs/call in the eager loop | run 69 eager/graph (`--python-path`) | run 68 graph against "
-             "cuDNN's |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for shape in [*LONG[:2], *SHORT, LONG[2]]:
-        B, H, Hkv, L, D = shape
-        a = speed(68, shape)
-        lines.append(f"| {B} | {H}/{Hkv} | {L} | {D} | {a['graph_us']:.1f} | {speed(65, shape)['eager_over_graph']:.3f} | "
-                     f"{a['eager_over_graph']:.3f} | {a['loop_host_us']:.1f} | "
-                     f"{speed(69, shape)['eager_over_graph']:.3f} | {graph_over_cudnn(68, shape):.3f}× |")
-    return lines
+    return eager_graph_table(speed, 65, 68, 69, [*LONG[:2], *SHORT, LONG[2]])
 
 
 def host_rows(n: int) -> dict:
