@@ -176,6 +176,14 @@ MASK_LIMITS = 2
 OWN_BLOCKS = True
 PINGPONG = False
 ROW_SUM_LANES = True
+# Q·Kᵀ's A operand from registers: each consumer group reads its Q slice from shared memory into registers once a tile
+# (64 × D bfloat16: 32 registers a thread at D = 128) and every Q·Kᵀ wgmma of the tile takes it from there, so a step
+# reads only K from shared memory for its scores (a 64 × 128 × 16 wgmma then reads 4 KB there in place of 6); a
+# persistent program's Q slot goes back to the loader once it is read, before the tile's first product. The same
+# bits. From head dim Q_REGS on (0: none); not in ALiBi or 192-key builds. Under triton 3.6 the D = 128 builds take it
+# without a spill; the D = 64 builds of three consumer groups (160 registers a thread) spill 96 bytes with it.
+# Compile-time switch (the kernels read ``_Q_REGS``)
+Q_REGS = 0
 PINGPONG_BAR0 = 8  # the named barriers of the turns: PINGPONG_BAR0 + group (Triton's own barriers take the low ids)
 WIDE_KEYS = 192
 WIDE_BOXES = 8  # its K/V ring: eight 64-key boxes (other rings have at most 4 slots: the count tells them apart)
@@ -329,6 +337,7 @@ if HAVE_GLUON:
     _OWN_BLOCKS = gl.constexpr(OWN_BLOCKS)
     _PINGPONG = gl.constexpr(PINGPONG)
     _ROW_SUM_LANES = gl.constexpr(ROW_SUM_LANES)
+    _Q_REGS = gl.constexpr(Q_REGS)
     _PINGPONG_BAR0 = gl.constexpr(PINGPONG_BAR0)
     _CVT_BF16X2 = gl.constexpr("cvt.rn.bf16x2.f32 $0, $2, $1;")
     _CVT_F16X2 = gl.constexpr("cvt.rn.f16x2.f32 $0, $2, $1;")
@@ -1005,6 +1014,14 @@ if HAVE_GLUON:
         q_tile = q_smem.index(HALF)
         q = q_tile.reshape([HALF_M, HEAD_D])
         mbarrier.wait(q_bars.index(HALF), q_phase)
+        # Q·Kᵀ's A from registers (``Q_REGS``)
+        QR: gl.constexpr = _Q_REGS > 0 and HEAD_D >= _Q_REGS and BLOCK_N != _WIDE_KEYS and not ALIBI
+        if QR:
+            q_op = q.load(gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2))
+            if q_empty is not None:  # the slot is read: the loader may bring the next tile's Q
+                mbarrier.arrive(q_empty.index(HALF), count=1)
+        else:
+            q_op = q
 
         if BLOCK_N == _WIDE_KEYS:
             gl.static_assert(not ALIBI, "192-key blocks: no ALiBi build")
@@ -1014,11 +1031,11 @@ if HAVE_GLUON:
         elif n_blocks > 0:
             slot0 = it0 % STAGES
             mbarrier.wait(k_ready.index(slot0), (it0 // STAGES) & 1)
-            s_tok = warpgroup_mma(q, k_smem.index(slot0).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
+            s_tok = warpgroup_mma(q_op, k_smem.index(slot0).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
                                   use_acc=False, is_async=True)
             s = warpgroup_mma_wait(0, deps=(s_tok, ))
             mbarrier.arrive(k_empty.index(slot0), count=1)
-            if q_empty is not None:
+            if q_empty is not None and not QR:
                 if n_blocks == 1:  # the tile's last product that reads Q: the loader may bring the next tile's
                     mbarrier.arrive(q_empty.index(HALF), count=1)
             if ALIBI:
@@ -1040,7 +1057,7 @@ if HAVE_GLUON:
                 mbarrier.wait(k_ready.index(slot), (u // STAGES) & 1)
                 if PP:  # this group's turn at the tensor cores
                     _turn(_PINGPONG_BAR0 + HALF, False)
-                s_tok = warpgroup_mma(q, k_smem.index(slot).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
+                s_tok = warpgroup_mma(q_op, k_smem.index(slot).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
                                       use_acc=False, is_async=True)
                 mbarrier.wait(v_ready.index(prev), ((u - 1) // STAGES) & 1)
                 acc_tok = warpgroup_mma(p_op, v_smem.index(prev).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
@@ -1048,7 +1065,7 @@ if HAVE_GLUON:
                     _turn(_PINGPONG_BAR0 + (HALF + 1) % NC, True)
                 s = warpgroup_mma_wait(1, deps=(s_tok, ))
                 mbarrier.arrive(k_empty.index(slot), count=1)
-                if q_empty is not None:
+                if q_empty is not None and not QR:
                     if t == n_blocks - 1:
                         mbarrier.arrive(q_empty.index(HALF), count=1)
                 start_n = start0 + t * BLOCK_N
@@ -1075,7 +1092,7 @@ if HAVE_GLUON:
             mbarrier.arrive(v_empty.index(last), count=1)
         if OWN:
             _pass_blocks(k_ready, v_ready, k_empty, v_empty, tail0, tail1, STAGES)
-        if q_empty is not None:
+        if q_empty is not None and not QR:
             if n_blocks == 0:  # (no product read this Q slice)
                 mbarrier.arrive(q_empty.index(HALF), count=1)
 
