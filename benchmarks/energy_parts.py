@@ -16,8 +16,11 @@ products):
 * ``gemm``: ``torch.matmul`` of two bfloat16 ``--gemm-size``² matrices (2·n³ FLOPs): the tensor cores' work with
   nothing beside it, cuBLAS's floor on this GPU at this power limit;
 * ``attnlab``: ``attnlab.flash_attention`` as shipped;
-* ``qregs``: the library's Gluon forward with ``prefill_gluon.Q_REGS`` at 128 (Q·Kᵀ's A operand from registers, read
-  from shared memory once a tile): the same bits as ``attnlab``, checked before it is timed;
+* ``qregs`` and ``noqregs``: the library's Gluon forward with ``prefill_gluon.Q_REGS`` at 128 (Q·Kᵀ's A operand from
+  registers, read from shared memory once a tile) or 0 (from shared memory): the same bits as ``attnlab``, checked
+  before they are timed;
+* ``poly1`` and ``poly2``: the library's forward with 1 or 2 of every 8 exponentials of an unmasked block computed by
+  a polynomial on the FMA pipe (``prefill_gluon.EXP_POLY``): a different exponential, within 8.6e-5 relative;
 * ``noexp`` (a probe, not attention): the forward with each score's exponential taken out (P̃ is the scaled, shifted
   score itself; the FFMA, row maximum, sums and everything else kept): its output is not attention and not checked;
 * ``nosoftmax`` (a probe, not attention): the forward with the whole softmax step taken out (P̃ = S, no row maximum,
@@ -29,7 +32,7 @@ exactly once, or the probe is refused), run through the library's own dispatch a
 builds. Energy a FLOP depends on the clock and voltage the GPU picks under the limit, so a probe's saving is the
 part's energy at that arm's operating point, not a fixed cost of the part.
 
-    python benchmarks/energy_parts.py --json energy-parts.json --md energy-parts.md
+    python benchmarks/energy_parts.py --json energy-parts.json --md energy-parts.md   # the default arms
     python benchmarks/energy_parts.py --arms gemm attnlab sdpa-cudnn --seconds 3 --rounds 3
     python benchmarks/energy_parts.py --report energy-parts.json
 """
@@ -47,9 +50,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-ARMS = ("gemm", "attnlab", "qregs", "noexp", "nosoftmax", "sdpa-cudnn")
+ARMS = ("gemm", "attnlab", "qregs", "noqregs", "poly1", "poly2", "noexp", "nosoftmax", "sdpa-cudnn")
+DEFAULT_ARMS = ("gemm", "attnlab", "noqregs", "poly1", "noexp", "nosoftmax", "sdpa-cudnn")
 PROBES = ("noexp", "nosoftmax")  # arms that are not attention: their outputs are not checked
-SWITCHES = {"qregs": {"Q_REGS": 128}}  # arms that are a switch of the library's (fwd_switches.switched_source)
+# arms that are a switch of the library's (fwd_switches.switched_source): the same bits as the library's build
+SWITCHES = {"qregs": {"Q_REGS": 128}, "noqregs": {"Q_REGS": 0}}
+SPLITS = {"poly1": 1, "poly2": 2}  # arms computing n of every 8 exponentials by a polynomial (prefill_gluon.EXP_POLY)
 _SOFTMAX_SIG = ("(s, m_i, l_i, start_n, offs_m, offs_n, Nk, causal_off, win_off, qk_scale, masked,\n"
                 "                 CAUSAL: gl.constexpr, EXP_POLY: gl.constexpr = 0, TAU: gl.constexpr = 0.0):\n")
 EDITS = {  # probe: [(text of prefill_gluon, what replaces it)], each text found exactly once
@@ -65,6 +71,9 @@ NOTES = {
     "gemm": "bfloat16 GEMM (cuBLAS): the tensor cores alone",
     "attnlab": "the library's forward",
     "qregs": "Q·Kᵀ's A from registers (same bits)",
+    "noqregs": "Q·Kᵀ's A from shared memory (same bits)",
+    "poly1": "1 of 8 exponentials by a polynomial",
+    "poly2": "2 of 8 exponentials by a polynomial",
     "noexp": "probe: no exponentials",
     "nosoftmax": "probe: no softmax step (P̃ = S)",
     "sdpa-cudnn": "cuDNN attention (PyTorch SDPA)",
@@ -277,6 +286,14 @@ def _attention_arm(arm: str, shape: dict, device: str):
     return fn, prefill.flops(cfg)
 
 
+def _split(arm: str, D: int):
+    """The context in which the library's forward computes ``SPLITS[arm]`` of every 8 exponentials by the polynomial
+    (``exp_poly.use_split``)."""
+    import exp_poly
+
+    return exp_poly.use_split(SPLITS[arm], D)
+
+
 def measure(args, read=None) -> list[dict]:
     """Every arm ``args.rounds`` times, the order rotating by one each round; a row per (arm, round)."""
     import torch
@@ -294,20 +311,21 @@ def measure(args, read=None) -> list[dict]:
         else:
             fns[arm] = _attention_arm(arm, shape, device)
     diffs = {}
-    if "qregs" in mods and device == "cuda":  # the same bits as the library's build, before anything is timed
-        fn = fns["qregs"][0]
-        ref = fn()
-        with use_module(mods["qregs"]):
-            got = fn()
-        diffs["qregs"] = (got.float() - ref.float()).abs().max().item()
-        print(f"energy_parts: qregs against the library's build, max diff {diffs['qregs']}", flush=True)
+    for arm in args.arms:  # a switch's build gives the library's bits: checked before anything is timed
+        if arm in SWITCHES and device == "cuda":
+            fn = fns[arm][0]
+            ref = fn()
+            with use_module(mods[arm]):
+                got = fn()
+            diffs[arm] = (got.float() - ref.float()).abs().max().item()
+            print(f"energy_parts: {arm} against the library's build, max diff {diffs[arm]}", flush=True)
     rows = []
     arms = list(args.arms)
     for rnd in range(args.rounds):
         k = rnd % len(arms)
         for place, arm in enumerate(arms[k:] + arms[:k]):
             fn, flop = fns[arm]
-            ctx = use_module(mods[arm]) if arm in mods else None
+            ctx = use_module(mods[arm]) if arm in mods else (_split(arm, args.D) if arm in SPLITS else None)
             if ctx is not None:
                 ctx.__enter__()
             try:
@@ -328,7 +346,7 @@ def measure(args, read=None) -> list[dict]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    ap.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), choices=ARMS)
     ap.add_argument("--N", type=int, default=16384, help="sequence length (queries and keys)")
     ap.add_argument("--D", type=int, default=128, choices=(64, 128))
     ap.add_argument("--heads", type=int, default=16)

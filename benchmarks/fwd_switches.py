@@ -21,7 +21,7 @@ row: ``MASK_LIMITS`` 0, 1, 2); ``n256`` and ``n256p``, D = 64 only: the shipped 
 192 tiles (the same step on two consumer groups of 232 registers) and 192 × 128 tiles, all as a grid; ``n128p``,
 ``n128d`` and ``n192p``, D = 64 only: the persistent kernel on 128 × 128 tiles (dealt out by the host's schedule, or
 taken from a counter) and on 192 × 128 tiles. ``own`` and ``noown``: each consumer group walking only the key blocks
-its rows see, or the whole tile (``OWN_BLOCKS``). ``qregs``: Q·Kᵀ's A operand from registers (``Q_REGS``). ``lanes`` and ``nolanes``: each thread's partial row sums, added
+its rows see, or the whole tile (``OWN_BLOCKS``). ``qregs`` and ``noqregs``: Q·Kᵀ's A operand from registers from D = 128, or from shared memory (``Q_REGS``). ``lanes`` and ``nolanes``: each thread's partial row sums, added
 across the lanes once after the last block, or a sum across the lanes every block (``ROW_SUM_LANES``);
 ``lanes+skip+tau8`` the lanes with both rescale switches at both head dims; ``tau8from128`` both rescale switches from
 D = 128 only; ``before`` the shipped build before fwd-switches run 16 (no lanes, the rescale switches from D = 128).
@@ -82,6 +82,7 @@ BUILDS = {  # (the rescale builds set all three of its switches, so that each me
     "own": {"OWN_BLOCKS": True},
     # Q·Kᵀ's A operand from registers, read from shared memory once a tile (``prefill_gluon.Q_REGS``)
     "qregs": {"Q_REGS": 128},  # (from D = 128: the D = 64 builds spill with it)
+    "noqregs": {"Q_REGS": 0},
     "n256": {},  # (tiles, not switches: TILE_BUILDS)
     "n256p": {},
     "n192": {},

@@ -143,7 +143,7 @@ def test_the_arms_modules_load_and_stand_in_for_the_librarys_kernels_only_while_
     code = ("import json, sys; sys.path.insert(0, 'benchmarks'); import energy_parts as ep\n"
             "from attnlab.gpu import prefill_gluon as pg\n"
             "out = {}\n"
-            "for arm in ('qregs', 'noexp', 'nosoftmax'):\n"
+            "for arm in ('qregs', 'noqregs', 'noexp', 'nosoftmax'):\n"
             "    m = ep.arm_module(arm)\n"
             "    before = pg._attn_fwd_gluon_wsp\n"
             "    with ep.use_module(m):\n"
@@ -155,5 +155,21 @@ def test_the_arms_modules_load_and_stand_in_for_the_librarys_kernels_only_while_
     for arm, r in out.items():
         assert r["inside"] and r["restored"] and r["again"] and r["distinct"], (arm, r)
     assert "    _Q_REGS = gl.constexpr(128)" in out["qregs"]["src"]  # the switch its kernels read
+    assert "    _Q_REGS = gl.constexpr(0)" in out["noqregs"]["src"]
     assert "    _Q_REGS = gl.constexpr(Q_REGS)" in out["noexp"]["src"]  # a probe keeps the library's switches
     assert "(probe: no exponential)" in out["noexp"]["src"] and "(probe: P̃ = S" in out["nosoftmax"]["src"]
+
+
+@pytest.mark.parametrize("arm", sorted(ep.SPLITS))
+def test_a_polynomial_arm_sets_the_split_only_while_it_runs(arm):
+    from attnlab.gpu import prefill_gluon as pg
+
+    before = dict(pg.EXP_POLY)
+    with ep._split(arm, 128):
+        assert pg.EXP_POLY[128] == ep.SPLITS[arm] and pg.EXP_POLY[64] == before[64]
+    assert pg.EXP_POLY == before
+
+
+def test_every_arm_is_described_and_the_defaults_are_arms():
+    assert set(ep.NOTES) == set(ep.ARMS) and set(ep.DEFAULT_ARMS) <= set(ep.ARMS)
+    assert not (set(ep.SWITCHES) | set(ep.EDITS)) & set(ep.SPLITS)

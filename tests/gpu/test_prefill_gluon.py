@@ -1670,13 +1670,14 @@ def test_gpu_fa4_step_switches_keep_the_bits_or_the_criterion(B, H, Hkv, Nq, Nk,
 
 @needs_gluon
 def test_q_regs_builds_for_sm90_take_q_from_registers_with_the_same_loads_and_no_spill_in_the_step():
-    """``Q_REGS`` (``benchmarks/fwd_switches.py`` builds ``qregs``: Q·Kᵀ's A operand from registers, from D = 128) in
-    the persistent D = 128 builds, causal and not, and the grid build: every Q·Kᵀ wgmma of the SASS reads A from
-    registers (the shipped build's from shared memory), the same TMA loads, shared memory, waits and exponentials, and
-    no spill reload in the step's loop (triton 3.6 builds it without a spill; triton 3.9 spills 24-48 bytes outside
-    the step). The D = 64 builds are the shipped ones."""
+    """``Q_REGS`` (``benchmarks/fwd_switches.py`` builds ``qregs``: Q·Kᵀ's A operand from registers, from D = 128, and
+    ``noqregs``, from shared memory) in the persistent D = 128 builds, causal and not, and the grid build: every Q·Kᵀ
+    wgmma of the SASS reads A from registers (``noqregs``: from shared memory), the same TMA loads, shared memory,
+    waits and exponentials, and no spill reload in the step's loop (triton 3.6 builds it without a spill; triton 3.9
+    spills 24-48 bytes outside the step); the library's build is the one its switch names. The D = 64 builds are the
+    same with the switch and without it."""
     code = ("import json, re, sys; sys.path.insert(0, 'benchmarks'); import fwd_switches as fs; out = []\n"
-            "for b in ('shipped', 'qregs'):\n"
+            "for b in ('noqregs', 'qregs', 'shipped'):\n"
             "    m = fs.build_module(b)\n"
             "    for D, bm, causal, kw in ((128, 128, False, {'persistent': True}), (128, 128, True, "
             "{'persistent': True}), (128, 128, False, {}), (64, 192, True, {'persistent': True})):\n"
@@ -1690,11 +1691,14 @@ def test_q_regs_builds_for_sm90_take_q_from_registers_with_the_same_loads_and_no
             "print(json.dumps(out))")
     reps = fresh_json(code, timeout=1200)
     key = lambda r: (r["D"], r["causal"], r["persistent"])  # noqa: E731
-    base = {key(r): r for r in reps if r["build"] == "shipped"}
+    base = {key(r): r for r in reps if r["build"] == "noqregs"}
+    ships = {key(r): r for r in reps if r["build"] == "shipped"}
     for r in reps:
         if r["build"] != "qregs":
             continue
         s = base[key(r)]
+        on = G.Q_REGS > 0 and r["D"] >= G.Q_REGS  # the library's build is the one its switch names
+        assert ships[key(r)]["hgmma_reg_a"] == (r if on else s)["hgmma_reg_a"]
         for k in ("tma_loads", "smem_kb", "wait_groups", "exponentials", "wgmma"):
             assert r[k] == s[k], (k, r, s)
         if not r["has_sass"]:
@@ -1703,7 +1707,7 @@ def test_q_regs_builds_for_sm90_take_q_from_registers_with_the_same_loads_and_no
             assert r["hgmma_reg_a"] == s["hgmma_reg_a"] and r["stack"] == s["stack"]
             continue
         assert r["hgmma"] == s["hgmma"] and r["hgmma"] > 0
-        # the shipped build: P̃·V's A from registers, Q·Kᵀ's from shared memory; the qregs build: both from registers
+        # noqregs: P̃·V's A from registers, Q·Kᵀ's from shared memory; qregs: both from registers
         assert s["hgmma_reg_a"] == r["hgmma"] // 2 and r["hgmma_reg_a"] == r["hgmma"], (r, s)
         step = [lp for lp in r["loops"] if lp["wgmma"] == 16]  # the step's own loop (8 Q·Kᵀ and 8 P̃·V wgmmas)
         assert step and all(lp["local_loads"] == 0 for lp in step), r["loops"]
@@ -1725,23 +1729,32 @@ Q_REGS_CASES = [
 @pytest.mark.skipif(not (HOPPER and G.HAVE_GLUON), reason="needs a Hopper GPU and Gluon")
 @pytest.mark.parametrize("B,H,Hkv,Nq,Nk,window,build", Q_REGS_CASES)
 def test_gpu_q_regs_give_the_bits_of_q_from_shared_memory(B, H, Hkv, Nq, Nk, window, build):
-    """Q·Kᵀ's A operand from registers (``Q_REGS``, the ``qregs`` build) gives the bits, output and lse, of the
-    library's build at D = 128 on grid, persistent, dynamic and packed builds, causal, windows, GQA, MQA and Nq != Nk
-    (a persistent program hands its Q slot back before the tile's first product: the next tile's Q must not reach a
+    """Q·Kᵀ's A operand from registers (``Q_REGS``, the ``qregs`` build) gives the bits, output and lse, of Q from
+    shared memory (``noqregs``) at D = 128 on grid, persistent, dynamic and packed builds, causal, windows, GQA, MQA
+    and Nq != Nk (a persistent program hands its Q slot back before the tile's first product: the next tile's Q must not reach a
     group still reading this one's); and the float64 criterion."""
     from tests.helpers import load_script
 
     fs = load_script("benchmarks/fwd_switches.py")
-    mods = {b: fs.build_module(b) for b in ("qregs", "shipped")}
+    mods = {b: fs.build_module(b) for b in ("qregs", "noqregs")}
     D = 128
     gen = torch.Generator(device=DEV).manual_seed(Nq * 7 + Nk + H)
     scale, (left, right) = D ** -0.5, window
     q, k, v, cu, kw, lse_shape = _build_inputs(B, H, Hkv, Nq, Nk, D, window, build, gen)
     res = _run_builds(mods, q, k, v, kw, lse_shape)
-    (out, lse), (out_s, lse_s) = res["qregs"], res["shipped"]
+    (out, lse), (out_s, lse_s) = res["qregs"], res["noqregs"]
     assert torch.equal(out, out_s) and torch.equal(lse, lse_s)
     if build == "packed":
         check_packed_forward(q, k, v, out, lse, cu, causal=right == 0, scale=scale,
                              window=window if left >= 0 else None)
     else:
         _ref_check(q, k, v, out, lse, right == 0, scale, window=window if left >= 0 else None)
+
+
+@pytest.mark.parametrize("version,expect", [("3.6.0", (3, 6)), ("3.10.0+git1234", (3, 10)), ("4.0.0rc1", (4, 0)),
+                                            ("3.9", (3, 9))])
+def test_triton_version_reads_major_and_minor(version, expect, monkeypatch):
+    import triton
+
+    monkeypatch.setattr(triton, "__version__", version)
+    assert G.triton_version() == expect

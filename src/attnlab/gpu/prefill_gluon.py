@@ -74,6 +74,17 @@ try:  # Gluon ships with triton >= 3.5; older tritons run the Triton kernel only
 except ImportError:  # pragma: no cover - depends on the installed triton
     HAVE_GLUON = False
 
+
+def triton_version() -> tuple[int, int]:
+    """The installed triton's (major, minor), (0, 0) without one."""
+    try:
+        import triton
+    except ImportError:  # pragma: no cover - depends on the environment
+        return (0, 0)
+    major, minor = triton.__version__.split(".")[:2]
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+
+
 GLUON_HEAD_DIMS = (64, 128)
 # packed batches (cu_seqlens) without softcap or ALiBi on the warp-specialised kernel (``config._GLUON_PACKED_FWD``),
 # causal, windowed or not: each program's sequence read from the cumulative lengths, its last rows stored without TMA. A
@@ -182,8 +193,14 @@ ROW_SUM_LANES = True
 # persistent program's Q slot goes back to the loader once it is read, before the tile's first product. The same
 # bits. From head dim Q_REGS on (0: none); not in ALiBi or 192-key builds. Under triton 3.6 the D = 128 builds take it
 # without a spill; the D = 64 builds of three consumer groups (160 registers a thread) spill 96 bytes with it.
+# Measured on an H100 (benchmarks/energy_parts.py runs 1 and 2, the D = 128 forward at N = 16K, not causal, run back to
+# back at the 700 W limit): 645 against 633 TFLOP/s with 16 heads (ahead in each of 3 rounds), 647 against 641 with
+# 16/4 heads, 0.987x and 0.986x the energy a FLOP; fwd-switches run 21 (do_bench): dense 4 x 4K 1.026x, causal 4 x 4K
+# 1.002x, one causal 16K sequence 0.998x. On from D = 128 under the triton it was measured with (3.6, whose builds
+# take it without a spill); off under others, not measured with it (triton 3.9's D = 128 builds spill 24-48 bytes a
+# thread with it, outside the step's loop).
 # Compile-time switch (the kernels read ``_Q_REGS``)
-Q_REGS = 0
+Q_REGS = 128 if triton_version() == (3, 6) else 0
 PINGPONG_BAR0 = 8  # the named barriers of the turns: PINGPONG_BAR0 + group (Triton's own barriers take the low ids)
 WIDE_KEYS = 192
 WIDE_BOXES = 8  # its K/V ring: eight 64-key boxes (other rings have at most 4 slots: the count tells them apart)
