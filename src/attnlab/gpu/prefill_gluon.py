@@ -191,8 +191,9 @@ ROW_SUM_LANES = True
 # (64 × D bfloat16: 32 registers a thread at D = 128) and every Q·Kᵀ wgmma of the tile takes it from there, so a step
 # reads only K from shared memory for its scores (a 64 × 128 × 16 wgmma then reads 4 KB there in place of 6); a
 # persistent program's Q slot goes back to the loader once it is read, before the tile's first product. The same
-# bits. From head dim Q_REGS on (0: none); not in ALiBi or 192-key builds. Under triton 3.6 the D = 128 builds take it
-# without a spill; the D = 64 builds of three consumer groups (160 registers a thread) spill 96 bytes with it.
+# bits. From head dim Q_REGS on (0: none); not in ALiBi, 192-key, packed or polynomial-exponential (``EXP_POLY``)
+# builds. Under triton 3.6 the dense D = 128 builds take it without a spill; the D = 64 builds of three consumer groups
+# (160 registers a thread) spill 96 bytes with it, the packed D = 128 grid build 8 and the D = 128 polynomial build 40.
 # Measured on an H100 (benchmarks/energy_parts.py runs 1 and 2, the D = 128 forward at N = 16K, not causal, run back to
 # back at the 700 W limit): 645 against 633 TFLOP/s with 16 heads (ahead in each of 3 rounds), 647 against 641 with
 # 16/4 heads, 0.987x and 0.986x the energy a FLOP; fwd-switches run 21 (do_bench): dense 4 x 4K 1.026x, causal 4 x 4K
@@ -1031,8 +1032,9 @@ if HAVE_GLUON:
         q_tile = q_smem.index(HALF)
         q = q_tile.reshape([HALF_M, HEAD_D])
         mbarrier.wait(q_bars.index(HALF), q_phase)
-        # Q·Kᵀ's A from registers (``Q_REGS``)
-        QR: gl.constexpr = _Q_REGS > 0 and HEAD_D >= _Q_REGS and BLOCK_N != _WIDE_KEYS and not ALIBI
+        # Q·Kᵀ's A from registers (``Q_REGS``; not in packed or polynomial builds, which spill with it)
+        QR: gl.constexpr = (_Q_REGS > 0 and HEAD_D >= _Q_REGS and BLOCK_N != _WIDE_KEYS and not ALIBI and O is None
+                            and EXP_POLY == 0)
         if QR:
             q_op = q.load(gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2))
             if q_empty is not None:  # the slot is read: the loader may bring the next tile's Q
