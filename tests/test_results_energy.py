@@ -182,3 +182,57 @@ def test_readme_and_gpu_doc_quote_run_3():
     gpu = doc_text("docs/gpu.md")
     assert (f"the forward spent {e['attnlab']:.3f} pJ a FLOP and a cuBLAS GEMM {e['gemm']:.3f}, of the forward's "
             f"{e['attnlab'] - e['noexp']:.3f} on its exponentials") in gpu
+
+
+def test_prefill_run_49_section_and_notes():
+    import subprocess
+    import sys
+
+    card = load_script("benchmarks/scorecard.py")
+    text = results_section("### Prefill run 49, on an H100")
+    plain = flat(text)
+    logs = DATA / "card-run49"
+    saved = json.loads((DATA / "prefill-h100-run49.json").read_text())
+    env = saved["environment"]
+    assert (env["gpu"], env["power_source"], env["power_limit_w"]) == ("NVIDIA H100 80GB HBM3", "instant", 700.0)
+    assert md_table((logs / "prefill.md").read_text(), "| D | heads |") in text
+    out = subprocess.run([sys.executable, "benchmarks/clock_share.py", "benchmarks/data/prefill-h100-run49.json",
+                          "--D", "128", "--pass", "fwd"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out == (logs / "energy.md").read_text()
+    assert md_table(out, "| run | D | heads | causal | N | pass | attnlab times") in text
+    pairs = card.prefill_pairs({"prefill-h100-run49.json": saved["rows"]})
+    fwd = [x["ratio"] for x in pairs if x["pass_"] == "fwd"]
+    both = [x["ratio"] for x in pairs if x["pass_"] == "fwd_bwd"]
+    assert min(fwd + both) >= 1 and len(fwd) == len(both) == 8
+    assert f"forward {min(fwd):.2f}–{max(fwd):.2f}×, forward+backward {min(both):.2f}–{max(both):.2f}× (met)" in NOTES
+    best = max((x for x in pairs if x["pass_"] == "fwd"), key=lambda x: x["tflops"])
+    assert (best["causal"], best["N"], best["Hkv"]) == (False, 16384, 16)
+    assert f"The fastest forward {best['tflops']:.0f} TFLOP/s (non-causal 16K, 16 heads" in NOTES
+
+    def tflops(n):
+        rows = json.loads((DATA / f"prefill-h100-run{n}.json").read_text())["rows"]
+        return {(r["causal"], r["N"], r["pass_"], r["Hkv"]): r["tflops"] for r in rows
+                if r["provider"] == "attnlab" and r.get("tflops") and r["D"] == 128}
+
+    a, b = tflops(49), tflops(48)
+    x = {k: a[k] / b[k] for k in a}
+    nc = [v for (c, _, p, _), v in x.items() if p == "fwd" and not c]
+    ca = [v for (c, _, p, _), v in x.items() if p == "fwd" and c]
+    fb = [v for (c, _, p, _), v in x.items() if p == "fwd_bwd"]
+    assert f"the non-causal forward rows {min(nc):.3f}–{max(nc):.3f}×" in NOTES
+    assert sum(v < 1.01 for v in nc) == 3 and sum(v > 1.03 for v in nc) == 1
+    assert f"the causal ones {min(ca):.3f}–{max(ca):.3f}×" in NOTES and sum(abs(v - 1) > 0.02 for v in ca) == 1
+    assert f"the forward+backward rows {min(fb):.3f}–{max(fb):.3f}×" in NOTES and sum(abs(v - 1) > 0.02 for v in fb) == 4
+    assert (f"the rows ran {min(nc + ca):.2f}–{max(nc + ca):.2f}× at the forward and {min(fb):.2f}–{max(fb):.2f}× at "
+            "the forward+backward") in plain
+    cs = load_script("benchmarks/clock_share.py")
+    times = cs.limit_times(saved, 700.0, D=128, pass_="fwd")
+    es = cs.energy_summary(times, 700.0)
+    assert (f"attnlab {es['attnlab']['pj_median']:.3f} pJ a FLOP (median of {es['attnlab']['times']}), cuDNN "
+            f"{es['sdpa-cudnn']['pj_median']:.3f}") in NOTES
+    fast = [t["power_w"] for t in (best["gpu_during"] or [])[1:]]
+    assert f"later times {min(fast):.0f}–{max(fast):.0f} W" in NOTES
+    r3 = _arms(3)
+    watts = [r3[k]["power_w"] for k in ("attnlab", "sdpa-cudnn")]
+    assert (f"(1.077 for attnlab, 1.147 for cuDNN, at {min(watts):.0f}–{max(watts):.0f} W)" in NOTES
+            and f"{r3['attnlab']['pj_per_flop']:.3f}" == "1.077" and f"{r3['sdpa-cudnn']['pj_per_flop']:.3f}" == "1.147")

@@ -197,13 +197,14 @@ def test_the_prefill_notes():
 
 def test_the_readmes_h100_table():
     readme = flat((ROOT / "README.md").read_text())
-    runs = (44, 46, 48)
+    runs = (44, 46, 48, 49)  # (run 49: the D = 128 rows with Q_REGS on)
     scope, lines = card.standing({f"prefill-h100-run{n}.json": _run(f"prefill-h100-run{n}.json")["rows"] for n in runs},
                                  {"decode-host-h100-run68.json": host(68)})
     assert flat(card.standing_markdown(scope, lines, "H100")) in readme
     assert ("`python benchmarks/scorecard.py --standing --prefill benchmarks/data/prefill-h100-run44.json "
-            "benchmarks/data/prefill-h100-run46.json benchmarks/data/prefill-h100-run48.json --decode-history "
-            "benchmarks/data/decode-host-h100-run68.json`") in readme
+            "benchmarks/data/prefill-h100-run46.json benchmarks/data/prefill-h100-run48.json "
+            "benchmarks/data/prefill-h100-run49.json --decode-history benchmarks/data/decode-host-h100-run68.json`") \
+        in readme
     S = SHORT[0]
 
     def h100(n: int, provider: str) -> float:
