@@ -236,3 +236,14 @@ def test_prefill_run_49_section_and_notes():
     watts = [r3[k]["power_w"] for k in ("attnlab", "sdpa-cudnn")]
     assert (f"(1.077 for attnlab, 1.147 for cuDNN, at {min(watts):.0f}–{max(watts):.0f} W)" in NOTES
             and f"{r3['attnlab']['pj_per_flop']:.3f}" == "1.077" and f"{r3['sdpa-cudnn']['pj_per_flop']:.3f}" == "1.147")
+
+
+def test_the_switchs_comment_quotes_the_runs():
+    src = flat((ROOT / "src" / "attnlab" / "gpu" / "prefill_gluon.py").read_text().replace("#", ""))
+    a, b = _arms(1), _arms(2)
+    sw = _switches(21)
+    assert (f"{a['qregs']['tflops']:.0f} against {a['attnlab']['tflops']:.0f} TFLOP/s with 16 heads (ahead in each of 3 "
+            f"rounds), {b['qregs']['tflops']:.0f} against {b['attnlab']['tflops']:.0f} with 16/4 heads, "
+            f"{a['qregs']['vs_attnlab']:.3f}x and {b['qregs']['vs_attnlab']:.3f}x the energy a FLOP") in src
+    assert (f"dense 4 x 4K {sw['full', 'qregs']['vs_first']:.3f}x, causal 4 x 4K {sw['causal', 'qregs']['vs_first']:.3f}x, "
+            f"one causal 16K sequence {sw['causal16k', 'qregs']['vs_first']:.3f}x") in src
