@@ -95,9 +95,6 @@ def probe_source(src: str, edits) -> str:
 def arm_module(arm: str):
     """The module whose Gluon forward kernels run for ``arm`` (``qregs`` and the probes): a copy of ``prefill_gluon``
     with the arm's switches and text changes, loaded under ``attnlab.gpu`` (its relative imports the library's)."""
-    import importlib.util
-    import tempfile
-
     import fwd_switches
 
     from attnlab.gpu import prefill_gluon as pg
@@ -105,16 +102,7 @@ def arm_module(arm: str):
     if arm in _MODULES:
         return _MODULES[arm]
     src = fwd_switches.switched_source(Path(pg.__file__).read_text(), SWITCHES.get(arm, {}))
-    src = probe_source(src, EDITS.get(arm, []))
-    if not fwd_switches._KEEP:
-        fwd_switches._KEEP.append(tempfile.TemporaryDirectory(prefix="energy-parts-"))
-    name = f"_prefill_gluon_{arm}"
-    path = Path(fwd_switches._KEEP[0].name) / f"{name}.py"
-    path.write_text(src)
-    spec = importlib.util.spec_from_file_location(f"attnlab.gpu.{name}", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
+    mod = fwd_switches.source_module(f"_prefill_gluon_{arm}", probe_source(src, EDITS.get(arm, [])))
     _MODULES[arm] = mod
     return mod
 

@@ -154,16 +154,22 @@ def build_module(build: str):
     key = tuple(sorted(values.items()))
     if key in _MODULES:
         return _MODULES[key]
+    mod = source_module(f"_prefill_gluon_build{len(_MODULES)}", switched_source(Path(pg.__file__).read_text(), values))
+    _MODULES[key] = mod
+    return mod
+
+
+def source_module(name: str, src: str):
+    """``src`` (a copy of ``prefill_gluon``'s source) written to a folder kept while its kernels may compile (Triton
+    reads their source) and loaded as ``attnlab.gpu.<name>``, its relative imports the library's."""
     if not _KEEP:
         _KEEP.append(tempfile.TemporaryDirectory(prefix="fwd-switches-"))
-    name = f"_prefill_gluon_build{len(_MODULES)}"
     path = Path(_KEEP[0].name) / f"{name}.py"
-    path.write_text(switched_source(Path(pg.__file__).read_text(), values))
+    path.write_text(src)
     spec = importlib.util.spec_from_file_location(f"attnlab.gpu.{name}", path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
-    _MODULES[key] = mod
     return mod
 
 

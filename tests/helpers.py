@@ -362,3 +362,13 @@ def graph_after_eager(call, q, check_plan=None):
         want = call()
     torch.cuda.synchronize()
     return got, want
+
+
+def prefill_against_cudnn(card, name: str, rows: list[dict]):
+    """A recorded prefill run's attnlab rows against cuDNN, by ``scorecard.prefill_pairs`` (``card``, the loaded
+    script): (the forward rows' ratios, the forward+backward rows', the fastest forward row's pair)."""
+    pairs = card.prefill_pairs({name: rows})
+    fwd = [x["ratio"] for x in pairs if x["pass_"] == "fwd"]
+    both = [x["ratio"] for x in pairs if x["pass_"] == "fwd_bwd"]
+    best = max((x for x in pairs if x["pass_"] == "fwd"), key=lambda x: x["tflops"])
+    return fwd, both, best

@@ -8,7 +8,16 @@ import json
 import statistics
 
 import pytest
-from tests.helpers import ROOT, doc_text, flat, load_script, md_table, notes_section, results_section
+from tests.helpers import (
+    ROOT,
+    doc_text,
+    flat,
+    load_script,
+    md_table,
+    notes_section,
+    prefill_against_cudnn,
+    results_section,
+)
 
 DATA = ROOT / "benchmarks" / "data"
 ep = load_script("benchmarks/energy_parts.py")
@@ -200,12 +209,9 @@ def test_prefill_run_49_section_and_notes():
                           "--D", "128", "--pass", "fwd"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert out == (logs / "energy.md").read_text()
     assert md_table(out, "| run | D | heads | causal | N | pass | attnlab times") in text
-    pairs = card.prefill_pairs({"prefill-h100-run49.json": saved["rows"]})
-    fwd = [x["ratio"] for x in pairs if x["pass_"] == "fwd"]
-    both = [x["ratio"] for x in pairs if x["pass_"] == "fwd_bwd"]
+    fwd, both, best = prefill_against_cudnn(card, "prefill-h100-run49.json", saved["rows"])
     assert min(fwd + both) >= 1 and len(fwd) == len(both) == 8
     assert f"forward {min(fwd):.2f}–{max(fwd):.2f}×, forward+backward {min(both):.2f}–{max(both):.2f}× (met)" in NOTES
-    best = max((x for x in pairs if x["pass_"] == "fwd"), key=lambda x: x["tflops"])
     assert (best["causal"], best["N"], best["Hkv"]) == (False, 16384, 16)
     assert f"The fastest forward {best['tflops']:.0f} TFLOP/s (non-causal 16K, 16 heads" in NOTES
 

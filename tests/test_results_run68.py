@@ -16,6 +16,7 @@ from tests.helpers import (
     load_script,
     md_table,
     notes_section,
+    prefill_against_cudnn,
     pytest_summary,
     results_section,
     span,
@@ -107,12 +108,9 @@ def test_the_results_section():
     # the prefill table is the run's own, and the energy tables clock_share.py's on the run's JSON (its recorded limit)
     table = (LOGS / "prefill.md").read_text()
     assert md_table(table, "| D | heads |") in text
-    pairs = card.prefill_pairs({PREFILL: _run(PREFILL)["rows"]})
-    fwd = [x["ratio"] for x in pairs if x["pass_"] == "fwd"]
-    both = [x["ratio"] for x in pairs if x["pass_"] == "fwd_bwd"]
+    fwd, both, best = prefill_against_cudnn(card, PREFILL, _run(PREFILL)["rows"])
     assert min(fwd + both) >= 1 and len(fwd) == len(both) == 8
     assert f"forward {span(fwd)}×, forward+backward {span(both)}×" in plain
-    best = max((x for x in pairs if x["pass_"] == "fwd"), key=lambda x: x["tflops"])
     assert (best["causal"], best["N"], best["Hkv"]) == (False, 16384, 4)
     assert f"The fastest forward, {best['tflops']:.0f} TFLOP/s (non-causal 16K, 16/4 heads)" in plain
     out = subprocess.run([sys.executable, "benchmarks/clock_share.py", f"benchmarks/data/{PREFILL}", "--D", "128",
