@@ -107,22 +107,12 @@ def arm_module(arm: str):
     return mod
 
 
-class use_module:
+def use_module(mod):
     """``with use_module(mod):`` the library's Gluon forward runs ``mod``'s kernels (``fwd_switches.use_build``'s
     swap: the kept launch plans dropped on the way in and out, the library's kernels put back)."""
+    import fwd_switches
 
-    def __init__(self, mod):
-        import fwd_switches
-
-        self._swap = fwd_switches.use_build.__new__(fwd_switches.use_build)
-        self._swap.mod, self._swap.tiles, self._swap.D = mod, None, None
-
-    def __enter__(self):
-        self._swap.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self._swap.__exit__(*exc)
+    return fwd_switches.use_build.of_module(mod)
 
 
 def sustained(fn, *, seconds: float, warm: float, read=None, device: str = "cuda", interval: float = 0.01) -> dict:

@@ -185,6 +185,13 @@ class use_build:
             raise ValueError(f"build {build!r} is D = {TILE_HEAD_DIM}'s (its tiles), not D = {D}'s")
         self.D = D
 
+    @classmethod
+    def of_module(cls, mod) -> use_build:
+        """The swap for a module copy made elsewhere (``source_module``): its kernels stand in, the table as it is."""
+        swap = cls.__new__(cls)
+        swap.mod, swap.tiles, swap.D = mod, None, None
+        return swap
+
     def __enter__(self):
         import dataclasses
 
